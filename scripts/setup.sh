@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pagellm needs (when missing) and builds it into build/.
+# Usage: bash scripts/setup.sh [--asan]   (--asan also builds build-asan/ with ASan+UBSan)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS="build-essential cmake ninja-build pkg-config libpcre2-dev libxxhash-dev libjansson-dev
+      libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$jobs"
+if [ "${1:-}" = "--asan" ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPL_SANITIZE=ON \
+        -DCMAKE_C_FLAGS_DEBUG="-O1 -g" >/dev/null
+  cmake --build build-asan -j "$jobs"
+fi

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds pagellm (optimised, and again with AddressSanitizer + UndefinedBehaviorSanitizer) and
+# runs the whole test suite under both. Ends with one line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --asan || { echo "0 passed, 1 failed"; exit 1; }
+
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+passed=0; failed=0
+for dir in build build-asan; do
+  echo "== ctest in $dir"
+  ctest --test-dir "$dir" --output-on-failure -j 2 --timeout 900 | tee "$dir/ctest.log"
+  p=$(grep -Eo '[0-9]+ tests passed' "$dir/ctest.log" | grep -Eo '^[0-9]+' || true)
+  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$dir/ctest.log" || true)
+  total=$(echo "$line" | grep -Eo 'out of [0-9]+' | grep -Eo '[0-9]+' || echo 0)
+  f=$(echo "$line" | grep -Eo '[0-9]+ tests failed' | grep -Eo '^[0-9]+' || echo 1)
+  [ -z "$line" ] && f=1
+  passed=$((passed + total - f)); failed=$((failed + f))
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,63 @@
+/* base/fp16 — scalar IEEE half and bfloat16 conversions (round to nearest even), bit-exact with
+ * the hardware instructions (F16C vcvtps2ph with rounding mode 0, AVX-512 BF16 vcvtneps2bf16
+ * except for NaN payloads). Kernels use intrinsics on their hot paths; these are the reference. */
+#ifndef PL_BASE_FP16_H
+#define PL_BASE_FP16_H
+
+#include <stdint.h>
+#include <string.h>
+
+typedef uint16_t pl_f16;
+typedef uint16_t pl_bf16;
+
+static inline float pl_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t pl_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static inline float pl_f16_to_f32(pl_f16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    if (exp == 0x1f) return pl_bits_f32(sign | 0x7f800000u | (man << 13)); /* inf / nan */
+    if (exp == 0) {
+        if (man == 0) return pl_bits_f32(sign);
+        /* subnormal: value = man * 2^-24 */
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return pl_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+static inline pl_f16 pl_f32_to_f16(float f) {
+    uint32_t x = pl_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan */
+        return (pl_f16)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
+    if (ax >= 0x477ff000u) return (pl_f16)(sign | 0x7c00); /* rounds to >= 65520: overflow */
+    if (ax < 0x38800000u) { /* result is subnormal or zero: exponent < -14 */
+        if (ax < 0x33000000u) return (pl_f16)sign; /* < 2^-25: rounds to zero */
+        uint32_t e = ax >> 23;
+        uint32_t m = (ax & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e; /* 14 - (e - 127) + 13 - 1 + 1 */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (pl_f16)(sign | r);
+    }
+    uint32_t r = ax - 0x38000000u; /* rebias exponent 127 -> 15 */
+    uint32_t lsb = (r >> 13) & 1;
+    r += 0xfff + lsb;
+    return (pl_f16)(sign | (r >> 13));
+}
+
+static inline float pl_bf16_to_f32(pl_bf16 h) { return pl_bits_f32((uint32_t)h << 16); }
+
+static inline pl_bf16 pl_f32_to_bf16(float f) {
+    uint32_t x = pl_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (pl_bf16)((x >> 16) | 64); /* quiet nan */
+    x += 0x7fff + ((x >> 16) & 1);
+    return (pl_bf16)(x >> 16);
+}
+
+#endif

@@ -1,0 +1,39 @@
+/* base/threadpool — a persistent pool of worker threads for data-parallel kernels.
+ *
+ * pl_threadpool_run(tp, fn, ctx) calls fn(ctx, ith, nth) once on each of nth threads (the caller
+ * is thread 0) and returns when all have finished. Workers are created once, spin briefly for
+ * the next job and then sleep, so a run costs a few microseconds and no thread is created per
+ * step. Jobs must split their work by ith/nth (see pl_split_range) and write disjoint outputs.
+ * A pool is driven by one thread at a time (the engine thread).
+ */
+#ifndef PL_BASE_THREADPOOL_H
+#define PL_BASE_THREADPOOL_H
+
+#include <stdint.h>
+
+typedef struct pl_threadpool pl_threadpool;
+typedef void (*pl_job_fn)(void *ctx, int ith, int nth);
+
+/* n_threads <= 0 means one per online core. Returns NULL on failure (message set). */
+pl_threadpool *pl_threadpool_create(int n_threads);
+void pl_threadpool_destroy(pl_threadpool *tp);
+int pl_threadpool_size(const pl_threadpool *tp);
+/* Run fn on every thread of the pool; tp may be NULL (runs fn(ctx, 0, 1) inline). */
+void pl_threadpool_run(pl_threadpool *tp, pl_job_fn fn, void *ctx);
+/* Run fn on the first n threads only (1 <= n); the rest skip the job. */
+void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx);
+
+/* The part [*begin, *end) of [0, n) that thread ith of nth owns, in chunks of `align` items. */
+static inline void pl_split_range(int64_t n, int ith, int nth, int64_t align, int64_t *begin,
+                                  int64_t *end) {
+    int64_t chunks = (n + align - 1) / align;
+    int64_t per = chunks / nth, extra = chunks % nth;
+    int64_t c0 = ith * per + (ith < extra ? ith : extra);
+    int64_t c1 = c0 + per + (ith < extra ? 1 : 0);
+    *begin = c0 * align < n ? c0 * align : n;
+    *end = c1 * align < n ? c1 * align : n;
+}
+
+int pl_num_online_cores(void);
+
+#endif

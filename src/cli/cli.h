@@ -1,0 +1,25 @@
+/* cli/cli — the `pagellm` subcommands and what they share.
+ *
+ * Each subcommand is `int pl_cmd_NAME(int argc, char **argv)` with argv[0] = NAME, returning the
+ * process exit code: 0 success, 1 runtime error (one clear line on stderr), 2 usage error (usage
+ * on stderr).
+ */
+#ifndef PL_CLI_CLI_H
+#define PL_CLI_CLI_H
+
+#include <stddef.h>
+
+int pl_cmd_generate(int argc, char **argv);
+int pl_cmd_tokenize(int argc, char **argv);
+int pl_cmd_detokenize(int argc, char **argv);
+int pl_cmd_inspect(int argc, char **argv);
+
+/* Resolve a model argument: an existing path is used as is; a bare name is looked up as NAME and
+ * NAME.gguf in ./models, $PAGELLM_MODELS and ../shared/models. On failure prints where it looked
+ * and how to get a model to stderr and returns -1; on success writes the path into out. */
+int pl_cli_resolve_model(const char *arg, char *out, size_t cap);
+
+/* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */
+int pl_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,58 @@
+/* cli/common — model lookup and error printing shared by the subcommands. */
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int pl_cli_resolve_model(const char *arg, char *out, size_t cap) {
+    if (!arg || !*arg) {
+        fprintf(stderr, "pagellm: no model given (use -m PATH or -m NAME)\n");
+        return -1;
+    }
+    if (is_file(arg)) {
+        snprintf(out, cap, "%s", arg);
+        return 0;
+    }
+    const char *dirs[3] = {"./models", getenv("PAGELLM_MODELS"), "../shared/models"};
+    const char *suffixes[2] = {"", ".gguf"};
+    int bare = strchr(arg, '/') == NULL;
+    if (bare) {
+        for (int d = 0; d < 3; d++) {
+            if (!dirs[d] || !*dirs[d]) continue;
+            for (int s = 0; s < 2; s++) {
+                snprintf(out, cap, "%s/%s%s", dirs[d], arg, suffixes[s]);
+                if (is_file(out)) return 0;
+            }
+        }
+    }
+    fprintf(stderr, "pagellm: model '%s' not found.\n", arg);
+    if (bare) {
+        fprintf(stderr, "  looked for %s and %s.gguf in: ./models", arg, arg);
+        if (dirs[1] && *dirs[1]) fprintf(stderr, ", %s ($PAGELLM_MODELS)", dirs[1]);
+        else fprintf(stderr, ", $PAGELLM_MODELS (not set)");
+        fprintf(stderr, ", ../shared/models\n");
+    }
+    fprintf(stderr, "  pass a path to a GGUF file, or put one in ./models. For example:\n"
+                    "    mkdir -p models && curl -L -o models/stories260K.gguf "
+                    "https://huggingface.co/ggml-org/models/resolve/main/tinyllamas/"
+                    "stories260K.gguf\n");
+    return -1;
+}
+
+int pl_cli_fail(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "pagellm %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}

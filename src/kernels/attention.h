@@ -1,0 +1,68 @@
+/* kernels/attention — PagedAttention on the CPU, the fused K/V slot write and the fused block copy.
+ *
+ * KV cache layout (one layer; K and V alike), `dtype` f16 or f32:
+ *
+ *     cache[num_blocks][n_kv_heads][block_size][head_dim]
+ *
+ * so the keys of one KV head inside one block are one contiguous block_size × head_dim tile: a
+ * (sequence, KV head) work item streams its tiles block by block, and every query head of the
+ * GQA group is served from the same read of a tile. A token at physical slot s lives in block
+ * s / block_size at offset s % block_size.
+ *
+ * Queries: the step's tokens are laid out flat, sequence after sequence: q[n_tokens][n_heads]
+ * [head_dim]. Sequence i owns rows [seq_start[i], seq_start[i+1]) (q_len_i rows) and has
+ * context_lens[i] tokens in the cache after this step's writes, so its query j sits at position
+ * p = context_lens[i] - q_len_i + j and attends causally to cache positions 0..p, found through
+ * block_tables[i * max_blocks + p / block_size]. Decode is q_len = 1; a prefill chunk q_len > 1.
+ * Softmax is computed online (running max and sum), so no per-context scratch is needed.
+ */
+#ifndef PL_KERNELS_ATTENTION_H
+#define PL_KERNELS_ATTENTION_H
+
+#include "base/threadpool.h"
+#include "kernels/dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    pl_dtype dtype;      /* PL_DT_F16 or PL_DT_F32 */
+    int32_t block_size;  /* tokens per block */
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int64_t num_blocks;
+} pl_kv_layout;
+
+/* Bytes of one block of K (or V) for one layer. */
+size_t pl_kv_block_bytes(const pl_kv_layout *l);
+
+/* Write k[t], v[t] ([n_tokens][n_kv_heads][head_dim] f32) into their slots; slot < 0 skips. */
+void pl_kv_write(const pl_kv_layout *l, void *k_cache, void *v_cache, const float *k,
+                 const float *v, const int64_t *slot_mapping, int32_t n_tokens);
+
+typedef struct {
+    const float *q;               /* [n_tokens][n_heads][head_dim] */
+    float *out;                   /* [n_tokens][n_heads][head_dim] */
+    int32_t n_heads;
+    float scale;                  /* usually 1/sqrt(head_dim) */
+    int32_t n_seqs;
+    const int32_t *seq_start;     /* [n_seqs + 1] */
+    const int32_t *context_lens;  /* [n_seqs] */
+    const int32_t *block_tables;  /* [n_seqs][max_blocks] physical block ids */
+    int32_t max_blocks;
+    const void *k_cache;
+    const void *v_cache;
+} pl_attn_args;
+
+/* Threaded, vectorised (per pl_cpu_isa()). Work is split by (sequence, KV head, query tile). */
+void pl_paged_attention(pl_threadpool *tp, const pl_kv_layout *l, const pl_attn_args *a);
+/* Scalar reference (single thread, online softmax in float). */
+void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a);
+
+/* Copy whole blocks src[i] -> dst[i] (i < n) of one layer's K and V caches in one call: copy-on-
+ * write inside one pool, or swapping between two pools with the same layout (dst_* may belong to
+ * a different pool than src_*). */
+void pl_kv_copy_blocks(const pl_kv_layout *l, const void *src_k, const void *src_v, void *dst_k,
+                       void *dst_v, const int32_t *src, const int32_t *dst, int32_t n);
+
+#endif

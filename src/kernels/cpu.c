@@ -1,0 +1,89 @@
+/* kernels/cpu — see cpu.h. */
+#include "kernels/cpu.h"
+
+#include <cpuid.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pl_cpu_features feats;
+static int detected;
+static int forced = -1;
+
+static uint64_t xgetbv0(void) {
+    uint32_t eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((uint64_t)edx << 32) | eax;
+}
+
+static void detect(void) {
+    unsigned a, b, c, d;
+    memset(&feats, 0, sizeof feats);
+    if (!__get_cpuid(1, &a, &b, &c, &d)) { detected = 1; return; }
+    int osxsave = (c >> 27) & 1;
+    int avx = (c >> 28) & 1;
+    feats.fma = (c >> 12) & 1;
+    feats.f16c = (c >> 29) & 1;
+    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    int ymm_ok = avx && (xcr0 & 0x6) == 0x6;
+    int zmm_ok = ymm_ok && (xcr0 & 0xe0) == 0xe0;
+    if (!ymm_ok) feats.fma = feats.f16c = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        feats.avx2 = ymm_ok && ((b >> 5) & 1);
+        if (zmm_ok) {
+            feats.avx512f = (b >> 16) & 1;
+            feats.avx512dq = (b >> 17) & 1;
+            feats.avx512bw = (b >> 30) & 1;
+            feats.avx512vl = (b >> 31) & 1;
+            feats.avx512vnni = (c >> 11) & 1;
+        }
+    }
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+        feats.avxvnni = ymm_ok && ((a >> 4) & 1);
+        feats.avx512bf16 = zmm_ok && ((a >> 5) & 1);
+    }
+    detected = 1;
+}
+
+const pl_cpu_features *pl_cpu_get_features(void) {
+    if (!detected) detect();
+    return &feats;
+}
+
+pl_isa pl_cpu_max_isa(void) {
+    const pl_cpu_features *f = pl_cpu_get_features();
+    /* The AVX-512 kernels are compiled for F+BW+VL+DQ+VNNI+BF16 (see CMakeLists.txt). */
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni &&
+        f->avx512bf16 && f->fma && f->f16c)
+        return PL_ISA_AVX512;
+    if (f->avx2 && f->fma && f->f16c) return PL_ISA_AVX2;
+    return PL_ISA_SCALAR;
+}
+
+static pl_isa env_isa(void) {
+    const char *s = getenv("PAGELLM_ISA");
+    if (!s) return PL_ISA_AVX512;
+    if (!strcmp(s, "scalar")) return PL_ISA_SCALAR;
+    if (!strcmp(s, "avx2")) return PL_ISA_AVX2;
+    return PL_ISA_AVX512;
+}
+
+pl_isa pl_cpu_isa(void) {
+    pl_isa m = pl_cpu_max_isa();
+    pl_isa e = forced >= 0 ? (pl_isa)forced : env_isa();
+    return e < m ? e : m;
+}
+
+pl_isa pl_cpu_force_isa(pl_isa isa) {
+    forced = (int)isa;
+    return pl_cpu_isa();
+}
+
+const char *pl_isa_name(pl_isa isa) {
+    switch (isa) {
+    case PL_ISA_SCALAR: return "scalar";
+    case PL_ISA_AVX2: return "avx2";
+    case PL_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}

@@ -1,0 +1,47 @@
+/* kernels/matmul — weight × activations for every computable weight type, batched and threaded.
+ *
+ *   y[b][r] = sum_c W[r][c] * x[b][c]      for r < rows, b < B
+ *
+ * W is `rows` rows of `cols` elements of its dtype, each row pl_dtype_row_size(type, cols) bytes,
+ * rows contiguous (GGUF's layout: ne[0] = cols, ne[1] = rows). x is B rows of `cols` f32
+ * (stride cols); y is B rows with stride ldy >= rows.
+ *
+ * Activations are converted the way llama.cpp's CPU backend does for the dot product, so that
+ * results match the reference: f32 weights use f32 activations; f16 weights f16; bf16 weights
+ * bf16; q8_0 and q4_0 weights Q8_0 activations; K-quant weights Q8_K activations. `scratch`
+ * holds the converted activations: at least pl_matmul_scratch_size(type, cols, B) bytes.
+ *
+ * Each weight tile is read once per call and reused across all B activation rows. Work is split
+ * over the pool's threads by output rows. The result for a given (row, b) does not depend on the
+ * thread count or on B (bitwise), so batching never changes a sequence's tokens.
+ */
+#ifndef PL_KERNELS_MATMUL_H
+#define PL_KERNELS_MATMUL_H
+
+#include "base/threadpool.h"
+#include "kernels/dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const void *data;
+    pl_dtype type;
+    int64_t rows; /* output features */
+    int64_t cols; /* input features (multiple of the type's block size) */
+} pl_weight;
+
+size_t pl_matmul_scratch_size(pl_dtype type, int64_t cols, int64_t B);
+void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B, float *y,
+               int64_t ldy, void *scratch);
+/* Single-threaded scalar reference with the same activation conversion (for tests). */
+void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int64_t ldy);
+
+/* Dequantize one row (n elements, a multiple of the block size) of any computable type to f32
+ * (embedding lookup, tests). */
+void pl_dequantize_row(pl_dtype type, const void *src, float *dst, int64_t n);
+/* Quantize one f32 row to `type` (f32, f16, bf16, q8_0, q4_0; used by mkmodel and tests), with
+ * llama.cpp's reference rounding. Returns bytes written, 0 if the type cannot be written. */
+size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n);
+
+#endif

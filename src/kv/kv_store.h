@@ -1,0 +1,39 @@
+/* kv/kv_store — the bytes of a KV cache pool: for every layer one K and one V array indexed by
+ * physical block, in the layout documented in kernels/attention.h.
+ *
+ * A store is sized once (from a byte budget or a block count) and never grows. The primary pool
+ * is anonymous memory; a swap pool may instead be a file-backed shared mapping (`path`), so
+ * swapped-out blocks can live on disk. Everything about which block belongs to whom lives in
+ * kv/block_pool and kv/manager; the store only knows bytes.
+ */
+#ifndef PL_KV_KV_STORE_H
+#define PL_KV_KV_STORE_H
+
+#include "base/status.h"
+#include "kernels/attention.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    pl_kv_layout layout;   /* dtype, block_size, n_kv_heads, head_dim, num_blocks */
+    int32_t n_layers;
+    size_t layer_bytes;    /* bytes of K (or V) of one layer: num_blocks × block bytes */
+    void *base;            /* one mapping holding every layer's K then V */
+    size_t mapped_bytes;
+    int file_backed;
+} pl_kv_store;
+
+/* Bytes one block costs across all layers, K and V. */
+size_t pl_kv_bytes_per_block(const pl_kv_layout *l, int32_t n_layers);
+/* num_blocks in layout is taken as given; path NULL = anonymous memory. */
+pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
+                           const char *path);
+void pl_kv_store_free(pl_kv_store *s);
+void *pl_kv_store_k(const pl_kv_store *s, int32_t layer);
+void *pl_kv_store_v(const pl_kv_store *s, int32_t layer);
+/* Copy block pairs in every layer (copy-on-write within a store, or swap between stores). */
+void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
+                      const int32_t *dst_blocks, int32_t n);
+
+#endif

@@ -1,0 +1,85 @@
+/* tokenizer/tokenizer — vocabularies and tokenizers read from GGUF metadata.
+ *
+ * Kinds (`tokenizer.ggml.model`): "llama" = SentencePiece (scores, byte fallback <0xNN>, space
+ * prefix `tokenizer.ggml.add_space_prefix`, unknown token); "gpt2" = byte-level BPE (merges,
+ * byte-to-unicode mapping, the pre-tokenizer chosen by `tokenizer.ggml.pre`). Anything else is
+ * refused with a message naming it. Results equal llama.cpp's tokenizer for the same vocabulary.
+ *
+ * A loaded tokenizer copies what it needs and does not reference the pl_gguf afterwards; it is
+ * immutable, so it can be shared by threads. Token pieces are the raw bytes a token stands for
+ * (byte tokens <0xNN> are one byte; SentencePiece's U+2581 is a space; BPE's byte-to-unicode
+ * mapping is undone), so the concatenation of pieces can split a UTF-8 character: the streaming
+ * detokenizer holds back incomplete sequences.
+ */
+#ifndef PL_TOKENIZER_TOKENIZER_H
+#define PL_TOKENIZER_TOKENIZER_H
+
+#include "base/status.h"
+#include "gguf/gguf.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pl_tokenizer pl_tokenizer;
+
+typedef enum { PL_TOK_SPM = 1, PL_TOK_BPE = 2 } pl_tokenizer_kind;
+
+/* Token attributes, as llama.cpp derives them from `tokenizer.ggml.token_type`. */
+typedef enum {
+    PL_TOKEN_NORMAL = 1,
+    PL_TOKEN_UNKNOWN = 2,
+    PL_TOKEN_CONTROL = 3,
+    PL_TOKEN_USER_DEFINED = 4,
+    PL_TOKEN_UNUSED = 5,
+    PL_TOKEN_BYTE = 6,
+} pl_token_type;
+
+pl_status pl_tokenizer_load(const pl_gguf *g, pl_tokenizer **out);
+void pl_tokenizer_free(pl_tokenizer *t);
+
+pl_tokenizer_kind pl_tokenizer_get_kind(const pl_tokenizer *t);
+const char *pl_tokenizer_pre_name(const pl_tokenizer *t); /* BPE pre-tokenizer name, or "" */
+int32_t pl_tokenizer_n_vocab(const pl_tokenizer *t);
+int32_t pl_tokenizer_bos(const pl_tokenizer *t); /* -1 if none */
+int32_t pl_tokenizer_eos(const pl_tokenizer *t); /* -1 if none */
+int pl_tokenizer_add_bos(const pl_tokenizer *t); /* whether prompts get BOS by default */
+int pl_tokenizer_add_eos(const pl_tokenizer *t);
+/* 1 if generating this id ends the sequence (EOS, EOT, EOM and similar end-of-generation ids). */
+int pl_tokenizer_is_eog(const pl_tokenizer *t, int32_t id);
+pl_token_type pl_tokenizer_token_type(const pl_tokenizer *t, int32_t id);
+/* The vocabulary's text of a token (as stored in GGUF, NUL-terminated), NULL if out of range. */
+const char *pl_tokenizer_token_text(const pl_tokenizer *t, int32_t id);
+
+/* Tokenize `len` bytes of text. add_special: add BOS/EOS as the vocabulary says. parse_special:
+ * recognise the text of control/user-defined tokens inside `text` as those tokens. *ids is
+ * malloc'ed (free it); text must be valid UTF-8 or PL_ERR_INVALID_ARG is returned. */
+pl_status pl_tokenize(const pl_tokenizer *t, const char *text, size_t len, int add_special,
+                      int parse_special, int32_t **ids, size_t *n_ids);
+
+/* The bytes of one token. Control tokens give "" unless `special`. Returns the piece length;
+ * writes at most cap bytes (no NUL). */
+size_t pl_token_to_piece(const pl_tokenizer *t, int32_t id, char *buf, size_t cap, int special);
+
+/* Whole-sequence detokenize as llama.cpp does (SentencePiece: the leading space of the first
+ * token is removed when the vocabulary adds a space prefix). skip_special: drop control tokens.
+ * *text is malloc'ed and NUL-terminated. Invalid ids are an error naming the id. */
+pl_status pl_detokenize(const pl_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                        char **text, size_t *len);
+
+/* Streaming detokenizer: push ids one at a time, get text that never ends inside a UTF-8
+ * sequence. Bytes that can never complete a valid sequence are replaced by U+FFFD. */
+typedef struct {
+    const pl_tokenizer *tok;
+    int skip_special;
+    int first;           /* no token emitted yet (SentencePiece leading-space rule) */
+    uint8_t pending[8];  /* bytes of an incomplete UTF-8 sequence */
+    int n_pending;
+} pl_detok_stream;
+
+void pl_detok_init(pl_detok_stream *s, const pl_tokenizer *t, int skip_special, int is_first);
+/* Append the text for `id` to out (cap bytes; needs at most piece length + 8). Returns bytes. */
+size_t pl_detok_push(pl_detok_stream *s, int32_t id, char *out, size_t cap);
+/* Flush held-back bytes at the end of a sequence (as U+FFFD). Returns bytes. */
+size_t pl_detok_flush(pl_detok_stream *s, char *out, size_t cap);
+
+#endif
