@@ -1,0 +1,99 @@
+/* cli/args — see args.h. */
+#include "cli/args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pl_arg_int(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi,
+               int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "pagellm %s: %s: '%s' is not an integer\n", cmd, flag, s);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "pagellm %s: %s: %lld is out of range [%lld, %lld]\n", cmd, flag, v,
+                (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int pl_arg_float(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                 double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || isnan(v)) {
+        fprintf(stderr, "pagellm %s: %s: '%s' is not a number\n", cmd, flag, s);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "pagellm %s: %s: %g is out of range [%g, %g]\n", cmd, flag, v, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int pl_arg_bytes(const char *cmd, const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0) || !isfinite(v)) goto bad;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 0: break;
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: goto bad;
+    }
+    if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
+    if (mul > 1 && (*end == 'b' || *end == 'B')) end++;
+    if (*end) goto bad;
+    if (v * mul > 1.8e19) goto bad;
+    *out = (uint64_t)(v * mul);
+    return 0;
+bad:
+    fprintf(stderr, "pagellm %s: %s: '%s' is not a byte count (e.g. 512M, 2G)\n", cmd, flag, s);
+    return -1;
+}
+
+int pl_arg_int_list(const char *cmd, const char *flag, const char *s, int32_t **out, int *n) {
+    int cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) return -1;
+    int k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (errno || end == p || (*end && *end != ',') || x < INT32_MIN || x > INT32_MAX) {
+            fprintf(stderr, "pagellm %s: %s: '%s' is not a comma-separated list of integers\n",
+                    cmd, flag, s);
+            free(v);
+            return -1;
+        }
+        v[k++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0) {
+        fprintf(stderr, "pagellm %s: %s: the list is empty\n", cmd, flag);
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}

@@ -1,0 +1,151 @@
+/* cli/cmd_tokenize — `pagellm tokenize` and `pagellm detokenize`: the model's tokenizer alone
+ * (only the vocabulary is read from the file, no weights are bound). */
+#include "cli/args.h"
+#include "cli/cli.h"
+
+#include "tokenizer/tokenizer.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int open_tokenizer(const char *cmd, const char *model, pl_gguf **g, pl_tokenizer **t) {
+    char path[4096];
+    if (pl_cli_resolve_model(model, path, sizeof path)) return 1;
+    if (pl_gguf_open(path, g) != PL_OK) return pl_cli_fail(cmd, "%s", pl_last_error());
+    if (pl_tokenizer_load(*g, t) != PL_OK) {
+        int rc = pl_cli_fail(cmd, "%s: %s", path, pl_last_error());
+        pl_gguf_close(*g);
+        return rc;
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) { free(buf); buf = NULL; }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+int pl_cmd_tokenize(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, 'm'}, {"add-special", no_argument, 0, 1},
+        {"parse-special", no_argument, 0, 2}, {"file", required_argument, 0, 'f'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    const char *model = NULL, *file = NULL;
+    int add_special = 0, parse_special = 0, c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":m:f:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'f': file = optarg; break;
+        case 1: add_special = 1; break;
+        case 2: parse_special = 1; break;
+        case 'h':
+            printf("usage: pagellm tokenize -m MODEL [--add-special] [--parse-special] "
+                   "(TEXT | --file F)\n");
+            return 0;
+        default:
+            fprintf(stderr, "pagellm tokenize: bad option '%s'\nusage: pagellm tokenize -m MODEL "
+                    "[--add-special] [--parse-special] (TEXT | --file F)\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (!model || (file != NULL) == (optind < argc) || optind + 1 < argc) {
+        fprintf(stderr, "usage: pagellm tokenize -m MODEL [--add-special] [--parse-special] "
+                "(TEXT | --file F)\n");
+        return 2;
+    }
+    size_t len;
+    char *text;
+    if (file) {
+        text = read_file(file, &len);
+        if (!text) return pl_cli_fail("tokenize", "cannot read '%s'", file);
+    } else {
+        text = strdup(argv[optind]);
+        len = strlen(text);
+    }
+    pl_gguf *g;
+    pl_tokenizer *t;
+    int rc = open_tokenizer("tokenize", model, &g, &t);
+    if (rc) { free(text); return rc; }
+    int32_t *ids;
+    size_t n;
+    if (pl_tokenize(t, text, len, add_special, parse_special, &ids, &n) != PL_OK) {
+        rc = pl_cli_fail("tokenize", "%s", pl_last_error());
+    } else {
+        putchar('[');
+        for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+        puts("]");
+        free(ids);
+    }
+    free(text);
+    pl_tokenizer_free(t);
+    pl_gguf_close(g);
+    return rc;
+}
+
+int pl_cmd_detokenize(int argc, char **argv) {
+    const char *model = NULL;
+    int first = 1;
+    for (; first < argc; first++) {
+        if ((!strcmp(argv[first], "-m") || !strcmp(argv[first], "--model")) && first + 1 < argc)
+            model = argv[++first];
+        else if (!strcmp(argv[first], "-h") || !strcmp(argv[first], "--help")) {
+            printf("usage: pagellm detokenize -m MODEL ID...\n");
+            return 0;
+        } else
+            break;
+    }
+    if (!model || first >= argc) {
+        fprintf(stderr, "usage: pagellm detokenize -m MODEL ID...\n");
+        return 2;
+    }
+    int n = argc - first;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    for (int i = 0; i < n; i++) {
+        int64_t v;
+        /* Accept "1 2 3", "1,2,3" and "[1, 2, 3]" forms alike. */
+        char *s = argv[first + i];
+        while (*s == '[') s++;
+        size_t l = strlen(s);
+        while (l && (s[l - 1] == ']' || s[l - 1] == ',')) s[--l] = '\0';
+        if (pl_arg_int("detokenize", "ID", s, INT32_MIN, INT32_MAX, &v)) {
+            free(ids);
+            return 2;
+        }
+        ids[i] = (int32_t)v;
+    }
+    pl_gguf *g;
+    pl_tokenizer *t;
+    int rc = open_tokenizer("detokenize", model, &g, &t);
+    if (rc) { free(ids); return rc; }
+    char *text;
+    size_t len;
+    if (pl_detokenize(t, ids, (size_t)n, 0, &text, &len) != PL_OK) {
+        rc = pl_cli_fail("detokenize", "%s", pl_last_error());
+    } else {
+        fwrite(text, 1, len, stdout);
+        putchar('\n');
+        free(text);
+    }
+    free(ids);
+    pl_tokenizer_free(t);
+    pl_gguf_close(g);
+    return rc;
+}

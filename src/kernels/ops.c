@@ -1,0 +1,108 @@
+/* kernels/ops — see ops.h. Plain C the compiler vectorises; the heavy kernels live in
+ * matmul*.c and attention*.c. */
+#include "kernels/ops.h"
+
+#include <math.h>
+
+typedef struct {
+    float *y;
+    const float *x, *w;
+    int64_t n, dim;
+    float eps;
+} rmsnorm_job;
+
+static void rmsnorm_rows(void *p, int ith, int nth) {
+    rmsnorm_job *j = p;
+    int64_t r0, r1;
+    pl_split_range(j->n, ith, nth, 1, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + r * j->dim;
+        float *y = j->y + r * j->dim;
+        double ss = 0;
+        for (int64_t i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
+        float scale = 1.0f / sqrtf((float)(ss / (double)j->dim) + j->eps);
+        for (int64_t i = 0; i < j->dim; i++) y[i] = x[i] * scale * j->w[i];
+    }
+}
+
+void pl_rmsnorm(pl_threadpool *tp, float *y, const float *x, const float *w, int64_t n,
+                int64_t dim, float eps) {
+    rmsnorm_job j = {y, x, w, n, dim, eps};
+    pl_threadpool_run_n(tp, n >= 4 ? pl_threadpool_size(tp) : 1, rmsnorm_rows, &j);
+}
+
+void pl_rope_cache(const pl_rope_params *p, const int32_t *positions, int64_t n_tokens,
+                   float *cs) {
+    int32_t half = p->n_rot / 2;
+    for (int64_t t = 0; t < n_tokens; t++) {
+        float pos = (float)positions[t] * p->freq_scale;
+        float *c = cs + t * half * 2;
+        for (int32_t i = 0; i < half; i++) {
+            float inv = powf(p->freq_base, -2.0f * (float)i / (float)p->n_rot);
+            float theta = pos * inv;
+            if (p->freq_factors) theta /= p->freq_factors[i];
+            c[2 * i] = cosf(theta);
+            c[2 * i + 1] = sinf(theta);
+        }
+    }
+}
+
+void pl_rope_apply(const pl_rope_params *p, const float *cs, float *x, int64_t n_tokens,
+                   int32_t n_heads, int32_t head_dim) {
+    int32_t half = p->n_rot / 2;
+    for (int64_t t = 0; t < n_tokens; t++) {
+        const float *c = cs + t * half * 2;
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = x + (t * n_heads + h) * head_dim;
+            for (int32_t i = 0; i < half; i++) {
+                int32_t a = p->mode == PL_ROPE_NEOX ? i : 2 * i;
+                int32_t b = p->mode == PL_ROPE_NEOX ? i + half : 2 * i + 1;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c[2 * i] - x1 * c[2 * i + 1];
+                v[b] = x0 * c[2 * i + 1] + x1 * c[2 * i];
+            }
+        }
+    }
+}
+
+typedef struct {
+    float *g;
+    const float *u;
+    int64_t len;
+} swiglu_job;
+
+static void swiglu_part(void *p, int ith, int nth) {
+    swiglu_job *j = p;
+    int64_t i0, i1;
+    pl_split_range(j->len, ith, nth, 64, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        float g = j->g[i];
+        j->g[i] = g / (1.0f + expf(-g)) * j->u[i];
+    }
+}
+
+void pl_swiglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim) {
+    swiglu_job j = {g, u, n * dim};
+    pl_threadpool_run_n(tp, j.len >= 4096 ? pl_threadpool_size(tp) : 1, swiglu_part, &j);
+}
+
+void pl_add(float *x, const float *y, int64_t len) {
+    for (int64_t i = 0; i < len; i++) x[i] += y[i];
+}
+
+void pl_add_bias(float *x, const float *b, int64_t n, int64_t dim) {
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t i = 0; i < dim; i++) x[r * dim + i] += b[i];
+}
+
+double pl_log_softmax(const float *x, float *out, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += exp((double)x[i] - mx);
+    double lse = mx + log(sum);
+    if (out)
+        for (int64_t i = 0; i < n; i++) out[i] = (float)((double)x[i] - lse);
+    return lse;
+}

@@ -1,0 +1,47 @@
+/* kernels/ops — the small per-token operators of the forward pass: RMSNorm, RoPE, SwiGLU,
+ * residual adds, log-softmax. Each works on `n` rows of a flat [n][dim] f32 array, so one call
+ * covers a whole step batch; the threaded variants split rows over the pool.
+ *
+ * RoPE follows GGML's two layouts: PL_ROPE_NORM rotates adjacent pairs (x[2i], x[2i+1]) (Llama
+ * GGUFs, whose Q/K weights the converter permuted for it) and PL_ROPE_NEOX rotates (x[i],
+ * x[i + n_rot/2]) (Qwen2, GPT-NeoX). Only the first n_rot dims of each head are rotated.
+ */
+#ifndef PL_KERNELS_OPS_H
+#define PL_KERNELS_OPS_H
+
+#include "base/threadpool.h"
+
+#include <stdint.h>
+
+/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for r < n rows of dim elements (y may equal x). */
+void pl_rmsnorm(pl_threadpool *tp, float *y, const float *x, const float *w, int64_t n,
+                int64_t dim, float eps);
+
+typedef enum { PL_ROPE_NORM = 0, PL_ROPE_NEOX = 2 } pl_rope_mode;
+
+typedef struct {
+    pl_rope_mode mode;
+    int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */
+    float freq_base;          /* theta base, e.g. 10000 */
+    float freq_scale;         /* 1 / linear scaling factor */
+    const float *freq_factors;/* [n_rot/2] per-pair divisors (Llama 3.1 rope_freqs) or NULL */
+} pl_rope_params;
+
+/* Fill cs[t][n_rot/2][2] with (cos, sin) of every token's angles (shared by heads and layers). */
+void pl_rope_cache(const pl_rope_params *p, const int32_t *positions, int64_t n_tokens,
+                   float *cs);
+/* Rotate x[t][n_heads][head_dim] in place with the angles of cs[t]. */
+void pl_rope_apply(const pl_rope_params *p, const float *cs, float *x, int64_t n_tokens,
+                   int32_t n_heads, int32_t head_dim);
+
+/* g[i] = silu(g[i]) * u[i] over n rows of dim (SwiGLU). */
+void pl_swiglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim);
+/* x[i] += y[i], len elements. */
+void pl_add(float *x, const float *y, int64_t len);
+/* x[r][i] += b[i] for n rows of dim (biases). */
+void pl_add_bias(float *x, const float *b, int64_t n, int64_t dim);
+
+/* out[i] = x[i] - logsumexp(x) (in double, then rounded). Returns logsumexp. */
+double pl_log_softmax(const float *x, float *out, int64_t n);
+
+#endif

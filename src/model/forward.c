@@ -1,0 +1,189 @@
+/* model/forward — the batched forward pass over one step batch, read top to bottom:
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *       h = rmsnorm(x) * attn_norm
+ *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv);  rope(q, k)
+ *       write k, v into their KV slots;  a = paged_attention(q, cache)
+ *       x += Wo a
+ *       h = rmsnorm(x) * ffn_norm
+ *       x += Wdown (silu(Wgate h) * Wup h)
+ *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)
+ *
+ * Every matmul covers all tokens of the step at once, so each weight is read once per step.
+ * All scratch is allocated in pl_forward_ctx_create; a step allocates nothing.
+ */
+#include "model/model.h"
+
+#include "kernels/attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pl_forward_ctx {
+    const pl_model *m;
+    pl_threadpool *tp;
+    int32_t max_tokens, max_logits;
+    float *x;        /* [max_tokens][dim] residual stream */
+    float *h;        /* [max_tokens][dim] normed input of a sub-layer */
+    float *q;        /* [max_tokens][n_heads*hd] */
+    float *k, *v;    /* [max_tokens][n_kv*hd] */
+    float *att;      /* [max_tokens][n_heads*hd] attention output */
+    float *gate;     /* [max_tokens][ffn] */
+    float *up;       /* [max_tokens][ffn] */
+    float *rope_cs;  /* [max_tokens][n_rot/2][2] */
+    void *mm_scratch;/* quantized activations for matmul */
+};
+
+static size_t max_scratch(const pl_model *m, int64_t B) {
+    const pl_model_hparams *hp = &m->hp;
+    size_t s = pl_matmul_scratch_size(m->output.type, hp->dim, B);
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        const pl_layer_weights *L = &m->layers[l];
+        const pl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                 &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            size_t z = pl_matmul_scratch_size(ws[i]->type, ws[i]->cols, B);
+            if (z > s) s = z;
+        }
+    }
+    return s;
+}
+
+pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t max_logits,
+                                pl_threadpool *tp, pl_forward_ctx **out) {
+    *out = NULL;
+    if (max_tokens < 1 || max_logits < 1 || max_logits > max_tokens)
+        return pl_fail(PL_ERR_INVALID_ARG, "forward: max_tokens %d / max_logits %d invalid",
+                       max_tokens, max_logits);
+    const pl_model_hparams *hp = &m->hp;
+    pl_forward_ctx *c = calloc(1, sizeof *c);
+    if (!c) return pl_fail(PL_ERR_NOMEM, "forward: out of memory");
+    c->m = m;
+    c->tp = tp;
+    c->max_tokens = max_tokens;
+    c->max_logits = max_logits;
+    size_t T = (size_t)max_tokens;
+    size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+    c->x = malloc(T * hp->dim * sizeof(float));
+    c->h = malloc(T * hp->dim * sizeof(float));
+    c->q = malloc(T * qd * sizeof(float));
+    c->k = malloc(T * kvd * sizeof(float));
+    c->v = malloc(T * kvd * sizeof(float));
+    c->att = malloc(T * qd * sizeof(float));
+    c->gate = malloc(T * hp->ffn_dim * sizeof(float));
+    c->up = malloc(T * hp->ffn_dim * sizeof(float));
+    c->rope_cs = malloc(T * (size_t)hp->rope.n_rot * sizeof(float));
+    c->mm_scratch = malloc(max_scratch(m, max_tokens) + 64);
+    if (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
+        !c->rope_cs || !c->mm_scratch) {
+        pl_forward_ctx_free(c);
+        return pl_fail(PL_ERR_NOMEM, "forward: out of memory for %d tokens of scratch",
+                       max_tokens);
+    }
+    *out = c;
+    return PL_OK;
+}
+
+void pl_forward_ctx_free(pl_forward_ctx *c) {
+    if (!c) return;
+    free(c->x);
+    free(c->h);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->gate);
+    free(c->up);
+    free(c->rope_cs);
+    free(c->mm_scratch);
+    free(c);
+}
+
+static void matmul(pl_forward_ctx *c, const pl_weight *w, const float *x, int64_t B, float *y) {
+    pl_matmul(c->tp, w, x, B, y, w->rows, c->mm_scratch);
+}
+
+static pl_status check_batch(const pl_forward_ctx *c, const pl_kv_store *kv,
+                             const pl_step_batch *b) {
+    const pl_model_hparams *hp = &c->m->hp;
+    if (b->n_tokens < 1 || b->n_tokens > c->max_tokens)
+        return pl_fail(PL_ERR_INVALID_ARG, "forward: %d tokens (capacity %d)", b->n_tokens,
+                       c->max_tokens);
+    if (b->n_logits < 0 || b->n_logits > c->max_logits)
+        return pl_fail(PL_ERR_INVALID_ARG, "forward: %d logit rows (capacity %d)", b->n_logits,
+                       c->max_logits);
+    if (kv->n_layers != hp->n_layers || kv->layout.n_kv_heads != hp->n_kv_heads ||
+        kv->layout.head_dim != hp->head_dim)
+        return pl_fail(PL_ERR_INVALID_ARG, "forward: KV store shape does not match the model");
+    for (int32_t t = 0; t < b->n_tokens; t++)
+        if (b->token_ids[t] < 0 || b->token_ids[t] >= hp->n_vocab)
+            return pl_fail(PL_ERR_INVALID_ARG, "token id %d is out of range [0, %d)",
+                           b->token_ids[t], hp->n_vocab);
+    PL_ASSERT(b->seq_start[0] == 0 && b->seq_start[b->n_seqs] == b->n_tokens);
+    for (int32_t i = 0; i < b->n_logits; i++)
+        PL_ASSERT(b->logit_rows[i] >= 0 && b->logit_rows[i] < b->n_tokens);
+    return PL_OK;
+}
+
+pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
+                           float *logits) {
+    PL_TRY(check_batch(c, kv, b));
+    const pl_model *m = c->m;
+    const pl_model_hparams *hp = &m->hp;
+    const int64_t T = b->n_tokens, dim = hp->dim;
+    const int64_t qd = (int64_t)hp->n_heads * hp->head_dim;
+    const int64_t kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
+
+    for (int64_t t = 0; t < T; t++)
+        pl_dequantize_row(m->tok_embd.type,
+                          (const char *)m->tok_embd.data +
+                              (size_t)b->token_ids[t] * pl_dtype_row_size(m->tok_embd.type, dim),
+                          c->x + t * dim, dim);
+    pl_rope_cache(&hp->rope, b->positions, T, c->rope_cs);
+
+    pl_attn_args attn = {
+        .q = c->q, .out = c->att, .n_heads = hp->n_heads,
+        .scale = 1.0f / sqrtf((float)hp->head_dim), .n_seqs = b->n_seqs,
+        .seq_start = b->seq_start, .context_lens = b->context_lens,
+        .block_tables = b->block_tables, .max_blocks = b->max_blocks,
+    };
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        const pl_layer_weights *L = &m->layers[l];
+        pl_rmsnorm(c->tp, c->h, c->x, L->attn_norm, T, dim, hp->norm_eps);
+        matmul(c, &L->wq, c->h, T, c->q);
+        matmul(c, &L->wk, c->h, T, c->k);
+        matmul(c, &L->wv, c->h, T, c->v);
+        if (L->bq) pl_add_bias(c->q, L->bq, T, qd);
+        if (L->bk) pl_add_bias(c->k, L->bk, T, kvd);
+        if (L->bv) pl_add_bias(c->v, L->bv, T, kvd);
+        pl_rope_apply(&hp->rope, c->rope_cs, c->q, T, hp->n_heads, hp->head_dim);
+        pl_rope_apply(&hp->rope, c->rope_cs, c->k, T, hp->n_kv_heads, hp->head_dim);
+
+        void *kc = pl_kv_store_k(kv, l), *vc = pl_kv_store_v(kv, l);
+        pl_kv_write(&kv->layout, kc, vc, c->k, c->v, b->slot_mapping, b->n_tokens);
+        attn.k_cache = kc;
+        attn.v_cache = vc;
+        pl_paged_attention(c->tp, &kv->layout, &attn);
+
+        matmul(c, &L->wo, c->att, T, c->h);
+        pl_add(c->x, c->h, T * dim);
+
+        pl_rmsnorm(c->tp, c->h, c->x, L->ffn_norm, T, dim, hp->norm_eps);
+        matmul(c, &L->w_gate, c->h, T, c->gate);
+        matmul(c, &L->w_up, c->h, T, c->up);
+        pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
+        matmul(c, &L->w_down, c->gate, T, c->h);
+        pl_add(c->x, c->h, T * dim);
+    }
+
+    if (b->n_logits == 0) return PL_OK;
+    /* Gather the rows that need logits, norm them, and project to the vocabulary. */
+    for (int32_t i = 0; i < b->n_logits; i++)
+        memmove(c->h + (int64_t)i * dim, c->x + (int64_t)b->logit_rows[i] * dim,
+                (size_t)dim * sizeof(float));
+    pl_rmsnorm(c->tp, c->h, c->h, m->output_norm, b->n_logits, dim, hp->norm_eps);
+    matmul(c, &m->output, c->h, b->n_logits, logits);
+    return PL_OK;
+}

@@ -1,0 +1,225 @@
+/* model/model — loading: architecture hyper-parameters from GGUF metadata and binding every
+ * weight tensor (presence, shape and type checked). The forward pass is in forward.c. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Read "<arch>.<key>" as an integer; `def` < 0 means required. */
+static pl_status get_arch_int(const pl_gguf *g, const char *arch, const char *key, int64_t def,
+                              int64_t lo, int64_t hi, int32_t *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    int64_t v;
+    if (pl_gguf_find_key(g, full) < 0) {
+        if (def < 0) return pl_fail(PL_ERR_FORMAT, "missing metadata key '%s'", full);
+        v = def;
+    } else {
+        PL_TRY(pl_gguf_get_int(g, full, &v));
+    }
+    if (v < lo || v > hi)
+        return pl_fail(PL_ERR_FORMAT, "metadata '%s' = %lld is out of range [%lld, %lld]", full,
+                       (long long)v, (long long)lo, (long long)hi);
+    *out = (int32_t)v;
+    return PL_OK;
+}
+
+static pl_status get_arch_float(const pl_gguf *g, const char *arch, const char *key, double def,
+                                double lo, double hi, float *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    double v = def;
+    if (pl_gguf_find_key(g, full) >= 0) PL_TRY(pl_gguf_get_float(g, full, &v));
+    if (!(v >= lo && v <= hi))
+        return pl_fail(PL_ERR_FORMAT, "metadata '%s' = %g is out of range [%g, %g]", full, v, lo,
+                       hi);
+    *out = (float)v;
+    return PL_OK;
+}
+
+static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    pl_gguf_str arch;
+    if (pl_gguf_get_str(g, "general.architecture", &arch) != PL_OK)
+        return pl_fail(PL_ERR_FORMAT, "missing metadata key 'general.architecture'");
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%.*s", (int)(arch.len < 31 ? arch.len : 31),
+             arch.ptr);
+    if (pl_gguf_str_eq(arch, "llama")) hp->arch = PL_ARCH_LLAMA;
+    else if (pl_gguf_str_eq(arch, "qwen2")) hp->arch = PL_ARCH_QWEN2;
+    else
+        return pl_fail(PL_ERR_UNSUPPORTED,
+                       "architecture '%.*s' is not supported (supported: llama, qwen2)",
+                       (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    const char *a = hp->arch_name;
+    PL_TRY(get_arch_int(g, a, "embedding_length", -1, 1, 1 << 16, &hp->dim));
+    PL_TRY(get_arch_int(g, a, "block_count", -1, 1, 1024, &hp->n_layers));
+    PL_TRY(get_arch_int(g, a, "feed_forward_length", -1, 1, 1 << 20, &hp->ffn_dim));
+    PL_TRY(get_arch_int(g, a, "attention.head_count", -1, 1, 1024, &hp->n_heads));
+    PL_TRY(get_arch_int(g, a, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads,
+                        &hp->n_kv_heads));
+    PL_TRY(get_arch_int(g, a, "context_length", 2048, 1, 1 << 24, &hp->n_ctx_train));
+    if (hp->n_heads % hp->n_kv_heads)
+        return pl_fail(PL_ERR_FORMAT, "%d attention heads are not a multiple of %d KV heads",
+                       hp->n_heads, hp->n_kv_heads);
+    if (hp->dim % hp->n_heads)
+        return pl_fail(PL_ERR_FORMAT, "embedding length %d is not a multiple of %d heads",
+                       hp->dim, hp->n_heads);
+    PL_TRY(get_arch_int(g, a, "attention.key_length", hp->dim / hp->n_heads, 1, 1024,
+                        &hp->head_dim));
+    if (hp->head_dim % 4)
+        return pl_fail(PL_ERR_UNSUPPORTED, "head dimension %d is not a multiple of 4",
+                       hp->head_dim);
+    PL_TRY(get_arch_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, 0, 1, &hp->norm_eps));
+    hp->rope.mode = hp->arch == PL_ARCH_QWEN2 ? PL_ROPE_NEOX : PL_ROPE_NORM;
+    PL_TRY(get_arch_int(g, a, "rope.dimension_count", hp->head_dim, 2, hp->head_dim,
+                        &hp->rope.n_rot));
+    if (hp->rope.n_rot % 2)
+        return pl_fail(PL_ERR_FORMAT, "rope.dimension_count %d is odd", hp->rope.n_rot);
+    PL_TRY(get_arch_float(g, a, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope.freq_base));
+    hp->rope.freq_scale = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    pl_gguf_str stype = {"none", 4};
+    if (pl_gguf_find_key(g, key) >= 0) PL_TRY(pl_gguf_get_str(g, key, &stype));
+    float factor = 1.0f;
+    PL_TRY(get_arch_float(g, a, "rope.scaling.factor", 1.0, 0, 1e6, &factor));
+    if (pl_gguf_str_eq(stype, "linear")) {
+        if (factor > 0) hp->rope.freq_scale = 1.0f / factor;
+    } else if (!pl_gguf_str_eq(stype, "none")) {
+        return pl_fail(PL_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported",
+                       (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+    }
+    return PL_OK;
+}
+
+/* Find a tensor with the given shape; required unless `optional`. */
+static pl_status find_tensor(const pl_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                             int optional, const pl_gguf_tensor **out) {
+    const pl_gguf_tensor *t = pl_gguf_find_tensor(g, name);
+    *out = t;
+    if (!t) return optional ? PL_OK : pl_fail(PL_ERR_FORMAT, "missing tensor '%s'", name);
+    int64_t n1 = t->ne[1] * t->ne[2] * t->ne[3];
+    if (t->ne[0] != ne0 || n1 != ne1)
+        return pl_fail(PL_ERR_FORMAT,
+                       "tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", name,
+                       (long long)t->ne[0], (long long)n1, (long long)ne0, (long long)ne1);
+    return PL_OK;
+}
+
+static pl_status bind_weight(const pl_gguf *g, const char *name, int64_t cols, int64_t rows,
+                             pl_weight *w) {
+    const pl_gguf_tensor *t;
+    PL_TRY(find_tensor(g, name, cols, rows, 0, &t));
+    if (!pl_dtype_can_matmul(t->type))
+        return pl_fail(PL_ERR_UNSUPPORTED, "tensor '%s' has type %s, which pagellm cannot compute "
+                       "(supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
+                       name, pl_dtype_name(t->type));
+    w->data = t->data;
+    w->type = t->type;
+    w->rows = rows;
+    w->cols = cols;
+    return PL_OK;
+}
+
+/* A 1-D tensor (norm weight, bias) converted to a malloc'ed f32 array. */
+static pl_status load_vector(const pl_gguf *g, const char *name, int64_t n, int optional,
+                             float **out) {
+    const pl_gguf_tensor *t;
+    *out = NULL;
+    PL_TRY(find_tensor(g, name, n, 1, optional, &t));
+    if (!t) return PL_OK;
+    if (t->type != PL_DT_F32 && t->type != PL_DT_F16 && t->type != PL_DT_BF16)
+        return pl_fail(PL_ERR_UNSUPPORTED, "tensor '%s' has type %s; expected f32, f16 or bf16",
+                       name, pl_dtype_name(t->type));
+    float *v = malloc((size_t)n * sizeof(float));
+    if (!v) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
+    pl_dequantize_row(t->type, t->data, v, n);
+    *out = v;
+    return PL_OK;
+}
+
+static pl_status bind_weights(pl_model *m) {
+    const pl_gguf *g = m->file;
+    pl_model_hparams *hp = &m->hp;
+    int64_t dim = hp->dim, q_dim = (int64_t)hp->n_heads * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+
+    const pl_gguf_tensor *emb = pl_gguf_find_tensor(g, "token_embd.weight");
+    if (!emb) return pl_fail(PL_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+    hp->n_vocab = (int32_t)emb->ne[1];
+    if (emb->ne[1] > INT32_MAX || emb->ne[1] < 1)
+        return pl_fail(PL_ERR_FORMAT, "token_embd.weight has %lld rows", (long long)emb->ne[1]);
+    PL_TRY(bind_weight(g, "token_embd.weight", dim, hp->n_vocab, &m->tok_embd));
+    PL_TRY(load_vector(g, "output_norm.weight", dim, 0, &m->output_norm));
+    if (pl_gguf_find_tensor(g, "output.weight"))
+        PL_TRY(bind_weight(g, "output.weight", dim, hp->n_vocab, &m->output));
+    else
+        m->output = m->tok_embd; /* tied embeddings */
+    PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
+    hp->rope.freq_factors = m->rope_freqs;
+
+    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
+    if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", hp->n_layers);
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        pl_layer_weights *L = &m->layers[l];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        PL_TRY(load_vector(g, NAME("attn_norm.weight"), dim, 0, &L->attn_norm));
+        PL_TRY(bind_weight(g, NAME("attn_q.weight"), dim, q_dim, &L->wq));
+        PL_TRY(bind_weight(g, NAME("attn_k.weight"), dim, kv_dim, &L->wk));
+        PL_TRY(bind_weight(g, NAME("attn_v.weight"), dim, kv_dim, &L->wv));
+        PL_TRY(bind_weight(g, NAME("attn_output.weight"), q_dim, dim, &L->wo));
+        int bias_optional = hp->arch != PL_ARCH_QWEN2;
+        PL_TRY(load_vector(g, NAME("attn_q.bias"), q_dim, bias_optional, &L->bq));
+        PL_TRY(load_vector(g, NAME("attn_k.bias"), kv_dim, bias_optional, &L->bk));
+        PL_TRY(load_vector(g, NAME("attn_v.bias"), kv_dim, bias_optional, &L->bv));
+        PL_TRY(load_vector(g, NAME("ffn_norm.weight"), dim, 0, &L->ffn_norm));
+        PL_TRY(bind_weight(g, NAME("ffn_gate.weight"), dim, hp->ffn_dim, &L->w_gate));
+        PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, hp->ffn_dim, &L->w_up));
+        PL_TRY(bind_weight(g, NAME("ffn_down.weight"), hp->ffn_dim, dim, &L->w_down));
+#undef NAME
+    }
+    return PL_OK;
+}
+
+pl_status pl_model_load(const char *path, pl_model **out) {
+    *out = NULL;
+    pl_model *m = calloc(1, sizeof *m);
+    if (!m) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    pl_status st = pl_gguf_open(path, &m->file);
+    if (st == PL_OK) st = read_hparams(m->file, &m->hp);
+    if (st == PL_OK) st = bind_weights(m);
+    if (st == PL_OK) st = pl_tokenizer_load(m->file, &m->tok);
+    if (st == PL_OK && pl_tokenizer_n_vocab(m->tok) != m->hp.n_vocab)
+        st = pl_fail(PL_ERR_FORMAT, "the vocabulary has %d tokens but token_embd.weight has %d "
+                     "rows", pl_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+    if (st != PL_OK) {
+        if (!m->file || strncmp(pl_last_error(), path, strlen(path)) != 0)
+            pl_error_prefix("%s", path);
+        pl_model_free(m);
+        return st;
+    }
+    *out = m;
+    return PL_OK;
+}
+
+void pl_model_free(pl_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int32_t l = 0; l < m->hp.n_layers; l++) {
+            pl_layer_weights *L = &m->layers[l];
+            free(L->attn_norm);
+            free(L->ffn_norm);
+            free(L->bq);
+            free(L->bk);
+            free(L->bv);
+        }
+        free(m->layers);
+    }
+    free(m->output_norm);
+    free(m->rope_freqs);
+    pl_tokenizer_free(m->tok);
+    pl_gguf_close(m->file);
+    free(m);
+}

@@ -1,0 +1,78 @@
+/* model/model — a loaded model: hyper-parameters per architecture, weights bound to the GGUF
+ * mapping, its tokenizer, and the batched forward pass over a step batch.
+ *
+ * Supported architectures: `llama` (Llama 1/2/3, TinyLlama, Mistral without sliding window,
+ * SmolLM: GQA, rope.freq_base, rope.dimension_count, linear rope scaling, rope_freqs factors,
+ * RMSNorm epsilon, tied embeddings when output.weight is absent) and `qwen2` (Q/K/V biases, NEOX
+ * RoPE). Anything else is refused with a message naming the architecture. Every tensor's
+ * presence, shape and type is checked at load; a weight type the kernels cannot multiply is
+ * refused naming the tensor and the type.
+ *
+ * Weights stay memory-mapped (no copy); only 1-D tensors (norms, biases) are converted to f32.
+ * A model is immutable after load and can be shared; per-step scratch lives in pl_forward_ctx.
+ */
+#ifndef PL_MODEL_MODEL_H
+#define PL_MODEL_MODEL_H
+
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kv/kv_store.h"
+#include "model/step_batch.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum { PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2 } pl_arch;
+
+typedef struct {
+    pl_arch arch;
+    char arch_name[32];
+    int32_t n_vocab;
+    int32_t n_ctx_train;  /* trained context length */
+    int32_t dim;          /* embedding length */
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t ffn_dim;
+    float norm_eps;
+    pl_rope_params rope;  /* mode, n_rot, freq_base, freq_scale, freq_factors */
+} pl_model_hparams;
+
+typedef struct {
+    float *attn_norm;                 /* [dim] */
+    pl_weight wq, wk, wv, wo;         /* [n_heads*hd x dim], [n_kv*hd x dim] x2, [dim x n_heads*hd] */
+    float *bq, *bk, *bv;              /* qwen2 biases or NULL */
+    float *ffn_norm;                  /* [dim] */
+    pl_weight w_gate, w_up, w_down;   /* [ffn x dim] x2, [dim x ffn] */
+} pl_layer_weights;
+
+typedef struct {
+    pl_gguf *file;
+    pl_model_hparams hp;
+    pl_tokenizer *tok;
+    pl_weight tok_embd;         /* [n_vocab x dim] rows dequantized on lookup */
+    float *output_norm;         /* [dim] */
+    pl_weight output;           /* [n_vocab x dim]; = tok_embd when tied */
+    float *rope_freqs;          /* [n_rot/2] or NULL */
+    pl_layer_weights *layers;   /* [n_layers] */
+} pl_model;
+
+pl_status pl_model_load(const char *path, pl_model **out);
+void pl_model_free(pl_model *m);
+
+/* Scratch for forward steps of up to max_tokens tokens and max_logits logit rows. */
+typedef struct pl_forward_ctx pl_forward_ctx;
+
+pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t max_logits,
+                                pl_threadpool *tp, pl_forward_ctx **out);
+void pl_forward_ctx_free(pl_forward_ctx *c);
+
+/* Run one step: write every token's K/V into its slot of `kv`, and put the logits of the rows
+ * in b->logit_rows into logits[n_logits][n_vocab]. The store's layout must match the model
+ * (n_layers, n_kv_heads, head_dim). */
+pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
+                           float *logits);
+
+#endif

@@ -1,0 +1,103 @@
+/* Unit tests for kernels/ops against straightforward double-precision references. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/rng.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static void fill(float *x, int64_t n, pl_rng *r) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(pl_rng_uniform(r) * 4 - 2);
+}
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    pl_rng r;
+    pl_rng_seed(&r, 1);
+    pl_threadpool *tp = pl_threadpool_create(2);
+    enum { N = 7, D = 67 };
+    float x[N * D], w[D], y[N * D];
+    fill(x, N * D, &r);
+    fill(w, D, &r);
+    pl_rmsnorm(tp, y, x, w, N, D, 1e-5f);
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += (double)x[n * D + i] * x[n * D + i];
+        double sc = 1.0 / sqrt(ss / D + 1e-5);
+        for (int i = 0; i < D; i++)
+            assert_true(fabs(y[n * D + i] - x[n * D + i] * sc * w[i]) < 1e-5);
+    }
+    /* In place gives the same. */
+    pl_rmsnorm(tp, x, x, w, N, D, 1e-5f);
+    assert_memory_equal(x, y, sizeof x);
+    pl_threadpool_destroy(tp);
+}
+
+static void rope_ref(pl_rope_mode mode, int n_rot, float base, float scale, int pos, double *v) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        double theta = pos * scale * pow(base, -2.0 * i / n_rot);
+        int a = mode == PL_ROPE_NEOX ? i : 2 * i, b = mode == PL_ROPE_NEOX ? i + half : 2 * i + 1;
+        double x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos(theta) - x1 * sin(theta);
+        v[b] = x0 * sin(theta) + x1 * cos(theta);
+    }
+}
+
+static void test_rope(void **state) {
+    (void)state;
+    pl_rng r;
+    pl_rng_seed(&r, 2);
+    enum { T = 5, H = 3, HD = 16 };
+    int32_t pos[T] = {0, 1, 7, 100, 511};
+    for (int mode = 0; mode < 2; mode++)
+        for (int n_rot = 8; n_rot <= HD; n_rot += 8) {
+            pl_rope_params p = {mode ? PL_ROPE_NEOX : PL_ROPE_NORM, n_rot, 10000.0f, 0.5f, NULL};
+            float x[T * H * HD], cs[T * HD];
+            double ref[T * H * HD];
+            fill(x, T * H * HD, &r);
+            for (int i = 0; i < T * H * HD; i++) ref[i] = x[i];
+            pl_rope_cache(&p, pos, T, cs);
+            pl_rope_apply(&p, cs, x, T, H, HD);
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < H; h++)
+                    rope_ref(p.mode, n_rot, 10000.0f, 0.5f, pos[t], ref + (t * H + h) * HD);
+            for (int i = 0; i < T * H * HD; i++) assert_true(fabs(x[i] - ref[i]) < 2e-4);
+        }
+}
+
+static void test_swiglu_softmax(void **state) {
+    (void)state;
+    pl_rng r;
+    pl_rng_seed(&r, 3);
+    enum { N = 5000 };
+    float *g = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
+    float *g0 = malloc(N * sizeof(float)), *lp = malloc(N * sizeof(float));
+    fill(g, N, &r);
+    fill(u, N, &r);
+    for (int i = 0; i < N; i++) g0[i] = g[i];
+    pl_threadpool *tp = pl_threadpool_create(2);
+    pl_swiglu(tp, g, u, 1, N);
+    for (int i = 0; i < N; i++)
+        assert_true(fabs(g[i] - g0[i] / (1 + exp(-g0[i])) * u[i]) < 1e-5);
+    double lse = pl_log_softmax(g0, lp, N);
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += exp(lp[i]);
+    assert_true(fabs(sum - 1) < 1e-5);
+    assert_true(fabs(lp[3] - (g0[3] - lse)) < 1e-6);
+    pl_threadpool_destroy(tp);
+    free(g), free(u), free(g0), free(lp);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_swiglu_softmax),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
