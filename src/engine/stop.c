@@ -13,7 +13,7 @@ static size_t partial_suffix(const char *text, size_t len, const char *s, size_t
 
 pl_stop_result pl_stop_scan(const char *text, size_t len, size_t new_len,
                             const char *const *stops, int n) {
-    pl_stop_result r = {0, 0, 0, len};
+    pl_stop_result r = {0, 0, 0, 0, len};
     size_t hold = 0;
     for (int i = 0; i < n; i++) {
         size_t slen = strlen(stops[i]);
@@ -26,6 +26,7 @@ pl_stop_result pl_stop_scan(const char *text, size_t len, size_t new_len,
                     r.found = 1;
                     r.match_at = at;
                     r.match_len = slen;
+                    r.which = i;
                 }
                 break;
             }

@@ -14,6 +14,7 @@ typedef struct {
     int found;          /* a stop string occurs in the text */
     size_t match_at;    /* where it starts (when found) */
     size_t match_len;   /* its length (when found) */
+    int which;          /* its index in stops (when found) */
     size_t safe_len;    /* bytes of text that can be emitted now (when not found) */
 } pl_stop_result;
 

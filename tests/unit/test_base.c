@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include "base/fp16.h"
+#include "base/idmap.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -114,11 +115,43 @@ static void test_split_range(void **state) {
         }
 }
 
+/* Random puts and deletes against a shadow array: every get agrees. */
+static void test_idmap(void **state) {
+    (void)state;
+    enum { K = 3000 };
+    static void *shadow[K];
+    memset(shadow, 0, sizeof shadow);
+    pl_idmap m;
+    pl_idmap_init(&m);
+    pl_rng r;
+    pl_rng_seed(&r, 5);
+    size_t n = 0;
+    for (int op = 0; op < 200000; op++) {
+        uint64_t k = 1 + pl_rng_below(&r, K - 1);
+        if (pl_rng_below(&r, 3)) {
+            void *v = (void *)(uintptr_t)(op + 1);
+            if (!shadow[k]) n++;
+            assert_int_equal(pl_idmap_put(&m, k * 0x10000 + 7, v), 0);
+            shadow[k] = v;
+        } else {
+            void *v = pl_idmap_del(&m, k * 0x10000 + 7);
+            assert_ptr_equal(v, shadow[k]);
+            if (shadow[k]) n--;
+            shadow[k] = NULL;
+        }
+        if (op % 1000 == 0)
+            for (uint64_t j = 1; j < K; j++) assert_ptr_equal(pl_idmap_get(&m, j * 0x10000 + 7), shadow[j]);
+        assert_int_equal(m.n, n);
+    }
+    pl_idmap_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_messages), cmocka_unit_test(test_fp16_roundtrip),
         cmocka_unit_test(test_bf16),            cmocka_unit_test(test_rng),
         cmocka_unit_test(test_threadpool),      cmocka_unit_test(test_split_range),
+        cmocka_unit_test(test_idmap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

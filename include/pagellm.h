@@ -1,0 +1,193 @@
+/* pagellm.h — the embeddable C API of pagellm: an LLM inference engine with a paged KV cache,
+ * continuous batching, preemption, parallel sampling, beam search and automatic prefix caching.
+ *
+ * Threads. One thread drives the engine (pl_engine_step or pl_engine_run). Any thread may add
+ * requests, abort them and poll their outputs while it does: those calls only touch the
+ * engine's inbox and the request's output channel (a mutex and a condition variable each).
+ *
+ * Outputs arrive as deltas: each poll returns what was produced since the previous poll (new
+ * token ids, a text delta that never ends inside a UTF-8 character or a possible stop string,
+ * their log-probabilities) and, once, the finish reason of each completion. Beam search and
+ * best_of > n deliver their completions only when the request finishes (the ranking is not
+ * known before). A finished request's output must still be polled (or the request released)
+ * to free it.
+ *
+ * Example:
+ *
+ *     pl_engine_config cfg;
+ *     pl_engine_config_default(&cfg);
+ *     cfg.model_path = "stories260K.gguf";
+ *     pl_engine *e;
+ *     if (pl_engine_create(&cfg, &e) != PL_OK) { fprintf(stderr, "%s\n", pl_last_error()); }
+ *     pl_request_params p;
+ *     pl_request_params_default(&p);
+ *     p.max_tokens = 32;
+ *     p.temperature = 0;
+ *     uint64_t id;
+ *     pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id);
+ *     pl_engine_run(e);                          // or pl_engine_step() in a loop
+ *     pl_request_output *out;
+ *     while (pl_engine_poll(e, id, 0, &out) == PL_OK) {
+ *         for (int i = 0; i < out->n_deltas; i++) fwrite(out->deltas[i].text, 1,
+ *                                                       out->deltas[i].text_len, stdout);
+ *         int done = out->finished;
+ *         pl_request_output_free(out);
+ *         if (done) break;
+ *     }
+ *     pl_engine_destroy(e);
+ */
+#ifndef PAGELLM_H
+#define PAGELLM_H
+
+#include "base/status.h"
+#include "engine/sampler.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { PL_PREEMPT_RECOMPUTE = 0, PL_PREEMPT_SWAP = 1 } pl_preemption_mode;
+
+typedef struct {
+    const char *model_path;          /* GGUF file */
+    int32_t block_size;              /* tokens per KV block: power of two 1..256 (16) */
+    uint64_t kv_cache_memory;        /* KV budget in bytes (1 GiB); sets the number of blocks */
+    int kv_cache_f32;                /* 1: f32 KV, 0: f16 (default) */
+    uint64_t swap_space;             /* swap pool bytes (0 = none) */
+    const char *swap_path;           /* swap pool file (NULL = anonymous memory) */
+    pl_preemption_mode preemption_mode;
+    int32_t max_num_seqs;            /* sequences in one step (256) */
+    int32_t max_num_batched_tokens;  /* tokens in one step (2048) */
+    int32_t max_model_len;           /* prompt + output limit (0 = the model's context) */
+    int enable_prefix_caching;       /* automatic prefix caching (1) */
+    int threads;                     /* worker threads (0 = one per core) */
+    int32_t max_waiting;             /* inbox + waiting queue bound; 0 = unbounded */
+} pl_engine_config;
+
+void pl_engine_config_default(pl_engine_config *c);
+
+typedef struct {
+    pl_sampling_params sampling;     /* temperature, top_k, top_p, min_p, penalties */
+    int has_seed;
+    uint64_t seed;
+    int32_t n;                       /* completions returned (1) */
+    int32_t best_of;                 /* completions generated; the n best are returned (= n) */
+    int use_beam_search;             /* beam search with beam width best_of */
+    float length_penalty;            /* beam score = cum_logprob / len^length_penalty (1) */
+    int early_stopping;              /* beam: 0 = heuristic, 1 = stop at best_of finished */
+    int32_t max_tokens;              /* (16) */
+    int32_t min_tokens;              /* EOS and stop ids are ignored before this many (0) */
+    int ignore_eos;
+    const char *const *stop;         /* stop strings (copied at add) */
+    int32_t n_stop;
+    const int32_t *stop_token_ids;   /* (copied at add) */
+    int32_t n_stop_token_ids;
+    int include_stop_str_in_output;
+    int skip_special_tokens;         /* (1) */
+    int32_t logprobs;                /* top-k log-probabilities per output token (-1 = none) */
+    int32_t prompt_logprobs;         /* per prompt token (-1 = none) */
+    int add_special;                 /* text prompts: add BOS as the model says (1) */
+    uint64_t cache_salt;             /* extra prefix-cache key (0) */
+} pl_request_params;
+
+void pl_request_params_default(pl_request_params *p);
+
+typedef enum {
+    PL_FINISH_NONE = 0,   /* still running */
+    PL_FINISH_STOP,       /* EOS, a stop token id or a stop string */
+    PL_FINISH_LENGTH,     /* max_tokens or max_model_len */
+    PL_FINISH_ABORT,      /* aborted */
+    PL_FINISH_ERROR,      /* refused or failed (message in pl_request_output.error) */
+} pl_finish_reason;
+
+const char *pl_finish_reason_name(pl_finish_reason r); /* "stop", "length", "abort", "error" */
+
+typedef struct {
+    int32_t index;               /* which completion: 0 .. n-1 */
+    int32_t n_tokens;            /* new tokens in this delta */
+    int32_t *token_ids;          /* [n_tokens] */
+    char *text;                  /* the text delta (UTF-8, NUL-terminated) */
+    size_t text_len;
+    int32_t n_top;               /* log-probabilities per token: top n_top (+ chosen), or 0 */
+    float *token_logprobs;       /* [n_tokens] logprob of each chosen token, or NULL */
+    pl_token_logprob *top;       /* [n_tokens][n_top + 1]: top n_top, then the chosen token */
+    pl_finish_reason finish;     /* set in the delta that ends the completion */
+    int32_t stop_token;          /* the stop token id that ended it, or -1 */
+    char *stop_str;              /* the stop string that ended it, or NULL */
+    double cumulative_logprob;   /* of the whole completion so far */
+} pl_completion_delta;
+
+typedef struct {
+    uint64_t id;
+    int32_t n_deltas;
+    pl_completion_delta *deltas;
+    int finished;                /* every completion has finished */
+    char *error;                 /* when a completion finished with PL_FINISH_ERROR */
+    int32_t n_prompt_tokens;
+    int32_t *prompt_ids;         /* [n_prompt_tokens] in the first output only, else NULL */
+    int32_t n_cached_tokens;     /* prompt tokens found in the prefix cache */
+    int32_t n_prompt_top;        /* prompt logprobs: top n per position (0 = not asked) */
+    pl_token_logprob *prompt_top;/* [n_prompt_tokens][n_prompt_top + 1], position 0 unused */
+    int32_t n_output_tokens;     /* total over completions so far */
+    double arrival_time, first_token_time, finish_time; /* seconds (monotonic clock) */
+} pl_request_output;
+
+void pl_request_output_free(pl_request_output *o);
+
+typedef struct {
+    int32_t running, waiting, swapped;   /* sequence groups */
+    int32_t blocks_total, blocks_used, blocks_cached, swap_total, swap_used;
+    double kv_usage;                     /* blocks_used / blocks_total */
+    double waste;                        /* 1 - tokens stored / used block capacity */
+    int64_t tokens_stored;
+    uint64_t prefix_queries, prefix_hits;/* prompt tokens */
+    uint64_t preemptions, swaps_out;
+    uint64_t prompt_tokens, generation_tokens; /* computed / generated so far */
+    uint64_t requests_finished, steps;
+} pl_engine_stats;
+
+typedef struct pl_engine pl_engine;
+
+pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out);
+void pl_engine_destroy(pl_engine *e);
+
+/* Add a request: text (tokenized with the model's tokenizer) or token ids (text NULL).
+ * Validates everything (parameters, ids, length against max_model_len and the KV pool) and
+ * returns PL_ERR_INVALID_ARG with a message naming the problem, PL_ERR_CAPACITY when the
+ * waiting queue is full. */
+pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *ids, size_t n_ids,
+                                const pl_request_params *p, uint64_t *id);
+/* Abort: finished with PL_FINISH_ABORT at the next step; its blocks are freed then. */
+void pl_engine_abort(pl_engine *e, uint64_t id);
+/* Forget a request: abort it if running and drop its outputs (for clients that went away). */
+void pl_engine_release(pl_engine *e, uint64_t id);
+
+/* One iteration: admit, schedule, run one forward step, sample, emit outputs. */
+pl_status pl_engine_step(pl_engine *e);
+/* Step until no request is waiting, running or swapped. */
+pl_status pl_engine_run(pl_engine *e);
+int pl_engine_has_work(pl_engine *e);
+/* Block until work arrives or timeout_ms passes (< 0: forever). For an engine thread's idle loop. */
+void pl_engine_wait_for_work(pl_engine *e, int timeout_ms);
+
+/* What request `id` produced since the last poll. timeout_ms 0: do not wait; > 0 wait up to that
+ * for something new; < 0 wait until something new. PL_ERR_NOT_FOUND for an unknown or already
+ * fully consumed request, PL_ERR_CAPACITY on timeout with nothing new. The output belongs to the
+ * caller (pl_request_output_free). After the output with finished = 1 the request is gone. */
+pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_output **out);
+
+void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s);
+
+/* The loaded model's tokenizer and facts, for front ends (chat templates, /tokenize). */
+const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e);
+int32_t pl_engine_max_model_len(const pl_engine *e);
+int32_t pl_engine_n_vocab(const pl_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

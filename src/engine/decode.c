@@ -1,0 +1,453 @@
+/* engine/decode — what happens to a step's logits: the decoding algorithms as operations on
+ * sequences (the paper's section 4.4):
+ *
+ *   - sampling (n, best_of): after the prompt's logits, the one prompt sequence is forked into
+ *     best_of sequences that share every prompt block (ref counts; the partly filled last block
+ *     is copied on write by the KV manager when a sibling first appends);
+ *   - beam search: every step the 2W best (beam, token) candidates by cumulative log-probability
+ *     become children; the best W unfinished ones continue, reusing their parent's sequence for
+ *     the first child and forking it (sharing all blocks) for the others; parents with no child
+ *     are freed, so their blocks return to the pool unless a survivor shares them (Figure 9);
+ *   - stopping: EOS (unless ignore_eos), stop token ids, stop strings, max_tokens, the model
+ *     length; nothing but the length limits before min_tokens.
+ *
+ * Streamed outputs (sampling with best_of == n) leave as deltas every step; best_of > n and beam
+ * search deliver their n best completions when the request ends.
+ */
+#include "engine/engine_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sequences ---- */
+
+static int32_t n_top_of(const pl_seq_group *g) {
+    return g->params.logprobs > 0 ? g->params.logprobs : 0;
+}
+
+pl_seq *pl_seq_new(pl_seq_group *g, int32_t index, const int32_t *tokens, int32_t n) {
+    pl_seq *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->group = g;
+    q->index = index;
+    q->out_cap = g->params.max_tokens + 1;
+    q->cap = g->n_prompt + q->out_cap;
+    q->tokens = malloc((size_t)q->cap * sizeof *q->tokens);
+    q->logprobs = malloc((size_t)q->out_cap * sizeof *q->logprobs);
+    if (g->params.logprobs >= 0)
+        q->top = malloc((size_t)q->out_cap * (size_t)(n_top_of(g) + 1) * sizeof *q->top);
+    q->text_cap = 256;
+    q->text = malloc(q->text_cap);
+    if (!q->tokens || !q->logprobs || !q->text || (g->params.logprobs >= 0 && !q->top)) {
+        free(q->tokens);
+        free(q->logprobs);
+        free(q->top);
+        free(q->text);
+        free(q);
+        return NULL;
+    }
+    memcpy(q->tokens, tokens, (size_t)n * sizeof *tokens);
+    q->n_tokens = n;
+    q->stop_token = -1;
+    q->logits_row = -1;
+    q->pending_from = n - g->n_prompt;
+    return q;
+}
+
+static void seq_free(pl_seq *q) {
+    if (!q) return;
+    free(q->tokens);
+    free(q->logprobs);
+    free(q->top);
+    free(q->text);
+    free(q);
+}
+
+/* A copy of q's tokens, logprobs, text and RNG (not its blocks). */
+static pl_seq *seq_clone(pl_seq *q, int32_t index) {
+    pl_seq_group *g = q->group;
+    pl_seq *c = pl_seq_new(g, index, q->tokens, q->n_tokens);
+    if (!c) return NULL;
+    int32_t n_out = q->n_tokens - g->n_prompt;
+    memcpy(c->logprobs, q->logprobs, (size_t)n_out * sizeof *q->logprobs);
+    if (q->top)
+        memcpy(c->top, q->top, (size_t)n_out * (size_t)(n_top_of(g) + 1) * sizeof *q->top);
+    c->rng = q->rng;
+    c->cum_logprob = q->cum_logprob;
+    c->n_computed = q->n_computed;
+    c->status = q->status;
+    c->detok = q->detok;
+    if (q->text_len + 1 > c->text_cap) {
+        char *t = realloc(c->text, q->text_len + 1);
+        if (!t) { seq_free(c); return NULL; }
+        c->text = t;
+        c->text_cap = q->text_len + 1;
+    }
+    memcpy(c->text, q->text, q->text_len);
+    c->text_len = q->text_len;
+    c->text_sent = q->text_sent;
+    c->text_safe = q->text_safe;
+    c->pending_from = q->pending_from;
+    return c;
+}
+
+static int group_add_seq(pl_seq_group *g, pl_seq *q) {
+    if (g->n_seqs == g->seqs_cap) {
+        int32_t nc = g->seqs_cap ? g->seqs_cap * 2 : 4;
+        pl_seq **ns = realloc(g->seqs, (size_t)nc * sizeof *ns);
+        if (!ns) return -1;
+        g->seqs = ns;
+        g->seqs_cap = nc;
+    }
+    g->seqs[g->n_seqs++] = q;
+    return 0;
+}
+
+void pl_group_free(pl_seq_group *g) {
+    if (!g) return;
+    for (int32_t i = 0; i < g->n_seqs; i++) seq_free(g->seqs[i]);
+    for (int32_t i = 0; i < g->n_beam_done; i++) seq_free(g->beam_done[i]);
+    free(g->seqs);
+    free(g->beam_done);
+    for (int32_t i = 0; i < g->params.n_stop; i++) free(g->stop_copy[i]);
+    free(g->stop_copy);
+    free(g->stop_ids_copy);
+    free(g->prompt);
+    free(g->prompt_top);
+    if (g->chan) pl_out_channel_unref(g->chan);
+    free(g);
+}
+
+/* ---- text and stopping ---- */
+
+static void text_append(pl_seq *q, const char *s, size_t n) {
+    if (q->text_len + n + 1 > q->text_cap) {
+        size_t nc = (q->text_len + n + 1) * 2;
+        char *t = realloc(q->text, nc);
+        if (!t) abort();
+        q->text = t;
+        q->text_cap = nc;
+    }
+    memcpy(q->text + q->text_len, s, n);
+    q->text_len += n;
+}
+
+static int is_stop_id(const pl_seq_group *g, int32_t id) {
+    for (int32_t i = 0; i < g->params.n_stop_token_ids; i++)
+        if (g->params.stop_token_ids[i] == id) return 1;
+    return 0;
+}
+
+static void seq_finish(pl_engine *e, pl_seq *q, pl_finish_reason why) {
+    if (q->status == PL_SEQ_FINISHED) return;
+    if (q->detok.n_pending && !q->stop_str) {
+        char tail[32];
+        size_t n = pl_detok_flush(&q->detok, tail, sizeof tail);
+        text_append(q, tail, n);
+    }
+    q->text_safe = q->text_len;
+    q->finish = why;
+    q->status = PL_SEQ_FINISHED;
+    pl_kv_free(&e->mgr, &q->table);
+    q->group->n_live--;
+}
+
+/* The text and stop checks after token id was appended to q (vLLM's stop checker order). */
+static void check_stop(pl_engine *e, pl_seq *q, int32_t id) {
+    pl_seq_group *g = q->group;
+    const pl_request_params *p = &g->params;
+    int32_t n_out = q->n_tokens - g->n_prompt;
+    int eos = !p->ignore_eos && pl_tokenizer_is_eog(e->model->tok, id);
+    int stop_id = is_stop_id(g, id);
+    if (n_out >= p->min_tokens && (eos || stop_id)) {
+        if (p->include_stop_str_in_output) {
+            char piece[1024];
+            text_append(q, piece, pl_detok_push(&q->detok, id, piece, sizeof piece));
+        }
+        q->stop_token = id;
+        seq_finish(e, q, PL_FINISH_STOP);
+        return;
+    }
+    char piece[1024];
+    size_t n = pl_detok_push(&q->detok, id, piece, sizeof piece);
+    text_append(q, piece, n);
+    if (p->n_stop > 0) {
+        pl_stop_result r = pl_stop_scan(q->text, q->text_len, n, p->stop, p->n_stop);
+        if (r.found && n_out >= p->min_tokens) {
+            q->text_len = p->include_stop_str_in_output ? r.match_at + r.match_len : r.match_at;
+            q->stop_str = p->stop[r.which];
+            seq_finish(e, q, PL_FINISH_STOP);
+            return;
+        }
+        q->text_safe = r.found ? r.match_at : r.safe_len;
+    } else {
+        q->text_safe = q->text_len;
+    }
+    if (n_out >= p->max_tokens || q->n_tokens >= e->max_model_len) seq_finish(e, q, PL_FINISH_LENGTH);
+}
+
+/* Append token id (with its raw logprob and top list) to q. */
+static void seq_push(pl_engine *e, pl_seq *q, int32_t id, float lp, const pl_token_logprob *top) {
+    pl_seq_group *g = q->group;
+    int32_t k = q->n_tokens - g->n_prompt;
+    PL_ASSERT(q->n_tokens < q->cap && k < q->out_cap);
+    q->tokens[q->n_tokens++] = id;
+    q->logprobs[k] = lp;
+    if (q->top && top) {
+        size_t w = (size_t)n_top_of(g) + 1;
+        memcpy(q->top + (size_t)k * w, top, w * sizeof *top);
+    }
+    q->cum_logprob += lp;
+    e->generation_tokens++;
+    if (g->first_token == 0) g->first_token = pl_now();
+}
+
+/* The raw log-probability of id and, when asked, the top list (top n, then id) of q's logits. */
+static float token_logprobs(pl_engine *e, const pl_seq_group *g, const float *logits,
+                            int32_t id, pl_token_logprob *top) {
+    int32_t k = n_top_of(g);
+    float lp = 0;
+    pl_top_logprobs(e->sampler, logits, g->params.logprobs >= 0 ? k : 0, top, id, &lp);
+    if (g->params.logprobs >= 0) {
+        top[k].id = id;
+        top[k].logprob = lp;
+    }
+    return lp;
+}
+
+/* Sample q's next token from its logits row and apply the stop checks. */
+static void sample_seq(pl_engine *e, pl_seq *q, const float *logits) {
+    pl_seq_group *g = q->group;
+    const int32_t V = e->model->hp.n_vocab;
+    float *work = e->logits_tmp;
+    memcpy(work, logits, (size_t)V * sizeof *work);
+    int32_t n_out = q->n_tokens - g->n_prompt;
+    if (n_out < g->params.min_tokens) { /* EOS and stop ids cannot be chosen yet */
+        if (!g->params.ignore_eos)
+            for (int32_t i = 0; i < e->n_eog; i++) work[e->eog_ids[i]] = -INFINITY;
+        for (int32_t i = 0; i < g->params.n_stop_token_ids; i++)
+            work[g->params.stop_token_ids[i]] = -INFINITY;
+    }
+    int32_t id = pl_sample(e->sampler, &g->params.sampling, work, g->prompt, g->n_prompt,
+                           q->tokens + g->n_prompt, n_out, &q->rng);
+    pl_token_logprob top[1025];
+    float lp = token_logprobs(e, g, logits, id, top);
+    seq_push(e, q, id, lp, top);
+    check_stop(e, q, id);
+}
+
+/* Derive sequence i's RNG from the request seed (i = 0 uses the seed itself, so n = 1 requests
+ * reproduce `generate --seed`). */
+static void seed_seq(pl_seq *q, const pl_seq_group *g, uint64_t fallback) {
+    uint64_t s = g->params.has_seed ? g->params.seed : fallback;
+    pl_rng_seed(&q->rng, q->index == 0 ? s : s ^ (0x9e3779b97f4a7c15ULL * (uint64_t)q->index));
+}
+
+/* After the prompt's logits: fork the prompt sequence into best_of sequences, then sample each. */
+static pl_status first_sample(pl_engine *e, pl_seq_group *g, const float *logits) {
+    pl_seq *parent = g->seqs[0];
+    int32_t k = pl_group_max_seqs(g);
+    for (int32_t i = 1; i < k; i++) {
+        pl_seq *c = seq_clone(parent, i);
+        if (!c || group_add_seq(g, c)) {
+            seq_free(c);
+            return pl_fail(PL_ERR_NOMEM, "request %llu: out of memory forking sequences",
+                           (unsigned long long)g->id);
+        }
+        seed_seq(c, g, pl_rng_next(&parent->rng));
+        pl_status st = pl_kv_fork(&e->mgr, &parent->table, &c->table);
+        if (st != PL_OK) return st;
+        g->n_live++;
+    }
+    for (int32_t i = 0; i < k; i++) sample_seq(e, g->seqs[i], logits);
+    return PL_OK;
+}
+
+/* ---- beam search (vLLM v0's rules, themselves Hugging Face's) ---- */
+
+typedef struct {
+    pl_seq *parent;
+    int32_t parent_rank; /* position of the parent among the live beams (tie order) */
+    int32_t token;
+    float lp;            /* raw logprob of token */
+    double cum;          /* parent cum + lp */
+    int finished;        /* the child ends here (EOS / stop id / length) */
+    pl_finish_reason why;
+    double score;        /* cum / len^length_penalty */
+} beam_cand;
+
+/* Beam score: cumulative logprob over (prompt + output length)^length_penalty, where a final
+ * EOS does not count towards the length (as vLLM v0 and Hugging Face). */
+static double beam_score(double cum, int32_t len, int ends_eos, float length_penalty) {
+    if (ends_eos) len--;
+    if (len < 1) len = 1;
+    return cum / pow((double)len, (double)length_penalty);
+}
+
+static int cmp_cand(const void *a, const void *b) {
+    const beam_cand *x = a, *y = b;
+    if (x->cum != y->cum) return x->cum > y->cum ? -1 : 1;
+    if (x->parent_rank != y->parent_rank) return x->parent_rank - y->parent_rank;
+    return (x->token > y->token) - (x->token < y->token);
+}
+
+static int cmp_score(const void *a, const void *b) {
+    const beam_cand *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    return cmp_cand(a, b);
+}
+
+static double seq_beam_score(const pl_engine *e, const pl_seq *q) {
+    int ends = q->n_tokens > q->group->n_prompt &&
+               pl_tokenizer_is_eog(e->model->tok, q->tokens[q->n_tokens - 1]);
+    return beam_score(q->cum_logprob, q->n_tokens, ends, q->group->params.length_penalty);
+}
+
+static int cmp_done(const void *a, const void *b, void *ctx) {
+    const pl_engine *e = ctx;
+    double x = seq_beam_score(e, *(pl_seq *const *)a), y = seq_beam_score(e, *(pl_seq *const *)b);
+    return x > y ? -1 : x < y ? 1 : 0;
+}
+
+/* Keep the W best finished hypotheses. */
+static void beam_done_add(pl_engine *e, pl_seq_group *g, pl_seq *q) {
+    if (g->n_beam_done == g->beam_done_cap) {
+        int32_t nc = g->beam_done_cap ? g->beam_done_cap * 2 : 8;
+        pl_seq **nd = realloc(g->beam_done, (size_t)nc * sizeof *nd);
+        if (!nd) abort();
+        g->beam_done = nd;
+        g->beam_done_cap = nc;
+    }
+    g->beam_done[g->n_beam_done++] = q;
+    qsort_r(g->beam_done, (size_t)g->n_beam_done, sizeof *g->beam_done, cmp_done, e);
+    int32_t W = pl_group_max_seqs(g);
+    while (g->n_beam_done > W) seq_free(g->beam_done[--g->n_beam_done]);
+}
+
+static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
+    const int32_t V = e->model->hp.n_vocab;
+    const pl_request_params *p = &g->params;
+    const int32_t W = pl_group_max_seqs(g), K = 2 * W < V ? 2 * W : V;
+    int32_t n_beams = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++)
+        if (g->seqs[i]->status == PL_SEQ_RUNNING && g->seqs[i]->logits_row >= 0) n_beams++;
+    beam_cand *cand = malloc((size_t)(n_beams * K) * sizeof *cand);
+    pl_token_logprob *top = malloc((size_t)K * sizeof *top);
+    if (!cand || !top) {
+        free(cand);
+        free(top);
+        return pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
+    }
+    int32_t nc = 0, rank = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        pl_seq *q = g->seqs[i];
+        if (q->status != PL_SEQ_RUNNING || q->logits_row < 0) continue;
+        const float *lg = e->logits + (size_t)q->logits_row * V;
+        pl_top_logprobs(e->sampler, lg, K, top, -1, NULL);
+        int32_t n_out = q->n_tokens - g->n_prompt;
+        for (int32_t k = 0; k < K; k++) {
+            beam_cand *c = &cand[nc++];
+            c->parent = q;
+            c->parent_rank = rank;
+            c->token = top[k].id;
+            c->lp = top[k].logprob;
+            c->cum = q->cum_logprob + top[k].logprob;
+            int eos = !p->ignore_eos && pl_tokenizer_is_eog(e->model->tok, c->token);
+            int stop = (eos || is_stop_id(g, c->token)) && n_out + 1 >= p->min_tokens;
+            c->finished = stop || n_out + 1 >= p->max_tokens || q->n_tokens + 1 >= e->max_model_len;
+            c->why = stop ? PL_FINISH_STOP : PL_FINISH_LENGTH;
+            c->score = beam_score(c->cum, q->n_tokens + 1,
+                                  pl_tokenizer_is_eog(e->model->tok, c->token), p->length_penalty);
+        }
+        rank++;
+    }
+    free(top);
+    /* The 2W best children by cumulative logprob. */
+    qsort(cand, (size_t)nc, sizeof *cand, cmp_cand);
+    if (nc > 2 * W) nc = 2 * W;
+
+    /* Finished children become hypotheses; the others are ranked by score. */
+    beam_cand *run = malloc((size_t)(nc > 0 ? nc : 1) * sizeof *run);
+    if (!run) {
+        free(cand);
+        return pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
+    }
+    int32_t n_run = 0;
+    for (int32_t i = 0; i < nc; i++) {
+        if (!cand[i].finished) {
+            run[n_run++] = cand[i];
+            continue;
+        }
+        pl_seq *h = seq_clone(cand[i].parent, -1);
+        if (!h) abort();
+        h->status = PL_SEQ_FINISHED;
+        seq_push(e, h, cand[i].token, cand[i].lp, NULL);
+        h->finish = cand[i].why;
+        if (cand[i].why == PL_FINISH_STOP) h->stop_token = cand[i].token;
+        beam_done_add(e, g, h);
+    }
+    qsort(run, (size_t)n_run, sizeof *run, cmp_score);
+    int stop;
+    if (n_run == 0) stop = 1;
+    else if (g->n_beam_done < W) stop = 0;
+    else if (p->early_stopping) stop = 1;
+    else {
+        /* Heuristic: stop when the best running beam cannot beat the worst kept hypothesis. */
+        double worst = seq_beam_score(e, g->beam_done[W - 1]);
+        stop = worst >= run[0].score;
+    }
+    int32_t keep = stop ? 0 : (n_run < W ? n_run : W);
+
+    /* Materialise the kept children: the first child of a parent takes over the parent; later
+     * children fork it before it appends (sharing every block). */
+    pl_seq **next = malloc((size_t)(keep > 0 ? keep : 1) * sizeof *next);
+    uint8_t *used = calloc((size_t)(rank > 0 ? rank : 1), 1);
+    if (!next || !used) abort();
+    for (int32_t i = 0; i < keep; i++) {
+        beam_cand *c = &run[i];
+        if (!used[c->parent_rank]) {
+            used[c->parent_rank] = 1;
+            next[i] = NULL; /* takes over the parent, below */
+            continue;
+        }
+        pl_seq *f = seq_clone(c->parent, 0);
+        if (!f) abort();
+        pl_status st = pl_kv_fork(&e->mgr, &c->parent->table, &f->table);
+        if (st != PL_OK) abort(); /* forking only takes references */
+        next[i] = f;
+    }
+    for (int32_t i = 0; i < keep; i++) {
+        beam_cand *c = &run[i];
+        if (!next[i]) next[i] = c->parent;
+        seq_push(e, next[i], c->token, c->lp, NULL);
+    }
+    /* Parents without children are dropped: their blocks go back unless a child shares them. */
+    int32_t n_new = 0;
+    pl_seq **seqs = malloc((size_t)(keep + g->n_seqs + 1) * sizeof *seqs);
+    if (!seqs) abort();
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        pl_seq *q = g->seqs[i];
+        int kept = 0;
+        for (int32_t j = 0; j < keep; j++) kept |= next[j] == q;
+        if (!kept) {
+            pl_kv_free(&e->mgr, &q->table);
+            seq_free(q);
+        }
+    }
+    for (int32_t i = 0; i < keep; i++) {
+        next[i]->index = i;
+        next[i]->status = PL_SEQ_RUNNING;
+        seqs[n_new++] = next[i];
+    }
+    free(g->seqs);
+    g->seqs = seqs;
+    g->n_seqs = n_new;
+    g->seqs_cap = keep + 1;
+    g->n_live = n_new;
+    free(next);
+    free(used);
+    free(run);
+    free(cand);
+    return PL_OK;
+}

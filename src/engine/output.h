@@ -1,0 +1,59 @@
+/* engine/output — a request's output channel: the one place the engine thread and a client
+ * thread meet for a request.
+ *
+ * The engine pushes deltas; the client polls them. Deltas of the same completion coalesce
+ * while unpolled (tokens, text and log-probabilities are appended), so the channel holds at most
+ * one pending delta per completion however slowly the client reads: memory is bounded by the
+ * output itself, and the engine never blocks on a client.
+ *
+ * Lifetime: two references, the engine's and the client's. The engine drops its reference after
+ * pushing the final delta (or on release); the client drops its reference when it polled the
+ * finished output or released the request. The last one frees the channel.
+ */
+#ifndef PL_ENGINE_OUTPUT_H
+#define PL_ENGINE_OUTPUT_H
+
+#include "pagellm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct pl_out_channel {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int refs;
+    uint64_t id;
+    int32_t n_slots;               /* completions (n) */
+    pl_completion_delta *pending;  /* [n_slots] coalesced unpolled deltas */
+    uint8_t *has_pending;          /* [n_slots] */
+    int finished;                  /* the engine pushed the last delta */
+    int taken_final;               /* the client received finished = 1 */
+    int released;                  /* the client went away: engine should abort */
+    char *error;                   /* error message of a failed request */
+    /* First-output data (prompt), handed out once. */
+    int32_t n_prompt;
+    int32_t *prompt_ids;
+    int32_t n_cached;
+    int32_t n_prompt_top;
+    pl_token_logprob *prompt_top;
+    int prompt_ready, prompt_taken;
+    int32_t n_output_tokens;
+    double arrival, first_token, finish_time;
+} pl_out_channel;
+
+pl_out_channel *pl_out_channel_new(uint64_t id, int32_t n_slots);
+void pl_out_channel_unref(pl_out_channel *c);
+
+/* Engine side. */
+void pl_out_push(pl_out_channel *c, const pl_completion_delta *d, int32_t n_top);
+void pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t n_cached,
+                       const pl_token_logprob *top, int32_t n_top);
+void pl_out_finish(pl_out_channel *c, const char *error, double arrival, double first_token,
+                   double finish_time);
+int pl_out_released(pl_out_channel *c);
+
+/* Client side: take what is there (waiting as pl_engine_poll describes). */
+pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out);
+void pl_out_release(pl_out_channel *c);
+
+#endif

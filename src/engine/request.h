@@ -1,0 +1,83 @@
+/* engine/request — sequences and sequence groups (internal to the engine).
+ *
+ * A request is a sequence group: its prompt and one or more sequences (n samples, best_of
+ * candidates or beams) that are scheduled, preempted and resumed together. Each sequence owns
+ * its output tokens, its block table, its RNG and its detokenizer state. All of it is touched
+ * by the engine thread only; the output channel (engine/output.h) is the one shared part.
+ *
+ * Token accounting of a sequence: tokens = prompt ++ output; n_computed of them have their K/V
+ * in the cache. A sequence needs a prefill while n_computed < n_tokens - 1 ... (prompt, or
+ * prompt ++ output after a recompute preemption); a decode when n_computed == n_tokens - 1
+ * (only the newest token's K/V is missing).
+ */
+#ifndef PL_ENGINE_REQUEST_H
+#define PL_ENGINE_REQUEST_H
+
+#include "pagellm.h"
+
+#include "base/rng.h"
+#include "kv/manager.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdint.h>
+
+typedef enum {
+    PL_SEQ_WAITING = 0, /* not yet admitted, or preempted by recompute */
+    PL_SEQ_RUNNING,
+    PL_SEQ_SWAPPED,
+    PL_SEQ_FINISHED,
+} pl_seq_status;
+
+typedef struct pl_seq_group pl_seq_group;
+
+typedef struct pl_seq {
+    pl_seq_group *group;
+    int32_t index;              /* completion index within the group (beams: slot) */
+    pl_seq_status status;
+    int32_t *tokens;            /* [cap] prompt ++ output */
+    int32_t n_tokens, cap;
+    int32_t n_computed;         /* tokens whose K/V are in the cache */
+    pl_block_table table;       /* its KV blocks */
+    pl_rng rng;
+    double cum_logprob;         /* sum of the chosen tokens' logprobs (raw logits) */
+    int32_t logits_row;         /* this step's sampling row in the engine's logits, or -1 */
+    pl_finish_reason finish;
+    int32_t stop_token;         /* id that stopped it, or -1 */
+    const char *stop_str;       /* stop string that stopped it, or NULL */
+    /* Output text: everything decoded so far, and how much of it was already emitted. */
+    pl_detok_stream detok;
+    char *text;
+    size_t text_len, text_cap, text_sent, text_safe; /* safe: emittable (no partial stop) */
+    /* Pending delta (not yet pushed to the channel): output tokens from pending_from on. */
+    int32_t pending_from;
+    int32_t out_cap;            /* output tokens the arrays below can hold (max_tokens) */
+    float *logprobs;            /* [out_cap] logprob of each output token */
+    pl_token_logprob *top;      /* [out_cap][n_top + 1] when logprobs are asked, else NULL */
+} pl_seq;
+
+struct pl_seq_group {
+    uint64_t id;
+    pl_request_params params;   /* stop strings and stop ids point at copies owned here */
+    char **stop_copy;
+    int32_t *stop_ids_copy;
+    int32_t *prompt;            /* [n_prompt] */
+    int32_t n_prompt;
+    pl_seq **seqs;              /* [n_seqs] live and finished sequences */
+    int32_t n_seqs, seqs_cap;
+    int32_t n_live;             /* sequences not finished */
+    int32_t n_cached_tokens;    /* prompt tokens hit in the prefix cache at first admission */
+    int prefilled;              /* the prompt's logits were sampled once (n/beam fork done) */
+    int aborted;
+    int emitted_prompt;         /* the first output (prompt ids, logprobs) was sent */
+    pl_token_logprob *prompt_top; /* [n_prompt][n_top + 1] prompt logprobs, when asked */
+    struct pl_out_channel *chan;
+    double arrival, first_token, finished_at;
+    uint64_t step_mark;         /* engine step in which it last sampled (dedup in decode) */
+    /* Beam search: finished hypotheses (kept sorted by score). */
+    pl_seq **beam_done;
+    int32_t n_beam_done, beam_done_cap;
+    pl_seq_group *next, *prev;  /* intrusive queue links (waiting / running / swapped) */
+    struct pl_group_queue_ *queue; /* the queue holding it, or NULL */
+};
+
+#endif

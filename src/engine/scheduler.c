@@ -1,0 +1,339 @@
+/* engine/scheduler — see scheduler.h for the policy. */
+#include "engine/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- queues, each sorted by (arrival, id) ---- */
+
+static int older(const pl_seq_group *a, const pl_seq_group *b) {
+    return a->arrival < b->arrival || (a->arrival == b->arrival && a->id < b->id);
+}
+
+static void q_insert(pl_group_queue *q, pl_seq_group *g) {
+    pl_seq_group *at = q->tail;
+    while (at && older(g, at)) at = at->prev;
+    /* insert after `at` (NULL: at the head) */
+    g->prev = at;
+    g->next = at ? at->next : q->head;
+    if (g->next) g->next->prev = g;
+    else q->tail = g;
+    if (at) at->next = g;
+    else q->head = g;
+    q->n++;
+    g->queue = q;
+}
+
+static void q_remove(pl_group_queue *q, pl_seq_group *g) {
+    if (g->prev) g->prev->next = g->next;
+    else q->head = g->next;
+    if (g->next) g->next->prev = g->prev;
+    else q->tail = g->prev;
+    g->next = g->prev = NULL;
+    g->queue = NULL;
+    q->n--;
+}
+
+/* ---- growable result arrays ---- */
+
+static int reserve(void **arr, int32_t *cap, int32_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    int32_t nc = *cap ? *cap : 16;
+    while (nc < need) nc *= 2;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) return -1;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
+pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_manager *kv) {
+    memset(s, 0, sizeof *s);
+    if (cfg->max_num_seqs < 1 || cfg->max_num_batched_tokens < cfg->max_num_seqs ||
+        cfg->max_logit_rows < cfg->max_num_seqs)
+        return pl_fail(PL_ERR_INVALID_ARG,
+                       "max-num-batched-tokens (%d) must be at least max-num-seqs (%d) >= 1",
+                       cfg->max_num_batched_tokens, cfg->max_num_seqs);
+    s->cfg = *cfg;
+    s->kv = kv;
+    return PL_OK;
+}
+
+void pl_scheduler_destroy(pl_scheduler *s) {
+    free(s->items);
+    free(s->swap_out);
+    free(s->swap_in);
+    free(s->cow);
+    free(s->refused);
+    memset(s, 0, sizeof *s);
+}
+
+int32_t pl_group_max_seqs(const pl_seq_group *g) {
+    int32_t m = g->params.best_of > g->params.n ? g->params.best_of : g->params.n;
+    return m > g->n_live ? m : g->n_live;
+}
+
+void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g) { q_insert(&s->waiting, g); }
+
+void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g) {
+    if (g->queue) q_remove(g->queue, g);
+    for (int32_t i = 0; i < g->n_seqs; i++) pl_kv_free(s->kv, &g->seqs[i]->table);
+}
+
+int pl_scheduler_has_work(const pl_scheduler *s) {
+    return s->waiting.n + s->running.n + s->swapped.n > 0;
+}
+
+/* ---- per-step bookkeeping ---- */
+
+typedef struct {
+    int32_t tokens_left;  /* max_num_batched_tokens budget */
+    int32_t seqs_left;    /* max_num_seqs budget */
+    int32_t rows_left;    /* logit rows */
+    int preempted;        /* some group was preempted this step */
+} budget;
+
+static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits) {
+    if (reserve((void **)&s->items, &s->items_cap, s->n_items + 1, sizeof *s->items))
+        return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
+    pl_sched_item *it = &s->items[s->n_items++];
+    it->seq = q;
+    it->start = q->n_computed;
+    it->n = n;
+    it->sample = q->n_computed + n == q->n_tokens;
+    it->all_logits = all_logits;
+    s->n_tokens += n;
+    return PL_OK;
+}
+
+static pl_status push_copies(pl_block_copy **arr, int32_t *n, int32_t *cap,
+                             const pl_block_copy *src, int32_t k) {
+    if (reserve((void **)arr, cap, *n + k, sizeof **arr))
+        return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
+    memcpy(*arr + *n, src, (size_t)k * sizeof *src);
+    *n += k;
+    return PL_OK;
+}
+
+static int32_t live_tables(pl_seq_group *g, pl_block_table **out) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++)
+        if (g->seqs[i]->status != PL_SEQ_FINISHED) out[k++] = &g->seqs[i]->table;
+    return k;
+}
+
+/* Preempt running group g, all its sequences together. */
+static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
+    pl_block_table *tabs[g->n_seqs > 0 ? g->n_seqs : 1];
+    int32_t nt = live_tables(g, tabs);
+    q_remove(&s->running, g);
+    s->preemptions++;
+    if (s->cfg.mode == PL_PREEMPT_SWAP && pl_kv_can_swap_out(s->kv, tabs, nt) == PL_ALLOC_OK) {
+        int32_t cap = s->kv->cfg.num_blocks, n_map = 0;
+        pl_block_copy *map = malloc((size_t)cap * sizeof *map);
+        if (!map) return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
+        pl_status st = pl_kv_swap_out(s->kv, tabs, nt, map, cap, &n_map);
+        if (st == PL_OK) st = push_copies(&s->swap_out, &s->n_swap_out, &s->cap_swap_out, map, n_map);
+        free(map);
+        if (st != PL_OK) return st;
+        for (int32_t i = 0; i < g->n_seqs; i++)
+            if (g->seqs[i]->status == PL_SEQ_RUNNING) g->seqs[i]->status = PL_SEQ_SWAPPED;
+        q_insert(&s->swapped, g);
+        s->swaps_out++;
+        return PL_OK;
+    }
+    /* Recompute: drop the KV; the sequences re-prefill prompt ++ output when readmitted. */
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        pl_seq *q = g->seqs[i];
+        if (q->status == PL_SEQ_FINISHED) continue;
+        pl_kv_free(s->kv, &q->table);
+        q->n_computed = 0;
+        q->status = PL_SEQ_WAITING;
+    }
+    q_insert(&s->waiting, g);
+    return PL_OK;
+}
+
+/* Make room for one more token in every live sequence of running group g, preempting the
+ * youngest running groups as needed. Returns 1 if g still runs, 0 if g itself was preempted. */
+static pl_status ensure_decode_slots(pl_scheduler *s, pl_seq_group *g, budget *b, int *runs) {
+    for (;;) {
+        int32_t need = 0;
+        for (int32_t i = 0; i < g->n_seqs; i++) {
+            pl_seq *q = g->seqs[i];
+            if (q->status == PL_SEQ_RUNNING && q->n_tokens - q->n_computed == 1)
+                need += pl_kv_append_blocks_needed(s->kv, &q->table, 1);
+        }
+        pl_kv_stats st;
+        pl_kv_get_stats(s->kv, &st);
+        if (need <= st.blocks_free) {
+            *runs = 1;
+            return PL_OK;
+        }
+        pl_seq_group *victim = s->running.tail;
+        b->preempted = 1;
+        PL_TRY(preempt(s, victim));
+        if (victim == g) {
+            *runs = 0;
+            return PL_OK;
+        }
+    }
+}
+
+static pl_status schedule_decodes(pl_scheduler *s, budget *b) {
+    pl_seq_group *g = s->running.head;
+    while (g) {
+        pl_seq_group *next = g->next;
+        int any = 0;
+        for (int32_t i = 0; i < g->n_seqs; i++) {
+            pl_seq *q = g->seqs[i];
+            any |= q->status == PL_SEQ_RUNNING && q->n_tokens - q->n_computed == 1;
+        }
+        if (any) {
+            int runs;
+            PL_TRY(ensure_decode_slots(s, g, b, &runs));
+            if (!runs) break; /* g was the youngest: nothing younger remains */
+            next = g->next;   /* preemption removed groups after g */
+            for (int32_t i = 0; i < g->n_seqs; i++) {
+                pl_seq *q = g->seqs[i];
+                if (q->status != PL_SEQ_RUNNING || q->n_tokens - q->n_computed != 1) continue;
+                pl_block_copy cow;
+                PL_TRY(pl_kv_append_slots(s->kv, &q->table, 1, &cow));
+                if (cow.src >= 0) PL_TRY(push_copies(&s->cow, &s->n_cow, &s->cap_cow, &cow, 1));
+                PL_TRY(add_item(s, q, 1, 0));
+                b->tokens_left--;
+                b->rows_left--;
+            }
+        }
+        g = next;
+    }
+    return PL_OK;
+}
+
+/* Prefill chunks for the sequences of g that still have uncomputed tokens (their slots exist:
+ * allocate_prompt reserved the whole prompt). */
+static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) {
+    int want_prompt_lp = g->params.prompt_logprobs >= 0 && !g->prefilled;
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        pl_seq *q = g->seqs[i];
+        int32_t left = q->n_tokens - q->n_computed;
+        if (q->status != PL_SEQ_RUNNING || left < 2) continue; /* decodes are done already */
+        int32_t n = left < b->tokens_left ? left : b->tokens_left;
+        if (want_prompt_lp && n > b->rows_left) n = b->rows_left;
+        if (n < 1) break;
+        int completes = n == left;
+        if (!want_prompt_lp && completes && b->rows_left < 1) {
+            if (--n < 1) break; /* leave the last token (and its logits) for the next step */
+            completes = 0;
+        }
+        PL_TRY(add_item(s, q, n, want_prompt_lp));
+        b->tokens_left -= n;
+        b->rows_left -= want_prompt_lp ? n : completes;
+    }
+    return PL_OK;
+}
+
+static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
+    while (s->swapped.head) {
+        pl_seq_group *g = s->swapped.head;
+        pl_block_table *tabs[g->n_seqs > 0 ? g->n_seqs : 1];
+        int32_t nt = live_tables(g, tabs);
+        if (nt > b->seqs_left || nt > b->tokens_left || nt > b->rows_left) break;
+        if (pl_kv_can_swap_in(s->kv, tabs, nt) != PL_ALLOC_OK) break;
+        int32_t cap = s->kv->cfg.num_swap_blocks, n_map = 0;
+        pl_block_copy *map = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *map);
+        if (!map) return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
+        pl_status st = pl_kv_swap_in(s->kv, tabs, nt, map, cap, &n_map);
+        if (st == PL_OK) st = push_copies(&s->swap_in, &s->n_swap_in, &s->cap_swap_in, map, n_map);
+        free(map);
+        if (st != PL_OK) return st;
+        q_remove(&s->swapped, g);
+        for (int32_t i = 0; i < g->n_seqs; i++)
+            if (g->seqs[i]->status == PL_SEQ_SWAPPED) g->seqs[i]->status = PL_SEQ_RUNNING;
+        q_insert(&s->running, g);
+        b->seqs_left -= nt;
+        /* Decodes need a slot for their newest token now; if the pool cannot give one the
+         * group simply waits in running for the next step's decode pass. */
+        int32_t need = 0;
+        for (int32_t i = 0; i < g->n_seqs; i++) {
+            pl_seq *q = g->seqs[i];
+            if (q->status == PL_SEQ_RUNNING && q->n_tokens - q->n_computed == 1)
+                need += pl_kv_append_blocks_needed(s->kv, &q->table, 1);
+        }
+        pl_kv_stats kst;
+        pl_kv_get_stats(s->kv, &kst);
+        if (need > kst.blocks_free) continue;
+        for (int32_t i = 0; i < g->n_seqs; i++) {
+            pl_seq *q = g->seqs[i];
+            if (q->status != PL_SEQ_RUNNING || q->n_tokens - q->n_computed != 1) continue;
+            pl_block_copy cow;
+            PL_TRY(pl_kv_append_slots(s->kv, &q->table, 1, &cow));
+            if (cow.src >= 0) PL_TRY(push_copies(&s->cow, &s->n_cow, &s->cap_cow, &cow, 1));
+            PL_TRY(add_item(s, q, 1, 0));
+            b->tokens_left--;
+            b->rows_left--;
+        }
+        PL_TRY(schedule_prefills(s, g, b));
+    }
+    return PL_OK;
+}
+
+static pl_status refuse(pl_scheduler *s, pl_seq_group *g) {
+    q_remove(&s->waiting, g);
+    if (reserve((void **)&s->refused, &s->cap_refused, s->n_refused + 1, sizeof *s->refused))
+        return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
+    s->refused[s->n_refused++] = g;
+    return PL_OK;
+}
+
+static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
+    pl_kv_manager *kv = s->kv;
+    while (s->waiting.head && b->tokens_left > 0) {
+        pl_seq_group *g = s->waiting.head;
+        int32_t need = 0, too_long = 0;
+        for (int32_t i = 0; i < g->n_seqs; i++) {
+            pl_seq *q = g->seqs[i];
+            if (q->status != PL_SEQ_WAITING) continue;
+            need += pl_kv_blocks_for(kv, q->n_tokens);
+            too_long |= pl_kv_blocks_for(kv, q->n_tokens + 1) > kv->cfg.max_blocks_per_seq;
+        }
+        pl_kv_stats st;
+        pl_kv_get_stats(kv, &st);
+        if (too_long || need > st.blocks_total - kv->watermark_blocks) {
+            PL_TRY(refuse(s, g));
+            continue;
+        }
+        if (need > st.blocks_free - kv->watermark_blocks) break;
+        if (pl_group_max_seqs(g) > b->seqs_left) break;
+        uint64_t key = g->params.cache_salt;
+        if (g->params.prompt_logprobs >= 0 && !g->prefilled)
+            key = 0x8000000000000000ull | g->id; /* private: every prompt row must be computed */
+        for (int32_t i = 0; i < g->n_seqs; i++) {
+            pl_seq *q = g->seqs[i];
+            if (q->status != PL_SEQ_WAITING) continue;
+            int32_t cached = 0;
+            PL_TRY(pl_kv_allocate_prompt(kv, &q->table, q->tokens, q->n_tokens, key, &cached));
+            q->n_computed = cached;
+            q->status = PL_SEQ_RUNNING;
+            if (!g->prefilled && i == 0) g->n_cached_tokens = cached;
+        }
+        q_remove(&s->waiting, g);
+        q_insert(&s->running, g);
+        b->seqs_left -= pl_group_max_seqs(g);
+        PL_TRY(schedule_prefills(s, g, b));
+    }
+    return PL_OK;
+}
+
+pl_status pl_scheduler_schedule(pl_scheduler *s) {
+    s->n_items = s->n_tokens = 0;
+    s->n_swap_out = s->n_swap_in = s->n_cow = s->n_refused = 0;
+    budget b = {s->cfg.max_num_batched_tokens, s->cfg.max_num_seqs, s->cfg.max_logit_rows, 0};
+    for (pl_seq_group *g = s->running.head; g; g = g->next) b.seqs_left -= pl_group_max_seqs(g);
+    PL_TRY(schedule_decodes(s, &b));
+    for (pl_seq_group *g = s->running.head; g && b.tokens_left > 0; g = g->next)
+        PL_TRY(schedule_prefills(s, g, &b));
+    if (!b.preempted) PL_TRY(schedule_swapped(s, &b));
+    if (!b.preempted && !s->swapped.head) PL_TRY(schedule_waiting(s, &b));
+    return PL_OK;
+}

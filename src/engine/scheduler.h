@@ -1,0 +1,80 @@
+/* engine/scheduler — iteration-level scheduling of sequence groups over one shared block pool.
+ *
+ * Three queues of groups, each kept in arrival order (FCFS): waiting (never admitted, or
+ * preempted by recomputation), running, swapped. Every step pl_scheduler_schedule decides which
+ * tokens run, under the budgets max_num_seqs (sequences in a step) and max_num_batched_tokens
+ * (tokens in a step):
+ *
+ *   1. decodes of running groups, oldest first, one token per live sequence. When the pool has
+ *      no block for a sequence's next token, the youngest running group is preempted, all its
+ *      sequences together: by recomputation (blocks freed, back to waiting) or by swapping
+ *      (blocks moved to the swap pool); the youngest may be the group itself;
+ *   2. prefill chunks of running groups (prompts, or prompt + output after a recomputation),
+ *      with the token budget left, so a long prompt delays decodes by at most one chunk;
+ *   3. if nothing was preempted this step: swapped groups come back, oldest first;
+ *   4. if nothing was preempted and nothing is swapped: waiting groups are admitted in order,
+ *      first come first served (an admission that does not fit yet stops the admission loop).
+ *      A group that can never fit is handed back as refused.
+ *
+ * The result is a list of (sequence, token range) items plus the block copies to apply before
+ * the forward pass (swap-out, swap-in, copy-on-write, in that order; see kv/manager.h). The
+ * scheduler never runs the model: the engine does, and tells the outcome through the sequences
+ * (n_computed, tokens). That is what makes it testable with a fake model.
+ */
+#ifndef PL_ENGINE_SCHEDULER_H
+#define PL_ENGINE_SCHEDULER_H
+
+#include "engine/request.h"
+
+typedef struct {
+    pl_seq *seq;
+    int32_t start;     /* first token to compute (the sequence's n_computed) */
+    int32_t n;         /* tokens to compute: [start, start + n) */
+    int sample;        /* start + n == n_tokens: the last row's logits pick the next token */
+    int all_logits;    /* every row's logits are needed (prompt log-probabilities) */
+} pl_sched_item;
+
+typedef struct {
+    int32_t max_num_seqs;
+    int32_t max_num_batched_tokens;
+    int32_t max_logit_rows;      /* logits rows the runner can hold in one step */
+    pl_preemption_mode mode;
+} pl_scheduler_config;
+
+typedef struct pl_group_queue_ {
+    pl_seq_group *head, *tail;
+    int32_t n;
+} pl_group_queue;
+
+typedef struct {
+    pl_scheduler_config cfg;
+    pl_kv_manager *kv;
+    pl_group_queue waiting, running, swapped;
+    /* Result of the last pl_scheduler_schedule. */
+    pl_sched_item *items;         /* [n_items] in batch order */
+    int32_t n_items, items_cap;
+    int32_t n_tokens;             /* tokens scheduled */
+    pl_block_copy *swap_out, *swap_in, *cow;
+    int32_t n_swap_out, n_swap_in, n_cow;
+    int32_t cap_swap_out, cap_swap_in, cap_cow;
+    pl_seq_group **refused;       /* groups that can never fit: the engine fails them */
+    int32_t n_refused, cap_refused;
+    /* Counters. */
+    uint64_t preemptions;         /* groups preempted (either mode) */
+    uint64_t swaps_out;           /* of those, by swapping */
+} pl_scheduler;
+
+pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_manager *kv);
+void pl_scheduler_destroy(pl_scheduler *s);
+
+/* A new group (its sequences WAITING with n_computed 0) joins the waiting queue. */
+void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g);
+/* Take a group out of whatever queue holds it (finished, aborted, refused); frees its blocks. */
+void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g);
+/* Decide the next step. PL_ERR_NOMEM only on allocation failure of the result arrays. */
+pl_status pl_scheduler_schedule(pl_scheduler *s);
+int pl_scheduler_has_work(const pl_scheduler *s);
+/* Sequences a group may hold at once (best_of, beam width, or its live sequences). */
+int32_t pl_group_max_seqs(const pl_seq_group *g);
+
+#endif
