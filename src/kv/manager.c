@@ -115,6 +115,36 @@ void pl_kv_manager_destroy(pl_kv_manager *m) {
 
 /* ---- admission and prompts ----------------------------------------------------------------- */
 
+/* Walk the prompt's hash chain without changing anything: the number of leading full blocks
+ * cached (at most (n - 1) / block_size, so the last token is always computed). blocks/hashes
+ * (optional) receive the hits; *hits_free counts those that are on the free queue. */
+static int32_t prefix_walk(pl_kv_manager *m, const int32_t *token_ids, int32_t n,
+                           uint64_t extra_key, int32_t *blocks, pl_block_hash *hashes,
+                           int32_t *hits_free) {
+    int32_t bs = m->cfg.block_size, hits = 0, parent = -1, max_hits = (n - 1) / bs;
+    pl_block_hash ph = pl_block_hash_root;
+    if (hits_free) *hits_free = 0;
+    if (!caching(m)) return 0;
+    while (hits < max_hits) {
+        const int32_t *tok = token_ids + (size_t)hits * bs;
+        pl_block_hash h = pl_block_pool_hash(&m->pool, ph, extra_key, tok);
+        int32_t b = pl_block_pool_lookup(&m->pool, h, parent, extra_key, tok);
+        if (b < 0) break;
+        if (blocks) blocks[hits] = b;
+        if (hashes) hashes[hits] = h;
+        if (hits_free) *hits_free += m->pool.blocks[b].ref == 0;
+        hits++;
+        parent = b;
+        ph = h;
+    }
+    return hits;
+}
+
+int32_t pl_kv_probe_prefix(pl_kv_manager *m, const int32_t *token_ids, int32_t n, uint64_t extra_key) {
+    if (!token_ids || n < 1) return 0;
+    return prefix_walk(m, token_ids, n, extra_key, NULL, NULL, NULL) * m->cfg.block_size;
+}
+
 pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens) {
     int32_t need = pl_kv_blocks_for(m, n_tokens);
     if (n_tokens < 1 || need > m->cfg.max_blocks_per_seq) return PL_ALLOC_NEVER;
@@ -136,24 +166,8 @@ pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32
                        (int)n, (int)need, (int)m->cfg.max_blocks_per_seq);
     PL_TRY(table_arrays(m, t));
 
-    /* Walk the hash chain without changing anything yet. At most (n - 1) tokens may hit. */
-    int32_t hits = 0, hits_free = 0;
-    if (caching(m)) {
-        pl_block_hash ph = pl_block_hash_root;
-        int32_t parent = -1, max_hits = (n - 1) / bs;
-        while (hits < max_hits) {
-            const int32_t *tok = token_ids + (size_t)hits * bs;
-            pl_block_hash h = pl_block_pool_hash(&m->pool, ph, extra_key, tok);
-            int32_t b = pl_block_pool_lookup(&m->pool, h, parent, extra_key, tok);
-            if (b < 0) break;
-            t->blocks[hits] = b;
-            t->hashes[hits] = h;
-            hits_free += m->pool.blocks[b].ref == 0;
-            hits++;
-            parent = b;
-            ph = h;
-        }
-    }
+    int32_t hits_free = 0;
+    int32_t hits = prefix_walk(m, token_ids, n, extra_key, t->blocks, t->hashes, &hits_free);
     int32_t n_new = need - hits;
     if (m->pool.n_free - hits_free < n_new) {
         table_arrays_free(t);

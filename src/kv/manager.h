@@ -131,6 +131,11 @@ int32_t pl_kv_blocks_for(const pl_kv_manager *m, int32_t n_tokens);
  * as in vLLM v0), cached free blocks as free, and keeps watermark_blocks free. */
 pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens);
 
+/* Prompt tokens allocate_prompt would find cached right now (a multiple of block_size, at most
+ * n - 1); changes nothing and counts no statistics. For the scheduler's token budget. (Not
+ * const: hashing uses the pool's scratch buffer.) */
+int32_t pl_kv_probe_prefix(pl_kv_manager *m, const int32_t *token_ids, int32_t n, uint64_t extra_key);
+
 /* Give empty `t` blocks for the prompt token_ids[n] (n >= 1), reusing cached full blocks along
  * the hash chain. *n_cached receives the number of leading prompt tokens whose K/V are already
  * cached (a multiple of block_size, at most n - 1): the engine computes tokens [*n_cached, n).

@@ -162,6 +162,9 @@ static void test_prefix_hits(void **state) {
     assert_true(m.pool.blocks[a.blocks[0]].hashed && m.pool.blocks[a.blocks[1]].hashed);
     assert_false(m.pool.blocks[a.blocks[2]].hashed);
     /* Same prompt: both full blocks hit, shared. */
+    assert_int_equal(pl_kv_probe_prefix(&m, tok, 10, 0), 8);
+    assert_int_equal(pl_kv_probe_prefix(&m, tok, 5, 0), 4);
+    assert_int_equal(pl_kv_probe_prefix(&m, tok, 10, 1), 0);
     assert_int_equal(pl_kv_allocate_prompt(&m, &b, tok, 10, 0, &n_cached), PL_OK);
     assert_int_equal(n_cached, 8);
     assert_int_equal(b.blocks[0], a.blocks[0]);
@@ -457,7 +460,11 @@ typedef struct {
     pl_block_table t;          /* the table under test */
     int32_t tok[P_MAXTOK];     /* the sequence's tokens; all t.n_tokens of them are computed */
     int group;                 /* swap group (a request's sequences) */
+    uint64_t salt;             /* extra key (cache salt): 0 or 1 */
 } sim_seq;
+
+/* What a slot holds: the token tagged with the cache salt, so a hit across salts reads wrong. */
+#define SALTED(tok, salt) ((int32_t)(tok) + (int32_t)(salt) * 1000000)
 
 typedef struct {
     pl_kv_manager m;
@@ -479,7 +486,7 @@ static void sim_write(sim *s, sim_seq *q, int32_t pos) {
     if (s->m.pool.blocks[b].ref != 1)
         fail_msg("write of position %d into block %d with ref %d", (int)pos, (int)b,
                  (int)s->m.pool.blocks[b].ref);
-    s->shadow[pl_block_table_slot(&q->t, pos)] = q->tok[pos];
+    s->shadow[pl_block_table_slot(&q->t, pos)] = SALTED(q->tok[pos], q->salt);
 }
 
 static void sim_check(sim *s, int step) {
@@ -518,9 +525,10 @@ static void sim_check(sim *s, int step) {
         /* Every table reads back exactly its sequence's tokens. */
         const int32_t *sh = t->swapped ? s->swap_shadow : s->shadow;
         for (int32_t pos = 0; pos < t->n_tokens; pos++)
-            if (sh[pl_block_table_slot(t, pos)] != q->tok[pos])
+            if (sh[pl_block_table_slot(t, pos)] != SALTED(q->tok[pos], q->salt))
                 fail_msg("step %d: seq %d pos %d reads %d, expected %d (%s block %d)", step, k,
-                         (int)pos, (int)sh[pl_block_table_slot(t, pos)], (int)q->tok[pos],
+                         (int)pos, (int)sh[pl_block_table_slot(t, pos)],
+                         (int)SALTED(q->tok[pos], q->salt),
                          t->swapped ? "swap" : "primary", (int)t->blocks[pos / BS]);
     }
     /* Ref counts equal the holders; free xor referenced is checked by the pool check. */
@@ -533,7 +541,8 @@ static void sim_check(sim *s, int step) {
         /* A cached block's contents are what its hash claims. */
         if (m->pool.blocks[b].hashed)
             for (int32_t i = 0; i < BS; i++)
-                if (s->shadow[b * BS + i] != m->pool.tokens[b * BS + i])
+                if (s->shadow[b * BS + i] !=
+                    SALTED(m->pool.tokens[b * BS + i], m->pool.blocks[b].extra))
                     fail_msg("step %d: hashed block %d slot %d holds %d, hash says %d", step,
                              (int)b, (int)i, (int)s->shadow[b * BS + i],
                              (int)m->pool.tokens[b * BS + i]);
@@ -582,8 +591,8 @@ static void sim_admit(sim *s, int k, int32_t n) {
     pl_alloc_status can = pl_kv_can_allocate(m, n);
     pl_kv_stats before, after;
     pl_kv_get_stats(m, &before);
-    int32_t n_cached = -1;
-    pl_status st = pl_kv_allocate_prompt(m, &q->t, q->tok, n, 0, &n_cached);
+    int32_t n_cached = -1, probed = pl_kv_probe_prefix(m, q->tok, n, q->salt);
+    pl_status st = pl_kv_allocate_prompt(m, &q->t, q->tok, n, q->salt, &n_cached);
     if (can == PL_ALLOC_OK) assert_int_equal(st, PL_OK);
     if (st != PL_OK) {
         assert_int_equal(st, PL_ERR_CAPACITY);
@@ -598,9 +607,10 @@ static void sim_admit(sim *s, int k, int32_t n) {
     q->live = 1;
     q->group = s->next_group++;
     assert_true(n_cached % BS == 0 && n_cached <= n - 1);
+    assert_int_equal(n_cached, probed);
     /* A prefix-cache hit returns blocks that hold exactly the prompt's tokens. */
     for (int32_t pos = 0; pos < n_cached; pos++)
-        assert_int_equal(s->shadow[pl_block_table_slot(&q->t, pos)], q->tok[pos]);
+        assert_int_equal(s->shadow[pl_block_table_slot(&q->t, pos)], SALTED(q->tok[pos], q->salt));
     if (n_cached > 0) s->hits++;
     for (int32_t pos = n_cached; pos < n; pos++) sim_write(s, q, pos);
     assert_int_equal(pl_kv_commit(m, &q->t, q->tok, n), PL_OK);
@@ -617,6 +627,7 @@ static void op_new(sim *s) {
         memcpy(q->tok, p, (size_t)len * sizeof *p);
         n = len;
     }
+    q->salt = pl_rng_below(&s->rng, 5) == 0;
     int32_t suffix = 1 + (int32_t)pl_rng_below(&s->rng, 8);
     for (int32_t i = 0; i < suffix; i++) q->tok[n++] = (int32_t)pl_rng_below(&s->rng, 3);
     sim_admit(s, k, n);
@@ -680,6 +691,8 @@ static void op_fork(sim *s) {
     memcpy(s->seq[c].tok, s->seq[k].tok, sizeof s->seq[k].tok);
     s->seq[c].live = 1;
     s->seq[c].group = s->seq[k].group;
+    s->seq[c].salt = s->seq[k].salt;
+    assert_int_equal(s->seq[c].t.extra_key, s->seq[k].salt);
     s->forks++;
 }
 
