@@ -95,7 +95,7 @@ typedef struct {
     int32_t blocks_free;       /* ref == 0, including cached */
     int32_t blocks_cached;     /* free but still holding a prefix hash (can be hit) */
     int64_t tokens_stored;     /* token slots filled in used primary blocks (shared counted once) */
-    double waste;              /* 1 - tokens_stored / (blocks_used * block_size); 0 if none used */
+    double waste;              /* fraction 0..1: 1 - tokens_stored / (blocks_used * block_size) */
     uint64_t prefix_queries;   /* prompt tokens looked up in the prefix cache (tokens) */
     uint64_t prefix_hits;      /* of those, tokens whose K/V were found cached (tokens) */
     uint64_t evictions;        /* cached blocks whose hash was dropped to reuse the block */
