@@ -1,0 +1,461 @@
+/* kv/manager — see manager.h for the operations, the invariants and the differences from vLLM. */
+#include "kv/manager.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+int32_t pl_kv_blocks_for(const pl_kv_manager *m, int32_t n_tokens) {
+    int32_t bs = m->cfg.block_size;
+    return n_tokens <= 0 ? 0 : (int32_t)(((int64_t)n_tokens + bs - 1) / bs);
+}
+
+static int32_t min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+/* Token slots of a table with n_tokens that fall into its block i. */
+static int32_t fill_of(int32_t bs, int32_t n_tokens, int32_t i) {
+    return min_i32(bs, n_tokens - i * bs);
+}
+
+static void set_fill(pl_kv_manager *m, int32_t b, int32_t f) {
+    m->tokens_stored += f - m->fill[b];
+    m->fill[b] = f;
+}
+
+/* A table takes a cached block found by hash (free or used). */
+static void take_hit(pl_kv_manager *m, int32_t b) {
+    bool was_free = m->pool.blocks[b].ref == 0;
+    pl_block_pool_touch(&m->pool, b);
+    if (was_free) set_fill(m, b, m->cfg.block_size);
+}
+
+/* A table drops primary block b. */
+static void drop_primary(pl_kv_manager *m, int32_t b) {
+    pl_block_pool_release(&m->pool, b);
+    if (m->pool.blocks[b].ref == 0) set_fill(m, b, 0);
+}
+
+static bool caching(const pl_kv_manager *m) { return m->cfg.enable_prefix_caching != 0; }
+
+static pl_status table_arrays(pl_kv_manager *m, pl_block_table *t) {
+    int32_t cap = m->cfg.max_blocks_per_seq;
+    memset(t, 0, sizeof *t);
+    t->blocks = malloc((size_t)cap * sizeof *t->blocks);
+    t->hashes = caching(m) ? malloc((size_t)cap * sizeof *t->hashes) : NULL;
+    if (!t->blocks || (caching(m) && !t->hashes)) {
+        free(t->blocks);
+        free(t->hashes);
+        memset(t, 0, sizeof *t);
+        return pl_fail(PL_ERR_NOMEM, "kv manager: cannot allocate a block table of %d blocks", (int)cap);
+    }
+    t->capacity = cap;
+    t->block_size = m->cfg.block_size;
+    return PL_OK;
+}
+
+static void table_arrays_free(pl_block_table *t) {
+    free(t->blocks);
+    free(t->hashes);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
+
+pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) {
+    memset(m, 0, sizeof *m);
+    if (!cfg) return pl_fail(PL_ERR_INVALID_ARG, "kv manager: no config");
+    if (cfg->block_size < 1 || cfg->block_size > 4096)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: block_size must be in [1, 4096], got %d",
+                       (int)cfg->block_size);
+    if (cfg->num_blocks < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: num_blocks must be >= 1, got %d",
+                       (int)cfg->num_blocks);
+    if (cfg->num_swap_blocks < 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: num_swap_blocks must be >= 0, got %d",
+                       (int)cfg->num_swap_blocks);
+    if (cfg->max_blocks_per_seq < 1 || (int64_t)cfg->max_blocks_per_seq * cfg->block_size > INT32_MAX)
+        return pl_fail(PL_ERR_INVALID_ARG,
+                       "kv manager: max_blocks_per_seq must be >= 1 and hold < 2^31 tokens, got %d",
+                       (int)cfg->max_blocks_per_seq);
+    if (!(cfg->watermark >= 0.0 && cfg->watermark < 1.0))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: watermark must be in [0, 1), got %g",
+                       cfg->watermark);
+    m->cfg = *cfg;
+    m->watermark_blocks = (int32_t)(cfg->watermark * cfg->num_blocks);
+    PL_TRY(pl_block_pool_init(&m->pool, cfg->num_blocks, cfg->block_size,
+                              cfg->enable_prefix_caching, cfg->hash_seed));
+    pl_status st = PL_OK;
+    if (cfg->num_swap_blocks > 0)
+        st = pl_block_pool_init(&m->swap, cfg->num_swap_blocks, cfg->block_size, 0, 0);
+    if (st != PL_OK) {
+        pl_block_pool_destroy(&m->pool);
+        pl_error_prefix("kv manager: swap pool");
+        return st;
+    }
+    int32_t n_remap = cfg->num_blocks > cfg->num_swap_blocks ? cfg->num_blocks : cfg->num_swap_blocks;
+    m->fill = calloc((size_t)cfg->num_blocks, sizeof *m->fill);
+    m->remap = malloc((size_t)n_remap * sizeof *m->remap);
+    if (!m->fill || !m->remap) {
+        pl_kv_manager_destroy(m);
+        return pl_fail(PL_ERR_NOMEM, "kv manager: cannot allocate bookkeeping for %d blocks",
+                       (int)n_remap);
+    }
+    for (int32_t i = 0; i < n_remap; i++) m->remap[i] = -1;
+    return PL_OK;
+}
+
+void pl_kv_manager_destroy(pl_kv_manager *m) {
+    pl_block_pool_destroy(&m->pool);
+    if (m->swap.blocks) pl_block_pool_destroy(&m->swap);
+    free(m->fill);
+    free(m->remap);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- admission and prompts ----------------------------------------------------------------- */
+
+/* Walk the prompt's hash chain without changing anything: the number of leading full blocks
+ * cached (at most (n - 1) / block_size, so the last token is always computed). blocks/hashes
+ * (optional) receive the hits; *hits_free counts those that are on the free queue. */
+static int32_t prefix_walk(pl_kv_manager *m, const int32_t *token_ids, int32_t n,
+                           uint64_t extra_key, int32_t *blocks, pl_block_hash *hashes,
+                           int32_t *hits_free) {
+    int32_t bs = m->cfg.block_size, hits = 0, parent = -1, max_hits = (n - 1) / bs;
+    pl_block_hash ph = pl_block_hash_root;
+    if (hits_free) *hits_free = 0;
+    if (!caching(m)) return 0;
+    while (hits < max_hits) {
+        const int32_t *tok = token_ids + (size_t)hits * bs;
+        pl_block_hash h = pl_block_pool_hash(&m->pool, ph, extra_key, tok);
+        int32_t b = pl_block_pool_lookup(&m->pool, h, parent, extra_key, tok);
+        if (b < 0) break;
+        if (blocks) blocks[hits] = b;
+        if (hashes) hashes[hits] = h;
+        if (hits_free) *hits_free += m->pool.blocks[b].ref == 0;
+        hits++;
+        parent = b;
+        ph = h;
+    }
+    return hits;
+}
+
+int32_t pl_kv_probe_prefix(pl_kv_manager *m, const int32_t *token_ids, int32_t n, uint64_t extra_key) {
+    if (!token_ids || n < 1) return 0;
+    return prefix_walk(m, token_ids, n, extra_key, NULL, NULL, NULL) * m->cfg.block_size;
+}
+
+pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens) {
+    int32_t need = pl_kv_blocks_for(m, n_tokens);
+    if (n_tokens < 1 || need > m->cfg.max_blocks_per_seq) return PL_ALLOC_NEVER;
+    if (m->cfg.num_blocks - need < m->watermark_blocks) return PL_ALLOC_NEVER;
+    if (m->pool.n_free - need < m->watermark_blocks) return PL_ALLOC_LATER;
+    return PL_ALLOC_OK;
+}
+
+pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                int32_t n, uint64_t extra_key, int32_t *n_cached) {
+    int32_t bs = m->cfg.block_size;
+    if (t->live) return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: the block table is in use");
+    if (!token_ids || n < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: need >= 1 prompt tokens, got %d", (int)n);
+    int32_t need = pl_kv_blocks_for(m, n);
+    if (need > m->cfg.max_blocks_per_seq)
+        return pl_fail(PL_ERR_INVALID_ARG,
+                       "kv allocate_prompt: %d tokens need %d blocks, a sequence may hold %d",
+                       (int)n, (int)need, (int)m->cfg.max_blocks_per_seq);
+    PL_TRY(table_arrays(m, t));
+
+    int32_t hits_free = 0;
+    int32_t hits = prefix_walk(m, token_ids, n, extra_key, t->blocks, t->hashes, &hits_free);
+    int32_t n_new = need - hits;
+    if (m->pool.n_free - hits_free < n_new) {
+        table_arrays_free(t);
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: %d tokens need %d new blocks, %d free",
+                       (int)n, (int)n_new, (int)(m->pool.n_free - hits_free));
+    }
+    /* Hits first: taking them off the free queue keeps the allocations below from evicting them. */
+    for (int32_t i = 0; i < hits; i++) take_hit(m, t->blocks[i]);
+    for (int32_t i = hits; i < need; i++) {
+        int32_t b = pl_block_pool_alloc(&m->pool);
+        PL_ASSERT(b >= 0);
+        t->blocks[i] = b;
+        set_fill(m, b, fill_of(bs, n, i));
+    }
+    t->n_blocks = need;
+    t->n_tokens = n;
+    t->n_hashed = t->n_registered = hits;
+    t->n_cached_tokens = hits * bs;
+    t->extra_key = extra_key;
+    t->live = 1;
+    m->n_tables++;
+    if (caching(m)) {
+        m->prefix_queries += (uint64_t)n;
+        m->prefix_hits += (uint64_t)hits * (uint64_t)bs;
+    }
+    if (n_cached) *n_cached = hits * bs;
+    return PL_OK;
+}
+
+/* ---- decoding: append, commit, fork, free -------------------------------------------------- */
+
+static bool last_block_shared_partial(const pl_kv_manager *m, const pl_block_table *t) {
+    return t->n_tokens % t->block_size != 0 && m->pool.blocks[t->blocks[t->n_blocks - 1]].ref > 1;
+}
+
+int32_t pl_kv_append_blocks_needed(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new) {
+    if (!t->live || t->swapped || n_new <= 0) return 0;
+    int32_t need = pl_kv_blocks_for(m, t->n_tokens + n_new) - t->n_blocks;
+    return need + (last_block_shared_partial(m, t) ? 1 : 0);
+}
+
+bool pl_kv_can_append(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new) {
+    if (!t->live || t->swapped || n_new < 0 || n_new > t->capacity * t->block_size - t->n_tokens)
+        return false;
+    return pl_kv_append_blocks_needed(m, t, n_new) <= m->pool.n_free;
+}
+
+pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
+                             pl_block_copy *cow) {
+    int32_t bs = m->cfg.block_size;
+    if (cow) *cow = (pl_block_copy){-1, -1};
+    if (!t->live || t->swapped)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv append_slots: the block table is %s",
+                       t->live ? "swapped out" : "empty");
+    if (n_new < 0 || n_new > t->capacity * bs - t->n_tokens)
+        return pl_fail(PL_ERR_INVALID_ARG,
+                       "kv append_slots: %d new tokens after %d exceed the table's %d slots",
+                       (int)n_new, (int)t->n_tokens, (int)(t->capacity * bs));
+    if (n_new == 0) return PL_OK;
+    int32_t need = pl_kv_append_blocks_needed(m, t, n_new);
+    if (need > m->pool.n_free)
+        return pl_fail(PL_ERR_CAPACITY, "kv append_slots: need %d blocks, %d free", (int)need,
+                       (int)m->pool.n_free);
+    if (last_block_shared_partial(m, t)) {
+        int32_t last = t->n_blocks - 1, src = t->blocks[last];
+        int32_t dst = pl_block_pool_alloc(&m->pool);
+        PL_ASSERT(dst >= 0);
+        set_fill(m, dst, m->fill[src]);
+        t->blocks[last] = dst;
+        drop_primary(m, src);
+        if (cow) *cow = (pl_block_copy){src, dst};
+    }
+    int32_t n_total = t->n_tokens + n_new, blocks_total = pl_kv_blocks_for(m, n_total);
+    for (int32_t i = t->n_blocks; i < blocks_total; i++) {
+        int32_t b = pl_block_pool_alloc(&m->pool);
+        PL_ASSERT(b >= 0);
+        t->blocks[i] = b;
+    }
+    for (int32_t i = t->n_tokens / bs; i < blocks_total; i++) set_fill(m, t->blocks[i], fill_of(bs, n_total, i));
+    t->n_blocks = blocks_total;
+    t->n_tokens = n_total;
+    return PL_OK;
+}
+
+pl_status pl_kv_commit(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                       int32_t n_computed) {
+    int32_t bs = m->cfg.block_size;
+    if (!t->live || t->swapped)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv commit: the block table is %s",
+                       t->live ? "swapped out" : "empty");
+    if (n_computed < 0 || n_computed > t->n_tokens || (n_computed > 0 && !token_ids))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv commit: %d computed tokens, the table has %d slots",
+                       (int)n_computed, (int)t->n_tokens);
+    if (!caching(m)) return PL_OK;
+    int32_t full = n_computed / bs;
+    for (int32_t i = t->n_registered; i < full; i++) {
+        const int32_t *tok = token_ids + (size_t)i * bs;
+        if (i >= t->n_hashed) {
+            pl_block_hash ph = i > 0 ? t->hashes[i - 1] : pl_block_hash_root;
+            t->hashes[i] = pl_block_pool_hash(&m->pool, ph, t->extra_key, tok);
+            t->n_hashed = i + 1;
+        }
+        t->n_registered = i + 1;
+        int32_t b = t->blocks[i], parent = i > 0 ? t->blocks[i - 1] : -1;
+        if (m->pool.blocks[b].hashed) continue; /* hit, or registered by a table sharing it */
+        if (parent >= 0 && !m->pool.blocks[parent].hashed) continue; /* chain broken: no link */
+        int32_t c = pl_block_pool_lookup(&m->pool, t->hashes[i], parent, t->extra_key, tok);
+        if (c >= 0) {
+            take_hit(m, c);
+            t->blocks[i] = c;
+            drop_primary(m, b);
+            m->dedups++;
+        } else {
+            (void)pl_block_pool_register(&m->pool, b, t->hashes[i], parent, t->extra_key, tok);
+        }
+    }
+    return PL_OK;
+}
+
+pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_table *child) {
+    if (!parent->live || parent->swapped)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv fork: the parent table is %s",
+                       parent->live ? "swapped out" : "empty");
+    if (child->live || child == parent)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv fork: the child table is in use");
+    PL_TRY(table_arrays(m, child));
+    int32_t *blocks = child->blocks;
+    pl_block_hash *hashes = child->hashes;
+    *child = *parent;
+    child->blocks = blocks;
+    child->hashes = hashes;
+    memcpy(child->blocks, parent->blocks, (size_t)parent->n_blocks * sizeof *blocks);
+    if (hashes) memcpy(child->hashes, parent->hashes, (size_t)parent->n_hashed * sizeof *hashes);
+    for (int32_t i = 0; i < parent->n_blocks; i++) pl_block_pool_incref(&m->pool, parent->blocks[i]);
+    m->n_tables++;
+    return PL_OK;
+}
+
+void pl_kv_free(pl_kv_manager *m, pl_block_table *t) {
+    if (!t->live) {
+        table_arrays_free(t);
+        return;
+    }
+    for (int32_t i = t->n_blocks - 1; i >= 0; i--) {
+        if (t->swapped) pl_block_pool_release(&m->swap, t->blocks[i]);
+        else drop_primary(m, t->blocks[i]);
+    }
+    m->n_tables--;
+    table_arrays_free(t);
+}
+
+/* ---- swapping ------------------------------------------------------------------------------ */
+
+/* Distinct blocks held by the group, or -1 if a table is not live, in the wrong place, or
+ * listed twice. Uses m->remap as scratch and leaves it all -1. */
+static int32_t group_distinct(const pl_kv_manager *m, pl_block_table *const *tables, int32_t n,
+                              int swapped) {
+    if (!tables || n < 1) return -1;
+    for (int32_t k = 0; k < n; k++) {
+        if (!tables[k] || !tables[k]->live || tables[k]->swapped != swapped) return -1;
+        for (int32_t j = 0; j < k; j++)
+            if (tables[j] == tables[k]) return -1;
+    }
+    int32_t distinct = 0;
+    for (int32_t pass = 0; pass < 2; pass++)
+        for (int32_t k = 0; k < n; k++)
+            for (int32_t i = 0; i < tables[k]->n_blocks; i++) {
+                int32_t b = tables[k]->blocks[i];
+                if (pass == 0 && m->remap[b] == -1) {
+                    m->remap[b] = -2;
+                    distinct++;
+                } else if (pass == 1) {
+                    m->remap[b] = -1;
+                }
+            }
+    return distinct;
+}
+
+pl_alloc_status pl_kv_can_swap_out(const pl_kv_manager *m, pl_block_table *const *tables, int32_t n) {
+    int32_t d = group_distinct(m, tables, n, 0);
+    if (d < 0 || d > m->swap.num_blocks) return PL_ALLOC_NEVER;
+    return d <= m->swap.n_free ? PL_ALLOC_OK : PL_ALLOC_LATER;
+}
+
+pl_alloc_status pl_kv_can_swap_in(const pl_kv_manager *m, pl_block_table *const *tables, int32_t n) {
+    int32_t d = group_distinct(m, tables, n, 1);
+    if (d < 0 || m->cfg.num_blocks - d < m->watermark_blocks) return PL_ALLOC_NEVER;
+    return m->pool.n_free - d >= m->watermark_blocks ? PL_ALLOC_OK : PL_ALLOC_LATER;
+}
+
+/* Move the group's blocks from one pool to the other; see pl_kv_swap_out / pl_kv_swap_in. */
+static pl_status swap_group(pl_kv_manager *m, pl_block_table *const *tables, int32_t n,
+                            pl_block_copy *map, int32_t cap, int32_t *n_map, int out) {
+    const char *what = out ? "kv swap_out" : "kv swap_in";
+    pl_block_pool *to = out ? &m->swap : &m->pool;
+    if (n_map) *n_map = 0;
+    int32_t d = group_distinct(m, tables, n, out ? 0 : 1);
+    if (d < 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "%s: %d tables, each must be live, %s, and listed once",
+                       what, (int)n, out ? "resident" : "swapped out");
+    if (d > to->n_free || d > cap || !map || !n_map)
+        return pl_fail(PL_ERR_CAPACITY, "%s: %d distinct blocks, %d free in the target pool, map holds %d",
+                       what, (int)d, (int)to->n_free, (int)(map ? cap : 0));
+    int32_t k_map = 0, bs = m->cfg.block_size;
+    for (int32_t k = 0; k < n; k++) {
+        pl_block_table *t = tables[k];
+        for (int32_t i = t->n_blocks - 1; i >= 0; i--) { /* tail first, as in pl_kv_free */
+            int32_t src = t->blocks[i], dst = m->remap[src];
+            if (dst < 0) {
+                dst = pl_block_pool_alloc(to);
+                PL_ASSERT(dst >= 0);
+                m->remap[src] = dst;
+                map[k_map++] = (pl_block_copy){src, dst};
+                if (!out) set_fill(m, dst, fill_of(bs, t->n_tokens, i));
+            } else {
+                pl_block_pool_incref(to, dst);
+            }
+            t->blocks[i] = dst;
+            if (out) drop_primary(m, src);
+            else pl_block_pool_release(&m->swap, src);
+        }
+        t->swapped = out;
+        t->n_registered = 0; /* the new blocks hold no hash: re-enter them on the next commit */
+    }
+    for (int32_t j = 0; j < k_map; j++) m->remap[map[j].src] = -1;
+    PL_ASSERT(k_map == d);
+    *n_map = k_map;
+    return PL_OK;
+}
+
+pl_status pl_kv_swap_out(pl_kv_manager *m, pl_block_table *const *tables, int32_t n,
+                         pl_block_copy *map, int32_t cap, int32_t *n_map) {
+    if (m->swap.num_blocks == 0) {
+        if (n_map) *n_map = 0;
+        return pl_fail(PL_ERR_CAPACITY, "kv swap_out: no swap pool (num_swap_blocks = 0)");
+    }
+    return swap_group(m, tables, n, map, cap, n_map, 1);
+}
+
+pl_status pl_kv_swap_in(pl_kv_manager *m, pl_block_table *const *tables, int32_t n,
+                        pl_block_copy *map, int32_t cap, int32_t *n_map) {
+    return swap_group(m, tables, n, map, cap, n_map, 0);
+}
+
+/* ---- stats and checks ---------------------------------------------------------------------- */
+
+void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s) {
+    memset(s, 0, sizeof *s);
+    s->blocks_total = m->pool.num_blocks;
+    s->blocks_free = m->pool.n_free;
+    s->blocks_used = s->blocks_total - s->blocks_free;
+    s->blocks_cached = m->pool.n_free_cached;
+    s->tokens_stored = m->tokens_stored;
+    s->waste = s->blocks_used > 0
+                   ? 1.0 - (double)m->tokens_stored / ((double)s->blocks_used * m->cfg.block_size)
+                   : 0.0;
+    s->prefix_queries = m->prefix_queries;
+    s->prefix_hits = m->prefix_hits;
+    s->evictions = m->pool.n_evictions;
+    s->dedups = m->dedups;
+    s->swap_total = m->swap.num_blocks;
+    s->swap_used = m->swap.num_blocks - m->swap.n_free;
+    s->n_tables = m->n_tables;
+}
+
+pl_status pl_kv_manager_check(const pl_kv_manager *m) {
+    pl_status st = pl_block_pool_check(&m->pool);
+    if (st != PL_OK) {
+        pl_error_prefix("primary pool");
+        return st;
+    }
+    if (m->swap.num_blocks > 0 && (st = pl_block_pool_check(&m->swap)) != PL_OK) {
+        pl_error_prefix("swap pool");
+        return st;
+    }
+    int64_t sum = 0;
+    for (int32_t b = 0; b < m->pool.num_blocks; b++) {
+        int32_t f = m->fill[b];
+        bool used = m->pool.blocks[b].ref > 0;
+        if (used ? (f < 1 || f > m->cfg.block_size) : f != 0)
+            return pl_fail(PL_ERR_INTERNAL, "block %d: ref %d but fill %d", (int)b,
+                           (int)m->pool.blocks[b].ref, (int)f);
+        sum += f;
+    }
+    if (sum != m->tokens_stored)
+        return pl_fail(PL_ERR_INTERNAL, "tokens stored %lld, blocks hold %lld",
+                       (long long)m->tokens_stored, (long long)sum);
+    for (int32_t i = 0; i < (m->pool.num_blocks > m->swap.num_blocks ? m->pool.num_blocks : m->swap.num_blocks); i++)
+        if (m->remap[i] != -1) return pl_fail(PL_ERR_INTERNAL, "swap scratch slot %d not reset", (int)i);
+    return PL_OK;
+}

@@ -1,0 +1,193 @@
+/* kv/manager — who holds which KV block: block tables, prefix caching, copy-on-write, swapping.
+ *
+ * The manager owns the primary block pool, an optional swap pool (num_swap_blocks may be 0) and
+ * the bookkeeping of every block table. It deals in block ids only and never touches K/V bytes:
+ * the operations that need bytes moved return (src, dst) block pairs and the engine applies them
+ * with pl_kv_store_copy before the next forward step, in this order:
+ *     1. swap-out pairs (primary -> swap)   the freed primary blocks may be handed out again
+ *                                            in the same step, so copy them first;
+ *     2. swap-in pairs  (swap -> primary);
+ *     3. copy-on-write pairs (primary -> primary);
+ *     4. the forward pass writes the new tokens' K/V.
+ * Allocation itself never writes bytes, so this order is safe however calls interleave in a step.
+ *
+ * Block tables. A pl_block_table is embedded by the caller in its sequence (zero-initialised =
+ * empty) and passed to every call, so the manager needs no map from sequence ids; it counts the
+ * tables that hold blocks. pl_kv_allocate_prompt and pl_kv_fork make a table live;
+ * pl_kv_free releases everything it holds (call it on every path: finish, abort, error).
+ *
+ * Invariants (checked by pl_kv_manager_check and the property test):
+ *  - every block of either pool is free or referenced, never both; its ref count equals the
+ *    number of (table, position) entries naming it;
+ *  - only a table's last block may be partly filled, so waste is below one block per table;
+ *  - a block with ref > 1 is never written: append_slots copies a shared partly-filled last block
+ *    first (copy-on-write), and full blocks are never written again;
+ *  - a block holds a prefix hash only once its K/V are computed (pl_kv_commit).
+ *
+ * Prefix caching (automatic, as in vLLM v1): a prompt's full blocks are looked up along the hash
+ * chain; hits are shared (ref++), and at least the prompt's last token is always recomputed so
+ * its logits exist, hence at most floor((n - 1) / block_size) blocks hit. Disabled at creation:
+ * no hashes, no hits, commit does nothing.
+ *
+ * Where pagellm differs from vLLM:
+ *  - Allocation is per sequence table, with v0-style fork/copy-on-write and swap (v1 dropped both:
+ *    pagellm targets CPUs, where a swap pool in a file is cheap and parallel sampling / beam search
+ *    share blocks between sequences of one request).
+ *  - A hit is verified token for token along the parent chain (see block_pool.h), never trusted
+ *    on the hash alone.
+ *  - commit deduplicates: a just-computed full block whose whole prefix is already cached is
+ *    replaced in the table by the cached block and the fresh one is released (v0's prefix caching
+ *    allocator did this; v1 keeps duplicates). A table's block ids may therefore change at commit;
+ *    the contents they stand for do not.
+ *  - Hash-less freed blocks go to the head of the free queue (v1: tail).
+ *  - Swap keeps blocks shared inside a group (one copy per physical block). Swapped blocks lose
+ *    their prefix hash; the primary copies they leave behind stay in the prefix cache until
+ *    evicted, and the table is re-hashed on the next commit after swap-in.
+ *  - One thread, no locks.
+ */
+#ifndef PL_KV_MANAGER_H
+#define PL_KV_MANAGER_H
+
+#include "base/status.h"
+#include "kv/block_pool.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    int32_t block_size;           /* tokens per block (16 is vLLM's default) */
+    int32_t num_blocks;           /* primary pool blocks */
+    int32_t num_swap_blocks;      /* swap pool blocks; 0 = no swapping */
+    int32_t max_blocks_per_seq;   /* table capacity: ceil(max_model_len / block_size) */
+    double watermark;             /* fraction of primary blocks admission keeps free (0.01) */
+    int enable_prefix_caching;    /* 0 = no hashes, no hits */
+    uint64_t hash_seed;           /* XXH3 seed of prefix hashes */
+} pl_kv_manager_config;
+
+typedef struct {
+    int32_t *blocks;          /* [capacity] physical block ids, primary or swap pool (swapped) */
+    pl_block_hash *hashes;    /* [capacity] chained hashes of full computed blocks, < n_hashed */
+    int32_t capacity;         /* max blocks (the manager's max_blocks_per_seq) */
+    int32_t block_size;       /* tokens per block, copied from the manager */
+    int32_t n_blocks;         /* blocks held */
+    int32_t n_tokens;         /* tokens that have a slot (computed or about to be) */
+    int32_t n_hashed;         /* leading full blocks whose hash is in hashes[] */
+    int32_t n_registered;     /* leading full blocks already offered to the prefix cache */
+    int32_t n_cached_tokens;  /* prompt tokens found in the prefix cache at allocation */
+    uint64_t extra_key;       /* extra prefix-hash key (cache salt, adapter); set at allocation */
+    int live;                 /* 1 while the table holds blocks (counted by the manager) */
+    int swapped;              /* 1 while its blocks are in the swap pool */
+} pl_block_table;
+
+typedef struct {
+    int32_t src, dst; /* block ids; src = -1 means "no copy" */
+} pl_block_copy;
+
+typedef enum {
+    PL_ALLOC_OK = 0,  /* fits now, keeping the watermark */
+    PL_ALLOC_LATER,   /* fits once other sequences free blocks */
+    PL_ALLOC_NEVER,   /* can never fit (more than the pool minus the watermark, or the table) */
+} pl_alloc_status;
+
+typedef struct {
+    int32_t blocks_total;      /* primary pool size */
+    int32_t blocks_used;       /* ref > 0 */
+    int32_t blocks_free;       /* ref == 0, including cached */
+    int32_t blocks_cached;     /* free but still holding a prefix hash (can be hit) */
+    int64_t tokens_stored;     /* token slots filled in used primary blocks (shared counted once) */
+    double waste;              /* fraction 0..1: 1 - tokens_stored / (blocks_used * block_size) */
+    uint64_t prefix_queries;   /* prompt tokens looked up in the prefix cache (tokens) */
+    uint64_t prefix_hits;      /* of those, tokens whose K/V were found cached (tokens) */
+    uint64_t evictions;        /* cached blocks whose hash was dropped to reuse the block */
+    uint64_t dedups;           /* computed blocks replaced by an identical cached block */
+    int32_t swap_total;        /* swap pool size */
+    int32_t swap_used;         /* swap blocks in use */
+    int32_t n_tables;          /* live block tables */
+} pl_kv_stats;
+
+typedef struct {
+    pl_kv_manager_config cfg;
+    pl_block_pool pool;       /* primary blocks */
+    pl_block_pool swap;       /* swap blocks (no prefix caching); num_blocks 0 if none */
+    int32_t watermark_blocks; /* floor(watermark * num_blocks) */
+    int32_t n_tables;         /* live tables */
+    int32_t *fill;            /* [num_blocks] token slots filled in each used primary block */
+    int64_t tokens_stored;    /* sum of fill over used primary blocks */
+    int32_t *remap;           /* [max(num_blocks, num_swap_blocks)] swap scratch, all -1 at rest */
+    uint64_t prefix_queries;  /* prompt tokens looked up */
+    uint64_t prefix_hits;     /* prompt tokens hit */
+    uint64_t dedups;          /* blocks deduplicated at commit */
+} pl_kv_manager;
+
+pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg);
+/* Frees the bookkeeping. Tables still live must be freed first (their arrays are the caller's
+ * to release with pl_kv_free). */
+void pl_kv_manager_destroy(pl_kv_manager *m);
+
+/* Blocks needed to hold n tokens. */
+int32_t pl_kv_blocks_for(const pl_kv_manager *m, int32_t n_tokens);
+
+/* Can a new prompt of n_tokens be admitted? Counts every block as needed (prefix hits are a bonus,
+ * as in vLLM v0), cached free blocks as free, and keeps watermark_blocks free. */
+pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens);
+
+/* Prompt tokens allocate_prompt would find cached right now (a multiple of block_size, at most
+ * n - 1); changes nothing and counts no statistics. For the scheduler's token budget. (Not
+ * const: hashing uses the pool's scratch buffer.) */
+int32_t pl_kv_probe_prefix(pl_kv_manager *m, const int32_t *token_ids, int32_t n, uint64_t extra_key);
+
+/* Give empty `t` blocks for the prompt token_ids[n] (n >= 1), reusing cached full blocks along
+ * the hash chain. *n_cached receives the number of leading prompt tokens whose K/V are already
+ * cached (a multiple of block_size, at most n - 1): the engine computes tokens [*n_cached, n).
+ * PL_ERR_CAPACITY (t untouched) if the free blocks do not suffice; the watermark is the
+ * admission check's business, not this call's. */
+pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                int32_t n, uint64_t extra_key, int32_t *n_cached);
+
+/* Blocks append_slots(t, n_new) would take from the free queue (copy-on-write included). */
+int32_t pl_kv_append_blocks_needed(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new);
+bool pl_kv_can_append(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new);
+
+/* Reserve slots for the next n_new tokens of live, resident t. If the partly-filled last block is
+ * shared it is first replaced by a private copy: *cow = {old, new} (else {-1, -1}); the engine
+ * copies the bytes before writing. PL_ERR_CAPACITY (t untouched) if blocks run out. */
+pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
+                             pl_block_copy *cow);
+
+/* The forward step computed the K/V of t's first n_computed tokens (token_ids[0 .. n_computed)
+ * are the sequence's tokens). Full blocks among them are hashed and entered in the prefix cache
+ * now; a block whose prefix is already cached is replaced by the cached block (dedup). */
+pl_status pl_kv_commit(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                       int32_t n_computed);
+
+/* Empty `child` shares every block of live, resident `parent` (ref++). */
+pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_table *child);
+
+/* Release every block of t (hashed ones stay cached at the LRU tail; the last block is released
+ * first so a prefix outlives its tail) and its arrays; t becomes empty. No-op on an empty t. */
+void pl_kv_free(pl_kv_manager *m, pl_block_table *t);
+
+/* Swap blocks for a whole group of live tables (all resident for swap_out, all swapped for
+ * swap_in). A block shared inside the group moves once and stays shared. can_* count distinct
+ * blocks; can_swap_in keeps the watermark. */
+pl_alloc_status pl_kv_can_swap_out(const pl_kv_manager *m, pl_block_table *const *tables, int32_t n);
+pl_alloc_status pl_kv_can_swap_in(const pl_kv_manager *m, pl_block_table *const *tables, int32_t n);
+/* map[cap] receives the (src, dst) pairs, *n_map their count (<= the distinct blocks; cap =
+ * the source pool's size always suffices). PL_ERR_CAPACITY, nothing changed, if the target pool
+ * lacks blocks or cap is too small. */
+pl_status pl_kv_swap_out(pl_kv_manager *m, pl_block_table *const *tables, int32_t n,
+                         pl_block_copy *map, int32_t cap, int32_t *n_map);
+pl_status pl_kv_swap_in(pl_kv_manager *m, pl_block_table *const *tables, int32_t n,
+                        pl_block_copy *map, int32_t cap, int32_t *n_map);
+
+/* Physical slot of token position pos (< t->n_tokens): block * block_size + offset. */
+static inline int64_t pl_block_table_slot(const pl_block_table *t, int32_t pos) {
+    return (int64_t)t->blocks[pos / t->block_size] * t->block_size + pos % t->block_size;
+}
+
+void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s);
+
+/* Both pools' consistency, the fill accounting and the live-table count (O(pool sizes)). */
+pl_status pl_kv_manager_check(const pl_kv_manager *m);
+
+#endif
