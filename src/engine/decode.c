@@ -451,3 +451,172 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
     free(cand);
     return PL_OK;
 }
+
+/* ---- outputs ---- */
+
+static int streams(const pl_seq_group *g) {
+    return !g->params.use_beam_search && pl_group_max_seqs(g) == g->params.n;
+}
+
+/* Push what q produced since its last delta (everything, when it finished). */
+static void emit_seq(pl_seq_group *g, pl_seq *q, int32_t index) {
+    int32_t n_out = q->n_tokens - g->n_prompt;
+    size_t upto = q->status == PL_SEQ_FINISHED ? q->text_len : q->text_safe;
+    if (upto < q->text_sent) upto = q->text_sent;
+    if (n_out == q->pending_from && upto == q->text_sent && q->status != PL_SEQ_FINISHED) return;
+    int32_t from = q->pending_from, k = n_out - from, w = n_top_of(g) + 1;
+    pl_completion_delta d = {
+        .index = index, .n_tokens = k, .token_ids = q->tokens + g->n_prompt + from,
+        .text = q->text + q->text_sent, .text_len = upto - q->text_sent,
+        .n_top = q->top ? n_top_of(g) : 0,
+        .token_logprobs = q->top ? q->logprobs + from : NULL,
+        .top = q->top ? q->top + (size_t)from * (size_t)w : NULL,
+        .finish = q->status == PL_SEQ_FINISHED ? q->finish : PL_FINISH_NONE,
+        .stop_token = q->stop_token, .stop_str = (char *)q->stop_str,
+        .cumulative_logprob = q->cum_logprob,
+    };
+    pl_out_push(g->chan, &d, d.n_top);
+    q->pending_from = n_out;
+    q->text_sent = upto;
+}
+
+static int cmp_cum(const void *a, const void *b) {
+    double x = (*(pl_seq *const *)a)->cum_logprob, y = (*(pl_seq *const *)b)->cum_logprob;
+    return x > y ? -1 : x < y ? 1 : 0;
+}
+
+/* Beam hypotheses and best_of candidates carry no streamed text: decode it whole. */
+static void finalize_text(pl_engine *e, pl_seq *q) {
+    pl_seq_group *g = q->group;
+    char *text;
+    size_t len;
+    int32_t n_out = q->n_tokens - g->n_prompt;
+    if (q->stop_token >= 0 && !g->params.include_stop_str_in_output) n_out--;
+    if (pl_detokenize(e->model->tok, q->tokens + g->n_prompt, (size_t)(n_out > 0 ? n_out : 0),
+                      g->params.skip_special_tokens, &text, &len) != PL_OK)
+        return;
+    free(q->text);
+    q->text = text;
+    q->text_len = q->text_cap = len;
+    q->text_sent = 0;
+    if (g->params.n_stop > 0) {
+        pl_stop_result r = pl_stop_scan(q->text, q->text_len, q->text_len, g->params.stop,
+                                        g->params.n_stop);
+        if (r.found) {
+            q->text_len = g->params.include_stop_str_in_output ? r.match_at + r.match_len
+                                                               : r.match_at;
+            q->stop_str = g->params.stop[r.which];
+            q->finish = PL_FINISH_STOP;
+        }
+    }
+}
+
+void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error) {
+    for (int32_t i = 0; i < g->n_seqs; i++)
+        if (g->seqs[i]->status != PL_SEQ_FINISHED) seq_finish(e, g->seqs[i], why);
+    g->finished_at = pl_now();
+    if (!g->emitted_prompt) {
+        pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, g->n_cached_tokens, g->prompt_top,
+                          g->prompt_top ? g->params.prompt_logprobs : 0);
+        g->emitted_prompt = 1;
+    }
+    if (why == PL_FINISH_ERROR || why == PL_FINISH_ABORT) {
+        /* Nothing ranked: close every completion with the reason. */
+        for (int32_t i = 0; i < g->params.n; i++) {
+            pl_seq *q = i < g->n_seqs && streams(g) ? g->seqs[i] : NULL;
+            if (q) {
+                emit_seq(g, q, i);
+            } else {
+                pl_completion_delta d = {.index = i, .text = "", .finish = why, .stop_token = -1};
+                pl_out_push(g->chan, &d, 0);
+            }
+        }
+    } else if (g->params.use_beam_search) {
+        int32_t n = g->n_beam_done < g->params.n ? g->n_beam_done : g->params.n;
+        for (int32_t i = 0; i < n; i++) {
+            finalize_text(e, g->beam_done[i]);
+            emit_seq(g, g->beam_done[i], i);
+        }
+    } else if (!streams(g)) {
+        qsort(g->seqs, (size_t)g->n_seqs, sizeof *g->seqs, cmp_cum);
+        for (int32_t i = 0; i < g->params.n && i < g->n_seqs; i++) emit_seq(g, g->seqs[i], i);
+    } else {
+        for (int32_t i = 0; i < g->n_seqs; i++) emit_seq(g, g->seqs[i], g->seqs[i]->index);
+    }
+    pl_out_finish(g->chan, error, g->arrival, g->first_token, g->finished_at);
+    pl_scheduler_remove(&e->sched, g);
+    pl_idmap_del(&e->groups, g->id);
+    e->requests_finished++;
+    pl_group_free(g);
+}
+
+/* ---- the step's logits ---- */
+
+static void prompt_logprobs(pl_engine *e, pl_seq_group *g, const pl_sched_item *it, int32_t row0) {
+    const int32_t V = e->model->hp.n_vocab, k = g->params.prompt_logprobs, w = k + 1;
+    if (!g->prompt_top) {
+        g->prompt_top = calloc((size_t)g->n_prompt * (size_t)w, sizeof *g->prompt_top);
+        if (!g->prompt_top) return;
+    }
+    for (int32_t j = 0; j < it->n; j++) {
+        int32_t pos = it->start + j + 1; /* row j predicts the token at pos */
+        if (pos >= g->n_prompt) break;
+        pl_token_logprob *dst = g->prompt_top + (size_t)pos * (size_t)w;
+        float lp;
+        pl_top_logprobs(e->sampler, e->logits + (size_t)(row0 + j) * V, k, dst, g->prompt[pos], &lp);
+        dst[k].id = g->prompt[pos];
+        dst[k].logprob = lp;
+    }
+}
+
+pl_status pl_decode_process(pl_engine *e) {
+    pl_scheduler *s = &e->sched;
+    const int32_t V = e->model->hp.n_vocab;
+    uint64_t mark = e->steps;
+    /* 1. The K/V of the scheduled tokens exist now: commit them (prefix cache), note rows. */
+    for (int32_t i = 0; i < s->n_items; i++) {
+        const pl_sched_item *it = &s->items[i];
+        pl_seq *q = it->seq;
+        pl_seq_group *g = q->group;
+        if (it->start < g->n_prompt)
+            e->prompt_tokens += (uint64_t)((it->start + it->n < g->n_prompt ? it->start + it->n
+                                                                             : g->n_prompt) -
+                                           it->start);
+        q->n_computed = it->start + it->n;
+        PL_TRY(pl_kv_commit(&e->mgr, &q->table, q->tokens, q->n_computed));
+        if (it->all_logits && e->item_row[i] >= 0) prompt_logprobs(e, g, it, e->item_row[i]);
+        q->logits_row = it->sample ? e->item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
+        if (it->sample) g->step_mark = mark;
+    }
+    /* 2. Sample, group by group (a group's sequences always sample in the same step). */
+    for (int32_t i = 0; i < s->n_items; i++) {
+        pl_seq_group *g = s->items[i].seq->group;
+        if (g->step_mark != mark) continue;
+        g->step_mark = 0; /* once per group */
+        if (g->params.use_beam_search) {
+            PL_TRY(beam_step(e, g));
+        } else if (!g->prefilled) {
+            PL_TRY(first_sample(e, g, e->logits + (size_t)g->seqs[0]->logits_row * V));
+        } else {
+            for (int32_t j = 0; j < g->n_seqs; j++) {
+                pl_seq *q = g->seqs[j];
+                if (q->status == PL_SEQ_RUNNING && q->logits_row >= 0)
+                    sample_seq(e, q, e->logits + (size_t)q->logits_row * V);
+            }
+        }
+        for (int32_t j = 0; j < g->n_seqs; j++) g->seqs[j]->logits_row = -1;
+        if (!g->prefilled) {
+            g->prefilled = 1;
+            pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, g->n_cached_tokens, g->prompt_top,
+                              g->prompt_top ? g->params.prompt_logprobs : 0);
+            g->emitted_prompt = 1;
+        }
+        if (g->n_live == 0) {
+            pl_group_finish(e, g, PL_FINISH_STOP, NULL);
+            continue;
+        }
+        if (streams(g))
+            for (int32_t j = 0; j < g->n_seqs; j++) emit_seq(g, g->seqs[j], g->seqs[j]->index);
+    }
+    return PL_OK;
+}
