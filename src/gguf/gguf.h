@@ -70,6 +70,7 @@ uint32_t pl_gguf_version(const pl_gguf *g);
 size_t pl_gguf_alignment(const pl_gguf *g);
 const char *pl_gguf_path(const pl_gguf *g);
 size_t pl_gguf_file_size(const pl_gguf *g);
+size_t pl_gguf_data_offset(const pl_gguf *g); /* file offset of the (aligned) data section */
 
 /* Metadata. Keys are looked up by exact name. */
 int64_t pl_gguf_n_kv(const pl_gguf *g);
@@ -91,6 +92,9 @@ pl_status pl_gguf_value_int(const pl_gguf *g, int64_t i, int64_t *out);
 pl_status pl_gguf_value_float(const pl_gguf *g, int64_t i, double *out);
 pl_status pl_gguf_value_str(const pl_gguf *g, int64_t i, pl_gguf_str *out);
 pl_status pl_gguf_value_arr(const pl_gguf *g, int64_t i, pl_gguf_arr *out);
+/* The encoded bytes of value i as stored in the file (after the u32 type: a scalar, a u64-length
+ * string, or an array header plus elements); `len` receives their size. */
+const void *pl_gguf_value_raw(const pl_gguf *g, int64_t i, size_t *len);
 
 /* Array element accessors; i < arr->count is the caller's precondition (asserted). */
 int64_t pl_gguf_arr_int(const pl_gguf_arr *a, uint64_t i);     /* integer or bool element */
@@ -127,6 +131,11 @@ pl_status pl_gguf_writer_add_arr(pl_gguf_writer *w, const char *key, pl_gguf_typ
                                  const void *data, uint64_t count);
 pl_status pl_gguf_writer_add_str_arr(pl_gguf_writer *w, const char *key, const char *const *strs,
                                      uint64_t count);
+/* A value of `type` given already encoded (the bytes that follow the u32 type in the file, as
+ * pl_gguf_value_raw returns them); not validated until the file is read back. Used for nested
+ * arrays and by tests to build malformed files. */
+pl_status pl_gguf_writer_add_raw(pl_gguf_writer *w, const char *key, pl_gguf_type type,
+                                 const void *value, size_t len);
 /* Tensor: data (nbytes = row size × rows) is copied when written, not at add time: the pointer
  * must stay valid until pl_gguf_writer_write returns. */
 pl_status pl_gguf_writer_add_tensor(pl_gguf_writer *w, const char *name, pl_dtype type,
