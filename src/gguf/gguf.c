@@ -342,6 +342,8 @@ static pl_status parse_kvs(reader *r) {
                  (long long)g->n_kv);
         PL_TRY(rd_str(r, &kv->key, "key"));
         if (kv->key.len == 0) return pl_fail(PL_ERR_FORMAT, "%s: the key is empty", r->what);
+        if (memchr(kv->key.ptr, 0, (size_t)kv->key.len))
+            return pl_fail(PL_ERR_FORMAT, "%s: the key contains a NUL byte", r->what);
         snprintf(r->what, sizeof r->what, "metadata key '%s'",
                  show(buf, sizeof buf, kv->key.ptr, (size_t)kv->key.len));
         if (index_put(&g->kv_index, kv->key.ptr, (size_t)kv->key.len, i) >= 0)
