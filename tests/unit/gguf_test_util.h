@@ -25,6 +25,9 @@ static int n_tmp; /* files made in tmpdir (named f0, f1, ...) */
 
 static inline int setup(void **state) {
     (void)state;
+    /* Thousands of small files are written: prefer tmpfs (/dev/shm) over a disk. */
+    snprintf(tmpdir, sizeof tmpdir, "/dev/shm/pl_test_gguf_XXXXXX");
+    if (mkdtemp(tmpdir)) return 0;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pl_test_gguf_XXXXXX");
     return mkdtemp(tmpdir) ? 0 : -1;
 }
