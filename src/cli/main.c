@@ -14,6 +14,7 @@ static const command commands[] = {
     {"generate", pl_cmd_generate, "generate text from a prompt"},
     {"tokenize", pl_cmd_tokenize, "print the token ids of a text as a JSON array"},
     {"detokenize", pl_cmd_detokenize, "print the text of token ids"},
+    {"inspect", pl_cmd_inspect, "describe a GGUF model file"},
 };
 
 static void usage(FILE *f) {

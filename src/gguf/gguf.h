@@ -4,7 +4,12 @@
  * types, arrays nested to any depth) and the tensor table. Every count, string length, array
  * length, dimension, offset and size is checked against the file before it is used: a malformed
  * file yields PL_ERR_FORMAT with a message naming the field and what was wrong, never a read out
- * of bounds. Tensor data offsets must respect `general.alignment` (default 32).
+ * of bounds. Tensor data offsets must respect `general.alignment` (default 32; a u32 power of
+ * two). Also refused as malformed: empty keys or keys with a NUL byte, duplicate keys or tensor
+ * names, bools other than 0/1, arrays nested more than 256 deep, unknown tensor type ids, n_dims
+ * outside 1..4, zero dimensions, ne[0] not a multiple of the type's block size, sizes that
+ * overflow. Versions other than 2 and 3, and big-endian files, give PL_ERR_UNSUPPORTED. Types
+ * that pagellm cannot compute are accepted here (the model loader decides).
  *
  * Strings returned by the reader (pl_gguf_str) point into the mapping and are NOT NUL-terminated;
  * they live as long as the pl_gguf. Tensor names are NUL-terminated copies.
@@ -70,6 +75,7 @@ uint32_t pl_gguf_version(const pl_gguf *g);
 size_t pl_gguf_alignment(const pl_gguf *g);
 const char *pl_gguf_path(const pl_gguf *g);
 size_t pl_gguf_file_size(const pl_gguf *g);
+size_t pl_gguf_data_offset(const pl_gguf *g); /* file offset of the (aligned) data section */
 
 /* Metadata. Keys are looked up by exact name. */
 int64_t pl_gguf_n_kv(const pl_gguf *g);
@@ -91,6 +97,9 @@ pl_status pl_gguf_value_int(const pl_gguf *g, int64_t i, int64_t *out);
 pl_status pl_gguf_value_float(const pl_gguf *g, int64_t i, double *out);
 pl_status pl_gguf_value_str(const pl_gguf *g, int64_t i, pl_gguf_str *out);
 pl_status pl_gguf_value_arr(const pl_gguf *g, int64_t i, pl_gguf_arr *out);
+/* The encoded bytes of value i as stored in the file (after the u32 type: a scalar, a u64-length
+ * string, or an array header plus elements); `len` receives their size. */
+const void *pl_gguf_value_raw(const pl_gguf *g, int64_t i, size_t *len);
 
 /* Array element accessors; i < arr->count is the caller's precondition (asserted). */
 int64_t pl_gguf_arr_int(const pl_gguf_arr *a, uint64_t i);     /* integer or bool element */
@@ -127,6 +136,11 @@ pl_status pl_gguf_writer_add_arr(pl_gguf_writer *w, const char *key, pl_gguf_typ
                                  const void *data, uint64_t count);
 pl_status pl_gguf_writer_add_str_arr(pl_gguf_writer *w, const char *key, const char *const *strs,
                                      uint64_t count);
+/* A value of `type` given already encoded (the bytes that follow the u32 type in the file, as
+ * pl_gguf_value_raw returns them); not validated until the file is read back. Used for nested
+ * arrays and by tests to build malformed files. */
+pl_status pl_gguf_writer_add_raw(pl_gguf_writer *w, const char *key, pl_gguf_type type,
+                                 const void *value, size_t len);
 /* Tensor: data (nbytes = row size × rows) is copied when written, not at add time: the pointer
  * must stay valid until pl_gguf_writer_write returns. */
 pl_status pl_gguf_writer_add_tensor(pl_gguf_writer *w, const char *name, pl_dtype type,
