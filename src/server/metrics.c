@@ -1,0 +1,180 @@
+/* server/metrics — Prometheus text exposition with vLLM's metric names.
+ *
+ * Gauges and counters come from pl_engine_get_stats at scrape time. The latency histograms are
+ * the server's: each finished request the server polled to the end adds its time to first token,
+ * its end-to-end latency, and its mean time per output token once per token after the first
+ * (so the TPOT count equals vLLM's, which observes every inter-token gap).
+ */
+#include "server/server.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                     0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+static const double TPOT_BOUNDS[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                     0.4,  0.5,   0.75, 1.0,   2.5, 5.0,  7.5, 10.0};
+static const double E2E_BOUNDS[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5,  5.0,  10.0,
+                                    15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0};
+
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static void hist_init(pl_server_hist *h, const double *b, int n) {
+    memset(h, 0, sizeof *h);
+    h->bounds = b;
+    h->n_bounds = n;
+}
+
+void pl_server_metrics_init(pl_server_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    hist_init(&m->ttft, TTFT_BOUNDS, N_OF(TTFT_BOUNDS));
+    hist_init(&m->tpot, TPOT_BOUNDS, N_OF(TPOT_BOUNDS));
+    hist_init(&m->e2e, E2E_BOUNDS, N_OF(E2E_BOUNDS));
+}
+
+void pl_server_metrics_destroy(pl_server_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void pl_server_hist_observe(pl_server_hist *h, double v, uint64_t times) {
+    if (!isfinite(v) || times == 0) return;
+    if (v < 0) v = 0;
+    int b = 0;
+    while (b < h->n_bounds && v > h->bounds[b]) b++;
+    h->counts[b] += times;
+    h->count += times;
+    h->sum += v * (double)times;
+}
+
+void pl_server_metrics_observe(pl_server_metrics *m, const pl_request_output *o,
+                               int32_t n_output_tokens, pl_finish_reason reason) {
+    pthread_mutex_lock(&m->mu);
+    if ((int)reason >= 0 && (int)reason < N_OF(m->finished)) m->finished[reason]++;
+    if (o->arrival_time > 0 && o->finish_time >= o->arrival_time)
+        pl_server_hist_observe(&m->e2e, o->finish_time - o->arrival_time, 1);
+    if (o->arrival_time > 0 && o->first_token_time >= o->arrival_time) {
+        pl_server_hist_observe(&m->ttft, o->first_token_time - o->arrival_time, 1);
+        if (n_output_tokens > 1 && o->finish_time >= o->first_token_time)
+            pl_server_hist_observe(&m->tpot,
+                                   (o->finish_time - o->first_token_time) / (n_output_tokens - 1),
+                                   (uint64_t)(n_output_tokens - 1));
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* A growing text buffer. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} strbuf;
+
+static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(strbuf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        b->cap = (b->cap + (size_t)n + 1) * 2;
+        b->s = realloc(b->s, b->cap);
+    }
+}
+
+static void metric(strbuf *b, const char *name, const char *type, const char *help,
+                   const char *labels, double v) {
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
+              labels, v);
+}
+
+static void hist(strbuf *b, const char *name, const char *help, const char *labels,
+                 const pl_server_hist *h) {
+    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n_bounds; i++) {
+        cum += h->counts[i];
+        sb_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, h->bounds[i],
+                  (unsigned long long)cum);
+    }
+    sb_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)h->count);
+    sb_printf(b, "%s_sum{%s} %.17g\n%s_count{%s} %llu\n", name, labels, h->sum, name, labels,
+              (unsigned long long)h->count);
+}
+
+char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
+                               const char *model_name) {
+    strbuf b = {malloc(4096), 0, 4096};
+    b.s[0] = 0;
+    char labels[512];
+    /* Label values escape backslash, quote and newline. */
+    size_t j = (size_t)snprintf(labels, sizeof labels, "model_name=\"");
+    for (const char *p = model_name; *p && j + 4 < sizeof labels; p++) {
+        if (*p == '\\' || *p == '"') labels[j++] = '\\';
+        if (*p == '\n') {
+            labels[j++] = '\\';
+            labels[j++] = 'n';
+            continue;
+        }
+        labels[j++] = *p;
+    }
+    snprintf(labels + j, sizeof labels - j, "\"");
+
+    metric(&b, "vllm:num_requests_running", "gauge",
+           "Number of requests in model execution batches.", labels, s->running);
+    metric(&b, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+           labels, s->waiting);
+    metric(&b, "vllm:num_requests_swapped", "gauge", "Number of requests swapped to CPU.", labels,
+           s->swapped);
+    metric(&b, "vllm:gpu_cache_usage_perc", "gauge",
+           "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use).", labels,
+           s->kv_usage);
+    metric(&b, "pagellm_kv_cache_usage_perc", "gauge",
+           "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use).", labels,
+           s->kv_usage);
+    metric(&b, "pagellm_kv_blocks_total", "gauge", "KV blocks in the pool.", labels,
+           s->blocks_total);
+    metric(&b, "pagellm_kv_blocks_used", "gauge", "KV blocks referenced by sequences.", labels,
+           s->blocks_used);
+    metric(&b, "pagellm_kv_blocks_cached", "gauge",
+           "Free KV blocks still holding prefix-cache contents.", labels, s->blocks_cached);
+    metric(&b, "pagellm_kv_cache_waste_perc", "gauge",
+           "1 - tokens stored / capacity of the used blocks.", labels, s->waste);
+    metric(&b, "vllm:prefix_cache_queries_total", "counter",
+           "Prefix cache queries, in terms of number of queried tokens.", labels,
+           (double)s->prefix_queries);
+    metric(&b, "vllm:prefix_cache_hits_total", "counter",
+           "Prefix cache hits, in terms of number of cached tokens.", labels,
+           (double)s->prefix_hits);
+    metric(&b, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
+           labels, (double)s->preemptions);
+    metric(&b, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+           labels, (double)s->prompt_tokens);
+    metric(&b, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+           labels, (double)s->generation_tokens);
+    metric(&b, "pagellm_engine_steps_total", "counter", "Engine steps run.", labels,
+           (double)s->steps);
+
+    pthread_mutex_lock(&m->mu);
+    sb_printf(&b, "# HELP vllm:request_success_total Count of finished requests by reason.\n"
+                  "# TYPE vllm:request_success_total counter\n");
+    for (int r = PL_FINISH_STOP; r <= PL_FINISH_ERROR; r++)
+        sb_printf(&b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", labels,
+                  pl_finish_reason_name((pl_finish_reason)r),
+                  (unsigned long long)m->finished[r]);
+    metric(&b, "pagellm_http_requests_total", "counter", "HTTP requests received.", labels,
+           (double)m->http_requests);
+    hist(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+         labels, &m->ttft);
+    hist(&b, "vllm:time_per_output_token_seconds",
+         "Histogram of time per output token in seconds.", labels, &m->tpot);
+    hist(&b, "vllm:e2e_request_latency_seconds",
+         "Histogram of end to end request latency in seconds.", labels, &m->e2e);
+    pthread_mutex_unlock(&m->mu);
+    return b.s;
+}

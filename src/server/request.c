@@ -1,0 +1,429 @@
+/* server/request — OpenAI / vLLM request JSON to pl_server_request, with validation.
+ *
+ * Every field is optional except the prompt (completions) or messages (chat); null means absent,
+ * unknown fields are ignored (as vLLM). A field of the wrong type or out of range is a 400 whose
+ * message and `param` name the field. Ranges follow OpenAI where it has one (temperature 0..2,
+ * top_p (0, 1], penalties -2..2) and vLLM's SamplingParams elsewhere.
+ */
+#include "server/server.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_N = 128, MAX_STOPS = 64, MAX_TOKENS_LIMIT = 1 << 24 };
+
+/* ---- typed field readers: absent or null leaves *out unchanged and returns 0 ---- */
+
+static int get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                   pl_server_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v) &&
+               fabs(json_real_value(v)) < 9e15) {
+        x = (int64_t)json_real_value(v);
+    } else {
+        return pl_server_fail(err, 400, key, "invalid_type", "'%s' must be an integer", key);
+    }
+    if (x < lo || x > hi)
+        return pl_server_fail(err, 400, key, "invalid_value",
+                              "'%s' must be in [%lld, %lld], got %lld", key, (long long)lo,
+                              (long long)hi, (long long)x);
+    *out = x;
+    return 0;
+}
+
+/* lo_open: the lower bound itself is excluded. */
+static int get_float(const json_t *o, const char *key, double lo, int lo_open, double hi,
+                     float *out, pl_server_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v))
+        return pl_server_fail(err, 400, key, "invalid_type", "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo) || (lo_open && x == lo) || !(x <= hi))
+        return pl_server_fail(err, 400, key, "invalid_value", "'%s' must be in %s%g, %g], got %g",
+                              key, lo_open ? "(" : "[", lo, hi, x);
+    *out = (float)x;
+    return 0;
+}
+
+static int get_bool(const json_t *o, const char *key, int *out, pl_server_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v))
+        return pl_server_fail(err, 400, key, "invalid_type", "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_string(const json_t *o, const char *key, char **out, pl_server_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v))
+        return pl_server_fail(err, 400, key, "invalid_type", "'%s' must be a string", key);
+    *out = strdup(json_string_value(v));
+    return 0;
+}
+
+/* A JSON array of token ids: every element an integer in [0, INT32_MAX]. */
+static int parse_ids(const json_t *a, const char *key, int32_t **ids, size_t *n,
+                     pl_server_error *err) {
+    size_t len = json_array_size(a);
+    *ids = malloc((len ? len : 1) * sizeof **ids);
+    *n = len;
+    for (size_t i = 0; i < len; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > INT32_MAX) {
+            free(*ids);
+            *ids = NULL;
+            return pl_server_fail(err, 400, key, "invalid_value",
+                                  "'%s': element %zu is not a token id (a non-negative integer)",
+                                  key, i);
+        }
+        (*ids)[i] = (int32_t)json_integer_value(v);
+    }
+    return 0;
+}
+
+/* ---- completions: prompt ---- */
+
+static int add_prompt(pl_server_request *r) {
+    r->prompts = realloc(r->prompts, (size_t)(r->n_prompts + 1) * sizeof *r->prompts);
+    memset(&r->prompts[r->n_prompts], 0, sizeof *r->prompts);
+    return r->n_prompts++;
+}
+
+/* A string, a list of strings, a list of ids, or a list of lists of ids. */
+static int parse_prompt(const json_t *o, pl_server_request *r, pl_server_error *err) {
+    json_t *p = json_object_get(o, "prompt");
+    if (!p || json_is_null(p))
+        return pl_server_fail(err, 400, "prompt", "missing_required_parameter",
+                              "'prompt' is required");
+    if (json_is_string(p)) {
+        int i = add_prompt(r);
+        r->prompts[i].text = strdup(json_string_value(p));
+        return 0;
+    }
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return pl_server_fail(err, 400, "prompt", "invalid_type",
+                              "'prompt' must be a string, a list of strings, a list of token ids "
+                              "or a list of lists of token ids, and not empty");
+    json_t *first = json_array_get(p, 0);
+    if (json_is_integer(first)) {
+        int i = add_prompt(r);
+        return parse_ids(p, "prompt", &r->prompts[i].ids, &r->prompts[i].n_ids, err);
+    }
+    size_t k;
+    json_t *v;
+    json_array_foreach(p, k, v) {
+        if (json_is_string(first) && json_is_string(v)) {
+            int i = add_prompt(r);
+            r->prompts[i].text = strdup(json_string_value(v));
+        } else if (json_is_array(first) && json_is_array(v)) {
+            int i = add_prompt(r);
+            if (parse_ids(v, "prompt", &r->prompts[i].ids, &r->prompts[i].n_ids, err)) return -1;
+        } else {
+            return pl_server_fail(err, 400, "prompt", "invalid_type",
+                                  "'prompt': element %zu does not match the first element's kind "
+                                  "(all strings, or all lists of token ids)", k);
+        }
+    }
+    return 0;
+}
+
+/* ---- chat: messages ---- */
+
+static const char *const ROLES[] = {"system", "user", "assistant", "developer", "tool"};
+
+static int parse_content(const json_t *c, size_t i, char **out, pl_server_error *err) {
+    if (!c || json_is_null(c)) {
+        *out = strdup("");
+        return 0;
+    }
+    if (json_is_string(c)) {
+        *out = strdup(json_string_value(c));
+        return 0;
+    }
+    if (!json_is_array(c))
+        return pl_server_fail(err, 400, "messages", "invalid_type",
+                              "'messages[%zu].content' must be a string or a list of parts", i);
+    size_t len = 0, k;
+    json_t *part;
+    json_array_foreach(c, k, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
+            return pl_server_fail(err, 400, "messages", "invalid_value",
+                                  "'messages[%zu].content[%zu]': only parts {\"type\": \"text\", "
+                                  "\"text\": ...} are supported", i, k);
+        len += json_string_length(text);
+    }
+    *out = malloc(len + 1);
+    len = 0;
+    json_array_foreach(c, k, part) {
+        json_t *text = json_object_get(part, "text");
+        memcpy(*out + len, json_string_value(text), json_string_length(text));
+        len += json_string_length(text);
+    }
+    (*out)[len] = 0;
+    return 0;
+}
+
+static int parse_messages(const json_t *o, pl_server_request *r, pl_server_error *err) {
+    json_t *m = json_object_get(o, "messages");
+    if (!m || json_is_null(m))
+        return pl_server_fail(err, 400, "messages", "missing_required_parameter",
+                              "'messages' is required");
+    if (!json_is_array(m))
+        return pl_server_fail(err, 400, "messages", "invalid_type", "'messages' must be a list");
+    if (json_array_size(m) == 0)
+        return pl_server_fail(err, 400, "messages", "invalid_value",
+                              "'messages' must contain at least one message");
+    r->messages = calloc(json_array_size(m), sizeof *r->messages);
+    size_t i;
+    json_t *msg;
+    json_array_foreach(m, i, msg) {
+        if (!json_is_object(msg))
+            return pl_server_fail(err, 400, "messages", "invalid_type",
+                                  "'messages[%zu]' must be an object", i);
+        json_t *role = json_object_get(msg, "role");
+        if (!json_is_string(role))
+            return pl_server_fail(err, 400, "messages", "invalid_value",
+                                  "'messages[%zu].role' must be a string", i);
+        int known = 0;
+        for (size_t k = 0; k < sizeof ROLES / sizeof ROLES[0]; k++)
+            known |= !strcmp(json_string_value(role), ROLES[k]);
+        if (!known)
+            return pl_server_fail(err, 400, "messages", "invalid_value",
+                                  "'messages[%zu].role' must be one of system, user, assistant, "
+                                  "developer, tool; got '%s'", i, json_string_value(role));
+        r->messages[i].role = strdup(json_string_value(role));
+        r->n_messages = (int)i + 1;
+        if (parse_content(json_object_get(msg, "content"), i, &r->messages[i].content, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- shared fields ---- */
+
+static int parse_stop(const json_t *o, pl_server_request *r, pl_server_error *err) {
+    json_t *s = json_object_get(o, "stop");
+    if (s && !json_is_null(s)) {
+        if (json_is_string(s)) {
+            r->stop = calloc(1, sizeof *r->stop);
+            if (json_string_length(s)) r->stop[r->params.n_stop++] = strdup(json_string_value(s));
+        } else if (json_is_array(s)) {
+            if (json_array_size(s) > MAX_STOPS)
+                return pl_server_fail(err, 400, "stop", "invalid_value",
+                                      "'stop' has %zu strings, at most %d are allowed",
+                                      json_array_size(s), MAX_STOPS);
+            r->stop = calloc(json_array_size(s) + 1, sizeof *r->stop);
+            size_t i;
+            json_t *v;
+            json_array_foreach(s, i, v) {
+                if (!json_is_string(v))
+                    return pl_server_fail(err, 400, "stop", "invalid_type",
+                                          "'stop[%zu]' must be a string", i);
+                if (json_string_length(v)) r->stop[r->params.n_stop++] = strdup(json_string_value(v));
+            }
+        } else {
+            return pl_server_fail(err, 400, "stop", "invalid_type",
+                                  "'stop' must be a string or a list of strings");
+        }
+    }
+    r->params.stop = (const char *const *)r->stop;
+    json_t *ids = json_object_get(o, "stop_token_ids");
+    if (ids && !json_is_null(ids)) {
+        if (!json_is_array(ids))
+            return pl_server_fail(err, 400, "stop_token_ids", "invalid_type",
+                                  "'stop_token_ids' must be a list of token ids");
+        size_t n;
+        if (parse_ids(ids, "stop_token_ids", &r->stop_ids, &n, err)) return -1;
+        r->params.stop_token_ids = r->stop_ids;
+        r->params.n_stop_token_ids = (int32_t)n;
+    }
+    return 0;
+}
+
+static int parse_sampling(const json_t *o, pl_server_request *r, pl_server_error *err) {
+    pl_request_params *p = &r->params;
+    pl_sampling_params *s = &p->sampling;
+    int64_t v;
+    if (get_float(o, "temperature", 0, 0, 2, &s->temperature, err) ||
+        get_float(o, "top_p", 0, 1, 1, &s->top_p, err) ||
+        get_float(o, "min_p", 0, 0, 1, &s->min_p, err) ||
+        get_float(o, "presence_penalty", -2, 0, 2, &s->presence_penalty, err) ||
+        get_float(o, "frequency_penalty", -2, 0, 2, &s->frequency_penalty, err) ||
+        get_float(o, "repetition_penalty", 0, 1, 100, &s->repetition_penalty, err) ||
+        get_float(o, "length_penalty", -100, 0, 100, &p->length_penalty, err))
+        return -1;
+    v = s->top_k;
+    if (get_int(o, "top_k", -1, INT32_MAX, &v, err)) return -1;
+    s->top_k = (int32_t)v;
+
+    v = 1;
+    if (get_int(o, "n", 1, MAX_N, &v, err)) return -1;
+    p->n = (int32_t)v;
+    v = p->n;
+    if (get_int(o, "best_of", 1, MAX_N, &v, err)) return -1;
+    if (v < p->n)
+        return pl_server_fail(err, 400, "best_of", "invalid_value",
+                              "'best_of' (%lld) must be at least 'n' (%d)", (long long)v, p->n);
+    p->best_of = (int32_t)v;
+
+    v = p->max_tokens;
+    const char *mt = r->chat && json_object_get(o, "max_completion_tokens") &&
+                             !json_is_null(json_object_get(o, "max_completion_tokens"))
+                         ? "max_completion_tokens"
+                         : "max_tokens";
+    json_t *mtv = json_object_get(o, mt);
+    r->max_tokens_given = mtv && !json_is_null(mtv);
+    if (get_int(o, mt, 1, MAX_TOKENS_LIMIT, &v, err)) return -1;
+    p->max_tokens = (int32_t)v;
+    v = 0;
+    if (get_int(o, "min_tokens", 0, MAX_TOKENS_LIMIT, &v, err)) return -1;
+    if (r->max_tokens_given && v > p->max_tokens)
+        return pl_server_fail(err, 400, "min_tokens", "invalid_value",
+                              "'min_tokens' (%lld) must not exceed '%s' (%d)", (long long)v, mt,
+                              p->max_tokens);
+    p->min_tokens = (int32_t)v;
+
+    json_t *seed = json_object_get(o, "seed");
+    if (seed && !json_is_null(seed)) {
+        if (!json_is_integer(seed))
+            return pl_server_fail(err, 400, "seed", "invalid_type", "'seed' must be an integer");
+        p->has_seed = 1;
+        p->seed = (uint64_t)json_integer_value(seed);
+    }
+    if (get_bool(o, "ignore_eos", &p->ignore_eos, err) ||
+        get_bool(o, "skip_special_tokens", &p->skip_special_tokens, err) ||
+        get_bool(o, "include_stop_str_in_output", &p->include_stop_str_in_output, err) ||
+        get_bool(o, "use_beam_search", &p->use_beam_search, err) ||
+        get_bool(o, "early_stopping", &p->early_stopping, err) ||
+        get_bool(o, "add_special_tokens", &r->add_special_tokens, err))
+        return -1;
+    return 0;
+}
+
+static int parse_stream(const json_t *o, pl_server_request *r, pl_server_error *err) {
+    if (get_bool(o, "stream", &r->stream, err)) return -1;
+    json_t *so = json_object_get(o, "stream_options");
+    if (!so || json_is_null(so)) return 0;
+    if (!json_is_object(so))
+        return pl_server_fail(err, 400, "stream_options", "invalid_type",
+                              "'stream_options' must be an object");
+    if (!r->stream)
+        return pl_server_fail(err, 400, "stream_options", "invalid_value",
+                              "'stream_options' is only allowed when 'stream' is true");
+    return get_bool(so, "include_usage", &r->include_usage, err);
+}
+
+static int parse_logprobs(const json_t *o, pl_server_request *r, int32_t max_lp,
+                          pl_server_error *err) {
+    int64_t v = -1;
+    if (r->chat) {
+        int want = 0;
+        if (get_bool(o, "logprobs", &want, err)) return -1;
+        v = 0;
+        if (get_int(o, "top_logprobs", 0, max_lp, &v, err)) return -1;
+        json_t *tl = json_object_get(o, "top_logprobs");
+        if (!want && tl && !json_is_null(tl))
+            return pl_server_fail(err, 400, "top_logprobs", "invalid_value",
+                                  "'top_logprobs' needs 'logprobs' set to true");
+        r->logprobs = want ? (int32_t)v : -1;
+    } else {
+        if (get_int(o, "logprobs", 0, max_lp, &v, err)) return -1;
+        r->logprobs = (int32_t)v;
+        if (get_bool(o, "echo", &r->echo, err)) return -1;
+    }
+    r->params.logprobs = r->logprobs;
+    v = -1;
+    if (get_int(o, "prompt_logprobs", 0, max_lp, &v, err)) return -1;
+    /* Echo with logprobs reports the prompt tokens' logprobs too (as vLLM). */
+    if (r->echo && r->logprobs > v) v = r->logprobs;
+    r->params.prompt_logprobs = (int32_t)v;
+    return 0;
+}
+
+json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err) {
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_ALLOW_NUL, &je);
+    if (!o) {
+        if (json_error_code(&je) == json_error_invalid_utf8)
+            pl_server_fail(err, 400, NULL, "invalid_utf8",
+                           "request body is not valid UTF-8 (byte %d)", je.position);
+        else
+            pl_server_fail(err, 400, NULL, "invalid_json",
+                           "request body is not valid JSON: %s (line %d, column %d)", je.text,
+                           je.line, je.column);
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        pl_server_fail(err, 400, NULL, "invalid_json", "request body must be a JSON object");
+        return NULL;
+    }
+    return o;
+}
+
+int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
+                            pl_server_request *r, pl_server_error *err) {
+    memset(r, 0, sizeof *r);
+    r->chat = chat;
+    pl_request_params_default(&r->params);
+    r->logprobs = -1;
+    r->add_special_tokens = !chat;
+    r->add_generation_prompt = 1;
+    json_t *o = pl_server_parse_json(body, len, err);
+    if (!o) return -1;
+    int rc = -1;
+    if (get_string(o, "model", &r->model, err)) goto done;
+    if (chat) {
+        if (parse_messages(o, r, err) ||
+            get_bool(o, "add_generation_prompt", &r->add_generation_prompt, err))
+            goto done;
+    } else if (parse_prompt(o, r, err)) {
+        goto done;
+    }
+    if (parse_sampling(o, r, err) || parse_stop(o, r, err) || parse_stream(o, r, err) ||
+        parse_logprobs(o, r, max_logprobs, err))
+        goto done;
+    json_t *user = json_object_get(o, "user");
+    if (user && !json_is_null(user) && !json_is_string(user)) {
+        pl_server_fail(err, 400, "user", "invalid_type", "'user' must be a string");
+        goto done;
+    }
+    if (pl_sampling_params_validate(&r->params.sampling) != PL_OK) {
+        pl_server_fail(err, 400, NULL, "invalid_value", "%s", pl_last_error());
+        goto done;
+    }
+    rc = 0;
+done:
+    json_decref(o);
+    if (rc) pl_server_request_free(r);
+    return rc;
+}
+
+void pl_server_request_free(pl_server_request *r) {
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
+    for (int i = 0; i < r->n_messages; i++) {
+        free(r->messages[i].role);
+        free(r->messages[i].content);
+    }
+    free(r->messages);
+    for (int i = 0; i < r->params.n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    free(r->stop_ids);
+    free(r->model);
+    memset(r, 0, sizeof *r);
+}

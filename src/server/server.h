@@ -1,0 +1,204 @@
+/* server/server — pagellm's OpenAI-compatible HTTP server (`pagellm serve`).
+ *
+ * What it owns: the HTTP daemon (libmicrohttpd, one thread per connection), the engine thread
+ * (the only caller of pl_engine_step), the mapping between OpenAI/vLLM JSON (jansson) and
+ * pl_request_params / pl_request_output, server-sent events, API-key auth, request size limits,
+ * Prometheus metrics and the graceful shutdown.
+ *
+ * Invariants:
+ * - Every engine request the server adds is either polled until its finished output or released
+ *   (pl_engine_release) when its client goes away: no request and no KV block outlives its HTTP
+ *   request.
+ * - A connection thread only blocks in pl_engine_poll with a bounded timeout, and checks between
+ *   waits whether its client hung up, so a disconnect is noticed within ~100 ms.
+ * - Bad input never reaches the engine unchecked: request JSON is validated here (types, ranges,
+ *   the model name, the prompt length) and answered with OpenAI's error body
+ *   {"error": {"message", "type", "param", "code"}} and a fitting status.
+ *
+ * The pure pieces (request parsing, error bodies, SSE framing, response shaping, metrics text)
+ * are declared here too so unit tests can reach them without a socket.
+ */
+#ifndef PL_SERVER_SERVER_H
+#define PL_SERVER_SERVER_H
+
+#include "pagellm.h"
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- the server ---- */
+
+typedef struct {
+    const char *host;              /* bind address, numeric IPv4/IPv6 or a name ("127.0.0.1") */
+    int port;                      /* TCP port; 0 = any free port (see pl_server_port) */
+    const char *served_model_name; /* the model's name in requests and responses */
+    const char *model_path;        /* GGUF file (chat template, /v1/models root) */
+    const char *api_key;           /* NULL or "": no auth; else /v1/* needs "Bearer KEY" */
+    size_t max_request_bytes;      /* request bodies above this get 413 (default 4 MiB) */
+    double shutdown_grace;         /* seconds in-flight requests may finish on stop (10) */
+    int32_t max_logprobs;          /* bound of logprobs / top_logprobs / prompt_logprobs (20) */
+} pl_server_config;
+
+void pl_server_config_default(pl_server_config *c);
+
+typedef struct pl_server pl_server;
+
+/* Start the engine thread and the HTTP daemon. The engine stays the caller's; it must outlive
+ * the server. */
+pl_status pl_server_start(pl_engine *e, const pl_server_config *c, pl_server **out);
+int pl_server_port(const pl_server *s);
+/* Stop accepting connections, let in-flight requests finish for up to `grace` seconds, abort
+ * what is left, stop the daemon and the engine thread, free everything. */
+void pl_server_stop(pl_server *s, double grace);
+
+/* ---- errors ---- */
+
+typedef struct {
+    int status;          /* HTTP status */
+    char message[512];   /* human-readable, names the field */
+    const char *type;    /* "invalid_request_error", "authentication_error", ... */
+    const char *param;   /* the offending field, or NULL */
+    const char *code;    /* short machine code, or NULL */
+} pl_server_error;
+
+/* Fill *e; returns -1 so handlers can `return pl_server_fail(...)`. */
+int pl_server_fail(pl_server_error *e, int status, const char *param, const char *code,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* {"error": {"message", "type", "param", "code"}} as a malloc'ed string. */
+char *pl_server_error_body(const pl_server_error *e);
+
+/* ---- requests ---- */
+
+typedef struct {
+    char *text;          /* prompt text, or NULL when given as ids */
+    int32_t *ids;        /* prompt token ids when given as ids */
+    size_t n_ids;
+} pl_server_prompt;
+
+typedef struct {
+    char *role;          /* "system", "user", "assistant", ... */
+    char *content;       /* text (content parts of type "text" are joined) */
+} pl_server_message;
+
+typedef struct {
+    int chat;                        /* 1: /v1/chat/completions, 0: /v1/completions */
+    char *model;                     /* requested model name, or NULL */
+    pl_server_prompt *prompts;       /* completions: [n_prompts] */
+    int n_prompts;
+    pl_server_message *messages;     /* chat: [n_messages] */
+    int n_messages;
+    int add_generation_prompt;       /* chat (1) */
+    pl_request_params params;        /* stop / stop_token_ids point into the fields below */
+    char **stop;                     /* [params.n_stop] */
+    int32_t *stop_ids;               /* [params.n_stop_token_ids] */
+    int max_tokens_given;            /* max_tokens was in the request (chat defaults to the rest
+                                        of the context) */
+    int stream, include_usage, echo;
+    int32_t logprobs;                /* completions: top-k; chat: top_logprobs; -1 = none */
+    int add_special_tokens;          /* completions (1), chat (0) */
+} pl_server_request;
+
+/* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Unknown fields
+ * are ignored. On success free the request with pl_server_request_free. */
+int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
+                            pl_server_request *r, pl_server_error *err);
+void pl_server_request_free(pl_server_request *r);
+
+/* Parse a body into a JSON object (400 for malformed JSON, invalid UTF-8, not an object). */
+json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err);
+
+/* ---- responses ---- */
+
+/* One completion being accumulated from deltas. */
+typedef struct {
+    char *text;                    /* output text so far (NUL-terminated) */
+    size_t len;
+    int32_t *ids;                  /* [n] output token ids */
+    float *lp;                     /* [n] chosen logprob, when logprobs were asked */
+    pl_token_logprob *top;         /* [n][n_top + 1] */
+    int32_t n, n_top;              /* tokens; top log-probabilities per token */
+    pl_finish_reason finish;
+    int32_t stop_token;            /* -1 or the stop id */
+    char *stop_str;                /* NULL or the stop string */
+} pl_server_choice;
+
+void pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d);
+void pl_server_choice_free(pl_server_choice *c);
+
+/* What response builders need to know about the request and the model. */
+typedef struct {
+    const char *id;                 /* "cmpl-..." / "chatcmpl-..." */
+    const char *model;              /* served model name */
+    int64_t created;                /* unix seconds */
+    const pl_tokenizer *tok;        /* token strings for logprobs (may be NULL: "token_id:N") */
+    int chat;
+    int logprobs;                   /* logprobs were asked */
+} pl_server_resp_ctx;
+
+/* The finish_reason / stop_reason values of a choice (json_null while running). */
+json_t *pl_server_finish_json(pl_finish_reason f);
+json_t *pl_server_stop_reason_json(pl_finish_reason f, int32_t stop_token, const char *stop_str);
+
+/* Completions logprobs object {tokens, token_logprobs, top_logprobs, text_offset} for tokens
+ * ids[0..n) (lp/top may be NULL for positions without data: JSON null). `offset0` is the
+ * text offset (in characters) of the first token. *offset_end gets the offset after the last. */
+json_t *pl_server_completion_logprobs(const pl_server_resp_ctx *x, const int32_t *ids,
+                                      const float *lp, const pl_token_logprob *top, int32_t n,
+                                      int32_t n_top, int first_null, size_t offset0,
+                                      size_t *offset_end);
+/* Chat logprobs {"content": [{token, logprob, bytes, top_logprobs: [...]}]}. */
+json_t *pl_server_chat_logprobs(const pl_server_resp_ctx *x, const int32_t *ids, const float *lp,
+                                const pl_token_logprob *top, int32_t n, int32_t n_top);
+/* {"prompt_tokens", "completion_tokens", "total_tokens"}. */
+json_t *pl_server_usage_json(int64_t prompt, int64_t completion);
+
+/* SSE framing: "data: <compact JSON>\n\n" (malloc'ed), and the closing "data: [DONE]\n\n". */
+char *pl_server_sse_event(const json_t *obj);
+extern const char PL_SERVER_SSE_DONE[];
+
+/* A token as a string for JSON: its piece with invalid UTF-8 replaced by U+FFFD (malloc'ed). */
+char *pl_server_token_str(const pl_tokenizer *t, int32_t id);
+/* Copy of s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD (malloc'ed, NUL-ended). */
+char *pl_server_utf8_sanitize(const char *s, size_t n, size_t *out_len);
+/* Unicode code points in a valid UTF-8 string (Python len()). */
+size_t pl_server_utf8_chars(const char *s, size_t n);
+
+/* ---- auth ---- */
+
+/* 1 if the Authorization header value is "Bearer KEY" for `key`; compares in time independent
+ * of where the strings differ. */
+int pl_server_auth_ok(const char *header, const char *key);
+
+/* ---- metrics ---- */
+
+enum { PL_SERVER_HIST_MAX_BUCKETS = 24 };
+
+typedef struct {
+    const double *bounds;                        /* upper bounds, ascending; +Inf implied */
+    int n_bounds;
+    uint64_t counts[PL_SERVER_HIST_MAX_BUCKETS]; /* per bucket (not cumulative); last = +Inf */
+    uint64_t count;
+    double sum;
+} pl_server_hist;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pl_server_hist ttft, tpot, e2e;  /* seconds */
+    uint64_t finished[5];            /* finished requests by pl_finish_reason */
+    uint64_t http_requests;          /* requests received */
+} pl_server_metrics;
+
+void pl_server_metrics_init(pl_server_metrics *m);
+void pl_server_metrics_destroy(pl_server_metrics *m);
+/* Record one finished request from its final output's times and token count. */
+void pl_server_metrics_observe(pl_server_metrics *m, const pl_request_output *final,
+                               int32_t n_output_tokens, pl_finish_reason reason);
+void pl_server_hist_observe(pl_server_hist *h, double v, uint64_t times);
+/* Prometheus text exposition (format 0.0.4), malloc'ed. */
+char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
+                               const char *model_name);
+
+#endif

@@ -1,0 +1,129 @@
+/* server/util — error bodies, SSE framing, UTF-8 helpers and the constant-time key check. */
+#include "server/server.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char PL_SERVER_SSE_DONE[] = "data: [DONE]\n\n";
+
+static const char *type_for_status(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 503: return "service_unavailable_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+int pl_server_fail(pl_server_error *e, int status, const char *param, const char *code,
+                   const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    e->type = type_for_status(status);
+    e->param = param;
+    e->code = code;
+    return -1;
+}
+
+char *pl_server_error_body(const pl_server_error *e) {
+    size_t n;
+    char *msg = pl_server_utf8_sanitize(e->message, strlen(e->message), &n);
+    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type",
+                          e->type ? e->type : type_for_status(e->status), "param",
+                          e->param ? json_string(e->param) : json_null(), "code",
+                          e->code ? json_string(e->code) : json_null());
+    free(msg);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+char *pl_server_sse_event(const json_t *obj) {
+    char *j = json_dumps(obj, JSON_COMPACT);
+    if (!j) return NULL;
+    size_t n = strlen(j);
+    char *s = malloc(n + 9);
+    memcpy(s, "data: ", 6);
+    memcpy(s + 6, j, n);
+    memcpy(s + 6 + n, "\n\n", 3);
+    free(j);
+    return s;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid there. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) len = 2, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, min = 0x10000;
+    else return 0;
+    if (len > n) return 0;
+    unsigned cp = c & (0xff >> (len + 1));
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+char *pl_server_utf8_sanitize(const char *s, size_t n, size_t *out_len) {
+    char *o = malloc(n * 3 + 1); /* each bad byte becomes 3 bytes of U+FFFD */
+    size_t j = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (k == 0 || (k == 1 && s[i] == 0)) { /* NUL would cut the string: replace it too */
+            memcpy(o + j, "\xef\xbf\xbd", 3);
+            j += 3;
+            i++;
+        } else {
+            memcpy(o + j, s + i, k);
+            j += k;
+            i += k;
+        }
+    }
+    o[j] = 0;
+    if (out_len) *out_len = j;
+    return o;
+}
+
+size_t pl_server_utf8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return c;
+}
+
+char *pl_server_token_str(const pl_tokenizer *t, int32_t id) {
+    char buf[256];
+    if (!t) {
+        snprintf(buf, sizeof buf, "token_id:%d", id);
+        return strdup(buf);
+    }
+    size_t n = pl_token_to_piece(t, id, buf, sizeof buf, 1);
+    if (n > sizeof buf) n = sizeof buf;
+    return pl_server_utf8_sanitize(buf, n, NULL);
+}
+
+int pl_server_auth_ok(const char *header, const char *key) {
+    static const char prefix[] = "Bearer ";
+    if (!header || !key) return 0;
+    size_t hl = strlen(header), kl = strlen(key), pl = sizeof prefix - 1;
+    /* Compare "Bearer KEY" against the header over the expected length, touching every byte
+     * whatever the contents, so timing tells nothing about where they differ. */
+    unsigned diff = (unsigned)(hl != pl + kl);
+    for (size_t i = 0; i < pl + kl; i++) {
+        char want = i < pl ? prefix[i] : key[i - pl];
+        char got = hl ? header[i % hl] : 0;
+        diff |= (unsigned)(unsigned char)(want ^ got);
+    }
+    return diff == 0;
+}
