@@ -64,5 +64,11 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a);
  * a different pool than src_*). */
 void pl_kv_copy_blocks(const pl_kv_layout *l, const void *src_k, const void *src_v, void *dst_k,
                        void *dst_v, const int32_t *src, const int32_t *dst, int32_t n);
+/* The same between two pools whose layouts differ only in num_blocks (a swap pool is usually
+ * smaller or larger than the primary one): src ids are checked against src_l, dst ids against
+ * dst_l. */
+void pl_kv_copy_blocks_between(const pl_kv_layout *src_l, const void *src_k, const void *src_v,
+                               const pl_kv_layout *dst_l, void *dst_k, void *dst_v,
+                               const int32_t *src, const int32_t *dst, int32_t n);
 
 #endif
