@@ -165,26 +165,52 @@ static int64_t seq_items(const attn_ctx *c, int32_t i) {
     return tiles * c->l->n_kv_heads;
 }
 
+/* Row pointers of cache positions [t0, t0 + nk) of KV head g through the block table. */
+static void gather_tile(const pl_kv_layout *l, const pl_attn_args *a, const int32_t *btab,
+                        int32_t g, int32_t t0, int32_t nk, const void **krow, const void **vrow) {
+    const int32_t bs = l->block_size;
+    int32_t bi = t0 / bs, off = t0 % bs;
+    for (int32_t j = 0; j < nk; j++) {
+        int32_t b = btab[bi];
+        PL_ASSERT(b >= 0 && b < l->num_blocks);
+        size_t o = row_offset(l, b, g, off);
+        krow[j] = (const char *)a->k_cache + o;
+        vrow[j] = (const char *)a->v_cache + o;
+        if (++off == bs) { off = 0; bi++; }
+    }
+}
+
+/* Ask for the next tile's rows while this one computes: every block is a new page, where the
+ * hardware prefetchers start cold, so without this the kernel waits on DRAM latency. */
+static void prefetch_rows(const void *const *rows, int32_t nk, size_t row_bytes) {
+    for (int32_t j = 0; j < nk; j++)
+        for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch((const char *)rows[j] + b);
+}
+
+static int32_t tile_len(int32_t t0, int32_t last) {
+    return last + 1 - t0 < PL_ATTN_KT ? last + 1 - t0 : PL_ATTN_KT;
+}
+
 /* Query rows [r0, r1) of sequence i, KV head g. */
 static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_t r1) {
     const pl_kv_layout *l = c->l;
     const pl_attn_args *a = c->a;
-    const int32_t hd = l->head_dim, G = c->group, bs = l->block_size;
+    const int32_t hd = l->head_dim, G = c->group;
     const int32_t q_len = seq_q_len(a, i), ctx_len = a->context_lens[i];
     const int32_t *btab = a->block_tables + (size_t)i * (size_t)a->max_blocks;
     const int32_t row_base = a->seq_start[i];
     const size_t row_stride = (size_t)a->n_heads * (size_t)hd;
-    const int f16 = l->dtype == PL_DT_F16;
+    const size_t row_bytes = (size_t)hd * elem_bytes(l->dtype);
 
     _Alignas(64) float qbuf[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
     _Alignas(64) float acc[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
     _Alignas(64) float s[PL_ATTN_MAXQ * PL_ATTN_KT];
     float m[PL_ATTN_MAXQ], lsum[PL_ATTN_MAXQ];
     int32_t pos[PL_ATTN_MAXQ], nvis[PL_ATTN_MAXQ];
-    const void *krow[PL_ATTN_KT], *vrow[PL_ATTN_KT];
+    const void *rows[2][2][PL_ATTN_KT]; /* [this tile, next tile][K, V][position] */
 
-    pl_attn_tile t = {.head_dim = hd, .f16 = f16, .scale = a->scale, .nvis = nvis, .q = qbuf,
-                      .krow = krow, .vrow = vrow, .m = m, .l = lsum, .acc = acc, .s = s};
+    pl_attn_tile t = {.head_dim = hd, .f16 = l->dtype == PL_DT_F16, .scale = a->scale,
+                      .nvis = nvis, .q = qbuf, .m = m, .l = lsum, .acc = acc, .s = s};
 
     const int32_t n_vec = (r1 - r0) * G; /* vector v: row r0 + v / G, head g * G + v % G */
     for (int32_t v0 = 0; v0 < n_vec; v0 += PL_ATTN_MAXQ) {
@@ -200,22 +226,23 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
         memset(acc, 0, (size_t)nq * hd * sizeof(float));
         const int32_t last = pos[nq - 1]; /* vectors are in row order: the last sees the most */
         t.nq = nq;
-        for (int32_t t0 = 0; t0 <= last; t0 += PL_ATTN_KT) {
-            const int32_t nk = last + 1 - t0 < PL_ATTN_KT ? last + 1 - t0 : PL_ATTN_KT;
-            int32_t bi = t0 / bs, off = t0 % bs;
-            for (int32_t j = 0; j < nk; j++) {
-                int32_t b = btab[bi];
-                PL_ASSERT(b >= 0 && b < l->num_blocks);
-                size_t o = row_offset(l, b, g, off);
-                krow[j] = (const char *)a->k_cache + o;
-                vrow[j] = (const char *)a->v_cache + o;
-                if (++off == bs) { off = 0; bi++; }
+        int cur = 0;
+        gather_tile(l, a, btab, g, 0, tile_len(0, last), rows[0][0], rows[0][1]);
+        for (int32_t t0 = 0; t0 <= last; t0 += PL_ATTN_KT, cur ^= 1) {
+            const int32_t nk = tile_len(t0, last), t1 = t0 + PL_ATTN_KT;
+            if (t1 <= last) {
+                const int32_t nk1 = tile_len(t1, last);
+                gather_tile(l, a, btab, g, t1, nk1, rows[cur ^ 1][0], rows[cur ^ 1][1]);
+                prefetch_rows(rows[cur ^ 1][0], nk1, row_bytes);
+                prefetch_rows(rows[cur ^ 1][1], nk1, row_bytes);
             }
             for (int32_t v = 0; v < nq; v++) {
                 int32_t n = pos[v] + 1 - t0;
                 nvis[v] = n < 0 ? 0 : n > nk ? nk : n;
             }
             t.nk = nk;
+            t.krow = rows[cur][0];
+            t.vrow = rows[cur][1];
             c->tile_fn(&t);
         }
         for (int32_t v = 0; v < nq; v++) {
