@@ -4,11 +4,15 @@
  * block copy, the work split over threads, the driver that walks one work item's positions tile
  * by tile through the block table, the scalar tile function, and the plain scalar reference.
  *
- * Work items are (sequence, KV head, tile of ITEM_ROWS query rows). Their shape depends only on
- * the sequence (its q_len) and the model (GQA ratio), never on the thread count; threads take
- * items from a shared counter. Each item is computed by one thread from start to end, so an
- * output row gets the same arithmetic whatever thread computes it and whatever else is in the
- * batch.
+ * Work items are (sequence, KV head, tile of PL_ATTN_MAXQ / group query rows). Their shape
+ * depends only on the sequence (its q_len) and the model (GQA ratio), never on the thread count;
+ * threads take items from a shared counter, a prefill's costliest (last) row tiles first. Each
+ * item is computed by one thread from start to end, and the tile functions treat every query
+ * vector independently (attention_impl.h), so an output row gets the same arithmetic whatever
+ * thread computes it and whatever else is in the batch.
+ *
+ * No heap and no per-context scratch: one item's state (its queries, accumulators, one tile of
+ * scores) is ~70 KB of stack.
  */
 #include "kernels/attention.h"
 
@@ -265,8 +269,9 @@ static void attn_job(void *p, int ith, int nth) {
         int64_t idx = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
         if (idx >= c->n_items) return;
         while (idx >= base + seq_items(c, seq)) base += seq_items(c, seq++);
-        int64_t k = idx - base;
-        int32_t tile = (int32_t)(k / n_kv), g = (int32_t)(k % n_kv);
+        /* a prefill's last row tiles see the most positions: hand them out first */
+        int64_t k = idx - base, n_tiles = seq_items(c, seq) / n_kv;
+        int32_t tile = (int32_t)(n_tiles - 1 - k / n_kv), g = (int32_t)(k % n_kv);
         int32_t r0 = tile * c->item_rows, r1 = r0 + c->item_rows;
         int32_t q_len = seq_q_len(c->a, seq);
         run_item(c, seq, g, r0, r1 < q_len ? r1 : q_len);
@@ -276,7 +281,7 @@ static void attn_job(void *p, int ith, int nth) {
 static void check_args(const pl_kv_layout *l, const pl_attn_args *a) {
     check_layout(l);
     PL_ASSERT(a->n_heads > 0 && a->n_heads % l->n_kv_heads == 0);
-    PL_ASSERT(a->n_seqs >= 0 && a->max_blocks > 0);
+    PL_ASSERT(a->n_seqs >= 0 && (a->n_seqs == 0 || a->max_blocks > 0));
     PL_ASSERT(a->seq_start[0] >= 0);
     for (int32_t i = 0; i < a->n_seqs; i++) {
         int32_t q_len = seq_q_len(a, i);
