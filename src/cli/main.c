@@ -12,6 +12,7 @@ typedef struct {
 
 static const command commands[] = {
     {"generate", pl_cmd_generate, "generate text from a prompt"},
+    {"inspect", pl_cmd_inspect, "describe a GGUF model file"},
 };
 
 static void usage(FILE *f) {

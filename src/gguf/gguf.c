@@ -342,6 +342,8 @@ static pl_status parse_kvs(reader *r) {
                  (long long)g->n_kv);
         PL_TRY(rd_str(r, &kv->key, "key"));
         if (kv->key.len == 0) return pl_fail(PL_ERR_FORMAT, "%s: the key is empty", r->what);
+        if (memchr(kv->key.ptr, 0, (size_t)kv->key.len))
+            return pl_fail(PL_ERR_FORMAT, "%s: the key contains a NUL byte", r->what);
         snprintf(r->what, sizeof r->what, "metadata key '%s'",
                  show(buf, sizeof buf, kv->key.ptr, (size_t)kv->key.len));
         if (index_put(&g->kv_index, kv->key.ptr, (size_t)kv->key.len, i) >= 0)
@@ -461,11 +463,13 @@ static pl_status place_data(pl_gguf *g, size_t infos_end) {
     for (int64_t i = 0; i < g->n_tensors; i++) {
         pl_gguf_tensor *t = &g->tensors[i];
         uint64_t room = g->size > g->data_start ? g->size - g->data_start : 0;
+        char buf[96];
         if (t->offset > room || t->nbytes > room - t->offset)
             return pl_fail(PL_ERR_FORMAT,
                            "tensor %lld '%s': offset %llu + %zu bytes is beyond the end of the "
                            "file (%zu bytes; the data section starts at %zu)",
-                           (long long)i, t->name, (unsigned long long)t->offset, t->nbytes,
+                           (long long)i, show(buf, sizeof buf, t->name, strlen(t->name)),
+                           (unsigned long long)t->offset, t->nbytes,
                            g->size, g->data_start);
         t->data = g->base + g->data_start + t->offset;
     }
@@ -629,8 +633,9 @@ static double elem_float(pl_gguf_type t, const uint8_t *p) {
 }
 
 static pl_status wrong_type(const pl_gguf *g, int64_t i, const char *expected) {
-    return pl_fail(PL_ERR_FORMAT, "metadata key '%.*s' has type %s, expected %s",
-                   (int)(g->kvs[i].key.len > 200 ? 200 : g->kvs[i].key.len), g->kvs[i].key.ptr,
+    char buf[96];
+    return pl_fail(PL_ERR_FORMAT, "metadata key '%s' has type %s, expected %s",
+                   show(buf, sizeof buf, g->kvs[i].key.ptr, (size_t)g->kvs[i].key.len),
                    pl_gguf_type_name(g->kvs[i].type), expected);
 }
 
@@ -645,9 +650,11 @@ pl_status pl_gguf_value_int(const pl_gguf *g, int64_t i, int64_t *out) {
     const gguf_kv *kv = &g->kvs[i];
     if (!is_int_type(kv->type)) return wrong_type(g, i, "an integer");
     int64_t v = elem_int(kv->type, g->base + kv->val_off);
+    char buf[96];
     if (kv->type == PL_GGUF_UINT64 && v < 0)
-        return pl_fail(PL_ERR_FORMAT, "metadata key '%.*s': value %llu does not fit in int64",
-                       (int)kv->key.len, kv->key.ptr, (unsigned long long)v);
+        return pl_fail(PL_ERR_FORMAT, "metadata key '%s': value %llu does not fit in int64",
+                       show(buf, sizeof buf, kv->key.ptr, (size_t)kv->key.len),
+                       (unsigned long long)v);
     *out = v;
     return PL_OK;
 }

@@ -4,7 +4,12 @@
  * types, arrays nested to any depth) and the tensor table. Every count, string length, array
  * length, dimension, offset and size is checked against the file before it is used: a malformed
  * file yields PL_ERR_FORMAT with a message naming the field and what was wrong, never a read out
- * of bounds. Tensor data offsets must respect `general.alignment` (default 32).
+ * of bounds. Tensor data offsets must respect `general.alignment` (default 32; a u32 power of
+ * two). Also refused as malformed: empty keys or keys with a NUL byte, duplicate keys or tensor
+ * names, bools other than 0/1, arrays nested more than 256 deep, unknown tensor type ids, n_dims
+ * outside 1..4, zero dimensions, ne[0] not a multiple of the type's block size, sizes that
+ * overflow. Versions other than 2 and 3, and big-endian files, give PL_ERR_UNSUPPORTED. Types
+ * that pagellm cannot compute are accepted here (the model loader decides).
  *
  * Strings returned by the reader (pl_gguf_str) point into the mapping and are NOT NUL-terminated;
  * they live as long as the pl_gguf. Tensor names are NUL-terminated copies.
