@@ -14,11 +14,12 @@
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
 
 AI float f16_at(const uint8_t *p) {
     pl_f16 h;
     memcpy(&h, p, sizeof h);
-    return pl_f16_to_f32(h);
+    return _cvtsh_ss(h);
 }
 
 AI float hsum8(__m256 v) {
@@ -38,12 +39,12 @@ AI __m128i load_u16_tail(const void *p, int64_t n) {
 AI __m256 bf16x8(__m128i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)); }
 
 #define ZERO_TILE(acc)                                                                      \
-    for (int r = 0; r < NR; r++)                                                            \
-        for (int b = 0; b < NB; b++) acc[r][b] = _mm256_setzero_ps()
+    UNROLL for (int r = 0; r < NR; r++)                                                            \
+        UNROLL for (int b = 0; b < NB; b++) acc[r][b] = _mm256_setzero_ps()
 
 #define STORE_TILE(acc)                                                                     \
-    for (int r = 0; r < NR; r++)                                                            \
-        for (int b = 0; b < NB; b++) y[b * ldy + r] = hsum8(acc[r][b])
+    UNROLL for (int r = 0; r < NR; r++)                                                            \
+        UNROLL for (int b = 0; b < NB; b++) y[b * ldy + r] = hsum8(acc[r][b])
 
 /* Float types: WLOAD(ptr, c, n) / XLOAD(ptr, c, n) give 8 f32 lanes from element c, n valid. */
 #define FLOAT_BODY(name, WLOAD, XLOAD)                                                      \
@@ -54,10 +55,10 @@ AI __m256 bf16x8(__m128i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm25
         for (int64_t c = 0; c < cols; c += 8) {                                             \
             int64_t n = cols - c < 8 ? cols - c : 8;                                        \
             __m256 wv[4];                                                                   \
-            for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, n);                   \
-            for (int b = 0; b < NB; b++) {                                                  \
+            UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, n);                   \
+            UNROLL for (int b = 0; b < NB; b++) {                                                  \
                 __m256 xv = XLOAD(a + b * as, c, n);                                        \
-                for (int r = 0; r < NR; r++) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]); \
+                UNROLL for (int r = 0; r < NR; r++) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]); \
             }                                                                               \
         }                                                                                   \
         STORE_TILE(acc);                                                                    \
@@ -93,17 +94,17 @@ AI void q8_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     for (int64_t k = 0; k < cols / PL_QK; k++) {
         __m256i wv[4], aw[4];
         float dw[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + k * sizeof(pl_block_q8_0);
             wv[r] = _mm256_loadu_si256((const __m256i *)(p + 2));
             aw[r] = _mm256_abs_epi8(wv[r]);
             dw[r] = f16_at(p);
         }
-        for (int b = 0; b < NB; b++) {
+        UNROLL for (int b = 0; b < NB; b++) {
             const uint8_t *ab = a + b * as;
             __m256i xv = _mm256_loadu_si256((const __m256i *)(ab + k * PL_QK));
             float dx = ((const float *)(ab + cols))[k];
-            for (int r = 0; r < NR; r++) {
+            UNROLL for (int r = 0; r < NR; r++) {
                 __m256i p16 = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r]));
                 __m256i s = _mm256_madd_epi16(p16, ones);
                 acc[r][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[r] * dx), acc[r][b]);
@@ -125,7 +126,7 @@ AI void q4_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     for (; k + 2 <= nblk; k += 2) {
         __m256i q1[4], q2[4];
         float dA[4], dB[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + k * sizeof(pl_block_q4_0);
             __m256i v = _mm256_inserti128_si256(
                 _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + 2))),
@@ -135,13 +136,13 @@ AI void q4_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
             dA[r] = f16_at(p);
             dB[r] = f16_at(p + 18);
         }
-        for (int b = 0; b < NB; b++) {
+        UNROLL for (int b = 0; b < NB; b++) {
             const uint8_t *ab = a + b * as;
             __m256i x1 = _mm256_loadu_si256((const __m256i *)(ab + k * PL_QK));
             __m256i x2 = _mm256_loadu_si256((const __m256i *)(ab + k * PL_QK + 32));
             __m256i off = _mm256_add_epi16(_mm256_maddubs_epi16(eight, x1), _mm256_maddubs_epi16(eight, x2));
             const float *dx = (const float *)(ab + cols) + k;
-            for (int r = 0; r < NR; r++) {
+            UNROLL for (int r = 0; r < NR; r++) {
                 __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(q1[r], x1), _mm256_maddubs_epi16(q2[r], x2));
                 __m256i s = _mm256_madd_epi16(_mm256_sub_epi16(p16, off), ones);
                 __m256 sc = _mm256_set_m128(_mm_set1_ps(dB[r] * dx[1]), _mm_set1_ps(dA[r] * dx[0]));
@@ -152,18 +153,18 @@ AI void q4_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     if (k < nblk) { /* lone last block, natural order */
         __m256i q[4];
         float dA[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + k * sizeof(pl_block_q4_0);
             __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
             q[r] = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), low);
             dA[r] = f16_at(p);
         }
-        for (int b = 0; b < NB; b++) {
+        UNROLL for (int b = 0; b < NB; b++) {
             const uint8_t *ab = a + b * as;
             __m256i xv = _mm256_loadu_si256((const __m256i *)(ab + k * PL_QK));
             __m256i off = _mm256_maddubs_epi16(eight, xv);
             float dx = ((const float *)(ab + cols))[k];
-            for (int r = 0; r < NR; r++) {
+            UNROLL for (int r = 0; r < NR; r++) {
                 __m256i s = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q[r], xv), off), ones);
                 acc[r][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dA[r] * dx), acc[r][b]);
             }

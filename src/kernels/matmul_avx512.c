@@ -19,27 +19,37 @@
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
 
 AI float f16_at(const uint8_t *p) {
     pl_f16 h;
     memcpy(&h, p, sizeof h);
-    return pl_f16_to_f32(h);
+    return _cvtsh_ss(h);
 }
 
-AI __m512 lanes_of_two(const __m512i idx, float a, float b) {
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(a, b, 0.0f, 0.0f)));
+/* The f16 values at pa and pb spread over the lanes by idx (0 -> *pa, 1 -> *pb). */
+AI __m512 lanes_of_two_f16(const __m512i idx, const uint8_t *pa, const uint8_t *pb) {
+    pl_f16 ha, hb;
+    memcpy(&ha, pa, sizeof ha);
+    memcpy(&hb, pb, sizeof hb);
+    __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | ((uint32_t)hb << 16))));
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+AI __m512 lanes_of_two(const __m512i idx, const float *d) {
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)d))));
 }
 
 AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512(), v, 0); }
 
 /* Store the lane sums of acc[r][b] to y[b * ldy + r]. */
 #define STORE_TILE(acc)                                                                     \
-    for (int r = 0; r < NR; r++)                                                            \
-        for (int b = 0; b < NB; b++) y[b * ldy + r] = _mm512_reduce_add_ps(acc[r][b])
+    UNROLL for (int r = 0; r < NR; r++)                                                            \
+        UNROLL for (int b = 0; b < NB; b++) y[b * ldy + r] = _mm512_reduce_add_ps(acc[r][b])
 
 #define ZERO_TILE(acc)                                                                      \
-    for (int r = 0; r < NR; r++)                                                            \
-        for (int b = 0; b < NB; b++) acc[r][b] = _mm512_setzero_ps()
+    UNROLL for (int r = 0; r < NR; r++)                                                            \
+        UNROLL for (int b = 0; b < NB; b++) acc[r][b] = _mm512_setzero_ps()
 
 /* ---- f32 / f16 / bf16 ---------------------------------------------------------------------- */
 
@@ -50,10 +60,10 @@ AI void f32_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
     for (int64_t c = 0; c < cols; c += 16) {
         __mmask16 m = cols - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cols - c)) - 1);
         __m512 wv[4];
-        for (int r = 0; r < NR; r++) wv[r] = _mm512_maskz_loadu_ps(m, (const float *)(w + r * ws) + c);
-        for (int b = 0; b < NB; b++) {
+        UNROLL for (int r = 0; r < NR; r++) wv[r] = _mm512_maskz_loadu_ps(m, (const float *)(w + r * ws) + c);
+        UNROLL for (int b = 0; b < NB; b++) {
             __m512 xv = _mm512_maskz_loadu_ps(m, (const float *)(a + b * as) + c);
-            for (int r = 0; r < NR; r++) acc[r][b] = _mm512_fmadd_ps(wv[r], xv, acc[r][b]);
+            UNROLL for (int r = 0; r < NR; r++) acc[r][b] = _mm512_fmadd_ps(wv[r], xv, acc[r][b]);
         }
     }
     STORE_TILE(acc);
@@ -66,11 +76,11 @@ AI void f16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
     for (int64_t c = 0; c < cols; c += 16) {
         __mmask16 m = cols - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cols - c)) - 1);
         __m512 wv[4];
-        for (int r = 0; r < NR; r++)
+        UNROLL for (int r = 0; r < NR; r++)
             wv[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const pl_f16 *)(w + r * ws) + c));
-        for (int b = 0; b < NB; b++) {
+        UNROLL for (int b = 0; b < NB; b++) {
             __m512 xv = _mm512_maskz_loadu_ps(m, (const float *)(a + b * as) + c);
-            for (int r = 0; r < NR; r++) acc[r][b] = _mm512_fmadd_ps(wv[r], xv, acc[r][b]);
+            UNROLL for (int r = 0; r < NR; r++) acc[r][b] = _mm512_fmadd_ps(wv[r], xv, acc[r][b]);
         }
     }
     STORE_TILE(acc);
@@ -83,11 +93,11 @@ AI void bf16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     for (int64_t c = 0; c < cols; c += 32) {
         __mmask32 m = cols - c >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (cols - c)) - 1);
         __m512bh wv[4];
-        for (int r = 0; r < NR; r++)
+        UNROLL for (int r = 0; r < NR; r++)
             wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, (const pl_bf16 *)(w + r * ws) + c);
-        for (int b = 0; b < NB; b++) {
+        UNROLL for (int b = 0; b < NB; b++) {
             __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, (const pl_bf16 *)(a + b * as) + c);
-            for (int r = 0; r < NR; r++) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], wv[r], xv);
+            UNROLL for (int r = 0; r < NR; r++) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], wv[r], xv);
         }
     }
     STORE_TILE(acc);
@@ -98,13 +108,13 @@ AI void bf16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
 /* One step over two blocks (or the lone last one): wq[r] unsigned weight bytes, dw[r] weight
  * scales per lane, x at xq, activation scales per lane from dx, offset `off` per weight byte. */
 #define Q80_STEP(XLOAD, DXLOAD)                                                             \
-    for (int b = 0; b < NB; b++) {                                                          \
+    UNROLL for (int b = 0; b < NB; b++) {                                                          \
         const uint8_t *ab = a + b * as;                                                     \
         __m512i xv = XLOAD;                                                                 \
         __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(),                              \
                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xv)); \
         __m512 dx = DXLOAD;                                                                 \
-        for (int r = 0; r < NR; r++) {                                                      \
+        UNROLL for (int r = 0; r < NR; r++) {                                                      \
             __m512i s = _mm512_dpbusd_epi32(neg, wq[r], xv);                                \
             acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], dx), acc[r][b]); \
         }                                                                                   \
@@ -121,21 +131,19 @@ AI void q8_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     for (; k + 2 <= nblk; k += 2) {
         __m512i wq[4];
         __m512 dw[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + k * sizeof(pl_block_q8_0);
             __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
             __m256i hi = _mm256_loadu_si256((const __m256i *)(p + 36));
             wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), off);
-            dw[r] = lanes_of_two(idx, f16_at(p), f16_at(p + 34));
+            dw[r] = lanes_of_two_f16(idx, p, p + 34);
         }
-        const float *d;
-        Q80_STEP(_mm512_loadu_si512(ab + k * PL_QK),
-                 (d = (const float *)(ab + cols) + k, lanes_of_two(idx, d[0], d[1])))
+        Q80_STEP(_mm512_loadu_si512(ab + k * PL_QK), lanes_of_two(idx, (const float *)(ab + cols) + k))
     }
     if (k < nblk) {
         __m512i wq[4];
         __m512 dw[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + k * sizeof(pl_block_q8_0);
             __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
             wq[r] = zext256(_mm256_xor_si256(lo, _mm512_castsi512_si256(off)));
@@ -160,23 +168,21 @@ AI void q4_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     for (; k + 2 <= nblk; k += 2) {
         __m512i wq[4];
         __m512 dw[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + k * sizeof(pl_block_q4_0);
             __m256i v = _mm256_inserti128_si256(
                 _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + 2))),
                 _mm_loadu_si128((const __m128i *)(p + 20)), 1);
             wq[r] = _mm512_and_si512(
                 _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low);
-            dw[r] = lanes_of_two(idx, f16_at(p), f16_at(p + 18));
+            dw[r] = lanes_of_two_f16(idx, p, p + 18);
         }
-        const float *d;
-        Q80_STEP(_mm512_loadu_si512(ab + k * PL_QK),
-                 (d = (const float *)(ab + cols) + k, lanes_of_two(idx, d[0], d[1])))
+        Q80_STEP(_mm512_loadu_si512(ab + k * PL_QK), lanes_of_two(idx, (const float *)(ab + cols) + k))
     }
     if (k < nblk) { /* lone last block, natural order */
         __m512i wq[4];
         __m512 dw[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + k * sizeof(pl_block_q4_0);
             __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
             __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
@@ -218,7 +224,7 @@ AI void k45_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
         __m512i sc16[4], qh2[4];
         __m256i mdup[4];
         __m512 dv[4], dmv[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + i * bsz;
             uint64_t sc, m;
             kscales8(p + 4, &sc, &m);
@@ -233,12 +239,12 @@ AI void k45_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
             }
         }
         __m512i iacc[4][4];
-        for (int r = 0; r < NR; r++)
-            for (int b = 0; b < NB; b++) iacc[r][b] = _mm512_setzero_si512();
-        for (int g = 0; g < 4; g++) {
+        UNROLL for (int r = 0; r < NR; r++)
+            UNROLL for (int b = 0; b < NB; b++) iacc[r][b] = _mm512_setzero_si512();
+        UNROLL for (int g = 0; g < 4; g++) {
             const __m512i idx = _mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * g)));
             __m512i q[4], scv[4];
-            for (int r = 0; r < NR; r++) {
+            UNROLL for (int r = 0; r < NR; r++) {
                 const uint8_t *p = w + r * ws + i * bsz + qs_off + 32 * g;
                 __m256i v = _mm256_loadu_si256((const __m256i *)p);
                 q[r] = _mm512_and_si512(
@@ -249,16 +255,16 @@ AI void k45_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                 }
                 scv[r] = _mm512_permutexvar_epi16(idx, sc16[r]);
             }
-            for (int b = 0; b < NB; b++) {
+            UNROLL for (int b = 0; b < NB; b++) {
                 __m512i xv = _mm512_loadu_si512(Q8K(b, i)->qs + 64 * g);
-                for (int r = 0; r < NR; r++)
+                UNROLL for (int r = 0; r < NR; r++)
                     iacc[r][b] = _mm512_dpwssd_epi32(iacc[r][b], _mm512_maddubs_epi16(q[r], xv), scv[r]);
             }
         }
-        for (int b = 0; b < NB; b++) {
+        UNROLL for (int b = 0; b < NB; b++) {
             __m512 dx = _mm512_set1_ps(Q8K(b, i)->d);
             __m256i bs = _mm256_loadu_si256((const __m256i *)Q8K(b, i)->bsums);
-            for (int r = 0; r < NR; r++) {
+            UNROLL for (int r = 0; r < NR; r++) {
                 __m512i mi = zext256(_mm256_madd_epi16(bs, mdup[r]));
                 acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][b]), _mm512_mul_ps(dv[r], dx), acc[r][b]);
                 acc[r][b] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmv[r], dx), acc[r][b]);
@@ -292,27 +298,27 @@ AI void q6_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     for (int64_t i = 0; i < cols / PL_QK_K; i++) {
         __m512i sc16[4];
         __m512 dv[4];
-        for (int r = 0; r < NR; r++) {
+        UNROLL for (int r = 0; r < NR; r++) {
             const pl_block_q6_K *blk = (const pl_block_q6_K *)(w + r * ws) + i;
             sc16[r] = _mm512_castsi256_si512(
                 _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales)));
             dv[r] = _mm512_set1_ps(f16_at((const uint8_t *)&blk->d));
         }
         __m512i iacc[4][4];
-        for (int r = 0; r < NR; r++)
-            for (int b = 0; b < NB; b++) iacc[r][b] = _mm512_setzero_si512();
-        for (int half = 0; half < 2; half++) {
+        UNROLL for (int r = 0; r < NR; r++)
+            UNROLL for (int b = 0; b < NB; b++) iacc[r][b] = _mm512_setzero_si512();
+        UNROLL for (int half = 0; half < 2; half++) {
             __m512i ql[4], qh[4];
-            for (int r = 0; r < NR; r++) {
+            UNROLL for (int r = 0; r < NR; r++) {
                 const pl_block_q6_K *blk = (const pl_block_q6_K *)(w + r * ws) + i;
                 ql[r] = _mm512_loadu_si512(blk->ql + 64 * half);
                 __m256i h = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * half));
                 qh[r] = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
             }
-            for (int part = 0; part < 2; part++) {
+            UNROLL for (int part = 0; part < 2; part++) {
                 const __m512i idx = _mm512_add_epi16(idxb, _mm512_set1_epi16((short)(8 * half + 4 * part)));
                 __m512i q[4], scv[4];
-                for (int r = 0; r < NR; r++) {
+                UNROLL for (int r = 0; r < NR; r++) {
                     if (part == 0)
                         q[r] = _mm512_or_si512(_mm512_and_si512(ql[r], low),
                                                _mm512_and_si512(_mm512_slli_epi16(qh[r], 4), c30));
@@ -321,17 +327,17 @@ AI void q6_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
                                                _mm512_and_si512(qh[r], c30));
                     scv[r] = _mm512_permutexvar_epi16(idx, sc16[r]);
                 }
-                for (int b = 0; b < NB; b++) {
+                UNROLL for (int b = 0; b < NB; b++) {
                     __m512i xv = _mm512_loadu_si512(Q8K(b, i)->qs + 128 * half + 64 * part);
-                    for (int r = 0; r < NR; r++)
+                    UNROLL for (int r = 0; r < NR; r++)
                         iacc[r][b] = _mm512_dpwssd_epi32(iacc[r][b], _mm512_maddubs_epi16(q[r], xv), scv[r]);
                 }
             }
         }
-        for (int b = 0; b < NB; b++) {
+        UNROLL for (int b = 0; b < NB; b++) {
             __m512 dx = _mm512_set1_ps(Q8K(b, i)->d);
             __m256i bs = _mm256_loadu_si256((const __m256i *)Q8K(b, i)->bsums);
-            for (int r = 0; r < NR; r++) {
+            UNROLL for (int r = 0; r < NR; r++) {
                 /* quants are stored +32: remove 32 * sum(sc * bsum) */
                 __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, _mm512_castsi512_si256(sc16[r])), 5);
                 __m512i s = _mm512_sub_epi32(iacc[r][b], zext256(corr));
@@ -359,6 +365,18 @@ AI void q6_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
         }                                                                                   \
     }
 
+#define TILE_4x3(name, body)                                                                \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
+                     int64_t cols, float *y, int64_t ldy) {                                 \
+        switch (nr * 8 + nb) {                                                              \
+            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 1, 3)               \
+            TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) TILE_CASE(body, 2, 3)               \
+            TILE_CASE(body, 3, 1) TILE_CASE(body, 3, 2) TILE_CASE(body, 3, 3)               \
+            TILE_CASE(body, 4, 1) TILE_CASE(body, 4, 2) TILE_CASE(body, 4, 3)               \
+        default: break;                                                                     \
+        }                                                                                   \
+    }
+
 #define TILE_2x4(name, body)                                                                \
     static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
                      int64_t cols, float *y, int64_t ldy) {                                 \
@@ -372,8 +390,8 @@ AI void q6_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
 TILE_4x4(tile_f32, f32_body)
 TILE_4x4(tile_f16, f16_body)
 TILE_4x4(tile_bf16, bf16_body)
-TILE_4x4(tile_q8_0, q8_0_body)
-TILE_4x4(tile_q4_0, q4_0_body)
+TILE_4x3(tile_q8_0, q8_0_body)
+TILE_4x3(tile_q4_0, q4_0_body)
 TILE_2x4(tile_q4_K, q4_K_body)
 TILE_2x4(tile_q5_K, q5_K_body)
 TILE_2x4(tile_q6_K, q6_K_body)
@@ -385,8 +403,8 @@ int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_F32: k->fn = tile_f32; return 1;
     case PL_DT_F16: k->fn = tile_f16; return 1;
     case PL_DT_BF16: k->fn = tile_bf16; return 1;
-    case PL_DT_Q8_0: k->fn = tile_q8_0; return 1;
-    case PL_DT_Q4_0: k->fn = tile_q4_0; return 1;
+    case PL_DT_Q8_0: k->fn = tile_q8_0; k->tb = 3; return 1;
+    case PL_DT_Q4_0: k->fn = tile_q4_0; k->tb = 3; return 1;
     case PL_DT_Q4_K: k->fn = tile_q4_K; k->tr = 2; return 1;
     case PL_DT_Q5_K: k->fn = tile_q5_K; k->tr = 2; return 1;
     case PL_DT_Q6_K: k->fn = tile_q6_K; k->tr = 2; return 1;
