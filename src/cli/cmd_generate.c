@@ -364,7 +364,7 @@ int pl_cmd_generate(int argc, char **argv) {
     size_t text_cap = 4096, text_len = 0, emitted = 0;
     text = malloc(text_cap);
     pl_detok_stream ds;
-    pl_detok_init(&ds, tok, 1, 1);
+    pl_detok_init(&ds, tok, 1, 0); /* output follows the prompt: keep its leading space */
     const char *finish = "length";
     int stopped_by_string = 0;
     int32_t n_out = 0;

@@ -15,6 +15,7 @@
  * search deliver their n best completions when the request ends.
  */
 #include "engine/engine_internal.h"
+#include "engine/stop.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -55,7 +56,7 @@ pl_seq *pl_seq_new(pl_seq_group *g, int32_t index, const int32_t *tokens, int32_
     return q;
 }
 
-static void seq_free(pl_seq *q) {
+void pl_seq_free(pl_seq *q) {
     if (!q) return;
     free(q->tokens);
     free(q->logprobs);
@@ -80,7 +81,7 @@ static pl_seq *seq_clone(pl_seq *q, int32_t index) {
     c->detok = q->detok;
     if (q->text_len + 1 > c->text_cap) {
         char *t = realloc(c->text, q->text_len + 1);
-        if (!t) { seq_free(c); return NULL; }
+        if (!t) { pl_seq_free(c); return NULL; }
         c->text = t;
         c->text_cap = q->text_len + 1;
     }
@@ -92,7 +93,7 @@ static pl_seq *seq_clone(pl_seq *q, int32_t index) {
     return c;
 }
 
-static int group_add_seq(pl_seq_group *g, pl_seq *q) {
+int pl_group_add_seq(pl_seq_group *g, pl_seq *q) {
     if (g->n_seqs == g->seqs_cap) {
         int32_t nc = g->seqs_cap ? g->seqs_cap * 2 : 4;
         pl_seq **ns = realloc(g->seqs, (size_t)nc * sizeof *ns);
@@ -106,8 +107,8 @@ static int group_add_seq(pl_seq_group *g, pl_seq *q) {
 
 void pl_group_free(pl_seq_group *g) {
     if (!g) return;
-    for (int32_t i = 0; i < g->n_seqs; i++) seq_free(g->seqs[i]);
-    for (int32_t i = 0; i < g->n_beam_done; i++) seq_free(g->beam_done[i]);
+    for (int32_t i = 0; i < g->n_seqs; i++) pl_seq_free(g->seqs[i]);
+    for (int32_t i = 0; i < g->n_beam_done; i++) pl_seq_free(g->beam_done[i]);
     free(g->seqs);
     free(g->beam_done);
     for (int32_t i = 0; i < g->params.n_stop; i++) free(g->stop_copy[i]);
@@ -250,8 +251,8 @@ static pl_status first_sample(pl_engine *e, pl_seq_group *g, const float *logits
     int32_t k = pl_group_max_seqs(g);
     for (int32_t i = 1; i < k; i++) {
         pl_seq *c = seq_clone(parent, i);
-        if (!c || group_add_seq(g, c)) {
-            seq_free(c);
+        if (!c || pl_group_add_seq(g, c)) {
+            pl_seq_free(c);
             return pl_fail(PL_ERR_NOMEM, "request %llu: out of memory forking sequences",
                            (unsigned long long)g->id);
         }
@@ -322,7 +323,7 @@ static void beam_done_add(pl_engine *e, pl_seq_group *g, pl_seq *q) {
     g->beam_done[g->n_beam_done++] = q;
     qsort_r(g->beam_done, (size_t)g->n_beam_done, sizeof *g->beam_done, cmp_done, e);
     int32_t W = pl_group_max_seqs(g);
-    while (g->n_beam_done > W) seq_free(g->beam_done[--g->n_beam_done]);
+    while (g->n_beam_done > W) pl_seq_free(g->beam_done[--g->n_beam_done]);
 }
 
 static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
@@ -432,7 +433,7 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
         for (int32_t j = 0; j < keep; j++) kept |= next[j] == q;
         if (!kept) {
             pl_kv_free(&e->mgr, &q->table);
-            seq_free(q);
+            pl_seq_free(q);
         }
     }
     for (int32_t i = 0; i < keep; i++) {
@@ -572,7 +573,7 @@ static void prompt_logprobs(pl_engine *e, pl_seq_group *g, const pl_sched_item *
 pl_status pl_decode_process(pl_engine *e) {
     pl_scheduler *s = &e->sched;
     const int32_t V = e->model->hp.n_vocab;
-    uint64_t mark = e->steps;
+    uint64_t mark = e->steps + 1; /* never 0, the mark of a group that never sampled */
     /* 1. The K/V of the scheduled tokens exist now: commit them (prefix cache), note rows. */
     for (int32_t i = 0; i < s->n_items; i++) {
         const pl_sched_item *it = &s->items[i];

@@ -15,6 +15,16 @@
  * p = context_lens[i] - q_len_i + j and attends causally to cache positions 0..p, found through
  * block_tables[i * max_blocks + p / block_size]. Decode is q_len = 1; a prefill chunk q_len > 1.
  * Softmax is computed online (running max and sum), so no per-context scratch is needed.
+ *
+ * Supported: dtype f16 or f32, head_dim a multiple of 4 up to 256, any block size, any GQA ratio
+ * (n_heads a multiple of n_kv_heads). Inputs from the engine (slots and block ids in range,
+ * q_len <= context_len <= max_blocks * block_size) are checked with PL_ASSERT.
+ *
+ * Determinism: for a given instruction set (pl_cpu_isa()), an output row is bitwise the same
+ * whatever the thread count, whatever else is in the batch, however the prompt was split into
+ * prefill chunks (row j of a chunk = a decode at that position) and whatever the block size:
+ * positions are streamed in tiles aligned to position 0, not to blocks. Different instruction
+ * sets differ in the last bits (all stay within 1e-5 of a double-precision reference).
  */
 #ifndef PL_KERNELS_ATTENTION_H
 #define PL_KERNELS_ATTENTION_H
@@ -36,7 +46,8 @@ typedef struct {
 /* Bytes of one block of K (or V) for one layer. */
 size_t pl_kv_block_bytes(const pl_kv_layout *l);
 
-/* Write k[t], v[t] ([n_tokens][n_kv_heads][head_dim] f32) into their slots; slot < 0 skips. */
+/* Write k[t], v[t] ([n_tokens][n_kv_heads][head_dim] f32) into their slots; slot < 0 skips. An
+ * f16 cache gets the values rounded to nearest even (bit-exact with base/fp16.h). */
 void pl_kv_write(const pl_kv_layout *l, void *k_cache, void *v_cache, const float *k,
                  const float *v, const int64_t *slot_mapping, int32_t n_tokens);
 
@@ -54,7 +65,8 @@ typedef struct {
     const void *v_cache;
 } pl_attn_args;
 
-/* Threaded, vectorised (per pl_cpu_isa()). Work is split by (sequence, KV head, query tile). */
+/* Threaded, vectorised (per pl_cpu_isa()). Work is split by (sequence, KV head, query tile); a
+ * decode of one sequence therefore uses up to n_kv_heads threads. */
 void pl_paged_attention(pl_threadpool *tp, const pl_kv_layout *l, const pl_attn_args *a);
 /* Scalar reference (single thread, online softmax in float). */
 void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a);
@@ -64,5 +76,11 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a);
  * a different pool than src_*). */
 void pl_kv_copy_blocks(const pl_kv_layout *l, const void *src_k, const void *src_v, void *dst_k,
                        void *dst_v, const int32_t *src, const int32_t *dst, int32_t n);
+/* The same between two pools whose layouts differ only in num_blocks (a swap pool is usually
+ * smaller or larger than the primary one): src ids are checked against src_l, dst ids against
+ * dst_l. */
+void pl_kv_copy_blocks_between(const pl_kv_layout *src_l, const void *src_k, const void *src_v,
+                               const pl_kv_layout *dst_l, void *dst_k, void *dst_v,
+                               const int32_t *src, const int32_t *dst, int32_t n);
 
 #endif

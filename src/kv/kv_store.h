@@ -5,6 +5,13 @@
  * is anonymous memory; a swap pool may instead be a file-backed shared mapping (`path`), so
  * swapped-out blocks can live on disk. Everything about which block belongs to whom lives in
  * kv/block_pool and kv/manager; the store only knows bytes.
+ *
+ * Inside the mapping, layer after layer: that layer's K array, then its V array, each
+ * layer_bytes long (page-aligned base, so rows are aligned for their element type). Anonymous
+ * stores start zero-filled. A file-backed store creates or truncates `path`, sizes it with
+ * ftruncate and maps it MAP_SHARED; the file is left in place on free (whoever named it removes
+ * it). Init refuses, with a message naming the budget (blocks x bytes per block, layers, dtype),
+ * layouts the kernels cannot serve and budgets that overflow or cannot be mapped.
  */
 #ifndef PL_KV_KV_STORE_H
 #define PL_KV_KV_STORE_H
@@ -24,7 +31,7 @@ typedef struct {
     int file_backed;
 } pl_kv_store;
 
-/* Bytes one block costs across all layers, K and V. */
+/* Bytes one block costs across all layers, K and V (0 if that overflows). */
 size_t pl_kv_bytes_per_block(const pl_kv_layout *l, int32_t n_layers);
 /* num_blocks in layout is taken as given; path NULL = anonymous memory. */
 pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
@@ -32,7 +39,8 @@ pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n
 void pl_kv_store_free(pl_kv_store *s);
 void *pl_kv_store_k(const pl_kv_store *s, int32_t layer);
 void *pl_kv_store_v(const pl_kv_store *s, int32_t layer);
-/* Copy block pairs in every layer (copy-on-write within a store, or swap between stores). */
+/* Copy block pairs in every layer (copy-on-write within a store, or swap between stores whose
+ * layouts differ at most in num_blocks; ids are checked against each store's own count). */
 void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
                       const int32_t *dst_blocks, int32_t n);
 

@@ -46,13 +46,18 @@ int pl_tokenizer_add_bos(const pl_tokenizer *t); /* whether prompts get BOS by d
 int pl_tokenizer_add_eos(const pl_tokenizer *t);
 /* 1 if generating this id ends the sequence (EOS, EOT, EOM and similar end-of-generation ids). */
 int pl_tokenizer_is_eog(const pl_tokenizer *t, int32_t id);
+/* A token marked CONTROL by llama.cpp's fix-ups (e.g. "<|im_end|>" stored as NORMAL) reports
+ * CONTROL; an out-of-range id reports UNUSED. */
 pl_token_type pl_tokenizer_token_type(const pl_tokenizer *t, int32_t id);
+/* The longest piece of any token (bytes), to size pl_token_to_piece / stream buffers. */
+size_t pl_tokenizer_max_piece_len(const pl_tokenizer *t);
 /* The vocabulary's text of a token (as stored in GGUF, NUL-terminated), NULL if out of range. */
 const char *pl_tokenizer_token_text(const pl_tokenizer *t, int32_t id);
 
 /* Tokenize `len` bytes of text. add_special: add BOS/EOS as the vocabulary says. parse_special:
  * recognise the text of control/user-defined tokens inside `text` as those tokens. *ids is
- * malloc'ed (free it); text must be valid UTF-8 or PL_ERR_INVALID_ARG is returned. */
+ * malloc'ed (free it); text must be valid UTF-8 or PL_ERR_INVALID_ARG is returned.
+ * USER_DEFINED tokens split the text even without parse_special (as in llama.cpp). */
 pl_status pl_tokenize(const pl_tokenizer *t, const char *text, size_t len, int add_special,
                       int parse_special, int32_t **ids, size_t *n_ids);
 
@@ -62,24 +67,48 @@ size_t pl_token_to_piece(const pl_tokenizer *t, int32_t id, char *buf, size_t ca
 
 /* Whole-sequence detokenize as llama.cpp does (SentencePiece: the leading space of the first
  * token is removed when the vocabulary adds a space prefix). skip_special: drop control tokens.
- * *text is malloc'ed and NUL-terminated. Invalid ids are an error naming the id. */
+ * *text is malloc'ed and NUL-terminated. Invalid ids are an error naming the id.
+ * The output is the raw bytes of the pieces (it can be invalid UTF-8 if the ids are), with
+ * llama.cpp's clean_spaces applied for the BPE pre-tokenizers that use it.
+ * Same as pl_detokenize_ex(t, ids, n, skip_special, !skip_special, ...). */
 pl_status pl_detokenize(const pl_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                         char **text, size_t *len);
+/* llama_detokenize's two flags: remove_special drops a leading BOS (when the vocabulary adds BOS;
+ * the leading-space rule then does not apply) and a trailing EOS (when it adds EOS);
+ * unparse_special prints the text of control and unknown tokens. */
+pl_status pl_detokenize_ex(const pl_tokenizer *t, const int32_t *ids, size_t n, int remove_special,
+                           int unparse_special, char **text, size_t *len);
 
 /* Streaming detokenizer: push ids one at a time, get text that never ends inside a UTF-8
- * sequence. Bytes that can never complete a valid sequence are replaced by U+FFFD. */
+ * sequence. Bytes that can never complete a valid sequence are replaced by U+FFFD (one per
+ * maximal invalid subsequence). For a valid sequence, the concatenated output of pushing every id
+ * (is_first = 1) and flushing equals pl_detokenize of the whole sequence, including the
+ * SentencePiece leading-space rule and llama.cpp's clean_spaces (" ," -> ","...), for which a few
+ * ASCII bytes (a trailing space, " '", " 'r") are held back until the next byte decides them. */
+typedef struct {
+    uint8_t st1, st2, st3; /* clean_spaces filter: state of each of the three passes */
+    char x1;               /* pass 3: the letter held after " '" */
+} pl_detok_clean_state;
+
 typedef struct {
     const pl_tokenizer *tok;
     int skip_special;
     int first;           /* no token emitted yet (SentencePiece leading-space rule) */
     uint8_t pending[8];  /* bytes of an incomplete UTF-8 sequence */
     int n_pending;
+    pl_detok_clean_state clean; /* held-back bytes of the clean_spaces filter */
 } pl_detok_stream;
 
+/* Output room that always suffices for one push or flush, given the longest piece. */
+#define PL_DETOK_CAP(max_piece_len) (3 * (size_t)(max_piece_len) + 16)
+
 void pl_detok_init(pl_detok_stream *s, const pl_tokenizer *t, int skip_special, int is_first);
-/* Append the text for `id` to out (cap bytes; needs at most piece length + 8). Returns bytes. */
+/* Append the text for `id` to out; cap must be at least PL_DETOK_CAP(piece length) (use
+ * pl_tokenizer_max_piece_len), a smaller cap that turns out too small aborts. An invalid id
+ * adds nothing. Returns the bytes written. */
 size_t pl_detok_push(pl_detok_stream *s, int32_t id, char *out, size_t cap);
-/* Flush held-back bytes at the end of a sequence (as U+FFFD). Returns bytes. */
+/* Flush held-back bytes at the end of a sequence (an incomplete sequence as U+FFFD). Returns
+ * bytes written; cap >= PL_DETOK_CAP(0) suffices. */
 size_t pl_detok_flush(pl_detok_stream *s, char *out, size_t cap);
 
 #endif

@@ -1,5 +1,5 @@
 /* The whole model against llama.cpp's reference continuations ($PL_SHARED_DIR/testdata/
- * reference/*.json), through the paged KV cache:
+ * reference/NAME.json), through the paged KV cache:
  *
  *  - teacher-forced: feed prompt + reference greedy tokens in one step and compare our
  *    log-probabilities of the reference top-5 ids at every generated position (tolerance per

@@ -1,0 +1,566 @@
+/* engine/engine — the engine's lifecycle, its inbox, and the step loop:
+ *
+ *   step: drain the inbox (new requests, aborts) -> schedule -> fail refused requests ->
+ *         apply block copies and run the model (runner.c) -> sample and emit (decode.c)
+ *
+ * Only the engine thread touches groups, sequences, the scheduler and the KV manager. Client
+ * threads reach the engine through the inbox (inbox_mu) and read outputs through each request's
+ * channel (engine/output.h), found in the channel registry (reg_mu).
+ */
+#include "engine/engine_internal.h"
+
+#include "base/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { PROMPT_LOGPROB_ROWS = 256, MAX_LOGPROBS = 20, MAX_STOPS = 64, MAX_BEST_OF = 64 };
+
+double pl_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void pl_engine_config_default(pl_engine_config *c) {
+    memset(c, 0, sizeof *c);
+    c->block_size = 16;
+    c->kv_cache_memory = 1ull << 30;
+    c->preemption_mode = PL_PREEMPT_RECOMPUTE;
+    c->max_num_seqs = 128;
+    c->max_num_batched_tokens = 512;
+    c->enable_prefix_caching = 1;
+}
+
+void pl_request_params_default(pl_request_params *p) {
+    memset(p, 0, sizeof *p);
+    pl_sampling_params_default(&p->sampling);
+    p->n = 1;
+    p->best_of = 0; /* = n */
+    p->length_penalty = 1.0f;
+    p->max_tokens = 16;
+    p->skip_special_tokens = 1;
+    p->logprobs = -1;
+    p->prompt_logprobs = -1;
+    p->add_special = 1;
+}
+
+const char *pl_finish_reason_name(pl_finish_reason r) {
+    switch (r) {
+    case PL_FINISH_NONE: return NULL;
+    case PL_FINISH_STOP: return "stop";
+    case PL_FINISH_LENGTH: return "length";
+    case PL_FINISH_ABORT: return "abort";
+    case PL_FINISH_ERROR: return "error";
+    }
+    return NULL;
+}
+
+/* ---- create / destroy ---- */
+
+static pl_status check_config(const pl_engine_config *c) {
+    if (!c->model_path) return pl_fail(PL_ERR_INVALID_ARG, "no model given");
+    if (c->block_size < 1 || c->block_size > 256 || (c->block_size & (c->block_size - 1)))
+        return pl_fail(PL_ERR_INVALID_ARG, "block-size must be a power of two in [1, 256], got %d",
+                       c->block_size);
+    if (c->max_num_seqs < 1 || c->max_num_seqs > 4096)
+        return pl_fail(PL_ERR_INVALID_ARG, "max-num-seqs must be in [1, 4096], got %d",
+                       c->max_num_seqs);
+    if (c->max_num_batched_tokens < c->max_num_seqs || c->max_num_batched_tokens > 1 << 20)
+        return pl_fail(PL_ERR_INVALID_ARG, "max-num-batched-tokens (%d) must be at least "
+                       "max-num-seqs (%d) and at most 1048576", c->max_num_batched_tokens,
+                       c->max_num_seqs);
+    if (c->max_model_len < 0) return pl_fail(PL_ERR_INVALID_ARG, "max-model-len is negative");
+    if (c->preemption_mode == PL_PREEMPT_SWAP && c->swap_space == 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "preemption-mode swap needs --swap-space");
+    return PL_OK;
+}
+
+static pl_status setup_kv(pl_engine *e) {
+    const pl_model_hparams *hp = &e->model->hp;
+    pl_kv_layout l = {
+        .dtype = e->cfg.kv_cache_f32 ? PL_DT_F32 : PL_DT_F16, .block_size = e->cfg.block_size,
+        .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
+    };
+    size_t per_block = pl_kv_bytes_per_block(&l, hp->n_layers);
+    uint64_t nb = e->cfg.kv_cache_memory / per_block;
+    int32_t max_blocks = (e->max_model_len + l.block_size - 1) / l.block_size + 1;
+    if (nb < 2)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory %llu bytes holds %llu blocks of %zu "
+                       "bytes: too small", (unsigned long long)e->cfg.kv_cache_memory,
+                       (unsigned long long)nb, per_block);
+    if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
+    l.num_blocks = (int64_t)nb;
+    PL_TRY(pl_kv_store_init(&e->kv, &l, hp->n_layers, NULL));
+    int32_t n_swap = 0;
+    if (e->cfg.swap_space) {
+        uint64_t ns = e->cfg.swap_space / per_block;
+        if (ns < 1)
+            return pl_fail(PL_ERR_INVALID_ARG, "swap-space %llu bytes holds no block of %zu bytes",
+                           (unsigned long long)e->cfg.swap_space, per_block);
+        if (ns > INT32_MAX / 2) ns = INT32_MAX / 2;
+        pl_kv_layout sl = l;
+        sl.num_blocks = (int64_t)ns;
+        PL_TRY(pl_kv_store_init(&e->swap, &sl, hp->n_layers, e->cfg.swap_path));
+        e->has_swap = 1;
+        n_swap = (int32_t)ns;
+    }
+    pl_kv_manager_config mc = {
+        .block_size = l.block_size, .num_blocks = (int32_t)nb, .num_swap_blocks = n_swap,
+        .max_blocks_per_seq = max_blocks, .watermark = 0.01,
+        .enable_prefix_caching = e->cfg.enable_prefix_caching,
+        .hash_seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL,
+    };
+    return pl_kv_manager_init(&e->mgr, &mc);
+}
+
+static pl_status setup_buffers(pl_engine *e) {
+    const int32_t T = e->cfg.max_num_batched_tokens, S = e->cfg.max_num_seqs + 1;
+    const int32_t V = e->model->hp.n_vocab, MB = e->mgr.cfg.max_blocks_per_seq;
+    e->max_logit_rows = e->cfg.max_num_seqs + PROMPT_LOGPROB_ROWS;
+    if (e->max_logit_rows > T) e->max_logit_rows = T;
+    e->b_tokens = malloc((size_t)T * sizeof(int32_t));
+    e->b_pos = malloc((size_t)T * sizeof(int32_t));
+    e->b_slots = malloc((size_t)T * sizeof(int64_t));
+    e->b_rows = malloc((size_t)T * sizeof(int32_t));
+    e->b_seq_start = malloc((size_t)(S + 1) * sizeof(int32_t));
+    e->b_ctx = malloc((size_t)S * sizeof(int32_t));
+    e->item_row = malloc((size_t)S * sizeof(int32_t));
+    e->b_tables = calloc((size_t)S * (size_t)MB, sizeof(int32_t));
+    e->logits = malloc((size_t)e->max_logit_rows * (size_t)V * sizeof(float));
+    e->logits_tmp = malloc((size_t)V * sizeof(float));
+    e->eog_ids = malloc((size_t)V * sizeof(int32_t));
+    e->sampler = pl_sampler_create(V);
+    if (!e->b_tokens || !e->b_pos || !e->b_slots || !e->b_rows || !e->b_seq_start || !e->b_ctx ||
+        !e->item_row || !e->b_tables || !e->logits || !e->logits_tmp || !e->eog_ids || !e->sampler)
+        return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %d)",
+                       T, V);
+    for (int32_t i = 0; i < V; i++)
+        if (pl_tokenizer_is_eog(e->model->tok, i)) e->eog_ids[e->n_eog++] = i;
+    return PL_OK;
+}
+
+pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
+    *out = NULL;
+    PL_TRY(check_config(c));
+    pl_engine *e = calloc(1, sizeof *e);
+    if (!e) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    e->cfg = *c;
+    pthread_mutex_init(&e->inbox_mu, NULL);
+    pthread_cond_init(&e->inbox_cv, NULL);
+    pthread_mutex_init(&e->reg_mu, NULL);
+    pl_idmap_init(&e->groups);
+    pl_idmap_init(&e->channels);
+    e->next_id = 1;
+    pl_status st = pl_model_load(c->model_path, &e->model);
+    if (st == PL_OK) {
+        const pl_model_hparams *hp = &e->model->hp;
+        e->max_model_len = c->max_model_len ? c->max_model_len : hp->n_ctx_train;
+        if (e->max_model_len > hp->n_ctx_train)
+            st = pl_fail(PL_ERR_INVALID_ARG, "max-model-len %d exceeds the model's context "
+                         "length %d", e->max_model_len, hp->n_ctx_train);
+    }
+    if (st == PL_OK && !(e->tp = pl_threadpool_create(c->threads)))
+        st = pl_fail(PL_ERR_NOMEM, "could not start %d threads", c->threads);
+    if (st == PL_OK) st = setup_kv(e);
+    if (st == PL_OK) st = setup_buffers(e);
+    if (st == PL_OK) {
+        pl_scheduler_config sc = {c->max_num_seqs, c->max_num_batched_tokens, e->max_logit_rows,
+                                  c->preemption_mode};
+        st = pl_scheduler_init(&e->sched, &sc, &e->mgr);
+    }
+    if (st == PL_OK)
+        st = pl_forward_ctx_create(e->model, c->max_num_batched_tokens, e->max_logit_rows, e->tp,
+                                   &e->fwd);
+    if (st != PL_OK) {
+        pl_engine_destroy(e);
+        return st;
+    }
+    *out = e;
+    return PL_OK;
+}
+
+void pl_engine_destroy(pl_engine *e) {
+    if (!e) return;
+    /* Finish everything still known (frees blocks and channels' engine references). */
+    pthread_mutex_lock(&e->inbox_mu);
+    pl_seq_group *g = e->inbox_head;
+    e->inbox_head = e->inbox_tail = NULL;
+    pthread_mutex_unlock(&e->inbox_mu);
+    while (g) {
+        pl_seq_group *next = g->next;
+        g->next = NULL;
+        pl_idmap_put(&e->groups, g->id, g);
+        g = next;
+    }
+    for (size_t i = 0; i < e->groups.cap; i++)
+        if (e->groups.keys[i]) {
+            pl_group_finish(e, e->groups.vals[i], PL_FINISH_ABORT, NULL);
+            i = (size_t)-1; /* the map changed: rescan */
+        }
+    for (size_t i = 0; i < e->channels.cap; i++)
+        if (e->channels.keys[i]) pl_out_channel_unref(e->channels.vals[i]);
+    pl_idmap_free(&e->channels);
+    pl_idmap_free(&e->groups);
+    pl_scheduler_destroy(&e->sched);
+    if (e->mgr.cfg.num_blocks) pl_kv_manager_destroy(&e->mgr);
+    pl_kv_store_free(&e->kv);
+    if (e->has_swap) pl_kv_store_free(&e->swap);
+    pl_forward_ctx_free(e->fwd);
+    pl_sampler_free(e->sampler);
+    free(e->b_tokens);
+    free(e->b_pos);
+    free(e->b_slots);
+    free(e->b_rows);
+    free(e->b_seq_start);
+    free(e->b_ctx);
+    free(e->item_row);
+    free(e->b_tables);
+    free(e->logits);
+    free(e->logits_tmp);
+    free(e->eog_ids);
+    free(e->aborts);
+    pl_threadpool_destroy(e->tp);
+    pl_model_free(e->model);
+    pthread_mutex_destroy(&e->inbox_mu);
+    pthread_cond_destroy(&e->inbox_cv);
+    pthread_mutex_destroy(&e->reg_mu);
+    free(e);
+}
+
+/* ---- requests ---- */
+
+static pl_status check_params(const pl_engine *e, pl_request_params *p) {
+    if (p->n < 1 || p->n > MAX_BEST_OF)
+        return pl_fail(PL_ERR_INVALID_ARG, "n must be in [1, %d], got %d", MAX_BEST_OF, p->n);
+    if (p->best_of == 0) p->best_of = p->n;
+    if (p->best_of < p->n || p->best_of > MAX_BEST_OF)
+        return pl_fail(PL_ERR_INVALID_ARG, "best_of must be in [n, %d], got %d", MAX_BEST_OF,
+                       p->best_of);
+    if (p->best_of > e->cfg.max_num_seqs)
+        return pl_fail(PL_ERR_INVALID_ARG, "best_of %d exceeds max-num-seqs %d", p->best_of,
+                       e->cfg.max_num_seqs);
+    if (p->max_tokens < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "max_tokens must be at least 1, got %d", p->max_tokens);
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+        return pl_fail(PL_ERR_INVALID_ARG, "min_tokens must be in [0, max_tokens], got %d",
+                       p->min_tokens);
+    if (p->logprobs < -1 || p->logprobs > MAX_LOGPROBS)
+        return pl_fail(PL_ERR_INVALID_ARG, "logprobs must be in [0, %d], got %d", MAX_LOGPROBS,
+                       p->logprobs);
+    if (p->prompt_logprobs < -1 || p->prompt_logprobs > MAX_LOGPROBS)
+        return pl_fail(PL_ERR_INVALID_ARG, "prompt_logprobs must be in [0, %d], got %d",
+                       MAX_LOGPROBS, p->prompt_logprobs);
+    if (!isfinite(p->length_penalty))
+        return pl_fail(PL_ERR_INVALID_ARG, "length_penalty must be finite");
+    if (p->n_stop < 0 || p->n_stop > MAX_STOPS || (p->n_stop && !p->stop))
+        return pl_fail(PL_ERR_INVALID_ARG, "at most %d stop strings", MAX_STOPS);
+    if (p->n_stop_token_ids < 0 || p->n_stop_token_ids > 1024 ||
+        (p->n_stop_token_ids && !p->stop_token_ids))
+        return pl_fail(PL_ERR_INVALID_ARG, "at most 1024 stop token ids");
+    for (int32_t i = 0; i < p->n_stop_token_ids; i++)
+        if (p->stop_token_ids[i] < 0 || p->stop_token_ids[i] >= e->model->hp.n_vocab)
+            return pl_fail(PL_ERR_INVALID_ARG, "stop token id %d is out of range [0, %d)",
+                           p->stop_token_ids[i], e->model->hp.n_vocab);
+    if (p->use_beam_search) {
+        /* Beam search is deterministic: the sampling parameters do not apply (as in vLLM,
+         * which requires them neutral; pagellm simply ignores them). */
+        pl_sampling_params_default(&p->sampling);
+        p->sampling.temperature = 0;
+    }
+    return pl_sampling_params_validate(&p->sampling);
+}
+
+/* Copy the caller's stop strings and ids into the group. */
+static pl_status copy_stops(pl_seq_group *g) {
+    pl_request_params *p = &g->params;
+    if (p->n_stop) {
+        g->stop_copy = calloc((size_t)p->n_stop, sizeof *g->stop_copy);
+        if (!g->stop_copy) return pl_fail(PL_ERR_NOMEM, "out of memory");
+        for (int32_t i = 0; i < p->n_stop; i++) {
+            if (!p->stop[i]) return pl_fail(PL_ERR_INVALID_ARG, "stop string %d is NULL", i);
+            if (!(g->stop_copy[i] = strdup(p->stop[i]))) {
+                p->n_stop = i;
+                return pl_fail(PL_ERR_NOMEM, "out of memory");
+            }
+        }
+        p->stop = (const char *const *)g->stop_copy;
+    }
+    if (p->n_stop_token_ids) {
+        g->stop_ids_copy = malloc((size_t)p->n_stop_token_ids * sizeof(int32_t));
+        if (!g->stop_ids_copy) return pl_fail(PL_ERR_NOMEM, "out of memory");
+        memcpy(g->stop_ids_copy, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int32_t));
+        p->stop_token_ids = g->stop_ids_copy;
+    }
+    return PL_OK;
+}
+
+/* Blocks the request may need at its peak: the prompt once, then every sequence's own output
+ * blocks plus a copied partial block. More than the pool minus the watermark can never run. */
+static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
+    int32_t total = g->n_prompt + g->params.max_tokens;
+    if (total > e->max_model_len)
+        return pl_fail(PL_ERR_INVALID_ARG, "this model's maximum context length is %d tokens, "
+                       "but %d were requested (%d in the prompt, %d for the completion)",
+                       e->max_model_len, total, g->n_prompt, g->params.max_tokens);
+    const int32_t bs = e->mgr.cfg.block_size;
+    int64_t seqs = pl_group_max_seqs(g);
+    int64_t need = (g->n_prompt + bs - 1) / bs +
+                   seqs * ((g->params.max_tokens + bs - 1) / bs + 1);
+    int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;
+    if (need > have)
+        return pl_fail(PL_ERR_INVALID_ARG, "the request may need %lld KV blocks (%d prompt "
+                       "tokens, %d max tokens, %lld sequences) but the cache has %lld",
+                       (long long)need, g->n_prompt, g->params.max_tokens, (long long)seqs,
+                       (long long)have);
+    return PL_OK;
+}
+
+pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *ids, size_t n_ids,
+                                const pl_request_params *params, uint64_t *id) {
+    pl_seq_group *g = calloc(1, sizeof *g);
+    if (!g) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    g->params = *params;
+    pl_status st = check_params(e, &g->params);
+    if (st != PL_OK) g->params.n_stop = 0; /* nothing copied yet: pl_group_free frees none */
+    if (st == PL_OK) st = copy_stops(g);
+    if (st == PL_OK && text) {
+        size_t n = 0;
+        st = pl_tokenize(e->model->tok, text, strlen(text), g->params.add_special, 0, &g->prompt, &n);
+        if (st == PL_OK && n > (size_t)INT32_MAX) st = pl_fail(PL_ERR_INVALID_ARG, "prompt too long");
+        g->n_prompt = (int32_t)n;
+    } else if (st == PL_OK) {
+        if (n_ids > (size_t)e->max_model_len) {
+            st = pl_fail(PL_ERR_INVALID_ARG, "this model's maximum context length is %d tokens, "
+                         "but the prompt has %zu", e->max_model_len, n_ids);
+        } else if ((g->prompt = malloc((n_ids ? n_ids : 1) * sizeof(int32_t))) == NULL) {
+            st = pl_fail(PL_ERR_NOMEM, "out of memory");
+        } else {
+            g->n_prompt = (int32_t)n_ids;
+            for (size_t i = 0; i < n_ids && st == PL_OK; i++) {
+                if (ids[i] < 0 || ids[i] >= e->model->hp.n_vocab)
+                    st = pl_fail(PL_ERR_INVALID_ARG, "token id %d at position %zu is out of range "
+                                 "[0, %d)", ids[i], i, e->model->hp.n_vocab);
+                g->prompt[i] = ids[i];
+            }
+        }
+    }
+    if (st == PL_OK && g->n_prompt == 0) st = pl_fail(PL_ERR_INVALID_ARG, "the prompt is empty");
+    if (st == PL_OK) st = check_fits(e, g);
+    pl_seq *q = NULL;
+    if (st == PL_OK && (q = pl_seq_new(g, 0, g->prompt, g->n_prompt)) != NULL &&
+        pl_group_add_seq(g, q)) {
+        pl_seq_free(q);
+        q = NULL;
+    }
+    if (st == PL_OK && !q) st = pl_fail(PL_ERR_NOMEM, "out of memory");
+    if (st != PL_OK) {
+        pl_group_free(g);
+        return st;
+    }
+    g->n_live = 1;
+    g->arrival = pl_now();
+    pl_detok_init(&q->detok, e->model->tok, g->params.skip_special_tokens, 0);
+
+    pthread_mutex_lock(&e->inbox_mu);
+    if (e->cfg.max_waiting > 0 && e->inbox_n + e->sched.waiting.n >= e->cfg.max_waiting) {
+        pthread_mutex_unlock(&e->inbox_mu);
+        pl_group_free(g);
+        return pl_fail(PL_ERR_CAPACITY, "the queue is full (%d requests waiting)",
+                       e->cfg.max_waiting);
+    }
+    g->id = e->next_id++;
+    uint64_t fallback_seed = g->id * 0x2545f4914f6cdd1dULL ^ (uint64_t)(g->arrival * 1e9);
+    q->index = 0;
+    pl_rng_seed(&q->rng, g->params.has_seed ? g->params.seed : fallback_seed);
+    g->chan = pl_out_channel_new(g->id, g->params.n);
+    if (!g->chan) {
+        pthread_mutex_unlock(&e->inbox_mu);
+        pl_group_free(g);
+        return pl_fail(PL_ERR_NOMEM, "out of memory");
+    }
+    pthread_mutex_lock(&e->reg_mu);
+    int bad = pl_idmap_put(&e->channels, g->id, g->chan);
+    pthread_mutex_unlock(&e->reg_mu);
+    if (bad) {
+        pl_out_channel_unref(g->chan); /* the client's reference */
+        pthread_mutex_unlock(&e->inbox_mu);
+        pl_group_free(g);
+        return pl_fail(PL_ERR_NOMEM, "out of memory");
+    }
+    g->next = NULL;
+    if (e->inbox_tail) e->inbox_tail->next = g;
+    else e->inbox_head = g;
+    e->inbox_tail = g;
+    e->inbox_n++;
+    *id = g->id;
+    pthread_cond_broadcast(&e->inbox_cv);
+    pthread_mutex_unlock(&e->inbox_mu);
+    return PL_OK;
+}
+
+static void push_abort(pl_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->inbox_mu);
+    if (e->n_aborts == e->cap_aborts) {
+        int32_t nc = e->cap_aborts ? e->cap_aborts * 2 : 16;
+        uint64_t *na = realloc(e->aborts, (size_t)nc * sizeof *na);
+        if (!na) { pthread_mutex_unlock(&e->inbox_mu); return; }
+        e->aborts = na;
+        e->cap_aborts = nc;
+    }
+    e->aborts[e->n_aborts++] = id;
+    pthread_cond_broadcast(&e->inbox_cv);
+    pthread_mutex_unlock(&e->inbox_mu);
+}
+
+void pl_engine_abort(pl_engine *e, uint64_t id) { push_abort(e, id); }
+
+void pl_engine_release(pl_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->reg_mu);
+    pl_out_channel *c = pl_idmap_del(&e->channels, id);
+    pthread_mutex_unlock(&e->reg_mu);
+    if (!c) return;
+    pl_out_release(c);
+    pl_out_channel_unref(c); /* the client's reference */
+    push_abort(e, id);
+}
+
+/* Move new requests into the scheduler and apply aborts (engine thread). */
+static void drain_inbox(pl_engine *e) {
+    pthread_mutex_lock(&e->inbox_mu);
+    pl_seq_group *g = e->inbox_head;
+    e->inbox_head = e->inbox_tail = NULL;
+    e->inbox_n = 0;
+    int32_t n_ab = e->n_aborts;
+    uint64_t stack_ids[64], *ids = n_ab <= 64 ? stack_ids : malloc((size_t)n_ab * sizeof *ids);
+    if (!ids) n_ab = 0;
+    else memcpy(ids, e->aborts, (size_t)n_ab * sizeof *ids);
+    e->n_aborts = 0;
+    pthread_mutex_unlock(&e->inbox_mu);
+    while (g) {
+        pl_seq_group *next = g->next;
+        g->next = NULL;
+        if (pl_idmap_put(&e->groups, g->id, g)) {
+            pl_group_finish(e, g, PL_FINISH_ERROR, "out of memory");
+        } else {
+            pl_scheduler_add(&e->sched, g);
+        }
+        g = next;
+    }
+    for (int32_t i = 0; i < n_ab; i++) {
+        pl_seq_group *ag = pl_idmap_get(&e->groups, ids[i]);
+        if (ag) pl_group_finish(e, ag, PL_FINISH_ABORT, NULL);
+    }
+    if (ids != stack_ids) free(ids);
+}
+
+pl_status pl_engine_step(pl_engine *e) {
+    drain_inbox(e);
+    pl_scheduler *s = &e->sched;
+    PL_TRY(pl_scheduler_schedule(s));
+    for (int32_t i = 0; i < s->n_refused; i++) {
+        pl_seq_group *g = s->refused[i];
+        char msg[256];
+        snprintf(msg, sizeof msg, "request %llu can never fit in the KV cache (%d blocks of %d "
+                 "tokens)", (unsigned long long)g->id, e->mgr.cfg.num_blocks,
+                 e->mgr.cfg.block_size);
+        pl_group_finish(e, g, PL_FINISH_ERROR, msg);
+    }
+    if (s->n_items == 0) return PL_OK;
+    pl_status st = pl_runner_execute(e);
+    if (st == PL_OK) st = pl_decode_process(e);
+    e->steps++;
+    if (st != PL_OK) {
+        /* An internal failure: fail the step's requests rather than loop on them. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", pl_last_error());
+        PL_ERROR("step failed: %s", msg);
+        for (int32_t i = 0; i < s->n_items; i++) {
+            pl_seq_group *g = pl_idmap_get(&e->groups, s->items[i].seq->group->id);
+            if (g == s->items[i].seq->group) pl_group_finish(e, g, PL_FINISH_ERROR, msg);
+        }
+        return pl_fail(st, "%s", msg);
+    }
+    return PL_OK;
+}
+
+int pl_engine_has_work(pl_engine *e) {
+    pthread_mutex_lock(&e->inbox_mu);
+    int w = e->inbox_head != NULL || e->n_aborts > 0;
+    pthread_mutex_unlock(&e->inbox_mu);
+    return w || pl_scheduler_has_work(&e->sched);
+}
+
+pl_status pl_engine_run(pl_engine *e) {
+    while (pl_engine_has_work(e)) PL_TRY(pl_engine_step(e));
+    return PL_OK;
+}
+
+void pl_engine_wait_for_work(pl_engine *e, int timeout_ms) {
+    if (pl_scheduler_has_work(&e->sched)) return;
+    pthread_mutex_lock(&e->inbox_mu);
+    if (timeout_ms < 0) {
+        while (!e->inbox_head && !e->n_aborts) pthread_cond_wait(&e->inbox_cv, &e->inbox_mu);
+    } else {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+        while (!e->inbox_head && !e->n_aborts)
+            if (pthread_cond_timedwait(&e->inbox_cv, &e->inbox_mu, &dl) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&e->inbox_mu);
+}
+
+pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_output **out) {
+    *out = NULL;
+    pthread_mutex_lock(&e->reg_mu);
+    pl_out_channel *c = pl_idmap_get(&e->channels, id);
+    pthread_mutex_unlock(&e->reg_mu);
+    if (!c) return pl_fail(PL_ERR_NOT_FOUND, "no request %llu", (unsigned long long)id);
+    PL_TRY(pl_out_poll(c, timeout_ms, out));
+    if ((*out)->finished) {
+        pthread_mutex_lock(&e->reg_mu);
+        pl_idmap_del(&e->channels, id);
+        pthread_mutex_unlock(&e->reg_mu);
+        pl_out_channel_unref(c); /* the client's reference */
+    }
+    return PL_OK;
+}
+
+void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
+    memset(s, 0, sizeof *s);
+    pl_kv_stats k;
+    pl_kv_get_stats(&e->mgr, &k);
+    s->running = e->sched.running.n;
+    s->waiting = e->sched.waiting.n;
+    s->swapped = e->sched.swapped.n;
+    s->blocks_total = k.blocks_total;
+    s->blocks_used = k.blocks_used;
+    s->blocks_cached = k.blocks_cached;
+    s->swap_total = k.swap_total;
+    s->swap_used = k.swap_used;
+    s->kv_usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
+    s->waste = k.waste;
+    s->tokens_stored = k.tokens_stored;
+    s->prefix_queries = k.prefix_queries;
+    s->prefix_hits = k.prefix_hits;
+    s->preemptions = e->sched.preemptions;
+    s->swaps_out = e->sched.swaps_out;
+    s->prompt_tokens = e->prompt_tokens;
+    s->generation_tokens = e->generation_tokens;
+    s->requests_finished = e->requests_finished;
+    s->steps = e->steps;
+    pthread_mutex_lock(&e->inbox_mu);
+    s->waiting += e->inbox_n;
+    pthread_mutex_unlock(&e->inbox_mu);
+}
+
+const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e) { return e->model->tok; }
+int32_t pl_engine_max_model_len(const pl_engine *e) { return e->max_model_len; }
+int32_t pl_engine_n_vocab(const pl_engine *e) { return e->model->hp.n_vocab; }

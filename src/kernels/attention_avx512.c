@@ -1,0 +1,224 @@
+/* kernels/attention_avx512 — the attention tile (see attention_impl.h) with AVX-512.
+ *
+ * head_dim is walked in chunks of 16 lanes; a tail of 4, 8 or 12 uses masked loads (zeros in the
+ * unused lanes add nothing). f16 rows are widened with vcvtph2ps as they are loaded.
+ *
+ *   scores:  four query vectors at a time share each key chunk (one load and conversion serves
+ *            four FMAs); left-over vectors take four keys at a time instead. Both reduce the four
+ *            16-lane accumulators with the same tree (reduce4), so a score's bits do not depend
+ *            on which path computed it.
+ *   softmax: the 32 scores of a vector are two registers; exp is a degree-7 polynomial after
+ *            range reduction, scaled with vscalefps.
+ *   p·V:     for each head_dim chunk, up to 8 vector accumulators stay in registers while the
+ *            tile's values stream past: one value load and conversion serves 8 FMAs, each with
+ *            p broadcast from memory.
+ * Every vector gets exactly its own sequence of operations (keys in order, fixed trees), never
+ * one that depends on its neighbours in the chunk.
+ */
+#include "kernels/attention_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define AI static inline __attribute__((always_inline))
+
+AI __mmask16 tail_mask(int32_t hd) { return (__mmask16)((1u << (hd % 16)) - 1u); }
+
+/* 16 elements of a row starting at d; F16 is a compile-time constant at every call site. */
+AI __m512 load16(const void *row, int32_t d, int F16) {
+    if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d)));
+    return _mm512_loadu_ps((const float *)row + d);
+}
+
+AI __m512 load16_mask(const void *row, int32_t d, __mmask16 mk, int F16) {
+    if (F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)row + d));
+    return _mm512_maskz_loadu_ps(mk, (const float *)row + d);
+}
+
+/* Horizontal sums of four registers: lane i of the result is the sum of a_i. Each sum is
+ * (q0 + q2) + (q1 + q3) over 128-bit quarters, then (w0 + w1) + (w2 + w3) inside the quarter. */
+AI __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
+    __m512 y = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
+    __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+    z = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1));
+    z = _mm512_add_ps(z, _mm512_permute_ps(z, 0x4E));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, z));
+}
+
+/* Scores of four query vectors q[0..3] against the first nk keys (one key chunk, four FMAs). */
+AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
+    const int32_t hd = t->head_dim, full = hd & ~15;
+    const __mmask16 mk = tail_mask(hd);
+    const float *q0 = t->q + (size_t)v * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
+    const __m128 scale = _mm_set1_ps(t->scale);
+    for (int32_t j = 0; j < nk; j++) {
+        const void *k = t->krow[j];
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int32_t d = 0; d < full; d += 16) {
+            __m512 kc = load16(k, d, F16);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d), kc, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q1 + d), kc, a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + d), kc, a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q3 + d), kc, a3);
+        }
+        if (mk) {
+            __m512 kc = load16_mask(k, full, mk, F16);
+            a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q0 + full), kc, a0);
+            a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q1 + full), kc, a1);
+            a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q2 + full), kc, a2);
+            a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q3 + full), kc, a3);
+        }
+        float r[4];
+        _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
+        for (int i = 0; i < 4; i++) t->s[(size_t)(v + i) * PL_ATTN_KT + j] = r[i];
+    }
+}
+
+/* Scores of one query vector against its nk keys, four keys at a time. */
+AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
+    const int32_t hd = t->head_dim, full = hd & ~15;
+    const __mmask16 mk = tail_mask(hd);
+    const float *q = t->q + (size_t)v * hd;
+    const __m128 scale = _mm_set1_ps(t->scale);
+    for (int32_t j = 0; j < nk; j += 4) {
+        const void *k0 = t->krow[j];
+        const void *k1 = j + 1 < nk ? t->krow[j + 1] : k0; /* padding: computed, not used */
+        const void *k2 = j + 2 < nk ? t->krow[j + 2] : k0;
+        const void *k3 = j + 3 < nk ? t->krow[j + 3] : k0;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int32_t d = 0; d < full; d += 16) {
+            __m512 qc = _mm512_loadu_ps(q + d);
+            a0 = _mm512_fmadd_ps(qc, load16(k0, d, F16), a0);
+            a1 = _mm512_fmadd_ps(qc, load16(k1, d, F16), a1);
+            a2 = _mm512_fmadd_ps(qc, load16(k2, d, F16), a2);
+            a3 = _mm512_fmadd_ps(qc, load16(k3, d, F16), a3);
+        }
+        if (mk) {
+            __m512 qc = _mm512_maskz_loadu_ps(mk, q + full);
+            a0 = _mm512_fmadd_ps(qc, load16_mask(k0, full, mk, F16), a0);
+            a1 = _mm512_fmadd_ps(qc, load16_mask(k1, full, mk, F16), a1);
+            a2 = _mm512_fmadd_ps(qc, load16_mask(k2, full, mk, F16), a2);
+            a3 = _mm512_fmadd_ps(qc, load16_mask(k3, full, mk, F16), a3);
+        }
+        float r[4];
+        _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
+        for (int i = 0; i < 4 && j + i < nk; i++) t->s[(size_t)v * PL_ATTN_KT + j + i] = r[i];
+    }
+}
+
+/* e^x for x <= 0 (larger inputs are clamped at 88): n = round(x / ln 2), r = x - n ln 2 in two
+ * steps, e^r by its Taylor polynomial of degree 7 (truncation < 1e-8 relative on |r| <= ln2/2),
+ * times 2^n with vscalefps (which also underflows gracefully to 0). */
+AI __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* Online softmax step of vector v: scores -> probabilities in place; returns alpha. */
+static float softmax_update(const pl_attn_tile *t, int32_t v) {
+    const int32_t nv = t->nvis[v];
+    float *s = t->s + (size_t)v * PL_ATTN_KT;
+    __mmask16 m0 = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1u);
+    __mmask16 m1 = nv >= 32 ? 0xFFFF : nv > 16 ? (__mmask16)((1u << (nv - 16)) - 1u) : 0;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 s0 = _mm512_mask_loadu_ps(ninf, m0, s), s1 = _mm512_mask_loadu_ps(ninf, m1, s + 16);
+    float m_new = fmaxf(t->m[v], _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
+    float alpha = expf(t->m[v] - m_new);
+    const __m512 mn = _mm512_set1_ps(m_new);
+    __m512 p0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(s0, mn)));
+    __m512 p1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(s1, mn)));
+    _mm512_storeu_ps(s, p0);
+    _mm512_storeu_ps(s + 16, p1);
+    t->m[v] = m_new;
+    t->l[v] = t->l[v] * alpha + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+    return alpha;
+}
+
+/* acc[v..v+NG) = alpha * acc + sum_j p_j v_j over the head_dim chunk at d (mask mk). Keys below
+ * every vector's nvis run unconditionally; the rest only for the vectors that see them. */
+AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d, __mmask16 mk,
+                 int NG, int F16) {
+    const int32_t hd = t->head_dim;
+    int32_t nmin = t->nvis[v], nmax = t->nvis[v];
+    for (int i = 1; i < NG; i++) {
+        nmin = t->nvis[v + i] < nmin ? t->nvis[v + i] : nmin;
+        nmax = t->nvis[v + i] > nmax ? t->nvis[v + i] : nmax;
+    }
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < NG; i++)
+        a[i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, t->acc + (size_t)(v + i) * hd + d),
+                             _mm512_set1_ps(alpha[v + i]));
+    const float *p = t->s + (size_t)v * PL_ATTN_KT;
+    for (int32_t j = 0; j < nmin; j++) {
+        __m512 vc = mk == 0xFFFF ? load16(t->vrow[j], d, F16) : load16_mask(t->vrow[j], d, mk, F16);
+#pragma GCC unroll 8
+        for (int i = 0; i < NG; i++)
+            a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
+    }
+    for (int32_t j = nmin; j < nmax; j++) {
+        __m512 vc = load16_mask(t->vrow[j], d, mk, F16);
+#pragma GCC unroll 8
+        for (int i = 0; i < NG; i++)
+            if (j < t->nvis[v + i])
+                a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NG; i++) _mm512_mask_storeu_ps(t->acc + (size_t)(v + i) * hd + d, mk, a[i]);
+}
+
+AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int F16) {
+    const int32_t hd = t->head_dim, full = hd & ~15;
+    for (int32_t d = 0; d < full; d += 16) pv_chunk(t, v, alpha, d, 0xFFFF, NG, F16);
+    if (hd & 15) pv_chunk(t, v, alpha, full, tail_mask(hd), NG, F16);
+}
+
+AI void tile_impl(const pl_attn_tile *t, int F16) {
+    int32_t v0 = 0; /* nvis grows with v (vectors are in row order): skip the blind ones */
+    while (v0 < t->nq && t->nvis[v0] == 0) v0++;
+    int32_t v = v0;
+    for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], F16);
+    for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], F16);
+
+    float alpha[PL_ATTN_MAXQ];
+    for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);
+
+    for (v = v0; v < t->nq;) {
+        int32_t left = t->nq - v;
+        if (left >= 8) { pv_group(t, v, alpha, 8, F16); v += 8; }
+        else if (left >= 4) { pv_group(t, v, alpha, 4, F16); v += 4; }
+        else if (left >= 2) { pv_group(t, v, alpha, 2, F16); v += 2; }
+        else { pv_group(t, v, alpha, 1, F16); v += 1; }
+    }
+}
+
+void pl_attn_tile_avx512(const pl_attn_tile *t) {
+    if (t->f16) tile_impl(t, 1);
+    else tile_impl(t, 0);
+}
+
+void pl_attn_f32_to_f16_avx512(const float *x, uint16_t *y, int32_t n) {
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) {
+        __mmask16 mk = (__mmask16)((1u << (n - i)) - 1u);
+        _mm256_mask_storeu_epi16(y + i, mk, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(mk, x + i),
+                                                            _MM_FROUND_TO_NEAREST_INT));
+    }
+}

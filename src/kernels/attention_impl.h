@@ -1,0 +1,56 @@
+/* kernels/attention_impl — internal to kernels/attention*.c: the unit of work that the ISA files
+ * implement.
+ *
+ * The driver in attention.c turns one (sequence, KV head, query-row tile) work item into chunks of
+ * at most PL_ATTN_MAXQ query vectors (a vector is one query row of one head of the GQA group) and
+ * streams the sequence's cache positions through them in tiles of PL_ATTN_KT positions. Tiles are
+ * aligned to position 0 and independent of the block size: the driver gathers the K and V row of
+ * every position of the tile through the block table and calls one tile function, which
+ *
+ *   - computes the scores s = scale * q·k of every vector against the tile's keys it may see
+ *     (the first nvis[v] keys; a vector with nvis 0 is left untouched),
+ *   - updates the online softmax: m' = max(m, max s), alpha = exp(m - m'),
+ *     p = exp(s - m'), l' = alpha * l + sum p, acc' = alpha * acc + sum_j p_j v_j (keys in order).
+ *
+ * Invariant every tile function keeps: the arithmetic applied to one vector depends only on that
+ * vector's query, its nvis and the keys/values, never on which other vectors share the chunk or
+ * on nq. This is what makes outputs bitwise independent of the thread count, of the batch, of the
+ * prefill chunking and of the block size.
+ */
+#ifndef PL_KERNELS_ATTENTION_IMPL_H
+#define PL_KERNELS_ATTENTION_IMPL_H
+
+#include <stdint.h>
+
+enum {
+    PL_ATTN_KT = 32,         /* cache positions per tile */
+    PL_ATTN_MAXQ = 32,       /* query vectors per chunk */
+    PL_ATTN_MAX_HEAD_DIM = 256,
+};
+
+typedef struct {
+    int32_t nq;              /* query vectors in the chunk, 1..PL_ATTN_MAXQ */
+    int32_t nk;              /* positions in this tile, 1..PL_ATTN_KT */
+    int32_t head_dim;        /* multiple of 4, <= PL_ATTN_MAX_HEAD_DIM */
+    int32_t f16;             /* 1: cache rows are f16, 0: f32 */
+    float scale;             /* applied to q·k */
+    const int32_t *nvis;     /* [nq] keys of the tile vector v sees: 0..nk, a prefix */
+    const float *q;          /* [nq][head_dim] */
+    const void *const *krow; /* [nk] key rows (head_dim elements each) */
+    const void *const *vrow; /* [nk] value rows */
+    float *m;                /* [nq] running max of the scores (-inf before the first key) */
+    float *l;                /* [nq] running sum of exp(s - m) */
+    float *acc;              /* [nq][head_dim] running sum of p * v */
+    float *s;                /* scratch [nq][PL_ATTN_KT]: scores, then probabilities */
+} pl_attn_tile;
+
+typedef void (*pl_attn_tile_fn)(const pl_attn_tile *t);
+
+void pl_attn_tile_avx2(const pl_attn_tile *t);
+void pl_attn_tile_avx512(const pl_attn_tile *t);
+
+/* f32 -> f16 rows (round to nearest even), used by pl_kv_write. */
+void pl_attn_f32_to_f16_avx2(const float *x, uint16_t *y, int32_t n);
+void pl_attn_f32_to_f16_avx512(const float *x, uint16_t *y, int32_t n);
+
+#endif

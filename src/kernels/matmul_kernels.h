@@ -1,0 +1,35 @@
+/* kernels/matmul_kernels — internal to kernels/: the tile kernels behind pl_matmul, one set per
+ * instruction set (matmul_scalar.c, matmul_avx2.c, matmul_avx512.c).
+ *
+ * A tile kernel computes y[b * ldy + r] = dot(weight row r, activation row b) for r < nr <= tr
+ * and b < nb <= tb. `w` is the tile's first weight row (rows w_stride bytes apart), `act` its
+ * first activation row in the layout of kernels/quant.h (act_stride bytes apart; for f32
+ * weights the f32 input itself).
+ *
+ * Determinism contract: the operations that produce one (r, b) value, and their order, depend
+ * only on cols and the data, never on nr, nb or where in the tile (r, b) sits. pl_matmul relies
+ * on it for results that do not change with the thread count or the batch.
+ */
+#ifndef PL_KERNELS_MATMUL_KERNELS_H
+#define PL_KERNELS_MATMUL_KERNELS_H
+
+#include "kernels/dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void (*pl_mm_tile_fn)(const uint8_t *w, size_t w_stride, int nr, const uint8_t *act,
+                              size_t act_stride, int nb, int64_t cols, float *y, int64_t ldy);
+
+typedef struct {
+    pl_mm_tile_fn fn; /* the tile kernel */
+    int tr;           /* most weight rows per call (threads split rows in multiples of it) */
+    int tb;           /* most activation rows per call */
+} pl_mm_kernel;
+
+/* Fill *k for weights of type t; return 0 if this instruction set has no kernel for t. */
+int pl_mm_kernel_scalar(pl_dtype t, pl_mm_kernel *k);
+int pl_mm_kernel_avx2(pl_dtype t, pl_mm_kernel *k);
+int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k);
+
+#endif

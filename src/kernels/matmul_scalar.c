@@ -1,0 +1,181 @@
+/* kernels/matmul_scalar — portable tile kernels (PL_ISA_SCALAR, and any type a vector ISA lacks).
+ *
+ * One dot product per (row, activation row), in llama.cpp's generic order: integer sums per
+ * block, then one float multiply-add per block (per super-block for K-quants).
+ */
+#include "kernels/matmul_kernels.h"
+#include "kernels/quant.h"
+
+#include <string.h>
+
+typedef float (*dot_fn)(const uint8_t *w, const uint8_t *act, int64_t cols);
+
+static float dot_f32(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const float *a = (const float *)w, *x = (const float *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols; i++) s += a[i] * x[i];
+    return s;
+}
+
+static float dot_f16(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_f16 *a = (const pl_f16 *)w;
+    const float *x = (const float *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols; i++) s += pl_f16_to_f32(a[i]) * x[i];
+    return s;
+}
+
+static float dot_bf16(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_bf16 *a = (const pl_bf16 *)w, *x = (const pl_bf16 *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols; i++) s += pl_bf16_to_f32(a[i]) * pl_bf16_to_f32(x[i]);
+    return s;
+}
+
+static float dot_q8_0(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q8_0 *a = (const pl_block_q8_0 *)w;
+    const int8_t *xq = (const int8_t *)act;
+    const float *xd = (const float *)(act + cols);
+    float s = 0.0f;
+    for (int64_t b = 0; b < cols / PL_QK; b++) {
+        int sum = 0;
+        for (int j = 0; j < PL_QK; j++) sum += a[b].qs[j] * xq[b * PL_QK + j];
+        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
+    }
+    return s;
+}
+
+static float dot_q4_0(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q4_0 *a = (const pl_block_q4_0 *)w;
+    const int8_t *xq = (const int8_t *)act;
+    const float *xd = (const float *)(act + cols);
+    int64_t nb = cols / PL_QK;
+    float s = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        /* positions of element j (< 16) and j + 16 in the q4_0 activation layout */
+        int64_t lo = pl_act_q4_0_pos(b * PL_QK, nb), hi = pl_act_q4_0_pos(b * PL_QK + 16, nb);
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            sum += ((a[b].qs[j] & 0xF) - 8) * xq[lo + j];
+            sum += ((a[b].qs[j] >> 4) - 8) * xq[hi + j];
+        }
+        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
+    }
+    return s;
+}
+
+/* Unpack the 8 scales and 8 mins of a q4_K / q5_K block. */
+static void kscales(const uint8_t *scales, uint8_t sc[8], uint8_t m[8]) {
+    for (int j = 0; j < 8; j++) pl_get_scale_min_k4(j, scales, &sc[j], &m[j]);
+}
+
+/* Common tail of q4_K / q5_K: q holds the 256 unsigned quants of one block. */
+static float kblock_with_mins(const uint8_t q[PL_QK_K], const uint8_t *scales, float d, float dmin,
+                              const pl_block_q8_K *x) {
+    uint8_t sc[8], m[8];
+    kscales(scales, sc, m);
+    int32_t isum = 0, imin = 0;
+    for (int s = 0; s < 8; s++) {
+        int32_t t = 0;
+        for (int l = 0; l < 32; l++) t += q[32 * s + l] * x->qs[32 * s + l];
+        isum += sc[s] * t;
+        imin += m[s] * (x->bsums[2 * s] + x->bsums[2 * s + 1]);
+    }
+    return (float)isum * (d * x->d) - (float)imin * (dmin * x->d);
+}
+
+static float dot_q4_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q4_K *a = (const pl_block_q4_K *)w;
+    const pl_block_q8_K *x = (const pl_block_q8_K *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols / PL_QK_K; i++) {
+        uint8_t q[PL_QK_K];
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++) {
+                q[64 * g + l] = a[i].qs[32 * g + l] & 0xF;
+                q[64 * g + 32 + l] = a[i].qs[32 * g + l] >> 4;
+            }
+        s += kblock_with_mins(q, a[i].scales, pl_f16_to_f32(a[i].d), pl_f16_to_f32(a[i].dmin), &x[i]);
+    }
+    return s;
+}
+
+static float dot_q5_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q5_K *a = (const pl_block_q5_K *)w;
+    const pl_block_q8_K *x = (const pl_block_q8_K *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols / PL_QK_K; i++) {
+        uint8_t q[PL_QK_K];
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++) {
+                uint8_t h = a[i].qh[l];
+                q[64 * g + l] = (uint8_t)((a[i].qs[32 * g + l] & 0xF) | (((h >> (2 * g)) & 1) << 4));
+                q[64 * g + 32 + l] = (uint8_t)((a[i].qs[32 * g + l] >> 4) | (((h >> (2 * g + 1)) & 1) << 4));
+            }
+        s += kblock_with_mins(q, a[i].scales, pl_f16_to_f32(a[i].d), pl_f16_to_f32(a[i].dmin), &x[i]);
+    }
+    return s;
+}
+
+static float dot_q6_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q6_K *a = (const pl_block_q6_K *)w;
+    const pl_block_q8_K *x = (const pl_block_q8_K *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols / PL_QK_K; i++) {
+        int8_t q[PL_QK_K];
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = a[i].ql + 64 * half, *qh = a[i].qh + 32 * half;
+            int8_t *o = q + 128 * half;
+            for (int l = 0; l < 32; l++) {
+                o[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                o[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        int32_t isum = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            int32_t t = 0;
+            for (int l = 0; l < 16; l++) t += q[16 * sb + l] * x[i].qs[16 * sb + l];
+            isum += a[i].scales[sb] * t;
+        }
+        s += (float)isum * (pl_f16_to_f32(a[i].d) * x[i].d);
+    }
+    return s;
+}
+
+#define SCALAR_TILE(name, dot)                                                                  \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *act, size_t as, int nb, \
+                     int64_t cols, float *y, int64_t ldy) {                                     \
+        for (int b = 0; b < nb; b++)                                                            \
+            for (int r = 0; r < nr; r++)                                                        \
+                y[b * ldy + r] = dot(w + (size_t)r * ws, act + (size_t)b * as, cols);           \
+    }
+
+SCALAR_TILE(tile_f32, dot_f32)
+SCALAR_TILE(tile_f16, dot_f16)
+SCALAR_TILE(tile_bf16, dot_bf16)
+SCALAR_TILE(tile_q8_0, dot_q8_0)
+SCALAR_TILE(tile_q4_0, dot_q4_0)
+SCALAR_TILE(tile_q4_K, dot_q4_K)
+SCALAR_TILE(tile_q5_K, dot_q5_K)
+SCALAR_TILE(tile_q6_K, dot_q6_K)
+
+int pl_mm_kernel_scalar(pl_dtype t, pl_mm_kernel *k) {
+    pl_mm_tile_fn fn = NULL;
+    switch (t) {
+    case PL_DT_F32: fn = tile_f32; break;
+    case PL_DT_F16: fn = tile_f16; break;
+    case PL_DT_BF16: fn = tile_bf16; break;
+    case PL_DT_Q8_0: fn = tile_q8_0; break;
+    case PL_DT_Q4_0: fn = tile_q4_0; break;
+    case PL_DT_Q4_K: fn = tile_q4_K; break;
+    case PL_DT_Q5_K: fn = tile_q5_K; break;
+    case PL_DT_Q6_K: fn = tile_q6_K; break;
+    default: return 0;
+    }
+    k->fn = fn;
+    k->tr = 4;
+    k->tb = 4;
+    return 1;
+}

@@ -1,0 +1,130 @@
+/* kernels/quant — internal to kernels/: the GGML block layouts, row (de)quantizers, and the
+ * activation layouts the matmul kernels read.
+ *
+ * Block layouts are GGML's, byte for byte (GGUF stores them; static_asserts pin the sizes):
+ *   q8_0 : d (f16), qs[32] int8                      x[j] = d * qs[j]
+ *   q4_0 : d (f16), qs[16] nibbles                   x[j] = d * ((qs[j] & 15) - 8),
+ *                                                    x[j + 16] = d * ((qs[j] >> 4) - 8)
+ *   q4_K : d, dmin (f16), scales[12], qs[128]        8 sub-blocks of 32 with 6-bit scale sc and
+ *          min m: x = d * sc * q - dmin * m; qs byte l of 64-group g holds element 64g + l (low
+ *          nibble, sub-block 2g) and 64g + 32 + l (high nibble, sub-block 2g + 1)
+ *   q5_K : as q4_K plus qh[32]: bit 2g of qh[l] is the 5th bit of element 64g + l, bit 2g + 1
+ *          that of element 64g + 32 + l
+ *   q6_K : ql[128], qh[64], scales[16] int8, d (f16) 16 sub-blocks of 16: x = d * sc * (q - 32),
+ *          q = 4 low bits from ql and 2 high bits from qh (see pl_dequant_q6_K)
+ *   q8_K : d (f32), qs[256] int8, bsums[16] int16    activation-only; bsums = sums of 16 qs
+ *
+ * Activation layouts (what pl_matmul writes into scratch for each weight type; every row starts
+ * on a 64-byte boundary, pl_act_row_bytes() bytes apart):
+ *   f32 weights  : none, the kernels read x itself
+ *   f16 weights  : float[cols], each value rounded to f16 (so products with f16 weights are exact)
+ *   bf16 weights : uint16 bf16[cols]
+ *   q8_0 weights : int8 qs[cols] then float d[cols / 32] (d already rounded through f16)
+ *   q4_0 weights : as q8_0, but within each pair of blocks (A, B) the 64 qs are stored as
+ *                  A[0..15] B[0..15] A[16..31] B[16..31], the order a 32-byte load of two q4_0
+ *                  blocks' nibbles produces; a lone last block stays in natural order
+ *   K-quants     : pl_block_q8_K[cols / 256]
+ * The q8_0 activation quantization follows llama.cpp's x86 CPU path (d = amax / 127 rounded to
+ * f16, multiplier 127 / amax, round half to even); q8_K follows quantize_row_q8_K_ref.
+ */
+#ifndef PL_KERNELS_QUANT_H
+#define PL_KERNELS_QUANT_H
+
+#include "base/fp16.h"
+#include "kernels/dtype.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { PL_QK = 32, PL_QK_K = 256 };
+
+typedef struct {
+    pl_f16 d;            /* block scale */
+    int8_t qs[PL_QK];    /* quants */
+} pl_block_q8_0;
+
+typedef struct {
+    pl_f16 d;                /* block scale */
+    uint8_t qs[PL_QK / 2];   /* element j in the low nibble of byte j, j + 16 in the high one */
+} pl_block_q4_0;
+
+typedef struct {
+    pl_f16 d;                  /* super-block scale of the 6-bit scales */
+    pl_f16 dmin;               /* super-block scale of the 6-bit mins */
+    uint8_t scales[12];        /* 8 scales and 8 mins, 6 bits each (pl_get_scale_min_k4) */
+    uint8_t qs[PL_QK_K / 2];   /* 4-bit quants */
+} pl_block_q4_K;
+
+typedef struct {
+    pl_f16 d;                  /* super-block scale of the 6-bit scales */
+    pl_f16 dmin;               /* super-block scale of the 6-bit mins */
+    uint8_t scales[12];        /* as q4_K */
+    uint8_t qh[PL_QK_K / 8];   /* 5th bits */
+    uint8_t qs[PL_QK_K / 2];   /* low 4 bits */
+} pl_block_q5_K;
+
+typedef struct {
+    uint8_t ql[PL_QK_K / 2];      /* low 4 bits */
+    uint8_t qh[PL_QK_K / 4];      /* high 2 bits */
+    int8_t scales[PL_QK_K / 16];  /* 8-bit sub-block scales */
+    pl_f16 d;                     /* super-block scale */
+} pl_block_q6_K;
+
+typedef struct {
+    float d;                      /* scale */
+    int8_t qs[PL_QK_K];           /* quants */
+    int16_t bsums[PL_QK_K / 16];  /* sums of qs in groups of 16 */
+} pl_block_q8_K;
+
+static_assert(sizeof(pl_block_q8_0) == 34, "q8_0 block is 34 bytes");
+static_assert(sizeof(pl_block_q4_0) == 18, "q4_0 block is 18 bytes");
+static_assert(sizeof(pl_block_q4_K) == 144, "q4_K block is 144 bytes");
+static_assert(sizeof(pl_block_q5_K) == 176, "q5_K block is 176 bytes");
+static_assert(sizeof(pl_block_q6_K) == 210, "q6_K block is 210 bytes");
+static_assert(sizeof(pl_block_q8_K) == 292, "q8_K block is 292 bytes");
+
+/* The 6-bit scale and min of sub-block j (0..7) of a q4_K / q5_K block. */
+static inline void pl_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Round to nearest, ties to even, for |v| < 2^22 (GGML's nearest_int). */
+static inline int pl_nearest_int(float v) {
+    float t = v + 12582912.0f;
+    uint32_t u = pl_f32_bits(t);
+    return (int)(u & 0x007fffff) - 0x00400000;
+}
+
+/* Weight quantizers with llama.cpp's reference rounding (n a multiple of 32). */
+void pl_quantize_q8_0_ref(const float *x, pl_block_q8_0 *y, int64_t n);
+void pl_quantize_q4_0_ref(const float *x, pl_block_q4_0 *y, int64_t n);
+/* Activation quantizers: q8_0 as llama.cpp's x86 path, q8_K as its reference. */
+void pl_quantize_q8_0_act(const float *x, pl_block_q8_0 *y, int64_t n);
+void pl_quantize_q8_K(const float *x, pl_block_q8_K *y, int64_t n);
+
+void pl_dequant_q8_0(const pl_block_q8_0 *x, float *y, int64_t n);
+void pl_dequant_q4_0(const pl_block_q4_0 *x, float *y, int64_t n);
+void pl_dequant_q4_K(const pl_block_q4_K *x, float *y, int64_t n);
+void pl_dequant_q5_K(const pl_block_q5_K *x, float *y, int64_t n);
+void pl_dequant_q6_K(const pl_block_q6_K *x, float *y, int64_t n);
+void pl_dequant_q8_K(const pl_block_q8_K *x, float *y, int64_t n);
+
+/* Activation layout for weights of type wtype (see above). */
+size_t pl_act_row_bytes(pl_dtype wtype, int64_t cols);
+void pl_act_convert_row(pl_dtype wtype, const float *x, void *dst, int64_t cols);
+/* Position in the q4_0 activation layout of element c of a row of nb blocks. */
+static inline int64_t pl_act_q4_0_pos(int64_t c, int64_t nb) {
+    int64_t blk = c / PL_QK, j = c % PL_QK;
+    if ((blk & 1) == 0 && blk + 1 == nb) return c; /* lone last block */
+    int64_t pair = blk / 2, second = blk & 1;
+    return pair * 64 + (j / 16) * 32 + second * 16 + (j % 16);
+}
+
+#endif

@@ -1,0 +1,130 @@
+/* kv/kv_store — see kv_store.h.
+ *
+ * One mapping holds, layer after layer, that layer's K array then its V array, each
+ * num_blocks × pl_kv_block_bytes(layout) bytes (a multiple of 4, and the mapping is page-aligned,
+ * so every row is aligned for its element type). Anonymous stores are private zero-filled memory;
+ * file-backed stores are a MAP_SHARED mapping of a file created (or truncated) at `path` and sized
+ * with ftruncate, so the kernel pages swapped-out blocks to that file. The file is left in place
+ * when the store is freed; whoever chose the path removes it.
+ */
+#include "kv/kv_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* a * b, or 0 if that overflows size_t. Both are > 0. */
+static size_t mul_checked(size_t a, size_t b) {
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? 0 : r;
+}
+
+size_t pl_kv_bytes_per_block(const pl_kv_layout *l, int32_t n_layers) {
+    if (n_layers <= 0) return 0;
+    return mul_checked(pl_kv_block_bytes(l), 2 * (size_t)n_layers);
+}
+
+static const char *dtype_label(pl_dtype t) { return t == PL_DT_F16 ? "f16" : "f32"; }
+
+static pl_status check_layout(const pl_kv_layout *l, int32_t n_layers) {
+    if (l->dtype != PL_DT_F16 && l->dtype != PL_DT_F32)
+        return pl_fail(PL_ERR_INVALID_ARG, "KV cache: dtype must be f16 or f32, found type id %d",
+                       (int)l->dtype);
+    if (l->block_size <= 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "KV cache: block size must be > 0, found %d",
+                       l->block_size);
+    if (l->n_kv_heads <= 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "KV cache: n_kv_heads must be > 0, found %d",
+                       l->n_kv_heads);
+    if (l->head_dim <= 0 || l->head_dim % 4 != 0 || l->head_dim > 256)
+        return pl_fail(PL_ERR_UNSUPPORTED,
+                       "KV cache: head_dim must be a multiple of 4 in 4..256, found %d",
+                       l->head_dim);
+    if (l->num_blocks <= 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "KV cache: num_blocks must be > 0, found %lld",
+                       (long long)l->num_blocks);
+    if (n_layers <= 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "KV cache: n_layers must be > 0, found %d", n_layers);
+    return PL_OK;
+}
+
+pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
+                           const char *path) {
+    memset(s, 0, sizeof *s);
+    PL_TRY(check_layout(layout, n_layers));
+    const size_t block_bytes = pl_kv_block_bytes(layout);
+    const size_t per_block = pl_kv_bytes_per_block(layout, n_layers);
+    size_t total = per_block ? mul_checked(per_block, (size_t)layout->num_blocks) : 0;
+    if (total == 0 || (uint64_t)total > (uint64_t)INT64_MAX)
+        return pl_fail(PL_ERR_NOMEM,
+                       "KV cache budget: %lld blocks x %d layers x K+V x %zu bytes per block "
+                       "(%d tokens x %d KV heads x %d dims, %s) overflows the address space",
+                       (long long)layout->num_blocks, n_layers, block_bytes, layout->block_size,
+                       layout->n_kv_heads, layout->head_dim, dtype_label(layout->dtype));
+
+    void *base;
+    if (path) {
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return pl_fail(PL_ERR_IO, "KV swap file '%s': cannot create: %s", path,
+                           strerror(errno));
+        if (ftruncate(fd, (off_t)total) != 0) {
+            int e = errno;
+            close(fd);
+            return pl_fail(PL_ERR_IO,
+                           "KV swap file '%s': cannot size it to the budget of %zu bytes "
+                           "(%lld blocks x %zu bytes): %s",
+                           path, total, (long long)layout->num_blocks, per_block, strerror(e));
+        }
+        base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        int e = errno;
+        close(fd); /* the mapping keeps the file open */
+        if (base == MAP_FAILED)
+            return pl_fail(PL_ERR_NOMEM,
+                           "KV swap file '%s': cannot map the budget of %zu bytes "
+                           "(%lld blocks x %zu bytes): %s",
+                           path, total, (long long)layout->num_blocks, per_block, strerror(e));
+    } else {
+        base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED)
+            return pl_fail(PL_ERR_NOMEM,
+                           "KV cache budget of %zu bytes (%lld blocks x %zu bytes per block, "
+                           "%d layers) cannot be allocated: %s",
+                           total, (long long)layout->num_blocks, per_block, n_layers,
+                           strerror(errno));
+    }
+    s->layout = *layout;
+    s->n_layers = n_layers;
+    s->layer_bytes = block_bytes * (size_t)layout->num_blocks;
+    s->base = base;
+    s->mapped_bytes = total;
+    s->file_backed = path != NULL;
+    return PL_OK;
+}
+
+void pl_kv_store_free(pl_kv_store *s) {
+    if (s->base) munmap(s->base, s->mapped_bytes);
+    memset(s, 0, sizeof *s);
+}
+
+void *pl_kv_store_k(const pl_kv_store *s, int32_t layer) {
+    PL_ASSERT(s->base && layer >= 0 && layer < s->n_layers);
+    return (char *)s->base + (size_t)layer * 2 * s->layer_bytes;
+}
+
+void *pl_kv_store_v(const pl_kv_store *s, int32_t layer) {
+    PL_ASSERT(s->base && layer >= 0 && layer < s->n_layers);
+    return (char *)s->base + ((size_t)layer * 2 + 1) * s->layer_bytes;
+}
+
+void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
+                      const int32_t *dst_blocks, int32_t n) {
+    PL_ASSERT(src->n_layers == dst->n_layers);
+    for (int32_t layer = 0; layer < src->n_layers; layer++)
+        pl_kv_copy_blocks_between(&src->layout, pl_kv_store_k(src, layer),
+                                  pl_kv_store_v(src, layer), &dst->layout,
+                                  pl_kv_store_k(dst, layer), pl_kv_store_v(dst, layer),
+                                  src_blocks, dst_blocks, n);
+}

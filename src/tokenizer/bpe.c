@@ -1,0 +1,180 @@
+/* tokenizer/bpe — byte-level BPE as llama.cpp does it (llm_tokenizer_bpe_session).
+ *
+ * The text is split by the pre-tokenizer; each piece is byte-encoded (every byte becomes the
+ * printable code point of the GPT-2 byte map) and then merged on its own: it starts as one
+ * symbol per encoded character, the adjacent pair whose "left right" merge has the lowest rank
+ * (ties: the leftmost) is merged, and so on until no pair is a known merge. With ignore_merges a
+ * piece that is already a token is taken whole.
+ *
+ * A final symbol that is not a token (which a consistent vocabulary never produces) falls back
+ * as llama.cpp does: each single byte of its encoded text that is a token is emitted, the others
+ * are dropped.
+ */
+#include "tokenizer/tok_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int prev, next;   /* neighbours in the live chain, -1 at the ends */
+    const char *text; /* start in the encoded word */
+    size_t n;         /* byte length; 0 once merged into its left neighbour */
+} sym;
+
+typedef struct {
+    int left, right; /* symbol indices */
+    int32_t rank;    /* merge rank: lower merges first */
+    size_t size;     /* byte length of the merge (detects stale entries) */
+} bigram;
+
+typedef struct {
+    bigram *v;
+    size_t n, cap;
+} heap;
+
+static int before(const bigram *a, const bigram *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static int heap_push(heap *h, bigram b) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        bigram *v = realloc(h->v, cap * sizeof *v);
+        if (!v) return 0;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!before(&b, &h->v[parent])) break;
+        h->v[i] = h->v[parent];
+        i = parent;
+    }
+    h->v[i] = b;
+    return 1;
+}
+
+static bigram heap_pop(heap *h) {
+    bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
+        if (!before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n > 0) h->v[i] = last;
+    return top;
+}
+
+/* Scratch memory reused across the pieces of one call. */
+typedef struct {
+    char *word; /* the byte-encoded piece */
+    size_t word_cap;
+    sym *syms;
+    size_t syms_cap;
+    char *key; /* "left right" merge lookup key */
+    size_t key_cap;
+    heap h;
+} scratch;
+
+static int reserve(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 1;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) return 0;
+    *p = q;
+    *cap = c;
+    return 1;
+}
+
+static int try_add(const pl_tokenizer *t, scratch *sc, int left, int right) {
+    if (left < 0 || right < 0) return 1;
+    const sym *l = &sc->syms[left], *r = &sc->syms[right];
+    size_t klen = l->n + 1 + r->n;
+    if (!reserve((void **)&sc->key, &sc->key_cap, klen, 1)) return 0;
+    memcpy(sc->key, l->text, l->n);
+    sc->key[l->n] = ' ';
+    memcpy(sc->key + l->n + 1, r->text, r->n);
+    int32_t rank = pl_tok_map_get(&t->merge_map, sc->key, klen);
+    if (rank < 0) return 1;
+    return heap_push(&sc->h, (bigram){left, right, rank, l->n + r->n});
+}
+
+/* Merge one encoded word and append its tokens. */
+static pl_status merge_word(const pl_tokenizer *t, scratch *sc, size_t wlen, pl_tok_ids *out) {
+    const char *w = sc->word;
+    if (t->ignore_merges) {
+        int32_t id = pl_tok_map_get(&t->tok_map, w, wlen);
+        if (id >= 0) return pl_tok_ids_push(out, id);
+    }
+    if (!reserve((void **)&sc->syms, &sc->syms_cap, wlen, sizeof(sym)))
+        return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+    sym *s = sc->syms;
+    int n = 0;
+    for (size_t off = 0; off < wlen; n++) {
+        size_t k = pl_tok_utf8_len((uint8_t)w[off]);
+        if (k > wlen - off) k = wlen - off;
+        s[n] = (sym){n - 1, off + k == wlen ? -1 : n + 1, w + off, k};
+        off += k;
+    }
+    sc->h.n = 0;
+    for (int i = 1; i < n; i++)
+        if (!try_add(t, sc, i - 1, i)) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+    while (sc->h.n > 0) {
+        bigram b = heap_pop(&sc->h);
+        sym *l = &s[b.left], *r = &s[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s[r->next].prev = b.left;
+        if (!try_add(t, sc, l->prev, b.left) || !try_add(t, sc, b.left, l->next))
+            return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+    }
+    for (int i = 0; i != -1; i = s[i].next) {
+        int32_t id = pl_tok_map_get(&t->tok_map, s[i].text, s[i].n);
+        if (id >= 0) {
+            PL_TRY(pl_tok_ids_push(out, id));
+            continue;
+        }
+        for (size_t j = 0; j < s[i].n; j++) {
+            int32_t bid = pl_tok_map_get(&t->tok_map, s[i].text + j, 1);
+            if (bid >= 0) PL_TRY(pl_tok_ids_push(out, bid));
+        }
+    }
+    return PL_OK;
+}
+
+pl_status pl_tok_bpe(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out) {
+    pl_pretok_span *spans = NULL;
+    size_t n_spans = 0;
+    PL_TRY(pl_pretok_split(t->pretok, text, len, &spans, &n_spans));
+    scratch sc = {0};
+    pl_status st = PL_OK;
+    for (size_t i = 0; i < n_spans && st == PL_OK; i++) {
+        const uint8_t *p = (const uint8_t *)text + spans[i].off;
+        if (!reserve((void **)&sc.word, &sc.word_cap, spans[i].len * 2, 1)) {
+            st = pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+            break;
+        }
+        size_t wlen = 0;
+        for (size_t j = 0; j < spans[i].len; j++) {
+            size_t k;
+            const char *e = pl_tok_byte_to_utf8(p[j], &k);
+            memcpy(sc.word + wlen, e, k);
+            wlen += k;
+        }
+        st = merge_word(t, &sc, wlen, out);
+    }
+    free(spans);
+    free(sc.word);
+    free(sc.syms);
+    free(sc.key);
+    free(sc.h.v);
+    return st;
+}

@@ -1,0 +1,134 @@
+/* tokenizer/spm — SentencePiece tokenization as llama.cpp does it (llm_tokenizer_spm_session).
+ *
+ * The text (spaces already escaped to U+2581) starts as one symbol per UTF-8 character. Every
+ * pair of neighbours whose concatenation is a token is a candidate; the candidate with the
+ * highest score (ties: the leftmost) is merged, and the new neighbours become candidates, until
+ * none is left. Candidates made stale by an earlier merge are skipped when popped.
+ *
+ * Each final symbol is a token, except an unmerged character the vocabulary lacks: it falls back
+ * to its bytes as <0xNN> tokens. (llama.cpp looks such a symbol up in its "reverse merge" map
+ * first, but a merged symbol is always a token and single characters never are merge results,
+ * so that lookup cannot succeed and is not needed.)
+ */
+#include "tokenizer/tok_internal.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    int prev, next;   /* neighbours in the live chain, -1 at the ends */
+    const char *text; /* start of this symbol in the text */
+    size_t n;         /* byte length; 0 once merged into its left neighbour */
+} sym;
+
+typedef struct {
+    int left, right; /* symbol indices */
+    float score;     /* the merged token's score */
+    size_t size;     /* byte length of the merge (detects stale entries) */
+} bigram;
+
+typedef struct {
+    bigram *v;
+    size_t n, cap;
+} heap;
+
+/* a before b in the queue: higher score first, then the leftmost. */
+static int before(const bigram *a, const bigram *b) {
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static int heap_push(heap *h, bigram b) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        bigram *v = realloc(h->v, cap * sizeof *v);
+        if (!v) return 0;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!before(&b, &h->v[parent])) break;
+        h->v[i] = h->v[parent];
+        i = parent;
+    }
+    h->v[i] = b;
+    return 1;
+}
+
+static bigram heap_pop(heap *h) {
+    bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
+        if (!before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n > 0) h->v[i] = last;
+    return top;
+}
+
+static int try_add(const pl_tokenizer *t, const sym *s, heap *h, int left, int right) {
+    if (left < 0 || right < 0) return 1;
+    size_t size = s[left].n + s[right].n; /* neighbours are contiguous in the text */
+    int32_t id = pl_tok_map_get(&t->tok_map, s[left].text, size);
+    if (id < 0) return 1;
+    return heap_push(h, (bigram){left, right, t->score[id], size});
+}
+
+pl_status pl_tok_spm(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out) {
+    if (len == 0) return PL_OK;
+    sym *s = malloc(len * sizeof *s);
+    heap h = {0};
+    pl_status st = PL_OK;
+    if (!s) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+
+    int n = 0;
+    for (size_t off = 0; off < len; n++) {
+        size_t k = pl_tok_utf8_len((uint8_t)text[off]);
+        if (k > len - off) k = len - off;
+        s[n] = (sym){n - 1, off + k == len ? -1 : n + 1, text + off, k};
+        off += k;
+    }
+    for (int i = 1; i < n; i++)
+        if (!try_add(t, s, &h, i - 1, i)) goto oom;
+
+    while (h.n > 0) {
+        bigram b = heap_pop(&h);
+        sym *l = &s[b.left], *r = &s[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s[r->next].prev = b.left;
+        if (!try_add(t, s, &h, l->prev, b.left) || !try_add(t, s, &h, b.left, l->next)) goto oom;
+    }
+
+    for (int i = 0; i != -1 && st == PL_OK; i = s[i].next) {
+        int32_t id = pl_tok_map_get(&t->tok_map, s[i].text, s[i].n);
+        if (id >= 0) {
+            st = pl_tok_ids_push(out, id);
+            continue;
+        }
+        for (size_t j = 0; j < s[i].n && st == PL_OK; j++) {
+            uint8_t byte = (uint8_t)s[i].text[j];
+            int32_t bid = t->byte_tok[byte] >= 0 ? t->byte_tok[byte] : t->unk;
+            if (bid < 0) {
+                st = pl_fail(PL_ERR_UNSUPPORTED,
+                             "tokenize: byte 0x%02X has no token (no <0x%02X> and no unknown token)",
+                             byte, byte);
+                break;
+            }
+            st = pl_tok_ids_push(out, bid);
+        }
+    }
+    free(s);
+    free(h.v);
+    return st;
+oom:
+    free(s);
+    free(h.v);
+    return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+}

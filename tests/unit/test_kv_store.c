@@ -1,0 +1,166 @@
+/* Unit tests for kv/kv_store: sizes, per-layer pointers, copies between an anonymous store and a
+ * file-backed one, and budgets or layouts that must be refused with a clear message. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/rng.h"
+#include "base/status.h"
+#include "kv/kv_store.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const pl_kv_layout LAYOUT = {.dtype = PL_DT_F16, .block_size = 16, .n_kv_heads = 2,
+                                    .head_dim = 36, .num_blocks = 12};
+
+static void test_sizes_and_pointers(void **state) {
+    (void)state;
+    const size_t bb = 2 * 2 * 16 * 36; /* f16 x heads x tokens x dims */
+    assert_int_equal(pl_kv_block_bytes(&LAYOUT), bb);
+    assert_int_equal(pl_kv_bytes_per_block(&LAYOUT, 3), bb * 2 * 3);
+    pl_kv_store s;
+    assert_int_equal(pl_kv_store_init(&s, &LAYOUT, 3, NULL), PL_OK);
+    assert_int_equal(s.layer_bytes, bb * 12);
+    assert_true(s.mapped_bytes >= bb * 12 * 6);
+    assert_false(s.file_backed);
+    /* K0 V0 K1 V1 K2 V2, back to back, disjoint, inside the mapping, zero-filled */
+    char *base = s.base;
+    for (int32_t layer = 0; layer < 3; layer++) {
+        char *k = pl_kv_store_k(&s, layer), *v = pl_kv_store_v(&s, layer);
+        assert_ptr_equal(k, base + (size_t)(2 * layer) * s.layer_bytes);
+        assert_ptr_equal(v, k + s.layer_bytes);
+        assert_true((uintptr_t)k % 64 == 0);
+        for (size_t i = 0; i < s.layer_bytes; i += 997) assert_int_equal(k[i] | v[i], 0);
+    }
+    memset(base, 0x5a, s.mapped_bytes); /* the whole mapping is writable */
+    pl_kv_store_free(&s);
+    assert_null(s.base);
+    pl_kv_store_free(&s); /* freeing twice is harmless */
+
+    pl_kv_layout f32 = LAYOUT;
+    f32.dtype = PL_DT_F32;
+    assert_int_equal(pl_kv_bytes_per_block(&f32, 1), 2 * 2 * bb);
+}
+
+static void fill(pl_kv_store *s, pl_rng *rng) {
+    unsigned char *p = s->base;
+    for (size_t i = 0; i < s->mapped_bytes; i++) p[i] = (unsigned char)pl_rng_next(rng);
+}
+
+static char dir[] = "/tmp/pl_kv_store_XXXXXX"; /* removed by the teardown even on failure */
+static char path[256];
+
+/* Swap out: anonymous -> file, swap in: file -> anonymous, in every layer, K and V. */
+static void test_copy_anon_file(void **state) {
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/swap.bin", dir);
+
+    pl_kv_layout small = LAYOUT;
+    small.num_blocks = 5;
+    pl_kv_store gpu, swap;
+    assert_int_equal(pl_kv_store_init(&gpu, &LAYOUT, 3, NULL), PL_OK);
+    assert_int_equal(pl_kv_store_init(&swap, &small, 3, path), PL_OK);
+    assert_true(swap.file_backed);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((size_t)st.st_size, swap.mapped_bytes);
+
+    pl_rng rng;
+    pl_rng_seed(&rng, 3);
+    fill(&gpu, &rng);
+    const size_t bb = pl_kv_block_bytes(&LAYOUT);
+    unsigned char *snap = malloc(gpu.mapped_bytes);
+    assert_non_null(snap);
+    memcpy(snap, gpu.base, gpu.mapped_bytes);
+
+    int32_t out_src[] = {11, 0, 6}, out_dst[] = {4, 1, 0};
+    pl_kv_store_copy(&gpu, &swap, out_src, out_dst, 3);
+    for (int32_t layer = 0; layer < 3; layer++)
+        for (int i = 0; i < 3; i++) {
+            assert_memory_equal((char *)pl_kv_store_k(&swap, layer) + (size_t)out_dst[i] * bb,
+                                (char *)pl_kv_store_k(&gpu, layer) + (size_t)out_src[i] * bb, bb);
+            assert_memory_equal((char *)pl_kv_store_v(&swap, layer) + (size_t)out_dst[i] * bb,
+                                (char *)pl_kv_store_v(&gpu, layer) + (size_t)out_src[i] * bb, bb);
+        }
+    /* the file really holds the bytes: read layer 1's V of swap block 4 through the file */
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char *buf = malloc(bb);
+    assert_non_null(buf);
+    assert_int_equal(fseek(f, (long)(3 * swap.layer_bytes + 4 * bb), SEEK_SET), 0);
+    assert_int_equal(fread(buf, 1, bb, f), bb);
+    fclose(f);
+    assert_memory_equal(buf, (char *)pl_kv_store_v(&gpu, 1) + 11 * bb, bb);
+    free(buf);
+
+    /* swap back in to other blocks; nothing else in the primary store changes */
+    int32_t in_src[] = {4, 1}, in_dst[] = {2, 9};
+    pl_kv_store_copy(&swap, &gpu, in_src, in_dst, 2);
+    for (int32_t layer = 0; layer < 3; layer++)
+        for (int32_t b = 0; b < 12; b++) {
+            int32_t from = b == 2 ? 11 : b == 9 ? 0 : b;
+            for (int kv = 0; kv < 2; kv++) {
+                size_t arr = (size_t)(2 * layer + kv) * gpu.layer_bytes;
+                assert_memory_equal((char *)gpu.base + arr + (size_t)b * bb,
+                                    snap + arr + (size_t)from * bb, bb);
+            }
+        }
+    free(snap);
+    pl_kv_store_free(&gpu);
+    pl_kv_store_free(&swap);
+    assert_int_equal(unlink(path), 0); /* the store leaves its file to whoever named it */
+}
+
+static int cleanup(void **state) {
+    (void)state;
+    if (path[0]) unlink(path);
+    if (strcmp(dir + strlen(dir) - 6, "XXXXXX") != 0) rmdir(dir);
+    return 0;
+}
+
+static void expect_fail(const pl_kv_layout *l, int32_t n_layers, const char *path, pl_status st,
+                        const char *needle) {
+    pl_kv_store s;
+    pl_clear_error();
+    assert_int_equal(pl_kv_store_init(&s, l, n_layers, path), st);
+    assert_null(s.base);
+    if (!strstr(pl_last_error(), needle)) fprintf(stderr, "message: %s\n", pl_last_error());
+    assert_non_null(strstr(pl_last_error(), needle));
+}
+
+static void test_bad_budgets(void **state) {
+    (void)state;
+    pl_kv_layout l = LAYOUT;
+    l.num_blocks = INT64_MAX / 2; /* the byte count overflows */
+    expect_fail(&l, 32, NULL, PL_ERR_NOMEM, "overflows");
+    l.num_blocks = (int64_t)1 << 36; /* 2^36 x 27 KiB: ~1.8 PB, more than any address space */
+    expect_fail(&l, 4, NULL, PL_ERR_NOMEM, "KV cache budget of");
+    expect_fail(&l, 4, "/nonexistent-dir/swap.bin", PL_ERR_IO, "/nonexistent-dir/swap.bin");
+
+    l = LAYOUT;
+    l.head_dim = 30;
+    expect_fail(&l, 2, NULL, PL_ERR_UNSUPPORTED, "head_dim");
+    l = LAYOUT;
+    l.num_blocks = 0;
+    expect_fail(&l, 2, NULL, PL_ERR_INVALID_ARG, "num_blocks");
+    l = LAYOUT;
+    l.dtype = PL_DT_Q8_0;
+    expect_fail(&l, 2, NULL, PL_ERR_INVALID_ARG, "dtype");
+    expect_fail(&LAYOUT, 0, NULL, PL_ERR_INVALID_ARG, "n_layers");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sizes_and_pointers),
+        cmocka_unit_test(test_copy_anon_file),
+        cmocka_unit_test(test_bad_budgets),
+    };
+    return cmocka_run_group_tests(tests, NULL, cleanup);
+}

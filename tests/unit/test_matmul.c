@@ -1,0 +1,435 @@
+/* Unit tests for kernels/matmul and kernels/quant: block layouts on hand-built blocks, llama.cpp's
+ * rounding in the quantizers, quantize -> dequantize error bounds, and pl_matmul against the
+ * scalar reference for every weight type and every instruction set this machine has, with
+ * bitwise checks that results do not depend on the thread count or the batch. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/fp16.h"
+#include "base/rng.h"
+#include "base/threadpool.h"
+#include "kernels/cpu.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const pl_dtype all_types[] = {PL_DT_F32,  PL_DT_F16,  PL_DT_BF16, PL_DT_Q8_0,
+                                     PL_DT_Q4_0, PL_DT_Q4_K, PL_DT_Q5_K, PL_DT_Q6_K};
+enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
+
+/* ---- hand-built blocks: the layout itself ----------------------------------------------- */
+
+static void test_dequant_q8_0_q4_0_layout(void **state) {
+    (void)state;
+    pl_block_q8_0 b8;
+    b8.d = 0x3800; /* 0.5 */
+    for (int j = 0; j < 32; j++) b8.qs[j] = (int8_t)(j * 5 - 80);
+    float y[32];
+    pl_dequantize_row(PL_DT_Q8_0, &b8, y, 32);
+    for (int j = 0; j < 32; j++) assert_true(y[j] == 0.5f * (j * 5 - 80));
+
+    pl_block_q4_0 b4;
+    b4.d = 0x4000; /* 2.0 */
+    for (int j = 0; j < 16; j++) b4.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+    pl_dequantize_row(PL_DT_Q4_0, &b4, y, 32);
+    assert_true(y[0] == -16.0f);  /* low nibble 0 -> (0 - 8) * 2 */
+    assert_true(y[16] == 14.0f);  /* high nibble 15 of byte 0 -> element 16 */
+    assert_true(y[15] == 14.0f);  /* low nibble 15 of byte 15 */
+    assert_true(y[31] == -16.0f); /* high nibble 0 of byte 15 */
+    for (int j = 0; j < 16; j++) {
+        assert_true(y[j] == 2.0f * (j - 8));
+        assert_true(y[j + 16] == 2.0f * (7 - j));
+    }
+}
+
+/* Pack 8 six-bit scales and mins the way the q4_K / q5_K format documents it. */
+static void pack_k4_scales(const int sc[8], const int m[8], uint8_t out[12]) {
+    for (int j = 0; j < 4; j++) {
+        out[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        out[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        out[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+    }
+}
+
+static const int ksc[8] = {1, 2, 3, 4, 17, 33, 50, 63};
+static const int kmn[8] = {0, 5, 10, 63, 16, 32, 48, 7};
+
+static void test_dequant_q4_K_layout(void **state) {
+    (void)state;
+    pl_block_q4_K b;
+    b.d = 0x3c00;    /* 1.0 */
+    b.dmin = 0x3800; /* 0.5 */
+    pack_k4_scales(ksc, kmn, b.scales);
+    int q[256];
+    for (int e = 0; e < 256; e++) q[e] = (e * 7 + 3) % 16;
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++) b.qs[32 * g + l] = (uint8_t)(q[64 * g + l] | (q[64 * g + 32 + l] << 4));
+    float y[256];
+    pl_dequantize_row(PL_DT_Q4_K, &b, y, 256);
+    for (int e = 0; e < 256; e++) assert_true(y[e] == 1.0f * ksc[e / 32] * q[e] - 0.5f * kmn[e / 32]);
+}
+
+static void test_dequant_q5_K_layout(void **state) {
+    (void)state;
+    pl_block_q5_K b;
+    b.d = 0x3c00;
+    b.dmin = 0x4000; /* 2.0 */
+    pack_k4_scales(ksc, kmn, b.scales);
+    int q[256];
+    for (int e = 0; e < 256; e++) q[e] = (e * 13 + 5) % 32;
+    memset(b.qh, 0, sizeof b.qh);
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++) {
+            int lo = q[64 * g + l], hi = q[64 * g + 32 + l];
+            b.qs[32 * g + l] = (uint8_t)((lo & 15) | ((hi & 15) << 4));
+            b.qh[l] |= (uint8_t)(((lo >> 4) << (2 * g)) | ((hi >> 4) << (2 * g + 1)));
+        }
+    float y[256];
+    pl_dequantize_row(PL_DT_Q5_K, &b, y, 256);
+    for (int e = 0; e < 256; e++) assert_true(y[e] == 1.0f * ksc[e / 32] * q[e] - 2.0f * kmn[e / 32]);
+}
+
+static void test_dequant_q6_K_layout(void **state) {
+    (void)state;
+    pl_block_q6_K b;
+    b.d = 0x3400; /* 0.25 */
+    int sc[16], q[256];
+    for (int s = 0; s < 16; s++) sc[s] = s * 9 - 70;
+    for (int s = 0; s < 16; s++) b.scales[s] = (int8_t)sc[s];
+    for (int e = 0; e < 256; e++) q[e] = (e * 5 + 1) % 64;
+    /* element 128h + 32k + l: low 4 bits in ql[64h + l + 32(k&1)] (nibble k>>1), high 2 bits
+     * in qh[32h + l] at bit 2k */
+    memset(b.ql, 0, sizeof b.ql);
+    memset(b.qh, 0, sizeof b.qh);
+    for (int e = 0; e < 256; e++) {
+        int h = e / 128, k = (e % 128) / 32, l = e % 32;
+        b.ql[64 * h + l + 32 * (k & 1)] |= (uint8_t)((q[e] & 15) << (4 * (k >> 1)));
+        b.qh[32 * h + l] |= (uint8_t)((q[e] >> 4) << (2 * k));
+    }
+    float y[256];
+    pl_dequantize_row(PL_DT_Q6_K, &b, y, 256);
+    for (int e = 0; e < 256; e++) assert_true(y[e] == 0.25f * sc[e / 16] * (q[e] - 32));
+}
+
+/* ---- quantizers: llama.cpp rounding ------------------------------------------------------ */
+
+static void test_quantize_rounding(void **state) {
+    (void)state;
+    float x[32] = {127.0f, 2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 1.5f, -126.6f};
+    pl_block_q8_0 w, a;
+    /* weights: roundf (half away from zero), d = amax / 127 */
+    assert_int_equal(pl_quantize_row(PL_DT_Q8_0, x, &w, 32), 34);
+    assert_int_equal(w.d, 0x3c00);
+    const int8_t wq[8] = {127, 3, 4, -3, -1, 1, 2, -127};
+    for (int j = 0; j < 8; j++) assert_int_equal(w.qs[j], wq[j]);
+    /* activations: llama.cpp's x86 path rounds half to even with multiplier 127 / amax */
+    pl_quantize_q8_0_act(x, &a, 32);
+    assert_int_equal(a.d, 0x3c00);
+    const int8_t aq[8] = {127, 2, 4, -2, 0, 0, 2, -127};
+    for (int j = 0; j < 8; j++) assert_int_equal(a.qs[j], aq[j]);
+
+    /* q4_0: d = max / -8 with the sign of the largest magnitude, q = min(15, trunc(x/d + 8.5)) */
+    float z[32] = {-8.0f, 3.0f, 7.9f, -0.5f, -0.6f, 0.5f, 8.0f};
+    pl_block_q4_0 b;
+    assert_int_equal(pl_quantize_row(PL_DT_Q4_0, z, &b, 32), 18);
+    assert_int_equal(b.d, 0x3c00); /* d = -8 / -8 = 1 */
+    const int n4[7] = {0, 11, 15, 8, 7, 9, 15};
+    for (int j = 0; j < 7; j++) assert_int_equal(b.qs[j] & 15, n4[j]);
+    assert_int_equal(b.qs[0] >> 4, 8); /* z[16] = 0 */
+    assert_int_equal(pl_quantize_row(PL_DT_Q4_K, z, &b, 256), 0);
+}
+
+static void test_quantize_q8_K_values(void **state) {
+    (void)state;
+    float x[256] = {0};
+    x[0] = -2.0f; /* largest magnitude, negative: iscale = -127 / -2 = 63.5 */
+    x[1] = 1.0f;  /* 63.5 -> 64 (tie to even) */
+    x[2] = -1.0f; /* -63.5 -> -64 */
+    x[3] = 0.25f; /* 15.875 -> 16 */
+    x[4] = 1.5f;  /* 95.25 -> 95 */
+    x[5] = 2.0f;  /* 127 */
+    x[17] = 0.75f; /* 47.625 -> 48, second group of 16 */
+    x[255] = -0.5f; /* -31.75 -> -32 */
+    pl_block_q8_K b;
+    pl_quantize_q8_K(x, &b, 256);
+    assert_true(b.d == 1.0f / 63.5f);
+    const int want[6] = {-127, 64, -64, 16, 95, 127};
+    for (int j = 0; j < 6; j++) assert_int_equal(b.qs[j], want[j]);
+    assert_int_equal(b.qs[17], 48);
+    assert_int_equal(b.qs[255], -32);
+    assert_int_equal(b.qs[100], 0);
+    assert_int_equal(b.bsums[0], -127 + 64 - 64 + 16 + 95 + 127);
+    assert_int_equal(b.bsums[1], 48);
+    assert_int_equal(b.bsums[15], -32);
+    for (int g = 2; g < 15; g++) assert_int_equal(b.bsums[g], 0);
+    memset(x, 0, sizeof x);
+    pl_quantize_q8_K(x, &b, 256);
+    assert_true(b.d == 0.0f);
+    assert_int_equal(b.qs[7], 0);
+}
+
+static void test_quantize_roundtrip(void **state) {
+    (void)state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 7);
+    enum { N = 1024 };
+    float x[N], y[N];
+    uint8_t buf[N * 4];
+    for (int i = 0; i < N; i++) x[i] = (float)(pl_rng_normal(&rng) * (i % 64 == 0 ? 10.0 : 1.0));
+    const pl_dtype types[] = {PL_DT_F32, PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        size_t bytes = pl_quantize_row(types[t], x, buf, N);
+        assert_int_equal(bytes, pl_dtype_row_size(types[t], N));
+        pl_dequantize_row(types[t], buf, y, N);
+        for (int i = 0; i < N; i++) {
+            float amax = 0.0f; /* of x's 32-block */
+            for (int j = i / 32 * 32; j < i / 32 * 32 + 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+            double err = fabs((double)y[i] - x[i]), bound;
+            switch (types[t]) {
+            case PL_DT_F32: bound = 0; break;
+            case PL_DT_F16: bound = fabsf(x[i]) * 0x1p-11; break;
+            case PL_DT_BF16: bound = fabsf(x[i]) * 0x1p-8; break;
+            /* half a step of amax / 127, plus d's own f16 rounding times |q| <= 127 */
+            case PL_DT_Q8_0: bound = amax / 127.0 * 0.5 + amax * 0x1p-11; break;
+            /* one step of amax / 8 (the far end clamps at 15), plus d's f16 rounding */
+            default: bound = amax / 8.0 * (1.0 + 0x1p-9); break;
+            }
+            assert_true(err <= bound);
+        }
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+static void fill_weights(pl_rng *rng, pl_dtype t, int64_t rows, int64_t cols, uint8_t *w) {
+    size_t rs = pl_dtype_row_size(t, cols);
+    float *row = malloc((size_t)cols * sizeof *row);
+    assert_non_null(row);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *p = w + (size_t)r * rs;
+        if (t == PL_DT_F32 || t == PL_DT_F16 || t == PL_DT_BF16) {
+            for (int64_t c = 0; c < cols; c++) row[c] = (float)pl_rng_normal(rng);
+            pl_quantize_row(t, row, p, cols);
+            continue;
+        }
+        /* quantized types: random bytes, then valid small positive f16 scales */
+        for (size_t i = 0; i < rs; i++) p[i] = (uint8_t)pl_rng_next(rng);
+        size_t bs = pl_dtype_type_size(t);
+        for (size_t off = 0; off < rs; off += bs) {
+            pl_f16 d = pl_f32_to_f16((float)(0.001 + 0.01 * pl_rng_uniform(rng)));
+            pl_f16 dmin = pl_f32_to_f16((float)(0.001 + 0.01 * pl_rng_uniform(rng)));
+            size_t d_off = t == PL_DT_Q6_K ? offsetof(pl_block_q6_K, d) : 0;
+            memcpy(p + off + d_off, &d, 2);
+            if (t == PL_DT_Q4_K || t == PL_DT_Q5_K) memcpy(p + off + 2, &dmin, 2);
+        }
+    }
+    free(row);
+}
+
+/* S[b * rows + r] = sum_c |w[r][c]| |x[b][c]| over the values the kernels multiply (converted
+ * activations; for q4_K / q5_K the scale and min parts counted separately). */
+static void abs_dot_bound(const pl_weight *w, const float *x, int64_t B, double *S) {
+    int64_t cols = w->cols;
+    size_t rs = pl_dtype_row_size(w->type, cols), as = pl_act_row_bytes(w->type, cols);
+    float *wr = malloc((size_t)cols * sizeof *wr);
+    double *xv = malloc((size_t)cols * sizeof *xv);
+    uint8_t *act = malloc(as + 64), *blk = malloc(rs);
+    assert_true(wr && xv && act && blk);
+    for (int64_t b = 0; b < B; b++) {
+        const float *xb = x + b * cols;
+        pl_act_convert_row(w->type, xb, act, cols);
+        int64_t nb = cols / 32;
+        for (int64_t c = 0; c < cols; c++) {
+            switch (w->type) {
+            case PL_DT_F32: xv[c] = xb[c]; break;
+            case PL_DT_F16: xv[c] = ((float *)act)[c]; break;
+            case PL_DT_BF16: xv[c] = pl_bf16_to_f32(((pl_bf16 *)act)[c]); break;
+            case PL_DT_Q8_0:
+            case PL_DT_Q4_0: {
+                int64_t pos = w->type == PL_DT_Q4_0 ? pl_act_q4_0_pos(c, nb) : c;
+                xv[c] = ((float *)(act + cols))[c / 32] * ((int8_t *)act)[pos];
+                break;
+            }
+            default: {
+                pl_block_q8_K *q = (pl_block_q8_K *)act;
+                xv[c] = (double)q[c / 256].d * q[c / 256].qs[c % 256];
+            }
+            }
+        }
+        for (int64_t r = 0; r < w->rows; r++) {
+            memcpy(blk, (const uint8_t *)w->data + (size_t)r * rs, rs);
+            if (w->type == PL_DT_Q4_K || w->type == PL_DT_Q5_K) /* -dmin * m -> +|dmin| * m */
+                for (size_t off = 0; off < rs; off += pl_dtype_type_size(w->type)) blk[off + 3] ^= 0x80;
+            pl_dequantize_row(w->type, blk, wr, cols);
+            double s = 0;
+            for (int64_t c = 0; c < cols; c++) s += fabs((double)wr[c]) * fabs(xv[c]);
+            S[b * w->rows + r] = s;
+        }
+    }
+    free(wr);
+    free(xv);
+    free(act);
+    free(blk);
+}
+
+typedef struct {
+    pl_threadpool *pools[3]; /* 1, 2 and 3 threads */
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    if (!f) return -1;
+    for (int i = 0; i < 3; i++)
+        if (!(f->pools[i] = pl_threadpool_create(i + 1))) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    for (int i = 0; i < 3; i++) pl_threadpool_destroy(f->pools[i]);
+    free(f);
+    pl_cpu_force_isa(PL_ISA_AVX512);
+    return 0;
+}
+
+enum { MAXB = 32 };
+static const int64_t batches[] = {1, 2, 3, 5, 8, 17, 32};
+
+/* One weight type and shape on the current ISA: vs the reference, threads, batch invariance. */
+static void check_shape(fixture *f, pl_dtype t, int64_t rows, int64_t cols, uint64_t seed) {
+    pl_rng rng;
+    pl_rng_seed(&rng, seed);
+    size_t rs = pl_dtype_row_size(t, cols);
+    uint8_t *wdata = malloc(rs * (size_t)rows);
+    float *x = malloc((size_t)(MAXB * cols) * sizeof *x);
+    int64_t ldy = rows + 3;
+    size_t ysz = (size_t)(MAXB * ldy);
+    float *yref = malloc(ysz * sizeof *yref), *y = malloc(ysz * sizeof *y);
+    float *y1 = malloc(ysz * sizeof *y1), *yb = malloc((size_t)ldy * sizeof *yb);
+    double *S = malloc((size_t)(MAXB * rows) * sizeof *S);
+    void *scratch = malloc(pl_matmul_scratch_size(t, cols, MAXB));
+    assert_true(wdata && x && yref && y && y1 && yb && S && (scratch || t == PL_DT_F32));
+    fill_weights(&rng, t, rows, cols, wdata);
+    for (int64_t i = 0; i < MAXB * cols; i++) x[i] = (float)(pl_rng_normal(&rng) * (1 + i % 3));
+    pl_weight w = {.data = wdata, .type = t, .rows = rows, .cols = cols};
+    pl_matmul_ref(&w, x, MAXB, yref, ldy);
+    abs_dot_bound(&w, x, MAXB, S);
+    /* Float rounding: the kernels and the reference add the same exact (or once-rounded)
+     * products in different orders; recursive summation of n terms errs by at most
+     * (n - 1) u sum|term| and each block scale costs a few more roundings, so allow
+     * (terms + 8) * FLT_EPSILON * S with terms = cols for float types, cols / 32 for blocks. */
+    int64_t terms = pl_dtype_block_size(t) == 1 ? cols : cols / 32;
+    double rel = (double)(terms + 8) * FLT_EPSILON;
+
+    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+        int64_t B = batches[bi];
+        for (size_t i = 0; i < ysz; i++) y1[i] = -7.0f; /* sentinel in the ldy padding */
+        pl_matmul(f->pools[0], &w, x, B, y1, ldy, scratch);
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t r = 0; r < rows; r++) {
+                float v = y1[b * ldy + r], ref = yref[b * ldy + r];
+                double tol = rel * S[b * rows + r] + 1e-30;
+                if (!(fabs((double)v - ref) <= tol))
+                    fail_msg("%s %s rows=%ld cols=%ld B=%ld b=%ld r=%ld: got %.9g, ref %.9g, tol %.3g",
+                             pl_dtype_name(t), pl_isa_name(pl_cpu_isa()), (long)rows, (long)cols,
+                             (long)B, (long)b, (long)r, v, ref, tol);
+            }
+            for (int64_t r = rows; r < ldy; r++) assert_true(y1[b * ldy + r] == -7.0f);
+        }
+        /* bitwise batch invariance: each row of this batch equals a B = 1 call on it */
+        if (B == 17 || B == 3) {
+            for (int64_t b = 0; b < B; b++) {
+                pl_matmul(f->pools[0], &w, x + b * cols, 1, yb, ldy, scratch);
+                assert_memory_equal(yb, &y1[b * ldy], (size_t)rows * sizeof(float));
+            }
+        }
+    }
+    /* bitwise thread invariance (B = 32 from the loop above is in y1); a pool at a time, since
+     * idle workers of another pool spin for a while on this 2-core machine */
+    for (int p = 1; p < 3; p++) {
+        const int64_t bs[2] = {MAXB, 1};
+        for (int i = 0; i < 2; i++) {
+            for (size_t j = 0; j < ysz; j++) y[j] = -7.0f;
+            pl_matmul(f->pools[p], &w, x, bs[i], y, ldy, scratch);
+            for (int64_t b = 0; b < bs[i]; b++)
+                assert_memory_equal(&y[b * ldy], &y1[b * ldy], (size_t)rows * sizeof(float));
+        }
+    }
+    free(wdata);
+    free(x);
+    free(yref);
+    free(y);
+    free(y1);
+    free(yb);
+    free(S);
+    free(scratch);
+}
+
+static void run_all_shapes(fixture *f, pl_dtype t, uint64_t seed) {
+    static const int64_t rows_list[] = {1, 6, 13};
+    static const int64_t float_cols[] = {1, 7, 16, 33, 79, 261};
+    static const int64_t q_cols[] = {32, 64, 96, 288};
+    static const int64_t k_cols[] = {256, 512, 768};
+    const int64_t *cols;
+    size_t nc;
+    if (pl_dtype_block_size(t) == 1) {
+        cols = float_cols;
+        nc = sizeof float_cols / sizeof float_cols[0];
+    } else if (pl_dtype_block_size(t) == 32) {
+        cols = q_cols;
+        nc = sizeof q_cols / sizeof q_cols[0];
+    } else {
+        cols = k_cols;
+        nc = sizeof k_cols / sizeof k_cols[0];
+    }
+    for (size_t ri = 0; ri < 3; ri++)
+        for (size_t ci = 0; ci < nc; ci++)
+            check_shape(f, t, rows_list[ri], cols[ci], seed + ri * 100 + ci);
+}
+
+static void test_matmul_all_isas(void **state) {
+    fixture *f = *state;
+    pl_isa max = pl_cpu_max_isa();
+    for (int isa = PL_ISA_SCALAR; isa <= (int)max; isa++) {
+        assert_int_equal(pl_cpu_force_isa((pl_isa)isa), isa);
+        for (int t = 0; t < N_TYPES; t++) run_all_shapes(f, all_types[t], 1000 * (uint64_t)t + 17);
+    }
+    pl_cpu_force_isa(PL_ISA_AVX512);
+}
+
+/* The SIMD kernels agree with the scalar ones on a realistic layer shape (same tolerance). */
+static void test_matmul_layer_shape(void **state) {
+    fixture *f = *state;
+    for (int t = 0; t < N_TYPES; t++) check_shape(f, all_types[t], 37, 768, 99 + (uint64_t)t);
+}
+
+static void test_scratch_size(void **state) {
+    (void)state;
+    assert_int_equal(pl_matmul_scratch_size(PL_DT_F32, 64, 4), 0);
+    assert_true(pl_matmul_scratch_size(PL_DT_Q8_0, 64, 4) >= 4 * (64 + 2 * 4));
+    assert_true(pl_matmul_scratch_size(PL_DT_Q4_K, 512, 3) >= 3 * 2 * sizeof(pl_block_q8_K));
+    assert_true(pl_matmul_scratch_size(PL_DT_F16, 10, 2) >= 2 * 10 * sizeof(float));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dequant_q8_0_q4_0_layout),
+        cmocka_unit_test(test_dequant_q4_K_layout),
+        cmocka_unit_test(test_dequant_q5_K_layout),
+        cmocka_unit_test(test_dequant_q6_K_layout),
+        cmocka_unit_test(test_quantize_rounding),
+        cmocka_unit_test(test_quantize_q8_K_values),
+        cmocka_unit_test(test_quantize_roundtrip),
+        cmocka_unit_test(test_scratch_size),
+        cmocka_unit_test(test_matmul_all_isas),
+        cmocka_unit_test(test_matmul_layer_shape),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,697 @@
+/* Unit tests for src/tokenizer: llama.cpp's tokenizer test vectors (SentencePiece and GPT-2
+ * BPE), the stories260K model's vocabulary and reference texts, special-token parsing, the
+ * streaming detokenizer, and the errors. The pre-tokenizer splits are in test_tokenizer_pretok.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VOCAB_DIR PL_SHARED_DIR "/testdata/vocab/"
+#define SPM_VOCAB VOCAB_DIR "ggml-vocab-llama-spm.gguf"
+#define GPT2_VOCAB VOCAB_DIR "ggml-vocab-gpt-2.gguf"
+#define STORIES PL_SHARED_DIR "/models/stories260K.gguf"
+#define STORIES_REF PL_SHARED_DIR "/testdata/reference/stories260K.json"
+
+/* ---- helpers ---- */
+
+static pl_tokenizer *load(const char *path) {
+    pl_gguf *g = NULL;
+    if (pl_gguf_open(path, &g) != PL_OK) fail_msg("open %s: %s", path, pl_last_error());
+    pl_tokenizer *t = NULL;
+    pl_status st = pl_tokenizer_load(g, &t);
+    pl_gguf_close(g);
+    if (st != PL_OK) fail_msg("load %s: %s", path, pl_last_error());
+    return t;
+}
+
+static size_t tok(const pl_tokenizer *t, const char *s, int add_special, int parse_special,
+                  int32_t **ids) {
+    size_t n = 0;
+    if (pl_tokenize(t, s, strlen(s), add_special, parse_special, ids, &n) != PL_OK)
+        fail_msg("tokenize '%s': %s", s, pl_last_error());
+    return n;
+}
+
+static char *detok(const pl_tokenizer *t, const int32_t *ids, size_t n, int skip_special) {
+    char *s = NULL;
+    size_t len = 0;
+    if (pl_detokenize(t, ids, n, skip_special, &s, &len) != PL_OK)
+        fail_msg("detokenize: %s", pl_last_error());
+    assert_int_equal(strlen(s), len);
+    return s;
+}
+
+static int valid_utf8(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t k = p[i] < 0x80 ? 1 : (p[i] & 0xE0) == 0xC0 ? 2 : (p[i] & 0xF0) == 0xE0 ? 3 : (p[i] & 0xF8) == 0xF0 ? 4 : 0;
+        if (k == 0 || i + k > n) return 0;
+        for (size_t j = 1; j < k; j++)
+            if ((p[i + j] & 0xC0) != 0x80) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+/* Push ids one at a time (is_first = 1), check every chunk is whole UTF-8, flush; malloc'ed. */
+static char *stream(const pl_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                    int is_first, int check_chunks) {
+    size_t cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(t));
+    char *chunk = malloc(cap), *all = malloc(n * cap + cap + 1);
+    size_t len = 0;
+    pl_detok_stream s;
+    pl_detok_init(&s, t, skip_special, is_first);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = pl_detok_push(&s, ids[i], chunk, cap);
+        if (check_chunks) assert_true(valid_utf8(chunk, k));
+        memcpy(all + len, chunk, k);
+        len += k;
+    }
+    size_t k = pl_detok_flush(&s, chunk, cap);
+    memcpy(all + len, chunk, k);
+    len += k;
+    all[len] = '\0';
+    free(chunk);
+    return all;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+/* ---- llama.cpp's vocabulary test vectors ---- */
+
+/* Inputs are separated by "\n__ggml_vocab_test__\n" (a trailing separator ends the list); the
+ * .out file has one line of ids per input. */
+static void run_vectors(const char *vocab, int is_spm) {
+    pl_tokenizer *t = load(vocab);
+    char path[512];
+    size_t in_len, out_len;
+    snprintf(path, sizeof path, "%s.inp", vocab);
+    char *inp = read_file(path, &in_len);
+    snprintf(path, sizeof path, "%s.out", vocab);
+    char *out = read_file(path, &out_len);
+    const char *sep = "\n__ggml_vocab_test__\n";
+    size_t pos = 0, n_cases = 0;
+    char *line = out;
+    while (pos < in_len) {
+        char *next = strstr(inp + pos, sep);
+        size_t len = next ? (size_t)(next - (inp + pos)) : in_len - pos;
+        char *case_text = strndup(inp + pos, len);
+        pos = next ? (size_t)(next - inp) + strlen(sep) : in_len;
+
+        char *eol = strchr(line, '\n');
+        assert_non_null(eol);
+        *eol = '\0';
+        int32_t want[512];
+        size_t n_want = 0;
+        for (char *p = line; *p;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p) break;
+            want[n_want++] = (int32_t)v;
+            p = end;
+        }
+        line = eol + 1;
+
+        int32_t *ids;
+        size_t n = tok(t, case_text, 0, 0, &ids);
+        if (n != n_want || memcmp(ids, want, n * sizeof *ids) != 0) {
+            fprintf(stderr, "case %zu '%s': got", n_cases, case_text);
+            for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "\n");
+            fail_msg("%s: case %zu differs from llama.cpp", vocab, n_cases);
+        }
+
+        /* Round trip. SentencePiece: the space prefix added by tokenize is removed again, so the
+         * text comes back exactly. GPT-2 BPE: llama.cpp's clean_spaces drops the space of " ?",
+         * which two inputs contain. */
+        char *back = detok(t, ids, n, 1);
+        if (is_spm || !strstr(case_text, " ?")) {
+            assert_string_equal(back, case_text);
+        } else {
+            char *p = strstr(case_text, " ?");
+            memmove(p, p + 1, strlen(p + 1) + 1);
+            assert_null(strstr(case_text, " ?"));
+            assert_string_equal(back, case_text);
+        }
+        char *streamed = stream(t, ids, n, 1, 1, 1);
+        assert_string_equal(streamed, back);
+        free(streamed);
+        free(back);
+        free(ids);
+        free(case_text);
+        n_cases++;
+    }
+    assert_int_equal(n_cases, 46);
+    free(inp);
+    free(out);
+    pl_tokenizer_free(t);
+}
+
+static void test_vectors_llama_spm(void **state) {
+    (void)state;
+    run_vectors(SPM_VOCAB, 1);
+}
+
+static void test_vectors_gpt2(void **state) {
+    (void)state;
+    run_vectors(GPT2_VOCAB, 0);
+}
+
+static void test_load_speed(void **state) {
+    (void)state;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    pl_tokenizer *t = load(SPM_VOCAB);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    assert_int_equal(pl_tokenizer_n_vocab(t), 32000);
+    assert_true(s < 1.0);
+    pl_tokenizer_free(t);
+}
+
+/* ---- stories260K ---- */
+
+static void test_stories_basics(void **state) {
+    (void)state;
+    pl_tokenizer *t = load(STORIES);
+    assert_int_equal(pl_tokenizer_get_kind(t), PL_TOK_SPM);
+    assert_string_equal(pl_tokenizer_pre_name(t), "");
+    assert_int_equal(pl_tokenizer_n_vocab(t), 512);
+    assert_int_equal(pl_tokenizer_bos(t), 1);
+    assert_int_equal(pl_tokenizer_eos(t), 2);
+    assert_true(pl_tokenizer_add_bos(t));
+    assert_false(pl_tokenizer_add_eos(t));
+    assert_true(pl_tokenizer_is_eog(t, 2));
+    assert_false(pl_tokenizer_is_eog(t, 1));
+    assert_false(pl_tokenizer_is_eog(t, 403));
+    assert_false(pl_tokenizer_is_eog(t, 512));
+    assert_int_equal(pl_tokenizer_token_type(t, 0), PL_TOKEN_UNKNOWN);
+    assert_int_equal(pl_tokenizer_token_type(t, 1), PL_TOKEN_CONTROL);
+    assert_int_equal(pl_tokenizer_token_type(t, 3), PL_TOKEN_BYTE);
+    assert_int_equal(pl_tokenizer_token_type(t, 403), PL_TOKEN_NORMAL);
+    assert_string_equal(pl_tokenizer_token_text(t, 403), "\xE2\x96\x81Once");
+    assert_null(pl_tokenizer_token_text(t, 512));
+    assert_null(pl_tokenizer_token_text(t, -1));
+
+    int32_t *ids;
+    size_t n = tok(t, "Once upon a time", 0, 0, &ids);
+    int32_t want[] = {403, 407, 261, 378};
+    assert_int_equal(n, 4);
+    assert_memory_equal(ids, want, sizeof want);
+    free(ids);
+    n = tok(t, "Once upon a time", 1, 0, &ids);
+    int32_t want_bos[] = {1, 403, 407, 261, 378};
+    assert_int_equal(n, 5);
+    assert_memory_equal(ids, want_bos, sizeof want_bos);
+    free(ids);
+    n = tok(t, "", 1, 0, &ids);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 1);
+    free(ids);
+    n = tok(t, "", 0, 0, &ids);
+    assert_int_equal(n, 0);
+    free(ids);
+
+    /* Pieces: U+2581 is a space, byte tokens are raw bytes, control tokens need `special`. */
+    char buf[64];
+    assert_int_equal(pl_token_to_piece(t, 403, buf, sizeof buf, 0), 5);
+    assert_memory_equal(buf, " Once", 5);
+    assert_int_equal(pl_token_to_piece(t, 432, buf, sizeof buf, 0), 1);
+    assert_memory_equal(buf, ",", 1);
+    assert_int_equal(pl_token_to_piece(t, 3 + 0xE6, buf, sizeof buf, 0), 1);
+    assert_int_equal((unsigned char)buf[0], 0xE6);
+    assert_int_equal(pl_token_to_piece(t, 1, buf, sizeof buf, 0), 0);
+    assert_int_equal(pl_token_to_piece(t, 1, buf, sizeof buf, 1), 3);
+    assert_memory_equal(buf, "<s>", 3);
+    assert_int_equal(pl_token_to_piece(t, 0, buf, sizeof buf, 0), 0);
+    assert_int_equal(pl_token_to_piece(t, 0, buf, sizeof buf, 1), 5);
+    assert_int_equal(pl_token_to_piece(t, 403, buf, 2, 0), 5); /* truncated copy, full length */
+    assert_memory_equal(buf, " O", 2);
+    assert_int_equal(pl_token_to_piece(t, 9999, buf, sizeof buf, 1), 0);
+    pl_tokenizer_free(t);
+}
+
+/* The reference texts of llama.cpp's run: prompt_text is the prompt without BOS detokenized
+ * (the first token's space prefix removed); greedy_text is the continuation's pieces as they
+ * stream after the prompt (its first space kept). With BOS in front, llama.cpp keeps the first
+ * space: removing a leading BOS switches the space rule off. */
+static void test_stories_reference(void **state) {
+    (void)state;
+    pl_tokenizer *t = load(STORIES);
+    json_error_t jerr;
+    json_t *root = json_load_file(STORIES_REF, 0, &jerr);
+    if (!root) fail_msg("%s: %s", STORIES_REF, jerr.text);
+    json_t *cases = json_object_get(root, "cases");
+    size_t ci, checked = 0;
+    json_t *c;
+    json_array_foreach(cases, ci, c) {
+        json_t *ptext = json_object_get(c, "prompt_text"), *gtext = json_object_get(c, "greedy_text");
+        json_t *ptoks = json_object_get(c, "prompt_tokens"), *gtoks = json_object_get(c, "greedy_tokens");
+        size_t np = json_array_size(ptoks), ng = json_array_size(gtoks);
+        int32_t *all = malloc((np + ng) * sizeof *all);
+        for (size_t i = 0; i < np; i++) all[i] = (int32_t)json_integer_value(json_array_get(ptoks, i));
+        for (size_t i = 0; i < ng; i++) all[np + i] = (int32_t)json_integer_value(json_array_get(gtoks, i));
+        if (ptext && gtext) {
+            const char *pt = json_string_value(ptext), *gt = json_string_value(gtext);
+            int32_t *ids;
+            size_t n = tok(t, pt, 1, 0, &ids);
+            assert_int_equal(n, np);
+            assert_memory_equal(ids, all, np * sizeof *ids);
+            free(ids);
+
+            char *s = detok(t, all + 1, np - 1, 1); /* without BOS */
+            assert_string_equal(s, pt);
+            free(s);
+            s = detok(t, all, np, 1); /* with BOS: the space stays */
+            assert_int_equal(s[0], ' ');
+            assert_string_equal(s + 1, pt);
+            free(s);
+            s = stream(t, all + np, ng, 1, 0, 1); /* continuation, not first */
+            assert_string_equal(s, gt);
+            free(s);
+            s = detok(t, all, np + ng, 1);
+            char *want = malloc(strlen(pt) + strlen(gt) + 2);
+            sprintf(want, " %s%s", pt, gt);
+            assert_string_equal(s, want);
+            free(want);
+            free(s);
+            s = stream(t, all, np + ng, 1, 1, 1);
+            char *whole = detok(t, all, np + ng, 1);
+            assert_string_equal(s, whole);
+            free(s);
+            free(whole);
+            checked++;
+        }
+        /* skip_special = 0 shows the BOS text */
+        char *s = detok(t, all, np, 0);
+        assert_memory_equal(s, "<s> ", 4);
+        free(s);
+        free(all);
+    }
+    assert_int_equal(checked, 3);
+    json_decref(root);
+    pl_tokenizer_free(t);
+}
+
+/* ---- special tokens ---- */
+
+static void test_parse_special(void **state) {
+    (void)state;
+    pl_tokenizer *t = load(GPT2_VOCAB);
+    assert_string_equal(pl_tokenizer_pre_name(t), "gpt-2");
+    assert_int_equal(pl_tokenizer_get_kind(t), PL_TOK_BPE);
+    assert_int_equal(pl_tokenizer_bos(t), 50256);
+    assert_false(pl_tokenizer_add_bos(t));
+    assert_true(pl_tokenizer_is_eog(t, 50256));
+    assert_int_equal(pl_tokenizer_token_type(t, 50256), PL_TOKEN_CONTROL);
+    int32_t *ids;
+    const char *text = "Hello<|endoftext|>world";
+    size_t n = tok(t, text, 0, 1, &ids);
+    int32_t want[] = {15496, 50256, 6894};
+    assert_int_equal(n, 3);
+    assert_memory_equal(ids, want, sizeof want);
+    char *s = detok(t, ids, n, 0);
+    assert_string_equal(s, text);
+    free(s);
+    s = detok(t, ids, n, 1);
+    assert_string_equal(s, "Helloworld");
+    free(s);
+    free(ids);
+    n = tok(t, text, 0, 0, &ids); /* the token's text is just text */
+    assert_true(n > 3);
+    for (size_t i = 0; i < n; i++) assert_int_not_equal(ids[i], 50256);
+    s = detok(t, ids, n, 1);
+    assert_string_equal(s, text);
+    free(s);
+    free(ids);
+    pl_tokenizer_free(t);
+
+    t = load(STORIES);
+    n = tok(t, "<s>Once</s>", 0, 1, &ids);
+    int32_t want2[] = {1, 403, 2}; /* the text after a special token gets the space prefix */
+    assert_int_equal(n, 3);
+    assert_memory_equal(ids, want2, sizeof want2);
+    free(ids);
+    n = tok(t, "<s>Once</s>", 0, 0, &ids);
+    assert_true(n > 3);
+    for (size_t i = 0; i < n; i++) assert_true(ids[i] > 2);
+    s = detok(t, ids, n, 1);
+    assert_string_equal(s, "<s>Once</s>");
+    free(s);
+    free(ids);
+    n = tok(t, "a<unk>b", 0, 1, &ids); /* unknown tokens split only with parse_special */
+    int32_t want3[] = {261, 0, 268}; /* "▁a" <unk> "▁b" */
+    assert_int_equal(n, 3);
+    assert_memory_equal(ids, want3, sizeof want3);
+    free(ids);
+    pl_tokenizer_free(t);
+}
+
+/* ---- GGUF files made for the test ---- */
+
+/* Copy every key of src into a new file, except `skip` which is replaced by what add() writes. */
+typedef pl_status (*add_fn)(pl_gguf_writer *w, const pl_gguf *src);
+
+static char *make_vocab(const char *src_path, const char *skip, add_fn add) {
+    pl_gguf *src;
+    assert_int_equal(pl_gguf_open(src_path, &src), PL_OK);
+    pl_gguf_writer *w = pl_gguf_writer_new();
+    for (int64_t i = 0; i < pl_gguf_n_kv(src); i++) {
+        if (pl_gguf_str_eq(pl_gguf_key_at(src, i), skip)) continue;
+        assert_int_equal(pl_gguf_writer_copy_kv(w, src, i), PL_OK);
+    }
+    assert_int_equal(add(w, src), PL_OK);
+    char *path = strdup("/tmp/pl_test_tokenizer_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(pl_gguf_writer_write(w, path), PL_OK);
+    pl_gguf_writer_free(w);
+    pl_gguf_close(src);
+    return path;
+}
+
+static pl_status add_bad_pre(pl_gguf_writer *w, const pl_gguf *src) {
+    (void)src;
+    return pl_gguf_writer_add_str(w, "tokenizer.ggml.pre", "no-such-pre");
+}
+static pl_status add_bad_model(pl_gguf_writer *w, const pl_gguf *src) {
+    (void)src;
+    return pl_gguf_writer_add_str(w, "tokenizer.ggml.model", "bert-wordpiece-x");
+}
+static pl_status add_llama3_pre(pl_gguf_writer *w, const pl_gguf *src) {
+    (void)src;
+    return pl_gguf_writer_add_str(w, "tokenizer.ggml.pre", "llama-bpe");
+}
+/* stories260K with "he" (id 260) made a USER_DEFINED token. */
+static pl_status add_user_defined(pl_gguf_writer *w, const pl_gguf *src) {
+    pl_gguf_arr a;
+    PL_TRY(pl_gguf_get_arr(src, "tokenizer.ggml.token_type", &a));
+    int32_t *types = malloc(a.count * sizeof *types);
+    for (uint64_t i = 0; i < a.count; i++) types[i] = (int32_t)pl_gguf_arr_int(&a, i);
+    types[260] = PL_TOKEN_USER_DEFINED;
+    pl_status st = pl_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", PL_GGUF_INT32, types, a.count);
+    free(types);
+    return st;
+}
+
+static void expect_load_error(const char *path, pl_status want, const char *needle) {
+    pl_gguf *g;
+    assert_int_equal(pl_gguf_open(path, &g), PL_OK);
+    pl_tokenizer *t = (pl_tokenizer *)1;
+    assert_int_equal(pl_tokenizer_load(g, &t), want);
+    assert_null(t);
+    if (!strstr(pl_last_error(), needle)) fail_msg("error '%s' does not name '%s'", pl_last_error(), needle);
+    pl_gguf_close(g);
+}
+
+static void test_bad_vocabularies(void **state) {
+    (void)state;
+    char *p = make_vocab(GPT2_VOCAB, "tokenizer.ggml.pre", add_bad_pre);
+    expect_load_error(p, PL_ERR_UNSUPPORTED, "'no-such-pre'");
+    unlink(p);
+    free(p);
+    p = make_vocab(STORIES, "tokenizer.ggml.model", add_bad_model);
+    expect_load_error(p, PL_ERR_UNSUPPORTED, "'bert-wordpiece-x'");
+    unlink(p);
+    free(p);
+    pl_gguf *g;
+    assert_int_equal(pl_gguf_open(PL_SHARED_DIR "/models/synth-tiny-q8_0.gguf", &g), PL_OK);
+    pl_tokenizer *t;
+    assert_int_equal(pl_tokenizer_load(g, &t), PL_OK); /* same vocabulary as stories260K */
+    assert_int_equal(pl_tokenizer_n_vocab(t), 512);
+    pl_tokenizer_free(t);
+    pl_gguf_close(g);
+}
+
+static void test_user_defined(void **state) {
+    (void)state;
+    pl_tokenizer *plain = load(STORIES);
+    char *p = make_vocab(STORIES, "tokenizer.ggml.token_type", add_user_defined);
+    pl_tokenizer *t = load(p);
+    unlink(p);
+    free(p);
+    assert_int_equal(pl_tokenizer_token_type(t, 260), PL_TOKEN_USER_DEFINED);
+    int32_t *ids;
+    size_t n = tok(plain, "the", 0, 0, &ids);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 265); /* "▁the" */
+    free(ids);
+    /* A user-defined token splits the text even without parse_special. */
+    for (int ps = 0; ps <= 1; ps++) {
+        n = tok(t, "the", 0, ps, &ids);
+        int32_t want[] = {259, 260}; /* "▁t" "he" */
+        assert_int_equal(n, 2);
+        assert_memory_equal(ids, want, sizeof want);
+        char *s = detok(t, ids, n, 1); /* user-defined pieces always print */
+        assert_string_equal(s, "the");
+        free(s);
+        free(ids);
+    }
+    pl_tokenizer_free(t);
+    pl_tokenizer_free(plain);
+}
+
+/* The same GPT-2 vocabulary with the Llama 3 pre-tokenizer: BOS by default, merges skipped for
+ * whole-token pieces, digits in threes. */
+static void test_llama3_pre_on_gpt2_vocab(void **state) {
+    (void)state;
+    char *p = make_vocab(GPT2_VOCAB, "tokenizer.ggml.pre", add_llama3_pre);
+    pl_tokenizer *t = load(p);
+    unlink(p);
+    free(p);
+    assert_string_equal(pl_tokenizer_pre_name(t), "llama-bpe");
+    assert_true(pl_tokenizer_add_bos(t));
+    pl_tokenizer *g2 = load(GPT2_VOCAB);
+    int32_t *a, *b, *c;
+    size_t na = tok(t, "12345", 0, 0, &a), nb = tok(g2, "123", 0, 0, &b), nc = tok(g2, "45", 0, 0, &c);
+    assert_int_equal(na, nb + nc);
+    assert_memory_equal(a, b, nb * sizeof *a);
+    assert_memory_equal(a + nb, c, nc * sizeof *a);
+    free(a);
+    free(b);
+    free(c);
+    na = tok(t, "hi", 1, 0, &a);
+    assert_int_equal(a[0], 50256);
+    free(a);
+    pl_tokenizer_free(g2);
+    pl_tokenizer_free(t);
+}
+
+/* ---- invalid input ---- */
+
+static void test_invalid_input(void **state) {
+    (void)state;
+    pl_tokenizer *t = load(STORIES);
+    int32_t *ids = (int32_t *)1;
+    size_t n = 7;
+    const char *bad[] = {"abc\xFF", "\xC3", "a\xE6\x97", "\xC0\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\x80"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(pl_tokenize(t, bad[i], strlen(bad[i]), 1, 0, &ids, &n), PL_ERR_INVALID_ARG);
+        assert_null(ids);
+        assert_int_equal(n, 0);
+        assert_non_null(strstr(pl_last_error(), "UTF-8"));
+    }
+    int32_t bad_ids[] = {403, 512};
+    char *s = (char *)1;
+    size_t len = 5;
+    assert_int_equal(pl_detokenize(t, bad_ids, 2, 1, &s, &len), PL_ERR_INVALID_ARG);
+    assert_null(s);
+    assert_non_null(strstr(pl_last_error(), "512"));
+    bad_ids[1] = -3;
+    assert_int_equal(pl_detokenize(t, bad_ids, 2, 0, &s, &len), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "-3"));
+    pl_tokenizer_free(t);
+}
+
+/* ---- streaming ---- */
+
+static void test_stream_utf8(void **state) {
+    (void)state;
+    pl_tokenizer *t = load(STORIES);
+    const char *text = "Lily saw 日本 and 😀🚀, café “ok” ñ";
+    int32_t *ids;
+    size_t n = tok(t, text, 0, 0, &ids);
+    size_t n_bytes = 0;
+    for (size_t i = 0; i < n; i++) n_bytes += pl_tokenizer_token_type(t, ids[i]) == PL_TOKEN_BYTE;
+    assert_true(n_bytes >= 14); /* 日本 and the two emoji come as <0xNN> tokens */
+    char *whole = detok(t, ids, n, 1);
+    assert_string_equal(whole, text);
+    char *s = stream(t, ids, n, 1, 1, 1);
+    assert_string_equal(s, whole);
+    free(s);
+    free(whole);
+
+    /* Nothing comes out until a character is complete. */
+    size_t cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(t));
+    char *out = malloc(cap);
+    pl_detok_stream st;
+    pl_detok_init(&st, t, 1, 0);
+    assert_int_equal(pl_detok_push(&st, 3 + 0xF0, out, cap), 0);
+    assert_int_equal(pl_detok_push(&st, 3 + 0x9F, out, cap), 0);
+    assert_int_equal(pl_detok_push(&st, 3 + 0x98, out, cap), 0);
+    assert_int_equal(pl_detok_push(&st, 3 + 0x80, out, cap), 4);
+    assert_memory_equal(out, "😀", 4);
+    /* Invalid bytes become U+FFFD: a lone continuation, a lead cut short by ASCII, 0xFF. */
+    assert_int_equal(pl_detok_push(&st, 3 + 0x80, out, cap), 3);
+    assert_memory_equal(out, "\xEF\xBF\xBD", 3);
+    assert_int_equal(pl_detok_push(&st, 3 + 0xE6, out, cap), 0);
+    assert_int_equal(pl_detok_push(&st, 3 + 0x41, out, cap), 4);
+    assert_memory_equal(out, "\xEF\xBF\xBD" "A", 4);
+    assert_int_equal(pl_detok_push(&st, 3 + 0xFF, out, cap), 3);
+    assert_int_equal(pl_detok_push(&st, 3 + 0xED, out, cap), 0);
+    assert_int_equal(pl_detok_push(&st, 3 + 0xA0, out, cap), 6); /* surrogate: both invalid */
+    assert_memory_equal(out, "\xEF\xBF\xBD\xEF\xBF\xBD", 6);
+    /* A sequence still open at the end is flushed as U+FFFD. */
+    assert_int_equal(pl_detok_push(&st, 3 + 0xE6, out, cap), 0);
+    assert_int_equal(pl_detok_push(&st, 3 + 0x97, out, cap), 0);
+    assert_int_equal(pl_detok_flush(&st, out, cap), 3);
+    assert_memory_equal(out, "\xEF\xBF\xBD", 3);
+    assert_int_equal(pl_detok_flush(&st, out, cap), 0);
+    /* The first token's space prefix goes only with is_first; control tokens only unskipped. */
+    pl_detok_init(&st, t, 1, 1);
+    assert_int_equal(pl_detok_push(&st, 403, out, cap), 4);
+    assert_memory_equal(out, "Once", 4);
+    assert_int_equal(pl_detok_push(&st, 407, out, cap), 5);
+    assert_int_equal(pl_detok_push(&st, 2, out, cap), 0);
+    pl_detok_init(&st, t, 0, 1);
+    assert_int_equal(pl_detok_push(&st, 1, out, cap), 3);
+    assert_memory_equal(out, "<s>", 3);
+    assert_int_equal(pl_detok_push(&st, 403, out, cap), 5);
+    assert_memory_equal(out, " Once", 5);
+    free(out);
+    free(ids);
+    pl_tokenizer_free(t);
+}
+
+/* llama.cpp's clean_spaces, and the streaming filter giving the same text as the whole pass. */
+static void test_clean_spaces(void **state) {
+    (void)state;
+    pl_tokenizer *t = load(GPT2_VOCAB);
+    struct {
+        const char *in, *out;
+    } cases[] = {
+        {"a , b . c ! d ?", "a, b. c! d?"},
+        {"x ' y", "x'y"},
+        {"it 's he 'm we 're they 've", "it's he'm we're they've"},
+        {"I 'd we 'll don 't", "I 'd we 'll don 't"},
+        {"' ' ' x", "''' x"},
+        {" ' ' x", "'' x"},
+        {"a  ' 're", "a ''re"},
+        {" 's", "'s"},
+        {" 'r", " 'r"},
+        {"a 'R", "a 'R"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t *ids;
+        size_t n = tok(t, cases[i].in, 0, 0, &ids);
+        char *s = detok(t, ids, n, 1);
+        if (strcmp(s, cases[i].out) != 0) fail_msg("clean '%s': got '%s', want '%s'", cases[i].in, s, cases[i].out);
+        char *st = stream(t, ids, n, 1, 1, 1);
+        assert_string_equal(st, s);
+        free(st);
+        free(s);
+        free(ids);
+    }
+    /* Random strings over the characters the passes look at. */
+    const char alphabet[] = " '.,?!srvemtdx";
+    unsigned seed = 12345;
+    for (int k = 0; k < 400; k++) {
+        char text[24];
+        int len = 1 + k % 20;
+        for (int i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            text[i] = alphabet[(seed >> 16) % (sizeof alphabet - 1)];
+        }
+        text[len] = '\0';
+        int32_t *ids;
+        size_t n = tok(t, text, 0, 0, &ids);
+        char *s = detok(t, ids, n, 1);
+        char *st = stream(t, ids, n, 1, 1, 1);
+        if (strcmp(s, st) != 0) fail_msg("'%s': whole '%s' stream '%s'", text, s, st);
+        free(st);
+        free(s);
+        free(ids);
+    }
+    pl_tokenizer_free(t);
+}
+
+/* Random text from a mix of scripts: SentencePiece gives it back exactly, BPE too unless
+ * clean_spaces applies, and the stream always equals the whole-sequence text. */
+static void test_random_roundtrip(void **state) {
+    (void)state;
+    static const char *const atoms[] = {"a", "Z", "q", " ", "  ", "\n", "\t", "'s", "'", "7",
+                                        "42", ".", ",", "?", "é", "ß", "Ω", "д", "日", "本",
+                                        "한", "😀", "🦙", "\xCC\x81" /* combining acute */,
+                                        "\xE2\x80\x8D" /* ZWJ */, "<s>", "</s>", "<|endoftext|>"};
+    const size_t n_atoms = sizeof atoms / sizeof atoms[0];
+    pl_tokenizer *vocabs[2] = {load(SPM_VOCAB), load(GPT2_VOCAB)};
+    unsigned seed = 777;
+    for (int v = 0; v < 2; v++) {
+        pl_tokenizer *t = vocabs[v];
+        for (int k = 0; k < 150; k++) {
+            char text[256] = "";
+            int len = 1 + k % 24;
+            for (int i = 0; i < len; i++) {
+                seed = seed * 1103515245u + 12345u;
+                strcat(text, atoms[(seed >> 16) % n_atoms]);
+            }
+            int32_t *ids;
+            size_t n = tok(t, text, 0, 0, &ids);
+            char *s = detok(t, ids, n, 1);
+            int cleanable = 0;
+            for (const char *p = text; *p; p++)
+                if (p[0] == ' ' && p[1] && strchr("?!.,'", p[1])) cleanable = 1;
+            if (v == 0 || !cleanable) {
+                if (strcmp(s, text) != 0) fail_msg("vocab %d: '%s' came back as '%s'", v, text, s);
+            }
+            char *st = stream(t, ids, n, 1, 1, 1);
+            assert_string_equal(st, s);
+            free(st);
+            free(s);
+            free(ids);
+        }
+        pl_tokenizer_free(t);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vectors_llama_spm),
+        cmocka_unit_test(test_vectors_gpt2),
+        cmocka_unit_test(test_load_speed),
+        cmocka_unit_test(test_stories_basics),
+        cmocka_unit_test(test_stories_reference),
+        cmocka_unit_test(test_parse_special),
+        cmocka_unit_test(test_bad_vocabularies),
+        cmocka_unit_test(test_user_defined),
+        cmocka_unit_test(test_llama3_pre_on_gpt2_vocab),
+        cmocka_unit_test(test_invalid_input),
+        cmocka_unit_test(test_stream_utf8),
+        cmocka_unit_test(test_clean_spaces),
+        cmocka_unit_test(test_random_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
