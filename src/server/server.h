@@ -36,7 +36,7 @@ typedef struct {
     int port;                      /* TCP port; 0 = any free port (see pl_server_port) */
     const char *served_model_name; /* the model's name in requests and responses */
     const char *model_path;        /* GGUF file (chat template, /v1/models root) */
-    const char *api_key;           /* NULL or "": no auth; else /v1/* needs "Bearer KEY" */
+    const char *api_key;           /* NULL or "": no auth; else every /v1 route needs "Bearer KEY" */
     size_t max_request_bytes;      /* request bodies above this get 413 (default 4 MiB) */
     double shutdown_grace;         /* seconds in-flight requests may finish on stop (10) */
     int32_t max_logprobs;          /* bound of logprobs / top_logprobs / prompt_logprobs (20) */
