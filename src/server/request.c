@@ -139,7 +139,8 @@ static int parse_prompt(const json_t *o, pl_server_request *r, pl_server_error *
 
 /* ---- chat: messages ---- */
 
-static const char *const ROLES[] = {"system", "user", "assistant", "developer", "tool"};
+/* OpenAI's "developer" role is its newer name for "system". */
+static const char *const ROLES[] = {"system", "user", "assistant", "developer"};
 
 static int parse_content(const json_t *c, size_t i, char **out, pl_server_error *err) {
     if (!c || json_is_null(c)) {
@@ -201,8 +202,9 @@ static int parse_messages(const json_t *o, pl_server_request *r, pl_server_error
         if (!known)
             return pl_server_fail(err, 400, "messages", "invalid_value",
                                   "'messages[%zu].role' must be one of system, user, assistant, "
-                                  "developer, tool; got '%s'", i, json_string_value(role));
-        r->messages[i].role = strdup(json_string_value(role));
+                                  "developer; got '%s'", i, json_string_value(role));
+        const char *rs = json_string_value(role);
+        r->messages[i].role = strdup(strcmp(rs, "developer") ? rs : "system");
         r->n_messages = (int)i + 1;
         if (parse_content(json_object_get(msg, "content"), i, &r->messages[i].content, err))
             return -1;

@@ -1,0 +1,567 @@
+/* server/generate — POST /v1/completions and /v1/chat/completions.
+ *
+ * A job is one HTTP request: parsed and validated, its prompts rendered (chat template) and
+ * tokenized here so the length check can answer 400 with the counts, then one engine request per
+ * prompt (a list of prompts gives several; choice k of prompt i has index i * n + k, as vLLM).
+ *
+ * Waiting: the connection thread polls the first unfinished engine request with a 100 ms timeout
+ * and the others without waiting; between waits it checks the client socket for a hang-up. A
+ * client that went away has its unfinished requests released (aborted at the next engine step,
+ * their blocks freed). Streaming responses are produced by MHD's content-reader callback running
+ * the same loop and returning SSE chunks as they come; MHD calls the job's free function when the
+ * response is done or the connection died, which releases whatever is unfinished.
+ */
+#include "server/server_internal.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+enum { WAIT_MS = 100 };
+
+typedef struct {
+    pl_server *s;
+    pl_server_request req;
+    pl_server_resp_ctx rx;         /* id, model, created, tokenizer for responses */
+    char id[48];
+    int n_eng;                     /* engine requests (one per prompt) */
+    int n_per;                     /* choices per prompt (n) */
+    uint64_t *ids;                 /* [n_eng] engine request ids */
+    uint8_t *added;                /* [n_eng] the engine accepted it */
+    uint8_t *done;                 /* [n_eng] its finished output was polled */
+    int32_t **prompt;              /* [n_eng] tokenized prompts */
+    size_t *n_prompt;              /* [n_eng] */
+    char **echo;                   /* [n_eng] prompt text for echo, or NULL */
+    pl_token_logprob **ptop;       /* [n_eng] prompt logprobs [n_prompt][n_ptop + 1] or NULL */
+    int32_t *n_ptop;               /* [n_eng] */
+    pl_server_choice *ch;          /* [n_eng * n_per] */
+    int64_t prompt_tokens;
+    char *error;                   /* the first engine error message */
+    int fd;                        /* client socket, for hang-up checks */
+    /* Streaming. */
+    char *buf;                     /* SSE bytes not yet handed to MHD */
+    size_t len, off, cap;
+    size_t *text_off;              /* [n_eng * n_per] characters streamed (logprob offsets) */
+    uint8_t *echoed;               /* [n_eng * n_per] echo text sent */
+    int sent_done;
+} gen_job;
+
+/* ---- job lifetime ---- */
+
+static void job_free(gen_job *j) {
+    if (!j) return;
+    for (int i = 0; i < j->n_eng; i++) {
+        if (j->added && j->added[i] && !j->done[i]) {
+            pl_engine_release(j->s->eng, j->ids[i]); /* client gone: abort, free its blocks */
+            pl_srv_untrack(j->s, j->ids[i]);
+        }
+        if (j->prompt) free(j->prompt[i]);
+        if (j->echo) free(j->echo[i]);
+        if (j->ptop) free(j->ptop[i]);
+    }
+    for (int k = 0; j->ch && k < j->n_eng * j->n_per; k++) pl_server_choice_free(&j->ch[k]);
+    free(j->ids);
+    free(j->added);
+    free(j->done);
+    free(j->prompt);
+    free(j->n_prompt);
+    free(j->echo);
+    free(j->ptop);
+    free(j->n_ptop);
+    free(j->ch);
+    free(j->error);
+    free(j->buf);
+    free(j->text_off);
+    free(j->echoed);
+    pl_server_request_free(&j->req);
+    pthread_mutex_lock(&j->s->mu);
+    j->s->active--;
+    pthread_mutex_unlock(&j->s->mu);
+    free(j);
+}
+
+static void make_id(char *out, size_t cap, const char *prefix) {
+    unsigned char r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        for (size_t i = 0; i < sizeof r; i++) r[i] = (unsigned char)((ts.tv_nsec >> (i % 4 * 8)) + i);
+    }
+    size_t n = (size_t)snprintf(out, cap, "%s", prefix);
+    for (size_t i = 0; i < sizeof r && n + 2 < cap; i++) n += (size_t)snprintf(out + n, cap - n, "%02x", r[i]);
+}
+
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* ---- building the job: parse, render, tokenize, check lengths ---- */
+
+static int tokenize_prompts(gen_job *j, pl_server_error *err) {
+    pl_server *s = j->s;
+    pl_server_request *r = &j->req;
+    char *chat_text = NULL;
+    if (r->chat) {
+        if (pl_srv_render_chat(s, r->messages, r->n_messages, r->add_generation_prompt,
+                               &chat_text, err))
+            return -1;
+        j->n_eng = 1;
+    } else {
+        j->n_eng = r->n_prompts;
+    }
+    j->n_per = r->params.n;
+    size_t ne = (size_t)j->n_eng, nc = ne * (size_t)j->n_per;
+    j->ids = calloc(ne, sizeof *j->ids);
+    j->added = calloc(ne, 1);
+    j->done = calloc(ne, 1);
+    j->prompt = calloc(ne, sizeof *j->prompt);
+    j->n_prompt = calloc(ne, sizeof *j->n_prompt);
+    j->echo = calloc(ne, sizeof *j->echo);
+    j->ptop = calloc(ne, sizeof *j->ptop);
+    j->n_ptop = calloc(ne, sizeof *j->n_ptop);
+    j->ch = calloc(nc, sizeof *j->ch);
+    j->text_off = calloc(nc, sizeof *j->text_off);
+    j->echoed = calloc(nc, 1);
+    for (size_t k = 0; k < nc; k++) j->ch[k].stop_token = -1;
+    for (int i = 0; i < j->n_eng; i++) {
+        const char *text = r->chat ? chat_text : r->prompts[i].text;
+        if (text) {
+            /* vLLM tokenizes with special tokens recognised; chat text carries its own BOS. */
+            if (pl_tokenize(s->tok, text, strlen(text), r->add_special_tokens, 1, &j->prompt[i],
+                            &j->n_prompt[i]) != PL_OK) {
+                free(chat_text);
+                return pl_server_fail(err, 400, r->chat ? "messages" : "prompt", "invalid_value",
+                                      "cannot tokenize the prompt: %s", pl_last_error());
+            }
+            if (r->echo) j->echo[i] = strdup(text);
+        } else {
+            const pl_server_prompt *p = &r->prompts[i];
+            for (size_t t = 0; t < p->n_ids; t++)
+                if (p->ids[t] >= s->n_vocab)
+                    return pl_server_fail(err, 400, "prompt", "invalid_value",
+                                          "token id %d at position %zu of prompt %d is out of "
+                                          "range [0, %d)", p->ids[t], t, i, s->n_vocab);
+            j->prompt[i] = malloc((p->n_ids ? p->n_ids : 1) * sizeof(int32_t));
+            memcpy(j->prompt[i], p->ids, p->n_ids * sizeof(int32_t));
+            j->n_prompt[i] = p->n_ids;
+            if (r->echo) {
+                char *t;
+                size_t tl;
+                if (pl_detokenize(s->tok, p->ids, p->n_ids, r->params.skip_special_tokens, &t,
+                                  &tl) == PL_OK) {
+                    j->echo[i] = pl_server_utf8_sanitize(t, tl, NULL);
+                    free(t);
+                }
+            }
+        }
+    }
+    free(chat_text);
+    return 0;
+}
+
+static int check_lengths(gen_job *j, pl_server_error *err) {
+    pl_server *s = j->s;
+    pl_server_request *r = &j->req;
+    for (int i = 0; i < j->n_eng; i++) {
+        size_t n = j->n_prompt[i];
+        const char *what = r->chat ? "messages" : "prompt";
+        if (n == 0)
+            return pl_server_fail(err, 400, what, "invalid_value", "the prompt is empty (0 tokens)");
+        if (n >= (size_t)s->max_model_len)
+            return pl_server_fail(err, 400, what, "context_length_exceeded",
+                                  "This model's maximum context length is %d tokens. However, "
+                                  "your %s has %zu tokens.", s->max_model_len,
+                                  r->chat ? "messages" : "prompt", n);
+        if (r->chat && !r->max_tokens_given) {
+            /* vLLM: without max_tokens a chat may use the rest of the context. */
+            r->params.max_tokens = s->max_model_len - (int32_t)n;
+        }
+        if (n + (size_t)r->params.max_tokens > (size_t)s->max_model_len)
+            return pl_server_fail(err, 400, "max_tokens",
+                                  "context_length_exceeded",
+                                  "This model's maximum context length is %d tokens. However, "
+                                  "you requested %zu tokens (%zu in the %s, %d in the "
+                                  "completion). Please reduce the length of the %s or "
+                                  "completion.", s->max_model_len,
+                                  n + (size_t)r->params.max_tokens, n, what,
+                                  r->params.max_tokens, what);
+    }
+    return 0;
+}
+
+static int submit(gen_job *j, pl_server_error *err) {
+    for (int i = 0; i < j->n_eng; i++) {
+        pl_status st = pl_engine_add_request(j->s->eng, NULL, j->prompt[i], j->n_prompt[i],
+                                             &j->req.params, &j->ids[i]);
+        if (st == PL_ERR_CAPACITY)
+            return pl_server_fail(err, 503, NULL, "queue_full",
+                                  "the server is busy (%s); retry later", pl_last_error());
+        if (st == PL_ERR_INVALID_ARG)
+            return pl_server_fail(err, 400, NULL, "invalid_value", "%s", pl_last_error());
+        if (st != PL_OK)
+            return pl_server_fail(err, 500, NULL, "internal_error", "%s", pl_last_error());
+        j->added[i] = 1;
+        pl_srv_track(j->s, j->ids[i]);
+    }
+    return 0;
+}
+
+static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x, int chat,
+                           pl_server_error *err) {
+    gen_job *j = calloc(1, sizeof *j);
+    j->s = s;
+    pthread_mutex_lock(&s->mu);
+    s->active++;
+    pthread_mutex_unlock(&s->mu);
+    j->fd = -1;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) j->fd = ci->connect_fd;
+    if (pl_server_parse_request(x->body ? x->body : "", x->len, chat, s->cfg.max_logprobs,
+                                &j->req, err))
+        goto fail;
+    if (atomic_load(&s->draining)) {
+        pl_server_fail(err, 503, NULL, "shutting_down", "the server is shutting down");
+        goto fail;
+    }
+    if (j->req.model && strcmp(j->req.model, s->model_name)) {
+        pl_server_fail(err, 400, "model", "model_not_found",
+                       "The model `%s` does not exist (this server serves `%s`).", j->req.model,
+                       s->model_name);
+        goto fail;
+    }
+    make_id(j->id, sizeof j->id, chat ? "chatcmpl-" : "cmpl-");
+    j->rx = (pl_server_resp_ctx){.id = j->id, .model = s->model_name, .created = (int64_t)time(NULL),
+                                 .tok = s->tok, .chat = chat, .logprobs = j->req.logprobs >= 0};
+    if (tokenize_prompts(j, err) || check_lengths(j, err) || submit(j, err)) goto fail;
+    return j;
+fail:
+    job_free(j);
+    return NULL;
+}
+
+/* ---- consuming outputs ---- */
+
+static void out_append(gen_job *j, const char *s, size_t n) {
+    if (j->len + n > j->cap) {
+        j->cap = (j->len + n) * 2 + 256;
+        j->buf = realloc(j->buf, j->cap);
+    }
+    memcpy(j->buf + j->len, s, n);
+    j->len += n;
+}
+
+static void out_event(gen_job *j, json_t *o) {
+    char *e = pl_server_sse_event(o);
+    json_decref(o);
+    if (e) {
+        out_append(j, e, strlen(e));
+        free(e);
+    }
+}
+
+static json_t *chunk_base(gen_job *j) {
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "id", j->id, "object",
+                          j->req.chat ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)j->rx.created, "model", j->rx.model);
+    if (j->req.include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static json_t *text_json(const char *s, size_t n) {
+    size_t m;
+    char *t = pl_server_utf8_sanitize(s, n, &m);
+    json_t *j = json_stringn(t, m);
+    free(t);
+    return j;
+}
+
+/* One streamed chunk for a delta of choice k (engine request i). */
+static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d) {
+    int logp = j->req.logprobs >= 0 && d->token_logprobs && d->n_tokens > 0;
+    if (!d->text_len && d->finish == PL_FINISH_NONE && !logp) return;
+    json_t *o = chunk_base(j), *choice;
+    json_t *lp = json_null();
+    if (logp) {
+        if (j->req.chat) {
+            json_decref(lp);
+            lp = pl_server_chat_logprobs(&j->rx, d->token_ids, d->token_logprobs, d->top,
+                                         d->n_tokens, d->n_top);
+        } else {
+            json_decref(lp);
+            lp = pl_server_completion_logprobs(&j->rx, d->token_ids, d->token_logprobs, d->top,
+                                               d->n_tokens, d->n_top, 0, j->text_off[k],
+                                               &j->text_off[k]);
+        }
+    }
+    if (j->req.chat) {
+        choice = json_pack("{s:i, s:{s:o}, s:o, s:o, s:o}", "index", k, "delta", "content",
+                           text_json(d->text, d->text_len), "logprobs", lp, "finish_reason",
+                           pl_server_finish_json(d->finish), "stop_reason",
+                           pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str));
+    } else {
+        json_t *text = text_json(d->text, d->text_len);
+        if (j->echo[i] && !j->echoed[k]) { /* the prompt goes in front of the first chunk */
+            size_t el = strlen(j->echo[i]);
+            char *t = malloc(el + json_string_length(text) + 1);
+            memcpy(t, j->echo[i], el);
+            memcpy(t + el, json_string_value(text), json_string_length(text) + 1);
+            json_decref(text);
+            text = json_stringn(t, el + strlen(t + el));
+            free(t);
+            j->echoed[k] = 1;
+        }
+        choice = json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", k, "text", text, "logprobs", lp,
+                           "finish_reason", pl_server_finish_json(d->finish), "stop_reason",
+                           pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str));
+    }
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    out_event(j, o);
+}
+
+static void take_output(gen_job *j, int i, pl_request_output *o, int streaming) {
+    if (o->n_prompt_top > 0 && o->prompt_top && !j->ptop[i] && o->n_prompt_tokens > 0) {
+        size_t n = (size_t)o->n_prompt_tokens * (size_t)(o->n_prompt_top + 1);
+        j->ptop[i] = malloc(n * sizeof *j->ptop[i]);
+        memcpy(j->ptop[i], o->prompt_top, n * sizeof *j->ptop[i]);
+        j->n_ptop[i] = o->n_prompt_top;
+    }
+    for (int32_t d = 0; d < o->n_deltas; d++) {
+        const pl_completion_delta *dl = &o->deltas[d];
+        if (dl->index < 0 || dl->index >= j->n_per) continue;
+        int k = i * j->n_per + dl->index;
+        pl_server_choice_add(&j->ch[k], dl);
+        if (streaming) stream_delta(j, i, k, dl);
+    }
+    if (o->error && !j->error) j->error = strdup(o->error);
+    if (o->finished) {
+        j->done[i] = 1;
+        pl_srv_untrack(j->s, j->ids[i]);
+        j->prompt_tokens += (int64_t)j->n_prompt[i];
+        pl_finish_reason why = o->error ? PL_FINISH_ERROR : j->ch[i * j->n_per].finish;
+        pl_server_metrics_observe(&j->s->metrics, o, o->n_output_tokens, why);
+        if (streaming && o->error) {
+            pl_server_error e;
+            pl_server_fail(&e, 500, NULL, "internal_error", "%s", o->error);
+            char *body = pl_server_error_body(&e);
+            out_append(j, "data: ", 6);
+            out_append(j, body, strlen(body));
+            out_append(j, "\n\n", 2);
+            free(body);
+        }
+    }
+}
+
+static int all_done(const gen_job *j) {
+    for (int i = 0; i < j->n_eng; i++)
+        if (!j->done[i]) return 0;
+    return 1;
+}
+
+/* Poll every unfinished request once, waiting on the first. Returns -1 if the client is gone. */
+static int poll_round(gen_job *j, int streaming) {
+    int waited = 0;
+    for (int i = 0; i < j->n_eng; i++) {
+        if (j->done[i]) continue;
+        pl_request_output *o = NULL;
+        pl_status st = pl_engine_poll(j->s->eng, j->ids[i], waited ? 0 : WAIT_MS, &o);
+        waited = 1;
+        if (st == PL_OK) {
+            take_output(j, i, o, streaming);
+            pl_request_output_free(o);
+        } else if (st == PL_ERR_NOT_FOUND) { /* cannot happen while we hold it; do not spin */
+            j->done[i] = 1;
+            pl_srv_untrack(j->s, j->ids[i]);
+            if (!j->error) j->error = strdup(pl_last_error());
+        }
+    }
+    return client_gone(j->fd) ? -1 : 0;
+}
+
+static int64_t completion_tokens(const gen_job *j) {
+    int64_t n = 0;
+    for (int k = 0; k < j->n_eng * j->n_per; k++) n += j->ch[k].n;
+    return n;
+}
+
+/* ---- whole (non-streaming) responses ---- */
+
+static json_t *completion_logprobs(gen_job *j, int i, const pl_server_choice *c) {
+    if (j->req.logprobs < 0) return json_null();
+    size_t off = 0;
+    json_t *out = pl_server_completion_logprobs(&j->rx, c->ids, c->lp, c->top, c->n, c->n_top,
+                                                0, 0, NULL);
+    if (!j->req.echo) return out;
+    /* Echo: the prompt's tokens first (the first has no logprob), then the completion's. */
+    int32_t np = (int32_t)j->n_prompt[i], w = j->n_ptop[i] + 1;
+    float *lp = NULL;
+    if (j->ptop[i]) {
+        lp = malloc((size_t)(np ? np : 1) * sizeof *lp);
+        for (int32_t t = 0; t < np; t++) lp[t] = j->ptop[i][(size_t)t * (size_t)w + (size_t)(w - 1)].logprob;
+    }
+    json_t *pre = pl_server_completion_logprobs(&j->rx, j->prompt[i], lp, j->ptop[i], np,
+                                                j->n_ptop[i], 1, 0, &off);
+    free(lp);
+    json_decref(out);
+    out = pl_server_completion_logprobs(&j->rx, c->ids, c->lp, c->top, c->n, c->n_top, 0, off,
+                                        NULL);
+    const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    for (int k = 0; k < 4; k++) json_array_extend(json_object_get(pre, keys[k]), json_object_get(out, keys[k]));
+    json_decref(out);
+    return pre;
+}
+
+/* vLLM's prompt_logprobs: [null, {"id": {"logprob", "decoded_token"}}, ...]. */
+static json_t *prompt_logprobs_json(gen_job *j, int i) {
+    if (!j->ptop[i] || j->req.params.prompt_logprobs < 0) return NULL;
+    json_t *a = json_array();
+    int32_t w = j->n_ptop[i] + 1;
+    for (size_t t = 0; t < j->n_prompt[i]; t++) {
+        if (t == 0) {
+            json_array_append_new(a, json_null());
+            continue;
+        }
+        json_t *d = json_object();
+        for (int32_t k = w - 1; k >= 0; k--) { /* the prompt token first, then the top */
+            const pl_token_logprob *e = &j->ptop[i][t * (size_t)w + (size_t)k];
+            char key[16], *ts = pl_server_token_str(j->s->tok, e->id);
+            snprintf(key, sizeof key, "%d", e->id);
+            json_object_set_new(d, key, json_pack("{s:f, s:s}", "logprob",
+                                                  e->logprob > -9999.0f ? e->logprob : -9999.0,
+                                                  "decoded_token", ts));
+            free(ts);
+        }
+        json_array_append_new(a, d);
+    }
+    return a;
+}
+
+static json_t *whole_response(gen_job *j) {
+    json_t *choices = json_array();
+    for (int i = 0; i < j->n_eng; i++) {
+        for (int k = 0; k < j->n_per; k++) {
+            int idx = i * j->n_per + k;
+            pl_server_choice *c = &j->ch[idx];
+            json_t *choice;
+            if (j->req.chat) {
+                json_t *lp = j->req.logprobs >= 0
+                                 ? pl_server_chat_logprobs(&j->rx, c->ids, c->lp, c->top, c->n, c->n_top)
+                                 : json_null();
+                choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o, s:o}", "index", idx, "message",
+                                   "role", "assistant", "content", text_json(c->text, c->len),
+                                   "logprobs", lp, "finish_reason", pl_server_finish_json(c->finish),
+                                   "stop_reason",
+                                   pl_server_stop_reason_json(c->finish, c->stop_token, c->stop_str));
+            } else {
+                size_t el = j->echo[i] ? strlen(j->echo[i]) : 0;
+                char *t = malloc(el + c->len + 1);
+                if (el) memcpy(t, j->echo[i], el);
+                memcpy(t + el, c->text ? c->text : "", c->len);
+                t[el + c->len] = 0;
+                choice = json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", idx, "text",
+                                   text_json(t, el + c->len), "logprobs",
+                                   completion_logprobs(j, i, c), "finish_reason",
+                                   pl_server_finish_json(c->finish), "stop_reason",
+                                   pl_server_stop_reason_json(c->finish, c->stop_token, c->stop_str));
+                free(t);
+                json_t *pl = prompt_logprobs_json(j, i);
+                if (pl) json_object_set_new(choice, "prompt_logprobs", pl);
+            }
+            json_array_append_new(choices, choice);
+        }
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
+                     j->req.chat ? "chat.completion" : "text_completion", "created",
+                     (json_int_t)j->rx.created, "model", j->rx.model, "choices", choices, "usage",
+                     pl_server_usage_json(j->prompt_tokens, completion_tokens(j)));
+}
+
+/* ---- streaming ---- */
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    gen_job *j = cls;
+    for (;;) {
+        if (j->off < j->len) {
+            size_t n = j->len - j->off < max ? j->len - j->off : max;
+            memcpy(buf, j->buf + j->off, n);
+            j->off += n;
+            return (ssize_t)n;
+        }
+        j->off = j->len = 0;
+        if (j->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (all_done(j)) {
+            if (j->req.include_usage) {
+                json_t *o = chunk_base(j);
+                json_object_set_new(o, "choices", json_array());
+                json_object_set_new(o, "usage",
+                                    pl_server_usage_json(j->prompt_tokens, completion_tokens(j)));
+                out_event(j, o);
+            }
+            out_append(j, PL_SERVER_SSE_DONE, strlen(PL_SERVER_SSE_DONE));
+            j->sent_done = 1;
+            continue;
+        }
+        if (poll_round(j, 1) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void stream_free(void *cls) { job_free(cls); }
+
+static enum MHD_Result start_stream(struct MHD_Connection *c, gen_job *j) {
+    if (j->req.chat) /* the assistant role first, as OpenAI does */
+        for (int k = 0; k < j->n_per; k++) {
+            json_t *o = chunk_base(j);
+            json_object_set_new(o, "choices",
+                                json_pack("[{s:i, s:{s:s, s:s}, s:n, s:n}]", "index", k, "delta",
+                                          "role", "assistant", "content", "", "logprobs",
+                                          "finish_reason"));
+            out_event(j, o);
+        }
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read,
+                                                               j, stream_free);
+    if (!r) {
+        job_free(j);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r); /* frees the job via stream_free once MHD is done with it */
+    return ok;
+}
+
+static enum MHD_Result generate(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x, int chat) {
+    pl_server_error err;
+    gen_job *j = job_create(s, c, x, chat, &err);
+    if (!j) return pl_srv_send_error(c, &err);
+    if (j->req.stream) return start_stream(c, j);
+    while (!all_done(j)) {
+        if (poll_round(j, 0) < 0) {
+            job_free(j); /* releases the unfinished requests */
+            return MHD_NO;
+        }
+    }
+    enum MHD_Result ok;
+    if (j->error) {
+        pl_server_fail(&err, 500, NULL, "internal_error", "%s", j->error);
+        ok = pl_srv_send_error(c, &err);
+    } else {
+        ok = pl_srv_send_json(c, MHD_HTTP_OK, whole_response(j));
+    }
+    job_free(j);
+    return ok;
+}
+
+enum MHD_Result pl_srv_completions(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return generate(s, c, x, 0);
+}
+
+enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return generate(s, c, x, 1);
+}

@@ -1,0 +1,165 @@
+/* server/routes — the small endpoints: /health, /version, /v1/models, /metrics, /tokenize,
+ * /detokenize (vLLM's request and response shapes), and chat rendering. */
+#include "server/server_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum MHD_Result pl_srv_health(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    (void)s, (void)x;
+    return pl_srv_send_text(c, MHD_HTTP_OK, "text/plain", strdup(""));
+}
+
+enum MHD_Result pl_srv_version(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    (void)s, (void)x;
+    return pl_srv_send_json(c, MHD_HTTP_OK, json_pack("{s:s}", "version", "0.1.0"));
+}
+
+enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    (void)x;
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s, s:n, s:i, s:[]}", "id", s->model_name,
+                          "object", "model", "created", (json_int_t)s->created, "owned_by",
+                          "pagellm", "root", s->model_path, "parent", "max_model_len",
+                          s->max_model_len, "permission");
+    return pl_srv_send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    (void)x;
+    pl_engine_stats st;
+    pl_engine_get_stats(s->eng, &st);
+    return pl_srv_send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
+                            pl_server_metrics_render(&s->metrics, &st, s->model_name));
+}
+
+int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen, char **out,
+                       pl_server_error *err) {
+    pl_chat_message *msgs = calloc((size_t)(n ? n : 1), sizeof *msgs);
+    for (int i = 0; i < n; i++) msgs[i] = (pl_chat_message){m[i].role, m[i].content};
+    pl_status st = pl_chat_apply(s->chat_format, msgs, (size_t)n, add_gen, s->bos_text,
+                                 s->eos_text, out);
+    free(msgs);
+    if (st != PL_OK)
+        return pl_server_fail(err, 400, "messages", "invalid_value", "%s", pl_last_error());
+    return 0;
+}
+
+static int check_model(pl_server *s, json_t *o, pl_server_error *err) {
+    json_t *m = json_object_get(o, "model");
+    if (!m || json_is_null(m)) return 0;
+    if (!json_is_string(m))
+        return pl_server_fail(err, 400, "model", "invalid_type", "'model' must be a string");
+    if (strcmp(json_string_value(m), s->model_name))
+        return pl_server_fail(err, 400, "model", "model_not_found",
+                              "The model `%s` does not exist (this server serves `%s`).",
+                              json_string_value(m), s->model_name);
+    return 0;
+}
+
+static int opt_bool(json_t *o, const char *key, int *out, pl_server_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v))
+        return pl_server_fail(err, 400, key, "invalid_type", "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* {"prompt": str} or {"messages": [...]} -> {"count", "max_model_len", "tokens", "token_strs"} */
+enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    pl_server_error err;
+    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
+    if (!o) return pl_srv_send_error(c, &err);
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int is_chat = json_object_get(o, "messages") != NULL, add_special = !is_chat, add_gen = 1,
+        want_strs = 0;
+    if (check_model(s, o, &err) || opt_bool(o, "add_special_tokens", &add_special, &err) ||
+        opt_bool(o, "add_generation_prompt", &add_gen, &err) ||
+        opt_bool(o, "return_token_strs", &want_strs, &err))
+        goto fail;
+    if (is_chat) {
+        /* Reuse the chat request parser for the messages. */
+        pl_server_request r;
+        if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
+        int rc = pl_srv_render_chat(s, r.messages, r.n_messages, add_gen, &text, &err);
+        pl_server_request_free(&r);
+        if (rc) goto fail;
+    } else {
+        json_t *p = json_object_get(o, "prompt");
+        if (!json_is_string(p)) {
+            pl_server_fail(&err, 400, "prompt", "invalid_type",
+                           "'prompt' (a string) or 'messages' is required");
+            goto fail;
+        }
+        text = strdup(json_string_value(p));
+    }
+    if (pl_tokenize(s->tok, text, strlen(text), add_special, 1, &ids, &n) != PL_OK) {
+        pl_server_fail(&err, 400, "prompt", "invalid_value", "%s", pl_last_error());
+        goto fail;
+    }
+    json_t *tokens = json_array(), *strs = want_strs ? json_array() : json_null();
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(tokens, json_integer(ids[i]));
+        if (want_strs) {
+            char *t = pl_server_token_str(s->tok, ids[i]);
+            json_array_append_new(strs, json_string(t));
+            free(t);
+        }
+    }
+    free(ids);
+    free(text);
+    json_decref(o);
+    return pl_srv_send_json(c, MHD_HTTP_OK,
+                            json_pack("{s:I, s:i, s:o, s:o}", "count", (json_int_t)n,
+                                      "max_model_len", s->max_model_len, "tokens", tokens,
+                                      "token_strs", strs));
+fail:
+    free(text);
+    json_decref(o);
+    return pl_srv_send_error(c, &err);
+}
+
+/* {"tokens": [ids]} -> {"prompt": text} */
+enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    pl_server_error err;
+    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
+    if (!o) return pl_srv_send_error(c, &err);
+    json_t *t = json_object_get(o, "tokens");
+    int32_t *ids = NULL;
+    if (check_model(s, o, &err)) goto fail;
+    if (!json_is_array(t)) {
+        pl_server_fail(&err, 400, "tokens", "invalid_type", "'tokens' must be a list of token ids");
+        goto fail;
+    }
+    size_t n = json_array_size(t);
+    ids = malloc((n ? n : 1) * sizeof *ids);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(t, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) >= s->n_vocab) {
+            pl_server_fail(&err, 400, "tokens", "invalid_value",
+                           "'tokens[%zu]' is not a token id in [0, %d)", i, s->n_vocab);
+            goto fail;
+        }
+        ids[i] = (int32_t)json_integer_value(v);
+    }
+    char *text;
+    size_t len;
+    if (pl_detokenize(s->tok, ids, n, 0, &text, &len) != PL_OK) {
+        pl_server_fail(&err, 400, "tokens", "invalid_value", "%s", pl_last_error());
+        goto fail;
+    }
+    char *clean = pl_server_utf8_sanitize(text, len, &len);
+    free(text);
+    free(ids);
+    json_decref(o);
+    json_t *r = json_pack("{s:s%}", "prompt", clean, len);
+    free(clean);
+    return pl_srv_send_json(c, MHD_HTTP_OK, r);
+fail:
+    free(ids);
+    json_decref(o);
+    return pl_srv_send_error(c, &err);
+}

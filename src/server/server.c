@@ -1,0 +1,358 @@
+/* server/server — the daemon and its lifecycle: engine thread, libmicrohttpd, routing, auth,
+ * body limits, graceful stop.
+ *
+ * Threads: libmicrohttpd runs with MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION:
+ * one accept thread plus one thread per connection. That lets a handler (and a streaming
+ * response's reader callback) block in pl_engine_poll, which keeps the generation code a plain
+ * loop; the cost, a thread per open connection, is small next to a request's KV blocks. The
+ * engine thread loops pl_engine_step while there is work, else waits for work (100 ms at most, so
+ * it notices the stop flag).
+ */
+#include "server/server_internal.h"
+
+#include "base/log.h"
+#include "gguf/gguf.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void pl_server_config_default(pl_server_config *c) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8000;
+    c->max_request_bytes = 4u << 20;
+    c->shutdown_grace = 10;
+    c->max_logprobs = 20;
+}
+
+/* ---- responses ---- */
+
+enum MHD_Result pl_srv_send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                 char *text) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(text ? strlen(text) : 0, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+enum MHD_Result pl_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!s) return MHD_NO;
+    return pl_srv_send_text(c, status, "application/json", s);
+}
+
+enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_error *e) {
+    char *s = pl_server_error_body(e);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (e->status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (e->status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)e->status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* ---- routing ---- */
+
+typedef enum MHD_Result (*handler_fn)(pl_server *, struct MHD_Connection *, pl_conn_ctx *);
+
+static const struct {
+    const char *method, *path;
+    handler_fn fn;
+} ROUTES[] = {
+    {"GET", "/health", pl_srv_health},
+    {"GET", "/version", pl_srv_version},
+    {"GET", "/metrics", pl_srv_metrics},
+    {"GET", "/v1/models", pl_srv_models},
+    {"POST", "/tokenize", pl_srv_tokenize},
+    {"POST", "/detokenize", pl_srv_detokenize},
+    {"POST", "/v1/completions", pl_srv_completions},
+    {"POST", "/v1/chat/completions", pl_srv_chat},
+};
+
+static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const char *url,
+                                const char *method, pl_conn_ctx *x) {
+    pl_server_error err;
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.http_requests++;
+    pthread_mutex_unlock(&s->metrics.mu);
+    if (x->too_large) {
+        pl_server_fail(&err, 413, NULL, "request_too_large",
+                       "the request body exceeds the limit of %zu bytes", s->cfg.max_request_bytes);
+        return pl_srv_send_error(c, &err);
+    }
+    if (s->api_key && !strncmp(url, "/v1", 3) && (url[3] == '/' || url[3] == 0)) {
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!pl_server_auth_ok(h, s->api_key)) {
+            pl_server_fail(&err, 401, NULL, "invalid_api_key",
+                           h ? "Incorrect API key provided." : "Missing API key: send "
+                                                               "'Authorization: Bearer KEY'.");
+            return pl_srv_send_error(c, &err);
+        }
+    }
+    int path_known = 0;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        if (strcmp(url, ROUTES[i].path)) continue;
+        path_known = 1;
+        if (!strcmp(method, ROUTES[i].method)) return ROUTES[i].fn(s, c, x);
+    }
+    if (path_known) {
+        pl_server_fail(&err, 405, NULL, "method_not_allowed", "method %s is not allowed on %s",
+                       method, url);
+        return pl_srv_send_error(c, &err);
+    }
+    pl_server_fail(&err, 404, NULL, "not_found", "no route %s %s", method, url);
+    return pl_srv_send_error(c, &err);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+    (void)version;
+    pl_server *s = cls;
+    pl_conn_ctx *x = *con_cls;
+    size_t limit = s->cfg.max_request_bytes;
+    if (!x) { /* first call: headers only */
+        x = calloc(1, sizeof *x);
+        if (!x) return MHD_NO;
+        *con_cls = x;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > limit) x->too_large = 1;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (!x->too_large && x->len + n > limit) {
+            x->too_large = 1;
+            free(x->body);
+            x->body = NULL;
+            x->len = x->cap = 0;
+        }
+        if (x->too_large) {
+            /* Read and drop the rest so the client sees the 413; give up on absurd sizes. */
+            x->discarded += n;
+            return x->discarded > limit * 4 + (64u << 20) ? MHD_NO : MHD_YES;
+        }
+        if (x->len + n + 1 > x->cap) {
+            size_t cap = (x->len + n + 1) * 2;
+            char *b = realloc(x->body, cap);
+            if (!b) return MHD_NO;
+            x->body = b;
+            x->cap = cap;
+        }
+        memcpy(x->body + x->len, upload, n);
+        x->len += n;
+        x->body[x->len] = 0;
+        return MHD_YES;
+    }
+    return dispatch(s, c, url, method, x);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
+    pl_conn_ctx *x = *con_cls;
+    if (!x) return;
+    free(x->body);
+    free(x);
+    *con_cls = NULL;
+}
+
+/* ---- in-flight registry ---- */
+
+void pl_srv_track(pl_server *s, uint64_t id) {
+    pthread_mutex_lock(&s->mu);
+    if (s->n_live == s->cap_live) {
+        int cap = s->cap_live ? s->cap_live * 2 : 64;
+        uint64_t *l = realloc(s->live, (size_t)cap * sizeof *l);
+        if (l) {
+            s->live = l;
+            s->cap_live = cap;
+        }
+    }
+    if (s->n_live < s->cap_live) s->live[s->n_live++] = id;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void pl_srv_untrack(pl_server *s, uint64_t id) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_live; i++)
+        if (s->live[i] == id) {
+            s->live[i] = s->live[--s->n_live];
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- lifecycle ---- */
+
+static void *engine_main(void *arg) {
+    pl_server *s = arg;
+    while (!atomic_load(&s->engine_stop)) {
+        if (pl_engine_has_work(s->eng)) {
+            if (pl_engine_step(s->eng) != PL_OK) PL_ERROR("engine step: %s", pl_last_error());
+        } else {
+            pl_engine_wait_for_work(s->eng, 100);
+        }
+    }
+    return NULL;
+}
+
+static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
+
+static void free_server(pl_server *s) {
+    free(s->host);
+    free(s->model_name);
+    free(s->model_path);
+    free(s->api_key);
+    free(s->bos_text);
+    free(s->eos_text);
+    free(s->live);
+    pthread_mutex_destroy(&s->mu);
+    pl_server_metrics_destroy(&s->metrics);
+    free(s);
+}
+
+/* The chat format from the GGUF's tokenizer.chat_template (ChatML when absent or unknown). */
+static pl_status load_chat_format(pl_server *s) {
+    pl_gguf *g;
+    PL_TRY(pl_gguf_open(s->model_path, &g));
+    pl_gguf_str t = {0};
+    int has = pl_gguf_get_str(g, "tokenizer.chat_template", &t) == PL_OK;
+    s->chat_format = pl_chat_detect(has ? t.ptr : NULL, has ? t.len : 0);
+    if (has && pl_chat_classify(t.ptr, t.len) == PL_CHAT_UNKNOWN)
+        PL_WARN("the model's chat template is not one pagellm knows; chats use %s",
+                pl_chat_format_name(s->chat_format));
+    pl_gguf_close(g);
+    return PL_OK;
+}
+
+pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server **out) {
+    *out = NULL;
+    if (!cfg->model_path || !cfg->served_model_name)
+        return pl_fail(PL_ERR_INVALID_ARG, "server: model path and served model name are required");
+    if (cfg->port < 0 || cfg->port > 65535)
+        return pl_fail(PL_ERR_INVALID_ARG, "server: port %d is out of range [0, 65535]", cfg->port);
+    pl_server *s = calloc(1, sizeof *s);
+    if (!s) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    s->eng = e;
+    s->cfg = *cfg;
+    s->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
+    s->model_name = strdup(cfg->served_model_name);
+    s->model_path = strdup(cfg->model_path);
+    s->api_key = dup_or_null(cfg->api_key);
+    s->cfg.host = s->host;
+    s->cfg.served_model_name = s->model_name;
+    s->cfg.model_path = s->model_path;
+    s->cfg.api_key = s->api_key;
+    if (s->cfg.max_logprobs <= 0) s->cfg.max_logprobs = 20;
+    if (s->cfg.max_request_bytes == 0) s->cfg.max_request_bytes = 4u << 20;
+    pthread_mutex_init(&s->mu, NULL);
+    pl_server_metrics_init(&s->metrics);
+    s->tok = pl_engine_tokenizer(e);
+    s->max_model_len = pl_engine_max_model_len(e);
+    s->n_vocab = pl_engine_n_vocab(e);
+    s->created = (int64_t)time(NULL);
+    int32_t bos = pl_tokenizer_bos(s->tok), eos = pl_tokenizer_eos(s->tok);
+    s->bos_text = bos >= 0 ? dup_or_null(pl_tokenizer_token_text(s->tok, bos)) : NULL;
+    s->eos_text = eos >= 0 ? dup_or_null(pl_tokenizer_token_text(s->tok, eos)) : NULL;
+    pl_status st = load_chat_format(s);
+    if (st != PL_OK) {
+        free_server(s);
+        return st;
+    }
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int gai = getaddrinfo(s->host, port, &hints, &ai);
+    if (gai) {
+        free_server(s);
+        return pl_fail(PL_ERR_INVALID_ARG, "server: cannot resolve host '%s': %s", cfg->host,
+                       gai_strerror(gai));
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s)) {
+        freeaddrinfo(ai);
+        free_server(s);
+        return pl_fail(PL_ERR_INTERNAL, "server: cannot start the engine thread");
+    }
+    s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                                 MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        atomic_store(&s->engine_stop, 1);
+        pthread_join(s->engine_thread, NULL);
+        free_server(s);
+        return pl_fail(PL_ERR_IO, "server: cannot listen on %s port %d (in use, or not an "
+                       "address of this machine?)", cfg->host, cfg->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    *out = s;
+    return PL_OK;
+}
+
+int pl_server_port(const pl_server *s) { return s->port; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int wait_idle(pl_server *s, double seconds) {
+    double end = now_s() + seconds;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int active = s->active;
+        pthread_mutex_unlock(&s->mu);
+        if (active == 0) return 1;
+        if (now_s() >= end) return 0;
+        usleep(20000);
+    }
+}
+
+void pl_server_stop(pl_server *s, double grace) {
+    if (!s) return;
+    atomic_store(&s->draining, 1);
+    MHD_socket lfd = MHD_quiesce_daemon(s->daemon); /* stop accepting */
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    if (!wait_idle(s, grace)) {
+        pthread_mutex_lock(&s->mu);
+        PL_INFO("shutdown: aborting %d unfinished requests", s->n_live);
+        for (int i = 0; i < s->n_live; i++) pl_engine_abort(s->eng, s->live[i]);
+        pthread_mutex_unlock(&s->mu);
+        wait_idle(s, 5);
+    }
+    atomic_store(&s->hard_stop, 1);
+    MHD_stop_daemon(s->daemon); /* closes connections; their jobs release what is left */
+    atomic_store(&s->engine_stop, 1);
+    pthread_join(s->engine_thread, NULL);
+    free_server(s);
+}

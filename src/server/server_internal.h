@@ -1,0 +1,68 @@
+/* server/server_internal — what server.c (daemon, dispatch, lifecycle), routes.c (small
+ * endpoints) and generate.c (completions and chat, streaming) share. */
+#ifndef PL_SERVER_SERVER_INTERNAL_H
+#define PL_SERVER_SERVER_INTERNAL_H
+
+#include "server/server.h"
+#include "tokenizer/chat_template.h"
+
+#include <microhttpd.h>
+#include <stdatomic.h>
+
+struct pl_server {
+    pl_engine *eng;
+    pl_server_config cfg;          /* strings below are owned copies */
+    char *host, *model_name, *model_path, *api_key;
+    struct MHD_Daemon *daemon;
+    int port;                      /* the bound port */
+    pthread_t engine_thread;
+    atomic_int engine_stop;        /* the engine thread should exit */
+    atomic_int draining;           /* shutting down: refuse new generation requests */
+    atomic_int hard_stop;          /* stop waiting on the engine: answer at once */
+    pl_server_metrics metrics;
+    const pl_tokenizer *tok;
+    pl_chat_format chat_format;    /* from the GGUF's tokenizer.chat_template */
+    char *bos_text, *eos_text;     /* for chat templates (NULL if the vocab has none) */
+    int32_t max_model_len, n_vocab;
+    int64_t created;               /* unix seconds at start */
+    /* In-flight registry, for shutdown. */
+    pthread_mutex_t mu;
+    uint64_t *live;                /* [n_live] engine request ids not yet finished */
+    int n_live, cap_live;
+    int active;                    /* generation HTTP requests in flight */
+};
+
+/* One HTTP request's state from the first call of the access handler to its completion. */
+typedef struct {
+    char *body;                    /* upload (NUL-terminated) */
+    size_t len, cap;
+    int too_large;                 /* the body exceeded max_request_bytes: discard, then 413 */
+    size_t discarded;
+} pl_conn_ctx;
+
+/* Responses. Each queues a response and returns MHD's result. */
+enum MHD_Result pl_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body);
+enum MHD_Result pl_srv_send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                 char *text);
+enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_error *e);
+
+/* Route handlers (routes.c). */
+enum MHD_Result pl_srv_health(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_version(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+/* generate.c */
+enum MHD_Result pl_srv_completions(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+
+/* Render chat messages with the model's template into *out (malloc'ed). */
+int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen,
+                       char **out, pl_server_error *err);
+
+/* In-flight registry. */
+void pl_srv_track(pl_server *s, uint64_t id);
+void pl_srv_untrack(pl_server *s, uint64_t id);
+
+#endif
