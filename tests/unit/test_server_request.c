@@ -1,0 +1,214 @@
+/* Unit tests for src/server/request.c: OpenAI / vLLM request bodies to pl_server_request, and
+ * every validation error with its status, param and code. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "server/server.h"
+
+#include <string.h>
+
+static int parse(const char *body, int chat, pl_server_request *r, pl_server_error *e) {
+    memset(e, 0, sizeof *e);
+    return pl_server_parse_request(body, strlen(body), chat, 20, r, e);
+}
+
+/* The body must be refused with 400 and, when given, a message containing `word` and `param`. */
+static void refuse(const char *body, int chat, const char *param, const char *word) {
+    pl_server_request r;
+    pl_server_error e;
+    int rc = parse(body, chat, &r, &e);
+    if (rc != -1) fail_msg("accepted: %s", body);
+    assert_int_equal(e.status, 400);
+    if (param) {
+        if (!e.param) fail_msg("no param for %s (message %s)", body, e.message);
+        assert_string_equal(e.param, param);
+    }
+    if (word && !strstr(e.message, word)) fail_msg("'%s' lacks '%s' for %s", e.message, word, body);
+    char *s = pl_server_error_body(&e);
+    json_t *j = json_loads(s, 0, NULL);
+    assert_non_null(j);
+    json_t *err = json_object_get(j, "error");
+    assert_true(json_is_object(err));
+    assert_string_equal(json_string_value(json_object_get(err, "type")), "invalid_request_error");
+    assert_string_equal(json_string_value(json_object_get(err, "message")), e.message);
+    assert_non_null(json_object_get(err, "param"));
+    assert_non_null(json_object_get(err, "code"));
+    json_decref(j);
+    free(s);
+}
+
+static void test_prompt_forms(void **state) {
+    (void)state;
+    pl_server_request r;
+    pl_server_error e;
+    assert_int_equal(parse("{\"prompt\": \"Once upon a time\"}", 0, &r, &e), 0);
+    assert_int_equal(r.n_prompts, 1);
+    assert_string_equal(r.prompts[0].text, "Once upon a time");
+    assert_int_equal(r.params.max_tokens, 16);
+    assert_int_equal(r.params.n, 1);
+    assert_int_equal(r.logprobs, -1);
+    assert_int_equal(r.add_special_tokens, 1);
+    pl_server_request_free(&r);
+
+    assert_int_equal(parse("{\"prompt\": [\"a\", \"b\", \"c\"]}", 0, &r, &e), 0);
+    assert_int_equal(r.n_prompts, 3);
+    assert_string_equal(r.prompts[2].text, "c");
+    pl_server_request_free(&r);
+
+    assert_int_equal(parse("{\"prompt\": [1, 400, 7]}", 0, &r, &e), 0);
+    assert_int_equal(r.n_prompts, 1);
+    assert_null(r.prompts[0].text);
+    assert_int_equal(r.prompts[0].n_ids, 3);
+    assert_int_equal(r.prompts[0].ids[1], 400);
+    pl_server_request_free(&r);
+
+    assert_int_equal(parse("{\"prompt\": [[1, 2], [3]], \"unknown_field\": {\"x\": 1}}", 0, &r, &e), 0);
+    assert_int_equal(r.n_prompts, 2);
+    assert_int_equal(r.prompts[1].n_ids, 1);
+    assert_int_equal(r.prompts[1].ids[0], 3);
+    pl_server_request_free(&r);
+}
+
+static void test_all_fields(void **state) {
+    (void)state;
+    pl_server_request r;
+    pl_server_error e;
+    const char *body =
+        "{\"model\": \"m\", \"prompt\": \"x\", \"n\": 2, \"best_of\": 3, \"echo\": true, "
+        "\"logprobs\": 3, \"max_tokens\": 48, \"temperature\": 0, \"top_p\": 0.5, "
+        "\"stop\": [\"a\", \"\", \"bc\"], \"seed\": 7, \"presence_penalty\": 0.5, "
+        "\"frequency_penalty\": -0.5, \"stream\": true, \"stream_options\": {\"include_usage\": "
+        "true}, \"user\": \"u\", \"top_k\": 5, \"min_p\": 0.1, \"repetition_penalty\": 1.2, "
+        "\"ignore_eos\": true, \"min_tokens\": 4, \"use_beam_search\": false, "
+        "\"length_penalty\": 0.8, \"prompt_logprobs\": 1, \"skip_special_tokens\": false, "
+        "\"include_stop_str_in_output\": true, \"stop_token_ids\": [2, 3]}";
+    assert_int_equal(parse(body, 0, &r, &e), 0);
+    assert_string_equal(r.model, "m");
+    assert_int_equal(r.params.n, 2);
+    assert_int_equal(r.params.best_of, 3);
+    assert_int_equal(r.echo, 1);
+    assert_int_equal(r.logprobs, 3);
+    assert_int_equal(r.params.logprobs, 3);
+    assert_int_equal(r.params.prompt_logprobs, 3); /* echo + logprobs asks for the prompt's */
+    assert_int_equal(r.params.max_tokens, 48);
+    assert_true(r.params.sampling.temperature == 0.0f);
+    assert_true(r.params.sampling.top_p == 0.5f);
+    assert_int_equal(r.params.n_stop, 2); /* the empty string is dropped */
+    assert_string_equal(r.params.stop[0], "a");
+    assert_string_equal(r.params.stop[1], "bc");
+    assert_int_equal(r.params.has_seed, 1);
+    assert_int_equal(r.params.seed, 7);
+    assert_int_equal(r.stream, 1);
+    assert_int_equal(r.include_usage, 1);
+    assert_int_equal(r.params.sampling.top_k, 5);
+    assert_true(r.params.sampling.min_p > 0.09f && r.params.sampling.min_p < 0.11f);
+    assert_int_equal(r.params.ignore_eos, 1);
+    assert_int_equal(r.params.min_tokens, 4);
+    assert_int_equal(r.params.skip_special_tokens, 0);
+    assert_int_equal(r.params.include_stop_str_in_output, 1);
+    assert_int_equal(r.params.n_stop_token_ids, 2);
+    assert_int_equal(r.params.stop_token_ids[1], 3);
+    pl_server_request_free(&r);
+
+    /* A single stop string, integral floats for integers, nulls as absent. */
+    assert_int_equal(parse("{\"prompt\": \"x\", \"stop\": \"\\n\", \"max_tokens\": 8.0, "
+                           "\"temperature\": null, \"seed\": null}", 0, &r, &e), 0);
+    assert_int_equal(r.params.n_stop, 1);
+    assert_string_equal(r.params.stop[0], "\n");
+    assert_int_equal(r.params.max_tokens, 8);
+    assert_int_equal(r.params.has_seed, 0);
+    pl_server_request_free(&r);
+}
+
+static void test_chat(void **state) {
+    (void)state;
+    pl_server_request r;
+    pl_server_error e;
+    const char *body = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                       "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hel\"}, "
+                       "{\"type\": \"text\", \"text\": \"lo\"}]}, {\"role\": \"developer\", "
+                       "\"content\": \"d\"}, {\"role\": \"assistant\", \"content\": null}], "
+                       "\"logprobs\": true, \"top_logprobs\": 2, \"max_completion_tokens\": 9, "
+                       "\"max_tokens\": 100}";
+    assert_int_equal(parse(body, 1, &r, &e), 0);
+    assert_int_equal(r.n_messages, 4);
+    assert_string_equal(r.messages[0].role, "system");
+    assert_string_equal(r.messages[1].content, "Hello");
+    assert_string_equal(r.messages[2].role, "system");
+    assert_string_equal(r.messages[3].content, "");
+    assert_int_equal(r.logprobs, 2);
+    assert_int_equal(r.params.max_tokens, 9); /* max_completion_tokens wins */
+    assert_int_equal(r.max_tokens_given, 1);
+    assert_int_equal(r.add_special_tokens, 0);
+    assert_int_equal(r.add_generation_prompt, 1);
+    pl_server_request_free(&r);
+
+    assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                           "\"logprobs\": true}", 1, &r, &e), 0);
+    assert_int_equal(r.logprobs, 0); /* logprobs of the chosen tokens only */
+    assert_int_equal(r.max_tokens_given, 0);
+    pl_server_request_free(&r);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    refuse("{\"prompt\": \"x\"", 0, NULL, "not valid JSON");
+    refuse("[1, 2]", 0, NULL, "JSON object");
+    refuse("{\"prompt\": \"\xff\xfe\"}", 0, NULL, "UTF-8");
+    refuse("{}", 0, "prompt", "required");
+    refuse("{\"prompt\": 5}", 0, "prompt", NULL);
+    refuse("{\"prompt\": []}", 0, "prompt", NULL);
+    refuse("{\"prompt\": [\"a\", 1]}", 0, "prompt", "element 1");
+    refuse("{\"prompt\": [1, -2]}", 0, "prompt", "element 1");
+    refuse("{\"prompt\": [[1], [\"a\"]]}", 0, "prompt", NULL);
+    refuse("{\"prompt\": \"x\", \"n\": 0}", 0, "n", "[1, 128]");
+    refuse("{\"prompt\": \"x\", \"n\": \"2\"}", 0, "n", "integer");
+    refuse("{\"prompt\": \"x\", \"n\": 1.5}", 0, "n", "integer");
+    refuse("{\"prompt\": \"x\", \"n\": true}", 0, "n", "integer");
+    refuse("{\"prompt\": \"x\", \"n\": 3, \"best_of\": 2}", 0, "best_of", "at least");
+    refuse("{\"prompt\": \"x\", \"max_tokens\": 0}", 0, "max_tokens", NULL);
+    refuse("{\"prompt\": \"x\", \"max_tokens\": -5}", 0, "max_tokens", NULL);
+    refuse("{\"prompt\": \"x\", \"temperature\": 2.5}", 0, "temperature", NULL);
+    refuse("{\"prompt\": \"x\", \"temperature\": -1}", 0, "temperature", NULL);
+    refuse("{\"prompt\": \"x\", \"temperature\": \"hot\"}", 0, "temperature", "number");
+    refuse("{\"prompt\": \"x\", \"top_p\": 0}", 0, "top_p", NULL);
+    refuse("{\"prompt\": \"x\", \"top_p\": 1.5}", 0, "top_p", NULL);
+    refuse("{\"prompt\": \"x\", \"logprobs\": 21}", 0, "logprobs", NULL);
+    refuse("{\"prompt\": \"x\", \"logprobs\": -1}", 0, "logprobs", NULL);
+    refuse("{\"prompt\": \"x\", \"presence_penalty\": 3}", 0, "presence_penalty", NULL);
+    refuse("{\"prompt\": \"x\", \"stop\": 5}", 0, "stop", NULL);
+    refuse("{\"prompt\": \"x\", \"stop\": [\"a\", 5]}", 0, "stop", "stop[1]");
+    refuse("{\"prompt\": \"x\", \"stream\": \"yes\"}", 0, "stream", "boolean");
+    refuse("{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", 0,
+           "stream_options", "stream");
+    refuse("{\"prompt\": \"x\", \"min_tokens\": 9, \"max_tokens\": 4}", 0, "min_tokens", NULL);
+    refuse("{\"prompt\": \"x\", \"model\": 3}", 0, "model", "string");
+    refuse("{\"prompt\": \"x\", \"user\": 3}", 0, "user", "string");
+    refuse("{\"prompt\": \"x\", \"seed\": \"s\"}", 0, "seed", NULL);
+    refuse("{\"prompt\": \"x\", \"stop_token_ids\": [\"a\"]}", 0, "stop_token_ids", NULL);
+    refuse("{\"messages\": []}", 1, "messages", "at least one");
+    refuse("{\"messages\": \"hi\"}", 1, "messages", "list");
+    refuse("{}", 1, "messages", "required");
+    refuse("{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", 1, "messages", "wizard");
+    refuse("{\"messages\": [{\"content\": \"x\"}]}", 1, "messages", "role");
+    refuse("{\"messages\": [{\"role\": \"user\", \"content\": 7}]}", 1, "messages", NULL);
+    refuse("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 1,
+           "messages", "text");
+    refuse("{\"messages\": [\"hi\"]}", 1, "messages", "object");
+    refuse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", 1,
+           "top_logprobs", "logprobs");
+    refuse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, "
+           "\"top_logprobs\": 50}", 1, "top_logprobs", NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prompt_forms),
+        cmocka_unit_test(test_all_fields),
+        cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
