@@ -1,0 +1,62 @@
+# Shared by the server e2e tests (sourced, not run): start `pagellm serve` on a free loopback
+# port, kill it on exit, count checks.
+: "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
+: "${PL_SHARED_DIR:?PL_SHARED_DIR must point at the shared data folder}"
+MODEL="$PL_SHARED_DIR/models/stories260K.gguf"
+
+TMP=$(mktemp -d)
+SERVER_PID=""
+stop_server() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -KILL "$SERVER_PID" 2>/dev/null
+        wait "$SERVER_PID" 2>/dev/null
+    fi
+    SERVER_PID=""
+}
+trap 'stop_server; rm -rf "$TMP"' EXIT
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+check() { # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then ok; else bad "$what"; fi
+}
+finish() {
+    echo "$passed passed, $failed failed"
+    test "$failed" -eq 0
+    exit
+}
+
+# start_server [serve flags...]: port 0 lets the kernel pick; the server prints the URL.
+start_server() {
+    "$PL_BINARY" serve -m "$MODEL" --port 0 --served-model-name stories --kv-cache-memory 32M \
+        --threads 2 "$@" >"$TMP/server.out" 2>"$TMP/server.err" &
+    SERVER_PID=$!
+    PORT=""
+    for _ in $(seq 1 200); do
+        PORT=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$TMP/server.out" 2>/dev/null | sed 's/.*://')
+        [ -n "$PORT" ] && break
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    if [ -z "$PORT" ]; then
+        echo "server did not start:"; cat "$TMP/server.out" "$TMP/server.err"
+        bad "server start"
+        finish
+    fi
+    BASE="http://127.0.0.1:$PORT"
+}
+
+# http METHOD PATH [curl args...]: sets STATUS and BODY (the body is also in $TMP/body).
+http() {
+    local m=$1 p=$2
+    shift 2
+    STATUS=$(curl -s -o "$TMP/body" -w '%{http_code}' --max-time 60 -X "$m" "$BASE$p" "$@")
+    BODY=$(cat "$TMP/body")
+}
+
+# json_get EXPR: evaluate a Python expression on the JSON body `j`.
+json_get() { python3 -c "import json,sys; j=json.load(open('$TMP/body')); print($1)" 2>/dev/null; }
