@@ -1,0 +1,121 @@
+// The official OpenAI Node client against a running `pagellm serve` (URL in argv[2], API key in
+// argv[3]): completions, chat, streaming, n > 1, logprobs and error handling. Prints one line per
+// check and ends with "N passed, N failed".
+import OpenAI from "openai";
+
+const base = process.argv[2];
+const key = process.argv[3];
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60000 });
+const REF = ", there was a little girl named Lily. She loved to play outside in the park. One day, " +
+  "she saw a big, red ball. She wanted to play with it,";
+let passed = 0, failed = 0;
+function check(what, cond, detail) {
+  if (cond) passed++;
+  else { failed++; console.log(`FAIL: ${what}${detail !== undefined ? " " + JSON.stringify(detail) : ""}`); }
+}
+async function step(what, fn) {
+  try { await fn(); } catch (e) { failed++; console.log(`FAIL: ${what}: threw ${e}`); }
+}
+
+await step("models", async () => {
+  const list = await client.models.list();
+  check("models: one model named stories", list.data.length === 1 && list.data[0].id === "stories", list.data);
+});
+
+await step("completion", async () => {
+  const r = await client.completions.create({ model: "stories", prompt: "Once upon a time",
+                                              max_tokens: 48, temperature: 0 });
+  check("completion: reference text", r.choices[0].text === REF, r.choices[0].text);
+  check("completion: usage", r.usage.completion_tokens === 48 && r.usage.prompt_tokens === 5, r.usage);
+  check("completion: finish_reason", r.choices[0].finish_reason === "length");
+});
+
+await step("completion stream", async () => {
+  const s = await client.completions.create({ model: "stories", prompt: "Once upon a time",
+                                              max_tokens: 48, temperature: 0, stream: true,
+                                              stream_options: { include_usage: true } });
+  let text = "", usage = null, n = 0;
+  for await (const c of s) {
+    n++;
+    if (c.choices.length) text += c.choices[0].text;
+    if (c.usage) usage = c.usage;
+  }
+  check("completion stream: reference text", text === REF, text);
+  check("completion stream: several chunks", n > 5, n);
+  check("completion stream: usage chunk", usage && usage.completion_tokens === 48, usage);
+});
+
+await step("completion n > 1 with logprobs", async () => {
+  const r = await client.completions.create({ model: "stories", prompt: "Once upon a time",
+                                              max_tokens: 6, temperature: 0.7, n: 2, seed: 3,
+                                              logprobs: 2 });
+  check("n = 2: two choices", r.choices.length === 2 &&
+        r.choices.map((c) => c.index).sort().join() === "0,1", r.choices);
+  const lp = r.choices[0].logprobs;
+  check("logprobs: six tokens", lp.tokens.length === 6 && lp.token_logprobs.length === 6 &&
+        lp.top_logprobs.length === 6 && lp.text_offset.length === 6, lp);
+  check("logprobs: top dictionaries", lp.top_logprobs.every((d) => Object.keys(d).length >= 2 &&
+        Object.values(d).every((v) => v <= 0)), lp.top_logprobs);
+  check("logprobs: tokens join to the text", lp.tokens.join("") === r.choices[0].text);
+});
+
+await step("chat", async () => {
+  const r = await client.chat.completions.create({
+    model: "stories", max_tokens: 12, temperature: 0,
+    messages: [{ role: "system", content: "You tell stories." }, { role: "user", content: "A story" }],
+  });
+  check("chat: assistant message", r.object === "chat.completion" &&
+        r.choices[0].message.role === "assistant" && r.choices[0].message.content.length > 0, r);
+  check("chat: usage", r.usage.completion_tokens === 12, r.usage);
+});
+
+await step("chat stream n = 2 with logprobs", async () => {
+  const s = await client.chat.completions.create({
+    model: "stories", max_tokens: 8, n: 2, stream: true, logprobs: true, top_logprobs: 3,
+    messages: [{ role: "user", content: "Hello" }],
+  });
+  const text = ["", ""], fin = [null, null];
+  let lpTokens = 0, roles = 0;
+  for await (const c of s) {
+    for (const ch of c.choices) {
+      if (ch.delta.role === "assistant") roles++;
+      text[ch.index] += ch.delta.content || "";
+      if (ch.finish_reason) fin[ch.index] = ch.finish_reason;
+      if (ch.logprobs && ch.logprobs.content) {
+        lpTokens += ch.logprobs.content.length;
+        check("chat stream: top_logprobs has 3", ch.logprobs.content.every((t) => t.top_logprobs.length === 3));
+      }
+    }
+  }
+  check("chat stream: a role chunk per choice", roles === 2, roles);
+  check("chat stream: both choices finished", fin[0] === "length" && fin[1] === "length", fin);
+  check("chat stream: 16 tokens with logprobs", lpTokens === 16, lpTokens);
+});
+
+async function expectError(what, status, fn, cls) {
+  try {
+    await fn();
+    failed++;
+    console.log(`FAIL: ${what}: no error`);
+  } catch (e) {
+    check(`${what}: status ${status}`, e.status === status, e.status);
+    check(`${what}: ${cls.name}`, e instanceof cls, e.constructor.name);
+    check(`${what}: message`, typeof e.message === "string" && e.error && e.error.message, e.error);
+  }
+}
+
+await expectError("unknown model", 400, () => client.completions.create(
+  { model: "nope", prompt: "x", max_tokens: 2 }), OpenAI.BadRequestError);
+await expectError("temperature out of range", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", temperature: 7 }), OpenAI.BadRequestError);
+await expectError("empty messages", 400, () => client.chat.completions.create(
+  { model: "stories", messages: [] }), OpenAI.BadRequestError);
+await expectError("prompt too long", 400, () => client.completions.create(
+  { model: "stories", prompt: Array(3000).fill(5), max_tokens: 2 }), OpenAI.BadRequestError);
+const bad = new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 });
+await expectError("wrong API key", 401, () => bad.models.list(), OpenAI.AuthenticationError);
+
+const r = await fetch(`${base}/health`);
+check("health after the errors", r.status === 200, r.status);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
