@@ -46,6 +46,8 @@ int pl_tokenizer_add_bos(const pl_tokenizer *t); /* whether prompts get BOS by d
 int pl_tokenizer_add_eos(const pl_tokenizer *t);
 /* 1 if generating this id ends the sequence (EOS, EOT, EOM and similar end-of-generation ids). */
 int pl_tokenizer_is_eog(const pl_tokenizer *t, int32_t id);
+/* A token marked CONTROL by llama.cpp's fix-ups (e.g. "<|im_end|>" stored as NORMAL) reports
+ * CONTROL; an out-of-range id reports UNUSED. */
 pl_token_type pl_tokenizer_token_type(const pl_tokenizer *t, int32_t id);
 /* The longest piece of any token (bytes), to size pl_token_to_piece / stream buffers. */
 size_t pl_tokenizer_max_piece_len(const pl_tokenizer *t);
@@ -54,7 +56,8 @@ const char *pl_tokenizer_token_text(const pl_tokenizer *t, int32_t id);
 
 /* Tokenize `len` bytes of text. add_special: add BOS/EOS as the vocabulary says. parse_special:
  * recognise the text of control/user-defined tokens inside `text` as those tokens. *ids is
- * malloc'ed (free it); text must be valid UTF-8 or PL_ERR_INVALID_ARG is returned. */
+ * malloc'ed (free it); text must be valid UTF-8 or PL_ERR_INVALID_ARG is returned.
+ * USER_DEFINED tokens split the text even without parse_special (as in llama.cpp). */
 pl_status pl_tokenize(const pl_tokenizer *t, const char *text, size_t len, int add_special,
                       int parse_special, int32_t **ids, size_t *n_ids);
 

@@ -124,6 +124,7 @@ static void check_case(runner *r, json_t *c, double tol, const char *label) {
     /* Teacher-forced, one step for the whole sequence. */
     step(r, all, np + ng, 0, 1);
     double max_err = 0;
+    int bad = 0;
     for (int32_t s = 0; s < ng; s++) {
         const float *lg = r->logits + (size_t)(np - 1 + s) * V;
         pl_log_softmax(lg, lp, V);
@@ -134,9 +135,9 @@ static void check_case(runner *r, json_t *c, double tol, const char *label) {
             double ref = json_real_value(json_array_get(e, 1));
             double err = fabs(lp[id] - ref);
             if (err > max_err) max_err = err;
-            if (err > tol)
-                fail_msg("%s step %d id %d: logprob %.5f, reference %.5f (tol %g)", label, s, id,
-                         lp[id], ref, tol);
+            if (err > tol && !bad++)
+                print_error("%s step %d id %d: logprob %.5f, reference %.5f (tol %g)\n", label, s,
+                            id, lp[id], ref, tol);
         }
         double gap = json_real_value(json_array_get(json_array_get(top, 0), 1)) -
                      json_real_value(json_array_get(json_array_get(top, 1), 1));
@@ -157,6 +158,7 @@ static void check_case(runner *r, json_t *c, double tol, const char *label) {
         step(r, &id, 1, np + s, 0);
     }
     print_message("%s: max |dlogprob| %.2e over %d steps\n", label, max_err, ng);
+    if (bad && !getenv("PL_REF_NOFAIL")) fail_msg("%s: %d log-probabilities beyond %g (max error %.2e)", label, bad, tol, max_err);
     free(lp);
 }
 

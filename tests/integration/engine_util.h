@@ -1,0 +1,71 @@
+/* Helpers shared by the engine tests: run requests to completion and collect their outputs. */
+#ifndef PL_TEST_ENGINE_UTIL_H
+#define PL_TEST_ENGINE_UTIL_H
+
+#include "pagellm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { RES_MAX_TOK = 1024, RES_MAX_N = 8 };
+
+typedef struct {
+    int32_t ids[RES_MAX_N][RES_MAX_TOK];
+    int32_t n_ids[RES_MAX_N];
+    char text[RES_MAX_N][8192];
+    size_t text_len[RES_MAX_N];
+    float logprobs[RES_MAX_N][RES_MAX_TOK];
+    pl_finish_reason finish[RES_MAX_N];
+    double cum[RES_MAX_N];
+    int32_t n_cached;
+    int32_t n_prompt;
+    int finished;
+    char error[512];
+} result;
+
+/* Drain everything request `id` has produced so far into r. */
+static inline void collect(pl_engine *e, uint64_t id, result *r) {
+    pl_request_output *o;
+    while (!r->finished && pl_engine_poll(e, id, 0, &o) == PL_OK) {
+        for (int32_t i = 0; i < o->n_deltas; i++) {
+            const pl_completion_delta *d = &o->deltas[i];
+            int k = d->index;
+            if (k < 0 || k >= RES_MAX_N) continue;
+            for (int32_t t = 0; t < d->n_tokens && r->n_ids[k] < RES_MAX_TOK; t++) {
+                if (d->token_logprobs) r->logprobs[k][r->n_ids[k]] = d->token_logprobs[t];
+                r->ids[k][r->n_ids[k]++] = d->token_ids[t];
+            }
+            if (r->text_len[k] + d->text_len < sizeof r->text[k]) {
+                memcpy(r->text[k] + r->text_len[k], d->text, d->text_len);
+                r->text_len[k] += d->text_len;
+                r->text[k][r->text_len[k]] = '\0';
+            }
+            if (d->finish) r->finish[k] = d->finish;
+            r->cum[k] = d->cumulative_logprob;
+        }
+        r->n_prompt = o->n_prompt_tokens;
+        r->n_cached = o->n_cached_tokens;
+        if (o->error) snprintf(r->error, sizeof r->error, "%s", o->error);
+        r->finished = o->finished;
+        pl_request_output_free(o);
+    }
+}
+
+/* Step until every listed request finished, collecting as it goes. */
+static inline void run_all(pl_engine *e, const uint64_t *ids, result *res, int n) {
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < n; i++) {
+            collect(e, ids[i], &res[i]);
+            all &= res[i].finished;
+        }
+        if (all) break;
+        if (pl_engine_step(e) != PL_OK) {
+            fprintf(stderr, "step failed: %s\n", pl_last_error());
+            abort();
+        }
+    }
+}
+
+#endif
