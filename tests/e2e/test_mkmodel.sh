@@ -44,7 +44,8 @@ def table(path):
         s = b[pos:pos + n]
         pos += n
         return s.decode("utf-8", "replace")
-    sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "B", 10: "Q", 11: "q", 12: "d"}
+    sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "B",
+             10: "Q", 11: "q", 12: "d"}
     def skip(t):
         if t in sizes: take(sizes[t])
         elif t == 8: string()
