@@ -56,7 +56,9 @@
  * Differences from llama.cpp's formatter, on purpose: llama2 follows the official Meta template
  * (" ANSWER " between [/INST] and EOS, stripped contents, BOS before every [INST]) where
  * llama.cpp's legacy code writes "[/INST]ANSWER</s>"; gemma joins several system messages with
- * "\n\n" and keeps a trailing system message as a last user turn instead of dropping it.
+ * "\n\n" and keeps a trailing system message as a last user turn instead of dropping it;
+ * HuggingFaceH4/zephyr-7b-beta's template (<|user|> ... eos_token, no literal "</s>") is
+ * recognised as zephyr, where llama.cpp takes it for GLM-Edge.
  */
 #ifndef PL_TOKENIZER_CHAT_TEMPLATE_H
 #define PL_TOKENIZER_CHAT_TEMPLATE_H
