@@ -14,6 +14,7 @@ int pl_cmd_tokenize(int argc, char **argv);
 int pl_cmd_detokenize(int argc, char **argv);
 int pl_cmd_inspect(int argc, char **argv);
 int pl_cmd_serve(int argc, char **argv);
+int pl_cmd_mkmodel(int argc, char **argv);
 
 /* Resolve a model argument: an existing path is used as is; a bare name is looked up as NAME and
  * NAME.gguf in ./models, $PAGELLM_MODELS and ../shared/models. On failure prints where it looked

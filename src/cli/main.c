@@ -16,6 +16,7 @@ static const command commands[] = {
     {"detokenize", pl_cmd_detokenize, "print the text of token ids"},
     {"inspect", pl_cmd_inspect, "describe a GGUF model file"},
     {"serve", pl_cmd_serve, "run the OpenAI-compatible HTTP server"},
+    {"mkmodel", pl_cmd_mkmodel, "write a random-weight Llama GGUF (tests, benchmarks)"},
 };
 
 static void usage(FILE *f) {

@@ -589,11 +589,17 @@ pl_status pl_decode_process(pl_engine *e) {
         q->logits_row = it->sample ? e->item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
         if (it->sample) g->step_mark = mark;
     }
-    /* 2. Sample, group by group (a group's sequences always sample in the same step). */
+    /* 2. Sample, group by group (a group's sequences always sample in the same step). The
+     *    groups are listed first: finishing one frees its sequences, which later items name. */
+    int32_t n_groups = 0;
     for (int32_t i = 0; i < s->n_items; i++) {
         pl_seq_group *g = s->items[i].seq->group;
         if (g->step_mark != mark) continue;
         g->step_mark = 0; /* once per group */
+        e->step_groups[n_groups++] = g;
+    }
+    for (int32_t gi = 0; gi < n_groups; gi++) {
+        pl_seq_group *g = e->step_groups[gi];
         if (g->params.use_beam_search) {
             PL_TRY(beam_step(e, g));
         } else if (!g->prefilled) {

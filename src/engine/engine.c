@@ -130,13 +130,14 @@ static pl_status setup_buffers(pl_engine *e) {
     e->b_seq_start = malloc((size_t)(S + 1) * sizeof(int32_t));
     e->b_ctx = malloc((size_t)S * sizeof(int32_t));
     e->item_row = malloc((size_t)S * sizeof(int32_t));
+    e->step_groups = malloc((size_t)S * sizeof(pl_seq_group *));
     e->b_tables = calloc((size_t)S * (size_t)MB, sizeof(int32_t));
     e->logits = malloc((size_t)e->max_logit_rows * (size_t)V * sizeof(float));
     e->logits_tmp = malloc((size_t)V * sizeof(float));
     e->eog_ids = malloc((size_t)V * sizeof(int32_t));
     e->sampler = pl_sampler_create(V);
     if (!e->b_tokens || !e->b_pos || !e->b_slots || !e->b_rows || !e->b_seq_start || !e->b_ctx ||
-        !e->item_row || !e->b_tables || !e->logits || !e->logits_tmp || !e->eog_ids || !e->sampler)
+        !e->item_row || !e->step_groups || !e->b_tables || !e->logits || !e->logits_tmp || !e->eog_ids || !e->sampler)
         return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %d)",
                        T, V);
     for (int32_t i = 0; i < V; i++)
@@ -219,6 +220,7 @@ void pl_engine_destroy(pl_engine *e) {
     free(e->b_seq_start);
     free(e->b_ctx);
     free(e->item_row);
+    free(e->step_groups);
     free(e->b_tables);
     free(e->logits);
     free(e->logits_tmp);
@@ -438,7 +440,7 @@ static void drain_inbox(pl_engine *e) {
     int32_t n_ab = e->n_aborts;
     uint64_t stack_ids[64], *ids = n_ab <= 64 ? stack_ids : malloc((size_t)n_ab * sizeof *ids);
     if (!ids) n_ab = 0;
-    else memcpy(ids, e->aborts, (size_t)n_ab * sizeof *ids);
+    else if (n_ab) memcpy(ids, e->aborts, (size_t)n_ab * sizeof *ids);
     e->n_aborts = 0;
     pthread_mutex_unlock(&e->inbox_mu);
     while (g) {

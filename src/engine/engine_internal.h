@@ -37,6 +37,7 @@ struct pl_engine {
     float *logits_tmp;          /* [n_vocab] working copy for sampling */
     int32_t *item_row;          /* [max items] first logits row of each item, or -1 (rows of
                                    an all_logits item are consecutive; the sampling row is last) */
+    pl_seq_group **step_groups; /* [max items] groups that sample in the current step */
     int32_t *eog_ids;           /* end-of-generation ids (masked before min_tokens) */
     int32_t n_eog;
     /* Engine-thread state. */

@@ -38,6 +38,8 @@ pl_status pl_runner_execute(pl_engine *e) {
     for (int32_t i = 0; i < s->n_items; i++) {
         const pl_sched_item *it = &s->items[i];
         const pl_seq *q = it->seq;
+        /* The table holds a slot for every token up to the newest, and no more. */
+        PL_ASSERT(it->start + it->n <= q->table.n_tokens && q->table.n_tokens <= q->n_tokens);
         e->item_row[i] = it->all_logits || it->sample ? rows : -1;
         e->b_seq_start[i] = t;
         e->b_ctx[i] = it->start + it->n;

@@ -122,6 +122,50 @@ static int32_t live_tables(pl_seq_group *g, pl_block_table **out) {
     return k;
 }
 
+/* A group decodes when every live sequence has exactly its newest token left to compute; else
+ * it is (re)filling its prompt. Sequences of a group always change state together (they sample
+ * in the same step), so a group is never half decoding. */
+static int group_decodes(const pl_seq_group *g) {
+    int any = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        const pl_seq *q = g->seqs[i];
+        if (q->status != PL_SEQ_RUNNING) continue;
+        if (q->n_tokens - q->n_computed != 1) return 0;
+        any = 1;
+    }
+    return any;
+}
+
+/* Blocks the group's decoding sequences need for their newest tokens' slots. A sequence whose
+ * newest token already has a slot (a prompt whose last token alone was left after a prefix-cache
+ * hit) needs none. */
+static int32_t decode_blocks_needed(const pl_scheduler *s, const pl_seq_group *g) {
+    int32_t need = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        const pl_seq *q = g->seqs[i];
+        if (q->status == PL_SEQ_RUNNING && q->table.n_tokens < q->n_tokens)
+            need += pl_kv_append_blocks_needed(s->kv, &q->table, q->n_tokens - q->table.n_tokens);
+    }
+    return need;
+}
+
+/* Slots and items for a decoding group (slots are already guaranteed to be available). */
+static pl_status add_decodes(pl_scheduler *s, pl_seq_group *g, budget *b) {
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        pl_seq *q = g->seqs[i];
+        if (q->status != PL_SEQ_RUNNING) continue;
+        if (q->table.n_tokens < q->n_tokens) {
+            pl_block_copy cow;
+            PL_TRY(pl_kv_append_slots(s->kv, &q->table, q->n_tokens - q->table.n_tokens, &cow));
+            if (cow.src >= 0) PL_TRY(push_copies(&s->cow, &s->n_cow, &s->cap_cow, &cow, 1));
+        }
+        PL_TRY(add_item(s, q, 1, 0));
+        b->tokens_left--;
+        b->rows_left--;
+    }
+    return PL_OK;
+}
+
 /* Preempt running group g, all its sequences together. */
 static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     pl_block_table *tabs[g->n_seqs > 0 ? g->n_seqs : 1];
@@ -154,19 +198,13 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     return PL_OK;
 }
 
-/* Make room for one more token in every live sequence of running group g, preempting the
- * youngest running groups as needed. Returns 1 if g still runs, 0 if g itself was preempted. */
+/* Make room for the newest token of every sequence of decoding group g, preempting the youngest
+ * running groups as needed. *runs = 0 if g itself had to be preempted. */
 static pl_status ensure_decode_slots(pl_scheduler *s, pl_seq_group *g, budget *b, int *runs) {
     for (;;) {
-        int32_t need = 0;
-        for (int32_t i = 0; i < g->n_seqs; i++) {
-            pl_seq *q = g->seqs[i];
-            if (q->status == PL_SEQ_RUNNING && q->n_tokens - q->n_computed == 1)
-                need += pl_kv_append_blocks_needed(s->kv, &q->table, 1);
-        }
         pl_kv_stats st;
         pl_kv_get_stats(s->kv, &st);
-        if (need <= st.blocks_free) {
+        if (decode_blocks_needed(s, g) <= st.blocks_free) {
             *runs = 1;
             return PL_OK;
         }
@@ -181,51 +219,45 @@ static pl_status ensure_decode_slots(pl_scheduler *s, pl_seq_group *g, budget *b
 }
 
 static pl_status schedule_decodes(pl_scheduler *s, budget *b) {
-    pl_seq_group *g = s->running.head;
-    while (g) {
-        pl_seq_group *next = g->next;
-        int any = 0;
-        for (int32_t i = 0; i < g->n_seqs; i++) {
-            pl_seq *q = g->seqs[i];
-            any |= q->status == PL_SEQ_RUNNING && q->n_tokens - q->n_computed == 1;
-        }
-        if (any) {
-            int runs;
-            PL_TRY(ensure_decode_slots(s, g, b, &runs));
-            if (!runs) break; /* g was the youngest: nothing younger remains */
-            next = g->next;   /* preemption removed groups after g */
-            for (int32_t i = 0; i < g->n_seqs; i++) {
-                pl_seq *q = g->seqs[i];
-                if (q->status != PL_SEQ_RUNNING || q->n_tokens - q->n_computed != 1) continue;
-                pl_block_copy cow;
-                PL_TRY(pl_kv_append_slots(s->kv, &q->table, 1, &cow));
-                if (cow.src >= 0) PL_TRY(push_copies(&s->cow, &s->n_cow, &s->cap_cow, &cow, 1));
-                PL_TRY(add_item(s, q, 1, 0));
-                b->tokens_left--;
-                b->rows_left--;
-            }
-        }
-        g = next;
+    for (pl_seq_group *g = s->running.head; g; g = g->next) {
+        if (!group_decodes(g)) continue;
+        int runs;
+        PL_TRY(ensure_decode_slots(s, g, b, &runs));
+        if (!runs) break; /* g was the youngest: nothing younger remains */
+        PL_TRY(add_decodes(s, g, b));
     }
     return PL_OK;
 }
 
-/* Prefill chunks for the sequences of g that still have uncomputed tokens (their slots exist:
- * allocate_prompt reserved the whole prompt). */
+/* Prefill chunks for a group that is (re)filling prompts; their slots exist (allocate_prompt
+ * reserved them). A group of several sequences (after a recomputation) must reach its sampling
+ * point in one step, so that all its sequences sample together: when the remainders do not all
+ * fit, each sequence advances but keeps its last token for a later step. */
 static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) {
+    if (group_decodes(g)) return PL_OK;
     int want_prompt_lp = g->params.prompt_logprobs >= 0 && !g->prefilled;
+    int32_t live = 0, total = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        const pl_seq *q = g->seqs[i];
+        if (q->status != PL_SEQ_RUNNING) continue;
+        live++;
+        total += q->n_tokens - q->n_computed;
+    }
+    int all_complete = live == 1 || (total <= b->tokens_left && live <= b->rows_left &&
+                                      (!want_prompt_lp || total <= b->rows_left));
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         int32_t left = q->n_tokens - q->n_computed;
-        if (q->status != PL_SEQ_RUNNING || left < 2) continue; /* decodes are done already */
-        int32_t n = left < b->tokens_left ? left : b->tokens_left;
+        if (q->status != PL_SEQ_RUNNING || left < 1) continue;
+        int32_t n = all_complete ? left : left - 1;
+        if (n > b->tokens_left) n = b->tokens_left;
         if (want_prompt_lp && n > b->rows_left) n = b->rows_left;
-        if (n < 1) break;
         int completes = n == left;
-        if (!want_prompt_lp && completes && b->rows_left < 1) {
-            if (--n < 1) break; /* leave the last token (and its logits) for the next step */
+        if (completes && !want_prompt_lp && b->rows_left < 1) {
+            n--; /* leave the last token (and its logits row) for the next step */
             completes = 0;
         }
+        if (n < 1) continue;
         PL_TRY(add_item(s, q, n, want_prompt_lp));
         b->tokens_left -= n;
         b->rows_left -= want_prompt_lp ? n : completes;
@@ -253,25 +285,12 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
         q_insert(&s->running, g);
         b->seqs_left -= nt;
         /* Decodes need a slot for their newest token now; if the pool cannot give one the
-         * group simply waits in running for the next step's decode pass. */
-        int32_t need = 0;
-        for (int32_t i = 0; i < g->n_seqs; i++) {
-            pl_seq *q = g->seqs[i];
-            if (q->status == PL_SEQ_RUNNING && q->n_tokens - q->n_computed == 1)
-                need += pl_kv_append_blocks_needed(s->kv, &q->table, 1);
-        }
-        pl_kv_stats kst;
-        pl_kv_get_stats(s->kv, &kst);
-        if (need > kst.blocks_free) continue;
-        for (int32_t i = 0; i < g->n_seqs; i++) {
-            pl_seq *q = g->seqs[i];
-            if (q->status != PL_SEQ_RUNNING || q->n_tokens - q->n_computed != 1) continue;
-            pl_block_copy cow;
-            PL_TRY(pl_kv_append_slots(s->kv, &q->table, 1, &cow));
-            if (cow.src >= 0) PL_TRY(push_copies(&s->cow, &s->n_cow, &s->cap_cow, &cow, 1));
-            PL_TRY(add_item(s, q, 1, 0));
-            b->tokens_left--;
-            b->rows_left--;
+         * group waits in running for the next step's decode pass. */
+        if (group_decodes(g)) {
+            pl_kv_stats kst;
+            pl_kv_get_stats(s->kv, &kst);
+            if (decode_blocks_needed(s, g) <= kst.blocks_free) PL_TRY(add_decodes(s, g, b));
+            continue;
         }
         PL_TRY(schedule_prefills(s, g, b));
     }
@@ -320,7 +339,8 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
         q_remove(&s->waiting, g);
         q_insert(&s->running, g);
         b->seqs_left -= pl_group_max_seqs(g);
-        PL_TRY(schedule_prefills(s, g, b));
+        if (group_decodes(g)) PL_TRY(add_decodes(s, g, b));
+        else PL_TRY(schedule_prefills(s, g, b));
     }
     return PL_OK;
 }

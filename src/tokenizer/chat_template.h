@@ -4,9 +4,12 @@
  * like llama.cpp's built-in templates, it RECOGNISES the template by distinctive substrings and
  * applies a hand-written formatter for that family. Families (name for --chat-template in quotes):
  *
- *   "chatml"        <|im_start|>ROLE\nCONTENT<|im_end|>\n ...  prompt <|im_start|>assistant\n  (Qwen, ...)
- *   "llama2"        Meta's Llama 2 chat: BOS[INST] <<SYS>>\nSYS\n<</SYS>>\n\nUSER [/INST] ANSWER EOS
- *                   BOS[INST] USER [/INST]   (contents stripped, as the official template does)
+ *   "chatml"        <|im_start|>ROLE\nCONTENT<|im_end|>\n ...  prompt <|im_start|>assistant\n
+ *                   (Qwen, OpenHermes, ...)
+ *   "llama2"        Meta's Llama 2 chat:
+ *                   BOS[INST] <<SYS>>\nSYS\n<</SYS>>\n\nUSER [/INST] ANSWER EOS
+ *                   BOS[INST] USER [/INST]
+ *                   (contents stripped, as the official template does)
  *   "llama2-nosys"  [INST] without a <<SYS>> block (Mistral-7B-Instruct v0.1/v0.2 era): a system
  *                   message is put as "SYS\n" in front of the next user message; no BOS between
  *                   turns: BOS[INST] SYS\nUSER [/INST]ANSWEREOS[INST] USER [/INST]
@@ -53,7 +56,9 @@
  * Differences from llama.cpp's formatter, on purpose: llama2 follows the official Meta template
  * (" ANSWER " between [/INST] and EOS, stripped contents, BOS before every [INST]) where
  * llama.cpp's legacy code writes "[/INST]ANSWER</s>"; gemma joins several system messages with
- * "\n\n" and keeps a trailing system message as a last user turn instead of dropping it.
+ * "\n\n" and keeps a trailing system message as a last user turn instead of dropping it;
+ * HuggingFaceH4/zephyr-7b-beta's template (<|user|> ... eos_token, no literal "</s>") is
+ * recognised as zephyr, where llama.cpp takes it for GLM-Edge.
  */
 #ifndef PL_TOKENIZER_CHAT_TEMPLATE_H
 #define PL_TOKENIZER_CHAT_TEMPLATE_H

@@ -158,11 +158,215 @@ static void test_preemption_identical(void **state) {
     }
 }
 
+/* A prompt of exactly n token ids drawn from the reference story (valid, non-special ids). */
+static void story_ids(int32_t *ids, int32_t n, int32_t salt) {
+    static const int32_t base[] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395,
+                                   317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411};
+    ids[0] = 1;
+    for (int32_t i = 1; i < n; i++) ids[i] = base[(i + salt) % 25];
+}
+
+static void test_parallel_sampling_shares_prompt(void **state) {
+    (void)state;
+    pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 0);
+    int32_t ids[40];
+    story_ids(ids, 40, 0); /* 2 full blocks + 8 tokens */
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.n = 4;
+    p.max_tokens = 20;
+    p.ignore_eos = 1;
+    p.has_seed = 1;
+    p.seed = 7;
+    uint64_t id;
+    assert_int_equal(pl_engine_add_request(e, NULL, ids, 40, &p, &id), PL_OK);
+    pl_engine_stats s;
+    assert_int_equal(pl_engine_step(e), PL_OK); /* prefill, fork into 4, sample */
+    pl_engine_get_stats(e, &s);
+    assert_int_equal(s.blocks_used, 3);        /* the prompt's 3 blocks, once */
+    assert_int_equal(pl_engine_step(e), PL_OK); /* each appends: the shared tail is copied */
+    pl_engine_get_stats(e, &s);
+    assert_int_equal(s.blocks_used, 2 + 4);    /* 2 shared full blocks + 4 private tails */
+    static result r;
+    memset(&r, 0, sizeof r);
+    run_all(e, &id, &r, 1);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(r.n_ids[k], 20);
+        assert_int_equal(r.finish[k], PL_FINISH_LENGTH);
+    }
+    /* Different seeds per sequence: the completions are not all equal. */
+    assert_true(memcmp(r.ids[0], r.ids[1], 20 * sizeof(int32_t)) ||
+                memcmp(r.ids[0], r.ids[2], 20 * sizeof(int32_t)));
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
+static void test_best_of(void **state) {
+    (void)state;
+    pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.n = 2;
+    p.best_of = 5;
+    p.max_tokens = 12;
+    p.ignore_eos = 1;
+    p.has_seed = 1;
+    p.seed = 3;
+    uint64_t id;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_OK);
+    static result r;
+    memset(&r, 0, sizeof r);
+    run_all(e, &id, &r, 1);
+    assert_int_equal(r.n_ids[0], 12);
+    assert_int_equal(r.n_ids[1], 12);
+    assert_true(r.cum[0] >= r.cum[1]);
+    double sum = 0;
+    for (int t = 0; t < 12; t++) sum += r.logprobs[0][t];
+    (void)sum;
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
+static void test_prefix_cache_skips_shared_tokens(void **state) {
+    (void)state;
+    pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    int32_t a[100], b[110];
+    story_ids(a, 100, 3);
+    memcpy(b, a, 96 * sizeof(int32_t)); /* 6 full blocks in common */
+    story_ids(b + 96, 14, 11);
+    pl_request_params p;
+    greedy_params(&p, 4);
+    uint64_t ia, ib;
+    static result ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    assert_int_equal(pl_engine_add_request(e, NULL, a, 100, &p, &ia), PL_OK);
+    run_all(e, &ia, &ra, 1);
+    pl_engine_stats s0, s1;
+    pl_engine_get_stats(e, &s0);
+    assert_int_equal(s0.prompt_tokens, 100);
+    assert_int_equal(pl_engine_add_request(e, NULL, b, 110, &p, &ib), PL_OK);
+    run_all(e, &ib, &rb, 1);
+    pl_engine_get_stats(e, &s1);
+    assert_int_equal(rb.n_cached, 96);
+    assert_int_equal(s1.prompt_tokens - s0.prompt_tokens, 110 - 96);
+    assert_true(s1.prefix_hits >= 96);
+    /* The same request again computes only its last block's tokens (at least one token). */
+    uint64_t ic;
+    static result rc;
+    memset(&rc, 0, sizeof rc);
+    assert_int_equal(pl_engine_add_request(e, NULL, b, 110, &p, &ic), PL_OK);
+    run_all(e, &ic, &rc, 1);
+    assert_int_equal(rc.n_cached, 96);
+    assert_memory_equal(rc.ids[0], rb.ids[0], 4 * sizeof(int32_t));
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
+static void test_abort_frees_blocks(void **state) {
+    (void)state;
+    pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    pl_request_params p;
+    greedy_params(&p, 200);
+    uint64_t id[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pl_engine_add_request(e, PROMPTS[i], NULL, 0, &p, &id[i]), PL_OK);
+    for (int i = 0; i < 10; i++) assert_int_equal(pl_engine_step(e), PL_OK);
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    assert_true(s.blocks_used > 0);
+    pl_engine_abort(e, id[1]);
+    pl_engine_release(e, id[2]); /* a client that went away */
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    static result r1;
+    memset(&r1, 0, sizeof r1);
+    collect(e, id[1], &r1);
+    assert_true(r1.finished);
+    assert_int_equal(r1.finish[0], PL_FINISH_ABORT);
+    assert_int_equal(pl_engine_poll(e, id[2], 0, &(pl_request_output *){NULL}), PL_ERR_NOT_FOUND);
+    pl_engine_abort(e, id[0]);
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    assert_pool_free(e);
+    pl_engine_destroy(e); /* the unpolled output of id[0] is freed here */
+}
+
+static void test_stop_rules(void **state) {
+    (void)state;
+    pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    const char *stops[] = {"Lily"};
+    static result r[4];
+    memset(r, 0, sizeof r);
+    uint64_t id[4];
+    pl_request_params p;
+    greedy_params(&p, 48);
+    p.stop = stops;
+    p.n_stop = 1;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id[0]), PL_OK);
+    p.include_stop_str_in_output = 1;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id[1]), PL_OK);
+    /* Stop id 432 (",") is the first greedy token; min_tokens 3 masks it for 3 tokens. */
+    int32_t stop_ids[] = {432};
+    greedy_params(&p, 48);
+    p.stop_token_ids = stop_ids;
+    p.n_stop_token_ids = 1;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id[2]), PL_OK);
+    p.min_tokens = 3;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id[3]), PL_OK);
+    run_all(e, id, r, 4);
+    assert_string_equal(r[0].text[0], ", there was a little girl named ");
+    assert_int_equal(r[0].finish[0], PL_FINISH_STOP);
+    assert_string_equal(r[1].text[0], ", there was a little girl named Lily");
+    assert_int_equal(r[2].n_ids[0], 1);
+    assert_int_equal(r[2].ids[0][0], 432);
+    assert_string_equal(r[2].text[0], "");
+    assert_int_equal(r[2].finish[0], PL_FINISH_STOP);
+    assert_true(r[3].n_ids[0] > 3);
+    for (int t = 0; t < 3; t++) assert_int_not_equal(r[3].ids[0][t], 432);
+    assert_int_equal(r[3].ids[0][r[3].n_ids[0] - 1], 432);
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    pl_engine *e = make_engine(100 * 1024, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    pl_request_params p;
+    greedy_params(&p, 2100); /* > the model's 2048-token context */
+    uint64_t id;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id),
+                     PL_ERR_INVALID_ARG);
+    if (!strstr(pl_last_error(), "maximum context length is 2048")) fail_msg("%s", pl_last_error());
+    greedy_params(&p, 300); /* fits the model, not the 10-block pool */
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id),
+                     PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "KV blocks"));
+    int32_t bad[] = {1, 5000};
+    greedy_params(&p, 4);
+    assert_int_equal(pl_engine_add_request(e, NULL, bad, 2, &p, &id), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "5000"));
+    assert_int_equal(pl_engine_add_request(e, NULL, bad, 0, &p, &id), PL_ERR_INVALID_ARG);
+    p.n = 0;
+    assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "n must be"));
+    greedy_params(&p, 4);
+    p.sampling.top_p = 2;
+    assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "top_p"));
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_text),
         cmocka_unit_test(test_batch_determinism),
         cmocka_unit_test(test_preemption_identical),
+        cmocka_unit_test(test_parallel_sampling_shares_prompt),
+        cmocka_unit_test(test_best_of),
+        cmocka_unit_test(test_prefix_cache_skips_shared_tokens),
+        cmocka_unit_test(test_abort_frees_blocks),
+        cmocka_unit_test(test_stop_rules),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

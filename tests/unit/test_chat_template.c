@@ -1,6 +1,6 @@
 /* Unit tests for tokenizer/chat_template: every family's exact output for one conversation,
- * detection from real template snippets, the ChatML fallback, names, BOS/EOS placement, and
- * refused input (bad roles, missing fields, no messages).
+ * detection from real template snippets, the ChatML fallback, names, BOS/EOS placement (also
+ * through a real Llama 2 tokenizer), and refused input (bad roles, missing fields, no messages).
  *
  * The expected strings come from the formats' documentation and from llama.cpp's
  * tests/test-chat-template.cpp, which uses the same six-message conversation and no BOS text. */
@@ -9,7 +9,9 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "gguf/gguf.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,8 @@ static void expect(pl_chat_format f, int gen, const char *bos, const char *eos, 
     char *out = (char *)1;
     pl_status st = pl_chat_apply(f, conv, N_CONV, gen, bos, eos, &out);
     if (st != PL_OK) fail_msg("%s: %s", pl_chat_format_name(f), pl_last_error());
-    if (strcmp(out, want)) fail_msg("%s:\n got  [%s]\n want [%s]", pl_chat_format_name(f), out, want);
+    if (strcmp(out, want))
+        fail_msg("%s:\n got  [%s]\n want [%s]", pl_chat_format_name(f), out, want);
     free(out);
 }
 
@@ -152,7 +155,8 @@ static void test_bos_rules(void **state) {
     const pl_chat_message one[] = {{"user", "hi"}};
     for (int f = PL_CHAT_UNKNOWN; f < PL_CHAT_COUNT; f++) {
         char *out;
-        assert_int_equal(pl_chat_apply((pl_chat_format)f, one, 1, 1, "<BOS>", "<EOS>", &out), PL_OK);
+        assert_int_equal(pl_chat_apply((pl_chat_format)f, one, 1, 1, "<BOS>", "<EOS>", &out),
+                         PL_OK);
         int starts = strncmp(out, "<BOS>", 5) == 0;
         if (starts != pl_chat_format_adds_bos((pl_chat_format)f))
             fail_msg("%s: starts with BOS = %d: [%s]", pl_chat_format_name((pl_chat_format)f),
@@ -347,6 +351,51 @@ static void test_empty_and_long_contents(void **state) {
     free(big);
 }
 
+/* The BOS decision end to end: Llama 2's text, tokenized the way the server will (parse_special
+ * = 1, add_special = 0) with a real Llama 2 vocabulary, starts with the BOS id and has one BOS and
+ * one EOS per finished turn, exactly where Meta's template puts them. */
+static void test_tokenized_llama2(void **state) {
+    (void)state;
+    pl_gguf *g;
+    assert_int_equal(pl_gguf_open(PL_SHARED_DIR "/testdata/vocab/ggml-vocab-llama-spm.gguf", &g),
+                     PL_OK);
+    pl_tokenizer *t;
+    assert_int_equal(pl_tokenizer_load(g, &t), PL_OK);
+    int32_t bos = pl_tokenizer_bos(t), eos = pl_tokenizer_eos(t);
+    const char *bos_text = pl_tokenizer_token_text(t, bos);
+    const char *eos_text = pl_tokenizer_token_text(t, eos);
+    assert_string_equal(bos_text, "<s>");
+    char *text;
+    assert_int_equal(pl_chat_apply(PL_CHAT_LLAMA2, conv, N_CONV, 1, bos_text, eos_text, &text),
+                     PL_OK);
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(pl_tokenize(t, text, strlen(text), 0, 1, &ids, &n), PL_OK);
+    assert_true(n > 10);
+    assert_int_equal(ids[0], bos);
+    size_t n_bos = 0, n_eos = 0;
+    for (size_t i = 0; i < n; i++) {
+        n_bos += ids[i] == bos;
+        n_eos += ids[i] == eos;
+        if (ids[i] == eos) { /* the next turn opens with BOS */
+            assert_true(i + 1 < n);
+            assert_int_equal(ids[i + 1], bos);
+        }
+    }
+    assert_int_equal(n_bos, 3);
+    assert_int_equal(n_eos, 2);
+    free(ids);
+    free(text);
+    /* ChatML has no BOS in its text, so none is tokenized. */
+    assert_int_equal(pl_chat_apply(PL_CHAT_CHATML, conv, 2, 1, bos_text, eos_text, &text), PL_OK);
+    assert_int_equal(pl_tokenize(t, text, strlen(text), 0, 1, &ids, &n), PL_OK);
+    for (size_t i = 0; i < n; i++) assert_int_not_equal(ids[i], bos);
+    free(ids);
+    free(text);
+    pl_tokenizer_free(t);
+    pl_gguf_close(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chatml),
@@ -361,6 +410,7 @@ int main(void) {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_empty_and_long_contents),
+        cmocka_unit_test(test_tokenized_llama2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

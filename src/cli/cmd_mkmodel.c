@@ -1,0 +1,325 @@
+/* cli/cmd_mkmodel — `pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L
+ * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]`: a random-weight Llama.
+ *
+ * The file is a complete "llama" GGUF: every tokenizer.* key of FILE copied as is, the llama.*
+ * hyper-parameters, and the tensors of a llama.cpp Llama (GGUF ne[0] = input features):
+ *
+ *   token_embd.weight [dim, vocab]   output_norm.weight [dim]   output.weight [dim, vocab]
+ *   blk.i.attn_norm [dim]  attn_q [dim, dim]  attn_k [dim, kv_dim]  attn_v [dim, kv_dim]
+ *   blk.i.attn_output [dim, dim]  ffn_norm [dim]  ffn_gate [dim, ffn]  ffn_up [dim, ffn]
+ *   blk.i.ffn_down [ffn, dim]
+ *
+ * Weights: seeded uniform noise with standard deviation 0.02 (GPT-2's initialisation), the
+ * projections that write into the residual stream (attn_output, ffn_down) scaled by
+ * 1/sqrt(2 * layers) so that the residual stays near its initial size however deep the model;
+ * norms are 1. Matrices are stored in --type (quantized row by row with pl_quantize_row), norms
+ * in f32. The same flags and seed always give the same bytes.
+ *
+ * Memory: the GGUF writer reads tensor data at write time, so every tensor is generated straight
+ * into its final (quantized) buffer, one row of f32 at a time: peak memory is the output size
+ * plus one row, never an f32 copy of the model.
+ *
+ * Exit codes: 2 for usage errors (missing or malformed flags, shapes that do not fit: dim % heads,
+ * heads % kv-heads, odd head size, dim or ffn not a multiple of the type's block size), 1 for
+ * runtime errors (unreadable vocabulary file, out of memory, write failure).
+ */
+#include "cli/args.h"
+#include "cli/cli.h"
+
+#include "base/rng.h"
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define C "mkmodel"
+
+typedef struct {
+    const char *out;        /* output path */
+    const char *vocab_from; /* GGUF whose tokenizer.* keys are copied */
+    int64_t dim, layers, heads, kv_heads, ffn, ctx, seed;
+    pl_dtype type;          /* matrix type */
+    int ftype;              /* general.file_type (llama.cpp's llama_ftype) */
+} mk_opts;
+
+/* The writable matrix types and their general.file_type values. */
+static const struct {
+    const char *name;
+    pl_dtype type;
+    int ftype;
+} types[] = {
+    {"f32", PL_DT_F32, 0}, {"f16", PL_DT_F16, 1}, {"bf16", PL_DT_BF16, 32},
+    {"q8_0", PL_DT_Q8_0, 7}, {"q4_0", PL_DT_Q4_0, 2},
+};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L --heads H\n"
+            "                       --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]\n"
+            "  writes a random-weight Llama with FILE's tokenizer (for tests and benchmarks)\n"
+            "  --vocab-from FILE   GGUF whose tokenizer.* metadata is copied\n"
+            "  --dim D             embedding size (a multiple of --heads and of the type's block)\n"
+            "  --layers L          transformer blocks\n"
+            "  --heads H           attention heads (dim / heads must be even)\n"
+            "  --kv-heads K        key/value heads (divides --heads)\n"
+            "  --ffn F             feed-forward size (a multiple of the type's block)\n"
+            "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0\n"
+            "  --seed S            random seed (default 1)\n"
+            "  --ctx N             llama.context_length (default 2048)\n");
+}
+
+/* Prints "pagellm mkmodel: MESSAGE" and the usage to stderr; returns exit code 2. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "pagellm " C ": ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    usage(stderr);
+    return 2;
+}
+
+/* An integer flag's value (optarg) in [lo, hi]; on a bad value prints why and the usage. */
+static int int_flag(const char *flag, int64_t lo, int64_t hi, int64_t *out) {
+    if (pl_arg_int(C, flag, optarg, lo, hi, out) == 0) return 0;
+    usage(stderr);
+    return 1;
+}
+
+/* Returns 0 when the options are complete and consistent, else the exit code. */
+static int parse(int argc, char **argv, mk_opts *o) {
+    static const struct option longopts[] = {
+        {"vocab-from", required_argument, 0, 'v'}, {"dim", required_argument, 0, 'd'},
+        {"layers", required_argument, 0, 'l'},     {"heads", required_argument, 0, 'H'},
+        {"kv-heads", required_argument, 0, 'k'},   {"ffn", required_argument, 0, 'f'},
+        {"type", required_argument, 0, 't'},       {"seed", required_argument, 0, 's'},
+        {"ctx", required_argument, 0, 'c'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->ctx = 2048;
+    o->seed = 1;
+    o->type = PL_DT_F32;
+    const char *type_name = "f32";
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'v': o->vocab_from = optarg; break;
+        case 'd': if (int_flag("--dim", 1, 1 << 16, &o->dim)) return 2; break;
+        case 'l': if (int_flag("--layers", 1, 1024, &o->layers)) return 2; break;
+        case 'H': if (int_flag("--heads", 1, 1024, &o->heads)) return 2; break;
+        case 'k': if (int_flag("--kv-heads", 1, 1024, &o->kv_heads)) return 2; break;
+        case 'f': if (int_flag("--ffn", 1, 1 << 20, &o->ffn)) return 2; break;
+        case 'c': if (int_flag("--ctx", 1, 1 << 24, &o->ctx)) return 2; break;
+        case 's': if (int_flag("--seed", 0, INT64_MAX, &o->seed)) return 2; break;
+        case 't': {
+            size_t i = 0, n = sizeof types / sizeof types[0];
+            while (i < n && strcmp(optarg, types[i].name)) i++;
+            if (i == n)
+                return usage_error("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0",
+                                   optarg);
+            o->type = types[i].type;
+            o->ftype = types[i].ftype;
+            type_name = types[i].name;
+            break;
+        }
+        case 'h': usage(stdout); return -1;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc) return usage_error("no output file given");
+    if (optind + 1 < argc) return usage_error("unexpected argument '%s'", argv[optind + 1]);
+    o->out = argv[optind];
+    static const char *const required[] = {"--vocab-from", "--dim", "--layers", "--heads",
+                                           "--kv-heads", "--ffn"};
+    int have[] = {o->vocab_from != NULL, o->dim > 0, o->layers > 0, o->heads > 0,
+                  o->kv_heads > 0, o->ffn > 0};
+    for (int i = 0; i < 6; i++)
+        if (!have[i]) return usage_error("%s is required", required[i]);
+    if (o->dim % o->heads)
+        return usage_error("--dim %lld is not a multiple of --heads %lld", (long long)o->dim,
+                           (long long)o->heads);
+    if (o->heads % o->kv_heads)
+        return usage_error("--heads %lld is not a multiple of --kv-heads %lld",
+                           (long long)o->heads, (long long)o->kv_heads);
+    if ((o->dim / o->heads) % 2)
+        return usage_error("head size --dim / --heads = %lld is odd (RoPE rotates pairs)",
+                           (long long)(o->dim / o->heads));
+    int64_t bs = pl_dtype_block_size(o->type);
+    if (o->dim % bs)
+        return usage_error("--dim %lld is not a multiple of %lld, the block size of %s",
+                           (long long)o->dim, (long long)bs, type_name);
+    if (o->ffn % bs)
+        return usage_error("--ffn %lld is not a multiple of %lld, the block size of %s",
+                           (long long)o->ffn, (long long)bs, type_name);
+    return 0;
+}
+
+/* ---- the model being built ---- */
+
+typedef struct {
+    pl_gguf_writer *w;
+    pl_rng rng;
+    void **bufs;      /* every tensor's data, [n_bufs]; alive until the file is written */
+    size_t n_bufs, cap_bufs;
+    float *row;       /* one f32 row of the widest matrix */
+    uint64_t bytes;   /* tensor bytes so far */
+    uint64_t params;  /* elements so far */
+} builder;
+
+static void *keep(builder *b, size_t n) {
+    if (b->n_bufs == b->cap_bufs) {
+        size_t c = b->cap_bufs ? b->cap_bufs * 2 : 64;
+        void **q = realloc(b->bufs, c * sizeof *q);
+        if (!q) return NULL;
+        b->bufs = q;
+        b->cap_bufs = c;
+    }
+    void *p = malloc(n ? n : 1);
+    if (p) b->bufs[b->n_bufs++] = p;
+    return p;
+}
+
+/* A [cols, rows] matrix of `type` filled with uniform noise of standard deviation `std`. */
+static pl_status add_matrix(builder *b, const char *name, pl_dtype type, int64_t cols,
+                            int64_t rows, double std) {
+    size_t row_bytes = pl_dtype_row_size(type, cols);
+    PL_ASSERT(row_bytes > 0);
+    if ((uint64_t)rows > SIZE_MAX / row_bytes)
+        return pl_fail(PL_ERR_NOMEM, "tensor '%s': %lld x %lld is too large", name,
+                       (long long)cols, (long long)rows);
+    uint8_t *data = keep(b, row_bytes * (size_t)rows);
+    if (!data)
+        return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory for %zu bytes", name,
+                       row_bytes * (size_t)rows);
+    double half_width = std * sqrt(3.0); /* uniform on [-a, a] has std a / sqrt(3) */
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++)
+            b->row[i] = (float)((2.0 * pl_rng_uniform(&b->rng) - 1.0) * half_width);
+        size_t got = pl_quantize_row(type, b->row, data + (size_t)r * row_bytes, cols);
+        PL_ASSERT(got == row_bytes);
+    }
+    int64_t ne[2] = {cols, rows};
+    PL_TRY(pl_gguf_writer_add_tensor(b->w, name, type, 2, ne, data));
+    b->bytes += row_bytes * (uint64_t)rows;
+    b->params += (uint64_t)cols * (uint64_t)rows;
+    return PL_OK;
+}
+
+/* A norm weight: n ones in f32. */
+static pl_status add_norm(builder *b, const char *name, int64_t n) {
+    float *v = keep(b, (size_t)n * sizeof *v);
+    if (!v) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
+    for (int64_t i = 0; i < n; i++) v[i] = 1.0f;
+    int64_t ne[1] = {n};
+    PL_TRY(pl_gguf_writer_add_tensor(b->w, name, PL_DT_F32, 1, ne, v));
+    b->bytes += (uint64_t)n * sizeof *v;
+    b->params += (uint64_t)n;
+    return PL_OK;
+}
+
+/* Copies every tokenizer.* key of the vocabulary file; returns its vocabulary size. */
+static pl_status copy_tokenizer(builder *b, const char *path, int64_t *n_vocab) {
+    pl_gguf *g;
+    PL_TRY(pl_gguf_open(path, &g));
+    pl_status st = PL_OK;
+    pl_gguf_arr tokens;
+    if ((st = pl_gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens)) != PL_OK) {
+        pl_error_prefix("%s: no vocabulary", path);
+    } else if (tokens.type != PL_GGUF_STRING || tokens.count == 0 || tokens.count > INT32_MAX) {
+        st = pl_fail(PL_ERR_FORMAT, "%s: 'tokenizer.ggml.tokens' is not a list of 1..%d strings",
+                     path, INT32_MAX);
+    } else {
+        *n_vocab = (int64_t)tokens.count;
+        for (int64_t i = 0; st == PL_OK && i < pl_gguf_n_kv(g); i++) {
+            pl_gguf_str key = pl_gguf_key_at(g, i);
+            if (key.len > 10 && !memcmp(key.ptr, "tokenizer.", 10))
+                st = pl_gguf_writer_copy_kv(b->w, g, i);
+        }
+    }
+    pl_gguf_close(g);
+    return st;
+}
+
+static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
+    char name[128];
+    snprintf(name, sizeof name, "pagellm random llama d%lld l%lld", (long long)o->dim,
+             (long long)o->layers);
+    PL_TRY(pl_gguf_writer_add_str(b->w, "general.architecture", "llama"));
+    PL_TRY(pl_gguf_writer_add_str(b->w, "general.name", name));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "general.file_type", (uint32_t)o->ftype));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.context_length", (uint32_t)o->ctx));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.embedding_length", (uint32_t)o->dim));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.block_count", (uint32_t)o->layers));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.feed_forward_length", (uint32_t)o->ffn));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.attention.head_count", (uint32_t)o->heads));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads));
+    PL_TRY(pl_gguf_writer_add_f32(b->w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
+    PL_TRY(pl_gguf_writer_add_f32(b->w, "llama.rope.freq_base", 10000.0f));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.rope.dimension_count",
+                                  (uint32_t)(o->dim / o->heads)));
+    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.vocab_size", (uint32_t)n_vocab));
+    return PL_OK;
+}
+
+static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
+    const double std = 0.02, out_std = std / sqrt(2.0 * (double)o->layers);
+    int64_t dim = o->dim, kv_dim = o->dim / o->heads * o->kv_heads, ffn = o->ffn;
+    PL_TRY(add_matrix(b, "token_embd.weight", o->type, dim, n_vocab, std));
+    PL_TRY(add_norm(b, "output_norm.weight", dim));
+    PL_TRY(add_matrix(b, "output.weight", o->type, dim, n_vocab, std));
+    for (int64_t l = 0; l < o->layers; l++) {
+        char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
+        PL_TRY(add_norm(b, NAME("attn_norm.weight"), dim));
+        PL_TRY(add_matrix(b, NAME("attn_q.weight"), o->type, dim, dim, std));
+        PL_TRY(add_matrix(b, NAME("attn_k.weight"), o->type, dim, kv_dim, std));
+        PL_TRY(add_matrix(b, NAME("attn_v.weight"), o->type, dim, kv_dim, std));
+        PL_TRY(add_matrix(b, NAME("attn_output.weight"), o->type, dim, dim, out_std));
+        PL_TRY(add_norm(b, NAME("ffn_norm.weight"), dim));
+        PL_TRY(add_matrix(b, NAME("ffn_gate.weight"), o->type, dim, ffn, std));
+        PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, ffn, std));
+        PL_TRY(add_matrix(b, NAME("ffn_down.weight"), o->type, ffn, dim, out_std));
+#undef NAME
+    }
+    return PL_OK;
+}
+
+static pl_status build(builder *b, const mk_opts *o) {
+    int64_t n_vocab = 0;
+    PL_TRY(copy_tokenizer(b, o->vocab_from, &n_vocab));
+    PL_TRY(add_hparams(b, o, n_vocab));
+    int64_t widest = o->dim > o->ffn ? o->dim : o->ffn;
+    b->row = malloc((size_t)widest * sizeof *b->row);
+    if (!b->row) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    PL_TRY(add_tensors(b, o, n_vocab));
+    return pl_gguf_writer_write(b->w, o->out);
+}
+
+int pl_cmd_mkmodel(int argc, char **argv) {
+    mk_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    builder b = {0};
+    pl_rng_seed(&b.rng, (uint64_t)o.seed);
+    b.w = pl_gguf_writer_new();
+    pl_status st = b.w ? build(&b, &o) : pl_fail(PL_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < b.n_bufs; i++) free(b.bufs[i]);
+    free(b.bufs);
+    free(b.row);
+    pl_gguf_writer_free(b.w);
+    if (st != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
+    printf("wrote %s: llama, %lld layers, dim %lld, %s, %llu parameters, %.1f MiB of tensors\n",
+           o.out, (long long)o.layers, (long long)o.dim, pl_dtype_name(o.type),
+           (unsigned long long)b.params, (double)b.bytes / 1048576.0);
+    return 0;
+}

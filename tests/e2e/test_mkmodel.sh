@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# End-to-end test of `pagellm mkmodel`: a tiny random Llama (dim 64, 2 layers, 4 heads, 2 KV heads,
+# FFN 128, stories260K's vocabulary) in every writable type. Checks with `inspect --json` and a
+# small GGUF reader in Python: architecture, hyper-parameters, tensor names, shapes and types,
+# the tokenizer keys copied byte for byte, determinism of the seed; that `generate` runs on it;
+# and that bad flags exit 2 and runtime failures exit 1 with a message.
+set -u
+
+: "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
+: "${PL_SHARED_DIR:?PL_SHARED_DIR must point at the shared data folder}"
+VOCAB="$PL_SHARED_DIR/models/stories260K.gguf"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+check() { # check DESCRIPTION COMMAND...: passes if the command succeeds
+    local what=$1
+    shift
+    if "$@"; then ok; else bad "$what"; fi
+}
+no_sanitizer_report() { ! grep -Eq 'AddressSanitizer|runtime error|LeakSanitizer' "$1"; }
+
+TINY=(--vocab-from "$VOCAB" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128)
+
+# The tensor table and tokenizer.* values of a GGUF file, as JSON (a deliberately small reader).
+cat >"$tmp/gguf_table.py" <<'EOF'
+import json, struct, sys
+
+def table(path):
+    b = open(path, "rb").read()
+    pos = 0
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from("<" + fmt, b, pos)
+        pos += struct.calcsize("<" + fmt)
+        return v[0]
+    def string():
+        nonlocal pos
+        n = take("Q")
+        s = b[pos:pos + n]
+        pos += n
+        return s.decode("utf-8", "replace")
+    sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "B",
+             10: "Q", 11: "q", 12: "d"}
+    def skip(t):
+        if t in sizes: take(sizes[t])
+        elif t == 8: string()
+        elif t == 9:
+            et, n = take("I"), take("Q")
+            for _ in range(n): skip(et)
+        else: raise ValueError("bad type %d" % t)
+    assert b[:4] == b"GGUF" and take("4s") and take("I") == 3
+    n_t, n_kv = take("Q"), take("Q")
+    tok = {}
+    for _ in range(n_kv):
+        k = string()
+        t = take("I")
+        start = pos
+        skip(t)
+        if k.startswith("tokenizer."): tok[k] = (t, b[start:pos].hex())
+    tensors = []
+    for _ in range(n_t):
+        name = string()
+        nd = take("I")
+        ne = [take("Q") for _ in range(nd)]
+        t = take("I")
+        take("Q")
+        tensors.append([name, ne, t])
+    return {"tensors": tensors, "tokenizer": tok}
+
+print(json.dumps(table(sys.argv[1])))
+EOF
+
+# ggml type ids and llama.cpp file types of the writable types.
+declare -A TYPE_ID=([f32]=0 [f16]=1 [bf16]=30 [q8_0]=8 [q4_0]=2)
+declare -A FTYPE=([f32]=0 [f16]=1 [bf16]=32 [q8_0]=7 [q4_0]=2)
+
+python3 "$tmp/gguf_table.py" "$VOCAB" >"$tmp/vocab.json" || bad "reading the vocabulary file"
+
+for t in f32 f16 bf16 q8_0 q4_0; do
+    out="$tmp/tiny-$t.gguf"
+    "$PL_BINARY" mkmodel "$out" "${TINY[@]}" --type "$t" --seed 7 >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    check "$t: exit 0 (got $rc: $(cat "$tmp/err"))" test "$rc" -eq 0
+    check "$t: nothing on stderr" test ! -s "$tmp/err"
+    check "$t: one summary line" grep -q "^wrote $out: llama, 2 layers, dim 64" "$tmp/out"
+
+    "$PL_BINARY" inspect --json "$out" >"$tmp/inspect.json" 2>"$tmp/err"
+    check "$t: inspect exit 0" test $? -eq 0
+    python3 "$tmp/gguf_table.py" "$out" >"$tmp/table.json" || bad "$t: reading the tensor table"
+    if python3 - "$tmp/inspect.json" "$tmp/table.json" "$tmp/vocab.json" "$t" "${TYPE_ID[$t]}" \
+                 "${FTYPE[$t]}" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+tab = json.load(open(sys.argv[2]))
+voc = json.load(open(sys.argv[3]))
+tname, tid, ftype = sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+assert j["architecture"] == "llama", j["architecture"]
+assert j["file_type"] == ftype, j["file_type"]
+h = j["hparams"]
+want = {"context_length": 2048, "embedding_length": 64, "block_count": 2,
+        "feed_forward_length": 128, "attention.head_count": 4, "attention.head_count_kv": 2,
+        "rope.dimension_count": 16, "vocab_size": 512}
+for k, v in want.items():
+    assert h[k] == v, (k, h.get(k), v)
+assert abs(h["attention.layer_norm_rms_epsilon"] - 1e-5) < 1e-9
+assert h["rope.freq_base"] == 10000
+assert j["tokenizer"]["model"] == "llama" and j["tokenizer"]["n_tokens"] == 512
+assert j["tokenizer"]["bos_token_id"] == 1 and j["tokenizer"]["eos_token_id"] == 2
+assert j["n_tensors"] == 3 + 9 * 2 == len(tab["tensors"])
+n_params = 2 * 64 * 512 + 64 + 2 * (2 * 64 + 64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 128)
+assert j["n_params"] == n_params, j["n_params"]
+# Every tokenizer.* key copied with its type and encoded value unchanged, and nothing more.
+assert tab["tokenizer"] == voc["tokenizer"], set(tab["tokenizer"]) ^ set(voc["tokenizer"])
+# Names, shapes (ne[0] = input features) and types, in llama.cpp's order.
+want_t = [["token_embd.weight", [64, 512], tid], ["output_norm.weight", [64], 0],
+          ["output.weight", [64, 512], tid]]
+for l in range(2):
+    p = "blk.%d." % l
+    want_t += [[p + "attn_norm.weight", [64], 0], [p + "attn_q.weight", [64, 64], tid],
+               [p + "attn_k.weight", [64, 32], tid], [p + "attn_v.weight", [64, 32], tid],
+               [p + "attn_output.weight", [64, 64], tid], [p + "ffn_norm.weight", [64], 0],
+               [p + "ffn_gate.weight", [64, 128], tid], [p + "ffn_up.weight", [64, 128], tid],
+               [p + "ffn_down.weight", [128, 64], tid]]
+assert tab["tensors"] == want_t, tab["tensors"]
+n_mat = sum(1 for t in want_t if t[2] == tid and len(t[1]) == 2)
+if tname == "f32":
+    assert set(j["types"]) == {"f32"} and j["types"]["f32"]["tensors"] == 21
+else:
+    assert j["types"][tname]["tensors"] == n_mat == 16, j["types"]
+    assert j["types"]["f32"]["tensors"] == 5, j["types"]
+EOF
+    then ok; else bad "$t: inspect facts / tensor table"; fi
+
+    "$PL_BINARY" generate -m "$out" -p "Hello" -n 8 --temperature 0 >"$tmp/gen" 2>"$tmp/err"
+    rc=$?
+    check "$t: generate exits 0 (got $rc: $(head -c 300 "$tmp/err"))" test "$rc" -eq 0
+    check "$t: generate: no sanitizer report" no_sanitizer_report "$tmp/err"
+done
+
+# Same flags and seed: the same bytes; another seed: other weights, same layout.
+"$PL_BINARY" mkmodel "$tmp/again.gguf" "${TINY[@]}" --type q8_0 --seed 7 >/dev/null 2>&1
+check "same seed: identical file" cmp -s "$tmp/again.gguf" "$tmp/tiny-q8_0.gguf"
+"$PL_BINARY" mkmodel "$tmp/other.gguf" "${TINY[@]}" --type q8_0 --seed 8 >/dev/null 2>&1
+check "other seed: different file" test -n "$(cmp "$tmp/other.gguf" "$tmp/tiny-q8_0.gguf" 2>&1)"
+check "other seed: same size" test "$(stat -c %s "$tmp/other.gguf")" -eq \
+    "$(stat -c %s "$tmp/tiny-q8_0.gguf")"
+
+# --ctx is written.
+"$PL_BINARY" mkmodel "$tmp/ctx.gguf" "${TINY[@]}" --ctx 512 >/dev/null 2>&1
+if "$PL_BINARY" inspect --json "$tmp/ctx.gguf" | python3 -c '
+import json, sys
+assert json.load(sys.stdin)["hparams"]["context_length"] == 512'; then ok; else bad "--ctx 512"; fi
+
+# A byte-level BPE vocabulary (50257 tokens, merges): copied whole, and the model runs.
+GPT2="$PL_SHARED_DIR/testdata/vocab/ggml-vocab-gpt-2.gguf"
+"$PL_BINARY" mkmodel "$tmp/bpe.gguf" --vocab-from "$GPT2" --dim 32 --layers 1 --heads 2 \
+    --kv-heads 1 --ffn 64 --type q4_0 >/dev/null 2>"$tmp/err"
+check "bpe vocabulary: exit 0 ($(cat "$tmp/err"))" test $? -eq 0
+python3 "$tmp/gguf_table.py" "$GPT2" >"$tmp/gpt2.json"
+python3 "$tmp/gguf_table.py" "$tmp/bpe.gguf" >"$tmp/bpe.json"
+if python3 - "$tmp/gpt2.json" "$tmp/bpe.json" <<'EOF2'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert "tokenizer.ggml.merges" in b["tokenizer"] and a["tokenizer"] == b["tokenizer"]
+assert b["tensors"][0] == ["token_embd.weight", [32, 50257], 2], b["tensors"][0]
+EOF2
+then ok; else bad "bpe vocabulary: tokenizer keys and embedding shape"; fi
+"$PL_BINARY" generate -m "$tmp/bpe.gguf" -p "Hello world" -n 4 --temperature 0 >/dev/null \
+    2>"$tmp/err"
+check "bpe vocabulary: generate exits 0 ($(head -c 300 "$tmp/err"))" test $? -eq 0
+
+# ---- usage errors: exit 2 with a message naming the problem ----
+usage_error() { # usage_error DESCRIPTION WORD ARGS...
+    local what=$1 word=$2
+    shift 2
+    "$PL_BINARY" mkmodel "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    check "$what: exit 2 (got $rc)" test "$rc" -eq 2
+    check "$what: message mentions '$word'" grep -q -- "$word" "$tmp/err"
+    check "$what: usage on stderr" grep -q "usage: pagellm mkmodel" "$tmp/err"
+    check "$what: no file written" test ! -e "$tmp/bad.gguf"
+    check "$what: no sanitizer report" no_sanitizer_report "$tmp/err"
+}
+B="$tmp/bad.gguf"
+usage_error "no arguments" "no output file"
+usage_error "no --vocab-from" "--vocab-from is required" "$B" --dim 64 --layers 2 --heads 4 \
+    --kv-heads 2 --ffn 128
+usage_error "no --ffn" "--ffn is required" "$B" --vocab-from "$VOCAB" --dim 64 --layers 2 \
+    --heads 4 --kv-heads 2
+usage_error "dim not a multiple of heads" "not a multiple of --heads" "$B" "${TINY[@]}" --heads 5
+usage_error "heads not a multiple of kv-heads" "not a multiple of --kv-heads" "$B" "${TINY[@]}" \
+    --kv-heads 3
+usage_error "odd head size" "is odd" "$B" "${TINY[@]}" --dim 24 --heads 8 --kv-heads 8
+usage_error "q8_0 needs dim % 32" "block size of q8_0" "$B" "${TINY[@]}" --dim 48 --type q8_0
+usage_error "q4_0 needs ffn % 32" "--ffn 100" "$B" "${TINY[@]}" --ffn 100 --type q4_0
+usage_error "unknown type" "q5_k" "$B" "${TINY[@]}" --type q5_k
+usage_error "zero layers" "--layers" "$B" "${TINY[@]}" --layers 0
+usage_error "negative dim" "--dim" "$B" "${TINY[@]}" --dim -64
+usage_error "not a number" "'abc' is not an integer" "$B" "${TINY[@]}" --ffn abc
+usage_error "unknown option" "--frobnicate" "$B" "${TINY[@]}" --frobnicate
+usage_error "missing value" "--seed" "$B" "${TINY[@]}" --seed
+usage_error "two outputs" "unexpected argument" "$B" "$tmp/second.gguf" "${TINY[@]}"
+"$PL_BINARY" mkmodel --help >"$tmp/out" 2>&1
+check "--help: exit 0" test $? -eq 0
+check "--help: usage" grep -q "usage: pagellm mkmodel" "$tmp/out"
+"$PL_BINARY" --help | grep -q "mkmodel"
+check "listed in pagellm --help" test $? -eq 0
+
+# ---- runtime errors: exit 1, one line on stderr ----
+runtime_error() { # runtime_error DESCRIPTION WORD OUT ARGS...
+    local what=$1 word=$2
+    shift 2
+    "$PL_BINARY" mkmodel "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/err")
+    check "$what: exit 1 (got $rc)" test "$rc" -eq 1
+    check "$what: one line on stderr (got $lines)" test "$lines" -eq 1
+    check "$what: message starts with 'pagellm mkmodel: '" grep -q '^pagellm mkmodel: ' "$tmp/err"
+    check "$what: message mentions '$word'" grep -q -- "$word" "$tmp/err"
+    check "$what: no sanitizer report" no_sanitizer_report "$tmp/err"
+}
+runtime_error "missing vocabulary file" "No such file" "$B" --vocab-from "$tmp/none.gguf" \
+    --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128
+printf 'not a gguf file at all' >"$tmp/junk.gguf"
+runtime_error "vocabulary file not GGUF" "not a GGUF file" "$B" --vocab-from "$tmp/junk.gguf" \
+    --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128
+# A valid GGUF without a vocabulary: header v3, no tensors, one key.
+python3 - "$tmp/novocab.gguf" <<'EOF'
+import struct, sys
+k, v = b"general.architecture", b"llama"
+b = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(k)) + k
+b += struct.pack("<IQ", 8, len(v)) + v
+open(sys.argv[1], "wb").write(b)
+EOF
+runtime_error "vocabulary file without tokens" "tokenizer.ggml.tokens" "$B" \
+    --vocab-from "$tmp/novocab.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128
+runtime_error "output directory missing" "cannot create" "$tmp/no/such/dir/x.gguf" "${TINY[@]}"
+check "no partial output after failures" test ! -e "$B"
+
+echo "$passed passed, $failed failed"
+test "$failed" -eq 0
