@@ -41,7 +41,7 @@ await step("completion stream", async () => {
     if (c.usage) usage = c.usage;
   }
   check("completion stream: reference text", text === REF, text);
-  check("completion stream: several chunks", n > 5, n);
+  check("completion stream: at least a text chunk and the usage chunk", n >= 2, n);
   check("completion stream: usage chunk", usage && usage.completion_tokens === 48, usage);
 });
 

@@ -11,7 +11,7 @@ import http.client, json, sys, threading, time, urllib.parse
 base = urllib.parse.urlparse(sys.argv[1])
 REF = (", there was a little girl named Lily. She loved to play outside in the park. One day, "
        "she saw a big, red ball. She wanted to play with it,")
-N, MAX = 32, 1000
+N, MAX = 32, 400
 results = [None] * N
 
 def client(i):
@@ -77,10 +77,10 @@ check "metrics: no running request" grep -q '^vllm:num_requests_running{model_na
 check "metrics: no waiting request" grep -q '^vllm:num_requests_waiting{model_name="stories"} 0$' "$TMP/body"
 check "metrics: 0 KV usage" grep -q '^vllm:gpu_cache_usage_perc{model_name="stories"} 0$' "$TMP/body"
 check "metrics: 0 KV blocks used" grep -q '^pagellm_kv_blocks_used{model_name="stories"} 0$' "$TMP/body"
-# 24 full answers of 1000 tokens; the 8 quitters were aborted long before their 1000.
+# 24 full answers of 400 tokens; the 8 quitters were aborted long before their 400.
 gen=$(grep '^vllm:generation_tokens_total' "$TMP/body" | awk '{print int($2)}')
-check "abandoned requests stopped early (generated $gen tokens, 24000 <= n < 32000)" \
-    test "$gen" -ge 24000 -a "$gen" -lt 32000
+check "abandoned requests stopped early (generated $gen tokens, 9600 <= n < 12800)" \
+    test "$gen" -ge 9600 -a "$gen" -lt 12800
 done_count=$(grep '^vllm:e2e_request_latency_seconds_count' "$TMP/body" | awk '{print int($2)}')
 check "the 24 finished requests are in the latency histogram (got $done_count)" test "$done_count" -eq 24
 http GET /health
