@@ -1,17 +1,13 @@
-/* cli/cmd_generate — `pagellm generate`: one prompt, one completion, through the paged KV cache.
- *
- * The prompt is prefilled in chunks, then tokens are decoded one at a time; the sequence's KV
- * lives in blocks of a pl_kv_store addressed through its block table (here the trivial table
- * 0, 1, 2, ...: one sequence needs no sharing; the engine's block manager replaces it).
- */
+/* cli/cmd_generate — `pagellm generate`: one prompt (-p / --prompt-ids), or an offline batch
+ * (--input prompts.jsonl --output results.jsonl), through the engine: continuous batching over
+ * the paged KV cache, exactly as the server runs requests. */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/engine_flags.h"
+#include "cli/generate_batch.h"
 
-#include "base/log.h"
-#include "base/rng.h"
-#include "engine/sampler.h"
-#include "engine/stop.h"
-#include "model/model.h"
+#include "pagellm.h"
+#include "server/server.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -20,69 +16,75 @@
 #include <string.h>
 #include <time.h>
 
-enum { MAX_STOPS = 16, PREFILL_CHUNK = 256 };
+enum { MAX_STOPS = 16 };
+static const char *C = "generate";
 
 typedef struct {
-    const char *model, *prompt, *prompt_ids;
-    int64_t max_tokens, logprobs, prompt_logprobs, block_size, threads, seed;
-    int has_seed, ignore_eos, json, verbose;
-    uint64_t kv_bytes;
-    const char *kv_dtype;
-    pl_sampling_params sp;
+    const char *model, *prompt, *prompt_ids, *input, *output;
+    int json, verbose;
+    pl_request_params p;
     const char *stops[MAX_STOPS];
-    int n_stops;
+    pl_engine_config eng;
 } gen_opts;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: pagellm generate -m MODEL (-p TEXT | --prompt-ids 1,2,3) [options]\n"
+            "       pagellm generate -m MODEL --input prompts.jsonl --output results.jsonl\n"
             "  -m, --model MODEL          GGUF path or bare name (./models, $PAGELLM_MODELS,\n"
             "                             ../shared/models)\n"
             "  -p, --prompt TEXT          prompt text (BOS added when the model says so)\n"
             "      --prompt-ids IDS       prompt token ids, comma-separated (nothing added)\n"
+            "      --input F --output F   offline batch: one JSON request per line (prompt or\n"
+            "                             prompt_ids and OpenAI/vLLM sampling fields), one result\n"
+            "                             line per request in input order\n"
             "  -n, --max-tokens N         tokens to generate (default 128)\n"
             "      --temperature T        0 = greedy (default 1.0)\n"
             "      --top-k K  --top-p P  --min-p P\n"
             "      --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
             "      --seed S               seed of this request's sampler\n"
+            "      --n N  --best-of N     completions returned / generated\n"
+            "      --beam-width W         beam search with W beams (--length-penalty L)\n"
             "      --stop STR             stop string (repeatable)\n"
             "      --ignore-eos           do not stop at end-of-generation tokens\n"
+            "      --min-tokens N         no stop before N tokens\n"
             "      --logprobs K           top K log-probabilities of each generated token\n"
             "      --prompt-logprobs K    top K log-probabilities of each prompt token\n"
             "      --json                 one JSON object per completion on stdout\n"
-            "      --block-size N         KV block size in tokens (power of two, 1..256; 16)\n"
-            "      --kv-cache-memory B    KV cache budget, e.g. 512M (default 1G)\n"
-            "      --kv-cache-dtype T     f16 (default) or f32\n"
-            "  -t, --threads N            worker threads (default: one per core)\n"
-            "  -v, --verbose              print model, KV and speed details to stderr\n");
+            "  -v, --verbose              model, KV cache and speed details on stderr\n");
+    fputs(PL_ENGINE_FLAGS_HELP, f);
 }
+
+enum {
+    O_IDS = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_FREQ, O_SEED, O_STOP, O_IGNORE,
+    O_LP, O_PLP, O_JSON, O_IN, O_OUT, O_N, O_BEST, O_BEAM, O_LPEN, O_MINT,
+};
 
 static int parse(int argc, char **argv, gen_opts *o) {
     static const struct option longopts[] = {
         {"model", required_argument, 0, 'm'},      {"prompt", required_argument, 0, 'p'},
-        {"prompt-ids", required_argument, 0, 1},   {"max-tokens", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 2},  {"top-k", required_argument, 0, 3},
-        {"top-p", required_argument, 0, 4},        {"min-p", required_argument, 0, 5},
-        {"repetition-penalty", required_argument, 0, 6},
-        {"presence-penalty", required_argument, 0, 7},
-        {"frequency-penalty", required_argument, 0, 8},
-        {"seed", required_argument, 0, 9},         {"stop", required_argument, 0, 10},
-        {"ignore-eos", no_argument, 0, 11},        {"logprobs", required_argument, 0, 12},
-        {"prompt-logprobs", required_argument, 0, 13},
-        {"json", no_argument, 0, 14},              {"block-size", required_argument, 0, 15},
-        {"kv-cache-memory", required_argument, 0, 16},
-        {"kv-cache-dtype", required_argument, 0, 17},
-        {"threads", required_argument, 0, 't'},    {"verbose", no_argument, 0, 'v'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
-    const char *C = "generate";
+        {"prompt-ids", required_argument, 0, O_IDS}, {"max-tokens", required_argument, 0, 'n'},
+        {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP},   {"min-p", required_argument, 0, O_MINP},
+        {"repetition-penalty", required_argument, 0, O_REP},
+        {"presence-penalty", required_argument, 0, O_PRES},
+        {"frequency-penalty", required_argument, 0, O_FREQ},
+        {"seed", required_argument, 0, O_SEED},    {"stop", required_argument, 0, O_STOP},
+        {"ignore-eos", no_argument, 0, O_IGNORE},  {"logprobs", required_argument, 0, O_LP},
+        {"prompt-logprobs", required_argument, 0, O_PLP}, {"json", no_argument, 0, O_JSON},
+        {"input", required_argument, 0, O_IN},     {"output", required_argument, 0, O_OUT},
+        {"n", required_argument, 0, O_N},          {"best-of", required_argument, 0, O_BEST},
+        {"beam-width", required_argument, 0, O_BEAM},
+        {"length-penalty", required_argument, 0, O_LPEN},
+        {"min-tokens", required_argument, 0, O_MINT},
+        {"verbose", no_argument, 0, 'v'},          {"help", no_argument, 0, 'h'},
+        PL_ENGINE_LONGOPTS,                        {0, 0, 0, 0}};
     int64_t iv;
     double dv;
     memset(o, 0, sizeof *o);
-    o->max_tokens = 128;
-    o->block_size = 16;
-    o->kv_bytes = 1ull << 30;
-    o->kv_dtype = "f16";
-    pl_sampling_params_default(&o->sp);
+    pl_engine_config_default(&o->eng);
+    pl_request_params_default(&o->p);
+    o->p.max_tokens = 128;
     optind = 1;
     opterr = 0;
     int c;
@@ -90,164 +92,249 @@ static int parse(int argc, char **argv, gen_opts *o) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
-        case 1: o->prompt_ids = optarg; break;
+        case O_IDS: o->prompt_ids = optarg; break;
+        case O_IN: o->input = optarg; break;
+        case O_OUT: o->output = optarg; break;
         case 'n':
-            if (pl_arg_int(C, "--max-tokens", optarg, 0, 1 << 24, &o->max_tokens)) return 2;
+            if (pl_arg_int(C, "--max-tokens", optarg, 1, 1 << 24, &iv)) return 2;
+            o->p.max_tokens = (int32_t)iv;
             break;
-        case 2:
+        case O_TEMP:
             if (pl_arg_float(C, "--temperature", optarg, 0, 100, &dv)) return 2;
-            o->sp.temperature = (float)dv;
+            o->p.sampling.temperature = (float)dv;
             break;
-        case 3:
+        case O_TOPK:
             if (pl_arg_int(C, "--top-k", optarg, -1, INT32_MAX, &iv)) return 2;
-            o->sp.top_k = (int32_t)iv;
+            o->p.sampling.top_k = (int32_t)iv;
             break;
-        case 4:
+        case O_TOPP:
             if (pl_arg_float(C, "--top-p", optarg, 1e-9, 1, &dv)) return 2;
-            o->sp.top_p = (float)dv;
+            o->p.sampling.top_p = (float)dv;
             break;
-        case 5:
+        case O_MINP:
             if (pl_arg_float(C, "--min-p", optarg, 0, 1, &dv)) return 2;
-            o->sp.min_p = (float)dv;
+            o->p.sampling.min_p = (float)dv;
             break;
-        case 6:
+        case O_REP:
             if (pl_arg_float(C, "--repetition-penalty", optarg, 1e-6, 100, &dv)) return 2;
-            o->sp.repetition_penalty = (float)dv;
+            o->p.sampling.repetition_penalty = (float)dv;
             break;
-        case 7:
+        case O_PRES:
             if (pl_arg_float(C, "--presence-penalty", optarg, -2, 2, &dv)) return 2;
-            o->sp.presence_penalty = (float)dv;
+            o->p.sampling.presence_penalty = (float)dv;
             break;
-        case 8:
+        case O_FREQ:
             if (pl_arg_float(C, "--frequency-penalty", optarg, -2, 2, &dv)) return 2;
-            o->sp.frequency_penalty = (float)dv;
+            o->p.sampling.frequency_penalty = (float)dv;
             break;
-        case 9:
-            if (pl_arg_int(C, "--seed", optarg, 0, INT64_MAX, &o->seed)) return 2;
-            o->has_seed = 1;
+        case O_SEED:
+            if (pl_arg_int(C, "--seed", optarg, 0, INT64_MAX, &iv)) return 2;
+            o->p.has_seed = 1;
+            o->p.seed = (uint64_t)iv;
             break;
-        case 10:
-            if (o->n_stops == MAX_STOPS) {
+        case O_STOP:
+            if (o->p.n_stop == MAX_STOPS) {
                 fprintf(stderr, "pagellm generate: at most %d --stop strings\n", MAX_STOPS);
                 return 2;
             }
-            o->stops[o->n_stops++] = optarg;
+            o->stops[o->p.n_stop++] = optarg;
             break;
-        case 11: o->ignore_eos = 1; break;
-        case 12:
-            if (pl_arg_int(C, "--logprobs", optarg, 0, 1000, &o->logprobs)) return 2;
+        case O_IGNORE: o->p.ignore_eos = 1; break;
+        case O_LP:
+            if (pl_arg_int(C, "--logprobs", optarg, 0, 20, &iv)) return 2;
+            o->p.logprobs = (int32_t)iv;
             break;
-        case 13:
-            if (pl_arg_int(C, "--prompt-logprobs", optarg, 0, 1000, &o->prompt_logprobs))
-                return 2;
+        case O_PLP:
+            if (pl_arg_int(C, "--prompt-logprobs", optarg, 0, 20, &iv)) return 2;
+            o->p.prompt_logprobs = (int32_t)iv;
             break;
-        case 14: o->json = 1; break;
-        case 15:
-            if (pl_arg_int(C, "--block-size", optarg, 1, 256, &o->block_size)) return 2;
-            if (o->block_size & (o->block_size - 1)) {
-                fprintf(stderr, "pagellm generate: --block-size: %lld is not a power of two\n",
-                        (long long)o->block_size);
-                return 2;
-            }
+        case O_N:
+            if (pl_arg_int(C, "--n", optarg, 1, 64, &iv)) return 2;
+            o->p.n = (int32_t)iv;
             break;
-        case 16:
-            if (pl_arg_bytes(C, "--kv-cache-memory", optarg, &o->kv_bytes)) return 2;
+        case O_BEST:
+            if (pl_arg_int(C, "--best-of", optarg, 1, 64, &iv)) return 2;
+            o->p.best_of = (int32_t)iv;
             break;
-        case 17:
-            if (strcmp(optarg, "f16") && strcmp(optarg, "f32")) {
-                fprintf(stderr, "pagellm generate: --kv-cache-dtype: '%s' is not f16 or f32\n",
-                        optarg);
-                return 2;
-            }
-            o->kv_dtype = optarg;
+        case O_BEAM:
+            if (pl_arg_int(C, "--beam-width", optarg, 1, 64, &iv)) return 2;
+            o->p.use_beam_search = 1;
+            o->p.best_of = (int32_t)iv;
             break;
-        case 't':
-            if (pl_arg_int(C, "--threads", optarg, 1, 512, &o->threads)) return 2;
+        case O_LPEN:
+            if (pl_arg_float(C, "--length-penalty", optarg, -10, 10, &dv)) return 2;
+            o->p.length_penalty = (float)dv;
             break;
+        case O_MINT:
+            if (pl_arg_int(C, "--min-tokens", optarg, 0, 1 << 24, &iv)) return 2;
+            o->p.min_tokens = (int32_t)iv;
+            break;
+        case O_JSON: o->json = 1; break;
         case 'v': o->verbose = 1; break;
+        case 't':
+            if (pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng)) return 2;
+            break;
         case 'h': usage(stdout); exit(0);
         case ':':
             fprintf(stderr, "pagellm generate: %s needs a value\n", argv[optind - 1]);
             usage(stderr);
             return 2;
         default:
+            if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
+                if (pl_engine_flag_apply(C, c, optarg, &o->eng)) return 2;
+                break;
+            }
             fprintf(stderr, "pagellm generate: unknown option '%s'\n", argv[optind - 1]);
             usage(stderr);
             return 2;
         }
     }
+    o->p.stop = o->stops;
     if (optind < argc) {
         fprintf(stderr, "pagellm generate: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return 2;
     }
-    if (!o->model || (!o->prompt == !o->prompt_ids)) {
-        fprintf(stderr, "pagellm generate: need -m MODEL and exactly one of -p or --prompt-ids\n");
+    int modes = (o->prompt != NULL) + (o->prompt_ids != NULL) + (o->input != NULL);
+    if (!o->model || modes != 1 || (o->input != NULL) != (o->output != NULL)) {
+        fprintf(stderr, "pagellm generate: need -m MODEL and exactly one of -p, --prompt-ids, "
+                        "or --input with --output\n");
         usage(stderr);
+        return 2;
+    }
+    if (o->p.best_of && o->p.best_of < o->p.n) {
+        fprintf(stderr, "pagellm generate: --best-of must be at least --n\n");
         return 2;
     }
     return 0;
 }
 
-/* One sequence: its tokens, KV blocks (identity table) and outputs. */
-typedef struct {
-    pl_model *model;
-    pl_threadpool *tp;
-    pl_kv_store kv;
-    pl_forward_ctx *fwd;
-    pl_sampler *sampler;
-    int32_t *block_table;   /* [max_blocks] */
-    int32_t max_blocks;
-    float *logits;          /* [PREFILL_CHUNK][n_vocab] */
-    float *raw;             /* [n_vocab] raw logits kept for log-probabilities */
-} gen_state;
-
-static void gen_free(gen_state *g) {
-    free(g->logits);
-    free(g->raw);
-    free(g->block_table);
-    pl_sampler_free(g->sampler);
-    pl_forward_ctx_free(g->fwd);
-    pl_kv_store_free(&g->kv);
-    pl_threadpool_destroy(g->tp);
-    pl_model_free(g->model);
-}
-
-/* Run tokens[0..n) at positions start.. as one step; logits for every row when all_logits,
- * else for the last row only. */
-static pl_status run_step(gen_state *g, const int32_t *tokens, int32_t n, int32_t start,
-                          int all_logits) {
-    int32_t pos[PREFILL_CHUNK], rows[PREFILL_CHUNK];
-    int64_t slots[PREFILL_CHUNK];
-    int32_t bs = g->kv.layout.block_size;
-    for (int32_t i = 0; i < n; i++) {
-        pos[i] = start + i;
-        slots[i] = (int64_t)g->block_table[pos[i] / bs] * bs + pos[i] % bs;
-        rows[i] = i;
-    }
-    int32_t seq_start[2] = {0, n}, ctx = start + n;
-    pl_step_batch b = {
-        .n_tokens = n, .token_ids = tokens, .positions = pos, .slot_mapping = slots,
-        .n_seqs = 1, .seq_start = seq_start, .context_lens = &ctx,
-        .block_tables = g->block_table, .max_blocks = g->max_blocks,
-        .n_logits = all_logits ? n : 1, .logit_rows = all_logits ? rows : &rows[n - 1],
-    };
-    return pl_model_forward(g->fwd, &g->kv, &b, g->logits);
-}
-
-static json_t *logprob_list(pl_sampler *s, const float *logits, int32_t k, int32_t actual) {
-    pl_token_logprob top[1001];
-    float actual_lp = 0;
-    pl_top_logprobs(s, logits, k, top, actual, &actual_lp);
-    json_t *arr = json_array();
+/* [[id, logprob], ...]: the top k, then the chosen token if it is not among them (as vLLM). */
+static json_t *top_list(const pl_token_logprob *top, int32_t k) {
+    json_t *a = json_array();
     int have = 0;
     for (int32_t i = 0; i < k; i++) {
-        json_array_append_new(arr, json_pack("[i,f]", top[i].id, (double)top[i].logprob));
-        have |= top[i].id == actual;
+        json_array_append_new(a, json_pack("[i,f]", top[i].id, (double)top[i].logprob));
+        have |= top[i].id == top[k].id;
     }
-    if (!have && actual >= 0)
-        json_array_append_new(arr, json_pack("[i,f]", actual, (double)actual_lp));
-    return arr;
+    if (!have) json_array_append_new(a, json_pack("[i,f]", top[k].id, (double)top[k].logprob));
+    return a;
+}
+
+json_t *pl_gen_choice_json(const pl_server_choice *c, int with_logprobs) {
+    json_t *ids = json_array(), *lp = with_logprobs ? json_array() : json_null();
+    for (int32_t i = 0; i < c->n; i++) {
+        json_array_append_new(ids, json_integer(c->ids[i]));
+        if (with_logprobs && c->top)
+            json_array_append_new(lp, top_list(c->top + (size_t)i * (c->n_top + 1), c->n_top));
+    }
+    size_t len;
+    char *text = pl_server_utf8_sanitize(c->text ? c->text : "", c->len, &len);
+    json_t *o = json_pack("{s:o,s:s%,s:s,s:o,s:f}", "ids", ids, "text", text, len,
+                          "finish_reason", pl_finish_reason_name(c->finish) ? pl_finish_reason_name(c->finish) : "length",
+                          "logprobs", lp, "cumulative_logprob", c->cum_logprob);
+    free(text);
+    return o;
+}
+
+json_t *pl_gen_prompt_logprobs_json(const pl_request_output *o) {
+    if (!o->prompt_top || o->n_prompt_top <= 0) return json_null();
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (int32_t i = 1; i < o->n_prompt_tokens; i++)
+        json_array_append_new(a, top_list(o->prompt_top + (size_t)i * (o->n_prompt_top + 1),
+                                          o->n_prompt_top));
+    return a;
+}
+
+static void print_stats(pl_engine *e, double secs, int64_t prompt, int64_t generated) {
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    fprintf(stderr, "%lld prompt tokens computed, %lld generated in %.3f s (%.1f tokens/s); "
+            "%llu steps, %llu preemptions\n", (long long)prompt, (long long)generated, secs,
+            secs > 0 ? (double)generated / secs : 0.0, (unsigned long long)s.steps,
+            (unsigned long long)s.preemptions);
+    fprintf(stderr, "KV: %d blocks, %d used, %d cached, waste %.2f%%; prefix cache: %llu of %llu "
+            "prompt tokens hit\n", s.blocks_total, s.blocks_used, s.blocks_cached, 100 * s.waste,
+            (unsigned long long)s.prefix_hits, (unsigned long long)s.prefix_queries);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int run_single(pl_engine *e, gen_opts *o) {
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    if (o->prompt_ids && pl_arg_int_list(C, "--prompt-ids", o->prompt_ids, &ids, &n_ids)) return 2;
+    uint64_t id;
+    double t0 = now();
+    if (pl_engine_add_request(e, o->prompt, ids, (size_t)n_ids, &o->p, &id) != PL_OK) {
+        free(ids);
+        return pl_cli_fail(C, "%s", pl_last_error());
+    }
+    free(ids);
+    int32_t n = o->p.n;
+    pl_server_choice *ch = calloc((size_t)n, sizeof *ch);
+    json_t *prompt_ids = NULL, *prompt_lp = NULL;
+    int rc = 0, done = 0, streamed = !o->json && n == 1;
+    char *error = NULL;
+    if (streamed && o->prompt) fputs(o->prompt, stdout);
+    while (!done) {
+        pl_request_output *out;
+        while (pl_engine_poll(e, id, 0, &out) == PL_OK) {
+            if (out->prompt_ids) {
+                prompt_ids = json_array();
+                for (int32_t i = 0; i < out->n_prompt_tokens; i++)
+                    json_array_append_new(prompt_ids, json_integer(out->prompt_ids[i]));
+                prompt_lp = pl_gen_prompt_logprobs_json(out);
+            }
+            for (int32_t i = 0; i < out->n_deltas; i++) {
+                const pl_completion_delta *d = &out->deltas[i];
+                if (d->index < 0 || d->index >= n) continue;
+                pl_server_choice_add(&ch[d->index], d);
+                if (streamed) fwrite(d->text, 1, d->text_len, stdout), fflush(stdout);
+            }
+            done = out->finished;
+            if (out->error) error = strdup(out->error);
+            pl_request_output_free(out);
+            if (done) break;
+        }
+        if (!done && pl_engine_step(e) != PL_OK) {
+            rc = pl_cli_fail(C, "%s", pl_last_error());
+            break;
+        }
+    }
+    double secs = now() - t0;
+    if (error) {
+        rc = pl_cli_fail(C, "%s", error);
+    } else if (rc == 0 && o->json) {
+        for (int32_t k = 0; k < n; k++) {
+            json_t *obj = pl_gen_choice_json(&ch[k], o->p.logprobs >= 0);
+            json_object_set(obj, "prompt_ids", prompt_ids ? prompt_ids : json_null());
+            json_object_set(obj, "prompt_logprobs", prompt_lp ? prompt_lp : json_null());
+            char *s = json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII);
+            puts(s);
+            free(s);
+            json_decref(obj);
+        }
+    } else if (rc == 0) {
+        for (int32_t k = 0; k < n && !streamed; k++) printf("[%d] %s\n", k, ch[k].text ? ch[k].text : "");
+        if (streamed) putchar('\n');
+    }
+    if (o->verbose && rc == 0) {
+        int64_t gen = 0;
+        for (int32_t k = 0; k < n; k++) gen += ch[k].n;
+        print_stats(e, secs, (int64_t)json_array_size(prompt_ids), gen);
+    }
+    for (int32_t k = 0; k < n; k++) pl_server_choice_free(&ch[k]);
+    free(ch);
+    free(error);
+    json_decref(prompt_ids);
+    json_decref(prompt_lp);
+    return rc;
 }
 
 int pl_cmd_generate(int argc, char **argv) {
@@ -256,209 +343,17 @@ int pl_cmd_generate(int argc, char **argv) {
     if (rc) return rc;
     char path[4096];
     if (pl_cli_resolve_model(o.model, path, sizeof path)) return 1;
-
-    gen_state g;
-    memset(&g, 0, sizeof g);
-    int32_t *prompt = NULL, *out_ids = NULL;
-    size_t n_prompt = 0;
-    char *text = NULL;
-    json_t *lp_json = NULL, *plp_json = NULL;
-    pl_status st = pl_model_load(path, &g.model);
-    if (st != PL_OK) return pl_cli_fail("generate", "%s", pl_last_error());
-    const pl_model_hparams *hp = &g.model->hp;
-    const pl_tokenizer *tok = g.model->tok;
-
-    if (o.prompt) {
-        st = pl_tokenize(tok, o.prompt, strlen(o.prompt), 1, 0, &prompt, &n_prompt);
-        if (st != PL_OK) { rc = pl_cli_fail("generate", "prompt: %s", pl_last_error()); goto done; }
-    } else {
-        int n;
-        if (pl_arg_int_list("generate", "--prompt-ids", o.prompt_ids, &prompt, &n)) {
-            rc = 2;
-            goto done;
-        }
-        n_prompt = (size_t)n;
-        for (int i = 0; i < n; i++)
-            if (prompt[i] < 0 || prompt[i] >= hp->n_vocab) {
-                rc = pl_cli_fail("generate", "--prompt-ids: token id %d is out of range [0, %d)",
-                                 prompt[i], hp->n_vocab);
-                goto done;
-            }
-    }
-    if (n_prompt == 0) { rc = pl_cli_fail("generate", "the prompt is empty"); goto done; }
-    int64_t total = (int64_t)n_prompt + o.max_tokens;
-    if (total > hp->n_ctx_train) {
-        rc = pl_cli_fail("generate", "prompt (%zu tokens) + --max-tokens (%lld) = %lld exceeds "
-                         "the model's context length %d", n_prompt, (long long)o.max_tokens,
-                         (long long)total, hp->n_ctx_train);
-        goto done;
-    }
-
-    pl_kv_layout layout = {
-        .dtype = strcmp(o.kv_dtype, "f32") ? PL_DT_F16 : PL_DT_F32,
-        .block_size = (int32_t)o.block_size, .n_kv_heads = hp->n_kv_heads,
-        .head_dim = hp->head_dim,
-    };
-    size_t per_block = pl_kv_bytes_per_block(&layout, hp->n_layers);
-    layout.num_blocks = (int64_t)(o.kv_bytes / per_block);
-    g.max_blocks = (int32_t)((total + o.block_size - 1) / o.block_size);
-    if (layout.num_blocks < g.max_blocks) {
-        rc = pl_cli_fail("generate", "--kv-cache-memory %llu bytes holds %lld blocks of %lld "
-                         "tokens (%zu bytes each) but this request needs %d",
-                         (unsigned long long)o.kv_bytes, (long long)layout.num_blocks,
-                         (long long)o.block_size, per_block, g.max_blocks);
-        goto done;
-    }
-    if (layout.num_blocks > g.max_blocks) layout.num_blocks = g.max_blocks; /* one sequence */
-    g.tp = pl_threadpool_create((int)o.threads);
-    g.block_table = malloc((size_t)g.max_blocks * sizeof(int32_t));
-    g.sampler = pl_sampler_create(hp->n_vocab);
-    g.logits = malloc((size_t)PREFILL_CHUNK * hp->n_vocab * sizeof(float));
-    g.raw = malloc((size_t)hp->n_vocab * sizeof(float));
-    out_ids = malloc((size_t)(o.max_tokens + 1) * sizeof(int32_t));
-    if (!g.tp || !g.block_table || !g.sampler || !g.logits || !g.raw || !out_ids) {
-        rc = pl_cli_fail("generate", "out of memory");
-        goto done;
-    }
-    for (int32_t i = 0; i < g.max_blocks; i++) g.block_table[i] = i;
-    if ((st = pl_kv_store_init(&g.kv, &layout, hp->n_layers, NULL)) != PL_OK ||
-        (st = pl_forward_ctx_create(g.model, PREFILL_CHUNK, PREFILL_CHUNK, g.tp, &g.fwd)) != PL_OK) {
-        rc = pl_cli_fail("generate", "%s", pl_last_error());
-        goto done;
-    }
-    if (o.verbose)
-        fprintf(stderr, "model: %s (%s, %d layers, dim %d, vocab %d)\nKV cache: %lld blocks of "
-                "%d tokens, %s, %zu bytes\n", path, hp->arch_name, hp->n_layers, hp->dim,
-                hp->n_vocab, (long long)layout.num_blocks, layout.block_size, o.kv_dtype,
-                (size_t)layout.num_blocks * per_block);
-
-    pl_rng rng;
-    pl_rng_seed(&rng, o.has_seed ? (uint64_t)o.seed : (uint64_t)time(NULL) ^ (uint64_t)clock());
-    if (o.prompt_logprobs) {
-        plp_json = json_array();
-        json_array_append_new(plp_json, json_null());
-    }
-    if (o.logprobs) lp_json = json_array();
-
-    struct timespec t0, t1, t2;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    /* Prefill in chunks; the last chunk's last row gives the first token's logits. */
-    const float *last = NULL;
-    for (size_t at = 0; at < n_prompt; at += PREFILL_CHUNK) {
-        int32_t n = (int32_t)(n_prompt - at < PREFILL_CHUNK ? n_prompt - at : PREFILL_CHUNK);
-        if ((st = run_step(&g, prompt + at, n, (int32_t)at, o.prompt_logprobs > 0)) != PL_OK) {
-            rc = pl_cli_fail("generate", "%s", pl_last_error());
-            goto done;
-        }
-        for (int32_t i = 0; o.prompt_logprobs && i < n; i++)
-            if (at + i + 1 < n_prompt)
-                json_array_append_new(plp_json,
-                                      logprob_list(g.sampler, g.logits + (size_t)i * hp->n_vocab,
-                                                   (int32_t)o.prompt_logprobs,
-                                                   prompt[at + i + 1]));
-        last = g.logits + (size_t)(o.prompt_logprobs ? n - 1 : 0) * hp->n_vocab;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-
-    /* Decode. The text is built with the streaming detokenizer, so it is always valid UTF-8. */
-    size_t text_cap = 4096, text_len = 0, emitted = 0;
-    text = malloc(text_cap);
-    pl_detok_stream ds;
-    pl_detok_init(&ds, tok, 1, 0); /* output follows the prompt: keep its leading space */
-    const char *finish = "length";
-    int stopped_by_string = 0;
-    int32_t n_out = 0;
-    if (!o.json && o.prompt) fputs(o.prompt, stdout);
-    while (n_out < o.max_tokens) {
-        float *lg = (float *)last;
-        if (o.logprobs) /* log-probabilities are of the raw logits: keep them before sampling */
-            memcpy(g.raw, lg, (size_t)hp->n_vocab * sizeof(float));
-        int32_t id = pl_sample(g.sampler, &o.sp, lg, prompt, (int32_t)n_prompt, out_ids, n_out,
-                               &rng);
-        if (o.logprobs)
-            json_array_append_new(lp_json,
-                                  logprob_list(g.sampler, g.raw, (int32_t)o.logprobs, id));
-        out_ids[n_out++] = id;
-        if (!o.ignore_eos && pl_tokenizer_is_eog(tok, id)) {
-            finish = "stop";
-            break;
-        }
-        char piece[512];
-        size_t plen = pl_detok_push(&ds, id, piece, sizeof piece);
-        if (text_len + plen + 1 > text_cap) {
-            text_cap = (text_len + plen + 1) * 2;
-            text = realloc(text, text_cap);
-        }
-        memcpy(text + text_len, piece, plen);
-        text_len += plen;
-        pl_stop_result sr = pl_stop_scan(text, text_len, plen, o.stops, o.n_stops);
-        if (sr.found) {
-            text_len = sr.match_at;
-            finish = "stop";
-            stopped_by_string = 1;
-            break;
-        }
-        if (!o.json && sr.safe_len > emitted) {
-            fwrite(text + emitted, 1, sr.safe_len - emitted, stdout);
-            fflush(stdout);
-            emitted = sr.safe_len;
-        }
-        if (n_out == o.max_tokens) break;
-        int32_t pos = (int32_t)n_prompt + n_out - 1;
-        if ((st = run_step(&g, &id, 1, pos, 0)) != PL_OK) {
-            rc = pl_cli_fail("generate", "%s", pl_last_error());
-            goto done;
-        }
-        last = g.logits;
-    }
-    if (!stopped_by_string) {
-        char tail[16];
-        size_t tl = pl_detok_flush(&ds, tail, sizeof tail);
-        if (text_len + tl + 1 > text_cap) text = realloc(text, text_len + tl + 1);
-        memcpy(text + text_len, tail, tl);
-        text_len += tl;
-    }
-    text[text_len] = '\0';
-    clock_gettime(CLOCK_MONOTONIC, &t2);
-
-    if (o.json) {
-        json_t *obj = json_object();
-        json_t *pids = json_array(), *ids = json_array();
-        for (size_t i = 0; i < n_prompt; i++) json_array_append_new(pids, json_integer(prompt[i]));
-        for (int32_t i = 0; i < n_out; i++) json_array_append_new(ids, json_integer(out_ids[i]));
-        json_object_set_new(obj, "prompt_ids", pids);
-        json_object_set_new(obj, "ids", ids);
-        json_object_set_new(obj, "text", json_stringn(text, text_len));
-        json_object_set_new(obj, "finish_reason", json_string(finish));
-        json_object_set_new(obj, "logprobs", lp_json ? lp_json : json_null());
-        json_object_set_new(obj, "prompt_logprobs", plp_json ? plp_json : json_null());
-        lp_json = plp_json = NULL;
-        char *s = json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII);
-        puts(s);
-        free(s);
-        json_decref(obj);
-    } else {
-        if (text_len > emitted) fwrite(text + emitted, 1, text_len - emitted, stdout);
-        fputc('\n', stdout);
-    }
+    o.eng.model_path = path;
+    pl_engine *e;
+    if (pl_engine_create(&o.eng, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     if (o.verbose) {
-        double tp = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-        double td = (double)(t2.tv_sec - t1.tv_sec) + (double)(t2.tv_nsec - t1.tv_nsec) * 1e-9;
-        fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f t/s); generated: %d tokens in "
-                "%.3f s (%.1f t/s); finish: %s\n", n_prompt, tp, (double)n_prompt / tp, n_out,
-                td, n_out / (td > 0 ? td : 1e-9), finish);
-        int64_t stored = (int64_t)n_prompt + n_out - 1;
-        int64_t used = (stored + o.block_size - 1) / o.block_size;
-        fprintf(stderr, "KV: %lld blocks used, %lld tokens stored, waste %.2f%%\n",
-                (long long)used, (long long)stored,
-                used ? 100.0 * (1.0 - (double)stored / (double)(used * o.block_size)) : 0.0);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        fprintf(stderr, "model: %s\nKV cache: %d blocks of %d tokens, %s, max model length %d\n",
+                path, s.blocks_total, o.eng.block_size, o.eng.kv_cache_f32 ? "f32" : "f16",
+                pl_engine_max_model_len(e));
     }
-done:
-    json_decref(lp_json);
-    json_decref(plp_json);
-    free(text);
-    free(out_ids);
-    free(prompt);
-    gen_free(&g);
+    rc = o.input ? pl_gen_batch(e, o.input, o.output, o.verbose) : run_single(e, &o);
+    pl_engine_destroy(e);
     return rc;
 }

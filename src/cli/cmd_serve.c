@@ -6,6 +6,7 @@
  */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/engine_flags.h"
 
 #include "pagellm.h"
 #include "server/server.h"
@@ -35,18 +36,8 @@ static void usage(FILE *f) {
             "                                 (default 1024, 0 = unbounded)\n"
             "      --shutdown-timeout S       seconds in-flight requests may finish on SIGINT/\n"
             "                                 SIGTERM before they are aborted (default 10)\n"
-            "engine:\n"
-            "      --block-size N             KV block size in tokens (power of two; 16)\n"
-            "      --kv-cache-memory B        KV cache budget, e.g. 512M (default 1G)\n"
-            "      --kv-cache-dtype T         f16 (default) or f32\n"
-            "      --swap-space B             swap pool for preempted requests (a bare number\n"
-            "                                 is GiB, as vLLM; default 0)\n"
-            "      --preemption-mode M        recompute (default) or swap\n"
-            "      --max-num-seqs N           sequences per step (default 128)\n"
-            "      --max-num-batched-tokens N tokens per step (default 512)\n"
-            "      --max-model-len N          prompt + output limit (default: the model's)\n"
-            "      --enable-prefix-caching | --no-prefix-caching   (default: enabled)\n"
-            "  -t, --threads N                worker threads (default: one per core)\n");
+            );
+    fputs(PL_ENGINE_FLAGS_HELP, f);
 }
 
 typedef struct {
@@ -56,10 +47,7 @@ typedef struct {
     uint64_t max_request_bytes;
 } serve_opts;
 
-enum {
-    O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_BLOCK, O_KVMEM,
-    O_KVDTYPE, O_SWAP, O_PREEMPT, O_SEQS, O_BATCHED, O_MODELLEN, O_PREFIX_ON, O_PREFIX_OFF,
-};
+enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE };
 
 static int parse(int argc, char **argv, serve_opts *o) {
     static const struct option longopts[] = {
@@ -72,18 +60,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"max-logprobs", required_argument, 0, O_MAXLP},
         {"max-waiting", required_argument, 0, O_MAXWAIT},
         {"shutdown-timeout", required_argument, 0, O_GRACE},
-        {"block-size", required_argument, 0, O_BLOCK},
-        {"kv-cache-memory", required_argument, 0, O_KVMEM},
-        {"kv-cache-dtype", required_argument, 0, O_KVDTYPE},
-        {"swap-space", required_argument, 0, O_SWAP},
-        {"preemption-mode", required_argument, 0, O_PREEMPT},
-        {"max-num-seqs", required_argument, 0, O_SEQS},
-        {"max-num-batched-tokens", required_argument, 0, O_BATCHED},
-        {"max-model-len", required_argument, 0, O_MODELLEN},
-        {"enable-prefix-caching", no_argument, 0, O_PREFIX_ON},
-        {"no-prefix-caching", no_argument, 0, O_PREFIX_OFF},
-        {"no-enable-prefix-caching", no_argument, 0, O_PREFIX_OFF},
-        {"threads", required_argument, 0, 't'},
+        PL_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int64_t iv;
@@ -126,62 +103,8 @@ static int parse(int argc, char **argv, serve_opts *o) {
             if (pl_arg_float(C, "--shutdown-timeout", optarg, 0, 3600, &dv)) return 2;
             o->srv.shutdown_grace = dv;
             break;
-        case O_BLOCK:
-            if (pl_arg_int(C, "--block-size", optarg, 1, 256, &iv)) return 2;
-            if (iv & (iv - 1)) {
-                fprintf(stderr, "pagellm serve: --block-size: %lld is not a power of two\n",
-                        (long long)iv);
-                return 2;
-            }
-            o->eng.block_size = (int32_t)iv;
-            break;
-        case O_KVMEM:
-            if (pl_arg_bytes(C, "--kv-cache-memory", optarg, &o->eng.kv_cache_memory)) return 2;
-            break;
-        case O_KVDTYPE:
-            if (!strcmp(optarg, "f16") || !strcmp(optarg, "auto")) o->eng.kv_cache_f32 = 0;
-            else if (!strcmp(optarg, "f32")) o->eng.kv_cache_f32 = 1;
-            else {
-                fprintf(stderr, "pagellm serve: --kv-cache-dtype: '%s' is not f16 or f32\n", optarg);
-                return 2;
-            }
-            break;
-        case O_SWAP: {
-            char *end;
-            double g = strtod(optarg, &end);
-            if (end != optarg && !*end && g >= 0 && g <= 1024) {
-                o->eng.swap_space = (uint64_t)(g * (double)(1ull << 30)); /* GiB, as vLLM */
-            } else if (pl_arg_bytes(C, "--swap-space", optarg, &o->eng.swap_space)) {
-                return 2;
-            }
-            break;
-        }
-        case O_PREEMPT:
-            if (!strcmp(optarg, "recompute")) o->eng.preemption_mode = PL_PREEMPT_RECOMPUTE;
-            else if (!strcmp(optarg, "swap")) o->eng.preemption_mode = PL_PREEMPT_SWAP;
-            else {
-                fprintf(stderr, "pagellm serve: --preemption-mode: '%s' is not recompute or swap\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case O_SEQS:
-            if (pl_arg_int(C, "--max-num-seqs", optarg, 1, 65536, &iv)) return 2;
-            o->eng.max_num_seqs = (int32_t)iv;
-            break;
-        case O_BATCHED:
-            if (pl_arg_int(C, "--max-num-batched-tokens", optarg, 1, 1 << 24, &iv)) return 2;
-            o->eng.max_num_batched_tokens = (int32_t)iv;
-            break;
-        case O_MODELLEN:
-            if (pl_arg_int(C, "--max-model-len", optarg, 1, 1 << 24, &iv)) return 2;
-            o->eng.max_model_len = (int32_t)iv;
-            break;
-        case O_PREFIX_ON: o->eng.enable_prefix_caching = 1; break;
-        case O_PREFIX_OFF: o->eng.enable_prefix_caching = 0; break;
         case 't':
-            if (pl_arg_int(C, "--threads", optarg, 0, 1024, &iv)) return 2;
-            o->eng.threads = (int)iv;
+            if (pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng)) return 2;
             break;
         case 'h': usage(stdout); return -1;
         case ':':
@@ -189,6 +112,10 @@ static int parse(int argc, char **argv, serve_opts *o) {
             usage(stderr);
             return 2;
         default:
+            if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
+                if (pl_engine_flag_apply(C, c, optarg, &o->eng)) return 2;
+                break;
+            }
             fprintf(stderr, "pagellm serve: unknown option '%s'\n", argv[optind - 1]);
             usage(stderr);
             return 2;

@@ -142,11 +142,7 @@ static int is_stop_id(const pl_seq_group *g, int32_t id) {
 
 static void seq_finish(pl_engine *e, pl_seq *q, pl_finish_reason why) {
     if (q->status == PL_SEQ_FINISHED) return;
-    if (q->detok.n_pending && !q->stop_str) {
-        char tail[32];
-        size_t n = pl_detok_flush(&q->detok, tail, sizeof tail);
-        text_append(q, tail, n);
-    }
+    if (!q->stop_str) text_append(q, e->piece, pl_detok_flush(&q->detok, e->piece, e->piece_cap));
     q->text_safe = q->text_len;
     q->finish = why;
     q->status = PL_SEQ_FINISHED;
@@ -163,16 +159,14 @@ static void check_stop(pl_engine *e, pl_seq *q, int32_t id) {
     int stop_id = is_stop_id(g, id);
     if (n_out >= p->min_tokens && (eos || stop_id)) {
         if (p->include_stop_str_in_output) {
-            char piece[1024];
-            text_append(q, piece, pl_detok_push(&q->detok, id, piece, sizeof piece));
+            text_append(q, e->piece, pl_detok_push(&q->detok, id, e->piece, e->piece_cap));
         }
         q->stop_token = id;
         seq_finish(e, q, PL_FINISH_STOP);
         return;
     }
-    char piece[1024];
-    size_t n = pl_detok_push(&q->detok, id, piece, sizeof piece);
-    text_append(q, piece, n);
+    size_t n = pl_detok_push(&q->detok, id, e->piece, e->piece_cap);
+    text_append(q, e->piece, n);
     if (p->n_stop > 0) {
         pl_stop_result r = pl_stop_scan(q->text, q->text_len, n, p->stop, p->n_stop);
         if (r.found && n_out >= p->min_tokens) {
@@ -486,20 +480,19 @@ static int cmp_cum(const void *a, const void *b) {
     return x > y ? -1 : x < y ? 1 : 0;
 }
 
-/* Beam hypotheses and best_of candidates carry no streamed text: decode it whole. */
+/* Beam hypotheses carry no streamed text: decode it whole, as the continuation of the prompt
+ * (so a leading space stays), then apply the stop strings. */
 static void finalize_text(pl_engine *e, pl_seq *q) {
     pl_seq_group *g = q->group;
-    char *text;
-    size_t len;
     int32_t n_out = q->n_tokens - g->n_prompt;
     if (q->stop_token >= 0 && !g->params.include_stop_str_in_output) n_out--;
-    if (pl_detokenize(e->model->tok, q->tokens + g->n_prompt, (size_t)(n_out > 0 ? n_out : 0),
-                      g->params.skip_special_tokens, &text, &len) != PL_OK)
-        return;
-    free(q->text);
-    q->text = text;
-    q->text_len = q->text_cap = len;
-    q->text_sent = 0;
+    pl_detok_stream ds;
+    pl_detok_init(&ds, e->model->tok, g->params.skip_special_tokens, 0);
+    q->text_len = q->text_sent = 0;
+    for (int32_t i = 0; i < n_out; i++)
+        text_append(q, e->piece, pl_detok_push(&ds, q->tokens[g->n_prompt + i], e->piece,
+                                               e->piece_cap));
+    text_append(q, e->piece, pl_detok_flush(&ds, e->piece, e->piece_cap));
     if (g->params.n_stop > 0) {
         pl_stop_result r = pl_stop_scan(q->text, q->text_len, q->text_len, g->params.stop,
                                         g->params.n_stop);

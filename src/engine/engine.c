@@ -135,9 +135,11 @@ static pl_status setup_buffers(pl_engine *e) {
     e->logits = malloc((size_t)e->max_logit_rows * (size_t)V * sizeof(float));
     e->logits_tmp = malloc((size_t)V * sizeof(float));
     e->eog_ids = malloc((size_t)V * sizeof(int32_t));
+    e->piece_cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(e->model->tok));
+    e->piece = malloc(e->piece_cap);
     e->sampler = pl_sampler_create(V);
     if (!e->b_tokens || !e->b_pos || !e->b_slots || !e->b_rows || !e->b_seq_start || !e->b_ctx ||
-        !e->item_row || !e->step_groups || !e->b_tables || !e->logits || !e->logits_tmp || !e->eog_ids || !e->sampler)
+        !e->item_row || !e->step_groups || !e->b_tables || !e->logits || !e->logits_tmp || !e->eog_ids || !e->piece || !e->sampler)
         return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %d)",
                        T, V);
     for (int32_t i = 0; i < V; i++)
@@ -225,6 +227,7 @@ void pl_engine_destroy(pl_engine *e) {
     free(e->logits);
     free(e->logits_tmp);
     free(e->eog_ids);
+    free(e->piece);
     free(e->aborts);
     pl_threadpool_destroy(e->tp);
     pl_model_free(e->model);

@@ -38,6 +38,8 @@ struct pl_engine {
     int32_t *item_row;          /* [max items] first logits row of each item, or -1 (rows of
                                    an all_logits item are consecutive; the sampling row is last) */
     pl_seq_group **step_groups; /* [max items] groups that sample in the current step */
+    char *piece;                /* [piece_cap] scratch for the streaming detokenizer */
+    size_t piece_cap;           /* PL_DETOK_CAP(the vocabulary's longest piece) */
     int32_t *eog_ids;           /* end-of-generation ids (masked before min_tokens) */
     int32_t n_eog;
     /* Engine-thread state. */

@@ -33,6 +33,7 @@ void pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d) {
         }
         c->n = (int32_t)need;
     }
+    c->cum_logprob = d->cumulative_logprob;
     if (d->finish != PL_FINISH_NONE) {
         c->finish = d->finish;
         c->stop_token = d->stop_token;

@@ -123,6 +123,7 @@ typedef struct {
     pl_finish_reason finish;
     int32_t stop_token;            /* -1 or the stop id */
     char *stop_str;                /* NULL or the stop string */
+    double cum_logprob;            /* cumulative log-probability of the completion */
 } pl_server_choice;
 
 void pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d);

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# End-to-end test of `pagellm generate`, `tokenize` and `detokenize`: the reference continuation,
+# the --json contract, offline batches (--input/--output), usage errors (exit 2), runtime errors
+# and bad model files (exit 1 with exactly one line on stderr naming the problem, no crash).
+set -u
+: "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
+: "${PL_SHARED_DIR:?PL_SHARED_DIR must point at the shared data folder}"
+HERE=$(cd "$(dirname "$0")" && pwd)
+M="$PL_SHARED_DIR/models/stories260K.gguf"
+Q="$PL_SHARED_DIR/models/synth-tiny-q8_0.gguf"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+expect() { if [ "$2" = "$3" ]; then ok; else bad "$1: expected [$3] got [$2]"; fi; }
+
+REF=", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it,"
+
+# ---- generate: the reference text, plain and JSON ----
+out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 2>"$tmp/err")
+expect "plain text" "$out" "Once upon a time$REF"
+out=$("$PL_BINARY" generate -m stories260K --prompt-ids 1,403,407,261,378 -n 48 --temperature 0 \
+      --json --logprobs 3 --prompt-logprobs 2 2>"$tmp/err")
+expect "json exit" "$?" 0
+python3 - "$out" "$REF" <<'PY' && ok || bad "json contract"
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["text"] == sys.argv[2], d["text"]
+assert d["prompt_ids"] == [1, 403, 407, 261, 378]
+assert len(d["ids"]) == 48 and d["ids"][0] == 432
+assert d["finish_reason"] == "length"
+assert len(d["logprobs"]) == 48 and all(len(s) >= 3 for s in d["logprobs"])
+top = d["logprobs"][0]
+assert top[0][0] == 432 and abs(top[0][1] + 0.0317) < 2e-3, top
+assert all(top[i][1] >= top[i + 1][1] for i in range(2))
+pl = d["prompt_logprobs"]
+assert pl[0] is None and len(pl) == 5
+assert any(e[0] == 403 for e in pl[1]), pl[1]
+PY
+# Stop strings, EOS-free sampling with a seed is reproducible.
+out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 --stop Lily --json)
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['text']==', there was a little girl named ' and d['finish_reason']=='stop', d" "$out" && ok || bad "stop string"
+a=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 20 --seed 5 --top-p 0.9 --json)
+b=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 20 --seed 5 --top-p 0.9 --json)
+expect "seeded sampling reproducible" "$a" "$b"
+
+# ---- offline batch ----
+cat > "$tmp/in.jsonl" <<'JL'
+{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0}
+{"prompt_ids": [1, 403, 407, 261, 378], "max_tokens": 4, "n": 3, "seed": 1, "logprobs": 1}
+
+not json
+{"prompt": "Lily", "beam_width": 2, "max_tokens": 6}
+{"prompt": "x", "max_tokens": 0}
+JL
+"$PL_BINARY" generate -m "$M" --input "$tmp/in.jsonl" --output "$tmp/out.jsonl" 2>"$tmp/err"
+expect "batch exit (a bad line makes it 1)" "$?" 1
+python3 - "$tmp/out.jsonl" "$REF" <<'PY' && ok || bad "batch output"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [l["index"] for l in lines] == [0, 1, 2, 3, 4], lines
+assert lines[0]["completions"][0]["text"] == sys.argv[2]
+assert len(lines[1]["completions"]) == 3 and all(len(c["ids"]) == 4 for c in lines[1]["completions"])
+assert lines[1]["completions"][0]["logprobs"] is not None
+assert "JSON" in lines[2]["error"]
+assert len(lines[3]["completions"]) == 1 and len(lines[3]["completions"][0]["ids"]) == 6
+assert "max_tokens" in lines[4]["error"]
+PY
+
+# ---- tokenize / detokenize ----
+expect "tokenize" "$("$PL_BINARY" tokenize -m "$M" "Once upon a time")" "[403, 407, 261, 378]"
+expect "tokenize --add-special" "$("$PL_BINARY" tokenize -m "$M" --add-special "Once upon a time")" "[1, 403, 407, 261, 378]"
+expect "detokenize" "$("$PL_BINARY" detokenize -m "$M" 403 407 261 378)" "Once upon a time"
+
+# ---- usage errors: exit 2 ----
+for args in "" "-m $M" "-m $M -p x --prompt-ids 1" "-m $M -p x --temperature hot" \
+            "-m $M -p x --block-size 3" "-m $M -p x --kv-cache-dtype q4" "-m $M -p x --bogus" \
+            "-m $M --input $tmp/in.jsonl" "-m $M -p x --top-p 0"; do
+    # shellcheck disable=SC2086
+    "$PL_BINARY" generate $args >/dev/null 2>&1
+    expect "usage error ($args)" "$?" 2
+done
+
+# ---- runtime errors and bad model files: exit 1, one line on stderr ----
+one_line() { # one_line DESCRIPTION PATTERN COMMAND...
+    local what=$1 pat=$2
+    shift 2
+    "$@" >/dev/null 2>"$tmp/err"
+    local rc=$?
+    local n
+    n=$(wc -l <"$tmp/err")
+    if [ "$rc" -eq 1 ] && [ "$n" -eq 1 ] && grep -Eqi -- "$pat" "$tmp/err" &&
+        ! grep -q "Sanitizer\|runtime error" "$tmp/err"; then ok
+    else bad "$what: rc=$rc lines=$n: $(head -c 300 "$tmp/err")"; fi
+}
+one_line "token id out of range" "token id 9999" "$PL_BINARY" generate -m "$M" --prompt-ids 1,9999
+one_line "prompt too long" "context length" "$PL_BINARY" generate -m "$M" -p "x" -n 5000
+one_line "tiny kv budget" "kv-cache-memory" "$PL_BINARY" generate -m "$M" -p x --kv-cache-memory 1K
+: >"$tmp/empty.gguf"
+one_line "empty file" "empty" "$PL_BINARY" generate -m "$tmp/empty.gguf" -p x
+printf 'PK\003\004not a gguf at all' >"$tmp/zip.gguf"
+one_line "wrong magic" "magic" "$PL_BINARY" generate -m "$tmp/zip.gguf" -p x
+for cut in 10 100 1000 50000 1000000; do
+    head -c $cut "$M" >"$tmp/cut.gguf"
+    one_line "truncated at $cut" "truncated|end of the file|exceeds|beyond" \
+        "$PL_BINARY" generate -m "$tmp/cut.gguf" -p x
+done
+python3 "$HERE/gguf_patch.py" "$M" "$tmp/arch.gguf" arch gpt9x
+one_line "unknown architecture" "architecture 'gpt9x'" "$PL_BINARY" generate -m "$tmp/arch.gguf" -p x
+python3 "$HERE/gguf_patch.py" "$Q" "$tmp/type.gguf" type blk.0.attn_q.weight 23
+one_line "unsupported tensor type" "blk.0.attn_q.weight.*iq4_xs" "$PL_BINARY" generate -m "$tmp/type.gguf" -p x
+python3 "$HERE/gguf_patch.py" "$M" "$tmp/drop.gguf" drop blk.3.ffn_up.weight
+one_line "missing tensor" "missing tensor 'blk.3.ffn_up.weight'" "$PL_BINARY" generate -m "$tmp/drop.gguf" -p x
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
