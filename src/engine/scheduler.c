@@ -91,6 +91,7 @@ typedef struct {
     int32_t seqs_left;    /* max_num_seqs budget */
     int32_t rows_left;    /* logit rows */
     int preempted;        /* some group was preempted this step */
+    int stalled;          /* a resumed group could not run yet: admit nothing new */
 } budget;
 
 static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits) {
@@ -290,6 +291,7 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
             pl_kv_stats kst;
             pl_kv_get_stats(s->kv, &kst);
             if (decode_blocks_needed(s, g) <= kst.blocks_free) PL_TRY(add_decodes(s, g, b));
+            else b->stalled = 1; /* it runs first next step; a newcomer must not overtake it */
             continue;
         }
         PL_TRY(schedule_prefills(s, g, b));
@@ -348,12 +350,12 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
 pl_status pl_scheduler_schedule(pl_scheduler *s) {
     s->n_items = s->n_tokens = 0;
     s->n_swap_out = s->n_swap_in = s->n_cow = s->n_refused = 0;
-    budget b = {s->cfg.max_num_batched_tokens, s->cfg.max_num_seqs, s->cfg.max_logit_rows, 0};
+    budget b = {s->cfg.max_num_batched_tokens, s->cfg.max_num_seqs, s->cfg.max_logit_rows, 0, 0};
     for (pl_seq_group *g = s->running.head; g; g = g->next) b.seqs_left -= pl_group_max_seqs(g);
     PL_TRY(schedule_decodes(s, &b));
     for (pl_seq_group *g = s->running.head; g && b.tokens_left > 0; g = g->next)
         PL_TRY(schedule_prefills(s, g, &b));
     if (!b.preempted) PL_TRY(schedule_swapped(s, &b));
-    if (!b.preempted && !s->swapped.head) PL_TRY(schedule_waiting(s, &b));
+    if (!b.preempted && !b.stalled && !s->swapped.head) PL_TRY(schedule_waiting(s, &b));
     return PL_OK;
 }
