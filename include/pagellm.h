@@ -51,6 +51,17 @@ extern "C" {
 
 typedef enum { PL_PREEMPT_RECOMPUTE = 0, PL_PREEMPT_SWAP = 1 } pl_preemption_mode;
 
+/* How sequences get KV memory. PAGED: blocks on demand, shared (PagedAttention). CONTIGUOUS: the
+ * paper's Orca baselines, for benchmarks: each sequence reserves one contiguous run of blocks at
+ * admission, as much as pl_reserve_policy says; nothing is shared (prefix caching is turned off,
+ * requests with n/best_of > 1 or beam search are refused) and preemption is by recompute only. */
+typedef enum { PL_KV_LAYOUT_PAGED = 0, PL_KV_LAYOUT_CONTIGUOUS = 1 } pl_kv_layout_mode;
+typedef enum {
+    PL_RESERVE_MAX = 0,    /* the maximum model length */
+    PL_RESERVE_POW2 = 1,   /* the next power of two >= prompt + max_tokens */
+    PL_RESERVE_ORACLE = 2, /* exactly prompt + max_tokens */
+} pl_reserve_policy;
+
 typedef struct {
     const char *model_path;          /* GGUF file */
     int32_t block_size;              /* tokens per KV block: power of two 1..256 (16) */
@@ -65,6 +76,8 @@ typedef struct {
     int enable_prefix_caching;       /* automatic prefix caching (1) */
     int threads;                     /* worker threads (0 = one per core) */
     int32_t max_waiting;             /* inbox + waiting queue bound; 0 = unbounded */
+    pl_kv_layout_mode kv_layout;     /* paged (default) or contiguous (a benchmark baseline) */
+    pl_reserve_policy reserve;       /* contiguous only: how much a sequence reserves (max) */
 } pl_engine_config;
 
 void pl_engine_config_default(pl_engine_config *c);
@@ -147,6 +160,16 @@ typedef struct {
     uint64_t preemptions, swaps_out;
     uint64_t prompt_tokens, generation_tokens; /* computed / generated so far */
     uint64_t requests_finished, steps;
+    /* KV memory sampled at every step that runs the model, after scheduling (since create). */
+    uint64_t kv_samples;                 /* steps sampled */
+    double peak_kv_usage, mean_kv_usage; /* blocks used / blocks total: highest, mean */
+    double peak_waste, mean_waste;       /* waste as above: highest; 1 - sum tokens / sum used
+                                            slots over the samples (memory-weighted mean) */
+    double mean_token_fraction;          /* tokens stored / all slots of the pool, mean */
+    int32_t peak_blocks_used;
+    int64_t block_refs;                  /* now: blocks held counting shared ones per holder */
+    double mean_sharing_saved;           /* 1 - sum blocks used / sum block refs over the
+                                            samples: memory saved by sharing (0 if none) */
 } pl_engine_stats;
 
 typedef struct pl_engine pl_engine;

@@ -1,11 +1,306 @@
-/* cli/bench_throughput — `pagellm bench throughput` (being built; see the benchmark issues). */
+/* cli/bench_throughput — `pagellm bench throughput`: offline, in process, every request at time
+ * 0 (the PagedAttention paper's throughput and memory figures). Prompts go in as token ids with
+ * ignore_eos, so each request generates exactly its drawn output length. Prints one JSON line:
+ * requests/s, total and output tokens/s, KV usage and waste sampled at every step, preemptions,
+ * memory saved by sharing (parallel sampling, beams) and the prefix-cache hit rate. */
+#include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/engine_flags.h"
 
+#include "bench/bench.h"
+#include "pagellm.h"
+
+#include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *C = "bench throughput";
+
+typedef struct {
+    const char *model, *dataset, *output, *label;
+    int64_t num_prompts, seed, n, beam, shared_prefix, max_in, max_out;
+    double temperature;
+    int verbose;
+    pl_engine_config eng;
+} tp_opts;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: pagellm bench throughput -m MODEL [--dataset D] [--num-prompts N] [options]\n"
+            "  -m, --model MODEL        GGUF path or bare name\n"
+            "      --dataset D          sharegpt (default), alpaca, fixed:IN:OUT or FILE.json\n"
+            "                           (a ShareGPT file, tokenized with the model's tokenizer)\n"
+            "      --num-prompts N      requests, all sent at time 0 (100)\n"
+            "      --seed S             dataset seed (0)\n"
+            "      --n N                parallel samples per request (1)\n"
+            "      --beam-width W       beam search with W beams instead\n"
+            "      --temperature T      sampling temperature (1.0)\n"
+            "      --shared-prefix N    every prompt starts with the same N tokens\n"
+            "      --max-input N  --max-output N   clamp the drawn lengths (1024 each)\n"
+            "      --label S            copied into the JSON line\n"
+            "      --output FILE        also append the JSON line to FILE\n"
+            "  -v, --verbose            progress on stderr\n");
+    fputs(PL_ENGINE_FLAGS_HELP, f);
+}
+
+enum { O_DS = 256, O_NP, O_SEED, O_N, O_BEAM, O_TEMP, O_PREFIX, O_MAXIN, O_MAXOUT, O_LABEL, O_OUT };
+
+static int parse(int argc, char **argv, tp_opts *o) {
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, 'm'},        {"dataset", required_argument, 0, O_DS},
+        {"num-prompts", required_argument, 0, O_NP}, {"seed", required_argument, 0, O_SEED},
+        {"n", required_argument, 0, O_N},            {"beam-width", required_argument, 0, O_BEAM},
+        {"temperature", required_argument, 0, O_TEMP},
+        {"shared-prefix", required_argument, 0, O_PREFIX},
+        {"max-input", required_argument, 0, O_MAXIN}, {"max-output", required_argument, 0, O_MAXOUT},
+        {"label", required_argument, 0, O_LABEL},    {"output", required_argument, 0, O_OUT},
+        {"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
+        PL_ENGINE_LONGOPTS,                          {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    pl_engine_config_default(&o->eng);
+    o->dataset = "sharegpt";
+    o->num_prompts = 100;
+    o->n = 1;
+    o->temperature = 1.0;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":m:t:vh", longopts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case O_DS: o->dataset = optarg; break;
+        case O_NP: bad = pl_arg_int(C, "--num-prompts", optarg, 1, 1000000, &o->num_prompts); break;
+        case O_SEED: bad = pl_arg_int(C, "--seed", optarg, 0, INT64_MAX, &o->seed); break;
+        case O_N: bad = pl_arg_int(C, "--n", optarg, 1, 64, &o->n); break;
+        case O_BEAM: bad = pl_arg_int(C, "--beam-width", optarg, 1, 64, &o->beam); break;
+        case O_TEMP: bad = pl_arg_float(C, "--temperature", optarg, 0, 100, &o->temperature); break;
+        case O_PREFIX: bad = pl_arg_int(C, "--shared-prefix", optarg, 0, 1 << 24, &o->shared_prefix); break;
+        case O_MAXIN: bad = pl_arg_int(C, "--max-input", optarg, 1, 1 << 24, &o->max_in); break;
+        case O_MAXOUT: bad = pl_arg_int(C, "--max-output", optarg, 1, 1 << 24, &o->max_out); break;
+        case O_LABEL: o->label = optarg; break;
+        case O_OUT: o->output = optarg; break;
+        case 'v': o->verbose = 1; break;
+        case 't': bad = pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng); break;
+        case 'h': usage(stdout); exit(0);
+        case ':':
+            fprintf(stderr, "pagellm %s: %s needs a value\n", C, argv[optind - 1]);
+            return 2;
+        default:
+            if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
+                bad = pl_engine_flag_apply(C, c, optarg, &o->eng);
+                break;
+            }
+            fprintf(stderr, "pagellm %s: unknown option '%s'\n", C, argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "pagellm %s: unexpected argument '%s'\n", C, argv[optind]);
+        return 2;
+    }
+    if (!o->model) {
+        fprintf(stderr, "pagellm %s: need -m MODEL\n", C);
+        usage(stderr);
+        return 2;
+    }
+    if (o->beam && o->n > 1) {
+        fprintf(stderr, "pagellm %s: --n and --beam-width exclude each other\n", C);
+        return 2;
+    }
+    return 0;
+}
+
+static const char *layout_name(const pl_engine_config *c) {
+    static const char *res[] = {"max", "pow2", "oracle"};
+    return c->kv_layout == PL_KV_LAYOUT_PAGED ? "paged" : res[c->reserve];
+}
+
+/* The JSON line: configuration, then the measurements. */
+static json_t *report(const tp_opts *o, const pl_engine_stats *s, double elapsed,
+                      int64_t in_tokens, int64_t out_tokens, int32_t errors, pl_summary *ttft) {
+    double d = elapsed > 0 ? elapsed : 1e-9;
+    int32_t done = (int32_t)o->num_prompts - errors;
+    json_t *j = json_object();
+    json_object_set_new(j, "bench", json_string("throughput"));
+    if (o->label) json_object_set_new(j, "label", json_string(o->label));
+    json_object_set_new(j, "model", json_string(o->model));
+    json_object_set_new(j, "dataset", json_string(o->dataset));
+    json_object_set_new(j, "num_prompts", json_integer(o->num_prompts));
+    json_object_set_new(j, "seed", json_integer(o->seed));
+    json_object_set_new(j, "kv_layout", json_string(o->eng.kv_layout == PL_KV_LAYOUT_PAGED
+                                                        ? "paged" : "contiguous"));
+    json_object_set_new(j, "allocation", json_string(layout_name(&o->eng)));
+    json_object_set_new(j, "block_size", json_integer(o->eng.block_size));
+    json_object_set_new(j, "kv_cache_memory", json_integer((json_int_t)o->eng.kv_cache_memory));
+    json_object_set_new(j, "blocks_total", json_integer(s->blocks_total));
+    json_object_set_new(j, "preemption_mode", json_string(o->eng.preemption_mode == PL_PREEMPT_SWAP
+                                                              ? "swap" : "recompute"));
+    json_object_set_new(j, "prefix_caching", json_boolean(o->eng.enable_prefix_caching &&
+                                                          o->eng.kv_layout == PL_KV_LAYOUT_PAGED));
+    json_object_set_new(j, "n", json_integer(o->n));
+    json_object_set_new(j, "beam_width", json_integer(o->beam));
+    json_object_set_new(j, "shared_prefix", json_integer(o->shared_prefix));
+    json_object_set_new(j, "threads", json_integer(o->eng.threads));
+    json_object_set_new(j, "max_num_seqs", json_integer(o->eng.max_num_seqs));
+    json_object_set_new(j, "elapsed_s", json_real(elapsed));
+    json_object_set_new(j, "completed", json_integer(done));
+    json_object_set_new(j, "errors", json_integer(errors));
+    json_object_set_new(j, "requests_per_s", json_real(done / d));
+    json_object_set_new(j, "input_tokens", json_integer(in_tokens));
+    json_object_set_new(j, "output_tokens", json_integer(out_tokens));
+    json_object_set_new(j, "generated_tokens", json_integer((json_int_t)s->generation_tokens));
+    json_object_set_new(j, "output_tokens_per_s", json_real((double)out_tokens / d));
+    json_object_set_new(j, "total_tokens_per_s", json_real((double)(out_tokens + in_tokens) / d));
+    json_object_set_new(j, "steps", json_integer((json_int_t)s->steps));
+    json_object_set_new(j, "peak_kv_usage_pct", json_real(100 * s->peak_kv_usage));
+    json_object_set_new(j, "mean_kv_usage_pct", json_real(100 * s->mean_kv_usage));
+    json_object_set_new(j, "peak_blocks_used", json_integer(s->peak_blocks_used));
+    json_object_set_new(j, "mean_waste_pct", json_real(100 * s->mean_waste));
+    json_object_set_new(j, "peak_waste_pct", json_real(100 * s->peak_waste));
+    json_object_set_new(j, "mean_token_fraction_pct", json_real(100 * s->mean_token_fraction));
+    json_object_set_new(j, "preemptions", json_integer((json_int_t)s->preemptions));
+    json_object_set_new(j, "swaps_out", json_integer((json_int_t)s->swaps_out));
+    json_object_set_new(j, "sharing_saved_pct", json_real(100 * s->mean_sharing_saved));
+    json_object_set_new(j, "prefix_hit_pct", json_real(s->prefix_queries ? 100.0 * (double)s->prefix_hits /
+                                                       (double)s->prefix_queries : 0));
+    json_object_set_new(j, "ttft_ms", pl_summary_json(ttft, 1e3));
+    return j;
+}
+
+/* Collect every request's outputs: tokens, errors, time to first token. */
+static void drain(pl_engine *e, const uint64_t *ids, int32_t n, int64_t *out_tokens,
+                  int32_t *errors, double *ttft, int32_t *n_ttft) {
+    for (int32_t i = 0; i < n; i++) {
+        pl_request_output *out;
+        while (pl_engine_poll(e, ids[i], 0, &out) == PL_OK) {
+            int done = out->finished;
+            if (done) {
+                int err = out->error != NULL;
+                for (int32_t k = 0; k < out->n_deltas; k++)
+                    err |= out->deltas[k].finish == PL_FINISH_ERROR;
+                if (err) (*errors)++;
+                else {
+                    *out_tokens += out->n_output_tokens;
+                    if (out->first_token_time > 0)
+                        ttft[(*n_ttft)++] = out->first_token_time - out->arrival_time;
+                }
+            }
+            pl_request_output_free(out);
+            if (done) break;
+        }
+    }
+}
 
 int pl_bench_throughput(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "pagellm bench throughput: not built yet\n");
-    return 1;
+    tp_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    char path[4096];
+    if (pl_cli_resolve_model(o.model, path, sizeof path)) return 1;
+    pl_dataset_spec spec;
+    if (pl_dataset_parse(o.dataset, &spec) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
+    o.eng.model_path = path;
+    pl_engine *e;
+    if (pl_engine_create(&o.eng, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
+    pl_dataset_opts dopt = {
+        .n_vocab = pl_engine_n_vocab(e), .first_id = 3, .max_in = (int32_t)o.max_in,
+        .max_out = (int32_t)o.max_out, .max_total = pl_engine_max_model_len(e),
+        .shared_prefix = (int32_t)o.shared_prefix, .tok = pl_engine_tokenizer(e),
+    };
+    pl_dataset ds;
+    if (pl_dataset_make(&spec, (int32_t)o.num_prompts, (uint64_t)o.seed, &dopt, &ds) != PL_OK) {
+        rc = pl_cli_fail(C, "%s", pl_last_error());
+        pl_engine_destroy(e);
+        return rc;
+    }
+    int32_t n = ds.n, n_ttft = 0, errors = 0;
+    uint64_t *ids = calloc((size_t)n, sizeof *ids);
+    double *ttft = calloc((size_t)n + 1, sizeof *ttft);
+    int64_t in_tokens = 0, out_tokens = 0;
+    if (!ids || !ttft) {
+        rc = pl_cli_fail(C, "out of memory");
+        goto done;
+    }
+    double t0 = now_s();
+    for (int32_t i = 0; i < n; i++) {
+        pl_request_params p;
+        pl_request_params_default(&p);
+        p.max_tokens = ds.req[i].out_len;
+        p.ignore_eos = 1;
+        p.n = (int32_t)o.n;
+        p.sampling.temperature = (float)o.temperature;
+        p.has_seed = 1;
+        p.seed = (uint64_t)o.seed * 1000003u + (uint64_t)i;
+        if (o.beam) {
+            p.use_beam_search = 1;
+            p.best_of = (int32_t)o.beam;
+            p.n = 1;
+        }
+        if (pl_engine_add_request(e, NULL, ds.req[i].prompt, (size_t)ds.req[i].in_len, &p,
+                                  &ids[i]) != PL_OK) {
+            rc = pl_cli_fail(C, "request %d (%d prompt tokens, %d output): %s", i,
+                             ds.req[i].in_len, ds.req[i].out_len, pl_last_error());
+            goto done;
+        }
+        in_tokens += ds.req[i].in_len;
+    }
+    uint64_t last_report = 0;
+    while (pl_engine_has_work(e)) {
+        if (pl_engine_step(e) != PL_OK) {
+            rc = pl_cli_fail(C, "engine step: %s", pl_last_error());
+            goto done;
+        }
+        if (o.verbose) {
+            pl_engine_stats s;
+            pl_engine_get_stats(e, &s);
+            if (s.steps >= last_report + 50) {
+                last_report = s.steps;
+                fprintf(stderr, "\r%s: step %llu, %llu/%d done, %d running, kv %.0f%%   ", C,
+                        (unsigned long long)s.steps, (unsigned long long)s.requests_finished, n,
+                        s.running, 100 * s.kv_usage);
+            }
+        }
+    }
+    double elapsed = now_s() - t0;
+    if (o.verbose) fputc('\n', stderr);
+    pl_engine_stats st;
+    pl_engine_get_stats(e, &st);
+    drain(e, ids, n, &out_tokens, &errors, ttft, &n_ttft);
+    pl_summary s_ttft;
+    pl_summarize(ttft, n_ttft, &s_ttft);
+    json_t *j = report(&o, &st, elapsed, in_tokens, out_tokens, errors, &s_ttft);
+    char *line = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+    json_decref(j);
+    if (!line) {
+        rc = pl_cli_fail(C, "out of memory");
+        goto done;
+    }
+    printf("%s\n", line);
+    fflush(stdout);
+    if (o.output) {
+        FILE *f = fopen(o.output, "a");
+        int bad = !f || fprintf(f, "%s\n", line) < 0;
+        if (f && fclose(f)) bad = 1;
+        if (bad) rc = pl_cli_fail(C, "cannot append to %s", o.output);
+    }
+    free(line);
+    if (!rc && errors) rc = pl_cli_fail(C, "%d of %d requests failed", errors, n);
+done:
+    free(ids);
+    free(ttft);
+    pl_dataset_free(&ds);
+    pl_engine_destroy(e);
+    return rc;
 }

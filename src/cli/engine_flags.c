@@ -18,7 +18,11 @@ const char PL_ENGINE_FLAGS_HELP[] =
     "      --max-num-batched-tokens N tokens per step (512); longer prompts are chunked\n"
     "      --max-model-len N          prompt + output limit (default: the model's context)\n"
     "      --enable-prefix-caching | --no-prefix-caching   (default: enabled)\n"
-    "  -t, --threads N                worker threads (default: one per core)\n";
+    "  -t, --threads N                worker threads (default: one per core)\n"
+    "      --kv-layout L              paged (default) or contiguous: the paper's baseline, one\n"
+    "                                 reserved run of blocks per sequence, nothing shared\n"
+    "      --reserve R                contiguous: max (model length, default), pow2 (next\n"
+    "                                 power of two of prompt + max tokens) or oracle (exact)\n";
 
 int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_config *c) {
     int64_t v;
@@ -73,6 +77,23 @@ int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_c
         return 0;
     case PL_OPT_PREFIX_ON: c->enable_prefix_caching = 1; return 0;
     case PL_OPT_PREFIX_OFF: c->enable_prefix_caching = 0; return 0;
+    case PL_OPT_KVLAYOUT:
+        if (!strcmp(arg, "paged")) c->kv_layout = PL_KV_LAYOUT_PAGED;
+        else if (!strcmp(arg, "contiguous")) c->kv_layout = PL_KV_LAYOUT_CONTIGUOUS;
+        else {
+            fprintf(stderr, "pagellm %s: --kv-layout: '%s' is not paged or contiguous\n", cmd, arg);
+            return 2;
+        }
+        return 0;
+    case PL_OPT_RESERVE:
+        if (!strcmp(arg, "max")) c->reserve = PL_RESERVE_MAX;
+        else if (!strcmp(arg, "pow2")) c->reserve = PL_RESERVE_POW2;
+        else if (!strcmp(arg, "oracle")) c->reserve = PL_RESERVE_ORACLE;
+        else {
+            fprintf(stderr, "pagellm %s: --reserve: '%s' is not max, pow2 or oracle\n", cmd, arg);
+            return 2;
+        }
+        return 0;
     case PL_OPT_THREADS:
         if (pl_arg_int(cmd, "--threads", arg, 0, 512, &v)) return 2;
         c->threads = (int)v;

@@ -21,6 +21,8 @@ enum {
     PL_OPT_PREFIX_ON,
     PL_OPT_PREFIX_OFF,
     PL_OPT_THREADS,
+    PL_OPT_KVLAYOUT,
+    PL_OPT_RESERVE,
     PL_ENGINE_OPT_END,
 };
 
@@ -36,7 +38,9 @@ enum {
         {"enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_ON},                             \
         {"no-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                                \
         {"no-enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                         \
-        {"threads", required_argument, 0, PL_OPT_THREADS}
+        {"threads", required_argument, 0, PL_OPT_THREADS},                                       \
+        {"kv-layout", required_argument, 0, PL_OPT_KVLAYOUT},                                    \
+        {"reserve", required_argument, 0, PL_OPT_RESERVE}
 
 extern const char PL_ENGINE_FLAGS_HELP[];
 

@@ -77,6 +77,14 @@ static pl_status check_config(const pl_engine_config *c) {
     if (c->max_model_len < 0) return pl_fail(PL_ERR_INVALID_ARG, "max-model-len is negative");
     if (c->preemption_mode == PL_PREEMPT_SWAP && c->swap_space == 0)
         return pl_fail(PL_ERR_INVALID_ARG, "preemption-mode swap needs --swap-space");
+    if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS)
+        return pl_fail(PL_ERR_INVALID_ARG, "unknown kv-layout %d", (int)c->kv_layout);
+    if (c->reserve < PL_RESERVE_MAX || c->reserve > PL_RESERVE_ORACLE)
+        return pl_fail(PL_ERR_INVALID_ARG, "unknown reserve policy %d", (int)c->reserve);
+    if (c->kv_layout == PL_KV_LAYOUT_CONTIGUOUS && (c->preemption_mode == PL_PREEMPT_SWAP ||
+                                                    c->swap_space))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout contiguous preempts by recompute only: "
+                       "drop --swap-space and --preemption-mode swap");
     return PL_OK;
 }
 
@@ -97,6 +105,8 @@ static pl_status setup_kv(pl_engine *e) {
     l.num_blocks = (int64_t)nb;
     PL_TRY(pl_kv_store_init(&e->kv, &l, hp->n_layers, NULL));
     int32_t n_swap = 0;
+    static const pl_kv_policy policy[] = {PL_KV_POLICY_MAX, PL_KV_POLICY_POW2, PL_KV_POLICY_ORACLE};
+    int contig = e->cfg.kv_layout == PL_KV_LAYOUT_CONTIGUOUS;
     if (e->cfg.swap_space) {
         uint64_t ns = e->cfg.swap_space / per_block;
         if (ns < 1)
@@ -112,9 +122,12 @@ static pl_status setup_kv(pl_engine *e) {
     pl_kv_manager_config mc = {
         .block_size = l.block_size, .num_blocks = (int32_t)nb, .num_swap_blocks = n_swap,
         .max_blocks_per_seq = max_blocks, .watermark = 0.01,
-        .enable_prefix_caching = e->cfg.enable_prefix_caching,
+        .enable_prefix_caching = contig ? 0 : e->cfg.enable_prefix_caching,
         .hash_seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL,
+        .policy = contig ? policy[e->cfg.reserve] : PL_KV_POLICY_PAGED,
+        .max_seq_tokens = e->max_model_len,
     };
+    if (contig) e->cfg.enable_prefix_caching = 0; /* a contiguous layout shares nothing */
     return pl_kv_manager_init(&e->mgr, &mc);
 }
 
@@ -251,6 +264,9 @@ static pl_status check_params(const pl_engine *e, pl_request_params *p) {
                        e->cfg.max_num_seqs);
     if (p->max_tokens < 1)
         return pl_fail(PL_ERR_INVALID_ARG, "max_tokens must be at least 1, got %d", p->max_tokens);
+    if (e->cfg.kv_layout == PL_KV_LAYOUT_CONTIGUOUS && (p->best_of > 1 || p->use_beam_search))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout contiguous holds one sequence per request "
+                       "(no sharing): n, best_of and beam search need kv-layout paged");
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return pl_fail(PL_ERR_INVALID_ARG, "min_tokens must be in [0, max_tokens], got %d",
                        p->min_tokens);
@@ -316,6 +332,7 @@ static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
     int64_t seqs = pl_group_max_seqs(g);
     int64_t need = (g->n_prompt + bs - 1) / bs +
                    seqs * ((g->params.max_tokens + bs - 1) / bs + 1);
+    if (e->mgr.cfg.policy != PL_KV_POLICY_PAGED) need = pl_kv_admit_blocks(&e->mgr, g->n_prompt, total);
     int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;
     if (need > have)
         return pl_fail(PL_ERR_INVALID_ARG, "the request may need %lld KV blocks (%d prompt "
@@ -463,6 +480,26 @@ static void drain_inbox(pl_engine *e) {
     if (ids != stack_ids) free(ids);
 }
 
+/* One KV memory sample: the step's blocks are all allocated now, none freed yet. */
+static void sample_kv(pl_engine *e) {
+    pl_kv_stats k;
+    pl_kv_get_stats(&e->mgr, &k);
+    double usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
+    double slots = (double)k.blocks_used * e->mgr.cfg.block_size;
+    int64_t refs = pl_kv_block_refs(&e->mgr);
+    pthread_mutex_lock(&e->inbox_mu);
+    e->kv_samples++;
+    e->kv_usage_sum += usage;
+    if (usage > e->kv_usage_peak) e->kv_usage_peak = usage;
+    if (k.blocks_used > 0 && k.waste > e->kv_waste_peak) e->kv_waste_peak = k.waste;
+    if (k.blocks_used > e->kv_peak_blocks) e->kv_peak_blocks = k.blocks_used;
+    e->kv_tokens_sum += (double)k.tokens_stored;
+    e->kv_slots_sum += slots;
+    e->kv_blocks_sum += k.blocks_used;
+    e->kv_refs_sum += (double)refs;
+    pthread_mutex_unlock(&e->inbox_mu);
+}
+
 pl_status pl_engine_step(pl_engine *e) {
     drain_inbox(e);
     pl_scheduler *s = &e->sched;
@@ -476,6 +513,7 @@ pl_status pl_engine_step(pl_engine *e) {
         pl_group_finish(e, g, PL_FINISH_ERROR, msg);
     }
     if (s->n_items == 0) return PL_OK;
+    sample_kv(e);
     pl_status st = pl_runner_execute(e);
     if (st == PL_OK) st = pl_decode_process(e);
     e->steps++;
@@ -561,8 +599,20 @@ void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
     s->generation_tokens = e->generation_tokens;
     s->requests_finished = e->requests_finished;
     s->steps = e->steps;
+    s->block_refs = pl_kv_block_refs(&e->mgr);
     pthread_mutex_lock(&e->inbox_mu);
     s->waiting += e->inbox_n;
+    s->kv_samples = e->kv_samples;
+    if (e->kv_samples) {
+        double n = (double)e->kv_samples, pool_slots = (double)k.blocks_total * e->mgr.cfg.block_size;
+        s->peak_kv_usage = e->kv_usage_peak;
+        s->mean_kv_usage = e->kv_usage_sum / n;
+        s->peak_waste = e->kv_waste_peak;
+        s->mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
+        s->mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
+        s->peak_blocks_used = e->kv_peak_blocks;
+        s->mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
+    }
     pthread_mutex_unlock(&e->inbox_mu);
 }
 

@@ -56,6 +56,11 @@ struct pl_engine {
     pl_idmap channels;          /* id -> pl_out_channel* while a client may poll */
     /* Counters (engine thread writes; stats reads under inbox_mu for a consistent picture). */
     uint64_t prompt_tokens, generation_tokens, requests_finished, steps;
+    /* KV memory samples, one per step that runs the model (see pl_engine_stats). */
+    uint64_t kv_samples;
+    double kv_usage_sum, kv_usage_peak, kv_waste_peak;
+    double kv_tokens_sum, kv_slots_sum, kv_blocks_sum, kv_refs_sum;
+    int32_t kv_peak_blocks;
 };
 
 double pl_now(void);

@@ -307,6 +307,12 @@ static pl_status refuse(pl_scheduler *s, pl_seq_group *g) {
     return PL_OK;
 }
 
+/* A sequence's final length: prompt + max output tokens (what contiguous layouts reserve for). */
+static int32_t final_tokens(const pl_seq_group *g) {
+    int64_t f = (int64_t)g->n_prompt + g->params.max_tokens;
+    return f > INT32_MAX ? INT32_MAX : (int32_t)f;
+}
+
 static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     pl_kv_manager *kv = s->kv;
     while (s->waiting.head && b->tokens_left > 0) {
@@ -315,7 +321,7 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
         for (int32_t i = 0; i < g->n_seqs; i++) {
             pl_seq *q = g->seqs[i];
             if (q->status != PL_SEQ_WAITING) continue;
-            need += pl_kv_blocks_for(kv, q->n_tokens);
+            need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
             too_long |= pl_kv_blocks_for(kv, q->n_tokens + 1) > kv->cfg.max_blocks_per_seq;
         }
         pl_kv_stats st;
@@ -325,6 +331,8 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
             continue;
         }
         if (need > st.blocks_free - kv->watermark_blocks) break;
+        /* A contiguous layout needs one run (its groups hold one sequence): fragmentation. */
+        if (kv->cfg.policy != PL_KV_POLICY_PAGED && pl_kv_first_fit(kv, need) < 0) break;
         if (pl_group_max_seqs(g) > b->seqs_left) break;
         uint64_t key = g->params.cache_salt;
         if (g->params.prompt_logprobs >= 0 && !g->prefilled)
@@ -333,7 +341,8 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
             pl_seq *q = g->seqs[i];
             if (q->status != PL_SEQ_WAITING) continue;
             int32_t cached = 0;
-            PL_TRY(pl_kv_allocate_prompt(kv, &q->table, q->tokens, q->n_tokens, key, &cached));
+            PL_TRY(pl_kv_allocate_prompt_ex(kv, &q->table, q->tokens, q->n_tokens, key,
+                                            final_tokens(g), &cached));
             q->n_computed = cached;
             q->status = PL_SEQ_RUNNING;
             if (!g->prefilled && i == 0) g->n_cached_tokens = cached;

@@ -37,6 +37,7 @@ static void drop_primary(pl_kv_manager *m, int32_t b) {
 }
 
 static bool caching(const pl_kv_manager *m) { return m->cfg.enable_prefix_caching != 0; }
+static bool contiguous(const pl_kv_manager *m) { return m->cfg.policy != PL_KV_POLICY_PAGED; }
 
 static pl_status table_arrays(pl_kv_manager *m, pl_block_table *t) {
     int32_t cap = m->cfg.max_blocks_per_seq;
@@ -78,6 +79,14 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
         return pl_fail(PL_ERR_INVALID_ARG,
                        "kv manager: max_blocks_per_seq must be >= 1 and hold < 2^31 tokens, got %d",
                        (int)cfg->max_blocks_per_seq);
+    if (cfg->policy < PL_KV_POLICY_PAGED || cfg->policy > PL_KV_POLICY_ORACLE)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: unknown allocation policy %d", (int)cfg->policy);
+    if (cfg->policy != PL_KV_POLICY_PAGED && (cfg->enable_prefix_caching || cfg->num_swap_blocks))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: a contiguous layout shares and swaps "
+                       "nothing: prefix caching and the swap pool must be off");
+    if (cfg->max_seq_tokens < 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: max_seq_tokens must be >= 0, got %d",
+                       (int)cfg->max_seq_tokens);
     if (!(cfg->watermark >= 0.0 && cfg->watermark < 1.0))
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: watermark must be in [0, 1), got %g",
                        cfg->watermark);
@@ -153,8 +162,42 @@ pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens) {
     return PL_ALLOC_OK;
 }
 
+/* A contiguous table: one run of pl_kv_admit_blocks blocks at the first fit. */
+static pl_status reserve_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, int32_t final_tokens,
+                                int32_t *n_cached) {
+    int32_t bs = m->cfg.block_size, need = pl_kv_admit_blocks(m, n, final_tokens);
+    if (need > m->cfg.max_blocks_per_seq)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: reserving %d tokens needs %d "
+                       "blocks, a sequence may hold %d", (int)pl_kv_reserve_tokens(m, n, final_tokens),
+                       (int)need, (int)m->cfg.max_blocks_per_seq);
+    int32_t start = pl_kv_first_fit(m, need);
+    if (start < 0)
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: no run of %d free blocks (%d free, "
+                       "longest run %d)", (int)need, (int)m->pool.n_free,
+                       (int)pl_kv_largest_free_run(m));
+    PL_TRY(table_arrays(m, t));
+    for (int32_t i = 0; i < need; i++) {
+        int32_t b = start + i;
+        pl_block_pool_touch(&m->pool, b); /* free and hash-less: off the queue, ref 1 */
+        t->blocks[i] = b;
+        if (i * bs < n) set_fill(m, b, fill_of(bs, n, i));
+    }
+    t->n_blocks = need;
+    t->n_tokens = n;
+    t->live = 1;
+    m->n_tables++;
+    if (n_cached) *n_cached = 0;
+    return PL_OK;
+}
+
 pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                 int32_t n, uint64_t extra_key, int32_t *n_cached) {
+    return pl_kv_allocate_prompt_ex(m, t, token_ids, n, extra_key, n, n_cached);
+}
+
+pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                   int32_t n, uint64_t extra_key, int32_t final_tokens,
+                                   int32_t *n_cached) {
     int32_t bs = m->cfg.block_size;
     if (t->live) return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: the block table is in use");
     if (!token_ids || n < 1)
@@ -164,6 +207,7 @@ pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32
         return pl_fail(PL_ERR_INVALID_ARG,
                        "kv allocate_prompt: %d tokens need %d blocks, a sequence may hold %d",
                        (int)n, (int)need, (int)m->cfg.max_blocks_per_seq);
+    if (contiguous(m)) return reserve_prompt(m, t, n, final_tokens, n_cached);
     PL_TRY(table_arrays(m, t));
 
     int32_t hits_free = 0;
@@ -199,14 +243,18 @@ pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32
 
 /* ---- decoding: append, commit, fork, free -------------------------------------------------- */
 
+/* The block holding the table's last token (its last block, except in a contiguous
+ * reservation, whose later blocks wait empty). */
+static int32_t last_filled(const pl_block_table *t) { return (t->n_tokens - 1) / t->block_size; }
+
 static bool last_block_shared_partial(const pl_kv_manager *m, const pl_block_table *t) {
-    return t->n_tokens % t->block_size != 0 && m->pool.blocks[t->blocks[t->n_blocks - 1]].ref > 1;
+    return t->n_tokens % t->block_size != 0 && m->pool.blocks[t->blocks[last_filled(t)]].ref > 1;
 }
 
 int32_t pl_kv_append_blocks_needed(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new) {
     if (!t->live || t->swapped || n_new <= 0) return 0;
     int32_t need = pl_kv_blocks_for(m, t->n_tokens + n_new) - t->n_blocks;
-    return need + (last_block_shared_partial(m, t) ? 1 : 0);
+    return (need > 0 ? need : 0) + (last_block_shared_partial(m, t) ? 1 : 0);
 }
 
 bool pl_kv_can_append(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new) {
@@ -232,7 +280,7 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
         return pl_fail(PL_ERR_CAPACITY, "kv append_slots: need %d blocks, %d free", (int)need,
                        (int)m->pool.n_free);
     if (last_block_shared_partial(m, t)) {
-        int32_t last = t->n_blocks - 1, src = t->blocks[last];
+        int32_t last = last_filled(t), src = t->blocks[last];
         int32_t dst = pl_block_pool_alloc(&m->pool);
         PL_ASSERT(dst >= 0);
         set_fill(m, dst, m->fill[src]);
@@ -247,7 +295,7 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
         t->blocks[i] = b;
     }
     for (int32_t i = t->n_tokens / bs; i < blocks_total; i++) set_fill(m, t->blocks[i], fill_of(bs, n_total, i));
-    t->n_blocks = blocks_total;
+    if (blocks_total > t->n_blocks) t->n_blocks = blocks_total;
     t->n_tokens = n_total;
     return PL_OK;
 }
@@ -293,6 +341,8 @@ pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_ta
                        parent->live ? "swapped out" : "empty");
     if (child->live || child == parent)
         return pl_fail(PL_ERR_INVALID_ARG, "kv fork: the child table is in use");
+    if (contiguous(m))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv fork: a contiguous layout shares no blocks");
     PL_TRY(table_arrays(m, child));
     int32_t *blocks = child->blocks;
     pl_block_hash *hashes = child->hashes;
@@ -447,7 +497,7 @@ pl_status pl_kv_manager_check(const pl_kv_manager *m) {
     for (int32_t b = 0; b < m->pool.num_blocks; b++) {
         int32_t f = m->fill[b];
         bool used = m->pool.blocks[b].ref > 0;
-        if (used ? (f < 1 || f > m->cfg.block_size) : f != 0)
+        if (used ? (f < (contiguous(m) ? 0 : 1) || f > m->cfg.block_size) : f != 0)
             return pl_fail(PL_ERR_INTERNAL, "block %d: ref %d but fill %d", (int)b,
                            (int)m->pool.blocks[b].ref, (int)f);
         sum += f;

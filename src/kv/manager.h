@@ -44,6 +44,15 @@
  *    their prefix hash; the primary copies they leave behind stay in the prefix cache until
  *    evicted, and the table is re-hashed on the next commit after swap-in.
  *  - One thread, no locks.
+ *
+ * Contiguous layouts (the PagedAttention paper's Orca baselines, for benchmarks; kv/reserve.c).
+ * With policy != PL_KV_POLICY_PAGED every table holds ONE run of consecutive block ids, reserved
+ * whole at admission (first fit over block ids, so external fragmentation is real) for the
+ * sequence's maximum length (MAX), the next power of two of its final length (POW2) or exactly
+ * its final length (ORACLE). Reserved blocks count as used; the slots no token fills yet count
+ * as waste, so waste = 1 - tokens stored / reserved slots. Nothing is shared: prefix caching,
+ * fork and the swap pool are refused. A sequence that outgrows its reservation (it cannot when
+ * the final length is right) gets further blocks as in the paged layout.
  */
 #ifndef PL_KV_MANAGER_H
 #define PL_KV_MANAGER_H
@@ -54,6 +63,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+typedef enum {
+    PL_KV_POLICY_PAGED = 0,       /* blocks on demand, shared by fork and the prefix cache */
+    PL_KV_POLICY_MAX,             /* contiguous: reserve max_seq_tokens per sequence */
+    PL_KV_POLICY_POW2,            /* contiguous: the next power of two >= the final length */
+    PL_KV_POLICY_ORACLE,          /* contiguous: exactly the final length */
+} pl_kv_policy;
+
 typedef struct {
     int32_t block_size;           /* tokens per block (16 is vLLM's default) */
     int32_t num_blocks;           /* primary pool blocks */
@@ -62,6 +78,9 @@ typedef struct {
     double watermark;             /* fraction of primary blocks admission keeps free (0.01) */
     int enable_prefix_caching;    /* 0 = no hashes, no hits */
     uint64_t hash_seed;           /* XXH3 seed of prefix hashes */
+    pl_kv_policy policy;          /* allocation layout (PAGED = 0) */
+    int32_t max_seq_tokens;       /* a sequence's maximum length, for MAX and as the cap of
+                                     POW2 (0 = max_blocks_per_seq * block_size) */
 } pl_kv_manager_config;
 
 typedef struct {
@@ -143,6 +162,25 @@ int32_t pl_kv_probe_prefix(pl_kv_manager *m, const int32_t *token_ids, int32_t n
  * admission check's business, not this call's. */
 pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                 int32_t n, uint64_t extra_key, int32_t *n_cached);
+/* The same, knowing the sequence's final length (prompt + max output tokens, >= n): contiguous
+ * policies reserve for it (one run of pl_kv_admit_blocks blocks); the paged layout ignores it. */
+pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                   int32_t n, uint64_t extra_key, int32_t final_tokens,
+                                   int32_t *n_cached);
+
+/* kv/reserve.c. Token slots a new table of n tokens (final length final_tokens) takes at
+ * admission: n when paged, else the policy's reservation (never below n). */
+int32_t pl_kv_reserve_tokens(const pl_kv_manager *m, int32_t n, int32_t final_tokens);
+/* Blocks of that reservation. */
+int32_t pl_kv_admit_blocks(const pl_kv_manager *m, int32_t n, int32_t final_tokens);
+/* First fit: the lowest block id starting n_blocks consecutive free primary blocks, or -1. A
+ * free block still holding a prefix hash counts as free (contiguous layouts hash nothing). */
+int32_t pl_kv_first_fit(const pl_kv_manager *m, int32_t n_blocks);
+/* Longest run of consecutive free primary blocks (external fragmentation = free - this). */
+int32_t pl_kv_largest_free_run(const pl_kv_manager *m);
+/* Sum of every used primary block's ref count: the blocks the live resident tables would hold
+ * if nothing were shared (parallel sampling, beams, prefix hits). O(num_blocks). */
+int64_t pl_kv_block_refs(const pl_kv_manager *m);
 
 /* Blocks append_slots(t, n_new) would take from the free queue (copy-on-write included). */
 int32_t pl_kv_append_blocks_needed(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new);
