@@ -166,6 +166,9 @@ typedef struct {
     double peak_waste, mean_waste;       /* waste as above: highest; 1 - sum tokens / sum used
                                             slots over the samples (memory-weighted mean) */
     double mean_token_fraction;          /* tokens stored / all slots of the pool, mean */
+    double mean_reserved;                /* contiguous: of the used slots, those reserved for
+                                            tokens still to come (sum / sum); the rest of the
+                                            waste is internal fragmentation */
     int32_t peak_blocks_used;
     int64_t block_refs;                  /* now: blocks held counting shared ones per holder */
     double mean_sharing_saved;           /* 1 - sum blocks used / sum block refs over the

@@ -170,6 +170,8 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, double elapsed
     json_object_set_new(j, "mean_waste_pct", json_real(100 * s->mean_waste));
     json_object_set_new(j, "peak_waste_pct", json_real(100 * s->peak_waste));
     json_object_set_new(j, "mean_token_fraction_pct", json_real(100 * s->mean_token_fraction));
+    json_object_set_new(j, "mean_reserved_pct", json_real(100 * s->mean_reserved));
+    json_object_set_new(j, "mean_fragmentation_pct", json_real(100 * (s->mean_waste - s->mean_reserved)));
     json_object_set_new(j, "preemptions", json_integer((json_int_t)s->preemptions));
     json_object_set_new(j, "swaps_out", json_integer((json_int_t)s->swaps_out));
     json_object_set_new(j, "sharing_saved_pct", json_real(100 * s->mean_sharing_saved));

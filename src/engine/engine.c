@@ -497,6 +497,7 @@ static void sample_kv(pl_engine *e) {
     e->kv_slots_sum += slots;
     e->kv_blocks_sum += k.blocks_used;
     e->kv_refs_sum += (double)refs;
+    e->kv_future_sum += (double)k.reserved_future;
     pthread_mutex_unlock(&e->inbox_mu);
 }
 
@@ -611,6 +612,7 @@ void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
         s->mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
         s->mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
         s->peak_blocks_used = e->kv_peak_blocks;
+        s->mean_reserved = e->kv_slots_sum > 0 ? e->kv_future_sum / e->kv_slots_sum : 0;
         s->mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
     }
     pthread_mutex_unlock(&e->inbox_mu);

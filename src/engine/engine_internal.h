@@ -59,7 +59,7 @@ struct pl_engine {
     /* KV memory samples, one per step that runs the model (see pl_engine_stats). */
     uint64_t kv_samples;
     double kv_usage_sum, kv_usage_peak, kv_waste_peak;
-    double kv_tokens_sum, kv_slots_sum, kv_blocks_sum, kv_refs_sum;
+    double kv_tokens_sum, kv_slots_sum, kv_blocks_sum, kv_refs_sum, kv_future_sum;
     int32_t kv_peak_blocks;
 };
 

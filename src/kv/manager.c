@@ -185,6 +185,9 @@ static pl_status reserve_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, 
     t->n_blocks = need;
     t->n_tokens = n;
     t->live = 1;
+    int64_t until = final_tokens < (int64_t)need * bs ? final_tokens : (int64_t)need * bs;
+    t->reserved_future = until > n ? (int32_t)(until - n) : 0;
+    m->reserved_future += t->reserved_future;
     m->n_tables++;
     if (n_cached) *n_cached = 0;
     return PL_OK;
@@ -296,6 +299,9 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
     }
     for (int32_t i = t->n_tokens / bs; i < blocks_total; i++) set_fill(m, t->blocks[i], fill_of(bs, n_total, i));
     if (blocks_total > t->n_blocks) t->n_blocks = blocks_total;
+    int32_t filled = n_new < t->reserved_future ? n_new : t->reserved_future;
+    t->reserved_future -= filled;
+    m->reserved_future -= filled;
     t->n_tokens = n_total;
     return PL_OK;
 }
@@ -366,6 +372,7 @@ void pl_kv_free(pl_kv_manager *m, pl_block_table *t) {
         else drop_primary(m, t->blocks[i]);
     }
     m->n_tables--;
+    m->reserved_future -= t->reserved_future;
     table_arrays_free(t);
 }
 
@@ -481,6 +488,7 @@ void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s) {
     s->swap_total = m->swap.num_blocks;
     s->swap_used = m->swap.num_blocks - m->swap.n_free;
     s->n_tables = m->n_tables;
+    s->reserved_future = m->reserved_future;
 }
 
 pl_status pl_kv_manager_check(const pl_kv_manager *m) {

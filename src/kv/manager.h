@@ -96,6 +96,8 @@ typedef struct {
     uint64_t extra_key;       /* extra prefix-hash key (cache salt, adapter); set at allocation */
     int live;                 /* 1 while the table holds blocks (counted by the manager) */
     int swapped;              /* 1 while its blocks are in the swap pool */
+    int32_t reserved_future;  /* contiguous: reserved slots kept for tokens still to come, up to
+                                 the final length (the rest of the reservation is fragmentation) */
 } pl_block_table;
 
 typedef struct {
@@ -122,6 +124,7 @@ typedef struct {
     int32_t swap_total;        /* swap pool size */
     int32_t swap_used;         /* swap blocks in use */
     int32_t n_tables;          /* live block tables */
+    int64_t reserved_future;   /* contiguous: empty reserved slots that tokens will still fill */
 } pl_kv_stats;
 
 typedef struct {
@@ -136,6 +139,7 @@ typedef struct {
     uint64_t prefix_queries;  /* prompt tokens looked up */
     uint64_t prefix_hits;     /* prompt tokens hit */
     uint64_t dedups;          /* blocks deduplicated at commit */
+    int64_t reserved_future;  /* sum of the live tables' reserved_future */
 } pl_kv_manager;
 
 pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg);
