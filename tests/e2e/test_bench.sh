@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# End-to-end checks of `pagellm bench throughput` and `pagellm bench serve` with stories260K:
+# the JSON lines carry every field the docs promise, workloads are honoured (output tokens =
+# the drawn lengths), each KV layout runs, and usage errors exit 2. Never checks speed.
+source "$(dirname "$0")/server_lib.sh"
+
+# fields FILE KEY...: every key is present in the JSON line in FILE
+fields() {
+    local f=$1
+    shift
+    python3 - "$f" "$@" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+missing = [k for k in sys.argv[2:] if k not in d]
+assert not missing, missing
+PY
+}
+
+# ---- bench throughput ----
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:20:12 --num-prompts 16 -t 1 \
+    --kv-cache-memory 2M --seed 3 --output "$TMP/tp.jsonl" >"$TMP/tp.out" 2>"$TMP/tp.err"
+check "throughput exit" test $? -eq 0
+check "throughput fields" fields "$TMP/tp.out" requests_per_s total_tokens_per_s \
+    output_tokens_per_s peak_kv_usage_pct mean_waste_pct peak_waste_pct preemptions \
+    mean_kv_usage_pct mean_token_fraction_pct sharing_saved_pct ttft_ms elapsed_s errors
+check "throughput --output appends the same line" cmp -s "$TMP/tp.out" "$TMP/tp.jsonl"
+check "fixed workload: 16 x 12 output tokens, 16 x 20 input" python3 -c "
+import json; d = json.load(open('$TMP/tp.out'))
+assert d['output_tokens'] == 192 and d['input_tokens'] == 320 and d['errors'] == 0, d"
+
+for r in max pow2 oracle; do
+    "$PL_BINARY" bench throughput -m "$MODEL" --dataset alpaca --num-prompts 12 -t 1 \
+        --kv-cache-memory 2M --max-model-len 256 --kv-layout contiguous --reserve $r \
+        >"$TMP/c.out" 2>"$TMP/c.err"
+    check "contiguous $r runs" python3 -c "
+import json; d = json.load(open('$TMP/c.out'))
+assert d['allocation'] == '$r' and d['errors'] == 0 and d['completed'] == 12, d
+assert 0 < d['mean_waste_pct'] < 100 and d['prefix_caching'] is False, d"
+done
+# parallel sampling shares the prompt's blocks
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:64:8 --num-prompts 4 --n 4 -t 1 \
+    --kv-cache-memory 2M >"$TMP/n.out" 2>"$TMP/n.err"
+check "parallel sampling saves memory" python3 -c "
+import json; d = json.load(open('$TMP/n.out'))
+assert d['sharing_saved_pct'] > 30 and d['generated_tokens'] == 4 * 4 * 8, d"
+
+"$PL_BINARY" bench throughput --dataset alpaca >/dev/null 2>&1
+check "throughput without -m exits 2" test $? -eq 2
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:1 >/dev/null 2>"$TMP/e"
+check "bad dataset exits 1 naming it" grep -q -- "--dataset" "$TMP/e"
+"$PL_BINARY" bench throughput -m "$MODEL" --kv-layout striped >/dev/null 2>&1
+check "bad --kv-layout exits 2" test $? -eq 2
+
+# ---- bench serve against pagellm serve ----
+start_server
+"$PL_BINARY" bench serve --base-url "$BASE" --model stories --dataset alpaca --num-prompts 12 \
+    --request-rate 50 --vocab-size 512 --max-total 256 --seed 1 >"$TMP/sv.out" 2>"$TMP/sv.err"
+check "serve exit" test $? -eq 0
+check "serve fields" fields "$TMP/sv.out" request_throughput output_throughput ttft_ms tpot_ms \
+    itl_ms e2e_ms normalized_latency_s_per_token normalized_latency errors completed \
+    length_mismatches request_rate duration_s
+check "serve: all completed, every length honoured" python3 -c "
+import json; d = json.load(open('$TMP/sv.out'))
+assert d['completed'] == 12 and d['errors'] == 0 and d['length_mismatches'] == 0, d
+for k in ('ttft_ms', 'e2e_ms'):
+    s = d[k]; assert s['n'] == 12 and 0 < s['p50'] <= s['p90'] <= s['p99'] <= s['max'], s"
+stop_server
+"$PL_BINARY" bench serve --base-url "$BASE" --model stories --num-prompts 2 --vocab-size 512 \
+    --timeout 5 >"$TMP/down.out" 2>"$TMP/down.err"
+check "server gone: every request fails, exit 1" test $? -eq 1
+"$PL_BINARY" bench serve --model x >/dev/null 2>&1
+check "serve without --base-url exits 2" test $? -eq 2
+"$PL_BINARY" bench serve --base-url "$BASE" --model x --request-rate fast >/dev/null 2>&1
+check "bad --request-rate exits 2" test $? -eq 2
+finish
