@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Reproduce the PagedAttention paper's evaluation with pagellm (issue 6), bounded to minutes.
+# Writes JSON lines into $OUT (default bench/results/): layouts.jsonl, serve.jsonl,
+# block_size.jsonl, preempt.jsonl, sharing.jsonl, prefix.jsonl, machine.txt. Then run
+# bench/plot.sh to draw the charts.
+#
+#   MODEL=/work/models/llama110m-q8_0.gguf LLAMA_SERVER=/path/to/llama-server bash bench/run_paper.sh [parts]
+#
+# parts: any of layouts serve blocks preempt sharing prefix (default: all). Environment:
+#   MODEL         GGUF model (required to exist; both systems load the same file)
+#   LLAMA_SERVER  llama.cpp's llama-server binary; the peer is skipped when unset
+#   PL            the pagellm binary (build/pagellm)
+#   THREADS       threads of each system (1: robust on a shared machine)
+#   KV_MEM        KV budget of every pagellm run (96M); llama-server gets the same in tokens
+#   N_LAYOUT N_SERVE N_ABL   prompts per run (32, 24, 48)
+#   RATES         request rates of the serving sweep ("0.1 0.2 0.4 0.8")
+# Servers bind 127.0.0.1 only and are killed on exit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:-/work/models/llama110m-q8_0.gguf}
+PL=${PL:-build/pagellm}
+OUT=${OUT:-bench/results}
+THREADS=${THREADS:-1}
+KV_MEM=${KV_MEM:-96M}
+N_LAYOUT=${N_LAYOUT:-32}
+N_SERVE=${N_SERVE:-24}
+N_ABL=${N_ABL:-48}
+RATES=${RATES:-"0.1 0.2 0.4 0.8"}
+PARTS=${*:-layouts serve blocks preempt sharing prefix}
+mkdir -p "$OUT"
+[ -f "$MODEL" ] || { echo "run_paper: no model at $MODEL" >&2; exit 1; }
+[ -x "$PL" ] || { echo "run_paper: no pagellm binary at $PL (build first)" >&2; exit 1; }
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; PIDS=(); }
+trap cleanup EXIT INT TERM
+
+{
+    echo "date: $(date -u +%FT%TZ)"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+    echo "memory: $(free -g | awk '/Mem:/ {print $2 " GiB"}')"
+    echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "model: $MODEL; threads: $THREADS; kv budget: $KV_MEM"
+} >"$OUT/machine.txt"
+
+tp() { "$PL" bench throughput -m "$MODEL" -t "$THREADS" --kv-cache-memory "$KV_MEM" "$@"; }
+
+# KV tokens of the budget and the model length, from `pagellm inspect` (K and V, f16, per layer)
+kv_tokens() {
+    "$PL" inspect "$MODEL" | awk -v mem="$KV_MEM" '
+        $1 == "context_length" {ctx = $2} $1 == "embedding_length" {d = $2}
+        $1 == "block_count" {l = $2} $1 == "attention.head_count" {h = $2}
+        $1 == "attention.head_count_kv" {kh = $2}
+        END {
+            u = toupper(substr(mem, length(mem))); b = mem + 0
+            if (u == "K") b *= 1024; else if (u == "M") b *= 1048576; else if (u == "G") b *= 1073741824
+            if (!kh) kh = h
+            print int(b / (2 * l * kh * (d / h) * 2)), ctx
+        }'
+}
+
+# ---- 1. memory and throughput per KV layout (paper Fig. 2 and 12/13, offline) ----
+if [[ " $PARTS " == *" layouts "* ]]; then
+    : >"$OUT/layouts.jsonl"
+    for ds in sharegpt alpaca; do
+        tp --dataset $ds --num-prompts "$N_LAYOUT" --seed 1 --label "paged $ds" --output "$OUT/layouts.jsonl" >/dev/null
+        for r in oracle pow2 max; do
+            tp --dataset $ds --num-prompts "$N_LAYOUT" --seed 1 --kv-layout contiguous --reserve $r \
+               --label "$r $ds" --output "$OUT/layouts.jsonl" >/dev/null
+        done
+    done
+fi
+
+# ---- 2. serving: normalized latency against request rate, pagellm and llama-server ----
+wait_http() { # wait_http URL PID
+    for _ in $(seq 1 600); do
+        curl -sf "$1" >/dev/null 2>&1 && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+serve_sweep() { # serve_sweep SYSTEM PORT
+    for rate in $RATES; do
+        "$PL" bench serve --base-url "http://127.0.0.1:$2" --model m --dataset sharegpt \
+            --num-prompts "$N_SERVE" --request-rate "$rate" --seed 2 --max-total "$CTX" \
+            --label "$1" --output "$OUT/serve.jsonl" >/dev/null || echo "run_paper: $1 at $rate failed" >&2
+    done
+}
+if [[ " $PARTS " == *" serve "* ]]; then
+    : >"$OUT/serve.jsonl"
+    read -r TOK CTX < <(kv_tokens)
+    PORT=$((20000 + RANDOM % 20000))
+    "$PL" serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name m -t "$THREADS" \
+        --kv-cache-memory "$KV_MEM" >"$OUT/pagellm_serve.log" 2>&1 &
+    PIDS+=($!)
+    wait_http "http://127.0.0.1:$PORT/v1/models" "${PIDS[-1]}" && serve_sweep pagellm "$PORT"
+    cleanup
+    if [ -n "${LLAMA_SERVER:-}" ]; then
+        # Same GGUF, threads and KV tokens; llama.cpp splits its context over -np slots and each
+        # slot must hold the longest request (the model length), so slots = tokens / ctx.
+        NP=$((TOK / CTX)); [ "$NP" -lt 1 ] && NP=1
+        echo "llama-server: -c $TOK -np $NP (KV $KV_MEM = $TOK tokens, $CTX per slot)" >>"$OUT/machine.txt"
+        PORT=$((20000 + RANDOM % 20000))
+        "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" -tb "$THREADS" \
+            -c "$TOK" -np "$NP" -cb >"$OUT/llama_server.log" 2>&1 &
+        PIDS+=($!)
+        wait_http "http://127.0.0.1:$PORT/health" "${PIDS[-1]}" && serve_sweep "llama.cpp" "$PORT"
+        cleanup
+    fi
+fi
+
+# ---- 3. ablations ----
+if [[ " $PARTS " == *" blocks "* ]]; then # block size (paper Fig. 18b)
+    : >"$OUT/block_size.jsonl"
+    for bs in 1 8 16 32 64 128 256; do
+        tp --dataset alpaca --num-prompts "$N_ABL" --seed 3 --block-size $bs \
+           --label "block $bs" --output "$OUT/block_size.jsonl" >/dev/null
+    done
+fi
+if [[ " $PARTS " == *" preempt "* ]]; then # recompute against swap (paper Fig. 19), a tight budget
+    : >"$OUT/preempt.jsonl"
+    for bs in 16 64 256; do
+        tp --dataset sharegpt --num-prompts "$N_ABL" --seed 4 --block-size $bs --kv-cache-memory 24M \
+           --max-output 256 --label "recompute $bs" --output "$OUT/preempt.jsonl" >/dev/null
+        tp --dataset sharegpt --num-prompts "$N_ABL" --seed 4 --block-size $bs --kv-cache-memory 24M \
+           --max-output 256 --preemption-mode swap --swap-space 256M --label "swap $bs" \
+           --output "$OUT/preempt.jsonl" >/dev/null
+    done
+fi
+if [[ " $PARTS " == *" sharing "* ]]; then # parallel sampling and beam search (paper Fig. 15)
+    : >"$OUT/sharing.jsonl"
+    for k in 2 4 6; do
+        tp --dataset alpaca --num-prompts 16 --seed 5 --n $k --label "parallel $k" \
+           --output "$OUT/sharing.jsonl" >/dev/null
+        tp --dataset alpaca --num-prompts 16 --seed 5 --beam-width $k --label "beam $k" \
+           --output "$OUT/sharing.jsonl" >/dev/null
+    done
+fi
+if [[ " $PARTS " == *" prefix "* ]]; then # a shared 1000-token prefix (paper Fig. 16/17)
+    : >"$OUT/prefix.jsonl"
+    for pc in --enable-prefix-caching --no-prefix-caching; do
+        PORT=$((20000 + RANDOM % 20000))
+        "$PL" serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name m -t "$THREADS" \
+            --kv-cache-memory "$KV_MEM" $pc >"$OUT/prefix_serve.log" 2>&1 &
+        PIDS+=($!)
+        if wait_http "http://127.0.0.1:$PORT/v1/models" "${PIDS[-1]}"; then
+            "$PL" bench serve --base-url "http://127.0.0.1:$PORT" --model m --dataset fixed:40:16 \
+                --shared-prefix 1000 --num-prompts 12 --request-rate 0.5 --seed 6 \
+                --label "prefix ${pc#--}" --output "$OUT/prefix.jsonl" >/dev/null
+        fi
+        cleanup
+    done
+fi
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
+echo "run_paper: results in $OUT" >&2
