@@ -21,6 +21,7 @@ enum {
     PL_OPT_PREFIX_ON,
     PL_OPT_PREFIX_OFF,
     PL_OPT_THREADS,
+    PL_OPT_SWAPFILE,
     PL_ENGINE_OPT_END,
 };
 
@@ -36,7 +37,8 @@ enum {
         {"enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_ON},                             \
         {"no-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                                \
         {"no-enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                         \
-        {"threads", required_argument, 0, PL_OPT_THREADS}
+        {"threads", required_argument, 0, PL_OPT_THREADS},                                       \
+        {"swap-file", required_argument, 0, PL_OPT_SWAPFILE}
 
 extern const char PL_ENGINE_FLAGS_HELP[];
 
