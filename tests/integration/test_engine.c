@@ -368,6 +368,49 @@ static void test_refusals(void **state) {
     pl_engine_destroy(e);
 }
 
+/* Greedy, seeded parallel sampling, best_of and beam search in one batch give what each gives
+ * alone. */
+static void submit_mixed(pl_engine *e, int which, uint64_t *id) {
+    pl_request_params p;
+    greedy_params(&p, 24);
+    switch (which) {
+    case 1: p.sampling.temperature = 0.8f; p.n = 3; p.has_seed = 1; p.seed = 11; break;
+    case 2: p.sampling.temperature = 1.0f; p.n = 2; p.best_of = 4; p.has_seed = 1; p.seed = 12; break;
+    case 3: p.use_beam_search = 1; p.best_of = 3; p.n = 2; p.ignore_eos = 0; break;
+    default: break;
+    }
+    assert_int_equal(pl_engine_add_request(e, PROMPTS[which], NULL, 0, &p, id), PL_OK);
+}
+
+static void test_mixed_methods_in_one_batch(void **state) {
+    (void)state;
+    static result alone[4], mixed[4];
+    memset(alone, 0, sizeof alone);
+    memset(mixed, 0, sizeof mixed);
+    for (int w = 0; w < 4; w++) {
+        pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+        uint64_t id;
+        submit_mixed(e, w, &id);
+        run_all(e, &id, &alone[w], 1);
+        pl_engine_destroy(e);
+    }
+    pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    uint64_t ids[4];
+    for (int w = 0; w < 4; w++) submit_mixed(e, w, &ids[w]);
+    run_all(e, ids, mixed, 4);
+    for (int w = 0; w < 4; w++)
+        for (int k = 0; k < RES_MAX_N; k++) {
+            assert_int_equal(alone[w].n_ids[k], mixed[w].n_ids[k]);
+            assert_memory_equal(alone[w].ids[k], mixed[w].ids[k],
+                                (size_t)alone[w].n_ids[k] * sizeof(int32_t));
+            assert_string_equal(alone[w].text[k], mixed[w].text[k]);
+        }
+    assert_int_equal(mixed[1].n_ids[2], 24); /* the three samples of request 1 */
+    assert_true(mixed[3].n_ids[1] > 0);      /* two beams returned */
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_text),
@@ -379,6 +422,7 @@ int main(void) {
         cmocka_unit_test(test_abort_frees_blocks),
         cmocka_unit_test(test_stop_rules),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_mixed_methods_in_one_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
