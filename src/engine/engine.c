@@ -60,6 +60,8 @@ const char *pl_finish_reason_name(pl_finish_reason r) {
     return NULL;
 }
 
+static void take_snapshot(pl_engine *e);
+
 /* ---- create / destroy ---- */
 
 static pl_status check_config(const pl_engine_config *c) {
@@ -156,6 +158,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     pthread_mutex_init(&e->inbox_mu, NULL);
     pthread_cond_init(&e->inbox_cv, NULL);
     pthread_mutex_init(&e->reg_mu, NULL);
+    pthread_mutex_init(&e->stats_mu, NULL);
     pl_idmap_init(&e->groups);
     pl_idmap_init(&e->channels);
     e->next_id = 1;
@@ -183,6 +186,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         pl_engine_destroy(e);
         return st;
     }
+    take_snapshot(e);
     *out = e;
     return PL_OK;
 }
@@ -234,6 +238,7 @@ void pl_engine_destroy(pl_engine *e) {
     pthread_mutex_destroy(&e->inbox_mu);
     pthread_cond_destroy(&e->inbox_cv);
     pthread_mutex_destroy(&e->reg_mu);
+    pthread_mutex_destroy(&e->stats_mu);
     free(e);
 }
 
@@ -463,7 +468,15 @@ static void drain_inbox(pl_engine *e) {
     if (ids != stack_ids) free(ids);
 }
 
+static pl_status step(pl_engine *e);
+
 pl_status pl_engine_step(pl_engine *e) {
+    pl_status st = step(e);
+    take_snapshot(e);
+    return st;
+}
+
+static pl_status step(pl_engine *e) {
     drain_inbox(e);
     pl_scheduler *s = &e->sched;
     PL_TRY(pl_scheduler_schedule(s));
@@ -538,29 +551,41 @@ pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_o
     return PL_OK;
 }
 
-void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
-    memset(s, 0, sizeof *s);
+/* Engine thread: refresh the snapshot other threads read. */
+static void take_snapshot(pl_engine *e) {
+    pl_engine_stats s;
+    memset(&s, 0, sizeof s);
     pl_kv_stats k;
     pl_kv_get_stats(&e->mgr, &k);
-    s->running = e->sched.running.n;
-    s->waiting = e->sched.waiting.n;
-    s->swapped = e->sched.swapped.n;
-    s->blocks_total = k.blocks_total;
-    s->blocks_used = k.blocks_used;
-    s->blocks_cached = k.blocks_cached;
-    s->swap_total = k.swap_total;
-    s->swap_used = k.swap_used;
-    s->kv_usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
-    s->waste = k.waste;
-    s->tokens_stored = k.tokens_stored;
-    s->prefix_queries = k.prefix_queries;
-    s->prefix_hits = k.prefix_hits;
-    s->preemptions = e->sched.preemptions;
-    s->swaps_out = e->sched.swaps_out;
-    s->prompt_tokens = e->prompt_tokens;
-    s->generation_tokens = e->generation_tokens;
-    s->requests_finished = e->requests_finished;
-    s->steps = e->steps;
+    s.running = e->sched.running.n;
+    s.waiting = e->sched.waiting.n;
+    s.swapped = e->sched.swapped.n;
+    s.blocks_total = k.blocks_total;
+    s.blocks_used = k.blocks_used;
+    s.blocks_cached = k.blocks_cached;
+    s.swap_total = k.swap_total;
+    s.swap_used = k.swap_used;
+    s.kv_usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
+    s.waste = k.waste;
+    s.tokens_stored = k.tokens_stored;
+    s.prefix_queries = k.prefix_queries;
+    s.prefix_hits = k.prefix_hits;
+    s.preemptions = e->sched.preemptions;
+    s.swaps_out = e->sched.swaps_out;
+    s.prompt_tokens = e->prompt_tokens;
+    s.generation_tokens = e->generation_tokens;
+    s.requests_finished = e->requests_finished;
+    s.steps = e->steps;
+    pthread_mutex_lock(&e->stats_mu);
+    e->snapshot = s;
+    pthread_mutex_unlock(&e->stats_mu);
+}
+
+/* Any thread: the snapshot of the last step, plus requests still in the inbox. */
+void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
+    pthread_mutex_lock(&e->stats_mu);
+    *s = e->snapshot;
+    pthread_mutex_unlock(&e->stats_mu);
     pthread_mutex_lock(&e->inbox_mu);
     s->waiting += e->inbox_n;
     pthread_mutex_unlock(&e->inbox_mu);

@@ -54,8 +54,11 @@ struct pl_engine {
     uint64_t next_id;
     pthread_mutex_t reg_mu;     /* guards `channels` */
     pl_idmap channels;          /* id -> pl_out_channel* while a client may poll */
-    /* Counters (engine thread writes; stats reads under inbox_mu for a consistent picture). */
+    /* Counters, written by the engine thread only. */
     uint64_t prompt_tokens, generation_tokens, requests_finished, steps;
+    /* A copy of the stats taken by the engine thread after every step, for other threads. */
+    pthread_mutex_t stats_mu;
+    pl_engine_stats snapshot;
 };
 
 double pl_now(void);
