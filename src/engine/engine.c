@@ -376,8 +376,12 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     g->arrival = pl_now();
     pl_detok_init(&q->detok, e->model->tok, g->params.skip_special_tokens, 0);
 
+    /* The waiting queue belongs to the engine thread: bound by its count at the last step. */
+    pthread_mutex_lock(&e->stats_mu);
+    int32_t waiting = e->snapshot.waiting;
+    pthread_mutex_unlock(&e->stats_mu);
     pthread_mutex_lock(&e->inbox_mu);
-    if (e->cfg.max_waiting > 0 && e->inbox_n + e->sched.waiting.n >= e->cfg.max_waiting) {
+    if (e->cfg.max_waiting > 0 && e->inbox_n + waiting >= e->cfg.max_waiting) {
         pthread_mutex_unlock(&e->inbox_mu);
         pl_group_free(g);
         return pl_fail(PL_ERR_CAPACITY, "the queue is full (%d requests waiting)",
