@@ -130,7 +130,8 @@ typedef struct {
     pl_finish_reason finish;     /* set in the delta that ends the completion */
     int32_t stop_token;          /* the stop token id that ended it, or -1 */
     char *stop_str;              /* the stop string that ended it, or NULL */
-    double cumulative_logprob;   /* of the whole completion so far */
+    double cumulative_logprob;   /* of the whole completion so far; NaN unless logprobs were
+                                    asked or best_of / beam search ranked by it */
 } pl_completion_delta;
 
 typedef struct {

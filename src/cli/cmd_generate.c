@@ -11,6 +11,7 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,9 +231,11 @@ json_t *pl_gen_choice_json(const pl_server_choice *c, int with_logprobs) {
     }
     size_t len;
     char *text = pl_server_utf8_sanitize(c->text ? c->text : "", c->len, &len);
-    json_t *o = json_pack("{s:o,s:s%,s:s,s:o,s:f}", "ids", ids, "text", text, len,
-                          "finish_reason", pl_finish_reason_name(c->finish) ? pl_finish_reason_name(c->finish) : "length",
-                          "logprobs", lp, "cumulative_logprob", c->cum_logprob);
+    const char *fin = pl_finish_reason_name(c->finish);
+    json_t *o = json_pack("{s:o,s:s%,s:s,s:o,s:o}", "ids", ids, "text", text, len,
+                          "finish_reason", fin ? fin : "length", "logprobs", lp,
+                          "cumulative_logprob",
+                          isnan(c->cum_logprob) ? json_null() : json_real(c->cum_logprob));
     free(text);
     return o;
 }

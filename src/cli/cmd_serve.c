@@ -142,7 +142,16 @@ int pl_cmd_serve(int argc, char **argv) {
     char path[4096];
     if (pl_cli_resolve_model(o.model, path, sizeof path)) return 1;
     o.eng.model_path = path;
-    if (!o.srv.served_model_name) o.srv.served_model_name = o.model;
+    /* Default name: the -m argument, or for a path its file name without ".gguf" (clients then
+     * say "stories260K", whichever way the model was found). */
+    char name[256];
+    if (!o.srv.served_model_name) {
+        const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
+        size_t n = strlen(base);
+        if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
+        snprintf(name, sizeof name, "%.*s", (int)(n < 255 ? n : 255), base);
+        o.srv.served_model_name = name;
+    }
     o.srv.model_path = path;
 
     /* Block the stop signals before any thread exists so only sigwait below takes them. */

@@ -13,6 +13,7 @@ const char PL_ENGINE_FLAGS_HELP[] =
     "      --kv-cache-memory B        KV cache budget, e.g. 512M, 2G (1G); sets the block count\n"
     "      --kv-cache-dtype T         f16 (default) or f32\n"
     "      --swap-space B             swap pool for preempted requests (a bare number is GiB)\n"
+    "      --swap-file PATH           keep the swap pool in this file (created; default: RAM)\n"
     "      --preemption-mode M        recompute (default) or swap (needs --swap-space)\n"
     "      --max-num-seqs N           sequences per step (128)\n"
     "      --max-num-batched-tokens N tokens per step (512); longer prompts are chunked\n"
@@ -75,6 +76,7 @@ int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_c
         if (pl_arg_int(cmd, "--max-model-len", arg, 1, 1 << 24, &v)) return 2;
         c->max_model_len = (int32_t)v;
         return 0;
+    case PL_OPT_SWAPFILE: c->swap_path = arg; return 0;
     case PL_OPT_PREFIX_ON: c->enable_prefix_caching = 1; return 0;
     case PL_OPT_PREFIX_OFF: c->enable_prefix_caching = 0; return 0;
     case PL_OPT_KVLAYOUT:

@@ -23,6 +23,7 @@ enum {
     PL_OPT_THREADS,
     PL_OPT_KVLAYOUT,
     PL_OPT_RESERVE,
+    PL_OPT_SWAPFILE,
     PL_ENGINE_OPT_END,
 };
 
@@ -40,7 +41,8 @@ enum {
         {"no-enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                         \
         {"threads", required_argument, 0, PL_OPT_THREADS},                                       \
         {"kv-layout", required_argument, 0, PL_OPT_KVLAYOUT},                                    \
-        {"reserve", required_argument, 0, PL_OPT_RESERVE}
+        {"reserve", required_argument, 0, PL_OPT_RESERVE},                                       \
+        {"swap-file", required_argument, 0, PL_OPT_SWAPFILE}
 
 extern const char PL_ENGINE_FLAGS_HELP[];
 

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int streams(const pl_seq_group *g);
+
 /* ---- sequences ---- */
 
 static int32_t n_top_of(const pl_seq_group *g) {
@@ -226,8 +228,10 @@ static void sample_seq(pl_engine *e, pl_seq *q, const float *logits) {
     }
     int32_t id = pl_sample(e->sampler, &g->params.sampling, work, g->prompt, g->n_prompt,
                            q->tokens + g->n_prompt, n_out, &q->rng);
+    /* The chosen token's log-probability costs a pass over the vocabulary: only when asked or
+     * when best_of ranks by it (as vLLM, the cumulative log-probability is NaN otherwise). */
     pl_token_logprob top[1025];
-    float lp = token_logprobs(e, g, logits, id, top);
+    float lp = g->params.logprobs >= 0 || !streams(g) ? token_logprobs(e, g, logits, id, top) : NAN;
     seq_push(e, q, id, lp, top);
     check_stop(e, q, id);
 }

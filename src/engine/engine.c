@@ -60,6 +60,8 @@ const char *pl_finish_reason_name(pl_finish_reason r) {
     return NULL;
 }
 
+static void take_snapshot(pl_engine *e);
+
 /* ---- create / destroy ---- */
 
 static pl_status check_config(const pl_engine_config *c) {
@@ -169,6 +171,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     pthread_mutex_init(&e->inbox_mu, NULL);
     pthread_cond_init(&e->inbox_cv, NULL);
     pthread_mutex_init(&e->reg_mu, NULL);
+    pthread_mutex_init(&e->stats_mu, NULL);
     pl_idmap_init(&e->groups);
     pl_idmap_init(&e->channels);
     e->next_id = 1;
@@ -196,6 +199,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         pl_engine_destroy(e);
         return st;
     }
+    take_snapshot(e);
     *out = e;
     return PL_OK;
 }
@@ -247,6 +251,7 @@ void pl_engine_destroy(pl_engine *e) {
     pthread_mutex_destroy(&e->inbox_mu);
     pthread_cond_destroy(&e->inbox_cv);
     pthread_mutex_destroy(&e->reg_mu);
+    pthread_mutex_destroy(&e->stats_mu);
     free(e);
 }
 
@@ -388,8 +393,12 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     g->arrival = pl_now();
     pl_detok_init(&q->detok, e->model->tok, g->params.skip_special_tokens, 0);
 
+    /* The waiting queue belongs to the engine thread: bound by its count at the last step. */
+    pthread_mutex_lock(&e->stats_mu);
+    int32_t waiting = e->snapshot.waiting;
+    pthread_mutex_unlock(&e->stats_mu);
     pthread_mutex_lock(&e->inbox_mu);
-    if (e->cfg.max_waiting > 0 && e->inbox_n + e->sched.waiting.n >= e->cfg.max_waiting) {
+    if (e->cfg.max_waiting > 0 && e->inbox_n + waiting >= e->cfg.max_waiting) {
         pthread_mutex_unlock(&e->inbox_mu);
         pl_group_free(g);
         return pl_fail(PL_ERR_CAPACITY, "the queue is full (%d requests waiting)",
@@ -480,14 +489,13 @@ static void drain_inbox(pl_engine *e) {
     if (ids != stack_ids) free(ids);
 }
 
-/* One KV memory sample: the step's blocks are all allocated now, none freed yet. */
+/* Engine thread: one KV memory sample; the step's blocks are all allocated now, none freed yet. */
 static void sample_kv(pl_engine *e) {
     pl_kv_stats k;
     pl_kv_get_stats(&e->mgr, &k);
     double usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
     double slots = (double)k.blocks_used * e->mgr.cfg.block_size;
     int64_t refs = pl_kv_block_refs(&e->mgr);
-    pthread_mutex_lock(&e->inbox_mu);
     e->kv_samples++;
     e->kv_usage_sum += usage;
     if (usage > e->kv_usage_peak) e->kv_usage_peak = usage;
@@ -498,10 +506,16 @@ static void sample_kv(pl_engine *e) {
     e->kv_blocks_sum += k.blocks_used;
     e->kv_refs_sum += (double)refs;
     e->kv_future_sum += (double)k.reserved_future;
-    pthread_mutex_unlock(&e->inbox_mu);
 }
+static pl_status step(pl_engine *e);
 
 pl_status pl_engine_step(pl_engine *e) {
+    pl_status st = step(e);
+    take_snapshot(e);
+    return st;
+}
+
+static pl_status step(pl_engine *e) {
     drain_inbox(e);
     pl_scheduler *s = &e->sched;
     PL_TRY(pl_scheduler_schedule(s));
@@ -577,44 +591,56 @@ pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_o
     return PL_OK;
 }
 
-void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
-    memset(s, 0, sizeof *s);
+/* Engine thread: refresh the snapshot other threads read. */
+static void take_snapshot(pl_engine *e) {
+    pl_engine_stats s;
+    memset(&s, 0, sizeof s);
     pl_kv_stats k;
     pl_kv_get_stats(&e->mgr, &k);
-    s->running = e->sched.running.n;
-    s->waiting = e->sched.waiting.n;
-    s->swapped = e->sched.swapped.n;
-    s->blocks_total = k.blocks_total;
-    s->blocks_used = k.blocks_used;
-    s->blocks_cached = k.blocks_cached;
-    s->swap_total = k.swap_total;
-    s->swap_used = k.swap_used;
-    s->kv_usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
-    s->waste = k.waste;
-    s->tokens_stored = k.tokens_stored;
-    s->prefix_queries = k.prefix_queries;
-    s->prefix_hits = k.prefix_hits;
-    s->preemptions = e->sched.preemptions;
-    s->swaps_out = e->sched.swaps_out;
-    s->prompt_tokens = e->prompt_tokens;
-    s->generation_tokens = e->generation_tokens;
-    s->requests_finished = e->requests_finished;
-    s->steps = e->steps;
-    s->block_refs = pl_kv_block_refs(&e->mgr);
-    pthread_mutex_lock(&e->inbox_mu);
-    s->waiting += e->inbox_n;
-    s->kv_samples = e->kv_samples;
+    s.running = e->sched.running.n;
+    s.waiting = e->sched.waiting.n;
+    s.swapped = e->sched.swapped.n;
+    s.blocks_total = k.blocks_total;
+    s.blocks_used = k.blocks_used;
+    s.blocks_cached = k.blocks_cached;
+    s.swap_total = k.swap_total;
+    s.swap_used = k.swap_used;
+    s.kv_usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
+    s.waste = k.waste;
+    s.tokens_stored = k.tokens_stored;
+    s.prefix_queries = k.prefix_queries;
+    s.prefix_hits = k.prefix_hits;
+    s.preemptions = e->sched.preemptions;
+    s.swaps_out = e->sched.swaps_out;
+    s.prompt_tokens = e->prompt_tokens;
+    s.generation_tokens = e->generation_tokens;
+    s.requests_finished = e->requests_finished;
+    s.steps = e->steps;
+    s.block_refs = pl_kv_block_refs(&e->mgr);
+    s.kv_samples = e->kv_samples;
     if (e->kv_samples) {
         double n = (double)e->kv_samples, pool_slots = (double)k.blocks_total * e->mgr.cfg.block_size;
-        s->peak_kv_usage = e->kv_usage_peak;
-        s->mean_kv_usage = e->kv_usage_sum / n;
-        s->peak_waste = e->kv_waste_peak;
-        s->mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
-        s->mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
-        s->peak_blocks_used = e->kv_peak_blocks;
-        s->mean_reserved = e->kv_slots_sum > 0 ? e->kv_future_sum / e->kv_slots_sum : 0;
-        s->mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
+        s.peak_kv_usage = e->kv_usage_peak;
+        s.mean_kv_usage = e->kv_usage_sum / n;
+        s.peak_waste = e->kv_waste_peak;
+        s.mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
+        s.mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
+        s.peak_blocks_used = e->kv_peak_blocks;
+        s.mean_reserved = e->kv_slots_sum > 0 ? e->kv_future_sum / e->kv_slots_sum : 0;
+        s.mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
     }
+    pthread_mutex_lock(&e->stats_mu);
+    e->snapshot = s;
+    pthread_mutex_unlock(&e->stats_mu);
+}
+
+/* Any thread: the snapshot of the last step, plus requests still in the inbox. */
+void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
+    pthread_mutex_lock(&e->stats_mu);
+    *s = e->snapshot;
+    pthread_mutex_unlock(&e->stats_mu);
+    pthread_mutex_lock(&e->inbox_mu);
+    s->waiting += e->inbox_n;
     pthread_mutex_unlock(&e->inbox_mu);
 }
 

@@ -54,13 +54,16 @@ struct pl_engine {
     uint64_t next_id;
     pthread_mutex_t reg_mu;     /* guards `channels` */
     pl_idmap channels;          /* id -> pl_out_channel* while a client may poll */
-    /* Counters (engine thread writes; stats reads under inbox_mu for a consistent picture). */
+    /* Counters, written by the engine thread only. */
     uint64_t prompt_tokens, generation_tokens, requests_finished, steps;
-    /* KV memory samples, one per step that runs the model (see pl_engine_stats). */
+    /* KV memory samples, engine thread only, one per step that runs the model (see pl_engine_stats). */
     uint64_t kv_samples;
     double kv_usage_sum, kv_usage_peak, kv_waste_peak;
     double kv_tokens_sum, kv_slots_sum, kv_blocks_sum, kv_refs_sum, kv_future_sum;
     int32_t kv_peak_blocks;
+    /* A copy of the stats taken by the engine thread after every step, for other threads. */
+    pthread_mutex_t stats_mu;
+    pl_engine_stats snapshot;
 };
 
 double pl_now(void);

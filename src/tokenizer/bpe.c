@@ -10,6 +10,7 @@
  * as llama.cpp does: each single byte of its encoded text that is a token is emitted, the others
  * are dropped.
  */
+#include "tokenizer/bigram_queue.h"
 #include "tokenizer/tok_internal.h"
 
 #include <stdlib.h>
@@ -21,55 +22,6 @@ typedef struct {
     size_t n;         /* byte length; 0 once merged into its left neighbour */
 } sym;
 
-typedef struct {
-    int left, right; /* symbol indices */
-    int32_t rank;    /* merge rank: lower merges first */
-    size_t size;     /* byte length of the merge (detects stale entries) */
-} bigram;
-
-typedef struct {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-static int before(const bigram *a, const bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(heap *h, bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return 0;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!before(&b, &h->v[parent])) break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = b;
-    return 1;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n > 0) h->v[i] = last;
-    return top;
-}
-
 /* Scratch memory reused across the pieces of one call. */
 typedef struct {
     char *word; /* the byte-encoded piece */
@@ -78,7 +30,7 @@ typedef struct {
     size_t syms_cap;
     char *key; /* "left right" merge lookup key */
     size_t key_cap;
-    heap h;
+    pl_bigram_queue h;
 } scratch;
 
 static int reserve(void **p, size_t *cap, size_t need, size_t elem) {
@@ -102,7 +54,7 @@ static int try_add(const pl_tokenizer *t, scratch *sc, int left, int right) {
     memcpy(sc->key + l->n + 1, r->text, r->n);
     int32_t rank = pl_tok_map_get(&t->merge_map, sc->key, klen);
     if (rank < 0) return 1;
-    return heap_push(&sc->h, (bigram){left, right, rank, l->n + r->n});
+    return pl_bigram_push(&sc->h, (pl_bigram){left, right, -(double)rank, l->n + r->n});
 }
 
 /* Merge one encoded word and append its tokens. */
@@ -126,7 +78,7 @@ static pl_status merge_word(const pl_tokenizer *t, scratch *sc, size_t wlen, pl_
     for (int i = 1; i < n; i++)
         if (!try_add(t, sc, i - 1, i)) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
     while (sc->h.n > 0) {
-        bigram b = heap_pop(&sc->h);
+        pl_bigram b = pl_bigram_pop(&sc->h);
         sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;

@@ -10,6 +10,7 @@
  * first, but a merged symbol is always a token and single characters never are merge results,
  * so that lookup cannot succeed and is not needed.)
  */
+#include "tokenizer/bigram_queue.h"
 #include "tokenizer/tok_internal.h"
 
 #include <stdlib.h>
@@ -20,68 +21,18 @@ typedef struct {
     size_t n;         /* byte length; 0 once merged into its left neighbour */
 } sym;
 
-typedef struct {
-    int left, right; /* symbol indices */
-    float score;     /* the merged token's score */
-    size_t size;     /* byte length of the merge (detects stale entries) */
-} bigram;
-
-typedef struct {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-/* a before b in the queue: higher score first, then the leftmost. */
-static int before(const bigram *a, const bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int heap_push(heap *h, bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return 0;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!before(&b, &h->v[parent])) break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = b;
-    return 1;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n > 0) h->v[i] = last;
-    return top;
-}
-
-static int try_add(const pl_tokenizer *t, const sym *s, heap *h, int left, int right) {
+static int try_add(const pl_tokenizer *t, const sym *s, pl_bigram_queue *h, int left, int right) {
     if (left < 0 || right < 0) return 1;
     size_t size = s[left].n + s[right].n; /* neighbours are contiguous in the text */
     int32_t id = pl_tok_map_get(&t->tok_map, s[left].text, size);
     if (id < 0) return 1;
-    return heap_push(h, (bigram){left, right, t->score[id], size});
+    return pl_bigram_push(h, (pl_bigram){left, right, t->score[id], size});
 }
 
 pl_status pl_tok_spm(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out) {
     if (len == 0) return PL_OK;
     sym *s = malloc(len * sizeof *s);
-    heap h = {0};
+    pl_bigram_queue h = {0};
     pl_status st = PL_OK;
     if (!s) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
 
@@ -96,7 +47,7 @@ pl_status pl_tok_spm(const pl_tokenizer *t, const char *text, size_t len, pl_tok
         if (!try_add(t, s, &h, i - 1, i)) goto oom;
 
     while (h.n > 0) {
-        bigram b = heap_pop(&h);
+        pl_bigram b = pl_bigram_pop(&h);
         sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;

@@ -21,7 +21,7 @@ REF=", there was a little girl named Lily. She loved to play outside in the park
 # ---- generate: the reference text, plain and JSON ----
 out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 2>"$tmp/err")
 expect "plain text" "$out" "Once upon a time$REF"
-out=$("$PL_BINARY" generate -m stories260K --prompt-ids 1,403,407,261,378 -n 48 --temperature 0 \
+out=$(PAGELLM_MODELS="$PL_SHARED_DIR/models" "$PL_BINARY" generate -m stories260K --prompt-ids 1,403,407,261,378 -n 48 --temperature 0 \
       --json --logprobs 3 --prompt-logprobs 2 2>"$tmp/err")
 expect "json exit" "$?" 0
 python3 - "$out" "$REF" <<'PY' && ok || bad "json contract"

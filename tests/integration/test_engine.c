@@ -10,6 +10,8 @@
 
 #include "engine/engine_internal.h"
 
+#include <unistd.h>
+
 static const char *MODEL = PL_SHARED_DIR "/models/stories260K.gguf";
 static const char *PROMPTS[] = {
     "Once upon a time", "Lily and Tom went to the park", "The little dog was sad because",
@@ -17,6 +19,8 @@ static const char *PROMPTS[] = {
     "Mom said it was time for bed", "The sun was shining and",
 };
 enum { N_PROMPTS = sizeof PROMPTS / sizeof PROMPTS[0] };
+
+static const char *swap_path; /* file-backed swap pool, when set */
 
 static pl_engine *make_engine(uint64_t kv_bytes, int32_t block_size, pl_preemption_mode mode,
                               uint64_t swap, int prefix_cache) {
@@ -28,6 +32,7 @@ static pl_engine *make_engine(uint64_t kv_bytes, int32_t block_size, pl_preempti
     c.preemption_mode = mode;
     c.swap_space = swap;
     c.enable_prefix_caching = prefix_cache;
+    c.swap_path = swap ? swap_path : NULL;
     c.threads = 2;
     c.max_num_seqs = 64;
     c.max_num_batched_tokens = 256;
@@ -131,7 +136,11 @@ static void test_preemption_identical(void **state) {
     pl_engine_destroy(e);
     /* stories260K: 640 bytes per token with f16 KV, 10 KiB per block of 16: 100 KiB holds 10
      * blocks, and 24 requests of 45-80 tokens (4-6 blocks each) must preempt many times. */
-    for (int mode = 0; mode < 2; mode++) {
+    char dir[] = "/tmp/pl_swap_XXXXXX", file[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/swap.bin", dir);
+    for (int mode = 0; mode < 3; mode++) { /* recompute, swap in RAM, swap in a file */
+        swap_path = mode == 2 ? file : NULL;
         for (int sampled = 0; sampled < 2; sampled++) {
             e = make_engine(64 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 0);
             run_batch(e, 24, sampled, ref);
@@ -142,7 +151,7 @@ static void test_preemption_identical(void **state) {
             pl_engine_stats s;
             pl_engine_get_stats(e, &s);
             print_message("mode %s sampled %d: %llu preemptions (%llu by swap)\n",
-                          mode ? "swap" : "recompute", sampled,
+                          mode == 2 ? "swap file" : mode ? "swap" : "recompute", sampled,
                           (unsigned long long)s.preemptions, (unsigned long long)s.swaps_out);
             assert_true(s.preemptions >= 5);
             if (mode) assert_true(s.swaps_out >= 5);
@@ -156,6 +165,9 @@ static void test_preemption_identical(void **state) {
             pl_engine_destroy(e);
         }
     }
+    unlink(file);
+    rmdir(dir);
+    swap_path = NULL;
 }
 
 /* A prompt of exactly n token ids drawn from the reference story (valid, non-special ids). */
@@ -356,6 +368,49 @@ static void test_refusals(void **state) {
     pl_engine_destroy(e);
 }
 
+/* Greedy, seeded parallel sampling, best_of and beam search in one batch give what each gives
+ * alone. */
+static void submit_mixed(pl_engine *e, int which, uint64_t *id) {
+    pl_request_params p;
+    greedy_params(&p, 24);
+    switch (which) {
+    case 1: p.sampling.temperature = 0.8f; p.n = 3; p.has_seed = 1; p.seed = 11; break;
+    case 2: p.sampling.temperature = 1.0f; p.n = 2; p.best_of = 4; p.has_seed = 1; p.seed = 12; break;
+    case 3: p.use_beam_search = 1; p.best_of = 3; p.n = 2; p.ignore_eos = 0; break;
+    default: break;
+    }
+    assert_int_equal(pl_engine_add_request(e, PROMPTS[which], NULL, 0, &p, id), PL_OK);
+}
+
+static void test_mixed_methods_in_one_batch(void **state) {
+    (void)state;
+    static result alone[4], mixed[4];
+    memset(alone, 0, sizeof alone);
+    memset(mixed, 0, sizeof mixed);
+    for (int w = 0; w < 4; w++) {
+        pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+        uint64_t id;
+        submit_mixed(e, w, &id);
+        run_all(e, &id, &alone[w], 1);
+        pl_engine_destroy(e);
+    }
+    pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    uint64_t ids[4];
+    for (int w = 0; w < 4; w++) submit_mixed(e, w, &ids[w]);
+    run_all(e, ids, mixed, 4);
+    for (int w = 0; w < 4; w++)
+        for (int k = 0; k < RES_MAX_N; k++) {
+            assert_int_equal(alone[w].n_ids[k], mixed[w].n_ids[k]);
+            assert_memory_equal(alone[w].ids[k], mixed[w].ids[k],
+                                (size_t)alone[w].n_ids[k] * sizeof(int32_t));
+            assert_string_equal(alone[w].text[k], mixed[w].text[k]);
+        }
+    assert_int_equal(mixed[1].n_ids[2], 24); /* the three samples of request 1 */
+    assert_true(mixed[3].n_ids[1] > 0);      /* two beams returned */
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_text),
@@ -367,6 +422,7 @@ int main(void) {
         cmocka_unit_test(test_abort_frees_blocks),
         cmocka_unit_test(test_stop_rules),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_mixed_methods_in_one_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
