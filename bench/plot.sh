@@ -56,24 +56,27 @@ plot "$TMP/layout_sharegpt.dat" using 5:xtic(1) title "ShareGPT-like", "$TMP/lay
 EOF
 fi
 
-# ---- normalized latency against request rate ----
-if [ -s "$IN/serve.jsonl" ]; then
+# ---- normalized latency against request rate, one chart per KV budget (serve_BUDGET.jsonl) ----
+for f in "$IN"/serve_*.jsonl; do
+    [ -s "$f" ] || continue
+    mem=$(basename "$f" .jsonl); mem=${mem#serve_}
     for sys in pagellm llama.cpp; do
-        jcol "$IN/serve.jsonl" "'%s %.4f %.4f' % (d['request_rate'], d['normalized_latency_s_per_token'], d['request_throughput']) if d.get('label') == '$sys' else ''" \
+        jcol "$f" "'%s %.4f %.4f' % (d['request_rate'], d['normalized_latency_s_per_token'], d['request_throughput']) if d.get('label') == '$sys' else ''" \
             | sed '/^$/d' | sort -g >"$TMP/serve_$sys.dat"
     done
     gnuplot <<EOF
 $TERM_SVG
-set output "$OUT/normalized_latency.svg"
-set title "ShareGPT-like serving: normalized latency against request rate"
+set output "$OUT/normalized_latency_$mem.svg"
+set title "ShareGPT-like serving, KV budget $mem: normalized latency against request rate"
 set xlabel "request rate (req/s)"
 set ylabel "normalized latency (s/token)"
 set key left top
 set grid
+set logscale y
 plot "$TMP/serve_pagellm.dat" using 1:2 with linespoints lw 2 pt 7 title "pagellm", \
      "$TMP/serve_llama.cpp.dat" using 1:2 with linespoints lw 2 pt 5 title "llama.cpp llama-server"
 EOF
-fi
+done
 
 # ---- ablations ----
 if [ -s "$IN/block_size.jsonl" ]; then

@@ -14,6 +14,7 @@
 #   KV_MEM        KV budget of every pagellm run (96M); llama-server gets the same in tokens
 #   N_LAYOUT N_SERVE N_ABL   prompts per run (32, 24, 48)
 #   RATES         request rates of the serving sweep ("0.1 0.2 0.4 0.8")
+#   SERVE_MEM     KV budgets of the serving sweeps, one sweep each ("$KV_MEM")
 # Servers bind 127.0.0.1 only and are killed on exit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -85,15 +86,16 @@ serve_sweep() { # serve_sweep SYSTEM PORT
     for rate in $RATES; do
         "$PL" bench serve --base-url "http://127.0.0.1:$2" --model m --dataset sharegpt \
             --num-prompts "$N_SERVE" --request-rate "$rate" --seed 2 --max-total "$CTX" \
-            --label "$1" --output "$OUT/serve.jsonl" >/dev/null || echo "run_paper: $1 at $rate failed" >&2
+            --label "$1" --output "$OUT/serve_$MEM.jsonl" >/dev/null || echo "run_paper: $1 at $rate failed" >&2
     done
 }
 if [[ " $PARTS " == *" serve "* ]]; then
-    : >"$OUT/serve.jsonl"
-    read -r TOK CTX < <(kv_tokens)
+  for MEM in ${SERVE_MEM:-$KV_MEM}; do
+    : >"$OUT/serve_$MEM.jsonl"
+    read -r TOK CTX < <(KV_MEM=$MEM kv_tokens)
     PORT=$((20000 + RANDOM % 20000))
     "$PL" serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name m -t "$THREADS" \
-        --kv-cache-memory "$KV_MEM" >"$OUT/pagellm_serve.log" 2>&1 &
+        --kv-cache-memory "$MEM" >"$OUT/pagellm_serve_$MEM.log" 2>&1 &
     PIDS+=($!)
     wait_http "http://127.0.0.1:$PORT/v1/models" "${PIDS[-1]}" && serve_sweep pagellm "$PORT"
     cleanup
@@ -101,14 +103,15 @@ if [[ " $PARTS " == *" serve "* ]]; then
         # Same GGUF, threads and KV tokens; llama.cpp splits its context over -np slots and each
         # slot must hold the longest request (the model length), so slots = tokens / ctx.
         NP=$((TOK / CTX)); [ "$NP" -lt 1 ] && NP=1
-        echo "llama-server: -c $TOK -np $NP (KV $KV_MEM = $TOK tokens, $CTX per slot)" >>"$OUT/machine.txt"
+        echo "llama-server at $MEM: -c $TOK -np $NP ($TOK KV tokens, $CTX per slot)" >>"$OUT/machine.txt"
         PORT=$((20000 + RANDOM % 20000))
         "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" -tb "$THREADS" \
-            -c "$TOK" -np "$NP" -cb >"$OUT/llama_server.log" 2>&1 &
+            -c "$TOK" -np "$NP" -cb >"$OUT/llama_server_$MEM.log" 2>&1 &
         PIDS+=($!)
         wait_http "http://127.0.0.1:$PORT/health" "${PIDS[-1]}" && serve_sweep "llama.cpp" "$PORT"
         cleanup
     fi
+  done
 fi
 
 # ---- 3. ablations ----

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential cmake ninja-build pkg-config libpcre2-dev libxxhash-dev libjansson-dev
-      libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3"
+      libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3
+      gnuplot-nox"  # gnuplot: bench/plot.sh only (the tests never need it)
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

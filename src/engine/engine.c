@@ -123,7 +123,9 @@ static pl_status setup_kv(pl_engine *e) {
     }
     pl_kv_manager_config mc = {
         .block_size = l.block_size, .num_blocks = (int32_t)nb, .num_swap_blocks = n_swap,
-        .max_blocks_per_seq = max_blocks, .watermark = 0.01,
+        /* The watermark keeps room for running sequences to grow; a contiguous reservation
+         * never grows, so it keeps none (one max-length sequence fits a budget of exactly it). */
+        .max_blocks_per_seq = max_blocks, .watermark = contig ? 0.0 : 0.01,
         .enable_prefix_caching = contig ? 0 : e->cfg.enable_prefix_caching,
         .hash_seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL,
         .policy = contig ? policy[e->cfg.reserve] : PL_KV_POLICY_PAGED,
