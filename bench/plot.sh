@@ -27,6 +27,7 @@ if [ -s "$IN/layouts.jsonl" ]; then
     done
     gnuplot <<EOF
 $TERM_SVG
+set terminal svg size 900,460 dynamic font "sans,12" background "white"
 set output "$OUT/memory_layouts.svg"
 set title "Used KV memory: tokens, reservations, fragmentation (mean over steps)"
 set style data histograms
@@ -35,7 +36,7 @@ set style fill solid 0.8 border -1
 set boxwidth 0.6
 set yrange [0:100]
 set ylabel "% of allocated KV slots"
-set key outside right
+set key below horizontal
 set multiplot layout 1,2
 set title "ShareGPT-like"
 plot "$TMP/layout_sharegpt.dat" using 2:xtic(1) title "tokens", '' using 3 title "reserved", '' using 4 title "fragmentation"
@@ -73,6 +74,8 @@ set ylabel "normalized latency (s/token)"
 set key left top
 set grid
 set logscale y
+set yrange [0.005:*]
+set xrange [0:*]
 plot "$TMP/serve_pagellm.dat" using 1:2 with linespoints lw 2 pt 7 title "pagellm", \
      "$TMP/serve_llama.cpp.dat" using 1:2 with linespoints lw 2 pt 5 title "llama.cpp llama-server"
 EOF

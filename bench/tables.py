@@ -23,6 +23,17 @@ def table(head, rows):
     print()
 
 
+def sustainable(rows, limit):
+    pts = sorted((r["request_rate"], r["normalized_latency_s_per_token"]) for r in rows
+                 if isinstance(r["request_rate"], (int, float)))
+    if not pts or pts[0][1] > limit:
+        return "< %g" % pts[0][0] if pts else "-"
+    for (r0, l0), (r1, l1) in zip(pts, pts[1:]):
+        if l1 > limit:
+            return "%.2f" % (r0 + (r1 - r0) * (limit - l0) / (l1 - l0))
+    return "> %g" % pts[-1][0]
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     rows = load(f"{d}/layouts.jsonl")
@@ -51,6 +62,13 @@ def main():
                 f"{r['itl_ms']['p50']:.1f} / {r['itl_ms']['p99']:.1f}",
                 f"{r['e2e_ms']['p50'] / 1e3:.1f} / {r['e2e_ms']['p99'] / 1e3:.1f}", r["errors"]]
                for r in rows])
+        print(f"Sustainable rate (highest request rate whose normalized latency stays at or below "
+              f"the threshold, linear between measured rates; '>' = never crossed):\n")
+        systems = sorted({r["label"] for r in rows})
+        thresholds = [0.015, 0.02, 0.03]
+        table(["system"] + [f"rate at <= {t} s/token" for t in thresholds],
+              [[s] + [sustainable([r for r in rows if r["label"] == s], t) for t in thresholds]
+               for s in systems])
     rows = load(f"{d}/block_size.jsonl")
     if rows:
         print("### Block size\n")
