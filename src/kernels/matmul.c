@@ -17,6 +17,7 @@
 #include <string.h>
 
 enum { ACT_BLOCK = 64 }; /* activation rows swept per weight tile before moving on */
+enum { SMALL_B = 3 };    /* up to this many activation rows, tiles are one weight row high */
 
 typedef struct {
     const pl_weight *w;
@@ -57,7 +58,9 @@ static void multiply_job(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     const pl_weight *w = j->w;
     size_t ws = pl_dtype_row_size(w->type, w->cols);
-    int tr = j->k.tr, tb = j->k.tb;
+    /* a decode step (B <= SMALL_B) walks one weight row at a time: a single sequential stream
+     * per thread is what the hardware prefetchers follow at full bandwidth */
+    int tr = j->B <= SMALL_B ? 1 : j->k.tr, tb = j->k.tb;
     int64_t r0, r1;
     pl_split_range(w->rows, ith, nth, tr, &r0, &r1);
     for (int64_t bb = 0; bb < j->B; bb += ACT_BLOCK) {
