@@ -188,6 +188,8 @@ size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n) {
         break;
     case PL_DT_Q8_0: pl_quantize_q8_0_ref(src, dst, n); break;
     case PL_DT_Q4_0: pl_quantize_q4_0_ref(src, dst, n); break;
+    case PL_DT_Q4_K: pl_quantize_q4_K_ref(src, dst, n); break;
+    case PL_DT_Q6_K: pl_quantize_q6_K_ref(src, dst, n); break;
     default: return 0;
     }
     return bytes;

@@ -40,8 +40,9 @@ void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int6
 /* Dequantize one row (n elements, a multiple of the block size) of any computable type to f32
  * (embedding lookup, tests). */
 void pl_dequantize_row(pl_dtype type, const void *src, float *dst, int64_t n);
-/* Quantize one f32 row to `type` (f32, f16, bf16, q8_0, q4_0; used by mkmodel and tests), with
- * llama.cpp's reference rounding. Returns bytes written, 0 if the type cannot be written. */
+/* Quantize one f32 row to `type` (f32, f16, bf16, q8_0, q4_0 with llama.cpp's reference
+ * rounding; q4_K, q6_K with simpler scale choices of our own, see quant_kw.c; used by mkmodel
+ * and tests). Returns bytes written, 0 if the type cannot be written. */
 size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n);
 
 /* Micro-benchmark (not a test): time `iters` calls of pl_matmul on a synthetic rows x cols

@@ -105,6 +105,9 @@ static inline int pl_nearest_int(float v) {
 /* Weight quantizers with llama.cpp's reference rounding (n a multiple of 32). */
 void pl_quantize_q8_0_ref(const float *x, pl_block_q8_0 *y, int64_t n);
 void pl_quantize_q4_0_ref(const float *x, pl_block_q4_0 *y, int64_t n);
+/* q4_K and q6_K weight quantizers of our own (quant_kw.c; n a multiple of 256). */
+void pl_quantize_q4_K_ref(const float *x, pl_block_q4_K *y, int64_t n);
+void pl_quantize_q6_K_ref(const float *x, pl_block_q6_K *y, int64_t n);
 /* Activation quantizers: q8_0 as llama.cpp's x86 path, q8_K as its reference. */
 void pl_quantize_q8_0_act(const float *x, pl_block_q8_0 *y, int64_t n);
 void pl_quantize_q8_K(const float *x, pl_block_q8_K *y, int64_t n);

@@ -142,7 +142,7 @@ static void test_quantize_rounding(void **state) {
     const int n4[7] = {0, 11, 15, 8, 7, 9, 15};
     for (int j = 0; j < 7; j++) assert_int_equal(b.qs[j] & 15, n4[j]);
     assert_int_equal(b.qs[0] >> 4, 8); /* z[16] = 0 */
-    assert_int_equal(pl_quantize_row(PL_DT_Q4_K, z, &b, 256), 0);
+    assert_int_equal(pl_quantize_row(PL_DT_Q5_K, z, &b, 256), 0); /* no q5_K writer */
 }
 
 static void test_quantize_q8_K_values(void **state) {
@@ -203,6 +203,51 @@ static void test_quantize_roundtrip(void **state) {
             assert_true(err <= bound);
         }
     }
+}
+
+/* q4_K / q6_K writers (mkmodel's q4_k_m): the inverse of the dequantizers within the rounding of
+ * the stored scales. q4_K: a sub-block's step ds = d * sc is within d/2 of its range / 15 and its
+ * offset within dmin/2, so an element errs by at most ds/2, or at the clamped top by
+ * 15 * d/2 + dmin/2. q6_K: ds is within d/2 of max|x| / 31, so at most ds/2, or 31 * d/2 at the
+ * clamped end. Plus the f16 rounding of d, dmin (2^-11 relative, times <= 63 * 15 steps). */
+static void test_quantize_k_roundtrip(void **state) {
+    (void)state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 11);
+    enum { N = 1024 };
+    float x[N], y[N];
+    uint8_t buf[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(pl_rng_normal(&rng) * (i % 97 == 0 ? 8.0 : 1.0) + (i / 256 == 2 ? 3 : 0));
+    for (int i = 512; i < 544; i++) x[i] = 0.0f; /* an all-zero sub-block */
+    assert_int_equal(pl_quantize_row(PL_DT_Q4_K, x, buf, N), pl_dtype_row_size(PL_DT_Q4_K, N));
+    pl_dequantize_row(PL_DT_Q4_K, buf, y, N);
+    double sq = 0, sx = 0;
+    for (int i = 0; i < N; i++) {
+        const pl_block_q4_K *b = (const pl_block_q4_K *)buf + i / 256;
+        uint8_t sc, m;
+        pl_get_scale_min_k4(i % 256 / 32, b->scales, &sc, &m);
+        double d = pl_f16_to_f32(b->d), dmin = pl_f16_to_f32(b->dmin);
+        double bound = fmax(0.5 * d * sc, 7.5 * d + 0.5 * dmin) + 0.5 * dmin + 1e-3 * (d + dmin);
+        if (!(fabs((double)y[i] - x[i]) <= bound))
+            fail_msg("q4_K element %d: %g -> %g (bound %g)", i, x[i], y[i], bound);
+        sq += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        sx += (double)x[i] * x[i];
+    }
+    assert_true(sqrt(sq / sx) < 0.15);
+    assert_int_equal(pl_quantize_row(PL_DT_Q6_K, x, buf, N), pl_dtype_row_size(PL_DT_Q6_K, N));
+    pl_dequantize_row(PL_DT_Q6_K, buf, y, N);
+    sq = 0;
+    for (int i = 0; i < N; i++) {
+        const pl_block_q6_K *b = (const pl_block_q6_K *)buf + i / 256;
+        double d = pl_f16_to_f32(b->d), ds = d * b->scales[i % 256 / 16];
+        double bound = fmax(0.5 * ds, 15.5 * d) + 1e-3 * d;
+        if (!(fabs((double)y[i] - x[i]) <= bound))
+            fail_msg("q6_K element %d: %g -> %g (bound %g)", i, x[i], y[i], bound);
+        sq += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+    }
+    assert_true(sqrt(sq / sx) < 0.04);
+    for (int i = 512; i < 544; i++) assert_true(y[i] == 0.0f);
 }
 
 /* ---- matmul ------------------------------------------------------------------------------- */
@@ -427,6 +472,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_rounding),
         cmocka_unit_test(test_quantize_q8_K_values),
         cmocka_unit_test(test_quantize_roundtrip),
+        cmocka_unit_test(test_quantize_k_roundtrip),
         cmocka_unit_test(test_scratch_size),
         cmocka_unit_test(test_matmul_all_isas),
         cmocka_unit_test(test_matmul_layer_shape),
