@@ -34,6 +34,12 @@ typedef struct {
 size_t pl_matmul_scratch_size(pl_dtype type, int64_t cols, int64_t B);
 void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B, float *y,
                int64_t ldy, void *scratch);
+/* y[i] = w[i] x for n <= PL_MATMUL_MAX_MULTI weights that read the same input (Q/K/V, gate/up):
+ * x is converted once and all n run in one pool job; each y[i] has stride w[i]->rows. Results
+ * are bitwise those of n pl_matmul calls. Weights of different types or cols fall back to that. */
+enum { PL_MATMUL_MAX_MULTI = 4 };
+void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const *y, int n,
+                     const float *x, int64_t B, void *scratch);
 /* Single-threaded scalar reference with the same activation conversion (for tests). */
 void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int64_t ldy);
 

@@ -250,6 +250,36 @@ static void test_quantize_k_roundtrip(void **state) {
     for (int i = 512; i < 544; i++) assert_true(y[i] == 0.0f);
 }
 
+/* The vector activation conversions are bitwise the scalar ones (ties, zeros, a lone q4_0 block,
+ * q8_K's signed maximum appearing twice). */
+static void test_act_convert_isas(void **state) {
+    (void)state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 5);
+    enum { N = 768 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = (float)pl_rng_normal(&rng) * (i % 50 == 0 ? 30.0f : 1.0f);
+    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.5f; /* exact halves: ties */
+    for (int i = 256; i < 288; i++) x[i] = 0.0f;
+    x[300] = -40.0f, x[310] = 40.0f; /* equal magnitudes: the first one's sign wins */
+    const pl_dtype types[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0, PL_DT_Q4_K};
+    const int64_t cols[] = {N, N - 32, 256};
+    static uint8_t a[4 * N + 64], b[4 * N + 64];
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        for (int c = 0; c < 3; c++) {
+            if (cols[c] % pl_dtype_block_size(types[t])) continue;
+            size_t bytes = pl_act_row_bytes(types[t], cols[c]);
+            memset(a, 0, sizeof a);
+            memset(b, 0, sizeof b);
+            pl_cpu_force_isa(PL_ISA_SCALAR);
+            pl_act_convert_row(types[t], x, a, cols[c]);
+            pl_cpu_force_isa(PL_ISA_AVX512);
+            pl_act_convert_row(types[t], x, b, cols[c]);
+            assert_memory_equal(a, b, bytes);
+        }
+    }
+}
+
 /* ---- matmul ------------------------------------------------------------------------------- */
 
 static void fill_weights(pl_rng *rng, pl_dtype t, int64_t rows, int64_t cols, uint8_t *w) {
@@ -455,6 +485,51 @@ static void test_matmul_layer_shape(void **state) {
     for (int t = 0; t < N_TYPES; t++) check_shape(f, all_types[t], 37, 768, 99 + (uint64_t)t);
 }
 
+/* pl_matmul_multi is bitwise n pl_matmul calls (shared conversion, one job), and falls back to
+ * them for weights of different types. */
+static void test_matmul_multi(void **state) {
+    fixture *f = *state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 21);
+    const pl_dtype types[] = {PL_DT_F16, PL_DT_Q8_0, PL_DT_Q4_K};
+    const int64_t rows[3] = {40, 13, 13}, cols = 512;
+    for (size_t t = 0; t < 3; t++) {
+        uint8_t *wd[3];
+        pl_weight w[3];
+        const pl_weight *wp[3];
+        float *y[3], *yr[3];
+        float *x = malloc(33 * cols * sizeof *x);
+        void *scratch = malloc(pl_matmul_scratch_size(types[t], cols, 33));
+        assert_true(x && scratch);
+        for (int64_t i = 0; i < 33 * cols; i++) x[i] = (float)pl_rng_normal(&rng);
+        for (int i = 0; i < 3; i++) {
+            pl_dtype ty = i == 2 && t == 2 ? PL_DT_Q6_K : types[t]; /* mixed: the fallback */
+            wd[i] = malloc(pl_dtype_row_size(ty, cols) * (size_t)rows[i]);
+            y[i] = malloc(33 * rows[i] * sizeof(float));
+            yr[i] = malloc(33 * rows[i] * sizeof(float));
+            assert_true(wd[i] && y[i] && yr[i]);
+            fill_weights(&rng, ty, rows[i], cols, wd[i]);
+            w[i] = (pl_weight){.data = wd[i], .type = ty, .rows = rows[i], .cols = cols};
+            wp[i] = &w[i];
+        }
+        const int64_t bs[] = {1, 3, 33};
+        for (int k = 0; k < 3; k++) {
+            for (int i = 0; i < 3; i++)
+                pl_matmul(f->pools[1], &w[i], x, bs[k], yr[i], rows[i], scratch);
+            pl_matmul_multi(f->pools[1], wp, y, 3, x, bs[k], scratch);
+            for (int i = 0; i < 3; i++)
+                assert_memory_equal(y[i], yr[i], (size_t)(bs[k] * rows[i]) * sizeof(float));
+        }
+        for (int i = 0; i < 3; i++) {
+            free(wd[i]);
+            free(y[i]);
+            free(yr[i]);
+        }
+        free(x);
+        free(scratch);
+    }
+}
+
 static void test_scratch_size(void **state) {
     (void)state;
     assert_int_equal(pl_matmul_scratch_size(PL_DT_F32, 64, 4), 0);
@@ -473,9 +548,11 @@ int main(void) {
         cmocka_unit_test(test_quantize_q8_K_values),
         cmocka_unit_test(test_quantize_roundtrip),
         cmocka_unit_test(test_quantize_k_roundtrip),
+        cmocka_unit_test(test_act_convert_isas),
         cmocka_unit_test(test_scratch_size),
         cmocka_unit_test(test_matmul_all_isas),
         cmocka_unit_test(test_matmul_layer_shape),
+        cmocka_unit_test(test_matmul_multi),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
