@@ -1,10 +1,13 @@
 /* kernels/matmul — see matmul.h.
  *
- * pl_matmul runs two pool jobs: the first converts the B activation rows into scratch (split by
- * rows), the second splits the output rows over the threads in multiples of the kernel's tile
- * height. Each thread walks its weight tiles and, for each, every activation tile (within
- * blocks of ACT_BLOCK rows, so the activations a tile sweeps stay in cache), so every weight byte
- * loaded is reused for all B. With B = 1 this degenerates into one pass over the weights.
+ * A call (pl_matmul, or pl_matmul_multi for several weights reading one input) converts the B
+ * activation rows into scratch once (a pool job split by rows; inline for a decode's few rows),
+ * then runs one pool job that splits every weight's output rows over the threads in multiples
+ * of the kernel's tile height. Each thread walks its weight tiles and, for each, every
+ * activation tile (within blocks of ACT_BLOCK rows, so the activations a tile sweeps stay in
+ * cache), so every weight byte loaded is reused for all B. For B <= SMALL_B the tiles are one
+ * weight row high: each thread then reads its rows as one sequential stream, which the hardware
+ * prefetchers follow at full memory bandwidth (interleaving four rows halves it on this EPYC).
  */
 #include "kernels/matmul.h"
 

@@ -2,7 +2,9 @@
  *
  * Every kernel keeps one 16-lane accumulator per (row, activation) pair of its tile, loads each
  * weight vector once per tile and each activation vector once per tile, and reduces the lanes
- * with the same fixed tree at the end, so a value never depends on the tile shape.
+ * with the same fixed tree at the end, so a value never depends on the tile shape. The float
+ * types sum four interleaved partials per value (see FLOAT_BODIES), so that a one-row decode
+ * tile has four independent FMA chains while a large tile computes the same partials in turn.
  *
  *   f32  : FMA.                     f16 : F16C widening of the weights, FMA with f16-exact f32.
  *   bf16 : vdpbf16ps on 32 pairs.   q8_0/q4_0 : vpdpbusd on two blocks per vector, weights made
