@@ -101,14 +101,23 @@ AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512()
         __m512 acc[4][4], lo[4][4], hi[4][4];                                                      \
         UNROLL for (int p = 0; p < 4; p++) {                                                       \
             ZERO_TILE(acc);                                                                        \
-            for (int64_t j = p; j < n; j += 4) {                                                   \
+            int64_t j = p;                                                                         \
+            for (; j < nfull; j += 4) { /* full chunks: plain loads */                             \
                 const int64_t c = j * CW;                                                          \
-                const MASK_T m = j < nfull ? FULL : tail;                                          \
                 WT wv[4];                                                                          \
-                UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, m);               \
+                UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, FULL);            \
                 UNROLL for (int b = 0; b < NB; b++) {                                              \
                     const uint8_t *ab = a + b * as;                                                \
-                    UNROLL for (int r = 0; r < NR; r++) acc[r][b] = FMA(acc[r][b], wv[r], XLOAD(ab, c, m)); \
+                    UNROLL for (int r = 0; r < NR; r++) acc[r][b] = FMA(acc[r][b], wv[r], XLOAD(ab, c, FULL)); \
+                }                                                                                  \
+            }                                                                                      \
+            if (j < n) { /* the masked last chunk, if it falls in this partial */                  \
+                const int64_t c = j * CW;                                                          \
+                WT wv[4];                                                                          \
+                UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, tail);            \
+                UNROLL for (int b = 0; b < NB; b++) {                                              \
+                    const uint8_t *ab = a + b * as;                                                \
+                    UNROLL for (int r = 0; r < NR; r++) acc[r][b] = FMA(acc[r][b], wv[r], XLOAD(ab, c, tail)); \
                 }                                                                                  \
             }                                                                                      \
             UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) {             \
