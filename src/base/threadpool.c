@@ -9,11 +9,12 @@
 #include "base/status.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-enum { SPIN_ITERS = 20000 };
+enum { SPIN_ITERS = 20000, WAIT_SPIN_ITERS = 4000 };
 
 struct pl_threadpool {
     int n;                     /* threads including the caller */
@@ -131,7 +132,12 @@ void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx) {
     pthread_cond_broadcast(&tp->cv);
     pthread_mutex_unlock(&tp->mu);
     fn(ctx, 0, n);
-    while (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) cpu_relax();
+    /* spin for the stragglers, but yield now and then: if a worker was preempted (the machine
+     * is oversubscribed) spinning would only keep it off the core it is waiting for */
+    for (int i = 0; atomic_load_explicit(&tp->pending, memory_order_acquire) > 0; i++) {
+        if (i < WAIT_SPIN_ITERS) cpu_relax();
+        else sched_yield();
+    }
 }
 
 void pl_threadpool_run(pl_threadpool *tp, pl_job_fn fn, void *ctx) {

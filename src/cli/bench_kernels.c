@@ -1,11 +1,260 @@
-/* cli/bench_kernels — `pagellm bench kernels` (being built; see the benchmark issues). */
+/* cli/bench_kernels — `pagellm bench kernels`: each kernel's GB/s and GFLOP/s beside this
+ * machine's measured memory bandwidth and peak FLOP/s (kernels/roofline), so the distance to the
+ * limit is visible.
+ *
+ *   limits : read bandwidth (a 256 MiB buffer streamed with the widest loads) and f32 FMA peak,
+ *            for 1 .. --threads threads.
+ *   matmul : every weight type at B = 1 on a weight larger than the last-level cache (memory
+ *            bound: compare GB/s with the bandwidth), and at B = 32 and B = 512 on a 2048 x 2048
+ *            weight (compute bound: compare GFLOP/s with the peak).
+ *   attention: decode of 32 sequences with 128-token contexts, and a 512-token prefill, on the
+ *            110M Llama shape (12 heads, 4 KV heads, head_dim 64, f16 cache).
+ *   small ops: RMSNorm, SwiGLU, RoPE on 512 rows of 768 (2048 for SwiGLU).
+ *
+ * Prints a table, or JSON lines with --json. A measurement, never a test.
+ */
+#include "cli/args.h"
 #include "cli/cli.h"
 
+#include "base/fp16.h"
+#include "base/rng.h"
+#include "base/threadpool.h"
+#include "kernels/attention.h"
+#include "kernels/cpu.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/roofline.h"
+
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    int json;
+    int quick;
+    const char *type; /* only this weight type's matmuls, or NULL */
+    double bw;    /* GB/s with all threads */
+    double peak;  /* GFLOP/s with all threads */
+} out_ctx;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One result row: GB/s against the bandwidth, GFLOP/s against the peak. */
+static void report(const out_ctx *o, const char *kernel, const char *shape, double gbs,
+                   double gflops) {
+    if (o->json) {
+        printf("{\"kernel\":\"%s\",\"shape\":\"%s\",\"gb_s\":%.2f,\"gflop_s\":%.2f,"
+               "\"bw_frac\":%.3f,\"peak_frac\":%.3f}\n",
+               kernel, shape, gbs, gflops, gbs / o->bw, gflops / o->peak);
+        return;
+    }
+    printf("%-22s %-26s %9.1f %6.0f%% %10.1f %6.0f%%\n", kernel, shape, gbs, 100 * gbs / o->bw,
+           gflops, 100 * gflops / o->peak);
+}
+
+static void bench_limits(pl_threadpool *tp, out_ctx *o) {
+    int n = pl_threadpool_size(tp);
+    if (!o->json) printf("# machine limits (isa %s)\n", pl_isa_name(pl_cpu_isa()));
+    for (int t = 1; t <= n; t++) {
+        double bw = pl_roofline_read_gbs(tp, t, (size_t)256 << 20, o->quick ? 2 : 5);
+        double pk = pl_roofline_fma_gflops(tp, t, o->quick ? 2000000 : 20000000, 3);
+        if (o->json)
+            printf("{\"limit\":\"machine\",\"threads\":%d,\"read_gb_s\":%.2f,\"fma_gflop_s\":%.2f}\n",
+                   t, bw, pk);
+        else
+            printf("threads %-3d read bandwidth %8.1f GB/s   f32 FMA peak %8.1f GFLOP/s\n", t, bw,
+                   pk);
+        if (t == n) {
+            o->bw = bw;
+            o->peak = pk;
+        }
+    }
+    if (!o->json)
+        printf("\n%-22s %-26s %9s %7s %10s %7s\n", "kernel", "shape", "GB/s", "of bw", "GFLOP/s",
+               "of peak");
+}
+
+static void bench_matmuls(pl_threadpool *tp, const out_ctx *o) {
+    static const pl_dtype types[] = {PL_DT_F32,  PL_DT_F16,  PL_DT_BF16, PL_DT_Q8_0,
+                                     PL_DT_Q4_0, PL_DT_Q4_K, PL_DT_Q5_K, PL_DT_Q6_K};
+    const int64_t cols = 2048;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        pl_dtype t = types[i];
+        if (o->type && strcmp(o->type, pl_dtype_name(t))) continue;
+        char name[64], shape[64];
+        snprintf(name, sizeof name, "matmul %s", pl_dtype_name(t));
+        /* B = 1: a weight of ~128 MiB (4x the L3 of most CPUs) streams from memory */
+        int64_t rows = ((int64_t)(o->quick ? 64 : 128) << 20) / (int64_t)pl_dtype_row_size(t, cols);
+        rows &= ~(int64_t)63;
+        double gf = 0, gbs = pl_matmul_bench(tp, t, rows, cols, 1, o->quick ? 3 : 10, &gf);
+        snprintf(shape, sizeof shape, "%lldx%lld B=1", (long long)rows, (long long)cols);
+        report(o, name, shape, gbs, gf);
+        static const int64_t Bs[] = {32, 512};
+        for (int k = 0; k < 2; k++) {
+            int iters = Bs[k] == 512 ? (o->quick ? 1 : 3) : (o->quick ? 5 : 20);
+            gbs = pl_matmul_bench(tp, t, 2048, cols, Bs[k], iters, &gf);
+            snprintf(shape, sizeof shape, "2048x%lld B=%lld", (long long)cols, (long long)Bs[k]);
+            report(o, name, shape, gbs, gf);
+        }
+    }
+}
+
+/* Paged attention on a random f16 cache: n_seqs sequences with ctx tokens each, q_len queries
+ * per sequence (1 = decode). GB/s counts the K and V bytes each sequence reads once. */
+static void bench_attention(pl_threadpool *tp, const out_ctx *o, int32_t n_seqs, int32_t ctx,
+                            int32_t q_len, const char *name) {
+    const int32_t n_heads = 12, n_kv = 4, hd = 64, bs = 16;
+    const int32_t max_blocks = (ctx + bs - 1) / bs;
+    pl_kv_layout l = {.dtype = PL_DT_F16, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd,
+                      .num_blocks = (int64_t)n_seqs * max_blocks};
+    size_t cache_bytes = pl_kv_block_bytes(&l) * (size_t)l.num_blocks;
+    int32_t n_tok = n_seqs * q_len;
+    uint16_t *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
+    float *q = malloc((size_t)n_tok * n_heads * hd * sizeof(float));
+    float *out = malloc((size_t)n_tok * n_heads * hd * sizeof(float));
+    int32_t *btab = malloc((size_t)n_seqs * max_blocks * sizeof(int32_t));
+    int32_t *seq_start = malloc((size_t)(n_seqs + 1) * sizeof(int32_t));
+    int32_t *ctxl = malloc((size_t)n_seqs * sizeof(int32_t));
+    if (kc && vc && q && out && btab && seq_start && ctxl) {
+        pl_rng rng;
+        pl_rng_seed(&rng, 7);
+        for (size_t i = 0; i < cache_bytes / 2; i++) {
+            kc[i] = pl_f32_to_f16((float)pl_rng_normal(&rng));
+            vc[i] = pl_f32_to_f16((float)pl_rng_normal(&rng));
+        }
+        for (int64_t i = 0; i < (int64_t)n_tok * n_heads * hd; i++) q[i] = (float)pl_rng_normal(&rng);
+        for (int32_t i = 0; i < n_seqs * max_blocks; i++) btab[i] = i; /* shuffled below */
+        for (int32_t i = n_seqs * max_blocks - 1; i > 0; i--) {
+            int32_t j = (int32_t)pl_rng_below(&rng, (uint64_t)i + 1), t = btab[i];
+            btab[i] = btab[j];
+            btab[j] = t;
+        }
+        for (int32_t i = 0; i <= n_seqs; i++) seq_start[i] = i * q_len;
+        for (int32_t i = 0; i < n_seqs; i++) ctxl[i] = ctx;
+        pl_attn_args a = {.q = q, .out = out, .n_heads = n_heads, .scale = 0.125f,
+                          .n_seqs = n_seqs, .seq_start = seq_start, .context_lens = ctxl,
+                          .block_tables = btab, .max_blocks = max_blocks, .k_cache = kc,
+                          .v_cache = vc};
+        pl_paged_attention(tp, &l, &a);
+        int iters = q_len > 1 ? 3 : 50;
+        double t0 = now_s();
+        for (int it = 0; it < iters; it++) pl_paged_attention(tp, &l, &a);
+        double dt = (now_s() - t0) / iters;
+        double bytes = 2.0 * n_seqs * ctx * n_kv * hd * 2;
+        /* each query row r of q_len attends to ctx - q_len + r + 1 positions */
+        double pairs = 0;
+        for (int32_t r = 0; r < q_len; r++) pairs += ctx - q_len + r + 1;
+        double flops = 4.0 * n_seqs * n_heads * hd * pairs;
+        char shape[64];
+        snprintf(shape, sizeof shape, "%d seqs ctx %d q %d", n_seqs, ctx, q_len);
+        report(o, name, shape, bytes / dt / 1e9, flops / dt / 1e9);
+    }
+    free(kc);
+    free(vc);
+    free(q);
+    free(out);
+    free(btab);
+    free(seq_start);
+    free(ctxl);
+}
+
+static void bench_ops(pl_threadpool *tp, const out_ctx *o) {
+    const int64_t n = 512, dim = 768, ffn = 2048;
+    float *x = malloc((size_t)(n * ffn) * sizeof(float)), *y = malloc((size_t)(n * ffn) * sizeof(float));
+    float *w = malloc((size_t)dim * sizeof(float)), *cs = malloc((size_t)n * 64 * sizeof(float));
+    int32_t *pos = malloc((size_t)n * sizeof(int32_t));
+    if (x && y && w && cs && pos) {
+        pl_rng rng;
+        pl_rng_seed(&rng, 3);
+        for (int64_t i = 0; i < n * ffn; i++) x[i] = y[i] = (float)pl_rng_normal(&rng);
+        for (int64_t i = 0; i < dim; i++) w[i] = 1.0f + 0.1f * (float)pl_rng_normal(&rng);
+        for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
+        pl_rope_params rp = {.mode = PL_ROPE_NORM, .n_rot = 64, .freq_base = 10000.0f,
+                             .freq_scale = 1.0f};
+        pl_rope_cache(&rp, pos, n, cs);
+        const int iters = 50;
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++) pl_rmsnorm(tp, y, x, w, n, dim, 1e-5f);
+        double dt = (now_s() - t0) / iters;
+        report(o, "rmsnorm", "512x768", 8.0 * n * dim / dt / 1e9, 4.0 * n * dim / dt / 1e9);
+        t0 = now_s();
+        for (int i = 0; i < iters; i++) pl_swiglu(tp, y, x, n, ffn);
+        dt = (now_s() - t0) / iters;
+        report(o, "swiglu", "512x2048", 12.0 * n * ffn / dt / 1e9, 6.0 * n * ffn / dt / 1e9);
+        for (int64_t i = 0; i < n * dim; i++) y[i] = x[i];
+        t0 = now_s();
+        for (int i = 0; i < iters; i++) pl_rope_apply(&rp, cs, y, n, 12, 64);
+        dt = (now_s() - t0) / iters;
+        report(o, "rope", "512x12x64", 8.0 * n * dim / dt / 1e9, 3.0 * n * dim / dt / 1e9);
+    }
+    free(x);
+    free(y);
+    free(w);
+    free(cs);
+    free(pos);
+}
+
+static int usage(FILE *f) {
+    fprintf(f, "usage: pagellm bench kernels [--threads N] [--json] [--quick] [--only WHAT] [--type T]\n"
+               "  --threads N  pool size (default: one per online core)\n"
+               "  --json       one JSON object per line instead of the table\n"
+               "  --quick      fewer and smaller repetitions (noisier)\n"
+               "  --only WHAT  limits | matmul | attention | ops (the limits always run)\n"
+               "  --type T     only the matmuls of weight type T (f32, f16, bf16, q8_0, q4_0,\n"
+               "               q4_K, q5_K, q6_K)\n");
+    return f == stderr ? 2 : 0;
+}
 
 int pl_bench_kernels(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "pagellm bench kernels: not built yet\n");
-    return 1;
+    static const struct option opts[] = {{"threads", required_argument, 0, 't'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"quick", no_argument, 0, 'q'},
+                                         {"only", required_argument, 0, 'o'},
+                                         {"type", required_argument, 0, 'y'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int64_t threads = 0;
+    const char *only = NULL;
+    out_ctx o = {0};
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "t:jqo:y:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            if (pl_arg_int("bench kernels", "--threads", optarg, 1, 512, &threads)) return 2;
+            break;
+        case 'j': o.json = 1; break;
+        case 'q': o.quick = 1; break;
+        case 'o': only = optarg; break;
+        case 'y': o.type = optarg; break;
+        case 'h': return usage(stdout);
+        default: return usage(stderr);
+        }
+    }
+    if (optind < argc) return usage(stderr);
+    if (only && strcmp(only, "limits") && strcmp(only, "matmul") && strcmp(only, "attention") &&
+        strcmp(only, "ops")) {
+        fprintf(stderr, "pagellm bench kernels: --only: '%s' is not limits, matmul, attention "
+                        "or ops\n", only);
+        return 2;
+    }
+    pl_threadpool *tp = pl_threadpool_create((int)threads);
+    if (!tp) return pl_cli_fail("bench kernels", "could not create the thread pool");
+    bench_limits(tp, &o);
+    if (!only || !strcmp(only, "matmul")) bench_matmuls(tp, &o);
+    if (!only || !strcmp(only, "attention")) {
+        bench_attention(tp, &o, 1, 512, 1, "attention decode");
+        bench_attention(tp, &o, 32, 128, 1, "attention decode");
+        bench_attention(tp, &o, 1, 512, 512, "attention prefill");
+    }
+    if (!only || !strcmp(only, "ops")) bench_ops(tp, &o);
+    pl_threadpool_destroy(tp);
+    return 0;
 }

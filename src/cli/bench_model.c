@@ -1,11 +1,296 @@
-/* cli/bench_model — `pagellm bench model` (being built; see the benchmark issues). */
+/* cli/bench_model — `pagellm bench model`: prefill and decode tokens/s of a model through the
+ * real forward pass (pl_model_forward over a paged pl_kv_store), no engine, no sampling.
+ *
+ *   prefill  : one step of -p tokens of one sequence, logits for the last row only (what
+ *              llama-bench's pp test does).
+ *   decode   : for every B of -b: B sequences whose first --ctx tokens are already in the cache
+ *              (written by untimed prefill steps), then -n steps of one token per sequence with
+ *              logits for all B rows (what llama-batched-bench's TG phase does); tokens/s =
+ *              B * n / time.
+ * Each measurement is repeated --reps times on fresh caches; the table shows the mean and the
+ * best, the JSON lines (--json, after the table) every repetition's value as well.
+ * Token ids are drawn from a fixed seed; the weights are whatever the file holds.
+ */
+#include "cli/args.h"
 #include "cli/cli.h"
 
+#include "base/rng.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "kernels/cpu.h"
+#include "model/model.h"
+
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { MAX_BATCHES = 16, MAX_REPS = 20, BLOCK = 16 };
+
+typedef struct {
+    const char *model;
+    int64_t p, n, ctx, reps, threads;
+    int32_t *batches;
+    int n_batches;
+    int json;
+} bm_opts;
+
+typedef struct {
+    pl_model *m;
+    pl_threadpool *tp;
+    pl_forward_ctx *fwd;
+    pl_kv_store kv;
+    int32_t max_tokens;   /* tokens per step the scratch holds */
+    int32_t max_blocks;   /* block-table width per sequence */
+    int32_t *table;       /* [max_seqs][max_blocks], sequence i owns blocks i * max_blocks.. */
+    float *logits;        /* [max_logits][n_vocab] */
+    int32_t *tok, *pos, *rows, *seq_start, *ctx_len;
+    int64_t *slots;
+    pl_rng rng;
+} bm_run;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_free(bm_run *r) {
+    free(r->table);
+    free(r->logits);
+    free(r->tok);
+    free(r->pos);
+    free(r->rows);
+    free(r->seq_start);
+    free(r->ctx_len);
+    free(r->slots);
+    pl_kv_store_free(&r->kv);
+    pl_forward_ctx_free(r->fwd);
+    pl_threadpool_destroy(r->tp);
+    pl_model_free(r->m);
+}
+
+static pl_status run_open(bm_run *r, const bm_opts *o, int32_t max_b) {
+    PL_TRY(pl_model_load(o->model, &r->m));
+    r->tp = pl_threadpool_create((int)o->threads);
+    if (!r->tp) return pl_fail(PL_ERR_NOMEM, "could not create the thread pool");
+    int64_t ctx_max = o->ctx + o->n > o->p ? o->ctx + o->n : o->p;
+    r->max_tokens = (int32_t)(o->p > max_b ? o->p : max_b);
+    if (o->ctx > r->max_tokens) r->max_tokens = (int32_t)o->ctx; /* ctx prefill in one step */
+    r->max_blocks = (int32_t)((ctx_max + BLOCK - 1) / BLOCK);
+    PL_TRY(pl_forward_ctx_create(r->m, r->max_tokens, max_b, r->tp, &r->fwd));
+    pl_kv_layout l = {.dtype = PL_DT_F16, .block_size = BLOCK, .n_kv_heads = r->m->hp.n_kv_heads,
+                      .head_dim = r->m->hp.head_dim,
+                      .num_blocks = (int64_t)max_b * r->max_blocks};
+    PL_TRY(pl_kv_store_init(&r->kv, &l, r->m->hp.n_layers, NULL));
+    size_t T = (size_t)r->max_tokens;
+    r->table = malloc((size_t)max_b * r->max_blocks * sizeof *r->table);
+    r->logits = malloc((size_t)max_b * r->m->hp.n_vocab * sizeof *r->logits);
+    r->tok = malloc(T * sizeof *r->tok);
+    r->pos = malloc(T * sizeof *r->pos);
+    r->rows = malloc(T * sizeof *r->rows);
+    r->slots = malloc(T * sizeof *r->slots);
+    r->seq_start = malloc((size_t)(max_b + 1) * sizeof *r->seq_start);
+    r->ctx_len = malloc((size_t)max_b * sizeof *r->ctx_len);
+    if (!r->table || !r->logits || !r->tok || !r->pos || !r->rows || !r->slots ||
+        !r->seq_start || !r->ctx_len)
+        return pl_fail(PL_ERR_NOMEM, "out of memory for the benchmark's buffers");
+    for (int64_t i = 0; i < (int64_t)max_b * r->max_blocks; i++) r->table[i] = (int32_t)i;
+    pl_rng_seed(&r->rng, 1234);
+    return PL_OK;
+}
+
+/* One step: q_len tokens for each of seqs sequences (sequence i starts at position start[i]...
+ * all start at `start`), logits for the last token of each sequence. */
+static pl_status step(bm_run *r, int32_t seqs, int32_t q_len, int32_t start) {
+    int32_t t = 0;
+    r->seq_start[0] = 0;
+    for (int32_t i = 0; i < seqs; i++) {
+        for (int32_t j = 0; j < q_len; j++, t++) {
+            int32_t p = start + j;
+            r->tok[t] = (int32_t)pl_rng_below(&r->rng, (uint64_t)r->m->hp.n_vocab);
+            r->pos[t] = p;
+            r->slots[t] = (int64_t)r->table[i * r->max_blocks + p / BLOCK] * BLOCK + p % BLOCK;
+        }
+        r->seq_start[i + 1] = t;
+        r->ctx_len[i] = start + q_len;
+        r->rows[i] = t - 1;
+    }
+    pl_step_batch b = {.n_tokens = t, .token_ids = r->tok, .positions = r->pos,
+                       .slot_mapping = r->slots, .n_seqs = seqs, .seq_start = r->seq_start,
+                       .context_lens = r->ctx_len, .block_tables = r->table,
+                       .max_blocks = r->max_blocks, .n_logits = seqs, .logit_rows = r->rows};
+    return pl_model_forward(r->fwd, &r->kv, &b, r->logits);
+}
+
+static pl_status measure_prefill(bm_run *r, const bm_opts *o, double *tps) {
+    PL_TRY(step(r, 1, (int32_t)o->p, 0)); /* warm-up: pages, caches, threads */
+    double t0 = now_s();
+    PL_TRY(step(r, 1, (int32_t)o->p, 0));
+    *tps = (double)o->p / (now_s() - t0);
+    return PL_OK;
+}
+
+static pl_status measure_decode(bm_run *r, const bm_opts *o, int32_t B, double *tps) {
+    /* the contexts: sequence by sequence, untimed, in steps the scratch can hold */
+    for (int32_t i = 0; i < B && o->ctx > 0; i++) {
+        /* step() fills sequence 0's slots; fake sequence i by shifting the table view */
+        int32_t *save = r->table;
+        r->table = save + (size_t)i * r->max_blocks;
+        pl_status s = step(r, 1, (int32_t)o->ctx, 0);
+        r->table = save;
+        PL_TRY(s);
+    }
+    PL_TRY(step(r, B, 1, (int32_t)o->ctx)); /* warm-up step, rewritten by the first timed one */
+    double t0 = now_s();
+    for (int64_t k = 0; k < o->n; k++) PL_TRY(step(r, B, 1, (int32_t)(o->ctx + k)));
+    *tps = (double)B * (double)o->n / (now_s() - t0);
+    return PL_OK;
+}
+
+static void stats(const double *v, int n, double *mean, double *best) {
+    *mean = 0;
+    *best = 0;
+    for (int i = 0; i < n; i++) {
+        *mean += v[i] / n;
+        if (v[i] > *best) *best = v[i];
+    }
+}
+
+static void print_json(const bm_opts *o, const bm_run *r, const char *test, int32_t B,
+                       int64_t tokens, const double *v, int n) {
+    double mean, best;
+    stats(v, n, &mean, &best);
+    printf("{\"model\":\"%s\",\"test\":\"%s\",\"batch\":%d,\"tokens\":%lld,\"ctx\":%lld,"
+           "\"threads\":%d,\"isa\":\"%s\",\"tokens_per_s\":%.2f,\"best_tokens_per_s\":%.2f,"
+           "\"reps\":[",
+           o->model, test, B, (long long)tokens, (long long)(B ? o->ctx : 0),
+           pl_threadpool_size(r->tp), pl_isa_name(pl_cpu_isa()), mean, best);
+    for (int i = 0; i < n; i++) printf("%s%.2f", i ? "," : "", v[i]);
+    printf("]}\n");
+}
+
+static int usage(FILE *f) {
+    fprintf(f,
+            "usage: pagellm bench model -m FILE [-p N] [-n N] [-b B1,B2,..] [--ctx N]\n"
+            "                           [--threads N] [--reps N] [--json]\n"
+            "  -m, --model FILE  a GGUF model (path or name, as for generate)\n"
+            "  -p N              prompt tokens of the prefill test (512; 0 skips it)\n"
+            "  -n N              decode steps per batch size (128; 0 skips decode)\n"
+            "  -b LIST           decode batch sizes (1,8,32)\n"
+            "      --ctx N       tokens already in each sequence's cache before decoding (128)\n"
+            "  -t, --threads N   worker threads (default: one per online core)\n"
+            "      --reps N      repetitions of every measurement (3)\n"
+            "      --json        also print one JSON object per measurement\n");
+    return f == stderr ? 2 : 0;
+}
+
+static int parse(int argc, char **argv, bm_opts *o, char *path, size_t cap) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
+        {"ctx", required_argument, 0, 'c'},   {"reps", required_argument, 0, 'r'},
+        {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *cmd = "bench model";
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:n:b:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 'p': if (pl_arg_int(cmd, "-p", optarg, 0, 1 << 16, &o->p)) return 2; break;
+        case 'n': if (pl_arg_int(cmd, "-n", optarg, 0, 1 << 16, &o->n)) return 2; break;
+        case 'c': if (pl_arg_int(cmd, "--ctx", optarg, 0, 1 << 16, &o->ctx)) return 2; break;
+        case 'r': if (pl_arg_int(cmd, "--reps", optarg, 1, MAX_REPS, &o->reps)) return 2; break;
+        case 't': if (pl_arg_int(cmd, "--threads", optarg, 1, 512, &o->threads)) return 2; break;
+        case 'b':
+            free(o->batches);
+            o->batches = NULL;
+            if (pl_arg_int_list(cmd, "-b", optarg, &o->batches, &o->n_batches)) return 2;
+            if (o->n_batches < 1 || o->n_batches > MAX_BATCHES) {
+                fprintf(stderr, "pagellm %s: -b: give 1 to %d batch sizes\n", cmd, MAX_BATCHES);
+                return 2;
+            }
+            for (int i = 0; i < o->n_batches; i++)
+                if (o->batches[i] < 1 || o->batches[i] > 4096) {
+                    fprintf(stderr, "pagellm %s: -b: batch size %d is out of range [1, 4096]\n",
+                            cmd, o->batches[i]);
+                    return 2;
+                }
+            break;
+        case 'j': o->json = 1; break;
+        case 'h': return usage(stdout) + 100;
+        default: return usage(stderr);
+        }
+    }
+    if (optind < argc || !o->model) return usage(stderr);
+    if (o->p == 0 && o->n == 0) {
+        fprintf(stderr, "pagellm %s: -p 0 and -n 0: nothing to measure\n", cmd);
+        return 2;
+    }
+    if (pl_cli_resolve_model(o->model, path, cap)) return 1;
+    o->model = path;
+    return 0;
+}
 
 int pl_bench_model(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "pagellm bench model: not built yet\n");
-    return 1;
+    bm_opts o = {.p = 512, .n = 128, .ctx = 128, .reps = 3};
+    char path[4096];
+    int rc = parse(argc, argv, &o, path, sizeof path);
+    if (rc) {
+        free(o.batches);
+        return rc == 100 ? 0 : rc;
+    }
+    if (!o.batches) {
+        o.batches = malloc(3 * sizeof *o.batches);
+        if (!o.batches) return pl_cli_fail("bench model", "out of memory");
+        o.batches[0] = 1, o.batches[1] = 8, o.batches[2] = 32;
+        o.n_batches = 3;
+    }
+    int32_t max_b = 1;
+    for (int i = 0; i < o.n_batches; i++) max_b = o.batches[i] > max_b ? o.batches[i] : max_b;
+
+    double pre[MAX_REPS], dec[MAX_BATCHES][MAX_REPS];
+    for (int rep = 0; rep < o.reps; rep++) {
+        /* fresh model, pool and cache per repetition, as separate runs would have */
+        bm_run r = {0};
+        pl_status s = run_open(&r, &o, max_b);
+        if (s == PL_OK && o.p > 0) s = measure_prefill(&r, &o, &pre[rep]);
+        for (int i = 0; s == PL_OK && o.n > 0 && i < o.n_batches; i++)
+            s = measure_decode(&r, &o, o.batches[i], &dec[i][rep]);
+        if (s != PL_OK) {
+            run_free(&r);
+            free(o.batches);
+            return pl_cli_fail("bench model", "%s", pl_last_error());
+        }
+        if (rep == o.reps - 1) {
+            const pl_model_hparams *hp = &r.m->hp;
+            printf("model %s: dim %d, %d layers, %d heads (%d KV), ffn %d, vocab %d; "
+                   "%d threads, %s\n\n",
+                   o.model, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->ffn_dim,
+                   hp->n_vocab, pl_threadpool_size(r.tp), pl_isa_name(pl_cpu_isa()));
+            printf("%-8s %6s %7s %6s %14s %14s\n", "test", "batch", "tokens", "ctx", "tokens/s",
+                   "best tokens/s");
+            double mean, best;
+            if (o.p > 0) {
+                stats(pre, (int)o.reps, &mean, &best);
+                printf("%-8s %6d %7lld %6d %14.1f %14.1f\n", "prefill", 1, (long long)o.p, 0,
+                       mean, best);
+            }
+            for (int i = 0; o.n > 0 && i < o.n_batches; i++) {
+                stats(dec[i], (int)o.reps, &mean, &best);
+                printf("%-8s %6d %7lld %6lld %14.1f %14.1f\n", "decode", o.batches[i],
+                       (long long)o.n, (long long)o.ctx, mean, best);
+            }
+            if (o.json) {
+                printf("\n");
+                if (o.p > 0) print_json(&o, &r, "prefill", 0, o.p, pre, (int)o.reps);
+                for (int i = 0; o.n > 0 && i < o.n_batches; i++)
+                    print_json(&o, &r, "decode", o.batches[i], o.n, dec[i], (int)o.reps);
+            }
+        }
+        run_free(&r);
+    }
+    free(o.batches);
+    return 0;
 }

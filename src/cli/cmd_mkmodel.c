@@ -12,8 +12,9 @@
  * Weights: seeded uniform noise with standard deviation 0.02 (GPT-2's initialisation), the
  * projections that write into the residual stream (attn_output, ffn_down) scaled by
  * 1/sqrt(2 * layers) so that the residual stays near its initial size however deep the model;
- * norms are 1. Matrices are stored in --type (quantized row by row with pl_quantize_row), norms
- * in f32. The same flags and seed always give the same bytes.
+ * norms are 1. Matrices are stored in --type (quantized row by row with pl_quantize_row;
+ * q4_k_m is q4_K with q6_K for output.weight and for attn_v / ffn_down of the layers llama.cpp's
+ * Q4_K_M mix picks), norms in f32. The same flags and seed always give the same bytes.
  *
  * Memory: the GGUF writer reads tensor data at write time, so every tensor is generated straight
  * into its final (quantized) buffer, one row of f32 at a time: peak memory is the output size
@@ -44,6 +45,8 @@ typedef struct {
     const char *vocab_from; /* GGUF whose tokenizer.* keys are copied */
     int64_t dim, layers, heads, kv_heads, ffn, ctx, seed;
     pl_dtype type;          /* matrix type */
+    pl_dtype more;          /* type of output, and of attn_v / ffn_down in the layers that
+                               llama.cpp's *_M mixes give more bits (= type otherwise) */
     int ftype;              /* general.file_type (llama.cpp's llama_ftype) */
 } mk_opts;
 
@@ -51,11 +54,20 @@ typedef struct {
 static const struct {
     const char *name;
     pl_dtype type;
+    pl_dtype more;
     int ftype;
 } types[] = {
-    {"f32", PL_DT_F32, 0}, {"f16", PL_DT_F16, 1}, {"bf16", PL_DT_BF16, 32},
-    {"q8_0", PL_DT_Q8_0, 7}, {"q4_0", PL_DT_Q4_0, 2},
+    {"f32", PL_DT_F32, PL_DT_F32, 0},      {"f16", PL_DT_F16, PL_DT_F16, 1},
+    {"bf16", PL_DT_BF16, PL_DT_BF16, 32},  {"q8_0", PL_DT_Q8_0, PL_DT_Q8_0, 7},
+    {"q4_0", PL_DT_Q4_0, PL_DT_Q4_0, 2},   {"q6_k", PL_DT_Q6_K, PL_DT_Q6_K, 18},
+    {"q4_k_m", PL_DT_Q4_K, PL_DT_Q6_K, 15},
 };
+
+/* llama.cpp's Q4_K_M rule for attn_v and ffn_down: the first and last eighth of the layers and
+ * every third one between get the larger type. */
+static int more_bits(int64_t l, int64_t n) {
+    return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -68,7 +80,8 @@ static void usage(FILE *f) {
             "  --heads H           attention heads (dim / heads must be even)\n"
             "  --kv-heads K        key/value heads (divides --heads)\n"
             "  --ffn F             feed-forward size (a multiple of the type's block)\n"
-            "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0\n"
+            "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q6_k,\n"
+            "                      q4_k_m (q4_K, with q6_K for output and some attn_v/ffn_down)\n"
             "  --seed S            random seed (default 1)\n"
             "  --ctx N             llama.context_length (default 2048)\n");
 }
@@ -105,7 +118,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
     memset(o, 0, sizeof *o);
     o->ctx = 2048;
     o->seed = 1;
-    o->type = PL_DT_F32;
+    o->type = o->more = PL_DT_F32;
     const char *type_name = "f32";
     optind = 1;
     opterr = 0;
@@ -124,9 +137,10 @@ static int parse(int argc, char **argv, mk_opts *o) {
             size_t i = 0, n = sizeof types / sizeof types[0];
             while (i < n && strcmp(optarg, types[i].name)) i++;
             if (i == n)
-                return usage_error("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0",
+                return usage_error("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m",
                                    optarg);
             o->type = types[i].type;
+            o->more = types[i].more;
             o->ftype = types[i].ftype;
             type_name = types[i].name;
             break;
@@ -276,19 +290,20 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
     int64_t dim = o->dim, kv_dim = o->dim / o->heads * o->kv_heads, ffn = o->ffn;
     PL_TRY(add_matrix(b, "token_embd.weight", o->type, dim, n_vocab, std));
     PL_TRY(add_norm(b, "output_norm.weight", dim));
-    PL_TRY(add_matrix(b, "output.weight", o->type, dim, n_vocab, std));
+    PL_TRY(add_matrix(b, "output.weight", o->more, dim, n_vocab, std));
     for (int64_t l = 0; l < o->layers; l++) {
         char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
         PL_TRY(add_norm(b, NAME("attn_norm.weight"), dim));
         PL_TRY(add_matrix(b, NAME("attn_q.weight"), o->type, dim, dim, std));
         PL_TRY(add_matrix(b, NAME("attn_k.weight"), o->type, dim, kv_dim, std));
-        PL_TRY(add_matrix(b, NAME("attn_v.weight"), o->type, dim, kv_dim, std));
+        pl_dtype mt = more_bits(l, o->layers) ? o->more : o->type;
+        PL_TRY(add_matrix(b, NAME("attn_v.weight"), mt, dim, kv_dim, std));
         PL_TRY(add_matrix(b, NAME("attn_output.weight"), o->type, dim, dim, out_std));
         PL_TRY(add_norm(b, NAME("ffn_norm.weight"), dim));
         PL_TRY(add_matrix(b, NAME("ffn_gate.weight"), o->type, dim, ffn, std));
         PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, ffn, std));
-        PL_TRY(add_matrix(b, NAME("ffn_down.weight"), o->type, ffn, dim, out_std));
+        PL_TRY(add_matrix(b, NAME("ffn_down.weight"), mt, ffn, dim, out_std));
 #undef NAME
     }
     return PL_OK;

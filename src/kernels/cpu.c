@@ -60,12 +60,16 @@ pl_isa pl_cpu_max_isa(void) {
     return PL_ISA_SCALAR;
 }
 
+/* PAGELLM_ISA, read once (kernels ask for the level on every call, some once per row). */
 static pl_isa env_isa(void) {
+    static int cached = -1;
+    if (cached >= 0) return (pl_isa)cached;
     const char *s = getenv("PAGELLM_ISA");
-    if (!s) return PL_ISA_AVX512;
-    if (!strcmp(s, "scalar")) return PL_ISA_SCALAR;
-    if (!strcmp(s, "avx2")) return PL_ISA_AVX2;
-    return PL_ISA_AVX512;
+    pl_isa isa = PL_ISA_AVX512;
+    if (s && !strcmp(s, "scalar")) isa = PL_ISA_SCALAR;
+    else if (s && !strcmp(s, "avx2")) isa = PL_ISA_AVX2;
+    cached = (int)isa;
+    return isa;
 }
 
 pl_isa pl_cpu_isa(void) {

@@ -1,10 +1,13 @@
 /* kernels/matmul — see matmul.h.
  *
- * pl_matmul runs two pool jobs: the first converts the B activation rows into scratch (split by
- * rows), the second splits the output rows over the threads in multiples of the kernel's tile
- * height. Each thread walks its weight tiles and, for each, every activation tile (within
- * blocks of ACT_BLOCK rows, so the activations a tile sweeps stay in cache), so every weight byte
- * loaded is reused for all B. With B = 1 this degenerates into one pass over the weights.
+ * A call (pl_matmul, or pl_matmul_multi for several weights reading one input) converts the B
+ * activation rows into scratch once (a pool job split by rows; inline for a decode's few rows),
+ * then runs one pool job that splits every weight's output rows over the threads in multiples
+ * of the kernel's tile height. Each thread walks its weight tiles and, for each, every
+ * activation tile (within blocks of ACT_BLOCK rows, so the activations a tile sweeps stay in
+ * cache), so every weight byte loaded is reused for all B. For B <= SMALL_B the tiles are one
+ * weight row high: each thread then reads its rows as one sequential stream, which the hardware
+ * prefetchers follow at full memory bandwidth (interleaving four rows halves it on this EPYC).
  */
 #include "kernels/matmul.h"
 
@@ -17,13 +20,15 @@
 #include <string.h>
 
 enum { ACT_BLOCK = 64 }; /* activation rows swept per weight tile before moving on */
+enum { SMALL_B = 3 };    /* up to this many activation rows, tiles are one weight row high */
 
 typedef struct {
-    const pl_weight *w;
+    const pl_weight *const *w; /* [n] weights, all of one type and cols */
+    float *const *y;           /* [n] outputs, y[i] is [B][ldy[i]] */
+    const int64_t *ldy;        /* [n] output strides (>= w[i]->rows) */
+    int n;
     const float *x;      /* [B][cols] input */
     int64_t B;
-    float *y;            /* [B][ldy] output */
-    int64_t ldy;
     const uint8_t *act;  /* converted activations (or x for f32 weights) */
     size_t act_stride;   /* bytes between activation rows */
     pl_mm_kernel k;
@@ -46,18 +51,21 @@ static void pick_kernel(pl_dtype t, pl_mm_kernel *k) {
 
 static void convert_job(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
+    const pl_weight *w = j->w[0];
     int64_t b0, b1;
     pl_split_range(j->B, ith, nth, 1, &b0, &b1);
     for (int64_t b = b0; b < b1; b++)
-        pl_act_convert_row(j->w->type, j->x + b * j->w->cols, (uint8_t *)j->act + b * j->act_stride,
-                           j->w->cols);
+        pl_act_convert_row(w->type, j->x + b * w->cols, (uint8_t *)j->act + b * j->act_stride,
+                           w->cols);
 }
 
-static void multiply_job(void *ctx, int ith, int nth) {
-    mm_job *j = ctx;
-    const pl_weight *w = j->w;
+/* Thread ith's share of weight w: its rows [r0, r1) against all B activation rows. */
+static void multiply_part(const mm_job *j, const pl_weight *w, float *y, int64_t ldy, int ith,
+                          int nth) {
     size_t ws = pl_dtype_row_size(w->type, w->cols);
-    int tr = j->k.tr, tb = j->k.tb;
+    /* a decode step (B <= SMALL_B) walks one weight row at a time: a single sequential stream
+     * per thread is what the hardware prefetchers follow at full bandwidth */
+    int tr = j->B <= SMALL_B ? 1 : j->k.tr, tb = j->k.tb;
     int64_t r0, r1;
     pl_split_range(w->rows, ith, nth, tr, &r0, &r1);
     for (int64_t bb = 0; bb < j->B; bb += ACT_BLOCK) {
@@ -68,30 +76,62 @@ static void multiply_job(void *ctx, int ith, int nth) {
             for (int64_t b = bb; b < bend; b += tb) {
                 int nb = (int)(bend - b < tb ? bend - b : tb);
                 j->k.fn(wt, ws, nr, j->act + (size_t)b * j->act_stride, j->act_stride, nb, w->cols,
-                        j->y + b * j->ldy + r, j->ldy);
+                        y + b * ldy + r, ldy);
             }
         }
     }
 }
 
-void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B, float *y,
-               int64_t ldy, void *scratch) {
-    PL_ASSERT(w && pl_dtype_can_matmul(w->type));
-    PL_ASSERT(w->cols > 0 && w->cols % pl_dtype_block_size(w->type) == 0);
-    PL_ASSERT(ldy >= w->rows);
-    if (B <= 0 || w->rows <= 0) return;
-    mm_job j = {.w = w, .x = x, .B = B, .y = y, .ldy = ldy};
-    pick_kernel(w->type, &j.k);
-    if (w->type == PL_DT_F32) {
+static void multiply_job(void *ctx, int ith, int nth) {
+    mm_job *j = ctx;
+    for (int i = 0; i < j->n; i++) multiply_part(j, j->w[i], j->y[i], j->ldy[i], ith, nth);
+}
+
+/* Convert x for the weights' type (unless f32), then multiply: the work of both calls. */
+static void run(pl_threadpool *tp, const pl_weight *const *w, float *const *y,
+                const int64_t *ldy, int n, const float *x, int64_t B, void *scratch) {
+    mm_job j = {.w = w, .y = y, .ldy = ldy, .n = n, .x = x, .B = B};
+    pick_kernel(w[0]->type, &j.k);
+    if (w[0]->type == PL_DT_F32) {
         j.act = (const uint8_t *)x;
-        j.act_stride = (size_t)w->cols * sizeof(float);
+        j.act_stride = (size_t)w[0]->cols * sizeof(float);
     } else {
         PL_ASSERT(scratch);
         j.act = align64(scratch);
-        j.act_stride = pl_act_row_bytes(w->type, w->cols);
-        pl_threadpool_run(tp, convert_job, &j);
+        j.act_stride = pl_act_row_bytes(w[0]->type, w[0]->cols);
+        if (B <= SMALL_B) /* a few rows: cheaper here than one more hand-off to the pool */
+            convert_job(&j, 0, 1);
+        else
+            pl_threadpool_run(tp, convert_job, &j);
     }
     pl_threadpool_run(tp, multiply_job, &j);
+}
+
+static void check_weight(const pl_weight *w) {
+    PL_ASSERT(w && pl_dtype_can_matmul(w->type));
+    PL_ASSERT(w->cols > 0 && w->cols % pl_dtype_block_size(w->type) == 0);
+}
+
+void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const *y, int n,
+                     const float *x, int64_t B, void *scratch) {
+    PL_ASSERT(n >= 1 && n <= PL_MATMUL_MAX_MULTI);
+    int64_t ldy[PL_MATMUL_MAX_MULTI];
+    for (int i = 0; i < n; i++) {
+        check_weight(w[i]);
+        ldy[i] = w[i]->rows;
+        if (w[i]->type != w[0]->type || w[i]->cols != w[0]->cols) { /* cannot share: one by one */
+            for (int k = 0; k < n; k++) pl_matmul(tp, w[k], x, B, y[k], w[k]->rows, scratch);
+            return;
+        }
+    }
+    if (B > 0) run(tp, w, y, ldy, n, x, B, scratch);
+}
+
+void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B, float *y,
+               int64_t ldy, void *scratch) {
+    check_weight(w);
+    PL_ASSERT(ldy >= w->rows);
+    if (B > 0 && w->rows > 0) run(tp, &w, &y, &ldy, 1, x, B, scratch);
 }
 
 /* ---- scalar reference ---------------------------------------------------------------------- */
@@ -185,6 +225,8 @@ size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n) {
         break;
     case PL_DT_Q8_0: pl_quantize_q8_0_ref(src, dst, n); break;
     case PL_DT_Q4_0: pl_quantize_q4_0_ref(src, dst, n); break;
+    case PL_DT_Q4_K: pl_quantize_q4_K_ref(src, dst, n); break;
+    case PL_DT_Q6_K: pl_quantize_q6_K_ref(src, dst, n); break;
     default: return 0;
     }
     return bytes;

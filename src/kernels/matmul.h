@@ -34,14 +34,21 @@ typedef struct {
 size_t pl_matmul_scratch_size(pl_dtype type, int64_t cols, int64_t B);
 void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B, float *y,
                int64_t ldy, void *scratch);
+/* y[i] = w[i] x for n <= PL_MATMUL_MAX_MULTI weights that read the same input (Q/K/V, gate/up):
+ * x is converted once and all n run in one pool job; each y[i] has stride w[i]->rows. Results
+ * are bitwise those of n pl_matmul calls. Weights of different types or cols fall back to that. */
+enum { PL_MATMUL_MAX_MULTI = 4 };
+void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const *y, int n,
+                     const float *x, int64_t B, void *scratch);
 /* Single-threaded scalar reference with the same activation conversion (for tests). */
 void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int64_t ldy);
 
 /* Dequantize one row (n elements, a multiple of the block size) of any computable type to f32
  * (embedding lookup, tests). */
 void pl_dequantize_row(pl_dtype type, const void *src, float *dst, int64_t n);
-/* Quantize one f32 row to `type` (f32, f16, bf16, q8_0, q4_0; used by mkmodel and tests), with
- * llama.cpp's reference rounding. Returns bytes written, 0 if the type cannot be written. */
+/* Quantize one f32 row to `type` (f32, f16, bf16, q8_0, q4_0 with llama.cpp's reference
+ * rounding; q4_K, q6_K with simpler scale choices of our own, see quant_kw.c; used by mkmodel
+ * and tests). Returns bytes written, 0 if the type cannot be written. */
 size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n);
 
 /* Micro-benchmark (not a test): time `iters` calls of pl_matmul on a synthetic rows x cols

@@ -5,7 +5,7 @@
  *   q8_0 : vpmaddubsw on |w| and sign(x, w), one block per vector.
  *   q4_0 : two blocks per pair of vectors (the q4_0 activation layout), nibbles 0..15 with
  *          the -8 offset removed as 8 * sum(x) in 16-bit lanes.
- * The K-quants have no AVX2 kernel yet; pl_matmul uses the scalar one for them at this level.
+ * The K-quants are in matmul_kq_avx2.c.
  */
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
@@ -201,6 +201,6 @@ int pl_mm_kernel_avx2(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_BF16: k->fn = tile_bf16; return 1;
     case PL_DT_Q8_0: k->fn = tile_q8_0; return 1;
     case PL_DT_Q4_0: k->fn = tile_q4_0; return 1;
-    default: return 0;
+    default: return pl_mm_kernel_avx2_kquant(t, k);
     }
 }

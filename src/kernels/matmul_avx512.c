@@ -2,7 +2,9 @@
  *
  * Every kernel keeps one 16-lane accumulator per (row, activation) pair of its tile, loads each
  * weight vector once per tile and each activation vector once per tile, and reduces the lanes
- * with the same fixed tree at the end, so a value never depends on the tile shape.
+ * with the same fixed tree at the end, so a value never depends on the tile shape. The float
+ * types sum four interleaved partials per value (see FLOAT_BODIES), so that a one-row decode
+ * tile has four independent FMA chains while a large tile computes the same partials in turn.
  *
  *   f32  : FMA.                     f16 : F16C widening of the weights, FMA with f16-exact f32.
  *   bf16 : vdpbf16ps on 32 pairs.   q8_0/q4_0 : vpdpbusd on two blocks per vector, weights made
@@ -53,55 +55,91 @@ AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512()
 
 /* ---- f32 / f16 / bf16 ---------------------------------------------------------------------- */
 
-AI void f32_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                 int64_t ldy, const int NR, const int NB) {
-    __m512 acc[4][4];
-    ZERO_TILE(acc);
-    for (int64_t c = 0; c < cols; c += 16) {
-        __mmask16 m = cols - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cols - c)) - 1);
-        __m512 wv[4];
-        UNROLL for (int r = 0; r < NR; r++) wv[r] = _mm512_maskz_loadu_ps(m, (const float *)(w + r * ws) + c);
-        UNROLL for (int b = 0; b < NB; b++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, (const float *)(a + b * as) + c);
-            UNROLL for (int r = 0; r < NR; r++) acc[r][b] = _mm512_fmadd_ps(wv[r], xv, acc[r][b]);
-        }
+/* The row is cut into chunks of CW columns (16 floats, 32 bf16 pairs; the last one masked). Chunk
+ * j is summed into partial j % 4, each partial in chunk order from zero, and a value is
+ * reduce((p0 + p1) + (p2 + p3)). Small tiles (one weight row, B <= 3: decode) run the four
+ * partials side by side, so one row streams from memory with four independent FMA chains; large
+ * tiles run them one after the other with one accumulator per (row, activation) and keep the
+ * finished partials aside. Both do the same operations on every value. */
+#define FLOAT_BODIES(NAME, CW, MASK_T, FULL, WT, WLOAD, XLOAD, FMA)                                \
+    AI void NAME##_small(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols,   \
+                         float *y, int64_t ldy, const int NB) {                                    \
+        (void)ws;                                                                                  \
+        const int64_t n = (cols + CW - 1) / CW, nfull = cols / CW;                                \
+        const MASK_T tail = (MASK_T)((((uint64_t)1) << (cols % CW)) - 1);                          \
+        __m512 acc[3][4];                                                                          \
+        UNROLL for (int b = 0; b < NB; b++) UNROLL for (int p = 0; p < 4; p++)                     \
+            acc[b][p] = _mm512_setzero_ps();                                                       \
+        int64_t j = 0;                                                                             \
+        for (; j + 4 <= nfull; j += 4) {                                                           \
+            UNROLL for (int p = 0; p < 4; p++) {                                                   \
+                const int64_t c = (j + p) * CW;                                                    \
+                WT wv = WLOAD(w, c, FULL);                                                         \
+                UNROLL for (int b = 0; b < NB; b++) acc[b][p] = FMA(acc[b][p], wv, XLOAD(a + b * as, c, FULL)); \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int p = 0; p < 4; p++) {                                                       \
+            if (j + p < n) {                                                                       \
+                const int64_t c = (j + p) * CW;                                                    \
+                const MASK_T m = j + p < nfull ? FULL : tail;                                      \
+                WT wv = WLOAD(w, c, m);                                                            \
+                UNROLL for (int b = 0; b < NB; b++) acc[b][p] = FMA(acc[b][p], wv, XLOAD(a + b * as, c, m)); \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int b = 0; b < NB; b++)                                                        \
+            y[b * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]),  \
+                                                            _mm512_add_ps(acc[b][2], acc[b][3]))); \
+    }                                                                                              \
+    AI void NAME##_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols,    \
+                        float *y, int64_t ldy, const int NR, const int NB) {                       \
+        if (NR == 1 && NB <= 3) {                                                                  \
+            NAME##_small(w, ws, a, as, cols, y, ldy, NB);                                          \
+            return;                                                                                \
+        }                                                                                          \
+        const int64_t n = (cols + CW - 1) / CW, nfull = cols / CW;                                \
+        const MASK_T tail = (MASK_T)((((uint64_t)1) << (cols % CW)) - 1);                          \
+        __m512 acc[4][4], lo[4][4], hi[4][4];                                                      \
+        UNROLL for (int p = 0; p < 4; p++) {                                                       \
+            ZERO_TILE(acc);                                                                        \
+            int64_t j = p;                                                                         \
+            for (; j < nfull; j += 4) { /* full chunks: plain loads */                             \
+                const int64_t c = j * CW;                                                          \
+                WT wv[4];                                                                          \
+                UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, FULL);            \
+                UNROLL for (int b = 0; b < NB; b++) {                                              \
+                    const uint8_t *ab = a + b * as;                                                \
+                    UNROLL for (int r = 0; r < NR; r++) acc[r][b] = FMA(acc[r][b], wv[r], XLOAD(ab, c, FULL)); \
+                }                                                                                  \
+            }                                                                                      \
+            if (j < n) { /* the masked last chunk, if it falls in this partial */                  \
+                const int64_t c = j * CW;                                                          \
+                WT wv[4];                                                                          \
+                UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, tail);            \
+                UNROLL for (int b = 0; b < NB; b++) {                                              \
+                    const uint8_t *ab = a + b * as;                                                \
+                    UNROLL for (int r = 0; r < NR; r++) acc[r][b] = FMA(acc[r][b], wv[r], XLOAD(ab, c, tail)); \
+                }                                                                                  \
+            }                                                                                      \
+            UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) {             \
+                if (p == 0) lo[r][b] = acc[r][b];                                                  \
+                if (p == 1) lo[r][b] = _mm512_add_ps(lo[r][b], acc[r][b]);                         \
+                if (p == 2) hi[r][b] = acc[r][b];                                                  \
+                if (p == 3) hi[r][b] = _mm512_add_ps(hi[r][b], acc[r][b]);                         \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++)                   \
+            y[b * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(lo[r][b], hi[r][b]));              \
     }
-    STORE_TILE(acc);
-}
 
-AI void f16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                 int64_t ldy, const int NR, const int NB) {
-    __m512 acc[4][4];
-    ZERO_TILE(acc);
-    for (int64_t c = 0; c < cols; c += 16) {
-        __mmask16 m = cols - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cols - c)) - 1);
-        __m512 wv[4];
-        UNROLL for (int r = 0; r < NR; r++)
-            wv[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const pl_f16 *)(w + r * ws) + c));
-        UNROLL for (int b = 0; b < NB; b++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, (const float *)(a + b * as) + c);
-            UNROLL for (int r = 0; r < NR; r++) acc[r][b] = _mm512_fmadd_ps(wv[r], xv, acc[r][b]);
-        }
-    }
-    STORE_TILE(acc);
-}
+#define LD_F32(p, c, m) _mm512_maskz_loadu_ps((m), (const float *)(p) + (c))
+#define LD_F16(p, c, m) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((m), (const pl_f16 *)(p) + (c)))
+#define LD_BF16(p, c, m) ((__m512bh)_mm512_maskz_loadu_epi16((m), (const pl_bf16 *)(p) + (c)))
+#define FMA_PS(acc, wv, xv) _mm512_fmadd_ps((wv), (xv), (acc))
+#define FMA_BF16(acc, wv, xv) _mm512_dpbf16_ps((acc), (wv), (xv))
 
-AI void bf16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NR, const int NB) {
-    __m512 acc[4][4];
-    ZERO_TILE(acc);
-    for (int64_t c = 0; c < cols; c += 32) {
-        __mmask32 m = cols - c >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (cols - c)) - 1);
-        __m512bh wv[4];
-        UNROLL for (int r = 0; r < NR; r++)
-            wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, (const pl_bf16 *)(w + r * ws) + c);
-        UNROLL for (int b = 0; b < NB; b++) {
-            __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, (const pl_bf16 *)(a + b * as) + c);
-            UNROLL for (int r = 0; r < NR; r++) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], wv[r], xv);
-        }
-    }
-    STORE_TILE(acc);
-}
+FLOAT_BODIES(f32, 16, __mmask16, (__mmask16)0xFFFF, __m512, LD_F32, LD_F32, FMA_PS)
+FLOAT_BODIES(f16, 16, __mmask16, (__mmask16)0xFFFF, __m512, LD_F16, LD_F32, FMA_PS)
+FLOAT_BODIES(bf16, 32, __mmask32, (__mmask32)0xFFFFFFFFu, __m512bh, LD_BF16, LD_BF16, FMA_BF16)
 
 /* ---- q8_0 / q4_0 against q8_0 activations -------------------------------------------------- */
 

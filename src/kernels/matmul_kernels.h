@@ -30,6 +30,7 @@ typedef struct {
 /* Fill *k for weights of type t; return 0 if this instruction set has no kernel for t. */
 int pl_mm_kernel_scalar(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_avx2(pl_dtype t, pl_mm_kernel *k);
+int pl_mm_kernel_avx2_kquant(pl_dtype t, pl_mm_kernel *k); /* matmul_kq_avx2.c */
 int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k);
 
 #endif

@@ -1,6 +1,8 @@
-/* kernels/ops — see ops.h. Plain C the compiler vectorises; the heavy kernels live in
- * matmul*.c and attention*.c. */
+/* kernels/ops — see ops.h. Plain C, with RMSNorm and SwiGLU rows in AVX-512 (ops_avx512.c)
+ * when pl_cpu_isa() allows; the heavy kernels live in matmul*.c and attention*.c. */
 #include "kernels/ops.h"
+
+#include "kernels/cpu.h"
 
 #include <math.h>
 
@@ -15,9 +17,14 @@ static void rmsnorm_rows(void *p, int ith, int nth) {
     rmsnorm_job *j = p;
     int64_t r0, r1;
     pl_split_range(j->n, ith, nth, 1, &r0, &r1);
+    const int vec = pl_cpu_isa() >= PL_ISA_AVX512;
     for (int64_t r = r0; r < r1; r++) {
         const float *x = j->x + r * j->dim;
         float *y = j->y + r * j->dim;
+        if (vec) {
+            pl_rmsnorm_row_avx512(y, x, j->w, j->dim, j->eps);
+            continue;
+        }
         double ss = 0;
         for (int64_t i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
         float scale = 1.0f / sqrtf((float)(ss / (double)j->dim) + j->eps);
@@ -75,6 +82,10 @@ static void swiglu_part(void *p, int ith, int nth) {
     swiglu_job *j = p;
     int64_t i0, i1;
     pl_split_range(j->len, ith, nth, 64, &i0, &i1);
+    if (pl_cpu_isa() >= PL_ISA_AVX512) {
+        pl_swiglu_avx512(j->g + i0, j->u + i0, i1 - i0);
+        return;
+    }
     for (int64_t i = i0; i < i1; i++) {
         float g = j->g[i];
         j->g[i] = g / (1.0f + expf(-g)) * j->u[i];

@@ -105,6 +105,9 @@ static inline int pl_nearest_int(float v) {
 /* Weight quantizers with llama.cpp's reference rounding (n a multiple of 32). */
 void pl_quantize_q8_0_ref(const float *x, pl_block_q8_0 *y, int64_t n);
 void pl_quantize_q4_0_ref(const float *x, pl_block_q4_0 *y, int64_t n);
+/* q4_K and q6_K weight quantizers of our own (quant_kw.c; n a multiple of 256). */
+void pl_quantize_q4_K_ref(const float *x, pl_block_q4_K *y, int64_t n);
+void pl_quantize_q6_K_ref(const float *x, pl_block_q6_K *y, int64_t n);
 /* Activation quantizers: q8_0 as llama.cpp's x86 path, q8_K as its reference. */
 void pl_quantize_q8_0_act(const float *x, pl_block_q8_0 *y, int64_t n);
 void pl_quantize_q8_K(const float *x, pl_block_q8_K *y, int64_t n);
@@ -119,6 +122,8 @@ void pl_dequant_q8_K(const pl_block_q8_K *x, float *y, int64_t n);
 /* Activation layout for weights of type wtype (see above). */
 size_t pl_act_row_bytes(pl_dtype wtype, int64_t cols);
 void pl_act_convert_row(pl_dtype wtype, const float *x, void *dst, int64_t cols);
+/* The same with AVX-512 (quant_avx512.c), bitwise equal; returns 0 where it defers to scalar. */
+int pl_act_convert_row_avx512(pl_dtype wtype, const float *x, void *dst, int64_t cols);
 /* Position in the q4_0 activation layout of element c of a row of nb blocks. */
 static inline int64_t pl_act_q4_0_pos(int64_t c, int64_t nb) {
     int64_t blk = c / PL_QK, j = c % PL_QK;

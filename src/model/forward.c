@@ -152,9 +152,9 @@ pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_bat
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const pl_layer_weights *L = &m->layers[l];
         pl_rmsnorm(c->tp, c->h, c->x, L->attn_norm, T, dim, hp->norm_eps);
-        matmul(c, &L->wq, c->h, T, c->q);
-        matmul(c, &L->wk, c->h, T, c->k);
-        matmul(c, &L->wv, c->h, T, c->v);
+        const pl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {c->q, c->k, c->v};
+        pl_matmul_multi(c->tp, qkv, qkv_out, 3, c->h, T, c->mm_scratch);
         if (L->bq) pl_add_bias(c->q, L->bq, T, qd);
         if (L->bk) pl_add_bias(c->k, L->bk, T, kvd);
         if (L->bv) pl_add_bias(c->v, L->bv, T, kvd);
@@ -171,8 +171,9 @@ pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_bat
         pl_add(c->x, c->h, T * dim);
 
         pl_rmsnorm(c->tp, c->h, c->x, L->ffn_norm, T, dim, hp->norm_eps);
-        matmul(c, &L->w_gate, c->h, T, c->gate);
-        matmul(c, &L->w_up, c->h, T, c->up);
+        const pl_weight *gate_up[2] = {&L->w_gate, &L->w_up};
+        float *gate_up_out[2] = {c->gate, c->up};
+        pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->h, T, c->mm_scratch);
         pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         matmul(c, &L->w_down, c->gate, T, c->h);
         pl_add(c->x, c->h, T * dim);

@@ -411,6 +411,37 @@ static void test_mixed_methods_in_one_batch(void **state) {
     pl_engine_destroy(e);
 }
 
+/* Bitwise identical tokens and log-probabilities with 1 and 2 worker threads (every kernel splits
+ * work without changing any row's arithmetic). */
+static void test_thread_count_invariance(void **state) {
+    (void)state;
+    static result r[2][4];
+    memset(r, 0, sizeof r);
+    for (int t = 0; t < 2; t++) {
+        pl_engine_config c;
+        pl_engine_config_default(&c);
+        c.model_path = PL_SHARED_DIR "/models/synth-tiny-q4_k_m.gguf";
+        c.kv_cache_memory = 16 << 20;
+        c.threads = t + 1;
+        pl_engine *e;
+        if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
+        uint64_t ids[4];
+        for (int i = 0; i < 4; i++) {
+            pl_request_params p;
+            greedy_params(&p, 24);
+            p.logprobs = 2;
+            assert_int_equal(pl_engine_add_request(e, PROMPTS[i], NULL, 0, &p, &ids[i]), PL_OK);
+        }
+        run_all(e, ids, r[t], 4);
+        pl_engine_destroy(e);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(r[0][i].n_ids[0], r[1][i].n_ids[0]);
+        assert_memory_equal(r[0][i].ids[0], r[1][i].ids[0], 24 * sizeof(int32_t));
+        assert_memory_equal(r[0][i].logprobs[0], r[1][i].logprobs[0], 24 * sizeof(float));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_text),
@@ -423,6 +454,7 @@ int main(void) {
         cmocka_unit_test(test_stop_rules),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_mixed_methods_in_one_batch),
+        cmocka_unit_test(test_thread_count_invariance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,7 +142,7 @@ static void test_quantize_rounding(void **state) {
     const int n4[7] = {0, 11, 15, 8, 7, 9, 15};
     for (int j = 0; j < 7; j++) assert_int_equal(b.qs[j] & 15, n4[j]);
     assert_int_equal(b.qs[0] >> 4, 8); /* z[16] = 0 */
-    assert_int_equal(pl_quantize_row(PL_DT_Q4_K, z, &b, 256), 0);
+    assert_int_equal(pl_quantize_row(PL_DT_Q5_K, z, &b, 256), 0); /* no q5_K writer */
 }
 
 static void test_quantize_q8_K_values(void **state) {
@@ -201,6 +201,81 @@ static void test_quantize_roundtrip(void **state) {
             default: bound = amax / 8.0 * (1.0 + 0x1p-9); break;
             }
             assert_true(err <= bound);
+        }
+    }
+}
+
+/* q4_K / q6_K writers (mkmodel's q4_k_m): the inverse of the dequantizers within the rounding of
+ * the stored scales. q4_K: a sub-block's step ds = d * sc is within d/2 of its range / 15 and its
+ * offset within dmin/2, so an element errs by at most ds/2, or at the clamped top by
+ * 15 * d/2 + dmin/2. q6_K: ds is within d/2 of max|x| / 31, so at most ds/2, or 31 * d/2 at the
+ * clamped end. Plus the f16 rounding of d, dmin (2^-11 relative, times <= 63 * 15 steps). */
+static void test_quantize_k_roundtrip(void **state) {
+    (void)state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 11);
+    enum { N = 1024 };
+    float x[N], y[N];
+    uint8_t buf[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(pl_rng_normal(&rng) * (i % 97 == 0 ? 8.0 : 1.0) + (i / 256 == 2 ? 3 : 0));
+    for (int i = 512; i < 544; i++) x[i] = 0.0f; /* an all-zero sub-block */
+    assert_int_equal(pl_quantize_row(PL_DT_Q4_K, x, buf, N), pl_dtype_row_size(PL_DT_Q4_K, N));
+    pl_dequantize_row(PL_DT_Q4_K, buf, y, N);
+    double sq = 0, sx = 0;
+    for (int i = 0; i < N; i++) {
+        const pl_block_q4_K *b = (const pl_block_q4_K *)buf + i / 256;
+        uint8_t sc, m;
+        pl_get_scale_min_k4(i % 256 / 32, b->scales, &sc, &m);
+        double d = pl_f16_to_f32(b->d), dmin = pl_f16_to_f32(b->dmin);
+        double bound = fmax(0.5 * d * sc, 7.5 * d + 0.5 * dmin) + 0.5 * dmin + 1e-3 * (d + dmin);
+        if (!(fabs((double)y[i] - x[i]) <= bound))
+            fail_msg("q4_K element %d: %g -> %g (bound %g)", i, x[i], y[i], bound);
+        sq += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        sx += (double)x[i] * x[i];
+    }
+    assert_true(sqrt(sq / sx) < 0.15);
+    assert_int_equal(pl_quantize_row(PL_DT_Q6_K, x, buf, N), pl_dtype_row_size(PL_DT_Q6_K, N));
+    pl_dequantize_row(PL_DT_Q6_K, buf, y, N);
+    sq = 0;
+    for (int i = 0; i < N; i++) {
+        const pl_block_q6_K *b = (const pl_block_q6_K *)buf + i / 256;
+        double d = pl_f16_to_f32(b->d), ds = d * b->scales[i % 256 / 16];
+        double bound = fmax(0.5 * ds, 15.5 * d) + 1e-3 * d;
+        if (!(fabs((double)y[i] - x[i]) <= bound))
+            fail_msg("q6_K element %d: %g -> %g (bound %g)", i, x[i], y[i], bound);
+        sq += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+    }
+    assert_true(sqrt(sq / sx) < 0.04);
+    for (int i = 512; i < 544; i++) assert_true(y[i] == 0.0f);
+}
+
+/* The vector activation conversions are bitwise the scalar ones (ties, zeros, a lone q4_0 block,
+ * q8_K's signed maximum appearing twice). */
+static void test_act_convert_isas(void **state) {
+    (void)state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 5);
+    enum { N = 768 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = (float)pl_rng_normal(&rng) * (i % 50 == 0 ? 30.0f : 1.0f);
+    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.5f; /* exact halves: ties */
+    for (int i = 256; i < 288; i++) x[i] = 0.0f;
+    x[300] = -40.0f, x[310] = 40.0f; /* equal magnitudes: the first one's sign wins */
+    const pl_dtype types[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0, PL_DT_Q4_K};
+    const int64_t cols[] = {N, N - 32, 256};
+    static uint8_t a[4 * N + 64], b[4 * N + 64];
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        for (int c = 0; c < 3; c++) {
+            if (cols[c] % pl_dtype_block_size(types[t])) continue;
+            size_t bytes = pl_act_row_bytes(types[t], cols[c]);
+            memset(a, 0, sizeof a);
+            memset(b, 0, sizeof b);
+            pl_cpu_force_isa(PL_ISA_SCALAR);
+            pl_act_convert_row(types[t], x, a, cols[c]);
+            pl_cpu_force_isa(PL_ISA_AVX512);
+            pl_act_convert_row(types[t], x, b, cols[c]);
+            assert_memory_equal(a, b, bytes);
         }
     }
 }
@@ -410,6 +485,51 @@ static void test_matmul_layer_shape(void **state) {
     for (int t = 0; t < N_TYPES; t++) check_shape(f, all_types[t], 37, 768, 99 + (uint64_t)t);
 }
 
+/* pl_matmul_multi is bitwise n pl_matmul calls (shared conversion, one job), and falls back to
+ * them for weights of different types. */
+static void test_matmul_multi(void **state) {
+    fixture *f = *state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 21);
+    const pl_dtype types[] = {PL_DT_F16, PL_DT_Q8_0, PL_DT_Q4_K};
+    const int64_t rows[3] = {40, 13, 13}, cols = 512;
+    for (size_t t = 0; t < 3; t++) {
+        uint8_t *wd[3];
+        pl_weight w[3];
+        const pl_weight *wp[3];
+        float *y[3], *yr[3];
+        float *x = malloc(33 * cols * sizeof *x);
+        void *scratch = malloc(pl_matmul_scratch_size(types[t], cols, 33));
+        assert_true(x && scratch);
+        for (int64_t i = 0; i < 33 * cols; i++) x[i] = (float)pl_rng_normal(&rng);
+        for (int i = 0; i < 3; i++) {
+            pl_dtype ty = i == 2 && t == 2 ? PL_DT_Q6_K : types[t]; /* mixed: the fallback */
+            wd[i] = malloc(pl_dtype_row_size(ty, cols) * (size_t)rows[i]);
+            y[i] = malloc(33 * rows[i] * sizeof(float));
+            yr[i] = malloc(33 * rows[i] * sizeof(float));
+            assert_true(wd[i] && y[i] && yr[i]);
+            fill_weights(&rng, ty, rows[i], cols, wd[i]);
+            w[i] = (pl_weight){.data = wd[i], .type = ty, .rows = rows[i], .cols = cols};
+            wp[i] = &w[i];
+        }
+        const int64_t bs[] = {1, 3, 33};
+        for (int k = 0; k < 3; k++) {
+            for (int i = 0; i < 3; i++)
+                pl_matmul(f->pools[1], &w[i], x, bs[k], yr[i], rows[i], scratch);
+            pl_matmul_multi(f->pools[1], wp, y, 3, x, bs[k], scratch);
+            for (int i = 0; i < 3; i++)
+                assert_memory_equal(y[i], yr[i], (size_t)(bs[k] * rows[i]) * sizeof(float));
+        }
+        for (int i = 0; i < 3; i++) {
+            free(wd[i]);
+            free(y[i]);
+            free(yr[i]);
+        }
+        free(x);
+        free(scratch);
+    }
+}
+
 static void test_scratch_size(void **state) {
     (void)state;
     assert_int_equal(pl_matmul_scratch_size(PL_DT_F32, 64, 4), 0);
@@ -427,9 +547,12 @@ int main(void) {
         cmocka_unit_test(test_quantize_rounding),
         cmocka_unit_test(test_quantize_q8_K_values),
         cmocka_unit_test(test_quantize_roundtrip),
+        cmocka_unit_test(test_quantize_k_roundtrip),
+        cmocka_unit_test(test_act_convert_isas),
         cmocka_unit_test(test_scratch_size),
         cmocka_unit_test(test_matmul_all_isas),
         cmocka_unit_test(test_matmul_layer_shape),
+        cmocka_unit_test(test_matmul_multi),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include "base/rng.h"
+#include "kernels/cpu.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -93,11 +94,53 @@ static void test_swiglu_softmax(void **state) {
     free(g), free(u), free(g0), free(lp);
 }
 
+/* RMSNorm and SwiGLU on every ISA the machine has (scalar forced too): against the double
+ * reference, and bitwise the same with 1 or 2 threads and whether a row is normed alone or in a
+ * batch (the vector rows mask their tails instead of finishing them in scalar code). */
+static void test_ops_isas_threads(void **state) {
+    (void)state;
+    pl_rng r;
+    pl_rng_seed(&r, 9);
+    enum { N = 9, D = 133, F = 4099 };
+    static float x[N * D], w[D], y1[N * D], y2[N * D], y3[D];
+    static float g[F], u[F], g1[F], g2[F];
+    fill(x, N * D, &r);
+    fill(w, D, &r);
+    fill(g, F, &r);
+    fill(u, F, &r);
+    pl_threadpool *tp1 = pl_threadpool_create(1), *tp2 = pl_threadpool_create(2);
+    for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
+        pl_cpu_force_isa((pl_isa)isa);
+        pl_rmsnorm(tp1, y1, x, w, N, D, 1e-5f);
+        pl_rmsnorm(tp2, y2, x, w, N, D, 1e-5f);
+        assert_memory_equal(y1, y2, sizeof y1);
+        pl_rmsnorm(tp2, y3, x + 5 * D, w, 1, D, 1e-5f);
+        assert_memory_equal(y3, y1 + 5 * D, sizeof y3);
+        for (int n = 0; n < N; n++) {
+            double ss = 0;
+            for (int i = 0; i < D; i++) ss += (double)x[n * D + i] * x[n * D + i];
+            double sc = 1.0 / sqrt(ss / D + 1e-5);
+            for (int i = 0; i < D; i++)
+                assert_true(fabs(y1[n * D + i] - x[n * D + i] * sc * w[i]) < 1e-5);
+        }
+        for (int i = 0; i < F; i++) g1[i] = g2[i] = g[i];
+        pl_swiglu(tp1, g1, u, 1, F);
+        pl_swiglu(tp2, g2, u, 1, F);
+        assert_memory_equal(g1, g2, sizeof g1);
+        for (int i = 0; i < F; i++)
+            assert_true(fabs(g1[i] - g[i] / (1 + exp(-(double)g[i])) * u[i]) < 1e-5);
+    }
+    pl_cpu_force_isa(PL_ISA_AVX512);
+    pl_threadpool_destroy(tp1);
+    pl_threadpool_destroy(tp2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu_softmax),
+        cmocka_unit_test(test_ops_isas_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

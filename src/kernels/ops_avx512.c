@@ -1,0 +1,69 @@
+/* kernels/ops_avx512 — RMSNorm and SwiGLU rows with AVX-512 (dispatched from ops.c).
+ *
+ * Both treat every row (RMSNorm) or element (SwiGLU) with operations that depend only on the row
+ * length, never on where a thread's range starts or ends (tails are masked vectors, not scalar
+ * loops), so results do not change with the thread count or the batch.
+ *
+ *   rmsnorm: the squares are summed in double (8 lanes, two accumulators over alternating
+ *            16-float chunks, fixed reduction), as the scalar path does in double, so the two
+ *            differ only in the order of the double additions.
+ *   swiglu : silu(g) = g / (1 + e^-g) with e^x from a degree-7 polynomial after range reduction
+ *            (relative error ~1e-7), scaled by 2^n with vscalefps.
+ */
+#include "kernels/ops.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define AI static inline __attribute__((always_inline))
+
+AI __mmask16 mask_of(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+void pl_rmsnorm_row_avx512(float *y, const float *x, const float *w, int64_t dim, float eps) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int64_t i = 0; i < dim; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(mask_of(dim - i), x + i);
+        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        s0 = _mm512_fmadd_pd(lo, lo, s0);
+        s1 = _mm512_fmadd_pd(hi, hi, s1);
+    }
+    double ss = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)(ss / (double)dim) + eps));
+    for (int64_t i = 0; i < dim; i += 16) {
+        __mmask16 m = mask_of(dim - i);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), scale);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i)));
+    }
+}
+
+/* e^x, x clamped to [-104, 88]. */
+AI __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+void pl_swiglu_avx512(float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mask_of(n - i);
+        __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+        __m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}

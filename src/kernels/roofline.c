@@ -1,0 +1,105 @@
+/* kernels/roofline — see roofline.h. */
+#include "kernels/roofline.h"
+
+#include "kernels/cpu.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const float *buf;
+    size_t per_thread;   /* floats each thread reads */
+    int64_t iters;
+    float sink[64];      /* results, so nothing is optimised away */
+} roof_job;
+
+static float read_part(const float *p, size_t n) {
+    switch (pl_cpu_isa()) {
+    case PL_ISA_AVX512: return pl_roofline_read_avx512(p, n);
+    case PL_ISA_AVX2: return pl_roofline_read_avx2(p, n);
+    case PL_ISA_SCALAR: break;
+    }
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        s0 += p[i];
+        s1 += p[i + 1];
+        s2 += p[i + 2];
+        s3 += p[i + 3];
+    }
+    return s0 + s1 + s2 + s3;
+}
+
+static void read_job(void *ctx, int ith, int nth) {
+    (void)nth;
+    roof_job *j = ctx;
+    j->sink[ith & 63] += read_part(j->buf + (size_t)ith * j->per_thread, j->per_thread);
+}
+
+double pl_roofline_read_gbs(pl_threadpool *tp, int n_threads, size_t bytes, int reps) {
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > pl_threadpool_size(tp)) n_threads = pl_threadpool_size(tp);
+    size_t per = (bytes / (size_t)n_threads + 4095) & ~(size_t)4095;
+    size_t total = per * (size_t)n_threads;
+    float *buf = aligned_alloc(4096, total);
+    if (!buf) return -1.0;
+    for (size_t i = 0; i < total / sizeof(float); i++) buf[i] = (float)(i & 7);
+    roof_job j = {.buf = buf, .per_thread = per / sizeof(float)};
+    double best = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now_s();
+        pl_threadpool_run_n(tp, n_threads, read_job, &j);
+        double gbs = (double)total / (now_s() - t0) / 1e9;
+        if (r > 0 && gbs > best) best = gbs; /* pass 0 warms the pages and the threads */
+    }
+    free(buf);
+    return best;
+}
+
+static float fma_part(int64_t iters, float seed, int *lanes) {
+    switch (pl_cpu_isa()) {
+    case PL_ISA_AVX512: *lanes = 16; return pl_roofline_fma_avx512(iters, seed);
+    case PL_ISA_AVX2: *lanes = 8; return pl_roofline_fma_avx2(iters, seed);
+    case PL_ISA_SCALAR: break;
+    }
+    *lanes = 1;
+    float a[PL_ROOF_FMA_CHAINS];
+    for (int k = 0; k < PL_ROOF_FMA_CHAINS; k++) a[k] = seed + (float)k;
+    for (int64_t i = 0; i < iters; i++)
+        for (int k = 0; k < PL_ROOF_FMA_CHAINS; k++) a[k] = a[k] * 0.999999f + 1e-7f;
+    float s = 0;
+    for (int k = 0; k < PL_ROOF_FMA_CHAINS; k++) s += a[k];
+    return s;
+}
+
+static int fma_lanes;
+
+static void fma_job(void *ctx, int ith, int nth) {
+    (void)nth;
+    roof_job *j = ctx;
+    int lanes;
+    j->sink[ith & 63] += fma_part(j->iters, (float)ith, &lanes);
+    if (ith == 0) fma_lanes = lanes;
+}
+
+double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps) {
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > pl_threadpool_size(tp)) n_threads = pl_threadpool_size(tp);
+    roof_job j = {.iters = iters};
+    double best = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now_s();
+        pl_threadpool_run_n(tp, n_threads, fma_job, &j);
+        double dt = now_s() - t0;
+        double flops = 2.0 * fma_lanes * PL_ROOF_FMA_CHAINS * (double)iters * n_threads;
+        if (r > 0 && flops / dt / 1e9 > best) best = flops / dt / 1e9;
+    }
+    return best;
+}

@@ -1,0 +1,35 @@
+/* kernels/roofline — this machine's two speed limits, measured (benchmarks, not tests).
+ *
+ *   memory bandwidth: every thread of the pool streams its share of a buffer much larger than
+ *                     the last-level cache with the widest vector loads the ISA has, summing it
+ *                     so the loads cannot be dropped; bytes read / time.
+ *   peak FLOP/s:      every thread runs independent chains of f32 vector FMAs (enough chains to
+ *                     cover the FMA latency on every FMA port); 2 * lanes * FMAs / time.
+ *
+ * `pagellm bench kernels` prints each kernel's GB/s and GFLOP/s beside these, so the distance to
+ * the limit is visible. Both use pl_cpu_isa() (scalar fallback included).
+ */
+#ifndef PL_KERNELS_ROOFLINE_H
+#define PL_KERNELS_ROOFLINE_H
+
+#include "base/threadpool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Read GB/s with n_threads threads of tp (<= its size) over a buffer of `bytes` (rounded to
+ * 4 KiB per thread), best of `reps` passes after one warm-up pass. Negative if out of memory. */
+double pl_roofline_read_gbs(pl_threadpool *tp, int n_threads, size_t bytes, int reps);
+/* f32 FMA GFLOP/s with n_threads threads, best of `reps` runs of `iters` FMA rounds. */
+double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps);
+
+/* Per-ISA inner loops (roofline_avx512.c, roofline_avx2.c). */
+float pl_roofline_read_avx512(const float *p, size_t n);
+float pl_roofline_fma_avx512(int64_t iters, float seed);
+float pl_roofline_read_avx2(const float *p, size_t n);
+float pl_roofline_fma_avx2(int64_t iters, float seed);
+/* Independent FMA chains per thread: one iteration does this many vector FMAs (12 covers a
+ * 4-cycle latency on 2 FMA pipes with room to spare). */
+enum { PL_ROOF_FMA_CHAINS = 12 };
+
+#endif
