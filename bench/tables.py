@@ -51,6 +51,7 @@ def main():
         if not rows:
             continue
         mem = os.path.basename(f)[len("serve_"):-len(".jsonl")]
+        rows.sort(key=lambda r: (r["label"], r["request_rate"] if isinstance(r["request_rate"], (int, float)) else 1e9))
         print(f"### Serving, ShareGPT-like, KV budget {mem}\n")
         table(["system", "rate (req/s)", "req/s done", "output tok/s", "normalized latency (s/tok)",
                "TTFT mean / p99 (ms)", "TPOT mean (ms)", "ITL p50 / p99 (ms)", "E2E p50 / p99 (s)",
