@@ -257,9 +257,12 @@ static void print_stats(pl_engine *e, double secs, int64_t prompt, int64_t gener
             "%llu steps, %llu preemptions\n", (long long)prompt, (long long)generated, secs,
             secs > 0 ? (double)generated / secs : 0.0, (unsigned long long)s.steps,
             (unsigned long long)s.preemptions);
-    fprintf(stderr, "KV: %d blocks, %d used, %d cached, waste %.2f%%; prefix cache: %llu of %llu "
-            "prompt tokens hit\n", s.blocks_total, s.blocks_used, s.blocks_cached, 100 * s.waste,
-            (unsigned long long)s.prefix_hits, (unsigned long long)s.prefix_queries);
+    fprintf(stderr, "KV: %d blocks; over the run: peak %.2f%% used (%d blocks), mean %.2f%%; "
+            "waste mean %.2f%%, peak %.2f%%; now %d used, %d cached; prefix cache: %llu of %llu "
+            "prompt tokens hit\n", s.blocks_total, 100 * s.peak_kv_usage, s.peak_blocks_used,
+            100 * s.mean_kv_usage, 100 * s.mean_waste, 100 * s.peak_waste, s.blocks_used,
+            s.blocks_cached, (unsigned long long)s.prefix_hits,
+            (unsigned long long)s.prefix_queries);
 }
 
 static double now(void) {
