@@ -8,10 +8,11 @@
  */
 #include "kernels/attention_impl.h"
 
+#include "kernels/simd.h"
+
 #include <immintrin.h>
 #include <math.h>
 
-#define AI static inline __attribute__((always_inline))
 
 /* 8 elements of a row at d (FULL) or 4 elements zero-extended to 8 (!FULL). */
 AI __m256 load8(const void *row, int32_t d, int FULL, int F16) {
@@ -119,13 +120,6 @@ static float hmax8(__m256 x) {
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
-}
-
-static float hsum8(__m256 x) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* Online softmax step of vector v over its 32-score row (4 registers); returns alpha. */

@@ -17,10 +17,11 @@
  */
 #include "kernels/attention_impl.h"
 
+#include "kernels/simd.h"
+
 #include <immintrin.h>
 #include <math.h>
 
-#define AI static inline __attribute__((always_inline))
 
 AI __mmask16 tail_mask(int32_t hd) { return (__mmask16)((1u << (hd % 16)) - 1u); }
 
@@ -106,26 +107,6 @@ AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
         _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
         for (int i = 0; i < 4 && j + i < nk; i++) t->s[(size_t)v * PL_ATTN_KT + j + i] = r[i];
     }
-}
-
-/* e^x for x <= 0 (larger inputs are clamped at 88): n = round(x / ln 2), r = x - n ln 2 in two
- * steps, e^r by its Taylor polynomial of degree 7 (truncation < 1e-8 relative on |r| <= ln2/2),
- * times 2^n with vscalefps (which also underflows gracefully to 0). */
-AI __m512 exp16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
 }
 
 /* Online softmax step of vector v: scores -> probabilities in place; returns alpha. */

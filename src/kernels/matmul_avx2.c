@@ -10,24 +10,11 @@
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
 
+#include "kernels/simd.h"
+
 #include <immintrin.h>
 #include <string.h>
 
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-
-AI float f16_at(const uint8_t *p) {
-    pl_f16 h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
-}
-
-AI float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* n (< 8) 16-bit values from p, zero-padded to 8. */
 AI __m128i load_u16_tail(const void *p, int64_t n) {

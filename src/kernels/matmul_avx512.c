@@ -17,17 +17,11 @@
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
 
+#include "kernels/simd.h"
+
 #include <immintrin.h>
 #include <string.h>
 
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-
-AI float f16_at(const uint8_t *p) {
-    pl_f16 h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
-}
 
 /* The f16 values at pa and pb spread over the lanes by idx (0 -> *pa, 1 -> *pb). */
 AI __m512 lanes_of_two_f16(const __m512i idx, const uint8_t *pa, const uint8_t *pb) {

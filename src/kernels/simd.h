@@ -1,0 +1,54 @@
+/* kernels/simd — small vector helpers shared by the ISA-specific kernel files (internal).
+ *
+ * Include it only from files compiled with the matching target flags (*_avx2.c, *_avx512.c):
+ * the AVX2 helpers need __AVX2__, the AVX-512 ones __AVX512F__. Everything is always_inline.
+ */
+#ifndef PL_KERNELS_SIMD_H
+#define PL_KERNELS_SIMD_H
+
+#include "base/fp16.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* One f16 value at an unaligned address, widened with F16C. */
+AI float f16_at(const uint8_t *p) {
+    pl_f16 h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* Sum of the 8 lanes (a fixed order, so results do not depend on the caller). */
+AI float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#ifdef __AVX512F__
+/* e^x for x in [-104, 88] (clamped): n = round(x / ln 2), r = x - n ln 2 in two steps, e^r by its
+ * Taylor polynomial of degree 7 (truncation < 1e-8 relative on |r| <= ln2/2), times 2^n with
+ * vscalefps (which also underflows gracefully to 0). */
+AI __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
+
+#endif
