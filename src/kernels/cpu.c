@@ -2,13 +2,17 @@
 #include "kernels/cpu.h"
 
 #include <cpuid.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Detected once (pthread_once: kernels on every thread ask), then read-only. */
 static pl_cpu_features feats;
-static int detected;
-static int forced = -1;
+static pl_isa max_isa, env_level;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static atomic_int forced = -1; /* pl_cpu_force_isa, for tests */
 
 static uint64_t xgetbv0(void) {
     uint32_t eax, edx;
@@ -19,7 +23,7 @@ static uint64_t xgetbv0(void) {
 static void detect(void) {
     unsigned a, b, c, d;
     memset(&feats, 0, sizeof feats);
-    if (!__get_cpuid(1, &a, &b, &c, &d)) { detected = 1; return; }
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
     int osxsave = (c >> 27) & 1;
     int avx = (c >> 28) & 1;
     feats.fma = (c >> 12) & 1;
@@ -42,44 +46,45 @@ static void detect(void) {
         feats.avxvnni = ymm_ok && ((a >> 4) & 1);
         feats.avx512bf16 = zmm_ok && ((a >> 5) & 1);
     }
-    detected = 1;
+}
+
+static void init(void) {
+    detect();
+    const pl_cpu_features *f = &feats;
+    /* The AVX-512 kernels are compiled for F+BW+VL+DQ+VNNI+BF16 (see CMakeLists.txt). */
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni &&
+        f->avx512bf16 && f->fma && f->f16c)
+        max_isa = PL_ISA_AVX512;
+    else if (f->avx2 && f->fma && f->f16c)
+        max_isa = PL_ISA_AVX2;
+    else
+        max_isa = PL_ISA_SCALAR;
+    /* PAGELLM_ISA, read once (kernels ask for the level on every call, some once per row). */
+    const char *s = getenv("PAGELLM_ISA");
+    env_level = PL_ISA_AVX512;
+    if (s && !strcmp(s, "scalar")) env_level = PL_ISA_SCALAR;
+    else if (s && !strcmp(s, "avx2")) env_level = PL_ISA_AVX2;
 }
 
 const pl_cpu_features *pl_cpu_get_features(void) {
-    if (!detected) detect();
+    pthread_once(&once, init);
     return &feats;
 }
 
 pl_isa pl_cpu_max_isa(void) {
-    const pl_cpu_features *f = pl_cpu_get_features();
-    /* The AVX-512 kernels are compiled for F+BW+VL+DQ+VNNI+BF16 (see CMakeLists.txt). */
-    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni &&
-        f->avx512bf16 && f->fma && f->f16c)
-        return PL_ISA_AVX512;
-    if (f->avx2 && f->fma && f->f16c) return PL_ISA_AVX2;
-    return PL_ISA_SCALAR;
-}
-
-/* PAGELLM_ISA, read once (kernels ask for the level on every call, some once per row). */
-static pl_isa env_isa(void) {
-    static int cached = -1;
-    if (cached >= 0) return (pl_isa)cached;
-    const char *s = getenv("PAGELLM_ISA");
-    pl_isa isa = PL_ISA_AVX512;
-    if (s && !strcmp(s, "scalar")) isa = PL_ISA_SCALAR;
-    else if (s && !strcmp(s, "avx2")) isa = PL_ISA_AVX2;
-    cached = (int)isa;
-    return isa;
+    pthread_once(&once, init);
+    return max_isa;
 }
 
 pl_isa pl_cpu_isa(void) {
-    pl_isa m = pl_cpu_max_isa();
-    pl_isa e = forced >= 0 ? (pl_isa)forced : env_isa();
-    return e < m ? e : m;
+    pthread_once(&once, init);
+    int f = atomic_load_explicit(&forced, memory_order_relaxed);
+    pl_isa e = f >= 0 ? (pl_isa)f : env_level;
+    return e < max_isa ? e : max_isa;
 }
 
 pl_isa pl_cpu_force_isa(pl_isa isa) {
-    forced = (int)isa;
+    atomic_store(&forced, (int)isa);
     return pl_cpu_isa();
 }
 
