@@ -14,6 +14,7 @@
  * Prints a table, or JSON lines with --json. A measurement, never a test.
  */
 #include "cli/args.h"
+#include "base/clock.h"
 #include "cli/cli.h"
 
 #include "base/fp16.h"
@@ -40,11 +41,6 @@ typedef struct {
     double peak;  /* GFLOP/s with all threads */
 } out_ctx;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* One result row: GB/s against the bandwidth, GFLOP/s against the peak. */
 static void report(const out_ctx *o, const char *kernel, const char *shape, double gbs,
@@ -144,9 +140,9 @@ static void bench_attention(pl_threadpool *tp, const out_ctx *o, int32_t n_seqs,
                           .v_cache = vc};
         pl_paged_attention(tp, &l, &a);
         int iters = q_len > 1 ? 3 : 50;
-        double t0 = now_s();
+        double t0 = pl_clock_now();
         for (int it = 0; it < iters; it++) pl_paged_attention(tp, &l, &a);
-        double dt = (now_s() - t0) / iters;
+        double dt = (pl_clock_now() - t0) / iters;
         double bytes = 2.0 * n_seqs * ctx * n_kv * hd * 2;
         /* each query row r of q_len attends to ctx - q_len + r + 1 positions */
         double pairs = 0;
@@ -180,18 +176,18 @@ static void bench_ops(pl_threadpool *tp, const out_ctx *o) {
                              .freq_scale = 1.0f};
         pl_rope_cache(&rp, pos, n, cs);
         const int iters = 50;
-        double t0 = now_s();
+        double t0 = pl_clock_now();
         for (int i = 0; i < iters; i++) pl_rmsnorm(tp, y, x, w, n, dim, 1e-5f);
-        double dt = (now_s() - t0) / iters;
+        double dt = (pl_clock_now() - t0) / iters;
         report(o, "rmsnorm", "512x768", 8.0 * n * dim / dt / 1e9, 4.0 * n * dim / dt / 1e9);
-        t0 = now_s();
+        t0 = pl_clock_now();
         for (int i = 0; i < iters; i++) pl_swiglu(tp, y, x, n, ffn);
-        dt = (now_s() - t0) / iters;
+        dt = (pl_clock_now() - t0) / iters;
         report(o, "swiglu", "512x2048", 12.0 * n * ffn / dt / 1e9, 6.0 * n * ffn / dt / 1e9);
         for (int64_t i = 0; i < n * dim; i++) y[i] = x[i];
-        t0 = now_s();
+        t0 = pl_clock_now();
         for (int i = 0; i < iters; i++) pl_rope_apply(&rp, cs, y, n, 12, 64);
-        dt = (now_s() - t0) / iters;
+        dt = (pl_clock_now() - t0) / iters;
         report(o, "rope", "512x12x64", 8.0 * n * dim / dt / 1e9, 3.0 * n * dim / dt / 1e9);
     }
     free(x);

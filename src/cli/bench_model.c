@@ -12,6 +12,7 @@
  * Token ids are drawn from a fixed seed; the weights are whatever the file holds.
  */
 #include "cli/args.h"
+#include "base/clock.h"
 #include "cli/cli.h"
 
 #include "base/rng.h"
@@ -50,11 +51,6 @@ typedef struct {
     pl_rng rng;
 } bm_run;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void run_free(bm_run *r) {
     free(r->table);
@@ -126,9 +122,9 @@ static pl_status step(bm_run *r, int32_t seqs, int32_t q_len, int32_t start) {
 
 static pl_status measure_prefill(bm_run *r, const bm_opts *o, double *tps) {
     PL_TRY(step(r, 1, (int32_t)o->p, 0)); /* warm-up: pages, caches, threads */
-    double t0 = now_s();
+    double t0 = pl_clock_now();
     PL_TRY(step(r, 1, (int32_t)o->p, 0));
-    *tps = (double)o->p / (now_s() - t0);
+    *tps = (double)o->p / (pl_clock_now() - t0);
     return PL_OK;
 }
 
@@ -143,9 +139,9 @@ static pl_status measure_decode(bm_run *r, const bm_opts *o, int32_t B, double *
         PL_TRY(s);
     }
     PL_TRY(step(r, B, 1, (int32_t)o->ctx)); /* warm-up step, rewritten by the first timed one */
-    double t0 = now_s();
+    double t0 = pl_clock_now();
     for (int64_t k = 0; k < o->n; k++) PL_TRY(step(r, B, 1, (int32_t)(o->ctx + k)));
-    *tps = (double)B * (double)o->n / (now_s() - t0);
+    *tps = (double)B * (double)o->n / (pl_clock_now() - t0);
     return PL_OK;
 }
 

@@ -6,6 +6,7 @@
  * that speaks the OpenAI completions API with token-id prompts and ignore_eos (pagellm serve,
  * vLLM, llama.cpp's llama-server). Prints one JSON line (bench/bench.h: pl_bench_serve_report). */
 #include "cli/args.h"
+#include "base/clock.h"
 #include "cli/cli.h"
 
 #include "bench/bench.h"
@@ -45,11 +46,6 @@ typedef struct {
     CURL *h;                 /* while attached to the multi handle */
 } flight;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -169,7 +165,7 @@ static void on_event(flight *f, const char *data, size_t n) {
         json_t *fin = json_object_get(ch, "finish_reason");
         if (json_is_string(fin)) f->done_marker = 1;
         if (json_is_string(txt) && json_string_length(txt) > 0) {
-            double t = now_s();
+            double t = pl_clock_now();
             if (f->chunks == 0) f->res->ttft = t - f->t_send;
             else {
                 pl_bench_result *r = f->res;
@@ -251,7 +247,7 @@ static CURL *start_request(const sv_opts *o, const char *url, const pl_bench_req
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(o->timeout * 1000));
     free(body);
-    f->t_send = now_s();
+    f->t_send = pl_clock_now();
     f->usage_tokens = -1;
     return h;
 }
@@ -260,7 +256,7 @@ static void finish_request(CURL *h, CURLcode rc, flight *f, int32_t *mismatches)
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     pl_bench_result *r = f->res;
-    r->e2e = now_s() - f->t_send;
+    r->e2e = pl_clock_now() - f->t_send;
     int32_t got = f->usage_tokens >= 0 ? f->usage_tokens : f->want_out;
     r->out_len = got;
     r->ok = rc == CURLE_OK && code == 200 && !f->error && f->done_marker && f->chunks > 0;
@@ -308,15 +304,15 @@ static int run(const sv_opts *o, const pl_dataset *ds, const double *arrival, js
         goto out;
     }
     curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
-    double t0 = now_s(), t_end = t0;
+    double t0 = pl_clock_now(), t_end = t0;
     while (finished < n) {
-        double t = now_s() - t0;
+        double t = pl_clock_now() - t0;
         while (sent < n && arrival[sent] <= t && (o->max_conc == 0 || active < o->max_conc)) {
             flight *f = &fl[sent];
             f->res = &res[sent];
             f->want_out = ds->req[sent].out_len;
             res[sent].in_len = ds->req[sent].in_len;
-            res[sent].send = now_s() - t0;
+            res[sent].send = pl_clock_now() - t0;
             CURL *h = start_request(o, url, &ds->req[sent], f, o->api_key ? auth : NULL);
             if (!h || curl_multi_add_handle(multi, h) != CURLM_OK) {
                 rc = pl_cli_fail(C, "cannot start request %d", sent);
@@ -343,11 +339,11 @@ static int run(const sv_opts *o, const pl_dataset *ds, const double *arrival, js
             f->h = NULL;
             finished++;
             active--;
-            t_end = now_s();
+            t_end = pl_clock_now();
         }
         int wait_ms = 50;
         if (sent < n && (o->max_conc == 0 || active < o->max_conc)) {
-            double dt = arrival[sent] - (now_s() - t0);
+            double dt = arrival[sent] - (pl_clock_now() - t0);
             wait_ms = dt <= 0 ? 0 : dt * 1000 < 50 ? (int)(dt * 1000) + 1 : 50;
         }
         if (finished < n) curl_multi_poll(multi, NULL, 0, wait_ms, NULL);

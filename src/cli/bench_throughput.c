@@ -4,6 +4,7 @@
  * requests/s, total and output tokens/s, KV usage and waste sampled at every step, preemptions,
  * memory saved by sharing (parallel sampling, beams) and the prefix-cache hit rate. */
 #include "cli/args.h"
+#include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
 
@@ -27,11 +28,6 @@ typedef struct {
     pl_engine_config eng;
 } tp_opts;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -235,7 +231,7 @@ int pl_bench_throughput(int argc, char **argv) {
         rc = pl_cli_fail(C, "out of memory");
         goto done;
     }
-    double t0 = now_s();
+    double t0 = pl_clock_now();
     for (int32_t i = 0; i < n; i++) {
         pl_request_params p;
         pl_request_params_default(&p);
@@ -275,7 +271,7 @@ int pl_bench_throughput(int argc, char **argv) {
             }
         }
     }
-    double elapsed = now_s() - t0;
+    double elapsed = pl_clock_now() - t0;
     if (o.verbose) fputc('\n', stderr);
     pl_engine_stats st;
     pl_engine_get_stats(e, &st);

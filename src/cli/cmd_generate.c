@@ -2,6 +2,7 @@
  * (--input prompts.jsonl --output results.jsonl), through the engine: continuous batching over
  * the paged KV cache, exactly as the server runs requests. */
 #include "cli/args.h"
+#include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
 #include "cli/generate_batch.h"
@@ -265,18 +266,13 @@ static void print_stats(pl_engine *e, double secs, int64_t prompt, int64_t gener
             (unsigned long long)s.prefix_queries);
 }
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int run_single(pl_engine *e, gen_opts *o) {
     int32_t *ids = NULL;
     int n_ids = 0;
     if (o->prompt_ids && pl_arg_int_list(C, "--prompt-ids", o->prompt_ids, &ids, &n_ids)) return 2;
     uint64_t id;
-    double t0 = now();
+    double t0 = pl_clock_now();
     if (pl_engine_add_request(e, o->prompt, ids, (size_t)n_ids, &o->p, &id) != PL_OK) {
         free(ids);
         return pl_cli_fail(C, "%s", pl_last_error());
@@ -313,7 +309,7 @@ static int run_single(pl_engine *e, gen_opts *o) {
             break;
         }
     }
-    double secs = now() - t0;
+    double secs = pl_clock_now() - t0;
     if (error) {
         rc = pl_cli_fail(C, "%s", error);
     } else if (rc == 0 && o->json) {

@@ -1,5 +1,6 @@
 /* cli/generate_batch — see generate_batch.h. */
 #include "cli/generate_batch.h"
+#include "base/clock.h"
 
 #include "cli/cli.h"
 
@@ -20,11 +21,6 @@ typedef struct {
     char *error;
 } batch_item;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* `prompt_ids` and `beam_width` are this command's conveniences over the completions API. */
 static void normalise(json_t *o) {
@@ -132,7 +128,7 @@ static void collect(pl_engine *e, batch_item *it, size_t index, int64_t *tokens)
 }
 
 static void progress(size_t done, size_t total, int64_t tokens, double t0, int tty, int final) {
-    double el = now() - t0, rate = el > 0 ? (double)tokens / el : 0;
+    double el = pl_clock_now() - t0, rate = el > 0 ? (double)tokens / el : 0;
     double eta = done ? el / (double)done * (double)(total - done) : 0;
     if (tty) {
         int w = 30, fill = total ? (int)((double)w * (double)done / (double)total) : w;
@@ -178,7 +174,7 @@ int pl_gen_batch(pl_engine *e, const char *input, const char *output, int verbos
     fclose(in);
 
     int tty = isatty(2), rc = 0;
-    double t0 = now(), last = t0;
+    double t0 = pl_clock_now(), last = t0;
     size_t written = 0, done = 0;
     int64_t tokens = 0;
     for (;;) {
@@ -195,7 +191,7 @@ int pl_gen_batch(pl_engine *e, const char *input, const char *output, int verbos
             done++;
         }
         if (written == n) break;
-        double t = now();
+        double t = pl_clock_now();
         if (t - last > (tty ? 0.2 : 10.0)) {
             progress(done, n, tokens, t0, tty, 0);
             last = t;

@@ -15,6 +15,7 @@
  * search deliver their n best completions when the request ends.
  */
 #include "engine/engine_internal.h"
+#include "base/clock.h"
 #include "engine/stop.h"
 
 #include <math.h>
@@ -197,7 +198,7 @@ static void seq_push(pl_engine *e, pl_seq *q, int32_t id, float lp, const pl_tok
     }
     q->cum_logprob += lp;
     e->generation_tokens++;
-    if (g->first_token == 0) g->first_token = pl_now();
+    if (g->first_token == 0) g->first_token = pl_clock_now();
 }
 
 /* The raw log-probability of id and, when asked, the top list (top n, then id) of q's logits. */
@@ -512,7 +513,7 @@ static void finalize_text(pl_engine *e, pl_seq *q) {
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error) {
     for (int32_t i = 0; i < g->n_seqs; i++)
         if (g->seqs[i]->status != PL_SEQ_FINISHED) seq_finish(e, g->seqs[i], why);
-    g->finished_at = pl_now();
+    g->finished_at = pl_clock_now();
     if (!g->emitted_prompt) {
         pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, g->n_cached_tokens, g->prompt_top,
                           g->prompt_top ? g->params.prompt_logprobs : 0);

@@ -8,6 +8,7 @@
  * channel (engine/output.h), found in the channel registry (reg_mu).
  */
 #include "engine/engine_internal.h"
+#include "base/clock.h"
 
 #include "base/log.h"
 
@@ -20,11 +21,6 @@
 
 enum { PROMPT_LOGPROB_ROWS = 256, MAX_LOGPROBS = 20, MAX_STOPS = 64, MAX_BEST_OF = 64 };
 
-double pl_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void pl_engine_config_default(pl_engine_config *c) {
     memset(c, 0, sizeof *c);
@@ -392,7 +388,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
         return st;
     }
     g->n_live = 1;
-    g->arrival = pl_now();
+    g->arrival = pl_clock_now();
     pl_detok_init(&q->detok, e->model->tok, g->params.skip_special_tokens, 0);
 
     /* The waiting queue belongs to the engine thread: bound by its count at the last step. */

@@ -66,7 +66,6 @@ struct pl_engine {
     pl_engine_stats snapshot;
 };
 
-double pl_now(void);
 
 /* runner.c: apply the step's block copies, build the batch, run the model. */
 pl_status pl_runner_execute(pl_engine *e);

@@ -1,5 +1,6 @@
 /* kernels/matmul_bench — pl_matmul_bench (see matmul.h). */
 #include "kernels/matmul.h"
+#include "base/clock.h"
 
 #include "base/fp16.h"
 #include "base/rng.h"
@@ -8,11 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Random bytes with every block's f16 scales (and the float types' values) made small. */
 static void fill(pl_rng *rng, pl_dtype type, uint8_t *w, size_t bytes) {
@@ -62,9 +58,9 @@ double pl_matmul_bench(pl_threadpool *tp, pl_dtype type, int64_t rows, int64_t c
         for (int64_t i = 0; i < B * cols; i++) x[i] = (float)pl_rng_normal(&rng);
         pl_weight wt = {.data = w, .type = type, .rows = rows, .cols = cols};
         pl_matmul(tp, &wt, x, B, y, rows, scratch);
-        double t0 = now_s();
+        double t0 = pl_clock_now();
         for (int i = 0; i < iters; i++) pl_matmul(tp, &wt, x, B, y, rows, scratch);
-        double dt = now_s() - t0;
+        double dt = pl_clock_now() - t0;
         gbs = (double)wbytes * iters / dt / 1e9;
         if (gflops) *gflops = 2.0 * (double)rows * (double)cols * (double)B * iters / dt / 1e9;
     }

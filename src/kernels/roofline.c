@@ -1,5 +1,6 @@
 /* kernels/roofline — see roofline.h. */
 #include "kernels/roofline.h"
+#include "base/clock.h"
 
 #include "kernels/cpu.h"
 
@@ -8,11 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     const float *buf;
@@ -54,9 +50,9 @@ double pl_roofline_read_gbs(pl_threadpool *tp, int n_threads, size_t bytes, int 
     roof_job j = {.buf = buf, .per_thread = per / sizeof(float)};
     double best = 0;
     for (int r = 0; r <= reps; r++) {
-        double t0 = now_s();
+        double t0 = pl_clock_now();
         pl_threadpool_run_n(tp, n_threads, read_job, &j);
-        double gbs = (double)total / (now_s() - t0) / 1e9;
+        double gbs = (double)total / (pl_clock_now() - t0) / 1e9;
         if (r > 0 && gbs > best) best = gbs; /* pass 0 warms the pages and the threads */
     }
     free(buf);
@@ -95,9 +91,9 @@ double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, i
     roof_job j = {.iters = iters};
     double best = 0;
     for (int r = 0; r <= reps; r++) {
-        double t0 = now_s();
+        double t0 = pl_clock_now();
         pl_threadpool_run_n(tp, n_threads, fma_job, &j);
-        double dt = now_s() - t0;
+        double dt = pl_clock_now() - t0;
         double flops = 2.0 * fma_lanes * PL_ROOF_FMA_CHAINS * (double)iters * n_threads;
         if (r > 0 && flops / dt / 1e9 > best) best = flops / dt / 1e9;
     }

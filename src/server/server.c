@@ -9,6 +9,7 @@
  * it notices the stop flag).
  */
 #include "server/server_internal.h"
+#include "base/clock.h"
 
 #include "base/log.h"
 #include "gguf/gguf.h"
@@ -320,20 +321,15 @@ pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server *
 
 int pl_server_port(const pl_server *s) { return s->port; }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int wait_idle(pl_server *s, double seconds) {
-    double end = now_s() + seconds;
+    double end = pl_clock_now() + seconds;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int active = s->active;
         pthread_mutex_unlock(&s->mu);
         if (active == 0) return 1;
-        if (now_s() >= end) return 0;
+        if (pl_clock_now() >= end) return 0;
         usleep(20000);
     }
 }
