@@ -51,7 +51,8 @@ AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512()
 
 /* The row is cut into chunks of CW columns (16 floats, 32 bf16 pairs; the last one masked). Chunk
  * j is summed into partial j % 4, each partial in chunk order from zero, and a value is
- * reduce((p0 + p1) + (p2 + p3)). Small tiles (one weight row, B <= 3: decode) run the four
+ * reduce((p0 + p2) + (p1 + p3)): for f32 and f16 the order of llama.cpp's AVX-512 vec_dot (four
+ * accumulators, GGML_F32x16_REDUCE), which computes the reference's decode steps. Small tiles (one weight row, B <= 3: decode) run the four
  * partials side by side, so one row streams from memory with four independent FMA chains; large
  * tiles run them one after the other with one accumulator per (row, activation) and keep the
  * finished partials aside. Both do the same operations on every value. */
@@ -81,8 +82,8 @@ AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512()
             }                                                                                      \
         }                                                                                          \
         UNROLL for (int b = 0; b < NB; b++)                                                        \
-            y[b * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]),  \
-                                                            _mm512_add_ps(acc[b][2], acc[b][3]))); \
+            y[b * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[b][0], acc[b][2]),  \
+                                                            _mm512_add_ps(acc[b][1], acc[b][3]))); \
     }                                                                                              \
     AI void NAME##_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols,    \
                         float *y, int64_t ldy, const int NR, const int NB) {                       \
@@ -116,8 +117,8 @@ AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512()
             }                                                                                      \
             UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) {             \
                 if (p == 0) lo[r][b] = acc[r][b];                                                  \
-                if (p == 1) lo[r][b] = _mm512_add_ps(lo[r][b], acc[r][b]);                         \
-                if (p == 2) hi[r][b] = acc[r][b];                                                  \
+                if (p == 1) hi[r][b] = acc[r][b];                                                  \
+                if (p == 2) lo[r][b] = _mm512_add_ps(lo[r][b], acc[r][b]);                         \
                 if (p == 3) hi[r][b] = _mm512_add_ps(hi[r][b], acc[r][b]);                         \
             }                                                                                      \
         }                                                                                          \

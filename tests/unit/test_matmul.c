@@ -280,6 +280,88 @@ static void test_act_convert_isas(void **state) {
     }
 }
 
+/* The activation roundings are the reference's (llama.cpp's x86 CPU path), checked on every ISA
+ * with values where another reasonable rule gives other bits:
+ *   q8_0 : d = f16(amax / 127), q = round-half-even(x * (127 / amax)) (not x * (1 / d), not
+ *          roundf's half away from zero);
+ *   q8_K : iscale = -127 / max (max: the first element of the largest magnitude, with its sign),
+ *          q = min(127, round-half-even(iscale * x)), d = 1 / iscale, bsums of 16;
+ *   f16, bf16 : round to nearest, ties to even. */
+static void test_act_rounding_is_the_reference(void **state) {
+    (void)state;
+    enum { N = 256 };
+    float x[N];
+    static uint8_t act[4 * N + 64];
+    for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
+        pl_cpu_force_isa((pl_isa)isa);
+        /* q8_0, amax 127: the multiplier is exactly 1, so halves are ties. */
+        for (int j = 0; j < 32; j++) x[j] = (float)(j - 16) + 0.5f; /* -15.5 .. 15.5 */
+        x[31] = 127.0f;
+        pl_act_convert_row(PL_DT_Q8_0, x, act, 32);
+        const int8_t *q = (const int8_t *)act;
+        for (int j = 0; j < 31; j++) {
+            assert_int_equal(q[j], (int)nearbyintf(x[j]));
+            assert_int_equal(q[j] % 2, 0); /* every value is a tie: it went to the even side */
+        }
+        assert_int_equal(q[31], 127);
+        assert_true(((const float *)(act + 32))[0] == pl_f16_to_f32(pl_f32_to_f16(1.0f)));
+        /* q8_0: 127 / amax and 1 / (amax / 127) differ in the last bit for some amax; find one
+         * where that moves a quant and require the reference's 127 / amax. */
+        int found = 0;
+        for (int k = 1; k < 100000 && !found; k++) {
+            float amax = 1.0f + (float)k * 1e-5f;
+            float id_ref = 127.0f / amax, id_alt = 1.0f / (amax / 127.0f);
+            if (id_ref == id_alt) continue;
+            for (int m = 1; m < 127 && !found; m++) {
+                float v = ((float)m + 0.5f) / id_ref; /* near a rounding boundary */
+                for (int u = -2; u <= 2; u++) {
+                    float xv = nextafterf(v, u < 0 ? 0.0f : 2.0f * v);
+                    if (u == 0) xv = v;
+                    if (nearbyintf(xv * id_ref) == nearbyintf(xv * id_alt)) continue;
+                    for (int j = 0; j < 32; j++) x[j] = 0.0f;
+                    x[0] = amax, x[1] = xv;
+                    pl_act_convert_row(PL_DT_Q8_0, x, act, 32);
+                    assert_int_equal(((const int8_t *)act)[1], (int)nearbyintf(xv * id_ref));
+                    found = 1;
+                    break;
+                }
+            }
+        }
+        assert_true(found);
+        /* q8_K: the sign of the largest magnitude sets the scale's sign; max -127 gives
+         * iscale 1 (halves are ties), max +127 gives -1. */
+        for (int sign = -1; sign <= 1; sign += 2) {
+            for (int j = 0; j < N; j++) x[j] = (float)((j % 40) - 20) + 0.5f;
+            x[100] = 127.0f * (float)sign;
+            x[200] = -127.0f * (float)sign; /* same magnitude later: the first one wins */
+            pl_act_convert_row(PL_DT_Q4_K, x, act, N);
+            const pl_block_q8_K *b = (const pl_block_q8_K *)act;
+            float iscale = -127.0f / x[100];
+            assert_true(b->d == 1.0f / iscale);
+            for (int j = 0; j < N; j++) {
+                int want = (int)nearbyintf(iscale * x[j]);
+                assert_int_equal(b->qs[j], want < 127 ? want : 127);
+            }
+            for (int g = 0; g < 16; g++) {
+                int sum = 0;
+                for (int j = 0; j < 16; j++) sum += b->qs[16 * g + j];
+                assert_int_equal(b->bsums[g], sum);
+            }
+        }
+        /* f16 and bf16: exact halfway values go to the even mantissa. */
+        for (int j = 0; j < 32; j++) x[j] = 1.0f + (float)(j % 4) * 0x1p-11f; /* f16 ulp at 1: 2^-10 */
+        pl_act_convert_row(PL_DT_F16, x, act, 32);
+        const float *h = (const float *)act;
+        assert_true(h[0] == 1.0f && h[1] == 1.0f && h[2] == 1.0f + 0x1p-10f && h[3] == 1.0f + 0x1p-9f);
+        for (int j = 0; j < 32; j++) x[j] = 1.0f + (float)(j % 4) * 0x1p-8f; /* bf16 ulp at 1: 2^-7 */
+        pl_act_convert_row(PL_DT_BF16, x, act, 32);
+        const pl_bf16 *bf = (const pl_bf16 *)act;
+        assert_true(pl_bf16_to_f32(bf[0]) == 1.0f && pl_bf16_to_f32(bf[1]) == 1.0f);
+        assert_true(pl_bf16_to_f32(bf[2]) == 1.0f + 0x1p-7f && pl_bf16_to_f32(bf[3]) == 1.0f + 0x1p-6f);
+    }
+    pl_cpu_force_isa(PL_ISA_AVX512);
+}
+
 /* ---- matmul ------------------------------------------------------------------------------- */
 
 static void fill_weights(pl_rng *rng, pl_dtype t, int64_t rows, int64_t cols, uint8_t *w) {
@@ -549,6 +631,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_roundtrip),
         cmocka_unit_test(test_quantize_k_roundtrip),
         cmocka_unit_test(test_act_convert_isas),
+        cmocka_unit_test(test_act_rounding_is_the_reference),
         cmocka_unit_test(test_scratch_size),
         cmocka_unit_test(test_matmul_all_isas),
         cmocka_unit_test(test_matmul_layer_shape),
