@@ -31,6 +31,17 @@ static void act_q8_0_block(const float *x, int8_t *qs, float *d) {
     }
 }
 
+/* Sum of the 16 lanes with wrapping vector adds: garbage input (NaN / Inf activations from a
+ * broken model) gives INT_MIN lanes, and _mm512_reduce_add_epi32's final scalar add would then be
+ * signed overflow, undefined behaviour. Finite input sums to at most 16 * 127. */
+static int32_t sum16_epi32(__m512i v) {
+    __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    return _mm_cvtsi128_si32(s4);
+}
+
 static void act_q8_K_block(const float *x, pl_block_q8_K *y) {
     float amax = amax16(x, 16);
     if (amax == 0.0f) {
@@ -52,7 +63,7 @@ static void act_q8_K_block(const float *x, pl_block_q8_K *y) {
     for (int g = 0; g < 16; g++) {
         __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * g))), c127);
         _mm_storeu_si128((__m128i *)(y->qs + 16 * g), _mm512_cvtepi32_epi8(q));
-        y->bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+        y->bsums[g] = (int16_t)sum16_epi32(q);
     }
     y->d = 1.0f / iscale;
 }

@@ -362,6 +362,29 @@ static void test_act_rounding_is_the_reference(void **state) {
     pl_cpu_force_isa(PL_ISA_AVX512);
 }
 
+/* A broken model can feed NaN and Inf activations: every conversion and product must stay
+ * defined behaviour (the sanitizer build fails on signed overflow), whatever numbers come out. */
+static void test_garbage_activations_are_defined(void **state) {
+    (void)state;
+    enum { N = 512 };
+    static float x[N];
+    static uint8_t act[4 * N + 64];
+    const pl_dtype types[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0, PL_DT_Q4_K};
+    for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
+        pl_cpu_force_isa((pl_isa)isa);
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+            for (int half = 0; half < 2; half++) { /* all garbage; garbage in the second half */
+                for (int i = 0; i < N; i++)
+                    x[i] = half && i < N / 2 ? (float)(i % 7) - 3.0f
+                           : i % 3 == 0  ? NAN
+                           : i % 3 == 1  ? INFINITY
+                                         : -INFINITY;
+                pl_act_convert_row(types[t], x, act, N);
+            }
+    }
+    pl_cpu_force_isa(PL_ISA_AVX512);
+}
+
 /* ---- matmul ------------------------------------------------------------------------------- */
 
 static void fill_weights(pl_rng *rng, pl_dtype t, int64_t rows, int64_t cols, uint8_t *w) {
@@ -632,6 +655,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_k_roundtrip),
         cmocka_unit_test(test_act_convert_isas),
         cmocka_unit_test(test_act_rounding_is_the_reference),
+        cmocka_unit_test(test_garbage_activations_are_defined),
         cmocka_unit_test(test_scratch_size),
         cmocka_unit_test(test_matmul_all_isas),
         cmocka_unit_test(test_matmul_layer_shape),
