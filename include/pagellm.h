@@ -103,6 +103,8 @@ typedef struct {
     int32_t logprobs;                /* top-k log-probabilities per output token (-1 = none) */
     int32_t prompt_logprobs;         /* per prompt token (-1 = none) */
     int add_special;                 /* text prompts: add BOS as the model says (1) */
+    int parse_special;               /* text prompts: match CONTROL tokens' text as those tokens
+                                        (0); USER_DEFINED tokens always match */
     uint64_t cache_salt;             /* extra prefix-cache key (0) */
 } pl_request_params;
 

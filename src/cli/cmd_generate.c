@@ -36,10 +36,14 @@ static void usage(FILE *f) {
             "  -m, --model MODEL          GGUF path or bare name (./models, $PAGELLM_MODELS,\n"
             "                             ../shared/models)\n"
             "  -p, --prompt TEXT          prompt text (BOS added when the model says so)\n"
+            "      --parse-special        the text of control tokens in -p (\"<s>\",\n"
+            "                             \"<|im_start|>\") becomes those tokens; user-defined\n"
+            "                             tokens' text always does (--input: \"parse_special\")\n"
             "      --prompt-ids IDS       prompt token ids, comma-separated (nothing added)\n"
             "      --input F --output F   offline batch: one JSON request per line (prompt or\n"
-            "                             prompt_ids and OpenAI/vLLM sampling fields), one result\n"
-            "                             line per request in input order\n"
+            "                             prompt_ids, OpenAI/vLLM sampling fields,\n"
+            "                             parse_special), one result line per request in input\n"
+            "                             order\n"
             "  -n, --max-tokens N         tokens to generate (default 128)\n"
             "      --temperature T        0 = greedy (default 1.0)\n"
             "      --top-k K  --top-p P  --min-p P\n"
@@ -59,7 +63,7 @@ static void usage(FILE *f) {
 
 enum {
     O_IDS = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_FREQ, O_SEED, O_STOP, O_IGNORE,
-    O_LP, O_PLP, O_JSON, O_IN, O_OUT, O_N, O_BEST, O_BEAM, O_LPEN, O_MINT,
+    O_LP, O_PLP, O_JSON, O_IN, O_OUT, O_N, O_BEST, O_BEAM, O_LPEN, O_MINT, O_PARSE_SPECIAL,
 };
 
 static int parse(int argc, char **argv, gen_opts *o) {
@@ -79,6 +83,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"beam-width", required_argument, 0, O_BEAM},
         {"length-penalty", required_argument, 0, O_LPEN},
         {"min-tokens", required_argument, 0, O_MINT},
+        {"parse-special", no_argument, 0, O_PARSE_SPECIAL},
         {"verbose", no_argument, 0, 'v'},          {"help", no_argument, 0, 'h'},
         PL_ENGINE_LONGOPTS,                        {0, 0, 0, 0}};
     int64_t iv;
@@ -171,6 +176,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
             if (pl_arg_int(C, "--min-tokens", optarg, 0, 1 << 24, &iv)) return 2;
             o->p.min_tokens = (int32_t)iv;
             break;
+        case O_PARSE_SPECIAL: o->p.parse_special = 1; break;
         case O_JSON: o->json = 1; break;
         case 'v': o->verbose = 1; break;
         case 't':

@@ -47,6 +47,14 @@ static void add_line(pl_engine *e, batch_item *it, size_t index, const char *lin
         return;
     }
     normalise(o);
+    /* This command's own field (the server always parses special tokens). */
+    json_t *ps = json_object_get(o, "parse_special");
+    if (ps && !json_is_null(ps) && !json_is_boolean(ps)) {
+        it->result = error_line(index, "'parse_special' must be a boolean");
+        json_decref(o);
+        return;
+    }
+    int parse_special = json_is_true(ps);
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     pl_server_request r;
@@ -63,6 +71,7 @@ static void add_line(pl_engine *e, batch_item *it, size_t index, const char *lin
         return;
     }
     r.params.logprobs = r.logprobs;
+    r.params.parse_special = parse_special;
     const pl_server_prompt *p = &r.prompts[0];
     if (pl_engine_add_request(e, p->text, p->ids, p->n_ids, &r.params, &it->id) != PL_OK) {
         it->result = error_line(index, pl_last_error());

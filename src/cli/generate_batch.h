@@ -9,8 +9,8 @@
 #include <jansson.h>
 
 /* Each input line is a self-contained request in the shape of OpenAI's completions API (with
- * vLLM's extras, `prompt_ids`, and `beam_width`), with the API's defaults (max_tokens 16,
- * temperature 1). A bad line gets {"index": i, "error": "..."} and the batch goes on. Returns the
+ * vLLM's extras, `prompt_ids`, `beam_width`, and `parse_special`), with the API's defaults
+ * (max_tokens 16, temperature 1, parse_special false). A bad line gets {"index": i, "error": "..."} and the batch goes on. Returns the
  * exit code: 0 when every line succeeded, 1 otherwise. */
 int pl_gen_batch(pl_engine *e, const char *input, const char *output, int verbose);
 

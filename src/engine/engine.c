@@ -43,6 +43,7 @@ void pl_request_params_default(pl_request_params *p) {
     p->logprobs = -1;
     p->prompt_logprobs = -1;
     p->add_special = 1;
+    p->parse_special = 0;
 }
 
 const char *pl_finish_reason_name(pl_finish_reason r) {
@@ -355,7 +356,8 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     if (st == PL_OK) st = copy_stops(g);
     if (st == PL_OK && text) {
         size_t n = 0;
-        st = pl_tokenize(e->model->tok, text, strlen(text), g->params.add_special, 0, &g->prompt, &n);
+        st = pl_tokenize(e->model->tok, text, strlen(text), g->params.add_special,
+                         g->params.parse_special, &g->prompt, &n);
         if (st == PL_OK && n > (size_t)INT32_MAX) st = pl_fail(PL_ERR_INVALID_ARG, "prompt too long");
         g->n_prompt = (int32_t)n;
     } else if (st == PL_OK) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of `pagellm generate`, `tokenize` and `detokenize`: the reference continuation,
-# the --json contract, offline batches (--input/--output), usage errors (exit 2), runtime errors
+# the --json contract, offline batches (--input/--output), control tokens' text in the prompt
+# (--parse-special, a batch line's parse_special), usage errors (exit 2), runtime errors
 # and bad model files (exit 1 with exactly one line on stderr naming the problem, no crash).
 set -u
 : "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
@@ -73,6 +74,48 @@ PY
 expect "tokenize" "$("$PL_BINARY" tokenize -m "$M" "Once upon a time")" "[403, 407, 261, 378]"
 expect "tokenize --add-special" "$("$PL_BINARY" tokenize -m "$M" --add-special "Once upon a time")" "[1, 403, 407, 261, 378]"
 expect "detokenize" "$("$PL_BINARY" detokenize -m "$M" 403 407 261 378)" "Once upon a time"
+
+# ---- control tokens' text in the prompt: plain text unless --parse-special ----
+# stories260K: "<s>" is id 1 (CONTROL, BOS), "</s>" id 2 (CONTROL, EOS), "▁Once" 403.
+SP="<s>Once</s>"
+tok_plain=$("$PL_BINARY" tokenize -m "$M" --add-special "$SP")
+tok_special=$("$PL_BINARY" tokenize -m "$M" --add-special --parse-special "$SP")
+expect "tokenize --parse-special" "$tok_special" "[1, 1, 403, 2]"
+plain=$("$PL_BINARY" generate -m "$M" -p "$SP" -n 1 --temperature 0 --json 2>"$tmp/err")
+expect "generate without --parse-special exit" "$?" 0
+special=$("$PL_BINARY" generate -m "$M" -p "$SP" -n 1 --temperature 0 --json --parse-special 2>"$tmp/err")
+expect "generate --parse-special exit" "$?" 0
+python3 - "$plain" "$special" "$tok_plain" <<'PY' && ok || bad "generate --parse-special prompt ids"
+import json, sys
+plain, special, tok_plain = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+ids = plain["prompt_ids"]
+assert ids == tok_plain, (ids, tok_plain)                 # the engine tokenizes as `tokenize` does
+assert ids[0] == 1 and 1 not in ids[1:] and 2 not in ids, ids  # BOS added, "<s>" "</s>" are text
+assert len(ids) > 4, ids
+assert special["prompt_ids"] == [1, 1, 403, 2], special["prompt_ids"]
+assert len(special["ids"]) == 1 and len(plain["ids"]) == 1
+PY
+cat > "$tmp/ps.jsonl" <<JL
+{"prompt": "$SP", "max_tokens": 1, "temperature": 0}
+{"prompt": "$SP", "max_tokens": 1, "temperature": 0, "parse_special": true}
+{"prompt": "$SP", "max_tokens": 1, "temperature": 0, "parse_special": false}
+{"prompt": "$SP", "max_tokens": 1, "parse_special": 1}
+{"prompt": "$SP", "max_tokens": 1, "temperature": 0, "parse_special": null}
+JL
+"$PL_BINARY" generate -m "$M" --input "$tmp/ps.jsonl" --output "$tmp/ps_out.jsonl" 2>"$tmp/err"
+expect "batch parse_special exit (a bad line makes it 1)" "$?" 1
+python3 - "$tmp/ps_out.jsonl" "$tok_plain" <<'PY' && ok || bad "batch parse_special"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+plain = json.loads(sys.argv[2])
+assert [l["index"] for l in lines] == [0, 1, 2, 3, 4], lines
+assert lines[0]["prompt_ids"] == plain, lines[0]
+assert lines[1]["prompt_ids"] == [1, 1, 403, 2], lines[1]
+assert lines[2]["prompt_ids"] == plain, lines[2]
+assert "'parse_special'" in lines[3]["error"] and "boolean" in lines[3]["error"], lines[3]
+assert lines[4]["prompt_ids"] == plain, lines[4]
+PY
+"$PL_BINARY" generate --help | grep -q -- "--parse-special" && ok || bad "--parse-special in generate --help"
 
 # ---- usage errors: exit 2 ----
 for args in "" "-m $M" "-m $M -p x --prompt-ids 1" "-m $M -p x --temperature hot" \

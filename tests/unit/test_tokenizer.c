@@ -371,15 +371,18 @@ static void test_parse_special(void **state) {
 
 /* ---- GGUF files made for the test ---- */
 
-/* Copy every key of src into a new file, except `skip` which is replaced by what add() writes. */
+/* Copy every key of src into a new file, except the keys of `skip` (NULL-terminated) which are
+ * replaced by what add() writes. */
 typedef pl_status (*add_fn)(pl_gguf_writer *w, const pl_gguf *src);
 
-static char *make_vocab(const char *src_path, const char *skip, add_fn add) {
+static char *make_vocab_skip(const char *src_path, const char *const *skip, add_fn add) {
     pl_gguf *src;
     assert_int_equal(pl_gguf_open(src_path, &src), PL_OK);
     pl_gguf_writer *w = pl_gguf_writer_new();
     for (int64_t i = 0; i < pl_gguf_n_kv(src); i++) {
-        if (pl_gguf_str_eq(pl_gguf_key_at(src, i), skip)) continue;
+        int skipped = 0;
+        for (const char *const *k = skip; *k; k++) skipped |= pl_gguf_str_eq(pl_gguf_key_at(src, i), *k);
+        if (skipped) continue;
         assert_int_equal(pl_gguf_writer_copy_kv(w, src, i), PL_OK);
     }
     assert_int_equal(add(w, src), PL_OK);
@@ -391,6 +394,11 @@ static char *make_vocab(const char *src_path, const char *skip, add_fn add) {
     pl_gguf_writer_free(w);
     pl_gguf_close(src);
     return path;
+}
+
+static char *make_vocab(const char *src_path, const char *skip, add_fn add) {
+    const char *const keys[] = {skip, NULL};
+    return make_vocab_skip(src_path, keys, add);
 }
 
 static pl_status add_bad_pre(pl_gguf_writer *w, const pl_gguf *src) {
@@ -414,6 +422,32 @@ static pl_status add_user_defined(pl_gguf_writer *w, const pl_gguf *src) {
     types[260] = PL_TOKEN_USER_DEFINED;
     pl_status st = pl_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", PL_GGUF_INT32, types, a.count);
     free(types);
+    return st;
+}
+
+/* stories260K with two added tokens in place of "™" and "~": "<|user|>" (USER_DEFINED) and
+ * "<|ctl|>" (CONTROL). */
+enum { UDT_ID = 507, CTL_ID = 510 };
+static pl_status add_user_and_control(pl_gguf_writer *w, const pl_gguf *src) {
+    pl_gguf_arr a;
+    PL_TRY(pl_gguf_get_arr(src, "tokenizer.ggml.token_type", &a));
+    int32_t *types = malloc(a.count * sizeof *types);
+    for (uint64_t i = 0; i < a.count; i++) types[i] = (int32_t)pl_gguf_arr_int(&a, i);
+    types[UDT_ID] = PL_TOKEN_USER_DEFINED;
+    types[CTL_ID] = PL_TOKEN_CONTROL;
+    pl_status st = pl_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", PL_GGUF_INT32, types, a.count);
+    free(types);
+    PL_TRY(st);
+    PL_TRY(pl_gguf_get_arr(src, "tokenizer.ggml.tokens", &a));
+    char **texts = calloc(a.count, sizeof *texts);
+    for (uint64_t i = 0; i < a.count; i++) texts[i] = pl_gguf_str_dup(pl_gguf_arr_str(&a, i));
+    free(texts[UDT_ID]);
+    free(texts[CTL_ID]);
+    texts[UDT_ID] = strdup("<|user|>");
+    texts[CTL_ID] = strdup("<|ctl|>");
+    st = pl_gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)texts, a.count);
+    for (uint64_t i = 0; i < a.count; i++) free(texts[i]);
+    free(texts);
     return st;
 }
 
@@ -472,6 +506,86 @@ static void test_user_defined(void **state) {
     }
     pl_tokenizer_free(t);
     pl_tokenizer_free(plain);
+}
+
+/* One vocabulary with both kinds of added token: the USER_DEFINED one is matched in the text
+ * whatever parse_special says, the CONTROL one only with parse_special (as llama.cpp). In the
+ * output the user-defined text always prints, the control text only with unparse_special. */
+static void test_user_defined_and_control(void **state) {
+    (void)state;
+    const char *const keys[] = {"tokenizer.ggml.token_type", "tokenizer.ggml.tokens", NULL};
+    char *p = make_vocab_skip(STORIES, keys, add_user_and_control);
+    pl_tokenizer *t = load(p);
+    unlink(p);
+    free(p);
+    assert_int_equal(pl_tokenizer_n_vocab(t), 512);
+    assert_int_equal(pl_tokenizer_token_type(t, UDT_ID), PL_TOKEN_USER_DEFINED);
+    assert_int_equal(pl_tokenizer_token_type(t, CTL_ID), PL_TOKEN_CONTROL);
+    assert_string_equal(pl_tokenizer_token_text(t, UDT_ID), "<|user|>");
+    assert_string_equal(pl_tokenizer_token_text(t, CTL_ID), "<|ctl|>");
+    assert_false(pl_tokenizer_is_eog(t, CTL_ID));
+
+    const char *text = "<|user|>Once<|ctl|>upon<|user|>";
+    int32_t *ids;
+    /* parse_special = 1: both are single ids; the text after each gets the space prefix. */
+    size_t n = tok(t, text, 0, 1, &ids);
+    int32_t want[] = {UDT_ID, 403, CTL_ID, 407, UDT_ID}; /* "▁Once" "▁upon" */
+    assert_int_equal(n, 5);
+    assert_memory_equal(ids, want, sizeof want);
+    char *s = detok(t, ids, n, 1); /* the control piece is dropped, the user-defined ones stay */
+    assert_string_equal(s, "<|user|> Once upon<|user|>");
+    free(s);
+    s = detok(t, ids, n, 0);
+    assert_string_equal(s, "<|user|> Once<|ctl|> upon<|user|>");
+    free(s);
+    s = stream(t, ids, n, 1, 1, 1);
+    assert_string_equal(s, "<|user|> Once upon<|user|>");
+    free(s);
+    free(ids);
+
+    /* parse_special = 0: the user-defined token still splits the text, "<|ctl|>" is plain text. */
+    n = tok(t, text, 0, 0, &ids);
+    assert_true(n > 5);
+    assert_int_equal(ids[0], UDT_ID);
+    assert_int_equal(ids[1], 403);
+    assert_int_equal(ids[n - 1], UDT_ID);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_not_equal(ids[i], CTL_ID);
+        if (i > 0 && i < n - 1) assert_int_not_equal(ids[i], UDT_ID);
+    }
+    /* The middle is exactly what "Once<|ctl|>upon" gives alone: one SentencePiece fragment. */
+    int32_t *mid;
+    size_t n_mid = tok(t, "Once<|ctl|>upon", 0, 0, &mid);
+    assert_int_equal(n_mid, n - 2);
+    assert_memory_equal(mid, ids + 1, n_mid * sizeof *mid);
+    free(mid);
+    for (int skip = 0; skip <= 1; skip++) { /* nothing special is left in the middle to drop */
+        s = detok(t, ids, n, skip);
+        assert_string_equal(s, "<|user|> Once<|ctl|>upon<|user|>");
+        free(s);
+    }
+    free(ids);
+
+    /* With BOS: add_special and parse_special are independent. */
+    n = tok(t, "<s><|user|>", 1, 0, &ids);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[n - 1], UDT_ID);
+    for (size_t i = 1; i < n; i++) assert_int_not_equal(ids[i], 1); /* "<s>" is text */
+    free(ids);
+    n = tok(t, "<s><|user|>", 1, 1, &ids);
+    int32_t want_bos[] = {1, 1, UDT_ID};
+    assert_int_equal(n, 3);
+    assert_memory_equal(ids, want_bos, sizeof want_bos);
+    free(ids);
+
+    /* Pieces: control text only with `special`, user-defined text always. */
+    char buf[16];
+    assert_int_equal(pl_token_to_piece(t, UDT_ID, buf, sizeof buf, 0), 8);
+    assert_memory_equal(buf, "<|user|>", 8);
+    assert_int_equal(pl_token_to_piece(t, CTL_ID, buf, sizeof buf, 0), 0);
+    assert_int_equal(pl_token_to_piece(t, CTL_ID, buf, sizeof buf, 1), 7);
+    assert_memory_equal(buf, "<|ctl|>", 7);
+    pl_tokenizer_free(t);
 }
 
 /* The same GPT-2 vocabulary with the Llama 3 pre-tokenizer: BOS by default, merges skipped for
@@ -687,6 +801,7 @@ int main(void) {
         cmocka_unit_test(test_parse_special),
         cmocka_unit_test(test_bad_vocabularies),
         cmocka_unit_test(test_user_defined),
+        cmocka_unit_test(test_user_defined_and_control),
         cmocka_unit_test(test_llama3_pre_on_gpt2_vocab),
         cmocka_unit_test(test_invalid_input),
         cmocka_unit_test(test_stream_utf8),
