@@ -72,6 +72,7 @@ static void add_line(pl_engine *e, batch_item *it, size_t index, const char *lin
     }
     r.params.logprobs = r.logprobs;
     r.params.parse_special = parse_special;
+    r.params.add_special = r.add_special_tokens;
     const pl_server_prompt *p = &r.prompts[0];
     if (pl_engine_add_request(e, p->text, p->ids, p->n_ids, &r.params, &it->id) != PL_OK) {
         it->result = error_line(index, pl_last_error());

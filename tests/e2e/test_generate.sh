@@ -101,6 +101,8 @@ cat > "$tmp/ps.jsonl" <<JL
 {"prompt": "$SP", "max_tokens": 1, "temperature": 0, "parse_special": false}
 {"prompt": "$SP", "max_tokens": 1, "parse_special": 1}
 {"prompt": "$SP", "max_tokens": 1, "temperature": 0, "parse_special": null}
+{"prompt": "Once upon a time", "max_tokens": 1, "temperature": 0, "add_special_tokens": false}
+{"prompt": "Once upon a time", "max_tokens": 1, "temperature": 0, "add_special_tokens": true}
 JL
 "$PL_BINARY" generate -m "$M" --input "$tmp/ps.jsonl" --output "$tmp/ps_out.jsonl" 2>"$tmp/err"
 expect "batch parse_special exit (a bad line makes it 1)" "$?" 1
@@ -108,12 +110,14 @@ python3 - "$tmp/ps_out.jsonl" "$tok_plain" <<'PY' && ok || bad "batch parse_spec
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 plain = json.loads(sys.argv[2])
-assert [l["index"] for l in lines] == [0, 1, 2, 3, 4], lines
+assert [l["index"] for l in lines] == [0, 1, 2, 3, 4, 5, 6], lines
 assert lines[0]["prompt_ids"] == plain, lines[0]
 assert lines[1]["prompt_ids"] == [1, 1, 403, 2], lines[1]
 assert lines[2]["prompt_ids"] == plain, lines[2]
 assert "'parse_special'" in lines[3]["error"] and "boolean" in lines[3]["error"], lines[3]
 assert lines[4]["prompt_ids"] == plain, lines[4]
+assert lines[5]["prompt_ids"] == [403, 407, 261, 378], lines[5]      # add_special_tokens: false
+assert lines[6]["prompt_ids"] == [1, 403, 407, 261, 378], lines[6]
 PY
 "$PL_BINARY" generate --help | grep -q -- "--parse-special" && ok || bad "--parse-special in generate --help"
 
