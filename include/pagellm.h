@@ -12,17 +12,19 @@
  * known before). A finished request's output must still be polled (or the request released)
  * to free it.
  *
- * Example:
+ * Example (tests/e2e/test_install.sh compiles and runs it against the installed library, as
+ * the body of main() after #include <stdio.h> and <pagellm.h>; link with
+ * `pkg-config --static --libs pagellm`):
  *
  *     pl_engine_config cfg;
  *     pl_engine_config_default(&cfg);
  *     cfg.model_path = "stories260K.gguf";
  *     pl_engine *e;
- *     if (pl_engine_create(&cfg, &e) != PL_OK) { fprintf(stderr, "%s\n", pl_last_error()); }
+ *     if (pl_engine_create(&cfg, &e) != PL_OK) { fprintf(stderr, "%s\n", pl_last_error()); return 1; }
  *     pl_request_params p;
  *     pl_request_params_default(&p);
  *     p.max_tokens = 32;
- *     p.temperature = 0;
+ *     p.sampling.temperature = 0;
  *     uint64_t id;
  *     pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id);
  *     pl_engine_run(e);                          // or pl_engine_step() in a loop
@@ -39,15 +41,70 @@
 #ifndef PAGELLM_H
 #define PAGELLM_H
 
-#include "base/status.h"
-#include "engine/sampler.h"
-
 #include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- status ------------------------------------------------------------------------------- */
+
+/* Every call that can fail returns a pl_status and leaves a message naming the problem (file,
+ * key, field or parameter; what was expected; what was found) for the calling thread. */
+typedef enum {
+    PL_OK = 0,
+    PL_ERR_INVALID_ARG,   /* a parameter or flag is out of range or malformed */
+    PL_ERR_IO,            /* open/read/mmap failed */
+    PL_ERR_FORMAT,        /* a file's contents are malformed (bad magic, truncated, out of bounds) */
+    PL_ERR_UNSUPPORTED,   /* well-formed but not supported: architecture, tensor type, tokenizer */
+    PL_ERR_NOT_FOUND,     /* a key, tensor, model, token or request that should exist does not */
+    PL_ERR_NOMEM,         /* an allocation failed or a budget is too small */
+    PL_ERR_CAPACITY,      /* a bounded resource (KV blocks, queue) is full; retry may succeed */
+    PL_ERR_INTERNAL,
+    PL_ERR_TIMEOUT,       /* a wait ended with nothing new (pl_engine_poll) */
+} pl_status;
+
+/* The calling thread's message for its last failure. */
+const char *pl_last_error(void);
+void pl_clear_error(void);
+/* "ok", "invalid argument", ... */
+const char *pl_status_name(pl_status st);
+
+/* ---- limits: what the engine accepts (the server and CLI check against the same values) --- */
+
+enum {
+    PL_MAX_LOGPROBS = 20,     /* logprobs / prompt_logprobs: top-k per position */
+    PL_MAX_BEST_OF = 64,      /* n and best_of (beam width) */
+    PL_MAX_STOP_STRINGS = 64, /* stop strings per request */
+};
+
+/* ---- sampling ----------------------------------------------------------------------------- */
+
+/* Applied in vLLM's order: penalties on the raw logits, then temperature, then the top-k, top-p
+ * and min-p masks, then a draw from the request's own RNG. */
+typedef struct {
+    float temperature;        /* 0 = greedy (1) */
+    int32_t top_k;            /* <= 0: off (0) */
+    float top_p;              /* 1: off (1) */
+    float min_p;              /* 0: off (0) */
+    float repetition_penalty; /* 1: off (1) */
+    float presence_penalty;   /* 0: off (0) */
+    float frequency_penalty;  /* 0: off (0) */
+} pl_sampling_params;
+
+void pl_sampling_params_default(pl_sampling_params *p);
+/* PL_ERR_INVALID_ARG with a message naming the parameter when one is out of range (the engine
+ * checks this too when a request is added). */
+pl_status pl_sampling_params_validate(const pl_sampling_params *p);
+
+/* A token and its log-probability (log-softmax of the raw logits). */
+typedef struct {
+    int32_t id;
+    float logprob;
+} pl_token_logprob;
+
+/* ---- the engine --------------------------------------------------------------------------- */
 
 typedef enum { PL_PREEMPT_RECOMPUTE = 0, PL_PREEMPT_SWAP = 1 } pl_preemption_mode;
 
@@ -70,8 +127,8 @@ typedef struct {
     uint64_t swap_space;             /* swap pool bytes (0 = none) */
     const char *swap_path;           /* swap pool file (NULL = anonymous memory) */
     pl_preemption_mode preemption_mode;
-    int32_t max_num_seqs;            /* sequences in one step (256) */
-    int32_t max_num_batched_tokens;  /* tokens in one step (2048) */
+    int32_t max_num_seqs;            /* sequences in one step (128) */
+    int32_t max_num_batched_tokens;  /* tokens in one step (512) */
     int32_t max_model_len;           /* prompt + output limit (0 = the model's context) */
     int enable_prefix_caching;       /* automatic prefix caching (1) */
     int threads;                     /* worker threads (0 = one per core) */
@@ -204,7 +261,7 @@ void pl_engine_wait_for_work(pl_engine *e, int timeout_ms);
 
 /* What request `id` produced since the last poll. timeout_ms 0: do not wait; > 0 wait up to that
  * for something new; < 0 wait until something new. PL_ERR_NOT_FOUND for an unknown or already
- * fully consumed request, PL_ERR_CAPACITY on timeout with nothing new. The output belongs to the
+ * fully consumed request, PL_ERR_TIMEOUT when the wait ended with nothing new. The output belongs to the
  * caller (pl_request_output_free). After the output with finished = 1 the request is gone. */
 pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_output **out);
 

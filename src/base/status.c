@@ -48,6 +48,7 @@ const char *pl_status_name(pl_status st) {
     case PL_ERR_NOMEM: return "out of memory";
     case PL_ERR_CAPACITY: return "capacity exhausted";
     case PL_ERR_INTERNAL: return "internal error";
+    case PL_ERR_TIMEOUT: return "timed out";
     }
     return "unknown status";
 }

@@ -14,25 +14,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-typedef enum {
-    PL_OK = 0,
-    PL_ERR_INVALID_ARG,   /* a parameter or flag is out of range or malformed */
-    PL_ERR_IO,            /* open/read/mmap failed */
-    PL_ERR_FORMAT,        /* a file's contents are malformed (bad magic, truncated, out of bounds) */
-    PL_ERR_UNSUPPORTED,   /* well-formed but not supported: architecture, tensor type, tokenizer */
-    PL_ERR_NOT_FOUND,     /* a key, tensor, model or token that should exist does not */
-    PL_ERR_NOMEM,         /* an allocation failed or a budget is too small */
-    PL_ERR_CAPACITY,      /* a bounded resource (KV blocks, queue) is full; retry may succeed */
-    PL_ERR_INTERNAL,
-} pl_status;
+#include "pagellm.h" /* pl_status and its codes, pl_last_error, pl_clear_error, pl_status_name */
+
 
 /* Record a formatted message for the current thread and return `st` (so `return pl_fail(...)`). */
 pl_status pl_fail(pl_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prepend "prefix: " to the current message (used to add a file or request name). */
 void pl_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-const char *pl_last_error(void);
-void pl_clear_error(void);
-const char *pl_status_name(pl_status st);
 
 void pl_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
 #define PL_ASSERT(e) ((e) ? (void)0 : pl_assert_fail(#e, __FILE__, __LINE__))

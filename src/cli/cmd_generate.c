@@ -18,14 +18,13 @@
 #include <string.h>
 #include <time.h>
 
-enum { MAX_STOPS = 16 };
 static const char *C = "generate";
 
 typedef struct {
     const char *model, *prompt, *prompt_ids, *input, *output;
     int json, verbose;
     pl_request_params p;
-    const char *stops[MAX_STOPS];
+    const char *stops[PL_MAX_STOP_STRINGS];
     pl_engine_config eng;
 } gen_opts;
 
@@ -140,8 +139,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
             o->p.seed = (uint64_t)iv;
             break;
         case O_STOP:
-            if (o->p.n_stop == MAX_STOPS) {
-                fprintf(stderr, "pagellm generate: at most %d --stop strings\n", MAX_STOPS);
+            if (o->p.n_stop == PL_MAX_STOP_STRINGS) {
+                fprintf(stderr, "pagellm generate: at most %d --stop strings\n", PL_MAX_STOP_STRINGS);
                 return 2;
             }
             o->stops[o->p.n_stop++] = optarg;

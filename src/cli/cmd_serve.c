@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "      --api-key KEY              require 'Authorization: Bearer KEY' on /v1/*\n"
             "                                 (or set PAGELLM_API_KEY)\n"
             "      --max-request-bytes B      largest request body, e.g. 1M (default 4M)\n"
-            "      --max-logprobs N           bound of logprobs/top_logprobs (default 20)\n"
+            "      --max-logprobs N           bound of logprobs/top_logprobs (0..20, default 20)\n"
             "      --max-waiting N            queue bound; beyond it requests get 503\n"
             "                                 (default 1024, 0 = unbounded)\n"
             "      --shutdown-timeout S       seconds in-flight requests may finish on SIGINT/\n"
@@ -92,7 +92,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
             o->srv.max_request_bytes = (size_t)o->max_request_bytes;
             break;
         case O_MAXLP:
-            if (pl_arg_int(C, "--max-logprobs", optarg, 0, 1000, &iv)) return 2;
+            if (pl_arg_int(C, "--max-logprobs", optarg, 0, PL_MAX_LOGPROBS, &iv)) return 2;
             o->srv.max_logprobs = (int32_t)iv;
             break;
         case O_MAXWAIT:

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { PROMPT_LOGPROB_ROWS = 256, MAX_LOGPROBS = 20, MAX_STOPS = 64, MAX_BEST_OF = 64 };
+enum { PROMPT_LOGPROB_ROWS = 256 };
 
 
 void pl_engine_config_default(pl_engine_config *c) {
@@ -257,11 +257,11 @@ void pl_engine_destroy(pl_engine *e) {
 /* ---- requests ---- */
 
 static pl_status check_params(const pl_engine *e, pl_request_params *p) {
-    if (p->n < 1 || p->n > MAX_BEST_OF)
-        return pl_fail(PL_ERR_INVALID_ARG, "n must be in [1, %d], got %d", MAX_BEST_OF, p->n);
+    if (p->n < 1 || p->n > PL_MAX_BEST_OF)
+        return pl_fail(PL_ERR_INVALID_ARG, "n must be in [1, %d], got %d", PL_MAX_BEST_OF, p->n);
     if (p->best_of == 0) p->best_of = p->n;
-    if (p->best_of < p->n || p->best_of > MAX_BEST_OF)
-        return pl_fail(PL_ERR_INVALID_ARG, "best_of must be in [n, %d], got %d", MAX_BEST_OF,
+    if (p->best_of < p->n || p->best_of > PL_MAX_BEST_OF)
+        return pl_fail(PL_ERR_INVALID_ARG, "best_of must be in [n, %d], got %d", PL_MAX_BEST_OF,
                        p->best_of);
     if (p->best_of > e->cfg.max_num_seqs)
         return pl_fail(PL_ERR_INVALID_ARG, "best_of %d exceeds max-num-seqs %d", p->best_of,
@@ -274,16 +274,16 @@ static pl_status check_params(const pl_engine *e, pl_request_params *p) {
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return pl_fail(PL_ERR_INVALID_ARG, "min_tokens must be in [0, max_tokens], got %d",
                        p->min_tokens);
-    if (p->logprobs < -1 || p->logprobs > MAX_LOGPROBS)
-        return pl_fail(PL_ERR_INVALID_ARG, "logprobs must be in [0, %d], got %d", MAX_LOGPROBS,
+    if (p->logprobs < -1 || p->logprobs > PL_MAX_LOGPROBS)
+        return pl_fail(PL_ERR_INVALID_ARG, "logprobs must be in [0, %d], got %d", PL_MAX_LOGPROBS,
                        p->logprobs);
-    if (p->prompt_logprobs < -1 || p->prompt_logprobs > MAX_LOGPROBS)
+    if (p->prompt_logprobs < -1 || p->prompt_logprobs > PL_MAX_LOGPROBS)
         return pl_fail(PL_ERR_INVALID_ARG, "prompt_logprobs must be in [0, %d], got %d",
-                       MAX_LOGPROBS, p->prompt_logprobs);
+                       PL_MAX_LOGPROBS, p->prompt_logprobs);
     if (!isfinite(p->length_penalty))
         return pl_fail(PL_ERR_INVALID_ARG, "length_penalty must be finite");
-    if (p->n_stop < 0 || p->n_stop > MAX_STOPS || (p->n_stop && !p->stop))
-        return pl_fail(PL_ERR_INVALID_ARG, "at most %d stop strings", MAX_STOPS);
+    if (p->n_stop < 0 || p->n_stop > PL_MAX_STOP_STRINGS || (p->n_stop && !p->stop))
+        return pl_fail(PL_ERR_INVALID_ARG, "at most %d stop strings", PL_MAX_STOP_STRINGS);
     if (p->n_stop_token_ids < 0 || p->n_stop_token_ids > 1024 ||
         (p->n_stop_token_ids && !p->stop_token_ids))
         return pl_fail(PL_ERR_INVALID_ARG, "at most 1024 stop token ids");

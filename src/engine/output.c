@@ -1,4 +1,5 @@
 /* engine/output — see output.h. */
+#include "base/status.h"
 #include "engine/output.h"
 
 #include <errno.h>
@@ -160,7 +161,7 @@ pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out
     }
     if (!has_news(c)) {
         pthread_mutex_unlock(&c->mu);
-        return pl_fail(PL_ERR_CAPACITY, "request %llu: no new output yet",
+        return pl_fail(PL_ERR_TIMEOUT, "request %llu: no new output yet",
                        (unsigned long long)c->id);
     }
     pl_request_output *o = calloc(1, sizeof *o);

@@ -16,24 +16,8 @@
 
 #include <stdint.h>
 
-typedef struct {
-    float temperature;        /* 0 = greedy */
-    int32_t top_k;            /* <= 0: off */
-    float top_p;              /* 1: off */
-    float min_p;              /* 0: off */
-    float repetition_penalty; /* 1: off */
-    float presence_penalty;   /* 0: off */
-    float frequency_penalty;  /* 0: off */
-} pl_sampling_params;
-
-void pl_sampling_params_default(pl_sampling_params *p);
-/* Check ranges; the message names the parameter. */
-pl_status pl_sampling_params_validate(const pl_sampling_params *p);
-
-typedef struct {
-    int32_t id;
-    float logprob;
-} pl_token_logprob;
+/* pl_sampling_params (with its _default and _validate) and pl_token_logprob are public
+ * (pagellm.h). */
 
 /* Scratch for one vocabulary size; reused across calls (not thread-safe: one per thread). */
 typedef struct pl_sampler pl_sampler;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_N = 128, MAX_STOPS = 64, MAX_TOKENS_LIMIT = 1 << 24 };
+enum { MAX_TOKENS_LIMIT = 1 << 24 };
 
 /* ---- typed field readers: absent or null leaves *out unchanged and returns 0 ---- */
 
@@ -221,10 +221,10 @@ static int parse_stop(const json_t *o, pl_server_request *r, pl_server_error *er
             r->stop = calloc(1, sizeof *r->stop);
             if (json_string_length(s)) r->stop[r->params.n_stop++] = strdup(json_string_value(s));
         } else if (json_is_array(s)) {
-            if (json_array_size(s) > MAX_STOPS)
+            if (json_array_size(s) > PL_MAX_STOP_STRINGS)
                 return pl_server_fail(err, 400, "stop", "invalid_value",
                                       "'stop' has %zu strings, at most %d are allowed",
-                                      json_array_size(s), MAX_STOPS);
+                                      json_array_size(s), PL_MAX_STOP_STRINGS);
             r->stop = calloc(json_array_size(s) + 1, sizeof *r->stop);
             size_t i;
             json_t *v;
@@ -270,10 +270,10 @@ static int parse_sampling(const json_t *o, pl_server_request *r, pl_server_error
     s->top_k = (int32_t)v;
 
     v = 1;
-    if (get_int(o, "n", 1, MAX_N, &v, err)) return -1;
+    if (get_int(o, "n", 1, PL_MAX_BEST_OF, &v, err)) return -1;
     p->n = (int32_t)v;
     v = p->n;
-    if (get_int(o, "best_of", 1, MAX_N, &v, err)) return -1;
+    if (get_int(o, "best_of", 1, PL_MAX_BEST_OF, &v, err)) return -1;
     if (v < p->n)
         return pl_server_fail(err, 400, "best_of", "invalid_value",
                               "'best_of' (%lld) must be at least 'n' (%d)", (long long)v, p->n);
