@@ -336,10 +336,29 @@ static void test_length_penalty_and_early_stopping(void **state) {
     pl_engine_destroy(e);
 }
 
+/* min_tokens: before it, EOS and the stop ids cannot be chosen (vLLM masks their logits for
+ * every sampling type, and pagellm's sampler does); a beam must not carry a stop id it ignored. */
+static void test_beam_min_tokens(void **state) {
+    (void)state;
+    pl_engine *e = make_engine();
+    enum { W = 4, STOP = 426, MIN = 12 };
+    static result r;
+    beam_req q = {W, W, 16, 1.0f, 0, STOP, MIN};
+    check_beam_req(e, "Once upon a time", &q, &r);
+    for (int k = 0; k < W; k++) {
+        assert_true(r.n_ids[k] > MIN);
+        for (int t = 0; t < MIN; t++)
+            if (r.ids[k][t] == STOP) fail_msg("beam %d: stop id %d at output %d < min_tokens", k,
+                                              STOP, t);
+    }
+    pl_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_beam_matches_brute_force),
         cmocka_unit_test(test_length_penalty_and_early_stopping),
+        cmocka_unit_test(test_beam_min_tokens),
     };
     return cmocka_run_group_tests(tests, setup_brute, teardown_brute);
 }
