@@ -10,6 +10,7 @@
 
 #include "engine/engine_internal.h"
 
+#include <math.h>
 #include <unistd.h>
 
 static const char *MODEL = PL_SHARED_DIR "/models/stories260K.gguf";
@@ -213,28 +214,54 @@ static void test_parallel_sampling_shares_prompt(void **state) {
     pl_engine_destroy(e);
 }
 
+/* best_of = 5, n = 2 returns exactly the 2 best by cumulative log-probability of the 5 that
+ * best_of = n = 5 streams with the same seed (sequence i draws from the same RNG either way). */
 static void test_best_of(void **state) {
     (void)state;
     pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
     pl_request_params p;
     pl_request_params_default(&p);
-    p.n = 2;
+    p.n = 5;
     p.best_of = 5;
     p.max_tokens = 12;
     p.ignore_eos = 1;
     p.has_seed = 1;
     p.seed = 3;
+    p.logprobs = 0; /* streamed completions report their cumulative logprob only when asked */
     uint64_t id;
+    static result all, best;
+    memset(&all, 0, sizeof all);
+    memset(&best, 0, sizeof best);
     assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_OK);
-    static result r;
-    memset(&r, 0, sizeof r);
-    run_all(e, &id, &r, 1);
-    assert_int_equal(r.n_ids[0], 12);
-    assert_int_equal(r.n_ids[1], 12);
-    assert_true(r.cum[0] >= r.cum[1]);
-    double sum = 0;
-    for (int t = 0; t < 12; t++) sum += r.logprobs[0][t];
-    (void)sum;
+    run_all(e, &id, &all, 1);
+    p.n = 2;
+    p.logprobs = -1;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_OK);
+    run_all(e, &id, &best, 1);
+    /* The two best of the five, by cumulative logprob (distinct, so the order is defined). */
+    int first = -1, second = -1;
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(all.n_ids[k], 12);
+        double sum = 0;
+        for (int t = 0; t < 12; t++) sum += all.logprobs[k][t];
+        assert_true(fabs(sum - all.cum[k]) < 1e-4);
+        if (first < 0 || all.cum[k] > all.cum[first]) second = first, first = k;
+        else if (second < 0 || all.cum[k] > all.cum[second]) second = k;
+    }
+    for (int k = 0; k < 5; k++)
+        if (k != first && k != second) assert_true(all.cum[k] < all.cum[second]);
+    assert_true(all.cum[first] > all.cum[second]);
+    /* Seed 3: the best two are not the first two sequences, so "the first n" would differ. */
+    assert_true(first >= 2 || second >= 2);
+    const int want[2] = {first, second};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(best.n_ids[k], 12);
+        assert_memory_equal(best.ids[k], all.ids[want[k]], 12 * sizeof(int32_t));
+        assert_string_equal(best.text[k], all.text[want[k]]);
+        assert_true(best.cum[k] == all.cum[want[k]]);
+        assert_int_equal(best.finish[k], PL_FINISH_LENGTH);
+    }
+    assert_int_equal(best.n_ids[2], 0); /* only n completions */
     assert_pool_free(e);
     pl_engine_destroy(e);
 }
@@ -456,5 +483,6 @@ int main(void) {
         cmocka_unit_test(test_mixed_methods_in_one_batch),
         cmocka_unit_test(test_thread_count_invariance),
     };
+    if (getenv("PL_TEST_FILTER")) cmocka_set_test_filter(getenv("PL_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
