@@ -332,8 +332,12 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
     int32_t n_beams = 0;
     for (int32_t i = 0; i < g->n_seqs; i++)
         if (g->seqs[i]->status == PL_SEQ_RUNNING && g->seqs[i]->logits_row >= 0) n_beams++;
+    /* Before min_tokens, EOS and the stop ids cannot be chosen (as the sampler masks them): ask
+     * for that many more of the top tokens and skip them. */
+    const int32_t n_masked = (p->ignore_eos ? 0 : e->n_eog) + p->n_stop_token_ids;
+    const int32_t K_top = K + n_masked < V ? K + n_masked : V;
     beam_cand *cand = malloc((size_t)(n_beams * K) * sizeof *cand);
-    pl_token_logprob *top = malloc((size_t)K * sizeof *top);
+    pl_token_logprob *top = malloc((size_t)K_top * sizeof *top);
     if (!cand || !top) {
         free(cand);
         free(top);
@@ -344,9 +348,13 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
         pl_seq *q = g->seqs[i];
         if (q->status != PL_SEQ_RUNNING || q->logits_row < 0) continue;
         const float *lg = e->logits + (size_t)q->logits_row * V;
-        pl_top_logprobs(e->sampler, lg, K, top, -1, NULL);
-        int32_t n_out = q->n_tokens - g->n_prompt;
-        for (int32_t k = 0; k < K; k++) {
+        int32_t n_out = q->n_tokens - g->n_prompt, masking = n_out < p->min_tokens;
+        pl_top_logprobs(e->sampler, lg, masking ? K_top : K, top, -1, NULL);
+        for (int32_t k = 0, taken = 0; k < (masking ? K_top : K) && taken < K; k++) {
+            if (masking && ((!p->ignore_eos && pl_tokenizer_is_eog(e->model->tok, top[k].id)) ||
+                            is_stop_id(g, top[k].id)))
+                continue;
+            taken++;
             beam_cand *c = &cand[nc++];
             c->parent = q;
             c->parent_rank = rank;

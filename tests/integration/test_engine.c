@@ -10,6 +10,7 @@
 
 #include "engine/engine_internal.h"
 
+#include <math.h>
 #include <unistd.h>
 
 static const char *MODEL = PL_SHARED_DIR "/models/stories260K.gguf";
@@ -213,28 +214,54 @@ static void test_parallel_sampling_shares_prompt(void **state) {
     pl_engine_destroy(e);
 }
 
+/* best_of = 5, n = 2 returns exactly the 2 best by cumulative log-probability of the 5 that
+ * best_of = n = 5 streams with the same seed (sequence i draws from the same RNG either way). */
 static void test_best_of(void **state) {
     (void)state;
     pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
     pl_request_params p;
     pl_request_params_default(&p);
-    p.n = 2;
+    p.n = 5;
     p.best_of = 5;
     p.max_tokens = 12;
     p.ignore_eos = 1;
     p.has_seed = 1;
     p.seed = 3;
+    p.logprobs = 0; /* streamed completions report their cumulative logprob only when asked */
     uint64_t id;
+    static result all, best;
+    memset(&all, 0, sizeof all);
+    memset(&best, 0, sizeof best);
     assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_OK);
-    static result r;
-    memset(&r, 0, sizeof r);
-    run_all(e, &id, &r, 1);
-    assert_int_equal(r.n_ids[0], 12);
-    assert_int_equal(r.n_ids[1], 12);
-    assert_true(r.cum[0] >= r.cum[1]);
-    double sum = 0;
-    for (int t = 0; t < 12; t++) sum += r.logprobs[0][t];
-    (void)sum;
+    run_all(e, &id, &all, 1);
+    p.n = 2;
+    p.logprobs = -1;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_OK);
+    run_all(e, &id, &best, 1);
+    /* The two best of the five, by cumulative logprob (distinct, so the order is defined). */
+    int first = -1, second = -1;
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(all.n_ids[k], 12);
+        double sum = 0;
+        for (int t = 0; t < 12; t++) sum += all.logprobs[k][t];
+        assert_true(fabs(sum - all.cum[k]) < 1e-4);
+        if (first < 0 || all.cum[k] > all.cum[first]) second = first, first = k;
+        else if (second < 0 || all.cum[k] > all.cum[second]) second = k;
+    }
+    for (int k = 0; k < 5; k++)
+        if (k != first && k != second) assert_true(all.cum[k] < all.cum[second]);
+    assert_true(all.cum[first] > all.cum[second]);
+    /* Seed 3: the best two are not the first two sequences, so "the first n" would differ. */
+    assert_true(first >= 2 || second >= 2);
+    const int want[2] = {first, second};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(best.n_ids[k], 12);
+        assert_memory_equal(best.ids[k], all.ids[want[k]], 12 * sizeof(int32_t));
+        assert_string_equal(best.text[k], all.text[want[k]]);
+        assert_true(best.cum[k] == all.cum[want[k]]);
+        assert_int_equal(best.finish[k], PL_FINISH_LENGTH);
+    }
+    assert_int_equal(best.n_ids[2], 0); /* only n completions */
     assert_pool_free(e);
     pl_engine_destroy(e);
 }
@@ -273,6 +300,69 @@ static void test_prefix_cache_skips_shared_tokens(void **state) {
     assert_memory_equal(rc.ids[0], rb.ids[0], 4 * sizeof(int32_t));
     assert_pool_free(e);
     pl_engine_destroy(e);
+}
+
+/* Prefix caching changes what is computed, never the result: the same requests, one after the
+ * other, in an engine with prefix caching and one without give bitwise-equal ids and
+ * log-probabilities. Hits that end mid-block (the prompt or the shared prefix ends inside a
+ * block, a prompt of whole blocks whose last block is recomputed), a sampled request over a hit,
+ * and a hit after a long prompt evicted most cached blocks of a 16-block pool. */
+enum { PC_REQS = 7 };
+
+static void prefix_requests(pl_engine *e, result *res) {
+    int32_t a[50], b[60], d[210];
+    story_ids(a, 50, 3);
+    memcpy(b, a, 40 * sizeof(int32_t)); /* shares 2.5 blocks with a */
+    story_ids(b + 40, 20, 11);
+    story_ids(d, 210, 7);
+    struct { const int32_t *ids; int32_t n; int sampled; } req[PC_REQS] = {
+        {a, 50, 0}, {a, 50, 0}, {b, 60, 0}, {a, 48, 0}, {a, 50, 1}, {d, 210, 0}, {a, 50, 0},
+    };
+    for (int i = 0; i < PC_REQS; i++) {
+        pl_request_params p;
+        greedy_params(&p, 8);
+        p.logprobs = 0;
+        if (req[i].sampled) {
+            p.sampling.temperature = 0.8f;
+            p.n = 2;
+            p.has_seed = 1;
+            p.seed = 5;
+        }
+        uint64_t id;
+        memset(&res[i], 0, sizeof res[i]);
+        assert_int_equal(pl_engine_add_request(e, NULL, req[i].ids, (size_t)req[i].n, &p, &id),
+                         PL_OK);
+        run_all(e, &id, &res[i], 1);
+        assert_pool_free(e);
+    }
+}
+
+static void test_prefix_cache_matches_no_cache(void **state) {
+    (void)state;
+    static result pc[PC_REQS], nc[PC_REQS];
+    const uint64_t pool = 16 * 16 * 640; /* 16 blocks of 16 tokens (640 B a token, f16 KV) */
+    pl_engine *e = make_engine(pool, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    prefix_requests(e, pc);
+    pl_engine_destroy(e);
+    e = make_engine(pool, 16, PL_PREEMPT_RECOMPUTE, 0, 0);
+    prefix_requests(e, nc);
+    pl_engine_destroy(e);
+    const int32_t cached[PC_REQS] = {0, 48, 32, 32, 48, 0, -1};
+    for (int i = 0; i < PC_REQS; i++) {
+        if (getenv("PC_DEBUG")) print_message("request %d: %d cached\n", i, pc[i].n_cached);
+        assert_int_equal(nc[i].n_cached, 0);
+        if (cached[i] >= 0) assert_int_equal(pc[i].n_cached, cached[i]);
+        for (int k = 0; k < RES_MAX_N; k++) {
+            size_t n = (size_t)nc[i].n_ids[k];
+            if (pc[i].n_ids[k] != nc[i].n_ids[k] || memcmp(pc[i].ids[k], nc[i].ids[k], n * 4) ||
+                memcmp(pc[i].logprobs[k], nc[i].logprobs[k], n * sizeof(float)))
+                fail_msg("request %d (%d cached) completion %d: ids or logprobs differ from the "
+                         "engine without prefix caching", i, pc[i].n_cached, k);
+        }
+    }
+    assert_int_equal(pc[4].n_ids[1], 8); /* the sampled request's two completions */
+    /* The long prompt evicted some of a's cached blocks (the pool holds 16): a partial hit. */
+    assert_true(pc[6].n_cached > 0 && pc[6].n_cached < 48);
 }
 
 static void test_abort_frees_blocks(void **state) {
@@ -450,11 +540,13 @@ int main(void) {
         cmocka_unit_test(test_parallel_sampling_shares_prompt),
         cmocka_unit_test(test_best_of),
         cmocka_unit_test(test_prefix_cache_skips_shared_tokens),
+        cmocka_unit_test(test_prefix_cache_matches_no_cache),
         cmocka_unit_test(test_abort_frees_blocks),
         cmocka_unit_test(test_stop_rules),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_mixed_methods_in_one_batch),
         cmocka_unit_test(test_thread_count_invariance),
     };
+    if (getenv("PL_TEST_FILTER")) cmocka_set_test_filter(getenv("PL_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,6 +109,86 @@ static void test_masks(void **state) {
     assert_int_equal(c[0], 1000);
 }
 
+/* Pearson's chi-square of counts_for(sp) against q (the expected distribution, renormalised over
+ * the tokens the masks keep): tokens with q = 0 must never appear, and the statistic must stay
+ * below the 0.999 quantile for its degrees of freedom (fixed seed: deterministic). */
+static void check_frequencies(const char *what, const pl_sampling_params *sp, uint64_t seed,
+                              const double *q) {
+    static const double crit999[V] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32};
+    const int N = 40000;
+    int c[V];
+    counts_for(sp, N, seed, c);
+    double chi2 = 0, qsum = 0;
+    int kept = 0;
+    for (int i = 0; i < V; i++) {
+        qsum += q[i];
+        if (q[i] == 0) {
+            if (c[i]) fail_msg("%s: token %d drawn %d times, the masks remove it", what, i, c[i]);
+            continue;
+        }
+        kept++;
+        chi2 += (c[i] - N * q[i]) * (c[i] - N * q[i]) / (N * q[i]);
+    }
+    assert_true(fabs(qsum - 1) < 1e-9);
+    if (chi2 > crit999[kept - 1])
+        fail_msg("%s: chi-square %.2f > %.2f (%d degrees of freedom)", what, chi2,
+                 crit999[kept - 1], kept - 1);
+}
+
+/* Renormalise p over tokens [0, k) (the masks keep a prefix of this descending p). */
+static void renorm_prefix(const double *p, int k, double *q) {
+    double z = 0;
+    for (int i = 0; i < k; i++) z += p[i];
+    for (int i = 0; i < V; i++) q[i] = i < k ? p[i] / z : 0;
+}
+
+static void test_mask_frequencies(void **state) {
+    (void)state;
+    const double p[V] = {0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.015, 0.005};
+    double q[V];
+    pl_sampling_params sp;
+
+    pl_sampling_params_default(&sp);
+    sp.top_k = 3; /* {0.4, 0.25, 0.15} / 0.8 */
+    renorm_prefix(p, 3, q);
+    check_frequencies("top_k 3", &sp, 11, q);
+
+    pl_sampling_params_default(&sp);
+    sp.top_p = 0.85f; /* 0.8 < 0.85 <= 0.9: 4 tokens, / 0.9 */
+    renorm_prefix(p, 4, q);
+    check_frequencies("top_p 0.85", &sp, 12, q);
+
+    pl_sampling_params_default(&sp);
+    sp.min_p = 0.1f; /* keep p >= 0.04: 5 tokens, / 0.95 */
+    renorm_prefix(p, 5, q);
+    check_frequencies("min_p 0.1", &sp, 13, q);
+
+    /* top-p over the top-k renormalised distribution: top-4 / 0.9 = {0.444, 0.278, ...},
+     * cumulative 0.722 >= 0.7 at token 1: 2 tokens, / 0.65 (without renormalising: 3). */
+    pl_sampling_params_default(&sp);
+    sp.top_k = 4;
+    sp.top_p = 0.7f;
+    renorm_prefix(p, 2, q);
+    check_frequencies("top_k 4 + top_p 0.7", &sp, 14, q);
+
+    /* Temperature 2 first (p^0.5, renormalised), then top_p 0.6 and min_p 0.3 on that. */
+    double t[V], z = 0;
+    for (int i = 0; i < V; i++) z += sqrt(p[i]);
+    for (int i = 0; i < V; i++) t[i] = sqrt(p[i]) / z;
+    /* t = {0.261, 0.206, 0.160, 0.130, 0.092, 0.071, 0.050, 0.029}: cumulative 0.627 >= 0.6 at
+     * token 2 (3 tokens); min_p 0.3 of 0.261 = 0.078 keeps 5. */
+    pl_sampling_params_default(&sp);
+    sp.temperature = 2.0f;
+    sp.top_p = 0.6f;
+    renorm_prefix(t, 3, q);
+    check_frequencies("temperature 2 + top_p 0.6", &sp, 15, q);
+    pl_sampling_params_default(&sp);
+    sp.temperature = 2.0f;
+    sp.min_p = 0.3f;
+    renorm_prefix(t, 5, q);
+    check_frequencies("temperature 2 + min_p 0.3", &sp, 16, q);
+}
+
 static void test_seed_reproducible(void **state) {
     (void)state;
     pl_sampling_params sp;
@@ -215,7 +295,8 @@ static void test_stop_strings(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),     cmocka_unit_test(test_distribution),
-        cmocka_unit_test(test_masks),      cmocka_unit_test(test_seed_reproducible),
+        cmocka_unit_test(test_masks),      cmocka_unit_test(test_mask_frequencies),
+        cmocka_unit_test(test_seed_reproducible),
         cmocka_unit_test(test_penalties),  cmocka_unit_test(test_validate),
         cmocka_unit_test(test_top_logprobs), cmocka_unit_test(test_stop_strings),
     };
