@@ -373,6 +373,11 @@ static void test_abort_frees_blocks(void **state) {
     uint64_t id[3];
     for (int i = 0; i < 3; i++)
         assert_int_equal(pl_engine_add_request(e, PROMPTS[i], NULL, 0, &p, &id[i]), PL_OK);
+    /* Nothing has run yet: a poll that waits ends with PL_ERR_TIMEOUT (not an error of the
+     * request, not "capacity"). */
+    pl_request_output *none = NULL;
+    assert_int_equal(pl_engine_poll(e, id[0], 20, &none), PL_ERR_TIMEOUT);
+    assert_null(none);
     for (int i = 0; i < 10; i++) assert_int_equal(pl_engine_step(e), PL_OK);
     pl_engine_stats s;
     pl_engine_get_stats(e, &s);

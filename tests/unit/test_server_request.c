@@ -163,7 +163,7 @@ static void test_refusals(void **state) {
     refuse("{\"prompt\": [\"a\", 1]}", 0, "prompt", "element 1");
     refuse("{\"prompt\": [1, -2]}", 0, "prompt", "element 1");
     refuse("{\"prompt\": [[1], [\"a\"]]}", 0, "prompt", NULL);
-    refuse("{\"prompt\": \"x\", \"n\": 0}", 0, "n", "[1, 128]");
+    refuse("{\"prompt\": \"x\", \"n\": 0}", 0, "n", "[1, 64]");
     refuse("{\"prompt\": \"x\", \"n\": \"2\"}", 0, "n", "integer");
     refuse("{\"prompt\": \"x\", \"n\": 1.5}", 0, "n", "integer");
     refuse("{\"prompt\": \"x\", \"n\": true}", 0, "n", "integer");
