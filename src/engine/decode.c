@@ -24,105 +24,6 @@
 
 static int streams(const pl_seq_group *g);
 
-/* ---- sequences ---- */
-
-static int32_t n_top_of(const pl_seq_group *g) {
-    return g->params.logprobs > 0 ? g->params.logprobs : 0;
-}
-
-pl_seq *pl_seq_new(pl_seq_group *g, int32_t index, const int32_t *tokens, int32_t n) {
-    pl_seq *q = calloc(1, sizeof *q);
-    if (!q) return NULL;
-    q->group = g;
-    q->index = index;
-    q->out_cap = g->params.max_tokens + 1;
-    q->cap = g->n_prompt + q->out_cap;
-    q->tokens = malloc((size_t)q->cap * sizeof *q->tokens);
-    q->logprobs = malloc((size_t)q->out_cap * sizeof *q->logprobs);
-    if (g->params.logprobs >= 0)
-        q->top = malloc((size_t)q->out_cap * (size_t)(n_top_of(g) + 1) * sizeof *q->top);
-    q->text_cap = 256;
-    q->text = malloc(q->text_cap);
-    if (!q->tokens || !q->logprobs || !q->text || (g->params.logprobs >= 0 && !q->top)) {
-        free(q->tokens);
-        free(q->logprobs);
-        free(q->top);
-        free(q->text);
-        free(q);
-        return NULL;
-    }
-    memcpy(q->tokens, tokens, (size_t)n * sizeof *tokens);
-    q->n_tokens = n;
-    q->stop_token = -1;
-    q->logits_row = -1;
-    q->pending_from = n - g->n_prompt;
-    return q;
-}
-
-void pl_seq_free(pl_seq *q) {
-    if (!q) return;
-    free(q->tokens);
-    free(q->logprobs);
-    free(q->top);
-    free(q->text);
-    free(q);
-}
-
-/* A copy of q's tokens, logprobs, text and RNG (not its blocks). */
-static pl_seq *seq_clone(pl_seq *q, int32_t index) {
-    pl_seq_group *g = q->group;
-    pl_seq *c = pl_seq_new(g, index, q->tokens, q->n_tokens);
-    if (!c) return NULL;
-    int32_t n_out = q->n_tokens - g->n_prompt;
-    memcpy(c->logprobs, q->logprobs, (size_t)n_out * sizeof *q->logprobs);
-    if (q->top)
-        memcpy(c->top, q->top, (size_t)n_out * (size_t)(n_top_of(g) + 1) * sizeof *q->top);
-    c->rng = q->rng;
-    c->cum_logprob = q->cum_logprob;
-    c->n_computed = q->n_computed;
-    c->status = q->status;
-    c->detok = q->detok;
-    if (q->text_len + 1 > c->text_cap) {
-        char *t = realloc(c->text, q->text_len + 1);
-        if (!t) { pl_seq_free(c); return NULL; }
-        c->text = t;
-        c->text_cap = q->text_len + 1;
-    }
-    memcpy(c->text, q->text, q->text_len);
-    c->text_len = q->text_len;
-    c->text_sent = q->text_sent;
-    c->text_safe = q->text_safe;
-    c->pending_from = q->pending_from;
-    return c;
-}
-
-int pl_group_add_seq(pl_seq_group *g, pl_seq *q) {
-    if (g->n_seqs == g->seqs_cap) {
-        int32_t nc = g->seqs_cap ? g->seqs_cap * 2 : 4;
-        pl_seq **ns = realloc(g->seqs, (size_t)nc * sizeof *ns);
-        if (!ns) return -1;
-        g->seqs = ns;
-        g->seqs_cap = nc;
-    }
-    g->seqs[g->n_seqs++] = q;
-    return 0;
-}
-
-void pl_group_free(pl_seq_group *g) {
-    if (!g) return;
-    for (int32_t i = 0; i < g->n_seqs; i++) pl_seq_free(g->seqs[i]);
-    for (int32_t i = 0; i < g->n_beam_done; i++) pl_seq_free(g->beam_done[i]);
-    free(g->seqs);
-    free(g->beam_done);
-    for (int32_t i = 0; i < g->params.n_stop; i++) free(g->stop_copy[i]);
-    free(g->stop_copy);
-    free(g->stop_ids_copy);
-    free(g->prompt);
-    free(g->prompt_top);
-    if (g->chan) pl_out_channel_unref(g->chan);
-    free(g);
-}
-
 /* ---- text and stopping ---- */
 
 static void text_append(pl_seq *q, const char *s, size_t n) {
@@ -249,9 +150,9 @@ static pl_status first_sample(pl_engine *e, pl_seq_group *g, const float *logits
     pl_seq *parent = g->seqs[0];
     int32_t k = pl_group_max_seqs(g);
     for (int32_t i = 1; i < k; i++) {
-        pl_seq *c = seq_clone(parent, i);
+        pl_seq *c = pl_seq_clone(parent, i);
         if (!c || pl_group_add_seq(g, c)) {
-            pl_seq_free(c);
+            pl_seq_destroy(c);
             return pl_fail(PL_ERR_NOMEM, "request %llu: out of memory forking sequences",
                            (unsigned long long)g->id);
         }
@@ -322,7 +223,7 @@ static void beam_done_add(pl_engine *e, pl_seq_group *g, pl_seq *q) {
     g->beam_done[g->n_beam_done++] = q;
     qsort_r(g->beam_done, (size_t)g->n_beam_done, sizeof *g->beam_done, cmp_done, e);
     int32_t W = pl_group_max_seqs(g);
-    while (g->n_beam_done > W) pl_seq_free(g->beam_done[--g->n_beam_done]);
+    while (g->n_beam_done > W) pl_seq_destroy(g->beam_done[--g->n_beam_done]);
 }
 
 static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
@@ -387,7 +288,7 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
             run[n_run++] = cand[i];
             continue;
         }
-        pl_seq *h = seq_clone(cand[i].parent, -1);
+        pl_seq *h = pl_seq_clone(cand[i].parent, -1);
         if (!h) abort();
         h->status = PL_SEQ_FINISHED;
         seq_push(e, h, cand[i].token, cand[i].lp, NULL);
@@ -419,7 +320,7 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
             next[i] = NULL; /* takes over the parent, below */
             continue;
         }
-        pl_seq *f = seq_clone(c->parent, 0);
+        pl_seq *f = pl_seq_clone(c->parent, 0);
         if (!f) abort();
         pl_status st = pl_kv_fork(&e->mgr, &c->parent->table, &f->table);
         if (st != PL_OK) abort(); /* forking only takes references */
@@ -440,7 +341,7 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
         for (int32_t j = 0; j < keep; j++) kept |= next[j] == q;
         if (!kept) {
             pl_kv_free(&e->mgr, &q->table);
-            pl_seq_free(q);
+            pl_seq_destroy(q);
         }
     }
     for (int32_t i = 0; i < keep; i++) {
@@ -554,7 +455,7 @@ void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const 
     pl_scheduler_remove(&e->sched, g);
     pl_idmap_del(&e->groups, g->id);
     e->requests_finished++;
-    pl_group_free(g);
+    pl_group_destroy(g);
 }
 
 /* ---- the step's logits ---- */

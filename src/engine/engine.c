@@ -300,30 +300,6 @@ static pl_status check_params(const pl_engine *e, pl_request_params *p) {
     return pl_sampling_params_validate(&p->sampling);
 }
 
-/* Copy the caller's stop strings and ids into the group. */
-static pl_status copy_stops(pl_seq_group *g) {
-    pl_request_params *p = &g->params;
-    if (p->n_stop) {
-        g->stop_copy = calloc((size_t)p->n_stop, sizeof *g->stop_copy);
-        if (!g->stop_copy) return pl_fail(PL_ERR_NOMEM, "out of memory");
-        for (int32_t i = 0; i < p->n_stop; i++) {
-            if (!p->stop[i]) return pl_fail(PL_ERR_INVALID_ARG, "stop string %d is NULL", i);
-            if (!(g->stop_copy[i] = strdup(p->stop[i]))) {
-                p->n_stop = i;
-                return pl_fail(PL_ERR_NOMEM, "out of memory");
-            }
-        }
-        p->stop = (const char *const *)g->stop_copy;
-    }
-    if (p->n_stop_token_ids) {
-        g->stop_ids_copy = malloc((size_t)p->n_stop_token_ids * sizeof(int32_t));
-        if (!g->stop_ids_copy) return pl_fail(PL_ERR_NOMEM, "out of memory");
-        memcpy(g->stop_ids_copy, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int32_t));
-        p->stop_token_ids = g->stop_ids_copy;
-    }
-    return PL_OK;
-}
-
 /* Blocks the request may need at its peak: the prompt once, then every sequence's own output
  * blocks plus a copied partial block. More than the pool minus the watermark can never run. */
 static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
@@ -353,7 +329,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     g->params = *params;
     pl_status st = check_params(e, &g->params);
     if (st != PL_OK) g->params.n_stop = 0; /* nothing copied yet: pl_group_free frees none */
-    if (st == PL_OK) st = copy_stops(g);
+    if (st == PL_OK) st = pl_group_copy_stops(g);
     if (st == PL_OK && text) {
         size_t n = 0;
         st = pl_tokenize(e->model->tok, text, strlen(text), g->params.add_special,
@@ -379,14 +355,14 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     if (st == PL_OK && g->n_prompt == 0) st = pl_fail(PL_ERR_INVALID_ARG, "the prompt is empty");
     if (st == PL_OK) st = check_fits(e, g);
     pl_seq *q = NULL;
-    if (st == PL_OK && (q = pl_seq_new(g, 0, g->prompt, g->n_prompt)) != NULL &&
+    if (st == PL_OK && (q = pl_seq_create(g, 0, g->prompt, g->n_prompt)) != NULL &&
         pl_group_add_seq(g, q)) {
-        pl_seq_free(q);
+        pl_seq_destroy(q);
         q = NULL;
     }
     if (st == PL_OK && !q) st = pl_fail(PL_ERR_NOMEM, "out of memory");
     if (st != PL_OK) {
-        pl_group_free(g);
+        pl_group_destroy(g);
         return st;
     }
     g->n_live = 1;
@@ -400,7 +376,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     pthread_mutex_lock(&e->inbox_mu);
     if (e->cfg.max_waiting > 0 && e->inbox_n + waiting >= e->cfg.max_waiting) {
         pthread_mutex_unlock(&e->inbox_mu);
-        pl_group_free(g);
+        pl_group_destroy(g);
         return pl_fail(PL_ERR_CAPACITY, "the queue is full (%d requests waiting)",
                        e->cfg.max_waiting);
     }
@@ -411,7 +387,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     g->chan = pl_out_channel_new(g->id, g->params.n);
     if (!g->chan) {
         pthread_mutex_unlock(&e->inbox_mu);
-        pl_group_free(g);
+        pl_group_destroy(g);
         return pl_fail(PL_ERR_NOMEM, "out of memory");
     }
     pthread_mutex_lock(&e->reg_mu);
@@ -420,7 +396,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     if (bad) {
         pl_out_channel_unref(g->chan); /* the client's reference */
         pthread_mutex_unlock(&e->inbox_mu);
-        pl_group_free(g);
+        pl_group_destroy(g);
         return pl_fail(PL_ERR_NOMEM, "out of memory");
     }
     g->next = NULL;

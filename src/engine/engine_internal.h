@@ -73,9 +73,5 @@ pl_status pl_runner_execute(pl_engine *e);
 pl_status pl_decode_process(pl_engine *e);
 /* decode.c: end a group (reason, optional message), emit its last outputs, free everything. */
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error);
-void pl_group_free(pl_seq_group *g);
-pl_seq *pl_seq_new(pl_seq_group *g, int32_t index, const int32_t *tokens, int32_t n);
-void pl_seq_free(pl_seq *q);
-int pl_group_add_seq(pl_seq_group *g, pl_seq *q);
 
 #endif

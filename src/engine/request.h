@@ -80,4 +80,22 @@ struct pl_seq_group {
     struct pl_group_queue_ *queue; /* the queue holding it, or NULL */
 };
 
+/* Top log-probabilities kept per output token (0 when not asked, or asked with k = 0). */
+static inline int32_t n_top_of(const pl_seq_group *g) {
+    return g->params.logprobs > 0 ? g->params.logprobs : 0;
+}
+
+/* A sequence of group g holding tokens[0..n) (the prompt, or prompt ++ output), with room for
+ * max_tokens outputs; NULL when out of memory. Its blocks are the KV manager's business. */
+pl_seq *pl_seq_create(pl_seq_group *g, int32_t index, const int32_t *tokens, int32_t n);
+void pl_seq_destroy(pl_seq *q);
+/* A copy of q's tokens, logprobs, text and RNG (not its blocks); NULL when out of memory. */
+pl_seq *pl_seq_clone(pl_seq *q, int32_t index);
+/* Append q to g's sequences (-1 when out of memory; q is then still the caller's). */
+int pl_group_add_seq(pl_seq_group *g, pl_seq *q);
+/* Copy the caller's stop strings and ids into the group (params then point at the copies). */
+pl_status pl_group_copy_stops(pl_seq_group *g);
+/* Free a group, its sequences, finished beams, copies and its reference to the channel. */
+void pl_group_destroy(pl_seq_group *g);
+
 #endif

@@ -36,7 +36,7 @@ static void world_free(world *w) {
     for (int i = 0; i < w->n_groups; i++)
         if (w->groups[i]) {
             pl_scheduler_remove(&w->s, w->groups[i]);
-            pl_group_free(w->groups[i]);
+            pl_group_destroy(w->groups[i]);
         }
     pl_scheduler_destroy(&w->s);
     pl_kv_stats st;
@@ -57,7 +57,7 @@ static int add_group(world *w, double arrival, int32_t n_prompt, int32_t max_tok
     g->n_prompt = n_prompt;
     g->prompt = malloc((size_t)n_prompt * sizeof(int32_t));
     for (int32_t i = 0; i < n_prompt; i++) g->prompt[i] = (int32_t)(g->id * 100 + (uint64_t)i);
-    pl_seq *q = pl_seq_new(g, 0, g->prompt, n_prompt);
+    pl_seq *q = pl_seq_create(g, 0, g->prompt, n_prompt);
     assert_int_equal(pl_group_add_seq(g, q), 0);
     g->n_live = 1;
     pl_scheduler_add(&w->s, g);
@@ -73,7 +73,7 @@ static int index_of(world *w, pl_seq_group *g) {
 
 static void finish_group(world *w, int i) {
     pl_scheduler_remove(&w->s, w->groups[i]);
-    pl_group_free(w->groups[i]);
+    pl_group_destroy(w->groups[i]);
     w->groups[i] = NULL;
     w->done[i] = w->step;
 }
@@ -107,7 +107,7 @@ static int32_t fake_step(world *w) {
         if (!g->prefilled) { /* fork into n, as the engine does */
             g->prefilled = 1;
             for (int32_t k = 1; k < g->params.n; k++) {
-                pl_seq *c = pl_seq_new(g, k, q->tokens, q->n_tokens);
+                pl_seq *c = pl_seq_create(g, k, q->tokens, q->n_tokens);
                 c->n_computed = q->n_computed;
                 c->status = PL_SEQ_RUNNING;
                 assert_int_equal(pl_kv_fork(&w->kv, &q->table, &c->table), PL_OK);
