@@ -248,7 +248,7 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         if (q->status != PL_SEQ_RUNNING || q->logits_row < 0) continue;
-        const float *lg = e->logits + (size_t)q->logits_row * V;
+        const float *lg = e->runner.logits + (size_t)q->logits_row * V;
         int32_t n_out = q->n_tokens - g->n_prompt, masking = n_out < p->min_tokens;
         pl_top_logprobs(e->sampler, lg, masking ? K_top : K, top, -1, NULL);
         for (int32_t k = 0, taken = 0; k < (masking ? K_top : K) && taken < K; k++) {
@@ -471,14 +471,14 @@ static void prompt_logprobs(pl_engine *e, pl_seq_group *g, const pl_sched_item *
         if (pos >= g->n_prompt) break;
         pl_token_logprob *dst = g->prompt_top + (size_t)pos * (size_t)w;
         float lp;
-        pl_top_logprobs(e->sampler, e->logits + (size_t)(row0 + j) * V, k, dst, g->prompt[pos], &lp);
+        pl_top_logprobs(e->sampler, e->runner.logits + (size_t)(row0 + j) * V, k, dst, g->prompt[pos], &lp);
         dst[k].id = g->prompt[pos];
         dst[k].logprob = lp;
     }
 }
 
 pl_status pl_decode_process(pl_engine *e) {
-    pl_scheduler *s = &e->sched;
+    const pl_sched_output *s = &e->sched_out;
     const int32_t V = e->model->hp.n_vocab;
     uint64_t mark = e->steps + 1; /* never 0, the mark of a group that never sampled */
     /* 1. The K/V of the scheduled tokens exist now: commit them (prefix cache), note rows. */
@@ -492,8 +492,8 @@ pl_status pl_decode_process(pl_engine *e) {
                                            it->start);
         q->n_computed = it->start + it->n;
         PL_TRY(pl_kv_commit(&e->mgr, &q->table, q->tokens, q->n_computed));
-        if (it->all_logits && e->item_row[i] >= 0) prompt_logprobs(e, g, it, e->item_row[i]);
-        q->logits_row = it->sample ? e->item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
+        if (it->all_logits && e->runner.item_row[i] >= 0) prompt_logprobs(e, g, it, e->runner.item_row[i]);
+        q->logits_row = it->sample ? e->runner.item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
         if (it->sample) g->step_mark = mark;
     }
     /* 2. Sample, group by group (a group's sequences always sample in the same step). The
@@ -510,12 +510,12 @@ pl_status pl_decode_process(pl_engine *e) {
         if (g->params.use_beam_search) {
             PL_TRY(beam_step(e, g));
         } else if (!g->prefilled) {
-            PL_TRY(first_sample(e, g, e->logits + (size_t)g->seqs[0]->logits_row * V));
+            PL_TRY(first_sample(e, g, e->runner.logits + (size_t)g->seqs[0]->logits_row * V));
         } else {
             for (int32_t j = 0; j < g->n_seqs; j++) {
                 pl_seq *q = g->seqs[j];
                 if (q->status == PL_SEQ_RUNNING && q->logits_row >= 0)
-                    sample_seq(e, q, e->logits + (size_t)q->logits_row * V);
+                    sample_seq(e, q, e->runner.logits + (size_t)q->logits_row * V);
             }
         }
         for (int32_t j = 0; j < g->n_seqs; j++) g->seqs[j]->logits_row = -1;

@@ -134,26 +134,14 @@ static pl_status setup_kv(pl_engine *e) {
 
 static pl_status setup_buffers(pl_engine *e) {
     const int32_t T = e->cfg.max_num_batched_tokens, S = e->cfg.max_num_seqs + 1;
-    const int32_t V = e->model->hp.n_vocab, MB = e->mgr.cfg.max_blocks_per_seq;
-    e->max_logit_rows = e->cfg.max_num_seqs + PROMPT_LOGPROB_ROWS;
-    if (e->max_logit_rows > T) e->max_logit_rows = T;
-    e->b_tokens = malloc((size_t)T * sizeof(int32_t));
-    e->b_pos = malloc((size_t)T * sizeof(int32_t));
-    e->b_slots = malloc((size_t)T * sizeof(int64_t));
-    e->b_rows = malloc((size_t)T * sizeof(int32_t));
-    e->b_seq_start = malloc((size_t)(S + 1) * sizeof(int32_t));
-    e->b_ctx = malloc((size_t)S * sizeof(int32_t));
-    e->item_row = malloc((size_t)S * sizeof(int32_t));
+    const int32_t V = e->model->hp.n_vocab;
     e->step_groups = malloc((size_t)S * sizeof(pl_seq_group *));
-    e->b_tables = calloc((size_t)S * (size_t)MB, sizeof(int32_t));
-    e->logits = malloc((size_t)e->max_logit_rows * (size_t)V * sizeof(float));
     e->logits_tmp = malloc((size_t)V * sizeof(float));
     e->eog_ids = malloc((size_t)V * sizeof(int32_t));
     e->piece_cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(e->model->tok));
     e->piece = malloc(e->piece_cap);
     e->sampler = pl_sampler_create(V);
-    if (!e->b_tokens || !e->b_pos || !e->b_slots || !e->b_rows || !e->b_seq_start || !e->b_ctx ||
-        !e->item_row || !e->step_groups || !e->b_tables || !e->logits || !e->logits_tmp || !e->eog_ids || !e->piece || !e->sampler)
+    if (!e->step_groups || !e->logits_tmp || !e->eog_ids || !e->piece || !e->sampler)
         return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %d)",
                        T, V);
     for (int32_t i = 0; i < V; i++)
@@ -186,14 +174,18 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         st = pl_fail(PL_ERR_NOMEM, "could not start %d threads", c->threads);
     if (st == PL_OK) st = setup_kv(e);
     if (st == PL_OK) st = setup_buffers(e);
+    /* Logits rows: one per sequence that samples, plus room for prompt log-probabilities. */
+    int32_t max_logit_rows = c->max_num_seqs + PROMPT_LOGPROB_ROWS;
+    if (max_logit_rows > c->max_num_batched_tokens) max_logit_rows = c->max_num_batched_tokens;
     if (st == PL_OK) {
-        pl_scheduler_config sc = {c->max_num_seqs, c->max_num_batched_tokens, e->max_logit_rows,
+        pl_scheduler_config sc = {c->max_num_seqs, c->max_num_batched_tokens, max_logit_rows,
                                   c->preemption_mode};
         st = pl_scheduler_init(&e->sched, &sc, &e->mgr);
     }
     if (st == PL_OK)
-        st = pl_forward_ctx_create(e->model, c->max_num_batched_tokens, e->max_logit_rows, e->tp,
-                                   &e->fwd);
+        st = pl_runner_init(&e->runner, e->model, e->tp, &e->kv, e->has_swap ? &e->swap : NULL,
+                            c->max_num_batched_tokens, c->max_num_seqs + 1, max_logit_rows,
+                            e->mgr.cfg.max_blocks_per_seq);
     if (st != PL_OK) {
         pl_engine_destroy(e);
         return st;
@@ -229,18 +221,10 @@ void pl_engine_destroy(pl_engine *e) {
     if (e->mgr.cfg.num_blocks) pl_kv_manager_destroy(&e->mgr);
     pl_kv_store_free(&e->kv);
     if (e->has_swap) pl_kv_store_free(&e->swap);
-    pl_forward_ctx_free(e->fwd);
+    pl_runner_destroy(&e->runner);
+    pl_sched_output_destroy(&e->sched_out);
     pl_sampler_free(e->sampler);
-    free(e->b_tokens);
-    free(e->b_pos);
-    free(e->b_slots);
-    free(e->b_rows);
-    free(e->b_seq_start);
-    free(e->b_ctx);
-    free(e->item_row);
     free(e->step_groups);
-    free(e->b_tables);
-    free(e->logits);
     free(e->logits_tmp);
     free(e->eog_ids);
     free(e->piece);
@@ -493,8 +477,8 @@ pl_status pl_engine_step(pl_engine *e) {
 
 static pl_status step(pl_engine *e) {
     drain_inbox(e);
-    pl_scheduler *s = &e->sched;
-    PL_TRY(pl_scheduler_schedule(s));
+    const pl_sched_output *s = &e->sched_out;
+    PL_TRY(pl_scheduler_schedule(&e->sched, &e->sched_out));
     for (int32_t i = 0; i < s->n_refused; i++) {
         pl_seq_group *g = s->refused[i];
         char msg[256];
@@ -505,7 +489,7 @@ static pl_status step(pl_engine *e) {
     }
     if (s->n_items == 0) return PL_OK;
     sample_kv(e);
-    pl_status st = pl_runner_execute(e);
+    pl_status st = pl_runner_execute(&e->runner, s);
     if (st == PL_OK) st = pl_decode_process(e);
     e->steps++;
     if (st != PL_OK) {

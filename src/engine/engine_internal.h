@@ -1,5 +1,6 @@
 /* engine/engine_internal — the engine struct shared by engine.c (lifecycle, inbox, step loop),
- * runner.c (step batch and forward pass) and decode.c (sampling, forks, beams, stopping). */
+ * and decode.c (sampling, forks, beams, stopping); the runner (runner.h) and the scheduler
+ * (scheduler.h) own their state. */
 #ifndef PL_ENGINE_ENGINE_INTERNAL_H
 #define PL_ENGINE_ENGINE_INTERNAL_H
 
@@ -9,6 +10,7 @@
 #include "base/threadpool.h"
 #include "engine/output.h"
 #include "engine/request.h"
+#include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "kv/kv_store.h"
@@ -26,17 +28,11 @@ struct pl_engine {
     int has_swap;
     pl_kv_manager mgr;          /* who holds which block */
     pl_scheduler sched;
-    pl_forward_ctx *fwd;
+    pl_sched_output sched_out;  /* the current step's schedule (reused every step) */
+    pl_runner runner;           /* step buffers, forward pass, the step's logits */
     pl_sampler *sampler;
     int32_t max_model_len;
-    int32_t max_logit_rows;
-    /* Step batch arrays, sized at create. */
-    int32_t *b_tokens, *b_pos, *b_seq_start, *b_ctx, *b_tables, *b_rows;
-    int64_t *b_slots;
-    float *logits;              /* [max_logit_rows][n_vocab] */
     float *logits_tmp;          /* [n_vocab] working copy for sampling */
-    int32_t *item_row;          /* [max items] first logits row of each item, or -1 (rows of
-                                   an all_logits item are consecutive; the sampling row is last) */
     pl_seq_group **step_groups; /* [max items] groups that sample in the current step */
     char *piece;                /* [piece_cap] scratch for the streaming detokenizer */
     size_t piece_cap;           /* PL_DETOK_CAP(the vocabulary's longest piece) */
@@ -67,8 +63,6 @@ struct pl_engine {
 };
 
 
-/* runner.c: apply the step's block copies, build the batch, run the model. */
-pl_status pl_runner_execute(pl_engine *e);
 /* decode.c: consume the step's logits: sample, fork, beam, stop, emit deltas; finish groups. */
 pl_status pl_decode_process(pl_engine *e);
 /* decode.c: end a group (reason, optional message), emit its last outputs, free everything. */

@@ -1,25 +1,68 @@
-/* engine/runner — turns the scheduler's decision into one forward step.
- *
- * First the block copies the KV manager asked for are applied to the bytes (swap-out, swap-in,
- * copy-on-write: that order, see kv/manager.h); then the step batch is built: every scheduled
- * item's tokens, positions, slots and block table, and the logits rows wanted (the last token of
- * an item that samples, or every row for prompt log-probabilities); then the model runs.
- */
-#include "engine/engine_internal.h"
+/* engine/runner — see runner.h. */
+#include "engine/runner.h"
 
+#include "base/status.h"
+
+#include <stdlib.h>
 #include <string.h>
 
-static void apply_copies(pl_engine *e) {
-    pl_scheduler *s = &e->sched;
+pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_store *kv,
+                         pl_kv_store *swap, int32_t max_tokens, int32_t max_items,
+                         int32_t max_logit_rows, int32_t max_blocks) {
+    memset(r, 0, sizeof *r);
+    r->model = m;
+    r->kv = kv;
+    r->swap = swap;
+    r->max_tokens = max_tokens;
+    r->max_items = max_items;
+    r->max_logit_rows = max_logit_rows;
+    r->max_blocks = max_blocks;
+    const size_t T = (size_t)max_tokens, S = (size_t)max_items, V = (size_t)m->hp.n_vocab;
+    r->tokens = malloc(T * sizeof(int32_t));
+    r->pos = malloc(T * sizeof(int32_t));
+    r->slots = malloc(T * sizeof(int64_t));
+    r->rows = malloc(T * sizeof(int32_t));
+    r->seq_start = malloc((S + 1) * sizeof(int32_t));
+    r->ctx = malloc(S * sizeof(int32_t));
+    r->item_row = malloc(S * sizeof(int32_t));
+    r->tables = calloc(S * (size_t)max_blocks, sizeof(int32_t));
+    r->logits = malloc((size_t)max_logit_rows * V * sizeof(float));
+    if (!r->tokens || !r->pos || !r->slots || !r->rows || !r->seq_start || !r->ctx ||
+        !r->item_row || !r->tables || !r->logits) {
+        pl_runner_destroy(r);
+        return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %zu)",
+                       max_tokens, V);
+    }
+    pl_status st = pl_forward_ctx_create(m, max_tokens, max_logit_rows, tp, &r->fwd);
+    if (st != PL_OK) pl_runner_destroy(r);
+    return st;
+}
+
+void pl_runner_destroy(pl_runner *r) {
+    pl_forward_ctx_free(r->fwd);
+    free(r->tokens);
+    free(r->pos);
+    free(r->slots);
+    free(r->rows);
+    free(r->seq_start);
+    free(r->ctx);
+    free(r->item_row);
+    free(r->tables);
+    free(r->logits);
+    memset(r, 0, sizeof *r);
+}
+
+static void apply_copies(pl_runner *r, const pl_sched_output *so) {
     int32_t src[256], dst[256];
     struct {
         const pl_block_copy *c;
         int32_t n;
         pl_kv_store *from, *to;
-    } jobs[3] = {{s->swap_out, s->n_swap_out, &e->kv, &e->swap},
-                 {s->swap_in, s->n_swap_in, &e->swap, &e->kv},
-                 {s->cow, s->n_cow, &e->kv, &e->kv}};
-    for (int j = 0; j < 3; j++)
+    } jobs[3] = {{so->swap_out, so->n_swap_out, r->kv, r->swap},
+                 {so->swap_in, so->n_swap_in, r->swap, r->kv},
+                 {so->cow, so->n_cow, r->kv, r->kv}};
+    for (int j = 0; j < 3; j++) {
+        PL_ASSERT(jobs[j].n == 0 || (jobs[j].from && jobs[j].to));
         for (int32_t i = 0; i < jobs[j].n; i += 256) {
             int32_t k = jobs[j].n - i < 256 ? jobs[j].n - i : 256;
             for (int32_t t = 0; t < k; t++) {
@@ -28,38 +71,41 @@ static void apply_copies(pl_engine *e) {
             }
             pl_kv_store_copy(jobs[j].from, jobs[j].to, src, dst, k);
         }
+    }
 }
 
-pl_status pl_runner_execute(pl_engine *e) {
-    pl_scheduler *s = &e->sched;
-    apply_copies(e);
-    const int32_t max_blocks = e->mgr.cfg.max_blocks_per_seq;
+pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
+    apply_copies(r, so);
+    PL_ASSERT(so->n_items <= r->max_items && so->n_tokens <= r->max_tokens);
+    const int32_t max_blocks = r->max_blocks;
     int32_t t = 0, rows = 0;
-    for (int32_t i = 0; i < s->n_items; i++) {
-        const pl_sched_item *it = &s->items[i];
+    for (int32_t i = 0; i < so->n_items; i++) {
+        const pl_sched_item *it = &so->items[i];
         const pl_seq *q = it->seq;
         /* The table holds a slot for every token up to the newest, and no more. */
         PL_ASSERT(it->start + it->n <= q->table.n_tokens && q->table.n_tokens <= q->n_tokens);
-        e->item_row[i] = it->all_logits || it->sample ? rows : -1;
-        e->b_seq_start[i] = t;
-        e->b_ctx[i] = it->start + it->n;
-        memcpy(e->b_tables + (size_t)i * max_blocks, q->table.blocks,
+        PL_ASSERT(q->table.n_blocks <= max_blocks);
+        r->item_row[i] = it->all_logits || it->sample ? rows : -1;
+        r->seq_start[i] = t;
+        r->ctx[i] = it->start + it->n;
+        memcpy(r->tables + (size_t)i * max_blocks, q->table.blocks,
                (size_t)q->table.n_blocks * sizeof(int32_t));
         for (int32_t k = 0; k < it->n; k++, t++) {
             int32_t pos = it->start + k;
-            e->b_tokens[t] = q->tokens[pos];
-            e->b_pos[t] = pos;
-            e->b_slots[t] = pl_block_table_slot(&q->table, pos);
-            if (it->all_logits || (it->sample && k == it->n - 1)) e->b_rows[rows++] = t;
+            r->tokens[t] = q->tokens[pos];
+            r->pos[t] = pos;
+            r->slots[t] = pl_block_table_slot(&q->table, pos);
+            if (it->all_logits || (it->sample && k == it->n - 1)) r->rows[rows++] = t;
         }
     }
-    e->b_seq_start[s->n_items] = t;
-    PL_ASSERT(t == s->n_tokens && rows <= e->max_logit_rows);
+    r->seq_start[so->n_items] = t;
+    PL_ASSERT(t == so->n_tokens && rows <= r->max_logit_rows);
+    if (so->n_items == 0) return PL_OK;
     pl_step_batch b = {
-        .n_tokens = t, .token_ids = e->b_tokens, .positions = e->b_pos,
-        .slot_mapping = e->b_slots, .n_seqs = s->n_items, .seq_start = e->b_seq_start,
-        .context_lens = e->b_ctx, .block_tables = e->b_tables, .max_blocks = max_blocks,
-        .n_logits = rows, .logit_rows = e->b_rows,
+        .n_tokens = t, .token_ids = r->tokens, .positions = r->pos,
+        .slot_mapping = r->slots, .n_seqs = so->n_items, .seq_start = r->seq_start,
+        .context_lens = r->ctx, .block_tables = r->tables, .max_blocks = max_blocks,
+        .n_logits = rows, .logit_rows = r->rows,
     };
-    return pl_model_forward(e->fwd, &e->kv, &b, e->logits);
+    return pl_model_forward(r->fwd, r->kv, &b, r->logits);
 }

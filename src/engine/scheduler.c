@@ -59,13 +59,15 @@ pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_
     return PL_OK;
 }
 
-void pl_scheduler_destroy(pl_scheduler *s) {
-    free(s->items);
-    free(s->swap_out);
-    free(s->swap_in);
-    free(s->cow);
-    free(s->refused);
-    memset(s, 0, sizeof *s);
+void pl_scheduler_destroy(pl_scheduler *s) { memset(s, 0, sizeof *s); }
+
+void pl_sched_output_destroy(pl_sched_output *o) {
+    free(o->items);
+    free(o->swap_out);
+    free(o->swap_in);
+    free(o->cow);
+    free(o->refused);
+    memset(o, 0, sizeof *o);
 }
 
 int32_t pl_group_max_seqs(const pl_seq_group *g) {
@@ -95,15 +97,15 @@ typedef struct {
 } budget;
 
 static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits) {
-    if (reserve((void **)&s->items, &s->items_cap, s->n_items + 1, sizeof *s->items))
+    if (reserve((void **)&s->out->items, &s->out->items_cap, s->out->n_items + 1, sizeof *s->out->items))
         return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
-    pl_sched_item *it = &s->items[s->n_items++];
+    pl_sched_item *it = &s->out->items[s->out->n_items++];
     it->seq = q;
     it->start = q->n_computed;
     it->n = n;
     it->sample = q->n_computed + n == q->n_tokens;
     it->all_logits = all_logits;
-    s->n_tokens += n;
+    s->out->n_tokens += n;
     return PL_OK;
 }
 
@@ -158,7 +160,7 @@ static pl_status add_decodes(pl_scheduler *s, pl_seq_group *g, budget *b) {
         if (q->table.n_tokens < q->n_tokens) {
             pl_block_copy cow;
             PL_TRY(pl_kv_append_slots(s->kv, &q->table, q->n_tokens - q->table.n_tokens, &cow));
-            if (cow.src >= 0) PL_TRY(push_copies(&s->cow, &s->n_cow, &s->cap_cow, &cow, 1));
+            if (cow.src >= 0) PL_TRY(push_copies(&s->out->cow, &s->out->n_cow, &s->out->cap_cow, &cow, 1));
         }
         PL_TRY(add_item(s, q, 1, 0));
         b->tokens_left--;
@@ -178,7 +180,7 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
         pl_block_copy *map = malloc((size_t)cap * sizeof *map);
         if (!map) return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
         pl_status st = pl_kv_swap_out(s->kv, tabs, nt, map, cap, &n_map);
-        if (st == PL_OK) st = push_copies(&s->swap_out, &s->n_swap_out, &s->cap_swap_out, map, n_map);
+        if (st == PL_OK) st = push_copies(&s->out->swap_out, &s->out->n_swap_out, &s->out->cap_swap_out, map, n_map);
         free(map);
         if (st != PL_OK) return st;
         for (int32_t i = 0; i < g->n_seqs; i++)
@@ -277,7 +279,7 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
         pl_block_copy *map = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *map);
         if (!map) return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
         pl_status st = pl_kv_swap_in(s->kv, tabs, nt, map, cap, &n_map);
-        if (st == PL_OK) st = push_copies(&s->swap_in, &s->n_swap_in, &s->cap_swap_in, map, n_map);
+        if (st == PL_OK) st = push_copies(&s->out->swap_in, &s->out->n_swap_in, &s->out->cap_swap_in, map, n_map);
         free(map);
         if (st != PL_OK) return st;
         q_remove(&s->swapped, g);
@@ -301,9 +303,9 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
 
 static pl_status refuse(pl_scheduler *s, pl_seq_group *g) {
     q_remove(&s->waiting, g);
-    if (reserve((void **)&s->refused, &s->cap_refused, s->n_refused + 1, sizeof *s->refused))
+    if (reserve((void **)&s->out->refused, &s->out->cap_refused, s->out->n_refused + 1, sizeof *s->out->refused))
         return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
-    s->refused[s->n_refused++] = g;
+    s->out->refused[s->out->n_refused++] = g;
     return PL_OK;
 }
 
@@ -356,9 +358,7 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     return PL_OK;
 }
 
-pl_status pl_scheduler_schedule(pl_scheduler *s) {
-    s->n_items = s->n_tokens = 0;
-    s->n_swap_out = s->n_swap_in = s->n_cow = s->n_refused = 0;
+static pl_status schedule(pl_scheduler *s) {
     budget b = {s->cfg.max_num_batched_tokens, s->cfg.max_num_seqs, s->cfg.max_logit_rows, 0, 0};
     for (pl_seq_group *g = s->running.head; g; g = g->next) b.seqs_left -= pl_group_max_seqs(g);
     PL_TRY(schedule_decodes(s, &b));
@@ -367,4 +367,13 @@ pl_status pl_scheduler_schedule(pl_scheduler *s) {
     if (!b.preempted) PL_TRY(schedule_swapped(s, &b));
     if (!b.preempted && !b.stalled && !s->swapped.head) PL_TRY(schedule_waiting(s, &b));
     return PL_OK;
+}
+
+pl_status pl_scheduler_schedule(pl_scheduler *s, pl_sched_output *out) {
+    out->n_items = out->n_tokens = 0;
+    out->n_swap_out = out->n_swap_in = out->n_cow = out->n_refused = 0;
+    s->out = out;
+    pl_status st = schedule(s);
+    s->out = NULL;
+    return st;
 }

@@ -16,8 +16,9 @@
  *      first come first served (an admission that does not fit yet stops the admission loop).
  *      A group that can never fit is handed back as refused.
  *
- * The result is a list of (sequence, token range) items plus the block copies to apply before
- * the forward pass (swap-out, swap-in, copy-on-write, in that order; see kv/manager.h). The
+ * The result is a pl_sched_output value: a list of (sequence, token range) items plus the block
+ * copies to apply before the forward pass (swap-out, swap-in, copy-on-write, in that order; see
+ * kv/manager.h) and the refused groups. The
  * scheduler never runs the model: the engine does, and tells the outcome through the sequences
  * (n_computed, tokens). That is what makes it testable with a fake model.
  */
@@ -46,19 +47,28 @@ typedef struct pl_group_queue_ {
     int32_t n;
 } pl_group_queue;
 
+/* What one step runs: the (sequence, token range) items in batch order, the block copies to apply
+ * before the forward pass (swap-out, swap-in, copy-on-write, in that order), and the groups that
+ * can never fit (the engine fails them). The caller owns it and passes the same one every step:
+ * its arrays grow as needed and are reused, so a step allocates nothing in the steady state. */
 typedef struct {
-    pl_scheduler_config cfg;
-    pl_kv_manager *kv;
-    pl_group_queue waiting, running, swapped;
-    /* Result of the last pl_scheduler_schedule. */
     pl_sched_item *items;         /* [n_items] in batch order */
     int32_t n_items, items_cap;
     int32_t n_tokens;             /* tokens scheduled */
     pl_block_copy *swap_out, *swap_in, *cow;
     int32_t n_swap_out, n_swap_in, n_cow;
     int32_t cap_swap_out, cap_swap_in, cap_cow;
-    pl_seq_group **refused;       /* groups that can never fit: the engine fails them */
+    pl_seq_group **refused;       /* groups that can never fit */
     int32_t n_refused, cap_refused;
+} pl_sched_output;
+
+void pl_sched_output_destroy(pl_sched_output *o);
+
+typedef struct {
+    pl_scheduler_config cfg;
+    pl_kv_manager *kv;
+    pl_group_queue waiting, running, swapped;
+    pl_sched_output *out;         /* the output being filled, during pl_scheduler_schedule only */
     /* Counters. */
     uint64_t preemptions;         /* groups preempted (either mode) */
     uint64_t swaps_out;           /* of those, by swapping */
@@ -71,8 +81,9 @@ void pl_scheduler_destroy(pl_scheduler *s);
 void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g);
 /* Take a group out of whatever queue holds it (finished, aborted, refused); frees its blocks. */
 void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g);
-/* Decide the next step. PL_ERR_NOMEM only on allocation failure of the result arrays. */
-pl_status pl_scheduler_schedule(pl_scheduler *s);
+/* Decide the next step into *out (emptied first). PL_ERR_NOMEM only on allocation failure of
+ * out's arrays. */
+pl_status pl_scheduler_schedule(pl_scheduler *s, pl_sched_output *out);
 int pl_scheduler_has_work(const pl_scheduler *s);
 /* Sequences a group may hold at once (best_of, beam width, or its live sequences). */
 int32_t pl_group_max_seqs(const pl_seq_group *g);

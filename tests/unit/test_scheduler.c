@@ -14,6 +14,7 @@
 typedef struct {
     pl_kv_manager kv;
     pl_scheduler s;
+    pl_sched_output out; /* the step's schedule, reused */
     pl_seq_group *groups[64];
     int n_groups;
     int done[64];       /* finished in this step number (1-based), 0 = not yet */
@@ -39,6 +40,7 @@ static void world_free(world *w) {
             pl_group_destroy(w->groups[i]);
         }
     pl_scheduler_destroy(&w->s);
+    pl_sched_output_destroy(&w->out);
     pl_kv_stats st;
     pl_kv_get_stats(&w->kv, &st);
     assert_int_equal(st.blocks_used, 0); /* everything came back */
@@ -80,16 +82,17 @@ static void finish_group(world *w, int i) {
 
 /* One step of the fake engine. Returns the number of items scheduled. */
 static int32_t fake_step(world *w) {
-    pl_scheduler *s = &w->s;
+    const pl_scheduler *sc = &w->s;
+    pl_sched_output *s = &w->out;
     w->step++;
-    assert_int_equal(pl_scheduler_schedule(s), PL_OK);
+    assert_int_equal(pl_scheduler_schedule(&w->s, s), PL_OK);
     for (int32_t i = 0; i < s->n_refused; i++) {
         int k = index_of(w, s->refused[i]);
         w->refused[k] = 1;
         finish_group(w, k);
     }
-    assert_true(s->n_tokens <= s->cfg.max_num_batched_tokens);
-    assert_true(s->n_items <= s->cfg.max_num_seqs);
+    assert_true(s->n_tokens <= sc->cfg.max_num_batched_tokens);
+    assert_true(s->n_items <= sc->cfg.max_num_seqs);
     for (int32_t i = 0; i < s->n_items; i++) {
         pl_sched_item *it = &s->items[i];
         int k = index_of(w, it->seq->group);
@@ -162,9 +165,9 @@ static void test_chunked_prefill_never_stalls_decodes(void **state) {
     while (w.groups[big] && w.groups[big]->seqs[0]->n_computed < 30) {
         fake_step(&w);
         int decode = 0;
-        for (int32_t i = 0; i < w.s.n_items; i++) {
-            if (w.s.items[i].seq->group == w.groups[0]) decode = 1;
-            else chunks[n_chunks++] = w.s.items[i].n;
+        for (int32_t i = 0; i < w.out.n_items; i++) {
+            if (w.out.items[i].seq->group == w.groups[0]) decode = 1;
+            else chunks[n_chunks++] = w.out.items[i].n;
         }
         assert_true(decode); /* every step still decodes the short request */
     }
@@ -185,7 +188,7 @@ static void test_budgets(void **state) {
     while (pl_scheduler_has_work(&w.s)) {
         int32_t n = fake_step(&w);
         if (n > max_items) max_items = n;
-        assert_true(w.s.n_tokens <= 10);
+        assert_true(w.out.n_tokens <= 10);
     }
     assert_int_equal(max_items, 3);
     world_free(&w);

@@ -1,0 +1,44 @@
+/* engine/runner — turns a schedule output into logits.
+ *
+ * Owns the step buffers (token ids, positions, slots, block tables, logits rows, the logits
+ * themselves and the model's forward context), sized once at init for the engine's budgets, so
+ * a step allocates nothing. pl_runner_execute applies the output's block copies to the KV bytes
+ * (swap-out, swap-in, copy-on-write: that order, see kv/manager.h), builds the step batch (every
+ * item's tokens [start, start + n) with their slots and the sequence's block table; a logits row
+ * for the last token of an item that samples, or for every token of an item that wants prompt
+ * log-probabilities) and runs the model.
+ *
+ * Invariants: item_row[i] is the first logits row of item i or -1; the rows of an all_logits
+ * item are consecutive and its sampling row (if any) is its last; rows never exceed
+ * max_logit_rows (the scheduler is configured with the same bound).
+ */
+#ifndef PL_ENGINE_RUNNER_H
+#define PL_ENGINE_RUNNER_H
+
+#include "base/threadpool.h"
+#include "engine/scheduler.h"
+#include "kv/kv_store.h"
+#include "model/model.h"
+
+typedef struct {
+    pl_model *model;
+    pl_forward_ctx *fwd;
+    pl_kv_store *kv;        /* the KV bytes the model reads and writes */
+    pl_kv_store *swap;      /* the swap pool (NULL if none) */
+    int32_t max_tokens, max_items, max_logit_rows, max_blocks;
+    int32_t *tokens, *pos, *seq_start, *ctx, *tables, *rows;
+    int64_t *slots;
+    float *logits;          /* [max_logit_rows][n_vocab]: the last step's logits */
+    int32_t *item_row;      /* [max_items]: first logits row of each item of the last step, or -1 */
+} pl_runner;
+
+/* Buffers for steps of up to max_tokens tokens, max_items items, max_logit_rows logits rows and
+ * max_blocks blocks per sequence. */
+pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_store *kv,
+                         pl_kv_store *swap, int32_t max_tokens, int32_t max_items,
+                         int32_t max_logit_rows, int32_t max_blocks);
+void pl_runner_destroy(pl_runner *r);
+/* Apply so's copies, run its items; the logits are then in r->logits (rows by r->item_row). */
+pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so);
+
+#endif
