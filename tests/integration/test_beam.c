@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "../ci_env.h"
 #include "engine_util.h"
 
 #include "kernels/ops.h"
@@ -196,7 +197,7 @@ static void test_beam_matches_brute_force(void **state) {
     c.model_path = MODEL;
     c.kv_cache_memory = 8 << 20;
     c.block_size = 4; /* small blocks: beams share and copy many of them */
-    if (getenv("NOPC")) c.enable_prefix_caching = 0;
+    if (test_env("NOPC")) c.enable_prefix_caching = 0;
     pl_engine *e;
     assert_int_equal(pl_engine_create(&c, &e), PL_OK);
     assert_int_equal(pl_model_load(MODEL, &model), PL_OK);
@@ -205,7 +206,7 @@ static void test_beam_matches_brute_force(void **state) {
     assert_int_equal(pl_kv_store_init(&kv, &l, model->hp.n_layers, NULL), PL_OK);
     logits = malloc((size_t)model->hp.n_vocab * sizeof(float));
     const char *prompts[] = {"Once upon a time", "The cat sat", "Tom had a red"};
-    for (int W = getenv("WSTART") ? atoi(getenv("WSTART")) : 2; W <= 4; W++)
+    for (int W = test_env("WSTART") ? atoi(test_env("WSTART")) : 2; W <= 4; W++)
         for (int i = 0; i < 3; i++) check_beam(e, prompts[i], W, W == 4 ? 2 : W, 10, 1.0f, 0);
     check_beam(e, "Lily wanted to", 3, 3, 12, 0.5f, 1);
     free(logits);
