@@ -43,6 +43,11 @@ PY
 # Stop strings, EOS-free sampling with a seed is reproducible.
 out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 --stop Lily --json)
 python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['text']==', there was a little girl named ' and d['finish_reason']=='stop', d" "$out" && ok || bad "stop string"
+# Stop strings across tokens: "girl" is ' g' 'ir' 'l', "amed Li" starts inside ' named'.
+out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 --stop girl --json)
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['text']==', there was a little ' and d['finish_reason']=='stop' and len(d['ids'])==8, d" "$out" && ok || bad "stop string over three tokens"
+out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 --stop "amed Li" --stop "with it")
+[ "$out" = "Once upon a time, there was a little girl n" ] && ok || bad "stop string inside tokens, plain output: '$out'"
 a=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 20 --seed 5 --top-p 0.9 --json)
 b=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 20 --seed 5 --top-p 0.9 --json)
 expect "seeded sampling reproducible" "$a" "$b"

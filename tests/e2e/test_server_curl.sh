@@ -76,6 +76,30 @@ assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] 
 assert all(c["usage"] is None for c in chunks[:-1])
 EOF
 then ok; else bad "streaming completions"; fi
+# A stop string spanning three tokens (' g' 'ir' 'l'), starting inside the first, streamed with
+# n = 2, and one starting inside ' named' and ending inside ' Lily' kept with
+# include_stop_str_in_output: no chunk may carry a byte past the expected text.
+for args in '"stop": ["girl"], "n": 2|, there was a little |girl' \
+            '"stop": ["amed Li"], "include_stop_str_in_output": true|, there was a little girl named Li|amed Li'; do
+    IFS='|' read -r extra want reason <<<"$args"
+    curl -sN --max-time 60 "$BASE/v1/completions" -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": 48, \"temperature\": 0, \"stream\": true, $extra}" >"$TMP/sse"
+    if python3 - "$TMP/sse" "$want" "$reason" <<'EOF'
+import json, sys
+raw = open(sys.argv[1]).read()
+assert raw.endswith("data: [DONE]\n\n"), raw[-100:]
+chunks = [json.loads(e[6:]) for e in raw.split("\n\n") if e and e != "data: [DONE]"]
+texts, finish = {}, {}
+for c in chunks:
+    for ch in c["choices"]:
+        texts[ch["index"]] = texts.get(ch["index"], "") + ch["text"]
+        assert sys.argv[2].startswith(texts[ch["index"]]), texts
+        if ch["finish_reason"]:
+            finish[ch["index"]] = (ch["finish_reason"], ch.get("stop_reason"))
+assert all(t == sys.argv[2] for t in texts.values()) and texts, texts
+assert all(f == ("stop", sys.argv[3]) for f in finish.values()) and len(finish) == len(texts), finish
+EOF
+    then ok; else bad "streaming stop across tokens: $extra"; fi
+done
 
 # ---- chat ----
 http POST /v1/chat/completions -d '{"model": "stories", "messages": [{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me a story"}], "max_tokens": 16, "temperature": 0}'

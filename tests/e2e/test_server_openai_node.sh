@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# End-to-end: the official OpenAI Node client (npm package `openai`, installed here into
-# tests/e2e/node_modules when missing) against `pagellm serve` with an API key.
+# End-to-end: the official OpenAI Node client (npm package `openai`, pinned with its dependencies
+# by tests/e2e/package-lock.json and installed with `npm ci` into tests/e2e/node_modules) against
+# `pagellm serve` with an API key.
 set -u
 . "$(dirname "$0")/server_lib.sh"
 DIR=$(cd "$(dirname "$0")" && pwd)
@@ -9,10 +10,24 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     bad "node and npm are needed (apt-get install nodejs npm)"
     finish
 fi
-if [ ! -d "$DIR/node_modules/openai" ]; then
-    (cd "$DIR" && timeout 300 npm install --no-package-lock --no-audit --no-fund --loglevel=error) \
-        >"$TMP/npm.log" 2>&1 || { cat "$TMP/npm.log"; bad "npm install openai"; finish; }
+# The client and everything it pulls in are pinned by package-lock.json (exact versions and
+# integrity hashes): `npm ci` installs exactly that, and runs again whenever node_modules holds
+# anything else (an older unpinned install, a hand-edited tree).
+same_as_lock() {
+    (cd "$DIR" && node -e '
+        const fs = require("fs");
+        const pick = (f) => { const p = JSON.parse(fs.readFileSync(f)).packages; delete p[""];
+            return JSON.stringify(Object.keys(p).sort().map((k) => [k, p[k].version, p[k].integrity])); };
+        process.exit(pick("package-lock.json") === pick("node_modules/.package-lock.json") ? 0 : 1);
+    ') 2>/dev/null
+}
+if ! same_as_lock; then
+    (cd "$DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) \
+        >"$TMP/npm.log" 2>&1 || { cat "$TMP/npm.log"; bad "npm ci (tests/e2e/package-lock.json)"; finish; }
 fi
+check "node_modules matches package-lock.json" same_as_lock
+check "openai client is the locked 4.104.0" test \
+    "$(cd "$DIR" && node -p 'require("./node_modules/openai/package.json").version')" = 4.104.0
 
 start_server --api-key sekret
 timeout 100 node "$DIR/openai_client.mjs" "$BASE" sekret >"$TMP/node.out" 2>&1

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "../ci_env.h"
 #include "engine_util.h"
 
 #include "kernels/ops.h"
@@ -233,7 +234,7 @@ static pl_engine *make_engine(void) {
     c.model_path = MODEL;
     c.kv_cache_memory = 8 << 20;
     c.block_size = 4; /* small blocks: beams share and copy many of them */
-    if (getenv("NOPC")) c.enable_prefix_caching = 0;
+    if (test_env("NOPC")) c.enable_prefix_caching = 0;
     pl_engine *e;
     assert_int_equal(pl_engine_create(&c, &e), PL_OK);
     return e;
@@ -262,7 +263,7 @@ static void test_beam_matches_brute_force(void **state) {
     (void)state;
     pl_engine *e = make_engine();
     const char *prompts[] = {"Once upon a time", "The cat sat", "Tom had a red"};
-    for (int W = getenv("WSTART") ? atoi(getenv("WSTART")) : 2; W <= 4; W++)
+    for (int W = test_env("WSTART") ? atoi(test_env("WSTART")) : 2; W <= 4; W++)
         for (int i = 0; i < 3; i++) check_beam(e, prompts[i], W, W == 4 ? 2 : W, 10, 1.0f, 0);
     check_beam(e, "Lily wanted to", 3, 3, 12, 0.5f, 1);
     pl_engine_destroy(e);

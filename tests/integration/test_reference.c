@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "../ci_env.h"
 #include "pagellm.h"
 
 #include <jansson.h>
@@ -141,7 +142,7 @@ typedef struct {
 /* One reference case on engine e; errors beyond tol (when judging) fail the test. */
 static void check_case(pl_engine *e, json_t *c, double tol, const char *label,
                        tally *t) {
-    const int judge = !getenv("PL_REF_MEASURE");
+    const int judge = !test_env("PL_REF_MEASURE");
     int32_t seq[MAX_SEQ];
     int32_t np = ints(json_object_get(c, "prompt_tokens"), seq, MAX_SEQ);
     int32_t ng = ints(json_object_get(c, "greedy_tokens"), seq + np, MAX_SEQ - np);
@@ -167,7 +168,7 @@ static void check_case(pl_engine *e, json_t *c, double tol, const char *label,
             if (isnan(ours))
                 fail_msg("%s step %d: reference top-%zu id %d (%.4f) is not in our top %d", label,
                          j, k + 1, id, ref, TOP);
-            if (getenv("PL_REF_DUMP")) print_message("DUMP %s %d %d %.9g\n", label, j, id, ours);
+            if (test_env("PL_REF_DUMP")) print_message("DUMP %s %d %d %.9g\n", label, j, id, ours);
             double err = fabs(ours - ref);
             t->sum_err += err;
             t->n_err++;
@@ -246,7 +247,7 @@ static void run_model(const model_case *mc, int32_t block_size, int kv_f32) {
     print_message("%-18s bs=%-3d kv=%s  steps %3d  max |Δ| %.2e  mean %.2e  free-run agree %d\n",
                   mc->name, block_size, kv_f32 ? "f32" : "f16", t.steps, t.max_err, mean,
                   t.free_matched);
-    if (!getenv("PL_REF_MEASURE") && mean > tol_mean)
+    if (!test_env("PL_REF_MEASURE") && mean > tol_mean)
         fail_msg("%s bs=%d: mean |Δ| %.2e beyond %g: a bias, not noise", mc->name, block_size,
                  mean, tol_mean);
     /* A case may part at a near-tie early; a whole model may not, where the bound is tight

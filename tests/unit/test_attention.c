@@ -23,6 +23,7 @@
 #include "base/threadpool.h"
 #include "kernels/attention.h"
 #include "kernels/cpu.h"
+#include "isa_coverage.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -228,6 +229,8 @@ static double f16_bound(const acase *c) {
     return (exp(2 * eps_s) - 1) * vmax + eps_v;
 }
 
+static unsigned case_isas; /* the levels check_case ran */
+
 static double max_err(const float *x, const double *ref, size_t n) {
     double e = 0;
     for (size_t i = 0; i < n; i++) {
@@ -260,6 +263,7 @@ static void check_case(const fixture *fx, acase *c) {
 
     for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
         pl_cpu_force_isa((pl_isa)isa);
+        isa_ran(&case_isas);
         for (int t = 0; t < 3; t++) {
             memset(c->out, 0, sizeof(float) * n);
             pl_paged_attention(fx->tp[t], &c->l, &a);
@@ -320,6 +324,7 @@ static void test_explicit_cases(void **state) {
         check_case(fx, &c);
         destroy(&c);
     }
+    isa_coverage_check("paged attention, explicit cases", case_isas);
 }
 
 /* A seeded random sample of the space; each case's dense work is capped to keep this fast. */
@@ -363,6 +368,7 @@ static void test_random_cases(void **state) {
     }
     printf("    contexts %d..%d; worst error %.2g; f16 KV: worst error vs unrounded K/V = %.3f "
            "of the bound\n", ctx_min, ctx_max, worst_err, worst_f16_ratio);
+    isa_coverage_check("paged attention, random cases", case_isas);
 }
 
 /* pl_kv_write puts every element at cache[block][head][offset][d] (f32 exact, f16 rounded to
@@ -371,9 +377,11 @@ static void test_kv_write_readback(void **state) {
     (void)state;
     pl_rng rng;
     pl_rng_seed(&rng, 7);
+    unsigned ran = 0;
     for (int f16 = 0; f16 <= 1; f16++)
         for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
             pl_cpu_force_isa((pl_isa)isa);
+            isa_ran(&ran);
             pl_kv_layout l = {.dtype = f16 ? PL_DT_F16 : PL_DT_F32, .block_size = 3,
                               .n_kv_heads = 2, .head_dim = 44, .num_blocks = 7};
             const size_t es = f16 ? 2 : 4, bytes = pl_kv_block_bytes(&l) * 7;
@@ -422,6 +430,7 @@ static void test_kv_write_readback(void **state) {
             free(kc); free(vc); free(ke); free(ve); free(k); free(v);
         }
     pl_cpu_force_isa(pl_cpu_max_isa());
+    isa_coverage_check("kv write and readback", ran);
 }
 
 /* Whole blocks move in K and V; other blocks keep their bytes; pools may differ in size. */
@@ -487,10 +496,12 @@ static void test_invariance(void **state) {
     const fixture *fx = *state;
     pl_rng rng;
     pl_rng_seed(&rng, 11);
+    unsigned ran = 0;
     const int32_t ctx[3] = {150, 61, 9}, q[3] = {45, 1, 9};
     for (int f16 = 0; f16 <= 1; f16++)
         for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
             pl_cpu_force_isa((pl_isa)isa);
+            isa_ran(&ran);
             pl_dtype dt = f16 ? PL_DT_F16 : PL_DT_F32;
             acase c, c2;
             build(&c, &rng, 555, dt, 16, 2, 4, 36, 3, ctx, q);
@@ -515,6 +526,7 @@ static void test_invariance(void **state) {
             destroy(&c2);
         }
     pl_cpu_force_isa(pl_cpu_max_isa());
+    isa_coverage_check("paged attention, batch/chunk/block invariance", ran);
 }
 
 /* A forked sequence shares the parent's full blocks, gets a copy of the partly filled last block

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "../ci_env.h"
 #include "base/rng.h"
 #include "kv/manager.h"
 
@@ -736,7 +737,7 @@ static void op_append(sim *s) {
 }
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
-    const char *v = getenv(name);
+    const char *v = test_env(name);
     return v && *v ? strtoull(v, NULL, 0) : dflt;
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "isa_coverage.h"
 
 #include <float.h>
 #include <math.h>
@@ -265,19 +266,26 @@ static void test_act_convert_isas(void **state) {
     const pl_dtype types[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0, PL_DT_Q4_K};
     const int64_t cols[] = {N, N - 32, 256};
     static uint8_t a[4 * N + 64], b[4 * N + 64];
+    unsigned ran = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (int c = 0; c < 3; c++) {
             if (cols[c] % pl_dtype_block_size(types[t])) continue;
             size_t bytes = pl_act_row_bytes(types[t], cols[c]);
             memset(a, 0, sizeof a);
-            memset(b, 0, sizeof b);
             pl_cpu_force_isa(PL_ISA_SCALAR);
+            isa_ran(&ran);
             pl_act_convert_row(types[t], x, a, cols[c]);
-            pl_cpu_force_isa(PL_ISA_AVX512);
-            pl_act_convert_row(types[t], x, b, cols[c]);
-            assert_memory_equal(a, b, bytes);
+            for (int isa = PL_ISA_AVX2; isa <= (int)pl_cpu_max_isa(); isa++) {
+                pl_cpu_force_isa((pl_isa)isa);
+                isa_ran(&ran);
+                memset(b, 0, sizeof b);
+                pl_act_convert_row(types[t], x, b, cols[c]);
+                assert_memory_equal(a, b, bytes);
+            }
         }
     }
+    pl_cpu_force_isa(PL_ISA_AVX512);
+    isa_coverage_check("activation conversions", ran);
 }
 
 /* The activation roundings are the reference's (llama.cpp's x86 CPU path), checked on every ISA
@@ -292,8 +300,10 @@ static void test_act_rounding_is_the_reference(void **state) {
     enum { N = 256 };
     float x[N];
     static uint8_t act[4 * N + 64];
+    unsigned ran = 0;
     for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
         pl_cpu_force_isa((pl_isa)isa);
+        isa_ran(&ran);
         /* q8_0, amax 127: the multiplier is exactly 1, so halves are ties. */
         for (int j = 0; j < 32; j++) x[j] = (float)(j - 16) + 0.5f; /* -15.5 .. 15.5 */
         x[31] = 127.0f;
@@ -360,6 +370,7 @@ static void test_act_rounding_is_the_reference(void **state) {
         assert_true(pl_bf16_to_f32(bf[2]) == 1.0f + 0x1p-7f && pl_bf16_to_f32(bf[3]) == 1.0f + 0x1p-6f);
     }
     pl_cpu_force_isa(PL_ISA_AVX512);
+    isa_coverage_check("activation roundings", ran);
 }
 
 /* A broken model can feed NaN and Inf activations: every conversion and product must stay
@@ -577,11 +588,14 @@ static void run_all_shapes(fixture *f, pl_dtype t, uint64_t seed) {
 static void test_matmul_all_isas(void **state) {
     fixture *f = *state;
     pl_isa max = pl_cpu_max_isa();
+    unsigned ran = 0;
     for (int isa = PL_ISA_SCALAR; isa <= (int)max; isa++) {
         assert_int_equal(pl_cpu_force_isa((pl_isa)isa), isa);
+        isa_ran(&ran);
         for (int t = 0; t < N_TYPES; t++) run_all_shapes(f, all_types[t], 1000 * (uint64_t)t + 17);
     }
     pl_cpu_force_isa(PL_ISA_AVX512);
+    isa_coverage_check("matmul, every type and shape", ran);
 }
 
 /* The SIMD kernels agree with the scalar ones on a realistic layer shape (same tolerance). */

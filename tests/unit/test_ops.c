@@ -7,6 +7,7 @@
 #include "base/rng.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "isa_coverage.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -109,8 +110,10 @@ static void test_ops_isas_threads(void **state) {
     fill(g, F, &r);
     fill(u, F, &r);
     pl_threadpool *tp1 = pl_threadpool_create(1), *tp2 = pl_threadpool_create(2);
+    unsigned ran = 0;
     for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
         pl_cpu_force_isa((pl_isa)isa);
+        isa_ran(&ran);
         pl_rmsnorm(tp1, y1, x, w, N, D, 1e-5f);
         pl_rmsnorm(tp2, y2, x, w, N, D, 1e-5f);
         assert_memory_equal(y1, y2, sizeof y1);
@@ -131,6 +134,7 @@ static void test_ops_isas_threads(void **state) {
             assert_true(fabs(g1[i] - g[i] / (1 + exp(-(double)g[i])) * u[i]) < 1e-5);
     }
     pl_cpu_force_isa(PL_ISA_AVX512);
+    isa_coverage_check("rmsnorm and swiglu", ran);
     pl_threadpool_destroy(tp1);
     pl_threadpool_destroy(tp2);
 }
