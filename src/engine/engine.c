@@ -1,7 +1,8 @@
 /* engine/engine — the engine's lifecycle, its inbox, and the step loop:
  *
  *   step: drain the inbox (new requests, aborts) -> schedule -> fail refused requests ->
- *         apply block copies and run the model (runner.c) -> sample and emit (decode.c)
+ *         run it (runner.h: block copies, step batch, logits) -> decode (decoder.h: sample,
+ *         fork, beam, stop, emit)
  *
  * Only the engine thread touches groups, sequences, the scheduler and the KV manager. Client
  * threads reach the engine through the inbox (inbox_mu) and read outputs through each request's
@@ -132,21 +133,14 @@ static pl_status setup_kv(pl_engine *e) {
     return pl_kv_manager_init(&e->mgr, &mc);
 }
 
-static pl_status setup_buffers(pl_engine *e) {
-    const int32_t T = e->cfg.max_num_batched_tokens, S = e->cfg.max_num_seqs + 1;
-    const int32_t V = e->model->hp.n_vocab;
-    e->step_groups = malloc((size_t)S * sizeof(pl_seq_group *));
-    e->logits_tmp = malloc((size_t)V * sizeof(float));
-    e->eog_ids = malloc((size_t)V * sizeof(int32_t));
-    e->piece_cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(e->model->tok));
-    e->piece = malloc(e->piece_cap);
-    e->sampler = pl_sampler_create(V);
-    if (!e->step_groups || !e->logits_tmp || !e->eog_ids || !e->piece || !e->sampler)
-        return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %d)",
-                       T, V);
-    for (int32_t i = 0; i < V; i++)
-        if (pl_tokenizer_is_eog(e->model->tok, i)) e->eog_ids[e->n_eog++] = i;
-    return PL_OK;
+/* The decoder tells the engine a group ended: drop it from the registry. */
+static void forget_group(void *ctx, pl_seq_group *g) {
+    pl_engine *e = ctx;
+    pl_idmap_del(&e->groups, g->id);
+}
+
+void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error) {
+    pl_decoder_finish_group(&e->decoder, g, why, error);
 }
 
 pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
@@ -173,7 +167,9 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     if (st == PL_OK && !(e->tp = pl_threadpool_create(c->threads)))
         st = pl_fail(PL_ERR_NOMEM, "could not start %d threads", c->threads);
     if (st == PL_OK) st = setup_kv(e);
-    if (st == PL_OK) st = setup_buffers(e);
+    if (st == PL_OK)
+        st = pl_decoder_init(&e->decoder, e->model->tok, e->model->hp.n_vocab, e->max_model_len,
+                             &e->mgr, &e->sched, c->max_num_seqs + 1, forget_group, e);
     /* Logits rows: one per sequence that samples, plus room for prompt log-probabilities. */
     int32_t max_logit_rows = c->max_num_seqs + PROMPT_LOGPROB_ROWS;
     if (max_logit_rows > c->max_num_batched_tokens) max_logit_rows = c->max_num_batched_tokens;
@@ -223,11 +219,7 @@ void pl_engine_destroy(pl_engine *e) {
     if (e->has_swap) pl_kv_store_free(&e->swap);
     pl_runner_destroy(&e->runner);
     pl_sched_output_destroy(&e->sched_out);
-    pl_sampler_free(e->sampler);
-    free(e->step_groups);
-    free(e->logits_tmp);
-    free(e->eog_ids);
-    free(e->piece);
+    pl_decoder_destroy(&e->decoder);
     free(e->aborts);
     pl_threadpool_destroy(e->tp);
     pl_model_free(e->model);
@@ -490,7 +482,8 @@ static pl_status step(pl_engine *e) {
     if (s->n_items == 0) return PL_OK;
     sample_kv(e);
     pl_status st = pl_runner_execute(&e->runner, s);
-    if (st == PL_OK) st = pl_decode_process(e);
+    if (st == PL_OK)
+        st = pl_decoder_update_from_output(&e->decoder, s, e->runner.logits, e->runner.item_row);
     e->steps++;
     if (st != PL_OK) {
         /* An internal failure: fail the step's requests rather than loop on them. */
@@ -572,9 +565,9 @@ static void take_snapshot(pl_engine *e) {
     s.prefix_hits = k.prefix_hits;
     s.preemptions = e->sched.preemptions;
     s.swaps_out = e->sched.swaps_out;
-    s.prompt_tokens = e->prompt_tokens;
-    s.generation_tokens = e->generation_tokens;
-    s.requests_finished = e->requests_finished;
+    s.prompt_tokens = e->decoder.prompt_tokens;
+    s.generation_tokens = e->decoder.generation_tokens;
+    s.requests_finished = e->decoder.requests_finished;
     s.steps = e->steps;
     s.block_refs = pl_kv_block_refs(&e->mgr);
     s.kv_samples = e->kv_samples;

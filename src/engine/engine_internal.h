@@ -1,6 +1,6 @@
-/* engine/engine_internal — the engine struct shared by engine.c (lifecycle, inbox, step loop),
- * and decode.c (sampling, forks, beams, stopping); the runner (runner.h) and the scheduler
- * (scheduler.h) own their state. */
+/* engine/engine_internal — the engine struct (engine.c: lifecycle, inbox, step loop). The three
+ * stages own their state: the scheduler (scheduler.h) and its output, the runner (runner.h), the
+ * decoder (decoder.h); the engine holds them, the KV bytes and manager, and the registries. */
 #ifndef PL_ENGINE_ENGINE_INTERNAL_H
 #define PL_ENGINE_ENGINE_INTERNAL_H
 
@@ -8,6 +8,7 @@
 
 #include "base/idmap.h"
 #include "base/threadpool.h"
+#include "engine/decoder.h"
 #include "engine/output.h"
 #include "engine/request.h"
 #include "engine/runner.h"
@@ -30,14 +31,8 @@ struct pl_engine {
     pl_scheduler sched;
     pl_sched_output sched_out;  /* the current step's schedule (reused every step) */
     pl_runner runner;           /* step buffers, forward pass, the step's logits */
-    pl_sampler *sampler;
+    pl_decoder decoder;         /* sampling, beams, stopping, outputs */
     int32_t max_model_len;
-    float *logits_tmp;          /* [n_vocab] working copy for sampling */
-    pl_seq_group **step_groups; /* [max items] groups that sample in the current step */
-    char *piece;                /* [piece_cap] scratch for the streaming detokenizer */
-    size_t piece_cap;           /* PL_DETOK_CAP(the vocabulary's longest piece) */
-    int32_t *eog_ids;           /* end-of-generation ids (masked before min_tokens) */
-    int32_t n_eog;
     /* Engine-thread state. */
     pl_idmap groups;            /* id -> pl_seq_group*, every unfinished group */
     /* Shared with client threads. */
@@ -51,7 +46,7 @@ struct pl_engine {
     pthread_mutex_t reg_mu;     /* guards `channels` */
     pl_idmap channels;          /* id -> pl_out_channel* while a client may poll */
     /* Counters, written by the engine thread only. */
-    uint64_t prompt_tokens, generation_tokens, requests_finished, steps;
+    uint64_t steps;             /* steps that ran the model (the decoder counts tokens) */
     /* KV memory samples, engine thread only, one per step that runs the model (see pl_engine_stats). */
     uint64_t kv_samples;
     double kv_usage_sum, kv_usage_peak, kv_waste_peak;
@@ -63,9 +58,7 @@ struct pl_engine {
 };
 
 
-/* decode.c: consume the step's logits: sample, fork, beam, stop, emit deltas; finish groups. */
-pl_status pl_decode_process(pl_engine *e);
-/* decode.c: end a group (reason, optional message), emit its last outputs, free everything. */
+/* engine.c: end a group now (the decoder emits its last outputs; the engine forgets it). */
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error);
 
 #endif

@@ -1,4 +1,4 @@
-/* engine/decode — what happens to a step's logits: the decoding algorithms as operations on
+/* engine/decoder — see decoder.h. What happens to a step's logits: the decoding algorithms as operations on
  * sequences (the paper's section 4.4):
  *
  *   - sampling (n, best_of): after the prompt's logits, the one prompt sequence is forked into
@@ -14,7 +14,9 @@
  * Streamed outputs (sampling with best_of == n) leave as deltas every step; best_of > n and beam
  * search deliver their n best completions when the request ends.
  */
-#include "engine/engine_internal.h"
+#include "engine/decoder.h"
+
+#include "base/status.h"
 #include "base/clock.h"
 #include "engine/stop.h"
 
@@ -23,6 +25,42 @@
 #include <string.h>
 
 static int streams(const pl_seq_group *g);
+
+pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_vocab,
+                          int32_t max_model_len, pl_kv_manager *kv, pl_scheduler *sched,
+                          int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
+                          void *forget_ctx) {
+    memset(d, 0, sizeof *d);
+    d->tok = tok;
+    d->kv = kv;
+    d->sched = sched;
+    d->n_vocab = n_vocab;
+    d->max_model_len = max_model_len;
+    d->forget = forget;
+    d->forget_ctx = forget_ctx;
+    d->step_groups = malloc((size_t)max_items * sizeof *d->step_groups);
+    d->work = malloc((size_t)n_vocab * sizeof *d->work);
+    d->eog_ids = malloc((size_t)n_vocab * sizeof *d->eog_ids);
+    d->piece_cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(tok));
+    d->piece = malloc(d->piece_cap);
+    d->sampler = pl_sampler_create(n_vocab);
+    if (!d->step_groups || !d->work || !d->eog_ids || !d->piece || !d->sampler) {
+        pl_decoder_destroy(d);
+        return pl_fail(PL_ERR_NOMEM, "out of memory for the decoder (vocab %d)", n_vocab);
+    }
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (pl_tokenizer_is_eog(tok, i)) d->eog_ids[d->n_eog++] = i;
+    return PL_OK;
+}
+
+void pl_decoder_destroy(pl_decoder *d) {
+    pl_sampler_free(d->sampler);
+    free(d->step_groups);
+    free(d->work);
+    free(d->eog_ids);
+    free(d->piece);
+    memset(d, 0, sizeof *d);
+}
 
 /* ---- text and stopping ---- */
 
@@ -44,50 +82,50 @@ static int is_stop_id(const pl_seq_group *g, int32_t id) {
     return 0;
 }
 
-static void seq_finish(pl_engine *e, pl_seq *q, pl_finish_reason why) {
+static void seq_finish(pl_decoder *d, pl_seq *q, pl_finish_reason why) {
     if (q->status == PL_SEQ_FINISHED) return;
-    if (!q->stop_str) text_append(q, e->piece, pl_detok_flush(&q->detok, e->piece, e->piece_cap));
+    if (!q->stop_str) text_append(q, d->piece, pl_detok_flush(&q->detok, d->piece, d->piece_cap));
     q->text_safe = q->text_len;
     q->finish = why;
     q->status = PL_SEQ_FINISHED;
-    pl_kv_free(&e->mgr, &q->table);
+    pl_kv_free(d->kv, &q->table);
     q->group->n_live--;
 }
 
 /* The text and stop checks after token id was appended to q (vLLM's stop checker order). */
-static void check_stop(pl_engine *e, pl_seq *q, int32_t id) {
+static void check_stop(pl_decoder *d, pl_seq *q, int32_t id) {
     pl_seq_group *g = q->group;
     const pl_request_params *p = &g->params;
     int32_t n_out = q->n_tokens - g->n_prompt;
-    int eos = !p->ignore_eos && pl_tokenizer_is_eog(e->model->tok, id);
+    int eos = !p->ignore_eos && pl_tokenizer_is_eog(d->tok, id);
     int stop_id = is_stop_id(g, id);
     if (n_out >= p->min_tokens && (eos || stop_id)) {
         if (p->include_stop_str_in_output) {
-            text_append(q, e->piece, pl_detok_push(&q->detok, id, e->piece, e->piece_cap));
+            text_append(q, d->piece, pl_detok_push(&q->detok, id, d->piece, d->piece_cap));
         }
         q->stop_token = id;
-        seq_finish(e, q, PL_FINISH_STOP);
+        seq_finish(d, q, PL_FINISH_STOP);
         return;
     }
-    size_t n = pl_detok_push(&q->detok, id, e->piece, e->piece_cap);
-    text_append(q, e->piece, n);
+    size_t n = pl_detok_push(&q->detok, id, d->piece, d->piece_cap);
+    text_append(q, d->piece, n);
     if (p->n_stop > 0) {
         pl_stop_result r = pl_stop_scan(q->text, q->text_len, n, p->stop, p->n_stop);
         if (r.found && n_out >= p->min_tokens) {
             q->text_len = p->include_stop_str_in_output ? r.match_at + r.match_len : r.match_at;
             q->stop_str = p->stop[r.which];
-            seq_finish(e, q, PL_FINISH_STOP);
+            seq_finish(d, q, PL_FINISH_STOP);
             return;
         }
         q->text_safe = r.found ? r.match_at : r.safe_len;
     } else {
         q->text_safe = q->text_len;
     }
-    if (n_out >= p->max_tokens || q->n_tokens >= e->max_model_len) seq_finish(e, q, PL_FINISH_LENGTH);
+    if (n_out >= p->max_tokens || q->n_tokens >= d->max_model_len) seq_finish(d, q, PL_FINISH_LENGTH);
 }
 
 /* Append token id (with its raw logprob and top list) to q. */
-static void seq_push(pl_engine *e, pl_seq *q, int32_t id, float lp, const pl_token_logprob *top) {
+static void seq_push(pl_decoder *d, pl_seq *q, int32_t id, float lp, const pl_token_logprob *top) {
     pl_seq_group *g = q->group;
     int32_t k = q->n_tokens - g->n_prompt;
     PL_ASSERT(q->n_tokens < q->cap && k < q->out_cap);
@@ -98,16 +136,16 @@ static void seq_push(pl_engine *e, pl_seq *q, int32_t id, float lp, const pl_tok
         memcpy(q->top + (size_t)k * w, top, w * sizeof *top);
     }
     q->cum_logprob += lp;
-    e->generation_tokens++;
+    d->generation_tokens++;
     if (g->first_token == 0) g->first_token = pl_clock_now();
 }
 
 /* The raw log-probability of id and, when asked, the top list (top n, then id) of q's logits. */
-static float token_logprobs(pl_engine *e, const pl_seq_group *g, const float *logits,
+static float token_logprobs(pl_decoder *d, const pl_seq_group *g, const float *logits,
                             int32_t id, pl_token_logprob *top) {
     int32_t k = n_top_of(g);
     float lp = 0;
-    pl_top_logprobs(e->sampler, logits, g->params.logprobs >= 0 ? k : 0, top, id, &lp);
+    pl_top_logprobs(d->sampler, logits, g->params.logprobs >= 0 ? k : 0, top, id, &lp);
     if (g->params.logprobs >= 0) {
         top[k].id = id;
         top[k].logprob = lp;
@@ -116,26 +154,26 @@ static float token_logprobs(pl_engine *e, const pl_seq_group *g, const float *lo
 }
 
 /* Sample q's next token from its logits row and apply the stop checks. */
-static void sample_seq(pl_engine *e, pl_seq *q, const float *logits) {
+static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     pl_seq_group *g = q->group;
-    const int32_t V = e->model->hp.n_vocab;
-    float *work = e->logits_tmp;
+    const int32_t V = d->n_vocab;
+    float *work = d->work;
     memcpy(work, logits, (size_t)V * sizeof *work);
     int32_t n_out = q->n_tokens - g->n_prompt;
     if (n_out < g->params.min_tokens) { /* EOS and stop ids cannot be chosen yet */
         if (!g->params.ignore_eos)
-            for (int32_t i = 0; i < e->n_eog; i++) work[e->eog_ids[i]] = -INFINITY;
+            for (int32_t i = 0; i < d->n_eog; i++) work[d->eog_ids[i]] = -INFINITY;
         for (int32_t i = 0; i < g->params.n_stop_token_ids; i++)
             work[g->params.stop_token_ids[i]] = -INFINITY;
     }
-    int32_t id = pl_sample(e->sampler, &g->params.sampling, work, g->prompt, g->n_prompt,
+    int32_t id = pl_sample(d->sampler, &g->params.sampling, work, g->prompt, g->n_prompt,
                            q->tokens + g->n_prompt, n_out, &q->rng);
     /* The chosen token's log-probability costs a pass over the vocabulary: only when asked or
      * when best_of ranks by it (as vLLM, the cumulative log-probability is NaN otherwise). */
     pl_token_logprob top[1025];
-    float lp = g->params.logprobs >= 0 || !streams(g) ? token_logprobs(e, g, logits, id, top) : NAN;
-    seq_push(e, q, id, lp, top);
-    check_stop(e, q, id);
+    float lp = g->params.logprobs >= 0 || !streams(g) ? token_logprobs(d, g, logits, id, top) : NAN;
+    seq_push(d, q, id, lp, top);
+    check_stop(d, q, id);
 }
 
 /* Derive sequence i's RNG from the request seed (i = 0 uses the seed itself, so n = 1 requests
@@ -146,7 +184,7 @@ static void seed_seq(pl_seq *q, const pl_seq_group *g, uint64_t fallback) {
 }
 
 /* After the prompt's logits: fork the prompt sequence into best_of sequences, then sample each. */
-static pl_status first_sample(pl_engine *e, pl_seq_group *g, const float *logits) {
+static pl_status first_sample(pl_decoder *d, pl_seq_group *g, const float *logits) {
     pl_seq *parent = g->seqs[0];
     int32_t k = pl_group_max_seqs(g);
     for (int32_t i = 1; i < k; i++) {
@@ -157,11 +195,11 @@ static pl_status first_sample(pl_engine *e, pl_seq_group *g, const float *logits
                            (unsigned long long)g->id);
         }
         seed_seq(c, g, pl_rng_next(&parent->rng));
-        pl_status st = pl_kv_fork(&e->mgr, &parent->table, &c->table);
+        pl_status st = pl_kv_fork(d->kv, &parent->table, &c->table);
         if (st != PL_OK) return st;
         g->n_live++;
     }
-    for (int32_t i = 0; i < k; i++) sample_seq(e, g->seqs[i], logits);
+    for (int32_t i = 0; i < k; i++) sample_seq(d, g->seqs[i], logits);
     return PL_OK;
 }
 
@@ -199,20 +237,20 @@ static int cmp_score(const void *a, const void *b) {
     return cmp_cand(a, b);
 }
 
-static double seq_beam_score(const pl_engine *e, const pl_seq *q) {
+static double seq_beam_score(const pl_decoder *d, const pl_seq *q) {
     int ends = q->n_tokens > q->group->n_prompt &&
-               pl_tokenizer_is_eog(e->model->tok, q->tokens[q->n_tokens - 1]);
+               pl_tokenizer_is_eog(d->tok, q->tokens[q->n_tokens - 1]);
     return beam_score(q->cum_logprob, q->n_tokens, ends, q->group->params.length_penalty);
 }
 
 static int cmp_done(const void *a, const void *b, void *ctx) {
-    const pl_engine *e = ctx;
-    double x = seq_beam_score(e, *(pl_seq *const *)a), y = seq_beam_score(e, *(pl_seq *const *)b);
+    const pl_decoder *d = ctx;
+    double x = seq_beam_score(d, *(pl_seq *const *)a), y = seq_beam_score(d, *(pl_seq *const *)b);
     return x > y ? -1 : x < y ? 1 : 0;
 }
 
 /* Keep the W best finished hypotheses. */
-static void beam_done_add(pl_engine *e, pl_seq_group *g, pl_seq *q) {
+static void beam_done_add(pl_decoder *d, pl_seq_group *g, pl_seq *q) {
     if (g->n_beam_done == g->beam_done_cap) {
         int32_t nc = g->beam_done_cap ? g->beam_done_cap * 2 : 8;
         pl_seq **nd = realloc(g->beam_done, (size_t)nc * sizeof *nd);
@@ -221,13 +259,13 @@ static void beam_done_add(pl_engine *e, pl_seq_group *g, pl_seq *q) {
         g->beam_done_cap = nc;
     }
     g->beam_done[g->n_beam_done++] = q;
-    qsort_r(g->beam_done, (size_t)g->n_beam_done, sizeof *g->beam_done, cmp_done, e);
+    qsort_r(g->beam_done, (size_t)g->n_beam_done, sizeof *g->beam_done, cmp_done, d);
     int32_t W = pl_group_max_seqs(g);
     while (g->n_beam_done > W) pl_seq_destroy(g->beam_done[--g->n_beam_done]);
 }
 
-static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
-    const int32_t V = e->model->hp.n_vocab;
+static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
+    const int32_t V = d->n_vocab;
     const pl_request_params *p = &g->params;
     const int32_t W = pl_group_max_seqs(g), K = 2 * W < V ? 2 * W : V;
     int32_t n_beams = 0;
@@ -235,7 +273,7 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
         if (g->seqs[i]->status == PL_SEQ_RUNNING && g->seqs[i]->logits_row >= 0) n_beams++;
     /* Before min_tokens, EOS and the stop ids cannot be chosen (as the sampler masks them): ask
      * for that many more of the top tokens and skip them. */
-    const int32_t n_masked = (p->ignore_eos ? 0 : e->n_eog) + p->n_stop_token_ids;
+    const int32_t n_masked = (p->ignore_eos ? 0 : d->n_eog) + p->n_stop_token_ids;
     const int32_t K_top = K + n_masked < V ? K + n_masked : V;
     beam_cand *cand = malloc((size_t)(n_beams * K) * sizeof *cand);
     pl_token_logprob *top = malloc((size_t)K_top * sizeof *top);
@@ -248,11 +286,11 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         if (q->status != PL_SEQ_RUNNING || q->logits_row < 0) continue;
-        const float *lg = e->runner.logits + (size_t)q->logits_row * V;
+        const float *lg = d->logits + (size_t)q->logits_row * V;
         int32_t n_out = q->n_tokens - g->n_prompt, masking = n_out < p->min_tokens;
-        pl_top_logprobs(e->sampler, lg, masking ? K_top : K, top, -1, NULL);
+        pl_top_logprobs(d->sampler, lg, masking ? K_top : K, top, -1, NULL);
         for (int32_t k = 0, taken = 0; k < (masking ? K_top : K) && taken < K; k++) {
-            if (masking && ((!p->ignore_eos && pl_tokenizer_is_eog(e->model->tok, top[k].id)) ||
+            if (masking && ((!p->ignore_eos && pl_tokenizer_is_eog(d->tok, top[k].id)) ||
                             is_stop_id(g, top[k].id)))
                 continue;
             taken++;
@@ -262,12 +300,12 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
             c->token = top[k].id;
             c->lp = top[k].logprob;
             c->cum = q->cum_logprob + top[k].logprob;
-            int eos = !p->ignore_eos && pl_tokenizer_is_eog(e->model->tok, c->token);
+            int eos = !p->ignore_eos && pl_tokenizer_is_eog(d->tok, c->token);
             int stop = (eos || is_stop_id(g, c->token)) && n_out + 1 >= p->min_tokens;
-            c->finished = stop || n_out + 1 >= p->max_tokens || q->n_tokens + 1 >= e->max_model_len;
+            c->finished = stop || n_out + 1 >= p->max_tokens || q->n_tokens + 1 >= d->max_model_len;
             c->why = stop ? PL_FINISH_STOP : PL_FINISH_LENGTH;
             c->score = beam_score(c->cum, q->n_tokens + 1,
-                                  pl_tokenizer_is_eog(e->model->tok, c->token), p->length_penalty);
+                                  pl_tokenizer_is_eog(d->tok, c->token), p->length_penalty);
         }
         rank++;
     }
@@ -291,10 +329,10 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
         pl_seq *h = pl_seq_clone(cand[i].parent, -1);
         if (!h) abort();
         h->status = PL_SEQ_FINISHED;
-        seq_push(e, h, cand[i].token, cand[i].lp, NULL);
+        seq_push(d, h, cand[i].token, cand[i].lp, NULL);
         h->finish = cand[i].why;
         if (cand[i].why == PL_FINISH_STOP) h->stop_token = cand[i].token;
-        beam_done_add(e, g, h);
+        beam_done_add(d, g, h);
     }
     qsort(run, (size_t)n_run, sizeof *run, cmp_score);
     int stop;
@@ -303,7 +341,7 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
     else if (p->early_stopping) stop = 1;
     else {
         /* Heuristic: stop when the best running beam cannot beat the worst kept hypothesis. */
-        double worst = seq_beam_score(e, g->beam_done[W - 1]);
+        double worst = seq_beam_score(d, g->beam_done[W - 1]);
         stop = worst >= run[0].score;
     }
     int32_t keep = stop ? 0 : (n_run < W ? n_run : W);
@@ -322,14 +360,14 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
         }
         pl_seq *f = pl_seq_clone(c->parent, 0);
         if (!f) abort();
-        pl_status st = pl_kv_fork(&e->mgr, &c->parent->table, &f->table);
+        pl_status st = pl_kv_fork(d->kv, &c->parent->table, &f->table);
         if (st != PL_OK) abort(); /* forking only takes references */
         next[i] = f;
     }
     for (int32_t i = 0; i < keep; i++) {
         beam_cand *c = &run[i];
         if (!next[i]) next[i] = c->parent;
-        seq_push(e, next[i], c->token, c->lp, NULL);
+        seq_push(d, next[i], c->token, c->lp, NULL);
     }
     /* Parents without children are dropped: their blocks go back unless a child shares them. */
     int32_t n_new = 0;
@@ -340,7 +378,7 @@ static pl_status beam_step(pl_engine *e, pl_seq_group *g) {
         int kept = 0;
         for (int32_t j = 0; j < keep; j++) kept |= next[j] == q;
         if (!kept) {
-            pl_kv_free(&e->mgr, &q->table);
+            pl_kv_free(d->kv, &q->table);
             pl_seq_destroy(q);
         }
     }
@@ -396,17 +434,17 @@ static int cmp_cum(const void *a, const void *b) {
 
 /* Beam hypotheses carry no streamed text: decode it whole, as the continuation of the prompt
  * (so a leading space stays), then apply the stop strings. */
-static void finalize_text(pl_engine *e, pl_seq *q) {
+static void finalize_text(pl_decoder *d, pl_seq *q) {
     pl_seq_group *g = q->group;
     int32_t n_out = q->n_tokens - g->n_prompt;
     if (q->stop_token >= 0 && !g->params.include_stop_str_in_output) n_out--;
     pl_detok_stream ds;
-    pl_detok_init(&ds, e->model->tok, g->params.skip_special_tokens, 0);
+    pl_detok_init(&ds, d->tok, g->params.skip_special_tokens, 0);
     q->text_len = q->text_sent = 0;
     for (int32_t i = 0; i < n_out; i++)
-        text_append(q, e->piece, pl_detok_push(&ds, q->tokens[g->n_prompt + i], e->piece,
-                                               e->piece_cap));
-    text_append(q, e->piece, pl_detok_flush(&ds, e->piece, e->piece_cap));
+        text_append(q, d->piece, pl_detok_push(&ds, q->tokens[g->n_prompt + i], d->piece,
+                                               d->piece_cap));
+    text_append(q, d->piece, pl_detok_flush(&ds, d->piece, d->piece_cap));
     if (g->params.n_stop > 0) {
         pl_stop_result r = pl_stop_scan(q->text, q->text_len, q->text_len, g->params.stop,
                                         g->params.n_stop);
@@ -419,9 +457,10 @@ static void finalize_text(pl_engine *e, pl_seq *q) {
     }
 }
 
-void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error) {
+void pl_decoder_finish_group(pl_decoder *d, pl_seq_group *g, pl_finish_reason why,
+                             const char *error) {
     for (int32_t i = 0; i < g->n_seqs; i++)
-        if (g->seqs[i]->status != PL_SEQ_FINISHED) seq_finish(e, g->seqs[i], why);
+        if (g->seqs[i]->status != PL_SEQ_FINISHED) seq_finish(d, g->seqs[i], why);
     g->finished_at = pl_clock_now();
     if (!g->emitted_prompt) {
         pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, g->n_cached_tokens, g->prompt_top,
@@ -442,7 +481,7 @@ void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const 
     } else if (g->params.use_beam_search) {
         int32_t n = g->n_beam_done < g->params.n ? g->n_beam_done : g->params.n;
         for (int32_t i = 0; i < n; i++) {
-            finalize_text(e, g->beam_done[i]);
+            finalize_text(d, g->beam_done[i]);
             emit_seq(g, g->beam_done[i], i);
         }
     } else if (!streams(g)) {
@@ -452,16 +491,16 @@ void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const 
         for (int32_t i = 0; i < g->n_seqs; i++) emit_seq(g, g->seqs[i], g->seqs[i]->index);
     }
     pl_out_finish(g->chan, error, g->arrival, g->first_token, g->finished_at);
-    pl_scheduler_remove(&e->sched, g);
-    pl_idmap_del(&e->groups, g->id);
-    e->requests_finished++;
+    pl_scheduler_remove(d->sched, g);
+    if (d->forget) d->forget(d->forget_ctx, g);
+    d->requests_finished++;
     pl_group_destroy(g);
 }
 
 /* ---- the step's logits ---- */
 
-static void prompt_logprobs(pl_engine *e, pl_seq_group *g, const pl_sched_item *it, int32_t row0) {
-    const int32_t V = e->model->hp.n_vocab, k = g->params.prompt_logprobs, w = k + 1;
+static void prompt_logprobs(pl_decoder *d, pl_seq_group *g, const pl_sched_item *it, int32_t row0) {
+    const int32_t V = d->n_vocab, k = g->params.prompt_logprobs, w = k + 1;
     if (!g->prompt_top) {
         g->prompt_top = calloc((size_t)g->n_prompt * (size_t)w, sizeof *g->prompt_top);
         if (!g->prompt_top) return;
@@ -471,29 +510,31 @@ static void prompt_logprobs(pl_engine *e, pl_seq_group *g, const pl_sched_item *
         if (pos >= g->n_prompt) break;
         pl_token_logprob *dst = g->prompt_top + (size_t)pos * (size_t)w;
         float lp;
-        pl_top_logprobs(e->sampler, e->runner.logits + (size_t)(row0 + j) * V, k, dst, g->prompt[pos], &lp);
+        pl_top_logprobs(d->sampler, d->logits + (size_t)(row0 + j) * V, k, dst, g->prompt[pos], &lp);
         dst[k].id = g->prompt[pos];
         dst[k].logprob = lp;
     }
 }
 
-pl_status pl_decode_process(pl_engine *e) {
-    const pl_sched_output *s = &e->sched_out;
-    const int32_t V = e->model->hp.n_vocab;
-    uint64_t mark = e->steps + 1; /* never 0, the mark of a group that never sampled */
+pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
+                                        const float *logits, const int32_t *item_row) {
+    d->logits = logits;
+    d->item_row = item_row;
+    const int32_t V = d->n_vocab;
+    uint64_t mark = ++d->steps; /* never 0, the mark of a group that never sampled */
     /* 1. The K/V of the scheduled tokens exist now: commit them (prefix cache), note rows. */
     for (int32_t i = 0; i < s->n_items; i++) {
         const pl_sched_item *it = &s->items[i];
         pl_seq *q = it->seq;
         pl_seq_group *g = q->group;
         if (it->start < g->n_prompt)
-            e->prompt_tokens += (uint64_t)((it->start + it->n < g->n_prompt ? it->start + it->n
+            d->prompt_tokens += (uint64_t)((it->start + it->n < g->n_prompt ? it->start + it->n
                                                                              : g->n_prompt) -
                                            it->start);
         q->n_computed = it->start + it->n;
-        PL_TRY(pl_kv_commit(&e->mgr, &q->table, q->tokens, q->n_computed));
-        if (it->all_logits && e->runner.item_row[i] >= 0) prompt_logprobs(e, g, it, e->runner.item_row[i]);
-        q->logits_row = it->sample ? e->runner.item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
+        PL_TRY(pl_kv_commit(d->kv, &q->table, q->tokens, q->n_computed));
+        if (it->all_logits && d->item_row[i] >= 0) prompt_logprobs(d, g, it, d->item_row[i]);
+        q->logits_row = it->sample ? d->item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
         if (it->sample) g->step_mark = mark;
     }
     /* 2. Sample, group by group (a group's sequences always sample in the same step). The
@@ -503,19 +544,19 @@ pl_status pl_decode_process(pl_engine *e) {
         pl_seq_group *g = s->items[i].seq->group;
         if (g->step_mark != mark) continue;
         g->step_mark = 0; /* once per group */
-        e->step_groups[n_groups++] = g;
+        d->step_groups[n_groups++] = g;
     }
     for (int32_t gi = 0; gi < n_groups; gi++) {
-        pl_seq_group *g = e->step_groups[gi];
+        pl_seq_group *g = d->step_groups[gi];
         if (g->params.use_beam_search) {
-            PL_TRY(beam_step(e, g));
+            PL_TRY(beam_step(d, g));
         } else if (!g->prefilled) {
-            PL_TRY(first_sample(e, g, e->runner.logits + (size_t)g->seqs[0]->logits_row * V));
+            PL_TRY(first_sample(d, g, d->logits + (size_t)g->seqs[0]->logits_row * V));
         } else {
             for (int32_t j = 0; j < g->n_seqs; j++) {
                 pl_seq *q = g->seqs[j];
                 if (q->status == PL_SEQ_RUNNING && q->logits_row >= 0)
-                    sample_seq(e, q, e->runner.logits + (size_t)q->logits_row * V);
+                    sample_seq(d, q, d->logits + (size_t)q->logits_row * V);
             }
         }
         for (int32_t j = 0; j < g->n_seqs; j++) g->seqs[j]->logits_row = -1;
@@ -526,7 +567,7 @@ pl_status pl_decode_process(pl_engine *e) {
             g->emitted_prompt = 1;
         }
         if (g->n_live == 0) {
-            pl_group_finish(e, g, PL_FINISH_STOP, NULL);
+            pl_decoder_finish_group(d, g, PL_FINISH_STOP, NULL);
             continue;
         }
         if (streams(g))

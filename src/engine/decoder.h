@@ -1,0 +1,61 @@
+/* engine/decoder — consumes a step's logits: the decoding algorithms as operations on sequences
+ * (sampling with n / best_of forks, beam search, stopping) and the emission of outputs.
+ *
+ * Owns the sampler scratch, the detokenizer scratch, the end-of-generation id list and the step's
+ * group list; borrows the tokenizer, the KV manager (forks and frees sequences' blocks) and the
+ * scheduler (a finished group leaves its queue). pl_decoder_update_from_output is vLLM v1's
+ * update_from_output: for every scheduled item it commits the computed K/V (prefix cache), takes
+ * the prompt log-probabilities an item asked for, then samples each group whose sequences reached
+ * their sampling point, applies the stop rules and pushes deltas to the groups' output channels.
+ * A group that ends is finished here: its last outputs are emitted, it leaves the scheduler, the
+ * owner is told through `forget` (the engine drops it from its registry) and it is destroyed.
+ *
+ * Invariants: a group's sequences sample in the same step (the scheduler guarantees it); the
+ * logits rows named by item_row belong to the schedule passed in the same call.
+ */
+#ifndef PL_ENGINE_DECODER_H
+#define PL_ENGINE_DECODER_H
+
+#include "engine/output.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+
+typedef struct {
+    const pl_tokenizer *tok;
+    pl_kv_manager *kv;
+    pl_scheduler *sched;
+    int32_t n_vocab;
+    int32_t max_model_len;
+    pl_sampler *sampler;
+    float *work;                  /* [n_vocab] working copy of a logits row */
+    char *piece;                  /* [piece_cap] streaming detokenizer scratch */
+    size_t piece_cap;
+    int32_t *eog_ids;             /* end-of-generation ids (masked before min_tokens) */
+    int32_t n_eog;
+    pl_seq_group **step_groups;   /* [max_items] groups sampling in the current step */
+    const float *logits;          /* the current step's logits and rows (during an update) */
+    const int32_t *item_row;
+    void (*forget)(void *ctx, pl_seq_group *g); /* a group ended (before it is destroyed) */
+    void *forget_ctx;
+    /* Counters. */
+    uint64_t steps;               /* updates done */
+    uint64_t prompt_tokens;       /* prompt tokens computed */
+    uint64_t generation_tokens;   /* tokens sampled */
+    uint64_t requests_finished;
+} pl_decoder;
+
+pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_vocab,
+                          int32_t max_model_len, pl_kv_manager *kv, pl_scheduler *sched,
+                          int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
+                          void *forget_ctx);
+void pl_decoder_destroy(pl_decoder *d);
+/* Consume one step: so is the schedule that ran, logits / item_row the runner's result. */
+pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *so,
+                                        const float *logits, const int32_t *item_row);
+/* End a group now (reason, optional message): emit its last outputs, free its blocks and
+ * sequences, tell `forget`, destroy it. */
+void pl_decoder_finish_group(pl_decoder *d, pl_seq_group *g, pl_finish_reason why,
+                             const char *error);
+
+#endif
