@@ -7,11 +7,14 @@
  * 4-7 instead of detecting it from the template; 2 bos_text NULL; 3 eos_text NULL.
  * Checked: detection never gives UNKNOWN after the fallback and agrees with classify; a family's
  * name maps back to it; success gives a NUL-terminated text that is valid UTF-8 when every input
- * is; failure gives no text and a message. */
+ * is; a message content without surrounding whitespace appears in the text as it is (families
+ * only trim contents, none drops a message); ChatML's text is exactly the documented layout;
+ * failure gives no text and a message. */
 #include "base/status.h"
 #include "tokenizer/chat_template.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +91,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!out) abort();
         size_t olen = strlen(out);
         if (all_utf8 && !valid_utf8(out, olen)) abort();
+        for (size_t i = 0; i < n; i++) {
+            const char *m = msgs[i].content;
+            size_t ml = strlen(m);
+            if (ml && !strchr(" \t\n\r\v\f", m[0]) && !strchr(" \t\n\r\v\f", m[ml - 1]) &&
+                !strstr(out, m)) {
+                fprintf(stderr, "%s: message %zu's content is missing\n", pl_chat_format_name(f), i);
+                abort();
+            }
+        }
+        if (f == PL_CHAT_CHATML || f == PL_CHAT_UNKNOWN) { /* UNKNOWN is formatted as ChatML */
+            size_t cap = 32, k = 0;
+            for (size_t i = 0; i < n; i++) cap += strlen(msgs[i].role) + strlen(msgs[i].content) + 32;
+            char *want = malloc(cap);
+            for (size_t i = 0; i < n; i++)
+                k += (size_t)snprintf(want + k, cap - k, "<|im_start|>%s\n%s<|im_end|>\n",
+                                      msgs[i].role, msgs[i].content);
+            if (ctl & 1) snprintf(want + k, cap - k, "<|im_start|>assistant\n");
+            if (strcmp(out, want) != 0) abort();
+            free(want);
+        }
         free(out);
     } else {
         if (out) abort();

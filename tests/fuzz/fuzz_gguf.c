@@ -1,6 +1,8 @@
 /* Fuzz target: the GGUF reader. The input bytes are a GGUF file (put in a memfd, opened through
  * /proc/self/fd so pl_gguf_open maps it like a real file); every key, value (nested arrays too)
- * and tensor of an accepted file is walked, and a refused file must come with a message. */
+ * and tensor of an accepted file is walked, and a refused file must come with a message.
+ * An accepted file is also copied with the GGUF writer (every key by copy_kv, every tensor) and
+ * read back: the copy must be accepted and hold the same keys, values and tensors. */
 #include "base/status.h"
 #include "gguf/gguf.h"
 
@@ -11,8 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static int g_fd = -1;
-static char g_path[64];
+static int g_fd = -1, g_fd2 = -1;
+static char g_path[64], g_path2[64];
 
 static volatile uint64_t g_sink;
 
@@ -37,12 +39,62 @@ static void walk_arr(const pl_gguf_arr *a, int depth) {
     }
 }
 
+/* Write g again with the writer and compare what is read back. */
+static void round_trip(const pl_gguf *g) {
+    pl_gguf_writer *w = pl_gguf_writer_new();
+    if (!w) abort();
+    for (int64_t i = 0; i < pl_gguf_n_kv(g); i++)
+        if (pl_gguf_writer_copy_kv(w, g, i) != PL_OK) {
+            fprintf(stderr, "copy_kv %lld: %s\n", (long long)i, pl_last_error());
+            abort();
+        }
+    for (int64_t i = 0; i < pl_gguf_n_tensors(g); i++) {
+        const pl_gguf_tensor *t = pl_gguf_tensor_at(g, i);
+        if (pl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) != PL_OK) {
+            fprintf(stderr, "add_tensor %s: %s\n", t->name, pl_last_error());
+            abort();
+        }
+    }
+    if (pl_gguf_writer_write(w, g_path2) != PL_OK) {
+        fprintf(stderr, "write: %s\n", pl_last_error());
+        abort();
+    }
+    pl_gguf_writer_free(w);
+    pl_gguf *c;
+    if (pl_gguf_open(g_path2, &c) != PL_OK) {
+        fprintf(stderr, "the writer's copy is refused: %s\n", pl_last_error());
+        abort();
+    }
+    if (pl_gguf_n_kv(c) != pl_gguf_n_kv(g) || pl_gguf_n_tensors(c) != pl_gguf_n_tensors(g) ||
+        pl_gguf_alignment(c) != pl_gguf_alignment(g))
+        abort();
+    for (int64_t i = 0; i < pl_gguf_n_kv(g); i++) {
+        pl_gguf_str a = pl_gguf_key_at(g, i), b = pl_gguf_key_at(c, i);
+        size_t la, lb;
+        const void *ra = pl_gguf_value_raw(g, i, &la), *rb = pl_gguf_value_raw(c, i, &lb);
+        if (a.len != b.len || memcmp(a.ptr, b.ptr, a.len) != 0 ||
+            pl_gguf_type_at(g, i) != pl_gguf_type_at(c, i) || la != lb || memcmp(ra, rb, la) != 0)
+            abort();
+    }
+    for (int64_t i = 0; i < pl_gguf_n_tensors(g); i++) {
+        const pl_gguf_tensor *a = pl_gguf_tensor_at(g, i), *b = pl_gguf_tensor_at(c, i);
+        if (strcmp(a->name, b->name) != 0 || a->type != b->type || a->n_dims != b->n_dims ||
+            memcmp(a->ne, b->ne, sizeof a->ne) != 0 || a->nbytes != b->nbytes ||
+            memcmp(a->data, b->data, a->nbytes) != 0)
+            abort();
+    }
+    pl_gguf_close(c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (g_fd < 0) {
         g_fd = memfd_create("fuzz_gguf", 0);
         if (g_fd < 0) abort();
         snprintf(g_path, sizeof g_path, "/proc/self/fd/%d", g_fd);
+        g_fd2 = memfd_create("fuzz_gguf_copy", 0);
+        if (g_fd2 < 0) abort();
+        snprintf(g_path2, sizeof g_path2, "/proc/self/fd/%d", g_fd2);
     }
     if (ftruncate(g_fd, 0) != 0) abort();
     if (size && pwrite(g_fd, data, size, 0) != (ssize_t)size) abort();
@@ -98,6 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (start > size || t->nbytes > size - start) abort();
         if (t->nbytes) g_sink += d[0] + d[t->nbytes - 1]; /* inside the mapping */
     }
+    round_trip(g);
     pl_gguf_close(g);
     return 0;
 }
