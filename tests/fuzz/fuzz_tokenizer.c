@@ -7,7 +7,9 @@
  * - without special tokens, detokenize(tokenize(text)) == text (SentencePiece removes the space
  *   prefix it added; GPT-2 too, except that llama.cpp's clean_spaces drops the space of " ?",
  *   " !", " .", " ," and around "'", so texts with those are not compared);
- * - the streaming detokenizer gives the same text, in chunks that are each valid UTF-8;
+ * - GPT-2 with parse_special: printing the special tokens back gives the text again;
+ * - the streaming detokenizer gives the same text as pl_detokenize (both skip_special values),
+ *   in chunks that are each valid UTF-8;
  * - the remaining control bytes' text is also read as raw token ids: detokenizing them must not
  *   crash, and the streaming detokenizer must still give only valid UTF-8. */
 #include "base/status.h"
@@ -135,6 +137,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(streamed);
         }
         free(back);
+        /* GPT-2 with special tokens parsed: printing them back gives the text again (their text
+         * is what matched), as test_parse_special asserts for "Hello<|endoftext|>world". */
+        if (pl_tokenizer_get_kind(t) == PL_TOK_BPE && parse_special && !add_special &&
+            !has_cleaned_space(text, len)) {
+            if (pl_detokenize(t, ids, n, 0, &back, &blen) != PL_OK) abort();
+            if (blen != len || memcmp(back, text, len) != 0) {
+                fprintf(stderr, "round trip with special tokens differs\n");
+                abort();
+            }
+            free(back);
+        }
+        /* Streaming equals whole-sequence detokenization, whatever the flags. */
+        for (int skip = 0; skip < 2; skip++) {
+            if (pl_detokenize(t, ids, n, skip, &back, &blen) != PL_OK) abort();
+            size_t slen;
+            char *streamed = stream(t, ids, n, skip, &slen);
+            if (slen != blen || memcmp(streamed, back, blen) != 0) {
+                fprintf(stderr, "streamed text differs from pl_detokenize (skip_special %d)\n", skip);
+                abort();
+            }
+            free(streamed);
+            free(back);
+        }
     }
     free(ids);
 
