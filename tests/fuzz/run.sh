@@ -12,7 +12,7 @@ secs="${1:-30}"
 root="$(pwd)"
 shared="${PL_SHARED_DIR:-$root/../shared}"
 build=build-fuzz
-targets="gguf tokenizer chat_template request sse"
+targets="${PL_FUZZ_TARGETS:-gguf tokenizer chat_template request sse}"  # a subset: PL_FUZZ_TARGETS="gguf sse"
 
 echo "== fuzz build ($build)"
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
@@ -80,7 +80,7 @@ for t in $targets; do
   if [ -e "${regs[0]}" ]; then
     if ! "$bin" "${regs[@]}" >>"$log" 2>&1; then
       ok=0
-      echo "fuzz_$t: a regression input fails again (see $log)"
+      echo "fuzz_$t: a regression input fails again: $(grep -Eo 'Running: .*' "$log" | tail -1 | cut -c10-)"
     fi
   fi
   if [ "$ok" = 1 ]; then
