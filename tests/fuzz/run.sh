@@ -5,6 +5,8 @@
 # inputs made at run time from $PL_SHARED_DIR) into a scratch corpus build-fuzz/fuzz/<name>/corpus.
 # Prints each target's executions and ends with one line "N passed, N failed". A crash fails its
 # target; the log build-fuzz/fuzz/<name>.log and the crashing input's path are printed.
+# After fixing a crash, commit its input as tests/fuzz/regressions/<name>/<what-it-was> so that
+# every run replays it. One input by hand: PL_SHARED_DIR=../shared build-fuzz/fuzz_<name> FILE.
 # Usage: bash tests/fuzz/run.sh [SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
