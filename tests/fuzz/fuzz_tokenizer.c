@@ -1,7 +1,8 @@
 /* Fuzz target: the tokenizers, with the stories260K SentencePiece vocabulary and llama.cpp's
  * GPT-2 byte-level BPE vocabulary (loaded once from $PL_SHARED_DIR).
  *
- * Input: one control byte, then text. Bit 0 picks the vocabulary; bits 1-2 are add_special and
+ * Input: one control byte, then text. Bit 0 picks the vocabulary (bit 7 swaps SentencePiece's
+ * for llama.cpp's 32000-token llama-spm test vocabulary); bits 1-2 are add_special and
  * parse_special. Properties checked (what tests/unit/test_tokenizer.c asserts on real text):
  * - invalid UTF-8 is refused with a message; valid UTF-8 gives ids that are all in range;
  * - without special tokens, detokenize(tokenize(text)) == text (SentencePiece removes the space
@@ -21,7 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pl_tokenizer *g_tok[2]; /* [0] SentencePiece (stories260K), [1] GPT-2 BPE */
+/* [0] SentencePiece (stories260K), [1] GPT-2 BPE, [2] SentencePiece (llama-spm, 32000 tokens) */
+static pl_tokenizer *g_tok[3];
 
 static pl_tokenizer *load(const char *rel) {
     const char *dir = getenv("PL_SHARED_DIR");
@@ -44,6 +46,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     g_tok[0] = load("models/stories260K.gguf");
     g_tok[1] = load("testdata/vocab/ggml-vocab-gpt-2.gguf");
+    g_tok[2] = load("testdata/vocab/ggml-vocab-llama-spm.gguf");
     return 0;
 }
 
@@ -101,7 +104,7 @@ static int has_cleaned_space(const char *s, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    const pl_tokenizer *t = g_tok[data[0] & 1];
+    const pl_tokenizer *t = g_tok[(data[0] & 1) ? 1 : (data[0] & 128) ? 2 : 0];
     int add_special = (data[0] >> 1) & 1, parse_special = (data[0] >> 2) & 1;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;

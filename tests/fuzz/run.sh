@@ -39,7 +39,8 @@ shared, seeds = sys.argv[1], sys.argv[2]
 for i, path in enumerate(sorted(glob.glob(shared + "/testdata/vocab/*.inp"))):
     cases = open(path, "rb").read().split(b"\n__ggml_vocab_test__\n")
     for j, case in enumerate(cases[:48]):
-        ctl = 1 if "gpt-2" in path else 0  # bit 0 picks the vocabulary in fuzz_tokenizer
+        # fuzz_tokenizer's control byte: bit 0 GPT-2, else bit 7 llama-spm, else stories260K
+        ctl = 1 if "gpt-2" in path else 128 if "llama-spm" in path else 0
         open(f"{seeds}/tokenizer/v{i}-{j}", "wb").write(bytes([ctl]) + case[:2048])
 msgs = b"\0<s>\0</s>\0user\0Hello\0assistant\0Hi there\0user\0How are you?"
 for path in sorted(glob.glob(shared + "/testdata/chat-templates/*.jinja")):
