@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PKGS="build-essential cmake ninja-build pkg-config libpcre2-dev libxxhash-dev libjansson-dev
       libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3
-      gnuplot-nox"  # gnuplot: bench/plot.sh only (the tests never need it)
+      clang libclang-rt-14-dev
+      gnuplot-nox"  # clang + its runtimes: tests/fuzz (libFuzzer); gnuplot: bench/plot.sh only
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -46,5 +46,16 @@ if cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPL_TSAN=ON \
 else
   echo "ThreadSanitizer build failed"; failed=$((failed + 1))
 fi
+# Fuzzing (libFuzzer, clang, ASan + UBSan): every target 30 s from its seed corpus, after
+# replaying its committed regression inputs.
+echo "== fuzz"
+mkdir -p build-fuzz
+bash tests/fuzz/run.sh 30 | tee build-fuzz/run.log
+line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' build-fuzz/run.log | tail -1)
+if [ -n "$line" ]; then
+  passed=$((passed + ${line%% passed*})); f=${line#*, }; failed=$((failed + ${f%% failed}))
+else
+  failed=$((failed + 1))
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

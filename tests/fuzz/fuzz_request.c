@@ -1,0 +1,79 @@
+/* Fuzz target: the HTTP request parser/validator (pl_server_parse_request).
+ *
+ * Input: one control byte (bit 0: chat, else completions), then the JSON body. A refusal must be
+ * a 400 with a message and an OpenAI error body that is valid JSON carrying that message; an
+ * accepted request must hold what the handlers rely on (prompts or messages present, strings
+ * set, n / best_of / logprobs in range, sampling parameters valid) and free cleanly. */
+#include "base/status.h"
+#include "server/server.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_LOGPROBS = 20 };
+
+static void check_error(const pl_server_error *e) {
+    if (e->status != 400 || !e->message[0] || !e->type) abort();
+    char *body = pl_server_error_body(e);
+    if (!body) abort();
+    json_t *j = json_loads(body, 0, NULL);
+    if (!j) abort();
+    json_t *err = json_object_get(j, "error");
+    const char *msg = json_string_value(json_object_get(err, "message"));
+    if (!msg || !*msg) abort();
+    if (!json_object_get(err, "param") || !json_object_get(err, "code")) abort();
+    json_decref(j);
+    free(body);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    int chat = data[0] & 1;
+    /* A copy of exactly the body's bytes, so reading past it is caught. */
+    char *body = malloc(size - 1 ? size - 1 : 1);
+    memcpy(body, data + 1, size - 1);
+    pl_server_request r;
+    pl_server_error e;
+    memset(&e, 0, sizeof e);
+    int rc = pl_server_parse_request(body, size - 1, chat, MAX_LOGPROBS, &r, &e);
+    if (rc != 0) {
+        if (rc != -1) abort();
+        check_error(&e);
+    } else {
+        if (r.chat != chat) abort();
+        if (chat) {
+            if (r.n_messages < 1 || !r.messages) abort();
+            for (int i = 0; i < r.n_messages; i++)
+                if (!r.messages[i].role || !r.messages[i].content) abort();
+        } else {
+            if (r.n_prompts < 1 || !r.prompts) abort();
+            for (int i = 0; i < r.n_prompts; i++)
+                if (!r.prompts[i].text && r.prompts[i].n_ids && !r.prompts[i].ids) abort();
+        }
+        const pl_request_params *p = &r.params;
+        if (p->n < 1 || p->n > PL_MAX_BEST_OF) abort();
+        if (p->best_of != 0 && (p->best_of < p->n || p->best_of > PL_MAX_BEST_OF)) abort();
+        if (p->n_stop < 0 || (p->n_stop && (!p->stop || (const void *)p->stop != (const void *)r.stop)))
+            abort();
+        for (int32_t i = 0; i < p->n_stop; i++)
+            if (!r.stop[i]) abort();
+        if (p->n_stop_token_ids < 0 || (p->n_stop_token_ids && !r.stop_ids)) abort();
+        if (r.logprobs > MAX_LOGPROBS || p->logprobs > MAX_LOGPROBS) abort();
+        if (pl_sampling_params_validate(&p->sampling) != PL_OK) abort();
+        pl_server_request_free(&r);
+    }
+    /* The JSON front door on its own. */
+    memset(&e, 0, sizeof e);
+    json_t *o = pl_server_parse_json(body, size - 1, &e);
+    if (o) {
+        if (!json_is_object(o)) abort();
+        json_decref(o);
+    } else {
+        check_error(&e);
+    }
+    free(body);
+    return 0;
+}
