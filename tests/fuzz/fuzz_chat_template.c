@@ -12,31 +12,12 @@
  * failure gives no text and a message. */
 #include "base/status.h"
 #include "tokenizer/chat_template.h"
+#include "fuzz_util.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int valid_utf8(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t k;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) k = 1;
-        else if (c >= 0xC2 && c <= 0xDF) k = 2;
-        else if (c >= 0xE0 && c <= 0xEF) k = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) k = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        else return 0;
-        if (i + k > n) return 0;
-        if (k > 1 && (p[i + 1] < lo || p[i + 1] > hi)) return 0;
-        for (size_t j = 2; j < k; j++)
-            if ((p[i + j] & 0xC0) != 0x80) return 0;
-        i += k;
-    }
-    return 1;
-}
 
 enum { MAX_FIELDS = 67 };
 

@@ -12,6 +12,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
+#include "fuzz_util.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,37 +25,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *dir = getenv("PL_SHARED_DIR");
-    if (!dir || !*dir) dir = PL_SHARED_DIR;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir);
-    pl_gguf *g;
-    if (pl_gguf_open(path, &g) != PL_OK || pl_tokenizer_load(g, &g_tok) != PL_OK) {
-        fprintf(stderr, "fuzz_sse: cannot load %s: %s\n", path, pl_last_error());
-        exit(1);
-    }
-    pl_gguf_close(g);
+    g_tok = fuzz_load_tokenizer("models/stories260K.gguf", "fuzz_sse");
     return 0;
-}
-
-static int valid_utf8(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t k;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) k = 1;
-        else if (c >= 0xC2 && c <= 0xDF) k = 2;
-        else if (c >= 0xE0 && c <= 0xEF) k = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) k = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        else return 0;
-        if (i + k > n) return 0;
-        if (k > 1 && (p[i + 1] < lo || p[i + 1] > hi)) return 0;
-        for (size_t j = 2; j < k; j++)
-            if ((p[i + j] & 0xC0) != 0x80) return 0;
-        i += k;
-    }
-    return 1;
 }
 
 typedef struct {

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "fuzz_util.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -25,50 +26,14 @@
 /* [0] SentencePiece (stories260K), [1] GPT-2 BPE, [2] SentencePiece (llama-spm, 32000 tokens) */
 static pl_tokenizer *g_tok[3];
 
-static pl_tokenizer *load(const char *rel) {
-    const char *dir = getenv("PL_SHARED_DIR");
-    if (!dir || !*dir) dir = PL_SHARED_DIR;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    pl_gguf *g;
-    pl_tokenizer *t = NULL;
-    if (pl_gguf_open(path, &g) != PL_OK || pl_tokenizer_load(g, &t) != PL_OK) {
-        fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", path, pl_last_error());
-        exit(1);
-    }
-    pl_gguf_close(g);
-    return t;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    g_tok[0] = load("models/stories260K.gguf");
-    g_tok[1] = load("testdata/vocab/ggml-vocab-gpt-2.gguf");
-    g_tok[2] = load("testdata/vocab/ggml-vocab-llama-spm.gguf");
+    g_tok[0] = fuzz_load_tokenizer("models/stories260K.gguf", "fuzz_tokenizer");
+    g_tok[1] = fuzz_load_tokenizer("testdata/vocab/ggml-vocab-gpt-2.gguf", "fuzz_tokenizer");
+    g_tok[2] = fuzz_load_tokenizer("testdata/vocab/ggml-vocab-llama-spm.gguf", "fuzz_tokenizer");
     return 0;
-}
-
-/* Strict UTF-8: no overlongs, surrogates or code points above U+10FFFF. */
-static int valid_utf8(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t k;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) k = 1;
-        else if (c >= 0xC2 && c <= 0xDF) k = 2;
-        else if (c >= 0xE0 && c <= 0xEF) k = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) k = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        else return 0;
-        if (i + k > n) return 0;
-        if (k > 1 && (p[i + 1] < lo || p[i + 1] > hi)) return 0;
-        for (size_t j = 2; j < k; j++)
-            if ((p[i + j] & 0xC0) != 0x80) return 0;
-        i += k;
-    }
-    return 1;
 }
 
 /* Stream ids through the incremental detokenizer; every chunk must be valid UTF-8. malloc'ed. */
