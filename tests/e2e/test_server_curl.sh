@@ -51,10 +51,21 @@ check "echo: prompt tokens with a null first logprob" test "$(json_get 'len(j["c
 
 http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "stop": ["Lily"]}'
 check "stop string" test "$(json_get 'j["choices"][0]["text"] == ", there was a little girl named " and j["choices"][0]["finish_reason"] == "stop" and j["choices"][0]["stop_reason"] == "Lily"')" = True
-http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 20, "temperature": 1.0, "seed": 42}'
-T1=$(json_get 'j["choices"][0]["text"]')
-http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 20, "temperature": 1.0, "seed": 42, "user": "u", "an_unknown_field": [1]}'
-check "seeded sampling repeats (unknown fields ignored)" test "$(json_get 'j["choices"][0]["text"]')" = "$T1"
+# Seeded sampling: the same seed repeats, another seed differs. Each answer must be a 200 with
+# 20 tokens of text, or two failures (empty texts) would compare equal.
+seeded() { # seeded SEED [EXTRA_FIELDS]: sets SEEDED to the text, empty unless a 200 with 20 tokens
+    http POST /v1/completions -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 1.0, \"seed\": $1${2:-}}"
+    SEEDED=""
+    [ "$STATUS" = 200 ] && [ "$(json_get 'j["usage"]["completion_tokens"]')" = 20 ] &&
+        SEEDED=$(json_get 'j["choices"][0]["text"]')
+}
+seeded 42
+T1=$SEEDED
+check "seeded sampling: 200 with 20 tokens of text (got $STATUS)" test -n "$T1"
+seeded 42 ', "user": "u", "an_unknown_field": [1]'
+check "seeded sampling repeats (unknown fields ignored)" test -n "$SEEDED" -a "$SEEDED" = "$T1"
+seeded 43
+check "another seed gives another text" test -n "$SEEDED" -a "$SEEDED" != "$T1"
 http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 8, "n": 3, "temperature": 0.8, "seed": 1}'
 check "n = 3" test "$(json_get 'sorted(c["index"] for c in j["choices"]) == [0, 1, 2]')" = True
 check "server alive after n = 3" kill -0 "$SERVER_PID"
