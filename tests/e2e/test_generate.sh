@@ -79,6 +79,40 @@ assert len(lines[3]["completions"]) == 1 and len(lines[3]["completions"][0]["ids
 assert "max_tokens" in lines[4]["error"]
 PY
 
+# ---- engine flags from the CLI, checked through `generate --verbose` statistics ----
+# Four 300-token requests in a 30-block pool must preempt. With --preemption-mode swap (and
+# --swap-space as a bare number of GiB, as vLLM) every preemption swaps; recompute swaps none; the
+# greedy outputs are the same either way.
+for p in "Once upon a time" "Lily" "Tom had a dog" "The sun"; do
+    echo "{\"prompt\": \"$p\", \"max_tokens\": 300, \"ignore_eos\": true, \"temperature\": 0}"
+done >"$tmp/preempt.jsonl"
+for mode in recompute swap; do
+    "$PL_BINARY" generate -m "$M" --input "$tmp/preempt.jsonl" --output "$tmp/preempt_$mode.jsonl" \
+        --kv-cache-memory 300K --threads 1 -v --preemption-mode "$mode" --swap-space 0.001 2>"$tmp/preempt_$mode.err"
+    expect "preemption $mode: exit" "$?" 0
+done
+pre() { sed -n 's/.* \([0-9]*\) preemptions (\([0-9]*\) by swapping).*/\1 \2/p' "$tmp/preempt_$1.err"; }
+read -r n_rec n_rec_swap <<<"$(pre recompute)"
+read -r n_swap n_swap_swap <<<"$(pre swap)"
+if [ "${n_rec:-0}" -ge 1 ] && [ "$n_rec_swap" = 0 ]; then ok; else bad "recompute: preemptions, none by swapping ($(pre recompute))"; fi
+if [ "${n_swap:-0}" -ge 1 ] && [ "$n_swap_swap" = "$n_swap" ]; then ok; else bad "--preemption-mode swap: every preemption swaps ($(pre swap))"; fi
+if cmp -s "$tmp/preempt_recompute.jsonl" "$tmp/preempt_swap.jsonl" && [ "$(wc -l <"$tmp/preempt_swap.jsonl")" = 4 ]; then ok
+else bad "swap and recompute give the same 4 answers"; fi
+
+# --max-num-batched-tokens L: a 200-token prompt is prefilled in ceil(200 / L) steps, then one
+# step per further token; the tokens do not depend on L.
+P200=$(python3 -c 'print(",".join(str(10 + i) for i in range(200)))')
+for L in 16 50 512; do
+    out=$("$PL_BINARY" generate -m "$M" --prompt-ids "$P200" -n 3 --temperature 0 --threads 1 -v --json \
+          --kv-cache-memory 32M --max-num-seqs 4 --max-num-batched-tokens $L 2>"$tmp/mnbt.err")
+    expect "--max-num-batched-tokens $L: exit" "$?" 0
+    steps=$(sed -n 's/.*; \([0-9]*\) steps,.*/\1/p' "$tmp/mnbt.err")
+    expect "--max-num-batched-tokens $L: steps" "$steps" $(((200 + L - 1) / L + 2))
+    ids=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['ids'])" "$out")
+    [ "$L" = 16 ] && ids16=$ids
+    expect "--max-num-batched-tokens $L: same tokens" "$ids" "$ids16"
+done
+
 # ---- tokenize / detokenize ----
 expect "tokenize" "$("$PL_BINARY" tokenize -m "$M" "Once upon a time")" "[403, 407, 261, 378]"
 expect "tokenize --add-special" "$("$PL_BINARY" tokenize -m "$M" --add-special "Once upon a time")" "[1, 403, 407, 261, 378]"
