@@ -113,6 +113,23 @@ for L in 16 50 512; do
     expect "--max-num-batched-tokens $L: same tokens" "$ids" "$ids16"
 done
 
+# PAGELLM_ISA=scalar runs the scalar kernels (generate -v says which) and gives the native greedy
+# tokens on stories260K with an f32 KV cache; an unknown value is ignored with one warning.
+isa_run() { # isa_run VALUE: ids on stdout, stderr in $tmp/isa.err
+    PAGELLM_ISA=$1 "$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 --threads 1 \
+        --kv-cache-dtype f32 --kv-cache-memory 32M -v --json 2>"$tmp/isa.err" |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['ids'])"
+}
+native=$(isa_run "")
+native_isa=$(sed -n 's/^kernels: //p' "$tmp/isa.err")
+scalar=$(isa_run scalar)
+expect "PAGELLM_ISA=scalar: kernels used" "$(sed -n 's/^kernels: //p' "$tmp/isa.err")" scalar
+if [ -n "$native" ] && [ "$scalar" = "$native" ]; then ok; else bad "PAGELLM_ISA=scalar: greedy tokens [$scalar] != native ($native_isa) [$native]"; fi
+bogus=$(isa_run bogus)
+expect "PAGELLM_ISA=bogus: native kernels" "$(sed -n 's/^kernels: //p' "$tmp/isa.err")" "$native_isa"
+expect "PAGELLM_ISA=bogus: same tokens" "$bogus" "$native"
+expect "PAGELLM_ISA=bogus: one warning naming it" "$(grep -c "PAGELLM_ISA='bogus' is not scalar, avx2 or avx512" "$tmp/isa.err")" 1
+
 # ---- tokenize / detokenize ----
 expect "tokenize" "$("$PL_BINARY" tokenize -m "$M" "Once upon a time")" "[403, 407, 261, 378]"
 expect "tokenize --add-special" "$("$PL_BINARY" tokenize -m "$M" --add-special "Once upon a time")" "[1, 403, 407, 261, 378]"
