@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end: documented server features the other server tests do not reach: the API key on
 # every route that needs it (and on none that does not), --max-logprobs, --no-prefix-caching,
-# and --host ::1. Servers run with --threads 1 (fastest on a busy
+# --host ::1, and the mid-stream error event. Servers run with --threads 1 (fastest on a busy
 # machine; the whole file takes a few seconds).
 set -u
 . "$(dirname "$0")/server_lib.sh"
@@ -88,7 +88,31 @@ else
     echo "SKIP: --host ::1 (no IPv6 loopback here)"
 fi
 
-start_server --threads 1
+# ---- an engine error mid-stream: data: {"error": ...} before [DONE], the server lives on ----
+# PAGELLM_FAIL_STEP=5 (a test hook in the engine) fails the 5th engine step: the stream's first
+# tokens come, then the error event.
+PAGELLM_FAIL_STEP=5 start_server --threads 1
+curl -sN --max-time 60 "$BASE/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 20, "temperature": 0, "stream": true}' >"$TMP/sse_err"
+if python3 - "$TMP/sse_err" <<'EOF'
+import json, sys
+raw = open(sys.argv[1]).read()
+events = [e[6:] for e in raw.split("\n\n") if e]
+assert raw.endswith("data: [DONE]\n\n"), raw[-200:]
+objs = [json.loads(e) for e in events[:-1]]
+err = [o for o in objs if "error" in o]
+assert len(err) == 1 and objs[-1] is err[0], objs
+e = err[0]["error"]
+assert set(e) == {"message", "type", "param", "code"} and "injected failure" in e["message"], e
+chunks = [o for o in objs if "choices" in o]
+text = "".join(c["choices"][0]["text"] for c in chunks)
+assert text.startswith(", there was a") and len(text) < 60, text
+assert chunks[-1]["choices"][0]["finish_reason"] == "error", chunks[-1]
+EOF
+then ok; else bad "mid-stream error event: $(head -c 600 "$TMP/sse_err")"; fi
+http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0}'
+check "after the error: the next request works" test "$(json_get 'j["choices"][0]["text"]')" = ", there was a little"
+http GET /metrics
+check "after the error: counted as an error" grep -qxF 'vllm:request_success_total{model_name="stories",finished_reason="error"} 1' "$TMP/body"
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID"
 rc=$?
