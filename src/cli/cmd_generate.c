@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
 #include "cli/generate_batch.h"
+#include "kernels/cpu.h"
 
 #include "pagellm.h"
 #include "server/server.h"
@@ -260,9 +261,10 @@ static void print_stats(pl_engine *e, double secs, int64_t prompt, int64_t gener
     pl_engine_stats s;
     pl_engine_get_stats(e, &s);
     fprintf(stderr, "%lld prompt tokens computed, %lld generated in %.3f s (%.1f tokens/s); "
-            "%llu steps, %llu preemptions\n", (long long)prompt, (long long)generated, secs,
-            secs > 0 ? (double)generated / secs : 0.0, (unsigned long long)s.steps,
-            (unsigned long long)s.preemptions);
+            "%llu steps, %llu preemptions (%llu by swapping)\n", (long long)prompt,
+            (long long)generated, secs, secs > 0 ? (double)generated / secs : 0.0,
+            (unsigned long long)s.steps, (unsigned long long)s.preemptions,
+            (unsigned long long)s.swaps_out);
     fprintf(stderr, "KV: %d blocks; over the run: peak %.2f%% used (%d blocks), mean %.2f%%; "
             "waste mean %.2f%%, peak %.2f%%; now %d used, %d cached; prefix cache: %llu of %llu "
             "prompt tokens hit\n", s.blocks_total, 100 * s.peak_kv_usage, s.peak_blocks_used,
@@ -356,11 +358,23 @@ int pl_cmd_generate(int argc, char **argv) {
     if (o.verbose) {
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
-        fprintf(stderr, "model: %s\nKV cache: %d blocks of %d tokens, %s, max model length %d\n",
-                path, s.blocks_total, o.eng.block_size, o.eng.kv_cache_f32 ? "f32" : "f16",
-                pl_engine_max_model_len(e));
+        fprintf(stderr, "model: %s\nKV cache: %d blocks of %d tokens, %s, max model length %d\n"
+                "kernels: %s\n", path, s.blocks_total, o.eng.block_size,
+                o.eng.kv_cache_f32 ? "f32" : "f16", pl_engine_max_model_len(e),
+                pl_isa_name(pl_cpu_isa()));
     }
-    rc = o.input ? pl_gen_batch(e, o.input, o.output, o.verbose) : run_single(e, &o);
+    if (o.input) {
+        double t0 = pl_clock_now();
+        rc = pl_gen_batch(e, o.input, o.output, o.verbose);
+        if (o.verbose && rc != 2) { /* the same totals as one prompt, over the whole batch */
+            pl_engine_stats s;
+            pl_engine_get_stats(e, &s);
+            print_stats(e, pl_clock_now() - t0, (int64_t)s.prompt_tokens,
+                        (int64_t)s.generation_tokens);
+        }
+    } else {
+        rc = run_single(e, &o);
+    }
     pl_engine_destroy(e);
     return rc;
 }

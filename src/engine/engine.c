@@ -156,6 +156,8 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     pl_idmap_init(&e->groups);
     pl_idmap_init(&e->channels);
     e->next_id = 1;
+    const char *fs = getenv("PAGELLM_FAIL_STEP"); /* for tests: fail this step (1-based) */
+    if (fs) e->fail_step = strtoull(fs, NULL, 10);
     pl_status st = pl_model_load(c->model_path, &e->model);
     if (st == PL_OK) {
         const pl_model_hparams *hp = &e->model->hp;
@@ -481,7 +483,10 @@ static pl_status step(pl_engine *e) {
     }
     if (s->n_items == 0) return PL_OK;
     sample_kv(e);
-    pl_status st = pl_runner_execute(&e->runner, s);
+    pl_status st = e->steps + 1 == e->fail_step
+                       ? pl_fail(PL_ERR_INTERNAL, "injected failure of step %llu (PAGELLM_FAIL_STEP)",
+                                 (unsigned long long)e->fail_step)
+                       : pl_runner_execute(&e->runner, s);
     if (st == PL_OK)
         st = pl_decoder_update_from_output(&e->decoder, s, e->runner.logits, e->runner.item_row);
     e->steps++;

@@ -47,6 +47,7 @@ struct pl_engine {
     pl_idmap channels;          /* id -> pl_out_channel* while a client may poll */
     /* Counters, written by the engine thread only. */
     uint64_t steps;             /* steps that ran the model (the decoder counts tokens) */
+    uint64_t fail_step;         /* PAGELLM_FAIL_STEP: this step fails (tests of error paths) */
     /* KV memory samples, engine thread only, one per step that runs the model (see pl_engine_stats). */
     uint64_t kv_samples;
     double kv_usage_sum, kv_usage_peak, kv_waste_peak;

@@ -1,6 +1,8 @@
 /* kernels/cpu — see cpu.h. */
 #include "kernels/cpu.h"
 
+#include "base/log.h"
+
 #include <cpuid.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -64,6 +66,9 @@ static void init(void) {
     env_level = PL_ISA_AVX512;
     if (s && !strcmp(s, "scalar")) env_level = PL_ISA_SCALAR;
     else if (s && !strcmp(s, "avx2")) env_level = PL_ISA_AVX2;
+    else if (s && *s && strcmp(s, "avx512")) /* a typo must not pass silently for "scalar" */
+        PL_WARN("PAGELLM_ISA='%s' is not scalar, avx2 or avx512; ignored (kernels use %s)", s,
+                pl_isa_name(max_isa));
 }
 
 const pl_cpu_features *pl_cpu_get_features(void) {

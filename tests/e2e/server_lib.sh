@@ -35,26 +35,27 @@ start_server() {
     "$PL_BINARY" serve -m "$MODEL" --port 0 --served-model-name stories --kv-cache-memory 32M \
         --threads 2 "$@" >"$TMP/server.out" 2>"$TMP/server.err" &
     SERVER_PID=$!
-    PORT=""
+    BASE=""
     for _ in $(seq 1 200); do
-        PORT=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$TMP/server.out" 2>/dev/null | sed 's/.*://')
-        [ -n "$PORT" ] && break
+        # "serving NAME on http://127.0.0.1:PORT (...)", or http://[::1]:PORT with --host ::1
+        BASE=$(sed -n 's|^serving .* on \(http://[^ ]*:[0-9][0-9]*\) .*|\1|p' "$TMP/server.out" 2>/dev/null)
+        [ -n "$BASE" ] && break
         kill -0 "$SERVER_PID" 2>/dev/null || break
         sleep 0.05
     done
-    if [ -z "$PORT" ]; then
+    if [ -z "$BASE" ]; then
         echo "server did not start:"; cat "$TMP/server.out" "$TMP/server.err"
         bad "server start"
         finish
     fi
-    BASE="http://127.0.0.1:$PORT"
+    PORT=${BASE##*:}
 }
 
 # http METHOD PATH [curl args...]: sets STATUS and BODY (the body is also in $TMP/body).
 http() {
     local m=$1 p=$2
     shift 2
-    STATUS=$(curl -s -o "$TMP/body" -w '%{http_code}' --max-time 60 -X "$m" "$BASE$p" "$@")
+    STATUS=$(curl -s -g -o "$TMP/body" -w '%{http_code}' --max-time 60 -X "$m" "$BASE$p" "$@")
     BODY=$(cat "$TMP/body")
 }
 

@@ -40,7 +40,8 @@ pl = d["prompt_logprobs"]
 assert pl[0] is None and len(pl) == 5
 assert any(e[0] == 403 for e in pl[1]), pl[1]
 PY
-# Stop strings, EOS-free sampling with a seed is reproducible.
+# Stop strings; sampling with a seed is reproducible and another seed differs. Each run must
+# succeed with 20 tokens of text, or two failures (empty outputs) would compare equal.
 out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 --stop Lily --json)
 python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['text']==', there was a little girl named ' and d['finish_reason']=='stop', d" "$out" && ok || bad "stop string"
 # Stop strings across tokens: "girl" is ' g' 'ir' 'l', "amed Li" starts inside ' named'.
@@ -48,9 +49,18 @@ out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 
 python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['text']==', there was a little ' and d['finish_reason']=='stop' and len(d['ids'])==8, d" "$out" && ok || bad "stop string over three tokens"
 out=$("$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 --stop "amed Li" --stop "with it")
 [ "$out" = "Once upon a time, there was a little girl n" ] && ok || bad "stop string inside tokens, plain output: '$out'"
-a=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 20 --seed 5 --top-p 0.9 --json)
-b=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 20 --seed 5 --top-p 0.9 --json)
-expect "seeded sampling reproducible" "$a" "$b"
+seeded() { # seeded SEED: the JSON line of a sampled completion, empty unless exit 0 with 20 tokens
+    local o
+    o=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 20 --seed "$1" --top-p 0.9 --ignore-eos --json 2>>"$tmp/seed_err") &&
+        python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert len(d['ids']) == 20 and d['text']" "$o" 2>/dev/null &&
+        echo "$o"
+}
+a=$(seeded 5)
+b=$(seeded 5)
+c=$(seeded 6)
+if [ -n "$a" ]; then ok; else bad "seeded sampling: exit 0 with 20 tokens ($(head -c 200 "$tmp/seed_err"))"; fi
+if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "seeded sampling reproducible: [$a] [$b]"; fi
+if [ -n "$c" ] && [ "$c" != "$a" ]; then ok; else bad "another seed gives another text: [$a] [$c]"; fi
 
 # ---- offline batch ----
 cat > "$tmp/in.jsonl" <<'JL'
@@ -74,6 +84,57 @@ assert "JSON" in lines[2]["error"]
 assert len(lines[3]["completions"]) == 1 and len(lines[3]["completions"][0]["ids"]) == 6
 assert "max_tokens" in lines[4]["error"]
 PY
+
+# ---- engine flags from the CLI, checked through `generate --verbose` statistics ----
+# Four 300-token requests in a 30-block pool must preempt. With --preemption-mode swap (and
+# --swap-space as a bare number of GiB, as vLLM) every preemption swaps; recompute swaps none; the
+# greedy outputs are the same either way.
+for p in "Once upon a time" "Lily" "Tom had a dog" "The sun"; do
+    echo "{\"prompt\": \"$p\", \"max_tokens\": 300, \"ignore_eos\": true, \"temperature\": 0}"
+done >"$tmp/preempt.jsonl"
+for mode in recompute swap; do
+    "$PL_BINARY" generate -m "$M" --input "$tmp/preempt.jsonl" --output "$tmp/preempt_$mode.jsonl" \
+        --kv-cache-memory 300K --threads 1 -v --preemption-mode "$mode" --swap-space 0.001 2>"$tmp/preempt_$mode.err"
+    expect "preemption $mode: exit" "$?" 0
+done
+pre() { sed -n 's/.* \([0-9]*\) preemptions (\([0-9]*\) by swapping).*/\1 \2/p' "$tmp/preempt_$1.err"; }
+read -r n_rec n_rec_swap <<<"$(pre recompute)"
+read -r n_swap n_swap_swap <<<"$(pre swap)"
+if [ "${n_rec:-0}" -ge 1 ] && [ "$n_rec_swap" = 0 ]; then ok; else bad "recompute: preemptions, none by swapping ($(pre recompute))"; fi
+if [ "${n_swap:-0}" -ge 1 ] && [ "$n_swap_swap" = "$n_swap" ]; then ok; else bad "--preemption-mode swap: every preemption swaps ($(pre swap))"; fi
+if cmp -s "$tmp/preempt_recompute.jsonl" "$tmp/preempt_swap.jsonl" && [ "$(wc -l <"$tmp/preempt_swap.jsonl")" = 4 ]; then ok
+else bad "swap and recompute give the same 4 answers"; fi
+
+# --max-num-batched-tokens L: a 200-token prompt is prefilled in ceil(200 / L) steps, then one
+# step per further token; the tokens do not depend on L.
+P200=$(python3 -c 'print(",".join(str(10 + i) for i in range(200)))')
+for L in 16 50 512; do
+    out=$("$PL_BINARY" generate -m "$M" --prompt-ids "$P200" -n 3 --temperature 0 --threads 1 -v --json \
+          --kv-cache-memory 32M --max-num-seqs 4 --max-num-batched-tokens $L 2>"$tmp/mnbt.err")
+    expect "--max-num-batched-tokens $L: exit" "$?" 0
+    steps=$(sed -n 's/.*; \([0-9]*\) steps,.*/\1/p' "$tmp/mnbt.err")
+    expect "--max-num-batched-tokens $L: steps" "$steps" $(((200 + L - 1) / L + 2))
+    ids=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['ids'])" "$out")
+    [ "$L" = 16 ] && ids16=$ids
+    expect "--max-num-batched-tokens $L: same tokens" "$ids" "$ids16"
+done
+
+# PAGELLM_ISA=scalar runs the scalar kernels (generate -v says which) and gives the native greedy
+# tokens on stories260K with an f32 KV cache; an unknown value is ignored with one warning.
+isa_run() { # isa_run VALUE: ids on stdout, stderr in $tmp/isa.err
+    PAGELLM_ISA=$1 "$PL_BINARY" generate -m "$M" -p "Once upon a time" -n 48 --temperature 0 --threads 1 \
+        --kv-cache-dtype f32 --kv-cache-memory 32M -v --json 2>"$tmp/isa.err" |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['ids'])"
+}
+native=$(isa_run "")
+native_isa=$(sed -n 's/^kernels: //p' "$tmp/isa.err")
+scalar=$(isa_run scalar)
+expect "PAGELLM_ISA=scalar: kernels used" "$(sed -n 's/^kernels: //p' "$tmp/isa.err")" scalar
+if [ -n "$native" ] && [ "$scalar" = "$native" ]; then ok; else bad "PAGELLM_ISA=scalar: greedy tokens [$scalar] != native ($native_isa) [$native]"; fi
+bogus=$(isa_run bogus)
+expect "PAGELLM_ISA=bogus: native kernels" "$(sed -n 's/^kernels: //p' "$tmp/isa.err")" "$native_isa"
+expect "PAGELLM_ISA=bogus: same tokens" "$bogus" "$native"
+expect "PAGELLM_ISA=bogus: one warning naming it" "$(grep -c "PAGELLM_ISA='bogus' is not scalar, avx2 or avx512" "$tmp/isa.err")" 1
 
 # ---- tokenize / detokenize ----
 expect "tokenize" "$("$PL_BINARY" tokenize -m "$M" "Once upon a time")" "[403, 407, 261, 378]"

@@ -51,10 +51,21 @@ check "echo: prompt tokens with a null first logprob" test "$(json_get 'len(j["c
 
 http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "stop": ["Lily"]}'
 check "stop string" test "$(json_get 'j["choices"][0]["text"] == ", there was a little girl named " and j["choices"][0]["finish_reason"] == "stop" and j["choices"][0]["stop_reason"] == "Lily"')" = True
-http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 20, "temperature": 1.0, "seed": 42}'
-T1=$(json_get 'j["choices"][0]["text"]')
-http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 20, "temperature": 1.0, "seed": 42, "user": "u", "an_unknown_field": [1]}'
-check "seeded sampling repeats (unknown fields ignored)" test "$(json_get 'j["choices"][0]["text"]')" = "$T1"
+# Seeded sampling: the same seed repeats, another seed differs. Each answer must be a 200 with
+# 20 tokens of text, or two failures (empty texts) would compare equal.
+seeded() { # seeded SEED [EXTRA_FIELDS]: sets SEEDED to the text, empty unless a 200 with 20 tokens
+    http POST /v1/completions -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 1.0, \"seed\": $1${2:-}}"
+    SEEDED=""
+    [ "$STATUS" = 200 ] && [ "$(json_get 'j["usage"]["completion_tokens"]')" = 20 ] &&
+        SEEDED=$(json_get 'j["choices"][0]["text"]')
+}
+seeded 42
+T1=$SEEDED
+check "seeded sampling: 200 with 20 tokens of text (got $STATUS)" test -n "$T1"
+seeded 42 ', "user": "u", "an_unknown_field": [1]'
+check "seeded sampling repeats (unknown fields ignored)" test -n "$SEEDED" -a "$SEEDED" = "$T1"
+seeded 43
+check "another seed gives another text" test -n "$SEEDED" -a "$SEEDED" != "$T1"
 http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 8, "n": 3, "temperature": 0.8, "seed": 1}'
 check "n = 3" test "$(json_get 'sorted(c["index"] for c in j["choices"]) == [0, 1, 2]')" = True
 check "server alive after n = 3" kill -0 "$SERVER_PID"
@@ -120,15 +131,17 @@ assert len("".join(c["choices"][0]["delta"].get("content", "") for c in chunks))
 EOF
 then ok; else bad "streaming chat"; fi
 
-# ---- metrics ----
+# ---- metrics: every series present; the idle gauges are 0 (whole lines: "0.5" is not "0") ----
 http GET /metrics
 for m in 'vllm:num_requests_running{model_name="stories"} 0' 'vllm:num_requests_waiting{model_name="stories"} 0' \
-         'vllm:num_requests_swapped' 'vllm:gpu_cache_usage_perc{model_name="stories"} 0' \
-         'pagellm_kv_cache_usage_perc' 'vllm:prefix_cache_queries_total' 'vllm:prefix_cache_hits_total' \
-         'vllm:num_preemptions_total' 'vllm:prompt_tokens_total' 'vllm:generation_tokens_total' \
-         'vllm:time_to_first_token_seconds_bucket' 'vllm:time_per_output_token_seconds_count' \
-         'vllm:e2e_request_latency_seconds_sum'; do
-    if grep -qF -- "$m" "$TMP/body"; then ok; else bad "metrics lack '$m'"; fi
+         'vllm:num_requests_swapped{model_name="stories"} 0' 'vllm:gpu_cache_usage_perc{model_name="stories"} 0' \
+         'pagellm_kv_cache_usage_perc{model_name="stories"} 0' 'pagellm_kv_blocks_used{model_name="stories"} 0'; do
+    if grep -qxF -- "$m" "$TMP/body"; then ok; else bad "metrics lack the line '$m'"; fi
+done
+for m in vllm:prefix_cache_queries_total vllm:prefix_cache_hits_total vllm:num_preemptions_total \
+         vllm:prompt_tokens_total vllm:generation_tokens_total 'vllm:time_to_first_token_seconds_bucket' \
+         vllm:time_per_output_token_seconds_count vllm:e2e_request_latency_seconds_sum; do
+    if grep -q -- "^$m{" "$TMP/body"; then ok; else bad "metrics lack '$m'"; fi
 done
 check "metrics: latency histogram counted requests" test "$(grep '^vllm:e2e_request_latency_seconds_count' "$TMP/body" | awk '{print ($2 >= 10)}')" = 1
 
@@ -170,21 +183,103 @@ http GET /health
 check "health after every bad request" test "$STATUS" = 200
 check "server alive" kill -0 "$SERVER_PID"
 
-# ---- graceful stop: SIGTERM while a stream is in flight ----
-curl -sN --max-time 60 "$BASE/v1/completions" -d '{"prompt": "Once", "max_tokens": 2000, "ignore_eos": true, "stream": true}' >"$TMP/sse_term" &
-CURL=$!
-for i in 1 2 3; do
-    curl -s --max-time 60 "$BASE/v1/completions" -d '{"prompt": "Once", "max_tokens": 1000, "ignore_eos": true}' >/dev/null &
-done
-sleep 0.1
+# ---- graceful stop: SIGTERM ----
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID"
 rc=$?
 SERVER_PID=""
-wait "$CURL"
-check "SIGTERM: exit 0 (got $rc)" test "$rc" -eq 0
-check "SIGTERM: the in-flight stream finished" grep -q 'data: \[DONE\]' "$TMP/sse_term"
+check "SIGTERM when idle: exit 0 (got $rc)" test "$rc" -eq 0
 check "SIGTERM: stopped message" grep -q '^stopped' "$TMP/server.out"
+# In flight at SIGTERM: a stream and a whole request finish with every token within the grace
+# (long, so a slow machine still makes it), while a new request on an open connection gets 503.
+# --threads 1: one thread is fastest on a busy machine, so the drill takes ~1 s.
+sigterm_drill() { # sigterm_drill grace|expire
+    python3 "$(dirname "$0")/shutdown_client.py" "$BASE" "$SERVER_PID" "$TMP/server.out" "$1" >"$TMP/drill.out" 2>&1
+    wait "$SERVER_PID"
+    rc=$?
+    SERVER_PID=""
+    cat "$TMP/drill.out" | grep -v '^OK$'
+    check "SIGTERM drill ($1)" grep -q '^OK$' "$TMP/drill.out"
+    check "SIGTERM drill ($1): exit 0 (got $rc)" test "$rc" -eq 0
+}
+start_server --threads 1 --shutdown-timeout 120
+sigterm_drill grace
+# A grace that expires: what is left is aborted (the stream ends with "abort" and [DONE]).
+start_server --shutdown-timeout 0.3
+t0=$(date +%s.%N)
+sigterm_drill expire
+check "SIGTERM drill (expire): stopped within a few seconds" \
+    python3 -c "import sys; sys.exit(not float('$(date +%s.%N)') - $t0 < 8)"
+
+# ---- metrics values after a known sequence (a fresh server, one sequence at a time) ----
+# Twice the same 40-token prompt (ids, no BOS), 8 greedy tokens each: the second finds the
+# prompt's 2 full blocks in the prefix cache. Then a 2000-token stream runs while a second request
+# waits (--max-num-seqs 1), and the gauges must describe that one running sequence.
+start_server --threads 1 --max-num-seqs 1
+P40=$(python3 -c 'print(list(range(10, 50)))')
+for i in 1 2; do
+    http POST /v1/completions -d "{\"prompt\": $P40, \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}"
+    check "metrics sequence: request $i 200" test "$STATUS" = 200
+done
+http GET /metrics
+cp "$TMP/body" "$TMP/metrics_idle"
+metric_is() { # metric_is FILE SERIES VALUE: the line "SERIES VALUE" exactly (SERIES without labels gets model_name)
+    local series=$2
+    case $series in *'{'*) ;; *) series="$series{model_name=\"stories\"}" ;; esac
+    if grep -qxF -- "$series $3" "$1"; then ok; else bad "metrics: want '$series $3', got '$(grep -F -- "$series " "$1")'"; fi
+}
+for kv in vllm:num_requests_running=0 vllm:num_requests_waiting=0 vllm:num_requests_swapped=0 \
+          vllm:gpu_cache_usage_perc=0 pagellm_kv_cache_usage_perc=0 pagellm_kv_blocks_total=3276 \
+          pagellm_kv_blocks_used=0 pagellm_kv_blocks_cached=2 pagellm_kv_cache_waste_perc=0 \
+          vllm:prefix_cache_queries_total=80 vllm:prefix_cache_hits_total=32 \
+          vllm:num_preemptions_total=0 vllm:prompt_tokens_total=48 vllm:generation_tokens_total=16 \
+          pagellm_engine_steps_total=16 vllm:time_to_first_token_seconds_count=2 \
+          vllm:time_per_output_token_seconds_count=14 vllm:e2e_request_latency_seconds_count=2 \
+          'vllm:time_to_first_token_seconds_bucket{model_name="stories",le="+Inf"}=2' \
+          'vllm:request_success_total{model_name="stories",finished_reason="length"}=2' \
+          'vllm:request_success_total{model_name="stories",finished_reason="stop"}=0'; do
+    metric_is "$TMP/metrics_idle" "${kv%=*}" "${kv##*=}"
+done
+# While the stream runs, one sequence holds n = 2 + g - 1 tokens (prompt + g generated, the last
+# not yet computed; g = generated - the 16 above): used = ceil(n / 16) blocks, usage = used /
+# total, waste = 1 - n / (16 used), one step per token. Python, so the scrapes are quick enough
+# to see the 2000-token stream while the second request waits.
+if python3 - "$BASE" <<'EOF'
+import http.client, json, re, sys, threading, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+def conn(): return http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+a = conn()
+a.request("POST", "/v1/completions", json.dumps({"prompt": "Once", "max_tokens": 2000, "ignore_eos": True, "temperature": 0, "stream": True}))
+ra = a.getresponse()
+ra.readline()
+def second():
+    c = conn()
+    c.request("POST", "/v1/completions", json.dumps({"prompt": "Once", "max_tokens": 4}))
+    c.getresponse().read()
+t = threading.Thread(target=second)
+t.start()
+mc, seen = conn(), None
+for _ in range(2000):
+    mc.request("GET", "/metrics")
+    m = {k: float(v) for k, v in re.findall(r'^(\S+)\{model_name="stories"\} (\S+)$', mc.getresponse().read().decode(), re.M)}
+    if m["vllm:num_requests_waiting"] == 1:
+        seen = m
+        break
+ra.read()
+t.join()
+assert seen, "never saw the second request waiting"
+m = seen
+assert m["vllm:num_requests_running"] == 1, m
+g = m["vllm:generation_tokens_total"] - 16
+n = 2 + g - 1
+used, total = m["pagellm_kv_blocks_used"], m["pagellm_kv_blocks_total"]
+assert 1 <= g < 2000 and used == -(-n // 16) and total == 3276, (g, m)
+assert m["vllm:gpu_cache_usage_perc"] == m["pagellm_kv_cache_usage_perc"] and abs(m["vllm:gpu_cache_usage_perc"] - used / total) < 1e-12, m
+assert abs(m["pagellm_kv_cache_waste_perc"] - (1 - n / (16 * used))) < 1e-12, (n, m)
+assert m["pagellm_engine_steps_total"] == 16 + g and m["vllm:prompt_tokens_total"] == 48 + 2, m
+EOF
+then ok; else bad "metrics while one sequence runs and one waits"; fi
+stop_server
 
 # ---- auth, body limit, queue full ----
 PAGELLM_API_KEY=sekret start_server --max-request-bytes 4K --max-num-seqs 1 --max-waiting 1
