@@ -261,7 +261,8 @@ void pl_engine_wait_for_work(pl_engine *e, int timeout_ms);
 
 /* What request `id` produced since the last poll. timeout_ms 0: do not wait; > 0 wait up to that
  * for something new; < 0 wait until something new. PL_ERR_NOT_FOUND for an unknown or already
- * fully consumed request, PL_ERR_TIMEOUT when the wait ended with nothing new. The output belongs to the
+ * fully consumed request, PL_ERR_TIMEOUT when the wait ended with nothing new, PL_ERR_NOMEM
+ * when the output could not be allocated (nothing is lost: poll again). The output belongs to the
  * caller (pl_request_output_free). After the output with finished = 1 the request is gone. */
 pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_output **out);
 

@@ -26,6 +26,18 @@
 
 static int streams(const pl_seq_group *g);
 
+/* A decoder-owned buffer of at least `bytes` (grown, never shrunk): beam search's per-step
+ * arrays, so a step allocates only when a request needs more than any before it. */
+static void *scratch(pl_decoder *d, int slot, size_t bytes) {
+    if (d->scratch_cap[slot] < bytes) {
+        void *p = realloc(d->scratch[slot], bytes);
+        if (!p) return NULL;
+        d->scratch[slot] = p;
+        d->scratch_cap[slot] = bytes;
+    }
+    return d->scratch[slot];
+}
+
 pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_vocab,
                           int32_t max_model_len, pl_kv_manager *kv, pl_scheduler *sched,
                           int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
@@ -59,16 +71,22 @@ void pl_decoder_destroy(pl_decoder *d) {
     free(d->work);
     free(d->eog_ids);
     free(d->piece);
+    for (int i = 0; i < PL_DECODER_SCRATCH; i++) free(d->scratch[i]);
     memset(d, 0, sizeof *d);
 }
 
 /* ---- text and stopping ---- */
 
+/* Out of memory marks the group: the decoder ends it with an error after this step's sampling
+ * (one failure policy: a failed allocation fails the request, never the process). */
 static void text_append(pl_seq *q, const char *s, size_t n) {
     if (q->text_len + n + 1 > q->text_cap) {
         size_t nc = (q->text_len + n + 1) * 2;
         char *t = realloc(q->text, nc);
-        if (!t) abort();
+        if (!t) {
+            q->group->oom = 1;
+            return;
+        }
         q->text = t;
         q->text_cap = nc;
     }
@@ -254,7 +272,11 @@ static void beam_done_add(pl_decoder *d, pl_seq_group *g, pl_seq *q) {
     if (g->n_beam_done == g->beam_done_cap) {
         int32_t nc = g->beam_done_cap ? g->beam_done_cap * 2 : 8;
         pl_seq **nd = realloc(g->beam_done, (size_t)nc * sizeof *nd);
-        if (!nd) abort();
+        if (!nd) {
+            g->oom = 1;
+            pl_seq_destroy(q);
+            return;
+        }
         g->beam_done = nd;
         g->beam_done_cap = nc;
     }
@@ -275,13 +297,9 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
      * for that many more of the top tokens and skip them. */
     const int32_t n_masked = (p->ignore_eos ? 0 : d->n_eog) + p->n_stop_token_ids;
     const int32_t K_top = K + n_masked < V ? K + n_masked : V;
-    beam_cand *cand = malloc((size_t)(n_beams * K) * sizeof *cand);
-    pl_token_logprob *top = malloc((size_t)K_top * sizeof *top);
-    if (!cand || !top) {
-        free(cand);
-        free(top);
-        return pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
-    }
+    beam_cand *cand = scratch(d, SCR_CAND, (size_t)(n_beams * K) * sizeof *cand);
+    pl_token_logprob *top = scratch(d, SCR_TOP, (size_t)K_top * sizeof *top);
+    if (!cand || !top) return pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
     int32_t nc = 0, rank = 0;
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
@@ -309,17 +327,13 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
         }
         rank++;
     }
-    free(top);
     /* The 2W best children by cumulative logprob. */
     qsort(cand, (size_t)nc, sizeof *cand, cmp_cand);
     if (nc > 2 * W) nc = 2 * W;
 
     /* Finished children become hypotheses; the others are ranked by score. */
-    beam_cand *run = malloc((size_t)(nc > 0 ? nc : 1) * sizeof *run);
-    if (!run) {
-        free(cand);
-        return pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
-    }
+    beam_cand *run = scratch(d, SCR_RUN, (size_t)(nc > 0 ? nc : 1) * sizeof *run);
+    if (!run) return pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
     int32_t n_run = 0;
     for (int32_t i = 0; i < nc; i++) {
         if (!cand[i].finished) {
@@ -327,7 +341,10 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
             continue;
         }
         pl_seq *h = pl_seq_clone(cand[i].parent, -1);
-        if (!h) abort();
+        if (!h) {
+            g->oom = 1;
+            continue;
+        }
         h->status = PL_SEQ_FINISHED;
         seq_push(d, h, cand[i].token, cand[i].lp, NULL);
         h->finish = cand[i].why;
@@ -347,22 +364,45 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
     int32_t keep = stop ? 0 : (n_run < W ? n_run : W);
 
     /* Materialise the kept children: the first child of a parent takes over the parent; later
-     * children fork it before it appends (sharing every block). */
-    pl_seq **next = malloc((size_t)(keep > 0 ? keep : 1) * sizeof *next);
-    uint8_t *used = calloc((size_t)(rank > 0 ? rank : 1), 1);
-    if (!next || !used) abort();
-    for (int32_t i = 0; i < keep; i++) {
-        beam_cand *c = &run[i];
+     * children fork it before it appends (sharing every block). Nothing of the group changes
+     * until every fork exists: a failure undoes the forks and fails the step (the engine then
+     * ends the step's requests with the error). */
+    pl_seq **next = scratch(d, SCR_NEXT, (size_t)(keep > 0 ? keep : 1) * sizeof *next);
+    uint8_t *used = scratch(d, SCR_USED, (size_t)(rank > 0 ? rank : 1));
+    if (!next || !used) return pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
+    memset(used, 0, (size_t)(rank > 0 ? rank : 1));
+    pl_status st = PL_OK;
+    int32_t made = 0;
+    for (; made < keep; made++) {
+        beam_cand *c = &run[made];
         if (!used[c->parent_rank]) {
             used[c->parent_rank] = 1;
-            next[i] = NULL; /* takes over the parent, below */
+            next[made] = NULL; /* takes over the parent, below */
             continue;
         }
         pl_seq *f = pl_seq_clone(c->parent, 0);
-        if (!f) abort();
-        pl_status st = pl_kv_fork(d->kv, &c->parent->table, &f->table);
-        if (st != PL_OK) abort(); /* forking only takes references */
-        next[i] = f;
+        if (!f) {
+            st = pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
+            break;
+        }
+        if ((st = pl_kv_fork(d->kv, &c->parent->table, &f->table)) != PL_OK) {
+            pl_seq_destroy(f);
+            break;
+        }
+        next[made] = f;
+    }
+    if (st == PL_OK && g->seqs_cap < keep) {
+        pl_seq **ns = realloc(g->seqs, (size_t)keep * sizeof *ns);
+        if (ns) g->seqs = ns, g->seqs_cap = keep;
+        else st = pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
+    }
+    if (st != PL_OK) {
+        for (int32_t i = 0; i < made; i++)
+            if (next[i]) {
+                pl_kv_free(d->kv, &next[i]->table);
+                pl_seq_destroy(next[i]);
+            }
+        return st;
     }
     for (int32_t i = 0; i < keep; i++) {
         beam_cand *c = &run[i];
@@ -370,9 +410,6 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
         seq_push(d, next[i], c->token, c->lp, NULL);
     }
     /* Parents without children are dropped: their blocks go back unless a child shares them. */
-    int32_t n_new = 0;
-    pl_seq **seqs = malloc((size_t)(keep + g->n_seqs + 1) * sizeof *seqs);
-    if (!seqs) abort();
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         int kept = 0;
@@ -385,17 +422,10 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
     for (int32_t i = 0; i < keep; i++) {
         next[i]->index = i;
         next[i]->status = PL_SEQ_RUNNING;
-        seqs[n_new++] = next[i];
+        g->seqs[i] = next[i];
     }
-    free(g->seqs);
-    g->seqs = seqs;
-    g->n_seqs = n_new;
-    g->seqs_cap = keep + 1;
-    g->n_live = n_new;
-    free(next);
-    free(used);
-    free(run);
-    free(cand);
+    g->n_seqs = keep;
+    g->n_live = keep;
     return PL_OK;
 }
 
@@ -565,6 +595,10 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
             pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, g->n_cached_tokens, g->prompt_top,
                               g->prompt_top ? g->params.prompt_logprobs : 0);
             g->emitted_prompt = 1;
+        }
+        if (g->oom) {
+            pl_decoder_finish_group(d, g, PL_FINISH_ERROR, "out of memory while decoding");
+            continue;
         }
         if (g->n_live == 0) {
             pl_decoder_finish_group(d, g, PL_FINISH_STOP, NULL);

@@ -21,6 +21,8 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 
+enum { SCR_CAND, SCR_TOP, SCR_RUN, SCR_NEXT, SCR_USED, PL_DECODER_SCRATCH };
+
 typedef struct {
     const pl_tokenizer *tok;
     pl_kv_manager *kv;
@@ -34,6 +36,8 @@ typedef struct {
     int32_t *eog_ids;             /* end-of-generation ids (masked before min_tokens) */
     int32_t n_eog;
     pl_seq_group **step_groups;   /* [max_items] groups sampling in the current step */
+    void *scratch[PL_DECODER_SCRATCH]; /* beam search's step arrays, reused across steps */
+    size_t scratch_cap[PL_DECODER_SCRATCH];
     const float *logits;          /* the current step's logits and rows (during an update) */
     const int32_t *item_row;
     void (*forget)(void *ctx, pl_seq_group *g); /* a group ended (before it is destroyed) */

@@ -164,11 +164,16 @@ pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out
         return pl_fail(PL_ERR_TIMEOUT, "request %llu: no new output yet",
                        (unsigned long long)c->id);
     }
+    /* Out of memory here loses nothing: the news stay in the channel for the next poll. */
     pl_request_output *o = calloc(1, sizeof *o);
-    if (!o) abort();
+    if (o) o->deltas = calloc((size_t)c->n_slots, sizeof *o->deltas);
+    if (!o || !o->deltas) {
+        free(o);
+        pthread_mutex_unlock(&c->mu);
+        return pl_fail(PL_ERR_NOMEM, "request %llu: out of memory for its output",
+                       (unsigned long long)c->id);
+    }
     o->id = c->id;
-    o->deltas = calloc((size_t)c->n_slots, sizeof *o->deltas);
-    if (!o->deltas) abort();
     for (int32_t i = 0; i < c->n_slots; i++) {
         if (!c->has_pending[i]) continue;
         o->deltas[o->n_deltas++] = c->pending[i];

@@ -68,6 +68,7 @@ struct pl_seq_group {
     int32_t n_cached_tokens;    /* prompt tokens hit in the prefix cache at first admission */
     int prefilled;              /* the prompt's logits were sampled once (n/beam fork done) */
     int aborted;
+    int oom;                    /* an allocation for it failed while decoding: ends with an error */
     int emitted_prompt;         /* the first output (prompt ids, logprobs) was sent */
     pl_token_logprob *prompt_top; /* [n_prompt][n_top + 1] prompt logprobs, when asked */
     struct pl_out_channel *chan;
