@@ -264,7 +264,7 @@ pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server *
     s->cfg.served_model_name = s->model_name;
     s->cfg.model_path = s->model_path;
     s->cfg.api_key = s->api_key;
-    if (s->cfg.max_logprobs <= 0 || s->cfg.max_logprobs > PL_MAX_LOGPROBS) s->cfg.max_logprobs = PL_MAX_LOGPROBS;
+    if (s->cfg.max_logprobs < 0 || s->cfg.max_logprobs > PL_MAX_LOGPROBS) s->cfg.max_logprobs = PL_MAX_LOGPROBS;
     if (s->cfg.max_request_bytes == 0) s->cfg.max_request_bytes = 4u << 20;
     pthread_mutex_init(&s->mu, NULL);
     pl_server_metrics_init(&s->metrics);

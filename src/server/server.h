@@ -39,7 +39,7 @@ typedef struct {
     const char *api_key;           /* NULL or "": no auth; else every /v1 route needs "Bearer KEY" */
     size_t max_request_bytes;      /* request bodies above this get 413 (default 4 MiB) */
     double shutdown_grace;         /* seconds in-flight requests may finish on stop (10) */
-    int32_t max_logprobs;          /* bound of logprobs / top_logprobs / prompt_logprobs (20) */
+    int32_t max_logprobs;          /* bound of logprobs / top_logprobs / prompt_logprobs (20; 0 = none allowed) */
 } pl_server_config;
 
 void pl_server_config_default(pl_server_config *c);

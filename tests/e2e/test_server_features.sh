@@ -58,7 +58,10 @@ done
 stop_server
 
 # ---- --no-prefix-caching: the same 40-token prompt twice finds nothing cached ----
-start_server --threads 1 --no-prefix-caching
+# (with --max-logprobs 0: no log-probabilities at all, rather than the default 20)
+start_server --threads 1 --no-prefix-caching --max-logprobs 0
+http POST /v1/completions -d '{"prompt": "Once", "max_tokens": 2, "logprobs": 1}'
+check "logprobs 1 > --max-logprobs 0: 400 (got $STATUS)" test "$STATUS" = 400
 check "startup says prefix caching off" grep -q 'prefix caching off' "$TMP/server.out"
 P40=$(python3 -c 'print(list(range(10, 50)))')
 for i in 1 2; do
