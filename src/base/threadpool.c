@@ -1,8 +1,13 @@
 /* base/threadpool — see threadpool.h.
  *
- * A job is published by bumping `generation` under the mutex; workers spin on it for a short
- * while (cheap wake-up between the many small jobs of a forward step) and otherwise wait on the
- * condition variable. Completion is counted with an atomic that the caller spins on.
+ * A job is n parts (calls fn(ctx, i, n), i < n). It is published by storing `claim` = (job
+ * number << 32 | 0) and then bumping `generation` under the mutex; workers spin on the
+ * generation for a short while (cheap wake-up between the many small jobs of a forward step) and
+ * otherwise wait on the condition variable. Every thread, the caller included, then claims parts
+ * with a compare-and-swap on `claim` until none is left, and the caller waits until `done`
+ * counts n. A part is claimed once, by whoever comes first, so a worker that the OS has not
+ * scheduled (a loaded machine) costs nothing: the caller runs its part. The job number in
+ * `claim` keeps a late worker from claiming parts of a later job with a stale view.
  */
 #include "base/threadpool.h"
 
@@ -21,12 +26,14 @@ struct pl_threadpool {
     pthread_t *threads;        /* n - 1 workers */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint_fast64_t generation; /* bumped once per job */
-    atomic_int pending;        /* workers still running the current job */
-    pl_job_fn fn;
-    void *ctx;
-    int active;                /* threads that take part in the current job */
-    int stop;
+    atomic_uint_fast64_t generation; /* bumped once per job (wakes the workers) */
+    atomic_uint_fast64_t claim;      /* job number << 32 | next unclaimed part */
+    atomic_int done;                 /* parts of the current job finished */
+    _Atomic(pl_job_fn) fn;           /* the current job (atomic: a late worker may read them */
+    _Atomic(void *) ctx;             /*  while the next job is set; its claim then fails) */
+    atomic_int parts;
+    uint32_t job;                    /* the caller's job counter */
+    atomic_int stop;                 /* destroy: workers exit */
 };
 
 typedef struct {
@@ -40,10 +47,30 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* Claim and run parts of job `job` until none is left (or a later job replaced it). */
+static void run_parts(pl_threadpool *tp, uint64_t job) {
+    for (;;) {
+        uint_fast64_t v = atomic_load_explicit(&tp->claim, memory_order_acquire);
+        if (v >> 32 != job) return;
+        int parts = atomic_load_explicit(&tp->parts, memory_order_relaxed);
+        int i = (int)(v & 0xffffffffu);
+        if (i >= parts) return;
+        if (!atomic_compare_exchange_weak_explicit(&tp->claim, &v, v + 1, memory_order_acq_rel,
+                                                   memory_order_relaxed))
+            continue;
+        /* Part i of this job is ours: the job cannot end before it is done, so what we read now
+         * is this job's. */
+        pl_job_fn fn = atomic_load_explicit(&tp->fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&tp->ctx, memory_order_relaxed);
+        parts = atomic_load_explicit(&tp->parts, memory_order_relaxed);
+        fn(ctx, i, parts);
+        atomic_fetch_add_explicit(&tp->done, 1, memory_order_release);
+    }
+}
+
 static void *worker_main(void *p) {
     worker_arg *wa = p;
     pl_threadpool *tp = wa->tp;
-    int ith = wa->ith;
     free(wa);
     uint_fast64_t seen = 0;
     for (;;) {
@@ -54,14 +81,13 @@ static void *worker_main(void *p) {
         }
         if (g == seen) {
             pthread_mutex_lock(&tp->mu);
-            while ((g = atomic_load(&tp->generation)) == seen && !tp->stop)
+            while ((g = atomic_load(&tp->generation)) == seen && !atomic_load(&tp->stop))
                 pthread_cond_wait(&tp->cv, &tp->mu);
             pthread_mutex_unlock(&tp->mu);
         }
-        if (tp->stop) return NULL;
+        if (atomic_load(&tp->stop)) return NULL;
         seen = g;
-        if (ith < tp->active) tp->fn(tp->ctx, ith, tp->active);
-        atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_acq_rel);
+        run_parts(tp, atomic_load_explicit(&tp->claim, memory_order_acquire) >> 32);
     }
 }
 
@@ -82,7 +108,12 @@ pl_threadpool *pl_threadpool_create(int n_threads) {
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cv, NULL);
     atomic_init(&tp->generation, 0);
-    atomic_init(&tp->pending, 0);
+    atomic_init(&tp->claim, 0);
+    atomic_init(&tp->done, 0);
+    atomic_init(&tp->fn, NULL);
+    atomic_init(&tp->ctx, NULL);
+    atomic_init(&tp->parts, 0);
+    atomic_init(&tp->stop, 0);
     tp->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     if (!tp->threads) { free(tp); return NULL; }
     for (int i = 1; i < n_threads; i++) {
@@ -104,7 +135,7 @@ pl_threadpool *pl_threadpool_create(int n_threads) {
 void pl_threadpool_destroy(pl_threadpool *tp) {
     if (!tp) return;
     pthread_mutex_lock(&tp->mu);
-    tp->stop = 1;
+    atomic_store(&tp->stop, 1);
     atomic_fetch_add(&tp->generation, 1);
     pthread_cond_broadcast(&tp->cv);
     pthread_mutex_unlock(&tp->mu);
@@ -123,18 +154,21 @@ void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx) {
         return;
     }
     if (n > tp->n) n = tp->n;
-    tp->fn = fn;
-    tp->ctx = ctx;
-    tp->active = n;
-    atomic_store(&tp->pending, tp->n - 1);
+    uint64_t job = ++tp->job; /* 32 bits: wraps after 4e9 jobs, long after any late worker */
+    atomic_store_explicit(&tp->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&tp->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&tp->parts, n, memory_order_relaxed);
+    atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->claim, job << 32, memory_order_release);
     pthread_mutex_lock(&tp->mu);
     atomic_fetch_add_explicit(&tp->generation, 1, memory_order_release);
     pthread_cond_broadcast(&tp->cv);
     pthread_mutex_unlock(&tp->mu);
-    fn(ctx, 0, n);
-    /* spin for the stragglers, but yield now and then: if a worker was preempted (the machine
-     * is oversubscribed) spinning would only keep it off the core it is waiting for */
-    for (int i = 0; atomic_load_explicit(&tp->pending, memory_order_acquire) > 0; i++) {
+    run_parts(tp, job);
+    /* Every part is claimed; wait for those other threads are still running. Yield now and then:
+     * if one was preempted (the machine is oversubscribed) spinning would only keep it off the
+     * core it needs. */
+    for (int i = 0; atomic_load_explicit(&tp->done, memory_order_acquire) < n; i++) {
         if (i < WAIT_SPIN_ITERS) cpu_relax();
         else sched_yield();
     }

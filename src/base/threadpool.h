@@ -1,10 +1,13 @@
 /* base/threadpool — a persistent pool of worker threads for data-parallel kernels.
  *
- * pl_threadpool_run(tp, fn, ctx) calls fn(ctx, ith, nth) once on each of nth threads (the caller
- * is thread 0) and returns when all have finished. Workers are created once, spin briefly for
- * the next job and then sleep, so a run costs a few microseconds and no thread is created per
- * step. Jobs must split their work by ith/nth (see pl_split_range) and write disjoint outputs.
- * A pool is driven by one thread at a time (the engine thread).
+ * pl_threadpool_run(tp, fn, ctx) calls fn(ctx, ith, nth) once for each part ith < nth (nth = the
+ * pool's size) and returns when all have finished. The parts are claimed by whichever thread
+ * comes first (the caller included), so part ith need not run on thread ith and a worker the OS
+ * has not scheduled delays nothing: a part must depend only on (ctx, ith, nth), never on the
+ * calling thread. Workers are created once, spin briefly for the next job and then sleep, so a
+ * run costs a few microseconds and no thread is created per step. Jobs split their work by
+ * ith/nth (see pl_split_range) and write disjoint outputs. A pool is driven by one thread at a
+ * time (the engine thread).
  */
 #ifndef PL_BASE_THREADPOOL_H
 #define PL_BASE_THREADPOOL_H
@@ -20,7 +23,7 @@ void pl_threadpool_destroy(pl_threadpool *tp);
 int pl_threadpool_size(const pl_threadpool *tp);
 /* Run fn on every thread of the pool; tp may be NULL (runs fn(ctx, 0, 1) inline). */
 void pl_threadpool_run(pl_threadpool *tp, pl_job_fn fn, void *ctx);
-/* Run fn on the first n threads only (1 <= n); the rest skip the job. */
+/* Run fn as n parts (1 <= n, at most the pool's size). */
 void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx);
 
 /* The part [*begin, *end) of [0, n) that thread ith of nth owns, in chunks of `align` items. */
