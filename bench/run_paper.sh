@@ -4,7 +4,7 @@
 # block_size.jsonl, preempt.jsonl, sharing.jsonl, prefix.jsonl, machine.txt. Then run
 # bench/plot.sh to draw the charts.
 #
-#   MODEL=/work/models/llama110m-q8_0.gguf LLAMA_SERVER=/path/to/llama-server bash bench/run_paper.sh [parts]
+#   MODEL=$MODELS/llama110m-q8_0.gguf LLAMA_SERVER=/path/to/llama-server bash bench/run_paper.sh [parts]
 #
 # parts: any of layouts serve blocks preempt sharing prefix (default: all). Environment:
 #   MODEL         GGUF model (required to exist; both systems load the same file)
@@ -18,7 +18,7 @@
 # Servers bind 127.0.0.1 only and are killed on exit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${MODEL:-/work/models/llama110m-q8_0.gguf}
+MODEL=${MODEL:-${MODELS:-models}/llama110m-q8_0.gguf}  # MODELS: the folder holding the mkmodel outputs
 PL=${PL:-build/pagellm}
 OUT=${OUT:-bench/results}
 THREADS=${THREADS:-1}
