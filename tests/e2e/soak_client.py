@@ -17,7 +17,7 @@ ap.add_argument("--threads", type=int, default=8)
 ap.add_argument("--seed", type=int, default=1234)
 a = ap.parse_args()
 
-TIMEOUT = 120  # a socket timeout: a hung connection is a failure, never a hang of the test
+TIMEOUT = 30  # a socket timeout (a request here takes well under 1 s): a hung connection is a failure, never a hang of the test
 PREFIXES = ["Once upon a time, there was a little boy named Tom. He liked to play with his red ball in the big green park near his house every day.",
             "One day, a little girl named Sue went to the shop with her mom. They wanted to buy some bread and milk for breakfast.",
             "The cat sat on the mat. The dog ran in the sun. The bird sang a happy song in the tall tree."]
