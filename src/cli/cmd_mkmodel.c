@@ -25,6 +25,7 @@
  * runtime errors (unreadable vocabulary file, out of memory, write failure).
  */
 #include "cli/args.h"
+#include "base/buf.h"
 #include "cli/cli.h"
 
 #include "base/rng.h"
@@ -191,13 +192,7 @@ typedef struct {
 } builder;
 
 static void *keep(builder *b, size_t n) {
-    if (b->n_bufs == b->cap_bufs) {
-        size_t c = b->cap_bufs ? b->cap_bufs * 2 : 64;
-        void **q = realloc(b->bufs, c * sizeof *q);
-        if (!q) return NULL;
-        b->bufs = q;
-        b->cap_bufs = c;
-    }
+    if (pl_array_reserve(&b->bufs, &b->cap_bufs, b->n_bufs + 1, sizeof *b->bufs)) return NULL;
     void *p = malloc(n ? n : 1);
     if (p) b->bufs[b->n_bufs++] = p;
     return p;

@@ -5,6 +5,7 @@
  * requests finish for --shutdown-timeout seconds, abort the rest, exit 0.
  */
 #include "cli/args.h"
+#include "base/fault.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
 
@@ -185,12 +186,18 @@ int pl_cmd_serve(int argc, char **argv) {
     printf("serving %s on http://%s%s%s:%d (API key %s)\n", o.srv.served_model_name,
            v6 ? "[" : "", host, v6 ? "]" : "", pl_server_port(s),
            o.srv.api_key && *o.srv.api_key ? "required" : "not required");
+    /* The fault-injection build (tests/fault) fails allocations from here on: serving must
+     * survive them; loading was tested on its own. */
+    if (pl_fault_enabled()) pl_fault_arm();
     int sig = 0;
     sigwait(&stop, &sig);
     printf("received %s: shutting down (grace %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
            o.srv.shutdown_grace);
     pl_server_stop(s, o.srv.shutdown_grace);
     pl_engine_destroy(e);
+    if (pl_fault_enabled())
+        printf("fault injection: %llu of %llu calls failed\n",
+               (unsigned long long)pl_fault_failed(), (unsigned long long)pl_fault_calls());
     printf("stopped\n");
     return 0;
 }

@@ -1,5 +1,6 @@
 /* cli/generate_batch — see generate_batch.h. */
 #include "cli/generate_batch.h"
+#include "base/buf.h"
 #include "base/clock.h"
 
 #include "cli/cli.h"
@@ -170,12 +171,7 @@ int pl_gen_batch(pl_engine *e, const char *input, const char *output, int verbos
         size_t k = 0;
         while (k < (size_t)len && (line[k] == ' ' || line[k] == '\t')) k++;
         if (k == (size_t)len) continue; /* blank line */
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            batch_item *ni = realloc(items, cap * sizeof *ni);
-            if (!ni) break;
-            items = ni;
-        }
+        if (pl_array_reserve(&items, &cap, n + 1, sizeof *items)) break;
         memset(&items[n], 0, sizeof items[n]);
         add_line(e, &items[n], n, line, (size_t)len);
         n++;

@@ -15,6 +15,7 @@
  * search deliver their n best completions when the request ends.
  */
 #include "engine/decoder.h"
+#include "base/buf.h"
 
 #include "base/status.h"
 #include "base/clock.h"
@@ -80,15 +81,9 @@ void pl_decoder_destroy(pl_decoder *d) {
 /* Out of memory marks the group: the decoder ends it with an error after this step's sampling
  * (one failure policy: a failed allocation fails the request, never the process). */
 static void text_append(pl_seq *q, const char *s, size_t n) {
-    if (q->text_len + n + 1 > q->text_cap) {
-        size_t nc = (q->text_len + n + 1) * 2;
-        char *t = realloc(q->text, nc);
-        if (!t) {
-            q->group->oom = 1;
-            return;
-        }
-        q->text = t;
-        q->text_cap = nc;
+    if (pl_array_reserve(&q->text, &q->text_cap, q->text_len + n + 1, 1)) {
+        q->group->oom = 1;
+        return;
     }
     memcpy(q->text + q->text_len, s, n);
     q->text_len += n;
@@ -269,16 +264,11 @@ static int cmp_done(const void *a, const void *b, void *ctx) {
 
 /* Keep the W best finished hypotheses. */
 static void beam_done_add(pl_decoder *d, pl_seq_group *g, pl_seq *q) {
-    if (g->n_beam_done == g->beam_done_cap) {
-        int32_t nc = g->beam_done_cap ? g->beam_done_cap * 2 : 8;
-        pl_seq **nd = realloc(g->beam_done, (size_t)nc * sizeof *nd);
-        if (!nd) {
-            g->oom = 1;
-            pl_seq_destroy(q);
-            return;
-        }
-        g->beam_done = nd;
-        g->beam_done_cap = nc;
+    if (pl_array_reserve(&g->beam_done, &g->beam_done_cap, (size_t)g->n_beam_done + 1,
+                         sizeof *g->beam_done)) {
+        g->oom = 1;
+        pl_seq_destroy(q);
+        return;
     }
     g->beam_done[g->n_beam_done++] = q;
     qsort_r(g->beam_done, (size_t)g->n_beam_done, sizeof *g->beam_done, cmp_done, d);
@@ -391,11 +381,8 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
         }
         next[made] = f;
     }
-    if (st == PL_OK && g->seqs_cap < keep) {
-        pl_seq **ns = realloc(g->seqs, (size_t)keep * sizeof *ns);
-        if (ns) g->seqs = ns, g->seqs_cap = keep;
-        else st = pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
-    }
+    if (st == PL_OK && pl_array_reserve(&g->seqs, &g->seqs_cap, (size_t)keep, sizeof *g->seqs))
+        st = pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
     if (st != PL_OK) {
         for (int32_t i = 0; i < made; i++)
             if (next[i]) {
@@ -452,7 +439,7 @@ static void emit_seq(pl_seq_group *g, pl_seq *q, int32_t index) {
         .stop_token = q->stop_token, .stop_str = (char *)q->stop_str,
         .cumulative_logprob = q->cum_logprob,
     };
-    pl_out_push(g->chan, &d, d.n_top);
+    if (pl_out_push(g->chan, &d, d.n_top)) g->oom = 1; /* the channel fails the request */
     q->pending_from = n_out;
     q->text_sent = upto;
 }
@@ -493,6 +480,7 @@ void pl_decoder_finish_group(pl_decoder *d, pl_seq_group *g, pl_finish_reason wh
         if (g->seqs[i]->status != PL_SEQ_FINISHED) seq_finish(d, g->seqs[i], why);
     g->finished_at = pl_clock_now();
     if (!g->emitted_prompt) {
+        /* A failure marks the channel, whose finish then reports it. */
         pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, g->n_cached_tokens, g->prompt_top,
                           g->prompt_top ? g->params.prompt_logprobs : 0);
         g->emitted_prompt = 1;
@@ -505,7 +493,7 @@ void pl_decoder_finish_group(pl_decoder *d, pl_seq_group *g, pl_finish_reason wh
                 emit_seq(g, q, i);
             } else {
                 pl_completion_delta d = {.index = i, .text = "", .finish = why, .stop_token = -1};
-                pl_out_push(g->chan, &d, 0);
+                pl_out_push(g->chan, &d, 0); /* a failure marks the channel: finish fails */
             }
         }
     } else if (g->params.use_beam_search) {
@@ -578,10 +566,11 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
     }
     for (int32_t gi = 0; gi < n_groups; gi++) {
         pl_seq_group *g = d->step_groups[gi];
+        pl_status st = PL_OK;
         if (g->params.use_beam_search) {
-            PL_TRY(beam_step(d, g));
+            st = beam_step(d, g);
         } else if (!g->prefilled) {
-            PL_TRY(first_sample(d, g, d->logits + (size_t)g->seqs[0]->logits_row * V));
+            st = first_sample(d, g, d->logits + (size_t)g->seqs[0]->logits_row * V);
         } else {
             for (int32_t j = 0; j < g->n_seqs; j++) {
                 pl_seq *q = g->seqs[j];
@@ -589,11 +578,14 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
                     sample_seq(d, q, d->logits + (size_t)q->logits_row * V);
             }
         }
+        if (st == PL_ERR_NOMEM) g->oom = 1; /* this request fails below; the others go on */
+        else if (st != PL_OK) return st;
         for (int32_t j = 0; j < g->n_seqs; j++) g->seqs[j]->logits_row = -1;
         if (!g->prefilled) {
             g->prefilled = 1;
-            pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, g->n_cached_tokens, g->prompt_top,
-                              g->prompt_top ? g->params.prompt_logprobs : 0);
+            if (pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, g->n_cached_tokens,
+                                  g->prompt_top, g->prompt_top ? g->params.prompt_logprobs : 0))
+                g->oom = 1;
             g->emitted_prompt = 1;
         }
         if (g->oom) {

@@ -9,6 +9,7 @@
  * channel (engine/output.h), found in the channel registry (reg_mu).
  */
 #include "engine/engine_internal.h"
+#include "base/buf.h"
 #include "base/clock.h"
 
 #include "base/log.h"
@@ -388,21 +389,29 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     return PL_OK;
 }
 
-static void push_abort(pl_engine *e, uint64_t id) {
+/* Queue an abort of request id, whose channel c the caller holds a reference to. Out of memory
+ * loses nothing: the channel is marked and the engine's next step scans for marked channels. */
+static void push_abort(pl_engine *e, uint64_t id, pl_out_channel *c) {
     pthread_mutex_lock(&e->inbox_mu);
-    if (e->n_aborts == e->cap_aborts) {
-        int32_t nc = e->cap_aborts ? e->cap_aborts * 2 : 16;
-        uint64_t *na = realloc(e->aborts, (size_t)nc * sizeof *na);
-        if (!na) { pthread_mutex_unlock(&e->inbox_mu); return; }
-        e->aborts = na;
-        e->cap_aborts = nc;
+    if (pl_array_reserve(&e->aborts, &e->cap_aborts, e->n_aborts + 1, sizeof *e->aborts)) {
+        pl_out_want_abort(c);
+        e->abort_scan = 1;
+    } else {
+        e->aborts[e->n_aborts++] = id;
     }
-    e->aborts[e->n_aborts++] = id;
     pthread_cond_broadcast(&e->inbox_cv);
     pthread_mutex_unlock(&e->inbox_mu);
 }
 
-void pl_engine_abort(pl_engine *e, uint64_t id) { push_abort(e, id); }
+void pl_engine_abort(pl_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->reg_mu);
+    pl_out_channel *c = pl_idmap_get(&e->channels, id);
+    if (c) atomic_fetch_add(&c->refs, 1); /* kept alive while we queue the abort */
+    pthread_mutex_unlock(&e->reg_mu);
+    if (!c) return; /* finished and consumed, or never existed */
+    push_abort(e, id, c);
+    pl_out_channel_unref(c);
+}
 
 void pl_engine_release(pl_engine *e, uint64_t id) {
     pthread_mutex_lock(&e->reg_mu);
@@ -410,8 +419,22 @@ void pl_engine_release(pl_engine *e, uint64_t id) {
     pthread_mutex_unlock(&e->reg_mu);
     if (!c) return;
     pl_out_release(c);
+    push_abort(e, id, c);
     pl_out_channel_unref(c); /* the client's reference */
-    push_abort(e, id);
+}
+
+/* The aborts that found no room in `aborts`: finish every group whose channel is marked. */
+static void scan_aborts(pl_engine *e) {
+    for (int again = 1; again;) {
+        again = 0;
+        for (size_t i = 0; i < e->groups.cap && !again; i++) {
+            pl_seq_group *g = e->groups.keys[i] ? e->groups.vals[i] : NULL;
+            if (g && pl_out_abort_wanted(g->chan)) {
+                pl_group_finish(e, g, PL_FINISH_ABORT, NULL); /* changes the map: start over */
+                again = 1;
+            }
+        }
+    }
 }
 
 /* Move new requests into the scheduler and apply aborts (engine thread). */
@@ -420,11 +443,14 @@ static void drain_inbox(pl_engine *e) {
     pl_seq_group *g = e->inbox_head;
     e->inbox_head = e->inbox_tail = NULL;
     e->inbox_n = 0;
-    int32_t n_ab = e->n_aborts;
-    uint64_t stack_ids[64], *ids = n_ab <= 64 ? stack_ids : malloc((size_t)n_ab * sizeof *ids);
-    if (!ids) n_ab = 0;
-    else if (n_ab) memcpy(ids, e->aborts, (size_t)n_ab * sizeof *ids);
-    e->n_aborts = 0;
+    /* Aborts are taken 64 at a time (no allocation); the rest wait for the next step. */
+    uint64_t ids[64];
+    size_t n_ab = e->n_aborts < 64 ? e->n_aborts : 64;
+    memcpy(ids, e->aborts, n_ab * sizeof *ids);
+    memmove(e->aborts, e->aborts + n_ab, (e->n_aborts - n_ab) * sizeof *ids);
+    e->n_aborts -= n_ab;
+    int scan = e->abort_scan;
+    e->abort_scan = 0;
     pthread_mutex_unlock(&e->inbox_mu);
     while (g) {
         pl_seq_group *next = g->next;
@@ -436,11 +462,11 @@ static void drain_inbox(pl_engine *e) {
         }
         g = next;
     }
-    for (int32_t i = 0; i < n_ab; i++) {
+    for (size_t i = 0; i < n_ab; i++) {
         pl_seq_group *ag = pl_idmap_get(&e->groups, ids[i]);
         if (ag) pl_group_finish(e, ag, PL_FINISH_ABORT, NULL);
     }
-    if (ids != stack_ids) free(ids);
+    if (scan) scan_aborts(e);
 }
 
 /* Engine thread: one KV memory sample; the step's blocks are all allocated now, none freed yet. */
@@ -506,7 +532,7 @@ static pl_status step(pl_engine *e) {
 
 int pl_engine_has_work(pl_engine *e) {
     pthread_mutex_lock(&e->inbox_mu);
-    int w = e->inbox_head != NULL || e->n_aborts > 0;
+    int w = e->inbox_head != NULL || e->n_aborts > 0 || e->abort_scan;
     pthread_mutex_unlock(&e->inbox_mu);
     return w || pl_scheduler_has_work(&e->sched);
 }
@@ -520,14 +546,14 @@ void pl_engine_wait_for_work(pl_engine *e, int timeout_ms) {
     if (pl_scheduler_has_work(&e->sched)) return;
     pthread_mutex_lock(&e->inbox_mu);
     if (timeout_ms < 0) {
-        while (!e->inbox_head && !e->n_aborts) pthread_cond_wait(&e->inbox_cv, &e->inbox_mu);
+        while (!e->inbox_head && !e->n_aborts && !e->abort_scan) pthread_cond_wait(&e->inbox_cv, &e->inbox_mu);
     } else {
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_sec += timeout_ms / 1000;
         dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
         if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-        while (!e->inbox_head && !e->n_aborts)
+        while (!e->inbox_head && !e->n_aborts && !e->abort_scan)
             if (pthread_cond_timedwait(&e->inbox_cv, &e->inbox_mu, &dl) == ETIMEDOUT) break;
     }
     pthread_mutex_unlock(&e->inbox_mu);

@@ -41,7 +41,9 @@ struct pl_engine {
     pl_seq_group *inbox_head, *inbox_tail;
     int32_t inbox_n;
     uint64_t *aborts;           /* ids to abort at the next step */
-    int32_t n_aborts, cap_aborts;
+    size_t n_aborts, cap_aborts;
+    int abort_scan;             /* an abort did not fit in `aborts` (out of memory): its channel
+                                   is marked, and the next step looks at every group's channel */
     uint64_t next_id;
     pthread_mutex_t reg_mu;     /* guards `channels` */
     pl_idmap channels;          /* id -> pl_out_channel* while a client may poll */

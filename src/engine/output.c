@@ -3,6 +3,7 @@
 #include "engine/output.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,7 +41,6 @@ void pl_out_channel_unref(pl_out_channel *c) {
     for (int32_t i = 0; i < c->n_slots; i++) delta_clear(&c->pending[i]);
     free(c->pending);
     free(c->has_pending);
-    free(c->error);
     free(c->prompt_ids);
     free(c->prompt_top);
     pthread_mutex_destroy(&c->mu);
@@ -48,29 +48,38 @@ void pl_out_channel_unref(pl_out_channel *c) {
     free(c);
 }
 
-static void *grow(void *p, size_t n) {
+/* Grows *p to n bytes; on failure *p is unchanged (and still valid). */
+static int grow(void *pp, size_t n) {
+    void *p;
+    memcpy(&p, pp, sizeof p);
     void *q = realloc(p, n ? n : 1);
-    if (!q) abort(); /* out of memory while recording output: nothing sensible remains */
-    return q;
+    if (!q) return -1;
+    memcpy(pp, &q, sizeof q);
+    return 0;
 }
 
-/* Append delta d (n_top per token) to the pending slot of its completion. */
-static void coalesce(pl_completion_delta *p, const pl_completion_delta *d, int32_t n_top) {
+/* Append delta d (n_top per token) to the pending slot of its completion: all of it, or (out
+ * of memory) none of it — a grown buffer still holds the same bytes. */
+static int coalesce(pl_completion_delta *p, const pl_completion_delta *d, int32_t n_top) {
     int32_t n0 = p->n_tokens, n1 = n0 + d->n_tokens;
+    size_t w = (size_t)n_top + 1;
+    char *stop = NULL;
+    if ((d->n_tokens && grow(&p->token_ids, (size_t)n1 * sizeof(int32_t))) ||
+        (d->n_tokens && d->token_logprobs &&
+         (grow(&p->token_logprobs, (size_t)n1 * sizeof(float)) ||
+          grow(&p->top, (size_t)n1 * w * sizeof(pl_token_logprob)))) ||
+        grow(&p->text, p->text_len + d->text_len + 1) ||
+        (d->finish != PL_FINISH_NONE && d->stop_str && !(stop = strdup(d->stop_str))))
+        return -1;
     p->index = d->index;
     if (d->n_tokens) {
-        p->token_ids = grow(p->token_ids, (size_t)n1 * sizeof(int32_t));
         memcpy(p->token_ids + n0, d->token_ids, (size_t)d->n_tokens * sizeof(int32_t));
         if (d->token_logprobs) {
-            p->token_logprobs = grow(p->token_logprobs, (size_t)n1 * sizeof(float));
             memcpy(p->token_logprobs + n0, d->token_logprobs, (size_t)d->n_tokens * sizeof(float));
-            size_t w = (size_t)n_top + 1;
-            p->top = grow(p->top, (size_t)n1 * w * sizeof(pl_token_logprob));
             memcpy(p->top + (size_t)n0 * w, d->top, (size_t)d->n_tokens * w * sizeof(*d->top));
             p->n_top = n_top;
         }
     }
-    p->text = grow(p->text, p->text_len + d->text_len + 1);
     memcpy(p->text + p->text_len, d->text, d->text_len);
     p->text_len += d->text_len;
     p->text[p->text_len] = '\0';
@@ -79,54 +88,78 @@ static void coalesce(pl_completion_delta *p, const pl_completion_delta *d, int32
         p->finish = d->finish;
         p->stop_token = d->stop_token;
         free(p->stop_str);
-        p->stop_str = d->stop_str ? strdup(d->stop_str) : NULL;
+        p->stop_str = stop;
     }
     p->cumulative_logprob = d->cumulative_logprob;
+    return 0;
 }
 
-void pl_out_push(pl_out_channel *c, const pl_completion_delta *d, int32_t n_top) {
+static const char LOST[] = "out of memory while recording the output";
+
+int pl_out_push(pl_out_channel *c, const pl_completion_delta *d, int32_t n_top) {
+    int rc = 0;
     pthread_mutex_lock(&c->mu);
     if (d->index >= 0 && d->index < c->n_slots) {
         if (!c->has_pending[d->index]) {
             memset(&c->pending[d->index], 0, sizeof c->pending[0]);
             c->pending[d->index].stop_token = -1;
         }
-        coalesce(&c->pending[d->index], d, n_top);
+        rc = coalesce(&c->pending[d->index], d, n_top);
         c->has_pending[d->index] = 1;
-        c->n_output_tokens += d->n_tokens;
+        if (rc) c->lost = 1;
+        else c->n_output_tokens += d->n_tokens;
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
-void pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t n_cached,
-                       const pl_token_logprob *top, int32_t n_top) {
+int pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t n_cached,
+                      const pl_token_logprob *top, int32_t n_top) {
     pthread_mutex_lock(&c->mu);
     c->n_prompt = n;
-    c->prompt_ids = grow(NULL, (size_t)n * sizeof(int32_t));
-    memcpy(c->prompt_ids, ids, (size_t)n * sizeof(int32_t));
     c->n_cached = n_cached;
-    if (top && n_top > 0) {
+    int rc = grow(&c->prompt_ids, (size_t)n * sizeof(int32_t));
+    if (!rc) memcpy(c->prompt_ids, ids, (size_t)n * sizeof(int32_t));
+    if (!rc && top && n_top > 0) {
         size_t sz = (size_t)n * (size_t)(n_top + 1) * sizeof(*top);
-        c->prompt_top = grow(NULL, sz);
-        memcpy(c->prompt_top, top, sz);
-        c->n_prompt_top = n_top;
+        rc = grow(&c->prompt_top, sz);
+        if (!rc) {
+            memcpy(c->prompt_top, top, sz);
+            c->n_prompt_top = n_top;
+        }
     }
+    if (rc) c->lost = 1;
     c->prompt_ready = 1;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 void pl_out_finish(pl_out_channel *c, const char *error, double arrival, double first_token,
                    double finish_time) {
     pthread_mutex_lock(&c->mu);
     c->finished = 1;
-    if (error && !c->error) c->error = strdup(error);
+    if (c->lost && !c->error[0]) error = LOST;
+    if (error && !c->error[0]) snprintf(c->error, sizeof c->error, "%s", error);
     c->arrival = arrival;
     c->first_token = first_token;
     c->finish_time = finish_time;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+void pl_out_want_abort(pl_out_channel *c) {
+    pthread_mutex_lock(&c->mu);
+    c->abort_wanted = 1;
+    pthread_mutex_unlock(&c->mu);
+}
+
+int pl_out_abort_wanted(pl_out_channel *c) {
+    pthread_mutex_lock(&c->mu);
+    int r = c->abort_wanted;
+    pthread_mutex_unlock(&c->mu);
+    return r;
 }
 
 int pl_out_released(pl_out_channel *c) {
@@ -167,7 +200,9 @@ pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out
     /* Out of memory here loses nothing: the news stay in the channel for the next poll. */
     pl_request_output *o = calloc(1, sizeof *o);
     if (o) o->deltas = calloc((size_t)c->n_slots, sizeof *o->deltas);
-    if (!o || !o->deltas) {
+    if (o && c->finished && c->error[0]) o->error = strdup(c->error);
+    if (!o || !o->deltas || (c->finished && c->error[0] && !o->error)) {
+        if (o) free(o->deltas);
         free(o);
         pthread_mutex_unlock(&c->mu);
         return pl_fail(PL_ERR_NOMEM, "request %llu: out of memory for its output",
@@ -193,7 +228,6 @@ pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out
     o->n_output_tokens = c->n_output_tokens;
     if (c->finished) {
         o->finished = 1;
-        o->error = c->error ? strdup(c->error) : NULL;
         o->arrival_time = c->arrival;
         o->first_token_time = c->first_token;
         o->finish_time = c->finish_time;

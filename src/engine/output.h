@@ -29,7 +29,9 @@ typedef struct pl_out_channel {
     int finished;                  /* the engine pushed the last delta */
     int taken_final;               /* the client received finished = 1 */
     int released;                  /* the client went away: engine should abort */
-    char *error;                   /* error message of a failed request */
+    int abort_wanted;              /* pl_engine_abort or release asked for it (see engine.c) */
+    char error[256];               /* error message of a failed request ("" if none) */
+    int lost;                      /* an allocation failed: output was dropped, finish fails */
     /* First-output data (prompt), handed out once. */
     int32_t n_prompt;
     int32_t *prompt_ids;
@@ -44,13 +46,18 @@ typedef struct pl_out_channel {
 pl_out_channel *pl_out_channel_new(uint64_t id, int32_t n_slots);
 void pl_out_channel_unref(pl_out_channel *c);
 
-/* Engine side. */
-void pl_out_push(pl_out_channel *c, const pl_completion_delta *d, int32_t n_top);
-void pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t n_cached,
+/* Engine side. push and set_prompt return -1 when out of memory: the data is dropped, the
+ * channel remembers it (`lost`), and its finish reports an error whatever the engine says, so
+ * no client takes a truncated answer for a whole one. */
+int pl_out_push(pl_out_channel *c, const pl_completion_delta *d, int32_t n_top);
+int pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t n_cached,
                        const pl_token_logprob *top, int32_t n_top);
 void pl_out_finish(pl_out_channel *c, const char *error, double arrival, double first_token,
                    double finish_time);
 int pl_out_released(pl_out_channel *c);
+/* The fallback path of an abort when out of memory: mark, and test, the channel. */
+void pl_out_want_abort(pl_out_channel *c);
+int pl_out_abort_wanted(pl_out_channel *c);
 
 /* Client side: take what is there (waiting as pl_engine_poll describes). */
 pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out);

@@ -1,5 +1,6 @@
 /* engine/request — see request.h: the lifetime of sequences and sequence groups. */
 #include "engine/request.h"
+#include "base/buf.h"
 
 #include "base/status.h"
 #include "engine/output.h"
@@ -59,11 +60,9 @@ pl_seq *pl_seq_clone(pl_seq *q, int32_t index) {
     c->n_computed = q->n_computed;
     c->status = q->status;
     c->detok = q->detok;
-    if (q->text_len + 1 > c->text_cap) {
-        char *t = realloc(c->text, q->text_len + 1);
-        if (!t) { pl_seq_destroy(c); return NULL; }
-        c->text = t;
-        c->text_cap = q->text_len + 1;
+    if (pl_array_reserve(&c->text, &c->text_cap, q->text_len + 1, 1)) {
+        pl_seq_destroy(c);
+        return NULL;
     }
     memcpy(c->text, q->text, q->text_len);
     c->text_len = q->text_len;
@@ -74,13 +73,7 @@ pl_seq *pl_seq_clone(pl_seq *q, int32_t index) {
 }
 
 int pl_group_add_seq(pl_seq_group *g, pl_seq *q) {
-    if (g->n_seqs == g->seqs_cap) {
-        int32_t nc = g->seqs_cap ? g->seqs_cap * 2 : 4;
-        pl_seq **ns = realloc(g->seqs, (size_t)nc * sizeof *ns);
-        if (!ns) return -1;
-        g->seqs = ns;
-        g->seqs_cap = nc;
-    }
+    if (pl_array_reserve(&g->seqs, &g->seqs_cap, (size_t)g->n_seqs + 1, sizeof *g->seqs)) return -1;
     g->seqs[g->n_seqs++] = q;
     return 0;
 }

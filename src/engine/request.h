@@ -63,7 +63,8 @@ struct pl_seq_group {
     int32_t *prompt;            /* [n_prompt] */
     int32_t n_prompt;
     pl_seq **seqs;              /* [n_seqs] live and finished sequences */
-    int32_t n_seqs, seqs_cap;
+    int32_t n_seqs;
+    size_t seqs_cap;
     int32_t n_live;             /* sequences not finished */
     int32_t n_cached_tokens;    /* prompt tokens hit in the prefix cache at first admission */
     int prefilled;              /* the prompt's logits were sampled once (n/beam fork done) */
@@ -76,7 +77,8 @@ struct pl_seq_group {
     uint64_t step_mark;         /* engine step in which it last sampled (dedup in decode) */
     /* Beam search: finished hypotheses (kept sorted by score). */
     pl_seq **beam_done;
-    int32_t n_beam_done, beam_done_cap;
+    int32_t n_beam_done;
+    size_t beam_done_cap;
     pl_seq_group *next, *prev;  /* intrusive queue links (waiting / running / swapped) */
     struct pl_group_queue_ *queue; /* the queue holding it, or NULL */
 };

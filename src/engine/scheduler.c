@@ -1,5 +1,6 @@
 /* engine/scheduler — see scheduler.h for the policy. */
 #include "engine/scheduler.h"
+#include "base/buf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -36,16 +37,6 @@ static void q_remove(pl_group_queue *q, pl_seq_group *g) {
 
 /* ---- growable result arrays ---- */
 
-static int reserve(void **arr, int32_t *cap, int32_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    int32_t nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
-    void *p = realloc(*arr, (size_t)nc * elem);
-    if (!p) return -1;
-    *arr = p;
-    *cap = nc;
-    return 0;
-}
 
 pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_manager *kv) {
     memset(s, 0, sizeof *s);
@@ -97,7 +88,7 @@ typedef struct {
 } budget;
 
 static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits) {
-    if (reserve((void **)&s->out->items, &s->out->items_cap, s->out->n_items + 1, sizeof *s->out->items))
+    if (pl_array_reserve(&s->out->items, &s->out->items_cap, (size_t)s->out->n_items + 1, sizeof *s->out->items))
         return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
     pl_sched_item *it = &s->out->items[s->out->n_items++];
     it->seq = q;
@@ -109,9 +100,9 @@ static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits)
     return PL_OK;
 }
 
-static pl_status push_copies(pl_block_copy **arr, int32_t *n, int32_t *cap,
+static pl_status push_copies(pl_block_copy **arr, int32_t *n, size_t *cap,
                              const pl_block_copy *src, int32_t k) {
-    if (reserve((void **)arr, cap, *n + k, sizeof **arr))
+    if (pl_array_reserve(arr, cap, (size_t)*n + (size_t)k, sizeof **arr))
         return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
     memcpy(*arr + *n, src, (size_t)k * sizeof *src);
     *n += k;
@@ -303,7 +294,7 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
 
 static pl_status refuse(pl_scheduler *s, pl_seq_group *g) {
     q_remove(&s->waiting, g);
-    if (reserve((void **)&s->out->refused, &s->out->cap_refused, s->out->n_refused + 1, sizeof *s->out->refused))
+    if (pl_array_reserve(&s->out->refused, &s->out->cap_refused, (size_t)s->out->n_refused + 1, sizeof *s->out->refused))
         return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
     s->out->refused[s->out->n_refused++] = g;
     return PL_OK;

@@ -53,13 +53,15 @@ typedef struct pl_group_queue_ {
  * its arrays grow as needed and are reused, so a step allocates nothing in the steady state. */
 typedef struct {
     pl_sched_item *items;         /* [n_items] in batch order */
-    int32_t n_items, items_cap;
+    int32_t n_items;
+    size_t items_cap;
     int32_t n_tokens;             /* tokens scheduled */
     pl_block_copy *swap_out, *swap_in, *cow;
     int32_t n_swap_out, n_swap_in, n_cow;
-    int32_t cap_swap_out, cap_swap_in, cap_cow;
+    size_t cap_swap_out, cap_swap_in, cap_cow;
     pl_seq_group **refused;       /* groups that can never fit */
-    int32_t n_refused, cap_refused;
+    int32_t n_refused;
+    size_t cap_refused;
 } pl_sched_output;
 
 void pl_sched_output_destroy(pl_sched_output *o);

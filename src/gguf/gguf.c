@@ -13,6 +13,7 @@
  * children stored contiguously in `arrs` (O(1) access).
  */
 #include "gguf/gguf.h"
+#include "base/buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -223,14 +224,9 @@ static pl_status check_bools(reader *r, const uint8_t *p, uint64_t n) {
 
 /* ---- values ---- */
 
-static pl_status grow(void **p, size_t *cap, size_t need_n, size_t elem) {
-    if (need_n <= *cap) return PL_OK;
-    size_t c = *cap ? *cap : 16;
-    while (c < need_n) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return pl_fail(PL_ERR_NOMEM, "out of memory growing the GGUF index to %zu entries", c);
-    *p = q;
-    *cap = c;
+static pl_status grow(void *arrp, size_t *cap, size_t need_n, size_t elem) {
+    if (pl_array_reserve(arrp, cap, need_n, elem))
+        return pl_fail(PL_ERR_NOMEM, "out of memory growing the GGUF index to %zu entries", need_n);
     return PL_OK;
 }
 
@@ -247,7 +243,7 @@ static pl_status parse_array(reader *r, size_t slot, int depth) {
     gguf_arr a = {t, count, r->pos, 0};
     if (t == PL_GGUF_STRING) {
         PL_TRY(check_count(r, count, 8, "array length (strings)"));
-        PL_TRY(grow((void **)&g->offs, &g->cap_offs, g->n_offs + count, sizeof *g->offs));
+        PL_TRY(grow(&g->offs, &g->cap_offs, g->n_offs + count, sizeof *g->offs));
         a.first = g->n_offs;
         g->n_offs += count;
         for (uint64_t i = 0; i < count; i++) {
@@ -261,7 +257,7 @@ static pl_status parse_array(reader *r, size_t slot, int depth) {
         PL_TRY(check_count(r, count, GGUF_ARR_HEADER_BYTES, "array length (arrays)"));
         if (g->n_arrs + count > UINT32_MAX)
             return pl_fail(PL_ERR_FORMAT, "%s: more than 2^32 arrays in one file", r->what);
-        PL_TRY(grow((void **)&g->arrs, &g->cap_arrs, g->n_arrs + count, sizeof *g->arrs));
+        PL_TRY(grow(&g->arrs, &g->cap_arrs, g->n_arrs + count, sizeof *g->arrs));
         a.first = g->n_arrs;
         g->n_arrs += count;
         for (uint64_t i = 0; i < count; i++) PL_TRY(parse_array(r, a.first + i, depth + 1));
@@ -284,7 +280,7 @@ static pl_status parse_value(reader *r, gguf_kv *kv) {
     } else if (kv->type == PL_GGUF_ARRAY) {
         if (g->n_arrs >= UINT32_MAX)
             return pl_fail(PL_ERR_FORMAT, "%s: more than 2^32 arrays in one file", r->what);
-        PL_TRY(grow((void **)&g->arrs, &g->cap_arrs, g->n_arrs + 1, sizeof *g->arrs));
+        PL_TRY(grow(&g->arrs, &g->cap_arrs, g->n_arrs + 1, sizeof *g->arrs));
         kv->arr = (uint32_t)g->n_arrs++;
         PL_TRY(parse_array(r, kv->arr, 1));
     } else {

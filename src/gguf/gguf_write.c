@@ -6,6 +6,7 @@
  * alignment, then each tensor's data padded with zeros to the alignment.
  */
 #include "gguf/gguf.h"
+#include "base/buf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -50,14 +51,7 @@ struct pl_gguf_writer {
 
 static int put(bytes *b, const void *src, size_t n) {
     if (n > SIZE_MAX - b->n) return 0;
-    if (b->n + n > b->cap) {
-        size_t c = b->cap ? b->cap : 64;
-        while (c < b->n + n) c = c > SIZE_MAX / 2 ? b->n + n : c * 2;
-        uint8_t *q = realloc(b->p, c);
-        if (!q) return 0;
-        b->p = q;
-        b->cap = c;
-    }
+    if (pl_array_reserve(&b->p, &b->cap, b->n + n, 1)) return 0;
     if (n) memcpy(b->p + b->n, src, n);
     b->n += n;
     return 1;
@@ -120,14 +114,8 @@ static pl_status add_kv(pl_gguf_writer *w, const char *key, size_t n, pl_gguf_ty
         st = pl_fail(PL_ERR_INVALID_ARG, "GGUF writer: empty key or key with a NUL byte");
     else if (find_kv(w, key, n))
         st = pl_fail(PL_ERR_INVALID_ARG, "GGUF writer: duplicate key '%.*s'", (int)n, key);
-    else if (w->n_kv == w->cap_kv) {
-        size_t c = w->cap_kv ? 2 * w->cap_kv : 32;
-        wkv *q = realloc(w->kvs, c * sizeof *q);
-        if (!q) st = nomem();
-        else {
-            w->kvs = q;
-            w->cap_kv = c;
-        }
+    else if (pl_array_reserve(&w->kvs, &w->cap_kv, w->n_kv + 1, sizeof *w->kvs)) {
+        st = nomem();
     }
     char *k = st == PL_OK ? malloc(n + 1) : NULL;
     if (st == PL_OK && !k) st = nomem();
@@ -316,13 +304,7 @@ pl_status pl_gguf_writer_add_tensor(pl_gguf_writer *w, const char *name, pl_dtyp
     for (size_t i = 0; i < w->n_t; i++)
         if (!strcmp(w->ts[i].name, name))
             return pl_fail(PL_ERR_INVALID_ARG, "GGUF writer: duplicate tensor '%s'", name);
-    if (w->n_t == w->cap_t) {
-        size_t c = w->cap_t ? 2 * w->cap_t : 64;
-        wtensor *q = realloc(w->ts, c * sizeof *q);
-        if (!q) return nomem();
-        w->ts = q;
-        w->cap_t = c;
-    }
+    if (pl_array_reserve(&w->ts, &w->cap_t, w->n_t + 1, sizeof *w->ts)) return nomem();
     if (!(t.name = strdup(name))) return nomem();
     w->ts[w->n_t++] = t;
     return PL_OK;

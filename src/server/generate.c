@@ -12,6 +12,7 @@
  * response is done or the connection died, which releases whatever is unfinished.
  */
 #include "server/server_internal.h"
+#include "base/buf.h"
 
 #include <poll.h>
 #include <stdio.h>
@@ -40,10 +41,13 @@ typedef struct {
     pl_server_choice *ch;          /* [n_eng * n_per] */
     int64_t prompt_tokens;
     char *error;                   /* the first engine error message */
+    int nomem;                     /* out of memory building the answer: it ends with a 503 */
+    const char *fail;              /* or it ends with this (static) internal error */
+    int error_sent;                /* a stream's error event went out */
     int fd;                        /* client socket, for hang-up checks */
     /* Streaming. */
-    char *buf;                     /* SSE bytes not yet handed to MHD */
-    size_t len, off, cap;
+    pl_strbuf out;                 /* SSE bytes not yet handed to MHD, from `off` */
+    size_t off;
     size_t *text_off;              /* [n_eng * n_per] characters streamed (logprob offsets) */
     uint8_t *echoed;               /* [n_eng * n_per] echo text sent */
     int sent_done;
@@ -73,7 +77,7 @@ static void job_free(gen_job *j) {
     free(j->n_ptop);
     free(j->ch);
     free(j->error);
-    free(j->buf);
+    pl_strbuf_destroy(&j->out);
     free(j->text_off);
     free(j->echoed);
     pl_server_request_free(&j->req);
@@ -127,18 +131,28 @@ static int tokenize_prompts(gen_job *j, pl_server_error *err) {
     j->ch = calloc(nc, sizeof *j->ch);
     j->text_off = calloc(nc, sizeof *j->text_off);
     j->echoed = calloc(nc, 1);
+    if (!j->ids || !j->added || !j->done || !j->prompt || !j->n_prompt || !j->echo || !j->ptop ||
+        !j->n_ptop || !j->ch || !j->text_off || !j->echoed) {
+        free(chat_text);
+        return pl_server_nomem(err);
+    }
     for (size_t k = 0; k < nc; k++) j->ch[k].stop_token = -1;
     for (int i = 0; i < j->n_eng; i++) {
         const char *text = r->chat ? chat_text : r->prompts[i].text;
         if (text) {
             /* vLLM tokenizes with special tokens recognised; chat text carries its own BOS. */
-            if (pl_tokenize(s->tok, text, strlen(text), r->add_special_tokens, 1, &j->prompt[i],
-                            &j->n_prompt[i]) != PL_OK) {
+            pl_status st = pl_tokenize(s->tok, text, strlen(text), r->add_special_tokens, 1,
+                                       &j->prompt[i], &j->n_prompt[i]);
+            if (st != PL_OK) {
                 free(chat_text);
+                if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
                 return pl_server_fail(err, 400, r->chat ? "messages" : "prompt", "invalid_value",
                                       "cannot tokenize the prompt: %s", pl_last_error());
             }
-            if (r->echo) j->echo[i] = strdup(text);
+            if (r->echo && !(j->echo[i] = strdup(text))) {
+                free(chat_text);
+                return pl_server_nomem(err);
+            }
         } else {
             const pl_server_prompt *p = &r->prompts[i];
             for (size_t t = 0; t < p->n_ids; t++)
@@ -147,16 +161,19 @@ static int tokenize_prompts(gen_job *j, pl_server_error *err) {
                                           "token id %d at position %zu of prompt %d is out of "
                                           "range [0, %d)", p->ids[t], t, i, s->n_vocab);
             j->prompt[i] = malloc((p->n_ids ? p->n_ids : 1) * sizeof(int32_t));
+            if (!j->prompt[i]) return pl_server_nomem(err);
             memcpy(j->prompt[i], p->ids, p->n_ids * sizeof(int32_t));
             j->n_prompt[i] = p->n_ids;
             if (r->echo) {
                 char *t;
                 size_t tl;
-                if (pl_detokenize(s->tok, p->ids, p->n_ids, r->params.skip_special_tokens, &t,
-                                  &tl) == PL_OK) {
+                pl_status st = pl_detokenize(s->tok, p->ids, p->n_ids,
+                                             r->params.skip_special_tokens, &t, &tl);
+                if (st == PL_OK) {
                     j->echo[i] = pl_server_utf8_sanitize(t, tl, NULL);
                     free(t);
                 }
+                if (st == PL_ERR_NOMEM || (st == PL_OK && !j->echo[i])) return pl_server_nomem(err);
             }
         }
     }
@@ -203,10 +220,14 @@ static int submit(gen_job *j, pl_server_error *err) {
                                   "the server is busy (%s); retry later", pl_last_error());
         if (st == PL_ERR_INVALID_ARG)
             return pl_server_fail(err, 400, NULL, "invalid_value", "%s", pl_last_error());
+        if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
         if (st != PL_OK)
             return pl_server_fail(err, 500, NULL, "internal_error", "%s", pl_last_error());
+        if (pl_srv_track(j->s, j->ids[i])) { /* a stop could not abort it: take it back now */
+            pl_engine_release(j->s->eng, j->ids[i]);
+            return pl_server_nomem(err);
+        }
         j->added[i] = 1;
-        pl_srv_track(j->s, j->ids[i]);
     }
     return 0;
 }
@@ -214,6 +235,10 @@ static int submit(gen_job *j, pl_server_error *err) {
 static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x, int chat,
                            pl_server_error *err) {
     gen_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        pl_server_nomem(err);
+        return NULL;
+    }
     j->s = s;
     pthread_mutex_lock(&s->mu);
     s->active++;
@@ -247,21 +272,17 @@ fail:
 /* ---- consuming outputs ---- */
 
 static void out_append(gen_job *j, const char *s, size_t n) {
-    if (j->len + n > j->cap) {
-        j->cap = (j->len + n) * 2 + 256;
-        j->buf = realloc(j->buf, j->cap);
-    }
-    memcpy(j->buf + j->len, s, n);
-    j->len += n;
+    if (pl_strbuf_append(&j->out, s, n)) j->nomem = 1;
 }
 
+/* Frames and queues one event built since the last pl_server_json_reset; a NULL object or a
+ * failure inside jansson marks the job instead (the stream then ends with an error event). */
 static void out_event(gen_job *j, json_t *o) {
-    char *e = pl_server_sse_event(o);
+    char *e = o && !pl_server_json_failed() ? pl_server_sse_event(o) : NULL;
     json_decref(o);
-    if (e) {
-        out_append(j, e, strlen(e));
-        free(e);
-    }
+    if (!e || pl_server_json_failed()) j->nomem = 1;
+    else out_append(j, e, strlen(e));
+    free(e);
 }
 
 static json_t *chunk_base(gen_job *j) {
@@ -307,7 +328,13 @@ static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d)
         json_t *text = text_json(d->text, d->text_len);
         if (j->echo[i] && !j->echoed[k]) { /* the prompt goes in front of the first chunk */
             size_t el = strlen(j->echo[i]);
-            char *t = malloc(el + json_string_length(text) + 1);
+            char *t = text ? malloc(el + json_string_length(text) + 1) : NULL;
+            if (!t) {
+                json_decref(text);
+                json_decref(lp);
+                j->nomem = 1;
+                return;
+            }
             memcpy(t, j->echo[i], el);
             memcpy(t + el, json_string_value(text), json_string_length(text) + 1);
             json_decref(text);
@@ -325,34 +352,52 @@ static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d)
 
 static void take_output(gen_job *j, int i, pl_request_output *o, int streaming) {
     if (o->n_prompt_top > 0 && o->prompt_top && !j->ptop[i] && o->n_prompt_tokens > 0) {
-        size_t n = (size_t)o->n_prompt_tokens * (size_t)(o->n_prompt_top + 1);
-        j->ptop[i] = malloc(n * sizeof *j->ptop[i]);
-        memcpy(j->ptop[i], o->prompt_top, n * sizeof *j->ptop[i]);
+        j->ptop[i] = o->prompt_top; /* taken over: the output is freed without it */
+        o->prompt_top = NULL;
         j->n_ptop[i] = o->n_prompt_top;
     }
     for (int32_t d = 0; d < o->n_deltas; d++) {
         const pl_completion_delta *dl = &o->deltas[d];
         if (dl->index < 0 || dl->index >= j->n_per) continue;
         int k = i * j->n_per + dl->index;
-        pl_server_choice_add(&j->ch[k], dl);
-        if (streaming) stream_delta(j, i, k, dl);
+        if (pl_server_choice_add(&j->ch[k], dl)) j->nomem = 1;
+        else if (streaming) stream_delta(j, i, k, dl);
     }
-    if (o->error && !j->error) j->error = strdup(o->error);
+    if (o->error && !j->error) { /* taken over, like the prompt data */
+        j->error = o->error;
+        o->error = NULL;
+    }
     if (o->finished) {
         j->done[i] = 1;
         pl_srv_untrack(j->s, j->ids[i]);
         j->prompt_tokens += (int64_t)j->n_prompt[i];
-        pl_finish_reason why = o->error ? PL_FINISH_ERROR : j->ch[i * j->n_per].finish;
+        pl_finish_reason why = j->error ? PL_FINISH_ERROR : j->ch[i * j->n_per].finish;
         pl_server_metrics_observe(&j->s->metrics, o, o->n_output_tokens, why);
-        if (streaming && o->error) {
+        if (streaming && j->error && !j->error_sent) {
             pl_server_error e;
-            pl_server_fail(&e, 500, NULL, "internal_error", "%s", o->error);
+            pl_server_fail(&e, 500, NULL, "internal_error", "%s", j->error);
             char *body = pl_server_error_body(&e);
-            out_append(j, "data: ", 6);
-            out_append(j, body, strlen(body));
-            out_append(j, "\n\n", 2);
+            if (body) {
+                out_append(j, "data: ", 6);
+                out_append(j, body, strlen(body));
+                out_append(j, "\n\n", 2);
+                j->error_sent = 1;
+            } else {
+                j->nomem = 1;
+            }
             free(body);
         }
+    }
+}
+
+/* Out of memory while answering: give up the engine requests still running (their blocks go
+ * back at the next step) so the answer can end now, with an error. */
+static void drop_unfinished(gen_job *j) {
+    for (int i = 0; i < j->n_eng; i++) {
+        if (j->done[i] || !j->added[i]) continue;
+        pl_engine_release(j->s->eng, j->ids[i]);
+        pl_srv_untrack(j->s, j->ids[i]);
+        j->done[i] = 1;
     }
 }
 
@@ -376,8 +421,11 @@ static int poll_round(gen_job *j, int streaming) {
         } else if (st == PL_ERR_NOT_FOUND) { /* cannot happen while we hold it; do not spin */
             j->done[i] = 1;
             pl_srv_untrack(j->s, j->ids[i]);
-            if (!j->error) j->error = strdup(pl_last_error());
+            j->fail = "the engine no longer knows this request";
+        } else if (st == PL_ERR_NOMEM) {
+            j->nomem = 1; /* the output stays in the engine; we give the request up */
         }
+        if (j->nomem || j->fail) drop_unfinished(j);
     }
     return client_gone(j->fd) ? -1 : 0;
 }
@@ -401,6 +449,10 @@ static json_t *completion_logprobs(gen_job *j, int i, const pl_server_choice *c)
     float *lp = NULL;
     if (j->ptop[i]) {
         lp = malloc((size_t)(np ? np : 1) * sizeof *lp);
+        if (!lp) {
+            json_decref(out);
+            return NULL;
+        }
         for (int32_t t = 0; t < np; t++) lp[t] = j->ptop[i][(size_t)t * (size_t)w + (size_t)(w - 1)].logprob;
     }
     json_t *pre = pl_server_completion_logprobs(&j->rx, j->prompt[i], lp, j->ptop[i], np,
@@ -409,6 +461,11 @@ static json_t *completion_logprobs(gen_job *j, int i, const pl_server_choice *c)
     json_decref(out);
     out = pl_server_completion_logprobs(&j->rx, c->ids, c->lp, c->top, c->n, c->n_top, 0, off,
                                         NULL);
+    if (!pre || !out) {
+        json_decref(pre);
+        json_decref(out);
+        return NULL;
+    }
     const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
     for (int k = 0; k < 4; k++) json_array_extend(json_object_get(pre, keys[k]), json_object_get(out, keys[k]));
     json_decref(out);
@@ -429,6 +486,11 @@ static json_t *prompt_logprobs_json(gen_job *j, int i) {
         for (int32_t k = w - 1; k >= 0; k--) { /* the prompt token first, then the top */
             const pl_token_logprob *e = &j->ptop[i][t * (size_t)w + (size_t)k];
             char key[16], *ts = pl_server_token_str(j->s->tok, e->id);
+            if (!ts) {
+                json_decref(a);
+                json_decref(d);
+                return json_null(); /* not NULL (= not asked): the caller checks for null */
+            }
             snprintf(key, sizeof key, "%d", e->id);
             json_object_set_new(d, key, json_pack("{s:f, s:s}", "logprob",
                                                   e->logprob > -9999.0f ? e->logprob : -9999.0,
@@ -459,6 +521,10 @@ static json_t *whole_response(gen_job *j) {
             } else {
                 size_t el = j->echo[i] ? strlen(j->echo[i]) : 0;
                 char *t = malloc(el + c->len + 1);
+                if (!t) {
+                    json_decref(choices);
+                    return NULL;
+                }
                 if (el) memcpy(t, j->echo[i], el);
                 memcpy(t + el, c->text ? c->text : "", c->len);
                 t[el + c->len] = 0;
@@ -469,6 +535,11 @@ static json_t *whole_response(gen_job *j) {
                                    pl_server_stop_reason_json(c->finish, c->stop_token, c->stop_str));
                 free(t);
                 json_t *pl = prompt_logprobs_json(j, i);
+                if (pl && json_is_null(pl)) {
+                    json_decref(choice);
+                    json_decref(choices);
+                    return NULL;
+                }
                 if (pl) json_object_set_new(choice, "prompt_logprobs", pl);
             }
             json_array_append_new(choices, choice);
@@ -485,14 +556,30 @@ static json_t *whole_response(gen_job *j) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     gen_job *j = cls;
+    pl_server_json_reset();
     for (;;) {
-        if (j->off < j->len) {
-            size_t n = j->len - j->off < max ? j->len - j->off : max;
-            memcpy(buf, j->buf + j->off, n);
+        if (j->nomem || (j->fail && !j->error_sent)) {
+            /* Out of memory (or lost): what is queued may have holes, so it is dropped and the
+             * stream ends with an error event written straight into MHD's buffer. */
+            drop_unfinished(j);
+            if (j->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
+            pl_server_error e;
+            if (j->nomem) pl_server_nomem(&e);
+            else pl_server_fail(&e, 500, NULL, "internal_error", "%s", j->fail);
+            int n = snprintf(buf, max, "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\","
+                             "\"param\":null,\"code\":\"%s\"}}\n\n%s", e.message, e.type,
+                             e.code, PL_SERVER_SSE_DONE);
+            j->sent_done = j->error_sent = 1;
+            return n > 0 && (size_t)n < max ? (ssize_t)n : MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (j->off < j->out.len) {
+            size_t n = j->out.len - j->off < max ? j->out.len - j->off : max;
+            memcpy(buf, j->out.p + j->off, n);
             j->off += n;
             return (ssize_t)n;
         }
-        j->off = j->len = 0;
+        j->off = 0;
+        pl_strbuf_clear(&j->out);
         if (j->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
         if (all_done(j)) {
             if (j->req.include_usage) {
@@ -548,8 +635,11 @@ static enum MHD_Result generate(pl_server *s, struct MHD_Connection *c, pl_conn_
         }
     }
     enum MHD_Result ok;
-    if (j->error) {
-        pl_server_fail(&err, 500, NULL, "internal_error", "%s", j->error);
+    if (j->nomem) {
+        pl_server_nomem(&err);
+        ok = pl_srv_send_error(c, &err);
+    } else if (j->error || j->fail) {
+        pl_server_fail(&err, 500, NULL, "internal_error", "%s", j->error ? j->error : j->fail);
         ok = pl_srv_send_error(c, &err);
     } else {
         ok = pl_srv_send_json(c, MHD_HTTP_OK, whole_response(j));

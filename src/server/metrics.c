@@ -5,6 +5,7 @@
  * its end-to-end latency, and its mean time per output token once per token after the first
  * (so the TPOT count equals vLLM's, which observes every inter-token gap).
  */
+#include "base/buf.h"
 #include "server/server.h"
 
 #include <math.h>
@@ -64,53 +65,29 @@ void pl_server_metrics_observe(pl_server_metrics *m, const pl_request_output *o,
     pthread_mutex_unlock(&m->mu);
 }
 
-/* A growing text buffer. */
-typedef struct {
-    char *s;
-    size_t len, cap;
-} strbuf;
-
-static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(strbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        b->cap = (b->cap + (size_t)n + 1) * 2;
-        b->s = realloc(b->s, b->cap);
-    }
-}
-
-static void metric(strbuf *b, const char *name, const char *type, const char *help,
+static void metric(pl_strbuf *b, const char *name, const char *type, const char *help,
                    const char *labels, double v) {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
+    pl_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
               labels, v);
 }
 
-static void hist(strbuf *b, const char *name, const char *help, const char *labels,
+static void hist(pl_strbuf *b, const char *name, const char *help, const char *labels,
                  const pl_server_hist *h) {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    pl_strbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < h->n_bounds; i++) {
         cum += h->counts[i];
-        sb_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, h->bounds[i],
+        pl_strbuf_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, h->bounds[i],
                   (unsigned long long)cum);
     }
-    sb_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)h->count);
-    sb_printf(b, "%s_sum{%s} %.17g\n%s_count{%s} %llu\n", name, labels, h->sum, name, labels,
+    pl_strbuf_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)h->count);
+    pl_strbuf_printf(b, "%s_sum{%s} %.17g\n%s_count{%s} %llu\n", name, labels, h->sum, name, labels,
               (unsigned long long)h->count);
 }
 
 char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
                                const char *model_name) {
-    strbuf b = {malloc(4096), 0, 4096};
-    b.s[0] = 0;
+    pl_strbuf b = {0};
     char labels[512];
     /* Label values escape backslash, quote and newline. */
     size_t j = (size_t)snprintf(labels, sizeof labels, "model_name=\"");
@@ -161,10 +138,10 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
            (double)s->steps);
 
     pthread_mutex_lock(&m->mu);
-    sb_printf(&b, "# HELP vllm:request_success_total Count of finished requests by reason.\n"
+    pl_strbuf_printf(&b, "# HELP vllm:request_success_total Count of finished requests by reason.\n"
                   "# TYPE vllm:request_success_total counter\n");
     for (int r = PL_FINISH_STOP; r <= PL_FINISH_ERROR; r++)
-        sb_printf(&b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", labels,
+        pl_strbuf_printf(&b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", labels,
                   pl_finish_reason_name((pl_finish_reason)r),
                   (unsigned long long)m->finished[r]);
     metric(&b, "pagellm_http_requests_total", "counter", "HTTP requests received.", labels,
@@ -176,5 +153,5 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
     hist(&b, "vllm:e2e_request_latency_seconds",
          "Histogram of end to end request latency in seconds.", labels, &m->e2e);
     pthread_mutex_unlock(&m->mu);
-    return b.s;
+    return pl_strbuf_take(&b);
 }

@@ -6,6 +6,7 @@
  * top_p (0, 1], penalties -2..2) and vLLM's SamplingParams elsewhere.
  */
 #include "server/server.h"
+#include "base/buf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -66,7 +67,8 @@ static int get_string(const json_t *o, const char *key, char **out, pl_server_er
     if (!v || json_is_null(v)) return 0;
     if (!json_is_string(v))
         return pl_server_fail(err, 400, key, "invalid_type", "'%s' must be a string", key);
-    *out = strdup(json_string_value(v));
+    free(*out);
+    if (!(*out = strdup(json_string_value(v)))) return pl_server_nomem(err);
     return 0;
 }
 
@@ -75,6 +77,7 @@ static int parse_ids(const json_t *a, const char *key, int32_t **ids, size_t *n,
                      pl_server_error *err) {
     size_t len = json_array_size(a);
     *ids = malloc((len ? len : 1) * sizeof **ids);
+    if (!*ids) return pl_server_nomem(err);
     *n = len;
     for (size_t i = 0; i < len; i++) {
         json_t *v = json_array_get(a, i);
@@ -93,8 +96,10 @@ static int parse_ids(const json_t *a, const char *key, int32_t **ids, size_t *n,
 
 /* ---- completions: prompt ---- */
 
-static int add_prompt(pl_server_request *r) {
-    r->prompts = realloc(r->prompts, (size_t)(r->n_prompts + 1) * sizeof *r->prompts);
+/* The index of a new empty prompt, or -1 (out of memory, *err filled). */
+static int add_prompt(pl_server_request *r, pl_server_error *err) {
+    if (pl_array_reserve(&r->prompts, &r->cap_prompts, (size_t)r->n_prompts + 1, sizeof *r->prompts))
+        return pl_server_nomem(err);
     memset(&r->prompts[r->n_prompts], 0, sizeof *r->prompts);
     return r->n_prompts++;
 }
@@ -106,8 +111,9 @@ static int parse_prompt(const json_t *o, pl_server_request *r, pl_server_error *
         return pl_server_fail(err, 400, "prompt", "missing_required_parameter",
                               "'prompt' is required");
     if (json_is_string(p)) {
-        int i = add_prompt(r);
-        r->prompts[i].text = strdup(json_string_value(p));
+        int i = add_prompt(r, err);
+        if (i < 0) return -1;
+        if (!(r->prompts[i].text = strdup(json_string_value(p)))) return pl_server_nomem(err);
         return 0;
     }
     if (!json_is_array(p) || json_array_size(p) == 0)
@@ -116,17 +122,20 @@ static int parse_prompt(const json_t *o, pl_server_request *r, pl_server_error *
                               "or a list of lists of token ids, and not empty");
     json_t *first = json_array_get(p, 0);
     if (json_is_integer(first)) {
-        int i = add_prompt(r);
+        int i = add_prompt(r, err);
+        if (i < 0) return -1;
         return parse_ids(p, "prompt", &r->prompts[i].ids, &r->prompts[i].n_ids, err);
     }
     size_t k;
     json_t *v;
     json_array_foreach(p, k, v) {
         if (json_is_string(first) && json_is_string(v)) {
-            int i = add_prompt(r);
-            r->prompts[i].text = strdup(json_string_value(v));
+            int i = add_prompt(r, err);
+            if (i < 0) return -1;
+            if (!(r->prompts[i].text = strdup(json_string_value(v)))) return pl_server_nomem(err);
         } else if (json_is_array(first) && json_is_array(v)) {
-            int i = add_prompt(r);
+            int i = add_prompt(r, err);
+            if (i < 0) return -1;
             if (parse_ids(v, "prompt", &r->prompts[i].ids, &r->prompts[i].n_ids, err)) return -1;
         } else {
             return pl_server_fail(err, 400, "prompt", "invalid_type",
@@ -145,11 +154,11 @@ static const char *const ROLES[] = {"system", "user", "assistant", "developer"};
 static int parse_content(const json_t *c, size_t i, char **out, pl_server_error *err) {
     if (!c || json_is_null(c)) {
         *out = strdup("");
-        return 0;
+        return *out ? 0 : pl_server_nomem(err);
     }
     if (json_is_string(c)) {
         *out = strdup(json_string_value(c));
-        return 0;
+        return *out ? 0 : pl_server_nomem(err);
     }
     if (!json_is_array(c))
         return pl_server_fail(err, 400, "messages", "invalid_type",
@@ -165,6 +174,7 @@ static int parse_content(const json_t *c, size_t i, char **out, pl_server_error 
         len += json_string_length(text);
     }
     *out = malloc(len + 1);
+    if (!*out) return pl_server_nomem(err);
     len = 0;
     json_array_foreach(c, k, part) {
         json_t *text = json_object_get(part, "text");
@@ -186,6 +196,7 @@ static int parse_messages(const json_t *o, pl_server_request *r, pl_server_error
         return pl_server_fail(err, 400, "messages", "invalid_value",
                               "'messages' must contain at least one message");
     r->messages = calloc(json_array_size(m), sizeof *r->messages);
+    if (!r->messages) return pl_server_nomem(err);
     size_t i;
     json_t *msg;
     json_array_foreach(m, i, msg) {
@@ -206,6 +217,7 @@ static int parse_messages(const json_t *o, pl_server_request *r, pl_server_error
         const char *rs = json_string_value(role);
         r->messages[i].role = strdup(strcmp(rs, "developer") ? rs : "system");
         r->n_messages = (int)i + 1;
+        if (!r->messages[i].role) return pl_server_nomem(err);
         if (parse_content(json_object_get(msg, "content"), i, &r->messages[i].content, err))
             return -1;
     }
@@ -219,20 +231,25 @@ static int parse_stop(const json_t *o, pl_server_request *r, pl_server_error *er
     if (s && !json_is_null(s)) {
         if (json_is_string(s)) {
             r->stop = calloc(1, sizeof *r->stop);
-            if (json_string_length(s)) r->stop[r->params.n_stop++] = strdup(json_string_value(s));
+            if (!r->stop) return pl_server_nomem(err);
+            if (json_string_length(s) && !(r->stop[r->params.n_stop++] = strdup(json_string_value(s))))
+                return pl_server_nomem(err);
         } else if (json_is_array(s)) {
             if (json_array_size(s) > PL_MAX_STOP_STRINGS)
                 return pl_server_fail(err, 400, "stop", "invalid_value",
                                       "'stop' has %zu strings, at most %d are allowed",
                                       json_array_size(s), PL_MAX_STOP_STRINGS);
             r->stop = calloc(json_array_size(s) + 1, sizeof *r->stop);
+            if (!r->stop) return pl_server_nomem(err);
             size_t i;
             json_t *v;
             json_array_foreach(s, i, v) {
                 if (!json_is_string(v))
                     return pl_server_fail(err, 400, "stop", "invalid_type",
                                           "'stop[%zu]' must be a string", i);
-                if (json_string_length(v)) r->stop[r->params.n_stop++] = strdup(json_string_value(v));
+                if (json_string_length(v) &&
+                    !(r->stop[r->params.n_stop++] = strdup(json_string_value(v))))
+                    return pl_server_nomem(err);
             }
         } else {
             return pl_server_fail(err, 400, "stop", "invalid_type",
@@ -357,7 +374,9 @@ json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err)
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!o) {
-        if (json_error_code(&je) == json_error_invalid_utf8)
+        if (json_error_code(&je) == json_error_out_of_memory || pl_server_json_failed())
+            pl_server_nomem(err);
+        else if (json_error_code(&je) == json_error_invalid_utf8)
             pl_server_fail(err, 400, NULL, "invalid_utf8",
                            "request body is not valid UTF-8 (byte %d)", je.position);
         else

@@ -5,6 +5,7 @@
  * as vLLM does, since JSON has no infinity.
  */
 #include "server/server.h"
+#include "base/buf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,21 +14,27 @@
 
 static double finite_lp(float lp) { return isfinite(lp) ? (double)lp : -9999.0; }
 
-void pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d) {
-    /* Deltas are coalesced by the engine, so there are few of them: exact reallocs suffice. */
-    c->text = realloc(c->text, c->len + d->text_len + 1);
+int pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d) {
+    /* Reserve everything first, so a failure leaves the choice as it was. */
+    size_t need = (size_t)c->n + (size_t)(d->n_tokens > 0 ? d->n_tokens : 0);
+    size_t row = (size_t)d->n_top + 1;
+    int with_lp = d->n_tokens > 0 && d->token_logprobs && d->top;
+    char *stop = d->finish != PL_FINISH_NONE && d->stop_str ? strdup(d->stop_str) : NULL;
+    if ((d->finish != PL_FINISH_NONE && d->stop_str && !stop) ||
+        pl_array_reserve(&c->text, &c->text_cap, c->len + d->text_len + 1, 1) ||
+        pl_array_reserve(&c->ids, &c->ids_cap, need, sizeof *c->ids) ||
+        (with_lp && (pl_array_reserve(&c->lp, &c->lp_cap, need, sizeof *c->lp) ||
+                     pl_array_reserve(&c->top, &c->top_cap, need * row, sizeof *c->top)))) {
+        free(stop);
+        return -1;
+    }
     memcpy(c->text + c->len, d->text ? d->text : "", d->text_len);
     c->len += d->text_len;
     c->text[c->len] = 0;
     if (d->n_tokens > 0) {
-        size_t need = (size_t)c->n + (size_t)d->n_tokens;
-        c->ids = realloc(c->ids, need * sizeof *c->ids);
         memcpy(c->ids + c->n, d->token_ids, (size_t)d->n_tokens * sizeof *c->ids);
-        if (d->token_logprobs && d->top) {
-            size_t row = (size_t)d->n_top + 1;
+        if (with_lp) {
             c->n_top = d->n_top;
-            c->lp = realloc(c->lp, need * sizeof *c->lp);
-            c->top = realloc(c->top, need * row * sizeof *c->top);
             memcpy(c->lp + c->n, d->token_logprobs, (size_t)d->n_tokens * sizeof *c->lp);
             memcpy(c->top + (size_t)c->n * row, d->top, (size_t)d->n_tokens * row * sizeof *c->top);
         }
@@ -38,8 +45,9 @@ void pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d) {
         c->finish = d->finish;
         c->stop_token = d->stop_token;
         free(c->stop_str);
-        c->stop_str = d->stop_str ? strdup(d->stop_str) : NULL;
+        c->stop_str = stop;
     }
+    return 0;
 }
 
 void pl_server_choice_free(pl_server_choice *c) {
@@ -61,7 +69,7 @@ json_t *pl_server_stop_reason_json(pl_finish_reason f, int32_t stop_token, const
     if (stop_str) {
         size_t n;
         char *s = pl_server_utf8_sanitize(stop_str, strlen(stop_str), &n);
-        json_t *j = json_stringn(s, n);
+        json_t *j = s ? json_stringn(s, n) : NULL;
         free(s);
         return j;
     }
@@ -77,8 +85,13 @@ json_t *pl_server_completion_logprobs(const pl_server_resp_ctx *x, const int32_t
     json_t *tokens = json_array(), *tlp = json_array(), *tops = json_array(),
            *offs = json_array();
     size_t off = offset0;
-    for (int32_t i = 0; i < n; i++) {
+    int bad = 0; /* a token string could not be made (jansson's own failures flag themselves) */
+    for (int32_t i = 0; i < n && !bad; i++) {
         char *s = pl_server_token_str(x->tok, ids[i]);
+        if (!s) {
+            bad = 1;
+            break;
+        }
         json_array_append_new(tokens, json_string(s));
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += pl_server_utf8_chars(s, strlen(s));
@@ -91,14 +104,20 @@ json_t *pl_server_completion_logprobs(const pl_server_resp_ctx *x, const int32_t
         json_array_append_new(tlp, json_real(finite_lp(lp[i])));
         json_t *d = json_object();
         const pl_token_logprob *row = top + (size_t)i * (size_t)(n_top + 1);
-        for (int32_t k = 0; k <= n_top; k++) { /* the top n_top, then the chosen token */
+        for (int32_t k = 0; k <= n_top && !bad; k++) { /* the top n_top, then the chosen token */
             char *ts = pl_server_token_str(x->tok, row[k].id);
-            if (!json_object_get(d, ts)) json_object_set_new(d, ts, json_real(finite_lp(row[k].logprob)));
+            if (!ts) bad = 1;
+            else if (!json_object_get(d, ts))
+                json_object_set_new(d, ts, json_real(finite_lp(row[k].logprob)));
             free(ts);
         }
         json_array_append_new(tops, d);
     }
     if (offset_end) *offset_end = off;
+    if (bad) {
+        json_decref(tokens), json_decref(tlp), json_decref(tops), json_decref(offs);
+        return NULL;
+    }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", tlp,
                      "top_logprobs", tops, "text_offset", offs);
 }
@@ -123,14 +142,23 @@ static json_t *chat_token(const pl_server_resp_ctx *x, int32_t id, float lp) {
 json_t *pl_server_chat_logprobs(const pl_server_resp_ctx *x, const int32_t *ids, const float *lp,
                                 const pl_token_logprob *top, int32_t n, int32_t n_top) {
     json_t *content = json_array();
-    for (int32_t i = 0; lp && i < n; i++) {
+    int bad = 0; /* a token string could not be made (jansson's own failures flag themselves) */
+    for (int32_t i = 0; lp && i < n && !bad; i++) {
         json_t *t = chat_token(x, ids[i], lp[i]);
         json_t *tl = json_array();
+        bad |= !t;
         const pl_token_logprob *row = top + (size_t)i * (size_t)(n_top + 1);
-        for (int32_t k = 0; k < n_top; k++)
-            json_array_append_new(tl, chat_token(x, row[k].id, row[k].logprob));
+        for (int32_t k = 0; k < n_top && !bad; k++) {
+            json_t *e = chat_token(x, row[k].id, row[k].logprob);
+            bad |= !e;
+            json_array_append_new(tl, e);
+        }
         json_object_set_new(t, "top_logprobs", tl);
         json_array_append_new(content, t);
+    }
+    if (bad) {
+        json_decref(content);
+        return NULL;
     }
     return json_pack("{s:o}", "content", content);
 }

@@ -35,10 +35,12 @@ enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_c
 int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen, char **out,
                        pl_server_error *err) {
     pl_chat_message *msgs = calloc((size_t)(n ? n : 1), sizeof *msgs);
+    if (!msgs) return pl_server_nomem(err);
     for (int i = 0; i < n; i++) msgs[i] = (pl_chat_message){m[i].role, m[i].content};
     pl_status st = pl_chat_apply(s->chat_format, msgs, (size_t)n, add_gen, s->bos_text,
                                  s->eos_text, out);
     free(msgs);
+    if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
     if (st != PL_OK)
         return pl_server_fail(err, 400, "messages", "invalid_value", "%s", pl_last_error());
     return 0;
@@ -93,10 +95,15 @@ enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_
                            "'prompt' (a string) or 'messages' is required");
             goto fail;
         }
-        text = strdup(json_string_value(p));
+        if (!(text = strdup(json_string_value(p)))) {
+            pl_server_nomem(&err);
+            goto fail;
+        }
     }
-    if (pl_tokenize(s->tok, text, strlen(text), add_special, 1, &ids, &n) != PL_OK) {
-        pl_server_fail(&err, 400, "prompt", "invalid_value", "%s", pl_last_error());
+    pl_status st = pl_tokenize(s->tok, text, strlen(text), add_special, 1, &ids, &n);
+    if (st != PL_OK) {
+        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
+        else pl_server_fail(&err, 400, "prompt", "invalid_value", "%s", pl_last_error());
         goto fail;
     }
     json_t *tokens = json_array(), *strs = want_strs ? json_array() : json_null();
@@ -104,6 +111,11 @@ enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_
         json_array_append_new(tokens, json_integer(ids[i]));
         if (want_strs) {
             char *t = pl_server_token_str(s->tok, ids[i]);
+            if (!t) { /* the answer would lack it: fail the whole answer */
+                json_decref(strs);
+                strs = NULL;
+                break;
+            }
             json_array_append_new(strs, json_string(t));
             free(t);
         }
@@ -135,6 +147,10 @@ enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_con
     }
     size_t n = json_array_size(t);
     ids = malloc((n ? n : 1) * sizeof *ids);
+    if (!ids) {
+        pl_server_nomem(&err);
+        goto fail;
+    }
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(t, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
@@ -147,8 +163,10 @@ enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_con
     }
     char *text;
     size_t len;
-    if (pl_detokenize(s->tok, ids, n, 0, &text, &len) != PL_OK) {
-        pl_server_fail(&err, 400, "tokens", "invalid_value", "%s", pl_last_error());
+    pl_status st = pl_detokenize(s->tok, ids, n, 0, &text, &len);
+    if (st != PL_OK) {
+        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
+        else pl_server_fail(&err, 400, "tokens", "invalid_value", "%s", pl_last_error());
         goto fail;
     }
     char *clean = pl_server_utf8_sanitize(text, len, &len);

@@ -11,6 +11,7 @@
 #include "server/server_internal.h"
 #include "base/clock.h"
 
+#include "base/buf.h"
 #include "base/log.h"
 #include "gguf/gguf.h"
 
@@ -33,10 +34,21 @@ void pl_server_config_default(pl_server_config *c) {
 
 /* ---- responses ---- */
 
+/* The error body when there is no memory to make one. */
+static const char NOMEM_BODY[] = "{\"error\":{\"message\":\"the server ran out of memory; retry "
+                                 "later\",\"type\":\"service_unavailable_error\",\"param\":null,"
+                                 "\"code\":\"out_of_memory\"}}";
+
+static enum MHD_Result send_nomem(struct MHD_Connection *c) {
+    pl_server_error e;
+    pl_server_nomem(&e);
+    return pl_srv_send_error(c, &e);
+}
+
 enum MHD_Result pl_srv_send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
                                  char *text) {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(text ? strlen(text) : 0, text, MHD_RESPMEM_MUST_FREE);
+    if (!text) return send_nomem(c);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
         return MHD_NO;
@@ -48,15 +60,21 @@ enum MHD_Result pl_srv_send_text(struct MHD_Connection *c, unsigned status, cons
 }
 
 enum MHD_Result pl_srv_send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *s = body && !pl_server_json_failed() ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (!s) return MHD_NO;
+    if (s && pl_server_json_failed()) {
+        free(s);
+        s = NULL;
+    }
     return pl_srv_send_text(c, status, "application/json", s);
 }
 
 enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_error *e) {
     char *s = pl_server_error_body(e);
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE)
+          : MHD_create_response_from_buffer(sizeof NOMEM_BODY - 1, (void *)NOMEM_BODY,
+                                            MHD_RESPMEM_PERSISTENT);
     if (!r) {
         free(s);
         return MHD_NO;
@@ -90,6 +108,7 @@ static const struct {
 static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const char *url,
                                 const char *method, pl_conn_ctx *x) {
     pl_server_error err;
+    pl_server_json_reset();
     pthread_mutex_lock(&s->metrics.mu);
     s->metrics.http_requests++;
     pthread_mutex_unlock(&s->metrics.mu);
@@ -179,23 +198,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---- in-flight registry ---- */
 
-void pl_srv_track(pl_server *s, uint64_t id) {
+int pl_srv_track(pl_server *s, uint64_t id) {
     pthread_mutex_lock(&s->mu);
-    if (s->n_live == s->cap_live) {
-        int cap = s->cap_live ? s->cap_live * 2 : 64;
-        uint64_t *l = realloc(s->live, (size_t)cap * sizeof *l);
-        if (l) {
-            s->live = l;
-            s->cap_live = cap;
-        }
-    }
-    if (s->n_live < s->cap_live) s->live[s->n_live++] = id;
+    int ok = !pl_array_reserve(&s->live, &s->cap_live, s->n_live + 1, sizeof *s->live);
+    if (ok) s->live[s->n_live++] = id;
     pthread_mutex_unlock(&s->mu);
+    return ok ? 0 : -1;
 }
 
 void pl_srv_untrack(pl_server *s, uint64_t id) {
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_live; i++)
+    for (size_t i = 0; i < s->n_live; i++)
         if (s->live[i] == id) {
             s->live[i] = s->live[--s->n_live];
             break;
@@ -256,18 +269,22 @@ pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server *
     if (!s) return pl_fail(PL_ERR_NOMEM, "out of memory");
     s->eng = e;
     s->cfg = *cfg;
+    pthread_mutex_init(&s->mu, NULL);
+    pl_server_metrics_init(&s->metrics);
     s->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
     s->model_name = strdup(cfg->served_model_name);
     s->model_path = strdup(cfg->model_path);
     s->api_key = dup_or_null(cfg->api_key);
+    if (!s->host || !s->model_name || !s->model_path || (cfg->api_key && *cfg->api_key && !s->api_key)) {
+        free_server(s);
+        return pl_fail(PL_ERR_NOMEM, "server: out of memory");
+    }
     s->cfg.host = s->host;
     s->cfg.served_model_name = s->model_name;
     s->cfg.model_path = s->model_path;
     s->cfg.api_key = s->api_key;
     if (s->cfg.max_logprobs < 0 || s->cfg.max_logprobs > PL_MAX_LOGPROBS) s->cfg.max_logprobs = PL_MAX_LOGPROBS;
     if (s->cfg.max_request_bytes == 0) s->cfg.max_request_bytes = 4u << 20;
-    pthread_mutex_init(&s->mu, NULL);
-    pl_server_metrics_init(&s->metrics);
     s->tok = pl_engine_tokenizer(e);
     s->max_model_len = pl_engine_max_model_len(e);
     s->n_vocab = pl_engine_n_vocab(e);
@@ -275,6 +292,12 @@ pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server *
     int32_t bos = pl_tokenizer_bos(s->tok), eos = pl_tokenizer_eos(s->tok);
     s->bos_text = bos >= 0 ? dup_or_null(pl_tokenizer_token_text(s->tok, bos)) : NULL;
     s->eos_text = eos >= 0 ? dup_or_null(pl_tokenizer_token_text(s->tok, eos)) : NULL;
+    if ((bos >= 0 && *pl_tokenizer_token_text(s->tok, bos) && !s->bos_text) ||
+        (eos >= 0 && *pl_tokenizer_token_text(s->tok, eos) && !s->eos_text)) {
+        free_server(s);
+        return pl_fail(PL_ERR_NOMEM, "server: out of memory");
+    }
+    pl_server_json_init();
     pl_status st = load_chat_format(s);
     if (st != PL_OK) {
         free_server(s);
@@ -341,8 +364,8 @@ void pl_server_stop(pl_server *s, double grace) {
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
     if (!wait_idle(s, grace)) {
         pthread_mutex_lock(&s->mu);
-        PL_INFO("shutdown: aborting %d unfinished requests", s->n_live);
-        for (int i = 0; i < s->n_live; i++) pl_engine_abort(s->eng, s->live[i]);
+        PL_INFO("shutdown: aborting %zu unfinished requests", s->n_live);
+        for (size_t i = 0; i < s->n_live; i++) pl_engine_abort(s->eng, s->live[i]);
         pthread_mutex_unlock(&s->mu);
         wait_idle(s, 5);
     }

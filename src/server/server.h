@@ -67,8 +67,18 @@ typedef struct {
 /* Fill *e; returns -1 so handlers can `return pl_server_fail(...)`. */
 int pl_server_fail(pl_server_error *e, int status, const char *param, const char *code,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* {"error": {"message", "type", "param", "code"}} as a malloc'ed string. */
+/* 503 out_of_memory: an allocation failed while serving; the request ends, the server goes on. */
+int pl_server_nomem(pl_server_error *e);
+/* {"error": {"message", "type", "param", "code"}} as a malloc'ed string (NULL: out of memory). */
 char *pl_server_error_body(const pl_server_error *e);
+
+/* Out of memory inside jansson. pl_server_json_init (once, before any thread uses jansson) routes
+ * jansson's allocations through a hook that flags a failure for the calling thread; a handler
+ * resets the flag, builds its JSON, and answers pl_server_nomem when the flag is set, so no
+ * response goes out with a member silently missing. */
+void pl_server_json_init(void);
+void pl_server_json_reset(void);
+int pl_server_json_failed(void);
 
 /* ---- requests ---- */
 
@@ -88,6 +98,7 @@ typedef struct {
     char *model;                     /* requested model name, or NULL */
     pl_server_prompt *prompts;       /* completions: [n_prompts] */
     int n_prompts;
+    size_t cap_prompts;
     pl_server_message *messages;     /* chat: [n_messages] */
     int n_messages;
     int add_generation_prompt;       /* chat (1) */
@@ -124,9 +135,11 @@ typedef struct {
     int32_t stop_token;            /* -1 or the stop id */
     char *stop_str;                /* NULL or the stop string */
     double cum_logprob;            /* cumulative log-probability of the completion */
+    size_t text_cap, ids_cap, lp_cap, top_cap; /* allocated elements (base/buf.h) */
 } pl_server_choice;
 
-void pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d);
+/* 0, or -1 when out of memory (c stays valid, without this delta). */
+int pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d);
 void pl_server_choice_free(pl_server_choice *c);
 
 /* What response builders need to know about the request and the model. */
@@ -155,6 +168,8 @@ json_t *pl_server_chat_logprobs(const pl_server_resp_ctx *x, const int32_t *ids,
                                 const pl_token_logprob *top, int32_t n, int32_t n_top);
 /* {"prompt_tokens", "completion_tokens", "total_tokens"}. */
 json_t *pl_server_usage_json(int64_t prompt, int64_t completion);
+
+/* Every builder below returns NULL when out of memory. */
 
 /* SSE framing: "data: <compact JSON>\n\n" (malloc'ed), and the closing "data: [DONE]\n\n". */
 char *pl_server_sse_event(const json_t *obj);

@@ -28,7 +28,7 @@ struct pl_server {
     /* In-flight registry, for shutdown. */
     pthread_mutex_t mu;
     uint64_t *live;                /* [n_live] engine request ids not yet finished */
-    int n_live, cap_live;
+    size_t n_live, cap_live;
     int active;                    /* generation HTTP requests in flight */
 };
 
@@ -62,7 +62,9 @@ int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_
                        char **out, pl_server_error *err);
 
 /* In-flight registry. */
-void pl_srv_track(pl_server *s, uint64_t id);
+/* Registers an engine request so a stop can abort it; -1 when out of memory (the caller must
+ * then release the request itself). */
+int pl_srv_track(pl_server *s, uint64_t id);
 void pl_srv_untrack(pl_server *s, uint64_t id);
 
 #endif

@@ -1,7 +1,9 @@
 /* server/util — error bodies, SSE framing, UTF-8 helpers and the constant-time key check. */
 #include "server/server.h"
+#include "base/fault.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +33,29 @@ int pl_server_fail(pl_server_error *e, int status, const char *param, const char
     return -1;
 }
 
+int pl_server_nomem(pl_server_error *e) {
+    return pl_server_fail(e, 503, NULL, "out_of_memory", "the server ran out of memory; retry later");
+}
+
+/* jansson allocates through here (pl_server_json_init), so a failed allocation deep inside a
+ * json_pack, a setter whose result was not checked, or json_dumps is still seen: the flag is per
+ * thread because each connection builds its responses on its own thread. */
+static _Thread_local int json_failed;
+
+static void *json_alloc(size_t n) {
+    void *p = pl_fault_malloc(n);
+    if (!p) json_failed = 1;
+    return p;
+}
+
+void pl_server_json_init(void) { json_set_alloc_funcs(json_alloc, free); }
+void pl_server_json_reset(void) { json_failed = 0; }
+int pl_server_json_failed(void) { return json_failed; }
+
 char *pl_server_error_body(const pl_server_error *e) {
     size_t n;
     char *msg = pl_server_utf8_sanitize(e->message, strlen(e->message), &n);
+    if (!msg) return NULL;
     json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type",
                           e->type ? e->type : type_for_status(e->status), "param",
                           e->param ? json_string(e->param) : json_null(), "code",
@@ -49,6 +71,10 @@ char *pl_server_sse_event(const json_t *obj) {
     if (!j) return NULL;
     size_t n = strlen(j);
     char *s = malloc(n + 9);
+    if (!s) {
+        free(j);
+        return NULL;
+    }
     memcpy(s, "data: ", 6);
     memcpy(s + 6, j, n);
     memcpy(s + 6 + n, "\n\n", 3);
@@ -77,7 +103,8 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
 }
 
 char *pl_server_utf8_sanitize(const char *s, size_t n, size_t *out_len) {
-    char *o = malloc(n * 3 + 1); /* each bad byte becomes 3 bytes of U+FFFD */
+    char *o = n < SIZE_MAX / 3 ? malloc(n * 3 + 1) : NULL; /* a bad byte: 3 bytes of U+FFFD */
+    if (!o) return NULL;
     size_t j = 0;
     for (size_t i = 0; i < n;) {
         size_t k = utf8_seq((const unsigned char *)s + i, n - i);

@@ -1,5 +1,6 @@
 /* tokenizer/bigram_queue — see bigram_queue.h. */
 #include "tokenizer/bigram_queue.h"
+#include "base/buf.h"
 
 #include <stdlib.h>
 
@@ -8,13 +9,7 @@ static int before(const pl_bigram *a, const pl_bigram *b) {
 }
 
 int pl_bigram_push(pl_bigram_queue *q, pl_bigram b) {
-    if (q->n == q->cap) {
-        size_t cap = q->cap ? q->cap * 2 : 64;
-        pl_bigram *v = realloc(q->v, cap * sizeof *v);
-        if (!v) return 0;
-        q->v = v;
-        q->cap = cap;
-    }
+    if (pl_array_reserve(&q->v, &q->cap, q->n + 1, sizeof *q->v)) return 0;
     size_t i = q->n++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;

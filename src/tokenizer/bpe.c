@@ -10,6 +10,7 @@
  * as llama.cpp does: each single byte of its encoded text that is a token is emitted, the others
  * are dropped.
  */
+#include "base/buf.h"
 #include "tokenizer/bigram_queue.h"
 #include "tokenizer/tok_internal.h"
 
@@ -33,22 +34,12 @@ typedef struct {
     pl_bigram_queue h;
 } scratch;
 
-static int reserve(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 1;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return 0;
-    *p = q;
-    *cap = c;
-    return 1;
-}
 
 static int try_add(const pl_tokenizer *t, scratch *sc, int left, int right) {
     if (left < 0 || right < 0) return 1;
     const sym *l = &sc->syms[left], *r = &sc->syms[right];
     size_t klen = l->n + 1 + r->n;
-    if (!reserve((void **)&sc->key, &sc->key_cap, klen, 1)) return 0;
+    if (pl_array_reserve(&sc->key, &sc->key_cap, klen, 1)) return 0;
     memcpy(sc->key, l->text, l->n);
     sc->key[l->n] = ' ';
     memcpy(sc->key + l->n + 1, r->text, r->n);
@@ -64,7 +55,7 @@ static pl_status merge_word(const pl_tokenizer *t, scratch *sc, size_t wlen, pl_
         int32_t id = pl_tok_map_get(&t->tok_map, w, wlen);
         if (id >= 0) return pl_tok_ids_push(out, id);
     }
-    if (!reserve((void **)&sc->syms, &sc->syms_cap, wlen, sizeof(sym)))
+    if (pl_array_reserve(&sc->syms, &sc->syms_cap, wlen, sizeof(sym)))
         return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
     sym *s = sc->syms;
     int n = 0;
@@ -110,7 +101,7 @@ pl_status pl_tok_bpe(const pl_tokenizer *t, const char *text, size_t len, pl_tok
     pl_status st = PL_OK;
     for (size_t i = 0; i < n_spans && st == PL_OK; i++) {
         const uint8_t *p = (const uint8_t *)text + spans[i].off;
-        if (!reserve((void **)&sc.word, &sc.word_cap, spans[i].len * 2, 1)) {
+        if (pl_array_reserve(&sc.word, &sc.word_cap, spans[i].len * 2, 1)) {
             st = pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
             break;
         }

@@ -5,6 +5,7 @@
  * ties a family to its name and its BOS rule.
  */
 #include "tokenizer/chat_template.h"
+#include "base/buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,34 +104,12 @@ int pl_chat_format_adds_bos(pl_chat_format f) {
     return (unsigned)f < PL_CHAT_COUNT && families[f].bos_at_start;
 }
 
-/* ---- a growing string ---- */
+/* ---- the output string (base/buf.h: a failed append is remembered and checked at the end) ---- */
 
-typedef struct {
-    char *p;    /* bytes, [cap], NUL-terminated when not failed */
-    size_t n;   /* used, excluding the NUL */
-    size_t cap;
-    int oom;    /* an allocation failed: everything after is dropped */
-} sbuf;
+typedef pl_strbuf sbuf;
 
-static void add_n(sbuf *b, const char *s, size_t k) {
-    if (b->oom) return;
-    if (b->n + k + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + k + 1) c *= 2;
-        char *q = realloc(b->p, c);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, s, k);
-    b->n += k;
-    b->p[b->n] = '\0';
-}
-
-static void add(sbuf *b, const char *s) { add_n(b, s, strlen(s)); }
+static void add_n(sbuf *b, const char *s, size_t k) { pl_strbuf_append(b, s, k); }
+static void add(sbuf *b, const char *s) { pl_strbuf_puts(b, s); }
 
 static int is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -299,10 +278,10 @@ static void gemma_turn(sbuf *b, const char *who, sbuf *sys, const char *content)
     add(b, "<start_of_turn>");
     add(b, who);
     add(b, "\n");
-    if (sys->n) {
-        add_n(b, sys->p, sys->n);
+    if (sys->len) {
+        add_n(b, sys->p, sys->len);
         if (content) add(b, "\n\n");
-        sys->n = 0;
+        pl_strbuf_clear(sys);
     }
     if (content) add_trimmed(b, content);
     add(b, "<end_of_turn>\n");
@@ -315,7 +294,7 @@ static void fmt_gemma(sbuf *b, const chat *c) {
     for (size_t i = 0; i < c->n; i++) {
         const char *s = c->msgs[i].content;
         if (c->roles[i] == ROLE_SYSTEM) {
-            if (sys.n) add(&sys, "\n\n");
+            if (sys.len) add(&sys, "\n\n");
             add_trimmed(&sys, s);
         } else if (c->roles[i] == ROLE_USER) {
             gemma_turn(b, "user", &sys, s);
@@ -325,8 +304,8 @@ static void fmt_gemma(sbuf *b, const chat *c) {
             add(b, "<end_of_turn>\n");
         }
     }
-    if (sys.n) gemma_turn(b, "user", &sys, NULL); /* a trailing system message */
-    if (sys.oom) b->oom = 1;
+    if (sys.len) gemma_turn(b, "user", &sys, NULL); /* a trailing system message */
+    if (sys.failed) b->failed = 1;
     free(sys.p);
     if (c->gen) add(b, "<start_of_turn>model\n");
 }
@@ -379,10 +358,7 @@ pl_status pl_chat_apply(pl_chat_format f, const pl_chat_message *msgs, size_t n,
     case PL_CHAT_COUNT: PL_ASSERT(!"unreachable"); break;
     }
     free(roles);
-    if (b.oom) {
-        free(b.p);
-        return pl_fail(PL_ERR_NOMEM, "chat template: out of memory formatting %zu messages", n);
-    }
-    *out = b.p;
+    *out = pl_strbuf_take(&b);
+    if (!*out) return pl_fail(PL_ERR_NOMEM, "chat template: out of memory formatting %zu messages", n);
     return PL_OK;
 }

@@ -10,6 +10,7 @@
  * At lookup, CONTROL and UNKNOWN tokens give "" unless `special`.
  */
 #include "tokenizer/tok_internal.h"
+#include "base/buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,14 +22,7 @@ typedef struct {
 } buf;
 
 static int put(buf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n) cap *= 2;
-        char *v = realloc(b->v, cap);
-        if (!v) return 0;
-        b->v = v;
-        b->cap = cap;
-    }
+    if (pl_array_reserve(&b->v, &b->cap, b->n + n, 1)) return 0;
     memcpy(b->v + b->n, p, n);
     b->n += n;
     return 1;

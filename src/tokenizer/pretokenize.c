@@ -5,6 +5,7 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/pretokenize.h"
+#include "base/buf.h"
 
 #include "tokenizer/tok_internal.h"
 
@@ -193,13 +194,7 @@ typedef struct {
 
 static int span_push(span_vec *s, size_t off, size_t len) {
     if (len == 0) return 1;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        pl_pretok_span *v = realloc(s->v, cap * sizeof *v);
-        if (!v) return 0;
-        s->v = v;
-        s->cap = cap;
-    }
+    if (pl_array_reserve(&s->v, &s->cap, s->n + 1, sizeof *s->v)) return 0;
     s->v[s->n++] = (pl_pretok_span){off, len};
     return 1;
 }

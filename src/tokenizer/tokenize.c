@@ -10,19 +10,15 @@
  * a token fragment (when add_space_prefix), and spaces become U+2581.
  */
 #include "tokenizer/tok_internal.h"
+#include "base/buf.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 pl_status pl_tok_ids_push(pl_tok_ids *ids, int32_t id) {
-    if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? ids->cap * 2 : 64;
-        int32_t *v = realloc(ids->v, cap * sizeof *v);
-        if (!v) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
-        ids->v = v;
-        ids->cap = cap;
-    }
+    if (pl_array_reserve(&ids->v, &ids->cap, ids->n + 1, sizeof *ids->v))
+        return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
     ids->v[ids->n++] = id;
     return PL_OK;
 }
@@ -39,13 +35,7 @@ typedef struct {
 
 static int frag_push(frag_vec *f, int32_t id, size_t off, size_t len) {
     if (id < 0 && len == 0) return 1;
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        frag *v = realloc(f->v, cap * sizeof *v);
-        if (!v) return 0;
-        f->v = v;
-        f->cap = cap;
-    }
+    if (pl_array_reserve(&f->v, &f->cap, f->n + 1, sizeof *f->v)) return 0;
     f->v[f->n++] = (frag){id, off, len};
     return 1;
 }

@@ -5,7 +5,11 @@ shared prefixes, early-closed streams, mid-request disconnects, invalid bodies) 
 every one ends: a complete answer (finish_reason set, [DONE] for streams) or a clear 4xx/503.
 Prints figures; exits 1 on any violation. Standard library only.
 
-usage: soak_client.py HOST PORT [--seconds S] [--threads T] [--seed N]"""
+With --faults (the fault-injection build, tests/fault) a request may also end with an error the
+server gives for a failed allocation: a 500/503 with an OpenAI error body, or a stream whose last
+event before [DONE] is {"error": ...}; anything else still fails the run.
+
+usage: soak_client.py HOST PORT [--seconds S] [--threads T] [--seed N] [--faults]"""
 import argparse, http.client, json, random, socket, sys, threading, time
 from collections import Counter
 
@@ -15,6 +19,7 @@ ap.add_argument("port", type=int)
 ap.add_argument("--seconds", type=float, default=60.0)
 ap.add_argument("--threads", type=int, default=8)
 ap.add_argument("--seed", type=int, default=1234)
+ap.add_argument("--faults", action="store_true", help="accept error answers from failed allocations")
 a = ap.parse_args()
 
 TIMEOUT = 30  # a socket timeout (a request here takes well under 1 s): a hung connection is a failure, never a hang of the test
@@ -74,6 +79,15 @@ def one(r, kind, path, body, mode):
         st = resp.status
         with lock:
             statuses[st] += 1
+        if a.faults and st in (500, 503):
+            data = resp.read()
+            try:
+                msg = json.loads(data)["error"]["message"]
+            except Exception:
+                msg = None
+            if not msg:
+                fail(kind, f"status {st} without an error body: {data[:200]!r}")
+            return f"error {st}"
         if mode == "invalid":
             data = resp.read()
             if st != 400 or "error" not in json.loads(data):
@@ -106,6 +120,16 @@ def one(r, kind, path, body, mode):
                 break
             events += 1
             ev = json.loads(line[6:])
+            if a.faults and "error" in ev:
+                if not ev["error"].get("message"):
+                    fail(kind, f"stream error event without a message: {line[:200]!r}")
+                raw = resp.fp.readline()
+                while raw in (b"\n", b"\r\n"):  # blank separator lines; b"" is the end
+                    raw = resp.fp.readline()
+                nxt = raw.strip()
+                if nxt != b"data: [DONE]":
+                    fail(kind, f"stream error event not followed by [DONE]: {nxt[:100]!r}")
+                return "stream error"
             for x in ev.get("choices", []):
                 if x.get("finish_reason"):
                     finished.add(x["index"])
@@ -145,5 +169,5 @@ print("status:", dict(sorted(statuses.items())))
 print("violations:", len(errors))
 for e in errors[:20]:
     print("  ", e)
-bad5xx = {s: n for s, n in statuses.items() if s >= 500 and s != 503}
+bad5xx = {s: n for s, n in statuses.items() if s >= 500 and s != 503 and not a.faults}
 print("OK" if not errors and not bad5xx and sum(sent.values()) > 0 else "FAILED")

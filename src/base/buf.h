@@ -1,0 +1,40 @@
+/* base/buf — the one growable array and the one string builder of the code base.
+ *
+ * pl_array_reserve grows an array to hold at least `need` elements (capacity doubles, from 16),
+ * checks the size for overflow, and on failure leaves the array and its capacity as they were,
+ * so the caller still owns a valid array and only has to report the error.
+ *
+ * pl_strbuf is a byte string that grows as it is appended to. Invariants: `p` is NUL-terminated
+ * whenever it is non-NULL (binary data may contain NULs; `len` is the length); after the first
+ * failed allocation `failed` is set and every later append is a no-op, so a caller appends freely
+ * and checks once at the end. A zeroed pl_strbuf is empty and valid. */
+#ifndef PL_BASE_BUF_H
+#define PL_BASE_BUF_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* `arrp` is the address of the array pointer (a T **). 0, or -1 when out of memory. */
+int pl_array_reserve(void *arrp, size_t *cap, size_t need, size_t elem);
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int failed;
+} pl_strbuf;
+
+void pl_strbuf_init(pl_strbuf *b);
+void pl_strbuf_destroy(pl_strbuf *b);
+/* Each returns 0, or -1 when this or an earlier append failed. */
+int pl_strbuf_append(pl_strbuf *b, const void *s, size_t n);
+int pl_strbuf_puts(pl_strbuf *b, const char *s);
+int pl_strbuf_putc(pl_strbuf *b, char c);
+int pl_strbuf_printf(pl_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int pl_strbuf_vprintf(pl_strbuf *b, const char *fmt, va_list ap);
+/* Empties b, keeping its memory (and a failure). */
+void pl_strbuf_clear(pl_strbuf *b);
+/* Hands the string to the caller (free() it) and empties b; NULL when an append failed (the
+ * partial string is freed) or nothing was appended. */
+char *pl_strbuf_take(pl_strbuf *b);
+
+#endif
