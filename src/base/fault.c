@@ -43,7 +43,7 @@ uint64_t pl_fault_arm(void) {
         const char *sd = getenv("PL_FAULT_SEED");
         uint64_t x = sd ? strtoull(sd, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
         x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull; /* a splitmix step spreads close seeds */
-        every = 20 + (x >> 33) % 381;
+        every = 50 + (x >> 33) % 951;
     }
     if (!every && !only) every = 1;
     fprintf(stderr, "fault injection: failing %s %llu of every allocation, mmap and thread start\n",
@@ -108,7 +108,7 @@ int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *at, void *(*f)(voi
     return should_fail() ? EAGAIN : __real_pthread_create(t, at, f, arg);
 }
 
-void *pl_fault_malloc(size_t n) { return __wrap_malloc(n); }
+void *pl_fault_exempt_malloc(size_t n) { return __real_malloc(n); }
 
 #else
 
@@ -118,6 +118,6 @@ void pl_fault_disarm(void) {}
 uint64_t pl_fault_calls(void) { return 0; }
 uint64_t pl_fault_failed(void) { return 0; }
 int pl_fault_enabled(void) { return 0; }
-void *pl_fault_malloc(size_t n) { return malloc(n); }
+void *pl_fault_exempt_malloc(size_t n) { return malloc(n); }
 
 #endif

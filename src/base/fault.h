@@ -4,10 +4,11 @@
  * strndup, aligned_alloc, posix_memalign, mmap and pthread_create: the calls our code makes go
  * through this module, which fails every Nth one once armed (ENOMEM / MAP_FAILED / EAGAIN, as the
  * real call would). Calls made inside shared libraries (libc itself, libmicrohttpd) are not
- * affected; jansson is routed here by the server (json_set_alloc_funcs).
+ * affected, and neither is jansson's (see server/util.c: jansson 2.14 crashes on a failed
+ * allocation inside json_pack).
  *
  * Configuration, read by pl_fault_arm(): PL_FAULT_EVERY=N fails calls N, 2N, 3N, ... counted from
- * arming (unset: N is drawn at random in [20, 400] from PL_FAULT_SEED, else from the clock, and
+ * arming (unset: N is drawn at random in [50, 1000] from PL_FAULT_SEED, else from the clock, and
  * printed, so every run tries another interleaving); PL_FAULT_ONLY=K instead fails the Kth call
  * alone (a sweep over K reaches every allocation of a path exactly once). In every other build
  * the functions exist and do nothing, so callers need no #ifdef. */
@@ -29,7 +30,8 @@ uint64_t pl_fault_calls(void);
 uint64_t pl_fault_failed(void);
 /* 1 in the fault-injection build. */
 int pl_fault_enabled(void);
-/* malloc as our code sees it (failing when armed), for libraries that take an allocator. */
-void *pl_fault_malloc(size_t n);
+/* malloc that never fails on purpose, for libraries that take an allocator and do not survive a
+ * failure (jansson). */
+void *pl_fault_exempt_malloc(size_t n);
 
 #endif

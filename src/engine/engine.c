@@ -446,9 +446,11 @@ static void drain_inbox(pl_engine *e) {
     /* Aborts are taken 64 at a time (no allocation); the rest wait for the next step. */
     uint64_t ids[64];
     size_t n_ab = e->n_aborts < 64 ? e->n_aborts : 64;
-    memcpy(ids, e->aborts, n_ab * sizeof *ids);
-    memmove(e->aborts, e->aborts + n_ab, (e->n_aborts - n_ab) * sizeof *ids);
-    e->n_aborts -= n_ab;
+    if (n_ab) {
+        memcpy(ids, e->aborts, n_ab * sizeof *ids);
+        memmove(e->aborts, e->aborts + n_ab, (e->n_aborts - n_ab) * sizeof *ids);
+        e->n_aborts -= n_ab;
+    }
     int scan = e->abort_scan;
     e->abort_scan = 0;
     pthread_mutex_unlock(&e->inbox_mu);
@@ -498,7 +500,11 @@ pl_status pl_engine_step(pl_engine *e) {
 static pl_status step(pl_engine *e) {
     drain_inbox(e);
     const pl_sched_output *s = &e->sched_out;
-    PL_TRY(pl_scheduler_schedule(&e->sched, &e->sched_out));
+    /* A failed schedule (out of memory) still hands back a consistent partial step: what it
+     * scheduled has moved blocks (swaps, copy-on-write) whose copies must run, so it runs; the
+     * group that could not get memory stays queued and tries again next step. */
+    pl_status sched_st = pl_scheduler_schedule(&e->sched, &e->sched_out);
+    if (sched_st != PL_OK) PL_WARN("schedule: %s (the rest of the step runs)", pl_last_error());
     for (int32_t i = 0; i < s->n_refused; i++) {
         pl_seq_group *g = s->refused[i];
         char msg[256];

@@ -202,7 +202,7 @@ pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out
     if (o) o->deltas = calloc((size_t)c->n_slots, sizeof *o->deltas);
     if (o && c->finished && c->error[0]) o->error = strdup(c->error);
     if (!o || !o->deltas || (c->finished && c->error[0] && !o->error)) {
-        if (o) free(o->deltas);
+        if (o) free(o->deltas), free(o->error);
         free(o);
         pthread_mutex_unlock(&c->mu);
         return pl_fail(PL_ERR_NOMEM, "request %llu: out of memory for its output",

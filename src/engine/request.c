@@ -84,7 +84,7 @@ void pl_group_destroy(pl_seq_group *g) {
     for (int32_t i = 0; i < g->n_beam_done; i++) pl_seq_destroy(g->beam_done[i]);
     free(g->seqs);
     free(g->beam_done);
-    for (int32_t i = 0; i < g->params.n_stop; i++) free(g->stop_copy[i]);
+    for (int32_t i = 0; g->stop_copy && i < g->params.n_stop; i++) free(g->stop_copy[i]);
     free(g->stop_copy);
     free(g->stop_ids_copy);
     free(g->prompt);

@@ -167,13 +167,16 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     q_remove(&s->running, g);
     s->preemptions++;
     if (s->cfg.mode == PL_PREEMPT_SWAP && pl_kv_can_swap_out(s->kv, tabs, nt) == PL_ALLOC_OK) {
-        int32_t cap = s->kv->cfg.num_blocks, n_map = 0;
-        pl_block_copy *map = malloc((size_t)cap * sizeof *map);
-        if (!map) return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
-        pl_status st = pl_kv_swap_out(s->kv, tabs, nt, map, cap, &n_map);
-        if (st == PL_OK) st = push_copies(&s->out->swap_out, &s->out->n_swap_out, &s->out->cap_swap_out, map, n_map);
-        free(map);
-        if (st != PL_OK) return st;
+        /* Room for every block was reserved when the step began (reserve_output). */
+        pl_sched_output *o = s->out;
+        int32_t n_map = 0;
+        pl_status st = pl_kv_swap_out(s->kv, tabs, nt, o->swap_out + o->n_swap_out,
+                                      (int32_t)o->cap_swap_out - o->n_swap_out, &n_map);
+        if (st != PL_OK) {
+            q_insert(&s->running, g);
+            return st;
+        }
+        o->n_swap_out += n_map;
         for (int32_t i = 0; i < g->n_seqs; i++)
             if (g->seqs[i]->status == PL_SEQ_RUNNING) g->seqs[i]->status = PL_SEQ_SWAPPED;
         q_insert(&s->swapped, g);
@@ -266,13 +269,11 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
         int32_t nt = live_tables(g, tabs);
         if (nt > b->seqs_left || nt > b->tokens_left || nt > b->rows_left) break;
         if (pl_kv_can_swap_in(s->kv, tabs, nt) != PL_ALLOC_OK) break;
-        int32_t cap = s->kv->cfg.num_swap_blocks, n_map = 0;
-        pl_block_copy *map = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *map);
-        if (!map) return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
-        pl_status st = pl_kv_swap_in(s->kv, tabs, nt, map, cap, &n_map);
-        if (st == PL_OK) st = push_copies(&s->out->swap_in, &s->out->n_swap_in, &s->out->cap_swap_in, map, n_map);
-        free(map);
-        if (st != PL_OK) return st;
+        pl_sched_output *o = s->out;
+        int32_t n_map = 0;
+        PL_TRY(pl_kv_swap_in(s->kv, tabs, nt, o->swap_in + o->n_swap_in,
+                             (int32_t)o->cap_swap_in - o->n_swap_in, &n_map));
+        o->n_swap_in += n_map;
         q_remove(&s->swapped, g);
         for (int32_t i = 0; i < g->n_seqs; i++)
             if (g->seqs[i]->status == PL_SEQ_SWAPPED) g->seqs[i]->status = PL_SEQ_RUNNING;
@@ -293,9 +294,9 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
 }
 
 static pl_status refuse(pl_scheduler *s, pl_seq_group *g) {
-    q_remove(&s->waiting, g);
     if (pl_array_reserve(&s->out->refused, &s->out->cap_refused, (size_t)s->out->n_refused + 1, sizeof *s->out->refused))
         return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
+    q_remove(&s->waiting, g);
     s->out->refused[s->out->n_refused++] = g;
     return PL_OK;
 }
@@ -360,9 +361,25 @@ static pl_status schedule(pl_scheduler *s) {
     return PL_OK;
 }
 
+/* Room for the worst case of one step, taken before any state changes: every item has a token
+ * of the budget and makes at most one copy-on-write, and no block moves twice in one step. Once
+ * this succeeds, a step's block copies can no longer be lost to a failed allocation (the KV
+ * manager would have moved blocks whose copies nobody performs). */
+static pl_status reserve_output(pl_scheduler *s, pl_sched_output *o) {
+    size_t items = (size_t)s->cfg.max_num_batched_tokens + (size_t)s->cfg.max_num_seqs;
+    size_t blocks = (size_t)s->kv->cfg.num_blocks;
+    if (pl_array_reserve(&o->items, &o->items_cap, items, sizeof *o->items) ||
+        pl_array_reserve(&o->cow, &o->cap_cow, items, sizeof *o->cow) ||
+        pl_array_reserve(&o->swap_out, &o->cap_swap_out, blocks, sizeof *o->swap_out) ||
+        pl_array_reserve(&o->swap_in, &o->cap_swap_in, blocks, sizeof *o->swap_in))
+        return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
+    return PL_OK;
+}
+
 pl_status pl_scheduler_schedule(pl_scheduler *s, pl_sched_output *out) {
     out->n_items = out->n_tokens = 0;
     out->n_swap_out = out->n_swap_in = out->n_cow = out->n_refused = 0;
+    PL_TRY(reserve_output(s, out));
     s->out = out;
     pl_status st = schedule(s);
     s->out = NULL;

@@ -293,9 +293,16 @@ static json_t *chunk_base(gen_job *j) {
     return o;
 }
 
+/* o[key] = v (stolen), or the job is marked out of memory: jansson's setters drop a NULL value
+ * silently, and an answer with a member missing must never go out. */
+static void set(gen_job *j, json_t *o, const char *key, json_t *v) {
+    if (!o || !v || json_object_set_new(o, key, v)) j->nomem = 1;
+}
+
 static json_t *text_json(const char *s, size_t n) {
     size_t m;
     char *t = pl_server_utf8_sanitize(s, n, &m);
+    if (!t) return NULL;
     json_t *j = json_stringn(t, m);
     free(t);
     return j;
@@ -346,7 +353,7 @@ static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d)
                            "finish_reason", pl_server_finish_json(d->finish), "stop_reason",
                            pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str));
     }
-    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    set(j, o, "choices", choice ? json_pack("[o]", choice) : NULL);
     out_event(j, o);
 }
 
@@ -492,7 +499,7 @@ static json_t *prompt_logprobs_json(gen_job *j, int i) {
                 return json_null(); /* not NULL (= not asked): the caller checks for null */
             }
             snprintf(key, sizeof key, "%d", e->id);
-            json_object_set_new(d, key, json_pack("{s:f, s:s}", "logprob",
+            set(j, d, key, json_pack("{s:f, s:s}", "logprob",
                                                   e->logprob > -9999.0f ? e->logprob : -9999.0,
                                                   "decoded_token", ts));
             free(ts);
@@ -540,9 +547,9 @@ static json_t *whole_response(gen_job *j) {
                     json_decref(choices);
                     return NULL;
                 }
-                if (pl) json_object_set_new(choice, "prompt_logprobs", pl);
+                if (pl) set(j, choice, "prompt_logprobs", pl);
             }
-            json_array_append_new(choices, choice);
+            if (!choice || json_array_append_new(choices, choice)) j->nomem = 1;
         }
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
@@ -584,8 +591,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (all_done(j)) {
             if (j->req.include_usage) {
                 json_t *o = chunk_base(j);
-                json_object_set_new(o, "choices", json_array());
-                json_object_set_new(o, "usage",
+                set(j, o, "choices", json_array());
+                set(j, o, "usage",
                                     pl_server_usage_json(j->prompt_tokens, completion_tokens(j)));
                 out_event(j, o);
             }
@@ -603,7 +610,7 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, gen_job *j) {
     if (j->req.chat) /* the assistant role first, as OpenAI does */
         for (int k = 0; k < j->n_per; k++) {
             json_t *o = chunk_base(j);
-            json_object_set_new(o, "choices",
+            set(j, o, "choices",
                                 json_pack("[{s:i, s:{s:s, s:s}, s:n, s:n}]", "index", k, "delta",
                                           "role", "assistant", "content", "", "logprobs",
                                           "finish_reason"));
@@ -642,7 +649,12 @@ static enum MHD_Result generate(pl_server *s, struct MHD_Connection *c, pl_conn_
         pl_server_fail(&err, 500, NULL, "internal_error", "%s", j->error ? j->error : j->fail);
         ok = pl_srv_send_error(c, &err);
     } else {
-        ok = pl_srv_send_json(c, MHD_HTTP_OK, whole_response(j));
+        json_t *body = whole_response(j);
+        if (j->nomem) { /* a member could not be made: never send the rest as if whole */
+            json_decref(body);
+            body = NULL;
+        }
+        ok = pl_srv_send_json(c, MHD_HTTP_OK, body);
     }
     job_free(j);
     return ok;

@@ -39,6 +39,9 @@ static const char NOMEM_BODY[] = "{\"error\":{\"message\":\"the server ran out o
                                  "later\",\"type\":\"service_unavailable_error\",\"param\":null,"
                                  "\"code\":\"out_of_memory\"}}";
 
+/* The context of a connection whose own context could not be allocated (never written). */
+static pl_conn_ctx NOMEM_CONN;
+
 static enum MHD_Result send_nomem(struct MHD_Connection *c) {
     pl_server_error e;
     pl_server_nomem(&e);
@@ -150,16 +153,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     size_t limit = s->cfg.max_request_bytes;
     if (!x) { /* first call: headers only */
         x = calloc(1, sizeof *x);
-        if (!x) return MHD_NO;
+        if (!x) x = &NOMEM_CONN; /* answered 503 once the body has been read */
         *con_cls = x;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > limit) x->too_large = 1;
+        if (x != &NOMEM_CONN && cl && strtoull(cl, NULL, 10) > limit) x->too_large = 1;
         return MHD_YES;
     }
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
+        if (x == &NOMEM_CONN) return MHD_YES; /* read and drop: the answer is a 503 */
         if (!x->too_large && x->len + n > limit) {
             x->too_large = 1;
             free(x->body);
@@ -171,18 +175,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             x->discarded += n;
             return x->discarded > limit * 4 + (64u << 20) ? MHD_NO : MHD_YES;
         }
-        if (x->len + n + 1 > x->cap) {
-            size_t cap = (x->len + n + 1) * 2;
-            char *b = realloc(x->body, cap);
-            if (!b) return MHD_NO;
-            x->body = b;
-            x->cap = cap;
+        if (x->nomem) return MHD_YES;
+        if (pl_array_reserve(&x->body, &x->cap, x->len + n + 1, 1)) {
+            x->nomem = 1; /* read and drop the rest; the answer is a 503 */
+            return MHD_YES;
         }
         memcpy(x->body + x->len, upload, n);
         x->len += n;
         x->body[x->len] = 0;
         return MHD_YES;
     }
+    if (x == &NOMEM_CONN || x->nomem) return send_nomem(c);
     return dispatch(s, c, url, method, x);
 }
 
@@ -190,7 +193,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)cls, (void)c, (void)toe;
     pl_conn_ctx *x = *con_cls;
-    if (!x) return;
+    if (!x || x == &NOMEM_CONN) return;
     free(x->body);
     free(x);
     *con_cls = NULL;

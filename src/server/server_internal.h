@@ -37,6 +37,7 @@ typedef struct {
     char *body;                    /* upload (NUL-terminated) */
     size_t len, cap;
     int too_large;                 /* the body exceeded max_request_bytes: discard, then 413 */
+    int nomem;                     /* no memory for the body: discard, then 503 */
     size_t discarded;
 } pl_conn_ctx;
 

@@ -39,11 +39,15 @@ int pl_server_nomem(pl_server_error *e) {
 
 /* jansson allocates through here (pl_server_json_init), so a failed allocation deep inside a
  * json_pack, a setter whose result was not checked, or json_dumps is still seen: the flag is per
- * thread because each connection builds its responses on its own thread. */
+ * thread because each connection builds its responses on its own thread.
+ *
+ * The fault-injection build does not fail jansson's allocations: jansson 2.14 (Debian 12) itself
+ * crashes when one fails inside json_pack (a NULL read in json_vpack_ex; a 20-line program that
+ * fails the k-th allocation shows it), which no caller can guard against. */
 static _Thread_local int json_failed;
 
 static void *json_alloc(size_t n) {
-    void *p = pl_fault_malloc(n);
+    void *p = pl_fault_exempt_malloc(n);
     if (!p) json_failed = 1;
     return p;
 }
@@ -56,13 +60,21 @@ char *pl_server_error_body(const pl_server_error *e) {
     size_t n;
     char *msg = pl_server_utf8_sanitize(e->message, strlen(e->message), &n);
     if (!msg) return NULL;
+    /* Judge only this body's own allocations (the caller may be answering an earlier failure). */
+    int earlier = json_failed;
+    json_failed = 0;
     json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type",
                           e->type ? e->type : type_for_status(e->status), "param",
                           e->param ? json_string(e->param) : json_null(), "code",
                           e->code ? json_string(e->code) : json_null());
     free(msg);
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
+    if (json_failed) {
+        free(s);
+        s = NULL;
+    }
+    json_failed |= earlier;
     return s;
 }
 

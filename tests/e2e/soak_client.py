@@ -123,8 +123,8 @@ def one(r, kind, path, body, mode):
             if a.faults and "error" in ev:
                 if not ev["error"].get("message"):
                     fail(kind, f"stream error event without a message: {line[:200]!r}")
-                raw = resp.fp.readline()
-                while raw in (b"\n", b"\r\n"):  # blank separator lines; b"" is the end
+                raw = resp.fp.readline()  # skip blank lines and chunk-size lines; b"" is the end
+                while raw and not raw.startswith(b"data: "):
                     raw = resp.fp.readline()
                 nxt = raw.strip()
                 if nxt != b"data: [DONE]":

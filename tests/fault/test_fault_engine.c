@@ -4,7 +4,7 @@
  *    request and destroying it, with exactly the k-th intercepted call failing, for every k up to
  *    the number of calls that path makes (strided past the first thousand). Each run either
  *    works or fails with an error message; nothing crashes and nothing leaks (LeakSanitizer).
- * 2. Load: a pool small enough to preempt and swap, a mix of greedy, sampled, n > 1, best_of,
+ * 2. Load (eight rounds): a pool small enough to preempt and swap, a mix of greedy, sampled, n > 1, best_of,
  *    beam, stop strings and log-probabilities, with one call in N failing (N random per run,
  *    PL_FAULT_SEED to repeat one). Every request ends, with output or an error; afterwards the
  *    KV pool passes its full consistency check with every block free, and the engine still
@@ -60,7 +60,10 @@ static void drain(pl_engine *e, uint64_t id, outcome *o) {
         for (int32_t i = 0; i < r->n_deltas; i++) {
             o->n_tokens += r->deltas[i].n_tokens;
             size_t n = strlen(o->text), k = r->deltas[i].text_len;
-            if (r->deltas[i].index == 0 && n + k < sizeof o->text) memcpy(o->text + n, r->deltas[i].text, k + 1);
+            if (r->deltas[i].index == 0 && k && n + k < sizeof o->text) {
+                memcpy(o->text + n, r->deltas[i].text, k);
+                o->text[n + k] = '\0';
+            }
         }
         o->error = r->error != NULL;
         o->finished = r->finished;
@@ -148,9 +151,7 @@ static void load_sweep(void) {
     CHECK(create_failed > 0, "no failure reached engine creation");
 }
 
-static void under_load(void) {
-    const char *sd = getenv("PL_FAULT_SEED");
-    uint64_t seed = sd ? strtoull(sd, NULL, 10) : (uint64_t)time(NULL);
+static void under_load(uint64_t seed) {
     uint64_t every = 20 + (seed * 0x9e3779b97f4a7c15ull >> 33) % 181;
     printf("load: one call in %llu fails (PL_FAULT_SEED=%llu repeats this run)\n",
            (unsigned long long)every, (unsigned long long)seed);
@@ -202,6 +203,14 @@ static void under_load(void) {
            (unsigned long long)(pl_fault_failed() - failed0), N, with_output, with_error, refused,
            N - with_output - with_error - refused);
     CHECK(stuck == 0, "some request never ended");
+    for (int i = 0; stuck && i < N; i++)
+        if (ids[i] && !out[i].finished) {
+            pl_engine_stats st;
+            pl_engine_get_stats(e, &st);
+            printf("  request %d (kind %d) did not end: %d tokens so far; engine running %d waiting "
+                   "%d swapped %d, %d blocks used\n", i, i % 6, out[i].n_tokens, st.running,
+                   st.waiting, st.swapped, st.blocks_used);
+        }
     /* Whatever was released or aborted is dropped at the next step. */
     for (int s = 0; s < 10 && pl_engine_has_work(e); s++) pl_engine_step(e);
     pl_engine_step(e);
@@ -227,7 +236,10 @@ int main(void) {
     const char *dir = getenv("PL_SHARED_DIR") ? getenv("PL_SHARED_DIR") : PL_SHARED_DIR;
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", dir);
     load_sweep();
-    under_load();
+    /* Eight rounds, each with its own N. */
+    const char *sd = getenv("PL_FAULT_SEED");
+    uint64_t seed = sd ? strtoull(sd, NULL, 10) : (uint64_t)time(NULL);
+    for (int r = 0; r < (sd ? 1 : 8); r++) under_load(seed + (uint64_t)r);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
