@@ -28,6 +28,7 @@ pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_manager *m) {
     pthread_mutex_init(&v->mu, NULL);
     pthread_cond_init(&v->cv, NULL);
     atomic_store(&v->stale, 1);
+    v->min_interval_ms = PL_KV_VIEW_MIN_INTERVAL_MS;
     v->inited = 1;
     return PL_OK;
 }
@@ -74,7 +75,7 @@ static int add_tables(pl_kv_view_buf *b, const pl_group_queue *q, int swapped) {
 }
 
 static void publish(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s, uint64_t steps,
-                    int tables) {
+                    int tables, long long now) {
     /* The back buffer is the engine thread's alone: fill it without a lock. */
     pthread_mutex_lock(&v->mu);
     pl_kv_view_buf *b = &v->buf[1 - v->front];
@@ -89,8 +90,11 @@ static void publish(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s
     b->steps = steps;
     b->version = ++v->version;
     atomic_store(&v->stale, 0);
+    atomic_store(&v->reader_waits, 0);
+    v->last_ms = now;
     pthread_mutex_lock(&v->mu);
     v->front = 1 - v->front;
+    v->front_ms = now;
     pthread_cond_broadcast(&v->cv);
     pthread_mutex_unlock(&v->mu);
 }
@@ -103,11 +107,12 @@ void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_manager *m, const pl_sched
         return;
     }
     long long now = now_ms();
-    if (now >= until) {
+    if (now >= until ||
+        (now - v->last_ms < v->min_interval_ms && !atomic_load(&v->reader_waits))) {
         atomic_store(&v->stale, 1);
         return;
     }
-    publish(v, m, s, steps, now < atomic_load(&v->tables_until_ms));
+    publish(v, m, s, steps, now < atomic_load(&v->tables_until_ms), now);
 }
 
 void pl_kv_view_idle(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,
@@ -121,7 +126,7 @@ void pl_kv_view_idle(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *
         need = !v->buf[v->front].has_tables;
         pthread_mutex_unlock(&v->mu);
     }
-    if (need) publish(v, m, s, steps, tables);
+    if (need) publish(v, m, s, steps, tables, now);
 }
 
 int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen) {
@@ -131,8 +136,10 @@ int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen) {
     pthread_mutex_lock(&v->mu);
     const pl_kv_view_buf *f = &v->buf[v->front];
     *seen = f->version;
-    int need = atomic_load(&v->stale) || f->version == 0 || (with_tables && !f->has_tables);
+    int need = f->version == 0 || (with_tables && !f->has_tables) ||
+               (atomic_load(&v->stale) && until - PL_KV_VIEW_WANT_MS - v->front_ms >= PL_KV_VIEW_FRESH_MS);
     pthread_mutex_unlock(&v->mu);
+    if (need) atomic_store(&v->reader_waits, 1);
     return need;
 }
 

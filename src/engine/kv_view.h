@@ -24,7 +24,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-enum { PL_KV_VIEW_WANT_MS = 2000 };
+/* Publish while someone asked within WANT_MS; at most once per MIN_INTERVAL_MS of steps (a
+ * poller at 10 Hz needs no picture per step: on a 100k-block pool the copy reads 6 MB of block
+ * structs), unless a reader waits for a fresher one; a picture younger than FRESH_MS is fresh
+ * enough for a reader. */
+enum { PL_KV_VIEW_WANT_MS = 2000, PL_KV_VIEW_MIN_INTERVAL_MS = 40, PL_KV_VIEW_FRESH_MS = 100 };
 
 typedef struct {
     uint64_t version, steps;
@@ -47,12 +51,17 @@ typedef struct {
     atomic_llong want_until_ms;  /* publish while the monotonic clock (ms) is below this */
     atomic_llong tables_until_ms;/* ... and include the block tables while below this */
     atomic_int stale;            /* blocks may have changed since the last publication */
+    atomic_int reader_waits;     /* a reader waits for a picture: publish after the next step */
+    long long last_ms;           /* engine thread: monotonic ms of the last publication */
+    long long front_ms;          /* under mu: when the front picture was taken */
+    int min_interval_ms;         /* PL_KV_VIEW_MIN_INTERVAL_MS (tests set 0: every step) */
 } pl_kv_view;
 
 pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_manager *m);
 void pl_kv_view_destroy(pl_kv_view *v);
 
-/* Engine thread, after every step: publish if someone is watching, else mark stale. */
+/* Engine thread, after every step: publish if someone is watching (and the last picture is
+ * older than min_interval_ms or a reader waits), else mark stale. */
 void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,
                            uint64_t steps);
 /* Engine thread, idle: publish if someone is watching and the picture is stale (or `force`). */
@@ -60,8 +69,9 @@ void pl_kv_view_idle(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *
                      uint64_t steps, int force);
 
 /* Any thread: keep the engine publishing (tables too if with_tables) for PL_KV_VIEW_WANT_MS.
- * Returns 1 when the current picture is missing, stale or lacks tables that are wanted: the
- * caller should wake an idle engine and then call pl_kv_view_read with a timeout. */
+ * Returns 1 when the current picture is missing, lacks tables that are wanted, or is stale and
+ * older than PL_KV_VIEW_FRESH_MS: the caller should wake an idle engine and then call
+ * pl_kv_view_read with a timeout. */
 int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen);
 /* Any thread: copy the front picture into *out; with timeout_ms > 0 and need_fresh, first wait
  * up to that long for a publication newer than version `seen` (from pl_kv_view_want). */

@@ -159,6 +159,9 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
            labels, (double)s->generation_tokens);
     metric(&b, "pagellm_engine_steps_total", "counter", "Engine steps run.", labels,
            (double)s->steps);
+    metric(&b, "pagellm_engine_step_seconds_total", "counter",
+           "Wall time of the engine steps that ran the model (KV pictures included).", labels,
+           s->step_seconds);
 
     pthread_mutex_lock(&m->mu);
     sb_printf(&b, "# HELP vllm:request_success_total Count of finished requests by reason.\n"

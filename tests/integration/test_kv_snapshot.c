@@ -232,7 +232,9 @@ static void test_engine_publishes_while_watched(void **state) {
     assert_true(shared > 0);
     assert_true(used > 0);
     pl_kv_snapshot_free(&k);
-    /* Every step while watched: the picture follows. */
+    /* Every step while watched: the picture follows (here at every step; the server's engine
+     * publishes at most every PL_KV_VIEW_MIN_INTERVAL_MS unless a reader waits). */
+    e->kv_view.min_interval_ms = 0;
     for (int i = 0; i < 5; i++) {
         uint64_t v = e->kv_view.version;
         assert_int_equal(pl_engine_step(e), PL_OK);
@@ -258,6 +260,33 @@ static void test_engine_publishes_while_watched(void **state) {
     for (int32_t i = 0; i < k.n_blocks; i++)
         assert_true(k.states[i] == PL_KV_BLOCK_FREE || k.states[i] == PL_KV_BLOCK_CACHED);
     pl_kv_snapshot_free(&k);
+    /* Rate limited: steps within min_interval_ms publish nothing but mark the picture stale;
+     * a reader that finds it stale and old asks for one, and the next step publishes. */
+    e->kv_view.min_interval_ms = 1000000;
+    e->kv_view.last_ms = 1LL << 50;
+    assert_int_equal(pl_engine_add_request(e, "The sun was shining", NULL, 0, &p, &id), PL_OK);
+    uint64_t v0 = e->kv_view.version;
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    assert_int_equal(e->kv_view.version, v0);
+    assert_true(atomic_load(&e->kv_view.stale));
+    pthread_mutex_lock(&e->kv_view.mu);
+    e->kv_view.front_ms = 0; /* the front picture is old */
+    pthread_mutex_unlock(&e->kv_view.mu);
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+    pl_kv_snapshot_free(&k);
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    assert_int_equal(e->kv_view.version, v0 + 1);
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+    check_snapshot_matches(e, &k);
+    pl_kv_snapshot_free(&k);
+    pl_engine_abort(e, id);
+    while (pl_engine_has_work(e)) assert_int_equal(pl_engine_step(e), PL_OK);
+    while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
+        int fin = o->finished;
+        pl_request_output_free(o);
+        if (fin) break;
+    }
+    e->kv_view.min_interval_ms = 0;
     /* An idle engine publishes when poked (the server's engine thread waits in wait_for_work):
      * a step that nobody watched marks the picture stale; the idle wait refreshes it. */
     atomic_store(&e->kv_view.want_until_ms, 0);
