@@ -235,6 +235,10 @@ typedef struct {
                                             samples: memory saved by sharing (0 if none) */
     double step_seconds;                 /* wall time spent in pl_engine_step that ran the model
                                             (its KV snapshots included), summed over `steps` */
+    double step_cpu_seconds;             /* the engine thread's CPU time in those steps (its
+                                            own share only: worker threads not counted) */
+    uint64_t kv_pictures;                /* KV pictures published (pl_engine_kv_snapshot) */
+    double kv_picture_seconds;           /* engine-thread time spent publishing them */
 } pl_engine_stats;
 
 typedef struct pl_engine pl_engine;

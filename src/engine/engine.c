@@ -472,12 +472,21 @@ static void sample_kv(pl_engine *e) {
 }
 static pl_status step(pl_engine *e);
 
+static double thread_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 pl_status pl_engine_step(pl_engine *e) {
-    double t0 = pl_clock_now();
+    double t0 = pl_clock_now(), c0 = thread_cpu_now();
     uint64_t steps0 = e->steps;
     pl_status st = step(e);
     pl_kv_view_after_step(&e->kv_view, &e->mgr, &e->sched, e->steps);
-    if (e->steps != steps0) e->step_seconds += pl_clock_now() - t0;
+    if (e->steps != steps0) {
+        e->step_seconds += pl_clock_now() - t0;
+        e->step_cpu_seconds += thread_cpu_now() - c0;
+    }
     take_snapshot(e);
     if (e->step_delay_ms && e->steps != steps0)
         nanosleep(&(struct timespec){e->step_delay_ms / 1000, (e->step_delay_ms % 1000) * 1000000L},
@@ -612,6 +621,9 @@ static void take_snapshot(pl_engine *e) {
     s.block_refs = pl_kv_block_refs(&e->mgr);
     s.kv_samples = e->kv_samples;
     s.step_seconds = e->step_seconds;
+    s.step_cpu_seconds = e->step_cpu_seconds;
+    s.kv_pictures = e->kv_view.version;
+    s.kv_picture_seconds = e->kv_view.publish_seconds;
     if (e->kv_samples) {
         double n = (double)e->kv_samples, pool_slots = (double)k.blocks_total * e->mgr.cfg.block_size;
         s.peak_kv_usage = e->kv_usage_peak;

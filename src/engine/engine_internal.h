@@ -60,6 +60,7 @@ struct pl_engine {
     pthread_mutex_t stats_mu;
     pl_engine_stats snapshot;
     double step_seconds;        /* engine thread: time in pl_engine_step that ran the model */
+    double step_cpu_seconds;    /* engine thread: its CPU time in those steps */
     pl_kv_view kv_view;         /* block states for monitoring (engine/kv_view.h) */
 };
 

@@ -1,6 +1,7 @@
 /* engine/kv_view — publish and read the KV picture (see kv_view.h for the contract). */
 #include "engine/kv_view.h"
 
+#include "base/clock.h"
 #include "engine/request.h"
 
 #include <errno.h>
@@ -76,6 +77,7 @@ static int add_tables(pl_kv_view_buf *b, const pl_group_queue *q, int swapped) {
 
 static void publish(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s, uint64_t steps,
                     int tables, long long now) {
+    double t0 = pl_clock_now();
     /* The back buffer is the engine thread's alone: fill it without a lock. */
     pthread_mutex_lock(&v->mu);
     pl_kv_view_buf *b = &v->buf[1 - v->front];
@@ -97,6 +99,7 @@ static void publish(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s
     v->front_ms = now;
     pthread_cond_broadcast(&v->cv);
     pthread_mutex_unlock(&v->mu);
+    v->publish_seconds += pl_clock_now() - t0;
 }
 
 void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,

@@ -55,6 +55,7 @@ typedef struct {
     long long last_ms;           /* engine thread: monotonic ms of the last publication */
     long long front_ms;          /* under mu: when the front picture was taken */
     int min_interval_ms;         /* PL_KV_VIEW_MIN_INTERVAL_MS (tests set 0: every step) */
+    double publish_seconds;      /* engine thread: time spent publishing (version = count) */
 } pl_kv_view;
 
 pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_manager *m);
