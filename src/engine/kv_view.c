@@ -139,8 +139,9 @@ int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen) {
     pthread_mutex_lock(&v->mu);
     const pl_kv_view_buf *f = &v->buf[v->front];
     *seen = f->version;
+    long long age_ms = until - PL_KV_VIEW_WANT_MS - v->front_ms;
     int need = f->version == 0 || (with_tables && !f->has_tables) ||
-               (atomic_load(&v->stale) && until - PL_KV_VIEW_WANT_MS - v->front_ms >= PL_KV_VIEW_FRESH_MS);
+               (atomic_load(&v->stale) && age_ms >= PL_KV_VIEW_FRESH_MS);
     pthread_mutex_unlock(&v->mu);
     if (need) atomic_store(&v->reader_waits, 1);
     return need;

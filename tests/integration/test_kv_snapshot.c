@@ -136,7 +136,8 @@ static void test_json_shape(void **state) {
     assert_int_equal(json_array_size(b), 5);
     assert_int_equal(json_array_size(sb), 2);
     for (int i = 0; i < 5; i++) assert_int_equal(json_integer_value(json_array_get(b, i)), st[i]);
-    for (int i = 0; i < 2; i++) assert_int_equal(json_integer_value(json_array_get(sb, i)), st[5 + i]);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(json_integer_value(json_array_get(sb, i)), st[5 + i]);
     json_t *c = json_object_get(j, "counts");
     assert_int_equal(json_integer_value(json_object_get(c, "free")), 2);
     assert_int_equal(json_integer_value(json_object_get(c, "cached")), 1);
@@ -207,8 +208,8 @@ static void test_engine_publishes_while_watched(void **state) {
     p.ignore_eos = 1;
     uint64_t id;
     /* Nobody watches: steps publish nothing. */
-    assert_int_equal(pl_engine_add_request(e, "Once upon a time, there was a little girl named Lily",
-                                           NULL, 0, &p, &id), PL_OK);
+    const char *prompt = "Once upon a time, there was a little girl named Lily";
+    assert_int_equal(pl_engine_add_request(e, prompt, NULL, 0, &p, &id), PL_OK);
     for (int i = 0; i < 3; i++) assert_int_equal(pl_engine_step(e), PL_OK);
     assert_int_equal(e->kv_view.version, 0);
     pl_kv_snapshot k;
