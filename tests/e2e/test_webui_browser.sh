@@ -70,7 +70,7 @@ wait "$SERVER_PID"
 rc=$?
 SERVER_PID=""
 check "clean exit (got $rc)" test "$rc" -eq 0
-if grep -Eq 'AddressSanitizer|runtime error|LeakSanitizer' "$TMP/server.err"; then
+if grep -Eq 'AddressSanitizer|runtime error|LeakSanitizer|ThreadSanitizer' "$TMP/server.err"; then
     bad "sanitizer report"; head -30 "$TMP/server.err"
 else ok; fi
 finish
