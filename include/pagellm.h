@@ -233,6 +233,12 @@ typedef struct {
     int64_t block_refs;                  /* now: blocks held counting shared ones per holder */
     double mean_sharing_saved;           /* 1 - sum blocks used / sum block refs over the
                                             samples: memory saved by sharing (0 if none) */
+    double step_seconds;                 /* wall time spent in pl_engine_step that ran the model
+                                            (its KV snapshots included), summed over `steps` */
+    double step_cpu_seconds;             /* the engine thread's CPU time in those steps (its
+                                            own share only: worker threads not counted) */
+    uint64_t kv_pictures;                /* KV pictures published (pl_engine_kv_snapshot) */
+    double kv_picture_seconds;           /* engine-thread time spent publishing them */
 } pl_engine_stats;
 
 typedef struct pl_engine pl_engine;
@@ -267,6 +273,49 @@ void pl_engine_wait_for_work(pl_engine *e, int timeout_ms);
 pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_output **out);
 
 void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s);
+
+/* ---- a picture of the KV cache, for monitoring (GET /v1/kv/blocks, the web UI) ----
+ *
+ * The engine thread publishes it at the end of a step, and only while someone asked for one in
+ * the last two seconds: one byte per block copied into the back half of a double buffer, then
+ * swapped in under a short lock. Readers copy the front half under that lock; the step never
+ * waits for a reader's JSON or socket. */
+typedef enum {
+    PL_KV_BLOCK_FREE = 0,    /* primary or swap block: ref 0, holds nothing */
+    PL_KV_BLOCK_CACHED = 1,  /* primary: ref 0 but still holds a prefix-cache hash (can be hit) */
+    PL_KV_BLOCK_USED = 2,    /* primary: held by exactly one block table */
+    PL_KV_BLOCK_SHARED = 3,  /* primary: held by several (ref > 1: n / beams / prefix hits) */
+    PL_KV_BLOCK_SWAPPED = 4, /* swap pool: holds a swapped-out sequence's block */
+} pl_kv_block_state;
+
+typedef struct {
+    uint64_t request_id;         /* the request (sequence group) */
+    int32_t index;               /* the sequence's index in its request */
+    int32_t swapped;             /* 1: block ids are in the swap pool */
+    int32_t n_tokens;            /* tokens that have a slot */
+    int32_t n_blocks;            /* ids at block_ids[first_block ..) of the snapshot */
+    int64_t first_block;
+} pl_kv_seq_blocks;
+
+typedef struct {
+    uint64_t version;            /* publications so far (0: none yet) */
+    uint64_t steps;              /* engine steps that ran the model when it was taken */
+    int32_t block_size;
+    int32_t n_blocks, n_swap_blocks;
+    uint8_t *states;             /* [n_blocks + n_swap_blocks] pl_kv_block_state; swap after primary */
+    int32_t n_seqs;              /* sequences holding blocks (tables asked, else 0) */
+    pl_kv_seq_blocks *seqs;      /* [n_seqs] running then swapped, oldest request first */
+    int32_t *block_ids;          /* every sequence's block ids, concatenated */
+    int has_tables;              /* seqs / block_ids were filled */
+} pl_kv_snapshot;
+
+/* Copy the latest KV picture into *out (pl_kv_snapshot_free it). Asks the engine thread to keep
+ * publishing (with per-sequence block tables too when with_tables) for the next two seconds; if
+ * the latest picture is older than the engine's state it waits up to timeout_ms for a fresh one
+ * (an engine idling in pl_engine_wait_for_work publishes at once) and else returns the latest.
+ * PL_ERR_NOMEM only. */
+pl_status pl_engine_kv_snapshot(pl_engine *e, int with_tables, int timeout_ms, pl_kv_snapshot *out);
+void pl_kv_snapshot_free(pl_kv_snapshot *s);
 
 /* The loaded model's tokenizer and facts, for front ends (chat templates, /tokenize). */
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e);

@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential cmake ninja-build pkg-config libpcre2-dev libxxhash-dev libjansson-dev
       libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3
       clang libclang-rt-14-dev
-      gnuplot-nox"  # clang + its runtimes: tests/fuzz (libFuzzer); gnuplot: bench/plot.sh only
+      gnuplot-nox
+      chromium"  # clang + its runtimes: tests/fuzz (libFuzzer); gnuplot: bench/plot.sh only;
+                 # chromium: the web page's browser test (tests/e2e/test_webui_browser.sh)
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -19,7 +21,10 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
-# The end-to-end tests drive the server with the official OpenAI Node client.
+# The end-to-end tests drive the server with the official OpenAI Node client, and the web page
+# with puppeteer-core and the chromium above (the tests run `npm ci` in tests/e2e; puppeteer
+# must never download a browser of its own).
+export PUPPETEER_SKIP_DOWNLOAD=1
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "setup: installing nodejs npm" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

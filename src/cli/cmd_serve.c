@@ -37,6 +37,7 @@ static void usage(FILE *f) {
             "                                 (default 1024, 0 = unbounded)\n"
             "      --shutdown-timeout S       seconds in-flight requests may finish on SIGINT/\n"
             "                                 SIGTERM before they are aborted (default 10)\n"
+            "      --no-webui                 no web page at / (chat playground, KV cache view)\n"
             );
     fputs(PL_ENGINE_FLAGS_HELP, f);
 }
@@ -48,7 +49,7 @@ typedef struct {
     uint64_t max_request_bytes;
 } serve_opts;
 
-enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE };
+enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI };
 
 static int parse(int argc, char **argv, serve_opts *o) {
     static const struct option longopts[] = {
@@ -61,6 +62,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"max-logprobs", required_argument, 0, O_MAXLP},
         {"max-waiting", required_argument, 0, O_MAXWAIT},
         {"shutdown-timeout", required_argument, 0, O_GRACE},
+        {"no-webui", no_argument, 0, O_NOWEBUI},
         PL_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
@@ -104,6 +106,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
             if (pl_arg_float(C, "--shutdown-timeout", optarg, 0, 3600, &dv)) return 2;
             o->srv.shutdown_grace = dv;
             break;
+        case O_NOWEBUI: o->srv.no_webui = 1; break;
         case 't':
             if (pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng)) return 2;
             break;
@@ -186,6 +189,9 @@ int pl_cmd_serve(int argc, char **argv) {
     printf("serving %s on http://%s%s%s:%d (API key %s)\n", o.srv.served_model_name,
            v6 ? "[" : "", host, v6 ? "]" : "", pl_server_port(s),
            o.srv.api_key && *o.srv.api_key ? "required" : "not required");
+    if (!o.srv.no_webui)
+        printf("web page: http://%s%s%s:%d/ (chat playground, KV cache view)\n", v6 ? "[" : "",
+               host, v6 ? "]" : "", pl_server_port(s));
     /* The fault-injection build (tests/fault) fails allocations from here on: serving must
      * survive them; loading was tested on its own. */
     if (pl_fault_enabled()) pl_fault_arm();

@@ -159,6 +159,13 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     e->next_id = 1;
     const char *fs = getenv("PAGELLM_FAIL_STEP"); /* for tests: fail this step (1-based) */
     if (fs) e->fail_step = strtoull(fs, NULL, 10);
+    /* For tests that must act mid-answer (the web page's stop button): sleep this many ms after
+     * each step that ran the model, at most 1000. */
+    const char *sd = getenv("PAGELLM_STEP_DELAY_MS");
+    if (sd) {
+        long ms = strtol(sd, NULL, 10);
+        e->step_delay_ms = ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms;
+    }
     pl_status st = pl_model_load(c->model_path, &e->model);
     if (st == PL_OK) {
         const pl_model_hparams *hp = &e->model->hp;
@@ -185,6 +192,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         st = pl_runner_init(&e->runner, e->model, e->tp, &e->kv, e->has_swap ? &e->swap : NULL,
                             c->max_num_batched_tokens, c->max_num_seqs + 1, max_logit_rows,
                             e->mgr.cfg.max_blocks_per_seq);
+    if (st == PL_OK) st = pl_kv_view_init(&e->kv_view, &e->mgr);
     if (st != PL_OK) {
         pl_engine_destroy(e);
         return st;
@@ -230,6 +238,7 @@ void pl_engine_destroy(pl_engine *e) {
     pthread_cond_destroy(&e->inbox_cv);
     pthread_mutex_destroy(&e->reg_mu);
     pthread_mutex_destroy(&e->stats_mu);
+    pl_kv_view_destroy(&e->kv_view);
     free(e);
 }
 
@@ -491,9 +500,25 @@ static void sample_kv(pl_engine *e) {
 }
 static pl_status step(pl_engine *e);
 
+static double thread_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 pl_status pl_engine_step(pl_engine *e) {
+    double t0 = pl_clock_now(), c0 = thread_cpu_now();
+    uint64_t steps0 = e->steps;
     pl_status st = step(e);
+    pl_kv_view_after_step(&e->kv_view, &e->mgr, &e->sched, e->steps);
+    if (e->steps != steps0) {
+        e->step_seconds += pl_clock_now() - t0;
+        e->step_cpu_seconds += thread_cpu_now() - c0;
+    }
     take_snapshot(e);
+    if (e->step_delay_ms && e->steps != steps0)
+        nanosleep(&(struct timespec){e->step_delay_ms / 1000, (e->step_delay_ms % 1000) * 1000000L},
+                  NULL);
     return st;
 }
 
@@ -550,19 +575,38 @@ pl_status pl_engine_run(pl_engine *e) {
 
 void pl_engine_wait_for_work(pl_engine *e, int timeout_ms) {
     if (pl_scheduler_has_work(&e->sched)) return;
+    pl_kv_view_idle(&e->kv_view, &e->mgr, &e->sched, e->steps, 0);
     pthread_mutex_lock(&e->inbox_mu);
     if (timeout_ms < 0) {
-        while (!e->inbox_head && !e->n_aborts && !e->abort_scan) pthread_cond_wait(&e->inbox_cv, &e->inbox_mu);
+        while (!e->inbox_head && !e->n_aborts && !e->kv_poke && !e->abort_scan)
+            pthread_cond_wait(&e->inbox_cv, &e->inbox_mu);
     } else {
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_sec += timeout_ms / 1000;
         dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
         if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-        while (!e->inbox_head && !e->n_aborts && !e->abort_scan)
+        while (!e->inbox_head && !e->n_aborts && !e->kv_poke && !e->abort_scan)
             if (pthread_cond_timedwait(&e->inbox_cv, &e->inbox_mu, &dl) == ETIMEDOUT) break;
     }
+    int poke = e->kv_poke;
+    e->kv_poke = 0;
     pthread_mutex_unlock(&e->inbox_mu);
+    /* Idle and someone looks at the KV cache: publish now rather than at the next step. */
+    if (poke) pl_kv_view_idle(&e->kv_view, &e->mgr, &e->sched, e->steps, 0);
+}
+
+pl_status pl_engine_kv_snapshot(pl_engine *e, int with_tables, int timeout_ms,
+                                pl_kv_snapshot *out) {
+    uint64_t seen;
+    int need = pl_kv_view_want(&e->kv_view, with_tables, &seen);
+    if (need) { /* wake an idle engine thread (a busy one publishes after its step) */
+        pthread_mutex_lock(&e->inbox_mu);
+        e->kv_poke = 1;
+        pthread_cond_broadcast(&e->inbox_cv);
+        pthread_mutex_unlock(&e->inbox_mu);
+    }
+    return pl_kv_view_read(&e->kv_view, need, seen, timeout_ms, out);
 }
 
 pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_output **out) {
@@ -608,6 +652,10 @@ static void take_snapshot(pl_engine *e) {
     s.steps = e->steps;
     s.block_refs = pl_kv_block_refs(&e->mgr);
     s.kv_samples = e->kv_samples;
+    s.step_seconds = e->step_seconds;
+    s.step_cpu_seconds = e->step_cpu_seconds;
+    s.kv_pictures = e->kv_view.version;
+    s.kv_picture_seconds = e->kv_view.publish_seconds;
     if (e->kv_samples) {
         double n = (double)e->kv_samples, pool_slots = (double)k.blocks_total * e->mgr.cfg.block_size;
         s.peak_kv_usage = e->kv_usage_peak;

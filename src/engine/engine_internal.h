@@ -9,6 +9,7 @@
 #include "base/idmap.h"
 #include "base/threadpool.h"
 #include "engine/decoder.h"
+#include "engine/kv_view.h"
 #include "engine/output.h"
 #include "engine/request.h"
 #include "engine/runner.h"
@@ -45,11 +46,13 @@ struct pl_engine {
     int abort_scan;             /* an abort did not fit in `aborts` (out of memory): its channel
                                    is marked, and the next step looks at every group's channel */
     uint64_t next_id;
+    int kv_poke;                /* a KV snapshot reader wants a fresh picture (under inbox_mu) */
     pthread_mutex_t reg_mu;     /* guards `channels` */
     pl_idmap channels;          /* id -> pl_out_channel* while a client may poll */
     /* Counters, written by the engine thread only. */
     uint64_t steps;             /* steps that ran the model (the decoder counts tokens) */
     uint64_t fail_step;         /* PAGELLM_FAIL_STEP: this step fails (tests of error paths) */
+    int step_delay_ms;          /* PAGELLM_STEP_DELAY_MS: sleep after each model step (tests) */
     /* KV memory samples, engine thread only, one per step that runs the model (see pl_engine_stats). */
     uint64_t kv_samples;
     double kv_usage_sum, kv_usage_peak, kv_waste_peak;
@@ -58,6 +61,9 @@ struct pl_engine {
     /* A copy of the stats taken by the engine thread after every step, for other threads. */
     pthread_mutex_t stats_mu;
     pl_engine_stats snapshot;
+    double step_seconds;        /* engine thread: time in pl_engine_step that ran the model */
+    double step_cpu_seconds;    /* engine thread: its CPU time in those steps */
+    pl_kv_view kv_view;         /* block states for monitoring (engine/kv_view.h) */
 };
 
 

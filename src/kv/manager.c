@@ -491,6 +491,18 @@ void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s) {
     s->reserved_future = m->reserved_future;
 }
 
+void pl_kv_block_states(const pl_kv_manager *m, uint8_t *primary, uint8_t *swap) {
+    const pl_block *b = m->pool.blocks;
+    for (int32_t i = 0; i < m->pool.num_blocks; i++)
+        primary[i] = (uint8_t)(b[i].ref > 1    ? PL_KV_BLOCK_SHARED
+                               : b[i].ref == 1 ? PL_KV_BLOCK_USED
+                               : b[i].hashed   ? PL_KV_BLOCK_CACHED
+                                               : PL_KV_BLOCK_FREE);
+    if (!swap) return;
+    for (int32_t i = 0; i < m->swap.num_blocks; i++)
+        swap[i] = (uint8_t)(m->swap.blocks[i].ref > 0 ? PL_KV_BLOCK_SWAPPED : PL_KV_BLOCK_FREE);
+}
+
 pl_status pl_kv_manager_check(const pl_kv_manager *m) {
     pl_status st = pl_block_pool_check(&m->pool);
     if (st != PL_OK) {

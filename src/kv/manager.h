@@ -229,6 +229,12 @@ static inline int64_t pl_block_table_slot(const pl_block_table *t, int32_t pos) 
 
 void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s);
 
+/* One byte per block for views of the pool (GET /v1/kv/blocks, the web UI's grid), codes
+ * pl_kv_block_state of pagellm.h: primary[num_blocks] gets FREE (ref 0, no hash), CACHED (ref 0,
+ * still holds a prefix hash), USED (ref 1) or SHARED (ref > 1); swap[num_swap_blocks] (may be
+ * NULL when there is no swap pool) gets FREE or SWAPPED. O(num_blocks), reads only. */
+void pl_kv_block_states(const pl_kv_manager *m, uint8_t *primary, uint8_t *swap);
+
 /* Both pools' consistency, the fill accounting and the live-table count (O(pool sizes)). */
 pl_status pl_kv_manager_check(const pl_kv_manager *m);
 

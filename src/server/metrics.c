@@ -136,6 +136,17 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
            labels, (double)s->generation_tokens);
     metric(&b, "pagellm_engine_steps_total", "counter", "Engine steps run.", labels,
            (double)s->steps);
+    metric(&b, "pagellm_engine_step_seconds_total", "counter",
+           "Wall time of the engine steps that ran the model (KV pictures included).", labels,
+           s->step_seconds);
+    metric(&b, "pagellm_engine_step_cpu_seconds_total", "counter",
+           "The engine thread's CPU time in those steps (worker threads not counted).", labels,
+           s->step_cpu_seconds);
+    metric(&b, "pagellm_kv_pictures_total", "counter",
+           "KV pictures the engine thread published for GET /v1/kv/blocks.", labels,
+           (double)s->kv_pictures);
+    metric(&b, "pagellm_kv_picture_seconds_total", "counter",
+           "Engine-thread time spent publishing KV pictures.", labels, s->kv_picture_seconds);
 
     pthread_mutex_lock(&m->mu);
     pl_strbuf_printf(&b, "# HELP vllm:request_success_total Count of finished requests by reason.\n"

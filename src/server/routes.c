@@ -181,3 +181,43 @@ fail:
     json_decref(o);
     return pl_srv_send_error(c, &err);
 }
+
+/* POST /v1/chat/render: {"messages", "add_generation_prompt"?} -> {"prompt": the text the chat
+ * template produced, "count": its tokens, "template": the format's name}. What a chat request
+ * with these messages would feed the model (the web UI shows it). */
+enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    pl_server_error err;
+    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
+    if (!o) return pl_srv_send_error(c, &err);
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int add_gen = 1;
+    if (check_model(s, o, &err) || opt_bool(o, "add_generation_prompt", &add_gen, &err)) goto fail;
+    if (!json_is_array(json_object_get(o, "messages"))) {
+        pl_server_fail(&err, 400, "messages", "invalid_type", "'messages' (a list) is required");
+        goto fail;
+    }
+    pl_server_request r;
+    if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
+    int rc = pl_srv_render_chat(s, r.messages, r.n_messages, add_gen, &text, &err);
+    pl_server_request_free(&r);
+    if (rc) goto fail;
+    if (pl_tokenize(s->tok, text, strlen(text), 0, 1, &ids, &n) != PL_OK) {
+        pl_server_fail(&err, 400, "messages", "invalid_value", "%s", pl_last_error());
+        goto fail;
+    }
+    free(ids);
+    size_t len;
+    char *clean = pl_server_utf8_sanitize(text, strlen(text), &len);
+    free(text);
+    json_decref(o);
+    json_t *res = json_pack("{s:s%, s:I, s:s}", "prompt", clean, len, "count", (json_int_t)n,
+                            "template", pl_chat_format_name(s->chat_format));
+    free(clean);
+    return pl_srv_send_json(c, MHD_HTTP_OK, res);
+fail:
+    free(text);
+    json_decref(o);
+    return pl_srv_send_error(c, &err);
+}

@@ -106,6 +106,8 @@ static const struct {
     {"POST", "/detokenize", pl_srv_detokenize},
     {"POST", "/v1/completions", pl_srv_completions},
     {"POST", "/v1/chat/completions", pl_srv_chat},
+    {"POST", "/v1/chat/render", pl_srv_chat_render},
+    {"GET", "/v1/kv/blocks", pl_srv_kv_blocks},
 };
 
 static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const char *url,
@@ -129,6 +131,9 @@ static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const ch
             return pl_srv_send_error(c, &err);
         }
     }
+    enum MHD_Result res;
+    if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) && pl_srv_webui(s, c, url, &res))
+        return res;
     int path_known = 0;
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
         if (strcmp(url, ROUTES[i].path)) continue;

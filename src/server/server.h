@@ -40,6 +40,7 @@ typedef struct {
     size_t max_request_bytes;      /* request bodies above this get 413 (default 4 MiB) */
     double shutdown_grace;         /* seconds in-flight requests may finish on stop (10) */
     int32_t max_logprobs;          /* bound of logprobs / top_logprobs / prompt_logprobs (20; 0 = none allowed) */
+    int no_webui;                  /* 1: no web page (GET / and its assets answer 404) */
 } pl_server_config;
 
 void pl_server_config_default(pl_server_config *c);
@@ -181,6 +182,12 @@ char *pl_server_token_str(const pl_tokenizer *t, int32_t id);
 char *pl_server_utf8_sanitize(const char *s, size_t n, size_t *out_len);
 /* Unicode code points in a valid UTF-8 string (Python len()). */
 size_t pl_server_utf8_chars(const char *s, size_t n);
+
+/* ---- the KV cache view ---- */
+
+/* GET /v1/kv/blocks's body for a snapshot and the stats (kv_blocks.c documents the shape),
+ * malloc'ed; NULL when out of memory. */
+char *pl_server_kv_blocks_json(const pl_kv_snapshot *k, const pl_engine_stats *s);
 
 /* ---- auth ---- */
 

@@ -54,6 +54,12 @@ enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ct
 enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+/* kv_blocks.c */
+enum MHD_Result pl_srv_kv_blocks(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+/* webui.c: the embedded page and its files (GET /, /app.js, ...); MHD_NO-free: returns 0 when
+ * url names no asset (the caller answers 404). */
+int pl_srv_webui(pl_server *s, struct MHD_Connection *c, const char *url, enum MHD_Result *res);
 /* generate.c */
 enum MHD_Result pl_srv_completions(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# End-to-end: the web page of `pagellm serve` in Debian's `chromium`, driven by puppeteer-core
+# (npm, pinned by tests/e2e/package-lock.json, installed with `npm ci`; PUPPETEER_SKIP_DOWNLOAD=1:
+# the system chromium is used, no browser is downloaded). The server runs with an API key and
+# PAGELLM_STEP_DELAY_MS so answers last long enough to be stopped and watched. Checks: the key
+# dialog, streaming, Enter / Shift+Enter, log-probabilities on hover, the rendered prompt, TTFT
+# and tokens/s, stop mid-answer (server running count and used blocks back to 0), the KV view
+# with used and shared blocks for n = 2, then every block free. Screenshots:
+# $PL_BUILD_DIR/webui-chat.png and webui-kv.png (CI artifacts).
+# Skips (exit 77) only when no chromium is installed (scripts/setup.sh installs it).
+set -u
+. "$(dirname "$0")/server_lib.sh"
+DIR=$(cd "$(dirname "$0")" && pwd)
+OUT=${PL_BUILD_DIR:-$TMP}
+export PUPPETEER_SKIP_DOWNLOAD=1
+
+CHROMIUM=${PL_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
+if [ -z "$CHROMIUM" ]; then
+    echo "SKIP: no chromium (apt-get install chromium, or scripts/setup.sh)"
+    exit 77
+fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    bad "node and npm are needed (apt-get install nodejs npm)"
+    finish
+fi
+same_as_lock() {
+    (cd "$DIR" && node -e '
+        const fs = require("fs");
+        const pick = (f) => { const p = JSON.parse(fs.readFileSync(f)).packages; delete p[""];
+            return JSON.stringify(Object.keys(p).sort().map((k) => [k, p[k].version, p[k].integrity])); };
+        process.exit(pick("package-lock.json") === pick("node_modules/.package-lock.json") ? 0 : 1);
+    ') 2>/dev/null
+}
+if ! same_as_lock; then
+    (cd "$DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) \
+        >"$TMP/npm.log" 2>&1 || { cat "$TMP/npm.log"; bad "npm ci (tests/e2e/package-lock.json)"; finish; }
+fi
+check "puppeteer-core is the locked 24.43.1" test \
+    "$(cd "$DIR" && node -p 'require("./node_modules/puppeteer-core/package.json").version')" = 24.43.1
+
+# Without --no-webui the page is there; with it, / is a 404 and the API still works.
+start_server --no-webui
+http GET /
+check "--no-webui: GET / is 404 (got $STATUS)" test "$STATUS" = 404
+http GET /app.js
+check "--no-webui: GET /app.js is 404 (got $STATUS)" test "$STATUS" = 404
+http GET /v1/models
+check "--no-webui: the API still answers (got $STATUS)" test "$STATUS" = 200
+stop_server
+
+PAGELLM_STEP_DELAY_MS=${PL_STEP_DELAY_MS:-25} start_server --api-key sekret
+http GET /app.js
+check "GET /app.js is 200 (got $STATUS)" test "$STATUS" = 200
+http GET /v1/kv/blocks
+check "/v1/kv/blocks needs the key (got $STATUS)" test "$STATUS" = 401
+timeout 240 node "$DIR/webui_browser.mjs" "$BASE" sekret "$OUT" "$CHROMIUM" >"$TMP/node.out" 2>&1
+rc=$?
+cat "$TMP/node.out"
+line=$(tail -n 1 "$TMP/node.out")
+np=$(echo "$line" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
+nf=$(echo "$line" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
+passed=$((passed + ${np:-0}))
+failed=$((failed + ${nf:-0}))
+check "browser test exit 0 (got $rc)" test "$rc" -eq 0
+check "browser test printed its count" test -n "$np"
+check "screenshots saved under $OUT" test -s "$OUT/webui-chat.png" -a -s "$OUT/webui-kv.png"
+check "server alive" kill -0 "$SERVER_PID"
+kill -TERM "$SERVER_PID"
+wait "$SERVER_PID"
+rc=$?
+SERVER_PID=""
+check "clean exit (got $rc)" test "$rc" -eq 0
+if grep -Eq 'AddressSanitizer|runtime error|LeakSanitizer|ThreadSanitizer' "$TMP/server.err"; then
+    bad "sanitizer report"; head -30 "$TMP/server.err"
+else ok; fi
+finish

@@ -1,0 +1,150 @@
+// Drives pagellm's web page in Debian's chromium with puppeteer-core (run by
+// test_webui_browser.sh, which starts the server with an API key and a per-step delay so that an
+// answer lasts long enough to be stopped and watched).
+//   node webui_browser.mjs BASE_URL API_KEY OUT_DIR CHROMIUM
+// Prints one line per check and "N passed, M failed" last; screenshots go to OUT_DIR.
+import puppeteer from 'puppeteer-core';
+
+const [base, key, outDir, chromium] = process.argv.slice(2);
+let passed = 0, failed = 0;
+function check(what, ok, detail) {
+  if (ok) { passed++; console.log('ok   ' + what); }
+  else { failed++; console.log('FAIL ' + what + (detail !== undefined ? ': ' + detail : '')); }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function until(what, f, timeoutMs = 20000) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < end) {
+    try { last = await f(); if (last) { check(what, true); return last; } } catch (e) { last = e.message; }
+    await sleep(100);
+  }
+  check(what, false, 'timed out (last: ' + JSON.stringify(last) + ')');
+  return null;
+}
+async function metric(name) {
+  const t = await (await fetch(base + '/metrics')).text();
+  const line = t.split('\n').find((l) => l.startsWith(name + '{'));
+  return line ? Number(line.split(' ').pop()) : NaN;
+}
+async function kvBlocks() {
+  const r = await fetch(base + '/v1/kv/blocks', { headers: { Authorization: 'Bearer ' + key } });
+  return r.json();
+}
+
+const browser = await puppeteer.launch({
+  executablePath: chromium, headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+});
+const errors = [];
+try {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1280, height: 860 });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error' && !/401/.test(m.text())) errors.push(m.text()); });
+  const requests = [];
+  page.on('request', (r) => requests.push(r.url()));
+
+  const resp = await page.goto(base + '/', { waitUntil: 'load' });
+  check('GET / is 200 text/html', resp.status() === 200 && /text\/html/.test(resp.headers()['content-type']),
+        resp.status());
+
+  // The server wants a key: the page asks once.
+  await until('the page asks for the API key', () => page.$eval('#key-dialog', (d) => !d.classList.contains('hidden')));
+  await page.type('#key-input', 'wrong');
+  await page.click('#key-save');
+  await until('a wrong key is refused', () => page.$eval('#key-error', (e) => e.textContent.includes('refused')));
+  await page.$eval('#key-input', (e) => { e.value = ''; });
+  await page.type('#key-input', key);
+  await page.click('#key-save');
+  await until('the key is accepted and the model shown',
+    () => page.$eval('#model-name', (e) => e.textContent.includes('stories')));
+
+  // A short answer with log-probabilities: streamed, timed, tokens on hover.
+  const setField = (sel, v) => page.$eval(sel, (e, v) => { e.value = v; }, String(v));
+  await setField('#max_tokens', 24);
+  await setField('#temperature', 0);
+  await page.click('#logprobs');
+  await page.click('#input');
+  await page.keyboard.type('Once upon a time');
+  await page.keyboard.down('Shift'); await page.keyboard.press('Enter'); await page.keyboard.up('Shift');
+  await page.keyboard.type('there was');
+  check('Shift+Enter adds a line', (await page.$eval('#input', (e) => e.value)) === 'Once upon a time\nthere was');
+  await page.keyboard.press('Enter');
+  await until('Enter sends: the first answer finishes',
+    () => page.$eval('.msg.assistant:last-of-type', (m) => m.dataset.done === 'finished'));
+  const meta1 = await page.$eval('.msg.assistant .meta', (e) => e.textContent);
+  check('time to first token and tokens/s shown', /time to first token \d+ ms/.test(meta1) && /tokens\/s/.test(meta1), meta1);
+  const nTok = await page.$$eval('.msg.assistant .tok', (s) => s.length);
+  check('log-probabilities attached to the streamed tokens', nTok > 0, nTok);
+  if (nTok > 0) {
+    await page.hover('.msg.assistant .tok');
+    await until('hovering a token shows its log-probability',
+      () => page.$eval('#lp-tip', (t) => !t.classList.contains('hidden') && /p=0\.\d+/.test(t.textContent)));
+  }
+  await page.click('#show-prompt');
+  await until('the rendered prompt (chat template output) is shown',
+    () => page.$eval('#rendered', (e) => e.textContent.includes('<|im_start|>user') && e.textContent.includes('tokens')));
+  await page.click('#logprobs');
+
+  // A long answer, stopped mid-way: the server's running count returns to 0.
+  await setField('#max_tokens', 400);
+  await setField('#temperature', 0.8);
+  await page.click('#ignore_eos');
+  await page.type('#input', 'Tell me a long story');
+  await page.keyboard.press('Enter');
+  const streamed = await until('streamed text appears', () => page.$$eval('.msg.assistant', (ms) => {
+    const m = ms[ms.length - 1];
+    return !m.dataset.done && m.querySelector('.choice') && m.querySelector('.choice').textContent.length > 40;
+  }));
+  check('the server runs the request', (await metric('vllm:num_requests_running')) === 1);
+  await page.click('#stop');
+  await until('stop ends the answer in the page',
+    () => page.$$eval('.msg.assistant', (ms) => ms[ms.length - 1].dataset.done === 'stopped'));
+  await until('after stop the server runs nothing and holds no block', async () =>
+    (await metric('vllm:num_requests_running')) === 0 && (await metric('pagellm_kv_blocks_used')) === 0, 5000);
+  const stoppedLen = await page.$$eval('.msg.assistant .choice', (cs) => cs[cs.length - 1].textContent.length);
+  check('the stopped answer is partial', streamed && stoppedLen < 1500, stoppedLen);
+  await page.screenshot({ path: outDir + '/webui-chat.png' });
+
+  // n = 2 while the KV view is open: used and shared blocks, then everything free again.
+  await setField('#n', 2);
+  await setField('#max_tokens', 120);
+  await page.type('#input', 'Two stories, please');
+  await page.keyboard.press('Enter');
+  await until('two choices stream', () => page.$$eval('.msg.assistant', (ms) =>
+    ms[ms.length - 1].querySelectorAll('.choice').length === 2));
+  await page.click('#tab-kv');
+  await until('KV view: used blocks > 0 and shared blocks > 0 while n = 2 runs', () => page.evaluate(() =>
+    Number(document.getElementById('kv-used').textContent) > 0 &&
+    Number(document.getElementById('kv-shared').textContent) > 0 &&
+    document.querySelectorAll('#seq-list li[data-key]').length === 2));
+  const grid = await page.evaluate(() => {
+    const k = window.pagellm.kv;
+    return { n: k.blocks.length, total: k.num_blocks, shared: k.blocks.filter((s) => s === 3).length };
+  });
+  check('the grid covers every block of the pool', grid.n === grid.total && grid.total > 0, JSON.stringify(grid));
+  await page.hover('#seq-list li[data-key]');
+  check('hovering a sequence highlights it', await page.evaluate(() => window.pagellm.hotSeq !== null));
+  await sleep(600); // let the chart and grid catch a few pictures
+  await page.screenshot({ path: outDir + '/webui-kv.png' });
+  await page.mouse.move(5, 5);
+  await until('after the answer ends every block is free (page)', () => page.evaluate(() =>
+    Number(document.getElementById('kv-used').textContent) === 0 &&
+    Number(document.getElementById('kv-shared').textContent) === 0 &&
+    Number(document.getElementById('kv-running').textContent) === 0), 30000);
+  const k = await kvBlocks();
+  check('after the answer ends every block is free (/v1/kv/blocks)',
+    k.counts.used === 0 && k.counts.shared === 0 && k.stats.running === 0, JSON.stringify(k.counts));
+  check('the n = 2 answer finished', await page.$$eval('.msg.assistant', (ms) => ms[ms.length - 1].dataset.done === 'finished'));
+
+  const foreign = requests.filter((u) => !u.startsWith(base));
+  check('the page loads nothing from elsewhere', foreign.length === 0, foreign.join(' '));
+  check('no JavaScript errors', errors.length === 0, errors.join(' | '));
+} catch (e) {
+  check('browser session', false, e.stack);
+} finally {
+  await browser.close();
+}
+console.log(passed + ' passed, ' + failed + ' failed');
+process.exit(failed ? 1 : 0);

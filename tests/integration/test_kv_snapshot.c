@@ -1,0 +1,336 @@
+/* GET /v1/kv/blocks against the block pool's state, from the bottom up:
+ *  - pl_kv_block_states names every block as the pool sees it (ref counts, prefix hashes, the
+ *    swap pool) through allocate, fork, copy-on-write, commit, free and swap;
+ *  - pl_server_kv_blocks_json writes exactly those states, the counts and the block tables;
+ *  - the engine publishes the picture only while someone watches, and what it publishes equals
+ *    the pool and the sequences' block tables between steps (n = 2 shares its prompt blocks),
+ *    and every block is free once the request ends. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "engine/engine_internal.h"
+#include "kv/manager.h"
+#include "server/server.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BS 4
+
+/* What the pool says about block b, in pl_kv_block_state terms. */
+static int expected_state(const pl_block_pool *p, int32_t b, int swap) {
+    const pl_block *k = &p->blocks[b];
+    if (swap) return k->ref > 0 ? PL_KV_BLOCK_SWAPPED : PL_KV_BLOCK_FREE;
+    return k->ref > 1 ? PL_KV_BLOCK_SHARED : k->ref == 1 ? PL_KV_BLOCK_USED
+                                           : k->hashed   ? PL_KV_BLOCK_CACHED
+                                                         : PL_KV_BLOCK_FREE;
+}
+
+/* States of m agree with its pools, block for block; returns counts per state. */
+static void check_states(const pl_kv_manager *m, int counts[5]) {
+    int32_t n = m->pool.num_blocks, ns = m->swap.num_blocks;
+    uint8_t *st = malloc((size_t)(n + ns));
+    memset(st, 0xee, (size_t)(n + ns));
+    pl_kv_block_states(m, st, ns ? st + n : NULL);
+    memset(counts, 0, 5 * sizeof *counts);
+    for (int32_t i = 0; i < n; i++) {
+        assert_int_equal(st[i], expected_state(&m->pool, i, 0));
+        counts[st[i]]++;
+    }
+    for (int32_t i = 0; i < ns; i++) {
+        assert_int_equal(st[n + i], expected_state(&m->swap, i, 1));
+        counts[st[n + i]]++;
+    }
+    free(st);
+}
+
+static void assert_counts(const pl_kv_manager *m, int free_, int cached, int used, int shared,
+                          int swapped) {
+    int c[5];
+    check_states(m, c);
+    assert_int_equal(c[PL_KV_BLOCK_FREE], free_);
+    assert_int_equal(c[PL_KV_BLOCK_CACHED], cached);
+    assert_int_equal(c[PL_KV_BLOCK_USED], used);
+    assert_int_equal(c[PL_KV_BLOCK_SHARED], shared);
+    assert_int_equal(c[PL_KV_BLOCK_SWAPPED], swapped);
+}
+
+static void test_states_follow_the_pool(void **state) {
+    (void)state;
+    pl_kv_manager m;
+    pl_kv_manager_config c = {.block_size = BS, .num_blocks = 12, .num_swap_blocks = 6,
+                              .max_blocks_per_seq = 8, .enable_prefix_caching = 1,
+                              .hash_seed = 7};
+    assert_int_equal(pl_kv_manager_init(&m, &c), PL_OK);
+    /* 12 primary + 6 swap blocks, all free. */
+    assert_counts(&m, 18, 0, 0, 0, 0);
+    int32_t tok[10];
+    for (int i = 0; i < 10; i++) tok[i] = 100 + i;
+    pl_block_table a = {0}, b = {0}, x = {0};
+    assert_int_equal(pl_kv_allocate_prompt(&m, &a, tok, 10, 0, NULL), PL_OK);
+    assert_counts(&m, 15, 0, 3, 0, 0); /* 10 tokens: 3 blocks */
+    assert_int_equal(pl_kv_commit(&m, &a, tok, 10), PL_OK); /* two full blocks hashed */
+    assert_counts(&m, 15, 0, 3, 0, 0);
+    assert_int_equal(pl_kv_fork(&m, &a, &b), PL_OK);
+    assert_counts(&m, 15, 0, 0, 3, 0); /* n = 2: everything shared */
+    pl_block_copy cow;
+    assert_int_equal(pl_kv_append_slots(&m, &b, 1, &cow), PL_OK);
+    assert_true(cow.src >= 0);          /* the partial last block was copied on write */
+    assert_counts(&m, 14, 0, 2, 2, 0);
+    /* Swap the group out: its 4 distinct blocks move, shared ones once. */
+    pl_block_table *group[2] = {&a, &b};
+    pl_block_copy map[12];
+    int32_t n_map;
+    assert_int_equal(pl_kv_swap_out(&m, group, 2, map, 12, &n_map), PL_OK);
+    int c5[5];
+    check_states(&m, c5);
+    assert_int_equal(c5[PL_KV_BLOCK_SWAPPED], 4);
+    assert_int_equal(c5[PL_KV_BLOCK_USED] + c5[PL_KV_BLOCK_SHARED], 0);
+    assert_int_equal(c5[PL_KV_BLOCK_CACHED], 2); /* the hashed primary copies stay cached */
+    assert_int_equal(pl_kv_swap_in(&m, group, 2, map, 12, &n_map), PL_OK);
+    assert_counts(&m, 12, 2, 2, 2, 0); /* back in fresh blocks; the old copies still cached */
+    /* A third sequence with the same prompt hits the cached prefix: those blocks are shared 3x. */
+    pl_kv_free(&m, &b);
+    int32_t hit = -1;
+    assert_int_equal(pl_kv_commit(&m, &a, tok, 10), PL_OK);
+    assert_int_equal(pl_kv_allocate_prompt(&m, &x, tok, 10, 0, &hit), PL_OK);
+    assert_int_equal(hit, 8);
+    check_states(&m, c5);
+    assert_int_equal(c5[PL_KV_BLOCK_SHARED], 2);
+    /* Free all: the hashed blocks stay as free-but-cached, the rest is free. */
+    pl_kv_free(&m, &a);
+    pl_kv_free(&m, &x);
+    check_states(&m, c5);
+    assert_int_equal(c5[PL_KV_BLOCK_USED] + c5[PL_KV_BLOCK_SHARED] + c5[PL_KV_BLOCK_SWAPPED], 0);
+    assert_int_equal(c5[PL_KV_BLOCK_CACHED], 2);
+    assert_int_equal(pl_kv_manager_check(&m), PL_OK);
+    pl_kv_manager_destroy(&m);
+}
+
+static void test_json_shape(void **state) {
+    (void)state;
+    uint8_t st[7] = {0, 1, 2, 3, 3, 0, 4}; /* 5 primary, 2 swap */
+    pl_kv_seq_blocks seqs[2] = {
+        {.request_id = 9, .index = 0, .n_tokens = 7, .n_blocks = 2, .first_block = 0},
+        {.request_id = 9, .index = 1, .swapped = 1, .n_tokens = 3, .n_blocks = 1, .first_block = 2},
+    };
+    int32_t ids[3] = {3, 4, 1};
+    pl_kv_snapshot k = {.version = 5, .steps = 11, .block_size = 16, .n_blocks = 5,
+                        .n_swap_blocks = 2, .states = st, .n_seqs = 2, .seqs = seqs,
+                        .block_ids = ids, .has_tables = 1};
+    pl_engine_stats s;
+    memset(&s, 0, sizeof s);
+    s.running = 1, s.waiting = 2, s.prefix_queries = 40, s.prefix_hits = 10, s.preemptions = 3;
+    char *txt = pl_server_kv_blocks_json(&k, &s);
+    assert_non_null(txt);
+    json_error_t err;
+    json_t *j = json_loads(txt, 0, &err);
+    if (!j) fail_msg("not JSON (%s): %s", err.text, txt);
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "kv.blocks");
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "num_blocks")), 5);
+    json_t *b = json_object_get(j, "blocks"), *sb = json_object_get(j, "swap_blocks");
+    assert_int_equal(json_array_size(b), 5);
+    assert_int_equal(json_array_size(sb), 2);
+    for (int i = 0; i < 5; i++) assert_int_equal(json_integer_value(json_array_get(b, i)), st[i]);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(json_integer_value(json_array_get(sb, i)), st[5 + i]);
+    json_t *c = json_object_get(j, "counts");
+    assert_int_equal(json_integer_value(json_object_get(c, "free")), 2);
+    assert_int_equal(json_integer_value(json_object_get(c, "cached")), 1);
+    assert_int_equal(json_integer_value(json_object_get(c, "used")), 1);
+    assert_int_equal(json_integer_value(json_object_get(c, "shared")), 2);
+    assert_int_equal(json_integer_value(json_object_get(c, "swapped")), 1);
+    json_t *stats = json_object_get(j, "stats");
+    assert_int_equal(json_integer_value(json_object_get(stats, "waiting")), 2);
+    assert_float_equal(json_real_value(json_object_get(stats, "prefix_hit_rate")), 0.25, 1e-9);
+    json_t *t = json_object_get(j, "tables");
+    assert_int_equal(json_array_size(t), 2);
+    json_t *t1 = json_array_get(t, 1);
+    assert_true(json_is_true(json_object_get(t1, "swapped")));
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(t1, "blocks"), 0)), 1);
+    assert_int_equal(json_array_size(json_object_get(json_array_get(t, 0), "blocks")), 2);
+    json_decref(j);
+    free(txt);
+    /* Without tables: no "tables" key; no block at all is valid too. */
+    k.has_tables = 0;
+    k.n_blocks = 0;
+    k.n_swap_blocks = 0;
+    txt = pl_server_kv_blocks_json(&k, &s);
+    j = json_loads(txt, 0, &err);
+    assert_non_null(j);
+    assert_null(json_object_get(j, "tables"));
+    assert_int_equal(json_array_size(json_object_get(j, "blocks")), 0);
+    json_decref(j);
+    free(txt);
+}
+
+/* The published picture equals the engine's pool and tables right now (between steps). */
+static void check_snapshot_matches(pl_engine *e, const pl_kv_snapshot *k) {
+    const pl_kv_manager *m = &e->mgr;
+    assert_int_equal(k->n_blocks, m->pool.num_blocks);
+    assert_int_equal(k->n_swap_blocks, m->swap.num_blocks);
+    for (int32_t i = 0; i < k->n_blocks; i++)
+        assert_int_equal(k->states[i], expected_state(&m->pool, i, 0));
+    if (!k->has_tables) return;
+    int32_t n = 0;
+    for (const pl_seq_group *g = e->sched.running.head; g; g = g->next)
+        for (int32_t i = 0; i < g->n_seqs; i++) {
+            const pl_block_table *t = &g->seqs[i]->table;
+            if (!t->live) continue;
+            assert_true(n < k->n_seqs);
+            const pl_kv_seq_blocks *q = &k->seqs[n++];
+            assert_int_equal(q->request_id, g->id);
+            assert_int_equal(q->n_blocks, t->n_blocks);
+            assert_int_equal(q->n_tokens, t->n_tokens);
+            assert_memory_equal(k->block_ids + q->first_block, t->blocks,
+                                (size_t)t->n_blocks * sizeof *t->blocks);
+        }
+    assert_int_equal(n, k->n_seqs);
+}
+
+static void test_engine_publishes_while_watched(void **state) {
+    (void)state;
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = PL_SHARED_DIR "/models/stories260K.gguf";
+    c.kv_cache_memory = 4 << 20;
+    c.threads = 2;
+    pl_engine *e;
+    if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.n = 2;
+    p.max_tokens = 40;
+    p.ignore_eos = 1;
+    uint64_t id;
+    /* Nobody watches: steps publish nothing. */
+    const char *prompt = "Once upon a time, there was a little girl named Lily";
+    assert_int_equal(pl_engine_add_request(e, prompt, NULL, 0, &p, &id), PL_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(pl_engine_step(e), PL_OK);
+    assert_int_equal(e->kv_view.version, 0);
+    pl_kv_snapshot k;
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* asks; nothing yet */
+    assert_int_equal(k.version, 0);
+    assert_int_equal(k.n_blocks, e->mgr.pool.num_blocks);
+    for (int32_t i = 0; i < k.n_blocks; i++) assert_int_equal(k.states[i], 0);
+    pl_kv_snapshot_free(&k);
+    /* Now watched: the next step publishes, tables included; n = 2 shares its prompt. */
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+    assert_true(k.version >= 1);
+    assert_true(k.has_tables);
+    assert_int_equal(k.n_seqs, 2);
+    check_snapshot_matches(e, &k);
+    int shared = 0, used = 0;
+    for (int32_t i = 0; i < k.n_blocks; i++) {
+        shared += k.states[i] == PL_KV_BLOCK_SHARED;
+        used += k.states[i] == PL_KV_BLOCK_USED;
+    }
+    assert_true(shared > 0);
+    assert_true(used > 0);
+    pl_kv_snapshot_free(&k);
+    /* Every step while watched: the picture follows (here at every step; the server's engine
+     * publishes at most every PL_KV_VIEW_MIN_INTERVAL_MS unless a reader waits). */
+    e->kv_view.min_interval_ms = 0;
+    for (int i = 0; i < 5; i++) {
+        uint64_t v = e->kv_view.version;
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+        assert_int_equal(k.version, v + 1);
+        check_snapshot_matches(e, &k);
+        pl_kv_snapshot_free(&k);
+    }
+    /* Run to the end (the request finishes in a step, which publishes the freed pool). */
+    pl_request_output *o;
+    while (pl_engine_has_work(e)) {
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
+        pl_kv_snapshot_free(&k);
+    }
+    while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
+        int fin = o->finished;
+        pl_request_output_free(o);
+        if (fin) break;
+    }
+    assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
+    check_snapshot_matches(e, &k);
+    for (int32_t i = 0; i < k.n_blocks; i++)
+        assert_true(k.states[i] == PL_KV_BLOCK_FREE || k.states[i] == PL_KV_BLOCK_CACHED);
+    pl_kv_snapshot_free(&k);
+    /* Rate limited: steps within min_interval_ms publish nothing but mark the picture stale;
+     * a reader that finds it stale and old asks for one, and the next step publishes. */
+    e->kv_view.min_interval_ms = 1000000;
+    e->kv_view.last_ms = 1LL << 50;
+    assert_int_equal(pl_engine_add_request(e, "The sun was shining", NULL, 0, &p, &id), PL_OK);
+    uint64_t v0 = e->kv_view.version;
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    assert_int_equal(e->kv_view.version, v0);
+    assert_true(atomic_load(&e->kv_view.stale));
+    pthread_mutex_lock(&e->kv_view.mu);
+    e->kv_view.front_ms = 0; /* the front picture is old */
+    pthread_mutex_unlock(&e->kv_view.mu);
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+    pl_kv_snapshot_free(&k);
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    assert_int_equal(e->kv_view.version, v0 + 1);
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+    check_snapshot_matches(e, &k);
+    pl_kv_snapshot_free(&k);
+    pl_engine_abort(e, id);
+    while (pl_engine_has_work(e)) assert_int_equal(pl_engine_step(e), PL_OK);
+    while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
+        int fin = o->finished;
+        pl_request_output_free(o);
+        if (fin) break;
+    }
+    e->kv_view.min_interval_ms = 0;
+    /* An idle engine publishes when poked (the server's engine thread waits in wait_for_work):
+     * a step that nobody watched marks the picture stale; the idle wait refreshes it. */
+    atomic_store(&e->kv_view.want_until_ms, 0);
+    assert_int_equal(pl_engine_add_request(e, "The sun was shining", NULL, 0, &p, &id), PL_OK);
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    uint64_t v = e->kv_view.version;
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* stale: pokes */
+    assert_int_equal(k.version, v);
+    pl_kv_snapshot_free(&k);
+    pl_engine_abort(e, id);
+    pl_engine_wait_for_work(e, 0); /* the abort is work: returns at once, no picture */
+    assert_int_equal(pl_engine_step(e), PL_OK); /* aborts; watched: publishes the freed pool */
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+    assert_true(k.version > v);
+    check_snapshot_matches(e, &k);
+    assert_int_equal(k.n_seqs, 0);
+    pl_kv_snapshot_free(&k);
+    while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
+        int fin = o->finished;
+        pl_request_output_free(o);
+        if (fin) break;
+    }
+    /* Idle: a stale picture is refreshed by the idle wait, not by a step. */
+    atomic_store(&e->kv_view.want_until_ms, 0);
+    assert_int_equal(pl_engine_step(e), PL_OK); /* nothing to run; unwatched: stale */
+    v = e->kv_view.version;
+    assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
+    assert_int_equal(k.version, v);
+    pl_kv_snapshot_free(&k);
+    assert_false(pl_engine_has_work(e));
+    pl_engine_wait_for_work(e, 10);
+    assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
+    assert_int_equal(k.version, v + 1);
+    check_snapshot_matches(e, &k);
+    pl_kv_snapshot_free(&k);
+    pl_engine_destroy(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_states_follow_the_pool),
+        cmocka_unit_test(test_json_shape),
+        cmocka_unit_test(test_engine_publishes_while_watched),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
