@@ -33,7 +33,7 @@
  *         for (int i = 0; i < out->n_deltas; i++) fwrite(out->deltas[i].text, 1,
  *                                                       out->deltas[i].text_len, stdout);
  *         int done = out->finished;
- *         pl_request_output_free(out);
+ *         pl_request_output_destroy(out);
  *         if (done) break;
  *     }
  *     pl_engine_destroy(e);
@@ -208,7 +208,7 @@ typedef struct {
     double arrival_time, first_token_time, finish_time; /* seconds (monotonic clock) */
 } pl_request_output;
 
-void pl_request_output_free(pl_request_output *o);
+void pl_request_output_destroy(pl_request_output *o);
 
 typedef struct {
     int32_t running, waiting, swapped;   /* sequence groups */
@@ -269,7 +269,7 @@ void pl_engine_wait_for_work(pl_engine *e, int timeout_ms);
  * for something new; < 0 wait until something new. PL_ERR_NOT_FOUND for an unknown or already
  * fully consumed request, PL_ERR_TIMEOUT when the wait ended with nothing new, PL_ERR_NOMEM
  * when the output could not be allocated (nothing is lost: poll again). The output belongs to the
- * caller (pl_request_output_free). After the output with finished = 1 the request is gone. */
+ * caller (pl_request_output_destroy). After the output with finished = 1 the request is gone. */
 pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_output **out);
 
 void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s);
@@ -309,13 +309,13 @@ typedef struct {
     int has_tables;              /* seqs / block_ids were filled */
 } pl_kv_snapshot;
 
-/* Copy the latest KV picture into *out (pl_kv_snapshot_free it). Asks the engine thread to keep
+/* Copy the latest KV picture into *out (pl_kv_snapshot_destroy it). Asks the engine thread to keep
  * publishing (with per-sequence block tables too when with_tables) for the next two seconds; if
  * the latest picture is older than the engine's state it waits up to timeout_ms for a fresh one
  * (an engine idling in pl_engine_wait_for_work publishes at once) and else returns the latest.
  * PL_ERR_NOMEM only. */
 pl_status pl_engine_kv_snapshot(pl_engine *e, int with_tables, int timeout_ms, pl_kv_snapshot *out);
-void pl_kv_snapshot_free(pl_kv_snapshot *s);
+void pl_kv_snapshot_destroy(pl_kv_snapshot *s);
 
 /* The loaded model's tokenizer and facts, for front ends (chat templates, /tokenize). */
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e);

@@ -16,7 +16,7 @@ void pl_idmap_init(pl_idmap *m) {
     m->cap = m->n = 0;
 }
 
-void pl_idmap_free(pl_idmap *m) {
+void pl_idmap_destroy(pl_idmap *m) {
     free(m->keys);
     free(m->vals);
     pl_idmap_init(m);

@@ -14,7 +14,7 @@ typedef struct {
 } pl_idmap;
 
 void pl_idmap_init(pl_idmap *m);
-void pl_idmap_free(pl_idmap *m);
+void pl_idmap_destroy(pl_idmap *m);
 void *pl_idmap_get(const pl_idmap *m, uint64_t key);
 /* Insert or replace; -1 on allocation failure. key must be non-zero. */
 int pl_idmap_put(pl_idmap *m, uint64_t key, void *val);

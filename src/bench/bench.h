@@ -76,7 +76,7 @@ double pl_length_dist_mu(const pl_length_dist *d);
 /* n requests drawn with seed. */
 pl_status pl_dataset_make(const pl_dataset_spec *spec, int32_t n, uint64_t seed,
                           const pl_dataset_opts *o, pl_dataset *out);
-void pl_dataset_free(pl_dataset *d);
+void pl_dataset_destroy(pl_dataset *d);
 
 /* Arrival times in seconds from the start, non-decreasing: t[0] is the first gap. rate <= 0 or
  * infinite: all 0. */

@@ -158,7 +158,7 @@ static pl_status make_synthetic(const pl_dataset_spec *spec, int32_t n, uint64_t
         fill_random(&ri, q->prompt + k, in - k, o->first_id, o->n_vocab);
     }
     free(prefix);
-    if (st != PL_OK) pl_dataset_free(d);
+    if (st != PL_OK) pl_dataset_destroy(d);
     return st;
 }
 
@@ -223,7 +223,7 @@ static pl_status make_from_file(const pl_dataset_spec *spec, int32_t n, uint64_t
     if (st == PL_OK && got < n)
         st = pl_fail(PL_ERR_INVALID_ARG, "dataset %s: only %d usable conversations (prompt %d..%d "
                      "tokens, total <= %d), %d asked", spec->path, got, MIN_LEN, max_in, max_total, n);
-    if (st != PL_OK) pl_dataset_free(d);
+    if (st != PL_OK) pl_dataset_destroy(d);
     return st;
 }
 
@@ -242,7 +242,7 @@ pl_status pl_dataset_make(const pl_dataset_spec *spec, int32_t n, uint64_t seed,
     return make_synthetic(spec, n, seed, o, out);
 }
 
-void pl_dataset_free(pl_dataset *d) {
+void pl_dataset_destroy(pl_dataset *d) {
     for (int32_t i = 0; d->req && i < d->n; i++) free(d->req[i].prompt);
     free(d->req);
     memset(d, 0, sizeof *d);

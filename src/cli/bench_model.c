@@ -61,10 +61,10 @@ static void run_free(bm_run *r) {
     free(r->seq_start);
     free(r->ctx_len);
     free(r->slots);
-    pl_kv_store_free(&r->kv);
-    pl_forward_ctx_free(r->fwd);
+    pl_kv_store_destroy(&r->kv);
+    pl_forward_ctx_destroy(r->fwd);
     pl_threadpool_destroy(r->tp);
-    pl_model_free(r->m);
+    pl_model_destroy(r->m);
 }
 
 static pl_status run_open(bm_run *r, const bm_opts *o, int32_t max_b) {

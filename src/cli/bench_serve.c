@@ -421,9 +421,9 @@ int pl_bench_serve(int argc, char **argv) {
     json_decref(rep);
 done:
     free(arrival);
-    pl_dataset_free(&ds);
+    pl_dataset_destroy(&ds);
 done_tok:
-    pl_tokenizer_free(tok);
+    pl_tokenizer_destroy(tok);
     pl_gguf_close(g);
     return rc;
 }

@@ -195,7 +195,7 @@ static void drain(pl_engine *e, const uint64_t *ids, int32_t n, int64_t *out_tok
                         ttft[(*n_ttft)++] = out->first_token_time - out->arrival_time;
                 }
             }
-            pl_request_output_free(out);
+            pl_request_output_destroy(out);
             if (done) break;
         }
     }
@@ -298,7 +298,7 @@ int pl_bench_throughput(int argc, char **argv) {
 done:
     free(ids);
     free(ttft);
-    pl_dataset_free(&ds);
+    pl_dataset_destroy(&ds);
     pl_engine_destroy(e);
     return rc;
 }

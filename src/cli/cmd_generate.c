@@ -308,7 +308,7 @@ static int run_single(pl_engine *e, gen_opts *o) {
             }
             done = out->finished;
             if (out->error) error = strdup(out->error);
-            pl_request_output_free(out);
+            pl_request_output_destroy(out);
             if (done) break;
         }
         if (!done && pl_engine_step(e) != PL_OK) {
@@ -338,7 +338,7 @@ static int run_single(pl_engine *e, gen_opts *o) {
         for (int32_t k = 0; k < n; k++) gen += ch[k].n;
         print_stats(e, secs, (int64_t)json_array_size(prompt_ids), gen);
     }
-    for (int32_t k = 0; k < n; k++) pl_server_choice_free(&ch[k]);
+    for (int32_t k = 0; k < n; k++) pl_server_choice_destroy(&ch[k]);
     free(ch);
     free(error);
     json_decref(prompt_ids);

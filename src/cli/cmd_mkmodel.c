@@ -321,12 +321,12 @@ int pl_cmd_mkmodel(int argc, char **argv) {
     if (rc) return rc < 0 ? 0 : rc;
     builder b = {0};
     pl_rng_seed(&b.rng, (uint64_t)o.seed);
-    b.w = pl_gguf_writer_new();
+    b.w = pl_gguf_writer_create();
     pl_status st = b.w ? build(&b, &o) : pl_fail(PL_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < b.n_bufs; i++) free(b.bufs[i]);
     free(b.bufs);
     free(b.row);
-    pl_gguf_writer_free(b.w);
+    pl_gguf_writer_destroy(b.w);
     if (st != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     printf("wrote %s: llama, %lld layers, dim %lld, %s, %llu parameters, %.1f MiB of tensors\n",
            o.out, (long long)o.layers, (long long)o.dim, pl_dtype_name(o.type),

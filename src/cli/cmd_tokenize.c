@@ -95,7 +95,7 @@ int pl_cmd_tokenize(int argc, char **argv) {
         free(ids);
     }
     free(text);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
     pl_gguf_close(g);
     return rc;
 }
@@ -145,7 +145,7 @@ int pl_cmd_detokenize(int argc, char **argv) {
         free(text);
     }
     free(ids);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
     pl_gguf_close(g);
     return rc;
 }

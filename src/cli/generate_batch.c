@@ -68,7 +68,7 @@ static void add_line(pl_engine *e, batch_item *it, size_t index, const char *lin
     }
     if (r.n_prompts != 1) {
         it->result = error_line(index, "one prompt per line (a string or a list of token ids)");
-        pl_server_request_free(&r);
+        pl_server_request_destroy(&r);
         return;
     }
     r.params.logprobs = r.logprobs;
@@ -83,7 +83,7 @@ static void add_line(pl_engine *e, batch_item *it, size_t index, const char *lin
         it->logprobs = r.params.logprobs;
         it->choices = calloc((size_t)it->n, sizeof *it->choices);
     }
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 }
 
 static void finish_item(batch_item *it, size_t index) {
@@ -106,7 +106,7 @@ static void finish_item(batch_item *it, size_t index) {
                                "completion_tokens", (json_int_t)generated, "cached_tokens",
                                (json_int_t)it->n_cached);
     }
-    for (int32_t k = 0; k < it->n; k++) pl_server_choice_free(&it->choices[k]);
+    for (int32_t k = 0; k < it->n; k++) pl_server_choice_destroy(&it->choices[k]);
     free(it->choices);
     it->choices = NULL;
     json_decref(it->prompt_ids);
@@ -133,7 +133,7 @@ static void collect(pl_engine *e, batch_item *it, size_t index, int64_t *tokens)
         }
         if (out->error && !it->error) it->error = strdup(out->error);
         int fin = out->finished;
-        pl_request_output_free(out);
+        pl_request_output_destroy(out);
         if (fin) finish_item(it, index);
     }
 }

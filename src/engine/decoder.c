@@ -67,7 +67,7 @@ pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_voca
 }
 
 void pl_decoder_destroy(pl_decoder *d) {
-    pl_sampler_free(d->sampler);
+    pl_sampler_destroy(d->sampler);
     free(d->step_groups);
     free(d->work);
     free(d->eog_ids);
@@ -101,7 +101,7 @@ static void seq_finish(pl_decoder *d, pl_seq *q, pl_finish_reason why) {
     q->text_safe = q->text_len;
     q->finish = why;
     q->status = PL_SEQ_FINISHED;
-    pl_kv_free(d->kv, &q->table);
+    pl_kv_free_table(d->kv, &q->table);
     q->group->n_live--;
 }
 
@@ -386,7 +386,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
     if (st != PL_OK) {
         for (int32_t i = 0; i < made; i++)
             if (next[i]) {
-                pl_kv_free(d->kv, &next[i]->table);
+                pl_kv_free_table(d->kv, &next[i]->table);
                 pl_seq_destroy(next[i]);
             }
         return st;
@@ -402,7 +402,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
         int kept = 0;
         for (int32_t j = 0; j < keep; j++) kept |= next[j] == q;
         if (!kept) {
-            pl_kv_free(d->kv, &q->table);
+            pl_kv_free_table(d->kv, &q->table);
             pl_seq_destroy(q);
         }
     }

@@ -222,18 +222,18 @@ void pl_engine_destroy(pl_engine *e) {
         }
     for (size_t i = 0; i < e->channels.cap; i++)
         if (e->channels.keys[i]) pl_out_channel_unref(e->channels.vals[i]);
-    pl_idmap_free(&e->channels);
-    pl_idmap_free(&e->groups);
+    pl_idmap_destroy(&e->channels);
+    pl_idmap_destroy(&e->groups);
     pl_scheduler_destroy(&e->sched);
     if (e->mgr.cfg.num_blocks) pl_kv_manager_destroy(&e->mgr);
-    pl_kv_store_free(&e->kv);
-    if (e->has_swap) pl_kv_store_free(&e->swap);
+    pl_kv_store_destroy(&e->kv);
+    if (e->has_swap) pl_kv_store_destroy(&e->swap);
     pl_runner_destroy(&e->runner);
     pl_sched_output_destroy(&e->sched_out);
     pl_decoder_destroy(&e->decoder);
     free(e->aborts);
     pl_threadpool_destroy(e->tp);
-    pl_model_free(e->model);
+    pl_model_destroy(e->model);
     pthread_mutex_destroy(&e->inbox_mu);
     pthread_cond_destroy(&e->inbox_cv);
     pthread_mutex_destroy(&e->reg_mu);
@@ -316,7 +316,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     if (!g) return pl_fail(PL_ERR_NOMEM, "out of memory");
     g->params = *params;
     pl_status st = check_params(e, &g->params);
-    if (st != PL_OK) g->params.n_stop = 0; /* nothing copied yet: pl_group_free frees none */
+    if (st != PL_OK) g->params.n_stop = 0; /* nothing copied yet: pl_group_destroy frees none */
     if (st == PL_OK) st = pl_group_copy_stops(g);
     if (st == PL_OK && text) {
         size_t n = 0;
@@ -372,7 +372,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     uint64_t fallback_seed = g->id * 0x2545f4914f6cdd1dULL ^ (uint64_t)(g->arrival * 1e9);
     q->index = 0;
     pl_rng_seed(&q->rng, g->params.has_seed ? g->params.seed : fallback_seed);
-    g->chan = pl_out_channel_new(g->id, g->params.n);
+    g->chan = pl_out_channel_create(g->id, g->params.n);
     if (!g->chan) {
         pthread_mutex_unlock(&e->inbox_mu);
         pl_group_destroy(g);

@@ -167,7 +167,7 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
     }
     if (!out->states || (f->has_tables && (!out->seqs || !out->block_ids))) {
         pthread_mutex_unlock(&v->mu);
-        pl_kv_snapshot_free(out);
+        pl_kv_snapshot_destroy(out);
         return pl_fail(PL_ERR_NOMEM, "out of memory (KV snapshot)");
     }
     memcpy(out->states, f->states, n);
@@ -179,7 +179,7 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
     return PL_OK;
 }
 
-void pl_kv_snapshot_free(pl_kv_snapshot *s) {
+void pl_kv_snapshot_destroy(pl_kv_snapshot *s) {
     if (!s) return;
     free(s->states);
     free(s->seqs);

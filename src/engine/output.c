@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-pl_out_channel *pl_out_channel_new(uint64_t id, int32_t n_slots) {
+pl_out_channel *pl_out_channel_create(uint64_t id, int32_t n_slots) {
     pl_out_channel *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->pending = calloc((size_t)n_slots, sizeof *c->pending);
@@ -244,7 +244,7 @@ void pl_out_release(pl_out_channel *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-void pl_request_output_free(pl_request_output *o) {
+void pl_request_output_destroy(pl_request_output *o) {
     if (!o) return;
     for (int32_t i = 0; i < o->n_deltas; i++) delta_clear(&o->deltas[i]);
     free(o->deltas);

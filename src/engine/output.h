@@ -43,7 +43,7 @@ typedef struct pl_out_channel {
     double arrival, first_token, finish_time;
 } pl_out_channel;
 
-pl_out_channel *pl_out_channel_new(uint64_t id, int32_t n_slots);
+pl_out_channel *pl_out_channel_create(uint64_t id, int32_t n_slots);
 void pl_out_channel_unref(pl_out_channel *c);
 
 /* Engine side. push and set_prompt return -1 when out of memory: the data is dropped, the

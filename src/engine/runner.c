@@ -39,7 +39,7 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
 }
 
 void pl_runner_destroy(pl_runner *r) {
-    pl_forward_ctx_free(r->fwd);
+    pl_forward_ctx_destroy(r->fwd);
     free(r->tokens);
     free(r->pos);
     free(r->slots);

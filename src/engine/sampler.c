@@ -56,13 +56,13 @@ pl_sampler *pl_sampler_create(int32_t n_vocab) {
     s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
     s->seen = calloc((size_t)n_vocab, 1);
     if (!s->cand || !s->lp || !s->counts || !s->seen) {
-        pl_sampler_free(s);
+        pl_sampler_destroy(s);
         return NULL;
     }
     return s;
 }
 
-void pl_sampler_free(pl_sampler *s) {
+void pl_sampler_destroy(pl_sampler *s) {
     if (!s) return;
     free(s->cand);
     free(s->lp);

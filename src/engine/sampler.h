@@ -23,7 +23,7 @@
 typedef struct pl_sampler pl_sampler;
 
 pl_sampler *pl_sampler_create(int32_t n_vocab);
-void pl_sampler_free(pl_sampler *s);
+void pl_sampler_destroy(pl_sampler *s);
 
 /* Sample from logits (modified in place). `prompt`/`output` are the sequence's tokens so far,
  * used by the penalties. Returns the token id. */

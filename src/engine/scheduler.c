@@ -70,7 +70,7 @@ void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g) { q_insert(&s->waiting, 
 
 void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g) {
     if (g->queue) q_remove(g->queue, g);
-    for (int32_t i = 0; i < g->n_seqs; i++) pl_kv_free(s->kv, &g->seqs[i]->table);
+    for (int32_t i = 0; i < g->n_seqs; i++) pl_kv_free_table(s->kv, &g->seqs[i]->table);
 }
 
 int pl_scheduler_has_work(const pl_scheduler *s) {
@@ -187,7 +187,7 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         if (q->status == PL_SEQ_FINISHED) continue;
-        pl_kv_free(s->kv, &q->table);
+        pl_kv_free_table(s->kv, &q->table);
         q->n_computed = 0;
         q->status = PL_SEQ_WAITING;
     }

@@ -120,8 +120,8 @@ char *pl_gguf_str_dup(pl_gguf_str a);
 /* ---- Writer: builds a GGUF v3 file in memory-bounded steps (tools and tests). ---- */
 typedef struct pl_gguf_writer pl_gguf_writer;
 
-pl_gguf_writer *pl_gguf_writer_new(void);
-void pl_gguf_writer_free(pl_gguf_writer *w);
+pl_gguf_writer *pl_gguf_writer_create(void);
+void pl_gguf_writer_destroy(pl_gguf_writer *w);
 void pl_gguf_writer_set_alignment(pl_gguf_writer *w, uint32_t alignment);
 pl_status pl_gguf_writer_add_u32(pl_gguf_writer *w, const char *key, uint32_t v);
 pl_status pl_gguf_writer_add_i32(pl_gguf_writer *w, const char *key, int32_t v);

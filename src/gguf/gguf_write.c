@@ -75,13 +75,13 @@ static pl_status nomem(void) { return pl_fail(PL_ERR_NOMEM, "GGUF writer: out of
 
 /* ---- lifetime ---- */
 
-pl_gguf_writer *pl_gguf_writer_new(void) {
+pl_gguf_writer *pl_gguf_writer_create(void) {
     pl_gguf_writer *w = calloc(1, sizeof *w);
     if (w) w->alignment = WRITER_DEFAULT_ALIGNMENT;
     return w;
 }
 
-void pl_gguf_writer_free(pl_gguf_writer *w) {
+void pl_gguf_writer_destroy(pl_gguf_writer *w) {
     if (!w) return;
     for (size_t i = 0; i < w->n_kv; i++) {
         free(w->kvs[i].key);

@@ -104,7 +104,7 @@ pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n
     return PL_OK;
 }
 
-void pl_kv_store_free(pl_kv_store *s) {
+void pl_kv_store_destroy(pl_kv_store *s) {
     if (s->base) munmap(s->base, s->mapped_bytes);
     memset(s, 0, sizeof *s);
 }

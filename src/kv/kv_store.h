@@ -36,7 +36,7 @@ size_t pl_kv_bytes_per_block(const pl_kv_layout *l, int32_t n_layers);
 /* num_blocks in layout is taken as given; path NULL = anonymous memory. */
 pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
                            const char *path);
-void pl_kv_store_free(pl_kv_store *s);
+void pl_kv_store_destroy(pl_kv_store *s);
 void *pl_kv_store_k(const pl_kv_store *s, int32_t layer);
 void *pl_kv_store_v(const pl_kv_store *s, int32_t layer);
 /* Copy block pairs in every layer (copy-on-write within a store, or swap between stores whose

@@ -362,7 +362,7 @@ pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_ta
     return PL_OK;
 }
 
-void pl_kv_free(pl_kv_manager *m, pl_block_table *t) {
+void pl_kv_free_table(pl_kv_manager *m, pl_block_table *t) {
     if (!t->live) {
         table_arrays_free(t);
         return;
@@ -431,7 +431,7 @@ static pl_status swap_group(pl_kv_manager *m, pl_block_table *const *tables, int
     int32_t k_map = 0, bs = m->cfg.block_size;
     for (int32_t k = 0; k < n; k++) {
         pl_block_table *t = tables[k];
-        for (int32_t i = t->n_blocks - 1; i >= 0; i--) { /* tail first, as in pl_kv_free */
+        for (int32_t i = t->n_blocks - 1; i >= 0; i--) { /* tail first, as in pl_kv_free_table */
             int32_t src = t->blocks[i], dst = m->remap[src];
             if (dst < 0) {
                 dst = pl_block_pool_alloc(to);

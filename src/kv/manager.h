@@ -14,7 +14,7 @@
  * Block tables. A pl_block_table is embedded by the caller in its sequence (zero-initialised =
  * empty) and passed to every call, so the manager needs no map from sequence ids; it counts the
  * tables that hold blocks. pl_kv_allocate_prompt and pl_kv_fork make a table live;
- * pl_kv_free releases everything it holds (call it on every path: finish, abort, error).
+ * pl_kv_free_table releases everything it holds (call it on every path: finish, abort, error).
  *
  * Invariants (checked by pl_kv_manager_check and the property test):
  *  - every block of either pool is free or referenced, never both; its ref count equals the
@@ -144,7 +144,7 @@ typedef struct {
 
 pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg);
 /* Frees the bookkeeping. Tables still live must be freed first (their arrays are the caller's
- * to release with pl_kv_free). */
+ * to release with pl_kv_free_table). */
 void pl_kv_manager_destroy(pl_kv_manager *m);
 
 /* Blocks needed to hold n tokens. */
@@ -207,7 +207,7 @@ pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_ta
 
 /* Release every block of t (hashed ones stay cached at the LRU tail; the last block is released
  * first so a prefix outlives its tail) and its arrays; t becomes empty. No-op on an empty t. */
-void pl_kv_free(pl_kv_manager *m, pl_block_table *t);
+void pl_kv_free_table(pl_kv_manager *m, pl_block_table *t);
 
 /* Swap blocks for a whole group of live tables (all resident for swap_out, all swapped for
  * swap_in). A block shared inside the group moves once and stays shared. can_* count distinct

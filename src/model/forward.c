@@ -78,7 +78,7 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     c->mm_scratch = malloc(max_scratch(m, max_tokens) + 64);
     if (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
         !c->rope_cs || !c->mm_scratch) {
-        pl_forward_ctx_free(c);
+        pl_forward_ctx_destroy(c);
         return pl_fail(PL_ERR_NOMEM, "forward: out of memory for %d tokens of scratch",
                        max_tokens);
     }
@@ -86,7 +86,7 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     return PL_OK;
 }
 
-void pl_forward_ctx_free(pl_forward_ctx *c) {
+void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
     free(c->x);
     free(c->h);

@@ -197,14 +197,14 @@ pl_status pl_model_load(const char *path, pl_model **out) {
     if (st != PL_OK) {
         if (!m->file || strncmp(pl_last_error(), path, strlen(path)) != 0)
             pl_error_prefix("%s", path);
-        pl_model_free(m);
+        pl_model_destroy(m);
         return st;
     }
     *out = m;
     return PL_OK;
 }
 
-void pl_model_free(pl_model *m) {
+void pl_model_destroy(pl_model *m) {
     if (!m) return;
     if (m->layers) {
         for (int32_t l = 0; l < m->hp.n_layers; l++) {
@@ -219,7 +219,7 @@ void pl_model_free(pl_model *m) {
     }
     free(m->output_norm);
     free(m->rope_freqs);
-    pl_tokenizer_free(m->tok);
+    pl_tokenizer_destroy(m->tok);
     pl_gguf_close(m->file);
     free(m);
 }

@@ -60,14 +60,14 @@ typedef struct {
 } pl_model;
 
 pl_status pl_model_load(const char *path, pl_model **out);
-void pl_model_free(pl_model *m);
+void pl_model_destroy(pl_model *m);
 
 /* Scratch for forward steps of up to max_tokens tokens and max_logits logit rows. */
 typedef struct pl_forward_ctx pl_forward_ctx;
 
 pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t max_logits,
                                 pl_threadpool *tp, pl_forward_ctx **out);
-void pl_forward_ctx_free(pl_forward_ctx *c);
+void pl_forward_ctx_destroy(pl_forward_ctx *c);
 
 /* Run one step: write every token's K/V into its slot of `kv`, and put the logits of the rows
  * in b->logit_rows into logits[n_logits][n_vocab]. The store's layout must match the model

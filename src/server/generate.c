@@ -66,7 +66,7 @@ static void job_free(gen_job *j) {
         if (j->echo) free(j->echo[i]);
         if (j->ptop) free(j->ptop[i]);
     }
-    for (int k = 0; j->ch && k < j->n_eng * j->n_per; k++) pl_server_choice_free(&j->ch[k]);
+    for (int k = 0; j->ch && k < j->n_eng * j->n_per; k++) pl_server_choice_destroy(&j->ch[k]);
     free(j->ids);
     free(j->added);
     free(j->done);
@@ -80,7 +80,7 @@ static void job_free(gen_job *j) {
     pl_strbuf_destroy(&j->out);
     free(j->text_off);
     free(j->echoed);
-    pl_server_request_free(&j->req);
+    pl_server_request_destroy(&j->req);
     pthread_mutex_lock(&j->s->mu);
     j->s->active--;
     pthread_mutex_unlock(&j->s->mu);
@@ -424,7 +424,7 @@ static int poll_round(gen_job *j, int streaming) {
         waited = 1;
         if (st == PL_OK) {
             take_output(j, i, o, streaming);
-            pl_request_output_free(o);
+            pl_request_output_destroy(o);
         } else if (st == PL_ERR_NOT_FOUND) { /* cannot happen while we hold it; do not spin */
             j->done[i] = 1;
             pl_srv_untrack(j->s, j->ids[i]);

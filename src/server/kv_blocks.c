@@ -106,6 +106,6 @@ enum MHD_Result pl_srv_kv_blocks(pl_server *s, struct MHD_Connection *c, pl_conn
     pl_engine_stats st;
     pl_engine_get_stats(s->eng, &st);
     char *json = pl_server_kv_blocks_json(&k, &st);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     return pl_srv_send_text(c, MHD_HTTP_OK, "application/json", json);
 }

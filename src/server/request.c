@@ -427,11 +427,11 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
     rc = 0;
 done:
     json_decref(o);
-    if (rc) pl_server_request_free(r);
+    if (rc) pl_server_request_destroy(r);
     return rc;
 }
 
-void pl_server_request_free(pl_server_request *r) {
+void pl_server_request_destroy(pl_server_request *r) {
     for (int i = 0; i < r->n_prompts; i++) {
         free(r->prompts[i].text);
         free(r->prompts[i].ids);

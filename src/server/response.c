@@ -50,7 +50,7 @@ int pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d) {
     return 0;
 }
 
-void pl_server_choice_free(pl_server_choice *c) {
+void pl_server_choice_destroy(pl_server_choice *c) {
     free(c->text);
     free(c->ids);
     free(c->lp);

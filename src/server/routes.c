@@ -86,7 +86,7 @@ enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_
         pl_server_request r;
         if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
         int rc = pl_srv_render_chat(s, r.messages, r.n_messages, add_gen, &text, &err);
-        pl_server_request_free(&r);
+        pl_server_request_destroy(&r);
         if (rc) goto fail;
     } else {
         json_t *p = json_object_get(o, "prompt");
@@ -201,7 +201,7 @@ enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_co
     pl_server_request r;
     if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
     int rc = pl_srv_render_chat(s, r.messages, r.n_messages, add_gen, &text, &err);
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
     if (rc) goto fail;
     if (pl_tokenize(s->tok, text, strlen(text), 0, 1, &ids, &n) != PL_OK) {
         pl_server_fail(&err, 400, "messages", "invalid_value", "%s", pl_last_error());

@@ -114,10 +114,10 @@ typedef struct {
 } pl_server_request;
 
 /* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Unknown fields
- * are ignored. On success free the request with pl_server_request_free. */
+ * are ignored. On success free the request with pl_server_request_destroy. */
 int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
                             pl_server_request *r, pl_server_error *err);
-void pl_server_request_free(pl_server_request *r);
+void pl_server_request_destroy(pl_server_request *r);
 
 /* Parse a body into a JSON object (400 for malformed JSON, invalid UTF-8, not an object). */
 json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err);
@@ -141,7 +141,7 @@ typedef struct {
 
 /* 0, or -1 when out of memory (c stays valid, without this delta). */
 int pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d);
-void pl_server_choice_free(pl_server_choice *c);
+void pl_server_choice_destroy(pl_server_choice *c);
 
 /* What response builders need to know about the request and the model. */
 typedef struct {

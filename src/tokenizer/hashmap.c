@@ -24,7 +24,7 @@ pl_status pl_tok_map_init(pl_tok_map *m, size_t expected) {
     return PL_OK;
 }
 
-void pl_tok_map_free(pl_tok_map *m) {
+void pl_tok_map_destroy(pl_tok_map *m) {
     free(m->slots);
     m->slots = NULL;
     m->cap = m->n = 0;

@@ -144,13 +144,13 @@ struct pl_pretok {
     int jit[MAX_RX];          /* 1 if code[i] has JIT code */
 };
 
-void pl_pretok_free(pl_pretok *p) {
+void pl_pretok_destroy(pl_pretok *p) {
     if (!p) return;
     for (int i = 0; i < p->n_rx; i++) pcre2_code_free(p->code[i]);
     free(p);
 }
 
-pl_status pl_pretok_new(const char *name, pl_pretok **out, pl_pretok_flags *flags) {
+pl_status pl_pretok_create(const char *name, pl_pretok **out, pl_pretok_flags *flags) {
     *out = NULL;
     const char *key = (name && name[0]) ? name : "default";
     const pre_def *def = NULL;
@@ -172,7 +172,7 @@ pl_status pl_pretok_new(const char *name, pl_pretok **out, pl_pretok_flags *flag
         if (!code) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof msg);
-            pl_pretok_free(p);
+            pl_pretok_destroy(p);
             return pl_fail(PL_ERR_INTERNAL, "pre-tokenizer '%s': regex %d does not compile at %zu: %s",
                            key, i, (size_t)erroff, (const char *)msg);
         }

@@ -29,8 +29,8 @@ typedef struct {
 
 /* Compile the pre-tokenizer called `name` ("" or NULL = llama.cpp's "default"). An unknown name
  * is PL_ERR_UNSUPPORTED with a message naming it. flags may be NULL. */
-pl_status pl_pretok_new(const char *name, pl_pretok **out, pl_pretok_flags *flags);
-void pl_pretok_free(pl_pretok *p);
+pl_status pl_pretok_create(const char *name, pl_pretok **out, pl_pretok_flags *flags);
+void pl_pretok_destroy(pl_pretok *p);
 
 typedef struct {
     size_t off; /* byte offset in the text */

@@ -48,7 +48,7 @@ typedef struct {
 } pl_tok_map;
 
 pl_status pl_tok_map_init(pl_tok_map *m, size_t expected);
-void pl_tok_map_free(pl_tok_map *m);
+void pl_tok_map_destroy(pl_tok_map *m);
 /* Insert if absent. Returns 1 if inserted, 0 if the key existed (*old set to its value), -1 if
  * growing the table failed. */
 int pl_tok_map_put(pl_tok_map *m, const char *key, size_t len, int32_t val, int32_t *old);

@@ -35,7 +35,7 @@ typedef enum {
 } pl_token_type;
 
 pl_status pl_tokenizer_load(const pl_gguf *g, pl_tokenizer **out);
-void pl_tokenizer_free(pl_tokenizer *t);
+void pl_tokenizer_destroy(pl_tokenizer *t);
 
 pl_tokenizer_kind pl_tokenizer_get_kind(const pl_tokenizer *t);
 const char *pl_tokenizer_pre_name(const pl_tokenizer *t); /* BPE pre-tokenizer name, or "" */

@@ -58,7 +58,7 @@ static int32_t find_text(const pl_tokenizer *t, const char *s) {
     return pl_tok_map_get(&t->tok_map, s, strlen(s));
 }
 
-void pl_tokenizer_free(pl_tokenizer *t) {
+void pl_tokenizer_destroy(pl_tokenizer *t) {
     if (!t) return;
     free(t->pre_name);
     free(t->text_arena);
@@ -70,11 +70,11 @@ void pl_tokenizer_free(pl_tokenizer *t) {
     free(t->piece_arena);
     free(t->piece_off);
     free(t->piece_len);
-    pl_tok_map_free(&t->tok_map);
-    pl_tok_map_free(&t->merge_map);
+    pl_tok_map_destroy(&t->tok_map);
+    pl_tok_map_destroy(&t->merge_map);
     free(t->merge_arena);
     free(t->special);
-    pl_pretok_free(t->pretok);
+    pl_pretok_destroy(t->pretok);
     free(t);
 }
 
@@ -394,7 +394,7 @@ static pl_status load(pl_tokenizer *t, const pl_gguf *g) {
         if (!t->pre_name) return pl_fail(PL_ERR_NOMEM, "tokenizer: out of memory");
         if (pre.len == 0) PL_WARN("%s: no tokenizer.ggml.pre, using the 'default' pre-tokenizer",
                                   pl_gguf_path(g));
-        PL_TRY(pl_pretok_new(t->pre_name, &t->pretok, &flags));
+        PL_TRY(pl_pretok_create(t->pre_name, &t->pretok, &flags));
         t->bos = flags.no_bos ? -1 : 11, t->eos = 11, t->unk = -1;
         t->add_space_prefix = 0, t->add_bos = flags.add_bos, t->clean_spaces = flags.clean_spaces;
         t->ignore_merges = flags.ignore_merges;
@@ -438,7 +438,7 @@ pl_status pl_tokenizer_load(const pl_gguf *g, pl_tokenizer **out) {
     pl_status st = load(t, g);
     if (st != PL_OK) {
         pl_error_prefix("%s", pl_gguf_path(g));
-        pl_tokenizer_free(t);
+        pl_tokenizer_destroy(t);
         return st;
     }
     *out = t;

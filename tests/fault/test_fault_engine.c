@@ -67,7 +67,7 @@ static void drain(pl_engine *e, uint64_t id, outcome *o) {
         }
         o->error = r->error != NULL;
         o->finished = r->finished;
-        pl_request_output_free(r);
+        pl_request_output_destroy(r);
     }
 }
 

@@ -41,7 +41,7 @@ static void walk_arr(const pl_gguf_arr *a, int depth) {
 
 /* Write g again with the writer and compare what is read back. */
 static void round_trip(const pl_gguf *g) {
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     if (!w) abort();
     for (int64_t i = 0; i < pl_gguf_n_kv(g); i++)
         if (pl_gguf_writer_copy_kv(w, g, i) != PL_OK) {
@@ -59,7 +59,7 @@ static void round_trip(const pl_gguf *g) {
         fprintf(stderr, "write: %s\n", pl_last_error());
         abort();
     }
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
     pl_gguf *c;
     if (pl_gguf_open(g_path2, &c) != PL_OK) {
         fprintf(stderr, "the writer's copy is refused: %s\n", pl_last_error());

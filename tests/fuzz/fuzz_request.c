@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (p->n_stop_token_ids < 0 || (p->n_stop_token_ids && !r.stop_ids)) abort();
         if (r.logprobs > MAX_LOGPROBS || p->logprobs > MAX_LOGPROBS) abort();
         if (pl_sampling_params_validate(&p->sampling) != PL_OK) abort();
-        pl_server_request_free(&r);
+        pl_server_request_destroy(&r);
     }
     /* The JSON front door on its own. */
     memset(&e, 0, sizeof e);

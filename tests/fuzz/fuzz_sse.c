@@ -192,7 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(ev);
         free(san);
     }
-    pl_server_choice_free(&choice);
+    pl_server_choice_destroy(&choice);
 
     /* An error event from arbitrary message bytes (e.g. an engine error naming a token). */
     pl_server_error e;

@@ -48,7 +48,7 @@ static inline void collect(pl_engine *e, uint64_t id, result *r) {
         r->n_cached = o->n_cached_tokens;
         if (o->error) snprintf(r->error, sizeof r->error, "%s", o->error);
         r->finished = o->finished;
-        pl_request_output_free(o);
+        pl_request_output_destroy(o);
     }
 }
 

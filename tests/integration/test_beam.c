@@ -253,9 +253,9 @@ static int setup_brute(void **state) {
 static int teardown_brute(void **state) {
     (void)state;
     free(logits);
-    pl_kv_store_free(&kv);
-    pl_forward_ctx_free(fwd);
-    pl_model_free(model);
+    pl_kv_store_destroy(&kv);
+    pl_forward_ctx_destroy(fwd);
+    pl_model_destroy(model);
     return 0;
 }
 

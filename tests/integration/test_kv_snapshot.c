@@ -93,7 +93,7 @@ static void test_states_follow_the_pool(void **state) {
     assert_int_equal(pl_kv_swap_in(&m, group, 2, map, 12, &n_map), PL_OK);
     assert_counts(&m, 12, 2, 2, 2, 0); /* back in fresh blocks; the old copies still cached */
     /* A third sequence with the same prompt hits the cached prefix: those blocks are shared 3x. */
-    pl_kv_free(&m, &b);
+    pl_kv_free_table(&m, &b);
     int32_t hit = -1;
     assert_int_equal(pl_kv_commit(&m, &a, tok, 10), PL_OK);
     assert_int_equal(pl_kv_allocate_prompt(&m, &x, tok, 10, 0, &hit), PL_OK);
@@ -101,8 +101,8 @@ static void test_states_follow_the_pool(void **state) {
     check_states(&m, c5);
     assert_int_equal(c5[PL_KV_BLOCK_SHARED], 2);
     /* Free all: the hashed blocks stay as free-but-cached, the rest is free. */
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &x);
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &x);
     check_states(&m, c5);
     assert_int_equal(c5[PL_KV_BLOCK_USED] + c5[PL_KV_BLOCK_SHARED] + c5[PL_KV_BLOCK_SWAPPED], 0);
     assert_int_equal(c5[PL_KV_BLOCK_CACHED], 2);
@@ -217,7 +217,7 @@ static void test_engine_publishes_while_watched(void **state) {
     assert_int_equal(k.version, 0);
     assert_int_equal(k.n_blocks, e->mgr.pool.num_blocks);
     for (int32_t i = 0; i < k.n_blocks; i++) assert_int_equal(k.states[i], 0);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     /* Now watched: the next step publishes, tables included; n = 2 shares its prompt. */
     assert_int_equal(pl_engine_step(e), PL_OK);
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
@@ -232,7 +232,7 @@ static void test_engine_publishes_while_watched(void **state) {
     }
     assert_true(shared > 0);
     assert_true(used > 0);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     /* Every step while watched: the picture follows (here at every step; the server's engine
      * publishes at most every PL_KV_VIEW_MIN_INTERVAL_MS unless a reader waits). */
     e->kv_view.min_interval_ms = 0;
@@ -242,25 +242,25 @@ static void test_engine_publishes_while_watched(void **state) {
         assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
         assert_int_equal(k.version, v + 1);
         check_snapshot_matches(e, &k);
-        pl_kv_snapshot_free(&k);
+        pl_kv_snapshot_destroy(&k);
     }
     /* Run to the end (the request finishes in a step, which publishes the freed pool). */
     pl_request_output *o;
     while (pl_engine_has_work(e)) {
         assert_int_equal(pl_engine_step(e), PL_OK);
         assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
-        pl_kv_snapshot_free(&k);
+        pl_kv_snapshot_destroy(&k);
     }
     while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
         int fin = o->finished;
-        pl_request_output_free(o);
+        pl_request_output_destroy(o);
         if (fin) break;
     }
     assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
     check_snapshot_matches(e, &k);
     for (int32_t i = 0; i < k.n_blocks; i++)
         assert_true(k.states[i] == PL_KV_BLOCK_FREE || k.states[i] == PL_KV_BLOCK_CACHED);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     /* Rate limited: steps within min_interval_ms publish nothing but mark the picture stale;
      * a reader that finds it stale and old asks for one, and the next step publishes. */
     e->kv_view.min_interval_ms = 1000000;
@@ -274,17 +274,17 @@ static void test_engine_publishes_while_watched(void **state) {
     e->kv_view.front_ms = 0; /* the front picture is old */
     pthread_mutex_unlock(&e->kv_view.mu);
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     assert_int_equal(pl_engine_step(e), PL_OK);
     assert_int_equal(e->kv_view.version, v0 + 1);
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
     check_snapshot_matches(e, &k);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     pl_engine_abort(e, id);
     while (pl_engine_has_work(e)) assert_int_equal(pl_engine_step(e), PL_OK);
     while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
         int fin = o->finished;
-        pl_request_output_free(o);
+        pl_request_output_destroy(o);
         if (fin) break;
     }
     e->kv_view.min_interval_ms = 0;
@@ -296,7 +296,7 @@ static void test_engine_publishes_while_watched(void **state) {
     uint64_t v = e->kv_view.version;
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* stale: pokes */
     assert_int_equal(k.version, v);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     pl_engine_abort(e, id);
     pl_engine_wait_for_work(e, 0); /* the abort is work: returns at once, no picture */
     assert_int_equal(pl_engine_step(e), PL_OK); /* aborts; watched: publishes the freed pool */
@@ -304,10 +304,10 @@ static void test_engine_publishes_while_watched(void **state) {
     assert_true(k.version > v);
     check_snapshot_matches(e, &k);
     assert_int_equal(k.n_seqs, 0);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
         int fin = o->finished;
-        pl_request_output_free(o);
+        pl_request_output_destroy(o);
         if (fin) break;
     }
     /* Idle: a stale picture is refreshed by the idle wait, not by a step. */
@@ -316,13 +316,13 @@ static void test_engine_publishes_while_watched(void **state) {
     v = e->kv_view.version;
     assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
     assert_int_equal(k.version, v);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     assert_false(pl_engine_has_work(e));
     pl_engine_wait_for_work(e, 10);
     assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
     assert_int_equal(k.version, v + 1);
     check_snapshot_matches(e, &k);
-    pl_kv_snapshot_free(&k);
+    pl_kv_snapshot_destroy(&k);
     pl_engine_destroy(e);
 }
 

@@ -34,7 +34,7 @@ static float bias_value(int which, int64_t l, int64_t i) {
 static void write_qwen2(const char *out, int biased, void **bufs, int *n_bufs) {
     pl_gguf *g;
     assert_int_equal(pl_gguf_open(SRC, &g), PL_OK);
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     int64_t heads = 0, kv_heads = 0, dim = 0;
     assert_int_equal(pl_gguf_get_int(g, "llama.attention.head_count", &heads), PL_OK);
     assert_int_equal(pl_gguf_get_int(g, "llama.attention.head_count_kv", &kv_heads), PL_OK);
@@ -90,7 +90,7 @@ static void write_qwen2(const char *out, int biased, void **bufs, int *n_bufs) {
         }
     }
     assert_int_equal(pl_gguf_writer_write(w, out), PL_OK);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
     pl_gguf_close(g);
 }
 
@@ -113,9 +113,9 @@ static void run(const char *path, float *out, int32_t *n_vocab) {
     pl_step_batch b = {n, toks, pos, slots, 1, seq, &ctx, table, 1, n, rows};
     assert_int_equal(pl_model_forward(f, &kv, &b, out), PL_OK);
     *n_vocab = m->hp.n_vocab;
-    pl_forward_ctx_free(f);
-    pl_kv_store_free(&kv);
-    pl_model_free(m);
+    pl_forward_ctx_destroy(f);
+    pl_kv_store_destroy(&kv);
+    pl_model_destroy(m);
 }
 
 /* ---- the dense reference ---- */
@@ -255,7 +255,7 @@ static void test_qwen2_equivalence(void **state) {
         assert_int_equal(m->hp.arch, PL_ARCH_QWEN2);
         assert_int_equal(m->hp.rope.mode, PL_ROPE_NEOX);
         assert_non_null(m->layers[0].bq);
-        pl_model_free(m);
+        pl_model_destroy(m);
         run(path, got, &V);
         dense_forward(path, TOKS, 10, dense);
         double max_llama = 0, max_dense = 0, max_zero = 0, scale = 0;

@@ -111,7 +111,7 @@ static void run_request(pl_engine *e, const int32_t *ids, int32_t n, int32_t max
             }
             if (o->error) snprintf(out->error, sizeof out->error, "%s", o->error);
             finished = o->finished;
-            pl_request_output_free(o);
+            pl_request_output_destroy(o);
         }
         if (!finished && pl_engine_step(e) != PL_OK) fail_msg("step: %s", pl_last_error());
     }

@@ -143,7 +143,7 @@ static void test_idmap(void **state) {
             for (uint64_t j = 1; j < K; j++) assert_ptr_equal(pl_idmap_get(&m, j * 0x10000 + 7), shadow[j]);
         assert_int_equal(m.n, n);
     }
-    pl_idmap_free(&m);
+    pl_idmap_destroy(&m);
 }
 
 int main(void) {

@@ -87,7 +87,7 @@ static void check_means(pl_dataset_kind kind, double want_in, double want_out, i
         }
         /* long tails: ShareGPT prompts reach several times the mean */
         if (kind == PL_DS_SHAREGPT) assert_true(longest_in > 5 * want_in);
-        pl_dataset_free(&d);
+        pl_dataset_destroy(&d);
     }
 }
 
@@ -120,9 +120,9 @@ static void test_seeded(void **state) {
             assert_true(a.req[i].prompt[k] >= 3 && a.req[i].prompt[k] < 32000);
     }
     assert_true(differ > 150);
-    pl_dataset_free(&a);
-    pl_dataset_free(&b);
-    pl_dataset_free(&c);
+    pl_dataset_destroy(&a);
+    pl_dataset_destroy(&b);
+    pl_dataset_destroy(&c);
 }
 
 static void test_fixed_and_prefix(void **state) {
@@ -140,7 +140,7 @@ static void test_fixed_and_prefix(void **state) {
         assert_memory_equal(d.req[i].prompt, d.req[0].prompt, 1000 * sizeof(int32_t));
         if (i) assert_memory_not_equal(d.req[i].prompt + 1000, d.req[0].prompt + 1000, 50 * 4);
     }
-    pl_dataset_free(&d);
+    pl_dataset_destroy(&d);
     /* max_total trims the output first, then the prompt */
     assert_int_equal(pl_dataset_parse("fixed:100:100", &spec), PL_OK);
     o.shared_prefix = 0;
@@ -148,7 +148,7 @@ static void test_fixed_and_prefix(void **state) {
     assert_int_equal(pl_dataset_make(&spec, 2, 3, &o, &d), PL_OK);
     assert_int_equal(d.req[0].in_len, 100);
     assert_int_equal(d.req[0].out_len, 50);
-    pl_dataset_free(&d);
+    pl_dataset_destroy(&d);
     /* bad requests */
     o.shared_prefix = 150;
     assert_int_equal(pl_dataset_make(&spec, 2, 3, &o, &d), PL_ERR_INVALID_ARG);
@@ -203,7 +203,7 @@ static void test_sharegpt_file(void **state) {
     int saw_cat = saw[0] + saw[1];
     assert_int_equal(saw[0], 1);
     assert_int_equal(saw_cat, 2); /* both usable prompts, token for token */
-    pl_dataset_free(&d);
+    pl_dataset_destroy(&d);
     /* only 2 usable conversations ("Hi" is too short, one has a single turn) */
     assert_int_equal(pl_dataset_make(&spec, 3, 1, &o, &d), PL_ERR_INVALID_ARG);
     assert_non_null(strstr(pl_last_error(), "only 2 usable"));
@@ -213,7 +213,7 @@ static void test_sharegpt_file(void **state) {
     spec.path = "/nonexistent/x.json";
     o.tok = tok;
     assert_int_equal(pl_dataset_make(&spec, 1, 1, &o, &d), PL_ERR_IO);
-    pl_tokenizer_free(tok);
+    pl_tokenizer_destroy(tok);
     pl_gguf_close(g);
 }
 

@@ -392,7 +392,7 @@ static void test_tokenized_llama2(void **state) {
     for (size_t i = 0; i < n; i++) assert_int_not_equal(ids[i], bos);
     free(ids);
     free(text);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
     pl_gguf_close(g);
 }
 

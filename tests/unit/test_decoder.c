@@ -65,7 +65,7 @@ static int teardown(void **state) {
     pl_sched_output_destroy(&w->out);
     pl_scheduler_destroy(&w->s);
     pl_kv_manager_destroy(&w->kv);
-    pl_tokenizer_free(w->tok);
+    pl_tokenizer_destroy(w->tok);
     pl_gguf_close(w->gg);
     free(w->logits);
     free(w);
@@ -89,7 +89,7 @@ static pl_out_channel *add(world *w, const int32_t *ids, int32_t n, const pl_req
     pl_detok_init(&q->detok, w->tok, 1, 0);
     pl_rng_seed(&q->rng, p->has_seed ? p->seed : 1);
     g->id = w->next_id++;
-    g->chan = pl_out_channel_new(g->id, g->params.n); /* one reference each: engine, client */
+    g->chan = pl_out_channel_create(g->id, g->params.n); /* one reference each: engine, client */
     pl_scheduler_add(&w->s, g);
     return g->chan;
 }
@@ -150,7 +150,7 @@ static void drain(pl_out_channel *c, got *g) {
             g->n_prompt_top = o->n_prompt_top;
         }
         g->finished |= o->finished;
-        pl_request_output_free(o);
+        pl_request_output_destroy(o);
     }
 }
 

@@ -217,7 +217,7 @@ static void test_getter_type_errors(void **state) {
 
 static void test_scalar_types(void **state) {
     (void)state;
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     uint8_t u8 = 200, i8 = (uint8_t)-5, u16[2] = {0x34, 0x12}, i16[2] = {0xfe, 0xff};
     uint8_t u64[8], i64[8], f64[8], b[1] = {1};
     put64(u64, (1ULL << 63) + 1);
@@ -243,7 +243,7 @@ static void test_scalar_types(void **state) {
     assert_int_equal(pl_gguf_writer_add_u32(w, "", 1), PL_ERR_INVALID_ARG);
     const char *p = tmp_path();
     assert_int_equal(pl_gguf_writer_write(w, p), PL_OK);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
 
     pl_gguf *g = open_ok(p);
     assert_int_equal(pl_gguf_n_tensors(g), 0);
@@ -297,7 +297,7 @@ static void test_scalar_types(void **state) {
 
 static void test_arrays(void **state) {
     (void)state;
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     /* [["a", "bc"], [], ["xyz"]] */
     enc s2 = {0};
     e32(&s2, PL_GGUF_ARRAY), e64(&s2, 3);
@@ -325,7 +325,7 @@ static void test_arrays(void **state) {
                      PL_ERR_INVALID_ARG);
     const char *p = tmp_path();
     assert_int_equal(pl_gguf_writer_write(w, p), PL_OK);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
 
     pl_gguf *g = open_ok(p);
     pl_gguf_arr a, x, y;
@@ -375,7 +375,7 @@ static void test_arrays(void **state) {
 static void test_writer_roundtrip(void **state) {
     (void)state;
     pl_gguf *src = open_ok(Q4KM);
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     for (int64_t i = 0; i < pl_gguf_n_kv(src); i++)
         assert_int_equal(pl_gguf_writer_copy_kv(w, src, i), PL_OK);
     for (int64_t i = 0; i < pl_gguf_n_tensors(src); i++) {
@@ -389,7 +389,7 @@ static void test_writer_roundtrip(void **state) {
                      PL_ERR_INVALID_ARG);
     const char *p = tmp_path();
     assert_int_equal(pl_gguf_writer_write(w, p), PL_OK);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
 
     pl_gguf *g = open_ok(p);
     assert_int_equal(pl_gguf_version(g), 3);
@@ -431,7 +431,7 @@ static void test_writer_alignment_and_errors(void **state) {
     float data[3 * 64];
     for (int i = 0; i < 3 * 64; i++) data[i] = (float)i * 0.5f;
     int64_t ne[2] = {64, 3}, ne1[1] = {5}, bad[2] = {100, 2}, zero[2] = {64, 0};
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     pl_gguf_writer_set_alignment(w, 256);
     assert_int_equal(pl_gguf_writer_add_tensor(w, "a", PL_DT_F32, 1, ne1, data), PL_OK);
     assert_int_equal(pl_gguf_writer_add_tensor(w, "b", PL_DT_F32, 2, ne, data), PL_OK);
@@ -444,7 +444,7 @@ static void test_writer_alignment_and_errors(void **state) {
     assert_int_equal(pl_gguf_writer_add_u32(w, "general.alignment", 64), PL_ERR_INVALID_ARG);
     const char *p = tmp_path();
     assert_int_equal(pl_gguf_writer_write(w, p), PL_OK);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
     pl_gguf *g = open_ok(p);
     assert_int_equal(pl_gguf_alignment(g), 256);
     assert_int_equal(pl_gguf_data_offset(g) % 256, 0);
@@ -455,14 +455,14 @@ static void test_writer_alignment_and_errors(void **state) {
     assert_memory_equal(pl_gguf_find_tensor(g, "a")->data, data, 5 * sizeof(float));
     pl_gguf_close(g);
 
-    w = pl_gguf_writer_new();
+    w = pl_gguf_writer_create();
     pl_gguf_writer_set_alignment(w, 3);
     assert_int_equal(pl_gguf_writer_write(w, tmp_path()), PL_ERR_INVALID_ARG);
     assert_non_null(strstr(pl_last_error(), "power of two"));
-    pl_gguf_writer_free(w);
-    w = pl_gguf_writer_new();
+    pl_gguf_writer_destroy(w);
+    w = pl_gguf_writer_create();
     assert_int_equal(pl_gguf_writer_write(w, "/nonexistent-dir/x.gguf"), PL_ERR_IO);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
 }
 
 /* GGUF v2 has the same layout as v3 (v1 used 32-bit counts and lengths; v3 only added the

@@ -108,13 +108,13 @@ static void test_bad_values(void **state) {
         {"general.alignment", PL_GGUF_UINT64, a64, 8, "has type u64, expected u32"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        pl_gguf_writer *w = pl_gguf_writer_new();
+        pl_gguf_writer *w = pl_gguf_writer_create();
         assert_int_equal(pl_gguf_writer_add_raw(w, cases[i].key, cases[i].type, cases[i].v,
                                                 cases[i].len),
                          PL_OK);
         const char *p = tmp_path();
         assert_int_equal(pl_gguf_writer_write(w, p), PL_OK);
-        pl_gguf_writer_free(w);
+        pl_gguf_writer_destroy(w);
         size_t m;
         uint8_t *f = slurp(p, &m);
         expect_bad(f, m, PL_ERR_FORMAT, cases[i].word);
@@ -124,11 +124,11 @@ static void test_bad_values(void **state) {
     deep.n = 0;
     for (int i = 0; i < 300; i++) e32(&deep, PL_GGUF_ARRAY), e64(&deep, 1);
     e32(&deep, PL_GGUF_UINT8), e64(&deep, 0);
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     assert_int_equal(pl_gguf_writer_add_raw(w, "deep", PL_GGUF_ARRAY, deep.b, deep.n), PL_OK);
     const char *p = tmp_path();
     assert_int_equal(pl_gguf_writer_write(w, p), PL_OK);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
     size_t m;
     uint8_t *f = slurp(p, &m);
     expect_bad(f, m, PL_ERR_FORMAT, "nested");
@@ -267,7 +267,7 @@ static void test_fuzz(void **state) {
     e32(&nest, PL_GGUF_STRING), e64(&nest, 2), estr(&nest, "x"), estr(&nest, "yz");
     e32(&nest, PL_GGUF_UINT16), e64(&nest, 3), e32(&nest, 0x00020001), e32(&nest, 3);
     nest.n -= 2; /* three u16 = 6 bytes */
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     assert_int_equal(pl_gguf_writer_add_str(w, "general.architecture", "llama"), PL_OK);
     assert_int_equal(pl_gguf_writer_add_u32(w, "llama.block_count", 1), PL_OK);
     assert_int_equal(pl_gguf_writer_add_f32(w, "llama.eps", 1e-5f), PL_OK);
@@ -282,7 +282,7 @@ static void test_fuzz(void **state) {
     char good[128];
     snprintf(good, sizeof good, "%s", tmp_path());
     assert_int_equal(pl_gguf_writer_write(w, good), PL_OK);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
     size_t n;
     uint8_t *b = slurp(good, &n), *c = malloc(n);
     pl_gguf *g = open_ok(good);

@@ -86,7 +86,7 @@ static void test_can_allocate(void **state) {
     assert_int_equal(pl_kv_allocate_prompt(&m, &a, tok, 40, 0, NULL), PL_OK); /* 10 blocks */
     assert_int_equal(pl_kv_can_allocate(&m, 32), PL_ALLOC_OK);    /* 8, leaves 2 */
     assert_int_equal(pl_kv_can_allocate(&m, 33), PL_ALLOC_LATER); /* 9, leaves 1 */
-    pl_kv_free(&m, &a);
+    pl_kv_free_table(&m, &a);
     assert_int_equal(pl_kv_can_allocate(&m, 33), PL_ALLOC_OK);
     pl_kv_manager_destroy(&m);
 }
@@ -135,8 +135,8 @@ static void test_allocate_and_slots(void **state) {
     assert_int_equal(a.n_tokens, 13);
     assert_int_equal(pl_kv_append_slots(&m, &a, 20, &cow), PL_ERR_INVALID_ARG); /* > table */
     check_ok(&m);
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &a); /* idempotent */
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &a); /* idempotent */
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_used, 0);
     assert_int_equal(s.tokens_stored, 0);
@@ -158,7 +158,7 @@ static void test_prefix_hits(void **state) {
     /* Nothing is cached before commit: the K/V do not exist yet. */
     assert_int_equal(pl_kv_allocate_prompt(&m, &b, tok, 10, 0, &n_cached), PL_OK);
     assert_int_equal(n_cached, 0);
-    pl_kv_free(&m, &b);
+    pl_kv_free_table(&m, &b);
     assert_int_equal(pl_kv_commit(&m, &a, tok, 10), PL_OK);
     assert_true(m.pool.blocks[a.blocks[0]].hashed && m.pool.blocks[a.blocks[1]].hashed);
     assert_false(m.pool.blocks[a.blocks[2]].hashed);
@@ -187,10 +187,10 @@ static void test_prefix_hits(void **state) {
     check_ok(&m);
     /* After everything is freed the full blocks stay cached and hit again. */
     int32_t a0 = a.blocks[0], a1 = a.blocks[1];
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &b);
-    pl_kv_free(&m, &d);
-    pl_kv_free(&m, &e);
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &b);
+    pl_kv_free_table(&m, &d);
+    pl_kv_free_table(&m, &e);
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_used, 0);
     assert_int_equal(s.blocks_cached, 2);
@@ -210,8 +210,8 @@ static void test_prefix_hits(void **state) {
     assert_int_equal(pl_kv_allocate_prompt(&m, &b, other, 12, 0, &n_cached), PL_OK);
     assert_int_equal(n_cached, 4);
     check_ok(&m);
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &b);
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &b);
     pl_kv_manager_destroy(&m);
 }
 
@@ -227,7 +227,7 @@ static void test_eviction_under_pressure(void **state) {
     assert_int_equal(pl_kv_allocate_prompt(&m, &a, t1, 9, 0, NULL), PL_OK);
     assert_int_equal(pl_kv_commit(&m, &a, t1, 9), PL_OK);
     int32_t a0 = a.blocks[0];
-    pl_kv_free(&m, &a);
+    pl_kv_free_table(&m, &a);
     pl_kv_stats s;
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_cached, 2);
@@ -237,12 +237,12 @@ static void test_eviction_under_pressure(void **state) {
     assert_int_equal(pl_kv_allocate_prompt(&m, &a, t2, 12, 0, NULL), PL_OK);
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.evictions, 1);
-    pl_kv_free(&m, &a);
+    pl_kv_free_table(&m, &a);
     pl_block_table b = {0};
     assert_int_equal(pl_kv_allocate_prompt(&m, &b, t1, 9, 0, &n_cached), PL_OK);
     assert_int_equal(n_cached, 4);
     assert_int_equal(b.blocks[0], a0);
-    pl_kv_free(&m, &b);
+    pl_kv_free_table(&m, &b);
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_cached, 1);
     /* 16 tokens take all 4 blocks: the last cached one is evicted too. */
@@ -250,11 +250,11 @@ static void test_eviction_under_pressure(void **state) {
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.evictions, 2);
     assert_int_equal(s.blocks_cached, 0);
-    pl_kv_free(&m, &a);
+    pl_kv_free_table(&m, &a);
     assert_int_equal(pl_kv_allocate_prompt(&m, &a, t1, 9, 0, &n_cached), PL_OK);
     assert_int_equal(n_cached, 0);
     check_ok(&m);
-    pl_kv_free(&m, &a);
+    pl_kv_free_table(&m, &a);
     pl_kv_manager_destroy(&m);
 }
 
@@ -298,9 +298,9 @@ static void test_fork_and_cow(void **state) {
     assert_int_equal(cow.src, -1);
     assert_int_equal(d.n_blocks, 3);
     check_ok(&m);
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &b);
-    pl_kv_free(&m, &d);
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &b);
+    pl_kv_free_table(&m, &d);
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_used, 0);
     pl_kv_manager_destroy(&m);
@@ -332,8 +332,8 @@ static void test_commit_dedup(void **state) {
     /* commit validates its input. */
     assert_int_equal(pl_kv_commit(&m, &a, tok, 10), PL_ERR_INVALID_ARG);
     check_ok(&m);
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &b);
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &b);
     pl_kv_manager_destroy(&m);
 }
 
@@ -409,8 +409,8 @@ static void test_swap(void **state) {
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_cached, 0);
     check_ok(&m);
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &b);
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &b);
     pl_kv_manager_destroy(&m);
 
     /* Without a swap pool: never. */
@@ -420,7 +420,7 @@ static void test_swap(void **state) {
     pl_block_table *one[1] = {&a};
     assert_int_equal(pl_kv_can_swap_out(&m, one, 1), PL_ALLOC_NEVER);
     assert_int_equal(pl_kv_swap_out(&m, one, 1, map, 8, &n_map), PL_ERR_CAPACITY);
-    pl_kv_free(&m, &a);
+    pl_kv_free_table(&m, &a);
     pl_kv_manager_destroy(&m);
 }
 
@@ -441,8 +441,8 @@ static void test_caching_disabled(void **state) {
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.prefix_queries, 0);
     assert_int_equal(s.prefix_hits, 0);
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &b);
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &b);
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_cached, 0);
     pl_kv_manager_destroy(&m);
@@ -579,7 +579,7 @@ static int sim_pick(sim *s, int want) {
 }
 
 static void sim_free(sim *s, int k) {
-    pl_kv_free(&s->m, &s->seq[k].t);
+    pl_kv_free_table(&s->m, &s->seq[k].t);
     assert_false(s->seq[k].t.live);
     s->seq[k].live = 0;
     s->frees++;
@@ -639,7 +639,7 @@ static void op_recompute(sim *s) {
     int k = sim_pick(s, 0);
     if (k < 0) return;
     int32_t n = s->seq[k].t.n_tokens;
-    pl_kv_free(&s->m, &s->seq[k].t);
+    pl_kv_free_table(&s->m, &s->seq[k].t);
     s->seq[k].live = 0;
     sim_admit(s, k, n);
     s->recomputes++;

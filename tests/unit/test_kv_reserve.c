@@ -68,8 +68,8 @@ static void test_refusals(void **state) {
     assert_int_equal(pl_kv_allocate_prompt_ex(&m, &a, tok, 3, 0, 6, NULL), PL_OK);
     assert_int_equal(pl_kv_fork(&m, &a, &b), PL_ERR_INVALID_ARG);
     assert_false(b.live);
-    pl_kv_free(&m, &a);
-    pl_kv_free(&m, &b);
+    pl_kv_free_table(&m, &a);
+    pl_kv_free_table(&m, &b);
     check_ok(&m);
     pl_kv_manager_destroy(&m);
 }
@@ -96,7 +96,7 @@ static void test_first_fit_and_fragmentation(void **state) {
     check_ok(&m);
     /* Free the 2-block run at 0: free = {0,1} and {7,8,9}. A 4-block request does not fit
      * although 5 blocks are free. */
-    pl_kv_free(&m, &t[0]);
+    pl_kv_free_table(&m, &t[0]);
     assert_int_equal(m.pool.n_free, 5);
     assert_int_equal(pl_kv_largest_free_run(&m), 3);
     assert_int_equal(pl_kv_first_fit(&m, 4), -1);
@@ -107,7 +107,7 @@ static void test_first_fit_and_fragmentation(void **state) {
     assert_int_equal(pl_kv_allocate_prompt_ex(&m, &t[3], tok, 4, 0, 5, NULL), PL_OK);
     assert_int_equal(t[3].blocks[0], 0);
     assert_int_equal(t[3].blocks[1], 1);
-    for (int k = 1; k < 4; k++) pl_kv_free(&m, &t[k]);
+    for (int k = 1; k < 4; k++) pl_kv_free_table(&m, &t[k]);
     assert_int_equal(m.pool.n_free, 10);
     assert_int_equal(m.reserved_future, 0);
     check_ok(&m);
@@ -152,7 +152,7 @@ static void test_waste_accounting(void **state) {
     assert_int_equal(pl_kv_append_slots(&m, &t, 1, &cow), PL_OK);
     assert_int_equal(t.n_blocks, 5);
     check_ok(&m);
-    pl_kv_free(&m, &t);
+    pl_kv_free_table(&m, &t);
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_used, 0);
     assert_int_equal(s.tokens_stored, 0);
@@ -200,7 +200,7 @@ static char *run_text(pl_kv_layout_mode layout, pl_reserve_policy res) {
         while (pl_engine_poll(e, ids[i], 0, &o) == PL_OK) {
             for (int k = 0; k < o->n_deltas; k++) strncat(all, o->deltas[k].text, 4000 - strlen(all));
             int done = o->finished;
-            pl_request_output_free(o);
+            pl_request_output_destroy(o);
             if (done) break;
         }
         strcat(all, "|");

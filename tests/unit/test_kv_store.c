@@ -39,9 +39,9 @@ static void test_sizes_and_pointers(void **state) {
         for (size_t i = 0; i < s.layer_bytes; i += 997) assert_int_equal(k[i] | v[i], 0);
     }
     memset(base, 0x5a, s.mapped_bytes); /* the whole mapping is writable */
-    pl_kv_store_free(&s);
+    pl_kv_store_destroy(&s);
     assert_null(s.base);
-    pl_kv_store_free(&s); /* freeing twice is harmless */
+    pl_kv_store_destroy(&s); /* freeing twice is harmless */
 
     pl_kv_layout f32 = LAYOUT;
     f32.dtype = PL_DT_F32;
@@ -113,8 +113,8 @@ static void test_copy_anon_file(void **state) {
             }
         }
     free(snap);
-    pl_kv_store_free(&gpu);
-    pl_kv_store_free(&swap);
+    pl_kv_store_destroy(&gpu);
+    pl_kv_store_destroy(&swap);
     assert_int_equal(unlink(path), 0); /* the store leaves its file to whoever named it */
 }
 

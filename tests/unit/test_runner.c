@@ -45,10 +45,10 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fixture *f = *state;
     pl_runner_destroy(&f->r);
-    pl_kv_store_free(&f->swap);
-    pl_kv_store_free(&f->kv);
+    pl_kv_store_destroy(&f->swap);
+    pl_kv_store_destroy(&f->kv);
     pl_threadpool_destroy(f->tp);
-    pl_model_free(f->m);
+    pl_model_destroy(f->m);
     free(f);
     return 0;
 }

@@ -31,7 +31,7 @@ static void counts_for(const pl_sampling_params *sp, int draws, uint64_t seed, i
         assert_true(id >= 0 && id < V);
         counts[id]++;
     }
-    pl_sampler_free(s);
+    pl_sampler_destroy(s);
 }
 
 static void test_greedy(void **state) {
@@ -49,7 +49,7 @@ static void test_greedy(void **state) {
     /* Ties: the lowest id. */
     for (int i = 0; i < V; i++) l[i] = 1.0f;
     assert_int_equal(pl_sample(s, &sp, l, NULL, 0, NULL, 0, &rng), 0);
-    pl_sampler_free(s);
+    pl_sampler_destroy(s);
 }
 
 static void test_distribution(void **state) {
@@ -235,7 +235,7 @@ static void test_penalties(void **state) {
     memcpy(t, l, sizeof t);
     pl_sample(s, &sp, t, prompt, 1, out, 2, &rng);
     assert_true(fabsf(t[1] - 0.4f) < 1e-6f);
-    pl_sampler_free(s);
+    pl_sampler_destroy(s);
 }
 
 static void test_validate(void **state) {
@@ -265,7 +265,7 @@ static void test_top_logprobs(void **state) {
     assert_int_equal(top[2].id, 2);
     assert_true(fabsf(top[0].logprob - logf(0.4f)) < 1e-5f);
     assert_true(fabsf(want - logf(0.005f)) < 1e-4f);
-    pl_sampler_free(s);
+    pl_sampler_destroy(s);
 }
 
 static void test_stop_strings(void **state) {

@@ -119,7 +119,7 @@ static int32_t fake_step(world *w) {
                 c->tokens[c->n_tokens++] = 7 + k;
                 if (c->n_tokens - g->n_prompt >= g->params.max_tokens) {
                     c->status = PL_SEQ_FINISHED;
-                    pl_kv_free(&w->kv, &c->table);
+                    pl_kv_free_table(&w->kv, &c->table);
                     g->n_live--;
                 }
             }
@@ -127,7 +127,7 @@ static int32_t fake_step(world *w) {
         q->tokens[q->n_tokens++] = 7; /* the fake model's token */
         if (q->n_tokens - g->n_prompt >= g->params.max_tokens) {
             q->status = PL_SEQ_FINISHED;
-            pl_kv_free(&w->kv, &q->table);
+            pl_kv_free_table(&w->kv, &q->table);
             g->n_live--;
         }
     }

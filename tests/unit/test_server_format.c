@@ -121,7 +121,7 @@ static void test_choice_accumulates(void **state) {
     sr = pl_server_stop_reason_json(PL_FINISH_LENGTH, 2, NULL);
     assert_true(json_is_null(sr));
     json_decref(sr);
-    pl_server_choice_free(&c);
+    pl_server_choice_destroy(&c);
 }
 
 static void test_logprobs_real_tokenizer(void **state) {
@@ -166,7 +166,7 @@ static void test_logprobs_real_tokenizer(void **state) {
     assert_int_equal(json_array_size(json_object_get(c0, "top_logprobs")), 1);
     json_decref(j);
     free(ids);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 static void test_metrics_text(void **state) {

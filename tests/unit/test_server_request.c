@@ -50,25 +50,25 @@ static void test_prompt_forms(void **state) {
     assert_int_equal(r.params.n, 1);
     assert_int_equal(r.logprobs, -1);
     assert_int_equal(r.add_special_tokens, 1);
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 
     assert_int_equal(parse("{\"prompt\": [\"a\", \"b\", \"c\"]}", 0, &r, &e), 0);
     assert_int_equal(r.n_prompts, 3);
     assert_string_equal(r.prompts[2].text, "c");
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 
     assert_int_equal(parse("{\"prompt\": [1, 400, 7]}", 0, &r, &e), 0);
     assert_int_equal(r.n_prompts, 1);
     assert_null(r.prompts[0].text);
     assert_int_equal(r.prompts[0].n_ids, 3);
     assert_int_equal(r.prompts[0].ids[1], 400);
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 
     assert_int_equal(parse("{\"prompt\": [[1, 2], [3]], \"unknown_field\": {\"x\": 1}}", 0, &r, &e), 0);
     assert_int_equal(r.n_prompts, 2);
     assert_int_equal(r.prompts[1].n_ids, 1);
     assert_int_equal(r.prompts[1].ids[0], 3);
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 }
 
 static void test_all_fields(void **state) {
@@ -110,7 +110,7 @@ static void test_all_fields(void **state) {
     assert_int_equal(r.params.include_stop_str_in_output, 1);
     assert_int_equal(r.params.n_stop_token_ids, 2);
     assert_int_equal(r.params.stop_token_ids[1], 3);
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 
     /* A single stop string, integral floats for integers, nulls as absent. */
     assert_int_equal(parse("{\"prompt\": \"x\", \"stop\": \"\\n\", \"max_tokens\": 8.0, "
@@ -119,7 +119,7 @@ static void test_all_fields(void **state) {
     assert_string_equal(r.params.stop[0], "\n");
     assert_int_equal(r.params.max_tokens, 8);
     assert_int_equal(r.params.has_seed, 0);
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 }
 
 static void test_chat(void **state) {
@@ -143,13 +143,13 @@ static void test_chat(void **state) {
     assert_int_equal(r.max_tokens_given, 1);
     assert_int_equal(r.add_special_tokens, 0);
     assert_int_equal(r.add_generation_prompt, 1);
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 
     assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
                            "\"logprobs\": true}", 1, &r, &e), 0);
     assert_int_equal(r.logprobs, 0); /* logprobs of the chosen tokens only */
     assert_int_equal(r.max_tokens_given, 0);
-    pl_server_request_free(&r);
+    pl_server_request_destroy(&r);
 }
 
 static void test_refusals(void **state) {

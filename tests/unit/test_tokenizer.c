@@ -166,7 +166,7 @@ static void run_vectors(const char *vocab, int is_spm) {
     assert_int_equal(n_cases, 46);
     free(inp);
     free(out);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 static void test_vectors_llama_spm(void **state) {
@@ -188,7 +188,7 @@ static void test_load_speed(void **state) {
     double s = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     assert_int_equal(pl_tokenizer_n_vocab(t), 32000);
     assert_true(s < 1.0);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 /* ---- stories260K ---- */
@@ -250,7 +250,7 @@ static void test_stories_basics(void **state) {
     assert_int_equal(pl_token_to_piece(t, 403, buf, 2, 0), 5); /* truncated copy, full length */
     assert_memory_equal(buf, " O", 2);
     assert_int_equal(pl_token_to_piece(t, 9999, buf, sizeof buf, 1), 0);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 /* The reference texts of llama.cpp's run: prompt_text is the prompt without BOS detokenized
@@ -312,7 +312,7 @@ static void test_stories_reference(void **state) {
     }
     assert_int_equal(checked, 3);
     json_decref(root);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 /* ---- special tokens ---- */
@@ -346,7 +346,7 @@ static void test_parse_special(void **state) {
     assert_string_equal(s, text);
     free(s);
     free(ids);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 
     t = load(STORIES);
     n = tok(t, "<s>Once</s>", 0, 1, &ids);
@@ -366,7 +366,7 @@ static void test_parse_special(void **state) {
     assert_int_equal(n, 3);
     assert_memory_equal(ids, want3, sizeof want3);
     free(ids);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 /* ---- GGUF files made for the test ---- */
@@ -378,7 +378,7 @@ typedef pl_status (*add_fn)(pl_gguf_writer *w, const pl_gguf *src);
 static char *make_vocab_skip(const char *src_path, const char *const *skip, add_fn add) {
     pl_gguf *src;
     assert_int_equal(pl_gguf_open(src_path, &src), PL_OK);
-    pl_gguf_writer *w = pl_gguf_writer_new();
+    pl_gguf_writer *w = pl_gguf_writer_create();
     for (int64_t i = 0; i < pl_gguf_n_kv(src); i++) {
         int skipped = 0;
         for (const char *const *k = skip; *k; k++) skipped |= pl_gguf_str_eq(pl_gguf_key_at(src, i), *k);
@@ -391,7 +391,7 @@ static char *make_vocab_skip(const char *src_path, const char *const *skip, add_
     assert_true(fd >= 0);
     close(fd);
     assert_int_equal(pl_gguf_writer_write(w, path), PL_OK);
-    pl_gguf_writer_free(w);
+    pl_gguf_writer_destroy(w);
     pl_gguf_close(src);
     return path;
 }
@@ -476,7 +476,7 @@ static void test_bad_vocabularies(void **state) {
     pl_tokenizer *t;
     assert_int_equal(pl_tokenizer_load(g, &t), PL_OK); /* same vocabulary as stories260K */
     assert_int_equal(pl_tokenizer_n_vocab(t), 512);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
     pl_gguf_close(g);
 }
 
@@ -504,8 +504,8 @@ static void test_user_defined(void **state) {
         free(s);
         free(ids);
     }
-    pl_tokenizer_free(t);
-    pl_tokenizer_free(plain);
+    pl_tokenizer_destroy(t);
+    pl_tokenizer_destroy(plain);
 }
 
 /* One vocabulary with both kinds of added token: the USER_DEFINED one is matched in the text
@@ -585,7 +585,7 @@ static void test_user_defined_and_control(void **state) {
     assert_int_equal(pl_token_to_piece(t, CTL_ID, buf, sizeof buf, 0), 0);
     assert_int_equal(pl_token_to_piece(t, CTL_ID, buf, sizeof buf, 1), 7);
     assert_memory_equal(buf, "<|ctl|>", 7);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 /* The same GPT-2 vocabulary with the Llama 3 pre-tokenizer: BOS by default, merges skipped for
@@ -610,8 +610,8 @@ static void test_llama3_pre_on_gpt2_vocab(void **state) {
     na = tok(t, "hi", 1, 0, &a);
     assert_int_equal(a[0], 50256);
     free(a);
-    pl_tokenizer_free(g2);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(g2);
+    pl_tokenizer_destroy(t);
 }
 
 /* ---- invalid input ---- */
@@ -637,7 +637,7 @@ static void test_invalid_input(void **state) {
     bad_ids[1] = -3;
     assert_int_equal(pl_detokenize(t, bad_ids, 2, 0, &s, &len), PL_ERR_INVALID_ARG);
     assert_non_null(strstr(pl_last_error(), "-3"));
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 /* ---- streaming ---- */
@@ -697,7 +697,7 @@ static void test_stream_utf8(void **state) {
     assert_memory_equal(out, " Once", 5);
     free(out);
     free(ids);
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 /* llama.cpp's clean_spaces, and the streaming filter giving the same text as the whole pass. */
@@ -749,7 +749,7 @@ static void test_clean_spaces(void **state) {
         free(s);
         free(ids);
     }
-    pl_tokenizer_free(t);
+    pl_tokenizer_destroy(t);
 }
 
 /* Random text from a mix of scripts: SentencePiece gives it back exactly, BPE too unless
@@ -787,7 +787,7 @@ static void test_random_roundtrip(void **state) {
             free(s);
             free(ids);
         }
-        pl_tokenizer_free(t);
+        pl_tokenizer_destroy(t);
     }
 }
 

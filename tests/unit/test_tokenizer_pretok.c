@@ -18,7 +18,7 @@
 static void check_split(const char *pre, const char *text, const char *const *want) {
     pl_pretok *p;
     pl_pretok_flags fl;
-    if (pl_pretok_new(pre, &p, &fl) != PL_OK) fail_msg("%s: %s", pre, pl_last_error());
+    if (pl_pretok_create(pre, &p, &fl) != PL_OK) fail_msg("%s: %s", pre, pl_last_error());
     pl_pretok_span *sp;
     size_t n;
     assert_int_equal(pl_pretok_split(p, text, strlen(text), &sp, &n), PL_OK);
@@ -34,7 +34,7 @@ static void check_split(const char *pre, const char *text, const char *const *wa
         fail_msg("pre-tokenizer %s split differs", pre);
     }
     free(sp);
-    pl_pretok_free(p);
+    pl_pretok_destroy(p);
 }
 
 #define SPLIT(pre, text, ...) check_split(pre, text, (const char *const[]){__VA_ARGS__, NULL})
@@ -93,16 +93,16 @@ static void test_pretok_deepseek(void **state) {
 static void test_pretok_unknown(void **state) {
     (void)state;
     pl_pretok *p = (pl_pretok *)1;
-    assert_int_equal(pl_pretok_new("gpt-5-imaginary", &p, NULL), PL_ERR_UNSUPPORTED);
+    assert_int_equal(pl_pretok_create("gpt-5-imaginary", &p, NULL), PL_ERR_UNSUPPORTED);
     assert_null(p);
     assert_non_null(strstr(pl_last_error(), "'gpt-5-imaginary'"));
     pl_pretok_flags f;
-    assert_int_equal(pl_pretok_new("llama3", &p, &f), PL_OK);
+    assert_int_equal(pl_pretok_create("llama3", &p, &f), PL_OK);
     assert_true(f.ignore_merges && f.add_bos && f.clean_spaces);
-    pl_pretok_free(p);
-    assert_int_equal(pl_pretok_new("qwen2", &p, &f), PL_OK);
+    pl_pretok_destroy(p);
+    assert_int_equal(pl_pretok_create("qwen2", &p, &f), PL_OK);
     assert_false(f.clean_spaces);
-    pl_pretok_free(p);
+    pl_pretok_destroy(p);
 }
 
 /* Mistral's tekken and GPT-4o / Llama 4: case-aware words (lookahead classes). */
@@ -127,7 +127,7 @@ static void test_pretok_all_names(void **state) {
         "stablelm2", "tekken", "gpt-4o", "llama4"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         pl_pretok *p;
-        if (pl_pretok_new(names[i], &p, NULL) != PL_OK) fail_msg("%s: %s", names[i], pl_last_error());
+        if (pl_pretok_create(names[i], &p, NULL) != PL_OK) fail_msg("%s: %s", names[i], pl_last_error());
         pl_pretok_span *sp;
         size_t n;
         const char *text = "Hi there, 123 \xE6\x97\xA5\xF0\x9F\x98\x80!\n";
@@ -139,7 +139,7 @@ static void test_pretok_all_names(void **state) {
         }
         assert_int_equal(covered, strlen(text));
         free(sp);
-        pl_pretok_free(p);
+        pl_pretok_destroy(p);
     }
 }
 
