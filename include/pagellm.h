@@ -220,19 +220,6 @@ typedef struct {
     uint64_t preemptions, swaps_out;
     uint64_t prompt_tokens, generation_tokens; /* computed / generated so far */
     uint64_t requests_finished, steps;
-    /* KV memory sampled at every step that runs the model, after scheduling (since create). */
-    uint64_t kv_samples;                 /* steps sampled */
-    double peak_kv_usage, mean_kv_usage; /* blocks used / blocks total: highest, mean */
-    double peak_waste, mean_waste;       /* waste as above: highest; 1 - sum tokens / sum used
-                                            slots over the samples (memory-weighted mean) */
-    double mean_token_fraction;          /* tokens stored / all slots of the pool, mean */
-    double mean_reserved;                /* contiguous: of the used slots, those reserved for
-                                            tokens still to come (sum / sum); the rest of the
-                                            waste is internal fragmentation */
-    int32_t peak_blocks_used;
-    int64_t block_refs;                  /* now: blocks held counting shared ones per holder */
-    double mean_sharing_saved;           /* 1 - sum blocks used / sum block refs over the
-                                            samples: memory saved by sharing (0 if none) */
     double step_seconds;                 /* wall time spent in pl_engine_step that ran the model
                                             (its KV snapshots included), summed over `steps` */
     double step_cpu_seconds;             /* the engine thread's CPU time in those steps (its

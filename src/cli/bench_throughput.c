@@ -4,6 +4,7 @@
  * requests/s, total and output tokens/s, KV usage and waste sampled at every step, preemptions,
  * memory saved by sharing (parallel sampling, beams) and the prefix-cache hit rate. */
 #include "cli/args.h"
+#include "engine/kv_samples.h"
 #include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
@@ -124,7 +125,8 @@ static const char *layout_name(const pl_engine_config *c) {
 }
 
 /* The JSON line: configuration, then the measurements. */
-static json_t *report(const tp_opts *o, const pl_engine_stats *s, double elapsed,
+static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engine_kv_samples *ks,
+                      double elapsed,
                       int64_t in_tokens, int64_t out_tokens, int32_t errors, pl_summary *ttft) {
     double d = elapsed > 0 ? elapsed : 1e-9;
     int32_t done = (int32_t)o->num_prompts - errors;
@@ -160,17 +162,17 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, double elapsed
     json_object_set_new(j, "output_tokens_per_s", json_real((double)out_tokens / d));
     json_object_set_new(j, "total_tokens_per_s", json_real((double)(out_tokens + in_tokens) / d));
     json_object_set_new(j, "steps", json_integer((json_int_t)s->steps));
-    json_object_set_new(j, "peak_kv_usage_pct", json_real(100 * s->peak_kv_usage));
-    json_object_set_new(j, "mean_kv_usage_pct", json_real(100 * s->mean_kv_usage));
-    json_object_set_new(j, "peak_blocks_used", json_integer(s->peak_blocks_used));
-    json_object_set_new(j, "mean_waste_pct", json_real(100 * s->mean_waste));
-    json_object_set_new(j, "peak_waste_pct", json_real(100 * s->peak_waste));
-    json_object_set_new(j, "mean_token_fraction_pct", json_real(100 * s->mean_token_fraction));
-    json_object_set_new(j, "mean_reserved_pct", json_real(100 * s->mean_reserved));
-    json_object_set_new(j, "mean_fragmentation_pct", json_real(100 * (s->mean_waste - s->mean_reserved)));
+    json_object_set_new(j, "peak_kv_usage_pct", json_real(100 * ks->peak_kv_usage));
+    json_object_set_new(j, "mean_kv_usage_pct", json_real(100 * ks->mean_kv_usage));
+    json_object_set_new(j, "peak_blocks_used", json_integer(ks->peak_blocks_used));
+    json_object_set_new(j, "mean_waste_pct", json_real(100 * ks->mean_waste));
+    json_object_set_new(j, "peak_waste_pct", json_real(100 * ks->peak_waste));
+    json_object_set_new(j, "mean_token_fraction_pct", json_real(100 * ks->mean_token_fraction));
+    json_object_set_new(j, "mean_reserved_pct", json_real(100 * ks->mean_reserved));
+    json_object_set_new(j, "mean_fragmentation_pct", json_real(100 * (ks->mean_waste - ks->mean_reserved)));
     json_object_set_new(j, "preemptions", json_integer((json_int_t)s->preemptions));
     json_object_set_new(j, "swaps_out", json_integer((json_int_t)s->swaps_out));
-    json_object_set_new(j, "sharing_saved_pct", json_real(100 * s->mean_sharing_saved));
+    json_object_set_new(j, "sharing_saved_pct", json_real(100 * ks->mean_sharing_saved));
     json_object_set_new(j, "prefix_hit_pct", json_real(s->prefix_queries ? 100.0 * (double)s->prefix_hits /
                                                        (double)s->prefix_queries : 0));
     json_object_set_new(j, "ttft_ms", pl_summary_json(ttft, 1e3));
@@ -275,10 +277,12 @@ int pl_bench_throughput(int argc, char **argv) {
     if (o.verbose) fputc('\n', stderr);
     pl_engine_stats st;
     pl_engine_get_stats(e, &st);
+    pl_engine_kv_samples ks;
+    pl_engine_get_kv_samples(e, &ks);
     drain(e, ids, n, &out_tokens, &errors, ttft, &n_ttft);
     pl_summary s_ttft;
     pl_summarize(ttft, n_ttft, &s_ttft);
-    json_t *j = report(&o, &st, elapsed, in_tokens, out_tokens, errors, &s_ttft);
+    json_t *j = report(&o, &st, &ks, elapsed, in_tokens, out_tokens, errors, &s_ttft);
     char *line = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(j);
     if (!line) {

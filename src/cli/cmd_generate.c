@@ -2,6 +2,7 @@
  * (--input prompts.jsonl --output results.jsonl), through the engine: continuous batching over
  * the paged KV cache, exactly as the server runs requests. */
 #include "cli/args.h"
+#include "engine/kv_samples.h"
 #include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
@@ -260,6 +261,8 @@ json_t *pl_gen_prompt_logprobs_json(const pl_request_output *o) {
 static void print_stats(pl_engine *e, double secs, int64_t prompt, int64_t generated) {
     pl_engine_stats s;
     pl_engine_get_stats(e, &s);
+    pl_engine_kv_samples ks;
+    pl_engine_get_kv_samples(e, &ks);
     fprintf(stderr, "%lld prompt tokens computed, %lld generated in %.3f s (%.1f tokens/s); "
             "%llu steps, %llu preemptions (%llu by swapping)\n", (long long)prompt,
             (long long)generated, secs, secs > 0 ? (double)generated / secs : 0.0,
@@ -267,8 +270,8 @@ static void print_stats(pl_engine *e, double secs, int64_t prompt, int64_t gener
             (unsigned long long)s.swaps_out);
     fprintf(stderr, "KV: %d blocks; over the run: peak %.2f%% used (%d blocks), mean %.2f%%; "
             "waste mean %.2f%%, peak %.2f%%; now %d used, %d cached; prefix cache: %llu of %llu "
-            "prompt tokens hit\n", s.blocks_total, 100 * s.peak_kv_usage, s.peak_blocks_used,
-            100 * s.mean_kv_usage, 100 * s.mean_waste, 100 * s.peak_waste, s.blocks_used,
+            "prompt tokens hit\n", s.blocks_total, 100 * ks.peak_kv_usage, ks.peak_blocks_used,
+            100 * ks.mean_kv_usage, 100 * ks.mean_waste, 100 * ks.peak_waste, s.blocks_used,
             s.blocks_cached, (unsigned long long)s.prefix_hits,
             (unsigned long long)s.prefix_queries);
 }

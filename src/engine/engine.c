@@ -650,25 +650,34 @@ static void take_snapshot(pl_engine *e) {
     s.generation_tokens = e->decoder.generation_tokens;
     s.requests_finished = e->decoder.requests_finished;
     s.steps = e->steps;
-    s.block_refs = pl_kv_block_refs(&e->mgr);
-    s.kv_samples = e->kv_samples;
+    pl_engine_kv_samples ks;
+    memset(&ks, 0, sizeof ks);
+    ks.block_refs = pl_kv_block_refs(&e->mgr);
+    ks.kv_samples = e->kv_samples;
     s.step_seconds = e->step_seconds;
     s.step_cpu_seconds = e->step_cpu_seconds;
     s.kv_pictures = e->kv_view.version;
     s.kv_picture_seconds = e->kv_view.publish_seconds;
     if (e->kv_samples) {
         double n = (double)e->kv_samples, pool_slots = (double)k.blocks_total * e->mgr.cfg.block_size;
-        s.peak_kv_usage = e->kv_usage_peak;
-        s.mean_kv_usage = e->kv_usage_sum / n;
-        s.peak_waste = e->kv_waste_peak;
-        s.mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
-        s.mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
-        s.peak_blocks_used = e->kv_peak_blocks;
-        s.mean_reserved = e->kv_slots_sum > 0 ? e->kv_future_sum / e->kv_slots_sum : 0;
-        s.mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
+        ks.peak_kv_usage = e->kv_usage_peak;
+        ks.mean_kv_usage = e->kv_usage_sum / n;
+        ks.peak_waste = e->kv_waste_peak;
+        ks.mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
+        ks.mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
+        ks.peak_blocks_used = e->kv_peak_blocks;
+        ks.mean_reserved = e->kv_slots_sum > 0 ? e->kv_future_sum / e->kv_slots_sum : 0;
+        ks.mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
     }
     pthread_mutex_lock(&e->stats_mu);
     e->snapshot = s;
+    e->snapshot_samples = ks;
+    pthread_mutex_unlock(&e->stats_mu);
+}
+
+void pl_engine_get_kv_samples(pl_engine *e, pl_engine_kv_samples *out) {
+    pthread_mutex_lock(&e->stats_mu);
+    *out = e->snapshot_samples;
     pthread_mutex_unlock(&e->stats_mu);
 }
 

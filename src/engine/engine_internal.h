@@ -9,6 +9,7 @@
 #include "base/idmap.h"
 #include "base/threadpool.h"
 #include "engine/decoder.h"
+#include "engine/kv_samples.h"
 #include "engine/kv_view.h"
 #include "engine/output.h"
 #include "engine/request.h"
@@ -61,6 +62,7 @@ struct pl_engine {
     /* A copy of the stats taken by the engine thread after every step, for other threads. */
     pthread_mutex_t stats_mu;
     pl_engine_stats snapshot;
+    pl_engine_kv_samples snapshot_samples; /* with `snapshot`, under stats_mu */
     double step_seconds;        /* engine thread: time in pl_engine_step that ran the model */
     double step_cpu_seconds;    /* engine thread: its CPU time in those steps */
     pl_kv_view kv_view;         /* block states for monitoring (engine/kv_view.h) */

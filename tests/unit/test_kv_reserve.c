@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "kv/manager.h"
+#include "engine/kv_samples.h"
 #include "pagellm.h"
 
 #include <stdio.h>
@@ -187,8 +188,8 @@ static char *run_text(pl_kv_layout_mode layout, pl_reserve_policy res) {
         assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &q, &bad), PL_ERR_INVALID_ARG);
     }
     assert_int_equal(pl_engine_run(e), PL_OK);
-    pl_engine_stats st;
-    pl_engine_get_stats(e, &st);
+    pl_engine_kv_samples st;
+    pl_engine_get_kv_samples(e, &st);
     assert_true(st.kv_samples > 0);
     assert_true(st.peak_kv_usage > 0 && st.peak_kv_usage <= 1);
     assert_true(st.mean_waste >= 0 && st.mean_waste < 1);
