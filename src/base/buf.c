@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+void pl_free_all(void *const *ptrs, size_t n) {
+    for (size_t i = 0; i < n; i++) free(ptrs[i]);
+}
+
 int pl_array_reserve(void *arrp, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     if (!elem || need > SIZE_MAX / elem) return -1;

@@ -14,6 +14,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+/* free() each of the pointers: PL_FREE_ALL(a->x, a->y, a->z) for a destructor's list. */
+void pl_free_all(void *const *ptrs, size_t n);
+#define PL_FREE_ALL(...)                                                                           \
+    pl_free_all((void *const[]){__VA_ARGS__}, sizeof((void *const[]){__VA_ARGS__}) / sizeof(void *))
+
 /* `arrp` is the address of the array pointer (a T **). 0, or -1 when out of memory. */
 int pl_array_reserve(void *arrp, size_t *cap, size_t need, size_t elem);
 

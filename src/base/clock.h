@@ -11,4 +11,14 @@ static inline double pl_clock_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The CLOCK_REALTIME instant `ms` milliseconds from now, as pthread_cond_timedwait wants it. */
+static inline struct timespec pl_clock_deadline(int ms) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+    return dl;
+}
+
 #endif

@@ -12,6 +12,7 @@
  * Token ids are drawn from a fixed seed; the weights are whatever the file holds.
  */
 #include "cli/args.h"
+#include "base/buf.h"
 #include "base/clock.h"
 #include "cli/cli.h"
 
@@ -53,14 +54,7 @@ typedef struct {
 
 
 static void run_free(bm_run *r) {
-    free(r->table);
-    free(r->logits);
-    free(r->tok);
-    free(r->pos);
-    free(r->rows);
-    free(r->seq_start);
-    free(r->ctx_len);
-    free(r->slots);
+    PL_FREE_ALL(r->table, r->logits, r->tok, r->pos, r->rows, r->seq_start, r->ctx_len, r->slots);
     pl_kv_store_destroy(&r->kv);
     pl_forward_ctx_destroy(r->fwd);
     pl_threadpool_destroy(r->tp);

@@ -43,14 +43,8 @@ pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_voca
                           int32_t max_model_len, pl_kv_manager *kv, pl_scheduler *sched,
                           int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
                           void *forget_ctx) {
-    memset(d, 0, sizeof *d);
-    d->tok = tok;
-    d->kv = kv;
-    d->sched = sched;
-    d->n_vocab = n_vocab;
-    d->max_model_len = max_model_len;
-    d->forget = forget;
-    d->forget_ctx = forget_ctx;
+    *d = (pl_decoder){.tok = tok, .kv = kv, .sched = sched, .n_vocab = n_vocab,
+                      .max_model_len = max_model_len, .forget = forget, .forget_ctx = forget_ctx};
     d->step_groups = malloc((size_t)max_items * sizeof *d->step_groups);
     d->work = malloc((size_t)n_vocab * sizeof *d->work);
     d->eog_ids = malloc((size_t)n_vocab * sizeof *d->eog_ids);
@@ -68,10 +62,7 @@ pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_voca
 
 void pl_decoder_destroy(pl_decoder *d) {
     pl_sampler_destroy(d->sampler);
-    free(d->step_groups);
-    free(d->work);
-    free(d->eog_ids);
-    free(d->piece);
+    PL_FREE_ALL(d->step_groups, d->work, d->eog_ids, d->piece);
     for (int i = 0; i < PL_DECODER_SCRATCH; i++) free(d->scratch[i]);
     memset(d, 0, sizeof *d);
 }

@@ -581,11 +581,7 @@ void pl_engine_wait_for_work(pl_engine *e, int timeout_ms) {
         while (!e->inbox_head && !e->n_aborts && !e->kv_poke && !e->abort_scan)
             pthread_cond_wait(&e->inbox_cv, &e->inbox_mu);
     } else {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+        struct timespec dl = pl_clock_deadline(timeout_ms);
         while (!e->inbox_head && !e->n_aborts && !e->kv_poke && !e->abort_scan)
             if (pthread_cond_timedwait(&e->inbox_cv, &e->inbox_mu, &dl) == ETIMEDOUT) break;
     }

@@ -38,9 +38,7 @@ pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_manager *m) {
 void pl_kv_view_destroy(pl_kv_view *v) {
     if (!v->inited) return;
     for (int i = 0; i < 2; i++) {
-        free(v->buf[i].states);
-        free(v->buf[i].seqs);
-        free(v->buf[i].ids);
+        PL_FREE_ALL(v->buf[i].states, v->buf[i].seqs, v->buf[i].ids);
     }
     pthread_mutex_destroy(&v->mu);
     pthread_cond_destroy(&v->cv);
@@ -144,11 +142,7 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
     size_t n = (size_t)v->n_blocks + (size_t)v->n_swap;
     pthread_mutex_lock(&v->mu);
     if (need_fresh && timeout_ms > 0) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+        struct timespec dl = pl_clock_deadline(timeout_ms);
         while (v->buf[v->front].version == seen)
             if (pthread_cond_timedwait(&v->cv, &v->mu, &dl) == ETIMEDOUT) break;
     }
@@ -181,8 +175,6 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
 
 void pl_kv_snapshot_destroy(pl_kv_snapshot *s) {
     if (!s) return;
-    free(s->states);
-    free(s->seqs);
-    free(s->block_ids);
+    PL_FREE_ALL(s->states, s->seqs, s->block_ids);
     memset(s, 0, sizeof *s);
 }

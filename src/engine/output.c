@@ -1,5 +1,7 @@
 /* engine/output — see output.h. */
 #include "base/status.h"
+#include "base/buf.h"
+#include "base/clock.h"
 #include "engine/output.h"
 
 #include <errno.h>
@@ -14,9 +16,7 @@ pl_out_channel *pl_out_channel_create(uint64_t id, int32_t n_slots) {
     c->pending = calloc((size_t)n_slots, sizeof *c->pending);
     c->has_pending = calloc((size_t)n_slots, 1);
     if (!c->pending || !c->has_pending) {
-        free(c->pending);
-        free(c->has_pending);
-        free(c);
+        PL_FREE_ALL(c->pending, c->has_pending, c);
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
@@ -28,21 +28,14 @@ pl_out_channel *pl_out_channel_create(uint64_t id, int32_t n_slots) {
 }
 
 static void delta_clear(pl_completion_delta *d) {
-    free(d->token_ids);
-    free(d->text);
-    free(d->token_logprobs);
-    free(d->top);
-    free(d->stop_str);
+    PL_FREE_ALL(d->token_ids, d->text, d->token_logprobs, d->top, d->stop_str);
     memset(d, 0, sizeof *d);
 }
 
 void pl_out_channel_unref(pl_out_channel *c) {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
     for (int32_t i = 0; i < c->n_slots; i++) delta_clear(&c->pending[i]);
-    free(c->pending);
-    free(c->has_pending);
-    free(c->prompt_ids);
-    free(c->prompt_top);
+    PL_FREE_ALL(c->pending, c->has_pending, c->prompt_ids, c->prompt_top);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -183,11 +176,7 @@ pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out
         if (timeout_ms < 0) {
             while (!has_news(c)) pthread_cond_wait(&c->cv, &c->mu);
         } else {
-            struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_sec += timeout_ms / 1000;
-            dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-            if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+            struct timespec dl = pl_clock_deadline(timeout_ms);
             while (!has_news(c))
                 if (pthread_cond_timedwait(&c->cv, &c->mu, &dl) == ETIMEDOUT) break;
         }
@@ -247,9 +236,5 @@ void pl_out_release(pl_out_channel *c) {
 void pl_request_output_destroy(pl_request_output *o) {
     if (!o) return;
     for (int32_t i = 0; i < o->n_deltas; i++) delta_clear(&o->deltas[i]);
-    free(o->deltas);
-    free(o->error);
-    free(o->prompt_ids);
-    free(o->prompt_top);
-    free(o);
+    PL_FREE_ALL(o->deltas, o->error, o->prompt_ids, o->prompt_top, o);
 }

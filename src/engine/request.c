@@ -22,11 +22,7 @@ pl_seq *pl_seq_create(pl_seq_group *g, int32_t index, const int32_t *tokens, int
     q->text_cap = 256;
     q->text = malloc(q->text_cap);
     if (!q->tokens || !q->logprobs || !q->text || (g->params.logprobs >= 0 && !q->top)) {
-        free(q->tokens);
-        free(q->logprobs);
-        free(q->top);
-        free(q->text);
-        free(q);
+        PL_FREE_ALL(q->tokens, q->logprobs, q->top, q->text, q);
         return NULL;
     }
     memcpy(q->tokens, tokens, (size_t)n * sizeof *tokens);
@@ -39,11 +35,7 @@ pl_seq *pl_seq_create(pl_seq_group *g, int32_t index, const int32_t *tokens, int
 
 void pl_seq_destroy(pl_seq *q) {
     if (!q) return;
-    free(q->tokens);
-    free(q->logprobs);
-    free(q->top);
-    free(q->text);
-    free(q);
+    PL_FREE_ALL(q->tokens, q->logprobs, q->top, q->text, q);
 }
 
 /* A copy of q's tokens, logprobs, text and RNG (not its blocks). */
@@ -85,10 +77,7 @@ void pl_group_destroy(pl_seq_group *g) {
     free(g->seqs);
     free(g->beam_done);
     for (int32_t i = 0; g->stop_copy && i < g->params.n_stop; i++) free(g->stop_copy[i]);
-    free(g->stop_copy);
-    free(g->stop_ids_copy);
-    free(g->prompt);
-    free(g->prompt_top);
+    PL_FREE_ALL(g->stop_copy, g->stop_ids_copy, g->prompt, g->prompt_top);
     if (g->chan) pl_out_channel_unref(g->chan);
     free(g);
 }

@@ -1,5 +1,6 @@
 /* engine/runner — see runner.h. */
 #include "engine/runner.h"
+#include "base/buf.h"
 
 #include "base/status.h"
 
@@ -40,15 +41,8 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
 
 void pl_runner_destroy(pl_runner *r) {
     pl_forward_ctx_destroy(r->fwd);
-    free(r->tokens);
-    free(r->pos);
-    free(r->slots);
-    free(r->rows);
-    free(r->seq_start);
-    free(r->ctx);
-    free(r->item_row);
-    free(r->tables);
-    free(r->logits);
+    PL_FREE_ALL(r->tokens, r->pos, r->slots, r->rows, r->seq_start, r->ctx, r->item_row, r->tables,
+                r->logits);
     memset(r, 0, sizeof *r);
 }
 

@@ -1,5 +1,6 @@
 /* engine/sampler — see sampler.h. */
 #include "engine/sampler.h"
+#include "base/buf.h"
 
 #include "kernels/ops.h"
 
@@ -64,11 +65,7 @@ pl_sampler *pl_sampler_create(int32_t n_vocab) {
 
 void pl_sampler_destroy(pl_sampler *s) {
     if (!s) return;
-    free(s->cand);
-    free(s->lp);
-    free(s->counts);
-    free(s->seen);
-    free(s);
+    PL_FREE_ALL(s->cand, s->lp, s->counts, s->seen, s);
 }
 
 static void apply_penalties(pl_sampler *s, const pl_sampling_params *p, float *logits,

@@ -53,11 +53,7 @@ pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_
 void pl_scheduler_destroy(pl_scheduler *s) { memset(s, 0, sizeof *s); }
 
 void pl_sched_output_destroy(pl_sched_output *o) {
-    free(o->items);
-    free(o->swap_out);
-    free(o->swap_in);
-    free(o->cow);
-    free(o->refused);
+    PL_FREE_ALL(o->items, o->swap_out, o->swap_in, o->cow, o->refused);
     memset(o, 0, sizeof *o);
 }
 

@@ -116,9 +116,7 @@ static uint64_t fnv1a(const char *s, size_t n) {
 }
 
 static void index_free(name_index *x) {
-    free(x->keys);
-    free(x->lens);
-    free(x->idx);
+    PL_FREE_ALL(x->keys, x->lens, x->idx);
     memset(x, 0, sizeof *x);
 }
 
@@ -534,13 +532,7 @@ void pl_gguf_close(pl_gguf *g) {
     if (g->base) munmap((void *)g->base, g->size);
     index_free(&g->kv_index);
     index_free(&g->tensor_index);
-    free(g->kvs);
-    free(g->tensors);
-    free(g->names);
-    free(g->arrs);
-    free(g->offs);
-    free(g->path);
-    free(g);
+    PL_FREE_ALL(g->kvs, g->tensors, g->names, g->arrs, g->offs, g->path, g);
 }
 
 /* ---- simple accessors ---- */

@@ -14,6 +14,7 @@
  * All scratch is allocated in pl_forward_ctx_create; a step allocates nothing.
  */
 #include "model/model.h"
+#include "base/buf.h"
 
 #include "kernels/attention.h"
 
@@ -88,17 +89,7 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
 
 void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
-    free(c->x);
-    free(c->h);
-    free(c->q);
-    free(c->k);
-    free(c->v);
-    free(c->att);
-    free(c->gate);
-    free(c->up);
-    free(c->rope_cs);
-    free(c->mm_scratch);
-    free(c);
+    PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch, c);
 }
 
 static void matmul(pl_forward_ctx *c, const pl_weight *w, const float *x, int64_t B, float *y) {

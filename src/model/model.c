@@ -1,6 +1,7 @@
 /* model/model — loading: architecture hyper-parameters from GGUF metadata and binding every
  * weight tensor (presence, shape and type checked). The forward pass is in forward.c. */
 #include "model/model.h"
+#include "base/buf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -209,11 +210,7 @@ void pl_model_destroy(pl_model *m) {
     if (m->layers) {
         for (int32_t l = 0; l < m->hp.n_layers; l++) {
             pl_layer_weights *L = &m->layers[l];
-            free(L->attn_norm);
-            free(L->ffn_norm);
-            free(L->bq);
-            free(L->bk);
-            free(L->bv);
+            PL_FREE_ALL(L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv);
         }
         free(m->layers);
     }

@@ -67,16 +67,8 @@ static void job_free(gen_job *j) {
         if (j->ptop) free(j->ptop[i]);
     }
     for (int k = 0; j->ch && k < j->n_eng * j->n_per; k++) pl_server_choice_destroy(&j->ch[k]);
-    free(j->ids);
-    free(j->added);
-    free(j->done);
-    free(j->prompt);
-    free(j->n_prompt);
-    free(j->echo);
-    free(j->ptop);
-    free(j->n_ptop);
-    free(j->ch);
-    free(j->error);
+    PL_FREE_ALL(j->ids, j->added, j->done, j->prompt, j->n_prompt, j->echo, j->ptop, j->n_ptop,
+                j->ch, j->error);
     pl_strbuf_destroy(&j->out);
     free(j->text_off);
     free(j->echoed);

@@ -51,11 +51,7 @@ int pl_server_choice_add(pl_server_choice *c, const pl_completion_delta *d) {
 }
 
 void pl_server_choice_destroy(pl_server_choice *c) {
-    free(c->text);
-    free(c->ids);
-    free(c->lp);
-    free(c->top);
-    free(c->stop_str);
+    PL_FREE_ALL(c->text, c->ids, c->lp, c->top, c->stop_str);
     memset(c, 0, sizeof *c);
 }
 

@@ -241,13 +241,8 @@ static void *engine_main(void *arg) {
 static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
 
 static void free_server(pl_server *s) {
-    free(s->host);
-    free(s->model_name);
-    free(s->model_path);
-    free(s->api_key);
-    free(s->bos_text);
-    free(s->eos_text);
-    free(s->live);
+    PL_FREE_ALL(s->host, s->model_name, s->model_path, s->api_key, s->bos_text, s->eos_text,
+                s->live);
     pthread_mutex_destroy(&s->mu);
     pl_server_metrics_destroy(&s->metrics);
     free(s);

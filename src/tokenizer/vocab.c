@@ -11,6 +11,7 @@
  * set come out the same, only which of several candidates becomes "the" EOT id can differ.
  */
 #include "tokenizer/tok_internal.h"
+#include "base/buf.h"
 
 #include "base/log.h"
 
@@ -60,16 +61,8 @@ static int32_t find_text(const pl_tokenizer *t, const char *s) {
 
 void pl_tokenizer_destroy(pl_tokenizer *t) {
     if (!t) return;
-    free(t->pre_name);
-    free(t->text_arena);
-    free(t->text_off);
-    free(t->text_len);
-    free(t->score);
-    free(t->attr);
-    free(t->eog);
-    free(t->piece_arena);
-    free(t->piece_off);
-    free(t->piece_len);
+    PL_FREE_ALL(t->pre_name, t->text_arena, t->text_off, t->text_len, t->score, t->attr, t->eog,
+                t->piece_arena, t->piece_off, t->piece_len);
     pl_tok_map_destroy(&t->tok_map);
     pl_tok_map_destroy(&t->merge_map);
     free(t->merge_arena);
