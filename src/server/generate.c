@@ -302,49 +302,13 @@ static json_t *text_json(const char *s, size_t n) {
 
 /* One streamed chunk for a delta of choice k (engine request i). */
 static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d) {
-    int logp = j->req.logprobs >= 0 && d->token_logprobs && d->n_tokens > 0;
+    int logp = j->rx.logprobs && d->token_logprobs && d->n_tokens > 0;
     if (!d->text_len && d->finish == PL_FINISH_NONE && !logp) return;
-    json_t *o = chunk_base(j), *choice;
-    json_t *lp = json_null();
-    if (logp) {
-        if (j->req.chat) {
-            json_decref(lp);
-            lp = pl_server_chat_logprobs(&j->rx, d->token_ids, d->token_logprobs, d->top,
-                                         d->n_tokens, d->n_top);
-        } else {
-            json_decref(lp);
-            lp = pl_server_completion_logprobs(&j->rx, d->token_ids, d->token_logprobs, d->top,
-                                               d->n_tokens, d->n_top, 0, j->text_off[k],
-                                               &j->text_off[k]);
-        }
-    }
-    if (j->req.chat) {
-        choice = json_pack("{s:i, s:{s:o}, s:o, s:o, s:o}", "index", k, "delta", "content",
-                           text_json(d->text, d->text_len), "logprobs", lp, "finish_reason",
-                           pl_server_finish_json(d->finish), "stop_reason",
-                           pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str));
-    } else {
-        json_t *text = text_json(d->text, d->text_len);
-        if (j->echo[i] && !j->echoed[k]) { /* the prompt goes in front of the first chunk */
-            size_t el = strlen(j->echo[i]);
-            char *t = text ? malloc(el + json_string_length(text) + 1) : NULL;
-            if (!t) {
-                json_decref(text);
-                json_decref(lp);
-                j->nomem = 1;
-                return;
-            }
-            memcpy(t, j->echo[i], el);
-            memcpy(t + el, json_string_value(text), json_string_length(text) + 1);
-            json_decref(text);
-            text = json_stringn(t, el + strlen(t + el));
-            free(t);
-            j->echoed[k] = 1;
-        }
-        choice = json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", k, "text", text, "logprobs", lp,
-                           "finish_reason", pl_server_finish_json(d->finish), "stop_reason",
-                           pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str));
-    }
+    /* Echo: the prompt goes in front of a completion's first chunk. */
+    const char *prefix = !j->req.chat && j->echo[i] && !j->echoed[k] ? j->echo[i] : NULL;
+    json_t *choice = pl_server_chunk_choice(&j->rx, k, d, prefix, &j->text_off[k]);
+    if (prefix) j->echoed[k] = 1;
+    json_t *o = chunk_base(j);
     set(j, o, "choices", choice ? json_pack("[o]", choice) : NULL);
     out_event(j, o);
 }

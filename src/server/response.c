@@ -159,6 +159,37 @@ json_t *pl_server_chat_logprobs(const pl_server_resp_ctx *x, const int32_t *ids,
     return json_pack("{s:o}", "content", content);
 }
 
+json_t *pl_server_chunk_choice(const pl_server_resp_ctx *x, int k, const pl_completion_delta *d,
+                               const char *prefix, size_t *text_off) {
+    json_t *lp = json_null();
+    if (x->logprobs && d->token_logprobs && d->n_tokens > 0)
+        lp = x->chat ? pl_server_chat_logprobs(x, d->token_ids, d->token_logprobs, d->top,
+                                               d->n_tokens, d->n_top)
+                     : pl_server_completion_logprobs(x, d->token_ids, d->token_logprobs, d->top,
+                                                     d->n_tokens, d->n_top, 0, *text_off,
+                                                     text_off);
+    size_t n, pn = prefix ? strlen(prefix) : 0;
+    char *t = pl_server_utf8_sanitize(d->text ? d->text : "", d->text_len, &n), *whole = t;
+    if (t && pn) { /* a valid prefix ends on a character boundary: sanitizing after it is the same */
+        whole = malloc(pn + n + 1);
+        if (whole) {
+            memcpy(whole, prefix, pn);
+            memcpy(whole + pn, t, n + 1);
+        }
+        free(t);
+        n += pn;
+    }
+    json_t *text = whole ? json_stringn(whole, n) : NULL;
+    free(whole);
+    json_t *fin = pl_server_finish_json(d->finish),
+           *stop = pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str);
+    if (x->chat)
+        return json_pack("{s:i, s:{s:o}, s:o, s:o, s:o}", "index", k, "delta", "content", text,
+                         "logprobs", lp, "finish_reason", fin, "stop_reason", stop);
+    return json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", k, "text", text, "logprobs", lp,
+                     "finish_reason", fin, "stop_reason", stop);
+}
+
 json_t *pl_server_usage_json(int64_t prompt, int64_t completion) {
     return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
                      (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion));

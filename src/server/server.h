@@ -167,6 +167,12 @@ json_t *pl_server_completion_logprobs(const pl_server_resp_ctx *x, const int32_t
 /* Chat logprobs {"content": [{token, logprob, bytes, top_logprobs: [...]}]}. */
 json_t *pl_server_chat_logprobs(const pl_server_resp_ctx *x, const int32_t *ids, const float *lp,
                                 const pl_token_logprob *top, int32_t n, int32_t n_top);
+/* The choice of one streamed chunk for delta d of choice k: chat {"index", "delta": {"content"},
+ * "logprobs", "finish_reason", "stop_reason"}, completions {"index", "text", ...} with `prefix`
+ * (echo; valid UTF-8, or NULL) in front of the text. The text is the delta's bytes sanitized
+ * (pl_server_utf8_sanitize); *text_off advances over the completion logprobs' tokens. */
+json_t *pl_server_chunk_choice(const pl_server_resp_ctx *x, int k, const pl_completion_delta *d,
+                               const char *prefix, size_t *text_off);
 /* {"prompt_tokens", "completion_tokens", "total_tokens"}. */
 json_t *pl_server_usage_json(int64_t prompt, int64_t completion);
 

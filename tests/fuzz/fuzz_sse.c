@@ -1,8 +1,7 @@
 /* Fuzz target: the SSE/JSON writer of streamed responses. Arbitrary text deltas (any bytes:
  * pieces can split or break UTF-8), token ids, log-probabilities (any float, NaN and infinities
- * too), finish reasons and stop strings are turned into chunks the way server/generate.c's
- * stream_delta does — from the same public pieces: pl_server_utf8_sanitize, the finish/stop
- * reason and logprobs builders of server/response.c, pl_server_sse_event — and the accumulated
+ * too), finish reasons and stop strings are turned into chunks by the server's own
+ * pl_server_chunk_choice (what server/generate.c streams) and pl_server_sse_event — and the accumulated
  * choice (pl_server_choice_add) into a final body; error bodies from arbitrary messages too.
  * Every event must be "data: " + one line of JSON + "\n\n" that parses back, with the delta's
  * text as its sanitized form (valid UTF-8, unchanged when it already was, without NULs). */
@@ -128,25 +127,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             .stop_str = (fb & 128) ? stop_buf : NULL, .cumulative_logprob = nt ? lps[0] : 0};
         pl_server_choice_add(&choice, &dl);
 
-        /* The chunk, as generate.c's stream_delta builds it. */
+        /* The chunk, built by the server's own pl_server_chunk_choice (stream_delta). */
         char *san;
         size_t san_len;
         json_t *tj = text_json(dl.text, dl.text_len, &san, &san_len);
-        json_t *lp = json_null();
-        if (logprobs && nt > 0) {
-            json_decref(lp);
-            lp = chat ? pl_server_chat_logprobs(&x, dl.token_ids, dl.token_logprobs, dl.top, nt, n_top)
-                      : pl_server_completion_logprobs(&x, dl.token_ids, dl.token_logprobs, dl.top,
-                                                      nt, n_top, 0, text_off, &text_off);
-            if (!lp) abort();
-        }
-        json_t *fin = pl_server_finish_json(dl.finish);
-        json_t *sr = pl_server_stop_reason_json(dl.finish, dl.stop_token, dl.stop_str);
-        if (!fin || !sr) abort();
-        json_t *ch = chat ? json_pack("{s:i, s:{s:o}, s:o, s:o, s:o}", "index", 0, "delta", "content",
-                                      tj, "logprobs", lp, "finish_reason", fin, "stop_reason", sr)
-                          : json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", 0, "text", tj,
-                                      "logprobs", lp, "finish_reason", fin, "stop_reason", sr);
+        json_decref(tj);
+        json_t *ch = pl_server_chunk_choice(&x, 0, &dl, NULL, &text_off);
         if (!ch) abort();
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", x.id, "object",
                               chat ? "chat.completion.chunk" : "text_completion", "created",
