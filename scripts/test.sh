@@ -29,6 +29,9 @@ for dir in build build-asan; do
   f=$(echo "$line" | grep -Eo '[0-9]+ tests failed' | grep -Eo '^[0-9]+' || echo 1)
   [ -z "$line" ] && f=1
   passed=$((passed + total - f)); failed=$((failed + f))
+  # The soak test's figures (requests by kind and how they ended, blocks, RSS) even when it passed.
+  echo "-- soak figures ($dir)"
+  grep -E '^(sent by kind|ended|status|violations|metrics|RSS):' "$dir/Testing/Temporary/LastTest.log" || true
 done
 # The tests where threads meet (engine inbox and output channels, the server) also run under
 # ThreadSanitizer.
