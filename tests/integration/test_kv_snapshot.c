@@ -208,7 +208,14 @@ static void test_engine_publishes_while_watched(void **state) {
     p.ignore_eos = 1;
     uint64_t id;
     /* Nobody watches: steps publish nothing. */
-    const char *prompt = "Once upon a time, there was a little girl named Lily";
+    /* Longer than a block (16 tokens): the prompt's full blocks stay shared by the two
+     * sequences whatever they sample (a partly filled last block is copied on the first append,
+     * and whether the copies become shared again through the prefix cache depends on the
+     * sampled tokens: a shorter prompt made this test flaky). */
+    const char *prompt = "Once upon a time, there was a little girl named Lily. She liked to play "
+                         "in the park with her friends every day after school.";
+    p.has_seed = 1;
+    p.seed = 7;
     assert_int_equal(pl_engine_add_request(e, prompt, NULL, 0, &p, &id), PL_OK);
     for (int i = 0; i < 3; i++) assert_int_equal(pl_engine_step(e), PL_OK);
     assert_int_equal(e->kv_view.version, 0);
