@@ -8,8 +8,10 @@
  *
  * Per type: every reference step's top-5 log-probabilities within `tol`, their mean within
  * `mean`, and our top-1 equal to the reference's wherever its top-1/top-2 gap exceeds 2 * tol.
- * Bounds are 1.5x the largest error measured over PAGELLM_ISA=scalar, avx2, avx512
- * (docs/ACCURACY.md); PL_REF_MEASURE=1 reports without judging.
+ * Bounds: `tol` 1.5x the largest error, `mean` 2x the largest mean, measured over
+ * PAGELLM_ISA=scalar, avx2, avx512 in the release and the ASan (-O1) builds (docs/ACCURACY.md;
+ * the mean moves by 2x between those builds: a flipped rounding upstream, amplified by random
+ * weights); PL_REF_MEASURE=1 reports without judging.
  * If mkmodel's quantizers change, the references must be made again with the script.
  * PL_WTYPE_MODELS / PL_WTYPE_REFS (measuring only; refused under CI) point the test at other
  * models and references: the script's --llama-quantized mode. */
@@ -38,9 +40,9 @@ typedef struct {
 } type_case;
 
 static const type_case TYPES[] = {
-    {"q4_1", 1.2e-2, 1.7e-3},   {"q5_0", 1.8e-2, 4e-3},   {"q5_1", 1.3e-2, 2.7e-3},
-    {"iq4_nl", 1e-2, 1e-3},     {"q2_k", 1.9e-2, 2.5e-3}, {"q3_k", 1.7e-2, 3.3e-3},
-    {"iq4_xs", 1.6e-2, 5.1e-4},
+    {"q4_1", 1.2e-2, 2.2e-3},   {"q5_0", 1.8e-2, 5.3e-3},   {"q5_1", 1.3e-2, 3.6e-3},
+    {"iq4_nl", 1e-2, 1.3e-3},   {"q2_k", 1.9e-2, 3.4e-3},   {"q3_k", 1.7e-2, 4.4e-3},
+    {"iq4_xs", 1.6e-2, 1.6e-3},
 };
 
 enum { TOP = 20, MAX_SEQ = 256 };
