@@ -4,7 +4,7 @@
  *          matmul_avx512.c: weights made unsigned (q4_1 0..15, q5_x 0..31, iq4_nl level + 128),
  *          vpdpbusd with the int8 activations on an accumulator seeded with -offset * sum(x)
  *          (offset 0, 16, 128), one float FMA per two blocks; q4_1 / q5_1's m_w s_x summed
- *          apart block by block and added at the end (llama.cpp's order).
+ *          apart (even and odd blocks in two lanes of one FMA chain) and added at the end.
  *   q2_K, q3_K x q8_K : two 32-quant groups per vector (2-bit fields of the same qs bytes at two
  *          shifts), vpmaddubsw then vpdpwssd with the sub-block scales spread over the lanes;
  *          mins / q3_K's -4 through the q8_K block sums; one float FMA per super-block (two
@@ -94,10 +94,10 @@ AI void b32_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
     const __m512i off = _mm512_set1_epi8(T == T_Q5_0 ? 16 : (char)0x80);
     const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m512 acc[4][4];
-    float summs[4][4];
+    __m128 accm[4][4]; /* m_w s_x of even blocks in lane 0, odd ones in lane 1 */
     UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) {
         acc[r][b] = _mm512_setzero_ps();
-        summs[r][b] = 0.0f;
+        accm[r][b] = _mm_setzero_ps();
     }
     int64_t k = 0;
     for (; k + 2 <= nblk; k += 2) {
@@ -109,15 +109,20 @@ AI void b32_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
             dw[r] = lanes_of_two_f16(idx, p, p + bsz);
         }
         B32_STEP(_mm512_loadu_si512(ab + k * PL_QK), lanes_of_two(idx, (const float *)(ab + cols) + k))
-        if (has_m)
-            UNROLL for (int b = 0; b < NB; b++) {
-                const float *xs = (const float *)(a + b * as + cols) + nblk + k;
-                UNROLL for (int r = 0; r < NR; r++) {
-                    const uint8_t *p = w + r * ws + k * bsz;
-                    summs[r][b] += f16_at(p + 2) * xs[0];
-                    summs[r][b] += f16_at(p + bsz + 2) * xs[1];
-                }
+        if (has_m) {
+            __m128 mw[4];
+            UNROLL for (int r = 0; r < NR; r++) {
+                const uint8_t *p = w + r * ws + k * bsz;
+                pl_f16 h[2];
+                memcpy(&h[0], p + 2, 2);
+                memcpy(&h[1], p + bsz + 2, 2);
+                mw[r] = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h[0] | ((uint32_t)h[1] << 16))));
             }
+            UNROLL for (int b = 0; b < NB; b++) {
+                __m128 sx = _mm_castpd_ps(_mm_load_sd((const double *)((const float *)(a + b * as + cols) + nblk + k)));
+                UNROLL for (int r = 0; r < NR; r++) accm[r][b] = _mm_fmadd_ps(mw[r], sx, accm[r][b]);
+            }
+        }
     }
     if (k < nblk) { /* lone last block */
         __m512i wq[4];
@@ -131,12 +136,14 @@ AI void b32_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                  _mm512_set1_ps(((const float *)(ab + cols))[k]))
         if (has_m)
             UNROLL for (int b = 0; b < NB; b++) {
-                const float *xs = (const float *)(a + b * as + cols) + nblk + k;
-                UNROLL for (int r = 0; r < NR; r++) summs[r][b] += f16_at(w + r * ws + k * bsz + 2) * xs[0];
+                __m128 sx = _mm_set_ss(((const float *)(a + b * as + cols))[nblk + k]);
+                UNROLL for (int r = 0; r < NR; r++)
+                    accm[r][b] = _mm_fmadd_ps(_mm_set_ss(f16_at(w + r * ws + k * bsz + 2)), sx, accm[r][b]);
             }
     }
     UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++)
-        y[b * ldy + r] = _mm512_reduce_add_ps(acc[r][b]) + summs[r][b];
+        y[b * ldy + r] = _mm512_reduce_add_ps(acc[r][b]) +
+                         (_mm_cvtss_f32(accm[r][b]) + _mm_cvtss_f32(_mm_movehdup_ps(accm[r][b])));
 }
 
 #define Q8K(b, i) ((const pl_block_q8_K *)(a + (b) * as) + (i))
