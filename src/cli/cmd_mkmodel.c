@@ -62,6 +62,11 @@ static const struct {
     {"bf16", PL_DT_BF16, PL_DT_BF16, 32},  {"q8_0", PL_DT_Q8_0, PL_DT_Q8_0, 7},
     {"q4_0", PL_DT_Q4_0, PL_DT_Q4_0, 2},   {"q6_k", PL_DT_Q6_K, PL_DT_Q6_K, 18},
     {"q4_k_m", PL_DT_Q4_K, PL_DT_Q6_K, 15},
+    /* one type for every matrix (q3_k is llama.cpp's Q3_K_S file type) */
+    {"q4_1", PL_DT_Q4_1, PL_DT_Q4_1, 3},   {"q5_0", PL_DT_Q5_0, PL_DT_Q5_0, 8},
+    {"q5_1", PL_DT_Q5_1, PL_DT_Q5_1, 9},   {"iq4_nl", PL_DT_IQ4_NL, PL_DT_IQ4_NL, 25},
+    {"q2_k", PL_DT_Q2_K, PL_DT_Q2_K, 10},  {"q3_k", PL_DT_Q3_K, PL_DT_Q3_K, 11},
+    {"iq4_xs", PL_DT_IQ4_XS, PL_DT_IQ4_XS, 30},
 };
 
 /* llama.cpp's Q4_K_M rule for attn_v and ffn_down: the first and last eighth of the layers and
@@ -82,7 +87,8 @@ static void usage(FILE *f) {
             "  --kv-heads K        key/value heads (divides --heads)\n"
             "  --ffn F             feed-forward size (a multiple of the type's block)\n"
             "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q6_k,\n"
-            "                      q4_k_m (q4_K, with q6_K for output and some attn_v/ffn_down)\n"
+            "                      q4_k_m (q4_K, with q6_K for output and some attn_v/ffn_down),\n"
+            "                      q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs (every matrix)\n"
             "  --seed S            random seed (default 1)\n"
             "  --ctx N             llama.context_length (default 2048)\n");
 }
@@ -138,8 +144,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
             size_t i = 0, n = sizeof types / sizeof types[0];
             while (i < n && strcmp(optarg, types[i].name)) i++;
             if (i == n)
-                return usage_error("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m",
-                                   optarg);
+                return usage_error("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q6_k, "
+                                   "q4_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs", optarg);
             o->type = types[i].type;
             o->more = types[i].more;
             o->ftype = types[i].ftype;

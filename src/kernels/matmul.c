@@ -146,7 +146,11 @@ static void act_values(pl_dtype t, const uint8_t *act, int64_t cols, double *out
         for (int64_t c = 0; c < cols; c++) out[c] = pl_bf16_to_f32(((const pl_bf16 *)act)[c]);
         break;
     case PL_DT_Q8_0:
-    case PL_DT_Q4_0: {
+    case PL_DT_Q4_0:
+    case PL_DT_Q5_0:
+    case PL_DT_IQ4_NL:
+    case PL_DT_Q4_1:
+    case PL_DT_Q5_1: { /* q8_0 or q8_1: qs then d (q8_1's s is used by pl_matmul_ref) */
         int64_t nb = cols / PL_QK;
         const int8_t *qs = (const int8_t *)act;
         const float *d = (const float *)(act + cols);
@@ -171,8 +175,11 @@ void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int6
     size_t ws = pl_dtype_row_size(w->type, cols), as = pl_act_row_bytes(w->type, cols);
     float *wrow = malloc((size_t)cols * sizeof *wrow);
     double *xv = malloc((size_t)cols * sizeof *xv);
-    uint8_t *act = as ? malloc(as) : NULL;
-    PL_ASSERT(wrow && xv && (act || !as));
+    uint8_t *act = as ? malloc(as) : NULL, *wcopy = malloc(ws);
+    PL_ASSERT(wrow && xv && (act || !as) && wcopy);
+    /* q4_1 / q5_1 (x = d q + m) against q8_1: the offset's share of a block is m * s with
+     * q8_1's f16-rounded s, as llama.cpp computes it, not m * sum(x) */
+    int with_m = w->type == PL_DT_Q4_1 || w->type == PL_DT_Q5_1;
     for (int64_t b = 0; b < B; b++) {
         if (w->type == PL_DT_F32) {
             for (int64_t c = 0; c < cols; c++) xv[c] = x[b * cols + c];
@@ -181,8 +188,21 @@ void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int6
             act_values(w->type, act, cols, xv);
         }
         for (int64_t r = 0; r < w->rows; r++) {
-            pl_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * ws, wrow, cols);
-            double s = 0.0;
+            const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * ws;
+            double mins = 0.0; /* sum over blocks of m * s */
+            if (with_m) { /* dequantize d q alone: the row with every m zeroed */
+                size_t bsz = pl_dtype_type_size(w->type);
+                memcpy(wcopy, wr, ws);
+                for (int64_t k = 0; k < cols / PL_QK; k++) {
+                    pl_f16 m;
+                    memcpy(&m, wcopy + k * bsz + 2, sizeof m);
+                    memset(wcopy + k * bsz + 2, 0, sizeof m);
+                    mins += (double)pl_f16_to_f32(m) * ((const float *)(act + cols))[cols / PL_QK + k];
+                }
+                wr = wcopy;
+            }
+            pl_dequantize_row(w->type, wr, wrow, cols);
+            double s = mins;
             for (int64_t c = 0; c < cols; c++) s += (double)wrow[c] * xv[c];
             y[b * ldy + r] = (float)s;
         }
@@ -190,6 +210,7 @@ void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int6
     free(wrow);
     free(xv);
     free(act);
+    free(wcopy);
 }
 
 /* ---- row conversions ----------------------------------------------------------------------- */
@@ -208,6 +229,13 @@ void pl_dequantize_row(pl_dtype type, const void *src, float *dst, int64_t n) {
     case PL_DT_Q4_K: pl_dequant_q4_K(src, dst, n); break;
     case PL_DT_Q5_K: pl_dequant_q5_K(src, dst, n); break;
     case PL_DT_Q6_K: pl_dequant_q6_K(src, dst, n); break;
+    case PL_DT_Q4_1: pl_dequant_q4_1(src, dst, n); break;
+    case PL_DT_Q5_0: pl_dequant_q5_0(src, dst, n); break;
+    case PL_DT_Q5_1: pl_dequant_q5_1(src, dst, n); break;
+    case PL_DT_IQ4_NL: pl_dequant_iq4_nl(src, dst, n); break;
+    case PL_DT_Q2_K: pl_dequant_q2_K(src, dst, n); break;
+    case PL_DT_Q3_K: pl_dequant_q3_K(src, dst, n); break;
+    case PL_DT_IQ4_XS: pl_dequant_iq4_xs(src, dst, n); break;
     default: PL_ASSERT(!"pl_dequantize_row: type cannot be computed");
     }
 }
@@ -227,6 +255,13 @@ size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n) {
     case PL_DT_Q4_0: pl_quantize_q4_0_ref(src, dst, n); break;
     case PL_DT_Q4_K: pl_quantize_q4_K_ref(src, dst, n); break;
     case PL_DT_Q6_K: pl_quantize_q6_K_ref(src, dst, n); break;
+    case PL_DT_Q4_1: pl_quantize_q4_1_ref(src, dst, n); break;
+    case PL_DT_Q5_0: pl_quantize_q5_0_ref(src, dst, n); break;
+    case PL_DT_Q5_1: pl_quantize_q5_1_ref(src, dst, n); break;
+    case PL_DT_IQ4_NL: pl_quantize_iq4_nl_ref(src, dst, n); break;
+    case PL_DT_Q2_K: pl_quantize_q2_K_ref(src, dst, n); break;
+    case PL_DT_Q3_K: pl_quantize_q3_K_ref(src, dst, n); break;
+    case PL_DT_IQ4_XS: pl_quantize_iq4_xs_ref(src, dst, n); break;
     default: return 0;
     }
     return bytes;

@@ -31,12 +31,20 @@ static void fill(pl_rng *rng, pl_dtype type, uint8_t *w, size_t bytes) {
         }
         break;
     case PL_DT_Q6_K:
+    case PL_DT_Q3_K: /* d last */
         for (size_t off = 0; off + bs <= bytes; off += bs) memcpy(w + off + bs - 2, &d, 2);
+        break;
+    case PL_DT_Q2_K: /* d, dmin last */
+        for (size_t off = 0; off + bs <= bytes; off += bs) {
+            memcpy(w + off + bs - 4, &d, 2);
+            memcpy(w + off + bs - 2, &d, 2);
+        }
         break;
     default:
         for (size_t off = 0; off + bs <= bytes; off += bs) {
             memcpy(w + off, &d, 2);
-            if (type == PL_DT_Q4_K || type == PL_DT_Q5_K) memcpy(w + off + 2, &d, 2);
+            if (type == PL_DT_Q4_K || type == PL_DT_Q5_K || type == PL_DT_Q4_1 || type == PL_DT_Q5_1)
+                memcpy(w + off + 2, &d, 2); /* dmin, or q4_1 / q5_1's m */
         }
         break;
     }

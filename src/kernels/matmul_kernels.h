@@ -31,6 +31,8 @@ typedef struct {
 int pl_mm_kernel_scalar(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_avx2(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_avx2_kquant(pl_dtype t, pl_mm_kernel *k); /* matmul_kq_avx2.c */
+int pl_mm_kernel_avx2_wt(pl_dtype t, pl_mm_kernel *k);     /* matmul_wt_avx2.c (issue 18) */
 int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k);
+int pl_mm_kernel_avx512_wt(pl_dtype t, pl_mm_kernel *k);   /* matmul_wt_avx512.c (issue 18) */
 
 #endif

@@ -144,6 +144,143 @@ static float dot_q6_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
     return s;
 }
 
+
+/* ---- the types of issue 18 ------------------------------------------------------------------ */
+
+/* The 32 quants of a 32-block: nibbles (q4_0 order) plus, if qh, the 5th bits of q5_0 / q5_1. */
+static void quants32(const uint8_t *qs, const uint8_t *qh, int q[32]) {
+    uint32_t h = 0;
+    if (qh) h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0xF) | (int)(((h >> j) & 1) << 4);
+        q[j + 16] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+    }
+}
+
+/* q4_1 / q5_1 against q8_1: per block (d_w d_x) * sum(q x) in float, and m_w * s_x summed apart
+ * and added at the end (llama.cpp's order). */
+static float dot_q4_1(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q4_1 *a = (const pl_block_q4_1 *)w;
+    const int8_t *xq = (const int8_t *)act;
+    const float *xd = (const float *)(act + cols), *xs = xd + cols / PL_QK;
+    float s = 0.0f, summs = 0.0f;
+    for (int64_t b = 0; b < cols / PL_QK; b++) {
+        int q[32], sum = 0;
+        quants32(a[b].qs, NULL, q);
+        for (int j = 0; j < PL_QK; j++) sum += q[j] * xq[b * PL_QK + j];
+        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
+        summs += pl_f16_to_f32(a[b].m) * xs[b];
+    }
+    return s + summs;
+}
+
+static float dot_q5_1(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q5_1 *a = (const pl_block_q5_1 *)w;
+    const int8_t *xq = (const int8_t *)act;
+    const float *xd = (const float *)(act + cols), *xs = xd + cols / PL_QK;
+    float s = 0.0f, summs = 0.0f;
+    for (int64_t b = 0; b < cols / PL_QK; b++) {
+        int q[32], sum = 0;
+        quants32(a[b].qs, a[b].qh, q);
+        for (int j = 0; j < PL_QK; j++) sum += q[j] * xq[b * PL_QK + j];
+        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
+        summs += pl_f16_to_f32(a[b].m) * xs[b];
+    }
+    return s + summs;
+}
+
+static float dot_q5_0(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q5_0 *a = (const pl_block_q5_0 *)w;
+    const int8_t *xq = (const int8_t *)act;
+    const float *xd = (const float *)(act + cols);
+    float s = 0.0f;
+    for (int64_t b = 0; b < cols / PL_QK; b++) {
+        int q[32], sum = 0;
+        quants32(a[b].qs, a[b].qh, q);
+        for (int j = 0; j < PL_QK; j++) sum += (q[j] - 16) * xq[b * PL_QK + j];
+        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
+    }
+    return s;
+}
+
+static float dot_iq4_nl(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_iq4_nl *a = (const pl_block_iq4_nl *)w;
+    const int8_t *xq = (const int8_t *)act;
+    const float *xd = (const float *)(act + cols);
+    float s = 0.0f;
+    for (int64_t b = 0; b < cols / PL_QK; b++) {
+        int q[32], sum = 0;
+        quants32(a[b].qs, NULL, q);
+        for (int j = 0; j < PL_QK; j++) sum += pl_kvalues_iq4nl[q[j]] * xq[b * PL_QK + j];
+        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
+    }
+    return s;
+}
+
+/* The 2-bit fields of a q2_K / q3_K block's qs in element order (0..3). */
+static void low2_256(const uint8_t qs[64], int q[PL_QK_K]) {
+    for (int e = 0; e < PL_QK_K; e++) q[e] = (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+}
+
+static float dot_q2_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q2_K *a = (const pl_block_q2_K *)w;
+    const pl_block_q8_K *x = (const pl_block_q8_K *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols / PL_QK_K; i++) {
+        int q[PL_QK_K];
+        low2_256(a[i].qs, q);
+        int32_t isum = 0, imin = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            int32_t t = 0;
+            for (int l = 0; l < 16; l++) t += q[16 * sb + l] * x[i].qs[16 * sb + l];
+            isum += (a[i].scales[sb] & 0xF) * t;
+            imin += (a[i].scales[sb] >> 4) * x[i].bsums[sb];
+        }
+        s += (float)isum * (pl_f16_to_f32(a[i].d) * x[i].d) - (float)imin * (pl_f16_to_f32(a[i].dmin) * x[i].d);
+    }
+    return s;
+}
+
+static float dot_q3_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_q3_K *a = (const pl_block_q3_K *)w;
+    const pl_block_q8_K *x = (const pl_block_q8_K *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols / PL_QK_K; i++) {
+        int q[PL_QK_K];
+        int8_t sc[16];
+        low2_256(a[i].qs, q);
+        pl_q3_K_scales(a[i].scales, sc);
+        for (int e = 0; e < PL_QK_K; e++)
+            q[e] -= (a[i].hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4;
+        int32_t isum = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            int32_t t = 0;
+            for (int l = 0; l < 16; l++) t += q[16 * sb + l] * x[i].qs[16 * sb + l];
+            isum += sc[sb] * t;
+        }
+        s += (float)isum * (pl_f16_to_f32(a[i].d) * x[i].d);
+    }
+    return s;
+}
+
+static float dot_iq4_xs(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    const pl_block_iq4_xs *a = (const pl_block_iq4_xs *)w;
+    const pl_block_q8_K *x = (const pl_block_q8_K *)act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < cols / PL_QK_K; i++) {
+        int32_t isum = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            int q[32];
+            int32_t t = 0;
+            quants32(a[i].qs + 16 * ib, NULL, q);
+            for (int l = 0; l < 32; l++) t += pl_kvalues_iq4nl[q[l]] * x[i].qs[32 * ib + l];
+            isum += pl_iq4_xs_scale(&a[i], ib) * t;
+        }
+        s += (float)isum * (pl_f16_to_f32(a[i].d) * x[i].d);
+    }
+    return s;
+}
+
 #define SCALAR_TILE(name, dot)                                                                  \
     static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *act, size_t as, int nb, \
                      int64_t cols, float *y, int64_t ldy) {                                     \
@@ -160,6 +297,13 @@ SCALAR_TILE(tile_q4_0, dot_q4_0)
 SCALAR_TILE(tile_q4_K, dot_q4_K)
 SCALAR_TILE(tile_q5_K, dot_q5_K)
 SCALAR_TILE(tile_q6_K, dot_q6_K)
+SCALAR_TILE(tile_q4_1, dot_q4_1)
+SCALAR_TILE(tile_q5_0, dot_q5_0)
+SCALAR_TILE(tile_q5_1, dot_q5_1)
+SCALAR_TILE(tile_iq4_nl, dot_iq4_nl)
+SCALAR_TILE(tile_q2_K, dot_q2_K)
+SCALAR_TILE(tile_q3_K, dot_q3_K)
+SCALAR_TILE(tile_iq4_xs, dot_iq4_xs)
 
 int pl_mm_kernel_scalar(pl_dtype t, pl_mm_kernel *k) {
     pl_mm_tile_fn fn = NULL;
@@ -172,6 +316,13 @@ int pl_mm_kernel_scalar(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_Q4_K: fn = tile_q4_K; break;
     case PL_DT_Q5_K: fn = tile_q5_K; break;
     case PL_DT_Q6_K: fn = tile_q6_K; break;
+    case PL_DT_Q4_1: fn = tile_q4_1; break;
+    case PL_DT_Q5_0: fn = tile_q5_0; break;
+    case PL_DT_Q5_1: fn = tile_q5_1; break;
+    case PL_DT_IQ4_NL: fn = tile_iq4_nl; break;
+    case PL_DT_Q2_K: fn = tile_q2_K; break;
+    case PL_DT_Q3_K: fn = tile_q3_K; break;
+    case PL_DT_IQ4_XS: fn = tile_iq4_xs; break;
     default: return 0;
     }
     k->fn = fn;

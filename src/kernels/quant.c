@@ -170,10 +170,17 @@ size_t pl_act_row_bytes(pl_dtype wtype, int64_t cols) {
     case PL_DT_F16: return round64(c * sizeof(float));
     case PL_DT_BF16: return round64(c * sizeof(pl_bf16));
     case PL_DT_Q8_0:
-    case PL_DT_Q4_0: return round64(c + c / PL_QK * sizeof(float));
+    case PL_DT_Q4_0:
+    case PL_DT_Q5_0:
+    case PL_DT_IQ4_NL: return round64(c + c / PL_QK * sizeof(float));
+    case PL_DT_Q4_1:
+    case PL_DT_Q5_1: return round64(c + 2 * (c / PL_QK) * sizeof(float));
+    case PL_DT_Q2_K:
+    case PL_DT_Q3_K:
     case PL_DT_Q4_K:
     case PL_DT_Q5_K:
-    case PL_DT_Q6_K: return round64(c / PL_QK_K * sizeof(pl_block_q8_K));
+    case PL_DT_Q6_K:
+    case PL_DT_IQ4_XS: return round64(c / PL_QK_K * sizeof(pl_block_q8_K));
     default: return 0;
     }
 }
@@ -207,11 +214,18 @@ void pl_act_convert_row(pl_dtype wtype, const float *x, void *dst, int64_t cols)
         for (int64_t i = 0; i < cols; i++) o[i] = pl_f32_to_bf16(x[i]);
         break;
     }
-    case PL_DT_Q8_0: act_q8_0(x, dst, cols, 0); break;
+    case PL_DT_Q8_0:
+    case PL_DT_Q5_0:
+    case PL_DT_IQ4_NL: act_q8_0(x, dst, cols, 0); break;
     case PL_DT_Q4_0: act_q8_0(x, dst, cols, 1); break;
+    case PL_DT_Q4_1:
+    case PL_DT_Q5_1: pl_act_q8_1_row(x, dst, cols); break;
+    case PL_DT_Q2_K:
+    case PL_DT_Q3_K:
     case PL_DT_Q4_K:
     case PL_DT_Q5_K:
-    case PL_DT_Q6_K: pl_quantize_q8_K(x, dst, cols); break;
+    case PL_DT_Q6_K:
+    case PL_DT_IQ4_XS: pl_quantize_q8_K(x, dst, cols); break;
     default: break;
     }
 }

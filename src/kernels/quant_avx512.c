@@ -6,6 +6,7 @@
  *          quiets differently, are left to the scalar path: a row holding one is converted there).
  *   q8_0 : amax by lanes, d = f16(amax / 127), q = round-half-even(x * (127 / amax)) by
  *          vcvtps2dq under the default rounding mode, exactly pl_nearest_int for |v| <= 127.
+ *   q8_1 : (q4_1 / q5_1 weights) left to the scalar path.
  *   q8_K : amax and the first element of that magnitude (its sign sets the scale), then as q8_0
  *          with iscale = -127 / max, q clamped at 127, and the 16-element sums.
  */
@@ -95,6 +96,9 @@ int pl_act_convert_row_avx512(pl_dtype wtype, const float *x, void *dst, int64_t
         for (; i < cols; i++) o[i] = pl_f32_to_bf16(x[i]);
         return 1;
     }
+    case PL_DT_Q5_0:
+    case PL_DT_IQ4_NL: wtype = PL_DT_Q8_0; /* the same layout */
+    /* fall through */
     case PL_DT_Q8_0:
     case PL_DT_Q4_0: {
         int64_t nb = cols / PL_QK;
@@ -110,9 +114,12 @@ int pl_act_convert_row_avx512(pl_dtype wtype, const float *x, void *dst, int64_t
         }
         return 1;
     }
+    case PL_DT_Q2_K:
+    case PL_DT_Q3_K:
     case PL_DT_Q4_K:
     case PL_DT_Q5_K:
-    case PL_DT_Q6_K: {
+    case PL_DT_Q6_K:
+    case PL_DT_IQ4_XS: {
         pl_block_q8_K *y = dst;
         for (int64_t b = 0; b < cols / PL_QK_K; b++) act_q8_K_block(x + b * PL_QK_K, y + b);
         return 1;

@@ -76,12 +76,13 @@ print(json.dumps(table(sys.argv[1])))
 EOF
 
 # ggml type ids and llama.cpp file types of the writable types.
-declare -A TYPE_ID=([f32]=0 [f16]=1 [bf16]=30 [q8_0]=8 [q4_0]=2)
-declare -A FTYPE=([f32]=0 [f16]=1 [bf16]=32 [q8_0]=7 [q4_0]=2)
+# (the k-quant types need dim % 256; test_wtype_reference makes those.)
+declare -A TYPE_ID=([f32]=0 [f16]=1 [bf16]=30 [q8_0]=8 [q4_0]=2 [q4_1]=3 [q5_0]=6 [q5_1]=7 [iq4_nl]=20)
+declare -A FTYPE=([f32]=0 [f16]=1 [bf16]=32 [q8_0]=7 [q4_0]=2 [q4_1]=3 [q5_0]=8 [q5_1]=9 [iq4_nl]=25)
 
 python3 "$tmp/gguf_table.py" "$VOCAB" >"$tmp/vocab.json" || bad "reading the vocabulary file"
 
-for t in f32 f16 bf16 q8_0 q4_0; do
+for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; do
     out="$tmp/tiny-$t.gguf"
     "$PL_BINARY" mkmodel "$out" "${TINY[@]}" --type "$t" --seed 7 >"$tmp/out" 2>"$tmp/err"
     rc=$?

@@ -20,8 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const pl_dtype all_types[] = {PL_DT_F32,  PL_DT_F16,  PL_DT_BF16, PL_DT_Q8_0,
-                                     PL_DT_Q4_0, PL_DT_Q4_K, PL_DT_Q5_K, PL_DT_Q6_K};
+static const pl_dtype all_types[] = {PL_DT_F32,  PL_DT_F16,  PL_DT_BF16, PL_DT_Q8_0,  PL_DT_Q4_0,
+                                     PL_DT_Q4_K, PL_DT_Q5_K, PL_DT_Q6_K, PL_DT_Q4_1,  PL_DT_Q5_0,
+                                     PL_DT_Q5_1, PL_DT_IQ4_NL, PL_DT_Q2_K, PL_DT_Q3_K, PL_DT_IQ4_XS};
 enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
 
 /* ---- hand-built blocks: the layout itself ----------------------------------------------- */
@@ -263,7 +264,8 @@ static void test_act_convert_isas(void **state) {
     for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.5f; /* exact halves: ties */
     for (int i = 256; i < 288; i++) x[i] = 0.0f;
     x[300] = -40.0f, x[310] = 40.0f; /* equal magnitudes: the first one's sign wins */
-    const pl_dtype types[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0, PL_DT_Q4_K};
+    const pl_dtype types[] = {PL_DT_F16,  PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0,
+                              PL_DT_Q4_K, PL_DT_Q4_1, PL_DT_Q5_0, PL_DT_IQ4_XS};
     const int64_t cols[] = {N, N - 32, 256};
     static uint8_t a[4 * N + 64], b[4 * N + 64];
     unsigned ran = 0;
@@ -380,7 +382,7 @@ static void test_garbage_activations_are_defined(void **state) {
     enum { N = 512 };
     static float x[N];
     static uint8_t act[4 * N + 64];
-    const pl_dtype types[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0, PL_DT_Q4_K};
+    const pl_dtype types[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0, PL_DT_Q4_K, PL_DT_Q4_1};
     for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
         pl_cpu_force_isa((pl_isa)isa);
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
@@ -415,16 +417,22 @@ static void fill_weights(pl_rng *rng, pl_dtype t, int64_t rows, int64_t cols, ui
         for (size_t off = 0; off < rs; off += bs) {
             pl_f16 d = pl_f32_to_f16((float)(0.001 + 0.01 * pl_rng_uniform(rng)));
             pl_f16 dmin = pl_f32_to_f16((float)(0.001 + 0.01 * pl_rng_uniform(rng)));
-            size_t d_off = t == PL_DT_Q6_K ? offsetof(pl_block_q6_K, d) : 0;
+            size_t d_off = t == PL_DT_Q6_K ? offsetof(pl_block_q6_K, d)
+                           : t == PL_DT_Q2_K ? offsetof(pl_block_q2_K, d)
+                           : t == PL_DT_Q3_K ? offsetof(pl_block_q3_K, d)
+                                             : 0;
             memcpy(p + off + d_off, &d, 2);
-            if (t == PL_DT_Q4_K || t == PL_DT_Q5_K) memcpy(p + off + 2, &dmin, 2);
+            if (t == PL_DT_Q4_K || t == PL_DT_Q5_K || t == PL_DT_Q4_1 || t == PL_DT_Q5_1)
+                memcpy(p + off + 2, &dmin, 2); /* dmin, or q4_1 / q5_1's offset m */
+            if (t == PL_DT_Q2_K) memcpy(p + off + offsetof(pl_block_q2_K, dmin), &dmin, 2);
         }
     }
     free(row);
 }
 
 /* S[b * rows + r] = sum_c |w[r][c]| |x[b][c]| over the values the kernels multiply (converted
- * activations; for q4_K / q5_K the scale and min parts counted separately). */
+ * activations; for q4_K / q5_K / q2_K the scale and min parts counted separately, for q4_1 /
+ * q5_1 the offset's |m| |s| per block). */
 static void abs_dot_bound(const pl_weight *w, const float *x, int64_t B, double *S) {
     int64_t cols = w->cols;
     size_t rs = pl_dtype_row_size(w->type, cols), as = pl_act_row_bytes(w->type, cols);
@@ -442,7 +450,11 @@ static void abs_dot_bound(const pl_weight *w, const float *x, int64_t B, double 
             case PL_DT_F16: xv[c] = ((float *)act)[c]; break;
             case PL_DT_BF16: xv[c] = pl_bf16_to_f32(((pl_bf16 *)act)[c]); break;
             case PL_DT_Q8_0:
-            case PL_DT_Q4_0: {
+            case PL_DT_Q4_0:
+            case PL_DT_Q5_0:
+            case PL_DT_IQ4_NL:
+            case PL_DT_Q4_1:
+            case PL_DT_Q5_1: {
                 int64_t pos = w->type == PL_DT_Q4_0 ? pl_act_q4_0_pos(c, nb) : c;
                 xv[c] = ((float *)(act + cols))[c / 32] * ((int8_t *)act)[pos];
                 break;
@@ -455,10 +467,20 @@ static void abs_dot_bound(const pl_weight *w, const float *x, int64_t B, double 
         }
         for (int64_t r = 0; r < w->rows; r++) {
             memcpy(blk, (const uint8_t *)w->data + (size_t)r * rs, rs);
-            if (w->type == PL_DT_Q4_K || w->type == PL_DT_Q5_K) /* -dmin * m -> +|dmin| * m */
-                for (size_t off = 0; off < rs; off += pl_dtype_type_size(w->type)) blk[off + 3] ^= 0x80;
-            pl_dequantize_row(w->type, blk, wr, cols);
+            size_t bsz = pl_dtype_type_size(w->type);
             double s = 0;
+            if (w->type == PL_DT_Q4_K || w->type == PL_DT_Q5_K) /* -dmin * m -> +|dmin| * m */
+                for (size_t off = 0; off < rs; off += bsz) blk[off + 3] ^= 0x80;
+            if (w->type == PL_DT_Q2_K)
+                for (size_t off = 0; off < rs; off += bsz) blk[off + offsetof(pl_block_q2_K, dmin) + 1] ^= 0x80;
+            if (w->type == PL_DT_Q4_1 || w->type == PL_DT_Q5_1) /* m apart: |m| |s| */
+                for (size_t off = 0; off < rs; off += bsz) {
+                    pl_f16 m;
+                    memcpy(&m, blk + off + 2, 2);
+                    s += fabs((double)pl_f16_to_f32(m) * ((float *)(act + cols))[nb + off / bsz]);
+                    memset(blk + off + 2, 0, 2);
+                }
+            pl_dequantize_row(w->type, blk, wr, cols);
             for (int64_t c = 0; c < cols; c++) s += fabs((double)wr[c]) * fabs(xv[c]);
             S[b * w->rows + r] = s;
         }

@@ -1,0 +1,92 @@
+/* scripts/wtype_ref.c — reference continuations from llama.cpp's library, in the format of
+ * ../shared/testdata/reference/NAME.json (see its README): for each case the prompt ids, the greedy
+ * ids and, at every generated position, the top-5 ids with log-softmax of the raw logits; CPU,
+ * f32 KV cache, no flash attention, the prompt in one batch, then one token per decode.
+ * Built and run by scripts/make_wtype_refs.sh against $LLAMA_CPP; never part of pagellm.
+ *   wtype_ref MODEL.gguf NAME > NAME.json
+ * The prompts are fixed pseudo-random ids (BOS 1 then ids in [3, n_vocab)), lengths 6, 18, 41. */
+#include "llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { N_GEN = 32, TOP = 5 };
+
+static void quiet(enum ggml_log_level level, const char *text, void *user) {
+    (void)user;
+    if (level >= GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: wtype_ref MODEL.gguf NAME\n");
+        return 2;
+    }
+    llama_log_set(quiet, NULL);
+    llama_backend_init();
+    struct llama_model_params mp = llama_model_default_params();
+    struct llama_model *model = llama_model_load_from_file(argv[1], mp);
+    if (!model) return 1;
+    const struct llama_vocab *vocab = llama_model_get_vocab(model);
+    int n_vocab = llama_vocab_n_tokens(vocab);
+    static const int lens[3] = {6, 18, 41};
+    uint32_t rng = 12345;
+    printf("{\n \"model\": \"%s\",\n \"reference\": \"libllama CPU, f32 KV cache, greedy, every step, "
+           "log-softmax of raw logits\",\n \"top_k\": %d,\n \"cases\": [\n", argv[2], TOP);
+    for (int c = 0; c < 3; c++) {
+        struct llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = 128;
+        cp.n_batch = 128;
+        cp.n_threads = cp.n_threads_batch = 2;
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        struct llama_context *ctx = llama_init_from_model(model, cp);
+        if (!ctx) return 1;
+        llama_token prompt[64], gen[N_GEN];
+        prompt[0] = 1;
+        for (int i = 1; i < lens[c]; i++) {
+            rng = rng * 1103515245u + 12345u;
+            prompt[i] = 3 + (int)((rng >> 8) % (uint32_t)(n_vocab - 3));
+        }
+        printf("  {\n   \"name\": \"rand%d\",\n   \"prompt_tokens\": [", c);
+        for (int i = 0; i < lens[c]; i++) printf("%s%d", i ? ", " : "", prompt[i]);
+        printf("],\n");
+        struct llama_batch batch = llama_batch_get_one(prompt, lens[c]);
+        char steps[N_GEN][512];
+        for (int s = 0; s < N_GEN; s++) {
+            if (llama_decode(ctx, batch)) return 1;
+            const float *lg = llama_get_logits_ith(ctx, -1);
+            double mx = -INFINITY, sum = 0;
+            for (int v = 0; v < n_vocab; v++) mx = lg[v] > mx ? lg[v] : mx;
+            for (int v = 0; v < n_vocab; v++) sum += exp((double)lg[v] - mx);
+            double lse = mx + log(sum);
+            int top[TOP];
+            for (int k = 0; k < TOP; k++) {
+                int best = -1;
+                for (int v = 0; v < n_vocab; v++) {
+                    int used = 0;
+                    for (int q = 0; q < k; q++) used |= top[q] == v;
+                    if (!used && (best < 0 || lg[v] > lg[best])) best = v;
+                }
+                top[k] = best;
+            }
+            int n = snprintf(steps[s], sizeof steps[s], "    {\"id\": %d, \"top\": [", top[0]);
+            for (int k = 0; k < TOP; k++)
+                n += snprintf(steps[s] + n, sizeof steps[s] - (size_t)n, "%s[%d, %.6f]", k ? ", " : "",
+                              top[k], lg[top[k]] - lse);
+            snprintf(steps[s] + n, sizeof steps[s] - (size_t)n, "]}");
+            gen[s] = top[0];
+            batch = llama_batch_get_one(&gen[s], 1);
+        }
+        printf("   \"greedy_tokens\": [");
+        for (int s = 0; s < N_GEN; s++) printf("%s%d", s ? ", " : "", gen[s]);
+        printf("],\n   \"steps\": [\n");
+        for (int s = 0; s < N_GEN; s++) printf("%s%s\n", steps[s], s + 1 < N_GEN ? "," : "");
+        printf("   ]\n  }%s\n", c < 2 ? "," : "");
+        llama_free(ctx);
+    }
+    printf(" ]\n}\n");
+    llama_model_free(model);
+    return 0;
+}
