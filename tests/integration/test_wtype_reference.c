@@ -81,7 +81,7 @@ static pl_token_logprob *teacher_forced(pl_engine *e, const int32_t *ids, int32_
             }
             if (o->error) fail_msg("request failed: %s", o->error);
             finished = o->finished;
-            pl_request_output_free(o);
+            pl_request_output_destroy(o);
         }
         if (!finished && pl_engine_step(e) != PL_OK) fail_msg("step: %s", pl_last_error());
     }
