@@ -77,12 +77,23 @@ enum {
     PL_MAX_LOGPROBS = 20,     /* logprobs / prompt_logprobs: top-k per position */
     PL_MAX_BEST_OF = 64,      /* n and best_of (beam width) */
     PL_MAX_STOP_STRINGS = 64, /* stop strings per request */
+    PL_MAX_LOGIT_BIAS = 1024, /* logit_bias entries per request */
 };
+
+/* logit_bias values are in [-PL_LOGIT_BIAS_LIMIT, PL_LOGIT_BIAS_LIMIT] (OpenAI's range). */
+#define PL_LOGIT_BIAS_LIMIT 100.0f
 
 /* ---- sampling ----------------------------------------------------------------------------- */
 
-/* Applied in vLLM's order: penalties on the raw logits, then temperature, then the top-k, top-p
- * and min-p masks, then a draw from the request's own RNG. */
+/* One logit_bias entry: `bias` is added to token `id`'s logit (OpenAI semantics). */
+typedef struct {
+    int32_t id;
+    float bias;
+} pl_logit_bias;
+
+/* Applied in vLLM's order: logit_bias added to the raw logits first (so it steers greedy too),
+ * then penalties, then temperature, then the top-k, top-p and min-p masks, then a draw from the
+ * request's own RNG. Reported log-probabilities stay those of the raw logits. */
 typedef struct {
     float temperature;        /* 0 = greedy (1) */
     int32_t top_k;            /* <= 0: off (0) */
@@ -91,11 +102,14 @@ typedef struct {
     float repetition_penalty; /* 1: off (1) */
     float presence_penalty;   /* 0: off (0) */
     float frequency_penalty;  /* 0: off (0) */
+    const pl_logit_bias *logit_bias; /* [n_logit_bias] (copied at add; NULL: none) */
+    int32_t n_logit_bias;     /* <= PL_MAX_LOGIT_BIAS; an id given twice gets both biases */
 } pl_sampling_params;
 
 void pl_sampling_params_default(pl_sampling_params *p);
 /* PL_ERR_INVALID_ARG with a message naming the parameter when one is out of range (the engine
- * checks this too when a request is added). */
+ * checks this too when a request is added, and also that logit_bias ids are below the model's
+ * vocabulary size, which this call does not know). */
 pl_status pl_sampling_params_validate(const pl_sampling_params *p);
 
 /* A token and its log-probability (log-softmax of the raw logits). */

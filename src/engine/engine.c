@@ -269,6 +269,12 @@ static pl_status check_params(const pl_engine *e, pl_request_params *p) {
         if (p->stop_token_ids[i] < 0 || p->stop_token_ids[i] >= e->model->hp.n_vocab)
             return pl_fail(PL_ERR_INVALID_ARG, "stop token id %d is out of range [0, %d)",
                            p->stop_token_ids[i], e->model->hp.n_vocab);
+    for (int32_t i = 0; i < p->sampling.n_logit_bias && p->sampling.logit_bias; i++)
+        if (p->sampling.logit_bias[i].id < 0 || p->sampling.logit_bias[i].id >= e->model->hp.n_vocab)
+            return pl_fail(PL_ERR_INVALID_ARG, "logit_bias: token id %d is out of range [0, %d)",
+                           p->sampling.logit_bias[i].id, e->model->hp.n_vocab);
+    if (p->use_beam_search && p->sampling.n_logit_bias)
+        return pl_fail(PL_ERR_INVALID_ARG, "logit_bias is not supported with beam search");
     if (p->use_beam_search) {
         /* Beam search is deterministic: the sampling parameters do not apply (as in vLLM,
          * which requires them neutral; pagellm simply ignores them). */

@@ -57,9 +57,11 @@ typedef struct pl_seq {
 
 struct pl_seq_group {
     uint64_t id;
-    pl_request_params params;   /* stop strings and stop ids point at copies owned here */
+    pl_request_params params;   /* stop strings, stop ids and logit_bias point at copies owned
+                                   here */
     char **stop_copy;
     int32_t *stop_ids_copy;
+    pl_logit_bias *logit_bias_copy;
     int32_t *prompt;            /* [n_prompt] */
     int32_t n_prompt;
     pl_seq **seqs;              /* [n_seqs] live and finished sequences */

@@ -202,7 +202,8 @@ static int submit(gen_job *j, pl_server_error *err) {
             return pl_server_fail(err, 503, NULL, "queue_full",
                                   "the server is busy (%s); retry later", pl_last_error());
         if (st == PL_ERR_INVALID_ARG)
-            return pl_server_fail(err, 400, NULL, "invalid_value", "%s", pl_last_error());
+            return pl_server_fail(err, 400, pl_server_param_of(pl_last_error()), "invalid_value",
+                                  "%s", pl_last_error());
         if (st != PL_OK)
             return pl_server_fail(err, 500, NULL, "internal_error", "%s", pl_last_error());
         j->added[i] = 1;

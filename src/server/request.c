@@ -253,6 +253,38 @@ static int parse_stop(const json_t *o, pl_server_request *r, pl_server_error *er
     return 0;
 }
 
+/* logit_bias: {"<token id>": bias, ...} (OpenAI: keys are token ids as strings). The key's
+ * syntax is checked here; the count, the bias range (pl_sampling_params_validate) and the id
+ * range (pl_engine_add_request, which knows the vocabulary) by the engine. */
+static int parse_logit_bias(const json_t *o, pl_server_request *r, pl_server_error *err) {
+    json_t *lb = json_object_get(o, "logit_bias");
+    if (!lb || json_is_null(lb)) return 0;
+    if (!json_is_object(lb))
+        return pl_server_fail(err, 400, "logit_bias", "invalid_type",
+                              "'logit_bias' must be an object mapping token ids to biases");
+    size_t n = json_object_size(lb);
+    r->logit_bias = malloc((n ? n : 1) * sizeof *r->logit_bias);
+    const char *key;
+    json_t *v;
+    int32_t k = 0;
+    json_object_foreach(lb, key, v) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || key[0] == '+' || key[0] == ' ' || id < 0 || id > INT32_MAX)
+            return pl_server_fail(err, 400, "logit_bias", "invalid_value",
+                                  "'logit_bias': key '%.64s' is not a token id (a non-negative "
+                                  "integer)", key);
+        if (!json_is_number(v))
+            return pl_server_fail(err, 400, "logit_bias", "invalid_type",
+                                  "'logit_bias[\"%s\"]' must be a number", key);
+        double b = json_number_value(v); /* beyond float: +-inf, refused by the validation */
+        r->logit_bias[k++] = (pl_logit_bias){(int32_t)id, (float)b};
+    }
+    r->params.sampling.logit_bias = r->logit_bias;
+    r->params.sampling.n_logit_bias = k;
+    return 0;
+}
+
 static int parse_sampling(const json_t *o, pl_server_request *r, pl_server_error *err) {
     pl_request_params *p = &r->params;
     pl_sampling_params *s = &p->sampling;
@@ -353,6 +385,19 @@ static int parse_logprobs(const json_t *o, pl_server_request *r, int32_t max_lp,
     return 0;
 }
 
+/* Engine messages start with the parameter they are about ("top_p must be ...", "logit_bias:
+ * ..."): that parameter, as a static string, when it is a request field. */
+const char *pl_server_param_of(const char *engine_message) {
+    static const char *const FIELDS[] = {
+        "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+        "frequency_penalty", "logit_bias", "max_tokens", "min_tokens", "best_of", "n",
+        "logprobs", "prompt_logprobs", "stop_token_ids", "length_penalty"};
+    size_t w = strspn(engine_message, "abcdefghijklmnopqrstuvwxyz_");
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++)
+        if (strlen(FIELDS[i]) == w && !strncmp(engine_message, FIELDS[i], w)) return FIELDS[i];
+    return NULL;
+}
+
 json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err) {
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_ALLOW_NUL, &je);
@@ -393,7 +438,8 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
     } else if (parse_prompt(o, r, err)) {
         goto done;
     }
-    if (parse_sampling(o, r, err) || parse_stop(o, r, err) || parse_stream(o, r, err) ||
+    if (parse_sampling(o, r, err) || parse_logit_bias(o, r, err) || parse_stop(o, r, err) ||
+        parse_stream(o, r, err) ||
         parse_logprobs(o, r, max_logprobs, err))
         goto done;
     json_t *user = json_object_get(o, "user");
@@ -402,7 +448,8 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
         goto done;
     }
     if (pl_sampling_params_validate(&r->params.sampling) != PL_OK) {
-        pl_server_fail(err, 400, NULL, "invalid_value", "%s", pl_last_error());
+        pl_server_fail(err, 400, pl_server_param_of(pl_last_error()), "invalid_value", "%s",
+                       pl_last_error());
         goto done;
     }
     rc = 0;
@@ -426,6 +473,7 @@ void pl_server_request_free(pl_server_request *r) {
     for (int i = 0; i < r->params.n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->stop_ids);
+    free(r->logit_bias);
     free(r->model);
     memset(r, 0, sizeof *r);
 }

@@ -94,6 +94,7 @@ typedef struct {
     pl_request_params params;        /* stop / stop_token_ids point into the fields below */
     char **stop;                     /* [params.n_stop] */
     int32_t *stop_ids;               /* [params.n_stop_token_ids] */
+    pl_logit_bias *logit_bias;       /* [params.sampling.n_logit_bias] */
     int max_tokens_given;            /* max_tokens was in the request (chat defaults to the rest
                                         of the context) */
     int stream, include_usage, echo;
@@ -106,6 +107,9 @@ typedef struct {
 int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
                             pl_server_request *r, pl_server_error *err);
 void pl_server_request_free(pl_server_request *r);
+
+/* The request field an engine validation message is about (its first word), or NULL. */
+const char *pl_server_param_of(const char *engine_message);
 
 /* Parse a body into a JSON object (400 for malformed JSON, invalid UTF-8, not an object). */
 json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err);

@@ -203,12 +203,48 @@ static void test_refusals(void **state) {
            "\"top_logprobs\": 50}", 1, "top_logprobs", NULL);
 }
 
+/* logit_bias: {"id": bias}; the key's syntax here, the ranges by pl_sampling_params_validate,
+ * every refusal naming logit_bias. */
+static void test_logit_bias(void **state) {
+    (void)state;
+    pl_server_request r;
+    pl_server_error e;
+    assert_int_equal(parse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -100, \"300\": 42.5}}", 0,
+                           &r, &e), 0);
+    assert_int_equal(r.params.sampling.n_logit_bias, 2);
+    assert_ptr_equal(r.params.sampling.logit_bias, r.logit_bias);
+    int seen = 0;
+    for (int i = 0; i < 2; i++) {
+        const pl_logit_bias *b = &r.params.sampling.logit_bias[i];
+        if (b->id == 5 && b->bias == -100.0f) seen |= 1;
+        if (b->id == 300 && b->bias == 42.5f) seen |= 2;
+    }
+    assert_int_equal(seen, 3);
+    pl_server_request_free(&r);
+    assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                           "\"logit_bias\": {}}", 1, &r, &e), 0);
+    assert_int_equal(r.params.sampling.n_logit_bias, 0);
+    pl_server_request_free(&r);
+    assert_int_equal(parse("{\"prompt\": \"x\", \"logit_bias\": null}", 0, &r, &e), 0);
+    pl_server_request_free(&r);
+    refuse("{\"prompt\": \"x\", \"logit_bias\": [1]}", 0, "logit_bias", "object");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", 0, "logit_bias", "'abc'");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"-3\": 1}}", 0, "logit_bias", "'-3'");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"\": 1}}", 0, "logit_bias", "token id");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"12x\": 1}}", 0, "logit_bias", "'12x'");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"99999999999\": 1}}", 0, "logit_bias", NULL);
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": \"1\"}}", 0, "logit_bias", "number");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": 100.5}}", 0, "logit_bias", "[-100, 100]");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -1e300}}", 0, "logit_bias", "[-100, 100]");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompt_forms),
         cmocka_unit_test(test_all_fields),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_logit_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
