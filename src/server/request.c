@@ -1,18 +1,116 @@
 /* server/request — OpenAI / vLLM request JSON to pl_server_request, with validation.
  *
- * Every field is optional except the prompt (completions) or messages (chat); null means absent,
- * unknown fields are ignored (as vLLM). A field of the wrong type or out of range is a 400 whose
- * message and `param` name the field. Ranges follow OpenAI where it has one (temperature 0..2,
- * top_p (0, 1], penalties -2..2) and vLLM's SamplingParams elsewhere.
+ * Every field is optional except the prompt (completions) or messages (chat); null means absent.
+ * A field of the wrong type or out of range is a 400 whose message and `param` name the field.
+ * Ranges follow OpenAI where it has one (temperature 0..2, top_p (0, 1], penalties -2..2) and
+ * vLLM's SamplingParams elsewhere; the sampling ranges themselves are checked by the engine
+ * (pl_sampling_params_validate), this file only parses.
+ *
+ * Three kinds of field names: those parsed here; those recognised but not supported (suffix,
+ * function calling, tools, structured output: response_format other than text and vLLM's
+ * guided_*), which get a 400 "... is not supported" instead of a silently unconstrained answer;
+ * and unknown ones, ignored as OpenAI does and logged once per name at debug level.
  */
 #include "server/server.h"
 
+#include "base/log.h"
+
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { MAX_TOKENS_LIMIT = 1 << 24 };
+
+/* ---- field names: parsed, recognised but unsupported, unknown ---- */
+
+static const char *const PARSED[] = {
+    "model", "prompt", "messages", "add_generation_prompt", "temperature", "top_p", "min_p",
+    "top_k", "presence_penalty", "frequency_penalty", "repetition_penalty", "length_penalty", "n",
+    "best_of", "max_tokens", "max_completion_tokens", "min_tokens", "seed", "ignore_eos",
+    "skip_special_tokens", "include_stop_str_in_output", "use_beam_search", "early_stopping",
+    "add_special_tokens", "logit_bias", "stop", "stop_token_ids", "stream", "stream_options",
+    "logprobs", "top_logprobs", "echo", "prompt_logprobs", "user",
+    /* Accepted and meaningless here: only with tools, or only a hint for guided_*. */
+    "parallel_tool_calls", "guided_decoding_backend", "guided_whitespace_pattern",
+    /* Checked below: unsupported unless neutral. */
+    "suffix", "functions", "function_call", "tools", "tool_choice", "response_format",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
+};
+
+static int is_parsed(const char *key) {
+    for (size_t i = 0; i < sizeof PARSED / sizeof PARSED[0]; i++)
+        if (!strcmp(key, PARSED[i])) return 1;
+    return 0;
+}
+
+/* Names already logged (bounded: after LOGGED_MAX names nothing more is logged). */
+enum { LOGGED_MAX = 64, LOGGED_LEN = 64 };
+static char logged[LOGGED_MAX][LOGGED_LEN];
+static int n_logged;
+static pthread_mutex_t logged_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int pl_server_note_unknown_field(const char *key) {
+    char name[LOGGED_LEN];
+    snprintf(name, sizeof name, "%s", key);
+    int now = 0;
+    pthread_mutex_lock(&logged_mu);
+    int seen = 0;
+    for (int i = 0; i < n_logged && !seen; i++) seen = !strcmp(logged[i], name);
+    if (!seen && n_logged < LOGGED_MAX) {
+        memcpy(logged[n_logged++], name, sizeof name);
+        now = 1;
+    }
+    pthread_mutex_unlock(&logged_mu);
+    if (now) PL_DEBUG("request field '%s' is not known to pagellm: ignored (logged once)", name);
+    return now;
+}
+
+/* Recognised fields that pagellm does not implement: a 400 naming the field unless the value
+ * is absent, null, or the neutral value (tools: [], tool_choice: "none", response_format:
+ * {"type": "text"}). */
+static int check_unsupported(const json_t *o, pl_server_error *err) {
+    static const char *const ALWAYS[] = {"suffix", "functions", "function_call", "guided_json",
+                                         "guided_regex", "guided_choice", "guided_grammar",
+                                         "structured_outputs"};
+    for (size_t i = 0; i < sizeof ALWAYS / sizeof ALWAYS[0]; i++) {
+        json_t *v = json_object_get(o, ALWAYS[i]);
+        if (v && !json_is_null(v))
+            return pl_server_fail(err, 400, ALWAYS[i], "unsupported_parameter",
+                                  "'%s' is not supported by this server%s", ALWAYS[i],
+                                  !strncmp(ALWAYS[i], "guided_", 7) ||
+                                          !strcmp(ALWAYS[i], "structured_outputs")
+                                      ? " (structured output is not implemented yet)"
+                                      : "");
+    }
+    json_t *v = json_object_get(o, "tools");
+    if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+        return pl_server_fail(err, 400, "tools", "unsupported_parameter",
+                              "'tools' is not supported by this server (no tool calling)");
+    v = json_object_get(o, "tool_choice");
+    if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+        return pl_server_fail(err, 400, "tool_choice", "unsupported_parameter",
+                              "'tool_choice' is not supported by this server (no tool calling); "
+                              "only \"none\" is accepted");
+    v = json_object_get(o, "response_format");
+    if (v && !json_is_null(v)) {
+        json_t *t = json_object_get(v, "type");
+        if (!json_is_object(v) || !json_is_string(t))
+            return pl_server_fail(err, 400, "response_format", "invalid_type",
+                                  "'response_format' must be an object with a string 'type'");
+        if (strcmp(json_string_value(t), "text"))
+            return pl_server_fail(err, 400, "response_format", "unsupported_parameter",
+                                  "'response_format' of type '%.64s' is not supported by this "
+                                  "server (structured output is not implemented yet); only "
+                                  "{\"type\": \"text\"} is accepted", json_string_value(t));
+    }
+    const char *key;
+    json_object_foreach((json_t *)o, key, v) {
+        if (!is_parsed(key)) pl_server_note_unknown_field(key);
+    }
+    return 0;
+}
 
 /* ---- typed field readers: absent or null leaves *out unchanged and returns 0 ---- */
 
@@ -430,7 +528,7 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
     json_t *o = pl_server_parse_json(body, len, err);
     if (!o) return -1;
     int rc = -1;
-    if (get_string(o, "model", &r->model, err)) goto done;
+    if (get_string(o, "model", &r->model, err) || check_unsupported(o, err)) goto done;
     if (chat) {
         if (parse_messages(o, r, err) ||
             get_bool(o, "add_generation_prompt", &r->add_generation_prompt, err))

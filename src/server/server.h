@@ -102,11 +102,18 @@ typedef struct {
     int add_special_tokens;          /* completions (1), chat (0) */
 } pl_server_request;
 
-/* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Unknown fields
- * are ignored. On success free the request with pl_server_request_free. */
+/* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Recognised but
+ * unsupported fields (suffix, functions, function_call, tools, tool_choice other than "none",
+ * response_format other than {"type": "text"}, guided_*, structured_outputs) are a 400 naming
+ * the field with code "unsupported_parameter"; unknown fields are ignored (logged once each at
+ * debug level). On success free the request with pl_server_request_free. */
 int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
                             pl_server_request *r, pl_server_error *err);
 void pl_server_request_free(pl_server_request *r);
+
+/* Log an unknown request field's name at debug level, once per name per process (at most 64
+ * names). Returns 1 if it was logged now. */
+int pl_server_note_unknown_field(const char *key);
 
 /* The request field an engine validation message is about (its first word), or NULL. */
 const char *pl_server_param_of(const char *engine_message);

@@ -156,6 +156,21 @@ await expectError("logit_bias token id beyond the vocabulary", 400, () => client
   { model: "stories", prompt: "x", logit_bias: { "100000": 1 } }), OpenAI.BadRequestError, "logit_bias");
 await expectError("logit_bias key not an id", 400, () => client.completions.create(
   { model: "stories", prompt: "x", logit_bias: { "abc": 1 } }), OpenAI.BadRequestError, "logit_bias");
+await expectError("suffix is not supported", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", suffix: "y", max_tokens: 2 }), OpenAI.BadRequestError, "suffix");
+await expectError("tools are not supported", 400, () => client.chat.completions.create(
+  { model: "stories", messages: [{ role: "user", content: "x" }],
+    tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
+  OpenAI.BadRequestError, "tools");
+await expectError("response_format json_object is not supported yet", 400,
+  () => client.chat.completions.create({ model: "stories", response_format: { type: "json_object" },
+                                         messages: [{ role: "user", content: "x" }] }),
+  OpenAI.BadRequestError, "response_format");
+await step("response_format text is accepted", async () => {
+  const r = await client.chat.completions.create({ model: "stories", max_tokens: 2,
+    response_format: { type: "text" }, messages: [{ role: "user", content: "x" }] });
+  check("response_format text: answered", r.choices.length === 1, r);
+});
 const bad = new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 });
 await expectError("wrong API key", 401, () => bad.models.list(), OpenAI.AuthenticationError);
 

@@ -238,6 +238,47 @@ static void test_logit_bias(void **state) {
     refuse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -1e300}}", 0, "logit_bias", "[-100, 100]");
 }
 
+/* Recognised but unsupported fields are a 400 naming them ("not supported"); their neutral
+ * values pass; unknown fields pass and are noted once. */
+static void test_unsupported_fields(void **state) {
+    (void)state;
+    static const char *const FIELDS[] = {"suffix", "functions", "function_call", "guided_json",
+                                         "guided_regex", "guided_choice", "guided_grammar",
+                                         "structured_outputs", "tools", "tool_choice"};
+    char body[256];
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\": \"x\", \"%s\": [{\"a\": 1}]}", FIELDS[i]);
+        refuse(body, 0, FIELDS[i], "not supported");
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                                    "\"%s\": \"auto\"}", FIELDS[i]);
+        refuse(body, 1, FIELDS[i], "not supported");
+    }
+    refuse("{\"prompt\": \"x\", \"suffix\": \"\"}", 0, "suffix", "'suffix' is not supported");
+    refuse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}", 0,
+           "response_format", "not supported");
+    refuse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
+           "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\", \"schema\": {}}}}", 1,
+           "response_format", "'json_schema' is not supported");
+    refuse("{\"prompt\": \"x\", \"response_format\": \"text\"}", 0, "response_format", "object");
+    pl_server_request r;
+    pl_server_error e;
+    static const char *const OK[] = {
+        "{\"prompt\": \"x\", \"suffix\": null, \"tools\": null, \"functions\": null}",
+        "{\"prompt\": \"x\", \"tools\": [], \"tool_choice\": \"none\"}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}",
+        "{\"prompt\": \"x\", \"guided_json\": null, \"guided_decoding_backend\": \"xgrammar\"}",
+        "{\"prompt\": \"x\", \"frobnicate_17\": {\"deep\": [1, 2]}, \"service_tier\": \"auto\"}",
+    };
+    for (size_t i = 0; i < sizeof OK / sizeof OK[0]; i++) {
+        if (parse(OK[i], 0, &r, &e)) fail_msg("refused %s: %s", OK[i], e.message);
+        pl_server_request_free(&r);
+    }
+    /* Logged while parsing above: not again. A new name once. */
+    assert_int_equal(pl_server_note_unknown_field("frobnicate_17"), 0);
+    assert_int_equal(pl_server_note_unknown_field("unheard_of_17"), 1);
+    assert_int_equal(pl_server_note_unknown_field("unheard_of_17"), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompt_forms),
@@ -245,6 +286,7 @@ int main(void) {
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_unsupported_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
