@@ -39,6 +39,7 @@ typedef struct {
     int32_t *n_ptop;               /* [n_eng] */
     pl_server_choice *ch;          /* [n_eng * n_per] */
     int64_t prompt_tokens;
+    int64_t cached_tokens;         /* prompt tokens the prefix cache held (finished requests) */
     char *error;                   /* the first engine error message */
     int fd;                        /* client socket, for hang-up checks */
     /* Streaming. */
@@ -230,9 +231,7 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
         goto fail;
     }
     if (j->req.model && strcmp(j->req.model, s->model_name)) {
-        pl_server_fail(err, 400, "model", "model_not_found",
-                       "The model `%s` does not exist (this server serves `%s`).", j->req.model,
-                       s->model_name);
+        pl_srv_model_not_found(s, j->req.model, "model", err);
         goto fail;
     }
     make_id(j->id, sizeof j->id, chat ? "chatcmpl-" : "cmpl-");
@@ -343,6 +342,7 @@ static void take_output(gen_job *j, int i, pl_request_output *o, int streaming) 
         j->done[i] = 1;
         pl_srv_untrack(j->s, j->ids[i]);
         j->prompt_tokens += (int64_t)j->n_prompt[i];
+        j->cached_tokens += o->n_cached_tokens;
         pl_finish_reason why = o->error ? PL_FINISH_ERROR : j->ch[i * j->n_per].finish;
         pl_server_metrics_observe(&j->s->metrics, o, o->n_output_tokens, why);
         if (streaming && o->error) {
@@ -475,10 +475,15 @@ static json_t *whole_response(gen_job *j) {
             json_array_append_new(choices, choice);
         }
     }
-    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
-                     j->req.chat ? "chat.completion" : "text_completion", "created",
-                     (json_int_t)j->rx.created, "model", j->rx.model, "choices", choices, "usage",
-                     pl_server_usage_json(j->prompt_tokens, completion_tokens(j)));
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
+                          j->req.chat ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)j->rx.created, "model", j->rx.model, "choices", choices,
+                          "usage", pl_server_usage_json(j->prompt_tokens, completion_tokens(j),
+                                                        j->cached_tokens));
+    /* vLLM puts a chat's prompt log-probabilities beside the choices (one prompt per chat). */
+    json_t *pl = j->req.chat ? prompt_logprobs_json(j, 0) : NULL;
+    if (pl) json_object_set_new(o, "prompt_logprobs", pl);
+    return o;
 }
 
 /* ---- streaming ---- */
@@ -500,7 +505,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 json_t *o = chunk_base(j);
                 json_object_set_new(o, "choices", json_array());
                 json_object_set_new(o, "usage",
-                                    pl_server_usage_json(j->prompt_tokens, completion_tokens(j)));
+                                    pl_server_usage_json(j->prompt_tokens, completion_tokens(j), j->cached_tokens));
                 out_event(j, o);
             }
             out_append(j, PL_SERVER_SSE_DONE, strlen(PL_SERVER_SSE_DONE));

@@ -477,6 +477,9 @@ static int parse_logprobs(const json_t *o, pl_server_request *r, int32_t max_lp,
     r->params.logprobs = r->logprobs;
     v = -1;
     if (get_int(o, "prompt_logprobs", 0, max_lp, &v, err)) return -1;
+    if (v >= 0 && r->stream) /* as vLLM: they would arrive with no chunk to carry them */
+        return pl_server_fail(err, 400, "prompt_logprobs", "invalid_value",
+                              "'prompt_logprobs' is not available when 'stream' is true");
     /* Echo with logprobs reports the prompt tokens' logprobs too (as vLLM). */
     if (r->echo && r->logprobs > v) v = r->logprobs;
     r->params.prompt_logprobs = (int32_t)v;

@@ -73,18 +73,21 @@ enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_erro
 
 typedef enum MHD_Result (*handler_fn)(pl_server *, struct MHD_Connection *, pl_conn_ctx *);
 
+/* `prefix`: the path is a prefix followed by a non-empty argument (x->arg). */
 static const struct {
     const char *method, *path;
     handler_fn fn;
+    int prefix;
 } ROUTES[] = {
-    {"GET", "/health", pl_srv_health},
-    {"GET", "/version", pl_srv_version},
-    {"GET", "/metrics", pl_srv_metrics},
-    {"GET", "/v1/models", pl_srv_models},
-    {"POST", "/tokenize", pl_srv_tokenize},
-    {"POST", "/detokenize", pl_srv_detokenize},
-    {"POST", "/v1/completions", pl_srv_completions},
-    {"POST", "/v1/chat/completions", pl_srv_chat},
+    {"GET", "/health", pl_srv_health, 0},
+    {"GET", "/version", pl_srv_version, 0},
+    {"GET", "/metrics", pl_srv_metrics, 0},
+    {"GET", "/v1/models", pl_srv_models, 0},
+    {"GET", "/v1/models/", pl_srv_model, 1},
+    {"POST", "/tokenize", pl_srv_tokenize, 0},
+    {"POST", "/detokenize", pl_srv_detokenize, 0},
+    {"POST", "/v1/completions", pl_srv_completions, 0},
+    {"POST", "/v1/chat/completions", pl_srv_chat, 0},
 };
 
 static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const char *url,
@@ -109,7 +112,11 @@ static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const ch
     }
     int path_known = 0;
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
-        if (strcmp(url, ROUTES[i].path)) continue;
+        size_t pl = strlen(ROUTES[i].path);
+        if (ROUTES[i].prefix ? strncmp(url, ROUTES[i].path, pl) || !url[pl]
+                             : strcmp(url, ROUTES[i].path))
+            continue;
+        x->arg = ROUTES[i].prefix ? url + pl : NULL;
         path_known = 1;
         if (!strcmp(method, ROUTES[i].method)) return ROUTES[i].fn(s, c, x);
     }

@@ -164,8 +164,9 @@ json_t *pl_server_completion_logprobs(const pl_server_resp_ctx *x, const int32_t
 /* Chat logprobs {"content": [{token, logprob, bytes, top_logprobs: [...]}]}. */
 json_t *pl_server_chat_logprobs(const pl_server_resp_ctx *x, const int32_t *ids, const float *lp,
                                 const pl_token_logprob *top, int32_t n, int32_t n_top);
-/* {"prompt_tokens", "completion_tokens", "total_tokens"}. */
-json_t *pl_server_usage_json(int64_t prompt, int64_t completion);
+/* {"prompt_tokens", "completion_tokens", "total_tokens",
+ *  "prompt_tokens_details": {"cached_tokens"}} (cached: prompt tokens found in the prefix cache). */
+json_t *pl_server_usage_json(int64_t prompt, int64_t completion, int64_t cached);
 
 /* SSE framing: "data: <compact JSON>\n\n" (malloc'ed), and the closing "data: [DONE]\n\n". */
 char *pl_server_sse_event(const json_t *obj);

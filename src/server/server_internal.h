@@ -38,6 +38,7 @@ typedef struct {
     size_t len, cap;
     int too_large;                 /* the body exceeded max_request_bytes: discard, then 413 */
     size_t discarded;
+    const char *arg;               /* a prefix route's argument (the URL after the prefix) */
 } pl_conn_ctx;
 
 /* Responses. Each queues a response and returns MHD's result. */
@@ -50,6 +51,7 @@ enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_erro
 enum MHD_Result pl_srv_health(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_version(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_model(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
@@ -60,6 +62,10 @@ enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx 
 /* Render chat messages with the model's template into *out (malloc'ed). */
 int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen,
                        char **out, pl_server_error *err);
+
+/* 404 model_not_found, OpenAI's body, for a model name this server does not serve. */
+int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,
+                           pl_server_error *err);
 
 /* In-flight registry. */
 void pl_srv_track(pl_server *s, uint64_t id);

@@ -142,8 +142,14 @@ async function expectError(what, status, fn, cls, param) {
   }
 }
 
-await expectError("unknown model", 400, () => client.completions.create(
-  { model: "nope", prompt: "x", max_tokens: 2 }), OpenAI.BadRequestError);
+await expectError("unknown model", 404, () => client.completions.create(
+  { model: "nope", prompt: "x", max_tokens: 2 }), OpenAI.NotFoundError, "model");
+await expectError("unknown model in /v1/models/{id}", 404, () => client.models.retrieve("nope"),
+  OpenAI.NotFoundError);
+await step("models.retrieve", async () => {
+  const m = await client.models.retrieve("stories");
+  check("models.retrieve: the model", m.id === "stories" && m.object === "model", m);
+});
 await expectError("temperature out of range", 400, () => client.completions.create(
   { model: "stories", prompt: "x", temperature: 7 }), OpenAI.BadRequestError);
 await expectError("empty messages", 400, () => client.chat.completions.create(

@@ -33,7 +33,7 @@ http POST /v1/completions -H 'Content-Type: application/json' \
     -d '{"model": "stories", "prompt": "Once upon a time", "max_tokens": 48, "temperature": 0}'
 check "reference: 200" test "$STATUS" = 200
 check "reference text" test "$(json_get 'j["choices"][0]["text"]')" = "$REF"
-check "reference: shape" test "$(json_get 'j["object"] == "text_completion" and j["id"].startswith("cmpl-") and j["model"] == "stories" and j["choices"][0]["finish_reason"] == "length" and j["usage"] == {"prompt_tokens": 5, "completion_tokens": 48, "total_tokens": 53}')" = True
+check "reference: shape" test "$(json_get 'j["object"] == "text_completion" and j["id"].startswith("cmpl-") and j["model"] == "stories" and j["choices"][0]["finish_reason"] == "length" and j["usage"] == {"prompt_tokens": 5, "completion_tokens": 48, "total_tokens": 53, "prompt_tokens_details": {"cached_tokens": 0}}')" = True
 
 http POST /v1/completions -d "{\"prompt\": $IDS, \"max_tokens\": 48, \"temperature\": 0}"
 check "prompt as token ids" test "$(json_get 'j["choices"][0]["text"]')" = "$REF"
@@ -169,7 +169,7 @@ expect_error 400 max_tokens "max_tokens = 0" POST $C -d '{"prompt": "x", "max_to
 expect_error 400 temperature "temperature = 3" POST $C -d '{"prompt": "x", "temperature": 3}'
 expect_error 400 top_p "top_p = 0" POST $C -d '{"prompt": "x", "top_p": 0}'
 expect_error 400 logprobs "logprobs = 50" POST $C -d '{"prompt": "x", "logprobs": 50}'
-expect_error 400 model "unknown model" POST $C -d '{"prompt": "x", "model": "gpt-9"}'
+expect_error 404 model "unknown model" POST $C -d '{"prompt": "x", "model": "gpt-9"}'
 expect_error 400 prompt "token id out of range" POST $C -d '{"prompt": [1, 99999]}'
 LONG=$(python3 -c 'print([5] * 3000)')
 expect_error 400 prompt "prompt longer than the model" POST $C -d "{\"prompt\": $LONG}"

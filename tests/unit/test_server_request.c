@@ -82,7 +82,7 @@ static void test_all_fields(void **state) {
         "\"frequency_penalty\": -0.5, \"stream\": true, \"stream_options\": {\"include_usage\": "
         "true}, \"user\": \"u\", \"top_k\": 5, \"min_p\": 0.1, \"repetition_penalty\": 1.2, "
         "\"ignore_eos\": true, \"min_tokens\": 4, \"use_beam_search\": false, "
-        "\"length_penalty\": 0.8, \"prompt_logprobs\": 1, \"skip_special_tokens\": false, "
+        "\"length_penalty\": 0.8, \"skip_special_tokens\": false, "
         "\"include_stop_str_in_output\": true, \"stop_token_ids\": [2, 3]}";
     assert_int_equal(parse(body, 0, &r, &e), 0);
     assert_string_equal(r.model, "m");
@@ -254,6 +254,8 @@ static void test_unsupported_fields(void **state) {
         refuse(body, 1, FIELDS[i], "not supported");
     }
     refuse("{\"prompt\": \"x\", \"suffix\": \"\"}", 0, "suffix", "'suffix' is not supported");
+    refuse("{\"prompt\": \"x\", \"stream\": true, \"prompt_logprobs\": 1}", 0, "prompt_logprobs",
+           "stream");
     refuse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}", 0,
            "response_format", "not supported");
     refuse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
