@@ -136,7 +136,12 @@ typedef enum {
 typedef struct {
     const char *model_path;          /* GGUF file */
     int32_t block_size;              /* tokens per KV block: power of two 1..256 (16) */
-    uint64_t kv_cache_memory;        /* KV budget in bytes (1 GiB); sets the number of blocks */
+    uint64_t kv_cache_memory;        /* KV budget in bytes; sets the number of blocks. 0 (the
+                                        default): kv_cache_memory_fraction if set, else 1 GiB */
+    double kv_cache_memory_fraction; /* (0, 1]: the KV budget is this fraction of the available
+                                        RAM (MemAvailable in /proc/meminfo) after the weights
+                                        (vLLM's --gpu-memory-utilization on a CPU); used only when
+                                        kv_cache_memory is 0 (0: off) */
     int kv_cache_f32;                /* 1: f32 KV, 0: f16 (default) */
     uint64_t swap_space;             /* swap pool bytes (0 = none) */
     const char *swap_path;           /* swap pool file (NULL = anonymous memory) */
@@ -285,6 +290,9 @@ void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s);
 /* The loaded model's tokenizer and facts, for front ends (chat templates, /tokenize). */
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e);
 int32_t pl_engine_max_model_len(const pl_engine *e);
+/* The configuration in effect: defaults applied and kv_cache_memory resolved to the budget in
+ * bytes that was divided into blocks (model_path and swap_path point at the caller's strings). */
+const pl_engine_config *pl_engine_get_config(const pl_engine *e);
 int32_t pl_engine_n_vocab(const pl_engine *e);
 
 #ifdef __cplusplus
