@@ -225,6 +225,8 @@ typedef struct {
     pl_token_logprob *prompt_top;/* [n_prompt_tokens][n_prompt_top + 1], position 0 unused */
     int32_t n_output_tokens;     /* total over completions so far */
     double arrival_time, first_token_time, finish_time; /* seconds (monotonic clock) */
+    double first_scheduled_time;  /* when a step first ran it (0: never, e.g. aborted waiting);
+                                     times are set in the finished output only */
 } pl_request_output;
 
 void pl_request_output_free(pl_request_output *o);
@@ -236,7 +238,7 @@ typedef struct {
     double waste;                        /* 1 - tokens stored / used block capacity */
     int64_t tokens_stored;
     uint64_t prefix_queries, prefix_hits;/* prompt tokens */
-    uint64_t preemptions, swaps_out;
+    uint64_t preemptions, swaps_out;     /* swaps_out: groups swapped out to the swap pool */
     uint64_t prompt_tokens, generation_tokens; /* computed / generated so far */
     uint64_t requests_finished, steps;
     /* KV memory sampled at every step that runs the model, after scheduling (since create). */

@@ -534,6 +534,10 @@ static pl_status step(pl_engine *e) {
         pl_group_finish(e, g, PL_FINISH_ERROR, msg);
     }
     if (s->n_items == 0) return PL_OK;
+    double now = pl_clock_now();
+    for (int32_t i = 0; i < s->n_items; i++) /* the end of its queueing (vLLM's scheduled_ts) */
+        if (s->items[i].seq->group->first_scheduled == 0)
+            s->items[i].seq->group->first_scheduled = now;
     sample_kv(e);
     pl_status st = e->steps + 1 == e->fail_step
                        ? pl_fail(PL_ERR_INTERNAL, "injected failure of step %llu (PAGELLM_FAIL_STEP)",

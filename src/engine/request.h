@@ -75,6 +75,7 @@ struct pl_seq_group {
     pl_token_logprob *prompt_top; /* [n_prompt][n_top + 1] prompt logprobs, when asked */
     struct pl_out_channel *chan;
     double arrival, first_token, finished_at;
+    double first_scheduled;     /* first step that ran any of it (0: not yet) */
     uint64_t step_mark;         /* engine step in which it last sampled (dedup in decode) */
     /* Beam search: finished hypotheses (kept sorted by score). */
     pl_seq **beam_done;

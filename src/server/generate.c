@@ -58,6 +58,7 @@ static void job_free(gen_job *j) {
         if (j->added && j->added[i] && !j->done[i]) {
             pl_engine_release(j->s->eng, j->ids[i]); /* client gone: abort, free its blocks */
             pl_srv_untrack(j->s, j->ids[i]);
+            pl_server_metrics_abort(&j->s->metrics, &j->req.params, (int32_t)j->n_prompt[i]);
         }
         if (j->prompt) free(j->prompt[i]);
         if (j->echo) free(j->echo[i]);
@@ -344,7 +345,7 @@ static void take_output(gen_job *j, int i, pl_request_output *o, int streaming) 
         j->prompt_tokens += (int64_t)j->n_prompt[i];
         j->cached_tokens += o->n_cached_tokens;
         pl_finish_reason why = o->error ? PL_FINISH_ERROR : j->ch[i * j->n_per].finish;
-        pl_server_metrics_observe(&j->s->metrics, o, o->n_output_tokens, why);
+        pl_server_metrics_observe(&j->s->metrics, o, &j->req.params, why);
         if (streaming && o->error) {
             pl_server_error e;
             pl_server_fail(&e, 500, NULL, "internal_error", "%s", o->error);

@@ -50,7 +50,8 @@ enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_c
     pl_engine_stats st;
     pl_engine_get_stats(s->eng, &st);
     return pl_srv_send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                            pl_server_metrics_render(&s->metrics, &st, s->model_name));
+                            pl_server_metrics_render(&s->metrics, &st, pl_engine_get_config(s->eng),
+                                                     s->model_name));
 }
 
 int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen, char **out,

@@ -214,9 +214,16 @@ void pl_srv_untrack(pl_server *s, uint64_t id) {
 
 static void *engine_main(void *arg) {
     pl_server *s = arg;
+    pl_engine_stats st;
+    pl_engine_get_stats(s->eng, &st);
+    uint64_t tokens = st.prompt_tokens + st.generation_tokens; /* for iteration_tokens_total */
     while (!atomic_load(&s->engine_stop)) {
         if (pl_engine_has_work(s->eng)) {
             if (pl_engine_step(s->eng) != PL_OK) PL_ERROR("engine step: %s", pl_last_error());
+            pl_engine_get_stats(s->eng, &st);
+            uint64_t now = st.prompt_tokens + st.generation_tokens;
+            pl_server_metrics_iteration(&s->metrics, now - tokens);
+            tokens = now;
         } else {
             pl_engine_wait_for_work(s->eng, 100);
         }
@@ -274,7 +281,7 @@ pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server *
     if (s->cfg.max_logprobs < 0 || s->cfg.max_logprobs > PL_MAX_LOGPROBS) s->cfg.max_logprobs = PL_MAX_LOGPROBS;
     if (s->cfg.max_request_bytes == 0) s->cfg.max_request_bytes = 4u << 20;
     pthread_mutex_init(&s->mu, NULL);
-    pl_server_metrics_init(&s->metrics);
+    pl_server_metrics_init(&s->metrics, pl_engine_max_model_len(e));
     s->tok = pl_engine_tokenizer(e);
     s->max_model_len = pl_engine_max_model_len(e);
     s->n_vocab = pl_engine_n_vocab(e);

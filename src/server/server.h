@@ -200,18 +200,34 @@ typedef struct {
 typedef struct {
     pthread_mutex_t mu;
     pl_server_hist ttft, tpot, e2e;  /* seconds */
-    uint64_t finished[5];            /* finished requests by pl_finish_reason */
+    pl_server_hist queue, prefill, decode, inference; /* seconds: arrival to first scheduled, to
+                                        first token, first token to finish, scheduled to finish */
+    pl_server_hist prompt_tokens, generation_tokens; /* per request (1-2-5 buckets) */
+    pl_server_hist params_n, params_max_tokens;      /* the request's n and max_tokens */
+    pl_server_hist iteration_tokens; /* tokens computed or generated per engine step */
+    double len_bounds[PL_SERVER_HIST_MAX_BUCKETS];   /* 1, 2, 5, 10, ... <= max_model_len */
+    uint64_t finished[5];            /* finished requests by pl_finish_reason (abort includes
+                                        requests released when their client went away) */
     uint64_t http_requests;          /* requests received */
 } pl_server_metrics;
 
-void pl_server_metrics_init(pl_server_metrics *m);
+/* max_model_len bounds the 1-2-5 buckets of the token-count histograms (as vLLM). The struct
+ * must not move after init (histograms point at len_bounds). */
+void pl_server_metrics_init(pl_server_metrics *m, int32_t max_model_len);
 void pl_server_metrics_destroy(pl_server_metrics *m);
-/* Record one finished request from its final output's times and token count. */
+/* Record one finished request: its final output (times, prompt and output token counts), its
+ * parameters (n, max_tokens) and why it finished. */
 void pl_server_metrics_observe(pl_server_metrics *m, const pl_request_output *final,
-                               int32_t n_output_tokens, pl_finish_reason reason);
+                               const pl_request_params *p, pl_finish_reason reason);
+/* Record a request released unfinished because its client went away: finished_reason abort. */
+void pl_server_metrics_abort(pl_server_metrics *m, const pl_request_params *p,
+                             int32_t n_prompt_tokens);
+/* Record one engine step that computed or generated `tokens` tokens. */
+void pl_server_metrics_iteration(pl_server_metrics *m, uint64_t tokens);
 void pl_server_hist_observe(pl_server_hist *h, double v, uint64_t times);
-/* Prometheus text exposition (format 0.0.4), malloc'ed. */
+/* Prometheus text exposition (format 0.0.4), malloc'ed. `c` (may be NULL) is the engine's
+ * configuration in effect, for vllm:cache_config_info. */
 char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
-                               const char *model_name);
+                               const pl_engine_config *c, const char *model_name);
 
 #endif

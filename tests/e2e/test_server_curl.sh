@@ -237,7 +237,19 @@ for kv in vllm:num_requests_running=0 vllm:num_requests_waiting=0 vllm:num_reque
           vllm:time_per_output_token_seconds_count=14 vllm:e2e_request_latency_seconds_count=2 \
           'vllm:time_to_first_token_seconds_bucket{model_name="stories",le="+Inf"}=2' \
           'vllm:request_success_total{model_name="stories",finished_reason="length"}=2' \
-          'vllm:request_success_total{model_name="stories",finished_reason="stop"}=0'; do
+          'vllm:request_success_total{model_name="stories",finished_reason="stop"}=0' \
+          'vllm:request_success_total{model_name="stories",finished_reason="abort"}=0' \
+          vllm:kv_cache_usage_perc=0 vllm:cpu_cache_usage_perc=0 pagellm_swap_out_total=0 \
+          vllm:request_prompt_tokens_count=2 vllm:request_prompt_tokens_sum=80 \
+          'vllm:request_prompt_tokens_bucket{model_name="stories",le="20"}=0' \
+          'vllm:request_prompt_tokens_bucket{model_name="stories",le="50"}=2' \
+          vllm:request_generation_tokens_sum=16 vllm:request_params_n_count=2 \
+          'vllm:request_params_n_bucket{model_name="stories",le="1"}=2' \
+          vllm:request_params_max_tokens_sum=16 \
+          vllm:iteration_tokens_total_count=16 vllm:iteration_tokens_total_sum=64 \
+          'vllm:iteration_tokens_total_bucket{model_name="stories",le="32"}=15' \
+          vllm:request_queue_time_seconds_count=2 vllm:request_prefill_time_seconds_count=2 \
+          vllm:request_decode_time_seconds_count=2 vllm:request_inference_time_seconds_count=2; do
     metric_is "$TMP/metrics_idle" "${kv%=*}" "${kv##*=}"
 done
 # While the stream runs, one sequence holds n = 2 + g - 1 tokens (prompt + g generated, the last

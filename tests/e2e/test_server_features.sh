@@ -109,6 +109,17 @@ http POST /v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi
 check "chat without prompt_logprobs: no field" test "$(json_get '"prompt_logprobs" in j')" = False
 http POST /v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}], "stream": true, "prompt_logprobs": 1}'
 check "stream with prompt_logprobs: 400 naming it (got $STATUS)" test "$STATUS $(json_get 'j["error"]["param"]')" = "400 prompt_logprobs"
+# A client that goes away mid-stream counts as finished_reason "abort" (a soak test found it
+# counted nowhere); the cache configuration is an info gauge.
+curl -sN --max-time 0.5 "$BASE/v1/completions" -d '{"prompt": "Once", "max_tokens": 2000, "ignore_eos": true, "stream": true}' >/dev/null 2>&1
+ABORT='vllm:request_success_total{model_name="stories",finished_reason="abort"} 1'
+for _ in $(seq 1 50); do
+    http GET /metrics
+    grep -qxF -- "$ABORT" "$TMP/body" && break
+    sleep 0.1
+done
+check "disconnected stream counted as abort" grep -qxF -- "$ABORT" "$TMP/body"
+check "vllm:cache_config_info" grep -q '^vllm:cache_config_info{block_size="16",cache_dtype="float16",enable_prefix_caching="True",.*} 1$' "$TMP/body"
 stop_server
 
 # ---- --host ::1 (IPv6 literal): the printed URL is http://[::1]:PORT and it serves ----
