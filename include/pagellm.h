@@ -77,12 +77,23 @@ enum {
     PL_MAX_LOGPROBS = 20,     /* logprobs / prompt_logprobs: top-k per position */
     PL_MAX_BEST_OF = 64,      /* n and best_of (beam width) */
     PL_MAX_STOP_STRINGS = 64, /* stop strings per request */
+    PL_MAX_LOGIT_BIAS = 1024, /* logit_bias entries per request */
 };
+
+/* logit_bias values are in [-PL_LOGIT_BIAS_LIMIT, PL_LOGIT_BIAS_LIMIT] (OpenAI's range). */
+#define PL_LOGIT_BIAS_LIMIT 100.0f
 
 /* ---- sampling ----------------------------------------------------------------------------- */
 
-/* Applied in vLLM's order: penalties on the raw logits, then temperature, then the top-k, top-p
- * and min-p masks, then a draw from the request's own RNG. */
+/* One logit_bias entry: `bias` is added to token `id`'s logit (OpenAI semantics). */
+typedef struct {
+    int32_t id;
+    float bias;
+} pl_logit_bias;
+
+/* Applied in vLLM's order: logit_bias added to the raw logits first (so it steers greedy too),
+ * then penalties, then temperature, then the top-k, top-p and min-p masks, then a draw from the
+ * request's own RNG. Reported log-probabilities stay those of the raw logits. */
 typedef struct {
     float temperature;        /* 0 = greedy (1) */
     int32_t top_k;            /* <= 0: off (0) */
@@ -91,11 +102,14 @@ typedef struct {
     float repetition_penalty; /* 1: off (1) */
     float presence_penalty;   /* 0: off (0) */
     float frequency_penalty;  /* 0: off (0) */
+    const pl_logit_bias *logit_bias; /* [n_logit_bias] (copied at add; NULL: none) */
+    int32_t n_logit_bias;     /* <= PL_MAX_LOGIT_BIAS; an id given twice gets both biases */
 } pl_sampling_params;
 
 void pl_sampling_params_default(pl_sampling_params *p);
 /* PL_ERR_INVALID_ARG with a message naming the parameter when one is out of range (the engine
- * checks this too when a request is added). */
+ * checks this too when a request is added, and also that logit_bias ids are below the model's
+ * vocabulary size, which this call does not know). */
 pl_status pl_sampling_params_validate(const pl_sampling_params *p);
 
 /* A token and its log-probability (log-softmax of the raw logits). */
@@ -122,7 +136,12 @@ typedef enum {
 typedef struct {
     const char *model_path;          /* GGUF file */
     int32_t block_size;              /* tokens per KV block: power of two 1..256 (16) */
-    uint64_t kv_cache_memory;        /* KV budget in bytes (1 GiB); sets the number of blocks */
+    uint64_t kv_cache_memory;        /* KV budget in bytes; sets the number of blocks. 0 (the
+                                        default): kv_cache_memory_fraction if set, else 1 GiB */
+    double kv_cache_memory_fraction; /* (0, 1]: the KV budget is this fraction of the available
+                                        RAM (MemAvailable in /proc/meminfo) after the weights
+                                        (vLLM's --gpu-memory-utilization on a CPU); used only when
+                                        kv_cache_memory is 0 (0: off) */
     int kv_cache_f32;                /* 1: f32 KV, 0: f16 (default) */
     uint64_t swap_space;             /* swap pool bytes (0 = none) */
     const char *swap_path;           /* swap pool file (NULL = anonymous memory) */
@@ -206,6 +225,8 @@ typedef struct {
     pl_token_logprob *prompt_top;/* [n_prompt_tokens][n_prompt_top + 1], position 0 unused */
     int32_t n_output_tokens;     /* total over completions so far */
     double arrival_time, first_token_time, finish_time; /* seconds (monotonic clock) */
+    double first_scheduled_time;  /* when a step first ran it (0: never, e.g. aborted waiting);
+                                     times are set in the finished output only */
 } pl_request_output;
 
 void pl_request_output_destroy(pl_request_output *o);
@@ -217,7 +238,7 @@ typedef struct {
     double waste;                        /* 1 - tokens stored / used block capacity */
     int64_t tokens_stored;
     uint64_t prefix_queries, prefix_hits;/* prompt tokens */
-    uint64_t preemptions, swaps_out;
+    uint64_t preemptions, swaps_out;     /* swaps_out: groups swapped out to the swap pool */
     uint64_t prompt_tokens, generation_tokens; /* computed / generated so far */
     uint64_t requests_finished, steps;
     double step_seconds;                 /* wall time spent in pl_engine_step that ran the model
@@ -307,6 +328,9 @@ void pl_kv_snapshot_destroy(pl_kv_snapshot *s);
 /* The loaded model's tokenizer and facts, for front ends (chat templates, /tokenize). */
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e);
 int32_t pl_engine_max_model_len(const pl_engine *e);
+/* The configuration in effect: defaults applied and kv_cache_memory resolved to the budget in
+ * bytes that was divided into blocks (model_path and swap_path point at the caller's strings). */
+const pl_engine_config *pl_engine_get_config(const pl_engine *e);
 int32_t pl_engine_n_vocab(const pl_engine *e);
 
 #ifdef __cplusplus

@@ -97,3 +97,49 @@ int pl_arg_int_list(const char *cmd, const char *flag, const char *s, int32_t **
     *n = k;
     return 0;
 }
+
+/* Levenshtein distance of a[0..na) and b[0..nb) (names are short: one row of 128). */
+static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb) {
+    size_t row[128];
+    if (nb >= sizeof row / sizeof row[0]) nb = sizeof row / sizeof row[0] - 1;
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+const char *pl_arg_closest(const char *given, const struct option *opts) {
+    while (*given == '-') given++;
+    size_t n = strcspn(given, "=");
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (const struct option *o = opts; o->name; o++) {
+        size_t d = edit_distance(given, n, o->name, strlen(o->name));
+        if (d < best_d) best_d = d, best = o->name;
+    }
+    size_t limit = n / 3 > 2 ? n / 3 : 2;
+    return best && best_d <= limit && best_d > 0 ? best : NULL;
+}
+
+void pl_arg_unknown(const char *cmd, const char *given, const struct option *opts) {
+    const char *near = pl_arg_closest(given, opts);
+    if (near)
+        fprintf(stderr, "pagellm %s: unknown option '%s' (did you mean --%s?)\n", cmd, given, near);
+    else
+        fprintf(stderr, "pagellm %s: unknown option '%s'\n", cmd, given);
+}
+
+const char *pl_arg_flag_written(char **argv, int optind, const char *optarg) {
+    if (optind >= 2 && optarg && optarg == argv[optind - 1]) return argv[optind - 2];
+    return argv[optind - 1];
+}

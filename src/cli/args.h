@@ -2,6 +2,7 @@
 #ifndef PL_CLI_ARGS_H
 #define PL_CLI_ARGS_H
 
+#include <getopt.h>
 #include <stdint.h>
 
 /* Each returns 0 on success, -1 (after printing "pagellm CMD: FLAG: ...") on a bad value. */
@@ -11,6 +12,16 @@ int pl_arg_float(const char *cmd, const char *flag, const char *s, double lo, do
                  double *out);
 /* A byte count with an optional K/M/G/T suffix (powers of 1024; "KiB"/"KB" forms too). */
 int pl_arg_bytes(const char *cmd, const char *flag, const char *s, uint64_t *out);
+/* The known long option closest to `given` ("--gpu-memory-utilisation=0.9": dashes and any
+ * "=value" are dropped) by edit distance, or NULL when none is close (more than a third of the
+ * name, at least 2, differs). */
+const char *pl_arg_closest(const char *given, const struct option *opts);
+/* Print "pagellm CMD: unknown option 'X' (did you mean --Y?)". */
+void pl_arg_unknown(const char *cmd, const char *given, const struct option *opts);
+/* The flag as written on the command line for the option getopt_long just returned: argv[optind
+ * - 1], or the one before it when the value was a separate argument. */
+const char *pl_arg_flag_written(char **argv, int optind, const char *optarg);
+
 /* A comma-separated list of ints (e.g. token ids); *out malloc'ed. */
 int pl_arg_int_list(const char *cmd, const char *flag, const char *s, int32_t **out, int *n);
 

@@ -129,7 +129,7 @@ static int parse(int argc, char **argv, sv_opts *o) {
             fprintf(stderr, "pagellm %s: %s needs a value\n", C, argv[optind - 1]);
             return 2;
         default:
-            fprintf(stderr, "pagellm %s: unknown option '%s'\n", C, argv[optind - 1]);
+            pl_arg_unknown(C, argv[optind - 1], longopts);
             usage(stderr);
             return 2;
         }

@@ -94,10 +94,11 @@ static int parse(int argc, char **argv, tp_opts *o) {
             return 2;
         default:
             if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
-                bad = pl_engine_flag_apply(C, c, optarg, &o->eng);
+                bad = pl_engine_flag_apply_named(C, pl_arg_flag_written(argv, optind, optarg), c,
+                                                 optarg, &o->eng);
                 break;
             }
-            fprintf(stderr, "pagellm %s: unknown option '%s'\n", C, argv[optind - 1]);
+            pl_arg_unknown(C, argv[optind - 1], longopts);
             usage(stderr);
             return 2;
         }
@@ -282,6 +283,7 @@ int pl_bench_throughput(int argc, char **argv) {
     drain(e, ids, n, &out_tokens, &errors, ttft, &n_ttft);
     pl_summary s_ttft;
     pl_summarize(ttft, n_ttft, &s_ttft);
+    o.eng.kv_cache_memory = pl_engine_get_config(e)->kv_cache_memory; /* the resolved budget */
     json_t *j = report(&o, &st, &ks, elapsed, in_tokens, out_tokens, errors, &s_ttft);
     char *line = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(j);

@@ -190,10 +190,12 @@ static int parse(int argc, char **argv, gen_opts *o) {
             return 2;
         default:
             if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
-                if (pl_engine_flag_apply(C, c, optarg, &o->eng)) return 2;
+                if (pl_engine_flag_apply_named(C, pl_arg_flag_written(argv, optind, optarg), c, optarg,
+                                               &o->eng))
+                    return 2;
                 break;
             }
-            fprintf(stderr, "pagellm generate: unknown option '%s'\n", argv[optind - 1]);
+            pl_arg_unknown("generate", argv[optind - 1], longopts);
             usage(stderr);
             return 2;
         }

@@ -63,6 +63,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"max-waiting", required_argument, 0, O_MAXWAIT},
         {"shutdown-timeout", required_argument, 0, O_GRACE},
         {"no-webui", no_argument, 0, O_NOWEBUI},
+        {"seed", required_argument, 0, PL_OPT_IGNORED}, /* vLLM's global seed: per request here */
         PL_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
@@ -72,6 +73,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
     pl_server_config_default(&o->srv);
     pl_engine_config_default(&o->eng);
     o->eng.max_waiting = 1024;
+    /* As `vllm serve`: the KV cache takes a share of the memory left after the weights (0.5 by
+     * default; --gpu-memory-utilization), unless --kv-cache-memory(-bytes) gives a size. */
+    o->eng.kv_cache_memory_fraction = 0.5;
     o->srv.api_key = getenv("PAGELLM_API_KEY");
     optind = 1;
     opterr = 0;
@@ -117,10 +121,12 @@ static int parse(int argc, char **argv, serve_opts *o) {
             return 2;
         default:
             if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
-                if (pl_engine_flag_apply(C, c, optarg, &o->eng)) return 2;
+                if (pl_engine_flag_apply_named(C, pl_arg_flag_written(argv, optind, optarg), c,
+                                               optarg, &o->eng))
+                    return 2;
                 break;
             }
-            fprintf(stderr, "pagellm serve: unknown option '%s'\n", argv[optind - 1]);
+            pl_arg_unknown(C, argv[optind - 1], longopts);
             usage(stderr);
             return 2;
         }
@@ -173,11 +179,16 @@ int pl_cmd_serve(int argc, char **argv) {
     pl_engine_get_stats(e, &st);
     printf("model: %s (%s), max model length %d, vocabulary %d\n", o.srv.served_model_name, path,
            pl_engine_max_model_len(e), pl_engine_n_vocab(e));
-    printf("KV cache: %d blocks of %d tokens (%d tokens), %s, %.1f MiB budget; swap %d blocks; "
-           "prefix caching %s\n", st.blocks_total, o.eng.block_size,
-           st.blocks_total * o.eng.block_size, o.eng.kv_cache_f32 ? "f32" : "f16",
-           (double)o.eng.kv_cache_memory / (1 << 20), st.swap_total,
-           o.eng.enable_prefix_caching ? "on" : "off");
+    const pl_engine_config *ec = pl_engine_get_config(e);
+    char why[96] = "";
+    if (!o.eng.kv_cache_memory)
+        snprintf(why, sizeof why, " (gpu-memory-utilization %g of the RAM available after the "
+                 "weights)", ec->kv_cache_memory_fraction);
+    printf("KV cache: %d blocks of %d tokens (%d tokens), %s, %.1f MiB budget%s; swap %d blocks; "
+           "prefix caching %s\n", st.blocks_total, ec->block_size,
+           st.blocks_total * ec->block_size, ec->kv_cache_f32 ? "f32" : "f16",
+           (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
+           ec->enable_prefix_caching ? "on" : "off");
     pl_server *s;
     if (pl_server_start(e, &o.srv, &s) != PL_OK) {
         int r = pl_cli_fail(C, "%s", pl_last_error());

@@ -10,8 +10,18 @@
 const char PL_ENGINE_FLAGS_HELP[] =
     "engine:\n"
     "      --block-size N             KV block size in tokens: power of two 1..256 (16)\n"
-    "      --kv-cache-memory B        KV cache budget, e.g. 512M, 2G (1G); sets the block count\n"
-    "      --kv-cache-dtype T         f16 (default) or f32\n"
+    "      --kv-cache-memory B        KV cache budget, e.g. 512M, 2G; sets the block count\n"
+    "                                 (serve: 0.5 of available RAM after the weights; others 1G)\n"
+    "      --kv-cache-memory-bytes B  the same (vLLM's name); wins over --gpu-memory-utilization\n"
+    "      --gpu-memory-utilization F KV budget = F x (MemAvailable - weights), F in (0, 1]\n"
+    "      --kv-cache-dtype T         f16 (default) or f32 (auto: as --dtype says)\n"
+    "      --dtype T                  auto, float16/half, bfloat16, float32/float: float32 makes\n"
+    "                                 the KV cache f32, the others keep f16 (no bf16 KV cache);\n"
+    "                                 activations are f32 and weights as stored whatever is\n"
+    "                                 asked; of --dtype and --kv-cache-dtype the later wins\n"
+    "      --tensor-parallel-size N   1 (more needs the MPI build, not built yet); also\n"
+    "                                 --pipeline-parallel-size 1\n"
+
     "      --swap-space B             swap pool for preempted requests (a bare number is GiB)\n"
     "      --swap-file PATH           keep the swap pool in this file (created; default: RAM)\n"
     "      --preemption-mode M        recompute (default) or swap (needs --swap-space)\n"
@@ -23,11 +33,61 @@ const char PL_ENGINE_FLAGS_HELP[] =
     "      --kv-layout L              paged (default) or contiguous: the paper's baseline, one\n"
     "                                 reserved run of blocks per sequence, nothing shared\n"
     "      --reserve R                contiguous: max (model length, default), pow2 (next\n"
-    "                                 power of two of prompt + max tokens) or oracle (exact)\n";
+    "                                 power of two of prompt + max tokens) or oracle (exact)\n"
+    "  vLLM-only flags (--uvicorn-log-level X, --disable-log-requests, --trust-remote-code,\n"
+    "  --enforce-eager, --max-log-len N, ...; serve also --seed N) are accepted and ignored\n"
+    "  with a warning\n";
 
 int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_config *c) {
+    return pl_engine_flag_apply_named(cmd, NULL, code, arg, c);
+}
+
+int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, const char *arg,
+                               pl_engine_config *c) {
     int64_t v;
+    double d;
     switch (code) {
+    case PL_OPT_KVMEM_BYTES:
+        return pl_arg_bytes(cmd, "--kv-cache-memory-bytes", arg, &c->kv_cache_memory) ? 2 : 0;
+    case PL_OPT_GPU_UTIL:
+        if (pl_arg_float(cmd, "--gpu-memory-utilization", arg, 0, 1, &d)) return 2;
+        if (d <= 0) {
+            fprintf(stderr, "pagellm %s: --gpu-memory-utilization: must be in (0, 1], got %s\n",
+                    cmd, arg);
+            return 2;
+        }
+        c->kv_cache_memory_fraction = d;
+        return 0;
+    case PL_OPT_DTYPE:
+        /* The model's compute type chooses the KV cache's: f32 for float32, otherwise f16 is
+         * kept (there is no bf16 KV cache; f16 holds more mantissa). Activations are f32 and
+         * weights stay as stored whatever is asked. A later --kv-cache-dtype overrides. */
+        if (!strcmp(arg, "float32") || !strcmp(arg, "float")) {
+            c->kv_cache_f32 = 1;
+        } else if (strcmp(arg, "auto") && strcmp(arg, "float16") && strcmp(arg, "half") &&
+                   strcmp(arg, "bfloat16")) {
+            fprintf(stderr, "pagellm %s: --dtype: '%s' is not auto, float16, half, bfloat16, "
+                    "float32 or float\n", cmd, arg);
+            return 2;
+        }
+        return 0;
+    case PL_OPT_TP:
+    case PL_OPT_PP: {
+        const char *name = code == PL_OPT_TP ? "--tensor-parallel-size" : "--pipeline-parallel-size";
+        if (pl_arg_int(cmd, name, arg, 1, 4096, &v)) return 2;
+        if (v > 1) {
+            fprintf(stderr, "pagellm %s: %s %lld: more than one process needs the MPI build "
+                    "(tensor parallelism, issue 13), which is not built yet; use 1\n", cmd, name,
+                    (long long)v);
+            return 2;
+        }
+        return 0;
+    }
+    case PL_OPT_IGNORED:
+    case PL_OPT_IGNORED_BOOL:
+        fprintf(stderr, "pagellm %s: warning: %.*s is a vLLM option with no meaning here: "
+                "ignored\n", cmd, flag ? (int)strcspn(flag, "=") : 12, flag ? flag : "a vLLM flag");
+        return 0;
     case PL_OPT_BLOCK:
         if (pl_arg_int(cmd, "--block-size", arg, 1, 256, &v)) return 2;
         if (v & (v - 1)) {
@@ -40,8 +100,10 @@ int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_c
     case PL_OPT_KVMEM:
         return pl_arg_bytes(cmd, "--kv-cache-memory", arg, &c->kv_cache_memory) ? 2 : 0;
     case PL_OPT_KVDTYPE:
+        if (!strcmp(arg, "auto")) return 0; /* as --dtype says (f16 by default) */
         if (strcmp(arg, "f16") && strcmp(arg, "f32")) {
-            fprintf(stderr, "pagellm %s: --kv-cache-dtype: '%s' is not f16 or f32\n", cmd, arg);
+            fprintf(stderr, "pagellm %s: --kv-cache-dtype: '%s' is not f16, f32 or auto\n", cmd,
+                    arg);
             return 2;
         }
         c->kv_cache_f32 = !strcmp(arg, "f32");

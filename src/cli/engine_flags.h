@@ -1,6 +1,11 @@
 /* cli/engine_flags — the engine flags every engine-running command accepts (generate, serve,
  * bench), with vLLM's names. A command puts PL_ENGINE_LONGOPTS into its getopt_long table and
- * hands codes >= PL_ENGINE_OPT_BASE to pl_engine_flag_apply. */
+ * hands codes >= PL_ENGINE_OPT_BASE to pl_engine_flag_apply.
+ *
+ * vLLM launch lines work unchanged: its engine flags that mean something on a CPU are mapped
+ * (--dtype, --gpu-memory-utilization, --kv-cache-memory-bytes, --tensor-parallel-size 1), and
+ * flags that only tune vLLM's own machinery (logging, uvicorn, CUDA graphs, ...) are accepted and
+ * ignored with a warning naming them. Anything else stays an error. */
 #ifndef PL_CLI_ENGINE_FLAGS_H
 #define PL_CLI_ENGINE_FLAGS_H
 
@@ -24,6 +29,13 @@ enum {
     PL_OPT_KVLAYOUT,
     PL_OPT_RESERVE,
     PL_OPT_SWAPFILE,
+    PL_OPT_KVMEM_BYTES,  /* vLLM's --kv-cache-memory-bytes */
+    PL_OPT_GPU_UTIL,     /* vLLM's --gpu-memory-utilization: on a CPU, of available RAM */
+    PL_OPT_DTYPE,        /* vLLM's --dtype: chooses the KV cache type where it means one */
+    PL_OPT_TP,           /* vLLM's --tensor-parallel-size: 1 only until the MPI build */
+    PL_OPT_PP,           /* vLLM's --pipeline-parallel-size: 1 only */
+    PL_OPT_IGNORED,      /* a vLLM-only flag with a value: accepted, ignored with a warning */
+    PL_OPT_IGNORED_BOOL, /* the same without a value */
     PL_ENGINE_OPT_END,
 };
 
@@ -42,11 +54,32 @@ enum {
         {"threads", required_argument, 0, PL_OPT_THREADS},                                       \
         {"kv-layout", required_argument, 0, PL_OPT_KVLAYOUT},                                    \
         {"reserve", required_argument, 0, PL_OPT_RESERVE},                                       \
-        {"swap-file", required_argument, 0, PL_OPT_SWAPFILE}
+        {"swap-file", required_argument, 0, PL_OPT_SWAPFILE},                                    \
+        {"kv-cache-memory-bytes", required_argument, 0, PL_OPT_KVMEM_BYTES},                     \
+        {"gpu-memory-utilization", required_argument, 0, PL_OPT_GPU_UTIL},                       \
+        {"dtype", required_argument, 0, PL_OPT_DTYPE},                                           \
+        {"tensor-parallel-size", required_argument, 0, PL_OPT_TP},                               \
+        {"pipeline-parallel-size", required_argument, 0, PL_OPT_PP},                             \
+        {"uvicorn-log-level", required_argument, 0, PL_OPT_IGNORED},                             \
+        {"max-log-len", required_argument, 0, PL_OPT_IGNORED},                                   \
+        {"download-dir", required_argument, 0, PL_OPT_IGNORED},                                  \
+        {"distributed-executor-backend", required_argument, 0, PL_OPT_IGNORED},                  \
+        {"device", required_argument, 0, PL_OPT_IGNORED},                                        \
+        {"disable-log-requests", no_argument, 0, PL_OPT_IGNORED_BOOL},                           \
+        {"disable-log-stats", no_argument, 0, PL_OPT_IGNORED_BOOL},                              \
+        {"enable-log-requests", no_argument, 0, PL_OPT_IGNORED_BOOL},                            \
+        {"disable-uvicorn-access-log", no_argument, 0, PL_OPT_IGNORED_BOOL},                     \
+        {"disable-frontend-multiprocessing", no_argument, 0, PL_OPT_IGNORED_BOOL},               \
+        {"trust-remote-code", no_argument, 0, PL_OPT_IGNORED_BOOL},                              \
+        {"enforce-eager", no_argument, 0, PL_OPT_IGNORED_BOOL},                                  \
+        {"enable-chunked-prefill", no_argument, 0, PL_OPT_IGNORED_BOOL}
 
 extern const char PL_ENGINE_FLAGS_HELP[];
 
-/* Apply one engine flag. Returns 0, or 2 after printing "pagellm CMD: FLAG: problem". */
+/* Apply one engine flag. Returns 0, or 2 after printing "pagellm CMD: FLAG: problem". `flag` is
+ * the flag as written (argv[optind - 1]), used to name an ignored vLLM flag in its warning. */
 int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_config *c);
+int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, const char *arg,
+                               pl_engine_config *c);
 
 #endif

@@ -499,7 +499,7 @@ void pl_decoder_finish_group(pl_decoder *d, pl_seq_group *g, pl_finish_reason wh
     } else {
         for (int32_t i = 0; i < g->n_seqs; i++) emit_seq(g, g->seqs[i], g->seqs[i]->index);
     }
-    pl_out_finish(g->chan, error, g->arrival, g->first_token, g->finished_at);
+    pl_out_finish(g->chan, error, g->arrival, g->first_scheduled, g->first_token, g->finished_at);
     pl_scheduler_remove(d->sched, g);
     if (d->forget) d->forget(d->forget_ctx, g);
     d->requests_finished++;

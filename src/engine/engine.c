@@ -22,12 +22,13 @@
 #include <time.h>
 
 enum { PROMPT_LOGPROB_ROWS = 256 };
+#define DEFAULT_KV_BYTES (1ull << 30)
 
 
 void pl_engine_config_default(pl_engine_config *c) {
     memset(c, 0, sizeof *c);
     c->block_size = 16;
-    c->kv_cache_memory = 1ull << 30;
+    c->kv_cache_memory = 0; /* resolved at create: the fraction if set, else DEFAULT_KV_BYTES */
     c->preemption_mode = PL_PREEMPT_RECOMPUTE;
     c->max_num_seqs = 128;
     c->max_num_batched_tokens = 512;
@@ -76,6 +77,9 @@ static pl_status check_config(const pl_engine_config *c) {
                        "max-num-seqs (%d) and at most 1048576", c->max_num_batched_tokens,
                        c->max_num_seqs);
     if (c->max_model_len < 0) return pl_fail(PL_ERR_INVALID_ARG, "max-model-len is negative");
+    if (!(c->kv_cache_memory_fraction >= 0 && c->kv_cache_memory_fraction <= 1))
+        return pl_fail(PL_ERR_INVALID_ARG, "gpu-memory-utilization (the KV cache's fraction of "
+                       "available memory) must be in (0, 1], got %g", c->kv_cache_memory_fraction);
     if (c->preemption_mode == PL_PREEMPT_SWAP && c->swap_space == 0)
         return pl_fail(PL_ERR_INVALID_ARG, "preemption-mode swap needs --swap-space");
     if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS)
@@ -89,7 +93,49 @@ static pl_status check_config(const pl_engine_config *c) {
     return PL_OK;
 }
 
+/* MemAvailable of /proc/meminfo in bytes, or 0 when it cannot be read. */
+static uint64_t mem_available(void) {
+    const char *path = getenv("PAGELLM_MEMINFO"); /* tests point it at a fake file */
+    FILE *f = fopen(path ? path : "/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* The KV budget in bytes: given, or a fraction of the memory available after the weights (the
+ * weights are memory-mapped: their pages count as available until touched, so the whole file
+ * is taken off), or the default. */
+static pl_status resolve_kv_budget(pl_engine *e) {
+    pl_engine_config *c = &e->cfg;
+    if (c->kv_cache_memory) return PL_OK;
+    if (c->kv_cache_memory_fraction <= 0) {
+        c->kv_cache_memory = DEFAULT_KV_BYTES;
+        return PL_OK;
+    }
+    uint64_t avail = mem_available();
+    if (!avail)
+        return pl_fail(PL_ERR_IO, "gpu-memory-utilization: cannot read MemAvailable from "
+                       "/proc/meminfo; give the KV budget with --kv-cache-memory");
+    uint64_t weights = pl_gguf_file_size(e->model->file);
+    uint64_t rest = avail > weights ? avail - weights : 0;
+    c->kv_cache_memory = (uint64_t)((double)rest * c->kv_cache_memory_fraction);
+    PL_INFO("KV cache budget: %.1f MiB = %g x (%.1f MiB available - %.1f MiB of weights)",
+            (double)c->kv_cache_memory / (1 << 20), c->kv_cache_memory_fraction,
+            (double)avail / (1 << 20), (double)weights / (1 << 20));
+    if (!c->kv_cache_memory)
+        return pl_fail(PL_ERR_NOMEM, "gpu-memory-utilization %g: no memory is left for the KV "
+                       "cache (%.1f MiB available, %.1f MiB of weights)",
+                       c->kv_cache_memory_fraction, (double)avail / (1 << 20),
+                       (double)weights / (1 << 20));
+    return PL_OK;
+}
+
 static pl_status setup_kv(pl_engine *e) {
+    PL_TRY(resolve_kv_budget(e));
     const pl_model_hparams *hp = &e->model->hp;
     pl_kv_layout l = {
         .dtype = e->cfg.kv_cache_f32 ? PL_DT_F32 : PL_DT_F16, .block_size = e->cfg.block_size,
@@ -279,6 +325,12 @@ static pl_status check_params(const pl_engine *e, pl_request_params *p) {
         if (p->stop_token_ids[i] < 0 || p->stop_token_ids[i] >= e->model->hp.n_vocab)
             return pl_fail(PL_ERR_INVALID_ARG, "stop token id %d is out of range [0, %d)",
                            p->stop_token_ids[i], e->model->hp.n_vocab);
+    for (int32_t i = 0; i < p->sampling.n_logit_bias && p->sampling.logit_bias; i++)
+        if (p->sampling.logit_bias[i].id < 0 || p->sampling.logit_bias[i].id >= e->model->hp.n_vocab)
+            return pl_fail(PL_ERR_INVALID_ARG, "logit_bias: token id %d is out of range [0, %d)",
+                           p->sampling.logit_bias[i].id, e->model->hp.n_vocab);
+    if (p->use_beam_search && p->sampling.n_logit_bias)
+        return pl_fail(PL_ERR_INVALID_ARG, "logit_bias is not supported with beam search");
     if (p->use_beam_search) {
         /* Beam search is deterministic: the sampling parameters do not apply (as in vLLM,
          * which requires them neutral; pagellm simply ignores them). */
@@ -539,6 +591,10 @@ static pl_status step(pl_engine *e) {
         pl_group_finish(e, g, PL_FINISH_ERROR, msg);
     }
     if (s->n_items == 0) return PL_OK;
+    double now = pl_clock_now();
+    for (int32_t i = 0; i < s->n_items; i++) /* the end of its queueing (vLLM's scheduled_ts) */
+        if (s->items[i].seq->group->first_scheduled == 0)
+            s->items[i].seq->group->first_scheduled = now;
     sample_kv(e);
     pl_status st = e->steps + 1 == e->fail_step
                        ? pl_fail(PL_ERR_INTERNAL, "injected failure of step %llu (PAGELLM_FAIL_STEP)",
@@ -690,3 +746,4 @@ void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e) { return e->model->tok; }
 int32_t pl_engine_max_model_len(const pl_engine *e) { return e->max_model_len; }
 int32_t pl_engine_n_vocab(const pl_engine *e) { return e->model->hp.n_vocab; }
+const pl_engine_config *pl_engine_get_config(const pl_engine *e) { return &e->cfg; }

@@ -129,13 +129,14 @@ int pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t 
     return rc;
 }
 
-void pl_out_finish(pl_out_channel *c, const char *error, double arrival, double first_token,
-                   double finish_time) {
+void pl_out_finish(pl_out_channel *c, const char *error, double arrival, double first_scheduled,
+                   double first_token, double finish_time) {
     pthread_mutex_lock(&c->mu);
     c->finished = 1;
     if (c->lost && !c->error[0]) error = LOST;
     if (error && !c->error[0]) snprintf(c->error, sizeof c->error, "%s", error);
     c->arrival = arrival;
+    c->first_scheduled = first_scheduled;
     c->first_token = first_token;
     c->finish_time = finish_time;
     pthread_cond_broadcast(&c->cv);
@@ -218,6 +219,7 @@ pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out
     if (c->finished) {
         o->finished = 1;
         o->arrival_time = c->arrival;
+        o->first_scheduled_time = c->first_scheduled;
         o->first_token_time = c->first_token;
         o->finish_time = c->finish_time;
         c->taken_final = 1;

@@ -40,7 +40,7 @@ typedef struct pl_out_channel {
     pl_token_logprob *prompt_top;
     int prompt_ready, prompt_taken;
     int32_t n_output_tokens;
-    double arrival, first_token, finish_time;
+    double arrival, first_scheduled, first_token, finish_time;
 } pl_out_channel;
 
 pl_out_channel *pl_out_channel_create(uint64_t id, int32_t n_slots);
@@ -52,7 +52,8 @@ void pl_out_channel_unref(pl_out_channel *c);
 int pl_out_push(pl_out_channel *c, const pl_completion_delta *d, int32_t n_top);
 int pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t n_cached,
                        const pl_token_logprob *top, int32_t n_top);
-void pl_out_finish(pl_out_channel *c, const char *error, double arrival, double first_token,
+void pl_out_finish(pl_out_channel *c, const char *error, double arrival, double first_scheduled,
+                   double first_token,
                    double finish_time);
 int pl_out_released(pl_out_channel *c);
 /* The fallback path of an abort when out of memory: mark, and test, the channel. */

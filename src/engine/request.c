@@ -77,12 +77,12 @@ void pl_group_destroy(pl_seq_group *g) {
     free(g->seqs);
     free(g->beam_done);
     for (int32_t i = 0; g->stop_copy && i < g->params.n_stop; i++) free(g->stop_copy[i]);
-    PL_FREE_ALL(g->stop_copy, g->stop_ids_copy, g->prompt, g->prompt_top);
+    PL_FREE_ALL(g->stop_copy, g->stop_ids_copy, g->logit_bias_copy, g->prompt, g->prompt_top);
     if (g->chan) pl_out_channel_unref(g->chan);
     free(g);
 }
 
-/* Copy the caller's stop strings and ids into the group. */
+/* Copy the caller's stop strings, stop ids and logit_bias into the group. */
 pl_status pl_group_copy_stops(pl_seq_group *g) {
     pl_request_params *p = &g->params;
     if (p->n_stop) {
@@ -102,6 +102,13 @@ pl_status pl_group_copy_stops(pl_seq_group *g) {
         if (!g->stop_ids_copy) return pl_fail(PL_ERR_NOMEM, "out of memory");
         memcpy(g->stop_ids_copy, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int32_t));
         p->stop_token_ids = g->stop_ids_copy;
+    }
+    if (p->sampling.n_logit_bias) {
+        size_t bytes = (size_t)p->sampling.n_logit_bias * sizeof *g->logit_bias_copy;
+        g->logit_bias_copy = malloc(bytes);
+        if (!g->logit_bias_copy) return pl_fail(PL_ERR_NOMEM, "out of memory");
+        memcpy(g->logit_bias_copy, p->sampling.logit_bias, bytes);
+        p->sampling.logit_bias = g->logit_bias_copy;
     }
     return PL_OK;
 }

@@ -57,9 +57,11 @@ typedef struct pl_seq {
 
 struct pl_seq_group {
     uint64_t id;
-    pl_request_params params;   /* stop strings and stop ids point at copies owned here */
+    pl_request_params params;   /* stop strings, stop ids and logit_bias point at copies owned
+                                   here */
     char **stop_copy;
     int32_t *stop_ids_copy;
+    pl_logit_bias *logit_bias_copy;
     int32_t *prompt;            /* [n_prompt] */
     int32_t n_prompt;
     pl_seq **seqs;              /* [n_seqs] live and finished sequences */
@@ -74,6 +76,7 @@ struct pl_seq_group {
     pl_token_logprob *prompt_top; /* [n_prompt][n_top + 1] prompt logprobs, when asked */
     struct pl_out_channel *chan;
     double arrival, first_token, finished_at;
+    double first_scheduled;     /* first step that ran any of it (0: not yet) */
     uint64_t step_mark;         /* engine step in which it last sampled (dedup in decode) */
     /* Beam search: finished hypotheses (kept sorted by score). */
     pl_seq **beam_done;

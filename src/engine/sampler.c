@@ -24,6 +24,8 @@ void pl_sampling_params_default(pl_sampling_params *p) {
     p->repetition_penalty = 1.0f;
     p->presence_penalty = 0.0f;
     p->frequency_penalty = 0.0f;
+    p->logit_bias = NULL;
+    p->n_logit_bias = 0;
 }
 
 pl_status pl_sampling_params_validate(const pl_sampling_params *p) {
@@ -45,6 +47,19 @@ pl_status pl_sampling_params_validate(const pl_sampling_params *p) {
     if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
         return pl_fail(PL_ERR_INVALID_ARG, "frequency_penalty must be in [-2, 2], got %g",
                        p->frequency_penalty);
+    if (p->n_logit_bias < 0 || p->n_logit_bias > PL_MAX_LOGIT_BIAS)
+        return pl_fail(PL_ERR_INVALID_ARG, "logit_bias has %d entries, at most %d are allowed",
+                       p->n_logit_bias, PL_MAX_LOGIT_BIAS);
+    if (p->n_logit_bias && !p->logit_bias)
+        return pl_fail(PL_ERR_INVALID_ARG, "logit_bias: %d entries but no array", p->n_logit_bias);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        const pl_logit_bias *b = &p->logit_bias[i];
+        if (b->id < 0)
+            return pl_fail(PL_ERR_INVALID_ARG, "logit_bias: token id %d is negative", b->id);
+        if (!(b->bias >= -PL_LOGIT_BIAS_LIMIT && b->bias <= PL_LOGIT_BIAS_LIMIT))
+            return pl_fail(PL_ERR_INVALID_ARG, "logit_bias: the bias of token %d must be in "
+                           "[-100, 100], got %g", b->id, b->bias);
+    }
     return PL_OK;
 }
 
@@ -156,6 +171,9 @@ int32_t pl_sample(pl_sampler *s, const pl_sampling_params *p, float *logits,
                   const int32_t *prompt, int32_t n_prompt, const int32_t *output,
                   int32_t n_output, pl_rng *rng) {
     const int32_t n = s->n_vocab;
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id >= 0 && p->logit_bias[i].id < n)
+            logits[p->logit_bias[i].id] += p->logit_bias[i].bias;
     apply_penalties(s, p, logits, prompt, n_prompt, output, n_output);
     if (p->temperature <= 1e-5f) return argmax(logits, n);
 

@@ -1,6 +1,7 @@
 /* engine/sampler — choosing the next token of one sequence from its logits, and log-probabilities.
  *
- * Order (as vLLM): penalties on the raw logits (repetition: prompt and output tokens, a positive
+ * Order (as vLLM): logit_bias added to the raw logits (before everything, greedy included), then
+ * penalties (repetition: prompt and output tokens, a positive
  * logit divided by r and a negative one multiplied; presence and frequency: output tokens only),
  * then temperature, then the top-k, top-p and min-p masks, then a draw from the sequence's own
  * RNG. temperature == 0 is greedy (argmax after penalties; lowest id wins a tie). The RNG belongs

@@ -40,6 +40,7 @@ typedef struct {
     int32_t *n_ptop;               /* [n_eng] */
     pl_server_choice *ch;          /* [n_eng * n_per] */
     int64_t prompt_tokens;
+    int64_t cached_tokens;         /* prompt tokens the prefix cache held (finished requests) */
     char *error;                   /* the first engine error message */
     int nomem;                     /* out of memory building the answer: it ends with a 503 */
     const char *fail;              /* or it ends with this (static) internal error */
@@ -61,6 +62,7 @@ static void job_free(gen_job *j) {
         if (j->added && j->added[i] && !j->done[i]) {
             pl_engine_release(j->s->eng, j->ids[i]); /* client gone: abort, free its blocks */
             pl_srv_untrack(j->s, j->ids[i]);
+            pl_server_metrics_abort(&j->s->metrics, &j->req.params, (int32_t)j->n_prompt[i]);
         }
         if (j->prompt) free(j->prompt[i]);
         if (j->echo) free(j->echo[i]);
@@ -211,7 +213,8 @@ static int submit(gen_job *j, pl_server_error *err) {
             return pl_server_fail(err, 503, NULL, "queue_full",
                                   "the server is busy (%s); retry later", pl_last_error());
         if (st == PL_ERR_INVALID_ARG)
-            return pl_server_fail(err, 400, NULL, "invalid_value", "%s", pl_last_error());
+            return pl_server_fail(err, 400, pl_server_param_of(pl_last_error()), "invalid_value",
+                                  "%s", pl_last_error());
         if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
         if (st != PL_OK)
             return pl_server_fail(err, 500, NULL, "internal_error", "%s", pl_last_error());
@@ -246,9 +249,7 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
         goto fail;
     }
     if (j->req.model && strcmp(j->req.model, s->model_name)) {
-        pl_server_fail(err, 400, "model", "model_not_found",
-                       "The model `%s` does not exist (this server serves `%s`).", j->req.model,
-                       s->model_name);
+        pl_srv_model_not_found(s, j->req.model, "model", err);
         goto fail;
     }
     make_id(j->id, sizeof j->id, chat ? "chatcmpl-" : "cmpl-");
@@ -334,8 +335,9 @@ static void take_output(gen_job *j, int i, pl_request_output *o, int streaming) 
         j->done[i] = 1;
         pl_srv_untrack(j->s, j->ids[i]);
         j->prompt_tokens += (int64_t)j->n_prompt[i];
+        j->cached_tokens += o->n_cached_tokens;
         pl_finish_reason why = j->error ? PL_FINISH_ERROR : j->ch[i * j->n_per].finish;
-        pl_server_metrics_observe(&j->s->metrics, o, o->n_output_tokens, why);
+        pl_server_metrics_observe(&j->s->metrics, o, &j->req.params, why);
         if (streaming && j->error && !j->error_sent) {
             pl_server_error e;
             pl_server_fail(&e, 500, NULL, "internal_error", "%s", j->error);
@@ -508,10 +510,16 @@ static json_t *whole_response(gen_job *j) {
             if (!choice || json_array_append_new(choices, choice)) j->nomem = 1;
         }
     }
-    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
-                     j->req.chat ? "chat.completion" : "text_completion", "created",
-                     (json_int_t)j->rx.created, "model", j->rx.model, "choices", choices, "usage",
-                     pl_server_usage_json(j->prompt_tokens, completion_tokens(j)));
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
+                          j->req.chat ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)j->rx.created, "model", j->rx.model, "choices", choices,
+                          "usage", pl_server_usage_json(j->prompt_tokens, completion_tokens(j),
+                                                        j->cached_tokens));
+    /* vLLM puts a chat's prompt log-probabilities beside the choices (one prompt per chat). */
+    json_t *pl = j->req.chat ? prompt_logprobs_json(j, 0) : NULL;
+    if (pl && json_is_null(pl)) j->nomem = 1; /* out of memory building it */
+    else if (pl) set(j, o, "prompt_logprobs", pl);
+    return o;
 }
 
 /* ---- streaming ---- */
@@ -548,8 +556,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             if (j->req.include_usage) {
                 json_t *o = chunk_base(j);
                 set(j, o, "choices", json_array());
-                set(j, o, "usage",
-                                    pl_server_usage_json(j->prompt_tokens, completion_tokens(j)));
+                set(j, o, "usage", pl_server_usage_json(j->prompt_tokens, completion_tokens(j),
+                                                        j->cached_tokens));
                 out_event(j, o);
             }
             out_append(j, PL_SERVER_SSE_DONE, strlen(PL_SERVER_SSE_DONE));

@@ -1,9 +1,13 @@
-/* server/metrics — Prometheus text exposition with vLLM's metric names.
+/* server/metrics — Prometheus text exposition with vLLM's metric names, labels (model_name)
+ * and histogram buckets (vllm/v1/metrics/loggers.py).
  *
- * Gauges and counters come from pl_engine_get_stats at scrape time. The latency histograms are
- * the server's: each finished request the server polled to the end adds its time to first token,
- * its end-to-end latency, and its mean time per output token once per token after the first
- * (so the TPOT count equals vLLM's, which observes every inter-token gap).
+ * Gauges and counters come from pl_engine_get_stats at scrape time. The histograms are the
+ * server's: each finished request the server polled to the end adds its time to first token,
+ * its end-to-end latency, its mean time per output token once per token after the first (so the
+ * TPOT count equals vLLM's, which observes every inter-token gap), its queue, prefill, decode
+ * and inference times, its prompt and generation token counts and its n and max_tokens. The
+ * engine thread adds each step's token count (iteration_tokens_total). A request whose client
+ * went away counts as finished_reason "abort" (and in the n / max_tokens / prompt histograms).
  */
 #include "base/buf.h"
 #include "server/server.h"
@@ -18,8 +22,13 @@ static const double TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
                                      0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 static const double TPOT_BOUNDS[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                                      0.4,  0.5,   0.75, 1.0,   2.5, 5.0,  7.5, 10.0};
-static const double E2E_BOUNDS[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5,  5.0,  10.0,
-                                    15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0};
+/* vLLM's request_latency_buckets: e2e, queue, prefill, decode and inference times. */
+static const double E2E_BOUNDS[] = {0.3,  0.5,  0.8,   1.0,   1.5,   2.0,    2.5,
+                                    5.0,  10.0, 15.0,  20.0,  30.0,  40.0,   50.0,
+                                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+static const double ITER_BOUNDS[] = {1,   8,    16,   32,   64,   128,  256,
+                                     512, 1024, 2048, 4096, 8192, 16384};
+static const double N_BOUNDS[] = {1, 2, 5, 10, 20};
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -29,12 +38,35 @@ static void hist_init(pl_server_hist *h, const double *b, int n) {
     h->n_bounds = n;
 }
 
-void pl_server_metrics_init(pl_server_metrics *m) {
+void pl_server_metrics_init(pl_server_metrics *m, int32_t max_model_len) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
     hist_init(&m->ttft, TTFT_BOUNDS, N_OF(TTFT_BOUNDS));
     hist_init(&m->tpot, TPOT_BOUNDS, N_OF(TPOT_BOUNDS));
     hist_init(&m->e2e, E2E_BOUNDS, N_OF(E2E_BOUNDS));
+    hist_init(&m->queue, E2E_BOUNDS, N_OF(E2E_BOUNDS));
+    hist_init(&m->prefill, E2E_BOUNDS, N_OF(E2E_BOUNDS));
+    hist_init(&m->decode, E2E_BOUNDS, N_OF(E2E_BOUNDS));
+    hist_init(&m->inference, E2E_BOUNDS, N_OF(E2E_BOUNDS));
+    hist_init(&m->iteration_tokens, ITER_BOUNDS, N_OF(ITER_BOUNDS));
+    hist_init(&m->params_n, N_BOUNDS, N_OF(N_BOUNDS));
+    /* vLLM's build_1_2_5_buckets(max_model_len): 1, 2, 5, 10, 20, 50, ... up to the limit. */
+    int n = 0;
+    for (double mant = 1; n < PL_SERVER_HIST_MAX_BUCKETS - 1; mant *= 10) {
+        static const double F[] = {1, 2, 5};
+        int stop = 0;
+        for (int k = 0; k < 3 && n < PL_SERVER_HIST_MAX_BUCKETS - 1; k++) {
+            if (mant * F[k] > (max_model_len > 0 ? max_model_len : 1)) {
+                stop = 1;
+                break;
+            }
+            m->len_bounds[n++] = mant * F[k];
+        }
+        if (stop) break;
+    }
+    hist_init(&m->prompt_tokens, m->len_bounds, n);
+    hist_init(&m->generation_tokens, m->len_bounds, n);
+    hist_init(&m->params_max_tokens, m->len_bounds, n);
 }
 
 void pl_server_metrics_destroy(pl_server_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -49,10 +81,24 @@ void pl_server_hist_observe(pl_server_hist *h, double v, uint64_t times) {
     h->sum += v * (double)times;
 }
 
+/* b - a when both times are known and in order, else NaN (not observed). */
+static double span(double a, double b) { return a > 0 && b >= a ? b - a : NAN; }
+
 void pl_server_metrics_observe(pl_server_metrics *m, const pl_request_output *o,
-                               int32_t n_output_tokens, pl_finish_reason reason) {
+                               const pl_request_params *p, pl_finish_reason reason) {
+    int32_t n_output_tokens = o->n_output_tokens;
     pthread_mutex_lock(&m->mu);
     if ((int)reason >= 0 && (int)reason < N_OF(m->finished)) m->finished[reason]++;
+    pl_server_hist_observe(&m->prompt_tokens, o->n_prompt_tokens, 1);
+    pl_server_hist_observe(&m->generation_tokens, n_output_tokens, 1);
+    if (p) {
+        pl_server_hist_observe(&m->params_n, p->n, 1);
+        pl_server_hist_observe(&m->params_max_tokens, p->max_tokens, 1);
+    }
+    pl_server_hist_observe(&m->queue, span(o->arrival_time, o->first_scheduled_time), 1);
+    pl_server_hist_observe(&m->prefill, span(o->first_scheduled_time, o->first_token_time), 1);
+    pl_server_hist_observe(&m->decode, span(o->first_token_time, o->finish_time), 1);
+    pl_server_hist_observe(&m->inference, span(o->first_scheduled_time, o->finish_time), 1);
     if (o->arrival_time > 0 && o->finish_time >= o->arrival_time)
         pl_server_hist_observe(&m->e2e, o->finish_time - o->arrival_time, 1);
     if (o->arrival_time > 0 && o->first_token_time >= o->arrival_time) {
@@ -62,6 +108,25 @@ void pl_server_metrics_observe(pl_server_metrics *m, const pl_request_output *o,
                                    (o->finish_time - o->first_token_time) / (n_output_tokens - 1),
                                    (uint64_t)(n_output_tokens - 1));
     }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void pl_server_metrics_abort(pl_server_metrics *m, const pl_request_params *p,
+                             int32_t n_prompt_tokens) {
+    pthread_mutex_lock(&m->mu);
+    m->finished[PL_FINISH_ABORT]++;
+    pl_server_hist_observe(&m->prompt_tokens, n_prompt_tokens, 1);
+    if (p) {
+        pl_server_hist_observe(&m->params_n, p->n, 1);
+        pl_server_hist_observe(&m->params_max_tokens, p->max_tokens, 1);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void pl_server_metrics_iteration(pl_server_metrics *m, uint64_t tokens) {
+    if (!tokens) return;
+    pthread_mutex_lock(&m->mu);
+    pl_server_hist_observe(&m->iteration_tokens, (double)tokens, 1);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -86,7 +151,7 @@ static void hist(pl_strbuf *b, const char *name, const char *help, const char *l
 }
 
 char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
-                               const char *model_name) {
+                               const pl_engine_config *c, const char *model_name) {
     pl_strbuf b = {0};
     char labels[512];
     /* Label values escape backslash, quote and newline. */
@@ -111,6 +176,19 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
     metric(&b, "vllm:gpu_cache_usage_perc", "gauge",
            "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use).", labels,
            s->kv_usage);
+    metric(&b, "vllm:kv_cache_usage_perc", "gauge",
+           "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use).", labels,
+           s->kv_usage);
+    metric(&b, "vllm:cpu_cache_usage_perc", "gauge",
+           "Swap-pool usage (vLLM v0's CPU cache). 1 means 100 percent usage.", labels,
+           s->swap_total ? (double)s->swap_used / s->swap_total : 0.0);
+    metric(&b, "pagellm_kv_swap_blocks_total", "gauge", "KV blocks in the swap pool.", labels,
+           s->swap_total);
+    metric(&b, "pagellm_kv_swap_blocks_used", "gauge", "Swap-pool blocks holding swapped-out KV.",
+           labels, s->swap_used);
+    metric(&b, "pagellm_swap_out_total", "counter",
+           "Requests preempted by swapping their KV out to the swap pool.", labels,
+           (double)s->swaps_out);
     metric(&b, "pagellm_kv_cache_usage_perc", "gauge",
            "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use).", labels,
            s->kv_usage);
@@ -163,6 +241,35 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
          "Histogram of time per output token in seconds.", labels, &m->tpot);
     hist(&b, "vllm:e2e_request_latency_seconds",
          "Histogram of end to end request latency in seconds.", labels, &m->e2e);
+    hist(&b, "vllm:request_queue_time_seconds",
+         "Histogram of time spent in WAITING phase for request.", labels, &m->queue);
+    hist(&b, "vllm:request_prefill_time_seconds",
+         "Histogram of time spent in PREFILL phase for request.", labels, &m->prefill);
+    hist(&b, "vllm:request_decode_time_seconds",
+         "Histogram of time spent in DECODE phase for request.", labels, &m->decode);
+    hist(&b, "vllm:request_inference_time_seconds",
+         "Histogram of time spent in RUNNING phase for request.", labels, &m->inference);
+    hist(&b, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", labels,
+         &m->prompt_tokens);
+    hist(&b, "vllm:request_generation_tokens", "Number of generation tokens processed.", labels,
+         &m->generation_tokens);
+    hist(&b, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+         labels, &m->iteration_tokens);
+    hist(&b, "vllm:request_params_n", "Histogram of the n request parameter.", labels,
+         &m->params_n);
+    hist(&b, "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+         labels, &m->params_max_tokens);
     pthread_mutex_unlock(&m->mu);
+    if (c) /* an info metric: a gauge fixed at 1 whose labels are the cache configuration */
+        pl_strbuf_printf(&b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+                      "# TYPE vllm:cache_config_info gauge\n"
+                      "vllm:cache_config_info{block_size=\"%d\",cache_dtype=\"%s\","
+                      "enable_prefix_caching=\"%s\",gpu_memory_utilization=\"%g\","
+                      "kv_cache_memory_bytes=\"%llu\",num_cpu_blocks=\"%d\","
+                      "num_gpu_blocks=\"%d\",swap_space_bytes=\"%llu\",engine=\"0\"} 1\n",
+                  c->block_size, c->kv_cache_f32 ? "float32" : "float16",
+                  c->enable_prefix_caching ? "True" : "False", c->kv_cache_memory_fraction,
+                  (unsigned long long)c->kv_cache_memory, s->swap_total, s->blocks_total,
+                  (unsigned long long)c->swap_space);
     return pl_strbuf_take(&b);
 }

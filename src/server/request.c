@@ -1,19 +1,117 @@
 /* server/request — OpenAI / vLLM request JSON to pl_server_request, with validation.
  *
- * Every field is optional except the prompt (completions) or messages (chat); null means absent,
- * unknown fields are ignored (as vLLM). A field of the wrong type or out of range is a 400 whose
- * message and `param` name the field. Ranges follow OpenAI where it has one (temperature 0..2,
- * top_p (0, 1], penalties -2..2) and vLLM's SamplingParams elsewhere.
+ * Every field is optional except the prompt (completions) or messages (chat); null means absent.
+ * A field of the wrong type or out of range is a 400 whose message and `param` name the field.
+ * Ranges follow OpenAI where it has one (temperature 0..2, top_p (0, 1], penalties -2..2) and
+ * vLLM's SamplingParams elsewhere; the sampling ranges themselves are checked by the engine
+ * (pl_sampling_params_validate), this file only parses.
+ *
+ * Three kinds of field names: those parsed here; those recognised but not supported (suffix,
+ * function calling, tools, structured output: response_format other than text and vLLM's
+ * guided_*), which get a 400 "... is not supported" instead of a silently unconstrained answer;
+ * and unknown ones, ignored as OpenAI does and logged once per name at debug level.
  */
 #include "server/server.h"
 #include "base/buf.h"
 
+#include "base/log.h"
+
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { MAX_TOKENS_LIMIT = 1 << 24 };
+
+/* ---- field names: parsed, recognised but unsupported, unknown ---- */
+
+static const char *const PARSED[] = {
+    "model", "prompt", "messages", "add_generation_prompt", "temperature", "top_p", "min_p",
+    "top_k", "presence_penalty", "frequency_penalty", "repetition_penalty", "length_penalty", "n",
+    "best_of", "max_tokens", "max_completion_tokens", "min_tokens", "seed", "ignore_eos",
+    "skip_special_tokens", "include_stop_str_in_output", "use_beam_search", "early_stopping",
+    "add_special_tokens", "logit_bias", "stop", "stop_token_ids", "stream", "stream_options",
+    "logprobs", "top_logprobs", "echo", "prompt_logprobs", "user",
+    /* Accepted and meaningless here: only with tools, or only a hint for guided_*. */
+    "parallel_tool_calls", "guided_decoding_backend", "guided_whitespace_pattern",
+    /* Checked below: unsupported unless neutral. */
+    "suffix", "functions", "function_call", "tools", "tool_choice", "response_format",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
+};
+
+static int is_parsed(const char *key) {
+    for (size_t i = 0; i < sizeof PARSED / sizeof PARSED[0]; i++)
+        if (!strcmp(key, PARSED[i])) return 1;
+    return 0;
+}
+
+/* Names already logged (bounded: after LOGGED_MAX names nothing more is logged). */
+enum { LOGGED_MAX = 64, LOGGED_LEN = 64 };
+static char logged[LOGGED_MAX][LOGGED_LEN];
+static int n_logged;
+static pthread_mutex_t logged_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int pl_server_note_unknown_field(const char *key) {
+    char name[LOGGED_LEN];
+    snprintf(name, sizeof name, "%s", key);
+    int now = 0;
+    pthread_mutex_lock(&logged_mu);
+    int seen = 0;
+    for (int i = 0; i < n_logged && !seen; i++) seen = !strcmp(logged[i], name);
+    if (!seen && n_logged < LOGGED_MAX) {
+        memcpy(logged[n_logged++], name, sizeof name);
+        now = 1;
+    }
+    pthread_mutex_unlock(&logged_mu);
+    if (now) PL_DEBUG("request field '%s' is not known to pagellm: ignored (logged once)", name);
+    return now;
+}
+
+/* Recognised fields that pagellm does not implement: a 400 naming the field unless the value
+ * is absent, null, or the neutral value (tools: [], tool_choice: "none", response_format:
+ * {"type": "text"}). */
+static int check_unsupported(const json_t *o, pl_server_error *err) {
+    static const char *const ALWAYS[] = {"suffix", "functions", "function_call", "guided_json",
+                                         "guided_regex", "guided_choice", "guided_grammar",
+                                         "structured_outputs"};
+    for (size_t i = 0; i < sizeof ALWAYS / sizeof ALWAYS[0]; i++) {
+        json_t *v = json_object_get(o, ALWAYS[i]);
+        if (v && !json_is_null(v))
+            return pl_server_fail(err, 400, ALWAYS[i], "unsupported_parameter",
+                                  "'%s' is not supported by this server%s", ALWAYS[i],
+                                  !strncmp(ALWAYS[i], "guided_", 7) ||
+                                          !strcmp(ALWAYS[i], "structured_outputs")
+                                      ? " (structured output is not implemented yet)"
+                                      : "");
+    }
+    json_t *v = json_object_get(o, "tools");
+    if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+        return pl_server_fail(err, 400, "tools", "unsupported_parameter",
+                              "'tools' is not supported by this server (no tool calling)");
+    v = json_object_get(o, "tool_choice");
+    if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+        return pl_server_fail(err, 400, "tool_choice", "unsupported_parameter",
+                              "'tool_choice' is not supported by this server (no tool calling); "
+                              "only \"none\" is accepted");
+    v = json_object_get(o, "response_format");
+    if (v && !json_is_null(v)) {
+        json_t *t = json_object_get(v, "type");
+        if (!json_is_object(v) || !json_is_string(t))
+            return pl_server_fail(err, 400, "response_format", "invalid_type",
+                                  "'response_format' must be an object with a string 'type'");
+        if (strcmp(json_string_value(t), "text"))
+            return pl_server_fail(err, 400, "response_format", "unsupported_parameter",
+                                  "'response_format' of type '%.64s' is not supported by this "
+                                  "server (structured output is not implemented yet); only "
+                                  "{\"type\": \"text\"} is accepted", json_string_value(t));
+    }
+    const char *key;
+    json_object_foreach((json_t *)o, key, v) {
+        if (!is_parsed(key)) pl_server_note_unknown_field(key);
+    }
+    return 0;
+}
 
 /* ---- typed field readers: absent or null leaves *out unchanged and returns 0 ---- */
 
@@ -270,6 +368,38 @@ static int parse_stop(const json_t *o, pl_server_request *r, pl_server_error *er
     return 0;
 }
 
+/* logit_bias: {"<token id>": bias, ...} (OpenAI: keys are token ids as strings). The key's
+ * syntax is checked here; the count, the bias range (pl_sampling_params_validate) and the id
+ * range (pl_engine_add_request, which knows the vocabulary) by the engine. */
+static int parse_logit_bias(const json_t *o, pl_server_request *r, pl_server_error *err) {
+    json_t *lb = json_object_get(o, "logit_bias");
+    if (!lb || json_is_null(lb)) return 0;
+    if (!json_is_object(lb))
+        return pl_server_fail(err, 400, "logit_bias", "invalid_type",
+                              "'logit_bias' must be an object mapping token ids to biases");
+    size_t n = json_object_size(lb);
+    r->logit_bias = malloc((n ? n : 1) * sizeof *r->logit_bias);
+    const char *key;
+    json_t *v;
+    int32_t k = 0;
+    json_object_foreach(lb, key, v) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || key[0] == '+' || key[0] == ' ' || id < 0 || id > INT32_MAX)
+            return pl_server_fail(err, 400, "logit_bias", "invalid_value",
+                                  "'logit_bias': key '%.64s' is not a token id (a non-negative "
+                                  "integer)", key);
+        if (!json_is_number(v))
+            return pl_server_fail(err, 400, "logit_bias", "invalid_type",
+                                  "'logit_bias[\"%s\"]' must be a number", key);
+        double b = json_number_value(v); /* beyond float: +-inf, refused by the validation */
+        r->logit_bias[k++] = (pl_logit_bias){(int32_t)id, (float)b};
+    }
+    r->params.sampling.logit_bias = r->logit_bias;
+    r->params.sampling.n_logit_bias = k;
+    return 0;
+}
+
 static int parse_sampling(const json_t *o, pl_server_request *r, pl_server_error *err) {
     pl_request_params *p = &r->params;
     pl_sampling_params *s = &p->sampling;
@@ -364,10 +494,26 @@ static int parse_logprobs(const json_t *o, pl_server_request *r, int32_t max_lp,
     r->params.logprobs = r->logprobs;
     v = -1;
     if (get_int(o, "prompt_logprobs", 0, max_lp, &v, err)) return -1;
+    if (v >= 0 && r->stream) /* as vLLM: they would arrive with no chunk to carry them */
+        return pl_server_fail(err, 400, "prompt_logprobs", "invalid_value",
+                              "'prompt_logprobs' is not available when 'stream' is true");
     /* Echo with logprobs reports the prompt tokens' logprobs too (as vLLM). */
     if (r->echo && r->logprobs > v) v = r->logprobs;
     r->params.prompt_logprobs = (int32_t)v;
     return 0;
+}
+
+/* Engine messages start with the parameter they are about ("top_p must be ...", "logit_bias:
+ * ..."): that parameter, as a static string, when it is a request field. */
+const char *pl_server_param_of(const char *engine_message) {
+    static const char *const FIELDS[] = {
+        "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+        "frequency_penalty", "logit_bias", "max_tokens", "min_tokens", "best_of", "n",
+        "logprobs", "prompt_logprobs", "stop_token_ids", "length_penalty"};
+    size_t w = strspn(engine_message, "abcdefghijklmnopqrstuvwxyz_");
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++)
+        if (strlen(FIELDS[i]) == w && !strncmp(engine_message, FIELDS[i], w)) return FIELDS[i];
+    return NULL;
 }
 
 json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err) {
@@ -404,7 +550,7 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
     json_t *o = pl_server_parse_json(body, len, err);
     if (!o) return -1;
     int rc = -1;
-    if (get_string(o, "model", &r->model, err)) goto done;
+    if (get_string(o, "model", &r->model, err) || check_unsupported(o, err)) goto done;
     if (chat) {
         if (parse_messages(o, r, err) ||
             get_bool(o, "add_generation_prompt", &r->add_generation_prompt, err))
@@ -412,7 +558,8 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
     } else if (parse_prompt(o, r, err)) {
         goto done;
     }
-    if (parse_sampling(o, r, err) || parse_stop(o, r, err) || parse_stream(o, r, err) ||
+    if (parse_sampling(o, r, err) || parse_logit_bias(o, r, err) || parse_stop(o, r, err) ||
+        parse_stream(o, r, err) ||
         parse_logprobs(o, r, max_logprobs, err))
         goto done;
     json_t *user = json_object_get(o, "user");
@@ -421,7 +568,8 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
         goto done;
     }
     if (pl_sampling_params_validate(&r->params.sampling) != PL_OK) {
-        pl_server_fail(err, 400, NULL, "invalid_value", "%s", pl_last_error());
+        pl_server_fail(err, 400, pl_server_param_of(pl_last_error()), "invalid_value", "%s",
+                       pl_last_error());
         goto done;
     }
     rc = 0;
@@ -445,6 +593,7 @@ void pl_server_request_destroy(pl_server_request *r) {
     for (int i = 0; i < r->params.n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->stop_ids);
+    free(r->logit_bias);
     free(r->model);
     memset(r, 0, sizeof *r);
 }

@@ -190,7 +190,9 @@ json_t *pl_server_chunk_choice(const pl_server_resp_ctx *x, int k, const pl_comp
                      "finish_reason", fin, "stop_reason", stop);
 }
 
-json_t *pl_server_usage_json(int64_t prompt, int64_t completion) {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
-                     (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion));
+json_t *pl_server_usage_json(int64_t prompt, int64_t completion, int64_t cached) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
+                     "completion_tokens", (json_int_t)completion, "total_tokens",
+                     (json_int_t)(prompt + completion), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)cached);
 }

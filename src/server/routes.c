@@ -1,5 +1,5 @@
-/* server/routes — the small endpoints: /health, /version, /v1/models, /metrics, /tokenize,
- * /detokenize (vLLM's request and response shapes), and chat rendering. */
+/* server/routes — the small endpoints: /health, /version, /v1/models, /v1/models/{id}, /metrics,
+ * /tokenize, /detokenize (vLLM's request and response shapes), and chat rendering. */
 #include "server/server_internal.h"
 
 #include <stdlib.h>
@@ -15,13 +15,34 @@ enum MHD_Result pl_srv_version(pl_server *s, struct MHD_Connection *c, pl_conn_c
     return pl_srv_send_json(c, MHD_HTTP_OK, json_pack("{s:s}", "version", "0.1.0"));
 }
 
-enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    (void)x;
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s, s:n, s:i, s:[]}", "id", s->model_name,
+static json_t *model_json(pl_server *s) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:n, s:i, s:[]}", "id", s->model_name,
                           "object", "model", "created", (json_int_t)s->created, "owned_by",
                           "pagellm", "root", s->model_path, "parent", "max_model_len",
                           s->max_model_len, "permission");
-    return pl_srv_send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    (void)x;
+    return pl_srv_send_json(c, MHD_HTTP_OK,
+                            json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s)));
+}
+
+int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,
+                           pl_server_error *err) {
+    return pl_server_fail(err, 404, param, "model_not_found",
+                          "The model `%.200s` does not exist (this server serves `%.200s`).",
+                          name, s->model_name);
+}
+
+/* GET /v1/models/{id}: the model object, or 404 model_not_found. */
+enum MHD_Result pl_srv_model(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    if (strcmp(x->arg, s->model_name)) {
+        pl_server_error err;
+        pl_srv_model_not_found(s, x->arg, NULL, &err);
+        return pl_srv_send_error(c, &err);
+    }
+    return pl_srv_send_json(c, MHD_HTTP_OK, model_json(s));
 }
 
 enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
@@ -29,7 +50,8 @@ enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_c
     pl_engine_stats st;
     pl_engine_get_stats(s->eng, &st);
     return pl_srv_send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                            pl_server_metrics_render(&s->metrics, &st, s->model_name));
+                            pl_server_metrics_render(&s->metrics, &st, pl_engine_get_config(s->eng),
+                                                     s->model_name));
 }
 
 int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen, char **out,
@@ -52,9 +74,7 @@ static int check_model(pl_server *s, json_t *o, pl_server_error *err) {
     if (!json_is_string(m))
         return pl_server_fail(err, 400, "model", "invalid_type", "'model' must be a string");
     if (strcmp(json_string_value(m), s->model_name))
-        return pl_server_fail(err, 400, "model", "model_not_found",
-                              "The model `%s` does not exist (this server serves `%s`).",
-                              json_string_value(m), s->model_name);
+        return pl_srv_model_not_found(s, json_string_value(m), "model", err);
     return 0;
 }
 

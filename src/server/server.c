@@ -94,20 +94,23 @@ enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_erro
 
 typedef enum MHD_Result (*handler_fn)(pl_server *, struct MHD_Connection *, pl_conn_ctx *);
 
+/* `prefix`: the path is a prefix followed by a non-empty argument (x->arg). */
 static const struct {
     const char *method, *path;
     handler_fn fn;
+    int prefix;
 } ROUTES[] = {
-    {"GET", "/health", pl_srv_health},
-    {"GET", "/version", pl_srv_version},
-    {"GET", "/metrics", pl_srv_metrics},
-    {"GET", "/v1/models", pl_srv_models},
-    {"POST", "/tokenize", pl_srv_tokenize},
-    {"POST", "/detokenize", pl_srv_detokenize},
-    {"POST", "/v1/completions", pl_srv_completions},
-    {"POST", "/v1/chat/completions", pl_srv_chat},
-    {"POST", "/v1/chat/render", pl_srv_chat_render},
-    {"GET", "/v1/kv/blocks", pl_srv_kv_blocks},
+    {"GET", "/health", pl_srv_health, 0},
+    {"GET", "/version", pl_srv_version, 0},
+    {"GET", "/metrics", pl_srv_metrics, 0},
+    {"GET", "/v1/models", pl_srv_models, 0},
+    {"GET", "/v1/models/", pl_srv_model, 1},
+    {"POST", "/tokenize", pl_srv_tokenize, 0},
+    {"POST", "/detokenize", pl_srv_detokenize, 0},
+    {"POST", "/v1/completions", pl_srv_completions, 0},
+    {"POST", "/v1/chat/completions", pl_srv_chat, 0},
+    {"POST", "/v1/chat/render", pl_srv_chat_render, 0},
+    {"GET", "/v1/kv/blocks", pl_srv_kv_blocks, 0},
 };
 
 static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const char *url,
@@ -136,7 +139,11 @@ static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const ch
         return res;
     int path_known = 0;
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
-        if (strcmp(url, ROUTES[i].path)) continue;
+        size_t pl = strlen(ROUTES[i].path);
+        if (ROUTES[i].prefix ? strncmp(url, ROUTES[i].path, pl) || !url[pl]
+                             : strcmp(url, ROUTES[i].path))
+            continue;
+        x->arg = ROUTES[i].prefix ? url + pl : NULL;
         path_known = 1;
         if (!strcmp(method, ROUTES[i].method)) return ROUTES[i].fn(s, c, x);
     }
@@ -228,9 +235,16 @@ void pl_srv_untrack(pl_server *s, uint64_t id) {
 
 static void *engine_main(void *arg) {
     pl_server *s = arg;
+    pl_engine_stats st;
+    pl_engine_get_stats(s->eng, &st);
+    uint64_t tokens = st.prompt_tokens + st.generation_tokens; /* for iteration_tokens_total */
     while (!atomic_load(&s->engine_stop)) {
         if (pl_engine_has_work(s->eng)) {
             if (pl_engine_step(s->eng) != PL_OK) PL_ERROR("engine step: %s", pl_last_error());
+            pl_engine_get_stats(s->eng, &st);
+            uint64_t now = st.prompt_tokens + st.generation_tokens;
+            pl_server_metrics_iteration(&s->metrics, now - tokens);
+            tokens = now;
         } else {
             pl_engine_wait_for_work(s->eng, 100);
         }
@@ -273,7 +287,7 @@ pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server *
     s->eng = e;
     s->cfg = *cfg;
     pthread_mutex_init(&s->mu, NULL);
-    pl_server_metrics_init(&s->metrics);
+    pl_server_metrics_init(&s->metrics, pl_engine_max_model_len(e));
     s->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
     s->model_name = strdup(cfg->served_model_name);
     s->model_path = strdup(cfg->model_path);

@@ -106,6 +106,7 @@ typedef struct {
     pl_request_params params;        /* stop / stop_token_ids point into the fields below */
     char **stop;                     /* [params.n_stop] */
     int32_t *stop_ids;               /* [params.n_stop_token_ids] */
+    pl_logit_bias *logit_bias;       /* [params.sampling.n_logit_bias] */
     int max_tokens_given;            /* max_tokens was in the request (chat defaults to the rest
                                         of the context) */
     int stream, include_usage, echo;
@@ -113,11 +114,21 @@ typedef struct {
     int add_special_tokens;          /* completions (1), chat (0) */
 } pl_server_request;
 
-/* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Unknown fields
- * are ignored. On success free the request with pl_server_request_destroy. */
+/* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Recognised but
+ * unsupported fields (suffix, functions, function_call, tools, tool_choice other than "none",
+ * response_format other than {"type": "text"}, guided_*, structured_outputs) are a 400 naming
+ * the field with code "unsupported_parameter"; unknown fields are ignored (logged once each at
+ * debug level). On success free the request with pl_server_request_destroy. */
 int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
                             pl_server_request *r, pl_server_error *err);
 void pl_server_request_destroy(pl_server_request *r);
+
+/* Log an unknown request field's name at debug level, once per name per process (at most 64
+ * names). Returns 1 if it was logged now. */
+int pl_server_note_unknown_field(const char *key);
+
+/* The request field an engine validation message is about (its first word), or NULL. */
+const char *pl_server_param_of(const char *engine_message);
 
 /* Parse a body into a JSON object (400 for malformed JSON, invalid UTF-8, not an object). */
 json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err);
@@ -173,8 +184,9 @@ json_t *pl_server_chat_logprobs(const pl_server_resp_ctx *x, const int32_t *ids,
  * (pl_server_utf8_sanitize); *text_off advances over the completion logprobs' tokens. */
 json_t *pl_server_chunk_choice(const pl_server_resp_ctx *x, int k, const pl_completion_delta *d,
                                const char *prefix, size_t *text_off);
-/* {"prompt_tokens", "completion_tokens", "total_tokens"}. */
-json_t *pl_server_usage_json(int64_t prompt, int64_t completion);
+/* {"prompt_tokens", "completion_tokens", "total_tokens",
+ *  "prompt_tokens_details": {"cached_tokens"}} (cached: prompt tokens found in the prefix cache). */
+json_t *pl_server_usage_json(int64_t prompt, int64_t completion, int64_t cached);
 
 /* Every builder below returns NULL when out of memory. */
 
@@ -216,18 +228,34 @@ typedef struct {
 typedef struct {
     pthread_mutex_t mu;
     pl_server_hist ttft, tpot, e2e;  /* seconds */
-    uint64_t finished[5];            /* finished requests by pl_finish_reason */
+    pl_server_hist queue, prefill, decode, inference; /* seconds: arrival to first scheduled, to
+                                        first token, first token to finish, scheduled to finish */
+    pl_server_hist prompt_tokens, generation_tokens; /* per request (1-2-5 buckets) */
+    pl_server_hist params_n, params_max_tokens;      /* the request's n and max_tokens */
+    pl_server_hist iteration_tokens; /* tokens computed or generated per engine step */
+    double len_bounds[PL_SERVER_HIST_MAX_BUCKETS];   /* 1, 2, 5, 10, ... <= max_model_len */
+    uint64_t finished[5];            /* finished requests by pl_finish_reason (abort includes
+                                        requests released when their client went away) */
     uint64_t http_requests;          /* requests received */
 } pl_server_metrics;
 
-void pl_server_metrics_init(pl_server_metrics *m);
+/* max_model_len bounds the 1-2-5 buckets of the token-count histograms (as vLLM). The struct
+ * must not move after init (histograms point at len_bounds). */
+void pl_server_metrics_init(pl_server_metrics *m, int32_t max_model_len);
 void pl_server_metrics_destroy(pl_server_metrics *m);
-/* Record one finished request from its final output's times and token count. */
+/* Record one finished request: its final output (times, prompt and output token counts), its
+ * parameters (n, max_tokens) and why it finished. */
 void pl_server_metrics_observe(pl_server_metrics *m, const pl_request_output *final,
-                               int32_t n_output_tokens, pl_finish_reason reason);
+                               const pl_request_params *p, pl_finish_reason reason);
+/* Record a request released unfinished because its client went away: finished_reason abort. */
+void pl_server_metrics_abort(pl_server_metrics *m, const pl_request_params *p,
+                             int32_t n_prompt_tokens);
+/* Record one engine step that computed or generated `tokens` tokens. */
+void pl_server_metrics_iteration(pl_server_metrics *m, uint64_t tokens);
 void pl_server_hist_observe(pl_server_hist *h, double v, uint64_t times);
-/* Prometheus text exposition (format 0.0.4), malloc'ed. */
+/* Prometheus text exposition (format 0.0.4), malloc'ed. `c` (may be NULL) is the engine's
+ * configuration in effect, for vllm:cache_config_info. */
 char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
-                               const char *model_name);
+                               const pl_engine_config *c, const char *model_name);
 
 #endif

@@ -39,6 +39,7 @@ typedef struct {
     int too_large;                 /* the body exceeded max_request_bytes: discard, then 413 */
     int nomem;                     /* no memory for the body: discard, then 503 */
     size_t discarded;
+    const char *arg;               /* a prefix route's argument (the URL after the prefix) */
 } pl_conn_ctx;
 
 /* Responses. Each queues a response and returns MHD's result. */
@@ -51,6 +52,7 @@ enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_erro
 enum MHD_Result pl_srv_health(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_version(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_model(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
@@ -67,6 +69,10 @@ enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx 
 /* Render chat messages with the model's template into *out (malloc'ed). */
 int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen,
                        char **out, pl_server_error *err);
+
+/* 404 model_not_found, OpenAI's body, for a model name this server does not serve. */
+int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,
+                           pl_server_error *err);
 
 /* In-flight registry. */
 /* Registers an engine request so a stop can abort it; -1 when out of memory (the caller must

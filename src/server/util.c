@@ -28,6 +28,8 @@ int pl_server_fail(pl_server_error *e, int status, const char *param, const char
     va_end(ap);
     e->status = status;
     e->type = type_for_status(status);
+    /* OpenAI answers an unknown model with 404 and this type (and code model_not_found). */
+    if (code && !strcmp(code, "model_not_found")) e->type = "invalid_request_error";
     e->param = param;
     e->code = code;
     return -1;

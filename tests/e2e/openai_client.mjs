@@ -92,7 +92,42 @@ await step("chat stream n = 2 with logprobs", async () => {
   check("chat stream: 16 tokens with logprobs", lpTokens === 16, lpTokens);
 });
 
-async function expectError(what, status, fn, cls) {
+
+// logit_bias through the client: -100 on the greedy first token bans it, +100 forces a token at
+// every step (greedy or sampled); the ids come from the server's own /tokenize and /detokenize
+// (which drops the leading space SentencePiece puts on a first piece: compared trimmed).
+async function post(path, body) {
+  const r = await fetch(`${base}${path}`, { method: "POST", body: JSON.stringify(body),
+                                            headers: { "Content-Type": "application/json" } });
+  return r.json();
+}
+await step("logit_bias", async () => {
+  const t = await post("/tokenize", { prompt: "Once upon a time,", add_special_tokens: false });
+  const comma = t.tokens[t.tokens.length - 1];
+  const one = await post("/detokenize", { tokens: [comma] });
+  check("logit_bias: ',' is one token", one.prompt === ",", one);
+  const ban = await client.completions.create({ model: "stories", prompt: "Once upon a time",
+                                                max_tokens: 8, temperature: 0,
+                                                logit_bias: { [String(comma)]: -100 } });
+  check("logit_bias -100: the greedy ',' is banned", !ban.choices[0].text.includes(","),
+        ban.choices[0].text);
+  const want = await post("/detokenize", { tokens: [300, 300, 300, 300] });
+  for (const temperature of [0, 1]) {
+    const r = await client.completions.create({ model: "stories", prompt: "Once upon a time",
+                                                max_tokens: 4, temperature, seed: 5,
+                                                logit_bias: { "300": 100 } });
+    check(`logit_bias +100 forces token 300 (temperature ${temperature})`,
+          r.choices[0].text.trim() === want.prompt.trim(), [r.choices[0].text, want.prompt]);
+  }
+  const c = await client.chat.completions.create({
+    model: "stories", max_tokens: 3, temperature: 0, logit_bias: { "300": 100 },
+    messages: [{ role: "user", content: "Hello" }] });
+  const want3 = await post("/detokenize", { tokens: [300, 300, 300] });
+  check("chat logit_bias +100", c.choices[0].message.content.trim() === want3.prompt.trim(),
+        [c.choices[0].message.content, want3.prompt]);
+});
+
+async function expectError(what, status, fn, cls, param) {
   try {
     await fn();
     failed++;
@@ -101,17 +136,47 @@ async function expectError(what, status, fn, cls) {
     check(`${what}: status ${status}`, e.status === status, e.status);
     check(`${what}: ${cls.name}`, e instanceof cls, e.constructor.name);
     check(`${what}: message`, typeof e.message === "string" && e.error && e.error.message, e.error);
+    if (param !== undefined)
+      check(`${what}: param ${param} and named in the message`, e.error && e.error.param === param &&
+            e.error.message.includes(param), e.error);
   }
 }
 
-await expectError("unknown model", 400, () => client.completions.create(
-  { model: "nope", prompt: "x", max_tokens: 2 }), OpenAI.BadRequestError);
+await expectError("unknown model", 404, () => client.completions.create(
+  { model: "nope", prompt: "x", max_tokens: 2 }), OpenAI.NotFoundError, "model");
+await expectError("unknown model in /v1/models/{id}", 404, () => client.models.retrieve("nope"),
+  OpenAI.NotFoundError);
+await step("models.retrieve", async () => {
+  const m = await client.models.retrieve("stories");
+  check("models.retrieve: the model", m.id === "stories" && m.object === "model", m);
+});
 await expectError("temperature out of range", 400, () => client.completions.create(
   { model: "stories", prompt: "x", temperature: 7 }), OpenAI.BadRequestError);
 await expectError("empty messages", 400, () => client.chat.completions.create(
   { model: "stories", messages: [] }), OpenAI.BadRequestError);
 await expectError("prompt too long", 400, () => client.completions.create(
   { model: "stories", prompt: Array(3000).fill(5), max_tokens: 2 }), OpenAI.BadRequestError);
+await expectError("logit_bias out of range", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", logit_bias: { "5": 101 } }), OpenAI.BadRequestError, "logit_bias");
+await expectError("logit_bias token id beyond the vocabulary", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", logit_bias: { "100000": 1 } }), OpenAI.BadRequestError, "logit_bias");
+await expectError("logit_bias key not an id", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", logit_bias: { "abc": 1 } }), OpenAI.BadRequestError, "logit_bias");
+await expectError("suffix is not supported", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", suffix: "y", max_tokens: 2 }), OpenAI.BadRequestError, "suffix");
+await expectError("tools are not supported", 400, () => client.chat.completions.create(
+  { model: "stories", messages: [{ role: "user", content: "x" }],
+    tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
+  OpenAI.BadRequestError, "tools");
+await expectError("response_format json_object is not supported yet", 400,
+  () => client.chat.completions.create({ model: "stories", response_format: { type: "json_object" },
+                                         messages: [{ role: "user", content: "x" }] }),
+  OpenAI.BadRequestError, "response_format");
+await step("response_format text is accepted", async () => {
+  const r = await client.chat.completions.create({ model: "stories", max_tokens: 2,
+    response_format: { type: "text" }, messages: [{ role: "user", content: "x" }] });
+  check("response_format text: answered", r.choices.length === 1, r);
+});
 const bad = new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 });
 await expectError("wrong API key", 401, () => bad.models.list(), OpenAI.AuthenticationError);
 

@@ -222,8 +222,8 @@ for cut in 10 100 1000 50000 1000000; do
 done
 python3 "$HERE/gguf_patch.py" "$M" "$tmp/arch.gguf" arch gpt9x
 one_line "unknown architecture" "architecture 'gpt9x'" "$PL_BINARY" generate -m "$tmp/arch.gguf" -p x
-python3 "$HERE/gguf_patch.py" "$Q" "$tmp/type.gguf" type blk.0.attn_q.weight 23
-one_line "unsupported tensor type" "blk.0.attn_q.weight.*iq4_xs" "$PL_BINARY" generate -m "$tmp/type.gguf" -p x
+python3 "$HERE/gguf_patch.py" "$Q" "$tmp/type.gguf" type blk.0.attn_q.weight 16
+one_line "unsupported tensor type" "blk.0.attn_q.weight.*iq2_xxs" "$PL_BINARY" generate -m "$tmp/type.gguf" -p x
 python3 "$HERE/gguf_patch.py" "$M" "$tmp/drop.gguf" drop blk.3.ffn_up.weight
 one_line "missing tensor" "missing tensor 'blk.3.ffn_up.weight'" "$PL_BINARY" generate -m "$tmp/drop.gguf" -p x
 

@@ -33,7 +33,7 @@ http POST /v1/completions -H 'Content-Type: application/json' \
     -d '{"model": "stories", "prompt": "Once upon a time", "max_tokens": 48, "temperature": 0}'
 check "reference: 200" test "$STATUS" = 200
 check "reference text" test "$(json_get 'j["choices"][0]["text"]')" = "$REF"
-check "reference: shape" test "$(json_get 'j["object"] == "text_completion" and j["id"].startswith("cmpl-") and j["model"] == "stories" and j["choices"][0]["finish_reason"] == "length" and j["usage"] == {"prompt_tokens": 5, "completion_tokens": 48, "total_tokens": 53}')" = True
+check "reference: shape" test "$(json_get 'j["object"] == "text_completion" and j["id"].startswith("cmpl-") and j["model"] == "stories" and j["choices"][0]["finish_reason"] == "length" and j["usage"] == {"prompt_tokens": 5, "completion_tokens": 48, "total_tokens": 53, "prompt_tokens_details": {"cached_tokens": 0}}')" = True
 
 http POST /v1/completions -d "{\"prompt\": $IDS, \"max_tokens\": 48, \"temperature\": 0}"
 check "prompt as token ids" test "$(json_get 'j["choices"][0]["text"]')" = "$REF"
@@ -169,7 +169,7 @@ expect_error 400 max_tokens "max_tokens = 0" POST $C -d '{"prompt": "x", "max_to
 expect_error 400 temperature "temperature = 3" POST $C -d '{"prompt": "x", "temperature": 3}'
 expect_error 400 top_p "top_p = 0" POST $C -d '{"prompt": "x", "top_p": 0}'
 expect_error 400 logprobs "logprobs = 50" POST $C -d '{"prompt": "x", "logprobs": 50}'
-expect_error 400 model "unknown model" POST $C -d '{"prompt": "x", "model": "gpt-9"}'
+expect_error 404 model "unknown model" POST $C -d '{"prompt": "x", "model": "gpt-9"}'
 expect_error 400 prompt "token id out of range" POST $C -d '{"prompt": [1, 99999]}'
 LONG=$(python3 -c 'print([5] * 3000)')
 expect_error 400 prompt "prompt longer than the model" POST $C -d "{\"prompt\": $LONG}"
@@ -237,7 +237,19 @@ for kv in vllm:num_requests_running=0 vllm:num_requests_waiting=0 vllm:num_reque
           vllm:time_per_output_token_seconds_count=14 vllm:e2e_request_latency_seconds_count=2 \
           'vllm:time_to_first_token_seconds_bucket{model_name="stories",le="+Inf"}=2' \
           'vllm:request_success_total{model_name="stories",finished_reason="length"}=2' \
-          'vllm:request_success_total{model_name="stories",finished_reason="stop"}=0'; do
+          'vllm:request_success_total{model_name="stories",finished_reason="stop"}=0' \
+          'vllm:request_success_total{model_name="stories",finished_reason="abort"}=0' \
+          vllm:kv_cache_usage_perc=0 vllm:cpu_cache_usage_perc=0 pagellm_swap_out_total=0 \
+          vllm:request_prompt_tokens_count=2 vllm:request_prompt_tokens_sum=80 \
+          'vllm:request_prompt_tokens_bucket{model_name="stories",le="20"}=0' \
+          'vllm:request_prompt_tokens_bucket{model_name="stories",le="50"}=2' \
+          vllm:request_generation_tokens_sum=16 vllm:request_params_n_count=2 \
+          'vllm:request_params_n_bucket{model_name="stories",le="1"}=2' \
+          vllm:request_params_max_tokens_sum=16 \
+          vllm:iteration_tokens_total_count=16 vllm:iteration_tokens_total_sum=64 \
+          'vllm:iteration_tokens_total_bucket{model_name="stories",le="32"}=15' \
+          vllm:request_queue_time_seconds_count=2 vllm:request_prefill_time_seconds_count=2 \
+          vllm:request_decode_time_seconds_count=2 vllm:request_inference_time_seconds_count=2; do
     metric_is "$TMP/metrics_idle" "${kv%=*}" "${kv##*=}"
 done
 # While the stream runs, one sequence holds n = 2 + g - 1 tokens (prompt + g generated, the last

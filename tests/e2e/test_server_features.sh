@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end: documented server features the other server tests do not reach: the API key on
 # every route that needs it (and on none that does not), --max-logprobs, --no-prefix-caching,
+# OpenAI details (/v1/models/{id}, model_not_found, cached_tokens, chat prompt_logprobs),
 # --host ::1, and the mid-stream error event. Servers run with --threads 1 (fastest on a busy
 # machine; the whole file takes a few seconds).
 set -u
@@ -67,6 +68,7 @@ P40=$(python3 -c 'print(list(range(10, 50)))')
 for i in 1 2; do
     http POST /v1/completions -d "{\"prompt\": $P40, \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}"
     check "no prefix caching: request $i 200" test "$STATUS" = 200
+    check "no prefix caching: request $i has cached_tokens 0" test "$(json_get 'j["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0
     texts[$i]=$(json_get 'j["choices"][0]["text"]')
 done
 check "no prefix caching: same answer twice" test -n "${texts[1]}" -a "${texts[1]}" = "${texts[2]}"
@@ -76,6 +78,48 @@ for line in 'vllm:prefix_cache_hits_total{model_name="stories"} 0' \
             'vllm:prompt_tokens_total{model_name="stories"} 80'; do
     if grep -qxF -- "$line" "$TMP/body"; then ok; else bad "no prefix caching: want '$line', got '$(grep -F -- "${line% *} " "$TMP/body")'"; fi
 done
+stop_server
+
+# ---- OpenAI details: /v1/models/{id}, 404 model_not_found, cached_tokens, chat prompt_logprobs ----
+start_server --threads 1
+http GET /v1/models/stories
+check "/v1/models/stories: 200 (got $STATUS)" test "$STATUS" = 200
+check "/v1/models/stories: the model object" test "$(json_get 'j["id"] == "stories" and j["object"] == "model" and j["max_model_len"] > 0')" = True
+http GET /v1/models/gpt-9
+check "/v1/models/gpt-9: 404 (got $STATUS)" test "$STATUS" = 404
+check "/v1/models/gpt-9: OpenAI's error body" test "$(json_get 'j["error"]["code"] == "model_not_found" and j["error"]["type"] == "invalid_request_error" and "gpt-9" in j["error"]["message"]')" = True
+for path in /v1/completions /v1/chat/completions; do
+    http POST $path -d '{"model": "gpt-9", "prompt": "x", "messages": [{"role": "user", "content": "x"}]}'
+    check "$path unknown model: 404 (got $STATUS)" test "$STATUS" = 404
+    check "$path unknown model: model_not_found naming model" test "$(json_get 'j["error"]["code"] == "model_not_found" and j["error"]["param"] == "model"')" = True
+done
+P40=$(python3 -c 'print(list(range(10, 50)))')
+for i in 1 2; do
+    http POST /v1/completions -d "{\"prompt\": $P40, \"max_tokens\": 4, \"temperature\": 0}"
+    cached[$i]=$(json_get 'j["usage"]["prompt_tokens_details"]["cached_tokens"]')
+done
+check "cached_tokens: 0 the first time (got ${cached[1]})" test "${cached[1]}" = 0
+check "cached_tokens: 2 full blocks the second time (got ${cached[2]})" test "${cached[2]}" = 32
+curl -sN --max-time 60 "$BASE/v1/completions" -d "{\"prompt\": $P40, \"max_tokens\": 2, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" >"$TMP/sse_usage"
+check "cached_tokens in the streamed usage" grep -q '"prompt_tokens_details": *{"cached_tokens": *32}' "$TMP/sse_usage"
+http POST /v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 2, "prompt_logprobs": 2}'
+check "chat prompt_logprobs: 200 (got $STATUS)" test "$STATUS" = 200
+check "chat prompt_logprobs: one entry per prompt token, the first null" test "$(json_get 'len(j["prompt_logprobs"]) == j["usage"]["prompt_tokens"] and j["prompt_logprobs"][0] is None and all(2 <= len(d) <= 3 and all("logprob" in v and "decoded_token" in v for v in d.values()) for d in j["prompt_logprobs"][1:])')" = True
+http POST /v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}'
+check "chat without prompt_logprobs: no field" test "$(json_get '"prompt_logprobs" in j')" = False
+http POST /v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}], "stream": true, "prompt_logprobs": 1}'
+check "stream with prompt_logprobs: 400 naming it (got $STATUS)" test "$STATUS $(json_get 'j["error"]["param"]')" = "400 prompt_logprobs"
+# A client that goes away mid-stream counts as finished_reason "abort" (a soak test found it
+# counted nowhere); the cache configuration is an info gauge.
+curl -sN --max-time 0.5 "$BASE/v1/completions" -d '{"prompt": "Once", "max_tokens": 2000, "ignore_eos": true, "stream": true}' >/dev/null 2>&1
+ABORT='vllm:request_success_total{model_name="stories",finished_reason="abort"} 1'
+for _ in $(seq 1 50); do
+    http GET /metrics
+    grep -qxF -- "$ABORT" "$TMP/body" && break
+    sleep 0.1
+done
+check "disconnected stream counted as abort" grep -qxF -- "$ABORT" "$TMP/body"
+check "vllm:cache_config_info" grep -q '^vllm:cache_config_info{block_size="16",cache_dtype="float16",enable_prefix_caching="True",.*} 1$' "$TMP/body"
 stop_server
 
 # ---- --host ::1 (IPv6 literal): the printed URL is http://[::1]:PORT and it serves ----

@@ -170,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                               tj, "logprobs", lp, "finish_reason", pl_server_finish_json(choice.finish),
                               "stop_reason",
                               pl_server_stop_reason_json(choice.finish, choice.stop_token, choice.stop_str),
-                              "usage", pl_server_usage_json(3, choice.n));
+                              "usage", pl_server_usage_json(3, choice.n, 0));
         if (!o) abort();
         char *ev = pl_server_sse_event(o);
         json_decref(o);

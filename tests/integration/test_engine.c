@@ -537,6 +537,74 @@ static void test_thread_count_invariance(void **state) {
     }
 }
 
+/* logit_bias (OpenAI semantics): added to the raw logits before anything else, greedy included.
+ * -100 on the greedy token of every step bans it; +100 on a token forces it at every step;
+ * a bias on a token id outside the vocabulary or out of [-100, 100] is refused naming logit_bias,
+ * and the caller's array is copied at add (the caller may free it at once). */
+static void test_logit_bias(void **state) {
+    (void)state;
+    pl_engine *e = make_engine(64 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    pl_request_params p;
+    greedy_params(&p, 8);
+    uint64_t id;
+    static result plain, banned, forced;
+    memset(&plain, 0, sizeof plain);
+    memset(&banned, 0, sizeof banned);
+    memset(&forced, 0, sizeof forced);
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_OK);
+    run_all(e, &id, &plain, 1);
+    assert_int_equal(plain.n_ids[0], 8);
+
+    /* Ban every token the unbiased greedy run chose. */
+    pl_logit_bias *ban = malloc(8 * sizeof *ban);
+    for (int i = 0; i < 8; i++) ban[i] = (pl_logit_bias){plain.ids[0][i], -100.0f};
+    p.sampling.logit_bias = ban;
+    p.sampling.n_logit_bias = 8;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_OK);
+    memset(ban, 0xff, 8 * sizeof *ban); /* copied at add: the engine must not read this */
+    free(ban);
+    run_all(e, &id, &banned, 1);
+    assert_int_equal(banned.n_ids[0], 8);
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 8; k++) assert_int_not_equal(banned.ids[0][i], plain.ids[0][k]);
+
+    /* Force a token that greedy never picks here. */
+    const int32_t want = 300;
+    pl_logit_bias force = {want, 100.0f};
+    p.sampling.logit_bias = &force;
+    p.sampling.n_logit_bias = 1;
+    p.sampling.temperature = 1.0f; /* sampling too, not only greedy */
+    p.has_seed = 1;
+    p.seed = 7;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_OK);
+    run_all(e, &id, &forced, 1);
+    assert_int_equal(forced.n_ids[0], 8);
+    for (int i = 0; i < 8; i++) assert_int_equal(forced.ids[0][i], want);
+
+    /* Refusals name logit_bias. */
+    pl_logit_bias bad = {pl_engine_n_vocab(e), 1.0f};
+    p.sampling.logit_bias = &bad;
+    assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "logit_bias"));
+    bad = (pl_logit_bias){5, 100.5f};
+    assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "logit_bias"));
+    bad = (pl_logit_bias){5, NAN};
+    assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    bad = (pl_logit_bias){-1, 1};
+    assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    p.sampling.n_logit_bias = PL_MAX_LOGIT_BIAS + 1;
+    assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    p.sampling.n_logit_bias = 1;
+    bad = (pl_logit_bias){5, 1};
+    p.use_beam_search = 1;
+    p.best_of = 2;
+    assert_int_equal(pl_engine_add_request(e, "x", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "logit_bias"));
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_text),
@@ -551,6 +619,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_mixed_methods_in_one_batch),
         cmocka_unit_test(test_thread_count_invariance),
+        cmocka_unit_test(test_logit_bias),
     };
     if (getenv("PL_TEST_FILTER")) cmocka_set_test_filter(getenv("PL_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);

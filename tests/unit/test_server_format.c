@@ -172,14 +172,31 @@ static void test_logprobs_real_tokenizer(void **state) {
 static void test_metrics_text(void **state) {
     (void)state;
     pl_server_metrics m;
-    pl_server_metrics_init(&m);
-    pl_request_output o = {.arrival_time = 100.0, .first_token_time = 100.05,
-                           .finish_time = 101.05};
-    pl_server_metrics_observe(&m, &o, 11, PL_FINISH_LENGTH);
+    pl_server_metrics_init(&m, 2048);
+    pl_request_output o = {.arrival_time = 100.0, .first_scheduled_time = 100.02,
+                           .first_token_time = 100.05, .finish_time = 101.05,
+                           .n_prompt_tokens = 40, .n_output_tokens = 11};
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.n = 3;
+    p.best_of = 3;
+    p.max_tokens = 11;
+    pl_server_metrics_observe(&m, &o, &p, PL_FINISH_LENGTH);
+    p.n = 1;
+    p.max_tokens = 2000;
+    pl_server_metrics_abort(&m, &p, 7); /* a client that went away */
+    pl_server_metrics_iteration(&m, 41);
+    pl_server_metrics_iteration(&m, 1);
+    pl_server_metrics_iteration(&m, 0); /* a step that ran nothing: not observed */
     pl_engine_stats s = {.running = 2, .waiting = 1, .kv_usage = 0.25, .prefix_queries = 40,
                          .prefix_hits = 16, .preemptions = 3, .prompt_tokens = 50,
-                         .generation_tokens = 70};
-    char *t = pl_server_metrics_render(&m, &s, "sto\"ries");
+                         .generation_tokens = 70, .swap_total = 8, .swap_used = 2,
+                         .swaps_out = 5, .blocks_total = 100};
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.kv_cache_memory = 1 << 20;
+    c.kv_cache_memory_fraction = 0.5;
+    char *t = pl_server_metrics_render(&m, &s, &c, "sto\"ries");
     const char *want[] = {
         "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"sto\\\"ries\"} 2\n",
         "vllm:num_requests_waiting{model_name=\"sto\\\"ries\"} 1\n",
@@ -204,7 +221,51 @@ static void test_metrics_text(void **state) {
         "vllm:e2e_request_latency_seconds_bucket{model_name=\"sto\\\"ries\",le=\"1\"} 0\n",
         "vllm:e2e_request_latency_seconds_bucket{model_name=\"sto\\\"ries\",le=\"1.5\"} 1\n",
         "vllm:e2e_request_latency_seconds_bucket{model_name=\"sto\\\"ries\",le=\"+Inf\"} 1\n",
+        "vllm:e2e_request_latency_seconds_bucket{model_name=\"sto\\\"ries\",le=\"7680\"} 1\n",
+        "vllm:kv_cache_usage_perc{model_name=\"sto\\\"ries\"} 0.25\n",
+        "vllm:cpu_cache_usage_perc{model_name=\"sto\\\"ries\"} 0.25\n",
+        "pagellm_kv_swap_blocks_total{model_name=\"sto\\\"ries\"} 8\n",
+        "pagellm_kv_swap_blocks_used{model_name=\"sto\\\"ries\"} 2\n",
+        "# TYPE pagellm_swap_out_total counter\npagellm_swap_out_total{model_name=\"sto\\\"ries\"} 5\n",
+        "vllm:request_success_total{model_name=\"sto\\\"ries\",finished_reason=\"abort\"} 1\n",
+        /* queue 0.02 s, prefill 0.03 s, decode 1 s, inference 1.03 s (vLLM's latency buckets) */
+        "vllm:request_queue_time_seconds_bucket{model_name=\"sto\\\"ries\",le=\"0.3\"} 1\n",
+        "vllm:request_prefill_time_seconds_bucket{model_name=\"sto\\\"ries\",le=\"0.3\"} 1\n",
+        "vllm:request_decode_time_seconds_bucket{model_name=\"sto\\\"ries\",le=\"0.8\"} 0\n",
+        "vllm:request_decode_time_seconds_bucket{model_name=\"sto\\\"ries\",le=\"1\"} 1\n",
+        "vllm:request_inference_time_seconds_bucket{model_name=\"sto\\\"ries\",le=\"1\"} 0\n",
+        "vllm:request_inference_time_seconds_bucket{model_name=\"sto\\\"ries\",le=\"1.5\"} 1\n",
+        "vllm:request_inference_time_seconds_count{model_name=\"sto\\\"ries\"} 1\n",
+        /* prompt tokens 40 and 7 (the aborted one) in 1-2-5 buckets up to 2048 */
+        "vllm:request_prompt_tokens_bucket{model_name=\"sto\\\"ries\",le=\"5\"} 0\n",
+        "vllm:request_prompt_tokens_bucket{model_name=\"sto\\\"ries\",le=\"10\"} 1\n",
+        "vllm:request_prompt_tokens_bucket{model_name=\"sto\\\"ries\",le=\"50\"} 2\n",
+        "vllm:request_prompt_tokens_bucket{model_name=\"sto\\\"ries\",le=\"2000\"} 2\n",
+        "vllm:request_prompt_tokens_sum{model_name=\"sto\\\"ries\"} 47\n",
+        "vllm:request_generation_tokens_bucket{model_name=\"sto\\\"ries\",le=\"10\"} 0\n",
+        "vllm:request_generation_tokens_bucket{model_name=\"sto\\\"ries\",le=\"20\"} 1\n",
+        "vllm:request_generation_tokens_count{model_name=\"sto\\\"ries\"} 1\n",
+        "vllm:iteration_tokens_total_bucket{model_name=\"sto\\\"ries\",le=\"1\"} 1\n",
+        "vllm:iteration_tokens_total_bucket{model_name=\"sto\\\"ries\",le=\"32\"} 1\n",
+        "vllm:iteration_tokens_total_bucket{model_name=\"sto\\\"ries\",le=\"64\"} 2\n",
+        "vllm:iteration_tokens_total_sum{model_name=\"sto\\\"ries\"} 42\n",
+        "vllm:iteration_tokens_total_bucket{model_name=\"sto\\\"ries\",le=\"16384\"} 2\n",
+        "vllm:request_params_n_bucket{model_name=\"sto\\\"ries\",le=\"1\"} 1\n",
+        "vllm:request_params_n_bucket{model_name=\"sto\\\"ries\",le=\"2\"} 1\n",
+        "vllm:request_params_n_bucket{model_name=\"sto\\\"ries\",le=\"5\"} 2\n",
+        "vllm:request_params_n_bucket{model_name=\"sto\\\"ries\",le=\"20\"} 2\n",
+        "vllm:request_params_max_tokens_bucket{model_name=\"sto\\\"ries\",le=\"20\"} 1\n",
+        "vllm:request_params_max_tokens_bucket{model_name=\"sto\\\"ries\",le=\"1000\"} 1\n",
+        "vllm:request_params_max_tokens_bucket{model_name=\"sto\\\"ries\",le=\"2000\"} 2\n",
+        "vllm:request_params_max_tokens_sum{model_name=\"sto\\\"ries\"} 2011\n",
+        "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\","
+        "cache_dtype=\"float16\",enable_prefix_caching=\"True\",gpu_memory_utilization=\"0.5\","
+        "kv_cache_memory_bytes=\"1048576\",num_cpu_blocks=\"8\",num_gpu_blocks=\"100\","
+        "swap_space_bytes=\"0\",engine=\"0\"} 1\n",
     };
+    /* 1-2-5 buckets stop at max_model_len 2048: no 5000 bucket. */
+    if (strstr(t, "vllm:request_prompt_tokens_bucket{model_name=\"sto\\\"ries\",le=\"5000\"}"))
+        fail_msg("a 1-2-5 bucket beyond max_model_len");
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(t, want[i])) fail_msg("metrics text lacks: %s", want[i]);
     free(t);

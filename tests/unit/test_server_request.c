@@ -82,7 +82,7 @@ static void test_all_fields(void **state) {
         "\"frequency_penalty\": -0.5, \"stream\": true, \"stream_options\": {\"include_usage\": "
         "true}, \"user\": \"u\", \"top_k\": 5, \"min_p\": 0.1, \"repetition_penalty\": 1.2, "
         "\"ignore_eos\": true, \"min_tokens\": 4, \"use_beam_search\": false, "
-        "\"length_penalty\": 0.8, \"prompt_logprobs\": 1, \"skip_special_tokens\": false, "
+        "\"length_penalty\": 0.8, \"skip_special_tokens\": false, "
         "\"include_stop_str_in_output\": true, \"stop_token_ids\": [2, 3]}";
     assert_int_equal(parse(body, 0, &r, &e), 0);
     assert_string_equal(r.model, "m");
@@ -203,12 +203,92 @@ static void test_refusals(void **state) {
            "\"top_logprobs\": 50}", 1, "top_logprobs", NULL);
 }
 
+/* logit_bias: {"id": bias}; the key's syntax here, the ranges by pl_sampling_params_validate,
+ * every refusal naming logit_bias. */
+static void test_logit_bias(void **state) {
+    (void)state;
+    pl_server_request r;
+    pl_server_error e;
+    assert_int_equal(parse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -100, \"300\": 42.5}}", 0,
+                           &r, &e), 0);
+    assert_int_equal(r.params.sampling.n_logit_bias, 2);
+    assert_ptr_equal(r.params.sampling.logit_bias, r.logit_bias);
+    int seen = 0;
+    for (int i = 0; i < 2; i++) {
+        const pl_logit_bias *b = &r.params.sampling.logit_bias[i];
+        if (b->id == 5 && b->bias == -100.0f) seen |= 1;
+        if (b->id == 300 && b->bias == 42.5f) seen |= 2;
+    }
+    assert_int_equal(seen, 3);
+    pl_server_request_destroy(&r);
+    assert_int_equal(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                           "\"logit_bias\": {}}", 1, &r, &e), 0);
+    assert_int_equal(r.params.sampling.n_logit_bias, 0);
+    pl_server_request_destroy(&r);
+    assert_int_equal(parse("{\"prompt\": \"x\", \"logit_bias\": null}", 0, &r, &e), 0);
+    pl_server_request_destroy(&r);
+    refuse("{\"prompt\": \"x\", \"logit_bias\": [1]}", 0, "logit_bias", "object");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", 0, "logit_bias", "'abc'");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"-3\": 1}}", 0, "logit_bias", "'-3'");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"\": 1}}", 0, "logit_bias", "token id");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"12x\": 1}}", 0, "logit_bias", "'12x'");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"99999999999\": 1}}", 0, "logit_bias", NULL);
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": \"1\"}}", 0, "logit_bias", "number");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": 100.5}}", 0, "logit_bias", "[-100, 100]");
+    refuse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -1e300}}", 0, "logit_bias", "[-100, 100]");
+}
+
+/* Recognised but unsupported fields are a 400 naming them ("not supported"); their neutral
+ * values pass; unknown fields pass and are noted once. */
+static void test_unsupported_fields(void **state) {
+    (void)state;
+    static const char *const FIELDS[] = {"suffix", "functions", "function_call", "guided_json",
+                                         "guided_regex", "guided_choice", "guided_grammar",
+                                         "structured_outputs", "tools", "tool_choice"};
+    char body[256];
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\": \"x\", \"%s\": [{\"a\": 1}]}", FIELDS[i]);
+        refuse(body, 0, FIELDS[i], "not supported");
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                                    "\"%s\": \"auto\"}", FIELDS[i]);
+        refuse(body, 1, FIELDS[i], "not supported");
+    }
+    refuse("{\"prompt\": \"x\", \"suffix\": \"\"}", 0, "suffix", "'suffix' is not supported");
+    refuse("{\"prompt\": \"x\", \"stream\": true, \"prompt_logprobs\": 1}", 0, "prompt_logprobs",
+           "stream");
+    refuse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}", 0,
+           "response_format", "not supported");
+    refuse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
+           "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\", \"schema\": {}}}}", 1,
+           "response_format", "'json_schema' is not supported");
+    refuse("{\"prompt\": \"x\", \"response_format\": \"text\"}", 0, "response_format", "object");
+    pl_server_request r;
+    pl_server_error e;
+    static const char *const OK[] = {
+        "{\"prompt\": \"x\", \"suffix\": null, \"tools\": null, \"functions\": null}",
+        "{\"prompt\": \"x\", \"tools\": [], \"tool_choice\": \"none\"}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}",
+        "{\"prompt\": \"x\", \"guided_json\": null, \"guided_decoding_backend\": \"xgrammar\"}",
+        "{\"prompt\": \"x\", \"frobnicate_17\": {\"deep\": [1, 2]}, \"service_tier\": \"auto\"}",
+    };
+    for (size_t i = 0; i < sizeof OK / sizeof OK[0]; i++) {
+        if (parse(OK[i], 0, &r, &e)) fail_msg("refused %s: %s", OK[i], e.message);
+        pl_server_request_destroy(&r);
+    }
+    /* Logged while parsing above: not again. A new name once. */
+    assert_int_equal(pl_server_note_unknown_field("frobnicate_17"), 0);
+    assert_int_equal(pl_server_note_unknown_field("unheard_of_17"), 1);
+    assert_int_equal(pl_server_note_unknown_field("unheard_of_17"), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompt_forms),
         cmocka_unit_test(test_all_fields),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_unsupported_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
