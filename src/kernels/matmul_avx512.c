@@ -33,7 +33,7 @@ AI __m512 lanes_of_two_f16(const __m512i idx, const uint8_t *pa, const uint8_t *
 }
 
 AI __m512 lanes_of_two(const __m512i idx, const float *d) {
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)d))));
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d))));
 }
 
 AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512(), v, 0); }

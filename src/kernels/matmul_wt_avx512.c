@@ -51,7 +51,7 @@ AI __m512 lanes_of_two_f16(const __m512i idx, const uint8_t *pa, const uint8_t *
 }
 
 AI __m512 lanes_of_two(const __m512i idx, const float *d) {
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)d))));
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d))));
 }
 
 /* The unsigned weight bytes of one block (element order). */
@@ -119,7 +119,8 @@ AI void b32_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                 mw[r] = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h[0] | ((uint32_t)h[1] << 16))));
             }
             UNROLL for (int b = 0; b < NB; b++) {
-                __m128 sx = _mm_castpd_ps(_mm_load_sd((const double *)((const float *)(a + b * as + cols) + nblk + k)));
+                __m128 sx = _mm_castsi128_ps(_mm_loadl_epi64(
+                    (const __m128i *)((const float *)(a + b * as + cols) + nblk + k))); /* unaligned */
                 UNROLL for (int r = 0; r < NR; r++) accm[r][b] = _mm_fmadd_ps(mw[r], sx, accm[r][b]);
             }
         }
