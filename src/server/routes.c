@@ -223,8 +223,10 @@ enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_co
     int rc = pl_srv_render_chat(s, r.messages, r.n_messages, add_gen, &text, &err);
     pl_server_request_destroy(&r);
     if (rc) goto fail;
-    if (pl_tokenize(s->tok, text, strlen(text), 0, 1, &ids, &n) != PL_OK) {
-        pl_server_fail(&err, 400, "messages", "invalid_value", "%s", pl_last_error());
+    pl_status st = pl_tokenize(s->tok, text, strlen(text), 0, 1, &ids, &n);
+    if (st != PL_OK) {
+        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
+        else pl_server_fail(&err, 400, "messages", "invalid_value", "%s", pl_last_error());
         goto fail;
     }
     free(ids);
