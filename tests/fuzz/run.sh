@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz (clang, ASan + UBSan, in build-fuzz/) and runs each
-# for SECONDS (default 30): first the committed regression inputs of tests/fuzz/regressions/<name>/
-# are replayed, then the target fuzzes from its seed corpus tests/fuzz/corpus/<name>/ (plus
-# inputs made at run time from $PL_SHARED_DIR) into a scratch corpus build-fuzz/fuzz/<name>/corpus.
+# for SECONDS (default 30), one target per core at a time: first the committed regression inputs
+# of tests/fuzz/regressions/<name>/ are replayed, then the target fuzzes from its seed corpus
+# tests/fuzz/corpus/<name>/ (plus inputs made at run time from $PL_SHARED_DIR) into a scratch
+# corpus build-fuzz/fuzz/<name>/corpus.
 # Prints each target's executions and ends with one line "N passed, N failed". A crash fails its
 # target; the log build-fuzz/fuzz/<name>.log and the crashing input's path are printed.
 # After fixing a crash, commit its input as tests/fuzz/regressions/<name>/<what-it-was> so that
@@ -66,18 +67,16 @@ max_len() {
   esac
 }
 
-passed=0; failed=0
 export PL_SHARED_DIR="$shared"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-for t in $targets; do
-  bin="$build/fuzz_$t"
-  dir="$build/fuzz/$t"
-  log="$build/fuzz/$t.log"
+# One target: replay its regressions, fuzz it, print its line and write ok/failed to $dir/result.
+run_target() {
+  local t=$1 bin="$build/fuzz_$1" dir="$build/fuzz/$1" log="$build/fuzz/$1.log" ok=1 execs crash
+  local regs corpora
   rm -rf "$dir"
   mkdir -p "$dir/corpus" "$dir/artifacts"
   : >"$log"
-  ok=1
   # Regressions: every committed crashing input must now run clean.
   regs=(tests/fuzz/regressions/"$t"/*)
   if [ -e "${regs[0]}" ]; then
@@ -94,14 +93,31 @@ for t in $targets; do
   fi
   execs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
   if [ "$ok" = 1 ]; then
-    passed=$((passed + 1))
     echo "fuzz_$t: ok, ${execs:-?} executions in ${secs}s"
+    echo ok >"$dir/result"
   else
-    failed=$((failed + 1))
     echo "fuzz_$t: FAILED after ${execs:-?} executions; log $log"
     grep -E 'ERROR: (AddressSanitizer|UndefinedBehaviorSanitizer|libFuzzer)|runtime error|SUMMARY' "$log" | head -5
     crash=$(grep -Eo '(Test unit written to|artifact_prefix=[^;]*; Test unit written to) [^ ]+' "$log" | awk '{print $NF}' | tail -1)
     [ -n "$crash" ] && echo "fuzz_$t: crashing input: $crash"
+    echo failed >"$dir/result"
+  fi
+}
+
+# One target per core at a time (each libFuzzer process is single-threaded), so the wall time is
+# about SECONDS x targets / cores while every target still fuzzes for SECONDS.
+jobs_max=${PL_FUZZ_JOBS:-$(nproc)}
+for t in $targets; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+  run_target "$t" &
+done
+wait
+passed=0; failed=0
+for t in $targets; do
+  if [ "$(cat "$build/fuzz/$t/result" 2>/dev/null)" = ok ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
   fi
 done
 echo "$passed passed, $failed failed"
