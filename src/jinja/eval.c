@@ -283,6 +283,10 @@ static jj_val binop(jj_ctx *c, int op, jj_val a, jj_val b) {
         for (size_t i = 0; i < b.u.l->n; i++) jj_list_push(c, l, b.u.l->v[i]);
         return jj_listv(l);
     }
+    if (op == OP_MOD && a.t == JT_STR) {
+        if (b.t == JT_LIST && b.u.l->tuple) return jj_format(c, a, b.u.l->v, (int)b.u.l->n);
+        return jj_format(c, a, &b, 1);
+    }
     if (op == OP_MUL && (a.t == JT_STR || a.t == JT_LIST) && (b.t == JT_INT || b.t == JT_BOOL))
         return repeat(c, a, ival(b));
     if (op == OP_MUL && (b.t == JT_STR || b.t == JT_LIST) && (a.t == JT_INT || a.t == JT_BOOL))

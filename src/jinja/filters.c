@@ -4,19 +4,20 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum {
     F_ABS, F_ATTR, F_CAPITALIZE, F_CENTER, F_COUNT, F_DEFAULT, F_D, F_DICTSORT, F_ESCAPE, F_E,
-    F_FORCEESCAPE, F_FIRST, F_FLOAT, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST,
+    F_FORCEESCAPE, F_FIRST, F_FLOAT, F_FORMAT, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST,
     F_LOWER, F_MAP, F_MAX, F_MIN, F_PPRINT, F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE,
     F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM,
     F_UNIQUE, F_UPPER, F_WORDCOUNT,
 };
 static const char *const filter_names[] = {
     "abs", "attr", "capitalize", "center", "count", "default", "d", "dictsort", "escape", "e",
-    "forceescape", "first", "float", "indent", "int", "items", "join", "last", "length", "list",
+    "forceescape", "first", "float", "format", "indent", "int", "items", "join", "last", "length", "list",
     "lower", "map", "max", "min", "pprint", "reject", "rejectattr", "replace", "reverse",
     "round", "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim",
     "unique", "upper", "wordcount", NULL,
@@ -186,6 +187,53 @@ static jj_val select_items(jj_ctx *c, jj_val seq, const jj_args *a, int by_attr,
     return jj_listv(out);
 }
 
+/* Python's printf-style str % args: %s %r %d %i %x %f %e %g %%, with flags, width, precision. */
+jj_val jj_format(jj_ctx *c, jj_val fmt, const jj_val *args, int nargs) {
+    jj_val f = jj_to_str(c, fmt);
+    jj_buf b = {0};
+    jj_buf_put(c, &b, "", 0);
+    int k = 0;
+    for (const char *p = f.u.s->p, *e = p + f.u.s->len; p < e; p++) {
+        if (*p != '%') { jj_buf_put(c, &b, p, 1); continue; }
+        char spec[32] = "%";
+        size_t sl = 1;
+        p++;
+        while (p < e && strchr("-+ #0123456789.", *p) && sl < 20) spec[sl++] = *p++;
+        if (p >= e) jj_fail(c, "line %d: incomplete format", c->line);
+        if (*p == '%') { jj_buf_put(c, &b, "%", 1); continue; }
+        if (k >= nargs) jj_fail(c, "line %d: not enough arguments for format string", c->line);
+        jj_val v = args[k++];
+        char tmp[512];
+        if (*p == 's' || *p == 'r') {
+            jj_buf sb = {0};
+            jj_buf_put(c, &sb, "", 0);
+            if (*p == 's') jj_write_str(c, &sb, v);
+            else jj_write_repr(c, &sb, v);
+            if (sl == 1) { jj_buf_put(c, &b, sb.p, sb.len); continue; }
+            spec[sl++] = 's';
+            spec[sl] = '\0';
+            snprintf(tmp, sizeof tmp, spec, sb.p);
+        } else if (strchr("dixX", *p)) {
+            if (v.t != JT_INT && v.t != JT_BOOL && v.t != JT_FLOAT)
+                jj_fail(c, "line %d: %%%c format: a real number is required, not %s", c->line, *p, jj_type_name(v));
+            long long x = v.t == JT_INT ? v.u.i : v.t == JT_BOOL ? v.u.b : (long long)v.u.f;
+            spec[sl++] = 'l'; spec[sl++] = 'l'; spec[sl++] = *p == 'i' ? 'd' : *p;
+            spec[sl] = '\0';
+            snprintf(tmp, sizeof tmp, spec, x);
+        } else if (strchr("feEgG", *p)) {
+            if (v.t != JT_INT && v.t != JT_BOOL && v.t != JT_FLOAT)
+                jj_fail(c, "line %d: %%%c format: a real number is required, not %s", c->line, *p, jj_type_name(v));
+            double x = v.t == JT_FLOAT ? v.u.f : v.t == JT_INT ? (double)v.u.i : v.u.b;
+            spec[sl++] = *p;
+            spec[sl] = '\0';
+            snprintf(tmp, sizeof tmp, spec, x);
+        } else jj_fail(c, "line %d: unsupported format character '%c'", c->line, *p);
+        jj_buf_puts(c, &b, tmp);
+    }
+    if (k < nargs) jj_fail(c, "line %d: not all arguments converted during string formatting", c->line);
+    return jj_buf_val(c, &b);
+}
+
 static jj_val title(jj_ctx *c, jj_val s) {
     jj_val r = jj_strv(c, s.u.s->p, s.u.s->len);
     int start = 1;
@@ -308,6 +356,7 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a) {
         }
         return dv;
     }
+    case F_FORMAT: return jj_format(c, v, a->pos, a->npos);
     case F_INDENT: return indent(c, jj_to_str(c, v), a);
     case F_ITEMS: {
         if (v.t == JT_UNDEF) return jj_listv(jj_newlist(c, 0));

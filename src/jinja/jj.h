@@ -199,6 +199,8 @@ int jj_filter_find(const char *name);
 int jj_test_find(const char *name);
 jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a);
 int jj_test_apply(jj_ctx *c, int tid, jj_val v, const jj_args *a);
+/* fmt % args, Python's printf-style formatting. */
+jj_val jj_format(jj_ctx *c, jj_val fmt, const jj_val *args, int nargs);
 /* Argument `i` by position or keyword `name`, or NULL. */
 const jj_val *jj_arg(const jj_args *a, int i, const char *name);
 jj_val jj_call_method(jj_ctx *c, jj_val self, const char *name, const jj_args *a);

@@ -340,7 +340,7 @@ static void write_float(jj_ctx *c, jj_buf *b, double f) {
     char out[80];
     int o = 0;
     if (neg) out[o++] = '-';
-    if (e >= -5 && e < 16) {
+    if (e >= -4 && e < 16) {
         if (e < 0) {
             out[o++] = '0';
             out[o++] = '.';

@@ -54,14 +54,26 @@ enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_c
                                                      s->model_name));
 }
 
+/* The template's context, as transformers builds it: messages, add_generation_prompt and the
+ * special tokens' texts ("" when the vocabulary has none). */
 int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen, char **out,
                        pl_server_error *err) {
-    pl_chat_message *msgs = calloc((size_t)(n ? n : 1), sizeof *msgs);
-    if (!msgs) return pl_server_nomem(err);
-    for (int i = 0; i < n; i++) msgs[i] = (pl_chat_message){m[i].role, m[i].content};
-    pl_status st = pl_chat_apply(s->chat_format, msgs, (size_t)n, add_gen, s->bos_text,
-                                 s->eos_text, out);
-    free(msgs);
+    *out = NULL;
+    json_t *msgs = json_array(), *ctx = json_object();
+    int bad = !msgs || !ctx;
+    for (int i = 0; i < n && !bad; i++)
+        bad = json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", m[i].role, "content",
+                                                    m[i].content)) != 0;
+    bad = bad || json_object_set(ctx, "messages", msgs) ||
+          json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_gen)) ||
+          json_object_set_new(ctx, "bos_token", json_string(s->bos_text ? s->bos_text : "")) ||
+          json_object_set_new(ctx, "eos_token", json_string(s->eos_text ? s->eos_text : ""));
+    char *text = bad ? NULL : json_dumps(ctx, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(msgs);
+    json_decref(ctx);
+    if (!text) return pl_server_nomem(err);
+    pl_status st = pl_chat_template_render(s->chat, text, strlen(text), out);
+    free(text);
     if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
     if (st != PL_OK)
         return pl_server_fail(err, 400, "messages", "invalid_value", "%s", pl_last_error());
@@ -203,7 +215,8 @@ fail:
 }
 
 /* POST /v1/chat/render: {"messages", "add_generation_prompt"?} -> {"prompt": the text the chat
- * template produced, "count": its tokens, "template": the format's name}. What a chat request
+ * template produced, "count": its tokens, "template": where the template came from ("gguf",
+ * the --chat-template file, "chatml")}. What a chat request
  * with these messages would feed the model (the web UI shows it). */
 enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     pl_server_error err;
@@ -235,7 +248,7 @@ enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_co
     free(text);
     json_decref(o);
     json_t *res = json_pack("{s:s%, s:I, s:s}", "prompt", clean, len, "count", (json_int_t)n,
-                            "template", pl_chat_format_name(s->chat_format));
+                            "template", pl_chat_template_origin(s->chat));
     free(clean);
     return pl_srv_send_json(c, MHD_HTTP_OK, res);
 fail:

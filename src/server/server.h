@@ -41,6 +41,7 @@ typedef struct {
     double shutdown_grace;         /* seconds in-flight requests may finish on stop (10) */
     int32_t max_logprobs;          /* bound of logprobs / top_logprobs / prompt_logprobs (20; 0 = none allowed) */
     int no_webui;                  /* 1: no web page (GET / and its assets answer 404) */
+    const char *chat_template_path; /* Jinja file to use instead of the GGUF's template, or NULL */
 } pl_server_config;
 
 void pl_server_config_default(pl_server_config *c);

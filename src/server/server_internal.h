@@ -21,7 +21,7 @@ struct pl_server {
     atomic_int hard_stop;          /* stop waiting on the engine: answer at once */
     pl_server_metrics metrics;
     const pl_tokenizer *tok;
-    pl_chat_format chat_format;    /* from the GGUF's tokenizer.chat_template */
+    pl_chat_template *chat;        /* --chat-template FILE, the GGUF's, or ChatML */
     char *bos_text, *eos_text;     /* for chat templates (NULL if the vocab has none) */
     int32_t max_model_len, n_vocab;
     int64_t created;               /* unix seconds at start */
