@@ -107,6 +107,7 @@ static inline jj_val jj_listv(jj_list *l) { jj_val v = {JT_LIST, {.l = l}}; retu
 static inline jj_val jj_dictv(jj_dict *d) { jj_val v = {JT_DICT, {.d = d}}; return v; }
 
 void jj_buf_put(jj_ctx *c, jj_buf *b, const char *p, size_t n);
+void jj_put_utf8(jj_ctx *c, jj_buf *b, unsigned codepoint);
 static inline void jj_buf_puts(jj_ctx *c, jj_buf *b, const char *s) {
     size_t n = 0;
     while (s[n]) n++;

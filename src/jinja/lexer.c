@@ -62,21 +62,6 @@ static int is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch =
 static int is_name0(char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_'; }
 static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
 
-static void put_u(jj_ctx *c, jj_buf *b, unsigned u) {
-    char t[4];
-    size_t n;
-    if (u < 0x80) { t[0] = (char)u; n = 1; }
-    else if (u < 0x800) { t[0] = (char)(0xC0 | (u >> 6)); t[1] = (char)(0x80 | (u & 0x3F)); n = 2; }
-    else if (u < 0x10000) {
-        t[0] = (char)(0xE0 | (u >> 12)); t[1] = (char)(0x80 | ((u >> 6) & 0x3F));
-        t[2] = (char)(0x80 | (u & 0x3F)); n = 3;
-    } else {
-        t[0] = (char)(0xF0 | (u >> 18)); t[1] = (char)(0x80 | ((u >> 12) & 0x3F));
-        t[2] = (char)(0x80 | ((u >> 6) & 0x3F)); t[3] = (char)(0x80 | (u & 0x3F)); n = 4;
-    }
-    jj_buf_put(c, b, t, n);
-}
-
 static int hexval(char h) {
     if (h >= '0' && h <= '9') return h - '0';
     if (h >= 'a' && h <= 'f') return h - 'a' + 10;
@@ -100,7 +85,7 @@ static void decode_string(lx *L, const char *p, size_t n, jj_token *tk) {
             int k = 0;
             while (k < 3 && i < n && p[i] >= '0' && p[i] <= '7') { u = u * 8 + (unsigned)(p[i] - '0'); i++; k++; }
             i--;
-            put_u(L->c, &b, u);
+            jj_put_utf8(L->c, &b, u);
             continue;
         }
         int digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
@@ -115,7 +100,7 @@ static void decode_string(lx *L, const char *p, size_t n, jj_token *tk) {
             }
             if (u > 0x10FFFF) jj_fail(L->c, "line %d: illegal Unicode character in a string", L->line);
             i += (size_t)digits;
-            put_u(L->c, &b, u);
+            jj_put_utf8(L->c, &b, u);
             continue;
         }
         jj_buf_put(L->c, &b, p + i - 1, 2);

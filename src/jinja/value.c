@@ -556,7 +556,7 @@ static void jp_ws(jp *j) {
     while (j->p < j->e && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
 }
 
-static void put_utf8(jj_ctx *c, jj_buf *b, unsigned u) {
+void jj_put_utf8(jj_ctx *c, jj_buf *b, unsigned u) {
     char t[4];
     size_t n;
     if (u < 0x80) { t[0] = (char)u; n = 1; }
@@ -605,9 +605,9 @@ static jj_val jp_string(jp *j) {
             j->p += 2;
             unsigned lo = jp_hex4(j);
             if (lo >= 0xDC00 && lo < 0xE000) u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-            else { put_utf8(j->c, &b, u); u = lo; }
+            else { jj_put_utf8(j->c, &b, u); u = lo; }
         }
-        put_utf8(j->c, &b, u);
+        jj_put_utf8(j->c, &b, u);
     }
     return jj_buf_val(j->c, &b);
 }
