@@ -123,6 +123,8 @@ jj_val jj_getitem(jj_ctx *c, jj_val obj, jj_val key) {
     if (obj.t == JT_DICT || obj.t == JT_NS) {
         jj_val *v = jj_dict_getv(obj.u.d, key);
         if (v) return *v;
+    } else if (obj.t == JT_LIST && obj.u.l->tuple == JL_GEN) {
+        return jj_undef_why(c, "'generator' object is not subscriptable");
     } else if ((obj.t == JT_LIST || obj.t == JT_STR) && (key.t == JT_INT || key.t == JT_BOOL)) {
         int64_t i = key.t == JT_INT ? key.u.i : key.u.b;
         size_t n = obj.t == JT_LIST ? obj.u.l->n : jj_utf8_count(obj.u.s->p, obj.u.s->len);
@@ -150,7 +152,7 @@ static int64_t slice_idx(jj_ctx *c, jj_val v, int64_t dflt) {
 
 static jj_val do_slice(jj_ctx *c, jj_val obj, jj_val s0, jj_val s1, jj_val s2) {
     jj_check_undefined(c, obj);
-    if (obj.t != JT_LIST && obj.t != JT_STR)
+    if ((obj.t != JT_LIST && obj.t != JT_STR) || (obj.t == JT_LIST && obj.u.l->tuple == JL_GEN))
         jj_fail(c, "line %d: '%s' object is not subscriptable", c->line, jj_type_name(obj));
     int64_t n = obj.t == JT_LIST ? (int64_t)obj.u.l->n : (int64_t)jj_utf8_count(obj.u.s->p, obj.u.s->len);
     int64_t step = slice_idx(c, s2, 1);
@@ -208,6 +210,8 @@ static jj_val repeat(jj_ctx *c, jj_val seq, int64_t k) {
         for (int64_t i = 0; i < k; i++) jj_buf_put(c, &b, seq.u.s->p, seq.u.s->len);
         return jj_buf_val(c, &b);
     }
+    if (seq.u.l->tuple == JL_GEN)
+        jj_fail(c, "line %d: unsupported operand type(s) for *: 'generator' and 'int'", c->line);
     if ((uint64_t)k * seq.u.l->n > 10000000)
         jj_fail(c, "line %d: the repeated list is too long", c->line);
     jj_list *l = jj_newlist(c, (size_t)k * seq.u.l->n);
@@ -271,12 +275,19 @@ static jj_val binop(jj_ctx *c, int op, jj_val a, jj_val b) {
         jj_fail(c, "line %d: integer overflow", c->line);
     }
     if (op == OP_ADD && a.t == JT_STR && b.t == JT_STR) {
+        /* Markup + str (either order) escapes the plain one and stays Markup */
+        int mk = a.u.s->markup || b.u.s->markup;
+        if (mk && !a.u.s->markup) a = jj_html_escape(c, a);
+        if (mk && !b.u.s->markup) b = jj_html_escape(c, b);
         jj_buf s = {0};
         jj_buf_put(c, &s, a.u.s->p, a.u.s->len);
         jj_buf_put(c, &s, b.u.s->p, b.u.s->len);
-        return jj_buf_val(c, &s);
+        jj_val r = jj_buf_val(c, &s);
+        r.u.s->markup = (unsigned)mk;
+        return r;
     }
-    if (op == OP_ADD && a.t == JT_LIST && b.t == JT_LIST && a.u.l->tuple == b.u.l->tuple) {
+    if (op == OP_ADD && a.t == JT_LIST && b.t == JT_LIST && a.u.l->tuple == b.u.l->tuple &&
+        a.u.l->tuple != JL_GEN) {
         jj_list *l = jj_newlist(c, a.u.l->n + b.u.l->n);
         l->tuple = a.u.l->tuple;
         for (size_t i = 0; i < a.u.l->n; i++) jj_list_push(c, l, a.u.l->v[i]);
@@ -399,6 +410,7 @@ static jj_val filter_chain(jj_ctx *c, const jj_node *f, jj_val base) {
     jj_args a;
     eval_args(c, f, &a);
     c->line = f->line;
+    if (f->fid < 0) jj_fail(c, "line %d: no filter named '%s'", f->line, f->name);
     return jj_filter_apply(c, f->fid, v, &a);
 }
 
@@ -442,6 +454,7 @@ static jj_val eval_inner(jj_ctx *c, const jj_node *n) {
         jj_args a;
         eval_args(c, n, &a);
         c->line = n->line;
+        if (n->fid < 0) jj_fail(c, "line %d: no test named '%s'", n->line, n->name);
         int r = jj_test_apply(c, n->fid, v, &a);
         return jj_bool(n->op ? !r : r);
     }

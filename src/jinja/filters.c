@@ -152,7 +152,7 @@ static jj_val indent(jj_ctx *c, jj_val s, const jj_args *a) {
     return jj_buf_val(c, &b);
 }
 
-static jj_val escape(jj_ctx *c, jj_val v) {
+jj_val jj_html_escape(jj_ctx *c, jj_val v) {
     v = jj_to_str(c, v);
     jj_buf b = {0};
     jj_buf_put(c, &b, "", 0);
@@ -163,7 +163,14 @@ static jj_val escape(jj_ctx *c, jj_val v) {
         if (r) jj_buf_puts(c, &b, r);
         else jj_buf_put(c, &b, &ch, 1);
     }
-    return jj_buf_val(c, &b);
+    jj_val r = jj_buf_val(c, &b);
+    r.u.s->markup = 1;
+    return r;
+}
+
+static jj_val gen(jj_val list) {
+    list.u.l->tuple = JL_GEN;
+    return list;
 }
 
 /* select/reject(test, args...) and selectattr/rejectattr(attr, test, args...) */
@@ -184,7 +191,7 @@ static jj_val select_items(jj_ctx *c, jj_val seq, const jj_args *a, int by_attr,
         int r = tid >= 0 ? jj_test_apply(c, tid, v, &ta) : jj_truthy(v);
         if (r == keep) jj_list_push(c, out, items->v[i]);
     }
-    return jj_listv(out);
+    return gen(jj_listv(out));
 }
 
 /* Python's printf-style str % args: %s %r %d %i %x %f %e %g %%, with flags, width, precision. */
@@ -294,10 +301,13 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a) {
         switch (v.t) {
         case JT_UNDEF: return jj_int(0);
         case JT_STR: return jj_int((int64_t)jj_utf8_count(v.u.s->p, v.u.s->len));
-        case JT_LIST: return jj_int((int64_t)v.u.l->n);
+        case JT_LIST:
+            if (v.u.l->tuple == JL_GEN) break;
+            return jj_int((int64_t)v.u.l->n);
         case JT_DICT: case JT_NS: return jj_int((int64_t)v.u.d->n);
-        default: jj_fail(c, "line %d: object of type '%s' has no len()", c->line, jj_type_name(v));
+        default: break;
         }
+        jj_fail(c, "line %d: object of type '%s' has no len()", c->line, jj_type_name(v));
     case F_DEFAULT: case F_D: {
         const jj_val *d = jj_arg(a, 0, "default_value");
         int boolean = arg_bool(a, 1, "boolean", 0);
@@ -326,8 +336,12 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a) {
         for (size_t i = 0; i < n; i++) jj_list_push(c, l, vals[i]);
         return jj_listv(l);
     }
-    case F_ESCAPE: case F_E: case F_FORCEESCAPE: return escape(c, v);
+    case F_ESCAPE: case F_E:
+        return v.t == JT_STR && v.u.s->markup ? v : jj_html_escape(c, v);
+    case F_FORCEESCAPE: return jj_html_escape(c, v);
     case F_FIRST: case F_LAST: {
+        if (fid == F_LAST && v.t == JT_LIST && v.u.l->tuple == JL_GEN)
+            jj_fail(c, "line %d: 'generator' object is not reversible", c->line);
         jj_list *l = jj_iter(c, v);
         if (!l->n) return jj_undef_why(c, "No %s item, sequence was empty.", fid == F_FIRST ? "first" : "last");
         return fid == F_FIRST ? l->v[0] : l->v[l->n - 1];
@@ -370,7 +384,7 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a) {
             jj_list_push(c, pair, v.u.d->v[i]);
             jj_list_push(c, l, jj_listv(pair));
         }
-        return jj_listv(l);
+        return gen(jj_listv(l));
     }
     case F_JOIN: {
         jj_list *l = jj_iter(c, v);
@@ -405,15 +419,15 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a) {
                 jj_val x = attr_path(c, l->v[i], path);
                 jj_list_push(c, r, x.t == JT_UNDEF && d ? *d : x);
             }
-            return jj_listv(r);
+            return gen(jj_listv(r));
         }
-        if (a->npos < 1) return jj_listv(r);
+        if (a->npos < 1) return gen(jj_listv(r));
         const jj_str *fname = jj_to_str(c, a->pos[0]).u.s;
         int f = jj_filter_find(fname->p);
         if (f < 0) jj_fail(c, "line %d: no filter named '%s'", c->line, fname->p);
         jj_args fa = {a->pos + 1, a->npos - 1, a->kwn, a->kwv, a->nkw};
         for (size_t i = 0; i < l->n; i++) jj_list_push(c, r, jj_filter_apply(c, f, l->v[i], &fa));
-        return jj_listv(r);
+        return gen(jj_listv(r));
     }
     case F_MAX: case F_MIN: return minmax(c, v, a, fid == F_MAX);
     case F_PPRINT: {
@@ -448,7 +462,8 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a) {
         }
         jj_list *l = jj_iter(c, v), *r = jj_newlist(c, l->n);
         for (size_t i = l->n; i-- > 0;) jj_list_push(c, r, l->v[i]);
-        return jj_listv(r);
+        /* reversed(list) is an iterator; a generator is listed, then reversed */
+        return v.t == JT_LIST && v.u.l->tuple == JL_GEN ? jj_listv(r) : gen(jj_listv(r));
     }
     case F_ROUND: {
         jj_check_undefined(c, v);
@@ -464,7 +479,13 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a) {
         else jj_fail(c, "line %d: method must be common, ceil or floor", c->line);
         return jj_float(y / m);
     }
-    case F_SAFE: return v;
+    case F_SAFE: {
+        if (v.t == JT_STR && v.u.s->markup) return v;
+        jj_val s = jj_to_str(c, v);
+        s = jj_strv(c, s.u.s->p, s.u.s->len);
+        s.u.s->markup = 1;
+        return s;
+    }
     case F_SORT: {
         jj_list *l = jj_iter(c, v);
         int rev = arg_bool(a, 0, "reverse", 0), cs = arg_bool(a, 1, "case_sensitive", 0);
@@ -526,7 +547,7 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a) {
             jj_list_push(c, seen, k);
             jj_list_push(c, r, l->v[i]);
         }
-        return jj_listv(r);
+        return gen(jj_listv(r));
     }
     case F_WORDCOUNT: {
         jj_val s = jj_to_str(c, v);
@@ -570,7 +591,7 @@ int jj_test_apply(jj_ctx *c, int tid, jj_val v, const jj_args *a) {
     case T_STRING: return v.t == JT_STR;
     case T_MAPPING: return v.t == JT_DICT;
     case T_ITERABLE: return v.t == JT_STR || v.t == JT_LIST || v.t == JT_DICT || v.t == JT_UNDEF;
-    case T_SEQUENCE: return v.t == JT_STR || v.t == JT_LIST || v.t == JT_DICT;
+    case T_SEQUENCE: return v.t == JT_STR || (v.t == JT_LIST && v.u.l->tuple != JL_GEN) || v.t == JT_DICT;
     case T_CALLABLE: return v.t == JT_MACRO || v.t == JT_FUNC || v.t == JT_METHOD;
     case T_ODD: case T_EVEN: case T_DIVISIBLEBY: {
         jj_check_undefined(c, v);

@@ -20,7 +20,8 @@ typedef enum {
     JT_MACRO, JT_NS, JT_FUNC, JT_LOOP, JT_METHOD,
 } jj_type;
 
-typedef struct jj_str { size_t len; char p[]; } jj_str;
+/* markup: made by |safe or |escape (Jinja's Markup): `+` with a plain string escapes that one */
+typedef struct jj_str { size_t len; unsigned markup; char p[]; } jj_str;
 typedef struct jj_list jj_list;
 typedef struct jj_dict jj_dict;
 struct jj_node;
@@ -42,6 +43,9 @@ typedef struct jj_val {
     } u;
 } jj_val;
 
+/* kind: a list, a tuple, or a generator (what map, select, unique, items ... give in Jinja: it
+ * iterates, but has no length, no index, is always true and is not JSON) */
+enum { JL_LIST = 0, JL_TUPLE = 1, JL_GEN = 2 };
 struct jj_list { jj_val *v; size_t n, cap; int tuple; };
 struct jj_dict { jj_val *k, *v; size_t n, cap; };
 typedef struct jj_frame { jj_dict *vars; struct jj_frame *parent; } jj_frame;
@@ -202,6 +206,8 @@ jj_val jj_filter_apply(jj_ctx *c, int fid, jj_val v, const jj_args *a);
 int jj_test_apply(jj_ctx *c, int tid, jj_val v, const jj_args *a);
 /* fmt % args, Python's printf-style formatting. */
 jj_val jj_format(jj_ctx *c, jj_val fmt, const jj_val *args, int nargs);
+/* str(v) with & < > " ' escaped, as Markup (Jinja's escape). */
+jj_val jj_html_escape(jj_ctx *c, jj_val v);
 /* Argument `i` by position or keyword `name`, or NULL. */
 const jj_val *jj_arg(const jj_args *a, int i, const char *name);
 jj_val jj_call_method(jj_ctx *c, jj_val self, const char *name, const jj_args *a);

@@ -5,6 +5,7 @@
 #include "jinja/jj.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,7 +14,7 @@ static const char *const str_methods[] = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith",
     "lower", "upper", "title", "capitalize", "swapcase", "replace", "find", "rfind", "index",
     "count", "join", "isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower",
-    "removeprefix", "removesuffix", NULL,
+    "removeprefix", "removesuffix", "format", NULL,
 };
 static const char *const dict_methods[] = {"items", "keys", "values", "get", "copy", NULL};
 static const char *const list_methods[] = {"count", "index", "copy", NULL};
@@ -157,7 +158,111 @@ static int affix(jj_ctx *c, const jj_str *s, const jj_args *a, int end) {
     return 0;
 }
 
+/* One replacement field's value written with its spec: [[fill]align][width][.precision][type]. */
+static void format_field(jj_ctx *c, jj_buf *b, jj_val v, const char *spec, size_t n) {
+    char fill = ' ', align = 0, type = 0;
+    size_t i = 0;
+    long width = 0, prec = -1;
+    if (n >= 2 && strchr("<>^", spec[1])) { fill = spec[0]; align = spec[1]; i = 2; }
+    else if (n >= 1 && strchr("<>^", spec[0])) { align = spec[0]; i = 1; }
+    if (!align && i < n && spec[i] == '0') { fill = '0'; align = '='; i++; }
+    while (i < n && spec[i] >= '0' && spec[i] <= '9' && width < 10000) width = width * 10 + (spec[i++] - '0');
+    if (i < n && spec[i] == '.') {
+        prec = 0;
+        for (i++; i < n && spec[i] >= '0' && spec[i] <= '9' && prec < 100; i++) prec = prec * 10 + (spec[i] - '0');
+    }
+    if (i < n) type = spec[i++];
+    if (i != n || (type && !strchr("sdfeg", type)))
+        jj_fail(c, "line %d: format spec '%.*s' is not supported", c->line, (int)n, spec);
+    jj_buf t = {0};
+    jj_buf_put(c, &t, "", 0);
+    char tmp[400];
+    int num = v.t == JT_INT || v.t == JT_FLOAT || v.t == JT_BOOL;
+    if (type == 'd' || ((type == 'f' || type == 'e' || type == 'g') && num)) {
+        if (!num) jj_fail(c, "line %d: unknown format code '%c' for a %s", c->line, type, jj_type_name(v));
+        double f = v.t == JT_FLOAT ? v.u.f : v.t == JT_INT ? (double)v.u.i : v.u.b;
+        if (type == 'd') {
+            if (v.t == JT_FLOAT) jj_fail(c, "line %d: unknown format code 'd' for a float", c->line);
+            snprintf(tmp, sizeof tmp, "%lld", (long long)(v.t == JT_INT ? v.u.i : v.u.b));
+        } else {
+            char fmt[8] = {'%', '.', '*', type, 0};
+            snprintf(tmp, sizeof tmp, fmt, prec < 0 ? 6 : (int)prec, f);
+        }
+        jj_buf_puts(c, &t, tmp);
+        if (!align) align = '>';
+    } else if (type && type != 's') {
+        jj_fail(c, "line %d: unknown format code '%c' for a %s", c->line, type, jj_type_name(v));
+    } else {
+        jj_write_str(c, &t, v);
+        if (prec >= 0) t.len = jj_utf8_offset(t.p, t.len, (size_t)prec);
+        if (!align) align = num ? '>' : '<';
+    }
+    long len = (long)jj_utf8_count(t.p, t.len), pad = width > len ? width - len : 0;
+    if (align == '=') { /* zero padding goes after the sign */
+        if (t.len && (t.p[0] == '-' || t.p[0] == '+')) { jj_buf_put(c, b, t.p, 1); t.p++; t.len--; }
+        align = '>';
+    }
+    long left = align == '>' ? pad : align == '^' ? pad / 2 : 0;
+    for (long k = 0; k < left; k++) jj_buf_put(c, b, &fill, 1);
+    jj_buf_put(c, b, t.p, t.len);
+    for (long k = left; k < pad; k++) jj_buf_put(c, b, &fill, 1);
+}
+
+/* str.format: {} {0} {name}, !s / !r, and format_field's specs; {{ and }} are braces. */
+static jj_val str_format(jj_ctx *c, const jj_str *s, const jj_args *a) {
+    jj_buf b = {0};
+    jj_buf_put(c, &b, "", 0);
+    int autonum = 0;
+    for (const char *p = s->p, *e = p + s->len; p < e; p++) {
+        if (*p == '}') {
+            if (p + 1 < e && p[1] == '}') p++;
+            else jj_fail(c, "line %d: Single '}' encountered in format string", c->line);
+            jj_buf_put(c, &b, "}", 1);
+            continue;
+        }
+        if (*p != '{') { jj_buf_put(c, &b, p, 1); continue; }
+        if (p + 1 < e && p[1] == '{') { jj_buf_put(c, &b, "{", 1); p++; continue; }
+        const char *q = memchr(p, '}', (size_t)(e - p));
+        if (!q) jj_fail(c, "line %d: Single '{' encountered in format string", c->line);
+        const char *f = p + 1, *conv = NULL, *spec = NULL;
+        for (const char *r = f; r < q; r++) {
+            if (*r == '!' && !conv && !spec) conv = r;
+            else if (*r == ':' && !spec) { spec = r; break; }
+        }
+        const char *fend = conv ? conv : spec ? spec : q;
+        jj_val v;
+        if ((fend == f && autonum < 0) || (fend != f && *f >= '0' && *f <= '9' && autonum > 0))
+            jj_fail(c, "line %d: cannot switch from manual field specification to automatic field numbering", c->line);
+        if (fend == f) {
+            if (autonum >= a->npos) jj_fail(c, "line %d: Replacement index %d out of range for positional args tuple", c->line, autonum);
+            v = a->pos[autonum++];
+        } else if (*f >= '0' && *f <= '9') {
+            long idx = strtol(f, NULL, 10);
+            autonum = -1;
+            if (idx >= a->npos) jj_fail(c, "line %d: Replacement index %ld out of range for positional args tuple", c->line, idx);
+            v = a->pos[idx];
+        } else {
+            const jj_val *kv = NULL;
+            for (int k = 0; k < a->nkw; k++)
+                if (strlen(a->kwn[k]) == (size_t)(fend - f) && !memcmp(a->kwn[k], f, (size_t)(fend - f))) kv = &a->kwv[k];
+            if (!kv) jj_fail(c, "line %d: format: no argument '%.*s'", c->line, (int)(fend - f), f);
+            v = *kv;
+        }
+        if (conv && conv + 1 < q && conv[1] == 'r') {
+            jj_buf r = {0};
+            jj_buf_put(c, &r, "", 0);
+            jj_write_repr(c, &r, v);
+            v = jj_buf_val(c, &r);
+        }
+        if (spec) format_field(c, &b, v, spec + 1, (size_t)(q - spec - 1));
+        else jj_write_str(c, &b, v);
+        p = q;
+    }
+    return jj_buf_val(c, &b);
+}
+
 static jj_val str_method(jj_ctx *c, const jj_str *s, const char *m, const jj_args *a) {
+    if (!strcmp(m, "format")) return str_format(c, s, a);
     if (!strcmp(m, "strip")) return strip_m(c, s, want_str(c, a, 0, m, 1), 1, 1);
     if (!strcmp(m, "lstrip")) return strip_m(c, s, want_str(c, a, 0, m, 1), 1, 0);
     if (!strcmp(m, "rstrip")) return strip_m(c, s, want_str(c, a, 0, m, 1), 0, 1);

@@ -2,7 +2,9 @@
  * operator precedence (lowest first): `x if c else y`, or, and, not, comparisons (==, !=, <, <=,
  * >, >=, in, not in; chained), + -, ~, * / // %, **, unary - +, then primaries with their
  * postfixes (.name, [index or slice], (call)) and filters/tests (| f(args), is [not] t(args)).
- * Unknown filters and tests are errors here, at compile time, as in Jinja2. Nesting is bounded. */
+ * An unknown filter or test is an error here, at compile time, as in Jinja2 — unless it sits in an
+ * if statement or a conditional expression (Jinja2's "soft" frames), where it fails only when
+ * evaluated. Nesting is bounded. */
 #include "jinja/jj.h"
 
 #include <string.h>
@@ -14,7 +16,28 @@ typedef struct {
     const jj_token *t;
     size_t i, n;
     int nest, loops;
+    int soft;                 /* > 0 inside an if statement (not a loop or macro body in it) */
+    jj_node **unknown;        /* filters and tests with unknown names, in order */
+    int *unknown_soft;
+    int n_unknown, cap_unknown;
 } ps;
+
+static void note_unknown(ps *P, jj_node *n) {
+    if (P->n_unknown == P->cap_unknown) {
+        int cap = P->cap_unknown ? P->cap_unknown * 2 : 8;
+        jj_node **nn = jj_alloc(P->c, (size_t)cap * sizeof *nn);
+        int *ns = jj_alloc(P->c, (size_t)cap * sizeof *ns);
+        if (P->n_unknown) {
+            memcpy(nn, P->unknown, (size_t)P->n_unknown * sizeof *nn);
+            memcpy(ns, P->unknown_soft, (size_t)P->n_unknown * sizeof *ns);
+        }
+        P->unknown = nn;
+        P->unknown_soft = ns;
+        P->cap_unknown = cap;
+    }
+    P->unknown[P->n_unknown] = n;
+    P->unknown_soft[P->n_unknown++] = P->soft > 0;
+}
 
 typedef struct { jj_node **v; int n, cap; } nvec;
 
@@ -276,8 +299,10 @@ static jj_node *filter_one(ps *P, jj_node *base) {
         take_name(P);
         f->fid = -1;
     }
-    if (f->fid < 0 || (f->fid = jj_filter_find(f->name)) < 0)
-        jj_fail(P->c, "line %d: no filter named '%s'", f->line, f->name);
+    if (f->fid < 0 || (f->fid = jj_filter_find(f->name)) < 0) {
+        f->fid = -1;
+        note_unknown(P, f);
+    }
     if (is_op(cur(P), "(")) call_args(P, f);
     return f;
 }
@@ -301,8 +326,7 @@ static jj_node *filter_expr(ps *P, jj_node *n) {
                 t->name = take_name(P);
             else
                 t->name = take_name(P);
-            if ((t->fid = jj_test_find(t->name)) < 0)
-                jj_fail(P->c, "line %d: no test named '%s'", t->line, t->name);
+            if ((t->fid = jj_test_find(t->name)) < 0) note_unknown(P, t);
             const jj_token *a = cur(P);
             if (is_op(a, "(")) call_args(P, t);
             else if ((a->t == TK_NAME || a->t == TK_STRING || a->t == TK_INT || a->t == TK_FLOAT ||
@@ -456,8 +480,11 @@ static jj_node *or_expr(ps *P) {
 
 static jj_node *expr(ps *P, int with_cond) {
     enter(P);
+    int first_unknown = P->n_unknown;
     jj_node *n = or_expr(P);
     while (with_cond && is_name(cur(P), "if")) {
+        P->soft++;  /* the whole conditional expression is soft */
+        for (int i = first_unknown; i < P->n_unknown; i++) P->unknown_soft[i] = 1;
         P->i++;
         jj_node *c = mk(P, E_COND);
         c->a = n;
@@ -467,6 +494,7 @@ static jj_node *expr(ps *P, int with_cond) {
             c->b = expr(P, 1);
         }
         n = c;
+        P->soft--;
     }
     P->nest--;
     return n;
@@ -491,6 +519,7 @@ static jj_node *tuple_expr(ps *P, int with_cond) {
 /* ---- statements ---- */
 
 static jj_node *body(ps *P, const char *const *ends, const char **which);
+static jj_node *body_hard(ps *P, const char *const *ends, const char **which);
 
 static const char **names_of(ps *P, int *count, int allow_attr, const char **attr) {
     const char **v = NULL;
@@ -531,6 +560,7 @@ static jj_node *stmt(ps *P) {
         P->i++;
         n = mk(P, N_IF);
         n->line = line;
+        P->soft++;
         n->a = expr(P, 1);
         expect_block_end(P);
         static const char *const ends[] = {"elif", "else", "endif", NULL};
@@ -550,6 +580,7 @@ static jj_node *stmt(ps *P) {
             tail->c = body(P, ends2, &which);
         }
         expect_block_end(P);
+        P->soft--;
     } else if (is_name(kw, "for")) {
         P->i++;
         n = mk(P, N_FOR);
@@ -568,12 +599,12 @@ static jj_node *stmt(ps *P) {
         expect_block_end(P);
         static const char *const ends[] = {"else", "endfor", NULL};
         P->loops++;
-        n->b = body(P, ends, &which);
+        n->b = body_hard(P, ends, &which);
         P->loops--;
         if (!strcmp(which, "else")) {
             expect_block_end(P);
             static const char *const ends2[] = {"endfor", NULL};
-            jj_node *e = body(P, ends2, &which);
+            jj_node *e = body_hard(P, ends2, &which);
             n->kids2 = jj_alloc(P->c, sizeof(jj_node *));
             n->kids2[0] = e;
             n->nkids2 = 1;
@@ -600,7 +631,7 @@ static jj_node *stmt(ps *P) {
             n->c = chain;
             expect_block_end(P);
             static const char *const ends[] = {"endset", NULL};
-            n->b = body(P, ends, &which);
+            n->b = body_hard(P, ends, &which);
             expect_block_end(P);
         }
         n->line = line;
@@ -643,7 +674,7 @@ static jj_node *stmt(ps *P) {
         static const char *const ends[] = {"endmacro", NULL};
         int loops = P->loops;
         P->loops = 0;
-        n->b = body(P, ends, &which);
+        n->b = body_hard(P, ends, &which);
         P->loops = loops;
         end_tag(P, "endmacro", 1);
     } else if (is_name(kw, "filter")) {
@@ -658,7 +689,7 @@ static jj_node *stmt(ps *P) {
         n->c = chain;
         expect_block_end(P);
         static const char *const ends[] = {"endfilter", NULL};
-        n->b = body(P, ends, &which);
+        n->b = body_hard(P, ends, &which);
         expect_block_end(P);
     } else if (is_name(kw, "with")) {
         P->i++;
@@ -685,7 +716,7 @@ static jj_node *stmt(ps *P) {
         n->kids = vals.v;
         n->nkids = vals.n;
         static const char *const ends[] = {"endwith", NULL};
-        n->b = body(P, ends, &which);
+        n->b = body_hard(P, ends, &which);
         expect_block_end(P);
     } else if (is_name(kw, "generation")) {
         P->i++;
@@ -706,8 +737,23 @@ static jj_node *stmt(ps *P) {
     return n;
 }
 
-/* Statements until one of `ends` (its name consumed, *which set) or the end of the template. */
+static jj_node *body_in(ps *P, const char *const *ends, const char **which);
+
+/* A body in a new frame (loop, macro, set or filter block, with): not soft even inside an if. */
+static jj_node *body_hard(ps *P, const char *const *ends, const char **which) {
+    int soft = P->soft;
+    P->soft = 0;
+    jj_node *b = body_in(P, ends, which);
+    P->soft = soft;
+    return b;
+}
+
 static jj_node *body(ps *P, const char *const *ends, const char **which) {
+    return body_in(P, ends, which);
+}
+
+/* Statements until one of `ends` (its name consumed, *which set) or the end of the template. */
+static jj_node *body_in(ps *P, const char *const *ends, const char **which) {
     nvec v = {0};
     jj_node *b = mk(P, N_BODY);
     for (;;) {
@@ -757,6 +803,11 @@ static jj_node *body(ps *P, const char *const *ends, const char **which) {
 }
 
 jj_node *jj_parse(jj_ctx *c, const jj_token *toks, size_t ntok) {
-    ps P = {c, toks, 0, ntok, 0, 0};
-    return body(&P, NULL, NULL);
+    ps P = {c, toks, 0, ntok, 0, 0, 0, NULL, NULL, 0, 0};
+    jj_node *root = body(&P, NULL, NULL);
+    for (int i = 0; i < P.n_unknown; i++)
+        if (!P.unknown_soft[i])
+            jj_fail(c, "line %d: no %s named '%s'", P.unknown[i]->line,
+                    P.unknown[i]->kind == E_FILTER ? "filter" : "test", P.unknown[i]->name);
+    return root;
 }

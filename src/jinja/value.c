@@ -67,6 +67,7 @@ void jj_arena_free(jj_arena *a) {
 jj_str *jj_newstr(jj_ctx *c, const char *p, size_t n) {
     jj_str *s = jj_alloc(c, sizeof *s + n + 1);
     s->len = n;
+    s->markup = 0;
     if (n) memcpy(s->p, p, n);
     s->p[n] = '\0';
     return s;
@@ -240,7 +241,7 @@ int jj_truthy(jj_val v) {
     case JT_INT: return v.u.i != 0;
     case JT_FLOAT: return v.u.f != 0.0;
     case JT_STR: return v.u.s->len != 0;
-    case JT_LIST: return v.u.l->n != 0;
+    case JT_LIST: return v.u.l->n != 0 || v.u.l->tuple == JL_GEN;
     case JT_DICT: return v.u.d->n != 0;
     default: return 1;
     }
@@ -262,6 +263,7 @@ int jj_equal(jj_val a, jj_val b) {
     case JT_UNDEF: case JT_NONE: return 1;
     case JT_STR: return a.u.s->len == b.u.s->len && !memcmp(a.u.s->p, b.u.s->p, a.u.s->len);
     case JT_LIST:
+        if (a.u.l->tuple == JL_GEN || b.u.l->tuple == JL_GEN) return a.u.l == b.u.l;
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!jj_equal(a.u.l->v[i], b.u.l->v[i])) return 0;
@@ -284,7 +286,7 @@ const char *jj_type_name(jj_val v) {
     static const char *names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list",
                                   "dict", "Macro", "Namespace", "function", "LoopContext",
                                   "method"};
-    if (v.t == JT_LIST && v.u.l->tuple) return "tuple";
+    if (v.t == JT_LIST && v.u.l->tuple) return v.u.l->tuple == JL_GEN ? "generator" : "tuple";
     return names[v.t];
 }
 
@@ -306,7 +308,7 @@ int jj_compare(jj_ctx *c, jj_val a, jj_val b, const char *op) {
         if (r) return r;
         return (a.u.s->len > b.u.s->len) - (a.u.s->len < b.u.s->len);
     }
-    if (a.t == JT_LIST && b.t == JT_LIST) {
+    if (a.t == JT_LIST && b.t == JT_LIST && a.u.l->tuple != JL_GEN && b.u.l->tuple != JL_GEN) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
             if (jj_equal(a.u.l->v[i], b.u.l->v[i])) continue;
             return jj_compare(c, a.u.l->v[i], b.u.l->v[i], op);
@@ -394,6 +396,7 @@ static void write_repr_str(jj_ctx *c, jj_buf *b, const jj_str *s) {
 void jj_write_repr(jj_ctx *c, jj_buf *b, jj_val v) {
     if (++c->depth > 200) jj_fail(c, "line %d: value nested too deeply", c->line);
     if (v.t == JT_STR) write_repr_str(c, b, v.u.s);
+    else if (v.t == JT_LIST && v.u.l->tuple == JL_GEN) jj_buf_puts(c, b, "<generator object>");
     else if (v.t == JT_LIST) {
         jj_buf_puts(c, b, v.u.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
@@ -505,6 +508,7 @@ void jj_write_json(jj_ctx *c, jj_buf *b, jj_val v, int indent, int sort, int lev
         return;
     case JT_STR: write_json_str(c, b, v.u.s->p, v.u.s->len); return;
     case JT_LIST:
+        if (v.u.l->tuple == JL_GEN) break;
         if (!v.u.l->n) { jj_buf_puts(c, b, "[]"); return; }
         jj_buf_puts(c, b, "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
@@ -539,9 +543,9 @@ void jj_write_json(jj_ctx *c, jj_buf *b, jj_val v, int indent, int sort, int lev
         jj_buf_puts(c, b, "}");
         return;
     }
-    default:
-        jj_fail(c, "line %d: Object of type %s is not JSON serializable", c->line, jj_type_name(v));
+    default: break;
     }
+    jj_fail(c, "line %d: Object of type %s is not JSON serializable", c->line, jj_type_name(v));
 }
 
 /* ---- JSON input ---- */
