@@ -320,12 +320,7 @@ static jj_node *filter_expr(ps *P, jj_node *n) {
                 P->i++;
                 t->op = 1;
             }
-            const jj_token *nt = cur(P);
-            if (nt->t == TK_NAME && (is_name(nt, "none") || is_name(nt, "true") || is_name(nt, "false") ||
-                                     is_name(nt, "in")))
-                t->name = take_name(P);
-            else
-                t->name = take_name(P);
+            t->name = take_name(P); /* none, true, in, ... are names here */
             if ((t->fid = jj_test_find(t->name)) < 0) note_unknown(P, t);
             const jj_token *a = cur(P);
             if (is_op(a, "(")) call_args(P, t);
@@ -543,12 +538,6 @@ static const char **names_of(ps *P, int *count, int allow_attr, const char **att
     return v;
 }
 
-static void end_tag(ps *P, const char *name, int allow_name_after) {
-    if (allow_name_after && cur(P)->t == TK_NAME) P->i++;
-    (void)name;
-    expect_block_end(P);
-}
-
 static jj_node *stmt(ps *P) {
     const jj_token *kw = cur(P);
     if (kw->t != TK_NAME) unexpected(P, "a statement name");
@@ -676,7 +665,8 @@ static jj_node *stmt(ps *P) {
         P->loops = 0;
         n->b = body_hard(P, ends, &which);
         P->loops = loops;
-        end_tag(P, "endmacro", 1);
+        if (cur(P)->t == TK_NAME) P->i++; /* {% endmacro name %} */
+        expect_block_end(P);
     } else if (is_name(kw, "filter")) {
         P->i++;
         n = mk(P, N_FILTERBLOCK);
@@ -737,23 +727,18 @@ static jj_node *stmt(ps *P) {
     return n;
 }
 
-static jj_node *body_in(ps *P, const char *const *ends, const char **which);
-
 /* A body in a new frame (loop, macro, set or filter block, with): not soft even inside an if. */
 static jj_node *body_hard(ps *P, const char *const *ends, const char **which) {
     int soft = P->soft;
     P->soft = 0;
-    jj_node *b = body_in(P, ends, which);
+    jj_node *b = body(P, ends, which);
     P->soft = soft;
     return b;
 }
 
-static jj_node *body(ps *P, const char *const *ends, const char **which) {
-    return body_in(P, ends, which);
-}
 
 /* Statements until one of `ends` (its name consumed, *which set) or the end of the template. */
-static jj_node *body_in(ps *P, const char *const *ends, const char **which) {
+static jj_node *body(ps *P, const char *const *ends, const char **which) {
     nvec v = {0};
     jj_node *b = mk(P, N_BODY);
     for (;;) {
