@@ -184,8 +184,11 @@ static jj_val select_items(jj_ctx *c, jj_val seq, const jj_args *a, int by_attr,
         const jj_str *tn = jj_to_str(c, a->pos[first]).u.s;
         if ((tid = jj_test_find(tn->p)) < 0) jj_fail(c, "line %d: no test named '%s'", c->line, tn->p);
     }
-    jj_args ta = {a->pos + (a->npos > first ? first + 1 : a->npos), a->npos > first ? a->npos - first - 1 : 0,
-                  NULL, NULL, 0};
+    jj_args ta = {NULL, 0, NULL, NULL, 0};
+    if (a->npos > first + 1) {
+        ta.pos = a->pos + first + 1;
+        ta.npos = a->npos - first - 1;
+    }
     for (size_t i = 0; i < items->n; i++) {
         jj_val v = by_attr ? attr_path(c, items->v[i], attr) : items->v[i];
         int r = tid >= 0 ? jj_test_apply(c, tid, v, &ta) : jj_truthy(v);
