@@ -282,6 +282,7 @@ static pl_status load_chat_template(pl_server *s) {
                            s->cfg.chat_template_path);
         }
         st = pl_chat_template_new(b.p ? b.p : "", b.len, s->cfg.chat_template_path, &s->chat);
+        s->tool_format = pl_tool_format_detect(b.p, b.len);
         pl_strbuf_destroy(&b);
     } else {
         pl_gguf *g;
@@ -289,6 +290,7 @@ static pl_status load_chat_template(pl_server *s) {
         pl_gguf_str t = {0};
         int has = pl_gguf_get_str(g, "tokenizer.chat_template", &t) == PL_OK;
         st = pl_chat_template_new(has ? t.ptr : NULL, has ? t.len : 0, "gguf", &s->chat);
+        s->tool_format = has ? pl_tool_format_detect(t.ptr, t.len) : PL_TOOLS_NONE;
         pl_gguf_close(g);
     }
     if (st == PL_OK && pl_chat_template_error(s->chat))

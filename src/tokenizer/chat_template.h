@@ -5,6 +5,7 @@
  * FALLBACK: a model without a template is rendered with ChatML (PL_CHAT_CHATML below), as
  * before and as llama.cpp does:
  *   <|im_start|>ROLE\nCONTENT<|im_end|>\n ...  and with add_generation_prompt <|im_start|>assistant\n
+ * (a null content, an assistant's tool calls, is written as empty)
  *
  * A template that does not compile is KEPT with its error: loading succeeds (the server still
  * serves completions) and every render fails with "chat template: <the error>", which the server

@@ -5,8 +5,9 @@
 # with exit 1 and the template's error on stderr where it raised); `-m MODEL` uses the GGUF's
 # tokenizer.chat_template (set on a copy of stories260K by gguf_patch.py) or ChatML without one.
 # Server: a GGUF whose template raises gives the client a 400 invalid_request_error naming the
-# problem and keeps serving; /v1/chat/render shows the rendering; --chat-template FILE with a
-# template that does not compile still serves completions and answers chats with a 400.
+# problem and keeps serving; /v1/chat/render shows the rendering; tools, an assistant's tool
+# calls and a tool's answer reach a tool-aware template (--chat-template Qwen 2.5); a template
+# that does not compile still serves completions and answers chats with a 400.
 set -u
 . "$(dirname "$0")/server_lib.sh"
 TPL="$PL_SHARED_DIR/testdata/chat-templates"
@@ -81,6 +82,28 @@ check "then a good chat: 200 (got $STATUS)" test "$STATUS" = 200
 http POST /v1/chat/render -d '{"messages": [{"role": "user", "content": " Hi "}]}'
 check "/v1/chat/render: the template's text (got $BODY)" test "$(json_get 'j["prompt"]')" = "<s><user>Hi<assistant>"
 check "/v1/chat/render: template gguf" test "$(json_get 'j["template"]')" = gguf
+stop_server
+
+# ---- server: tools reach a tool-aware template (Qwen 2.5's, Hermes format) ----
+start_server --threads 1 --chat-template "$TPL/Qwen-Qwen2.5-7B-Instruct.jinja"
+TOOLS='"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
+http POST /v1/chat/render -d "{\"messages\": [{\"role\": \"user\", \"content\": \"Paris?\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"22C\"}], $TOOLS}"
+check "tools render: 200 (got $STATUS $BODY)" test "$STATUS" = 200
+python3 - "$TMP/body" <<'PY' && ok || bad "the template got the tools, the call and the answer"
+import json, sys
+p = json.load(open(sys.argv[1]))["prompt"]
+want = ['<tools>\n{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}\n</tools>',
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>',
+        '<|im_start|>user\n<tool_response>\n22C\n</tool_response><|im_end|>\n<|im_start|>assistant\n']
+missing = [w for w in want if w not in p]
+if missing: print("prompt:", p, "\nmissing:", missing)
+sys.exit(1 if missing else 0)
+PY
+http POST /v1/chat/completions -d "{\"messages\": [{\"role\": \"user\", \"content\": \"Paris?\"}], $TOOLS, \"max_tokens\": 4}"
+check "a chat with tools: 200 and a text answer (got $STATUS $BODY)" test "$(json_get 'type(j["choices"][0]["message"]["content"]).__name__ + j["choices"][0]["finish_reason"]')" = strlength
+http POST /v1/chat/completions -d "{\"messages\": [{\"role\": \"user\", \"content\": \"Paris?\"}], $TOOLS, \"max_tokens\": 4, \"stream\": true}"
+check "streamed with tools: the answer in one chunk at the end" test "$(grep -c '"content":' "$TMP/body")" = 2
+check "... then [DONE]" grep -q '^data: \[DONE\]' "$TMP/body"
 stop_server
 
 # ---- server: --chat-template FILE that does not compile ----
