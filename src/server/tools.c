@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* ---- request ---- */
 
@@ -145,9 +146,12 @@ pl_tool_format pl_tool_format_detect(const char *src, size_t len) {
 static void make_call_id(char *out, size_t cap) {
     static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     static _Atomic unsigned long counter;
-    unsigned long x = (unsigned long)rand() ^ (++counter * 2654435761ul);
-    size_t n = snprintf(out, cap, "call_");
-    for (int i = 0; i < 9 && n + 1 < cap; i++, x /= 62) out[n++] = digits[x % 62];
+    unsigned char rnd[9];
+    unsigned long c = ++counter;
+    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+        for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (unsigned char)(c >> (i % 8 * 8)) ^ (unsigned char)(i * 37);
+    size_t n = (size_t)snprintf(out, cap, "call_");
+    for (size_t i = 0; i < sizeof rnd && n + 1 < cap; i++) out[n++] = digits[rnd[i] % 62];
     out[n] = '\0';
 }
 
