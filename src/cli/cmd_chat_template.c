@@ -9,6 +9,9 @@
 #include "gguf/gguf.h"
 #include "jinja/jinja.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +22,8 @@ static const char *C = "chat-template";
 static void usage(FILE *f) {
     fprintf(f,
             "usage: pagellm chat-template (-m MODEL | --template FILE) --context FILE.json\n"
-            "  -m, --model MODEL      use the GGUF's tokenizer.chat_template (ChatML if none)\n"
+            "  -m, --model MODEL      use the GGUF's tokenizer.chat_template (ChatML if none);\n"
+            "                         bos_token / eos_token default to the model's\n"
             "      --template FILE    use this Jinja file\n"
             "      --context FILE     the render context, a JSON object ('-' = stdin): messages,\n"
             "                         add_generation_prompt, bos_token, eos_token, tools, ...\n"
@@ -27,6 +31,29 @@ static void usage(FILE *f) {
             "                         or set PAGELLM_TEMPLATE_DATE)\n"
             "Prints the rendering to stdout exactly; on a template error prints it to stderr\n"
             "and exits 1.\n");
+}
+
+/* With -m: the model's BOS and EOS texts as bos_token / eos_token when the context has none
+ * (transformers passes the tokenizer's special tokens the same way). */
+static void add_special_tokens(const pl_gguf *g, pl_strbuf *ctx) {
+    pl_tokenizer *t;
+    if (pl_tokenizer_load(g, &t) != PL_OK) return;
+    json_t *o = json_loadb(ctx->p ? ctx->p : "", ctx->len, 0, NULL);
+    if (json_is_object(o)) {
+        int32_t ids[2] = {pl_tokenizer_bos(t), pl_tokenizer_eos(t)};
+        const char *keys[2] = {"bos_token", "eos_token"};
+        for (int i = 0; i < 2; i++)
+            if (!json_object_get(o, keys[i]))
+                json_object_set_new(o, keys[i], json_string(ids[i] >= 0 ? pl_tokenizer_token_text(t, ids[i]) : ""));
+        char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (s) {
+            pl_strbuf_clear(ctx);
+            pl_strbuf_puts(ctx, s);
+            free(s);
+        }
+    }
+    json_decref(o);
+    pl_tokenizer_destroy(t);
 }
 
 /* The whole file ("-" = stdin) into b; 0 or -1. */
@@ -94,6 +121,7 @@ int pl_cmd_chat_template(int argc, char **argv) {
         pl_gguf_str s = {0};
         int has = pl_gguf_get_str(g, "tokenizer.chat_template", &s) == PL_OK;
         st = pl_chat_template_new(has ? s.ptr : NULL, has ? s.len : 0, "gguf", &t);
+        add_special_tokens(g, &ctx);
         pl_gguf_close(g);
     }
     if (st != PL_OK) {

@@ -53,6 +53,9 @@ python3 "$(dirname "$0")/gguf_patch.py" "$MODEL" "$TMP/raises.gguf" template "$T
 
 out=$("$PL_BINARY" chat-template -m "$TMP/raises.gguf" --context "$TMP/user.json")
 check "-m uses the GGUF's template (got [$out])" test "$out" = "<s><user>Hi<assistant>"
+echo '{"messages": [{"role": "user", "content": "Hi"}]}' >"$TMP/nobos.json"
+out=$("$PL_BINARY" chat-template -m "$TMP/raises.gguf" --context "$TMP/nobos.json")
+check "-m: bos_token defaults to the model's (got [$out])" test "$out" = "<s><user>Hi"
 "$PL_BINARY" chat-template -m "$TMP/raises.gguf" --context "$TMP/system.json" >"$TMP/o" 2>"$TMP/e"
 rc=$?
 check "a raising template exits 1 (got $rc)" test "$rc" = 1
