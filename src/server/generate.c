@@ -49,7 +49,8 @@ typedef struct {
     /* Streaming. */
     pl_strbuf out;                 /* SSE bytes not yet handed to MHD, from `off` */
     size_t off;
-    size_t *text_off;              /* [n_eng * n_per] characters streamed (logprob offsets) */
+    size_t *text_off;              /* [n_eng * n_per] characters streamed (logprob offsets);
+                                      a chat with tools: content bytes streamed */
     uint8_t *echoed;               /* [n_eng * n_per] echo text sent */
     int sent_done;
 } gen_job;
@@ -304,16 +305,10 @@ static json_t *text_json(const char *s, size_t n) {
 }
 
 /* A chat answer with tools: the message's content (null when it is only tool calls) and its
- * tool_calls, parsed from the whole text; *calls is NULL when there are none. For the stream,
- * each call gets its "index". */
-static json_t *tool_message(gen_job *j, const pl_server_choice *c, json_t **calls, int stream) {
+ * tool_calls, parsed from the whole text; *calls is NULL when there are none. */
+static json_t *tool_message(gen_job *j, const pl_server_choice *c, json_t **calls) {
     size_t n = 0;
     *calls = pl_server_tool_calls_parse(j->s->tool_format, c->text ? c->text : "", c->len, &n);
-    if (*calls && stream) {
-        size_t i;
-        json_t *call;
-        json_array_foreach(*calls, i, call) json_object_set_new(call, "index", json_integer((json_int_t)i));
-    }
     return *calls && n == 0 ? json_null() : text_json(c->text ? c->text : "", *calls ? n : c->len);
 }
 
@@ -324,12 +319,34 @@ static int tools_active(const gen_job *j) {
 /* One streamed chunk for a delta of choice k (engine request i). */
 static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d) {
     if (tools_active(j)) {
-        /* Tool calls are known only from the whole text: the answer goes out in one chunk at
-         * its end (content, then tool_calls), as vLLM does when it cannot parse incrementally. */
-        if (d->finish == PL_FINISH_NONE) return;
-        json_t *calls, *content = tool_message(j, &j->ch[k], &calls, 1);
-        json_t *delta = json_pack("{s:o}", "content", content);
-        if (calls) json_object_set_new(delta, "tool_calls", calls);
+        /* Content streams up to where a tool call could begin (its marker); the calls, and
+         * whatever was held back, go out when the text is whole. */
+        const pl_server_choice *c = &j->ch[k];
+        const char *text = c->text ? c->text : "";
+        size_t *sent = &j->text_off[k];
+        json_t *calls = NULL, *delta;
+        if (d->finish == PL_FINISH_NONE) {
+            size_t safe = pl_server_tool_content_prefix(j->s->tool_format, text, c->len);
+            if (safe <= *sent) return;
+            delta = json_pack("{s:o}", "content", text_json(text + *sent, safe - *sent));
+            *sent = safe;
+            json_t *choice = json_pack("{s:i, s:o, s:n, s:n, s:n}", "index", k, "delta", delta,
+                                       "logprobs", "finish_reason", "stop_reason");
+            json_t *o = chunk_base(j);
+            set(j, o, "choices", choice ? json_pack("[o]", choice) : NULL);
+            out_event(j, o);
+            return;
+        }
+        size_t end = c->len;
+        calls = pl_server_tool_calls_parse(j->s->tool_format, text, c->len, &end);
+        delta = json_pack("{s:o}", "content", text_json(text + (end > *sent ? *sent : end),
+                                                        end > *sent ? end - *sent : 0));
+        if (calls) {
+            size_t ci;
+            json_t *call;
+            json_array_foreach(calls, ci, call) json_object_set_new(call, "index", json_integer((json_int_t)ci));
+            json_object_set_new(delta, "tool_calls", calls);
+        }
         json_t *choice = json_pack("{s:i, s:o, s:n, s:o, s:o}", "index", k, "delta", delta, "logprobs",
                                    "finish_reason", calls ? json_string("tool_calls") : pl_server_finish_json(d->finish),
                                    "stop_reason", pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str));
@@ -513,7 +530,7 @@ static json_t *whole_response(gen_job *j) {
                 json_t *lp = j->req.logprobs >= 0
                                  ? pl_server_chat_logprobs(&j->rx, c->ids, c->lp, c->top, c->n, c->n_top)
                                  : json_null();
-                json_t *calls = NULL, *content = tools_active(j) ? tool_message(j, c, &calls, 0)
+                json_t *calls = NULL, *content = tools_active(j) ? tool_message(j, c, &calls)
                                                                  : text_json(c->text, c->len);
                 choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o, s:o}", "index", idx, "message",
                                    "role", "assistant", "content", content,

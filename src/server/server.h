@@ -145,6 +145,10 @@ pl_tool_format pl_tool_format_detect(const char *template_src, size_t len);
 json_t *pl_server_tool_calls_parse(pl_tool_format f, const char *text, size_t len,
                                    size_t *content_len);
 
+/* The length of the start of a text being generated that cannot belong to a tool call (what a
+ * stream may send before the answer is whole). */
+size_t pl_server_tool_content_prefix(pl_tool_format f, const char *text, size_t len);
+
 /* Log an unknown request field's name at debug level, once per name per process (at most 64
  * names). Returns 1 if it was logged now. */
 int pl_server_note_unknown_field(const char *key);

@@ -234,3 +234,27 @@ json_t *pl_server_tool_calls_parse(pl_tool_format f, const char *text, size_t le
     while (*content_len && strchr(" \n\t\r", text[*content_len - 1])) (*content_len)--;
     return calls;
 }
+
+/* How much of a text still being generated is surely content: everything before a call's marker
+ * (or a marker's beginning at the end), without trailing whitespace (which the parse drops
+ * before calls). Llama 3.x answers that start like a call are held whole. */
+size_t pl_server_tool_content_prefix(pl_tool_format f, const char *text, size_t len) {
+    const char *marker = f == PL_TOOLS_HERMES ? "<tool_call>" : f == PL_TOOLS_MISTRAL ? "[TOOL_CALLS]" : NULL;
+    size_t safe = len;
+    if (marker) {
+        size_t ml = strlen(marker);
+        const char *p = memmem(text, len, marker, ml);
+        if (p) safe = (size_t)(p - text);
+        else
+            for (size_t k = ml - 1; k > 0; k--)
+                if (len >= k && !memcmp(text + len - k, marker, k)) {
+                    safe = len - k;
+                    break;
+                }
+    } else if (f == PL_TOOLS_LLAMA3) {
+        const char *p = skip_ws(text, text + len);
+        if (p == text + len || *p == '{' || *p == '<') return 0;
+    }
+    while (safe && strchr(" \n\t\r", text[safe - 1])) safe--;
+    return safe;
+}

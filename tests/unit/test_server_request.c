@@ -341,6 +341,17 @@ static void test_tools(void **state) {
     assert_int_equal(pl_tool_format_detect("[TOOL_CALLS]", 12), PL_TOOLS_MISTRAL);
     assert_int_equal(pl_tool_format_detect("<|start_header_id|> \"parameters\"", 33), PL_TOOLS_LLAMA3);
     assert_int_equal(pl_tool_format_detect("<|im_start|>", 12), PL_TOOLS_NONE);
+    /* what a stream may send of a text still being generated */
+    static const struct { pl_tool_format f; const char *text; size_t safe; } pre[] = {
+        {PL_TOOLS_HERMES, "Sure. <tool_call>{", 5}, {PL_TOOLS_HERMES, "Sure. <tool_c", 5},
+        {PL_TOOLS_HERMES, "Sure <b>", 8}, {PL_TOOLS_HERMES, "a b\n", 3}, {PL_TOOLS_HERMES, "<", 0},
+        {PL_TOOLS_MISTRAL, "x[TOOL_", 1}, {PL_TOOLS_LLAMA3, "  {\"name\"", 0},
+        {PL_TOOLS_LLAMA3, "<|python", 0}, {PL_TOOLS_LLAMA3, "Hello there", 11}, {PL_TOOLS_NONE, "ab ", 2},
+    };
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+        if (pl_server_tool_content_prefix(pre[i].f, pre[i].text, strlen(pre[i].text)) != pre[i].safe)
+            fail_msg("prefix case %zu [%s]: %zu, want %zu", i, pre[i].text,
+                     pl_server_tool_content_prefix(pre[i].f, pre[i].text, strlen(pre[i].text)), pre[i].safe);
     /* parsing generated text */
     static const struct { pl_tool_format f; const char *text, *content, *names, *args; } cs[] = {
         {PL_TOOLS_HERMES, "Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n"
