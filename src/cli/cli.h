@@ -21,6 +21,7 @@ int pl_bench_throughput(int argc, char **argv);
 int pl_bench_serve(int argc, char **argv);
 int pl_cmd_serve(int argc, char **argv);
 int pl_cmd_mkmodel(int argc, char **argv);
+int pl_cmd_chat_template(int argc, char **argv);
 
 /* Resolve a model argument: an existing path is used as is; a bare name is looked up as NAME and
  * NAME.gguf in ./models, $PAGELLM_MODELS and ../shared/models. On failure prints where it looked

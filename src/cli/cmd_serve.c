@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "      --shutdown-timeout S       seconds in-flight requests may finish on SIGINT/\n"
             "                                 SIGTERM before they are aborted (default 10)\n"
             "      --no-webui                 no web page at / (chat playground, KV cache view)\n"
+            "      --chat-template FILE       Jinja chat template to use instead of the model's\n"
+            "                                 (tokenizer.chat_template; ChatML when it has none)\n"
             );
     fputs(PL_ENGINE_FLAGS_HELP, f);
 }
@@ -49,7 +51,7 @@ typedef struct {
     uint64_t max_request_bytes;
 } serve_opts;
 
-enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI };
+enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI, O_CHATTPL };
 
 static int parse(int argc, char **argv, serve_opts *o) {
     static const struct option longopts[] = {
@@ -63,6 +65,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"max-waiting", required_argument, 0, O_MAXWAIT},
         {"shutdown-timeout", required_argument, 0, O_GRACE},
         {"no-webui", no_argument, 0, O_NOWEBUI},
+        {"chat-template", required_argument, 0, O_CHATTPL},
         {"seed", required_argument, 0, PL_OPT_IGNORED}, /* vLLM's global seed: per request here */
         PL_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
@@ -89,6 +92,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
             o->srv.port = (int)iv;
             break;
         case O_NAME: o->srv.served_model_name = optarg; break;
+        case O_CHATTPL: o->srv.chat_template_path = optarg; break;
         case O_KEY: o->srv.api_key = optarg; break;
         case O_MAXREQ:
             if (pl_arg_bytes(C, "--max-request-bytes", optarg, &o->max_request_bytes)) return 2;

@@ -15,6 +15,7 @@ static const command commands[] = {
     {"tokenize", pl_cmd_tokenize, "print the token ids of a text as a JSON array"},
     {"detokenize", pl_cmd_detokenize, "print the text of token ids"},
     {"inspect", pl_cmd_inspect, "describe a GGUF model file"},
+    {"chat-template", pl_cmd_chat_template, "render a chat template (Jinja) for a context"},
     {"bench", pl_cmd_bench, "benchmarks: kernels, model, throughput, serve"},
     {"serve", pl_cmd_serve, "run the OpenAI-compatible HTTP server"},
     {"mkmodel", pl_cmd_mkmodel, "write a random-weight Llama GGUF (tests, benchmarks)"},

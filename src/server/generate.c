@@ -49,7 +49,8 @@ typedef struct {
     /* Streaming. */
     pl_strbuf out;                 /* SSE bytes not yet handed to MHD, from `off` */
     size_t off;
-    size_t *text_off;              /* [n_eng * n_per] characters streamed (logprob offsets) */
+    size_t *text_off;              /* [n_eng * n_per] characters streamed (logprob offsets);
+                                      a chat with tools: content bytes streamed */
     uint8_t *echoed;               /* [n_eng * n_per] echo text sent */
     int sent_done;
 } gen_job;
@@ -105,7 +106,7 @@ static int tokenize_prompts(gen_job *j, pl_server_error *err) {
     pl_server_request *r = &j->req;
     char *chat_text = NULL;
     if (r->chat) {
-        if (pl_srv_render_chat(s, r->messages, r->n_messages, r->add_generation_prompt,
+        if (pl_srv_render_chat(s, r, r->add_generation_prompt,
                                &chat_text, err))
             return -1;
         j->n_eng = 1;
@@ -255,6 +256,8 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
     make_id(j->id, sizeof j->id, chat ? "chatcmpl-" : "cmpl-");
     j->rx = (pl_server_resp_ctx){.id = j->id, .model = s->model_name, .created = (int64_t)time(NULL),
                                  .tok = s->tok, .chat = chat, .logprobs = j->req.logprobs >= 0};
+    /* Mistral's [TOOL_CALLS] is a special token: keep it in the text that is parsed. */
+    if (chat && j->req.tools && s->tool_format == PL_TOOLS_MISTRAL) j->req.params.skip_special_tokens = 0;
     if (tokenize_prompts(j, err) || check_lengths(j, err) || submit(j, err)) goto fail;
     return j;
 fail:
@@ -301,8 +304,57 @@ static json_t *text_json(const char *s, size_t n) {
     return j;
 }
 
+/* A chat answer with tools: the message's content (null when it is only tool calls) and its
+ * tool_calls, parsed from the whole text; *calls is NULL when there are none. */
+static json_t *tool_message(gen_job *j, const pl_server_choice *c, json_t **calls) {
+    size_t n = 0;
+    *calls = pl_server_tool_calls_parse(j->s->tool_format, c->text ? c->text : "", c->len, &n);
+    return *calls && n == 0 ? json_null() : text_json(c->text ? c->text : "", *calls ? n : c->len);
+}
+
+static int tools_active(const gen_job *j) {
+    return j->req.chat && j->req.tools && j->s->tool_format != PL_TOOLS_NONE;
+}
+
 /* One streamed chunk for a delta of choice k (engine request i). */
 static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d) {
+    if (tools_active(j)) {
+        /* Content streams up to where a tool call could begin (its marker); the calls, and
+         * whatever was held back, go out when the text is whole. */
+        const pl_server_choice *c = &j->ch[k];
+        const char *text = c->text ? c->text : "";
+        size_t *sent = &j->text_off[k];
+        json_t *calls = NULL, *delta;
+        if (d->finish == PL_FINISH_NONE) {
+            size_t safe = pl_server_tool_content_prefix(j->s->tool_format, text, c->len);
+            if (safe <= *sent) return;
+            delta = json_pack("{s:o}", "content", text_json(text + *sent, safe - *sent));
+            *sent = safe;
+            json_t *choice = json_pack("{s:i, s:o, s:n, s:n, s:n}", "index", k, "delta", delta,
+                                       "logprobs", "finish_reason", "stop_reason");
+            json_t *o = chunk_base(j);
+            set(j, o, "choices", choice ? json_pack("[o]", choice) : NULL);
+            out_event(j, o);
+            return;
+        }
+        size_t end = c->len;
+        calls = pl_server_tool_calls_parse(j->s->tool_format, text, c->len, &end);
+        delta = json_pack("{s:o}", "content", text_json(text + (end > *sent ? *sent : end),
+                                                        end > *sent ? end - *sent : 0));
+        if (calls) {
+            size_t ci;
+            json_t *call;
+            json_array_foreach(calls, ci, call) json_object_set_new(call, "index", json_integer((json_int_t)ci));
+            json_object_set_new(delta, "tool_calls", calls);
+        }
+        json_t *choice = json_pack("{s:i, s:o, s:n, s:o, s:o}", "index", k, "delta", delta, "logprobs",
+                                   "finish_reason", calls ? json_string("tool_calls") : pl_server_finish_json(d->finish),
+                                   "stop_reason", pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str));
+        json_t *o = chunk_base(j);
+        set(j, o, "choices", choice ? json_pack("[o]", choice) : NULL);
+        out_event(j, o);
+        return;
+    }
     int logp = j->rx.logprobs && d->token_logprobs && d->n_tokens > 0;
     if (!d->text_len && d->finish == PL_FINISH_NONE && !logp) return;
     /* Echo: the prompt goes in front of a completion's first chunk. */
@@ -478,11 +530,16 @@ static json_t *whole_response(gen_job *j) {
                 json_t *lp = j->req.logprobs >= 0
                                  ? pl_server_chat_logprobs(&j->rx, c->ids, c->lp, c->top, c->n, c->n_top)
                                  : json_null();
+                json_t *calls = NULL, *content = tools_active(j) ? tool_message(j, c, &calls)
+                                                                 : text_json(c->text, c->len);
                 choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o, s:o}", "index", idx, "message",
-                                   "role", "assistant", "content", text_json(c->text, c->len),
-                                   "logprobs", lp, "finish_reason", pl_server_finish_json(c->finish),
+                                   "role", "assistant", "content", content,
+                                   "logprobs", lp, "finish_reason",
+                                   calls ? json_string("tool_calls") : pl_server_finish_json(c->finish),
                                    "stop_reason",
                                    pl_server_stop_reason_json(c->finish, c->stop_token, c->stop_str));
+                if (choice && calls) json_object_set_new(json_object_get(choice, "message"), "tool_calls", calls);
+                else json_decref(calls);
             } else {
                 size_t el = j->echo[i] ? strlen(j->echo[i]) : 0;
                 char *t = malloc(el + c->len + 1);

@@ -6,9 +6,10 @@
  * vLLM's SamplingParams elsewhere; the sampling ranges themselves are checked by the engine
  * (pl_sampling_params_validate), this file only parses.
  *
- * Three kinds of field names: those parsed here; those recognised but not supported (suffix,
- * function calling, tools, structured output: response_format other than text and vLLM's
- * guided_*), which get a 400 "... is not supported" instead of a silently unconstrained answer;
+ * Three kinds of field names: those parsed here (tools and tool_choice by tools.c); those
+ * recognised but not supported (suffix, the old function calling, tools on completions,
+ * structured output: response_format other than text and vLLM's guided_*), which get a 400
+ * "... is not supported" instead of a silently unconstrained answer;
  * and unknown ones, ignored as OpenAI does and logged once per name at debug level.
  */
 #include "server/server.h"
@@ -69,8 +70,8 @@ int pl_server_note_unknown_field(const char *key) {
 }
 
 /* Recognised fields that pagellm does not implement: a 400 naming the field unless the value
- * is absent, null, or the neutral value (tools: [], tool_choice: "none", response_format:
- * {"type": "text"}). */
+ * is absent, null, or the neutral value (response_format: {"type": "text"}); tools and
+ * tool_choice are parsed by tools.c (chat) and ignored by completions. */
 static int check_unsupported(const json_t *o, pl_server_error *err) {
     static const char *const ALWAYS[] = {"suffix", "functions", "function_call", "guided_json",
                                          "guided_regex", "guided_choice", "guided_grammar",
@@ -85,16 +86,7 @@ static int check_unsupported(const json_t *o, pl_server_error *err) {
                                       ? " (structured output is not implemented yet)"
                                       : "");
     }
-    json_t *v = json_object_get(o, "tools");
-    if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-        return pl_server_fail(err, 400, "tools", "unsupported_parameter",
-                              "'tools' is not supported by this server (no tool calling)");
-    v = json_object_get(o, "tool_choice");
-    if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-        return pl_server_fail(err, 400, "tool_choice", "unsupported_parameter",
-                              "'tool_choice' is not supported by this server (no tool calling); "
-                              "only \"none\" is accepted");
-    v = json_object_get(o, "response_format");
+    json_t *v = json_object_get(o, "response_format");
     if (v && !json_is_null(v)) {
         json_t *t = json_object_get(v, "type");
         if (!json_is_object(v) || !json_is_string(t))
@@ -247,7 +239,7 @@ static int parse_prompt(const json_t *o, pl_server_request *r, pl_server_error *
 /* ---- chat: messages ---- */
 
 /* OpenAI's "developer" role is its newer name for "system". */
-static const char *const ROLES[] = {"system", "user", "assistant", "developer"};
+static const char *const ROLES[] = {"system", "user", "assistant", "developer", "tool"};
 
 static int parse_content(const json_t *c, size_t i, char **out, pl_server_error *err) {
     if (!c || json_is_null(c)) {
@@ -311,12 +303,15 @@ static int parse_messages(const json_t *o, pl_server_request *r, pl_server_error
         if (!known)
             return pl_server_fail(err, 400, "messages", "invalid_value",
                                   "'messages[%zu].role' must be one of system, user, assistant, "
-                                  "developer; got '%s'", i, json_string_value(role));
+                                  "developer, tool; got '%s'", i, json_string_value(role));
         const char *rs = json_string_value(role);
         r->messages[i].role = strdup(strcmp(rs, "developer") ? rs : "system");
         r->n_messages = (int)i + 1;
         if (!r->messages[i].role) return pl_server_nomem(err);
-        if (parse_content(json_object_get(msg, "content"), i, &r->messages[i].content, err))
+        json_t *content = json_object_get(msg, "content");
+        r->messages[i].content_null = !content || json_is_null(content);
+        if (parse_content(content, i, &r->messages[i].content, err) ||
+            pl_server_parse_tool_fields(msg, i, &r->messages[i], err))
             return -1;
     }
     return 0;
@@ -552,11 +547,22 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
     int rc = -1;
     if (get_string(o, "model", &r->model, err) || check_unsupported(o, err)) goto done;
     if (chat) {
-        if (parse_messages(o, r, err) ||
+        if (parse_messages(o, r, err) || pl_server_parse_tools(o, r, err) ||
             get_bool(o, "add_generation_prompt", &r->add_generation_prompt, err))
             goto done;
     } else if (parse_prompt(o, r, err)) {
         goto done;
+    } else {
+        for (int k = 0; k < 2; k++) {
+            const char *f = k ? "tool_choice" : "tools";
+            json_t *v = json_object_get(o, f);
+            if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)) &&
+                !(json_is_string(v) && !strcmp(json_string_value(v), "none"))) {
+                pl_server_fail(err, 400, f, "unsupported_parameter",
+                               "'%s' is not supported on /v1/completions (use /v1/chat/completions)", f);
+                goto done;
+            }
+        }
     }
     if (parse_sampling(o, r, err) || parse_logit_bias(o, r, err) || parse_stop(o, r, err) ||
         parse_stream(o, r, err) ||
@@ -588,7 +594,9 @@ void pl_server_request_destroy(pl_server_request *r) {
     for (int i = 0; i < r->n_messages; i++) {
         free(r->messages[i].role);
         free(r->messages[i].content);
+        free(r->messages[i].extra);
     }
+    free(r->tools);
     free(r->messages);
     for (int i = 0; i < r->params.n_stop; i++) free(r->stop[i]);
     free(r->stop);

@@ -54,14 +54,36 @@ enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_c
                                                      s->model_name));
 }
 
-int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen, char **out,
+/* The template's context, as transformers builds it: messages (with their tool fields), tools
+ * when the request has them, add_generation_prompt and the special tokens' texts ("" when the
+ * vocabulary has none). */
+int pl_srv_render_chat(pl_server *s, const pl_server_request *r, int add_gen, char **out,
                        pl_server_error *err) {
-    pl_chat_message *msgs = calloc((size_t)(n ? n : 1), sizeof *msgs);
-    if (!msgs) return pl_server_nomem(err);
-    for (int i = 0; i < n; i++) msgs[i] = (pl_chat_message){m[i].role, m[i].content};
-    pl_status st = pl_chat_apply(s->chat_format, msgs, (size_t)n, add_gen, s->bos_text,
-                                 s->eos_text, out);
-    free(msgs);
+    *out = NULL;
+    json_t *msgs = json_array(), *ctx = json_object();
+    int bad = !msgs || !ctx;
+    for (int i = 0; i < r->n_messages && !bad; i++) {
+        const pl_server_message *m = &r->messages[i];
+        json_t *o = json_pack("{s:s, s:o}", "role", m->role, "content",
+                              m->content_null ? json_null() : json_string(m->content));
+        json_t *x = m->extra ? json_loads(m->extra, 0, NULL) : NULL;
+        bad = !o || (m->extra && !x) || (x && json_object_update(o, x)) ||
+              json_array_append_new(msgs, o) != 0;
+        json_decref(x);
+    }
+    json_t *tools = r->tools ? json_loads(r->tools, 0, NULL) : NULL;
+    bad = bad || (r->tools && !tools) || json_object_set(ctx, "messages", msgs) ||
+          (tools && json_object_set(ctx, "tools", tools)) ||
+          json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_gen)) ||
+          json_object_set_new(ctx, "bos_token", json_string(s->bos_text ? s->bos_text : "")) ||
+          json_object_set_new(ctx, "eos_token", json_string(s->eos_text ? s->eos_text : ""));
+    char *text = bad ? NULL : json_dumps(ctx, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(tools);
+    json_decref(msgs);
+    json_decref(ctx);
+    if (!text) return pl_server_nomem(err);
+    pl_status st = pl_chat_template_render(s->chat, text, strlen(text), out);
+    free(text);
     if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
     if (st != PL_OK)
         return pl_server_fail(err, 400, "messages", "invalid_value", "%s", pl_last_error());
@@ -105,7 +127,7 @@ enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_
         /* Reuse the chat request parser for the messages. */
         pl_server_request r;
         if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
-        int rc = pl_srv_render_chat(s, r.messages, r.n_messages, add_gen, &text, &err);
+        int rc = pl_srv_render_chat(s, &r, add_gen, &text, &err);
         pl_server_request_destroy(&r);
         if (rc) goto fail;
     } else {
@@ -203,7 +225,8 @@ fail:
 }
 
 /* POST /v1/chat/render: {"messages", "add_generation_prompt"?} -> {"prompt": the text the chat
- * template produced, "count": its tokens, "template": the format's name}. What a chat request
+ * template produced, "count": its tokens, "template": where the template came from ("gguf",
+ * the --chat-template file, "chatml")}. What a chat request
  * with these messages would feed the model (the web UI shows it). */
 enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     pl_server_error err;
@@ -220,7 +243,7 @@ enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_co
     }
     pl_server_request r;
     if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
-    int rc = pl_srv_render_chat(s, r.messages, r.n_messages, add_gen, &text, &err);
+    int rc = pl_srv_render_chat(s, &r, add_gen, &text, &err);
     pl_server_request_destroy(&r);
     if (rc) goto fail;
     pl_status st = pl_tokenize(s->tok, text, strlen(text), 0, 1, &ids, &n);
@@ -235,7 +258,7 @@ enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_co
     free(text);
     json_decref(o);
     json_t *res = json_pack("{s:s%, s:I, s:s}", "prompt", clean, len, "count", (json_int_t)n,
-                            "template", pl_chat_format_name(s->chat_format));
+                            "template", pl_chat_template_origin(s->chat));
     free(clean);
     return pl_srv_send_json(c, MHD_HTTP_OK, res);
 fail:

@@ -257,23 +257,46 @@ static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
 static void free_server(pl_server *s) {
     PL_FREE_ALL(s->host, s->model_name, s->model_path, s->api_key, s->bos_text, s->eos_text,
                 s->live);
+    pl_chat_template_free(s->chat);
     pthread_mutex_destroy(&s->mu);
     pl_server_metrics_destroy(&s->metrics);
     free(s);
 }
 
-/* The chat format from the GGUF's tokenizer.chat_template (ChatML when absent or unknown). */
-static pl_status load_chat_format(pl_server *s) {
-    pl_gguf *g;
-    PL_TRY(pl_gguf_open(s->model_path, &g));
-    pl_gguf_str t = {0};
-    int has = pl_gguf_get_str(g, "tokenizer.chat_template", &t) == PL_OK;
-    s->chat_format = pl_chat_detect(has ? t.ptr : NULL, has ? t.len : 0);
-    if (has && pl_chat_classify(t.ptr, t.len) == PL_CHAT_UNKNOWN)
-        PL_WARN("the model's chat template is not one pagellm knows; chats use %s",
-                pl_chat_format_name(s->chat_format));
-    pl_gguf_close(g);
-    return PL_OK;
+/* The chat template: --chat-template FILE, else the GGUF's tokenizer.chat_template, else
+ * ChatML. One that does not compile is kept: chat requests then get a 400 naming the error. */
+static pl_status load_chat_template(pl_server *s) {
+    pl_status st;
+    if (s->cfg.chat_template_path) {
+        FILE *f = fopen(s->cfg.chat_template_path, "rb");
+        if (!f) return pl_fail(PL_ERR_IO, "--chat-template %s: cannot open", s->cfg.chat_template_path);
+        pl_strbuf b = {0};
+        char chunk[4096];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) pl_strbuf_append(&b, chunk, n);
+        int bad = ferror(f);
+        fclose(f);
+        if (bad || b.failed) {
+            pl_strbuf_destroy(&b);
+            return pl_fail(bad ? PL_ERR_IO : PL_ERR_NOMEM, "--chat-template %s: cannot read",
+                           s->cfg.chat_template_path);
+        }
+        st = pl_chat_template_new(b.p ? b.p : "", b.len, s->cfg.chat_template_path, &s->chat);
+        s->tool_format = pl_tool_format_detect(b.p, b.len);
+        pl_strbuf_destroy(&b);
+    } else {
+        pl_gguf *g;
+        PL_TRY(pl_gguf_open(s->model_path, &g));
+        pl_gguf_str t = {0};
+        int has = pl_gguf_get_str(g, "tokenizer.chat_template", &t) == PL_OK;
+        st = pl_chat_template_new(has ? t.ptr : NULL, has ? t.len : 0, "gguf", &s->chat);
+        s->tool_format = has ? pl_tool_format_detect(t.ptr, t.len) : PL_TOOLS_NONE;
+        pl_gguf_close(g);
+    }
+    if (st == PL_OK && pl_chat_template_error(s->chat))
+        PL_WARN("the chat template (%s) does not compile; chat requests will get a 400: %s",
+                pl_chat_template_origin(s->chat), pl_chat_template_error(s->chat));
+    return st;
 }
 
 pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server **out) {
@@ -315,7 +338,7 @@ pl_status pl_server_start(pl_engine *e, const pl_server_config *cfg, pl_server *
         return pl_fail(PL_ERR_NOMEM, "server: out of memory");
     }
     pl_server_json_init();
-    pl_status st = load_chat_format(s);
+    pl_status st = load_chat_template(s);
     if (st != PL_OK) {
         free_server(s);
         return st;

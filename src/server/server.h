@@ -41,6 +41,7 @@ typedef struct {
     double shutdown_grace;         /* seconds in-flight requests may finish on stop (10) */
     int32_t max_logprobs;          /* bound of logprobs / top_logprobs / prompt_logprobs (20; 0 = none allowed) */
     int no_webui;                  /* 1: no web page (GET / and its assets answer 404) */
+    const char *chat_template_path; /* Jinja file to use instead of the GGUF's template, or NULL */
 } pl_server_config;
 
 void pl_server_config_default(pl_server_config *c);
@@ -90,8 +91,10 @@ typedef struct {
 } pl_server_prompt;
 
 typedef struct {
-    char *role;          /* "system", "user", "assistant", ... */
+    char *role;          /* "system", "user", "assistant", "tool" */
     char *content;       /* text (content parts of type "text" are joined) */
+    int content_null;    /* content was null (an assistant's tool calls): the template sees None */
+    char *extra;         /* NULL, or a JSON object of tool_calls / tool_call_id / name (tools.c) */
 } pl_server_message;
 
 typedef struct {
@@ -112,16 +115,39 @@ typedef struct {
     int stream, include_usage, echo;
     int32_t logprobs;                /* completions: top-k; chat: top_logprobs; -1 = none */
     int add_special_tokens;          /* completions (1), chat (0) */
+    char *tools;                     /* chat: JSON list of the tools the template gets, or NULL
+                                        (none given, or tool_choice "none"; a named function: it) */
 } pl_server_request;
 
 /* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Recognised but
- * unsupported fields (suffix, functions, function_call, tools, tool_choice other than "none",
+ * unsupported fields (suffix, functions, function_call, tool_choice "required",
  * response_format other than {"type": "text"}, guided_*, structured_outputs) are a 400 naming
  * the field with code "unsupported_parameter"; unknown fields are ignored (logged once each at
  * debug level). On success free the request with pl_server_request_destroy. */
 int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
                             pl_server_request *r, pl_server_error *err);
 void pl_server_request_destroy(pl_server_request *r);
+
+/* ---- tool calling (tools.c) ---- */
+
+/* `tools` and `tool_choice` into r->tools; 0 or -1 with *err (400). */
+int pl_server_parse_tools(const json_t *o, pl_server_request *r, pl_server_error *err);
+/* A message's tool_calls / tool_call_id / name into m->extra; 0 or -1 with *err. */
+int pl_server_parse_tool_fields(const json_t *msg, size_t i, pl_server_message *m,
+                                pl_server_error *err);
+
+typedef enum { PL_TOOLS_NONE, PL_TOOLS_HERMES, PL_TOOLS_MISTRAL, PL_TOOLS_LLAMA3 } pl_tool_format;
+/* The tool-call format a chat template writes (by its markers), or PL_TOOLS_NONE. */
+pl_tool_format pl_tool_format_detect(const char *template_src, size_t len);
+/* The tool calls in a generated text as OpenAI's tool_calls list (ids "call_" + 9 characters,
+ * arguments a JSON string), or NULL when there are none; *content_len is then the length of the
+ * text before the calls (trailing whitespace dropped), else len. */
+json_t *pl_server_tool_calls_parse(pl_tool_format f, const char *text, size_t len,
+                                   size_t *content_len);
+
+/* The length of the start of a text being generated that cannot belong to a tool call (what a
+ * stream may send before the answer is whole). */
+size_t pl_server_tool_content_prefix(pl_tool_format f, const char *text, size_t len);
 
 /* Log an unknown request field's name at debug level, once per name per process (at most 64
  * names). Returns 1 if it was logged now. */

@@ -21,7 +21,8 @@ struct pl_server {
     atomic_int hard_stop;          /* stop waiting on the engine: answer at once */
     pl_server_metrics metrics;
     const pl_tokenizer *tok;
-    pl_chat_format chat_format;    /* from the GGUF's tokenizer.chat_template */
+    pl_chat_template *chat;        /* --chat-template FILE, the GGUF's, or ChatML */
+    pl_tool_format tool_format;    /* how its tool calls look in generated text (tools.c) */
     char *bos_text, *eos_text;     /* for chat templates (NULL if the vocab has none) */
     int32_t max_model_len, n_vocab;
     int64_t created;               /* unix seconds at start */
@@ -67,8 +68,8 @@ enum MHD_Result pl_srv_completions(pl_server *s, struct MHD_Connection *c, pl_co
 enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 
 /* Render chat messages with the model's template into *out (malloc'ed). */
-int pl_srv_render_chat(pl_server *s, const pl_server_message *m, int n, int add_gen,
-                       char **out, pl_server_error *err);
+int pl_srv_render_chat(pl_server *s, const pl_server_request *r, int add_gen, char **out,
+                       pl_server_error *err);
 
 /* 404 model_not_found, OpenAI's body, for a model name this server does not serve. */
 int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,

@@ -4,6 +4,7 @@
     gguf_patch.py IN OUT arch NEWNAME          replace general.architecture's value (same length)
     gguf_patch.py IN OUT type TENSOR TYPEID    change one tensor's type id in the tensor table
     gguf_patch.py IN OUT drop TENSOR           rename a tensor so the model lacks it
+    gguf_patch.py IN OUT template FILE         set tokenizer.chat_template to FILE's text
 """
 import struct
 import sys
@@ -26,9 +27,41 @@ def skip_value(b, off, t):
     raise ValueError(f"bad value type {t}")
 
 
+def set_template(b, text):
+    """b with tokenizer.chat_template set (replaced or added); tensor data realigned."""
+    _, _, n_t, n_kv = struct.unpack_from("<IIQQ", b, 0)
+    off, kvs, align = 24, [], 32
+    for _ in range(n_kv):
+        start = off
+        (kl,) = struct.unpack_from("<Q", b, off)
+        key = b[off + 8 : off + 8 + kl].decode()
+        off += 8 + kl
+        (t,) = struct.unpack_from("<I", b, off)
+        if key == "general.alignment":
+            (align,) = struct.unpack_from("<I", b, off + 4)
+        off = skip_value(b, off + 4, t)
+        if key != "tokenizer.chat_template":
+            kvs.append(bytes(b[start:off]))
+    infos_start = off
+    for _ in range(n_t):
+        (nl,) = struct.unpack_from("<Q", b, off)
+        off += 8 + nl
+        (nd,) = struct.unpack_from("<I", b, off)
+        off += 4 + 8 * nd + 4 + 8
+    infos = bytes(b[infos_start:off])
+    data = bytes(b[(off + align - 1) // align * align :])
+    key, val = b"tokenizer.chat_template", text.encode()
+    kvs.append(struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(val)) + val)
+    head = struct.pack("<IIQQ", *struct.unpack_from("<II", b, 0), n_t, len(kvs)) + b"".join(kvs) + infos
+    return head + b"\0" * ((-len(head)) % align) + data
+
+
 def main():
     src, dst, what = sys.argv[1], sys.argv[2], sys.argv[3]
     b = bytearray(open(src, "rb").read())
+    if what == "template":
+        open(dst, "wb").write(set_template(b, open(sys.argv[4], encoding="utf-8").read()))
+        return
     _, _, n_t, n_kv = struct.unpack_from("<IIQQ", b, 0)
     off = 24
     for _ in range(n_kv):

@@ -164,10 +164,33 @@ await expectError("logit_bias key not an id", 400, () => client.completions.crea
   { model: "stories", prompt: "x", logit_bias: { "abc": 1 } }), OpenAI.BadRequestError, "logit_bias");
 await expectError("suffix is not supported", 400, () => client.completions.create(
   { model: "stories", prompt: "x", suffix: "y", max_tokens: 2 }), OpenAI.BadRequestError, "suffix");
-await expectError("tools are not supported", 400, () => client.chat.completions.create(
-  { model: "stories", messages: [{ role: "user", content: "x" }],
-    tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
-  OpenAI.BadRequestError, "tools");
+// Tools: accepted and given to the chat template (stories260K has none: ChatML ignores them, so
+// the answer is text); a tool-call round trip (assistant tool_calls, tool message) is rendered;
+// tool_choice "required" needs constrained decoding and is refused. test_chat_template.sh checks
+// what a tool-aware template receives and test_server_request.c the parsing of calls.
+const tools = [{ type: "function", function: { name: "get_weather", description: "Weather",
+  parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+await step("tools are accepted", async () => {
+  const r = await client.chat.completions.create({ model: "stories", max_tokens: 3, tools,
+    tool_choice: "auto", messages: [{ role: "user", content: "Weather in Paris?" },
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+        function: { name: "get_weather", arguments: JSON.stringify({ city: "Paris" }) } }] },
+      { role: "tool", tool_call_id: "call_1", content: "22C" }] });
+  check("tools: a text answer", typeof r.choices[0].message.content === "string" &&
+        !r.choices[0].message.tool_calls, r);
+  const s = await client.chat.completions.create({ model: "stories", max_tokens: 3, tools,
+    tool_choice: { type: "function", function: { name: "get_weather" } }, stream: true,
+    messages: [{ role: "user", content: "x" }] });
+  let text = "", fin = null;
+  for await (const c of s) { text += c.choices[0]?.delta?.content ?? ""; fin = c.choices[0]?.finish_reason ?? fin; }
+  check("tools, streamed: text and a finish reason", text.length > 0 && fin === "length", { text, fin });
+});
+await expectError("tool_choice required is not supported", 400, () => client.chat.completions.create(
+  { model: "stories", messages: [{ role: "user", content: "x" }], tools, tool_choice: "required" }),
+  OpenAI.BadRequestError, "tool_choice");
+await expectError("tool_choice naming an unknown function", 400, () => client.chat.completions.create(
+  { model: "stories", messages: [{ role: "user", content: "x" }], tools,
+    tool_choice: { type: "function", function: { name: "nope" } } }), OpenAI.BadRequestError, "tool_choice");
 await expectError("response_format json_object is not supported yet", 400,
   () => client.chat.completions.create({ model: "stories", response_format: { type: "json_object" },
                                          messages: [{ role: "user", content: "x" }] }),

@@ -15,7 +15,7 @@ secs="${1:-30}"
 root="$(pwd)"
 shared="${PL_SHARED_DIR:-$root/../shared}"
 build=build-fuzz
-targets="${PL_FUZZ_TARGETS:-gguf tokenizer chat_template request sse}"  # a subset: PL_FUZZ_TARGETS="gguf sse"
+targets="${PL_FUZZ_TARGETS:-gguf tokenizer jinja request sse}"  # a subset: PL_FUZZ_TARGETS="gguf sse"
 
 echo "== fuzz build ($build)"
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
@@ -30,7 +30,7 @@ fi
 # Seeds made from the shared test data (never copied into the repo).
 seeds="$build/fuzz/shared-seeds"
 rm -rf "$seeds"
-mkdir -p "$seeds"/{gguf,tokenizer,chat_template,request}
+mkdir -p "$seeds"/{gguf,tokenizer,jinja,request}
 for f in "$shared"/models/stories260K.gguf "$shared"/testdata/vocab/ggml-vocab-*.gguf; do
   [ -f "$f" ] && head -c 16384 "$f" >"$seeds/gguf/head-$(basename "$f" .gguf)"
 done
@@ -43,10 +43,9 @@ for i, path in enumerate(sorted(glob.glob(shared + "/testdata/vocab/*.inp"))):
         # fuzz_tokenizer's control byte: bit 0 GPT-2, else bit 7 llama-spm, else stories260K
         ctl = 1 if "gpt-2" in path else 128 if "llama-spm" in path else 0
         open(f"{seeds}/tokenizer/v{i}-{j}", "wb").write(bytes([ctl]) + case[:2048])
-msgs = b"\0<s>\0</s>\0user\0Hello\0assistant\0Hi there\0user\0How are you?"
 for path in sorted(glob.glob(shared + "/testdata/chat-templates/*.jinja")):
     name = os.path.basename(path)[:-6]
-    open(f"{seeds}/chat_template/{name}", "wb").write(b"\1" + open(path, "rb").read() + msgs)
+    open(f"{seeds}/jinja/{name}", "wb").write(open(path, "rb").read())
 try:
     convs = json.load(open(shared + "/testdata/chat-templates/conversations.json"))
     convs = convs if isinstance(convs, list) else list(convs.values())
@@ -61,7 +60,7 @@ PY
 
 max_len() {
   case "$1" in
-    gguf|chat_template) echo 16384 ;;
+    gguf|jinja) echo 16384 ;;
     request) echo 8192 ;;
     *) echo 4096 ;;
   esac

@@ -244,7 +244,7 @@ static void test_unsupported_fields(void **state) {
     (void)state;
     static const char *const FIELDS[] = {"suffix", "functions", "function_call", "guided_json",
                                          "guided_regex", "guided_choice", "guided_grammar",
-                                         "structured_outputs", "tools", "tool_choice"};
+                                         "structured_outputs"};
     char body[256];
     for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
         snprintf(body, sizeof body, "{\"prompt\": \"x\", \"%s\": [{\"a\": 1}]}", FIELDS[i]);
@@ -253,6 +253,8 @@ static void test_unsupported_fields(void **state) {
                                     "\"%s\": \"auto\"}", FIELDS[i]);
         refuse(body, 1, FIELDS[i], "not supported");
     }
+    refuse("{\"prompt\": \"x\", \"tools\": [{\"a\": 1}]}", 0, "tools", "not supported on /v1/completions");
+    refuse("{\"prompt\": \"x\", \"tool_choice\": \"auto\"}", 0, "tool_choice", "not supported");
     refuse("{\"prompt\": \"x\", \"suffix\": \"\"}", 0, "suffix", "'suffix' is not supported");
     refuse("{\"prompt\": \"x\", \"stream\": true, \"prompt_logprobs\": 1}", 0, "prompt_logprobs",
            "stream");
@@ -281,8 +283,120 @@ static void test_unsupported_fields(void **state) {
     assert_int_equal(pl_server_note_unknown_field("unheard_of_17"), 0);
 }
 
+#define TOOL "{\"type\": \"function\", \"function\": {\"name\": \"%s\", \"parameters\": {}}}"
+#define USER "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]"
+
+/* Tool calling: tools and tool_choice for the template, tool messages, and tool calls parsed
+ * back out of generated text in each family's format. */
+static void test_tools(void **state) {
+    (void)state;
+    pl_server_request r;
+    pl_server_error e;
+    char body[1024];
+    snprintf(body, sizeof body, "{" USER ", \"tools\": [" TOOL ", " TOOL "], \"tool_choice\": \"auto\"}", "f", "g");
+    if (parse(body, 1, &r, &e)) fail_msg("%s", e.message);
+    assert_non_null(r.tools);
+    assert_non_null(strstr(r.tools, "\"f\""));
+    assert_non_null(strstr(r.tools, "\"g\""));
+    pl_server_request_destroy(&r);
+    snprintf(body, sizeof body, "{" USER ", \"tools\": [" TOOL ", " TOOL "], \"tool_choice\": "
+             "{\"type\": \"function\", \"function\": {\"name\": \"g\"}}}", "f", "g");
+    if (parse(body, 1, &r, &e)) fail_msg("%s", e.message);
+    assert_null(strstr(r.tools, "\"f\"")); /* a named function: the template gets only it */
+    assert_non_null(strstr(r.tools, "\"g\""));
+    pl_server_request_destroy(&r);
+    snprintf(body, sizeof body, "{" USER ", \"tools\": [" TOOL "], \"tool_choice\": \"none\"}", "f");
+    if (parse(body, 1, &r, &e)) fail_msg("%s", e.message);
+    assert_null(r.tools);
+    pl_server_request_destroy(&r);
+    snprintf(body, sizeof body, "{" USER ", \"tools\": [" TOOL "], \"tool_choice\": "
+             "{\"type\": \"function\", \"function\": {\"name\": \"zz\"}}}", "f");
+    refuse(body, 1, "tool_choice", "not in 'tools'");
+    snprintf(body, sizeof body, "{" USER ", \"tools\": [" TOOL "], \"tool_choice\": \"required\"}", "f");
+    refuse(body, 1, "tool_choice", "not supported");
+    refuse("{" USER ", \"tool_choice\": \"maybe\"}", 1, "tool_choice", "must be");
+    refuse("{" USER ", \"tools\": {}}", 1, "tools", "must be a list");
+    refuse("{" USER ", \"tools\": [{\"type\": \"function\", \"function\": {}}]}", 1, "tools", "name");
+    refuse("{" USER ", \"tools\": [{\"type\": \"code\"}]}", 1, "tools", "function");
+    /* messages: an assistant's tool calls (arguments decoded), a tool's answer */
+    const char *conv = "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": "
+                       "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": "
+                       "\"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}}]}, "
+                       "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"42\"}]}";
+    if (parse(conv, 1, &r, &e)) fail_msg("%s", e.message);
+    assert_int_equal(r.n_messages, 3);
+    assert_int_equal(r.messages[1].content_null, 1);
+    assert_string_equal(r.messages[1].extra,
+                        "{\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1}}}]}");
+    assert_string_equal(r.messages[2].role, "tool");
+    assert_string_equal(r.messages[2].extra, "{\"tool_call_id\":\"c1\"}");
+    assert_null(r.messages[0].extra);
+    pl_server_request_destroy(&r);
+    refuse("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": {}}]}", 1, "messages", "must be a list");
+    refuse("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]}", 1,
+           "messages", "name");
+
+    /* formats by template markers */
+    assert_int_equal(pl_tool_format_detect("x<tool_call>y", 13), PL_TOOLS_HERMES);
+    assert_int_equal(pl_tool_format_detect("[TOOL_CALLS]", 12), PL_TOOLS_MISTRAL);
+    assert_int_equal(pl_tool_format_detect("<|start_header_id|> \"parameters\"", 33), PL_TOOLS_LLAMA3);
+    assert_int_equal(pl_tool_format_detect("<|im_start|>", 12), PL_TOOLS_NONE);
+    /* what a stream may send of a text still being generated */
+    static const struct { pl_tool_format f; const char *text; size_t safe; } pre[] = {
+        {PL_TOOLS_HERMES, "Sure. <tool_call>{", 5}, {PL_TOOLS_HERMES, "Sure. <tool_c", 5},
+        {PL_TOOLS_HERMES, "Sure <b>", 8}, {PL_TOOLS_HERMES, "a b\n", 3}, {PL_TOOLS_HERMES, "<", 0},
+        {PL_TOOLS_MISTRAL, "x[TOOL_", 1}, {PL_TOOLS_LLAMA3, "  {\"name\"", 0},
+        {PL_TOOLS_LLAMA3, "<|python", 0}, {PL_TOOLS_LLAMA3, "Hello there", 11}, {PL_TOOLS_NONE, "ab ", 2},
+    };
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+        if (pl_server_tool_content_prefix(pre[i].f, pre[i].text, strlen(pre[i].text)) != pre[i].safe)
+            fail_msg("prefix case %zu [%s]: %zu, want %zu", i, pre[i].text,
+                     pl_server_tool_content_prefix(pre[i].f, pre[i].text, strlen(pre[i].text)), pre[i].safe);
+    /* parsing generated text */
+    static const struct { pl_tool_format f; const char *text, *content, *names, *args; } cs[] = {
+        {PL_TOOLS_HERMES, "Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>", "Let me look.", "f,g", "{\"a\":1}"},
+        {PL_TOOLS_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"é\"}}", "", "f", "{\"q\":\"é\"}"},
+        {PL_TOOLS_HERMES, "Just text.", NULL, NULL, NULL},
+        {PL_TOOLS_HERMES, "<tool_call>not json</tool_call>", NULL, NULL, NULL},
+        {PL_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": [1]}}, {\"name\": \"g\", \"arguments\": {}}]",
+         "", "f,g", "{\"a\":[1]}"},
+        {PL_TOOLS_LLAMA3, " {\"name\": \"f\", \"parameters\": {\"city\": \"Paris\"}}", "", "f", "{\"city\":\"Paris\"}"},
+        {PL_TOOLS_LLAMA3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"parameters\": {}}", "", "f,g", "{}"},
+        {PL_TOOLS_LLAMA3, "{\"name\": \"f\", \"parameters\": {}} and more words", NULL, NULL, NULL},
+        {PL_TOOLS_NONE, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", NULL, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        size_t n;
+        json_t *calls = pl_server_tool_calls_parse(cs[i].f, cs[i].text, strlen(cs[i].text), &n);
+        if (!cs[i].names) {
+            if (calls) fail_msg("case %zu: found calls in [%s]", i, cs[i].text);
+            assert_int_equal(n, strlen(cs[i].text));
+            continue;
+        }
+        if (!calls) fail_msg("case %zu: no calls in [%s]", i, cs[i].text);
+        assert_int_equal(n, strlen(cs[i].content));
+        assert_memory_equal(cs[i].text, cs[i].content, n);
+        char names[64] = "";
+        size_t k;
+        json_t *c;
+        json_array_foreach(calls, k, c) {
+            if (k) strcat(names, ",");
+            strcat(names, json_string_value(json_object_get(json_object_get(c, "function"), "name")));
+            const char *id = json_string_value(json_object_get(c, "id"));
+            assert_true(id && !strncmp(id, "call_", 5) && strlen(id) == 14);
+            assert_string_equal(json_string_value(json_object_get(c, "type")), "function");
+        }
+        assert_string_equal(names, cs[i].names);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"),
+                                                              "arguments")), cs[i].args);
+        json_decref(calls);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tools),
         cmocka_unit_test(test_prompt_forms),
         cmocka_unit_test(test_all_fields),
         cmocka_unit_test(test_chat),
