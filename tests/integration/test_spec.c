@@ -19,7 +19,8 @@ static const char *SYNTH = PL_SHARED_DIR "/models/synth-tiny-f32.gguf";
 static const char *SYNTH_Q4 = PL_SHARED_DIR "/models/synth-tiny-q4_k_m.gguf";
 
 static const char *PROMPTS[] = {
-    "Once upon a time", "Lily and Tom went to the park", "The little dog was sad because",
+    "One day, Lily went to the park. One day, Lily went to the", "Lily and Tom went to the park",
+    "The little dog was sad because",
     "One day, a big red ball", "Sam liked to eat apples", "There was a tiny bird in a tree",
     "Mom said it was time for bed", "The sun was shining and",
 };
@@ -33,7 +34,7 @@ static pl_engine *make(const char *model, spec_kind kind, const char *draft, uin
     pl_engine_config_default(&c);
     c.model_path = model;
     c.kv_cache_memory = kv_bytes;
-    c.threads = 2;
+    c.threads = 1; /* tiny models: a second thread only spins (and crawls under sanitizers) */
     c.max_num_seqs = 32;
     c.max_num_batched_tokens = 256;
     c.max_model_len = 256;
@@ -90,13 +91,13 @@ static void assert_same(const result *a, const result *b, int n, const char *wha
 /* One model and proposer: alone (one request) and a batch of 16 in a cache small enough to
  * preempt, greedy and seeded sampling; speculation must change nothing but the step count. */
 static void check_model(const char *model, spec_kind kind, const char *draft, int32_t max_tokens,
-                        uint64_t small_kv, double min_accept) {
+                        uint64_t small_kv, double min_accept, int with_sampling) {
     static result base[N_BATCH], spec[N_BATCH];
     pl_request_params p;
     pl_request_params_default(&p);
     p.max_tokens = max_tokens;
     p.ignore_eos = 1;
-    for (int sampled = 0; sampled < 2; sampled++) {
+    for (int sampled = 0; sampled <= with_sampling; sampled++) {
         p.sampling.temperature = sampled ? 0.8f : 0.0f;
         p.sampling.top_k = sampled ? 40 : 0;
         p.has_seed = 1;
@@ -135,32 +136,32 @@ static void check_model(const char *model, spec_kind kind, const char *draft, in
 
 static void test_ngram_stories(void **state) {
     (void)state;
-    /* stories260K: 10 KiB per 16-token block in f16; 48 blocks for 16 sequences of ~100 tokens
-     * (7 blocks each) preempts. */
-    check_model(STORIES, SPEC_NGRAM, NULL, 96, 48 * 10240, 0.05);
+    /* stories260K: 10 KiB per 16-token block in f16; 32 blocks for 16 sequences of ~70 tokens
+     * (5 blocks each) preempts. */
+    check_model(STORIES, SPEC_NGRAM, NULL, 64, 32 * 10240, 0.05, 1);
 }
 
 static void test_ngram_synth(void **state) {
     (void)state;
     /* synth-tiny: 4 layers x 4 KV heads x 32 dims: 32 KiB per block. */
-    check_model(SYNTH, SPEC_NGRAM, NULL, 48, 24 * 32768, 0.0);
+    check_model(SYNTH, SPEC_NGRAM, NULL, 16, 8 * 32768, 0.0, 0);
 }
 
 static void test_draft_synth(void **state) {
     (void)state;
     /* The target's own weights in Q4_K as the draft (it agrees with the F32 target mostly). */
-    check_model(SYNTH, SPEC_DRAFT, SYNTH_Q4, 48, 48 * 32768, 0.3);
+    check_model(SYNTH, SPEC_DRAFT, SYNTH_Q4, 16, 16 * 32768, 0.3, 0);
 }
 
 static void test_draft_stories(void **state) {
     (void)state;
     /* The model as its own draft: every proposal is right, all paths of a full acceptance. */
-    check_model(STORIES, SPEC_DRAFT, STORIES, 96, 96 * 10240, 0.9);
+    check_model(STORIES, SPEC_DRAFT, STORIES, 64, 64 * 10240, 0.9, 1);
 }
 
 /* ---- the distribution of seeded sampling with speculation ---------------------------------- */
 
-enum { TOPK = 4, N_DRAWS = 3000 };
+enum { TOPK = 4, N_DRAWS = 2000 };
 #define TEMP 2.5 /* flat enough that proposals are both accepted and rejected */
 
 /* The raw top-TOPK next-token log-probabilities after prompt ++ extra. */
@@ -173,7 +174,7 @@ static void next_dist(pl_engine *e, const char *prompt, const int32_t *extra, in
     int32_t all[128];
     assert_true(n + (size_t)n_extra <= 128);
     memcpy(all, t, n * sizeof *t);
-    memcpy(all + n, extra, (size_t)n_extra * sizeof *extra);
+    if (n_extra) memcpy(all + n, extra, (size_t)n_extra * sizeof *extra);
     free(t);
     pl_request_params p;
     pl_request_params_default(&p);
@@ -211,6 +212,31 @@ static int index_of(const int32_t *ids, int32_t id) {
     for (int k = 0; k < TOPK; k++)
         if (ids[k] == id) return k;
     return -1;
+}
+
+/* Pearson's chi-square of counts against probabilities * N_DRAWS; cells expected below 5 draws
+ * are pooled into one. True when below the 0.9995 quantile (Wilson-Hilferty). */
+static int chi_square_ok(const double *prob, const double *count, int n, const char *what) {
+    double chi = 0, pooled_e = 0, pooled_o = 0;
+    int dof = -1;
+    for (int i = 0; i < n; i++) {
+        double ex = prob[i] * N_DRAWS, ob = count[i];
+        if (ex < 5) {
+            pooled_e += ex;
+            pooled_o += ob;
+            continue;
+        }
+        chi += (ob - ex) * (ob - ex) / ex;
+        dof++;
+    }
+    if (pooled_e > 0) {
+        chi += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+        dof++;
+    }
+    double z = 3.29, v = 2.0 / (9.0 * dof), crit = dof * pow(1 - v + z * sqrt(v), 3);
+    print_message("chi-square %s: %.1f with %d degrees of freedom (0.9995 quantile %.1f)\n", what,
+                  chi, dof, crit);
+    return dof >= 3 && chi < crit;
 }
 
 /* Temperature TEMP and top_k 4: the first token after a repetitive prompt, then the next two
@@ -251,6 +277,7 @@ static void test_distribution(void **state) {
     p.ignore_eos = 1;
     p.has_seed = 1;
     enum { CHUNK = 250 };
+    _Static_assert(N_DRAWS % CHUNK == 0, "whole chunks");
     static result res[CHUNK];
     for (int done = 0; done < N_DRAWS; done += CHUNK) {
         uint64_t ids[CHUNK];
@@ -278,30 +305,19 @@ static void test_distribution(void **state) {
                   (unsigned long long)s.spec_accepted_tokens, (unsigned long long)s.spec_draft_tokens);
     assert_true(s.spec_accepted_tokens > N_DRAWS / 10);
     assert_true(s.spec_draft_tokens - s.spec_accepted_tokens > N_DRAWS / 10);
-    /* Pearson's chi-square; cells expected below 5 draws are pooled into one. */
-    double chi = 0, pooled_e = 0, pooled_o = 0;
-    int dof = -1;
+    /* Pearson's chi-square over the joint (t1, t2, t3) and over (t1, t2) alone (where a wrong
+     * verification shows most), each at 0.9995. */
+    static double e2[TOPK * TOPK], o2[TOPK * TOPK];
     for (int a = 0; a < TOPK; a++)
-        for (int b = 0; b < TOPK; b++)
+        for (int b = 0; b < TOPK; b++) {
+            e2[a * TOPK + b] = o2[a * TOPK + b] = 0;
             for (int c = 0; c < TOPK; c++) {
-                double ex = expect[a][b][c] * N_DRAWS, ob = count[a][b][c];
-                if (ex < 5) {
-                    pooled_e += ex;
-                    pooled_o += ob;
-                    continue;
-                }
-                chi += (ob - ex) * (ob - ex) / ex;
-                dof++;
+                e2[a * TOPK + b] += expect[a][b][c];
+                o2[a * TOPK + b] += count[a][b][c];
             }
-    if (pooled_e > 0) {
-        chi += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-        dof++;
-    }
-    /* Wilson-Hilferty: the 0.999 quantile of chi-square with dof degrees of freedom. */
-    double z = 3.09, v = 2.0 / (9.0 * dof), crit = dof * pow(1 - v + z * sqrt(v), 3);
-    print_message("chi-square %.1f with %d degrees of freedom (0.999 quantile %.1f)\n", chi, dof, crit);
-    assert_true(dof >= 5);
-    assert_true(chi < crit);
+        }
+    assert_true(chi_square_ok(&expect[0][0][0], &count[0][0][0], TOPK * TOPK * TOPK, "(t1, t2, t3)"));
+    assert_true(chi_square_ok(e2, o2, TOPK * TOPK, "(t1, t2)"));
 }
 
 /* ---- refusals ------------------------------------------------------------------------------ */
