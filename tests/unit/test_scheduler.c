@@ -124,6 +124,10 @@ static int32_t fake_step(world *w) {
                 }
             }
         }
+        if (it->n_spec > 0) { /* the fake model agrees with every proposal (all 7s) */
+            q->n_tokens += it->n_spec;
+            q->n_spec = 0;
+        }
         q->tokens[q->n_tokens++] = 7; /* the fake model's token */
         if (q->n_tokens - g->n_prompt >= g->params.max_tokens) {
             q->status = PL_SEQ_FINISHED;
@@ -135,6 +139,13 @@ static int32_t fake_step(world *w) {
         if (w->groups[i] && w->groups[i]->n_live == 0) finish_group(w, i);
     assert_int_equal(pl_kv_manager_check(&w->kv), PL_OK);
     return s->n_items;
+}
+
+/* The fake proposer: k_max 7s, as the fake model will say. */
+static int32_t propose_sevens(void *ctx, pl_seq *q, int32_t k_max) {
+    (void)ctx;
+    for (int32_t i = 0; i < k_max; i++) q->tokens[q->n_tokens + i] = 7;
+    return k_max;
 }
 
 static void run_to_end(world *w) {
@@ -257,11 +268,40 @@ static void test_refuse_impossible(void **state) {
     world_free(&w);
 }
 
+/* Speculative decoding's share of a step: one token per decode first, proposals (k + 1 rows
+ * each) from what the token budget leaves, oldest first; none when too many sequences decode. */
+static void test_speculation_budget(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 256, 0, 4, 4, 10, PL_PREEMPT_RECOMPUTE);
+    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    for (int i = 0; i < 4; i++) add_group(&w, i, 2, 20, 1);
+    fake_step(&w); /* the prefills (8 tokens) */
+    fake_step(&w);
+    assert_int_equal(w.out.n_items, 4);
+    assert_int_equal(w.out.n_tokens, 10); /* 4 decodes + 4 + 2 proposals */
+    assert_int_equal(w.out.items[0].n_spec, 4);
+    assert_int_equal(w.out.items[0].n, 5);
+    assert_int_equal(w.out.items[1].n_spec, 2);
+    assert_int_equal(w.out.items[2].n_spec, 0);
+    assert_int_equal(w.out.items[3].n_spec, 0);
+    /* Four decodes are more than a cut-off of 3: nobody speculates. */
+    w.s.spec.max_batch = 3;
+    fake_step(&w);
+    assert_int_equal(w.out.n_tokens, 4);
+    assert_int_equal(w.s.spec_off_steps, 1);
+    w.s.spec.max_batch = 8;
+    run_to_end(&w);
+    for (int i = 0; i < 4; i++) assert_true(w.done[i] > 0);
+    world_free(&w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fcfs_admission),
         cmocka_unit_test(test_chunked_prefill_never_stalls_decodes),
         cmocka_unit_test(test_budgets),
+        cmocka_unit_test(test_speculation_budget),
         cmocka_unit_test(test_preempt_recompute),
         cmocka_unit_test(test_preempt_swap),
         cmocka_unit_test(test_refuse_impossible),
