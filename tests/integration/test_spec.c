@@ -162,6 +162,41 @@ static void test_draft_stories(void **state) {
     check_model(STORIES, SPEC_DRAFT, STORIES, 48, 48 * 10240, 0.9, 1);
 }
 
+/* n = 3 seeded completions per request share their prompt blocks (the partly filled last one is
+ * copied on write), and the second wave of the same prompts hits the prefix cache: block size 4,
+ * so both happen at every step of speculation and rollback. */
+static void test_shared_blocks(void **state) {
+    (void)state;
+    static result base[4], spec[4];
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.max_tokens = 32;
+    p.ignore_eos = 1;
+    p.n = 3;
+    p.sampling.temperature = 0.7f;
+    p.has_seed = 1;
+    p.seed = 77;
+    block_size = 4;
+    for (int kind = 0; kind < 2; kind++) {
+        pl_engine *e = make(STORIES, kind ? SPEC_NGRAM : SPEC_NONE, NULL, 64 * 2560, 4);
+        result *r = kind ? spec : base;
+        run(e, 2, 0, &p, r);
+        run(e, 2, 0, &p, r + 2); /* the same prompt again: prefix-cache hits */
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        assert_true(s.prefix_hits > 0);
+        if (kind) assert_true(s.spec_accepted_tokens > 0);
+        assert_pool_free(e);
+        pl_engine_destroy(e);
+    }
+    block_size = 16;
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 3; c++) {
+            assert_int_equal(base[i].n_ids[c], spec[i].n_ids[c]);
+            assert_memory_equal(base[i].ids[c], spec[i].ids[c], (size_t)base[i].n_ids[c] * sizeof(int32_t));
+        }
+}
+
 /* ---- the distribution of seeded sampling with speculation ---------------------------------- */
 
 enum { TOPK = 4, N_DRAWS = 2000 };
@@ -377,6 +412,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_ngram_stories),
         cmocka_unit_test(test_ngram_synth),
+        cmocka_unit_test(test_shared_blocks),
         cmocka_unit_test(test_draft_stories),
         cmocka_unit_test(test_draft_synth),
         cmocka_unit_test(test_distribution),
