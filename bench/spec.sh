@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Speculative decoding (issue 15, docs/BENCHMARKS.md "Speculative decoding"): single-stream decode
-# with and without speculation, interleaved in one run (best of ROUNDS), then throughput against
-# batch size with and without it.
+# Speculative decoding (issue 15, docs/BENCHMARKS.md "Speculative decoding"): `bench throughput`
+# with and without speculation, single stream (max-num-seqs 1) and against batch size, one
+# thread, best of ROUNDS (3); BATCHES ("2 4 8 16") are the batch sizes.
 #   MODELS=/dir bash bench/spec.sh [BUILD_DIR]
 # MODELS receives spec38m-{f32,q4_k_m}.gguf (seed 7: the same random weights, the second quantized
 # to Q4_K) and spec38m-other-q4_k_m.gguf (seed 8: a draft that never agrees), made if missing.
@@ -11,63 +11,61 @@ build=${1:-build}
 B="$build/pagellm"
 M=${MODELS:?set MODELS}
 R=${ROUNDS:-3}
-T=${THREADS:-2}
 S=../shared/models/stories260K.gguf
 mk() { [ -f "$M/$1" ] || "$B" mkmodel "$M/$1" --vocab-from "$S" --dim 768 --layers 6 --heads 12 \
          --kv-heads 4 --ffn 2048 --type "$2" --seed "$3" >/dev/null; }
 mk spec38m-f32.gguf f32 7
 mk spec38m-q4_k_m.gguf q4_k_m 7
 mk spec38m-other-q4_k_m.gguf q4_k_m 8
-
-# One generate run: "seconds steps accepted/proposed".
-gen() {
-  local model=$1 prompt=$2 n=$3; shift 3
-  "$B" generate -m "$model" -p "$prompt" -n "$n" --temperature 0 --ignore-eos -t "$T" -v "$@" 2>&1 >/dev/null |
-    awk '/generated in/ {for (i = 1; i <= NF; i++) { if ($i == "in") s = $(i + 1); if ($i == "steps,") st = $(i - 1) } }
-         /speculative decoding:/ {a = $3 "/" $5}
-         END {printf "%s %s %s\n", s, st, a ? a : "-"}'
-}
-
-# Single stream: each config ROUNDS times, interleaved; the best time of each.
-single() {
-  local name=$1 model=$2 prompt=$3 n=$4; shift 4
-  local -a cfgs=("$@") best=() steps=() acc=()
-  local i r s st a
-  for ((r = 0; r < R; r++)); do
-    for i in "${!cfgs[@]}"; do
-      read -r s st a <<<"$(gen "$model" "$prompt" "$n" ${cfgs[$i]})"
-      if [ -z "${best[$i]:-}" ] || awk -v x="$s" -v y="${best[$i]}" 'BEGIN {exit !(x < y)}'; then best[$i]=$s; fi
-      steps[$i]=$st acc[$i]=$a
-    done
-  done
-  for i in "${!cfgs[@]}"; do
-    awk -v n="$name" -v c="${cfgs[$i]:-off}" -v s="${best[$i]}" -v b="${best[0]}" -v st="${steps[$i]}" -v a="${acc[$i]}" -v t="$n" \
-      'BEGIN {split(a, x, "/"); printf "single %-8s %-60s %6.3f s %7.1f tok/s  speed-up %.2fx  %3d steps  accepted %s%s\n",
-              n, c, s, t / s, b / s, st, a, (x[2] > 0 ? sprintf(" (%.0f%%)", 100 * x[1] / x[2]) : "")}'
-  done
-}
-
-STORY="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day,"
-CODE="x = 1; y = 2; x = x + y; y = y + x; x = x + y; y = y + x; x = x + y;"
-single stories "$S" "$STORY" 256 "" "--speculative-ngram" "--speculative-ngram --num-speculative-tokens 8"
-single code "$S" "$CODE" 256 "" "--speculative-ngram" "--speculative-ngram --num-speculative-tokens 8"
 F="$M/spec38m-f32.gguf"
-single draft "$F" "Once upon a time" 64 "" \
-  "--speculative-model $M/spec38m-q4_k_m.gguf --num-speculative-tokens 1" \
-  "--speculative-model $M/spec38m-q4_k_m.gguf --num-speculative-tokens 2" \
-  "--speculative-model $M/spec38m-q4_k_m.gguf --num-speculative-tokens 4" \
-  "--speculative-model $M/spec38m-other-q4_k_m.gguf --num-speculative-tokens 2"
 
-# Throughput against batch size: B requests of 16 prompt and OUT output tokens, max-num-seqs B,
-# greedy, the Q4_K draft with k = 2 and speculation never turned off.
-OUT=${OUT:-32}
-for b in ${BATCHES:-1 2 4 8 16}; do
-  for c in "" "--speculative-model $M/spec38m-q4_k_m.gguf --num-speculative-tokens 2 --speculative-disable-by-batch-size -1"; do
-    "$B" bench throughput -m "$F" --dataset "fixed:16:$OUT" --num-prompts "$b" --max-num-seqs "$b" \
-        --temperature 0 -t "$T" $c 2>/dev/null |
-      python3 -c 'import json, sys; j = json.loads(sys.stdin.read())
-print("batch %2d %-5s %7.1f output tok/s  %4d steps  acceptance %.2f  mean accepted length %.2f" % (
-    j["num_prompts"], j["speculative"], j["output_tokens_per_s"], j["steps"], j["spec_acceptance_rate"],
-    j["spec_mean_accepted_length"]))'
+# The workload: story prompts whose reference answers repeat (a ShareGPT-style file written here;
+# the answer's length, ~90 tokens, sets the output length), greedy. (a) stories260K with n-gram
+# proposals; (b) the F32 target with its Q4_K draft.
+DS="$M/spec-stories.json"
+python3 - "$DS" <<'PY'
+import json, sys
+names = ["Lily", "Tom", "Sam", "Mia", "Ben", "Anna", "Max", "Sue"]
+things = ["a red ball", "a big tree", "a little dog", "a shiny box"]
+conv = []
+for i in range(32):
+    n, t = names[i % 8], things[i % 4]
+    q = f"Once upon a time, there was a child named {n}. {n} liked {t}. Every day, {n}"
+    a = " ".join(f"{n} played with {t} in the park. {n} was happy." for _ in range(4))
+    conv.append({"conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": a}]})
+json.dump(conv, open(sys.argv[1], "w"))
+PY
+# Best of ROUNDS runs of one `bench throughput` configuration, as one line: output tokens per
+# second of the engine thread's CPU time (all the work with --threads 1; what a shared machine's
+# load barely moves) and, for reference, per second of wall time.
+best_run() {
+  local what=$1; shift
+  for ((r = 0; r < R; r++)); do "$B" bench throughput "$@" 2>/dev/null; done |
+    python3 -c 'import json, sys
+js = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+j = max(js, key=lambda j: j["output_tokens"] / j["step_cpu_s"])
+print("batch %2d %-6s %-5s k %d %8.1f tok/cpu-s %8.1f tok/s  %5d steps  acceptance %.2f  mean accepted length %.2f" % (
+    j["max_num_seqs"], sys.argv[1], j["speculative"], j["num_speculative_tokens"],
+    j["output_tokens"] / j["step_cpu_s"], j["output_tokens_per_s"], j["steps"],
+    j["spec_acceptance_rate"], j["spec_mean_accepted_length"]))' "$what"
+}
+D="--speculative-model $M/spec38m-q4_k_m.gguf"
+N="--speculative-ngram"
+OFF="--speculative-disable-by-batch-size -1"
+# Single stream: the proposal counts, and a draft of other random weights (never agrees).
+for c in "" "$N --num-speculative-tokens 2" "$N --num-speculative-tokens 4" "$N --num-speculative-tokens 8"; do
+  best_run ngram -m "$S" --dataset "$DS" --num-prompts 8 --max-num-seqs 1 --temperature 0 -t 1 $c
+done
+for c in "" "$D --num-speculative-tokens 1" "$D --num-speculative-tokens 2" "$D --num-speculative-tokens 4" \
+         "--speculative-model $M/spec38m-other-q4_k_m.gguf --num-speculative-tokens 2"; do
+  best_run draft -m "$F" --dataset "$DS" --num-prompts 2 --max-num-seqs 1 --temperature 0 -t 1 $c
+done
+# Against batch size (the cut-off off).
+for b in ${BATCHES:-2 4 8 16}; do
+  for c in "" "$N --num-speculative-tokens 4 $OFF"; do
+    best_run ngram -m "$S" --dataset "$DS" --num-prompts 32 --max-num-seqs "$b" --temperature 0 -t 1 $c
+  done
+  for c in "" "$D --num-speculative-tokens 2 $OFF"; do
+    best_run draft -m "$F" --dataset "$DS" --num-prompts "$b" --max-num-seqs "$b" --temperature 0 -t 1 $c
   done
 done

@@ -163,6 +163,9 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "output_tokens_per_s", json_real((double)out_tokens / d));
     json_object_set_new(j, "total_tokens_per_s", json_real((double)(out_tokens + in_tokens) / d));
     json_object_set_new(j, "steps", json_integer((json_int_t)s->steps));
+    /* The engine thread's CPU time in its steps: with --threads 1 all the work, and a measure a
+     * shared machine's other load barely moves (wall time does). */
+    json_object_set_new(j, "step_cpu_s", json_real(s->step_cpu_seconds));
     json_object_set_new(j, "peak_kv_usage_pct", json_real(100 * ks->peak_kv_usage));
     json_object_set_new(j, "mean_kv_usage_pct", json_real(100 * ks->mean_kv_usage));
     json_object_set_new(j, "peak_blocks_used", json_integer(ks->peak_blocks_used));

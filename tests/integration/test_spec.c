@@ -197,6 +197,29 @@ static void test_shared_blocks(void **state) {
         }
 }
 
+/* Beam search runs without speculation (its beams fork and die every step): same beams, no
+ * proposals. */
+static void test_beam_without_speculation(void **state) {
+    (void)state;
+    static result r[2][1];
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.max_tokens = 12;
+    p.use_beam_search = 1;
+    p.best_of = 3;
+    p.ignore_eos = 1;
+    for (int kind = 0; kind < 2; kind++) {
+        pl_engine *e = make(STORIES, kind ? SPEC_NGRAM : SPEC_NONE, NULL, 8 << 20, 4);
+        run(e, 1, 0, &p, r[kind]);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        assert_int_equal(s.spec_draft_tokens, 0);
+        assert_pool_free(e);
+        pl_engine_destroy(e);
+    }
+    assert_same(r[0], r[1], 1, "beam search");
+}
+
 /* ---- the distribution of seeded sampling with speculation ---------------------------------- */
 
 enum { TOPK = 4, N_DRAWS = 2000 };
@@ -413,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_ngram_stories),
         cmocka_unit_test(test_ngram_synth),
         cmocka_unit_test(test_shared_blocks),
+        cmocka_unit_test(test_beam_without_speculation),
         cmocka_unit_test(test_draft_stories),
         cmocka_unit_test(test_draft_synth),
         cmocka_unit_test(test_distribution),
