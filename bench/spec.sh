@@ -35,6 +35,14 @@ for i in range(32):
     conv.append({"conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": a}]})
 json.dump(conv, open(sys.argv[1], "w"))
 PY
+# And one prompt, "Once upon a time", on which the random target and its Q4_K copy agree more.
+ONCE="$M/spec-once.json"
+python3 - "$ONCE" <<'PY'
+import json, sys
+a = " ".join(["Lily played with a red ball in the park."] * 6)
+json.dump([{"conversations": [{"from": "human", "value": "Once upon a time"},
+                              {"from": "gpt", "value": a}]}] * 16, open(sys.argv[1], "w"))
+PY
 # Best of ROUNDS runs of one `bench throughput` configuration, as one line: output tokens per
 # second of the engine thread's CPU time (all the work with --threads 1; what a shared machine's
 # load barely moves) and, for reference, per second of wall time.
@@ -44,7 +52,7 @@ best_run() {
     python3 -c 'import json, sys
 js = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 j = max(js, key=lambda j: j["output_tokens"] / j["step_cpu_s"])
-print("batch %2d %-6s %-5s k %d %8.1f tok/cpu-s %8.1f tok/s  %5d steps  acceptance %.2f  mean accepted length %.2f" % (
+print("batch %2d %-14s %-5s k %d %8.1f tok/cpu-s %8.1f tok/s  %5d steps  acceptance %.2f  mean accepted length %.2f" % (
     j["max_num_seqs"], sys.argv[1], j["speculative"], j["num_speculative_tokens"],
     j["output_tokens"] / j["step_cpu_s"], j["output_tokens_per_s"], j["steps"],
     j["spec_acceptance_rate"], j["spec_mean_accepted_length"]))' "$what"
@@ -56,16 +64,22 @@ OFF="--speculative-disable-by-batch-size -1"
 for c in "" "$N --num-speculative-tokens 2" "$N --num-speculative-tokens 4" "$N --num-speculative-tokens 8"; do
   best_run ngram -m "$S" --dataset "$DS" --num-prompts 8 --max-num-seqs 1 --temperature 0 -t 1 $c
 done
-for c in "" "$D --num-speculative-tokens 1" "$D --num-speculative-tokens 2" "$D --num-speculative-tokens 4" \
-         "--speculative-model $M/spec38m-other-q4_k_m.gguf --num-speculative-tokens 2"; do
-  best_run draft -m "$F" --dataset "$DS" --num-prompts 2 --max-num-seqs 1 --temperature 0 -t 1 $c
+for ds in "$ONCE" "$DS"; do
+  for c in "" "$D --num-speculative-tokens 1" "$D --num-speculative-tokens 2" "$D --num-speculative-tokens 3" \
+           "--speculative-model $M/spec38m-other-q4_k_m.gguf --num-speculative-tokens 2"; do
+    best_run "draft-$(basename "$ds" .json | sed 's/spec-//')" -m "$F" --dataset "$ds" --num-prompts 2 \
+        --max-num-seqs 1 --temperature 0 -t 1 $c
+  done
 done
 # Against batch size (the cut-off off).
 for b in ${BATCHES:-2 4 8 16}; do
   for c in "" "$N --num-speculative-tokens 4 $OFF"; do
     best_run ngram -m "$S" --dataset "$DS" --num-prompts 32 --max-num-seqs "$b" --temperature 0 -t 1 $c
   done
-  for c in "" "$D --num-speculative-tokens 2 $OFF"; do
-    best_run draft -m "$F" --dataset "$DS" --num-prompts "$b" --max-num-seqs "$b" --temperature 0 -t 1 $c
+  for ds in "$ONCE" "$DS"; do
+    for c in "" "$D --num-speculative-tokens 2 $OFF"; do
+      best_run "draft-$(basename "$ds" .json | sed 's/spec-//')" -m "$F" --dataset "$ds" --num-prompts "$b" \
+          --max-num-seqs "$b" --temperature 0 -t 1 $c
+    done
   done
 done
