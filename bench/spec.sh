@@ -57,12 +57,27 @@ print("batch %2d %-14s %-5s k %d %8.1f tok/cpu-s %8.1f tok/s  %5d steps  accepta
     j["output_tokens"] / j["step_cpu_s"], j["output_tokens_per_s"], j["steps"],
     j["spec_acceptance_rate"], j["spec_mean_accepted_length"]))' "$what"
 }
+# And code-like prompts (assignments that repeat with small changes).
+CODE="$M/spec-code.json"
+python3 - "$CODE" <<'PY'
+import json, sys
+conv = []
+for i in range(8):
+    v = "abcdefgh"[i]
+    q = "; ".join(f"{v}{j} = {v}{j - 1} + {j}" for j in range(1, 8)) + ";"
+    a = " ".join(f"{v}{j} = {v}{j - 1} + {j};" for j in range(8, 30))
+    conv.append({"conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": a}]})
+json.dump(conv, open(sys.argv[1], "w"))
+PY
 D="--speculative-model $M/spec38m-q4_k_m.gguf"
 N="--speculative-ngram"
 OFF="--speculative-disable-by-batch-size -1"
 # Single stream: the proposal counts, and a draft of other random weights (never agrees).
-for c in "" "$N --num-speculative-tokens 2" "$N --num-speculative-tokens 4" "$N --num-speculative-tokens 8"; do
-  best_run ngram -m "$S" --dataset "$DS" --num-prompts 8 --max-num-seqs 1 --temperature 0 -t 1 $c
+for ds in "$DS" "$CODE"; do
+  for c in "" "$N --num-speculative-tokens 2" "$N --num-speculative-tokens 4" "$N --num-speculative-tokens 8"; do
+    best_run "ngram-$(basename "$ds" .json | sed 's/spec-//')" -m "$S" --dataset "$ds" --num-prompts 8 \
+        --max-num-seqs 1 --temperature 0 -t 1 $c
+  done
 done
 for ds in "$ONCE" "$DS"; do
   for c in "" "$D --num-speculative-tokens 1" "$D --num-speculative-tokens 2" "$D --num-speculative-tokens 3" \
