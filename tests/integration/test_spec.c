@@ -29,6 +29,7 @@ enum { N_PROMPTS = sizeof PROMPTS / sizeof PROMPTS[0], N_BATCH = 16 };
 typedef enum { SPEC_NONE, SPEC_NGRAM, SPEC_DRAFT } spec_kind;
 
 static int32_t block_size = 16;
+static int swap_mode; /* preempt by swapping (a swap pool of 4 MiB) instead of recomputing */
 
 static pl_engine *make(const char *model, spec_kind kind, const char *draft, uint64_t kv_bytes,
                        int32_t k) {
@@ -37,6 +38,10 @@ static pl_engine *make(const char *model, spec_kind kind, const char *draft, uin
     c.model_path = model;
     c.kv_cache_memory = kv_bytes;
     c.block_size = block_size;
+    if (swap_mode) {
+        c.preemption_mode = PL_PREEMPT_SWAP;
+        c.swap_space = 4 << 20;
+    }
     c.threads = 1; /* tiny models: a second thread only spins (and crawls under sanitizers) */
     c.max_num_seqs = 32;
     c.max_num_batched_tokens = 256;
@@ -195,6 +200,34 @@ static void test_shared_blocks(void **state) {
             assert_int_equal(base[i].n_ids[c], spec[i].n_ids[c]);
             assert_memory_equal(base[i].ids[c], spec[i].ids[c], (size_t)base[i].n_ids[c] * sizeof(int32_t));
         }
+}
+
+/* Preemption by swapping: the target's blocks go to the swap pool and back, the draft's table is
+ * dropped and caught up again; greedy tokens stay those of a run without speculation. */
+static void test_swap_preemption(void **state) {
+    (void)state;
+    static result base[N_BATCH], spec[N_BATCH];
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.max_tokens = 48;
+    p.ignore_eos = 1;
+    p.sampling.temperature = 0;
+    pl_engine *e0 = make(STORIES, SPEC_NONE, NULL, 8 << 20, 0);
+    run(e0, N_BATCH, -1, &p, base);
+    pl_engine_destroy(e0);
+    swap_mode = 1;
+    pl_engine *e1 = make(STORIES, SPEC_DRAFT, STORIES, 48 * 10240, 4);
+    run(e1, N_BATCH, -1, &p, spec);
+    pl_engine_stats s;
+    pl_engine_get_stats(e1, &s);
+    swap_mode = 0;
+    print_message("swap: %llu preemptions, %llu by swapping, %llu of %llu proposals accepted\n",
+                  (unsigned long long)s.preemptions, (unsigned long long)s.swaps_out,
+                  (unsigned long long)s.spec_accepted_tokens, (unsigned long long)s.spec_draft_tokens);
+    assert_true(s.swaps_out > 0 && s.spec_accepted_tokens > 0);
+    assert_pool_free(e1);
+    pl_engine_destroy(e1);
+    assert_same(base, spec, N_BATCH, "swap preemption");
 }
 
 /* Beam search runs without speculation (its beams fork and die every step): same beams, no
@@ -436,6 +469,7 @@ int main(void) {
         cmocka_unit_test(test_ngram_stories),
         cmocka_unit_test(test_ngram_synth),
         cmocka_unit_test(test_shared_blocks),
+        cmocka_unit_test(test_swap_preemption),
         cmocka_unit_test(test_beam_without_speculation),
         cmocka_unit_test(test_draft_stories),
         cmocka_unit_test(test_draft_synth),
