@@ -147,9 +147,11 @@ static int32_t decode_blocks_needed(const pl_scheduler *s, const pl_seq_group *g
 }
 
 /* How many proposals decoding sequence q may carry this step: within the spare token and row
- * budget, its max_tokens and its table, and only while the pool keeps two blocks for every
- * decode still to schedule (speculation never preempts anyone). 0 = decode as usual. */
-static int32_t spec_room(const pl_scheduler *s, const pl_seq *q, const budget *b) {
+ * budget, its max_tokens and its table, and only while the pool keeps two blocks (a new one and
+ * a copy-on-write) for every decode still to schedule, of its own group (`rest`, which may have
+ * just been swapped in) or of the others (speculation never preempts anyone and never leaves a
+ * group half scheduled). 0 = decode as usual. */
+static int32_t spec_room(const pl_scheduler *s, const pl_seq *q, const budget *b, int32_t rest) {
     const pl_seq_group *g = q->group;
     if (!s->spec.propose || b->spec_spare < 1 || g->params.use_beam_search || !g->prefilled)
         return 0;
@@ -162,18 +164,22 @@ static int32_t spec_room(const pl_scheduler *s, const pl_seq *q, const budget *b
     if (k > slots_left) k = slots_left;
     if (k < 1) return 0;
     int32_t extra = pl_kv_append_blocks_needed(s->kv, &q->table, q->n_tokens + k - q->table.n_tokens);
-    if (s->kv->pool.n_free - extra < s->kv->watermark_blocks + 2 * b->dec_left) return 0;
+    int32_t later = b->dec_left > rest ? b->dec_left : rest;
+    if (s->kv->pool.n_free - extra < s->kv->watermark_blocks + 2 * later) return 0;
     return k;
 }
 
 /* Slots and items for a decoding group (slots for the newest tokens are already guaranteed to
  * be available; speculative proposals take only what is left over). */
 static pl_status add_decodes(pl_scheduler *s, pl_seq_group *g, budget *b) {
+    int32_t rest = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) rest += g->seqs[i]->status == PL_SEQ_RUNNING;
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         if (q->status != PL_SEQ_RUNNING) continue;
         if (b->dec_left > 0) b->dec_left--;
-        int32_t k = spec_room(s, q, b);
+        rest--;
+        int32_t k = spec_room(s, q, b, rest);
         if (k > 0) k = s->spec.propose(s->spec.ctx, q, k);
         q->n_spec = k;
         if (q->table.n_tokens < q->n_tokens + k) {
