@@ -22,6 +22,8 @@ typedef struct {
     int last_run[64];   /* last step in which the group had an item */
     int first_run[64];  /* first step in which the group had an item */
     int step;
+    int accept_all;     /* speculation: the fake model accepts every proposal */
+    long spec_tokens;   /* proposals accepted */
 } world;
 
 static void world_init(world *w, int32_t blocks, int32_t swap_blocks, int32_t bs, int32_t seqs,
@@ -98,6 +100,7 @@ static int32_t fake_step(world *w) {
         int k = index_of(w, it->seq->group);
         if (!w->first_run[k]) w->first_run[k] = w->step;
         w->last_run[k] = w->step;
+        if (it->n_spec > 0) continue; /* verified below */
         it->seq->n_computed = it->start + it->n;
         assert_int_equal(pl_kv_commit(&w->kv, &it->seq->table, it->seq->tokens,
                                       it->seq->n_computed), PL_OK);
@@ -124,11 +127,18 @@ static int32_t fake_step(world *w) {
                 }
             }
         }
-        if (it->n_spec > 0) { /* the fake model agrees with every proposal (all 7s) */
-            q->n_tokens += it->n_spec;
+        int32_t tok = 7; /* the fake model's token */
+        if (it->n_spec > 0) { /* the fake model agrees with the first `acc` proposals (7s) */
+            int32_t acc = w->accept_all ? it->n_spec : (int32_t)((q->n_tokens + w->step) % (it->n_spec + 1));
+            q->n_tokens += acc;
+            q->n_computed = q->n_tokens;
             q->n_spec = 0;
+            assert_int_equal(pl_kv_truncate(&w->kv, &q->table, q->n_computed), PL_OK);
+            assert_int_equal(pl_kv_commit(&w->kv, &q->table, q->tokens, q->n_computed), PL_OK);
+            w->spec_tokens += acc;
+            if (acc < it->n_spec) tok = 8; /* where it disagrees, its own token differs */
         }
-        q->tokens[q->n_tokens++] = 7; /* the fake model's token */
+        q->tokens[q->n_tokens++] = tok;
         if (q->n_tokens - g->n_prompt >= g->params.max_tokens) {
             q->status = PL_SEQ_FINISHED;
             pl_kv_free_table(&w->kv, &q->table);
@@ -275,6 +285,7 @@ static void test_speculation_budget(void **state) {
     world w;
     world_init(&w, 256, 0, 4, 4, 10, PL_PREEMPT_RECOMPUTE);
     w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    w.accept_all = 1;
     for (int i = 0; i < 4; i++) add_group(&w, i, 2, 20, 1);
     fake_step(&w); /* the prefills (8 tokens) */
     fake_step(&w);
@@ -296,12 +307,34 @@ static void test_speculation_budget(void **state) {
     world_free(&w);
 }
 
+/* Speculation under memory pressure: requests of one and two sequences in a small pool, proposals
+ * partly accepted (the table rolled back), preemption by recompute or swap. Every step stays in
+ * its budgets (fake_step), every group finishes, every block comes back (world_free). */
+static void check_speculation_pressure(pl_preemption_mode mode, int32_t swap_blocks) {
+    world w;
+    world_init(&w, 20, swap_blocks, 4, 8, 32, mode);
+    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    for (int i = 0; i < 12; i++) add_group(&w, i, 3 + (i * 5) % 9, 10 + (i * 7) % 21, 1 + i % 2);
+    run_to_end(&w);
+    for (int i = 0; i < 12; i++) assert_true(w.done[i] > 0 && !w.refused[i]);
+    assert_true(w.s.preemptions > 0 && w.spec_tokens > 0);
+    if (mode == PL_PREEMPT_SWAP) assert_true(w.s.swaps_out > 0);
+    world_free(&w);
+}
+
+static void test_speculation_pressure(void **state) {
+    (void)state;
+    check_speculation_pressure(PL_PREEMPT_RECOMPUTE, 0);
+    check_speculation_pressure(PL_PREEMPT_SWAP, 32);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fcfs_admission),
         cmocka_unit_test(test_chunked_prefill_never_stalls_decodes),
         cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_speculation_budget),
+        cmocka_unit_test(test_speculation_pressure),
         cmocka_unit_test(test_preempt_recompute),
         cmocka_unit_test(test_preempt_swap),
         cmocka_unit_test(test_refuse_impossible),
