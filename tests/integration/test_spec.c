@@ -10,6 +10,7 @@
 #include "engine_util.h"
 
 #include "engine/engine_internal.h"
+#include "gguf/gguf.h"
 
 #include <math.h>
 #include <unistd.h>
@@ -426,6 +427,44 @@ static void expect_refused(pl_engine_config *c, const char *needle) {
     if (!strstr(pl_last_error(), needle)) fail_msg("'%s' lacks '%s'", pl_last_error(), needle);
 }
 
+/* stories260K with token `id`'s text replaced: the same size of vocabulary, another tokenizer. */
+static void write_renamed_token(const char *out, int64_t id, const char *text) {
+    pl_gguf *g;
+    assert_int_equal(pl_gguf_open(STORIES, &g), PL_OK);
+    pl_gguf_writer *w = pl_gguf_writer_create();
+    assert_non_null(w);
+    char **strs = NULL;
+    uint64_t n = 0;
+    for (int64_t i = 0; i < pl_gguf_n_kv(g); i++) {
+        pl_gguf_str k = pl_gguf_key_at(g, i);
+        if (k.len != strlen("tokenizer.ggml.tokens") || memcmp(k.ptr, "tokenizer.ggml.tokens", k.len)) {
+            assert_int_equal(pl_gguf_writer_copy_kv(w, g, i), PL_OK);
+            continue;
+        }
+        pl_gguf_arr a;
+        assert_int_equal(pl_gguf_value_arr(g, i, &a), PL_OK);
+        n = a.count;
+        strs = calloc(n, sizeof *strs);
+        assert_non_null(strs);
+        for (uint64_t t = 0; t < n; t++) {
+            pl_gguf_str v = pl_gguf_arr_str(&a, t);
+            strs[t] = (int64_t)t == id ? strdup(text) : strndup(v.ptr, v.len);
+        }
+        assert_int_equal(pl_gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)strs, n),
+                         PL_OK);
+    }
+    for (int64_t t = 0; t < pl_gguf_n_tensors(g); t++) {
+        const pl_gguf_tensor *ti = pl_gguf_tensor_at(g, t);
+        assert_int_equal(pl_gguf_writer_add_tensor(w, ti->name, ti->type, ti->n_dims, ti->ne, ti->data),
+                         PL_OK);
+    }
+    assert_int_equal(pl_gguf_writer_write(w, out), PL_OK);
+    pl_gguf_writer_destroy(w);
+    pl_gguf_close(g);
+    for (uint64_t t = 0; t < n; t++) free(strs[t]);
+    free(strs);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     pl_engine_config c;
@@ -458,7 +497,11 @@ static void test_refusals(void **state) {
     assert_int_equal(system(cmd), 0);
     c.speculative_model = path;
     c.num_speculative_tokens = 0;
-    expect_refused(&c, "vocabulary");
+    expect_refused(&c, "vocabulary has 50257 tokens");
+    unlink(path);
+    /* The same size, one token named differently. */
+    write_renamed_token(path, 300, "zz-not-a-token");
+    expect_refused(&c, "differs from the target's at token 300");
     unlink(path);
     rmdir(dir);
 }
