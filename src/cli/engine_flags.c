@@ -2,6 +2,7 @@
 #include "cli/engine_flags.h"
 
 #include "cli/args.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,8 @@ const char PL_ENGINE_FLAGS_HELP[] =
     "                                 reserved run of blocks per sequence, nothing shared\n"
     "      --reserve R                contiguous: max (model length, default), pow2 (next\n"
     "                                 power of two of prompt + max tokens) or oracle (exact)\n"
-    "      --speculative-model F      speculative decoding with draft model F (same vocabulary)\n"
+    "      --speculative-model M      speculative decoding with draft model M (path or bare name,\n"
+    "                                 as -m; same vocabulary)\n"
     "      --speculative-ngram        speculative decoding with prompt-lookup (n-gram) proposals\n"
     "      --num-speculative-tokens K proposals per sequence and step, 1..16 (4)\n"
     "      --ngram-min N, --ngram-max N   n-gram lengths tried, longest first (1, 4)\n"
@@ -164,7 +166,12 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
             return 2;
         }
         return 0;
-    case PL_OPT_SPEC_MODEL: c->speculative_model = arg; return 0;
+    case PL_OPT_SPEC_MODEL: { /* a path or a bare name, found as -m finds the model */
+        static char draft_path[4096];
+        if (pl_cli_resolve_model(arg, draft_path, sizeof draft_path)) return 2;
+        c->speculative_model = draft_path;
+        return 0;
+    }
     case PL_OPT_SPEC_NGRAM: c->speculative_ngram = 1; return 0;
     case PL_OPT_SPEC_K:
         if (pl_arg_int(cmd, "--num-speculative-tokens", arg, 1, PL_MAX_SPECULATIVE_TOKENS, &v))
