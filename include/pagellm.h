@@ -163,7 +163,9 @@ typedef struct {
                                         proposer is set) */
     int32_t ngram_min, ngram_max;    /* n-gram lengths tried, longest first (0: 1 and 4) */
     int32_t speculative_max_batch;   /* no speculation in a step that decodes more sequences
-                                        than this (0: the measured default, 4; < 0: never off) */
+                                        than this (0: the measured default, 4; < 0: never off);
+                                        pl_engine_get_config shows the speculative fields with
+                                        their defaults resolved */
 } pl_engine_config;
 
 void pl_engine_config_default(pl_engine_config *c);

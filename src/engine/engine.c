@@ -243,11 +243,14 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
                                   c->preemption_mode};
         st = pl_scheduler_init(&e->sched, &sc, &e->mgr);
     }
-    if (st == PL_OK && e->spec.mode != PL_SPEC_OFF) {
-        int32_t mb = c->speculative_max_batch;
-        e->sched.spec = (pl_spec_hook){e->spec.k, mb == 0 ? PL_SPEC_DEFAULT_MAX_BATCH
-                                                  : mb < 0 ? INT32_MAX : mb,
-                                       pl_spec_propose, &e->spec, NULL};
+    if (st == PL_OK && e->spec.mode != PL_SPEC_OFF) { /* defaults resolved, as get_config shows */
+        int32_t mb = c->speculative_max_batch ? c->speculative_max_batch : PL_SPEC_DEFAULT_MAX_BATCH;
+        e->cfg.speculative_max_batch = mb;
+        e->cfg.num_speculative_tokens = e->spec.k;
+        e->cfg.ngram_min = e->spec.ngram_min;
+        e->cfg.ngram_max = e->spec.ngram_max;
+        e->sched.spec = (pl_spec_hook){e->spec.k, mb < 0 ? INT32_MAX : mb, pl_spec_propose,
+                                       &e->spec, NULL};
     }
     if (st == PL_OK && e->spec.mode == PL_SPEC_DRAFT) {
         st = pl_spec_draft_setup(&e->spec, e->tp, e->draft_kv_bytes, c->kv_cache_f32,
