@@ -307,6 +307,56 @@ static void test_speculation_budget(void **state) {
     world_free(&w);
 }
 
+/* A group swapped back in is not among the decodes counted when the step began: its first
+ * sequence's proposals must still leave its second sequence the block it needs (else the step
+ * would schedule half the group and fail). Pool of 10: R decodes in 1 block, a stranger holds 5,
+ * G (two sequences sharing 2 full blocks) comes back from swap with exactly the 2 blocks its
+ * two decodes need left over. */
+static void test_speculation_leaves_group_room(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 10, 16, 4, 8, 64, PL_PREEMPT_SWAP);
+    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    w.accept_all = 1;
+    int r = add_group(&w, 0, 3, 2, 1);  /* decodes once more, no room to propose (max_tokens) */
+    int g = add_group(&w, 1, 8, 8, 2); /* two sequences of 9 tokens after the first step */
+    fake_step(&w);
+    pl_seq_group *G = w.groups[g];
+    assert_int_equal(G->n_seqs, 2);
+    /* Swap G out by hand and park it in the swapped queue, as a preemption would. */
+    pl_block_table *tabs[2] = {&G->seqs[0]->table, &G->seqs[1]->table};
+    pl_block_copy map[4];
+    int32_t n_map = 0;
+    assert_int_equal(pl_kv_swap_out(&w.kv, tabs, 2, map, 4, &n_map), PL_OK);
+    assert_int_equal(n_map, 2);
+    for (int i = 0; i < 2; i++) G->seqs[i]->status = PL_SEQ_SWAPPED;
+    pl_group_queue *run = &w.s.running, *sw = &w.s.swapped;
+    if (G->prev) G->prev->next = G->next;
+    else run->head = G->next;
+    if (G->next) G->next->prev = G->prev;
+    else run->tail = G->prev;
+    run->n--;
+    G->next = G->prev = NULL;
+    sw->head = sw->tail = G;
+    sw->n = 1;
+    G->queue = sw;
+    pl_block_table stranger = {0};
+    int32_t toks[20] = {0};
+    assert_int_equal(pl_kv_allocate_prompt(&w.kv, &stranger, toks, 20, 99, NULL), PL_OK);
+    pl_kv_stats st;
+    pl_kv_get_stats(&w.kv, &st);
+    assert_int_equal(st.blocks_free, 4);
+    fake_step(&w); /* asserts the schedule succeeded */
+    int items_g = 0;
+    for (int32_t i = 0; i < w.out.n_items; i++) items_g += w.out.items[i].seq->group == G;
+    assert_int_equal(items_g, 2);
+    assert_true(w.done[r] > 0);
+    pl_kv_free_table(&w.kv, &stranger);
+    run_to_end(&w);
+    assert_true(w.done[g] > 0);
+    world_free(&w);
+}
+
 /* Speculation under memory pressure: requests of one and two sequences in a small pool, proposals
  * partly accepted (the table rolled back), preemption by recompute or swap. Every step stays in
  * its budgets (fake_step), every group finishes, every block comes back (world_free). */
@@ -335,6 +385,7 @@ int main(void) {
         cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_speculation_budget),
         cmocka_unit_test(test_speculation_pressure),
+        cmocka_unit_test(test_speculation_leaves_group_room),
         cmocka_unit_test(test_preempt_recompute),
         cmocka_unit_test(test_preempt_swap),
         cmocka_unit_test(test_refuse_impossible),
