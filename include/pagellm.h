@@ -78,6 +78,7 @@ enum {
     PL_MAX_BEST_OF = 64,      /* n and best_of (beam width) */
     PL_MAX_STOP_STRINGS = 64, /* stop strings per request */
     PL_MAX_LOGIT_BIAS = 1024, /* logit_bias entries per request */
+    PL_MAX_SPECULATIVE_TOKENS = 16, /* num_speculative_tokens */
 };
 
 /* logit_bias values are in [-PL_LOGIT_BIAS_LIMIT, PL_LOGIT_BIAS_LIMIT] (OpenAI's range). */
@@ -154,6 +155,17 @@ typedef struct {
     int32_t max_waiting;             /* inbox + waiting queue bound; 0 = unbounded */
     pl_kv_layout_mode kv_layout;     /* paged (default) or contiguous (a benchmark baseline) */
     pl_reserve_policy reserve;       /* contiguous only: how much a sequence reserves (max) */
+    /* Speculative decoding (vLLM's flags): one proposer, or none. */
+    const char *speculative_model;   /* draft GGUF sharing the target's vocabulary (NULL: none) */
+    int speculative_ngram;           /* 1: prompt-lookup proposals (n-gram match in the
+                                        sequence's own tokens) */
+    int32_t num_speculative_tokens;  /* proposals per sequence and step, 1..16 (0: 4 when a
+                                        proposer is set) */
+    int32_t ngram_min, ngram_max;    /* n-gram lengths tried, longest first (0: 1 and 4) */
+    int32_t speculative_max_batch;   /* no speculation in a step that decodes more sequences
+                                        than this (0: the measured default, 4; < 0: never off);
+                                        pl_engine_get_config shows the speculative fields with
+                                        their defaults resolved */
 } pl_engine_config;
 
 void pl_engine_config_default(pl_engine_config *c);
@@ -245,6 +257,10 @@ typedef struct {
                                             (its KV snapshots included), summed over `steps` */
     double step_cpu_seconds;             /* the engine thread's CPU time in those steps (its
                                             own share only: worker threads not counted) */
+    uint64_t spec_drafts;                /* speculating sequence-steps (proposals verified) */
+    uint64_t spec_draft_tokens;          /* proposals made (vLLM: num_draft_tokens) */
+    uint64_t spec_accepted_tokens;       /* proposals accepted (vLLM: num_accepted_tokens) */
+    uint64_t spec_off_steps;             /* steps that decoded too many sequences to speculate */
     uint64_t kv_pictures;                /* KV pictures published (pl_engine_kv_snapshot) */
     double kv_picture_seconds;           /* engine-thread time spent publishing them */
 } pl_engine_stats;

@@ -163,6 +163,9 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "output_tokens_per_s", json_real((double)out_tokens / d));
     json_object_set_new(j, "total_tokens_per_s", json_real((double)(out_tokens + in_tokens) / d));
     json_object_set_new(j, "steps", json_integer((json_int_t)s->steps));
+    /* The engine thread's CPU time in its steps: with --threads 1 all the work, and a measure a
+     * shared machine's other load barely moves (wall time does). */
+    json_object_set_new(j, "step_cpu_s", json_real(s->step_cpu_seconds));
     json_object_set_new(j, "peak_kv_usage_pct", json_real(100 * ks->peak_kv_usage));
     json_object_set_new(j, "mean_kv_usage_pct", json_real(100 * ks->mean_kv_usage));
     json_object_set_new(j, "peak_blocks_used", json_integer(ks->peak_blocks_used));
@@ -177,6 +180,20 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "prefix_hit_pct", json_real(s->prefix_queries ? 100.0 * (double)s->prefix_hits /
                                                        (double)s->prefix_queries : 0));
     json_object_set_new(j, "ttft_ms", pl_summary_json(ttft, 1e3));
+    /* Speculative decoding: acceptance rate and mean accepted length per speculating step (the
+     * tokens a sequence gained in a step that verified proposals: accepted ones + the target's). */
+    json_object_set_new(j, "speculative", json_string(o->eng.speculative_model ? "draft"
+                                                      : o->eng.speculative_ngram ? "ngram" : "off"));
+    json_object_set_new(j, "num_speculative_tokens", json_integer(o->eng.num_speculative_tokens));
+    json_object_set_new(j, "spec_draft_tokens", json_integer((json_int_t)s->spec_draft_tokens));
+    json_object_set_new(j, "spec_accepted_tokens", json_integer((json_int_t)s->spec_accepted_tokens));
+    json_object_set_new(j, "spec_acceptance_rate",
+                        json_real(s->spec_draft_tokens ? (double)s->spec_accepted_tokens /
+                                                             (double)s->spec_draft_tokens : 0));
+    json_object_set_new(j, "spec_mean_accepted_length",
+                        json_real(s->spec_drafts ? 1.0 + (double)s->spec_accepted_tokens /
+                                                             (double)s->spec_drafts : 0));
+    json_object_set_new(j, "spec_off_steps", json_integer((json_int_t)s->spec_off_steps));
     return j;
 }
 

@@ -276,6 +276,14 @@ static void print_stats(pl_engine *e, double secs, int64_t prompt, int64_t gener
             100 * ks.mean_kv_usage, 100 * ks.mean_waste, 100 * ks.peak_waste, s.blocks_used,
             s.blocks_cached, (unsigned long long)s.prefix_hits,
             (unsigned long long)s.prefix_queries);
+    if (s.spec_drafts || s.spec_off_steps)
+        fprintf(stderr, "speculative decoding: %llu of %llu proposals accepted (%.1f%%), mean "
+                "accepted length %.2f tokens per sequence-step, %llu steps too large to "
+                "speculate\n", (unsigned long long)s.spec_accepted_tokens,
+                (unsigned long long)s.spec_draft_tokens,
+                s.spec_draft_tokens ? 100.0 * s.spec_accepted_tokens / s.spec_draft_tokens : 0.0,
+                s.spec_drafts ? 1.0 + (double)s.spec_accepted_tokens / s.spec_drafts : 0.0,
+                (unsigned long long)s.spec_off_steps);
 }
 
 

@@ -193,6 +193,14 @@ int pl_cmd_serve(int argc, char **argv) {
            st.blocks_total * ec->block_size, ec->kv_cache_f32 ? "f32" : "f16",
            (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
            ec->enable_prefix_caching ? "on" : "off");
+    if (ec->speculative_model || ec->speculative_ngram) {
+        char off[48] = "never off";
+        if (ec->speculative_max_batch > 0)
+            snprintf(off, sizeof off, "off above %d decoding sequences", ec->speculative_max_batch);
+        printf("speculative decoding: %s%s, %d proposals per sequence and step, %s\n",
+               ec->speculative_model ? "draft model " : "n-gram proposals",
+               ec->speculative_model ? ec->speculative_model : "", ec->num_speculative_tokens, off);
+    }
     pl_server *s;
     if (pl_server_start(e, &o.srv, &s) != PL_OK) {
         int r = pl_cli_fail(C, "%s", pl_last_error());

@@ -2,6 +2,7 @@
 #include "cli/engine_flags.h"
 
 #include "cli/args.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,13 @@ const char PL_ENGINE_FLAGS_HELP[] =
     "                                 reserved run of blocks per sequence, nothing shared\n"
     "      --reserve R                contiguous: max (model length, default), pow2 (next\n"
     "                                 power of two of prompt + max tokens) or oracle (exact)\n"
+    "      --speculative-model M      speculative decoding with draft model M (path or bare name,\n"
+    "                                 as -m; same vocabulary)\n"
+    "      --speculative-ngram        speculative decoding with prompt-lookup (n-gram) proposals\n"
+    "      --num-speculative-tokens K proposals per sequence and step, 1..16 (4)\n"
+    "      --ngram-min N, --ngram-max N   n-gram lengths tried, longest first (1, 4)\n"
+    "      --speculative-disable-by-batch-size N   no speculation in a step that decodes more\n"
+    "                                 than N sequences (4, measured; -1: never off)\n"
     "  vLLM-only flags (--uvicorn-log-level X, --disable-log-requests, --trust-remote-code,\n"
     "  --enforce-eager, --max-log-len N, ...; serve also --seed N) are accepted and ignored\n"
     "  with a warning\n";
@@ -157,6 +165,33 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
             fprintf(stderr, "pagellm %s: --reserve: '%s' is not max, pow2 or oracle\n", cmd, arg);
             return 2;
         }
+        return 0;
+    case PL_OPT_SPEC_MODEL: { /* a path or a bare name, found as -m finds the model */
+        static char draft_path[4096];
+        if (pl_cli_resolve_model(arg, draft_path, sizeof draft_path)) return 2;
+        c->speculative_model = draft_path;
+        return 0;
+    }
+    case PL_OPT_SPEC_NGRAM: c->speculative_ngram = 1; return 0;
+    case PL_OPT_SPEC_K:
+        if (pl_arg_int(cmd, "--num-speculative-tokens", arg, 1, PL_MAX_SPECULATIVE_TOKENS, &v))
+            return 2;
+        c->num_speculative_tokens = (int32_t)v;
+        return 0;
+    case PL_OPT_NGRAM_MIN:
+    case PL_OPT_NGRAM_MAX:
+        if (pl_arg_int(cmd, code == PL_OPT_NGRAM_MIN ? "--ngram-min" : "--ngram-max", arg, 1, 64, &v))
+            return 2;
+        *(code == PL_OPT_NGRAM_MIN ? &c->ngram_min : &c->ngram_max) = (int32_t)v;
+        return 0;
+    case PL_OPT_SPEC_BATCH:
+        if (pl_arg_int(cmd, "--speculative-disable-by-batch-size", arg, -1, 1 << 20, &v)) return 2;
+        if (v == 0) {
+            fprintf(stderr, "pagellm %s: --speculative-disable-by-batch-size: give N >= 1, or -1 "
+                    "for never\n", cmd);
+            return 2;
+        }
+        c->speculative_max_batch = (int32_t)v;
         return 0;
     case PL_OPT_THREADS:
         if (pl_arg_int(cmd, "--threads", arg, 0, 512, &v)) return 2;

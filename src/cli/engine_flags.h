@@ -34,6 +34,12 @@ enum {
     PL_OPT_DTYPE,        /* vLLM's --dtype: chooses the KV cache type where it means one */
     PL_OPT_TP,           /* vLLM's --tensor-parallel-size: 1 only until the MPI build */
     PL_OPT_PP,           /* vLLM's --pipeline-parallel-size: 1 only */
+    PL_OPT_SPEC_MODEL,   /* --speculative-model DRAFT.gguf */
+    PL_OPT_SPEC_NGRAM,   /* --speculative-ngram */
+    PL_OPT_SPEC_K,       /* --num-speculative-tokens K */
+    PL_OPT_NGRAM_MIN,
+    PL_OPT_NGRAM_MAX,
+    PL_OPT_SPEC_BATCH,   /* --speculative-disable-by-batch-size N (vLLM v0's name) */
     PL_OPT_IGNORED,      /* a vLLM-only flag with a value: accepted, ignored with a warning */
     PL_OPT_IGNORED_BOOL, /* the same without a value */
     PL_ENGINE_OPT_END,
@@ -60,6 +66,12 @@ enum {
         {"dtype", required_argument, 0, PL_OPT_DTYPE},                                           \
         {"tensor-parallel-size", required_argument, 0, PL_OPT_TP},                               \
         {"pipeline-parallel-size", required_argument, 0, PL_OPT_PP},                             \
+        {"speculative-model", required_argument, 0, PL_OPT_SPEC_MODEL},                          \
+        {"speculative-ngram", no_argument, 0, PL_OPT_SPEC_NGRAM},                                \
+        {"num-speculative-tokens", required_argument, 0, PL_OPT_SPEC_K},                         \
+        {"ngram-min", required_argument, 0, PL_OPT_NGRAM_MIN},                                   \
+        {"ngram-max", required_argument, 0, PL_OPT_NGRAM_MAX},                                   \
+        {"speculative-disable-by-batch-size", required_argument, 0, PL_OPT_SPEC_BATCH},          \
         {"uvicorn-log-level", required_argument, 0, PL_OPT_IGNORED},                             \
         {"max-log-len", required_argument, 0, PL_OPT_IGNORED},                                   \
         {"download-dir", required_argument, 0, PL_OPT_IGNORED},                                  \

@@ -19,6 +19,7 @@
 
 #include "base/status.h"
 #include "base/clock.h"
+#include "engine/spec.h"
 #include "engine/stop.h"
 
 #include <math.h>
@@ -93,6 +94,7 @@ static void seq_finish(pl_decoder *d, pl_seq *q, pl_finish_reason why) {
     q->finish = why;
     q->status = PL_SEQ_FINISHED;
     pl_kv_free_table(d->kv, &q->table);
+    pl_spec_seq_drop(d->draft_kv, q);
     q->group->n_live--;
 }
 
@@ -178,6 +180,38 @@ static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     float lp = g->params.logprobs >= 0 || !streams(g) ? token_logprobs(d, g, logits, id, top) : NAN;
     seq_push(d, q, id, lp, top);
     check_stop(d, q, id);
+}
+
+/* Speculative decoding's verification (issue 15). Row j of q's logits saw the proposals before
+ * j; it is sampled exactly as a normal decode would sample that position (same sampler, the
+ * sequence's own RNG, penalties over the tokens accepted so far) and the proposal stands while
+ * the sampled token equals it. Greedy: the longest prefix equal to the target's argmax plus the
+ * target's next token. Sampling: both proposers propose one token (q is a point mass), for which
+ * the rejection rule (accept with min(1, p/q) = p(d), else draw from (p - q)+ normalised = p
+ * without d) is the same law as "draw x ~ p, accept iff x == d, else emit x"; drawing it that
+ * way makes a seeded request's tokens identical with and without speculation, so they never
+ * depend on batch composition or on speculation turning off. Then the table is rolled back to
+ * the computed tokens and only those are committed to the prefix cache. */
+static pl_status verify_seq(pl_decoder *d, pl_seq *q) {
+    const int32_t V = d->n_vocab, k = q->n_spec, n0 = q->n_tokens;
+    int32_t draft[PL_MAX_SPECULATIVE_TOKENS];
+    PL_ASSERT(k <= PL_MAX_SPECULATIVE_TOKENS);
+    memcpy(draft, q->tokens + n0, (size_t)k * sizeof *draft);
+    int32_t acc = 0;
+    for (int32_t j = 0; j <= k; j++) {
+        sample_seq(d, q, d->logits + (size_t)(q->logits_row + j) * V);
+        int hit = j < k && q->tokens[n0 + j] == draft[j];
+        acc += hit;
+        if (!hit || q->status == PL_SEQ_FINISHED) break;
+    }
+    q->n_spec = 0;
+    d->spec_drafts++;
+    d->spec_draft_tokens += (uint64_t)k;
+    d->spec_accepted_tokens += (uint64_t)acc;
+    if (q->status == PL_SEQ_FINISHED) return PL_OK; /* its blocks went back at the finish */
+    q->n_computed = q->n_tokens - 1;
+    PL_TRY(pl_kv_truncate(d->kv, &q->table, q->n_computed));
+    return pl_kv_commit(d->kv, &q->table, q->tokens, q->n_computed);
 }
 
 /* Derive sequence i's RNG from the request seed (i = 0 uses the seed itself, so n = 1 requests
@@ -540,6 +574,11 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
             d->prompt_tokens += (uint64_t)((it->start + it->n < g->n_prompt ? it->start + it->n
                                                                              : g->n_prompt) -
                                            it->start);
+        if (it->n_spec > 0) { /* verified below: only accepted tokens count as computed */
+            q->logits_row = d->item_row[i];
+            g->step_mark = mark;
+            continue;
+        }
         q->n_computed = it->start + it->n;
         PL_TRY(pl_kv_commit(d->kv, &q->table, q->tokens, q->n_computed));
         if (it->all_logits && d->item_row[i] >= 0) prompt_logprobs(d, g, it, d->item_row[i]);
@@ -565,8 +604,9 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
         } else {
             for (int32_t j = 0; j < g->n_seqs; j++) {
                 pl_seq *q = g->seqs[j];
-                if (q->status == PL_SEQ_RUNNING && q->logits_row >= 0)
-                    sample_seq(d, q, d->logits + (size_t)q->logits_row * V);
+                if (q->status != PL_SEQ_RUNNING || q->logits_row < 0) continue;
+                if (q->n_spec == 0) sample_seq(d, q, d->logits + (size_t)q->logits_row * V);
+                else if ((st = verify_seq(d, q)) != PL_OK) break;
             }
         }
         if (st == PL_ERR_NOMEM) g->oom = 1; /* this request fails below; the others go on */

@@ -26,6 +26,7 @@ enum { SCR_CAND, SCR_TOP, SCR_RUN, SCR_NEXT, SCR_USED, PL_DECODER_SCRATCH };
 typedef struct {
     const pl_tokenizer *tok;
     pl_kv_manager *kv;
+    pl_kv_manager *draft_kv;      /* the draft model's blocks (NULL: none), freed at a finish */
     pl_scheduler *sched;
     int32_t n_vocab;
     int32_t max_model_len;
@@ -47,6 +48,9 @@ typedef struct {
     uint64_t prompt_tokens;       /* prompt tokens computed */
     uint64_t generation_tokens;   /* tokens sampled */
     uint64_t requests_finished;
+    uint64_t spec_drafts;         /* speculating sequence-steps verified */
+    uint64_t spec_draft_tokens;   /* proposals verified */
+    uint64_t spec_accepted_tokens;/* of those, accepted */
 } pl_decoder;
 
 pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_vocab,

@@ -142,7 +142,13 @@ static pl_status setup_kv(pl_engine *e) {
         .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
     };
     size_t per_block = pl_kv_bytes_per_block(&l, hp->n_layers);
-    uint64_t nb = e->cfg.kv_cache_memory / per_block;
+    uint64_t budget = e->cfg.kv_cache_memory;
+    if (e->spec.mode == PL_SPEC_DRAFT) { /* the draft's share: both caches hold as many tokens */
+        size_t dpb = pl_spec_draft_bytes_per_block(&e->spec, e->cfg.kv_cache_f32, l.block_size);
+        e->draft_kv_bytes = (uint64_t)((double)budget * (double)dpb / (double)(dpb + per_block));
+        budget -= e->draft_kv_bytes;
+    }
+    uint64_t nb = budget / per_block;
     int32_t max_blocks = (e->max_model_len + l.block_size - 1) / l.block_size + 1;
     if (nb < 2)
         return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory %llu bytes holds %llu blocks of %zu "
@@ -212,7 +218,8 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         long ms = strtol(sd, NULL, 10);
         e->step_delay_ms = ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms;
     }
-    pl_status st = pl_model_load(c->model_path, &e->model);
+    pl_status st = pl_spec_init(&e->spec, c);
+    if (st == PL_OK) st = pl_model_load(c->model_path, &e->model);
     if (st == PL_OK) {
         const pl_model_hparams *hp = &e->model->hp;
         e->max_model_len = c->max_model_len ? c->max_model_len : hp->n_ctx_train;
@@ -220,6 +227,8 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
             st = pl_fail(PL_ERR_INVALID_ARG, "max-model-len %d exceeds the model's context "
                          "length %d", e->max_model_len, hp->n_ctx_train);
     }
+    if (st == PL_OK && e->spec.mode == PL_SPEC_DRAFT)
+        st = pl_spec_draft_load(&e->spec, c, e->model, e->max_model_len);
     if (st == PL_OK && !(e->tp = pl_threadpool_create(c->threads)))
         st = pl_fail(PL_ERR_NOMEM, "could not start %d threads", c->threads);
     if (st == PL_OK) st = setup_kv(e);
@@ -233,6 +242,21 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         pl_scheduler_config sc = {c->max_num_seqs, c->max_num_batched_tokens, max_logit_rows,
                                   c->preemption_mode};
         st = pl_scheduler_init(&e->sched, &sc, &e->mgr);
+    }
+    if (st == PL_OK && e->spec.mode != PL_SPEC_OFF) { /* defaults resolved, as get_config shows */
+        int32_t mb = c->speculative_max_batch ? c->speculative_max_batch : PL_SPEC_DEFAULT_MAX_BATCH;
+        e->cfg.speculative_max_batch = mb;
+        e->cfg.num_speculative_tokens = e->spec.k;
+        e->cfg.ngram_min = e->spec.ngram_min;
+        e->cfg.ngram_max = e->spec.ngram_max;
+        e->sched.spec = (pl_spec_hook){e->spec.k, mb < 0 ? INT32_MAX : mb, pl_spec_propose,
+                                       &e->spec, NULL};
+    }
+    if (st == PL_OK && e->spec.mode == PL_SPEC_DRAFT) {
+        st = pl_spec_draft_setup(&e->spec, e->tp, e->draft_kv_bytes, c->kv_cache_f32,
+                                 c->block_size, e->mgr.cfg.max_blocks_per_seq,
+                                 c->max_num_batched_tokens, c->max_num_seqs + 1);
+        e->sched.spec.draft_kv = e->decoder.draft_kv = st == PL_OK ? &e->spec.mgr : NULL;
     }
     if (st == PL_OK)
         st = pl_runner_init(&e->runner, e->model, e->tp, &e->kv, e->has_swap ? &e->swap : NULL,
@@ -277,6 +301,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_runner_destroy(&e->runner);
     pl_sched_output_destroy(&e->sched_out);
     pl_decoder_destroy(&e->decoder);
+    pl_spec_destroy(&e->spec);
     free(e->aborts);
     pl_threadpool_destroy(e->tp);
     pl_model_destroy(e->model);
@@ -599,7 +624,9 @@ static pl_status step(pl_engine *e) {
     pl_status st = e->steps + 1 == e->fail_step
                        ? pl_fail(PL_ERR_INTERNAL, "injected failure of step %llu (PAGELLM_FAIL_STEP)",
                                  (unsigned long long)e->fail_step)
-                       : pl_runner_execute(&e->runner, s);
+                       : PL_OK;
+    if (st == PL_OK && e->spec.ready) st = pl_spec_draft_run(&e->spec, &e->sched_out, &e->mgr);
+    if (st == PL_OK) st = pl_runner_execute(&e->runner, s);
     if (st == PL_OK)
         st = pl_decoder_update_from_output(&e->decoder, s, e->runner.logits, e->runner.item_row);
     e->steps++;
@@ -702,6 +729,10 @@ static void take_snapshot(pl_engine *e) {
     s.generation_tokens = e->decoder.generation_tokens;
     s.requests_finished = e->decoder.requests_finished;
     s.steps = e->steps;
+    s.spec_drafts = e->decoder.spec_drafts;
+    s.spec_draft_tokens = e->decoder.spec_draft_tokens;
+    s.spec_accepted_tokens = e->decoder.spec_accepted_tokens;
+    s.spec_off_steps = e->sched.spec_off_steps;
     pl_engine_kv_samples ks;
     memset(&ks, 0, sizeof ks);
     ks.block_refs = pl_kv_block_refs(&e->mgr);

@@ -16,6 +16,7 @@
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec.h"
 #include "kv/kv_store.h"
 #include "kv/manager.h"
 #include "model/model.h"
@@ -34,6 +35,8 @@ struct pl_engine {
     pl_sched_output sched_out;  /* the current step's schedule (reused every step) */
     pl_runner runner;           /* step buffers, forward pass, the step's logits */
     pl_decoder decoder;         /* sampling, beams, stopping, outputs */
+    pl_spec spec;               /* speculative decoding's proposer (mode OFF: none) */
+    uint64_t draft_kv_bytes;    /* the draft model's share of the KV budget (0: no draft) */
     int32_t max_model_len;
     /* Engine-thread state. */
     pl_idmap groups;            /* id -> pl_seq_group*, every unfinished group */

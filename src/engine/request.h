@@ -37,7 +37,11 @@ typedef struct pl_seq {
     int32_t *tokens;            /* [cap] prompt ++ output */
     int32_t n_tokens, cap;
     int32_t n_computed;         /* tokens whose K/V are in the cache */
+    int32_t n_spec;             /* speculative proposals at tokens[n_tokens ..) during a step
+                                   (the scheduler places them, the decoder verifies them) */
     pl_block_table table;       /* its KV blocks */
+    pl_block_table draft_table; /* its draft model's KV blocks (engine/spec_draft.c), or empty */
+    int32_t draft_computed;     /* leading tokens whose draft K/V are valid */
     pl_rng rng;
     double cum_logprob;         /* sum of the chosen tokens' logprobs (raw logits) */
     int32_t logits_row;         /* this step's sampling row in the engine's logits, or -1 */

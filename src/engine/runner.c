@@ -76,20 +76,21 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
     for (int32_t i = 0; i < so->n_items; i++) {
         const pl_sched_item *it = &so->items[i];
         const pl_seq *q = it->seq;
-        /* The table holds a slot for every token up to the newest, and no more. */
-        PL_ASSERT(it->start + it->n <= q->table.n_tokens && q->table.n_tokens <= q->n_tokens);
-        PL_ASSERT(q->table.n_blocks <= max_blocks);
-        r->item_row[i] = it->all_logits || it->sample ? rows : -1;
+        const pl_block_table *tab = r->draft ? &q->draft_table : &q->table;
+        /* The table holds a slot for every token up to the newest (and its proposals), no more. */
+        PL_ASSERT(it->start + it->n <= tab->n_tokens && tab->n_tokens <= q->n_tokens + q->n_spec);
+        int every_row = it->all_logits || it->n_spec > 0;
+        PL_ASSERT(tab->n_blocks <= max_blocks);
+        r->item_row[i] = every_row || it->sample ? rows : -1;
         r->seq_start[i] = t;
         r->ctx[i] = it->start + it->n;
-        memcpy(r->tables + (size_t)i * max_blocks, q->table.blocks,
-               (size_t)q->table.n_blocks * sizeof(int32_t));
+        memcpy(r->tables + (size_t)i * max_blocks, tab->blocks, (size_t)tab->n_blocks * sizeof(int32_t));
         for (int32_t k = 0; k < it->n; k++, t++) {
             int32_t pos = it->start + k;
             r->tokens[t] = q->tokens[pos];
             r->pos[t] = pos;
-            r->slots[t] = pl_block_table_slot(&q->table, pos);
-            if (it->all_logits || (it->sample && k == it->n - 1)) r->rows[rows++] = t;
+            r->slots[t] = pl_block_table_slot(tab, pos);
+            if (every_row || (it->sample && k == it->n - 1)) r->rows[rows++] = t;
         }
     }
     r->seq_start[so->n_items] = t;

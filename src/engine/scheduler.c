@@ -1,6 +1,7 @@
 /* engine/scheduler — see scheduler.h for the policy. */
 #include "engine/scheduler.h"
 #include "base/buf.h"
+#include "engine/spec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,10 @@ void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g) { q_insert(&s->waiting, 
 
 void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g) {
     if (g->queue) q_remove(g->queue, g);
-    for (int32_t i = 0; i < g->n_seqs; i++) pl_kv_free_table(s->kv, &g->seqs[i]->table);
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        pl_kv_free_table(s->kv, &g->seqs[i]->table);
+        pl_spec_seq_drop(s->spec.draft_kv, g->seqs[i]);
+    }
 }
 
 int pl_scheduler_has_work(const pl_scheduler *s) {
@@ -81,6 +85,8 @@ typedef struct {
     int32_t rows_left;    /* logit rows */
     int preempted;        /* some group was preempted this step */
     int stalled;          /* a resumed group could not run yet: admit nothing new */
+    int32_t spec_spare;   /* tokens (and rows) speculation may take beyond one per decode */
+    int32_t dec_left;     /* decoding sequences not yet scheduled this step */
 } budget;
 
 static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits) {
@@ -92,6 +98,7 @@ static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits)
     it->n = n;
     it->sample = q->n_computed + n == q->n_tokens;
     it->all_logits = all_logits;
+    it->n_spec = 0;
     s->out->n_tokens += n;
     return PL_OK;
 }
@@ -139,19 +146,53 @@ static int32_t decode_blocks_needed(const pl_scheduler *s, const pl_seq_group *g
     return need;
 }
 
-/* Slots and items for a decoding group (slots are already guaranteed to be available). */
+/* How many proposals decoding sequence q may carry this step: within the spare token and row
+ * budget, its max_tokens and its table, and only while the pool keeps two blocks (a new one and
+ * a copy-on-write) for every decode still to schedule, of its own group (`rest`, which may have
+ * just been swapped in) or of the others (speculation never preempts anyone and never leaves a
+ * group half scheduled). 0 = decode as usual. */
+static int32_t spec_room(const pl_scheduler *s, const pl_seq *q, const budget *b, int32_t rest) {
+    const pl_seq_group *g = q->group;
+    if (!s->spec.propose || b->spec_spare < 1 || g->params.use_beam_search || !g->prefilled)
+        return 0;
+    int32_t k = s->spec.k < b->spec_spare ? s->spec.k : b->spec_spare;
+    if (k > b->tokens_left - 1) k = b->tokens_left - 1;
+    if (k > b->rows_left - 1) k = b->rows_left - 1;
+    int32_t out_left = g->params.max_tokens - (q->n_tokens - g->n_prompt) - 1;
+    int32_t slots_left = q->table.capacity * q->table.block_size - q->n_tokens;
+    if (k > out_left) k = out_left;
+    if (k > slots_left) k = slots_left;
+    if (k < 1) return 0;
+    int32_t extra = pl_kv_append_blocks_needed(s->kv, &q->table, q->n_tokens + k - q->table.n_tokens);
+    int32_t later = b->dec_left > rest ? b->dec_left : rest;
+    if (s->kv->pool.n_free - extra < s->kv->watermark_blocks + 2 * later) return 0;
+    return k;
+}
+
+/* Slots and items for a decoding group (slots for the newest tokens are already guaranteed to
+ * be available; speculative proposals take only what is left over). */
 static pl_status add_decodes(pl_scheduler *s, pl_seq_group *g, budget *b) {
+    int32_t rest = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) rest += g->seqs[i]->status == PL_SEQ_RUNNING;
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         if (q->status != PL_SEQ_RUNNING) continue;
-        if (q->table.n_tokens < q->n_tokens) {
+        if (b->dec_left > 0) b->dec_left--;
+        rest--;
+        int32_t k = spec_room(s, q, b, rest);
+        if (k > 0) k = s->spec.propose(s->spec.ctx, q, k);
+        q->n_spec = k;
+        if (q->table.n_tokens < q->n_tokens + k) {
             pl_block_copy cow;
-            PL_TRY(pl_kv_append_slots(s->kv, &q->table, q->n_tokens - q->table.n_tokens, &cow));
+            PL_TRY(pl_kv_append_slots(s->kv, &q->table, q->n_tokens + k - q->table.n_tokens, &cow));
             if (cow.src >= 0) PL_TRY(push_copies(&s->out->cow, &s->out->n_cow, &s->out->cap_cow, &cow, 1));
         }
-        PL_TRY(add_item(s, q, 1, 0));
-        b->tokens_left--;
-        b->rows_left--;
+        PL_TRY(add_item(s, q, 1 + k, 0));
+        s->out->items[s->out->n_items - 1].n_spec = k;
+        s->out->items[s->out->n_items - 1].sample = 1;
+        b->tokens_left -= 1 + k;
+        b->rows_left -= 1 + k;
+        b->spec_spare -= k;
     }
     return PL_OK;
 }
@@ -162,6 +203,7 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     int32_t nt = live_tables(g, tabs);
     q_remove(&s->running, g);
     s->preemptions++;
+    for (int32_t i = 0; i < g->n_seqs; i++) pl_spec_seq_drop(s->spec.draft_kv, g->seqs[i]);
     if (s->cfg.mode == PL_PREEMPT_SWAP && pl_kv_can_swap_out(s->kv, tabs, nt) == PL_ALLOC_OK) {
         /* Room for every block was reserved when the step began (reserve_output). */
         pl_sched_output *o = s->out;
@@ -346,9 +388,30 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     return PL_OK;
 }
 
+/* Speculation's share of the step: what the token and row budgets leave after one token per
+ * decoding sequence, or nothing when more sequences decode than spec.max_batch (a large batch is
+ * already bound by compute, not by reading the weights, and proposals would only slow it). */
+static void spec_budget(pl_scheduler *s, budget *b) {
+    int32_t n_dec = 0;
+    for (pl_seq_group *g = s->running.head; g; g = g->next)
+        if (group_decodes(g))
+            for (int32_t i = 0; i < g->n_seqs; i++) n_dec += g->seqs[i]->status == PL_SEQ_RUNNING;
+    b->dec_left = n_dec;
+    b->spec_spare = 0;
+    if (!s->spec.propose || s->spec.k < 1 || n_dec == 0) return;
+    if (n_dec > s->spec.max_batch) {
+        s->spec_off_steps++;
+        return;
+    }
+    int32_t t = b->tokens_left - n_dec, r = b->rows_left - n_dec;
+    b->spec_spare = t < r ? t : r;
+    if (b->spec_spare < 0) b->spec_spare = 0;
+}
+
 static pl_status schedule(pl_scheduler *s) {
-    budget b = {s->cfg.max_num_batched_tokens, s->cfg.max_num_seqs, s->cfg.max_logit_rows, 0, 0};
+    budget b = {s->cfg.max_num_batched_tokens, s->cfg.max_num_seqs, s->cfg.max_logit_rows, 0, 0, 0, 0};
     for (pl_seq_group *g = s->running.head; g; g = g->next) b.seqs_left -= pl_group_max_seqs(g);
+    spec_budget(s, &b);
     PL_TRY(schedule_decodes(s, &b));
     for (pl_seq_group *g = s->running.head; g && b.tokens_left > 0; g = g->next)
         PL_TRY(schedule_prefills(s, g, &b));

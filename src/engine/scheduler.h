@@ -33,7 +33,22 @@ typedef struct {
     int32_t n;         /* tokens to compute: [start, start + n) */
     int sample;        /* start + n == n_tokens: the last row's logits pick the next token */
     int all_logits;    /* every row's logits are needed (prompt log-probabilities) */
+    int32_t n_spec;    /* speculative decoding: the last n_spec of the n tokens are proposals
+                          (seq->tokens[n_tokens .. n_tokens + n_spec)); every row has logits */
 } pl_sched_item;
+
+/* Speculative decoding (issue 15, engine/spec.h). propose writes up to k_max proposals for
+ * decoding sequence q at q->tokens[q->n_tokens ..) and returns how many (0: q decodes as usual).
+ * The scheduler appends their slots and counts them against the token and logits-row budgets;
+ * pl_kv_truncate rolls back the rejected ones after verification (engine/decoder.c). */
+typedef struct {
+    int32_t k;                   /* proposals per sequence and step (0 = off) */
+    int32_t max_batch;           /* no speculation in a step that decodes more sequences */
+    int32_t (*propose)(void *ctx, pl_seq *q, int32_t k_max);
+    void *ctx;
+    pl_kv_manager *draft_kv;     /* the draft model's blocks (NULL: none): a preempted or removed
+                                    sequence gives its draft table back */
+} pl_spec_hook;
 
 typedef struct {
     int32_t max_num_seqs;
@@ -71,9 +86,11 @@ typedef struct {
     pl_kv_manager *kv;
     pl_group_queue waiting, running, swapped;
     pl_sched_output *out;         /* the output being filled, during pl_scheduler_schedule only */
+    pl_spec_hook spec;            /* speculative decoding; zero = off (set by the engine) */
     /* Counters. */
     uint64_t preemptions;         /* groups preempted (either mode) */
     uint64_t swaps_out;           /* of those, by swapping */
+    uint64_t spec_off_steps;      /* steps whose decode batch exceeded spec.max_batch */
 } pl_scheduler;
 
 pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_manager *kv);

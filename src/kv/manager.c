@@ -306,6 +306,29 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
     return PL_OK;
 }
 
+pl_status pl_kv_truncate(pl_kv_manager *m, pl_block_table *t, int32_t n_keep) {
+    int32_t bs = m->cfg.block_size;
+    if (!t->live || t->swapped)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv truncate: the block table is %s",
+                       t->live ? "swapped out" : "empty");
+    if (contiguous(m))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv truncate: a contiguous reservation is not rolled back");
+    if (n_keep < 1 || n_keep > t->n_tokens || n_keep < t->n_registered * bs)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv truncate: keep %d of %d tokens (%d in the prefix "
+                       "cache)", (int)n_keep, (int)t->n_tokens, (int)(t->n_registered * bs));
+    int32_t keep_blocks = pl_kv_blocks_for(m, n_keep);
+    for (int32_t i = t->n_blocks - 1; i >= keep_blocks; i--) drop_primary(m, t->blocks[i]);
+    t->n_blocks = keep_blocks;
+    int32_t last = t->blocks[keep_blocks - 1];
+    /* The kept last block was appended to or copied on write this step: it is private, unless it
+     * was full before (then its fill is already bs). */
+    if (m->pool.blocks[last].ref == 1) set_fill(m, last, fill_of(bs, n_keep, keep_blocks - 1));
+    else PL_ASSERT(m->fill[last] == fill_of(bs, n_keep, keep_blocks - 1));
+    if (t->n_hashed > n_keep / bs) t->n_hashed = n_keep / bs;
+    t->n_tokens = n_keep;
+    return PL_OK;
+}
+
 pl_status pl_kv_commit(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                        int32_t n_computed) {
     int32_t bs = m->cfg.block_size;

@@ -196,6 +196,13 @@ bool pl_kv_can_append(const pl_kv_manager *m, const pl_block_table *t, int32_t n
 pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
                              pl_block_copy *cow);
 
+/* Roll back speculative slots (issue 15): t keeps its first n_keep tokens, t->n_tokens >= n_keep
+ * >= the tokens already offered to the prefix cache (n_registered * block_size), so nothing
+ * rolled back was ever hashed. Blocks left empty return to the pool; a partly filled last block
+ * keeps its first n_keep % block_size slots (their K/V stay valid; the rest are overwritten by
+ * the next append). Paged layout only (a contiguous reservation is never speculated on). */
+pl_status pl_kv_truncate(pl_kv_manager *m, pl_block_table *t, int32_t n_keep);
+
 /* The forward step computed the K/V of t's first n_computed tokens (token_ids[0 .. n_computed)
  * are the sequence's tokens). Full blocks among them are hashed and entered in the prefix cache
  * now; a block whose prefix is already cached is replaced by the cached block (dedup). */

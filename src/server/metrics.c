@@ -212,6 +212,13 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
            labels, (double)s->prompt_tokens);
     metric(&b, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
            labels, (double)s->generation_tokens);
+    metric(&b, "vllm:spec_decode_num_drafts_total", "counter",
+           "Number of spec decoding drafts (sequence-steps that verified proposals).", labels,
+           (double)s->spec_drafts);
+    metric(&b, "vllm:spec_decode_num_draft_tokens_total", "counter",
+           "Number of draft tokens.", labels, (double)s->spec_draft_tokens);
+    metric(&b, "vllm:spec_decode_num_accepted_tokens_total", "counter",
+           "Number of accepted tokens.", labels, (double)s->spec_accepted_tokens);
     metric(&b, "pagellm_engine_steps_total", "counter", "Engine steps run.", labels,
            (double)s->steps);
     metric(&b, "pagellm_engine_step_seconds_total", "counter",

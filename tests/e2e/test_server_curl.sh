@@ -135,7 +135,9 @@ then ok; else bad "streaming chat"; fi
 http GET /metrics
 for m in 'vllm:num_requests_running{model_name="stories"} 0' 'vllm:num_requests_waiting{model_name="stories"} 0' \
          'vllm:num_requests_swapped{model_name="stories"} 0' 'vllm:gpu_cache_usage_perc{model_name="stories"} 0' \
-         'pagellm_kv_cache_usage_perc{model_name="stories"} 0' 'pagellm_kv_blocks_used{model_name="stories"} 0'; do
+         'pagellm_kv_cache_usage_perc{model_name="stories"} 0' 'pagellm_kv_blocks_used{model_name="stories"} 0' \
+         'vllm:spec_decode_num_draft_tokens_total{model_name="stories"} 0' \
+         'vllm:spec_decode_num_accepted_tokens_total{model_name="stories"} 0'; do
     if grep -qxF -- "$m" "$TMP/body"; then ok; else bad "metrics lack the line '$m'"; fi
 done
 for m in vllm:prefix_cache_queries_total vllm:prefix_cache_hits_total vllm:num_preemptions_total \

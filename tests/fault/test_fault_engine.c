@@ -6,7 +6,8 @@
  *    works or fails with an error message; nothing crashes and nothing leaks (LeakSanitizer).
  * 2. Load (eight rounds): a pool small enough to preempt and swap, a mix of greedy, sampled, n > 1, best_of,
  *    beam, stop strings and log-probabilities, with one call in N failing (N random per run,
- *    PL_FAULT_SEED to repeat one). Every request ends, with output or an error; afterwards the
+ *    PL_FAULT_SEED to repeat one, in each of the three modes); rounds alternate no speculation,
+ *    n-gram and draft-model speculative decoding. Every request ends, with output or an error; afterwards the
  *    KV pool passes its full consistency check with every block free, and the engine still
  *    answers a greedy request exactly as before.
  * Prints the figures (calls failed, requests ended with an error) and "N passed, N failed". */
@@ -151,12 +152,18 @@ static void load_sweep(void) {
     CHECK(create_failed > 0, "no failure reached engine creation");
 }
 
-static void under_load(uint64_t seed) {
+/* spec: 0 none, 1 n-gram proposals, 2 a draft model (the model itself) — speculative decoding
+ * under the same failures. */
+static void under_load(uint64_t seed, int spec) {
     uint64_t every = 20 + (seed * 0x9e3779b97f4a7c15ull >> 33) % 181;
-    printf("load: one call in %llu fails (PL_FAULT_SEED=%llu repeats this run)\n",
-           (unsigned long long)every, (unsigned long long)seed);
+    printf("load: one call in %llu fails (PL_FAULT_SEED=%llu repeats this run)%s\n",
+           (unsigned long long)every, (unsigned long long)seed,
+           spec == 1 ? ", n-gram speculation" : spec == 2 ? ", draft-model speculation" : "");
     pl_engine_config c;
     config(&c, 1);
+    c.speculative_ngram = spec == 1;
+    c.speculative_model = spec == 2 ? model_path : NULL;
+    if (spec == 2) c.kv_cache_memory *= 2; /* the draft takes half */
     pl_engine *e;
     if (pl_engine_create(&c, &e) != PL_OK) {
         CHECK(0, "engine create: %s", pl_last_error());
@@ -239,7 +246,7 @@ int main(void) {
     /* Eight rounds, each with its own N. */
     const char *sd = getenv("PL_FAULT_SEED");
     uint64_t seed = sd ? strtoull(sd, NULL, 10) : (uint64_t)time(NULL);
-    for (int r = 0; r < (sd ? 1 : 8); r++) under_load(seed + (uint64_t)r);
+    for (int r = 0; r < (sd ? 3 : 8); r++) under_load(seed + (uint64_t)(sd ? 0 : r), r % 3);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

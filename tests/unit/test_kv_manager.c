@@ -478,7 +478,7 @@ typedef struct {
     int32_t *cnt_p, *cnt_s;    /* scratch: references counted from the tables */
     int32_t *fill;             /* scratch: tokens per primary block as the tables see it */
     /* coverage: each must be > 0 at the end, or the run proved little */
-    long hits, cows, swap_outs, swap_ins, capacity_fails, recomputes, forks, frees;
+    long hits, cows, swap_outs, swap_ins, capacity_fails, recomputes, forks, frees, rollbacks;
 } sim;
 
 static void sim_write(sim *s, sim_seq *q, int32_t pos) {
@@ -736,6 +736,62 @@ static void op_append(sim *s) {
     assert_int_equal(pl_kv_commit(m, &q->t, q->tok, q->t.n_tokens), PL_OK);
 }
 
+/* Speculative decoding (issue 15): slots for 1..4 proposals are appended, the proposals are
+ * "computed" (written), then a random number of them is accepted and the table is rolled back to
+ * the accepted length; only accepted tokens are committed. Rejected proposals carry ids no real
+ * token has, so finding one in a hashed block would mean a rejected token reached the cache. */
+enum { P_REJECTED = 5000 };
+
+static void op_speculate(sim *s) {
+    int k = sim_pick(s, 0);
+    if (k < 0) return;
+    sim_seq *q = &s->seq[k];
+    pl_kv_manager *m = &s->m;
+    int32_t n0 = q->t.n_tokens, n_spec = 1 + (int32_t)pl_rng_below(&s->rng, 4);
+    if (n0 + n_spec > P_MAXTOK) return;
+    pl_kv_stats before;
+    pl_kv_get_stats(m, &before);
+    int32_t need = pl_kv_append_blocks_needed(m, &q->t, n_spec);
+    pl_block_copy cow;
+    if (pl_kv_append_slots(m, &q->t, n_spec, &cow) != PL_OK) {
+        s->capacity_fails++;
+        return; /* the engine then runs the sequence without speculation */
+    }
+    if (cow.src >= 0) {
+        memcpy(s->shadow + cow.dst * BS, s->shadow + cow.src * BS, BS * sizeof(int32_t));
+        s->cows++;
+    }
+    int32_t n_acc = (int32_t)pl_rng_below(&s->rng, (uint64_t)n_spec + 1);
+    for (int32_t pos = n0; pos < n0 + n_spec; pos++) {
+        q->tok[pos] = pos < n0 + n_acc ? (int32_t)pl_rng_below(&s->rng, 3) : P_REJECTED + pos;
+        sim_write(s, q, pos);
+    }
+    int32_t n_keep = n0 + n_acc;
+    assert_int_equal(pl_kv_truncate(m, &q->t, n_keep), PL_OK);
+    assert_int_equal(q->t.n_tokens, n_keep);
+    pl_kv_stats after;
+    pl_kv_get_stats(m, &after);
+    /* Exactly the blocks the kept tokens need stayed taken (plus the copy-on-write, which
+     * replaced a shared block): no block leaked, none freed twice (the pool check). */
+    int32_t kept_new = pl_kv_blocks_for(m, n_keep) - pl_kv_blocks_for(m, n0);
+    assert_true(need >= kept_new);
+    assert_int_equal(before.blocks_free - after.blocks_free,
+                     kept_new + (cow.src >= 0 && m->pool.blocks[cow.src].ref > 0 ? 1 : 0));
+    assert_int_equal(pl_kv_commit(m, &q->t, q->tok, n_keep), PL_OK);
+    if (n_acc < n_spec) s->rollbacks++;
+    /* No rejected token in the prefix cache. */
+    for (int32_t b = 0; b < m->pool.num_blocks; b++)
+        if (m->pool.blocks[b].hashed)
+            for (int32_t i = 0; i < BS; i++)
+                if (m->pool.tokens[b * BS + i] >= P_REJECTED)
+                    fail_msg("rejected token %d is in hashed block %d", (int)m->pool.tokens[b * BS + i], (int)b);
+    /* Invalid rollbacks are refused and change nothing. */
+    assert_int_equal(pl_kv_truncate(m, &q->t, n_keep + 1), PL_ERR_INVALID_ARG);
+    if (q->t.n_registered > 0)
+        assert_int_equal(pl_kv_truncate(m, &q->t, q->t.n_registered * BS - 1), PL_ERR_INVALID_ARG);
+    assert_int_equal(q->t.n_tokens, n_keep);
+}
+
 static uint64_t env_u64(const char *name, uint64_t dflt) {
     const char *v = test_env(name);
     return v && *v ? strtoull(v, NULL, 0) : dflt;
@@ -774,7 +830,8 @@ static void run_property(int caching, uint64_t default_seed, long default_ops) {
     for (long step = 0; step < ops; step++) {
         uint64_t r = pl_rng_below(&s->rng, 100);
         if (r < 14) op_new(s);
-        else if (r < 62) op_append(s);
+        else if (r < 50) op_append(s);
+        else if (r < 62) op_speculate(s);
         else if (r < 70) op_fork(s);
         else if (r < 78) {
             int k = (int)pl_rng_below(&s->rng, P_SEQS);
@@ -787,13 +844,13 @@ static void run_property(int caching, uint64_t default_seed, long default_ops) {
     pl_kv_stats st;
     pl_kv_get_stats(&s->m, &st);
     printf("  hits %ld, cows %ld, swap out %ld / in %ld, capacity fails %ld, recomputes %ld, forks "
-           "%ld, frees %ld, evictions %" PRIu64 ", dedups %" PRIu64 ", prefix hits %" PRIu64
+           "%ld, frees %ld, rollbacks %ld, evictions %" PRIu64 ", dedups %" PRIu64 ", prefix hits %" PRIu64
            " of %" PRIu64 " tokens\n",
            s->hits, s->cows, s->swap_outs, s->swap_ins, s->capacity_fails, s->recomputes, s->forks,
-           s->frees, st.evictions, st.dedups, st.prefix_hits, st.prefix_queries);
+           s->frees, s->rollbacks, st.evictions, st.dedups, st.prefix_hits, st.prefix_queries);
     if (ops >= 10000) { /* coverage: every mechanism was exercised */
         assert_true(s->cows > 0 && s->swap_outs > 0 && s->swap_ins > 0 && s->capacity_fails > 0);
-        assert_true(s->forks > 0 && s->recomputes > 0);
+        assert_true(s->forks > 0 && s->recomputes > 0 && s->rollbacks > 0);
         if (caching) assert_true(s->hits > 0 && st.evictions > 0 && st.dedups > 0);
         else assert_true(s->hits == 0 && st.prefix_hits == 0);
     }

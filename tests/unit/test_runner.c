@@ -142,14 +142,14 @@ static void test_rows_and_batch_invariance(void **state) {
     seq_make(&b, B, 5, 1);
     int32_t row[3], n_rows;
     /* Alone: A's prompt with every row (prompt logprobs), then B's prompt sampling. */
-    pl_sched_item ia = {a.q, 0, 7, 1, 1}, ib = {b.q, 0, 5, 1, 0};
+    pl_sched_item ia = {a.q, 0, 7, 1, 1, 0}, ib = {b.q, 0, 5, 1, 0, 0};
     float *la = run(f, &ia, 1, row, &n_rows);
     assert_int_equal(n_rows, 7);
     assert_int_equal(row[0], 0);
     float *lb = run(f, &ib, 1, row, &n_rows);
     assert_int_equal(n_rows, 1);
     /* Together, with an item in between that only fills the cache (B again: same K/V). */
-    pl_sched_item quiet = {b.q, 0, 4, 0, 0};
+    pl_sched_item quiet = {b.q, 0, 4, 0, 0, 0};
     pl_sched_item both[3] = {ib, quiet, ia};
     float *lab = run(f, both, 3, row, &n_rows);
     assert_int_equal(n_rows, 8);
@@ -160,7 +160,7 @@ static void test_rows_and_batch_invariance(void **state) {
     assert_memory_equal(lab + V, la, 7 * V * sizeof(float)); /* A's rows, sampling row last */
     /* A decode step of A's last token reads the cache the prefill wrote: same logits as the
      * prefill's last row. */
-    pl_sched_item dec = {a.q, 6, 1, 1, 0};
+    pl_sched_item dec = {a.q, 6, 1, 1, 0, 0};
     float *ld = run(f, &dec, 1, row, &n_rows);
     assert_memory_equal(ld, la + 6 * V, V * sizeof(float));
     free(la);

@@ -22,6 +22,8 @@ typedef struct {
     int last_run[64];   /* last step in which the group had an item */
     int first_run[64];  /* first step in which the group had an item */
     int step;
+    int accept_all;     /* speculation: the fake model accepts every proposal */
+    long spec_tokens;   /* proposals accepted */
 } world;
 
 static void world_init(world *w, int32_t blocks, int32_t swap_blocks, int32_t bs, int32_t seqs,
@@ -98,6 +100,7 @@ static int32_t fake_step(world *w) {
         int k = index_of(w, it->seq->group);
         if (!w->first_run[k]) w->first_run[k] = w->step;
         w->last_run[k] = w->step;
+        if (it->n_spec > 0) continue; /* verified below */
         it->seq->n_computed = it->start + it->n;
         assert_int_equal(pl_kv_commit(&w->kv, &it->seq->table, it->seq->tokens,
                                       it->seq->n_computed), PL_OK);
@@ -124,7 +127,18 @@ static int32_t fake_step(world *w) {
                 }
             }
         }
-        q->tokens[q->n_tokens++] = 7; /* the fake model's token */
+        int32_t tok = 7; /* the fake model's token */
+        if (it->n_spec > 0) { /* the fake model agrees with the first `acc` proposals (7s) */
+            int32_t acc = w->accept_all ? it->n_spec : (int32_t)((q->n_tokens + w->step) % (it->n_spec + 1));
+            q->n_tokens += acc;
+            q->n_computed = q->n_tokens;
+            q->n_spec = 0;
+            assert_int_equal(pl_kv_truncate(&w->kv, &q->table, q->n_computed), PL_OK);
+            assert_int_equal(pl_kv_commit(&w->kv, &q->table, q->tokens, q->n_computed), PL_OK);
+            w->spec_tokens += acc;
+            if (acc < it->n_spec) tok = 8; /* where it disagrees, its own token differs */
+        }
+        q->tokens[q->n_tokens++] = tok;
         if (q->n_tokens - g->n_prompt >= g->params.max_tokens) {
             q->status = PL_SEQ_FINISHED;
             pl_kv_free_table(&w->kv, &q->table);
@@ -135,6 +149,13 @@ static int32_t fake_step(world *w) {
         if (w->groups[i] && w->groups[i]->n_live == 0) finish_group(w, i);
     assert_int_equal(pl_kv_manager_check(&w->kv), PL_OK);
     return s->n_items;
+}
+
+/* The fake proposer: k_max 7s, as the fake model will say. */
+static int32_t propose_sevens(void *ctx, pl_seq *q, int32_t k_max) {
+    (void)ctx;
+    for (int32_t i = 0; i < k_max; i++) q->tokens[q->n_tokens + i] = 7;
+    return k_max;
 }
 
 static void run_to_end(world *w) {
@@ -257,11 +278,115 @@ static void test_refuse_impossible(void **state) {
     world_free(&w);
 }
 
+/* Speculative decoding's share of a step: one token per decode first, proposals (k + 1 rows
+ * each) from what the token budget leaves, oldest first; none when too many sequences decode. */
+static void test_speculation_budget(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 256, 0, 4, 4, 10, PL_PREEMPT_RECOMPUTE);
+    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    w.accept_all = 1;
+    for (int i = 0; i < 4; i++) add_group(&w, i, 2, 20, 1);
+    fake_step(&w); /* the prefills (8 tokens) */
+    fake_step(&w);
+    assert_int_equal(w.out.n_items, 4);
+    assert_int_equal(w.out.n_tokens, 10); /* 4 decodes + 4 + 2 proposals */
+    assert_int_equal(w.out.items[0].n_spec, 4);
+    assert_int_equal(w.out.items[0].n, 5);
+    assert_int_equal(w.out.items[1].n_spec, 2);
+    assert_int_equal(w.out.items[2].n_spec, 0);
+    assert_int_equal(w.out.items[3].n_spec, 0);
+    /* Four decodes are more than a cut-off of 3: nobody speculates. */
+    w.s.spec.max_batch = 3;
+    fake_step(&w);
+    assert_int_equal(w.out.n_tokens, 4);
+    assert_int_equal(w.s.spec_off_steps, 1);
+    w.s.spec.max_batch = 8;
+    run_to_end(&w);
+    for (int i = 0; i < 4; i++) assert_true(w.done[i] > 0);
+    world_free(&w);
+}
+
+/* A group swapped back in is not among the decodes counted when the step began: its first
+ * sequence's proposals must still leave its second sequence the block it needs (else the step
+ * would schedule half the group and fail). Pool of 10: R decodes in 1 block, a stranger holds 5,
+ * G (two sequences sharing 2 full blocks) comes back from swap with exactly the 2 blocks its
+ * two decodes need left over. */
+static void test_speculation_leaves_group_room(void **state) {
+    (void)state;
+    world w;
+    world_init(&w, 10, 16, 4, 8, 64, PL_PREEMPT_SWAP);
+    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    w.accept_all = 1;
+    int r = add_group(&w, 0, 3, 2, 1);  /* decodes once more, no room to propose (max_tokens) */
+    int g = add_group(&w, 1, 8, 8, 2); /* two sequences of 9 tokens after the first step */
+    fake_step(&w);
+    pl_seq_group *G = w.groups[g];
+    assert_int_equal(G->n_seqs, 2);
+    /* Swap G out by hand and park it in the swapped queue, as a preemption would. */
+    pl_block_table *tabs[2] = {&G->seqs[0]->table, &G->seqs[1]->table};
+    pl_block_copy map[4];
+    int32_t n_map = 0;
+    assert_int_equal(pl_kv_swap_out(&w.kv, tabs, 2, map, 4, &n_map), PL_OK);
+    assert_int_equal(n_map, 2);
+    for (int i = 0; i < 2; i++) G->seqs[i]->status = PL_SEQ_SWAPPED;
+    pl_group_queue *run = &w.s.running, *sw = &w.s.swapped;
+    if (G->prev) G->prev->next = G->next;
+    else run->head = G->next;
+    if (G->next) G->next->prev = G->prev;
+    else run->tail = G->prev;
+    run->n--;
+    G->next = G->prev = NULL;
+    sw->head = sw->tail = G;
+    sw->n = 1;
+    G->queue = sw;
+    pl_block_table stranger = {0};
+    int32_t toks[20] = {0};
+    assert_int_equal(pl_kv_allocate_prompt(&w.kv, &stranger, toks, 20, 99, NULL), PL_OK);
+    pl_kv_stats st;
+    pl_kv_get_stats(&w.kv, &st);
+    assert_int_equal(st.blocks_free, 4);
+    fake_step(&w); /* asserts the schedule succeeded */
+    int items_g = 0;
+    for (int32_t i = 0; i < w.out.n_items; i++) /* R's sequence is freed: compare pointers only */
+        items_g += w.out.items[i].seq == G->seqs[0] || w.out.items[i].seq == G->seqs[1];
+    assert_int_equal(items_g, 2);
+    assert_true(w.done[r] > 0);
+    pl_kv_free_table(&w.kv, &stranger);
+    run_to_end(&w);
+    assert_true(w.done[g] > 0);
+    world_free(&w);
+}
+
+/* Speculation under memory pressure: requests of one and two sequences in a small pool, proposals
+ * partly accepted (the table rolled back), preemption by recompute or swap. Every step stays in
+ * its budgets (fake_step), every group finishes, every block comes back (world_free). */
+static void check_speculation_pressure(pl_preemption_mode mode, int32_t swap_blocks) {
+    world w;
+    world_init(&w, 20, swap_blocks, 4, 8, 32, mode);
+    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    for (int i = 0; i < 12; i++) add_group(&w, i, 3 + (i * 5) % 9, 10 + (i * 7) % 21, 1 + i % 2);
+    run_to_end(&w);
+    for (int i = 0; i < 12; i++) assert_true(w.done[i] > 0 && !w.refused[i]);
+    assert_true(w.s.preemptions > 0 && w.spec_tokens > 0);
+    if (mode == PL_PREEMPT_SWAP) assert_true(w.s.swaps_out > 0);
+    world_free(&w);
+}
+
+static void test_speculation_pressure(void **state) {
+    (void)state;
+    check_speculation_pressure(PL_PREEMPT_RECOMPUTE, 0);
+    check_speculation_pressure(PL_PREEMPT_SWAP, 32);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fcfs_admission),
         cmocka_unit_test(test_chunked_prefill_never_stalls_decodes),
         cmocka_unit_test(test_budgets),
+        cmocka_unit_test(test_speculation_budget),
+        cmocka_unit_test(test_speculation_pressure),
+        cmocka_unit_test(test_speculation_leaves_group_room),
         cmocka_unit_test(test_preempt_recompute),
         cmocka_unit_test(test_preempt_swap),
         cmocka_unit_test(test_refuse_impossible),
