@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "kernels/attention_impl.h"
 #include "kernels/cpu.h"
+#include "kernels/quant.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -27,25 +28,52 @@
 
 /* ---------------------------------------------------------------- layout helpers */
 
-static size_t elem_bytes(pl_dtype t) { return t == PL_DT_F16 ? 2 : 4; }
+static int is_quantized(pl_dtype t) { return t == PL_DT_Q8_0 || t == PL_DT_Q4_0; }
 
 static void check_layout(const pl_kv_layout *l) {
-    PL_ASSERT(l->dtype == PL_DT_F16 || l->dtype == PL_DT_F32);
+    PL_ASSERT(l->dtype == PL_DT_F16 || l->dtype == PL_DT_F32 || l->dtype == PL_DT_BF16 ||
+              is_quantized(l->dtype));
     PL_ASSERT(l->block_size > 0 && l->n_kv_heads > 0 && l->num_blocks > 0);
     PL_ASSERT(l->head_dim > 0 && l->head_dim % 4 == 0 && l->head_dim <= PL_ATTN_MAX_HEAD_DIM);
+    PL_ASSERT(!is_quantized(l->dtype) || l->head_dim % PL_QK == 0);
+}
+
+const char *pl_kv_layout_problem(const pl_kv_layout *l) {
+    if (l->dtype != PL_DT_F16 && l->dtype != PL_DT_F32 && l->dtype != PL_DT_BF16 &&
+        !is_quantized(l->dtype))
+        return "the KV cache dtype must be f32, f16, bf16, q8_0 or q4_0";
+    if (l->head_dim <= 0 || l->head_dim % 4 != 0 || l->head_dim > PL_ATTN_MAX_HEAD_DIM)
+        return "head_dim must be a multiple of 4 in 4..256";
+    if (is_quantized(l->dtype) && l->head_dim % PL_QK != 0)
+        return "a q8_0 or q4_0 KV cache quantizes each head's K and V rows in groups of 32 "
+               "elements: head_dim must be a multiple of 32 (use f16, bf16 or f32)";
+    return NULL;
+}
+
+size_t pl_kv_row_bytes(const pl_kv_layout *l) {
+    if (pl_kv_layout_problem(l)) return 0;
+    return pl_dtype_row_size(l->dtype, l->head_dim);
 }
 
 size_t pl_kv_block_bytes(const pl_kv_layout *l) {
-    return elem_bytes(l->dtype) * (size_t)l->n_kv_heads * (size_t)l->block_size *
-           (size_t)l->head_dim;
+    return pl_kv_row_bytes(l) * (size_t)l->n_kv_heads * (size_t)l->block_size;
+}
+
+static int kind_of(pl_dtype t) {
+    switch (t) {
+    case PL_DT_F16: return PL_KT_F16;
+    case PL_DT_BF16: return PL_KT_BF16;
+    case PL_DT_Q8_0: return PL_KT_Q8_0;
+    case PL_DT_Q4_0: return PL_KT_Q4_0;
+    default: return PL_KT_F32;
+    }
 }
 
 /* Byte offset of (block, kv head, offset in block) in one layer's K or V array. */
 static size_t row_offset(const pl_kv_layout *l, int64_t block, int32_t head, int32_t off) {
-    return ((((size_t)block * (size_t)l->n_kv_heads + (size_t)head) * (size_t)l->block_size +
-             (size_t)off) *
-            (size_t)l->head_dim) *
-           elem_bytes(l->dtype);
+    return (((size_t)block * (size_t)l->n_kv_heads + (size_t)head) * (size_t)l->block_size +
+            (size_t)off) *
+           pl_kv_row_bytes(l);
 }
 
 /* ---------------------------------------------------------------- K/V write and block copy */
@@ -59,12 +87,20 @@ static void f32_to_f16_row(const float *x, uint16_t *y, int32_t n) {
     for (int32_t i = 0; i < n; i++) y[i] = pl_f32_to_f16(x[i]);
 }
 
+/* Quantized rows round as llama.cpp's CPU backend does when it stores K/V (ggml_set_rows with
+ * the type's from_float): q8_0 as its x86 quantize_row_q8_0 (multiplier 127 / amax, round half
+ * to even), q4_0 as quantize_row_q4_0_ref, bf16 round to nearest even. */
 static void write_row(const pl_kv_layout *l, void *cache, size_t off, const float *x) {
     char *dst = (char *)cache + off;
-    if (l->dtype == PL_DT_F32)
-        memcpy(dst, x, (size_t)l->head_dim * sizeof(float));
-    else
-        f32_to_f16_row(x, (uint16_t *)dst, l->head_dim);
+    switch (l->dtype) {
+    case PL_DT_F16: f32_to_f16_row(x, (uint16_t *)dst, l->head_dim); return;
+    case PL_DT_BF16:
+        for (int32_t i = 0; i < l->head_dim; i++) ((pl_bf16 *)dst)[i] = pl_f32_to_bf16(x[i]);
+        return;
+    case PL_DT_Q8_0: pl_quantize_q8_0_act(x, (pl_block_q8_0 *)dst, l->head_dim); return;
+    case PL_DT_Q4_0: pl_quantize_q4_0_ref(x, (pl_block_q4_0 *)dst, l->head_dim); return;
+    default: memcpy(dst, x, (size_t)l->head_dim * sizeof(float)); return;
+    }
 }
 
 void pl_kv_write(const pl_kv_layout *l, void *k_cache, void *v_cache, const float *k,
@@ -114,8 +150,23 @@ void pl_kv_copy_blocks(const pl_kv_layout *l, const void *src_k, const void *src
 
 /* ---------------------------------------------------------------- scalar tile */
 
-static float load_elem(const void *row, int32_t d, int f16) {
-    return f16 ? pl_f16_to_f32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+/* Element d of a cache row, as the vector kernels widen or dequantize it. */
+static float load_elem(const void *row, int32_t d, int kt) {
+    switch (kt) {
+    case PL_KT_F16: return pl_f16_to_f32(((const uint16_t *)row)[d]);
+    case PL_KT_BF16: return pl_bf16_to_f32(((const pl_bf16 *)row)[d]);
+    case PL_KT_Q8_0: {
+        const pl_block_q8_0 *b = (const pl_block_q8_0 *)row + d / PL_QK;
+        return (float)b->qs[d % PL_QK] * pl_f16_to_f32(b->d);
+    }
+    case PL_KT_Q4_0: {
+        const pl_block_q4_0 *b = (const pl_block_q4_0 *)row + d / PL_QK;
+        int j = d % PL_QK, byte = b->qs[j % (PL_QK / 2)];
+        int q = (j < PL_QK / 2 ? byte & 15 : byte >> 4) - 8;
+        return (float)q * pl_f16_to_f32(b->d);
+    }
+    default: return ((const float *)row)[d];
+    }
 }
 
 static void attn_tile_scalar(const pl_attn_tile *t) {
@@ -129,7 +180,7 @@ static void attn_tile_scalar(const pl_attn_tile *t) {
         float smax = -INFINITY;
         for (int32_t j = 0; j < nv; j++) {
             float dot = 0.0f;
-            for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(t->krow[j], d, t->f16);
+            for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(t->krow[j], d, t->kt);
             s[j] = dot * t->scale;
             smax = fmaxf(smax, s[j]);
         }
@@ -144,7 +195,7 @@ static void attn_tile_scalar(const pl_attn_tile *t) {
         t->l[v] = t->l[v] * alpha + sum;
         for (int32_t d = 0; d < hd; d++) acc[d] *= alpha;
         for (int32_t j = 0; j < nv; j++)
-            for (int32_t d = 0; d < hd; d++) acc[d] += s[j] * load_elem(t->vrow[j], d, t->f16);
+            for (int32_t d = 0; d < hd; d++) acc[d] += s[j] * load_elem(t->vrow[j], d, t->kt);
     }
 }
 
@@ -204,7 +255,7 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     const int32_t *btab = a->block_tables + (size_t)i * (size_t)a->max_blocks;
     const int32_t row_base = a->seq_start[i];
     const size_t row_stride = (size_t)a->n_heads * (size_t)hd;
-    const size_t row_bytes = (size_t)hd * elem_bytes(l->dtype);
+    const size_t row_bytes = pl_kv_row_bytes(l);
 
     _Alignas(64) float qbuf[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
     _Alignas(64) float acc[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
@@ -213,7 +264,7 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     int32_t pos[PL_ATTN_MAXQ], nvis[PL_ATTN_MAXQ];
     const void *rows[2][2][PL_ATTN_KT]; /* [this tile, next tile][K, V][position] */
 
-    pl_attn_tile t = {.head_dim = hd, .f16 = l->dtype == PL_DT_F16, .scale = a->scale,
+    pl_attn_tile t = {.head_dim = hd, .kt = kind_of(l->dtype), .scale = a->scale,
                       .nvis = nvis, .q = qbuf, .m = m, .l = lsum, .acc = acc, .s = s};
 
     const int32_t n_vec = (r1 - r0) * G; /* vector v: row r0 + v / G, head g * G + v % G */
@@ -313,7 +364,7 @@ void pl_paged_attention(pl_threadpool *tp, const pl_kv_layout *l, const pl_attn_
 void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
     check_args(l, a);
     const int32_t hd = l->head_dim, G = a->n_heads / l->n_kv_heads, bs = l->block_size;
-    const int f16 = l->dtype == PL_DT_F16;
+    const int kt = kind_of(l->dtype);
     float acc[PL_ATTN_MAX_HEAD_DIM];
     for (int32_t i = 0; i < a->n_seqs; i++) {
         const int32_t q_len = seq_q_len(a, i), ctx_len = a->context_lens[i];
@@ -332,13 +383,13 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
                     const void *k = (const char *)a->k_cache + o;
                     const void *v = (const char *)a->v_cache + o;
                     float dot = 0.0f;
-                    for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(k, d, f16);
+                    for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(k, d, kt);
                     float s = dot * a->scale;
                     float m_new = fmaxf(m, s);
                     float alpha = expf(m - m_new), w = expf(s - m_new);
                     sum = sum * alpha + w;
                     for (int32_t d = 0; d < hd; d++)
-                        acc[d] = acc[d] * alpha + w * load_elem(v, d, f16);
+                        acc[d] = acc[d] * alpha + w * load_elem(v, d, kt);
                     m = m_new;
                 }
                 float *out = a->out + (row + (size_t)h) * hd;

@@ -28,11 +28,22 @@ enum {
     PL_ATTN_MAX_HEAD_DIM = 256,
 };
 
+/* How a cache row is stored (the tile functions are compiled once per kind). Quantized rows are
+ * head_dim / 32 GGML blocks (a multiple of 32 is required) and are dequantized in registers as
+ * they are loaded: value = (float)q * (float)scale, the same product on every instruction set. */
+enum {
+    PL_KT_F32 = 0,
+    PL_KT_F16 = 1,
+    PL_KT_BF16 = 2,
+    PL_KT_Q8_0 = 3,  /* pl_block_q8_0[head_dim / 32] */
+    PL_KT_Q4_0 = 4,  /* pl_block_q4_0[head_dim / 32] */
+};
+
 typedef struct {
     int32_t nq;              /* query vectors in the chunk, 1..PL_ATTN_MAXQ */
     int32_t nk;              /* positions in this tile, 1..PL_ATTN_KT */
-    int32_t head_dim;        /* multiple of 4, <= PL_ATTN_MAX_HEAD_DIM */
-    int32_t f16;             /* 1: cache rows are f16, 0: f32 */
+    int32_t head_dim;        /* multiple of 4 (of 32 when quantized), <= PL_ATTN_MAX_HEAD_DIM */
+    int32_t kt;              /* PL_KT_*: how cache rows are stored */
     float scale;             /* applied to q·k */
     const int32_t *nvis;     /* [nq] keys of the tile vector v sees: 0..nk, a prefix */
     const float *q;          /* [nq][head_dim] */
