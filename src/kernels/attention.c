@@ -169,19 +169,44 @@ static float load_elem(const void *row, int32_t d, int kt) {
     }
 }
 
+/* Quant b of element d of a q8_0 / q4_0 key row, as an integer. */
+static int key_quant(const void *row, int32_t d, int kt) {
+    if (kt == PL_KT_Q8_0) return ((const pl_block_q8_0 *)row)[d / PL_QK].qs[d % PL_QK];
+    const pl_block_q4_0 *b = (const pl_block_q4_0 *)row + d / PL_QK;
+    int j = d % PL_QK, byte = b->qs[j % (PL_QK / 2)];
+    return (j < PL_QK / 2 ? byte & 15 : byte >> 4) - 8;
+}
+
+/* q·k of query vector v and key row k: floats, or exact integer block sums (attention_impl.h). */
+static float dot_scalar(const pl_attn_tile *t, int32_t v, const void *k) {
+    const int32_t hd = t->head_dim;
+    if (t->kt == PL_KT_Q8_0 || t->kt == PL_KT_Q4_0) {
+        int32_t isum[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+        const int8_t *q = t->qq + (size_t)v * hd;
+        for (int32_t b = 0; b < hd / PL_QK; b++) {
+            isum[b] = 0;
+            for (int32_t d = PL_QK * b; d < PL_QK * (b + 1); d++)
+                isum[b] += q[d] * key_quant(k, d, t->kt);
+        }
+        size_t bb = t->kt == PL_KT_Q8_0 ? sizeof(pl_block_q8_0) : sizeof(pl_block_q4_0);
+        return pl_attn_q_combine(isum, t->qd + (size_t)v * (hd / PL_QK), k, hd / PL_QK, bb);
+    }
+    const float *q = t->q + (size_t)v * hd;
+    float dot = 0.0f;
+    for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(k, d, t->kt);
+    return dot;
+}
+
 static void attn_tile_scalar(const pl_attn_tile *t) {
     const int32_t hd = t->head_dim;
     for (int32_t v = 0; v < t->nq; v++) {
         const int32_t nv = t->nvis[v];
         if (nv == 0) continue;
-        const float *q = t->q + (size_t)v * hd;
         float *s = t->s + (size_t)v * PL_ATTN_KT;
         float *acc = t->acc + (size_t)v * hd;
         float smax = -INFINITY;
         for (int32_t j = 0; j < nv; j++) {
-            float dot = 0.0f;
-            for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(t->krow[j], d, t->kt);
-            s[j] = dot * t->scale;
+            s[j] = dot_scalar(t, v, t->krow[j]) * t->scale;
             smax = fmaxf(smax, s[j]);
         }
         float m_new = fmaxf(t->m[v], smax);
@@ -218,6 +243,22 @@ static int32_t seq_q_len(const pl_attn_args *a, int32_t i) {
 static int64_t seq_items(const attn_ctx *c, int32_t i) {
     int64_t tiles = (seq_q_len(c->a, i) + c->item_rows - 1) / c->item_rows;
     return tiles * c->l->n_kv_heads;
+}
+
+/* The query in the form llama.cpp's CPU flash attention gives it for the key type (its
+ * vec_dot_type): bf16 keys get a bf16-rounded query; q8_0 and q4_0 keys a q8_0 one, rounded as
+ * the cache rows are (pl_quantize_q8_0_act). f32 and f16 keys take the query as it is. */
+static void prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t hd) {
+    if (kt == PL_KT_BF16)
+        for (int32_t d = 0; d < hd; d++) q[d] = pl_bf16_to_f32(pl_f32_to_bf16(q[d]));
+    if (kt == PL_KT_Q8_0 || kt == PL_KT_Q4_0) {
+        pl_block_q8_0 blk[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+        pl_quantize_q8_0_act(q, blk, hd);
+        for (int32_t b = 0; b < hd / PL_QK; b++) {
+            memcpy(qq + PL_QK * b, blk[b].qs, PL_QK);
+            qd[b] = pl_f16_to_f32(blk[b].d);
+        }
+    }
 }
 
 /* Row pointers of cache positions [t0, t0 + nk) of KV head g through the block table. */
@@ -260,12 +301,15 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     _Alignas(64) float qbuf[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
     _Alignas(64) float acc[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
     _Alignas(64) float s[PL_ATTN_MAXQ * PL_ATTN_KT];
+    int8_t qq[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];           /* q8_0 / q4_0 cache only */
+    float qd[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM / PL_QK];
     float m[PL_ATTN_MAXQ], lsum[PL_ATTN_MAXQ];
     int32_t pos[PL_ATTN_MAXQ], nvis[PL_ATTN_MAXQ];
     const void *rows[2][2][PL_ATTN_KT]; /* [this tile, next tile][K, V][position] */
 
     pl_attn_tile t = {.head_dim = hd, .kt = kind_of(l->dtype), .scale = a->scale,
-                      .nvis = nvis, .q = qbuf, .m = m, .l = lsum, .acc = acc, .s = s};
+                      .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .m = m, .l = lsum,
+                      .acc = acc, .s = s};
 
     const int32_t n_vec = (r1 - r0) * G; /* vector v: row r0 + v / G, head g * G + v % G */
     for (int32_t v0 = 0; v0 < n_vec; v0 += PL_ATTN_MAXQ) {
@@ -274,6 +318,8 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
             int32_t r = r0 + (v0 + v) / G, h = g * G + (v0 + v) % G;
             memcpy(qbuf + (size_t)v * hd, a->q + (size_t)(row_base + r) * row_stride +
                    (size_t)h * hd, (size_t)hd * sizeof(float));
+            prepare_query(t.kt, qbuf + (size_t)v * hd, qq + (size_t)v * hd,
+                          qd + (size_t)v * (hd / PL_QK), hd);
             pos[v] = ctx_len - q_len + r;
             m[v] = -INFINITY;
             lsum[v] = 0.0f;
@@ -365,7 +411,9 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
     check_args(l, a);
     const int32_t hd = l->head_dim, G = a->n_heads / l->n_kv_heads, bs = l->block_size;
     const int kt = kind_of(l->dtype);
-    float acc[PL_ATTN_MAX_HEAD_DIM];
+    float acc[PL_ATTN_MAX_HEAD_DIM], qf[PL_ATTN_MAX_HEAD_DIM], qd[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+    int8_t qq[PL_ATTN_MAX_HEAD_DIM];
+    pl_attn_tile t = {.head_dim = hd, .kt = kt, .q = qf, .qq = qq, .qd = qd}; /* for dot_scalar */
     for (int32_t i = 0; i < a->n_seqs; i++) {
         const int32_t q_len = seq_q_len(a, i), ctx_len = a->context_lens[i];
         const int32_t *btab = a->block_tables + (size_t)i * (size_t)a->max_blocks;
@@ -373,7 +421,8 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
             const int32_t pos = ctx_len - q_len + r;
             const size_t row = (size_t)(a->seq_start[i] + r) * (size_t)a->n_heads;
             for (int32_t h = 0; h < a->n_heads; h++) {
-                const float *q = a->q + (row + (size_t)h) * hd;
+                memcpy(qf, a->q + (row + (size_t)h) * hd, (size_t)hd * sizeof(float));
+                prepare_query(kt, qf, qq, qd, hd);
                 float m = -INFINITY, sum = 0.0f;
                 memset(acc, 0, sizeof acc);
                 for (int32_t p = 0; p <= pos; p++) {
@@ -382,9 +431,7 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
                     size_t o = row_offset(l, b, h / G, p % bs);
                     const void *k = (const char *)a->k_cache + o;
                     const void *v = (const char *)a->v_cache + o;
-                    float dot = 0.0f;
-                    for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(k, d, kt);
-                    float s = dot * a->scale;
+                    float s = dot_scalar(&t, 0, k) * a->scale;
                     float m_new = fmaxf(m, s);
                     float alpha = expf(m - m_new), w = expf(s - m_new);
                     sum = sum * alpha + w;

@@ -8,6 +8,7 @@
  */
 #include "kernels/attention_impl.h"
 
+#include "kernels/attention_q.h"
 #include "kernels/quant.h"
 #include "kernels/simd.h"
 
@@ -210,8 +211,12 @@ AI void tile_impl(const pl_attn_tile *t, int KT) {
     int32_t v0 = 0; /* nvis grows with v (vectors are in row order): skip the blind ones */
     while (v0 < t->nq && t->nvis[v0] == 0) v0++;
     int32_t v = v0;
-    for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], KT);
-    for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], KT);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) {
+        scores_q(t, v0, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
+    } else {
+        for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], KT);
+        for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], KT);
+    }
 
     float alpha[PL_ATTN_MAXQ];
     for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);

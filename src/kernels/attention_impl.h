@@ -8,7 +8,10 @@
  * every position of the tile through the block table and calls one tile function, which
  *
  *   - computes the scores s = scale * q·k of every vector against the tile's keys it may see
- *     (the first nvis[v] keys; a vector with nvis 0 is left untouched),
+ *     (the first nvis[v] keys; a vector with nvis 0 is left untouched). With a q8_0 or q4_0
+ *     cache the query is quantized to q8_0 first, as llama.cpp's CPU flash attention does, and
+ *     q·k = sum over 32-blocks b, in order, of (float)isum_b * (dq_b * dk_b) with isum_b the
+ *     exact integer dot product: the same bits on every instruction set,
  *   - updates the online softmax: m' = max(m, max s), alpha = exp(m - m'),
  *     p = exp(s - m'), l' = alpha * l + sum p, acc' = alpha * acc + sum_j p_j v_j (keys in order).
  *
@@ -20,7 +23,11 @@
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
 #define PL_KERNELS_ATTENTION_IMPL_H
 
+#include "base/fp16.h"
+
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum {
     PL_ATTN_KT = 32,         /* cache positions per tile */
@@ -46,7 +53,9 @@ typedef struct {
     int32_t kt;              /* PL_KT_*: how cache rows are stored */
     float scale;             /* applied to q·k */
     const int32_t *nvis;     /* [nq] keys of the tile vector v sees: 0..nk, a prefix */
-    const float *q;          /* [nq][head_dim] */
+    const float *q;          /* [nq][head_dim]; bf16 cache: rounded to bf16 (as llama.cpp) */
+    const int8_t *qq;        /* q8_0 / q4_0 cache: q as q8_0, quants [nq][head_dim] ... */
+    const float *qd;         /* ... and scales [nq][head_dim / 32] (f16 values) */
     const void *const *krow; /* [nk] key rows (head_dim elements each) */
     const void *const *vrow; /* [nk] value rows */
     float *m;                /* [nq] running max of the scores (-inf before the first key) */
@@ -56,6 +65,18 @@ typedef struct {
 } pl_attn_tile;
 
 typedef void (*pl_attn_tile_fn)(const pl_attn_tile *t);
+
+/* sum_b (float)isum_b * (qd_b * f16(k block b's d)), in block order: the quantized score. */
+static inline float pl_attn_q_combine(const int32_t *isum, const float *qd, const void *krow,
+                                      int32_t nb, size_t block_bytes) {
+    float s = 0.0f;
+    for (int32_t b = 0; b < nb; b++) {
+        uint16_t h;
+        memcpy(&h, (const char *)krow + (size_t)b * block_bytes, 2);
+        s += (float)isum[b] * (qd[b] * pl_f16_to_f32(h));
+    }
+    return s;
+}
 
 void pl_attn_tile_avx2(const pl_attn_tile *t);
 void pl_attn_tile_avx512(const pl_attn_tile *t);

@@ -83,6 +83,17 @@ static void stored_row(pl_dtype dt, const float *x, float *y, int32_t hd) {
     }
 }
 
+/* The query as the kernel uses it with this cache (as llama.cpp's flash attention): bf16-rounded
+ * for bf16 keys, quantized to q8_0 (and back) for q8_0 / q4_0 keys; as is otherwise. */
+static void query_as_kernel(pl_dtype dt, float *q, int32_t hd) {
+    pl_block_q8_0 q8[256 / PL_QK];
+    if (dt == PL_DT_BF16) stored_row(dt, q, q, hd);
+    if (quantized(dt)) {
+        pl_quantize_q8_0_act(q, q8, hd);
+        pl_dequant_q8_0(q8, q, hd);
+    }
+}
+
 static void store_seq(acase *c, int32_t i) {
     const int32_t hd = c->l.head_dim;
     const size_t rows = (size_t)c->ctx[i] * c->l.n_kv_heads;
@@ -217,7 +228,9 @@ static void dense_ref(const acase *c, int rounded, double *out) {
             const int32_t pos = c->ctx[i] - q_len + r;
             for (int32_t h = 0; h < c->n_heads; h++) {
                 const size_t row = ((size_t)(c->seq_start[i] + r) * c->n_heads + h) * hd;
-                const float *q = c->q + row;
+                float q[256];
+                memcpy(q, c->q + row, sizeof(float) * (size_t)hd);
+                if (rounded) query_as_kernel(c->l.dtype, q, hd);
                 double mx = -INFINITY, sum = 0;
                 for (int32_t p = 0; p <= pos; p++) {
                     const float *k = (rounded ? c->ks[i] : c->k[i]) + ((size_t)p * nkv + h / G) * hd;
