@@ -188,8 +188,11 @@ static float dot_scalar(const pl_attn_tile *t, int32_t v, const void *k) {
             for (int32_t d = PL_QK * b; d < PL_QK * (b + 1); d++)
                 isum[b] += q[d] * key_quant(k, d, t->kt);
         }
-        size_t bb = t->kt == PL_KT_Q8_0 ? sizeof(pl_block_q8_0) : sizeof(pl_block_q4_0);
-        return pl_attn_q_combine(isum, t->qd + (size_t)v * (hd / PL_QK), k, hd / PL_QK, bb);
+        float dk[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+        for (int32_t b = 0; b < hd / PL_QK; b++)
+            dk[b] = pl_f16_to_f32(t->kt == PL_KT_Q8_0 ? ((const pl_block_q8_0 *)k)[b].d
+                                                      : ((const pl_block_q4_0 *)k)[b].d);
+        return pl_attn_q_combine(isum, t->qd + (size_t)v * (hd / PL_QK), dk, hd / PL_QK);
     }
     const float *q = t->q + (size_t)v * hd;
     float dot = 0.0f;
@@ -248,7 +251,7 @@ static int64_t seq_items(const attn_ctx *c, int32_t i) {
 /* The query in the form llama.cpp's CPU flash attention gives it for the key type (its
  * vec_dot_type): bf16 keys get a bf16-rounded query; q8_0 and q4_0 keys a q8_0 one, rounded as
  * the cache rows are (pl_quantize_q8_0_act). f32 and f16 keys take the query as it is. */
-static void prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t hd) {
+static void prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t *qsum, int32_t hd) {
     if (kt == PL_KT_BF16)
         for (int32_t d = 0; d < hd; d++) q[d] = pl_bf16_to_f32(pl_f32_to_bf16(q[d]));
     if (kt == PL_KT_Q8_0 || kt == PL_KT_Q4_0) {
@@ -257,6 +260,8 @@ static void prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t hd) {
         for (int32_t b = 0; b < hd / PL_QK; b++) {
             memcpy(qq + PL_QK * b, blk[b].qs, PL_QK);
             qd[b] = pl_f16_to_f32(blk[b].d);
+            qsum[b] = 0;
+            for (int j = 0; j < PL_QK; j++) qsum[b] += blk[b].qs[j];
         }
     }
 }
@@ -303,12 +308,13 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     _Alignas(64) float s[PL_ATTN_MAXQ * PL_ATTN_KT];
     int8_t qq[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];           /* q8_0 / q4_0 cache only */
     float qd[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM / PL_QK];
+    int32_t qsum[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM / PL_QK];
     float m[PL_ATTN_MAXQ], lsum[PL_ATTN_MAXQ];
     int32_t pos[PL_ATTN_MAXQ], nvis[PL_ATTN_MAXQ];
     const void *rows[2][2][PL_ATTN_KT]; /* [this tile, next tile][K, V][position] */
 
     pl_attn_tile t = {.head_dim = hd, .kt = kind_of(l->dtype), .scale = a->scale,
-                      .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .m = m, .l = lsum,
+                      .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .qsum = qsum, .m = m, .l = lsum,
                       .acc = acc, .s = s};
 
     const int32_t n_vec = (r1 - r0) * G; /* vector v: row r0 + v / G, head g * G + v % G */
@@ -319,7 +325,7 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
             memcpy(qbuf + (size_t)v * hd, a->q + (size_t)(row_base + r) * row_stride +
                    (size_t)h * hd, (size_t)hd * sizeof(float));
             prepare_query(t.kt, qbuf + (size_t)v * hd, qq + (size_t)v * hd,
-                          qd + (size_t)v * (hd / PL_QK), hd);
+                          qd + (size_t)v * (hd / PL_QK), qsum + (size_t)v * (hd / PL_QK), hd);
             pos[v] = ctx_len - q_len + r;
             m[v] = -INFINITY;
             lsum[v] = 0.0f;
@@ -412,6 +418,7 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
     const int32_t hd = l->head_dim, G = a->n_heads / l->n_kv_heads, bs = l->block_size;
     const int kt = kind_of(l->dtype);
     float acc[PL_ATTN_MAX_HEAD_DIM], qf[PL_ATTN_MAX_HEAD_DIM], qd[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+    int32_t qsum[PL_ATTN_MAX_HEAD_DIM / PL_QK];
     int8_t qq[PL_ATTN_MAX_HEAD_DIM];
     pl_attn_tile t = {.head_dim = hd, .kt = kt, .q = qf, .qq = qq, .qd = qd}; /* for dot_scalar */
     for (int32_t i = 0; i < a->n_seqs; i++) {
@@ -422,7 +429,7 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
             const size_t row = (size_t)(a->seq_start[i] + r) * (size_t)a->n_heads;
             for (int32_t h = 0; h < a->n_heads; h++) {
                 memcpy(qf, a->q + (row + (size_t)h) * hd, (size_t)hd * sizeof(float));
-                prepare_query(kt, qf, qq, qd, hd);
+                prepare_query(kt, qf, qq, qd, qsum, hd);
                 float m = -INFINITY, sum = 0.0f;
                 memset(acc, 0, sizeof acc);
                 for (int32_t p = 0; p <= pos; p++) {

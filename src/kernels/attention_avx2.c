@@ -225,6 +225,7 @@ AI void tile_impl(const pl_attn_tile *t, int KT) {
         int32_t left = t->nq - v;
         if (left >= 8) { pv_group(t, v, alpha, 8, KT); v += 8; }
         else if (left >= 4) { pv_group(t, v, alpha, 4, KT); v += 4; }
+        else if (left == 3) { pv_group(t, v, alpha, 3, KT); v += 3; } /* GQA 3: one V load */
         else if (left >= 2) { pv_group(t, v, alpha, 2, KT); v += 2; }
         else { pv_group(t, v, alpha, 1, KT); v += 1; }
     }

@@ -23,11 +23,7 @@
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
 #define PL_KERNELS_ATTENTION_IMPL_H
 
-#include "base/fp16.h"
-
-#include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 enum {
     PL_ATTN_KT = 32,         /* cache positions per tile */
@@ -55,7 +51,8 @@ typedef struct {
     const int32_t *nvis;     /* [nq] keys of the tile vector v sees: 0..nk, a prefix */
     const float *q;          /* [nq][head_dim]; bf16 cache: rounded to bf16 (as llama.cpp) */
     const int8_t *qq;        /* q8_0 / q4_0 cache: q as q8_0, quants [nq][head_dim] ... */
-    const float *qd;         /* ... and scales [nq][head_dim / 32] (f16 values) */
+    const float *qd;         /* ... scales [nq][head_dim / 32] (f16 values) ... */
+    const int32_t *qsum;     /* ... and sums of the quants of each block [nq][head_dim / 32] */
     const void *const *krow; /* [nk] key rows (head_dim elements each) */
     const void *const *vrow; /* [nk] value rows */
     float *m;                /* [nq] running max of the scores (-inf before the first key) */
@@ -66,15 +63,11 @@ typedef struct {
 
 typedef void (*pl_attn_tile_fn)(const pl_attn_tile *t);
 
-/* sum_b (float)isum_b * (qd_b * f16(k block b's d)), in block order: the quantized score. */
-static inline float pl_attn_q_combine(const int32_t *isum, const float *qd, const void *krow,
-                                      int32_t nb, size_t block_bytes) {
+/* sum_b (float)isum_b * (qd_b * dk_b), blocks in order: the quantized score before scaling. */
+static inline float pl_attn_q_combine(const int32_t *isum, const float *qd, const float *dk,
+                                      int32_t nb) {
     float s = 0.0f;
-    for (int32_t b = 0; b < nb; b++) {
-        uint16_t h;
-        memcpy(&h, (const char *)krow + (size_t)b * block_bytes, 2);
-        s += (float)isum[b] * (qd[b] * pl_f16_to_f32(h));
-    }
+    for (int32_t b = 0; b < nb; b++) s += (float)isum[b] * (qd[b] * dk[b]);
     return s;
 }
 
