@@ -23,7 +23,7 @@
 #include <math.h>
 
 static const char *MODEL = PL_SHARED_DIR "/models/synth-tiny-f32.gguf";
-enum { N_REQ = 12, GEN = 24 };
+enum { N_REQ = 8, GEN = 16 };
 
 static pl_engine *make(pl_kv_cache_dtype dt, uint64_t kv_bytes, pl_preemption_mode mode,
                        uint64_t swap, int prefix) {
@@ -44,11 +44,11 @@ static pl_engine *make(pl_kv_cache_dtype dt, uint64_t kv_bytes, pl_preemption_mo
     return e;
 }
 
-/* Prompt i: BOS, then 20..50 pseudo-random ids; requests 2k and 2k+1 share their first 32 ids
- * (two full blocks: a prefix-cache hit when the cache is on). */
+/* Prompt i: BOS, then 33..47 pseudo-random ids; all share their first 32 ids (two full blocks:
+ * a prefix-cache hit for requests admitted after the first ones computed them). */
 static int32_t prompt(int i, int32_t *ids) {
-    uint32_t r = 777u + 31u * (uint32_t)(i / 2);
-    int32_t n = 20 + 3 * i;
+    uint32_t r = 777u;
+    int32_t n = 34 + 2 * i;
     ids[0] = 1;
     for (int32_t j = 1; j < n; j++) {
         if (j == 32) r = 999u + 7u * (uint32_t)i;
@@ -99,34 +99,36 @@ static void assert_same(const result *a, const result *b, const char *what) {
 static void test_preemption_cow_prefix_bitwise(void **state) {
     (void)state;
     static result ref[N_REQ], got[N_REQ];
-    static const pl_kv_cache_dtype dts[] = {PL_KV_CACHE_Q8_0, PL_KV_CACHE_Q4_0};
-    for (int d = 0; d < 2; d++) {
+    /* q8_0: recompute with prefix caching, then swap; q4_0: recompute with prefix caching */
+    static const struct { pl_kv_cache_dtype dt; int swap; } runs[] = {
+        {PL_KV_CACHE_Q8_0, 0}, {PL_KV_CACHE_Q8_0, 1}, {PL_KV_CACHE_Q4_0, 0}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        const pl_kv_cache_dtype dt = runs[r].dt;
+        const int swap = runs[r].swap;
         /* synth-tiny: 4 layers x K,V x 4 KV heads x 34 (q8_0) or 18 (q4_0) bytes a token */
-        const uint64_t per_block = 16ull * 4 * 2 * 4 * per32_of(dts[d]);
-        pl_engine *e = make(dts[d], 64 << 20, PL_PREEMPT_RECOMPUTE, 0, 0);
-        run(e, 1, ref);
-        pl_engine_destroy(e);
-        for (int mode = 0; mode < 3; mode++) { /* recompute, swap, prefix cache + recompute */
-            e = make(dts[d], 14 * per_block, mode == 1 ? PL_PREEMPT_SWAP : PL_PREEMPT_RECOMPUTE,
-                     mode == 1 ? 64 * per_block : 0, mode == 2);
-            run(e, 1, got);
-            pl_engine_stats s;
-            pl_engine_get_stats(e, &s);
-            int32_t cached = 0;
-            for (int i = 0; i < N_REQ; i++) cached += got[i].n_cached;
-            print_message("%s %s: %llu preemptions (%llu by swap), %d prompt tokens cached\n",
-                          pl_kv_cache_dtype_name(dts[d]),
-                          mode == 2 ? "prefix cache" : mode ? "swap" : "recompute",
-                          (unsigned long long)s.preemptions, (unsigned long long)s.swaps_out,
-                          cached);
-            assert_true(s.preemptions >= 3);
-            if (mode == 1) assert_true(s.swaps_out >= 3);
-            if (mode == 2) assert_true(cached >= 32);
-            assert_same(ref, got, pl_kv_cache_dtype_name(dts[d]));
-            assert_int_equal(s.blocks_used, 0);
-            assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+        const uint64_t per_block = 16ull * 4 * 2 * 4 * per32_of(dt);
+        if (r == 0 || dt != runs[r - 1].dt) { /* the unconstrained run of this dtype */
+            pl_engine *e = make(dt, 64 << 20, PL_PREEMPT_RECOMPUTE, 0, 0);
+            run(e, 1, ref);
             pl_engine_destroy(e);
         }
+        pl_engine *e = make(dt, 12 * per_block, swap ? PL_PREEMPT_SWAP : PL_PREEMPT_RECOMPUTE,
+                            swap ? 64 * per_block : 0, !swap);
+        run(e, 1, got);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        int32_t cached = 0;
+        for (int i = 0; i < N_REQ; i++) cached += got[i].n_cached;
+        print_message("%s %s: %llu preemptions (%llu by swap), %d prompt tokens cached\n",
+                      pl_kv_cache_dtype_name(dt), swap ? "swap" : "recompute + prefix cache",
+                      (unsigned long long)s.preemptions, (unsigned long long)s.swaps_out, cached);
+        assert_true(s.preemptions >= 2);
+        if (swap) assert_true(s.swaps_out >= 2);
+        else assert_true(cached >= 32);
+        assert_same(ref, got, pl_kv_cache_dtype_name(dt));
+        assert_int_equal(s.blocks_used, 0);
+        assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+        pl_engine_destroy(e);
     }
 }
 
@@ -138,7 +140,7 @@ static int32_t greedy(pl_kv_cache_dtype dt, int i, int32_t *out, float *gap) {
     pl_request_params rp;
     pl_request_params_default(&rp);
     rp.sampling.temperature = 0;
-    rp.max_tokens = 32;
+    rp.max_tokens = 24;
     rp.ignore_eos = 1;
     rp.logprobs = 2;
     uint64_t id;
@@ -167,21 +169,23 @@ static int32_t greedy(pl_kv_cache_dtype dt, int i, int32_t *out, float *gap) {
 static void test_greedy_matches_f32_until_near_tie(void **state) {
     (void)state;
     static const pl_kv_cache_dtype dts[] = {PL_KV_CACHE_Q8_0, PL_KV_CACHE_BF16};
-    for (int d = 0; d < 2; d++) {
-        int32_t compared = 0;
-        for (int i = 0; i < N_REQ; i += 2) {
-            int32_t ref[48], got[48];
-            float gap[48], g2[48];
-            int32_t n = greedy(PL_KV_CACHE_F32, i, ref, gap);
+    int32_t compared[2] = {0, 0};
+    for (int i = 0; i < N_REQ; i += 2) { /* 4 prompts */
+        int32_t ref[48], got[48];
+        float gap[48], g2[48];
+        int32_t n = greedy(PL_KV_CACHE_F32, i, ref, gap);
+        for (int d = 0; d < 2; d++) {
             assert_int_equal(greedy(dts[d], i, got, g2), n);
-            for (int32_t t = 0; t < n && gap[t] >= 0.15f; t++, compared++)
+            for (int32_t t = 0; t < n && gap[t] >= 0.15f; t++, compared[d]++)
                 if (got[t] != ref[t])
                     fail_msg("%s prompt %d step %d: %d, f32 cache %d (gap %.3f)",
                              pl_kv_cache_dtype_name(dts[d]), i, t, got[t], ref[t], gap[t]);
         }
+    }
+    for (int d = 0; d < 2; d++) {
         print_message("%s: %d greedy tokens equal to the f32 cache's before a near-tie\n",
-                      pl_kv_cache_dtype_name(dts[d]), compared);
-        assert_true(compared >= 30); /* the comparison did compare something */
+                      pl_kv_cache_dtype_name(dts[d]), compared[d]);
+        assert_true(compared[d] >= 20); /* the comparison did compare something */
     }
 }
 
