@@ -563,6 +563,7 @@ static void sample_kv(pl_engine *e) {
     if (usage > e->kv_usage_peak) e->kv_usage_peak = usage;
     if (k.blocks_used > 0 && k.waste > e->kv_waste_peak) e->kv_waste_peak = k.waste;
     if (k.blocks_used > e->kv_peak_blocks) e->kv_peak_blocks = k.blocks_used;
+    if (e->sched_out.n_items > e->kv_peak_seqs) e->kv_peak_seqs = e->sched_out.n_items;
     e->kv_tokens_sum += (double)k.tokens_stored;
     e->kv_slots_sum += slots;
     e->kv_blocks_sum += k.blocks_used;
@@ -737,6 +738,7 @@ static void take_snapshot(pl_engine *e) {
         ks.mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
         ks.mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
         ks.peak_blocks_used = e->kv_peak_blocks;
+        ks.peak_batch_seqs = e->kv_peak_seqs;
         ks.mean_reserved = e->kv_slots_sum > 0 ? e->kv_future_sum / e->kv_slots_sum : 0;
         ks.mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
     }

@@ -1,8 +1,8 @@
 /* kv/kv_store — see kv_store.h.
  *
  * One mapping holds, layer after layer, that layer's K array then its V array, each
- * num_blocks × pl_kv_block_bytes(layout) bytes (a multiple of 4, and the mapping is page-aligned,
- * so every row is aligned for its element type). Anonymous stores are private zero-filled memory;
+ * num_blocks × pl_kv_block_bytes(layout) bytes (even, and the mapping is page-aligned, so every
+ * row is aligned for its element type: 4 bytes for f32, 2 for the others). Anonymous stores are private zero-filled memory;
  * file-backed stores are a MAP_SHARED mapping of a file created (or truncated) at `path` and sized
  * with ftruncate, so the kernel pages swapped-out blocks to that file. The file is left in place
  * when the store is freed; whoever chose the path removes it.

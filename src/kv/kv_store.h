@@ -7,7 +7,9 @@
  * kv/block_pool and kv/manager; the store only knows bytes.
  *
  * Inside the mapping, layer after layer: that layer's K array, then its V array, each
- * layer_bytes long (page-aligned base, so rows are aligned for their element type). Anonymous
+ * layer_bytes long (page-aligned base; every row starts on a multiple of its element size: 4 for
+ * f32, 2 for f16 / bf16 and for q8_0 / q4_0 blocks of 34 / 18 bytes, whose f16 scale is read
+ * as such). The bytes per block follow the dtype (kernels/attention.h). Anonymous
  * stores start zero-filled. A file-backed store creates or truncates `path`, sizes it with
  * ftruncate and maps it MAP_SHARED; the file is left in place on free (whoever named it removes
  * it). Init refuses, with a message naming the budget (blocks x bytes per block, layers, dtype),
