@@ -69,11 +69,22 @@ static int kind_of(pl_dtype t) {
     }
 }
 
+/* Bytes of a row of a checked layout, without pl_kv_row_bytes's validation (the hot path). */
+static size_t row_bytes(const pl_kv_layout *l) {
+    const size_t hd = (size_t)l->head_dim;
+    switch (l->dtype) {
+    case PL_DT_F32: return 4 * hd;
+    case PL_DT_Q8_0: return hd / PL_QK * sizeof(pl_block_q8_0);
+    case PL_DT_Q4_0: return hd / PL_QK * sizeof(pl_block_q4_0);
+    default: return 2 * hd; /* f16, bf16 */
+    }
+}
+
 /* Byte offset of (block, kv head, offset in block) in one layer's K or V array. */
 static size_t row_offset(const pl_kv_layout *l, int64_t block, int32_t head, int32_t off) {
     return (((size_t)block * (size_t)l->n_kv_heads + (size_t)head) * (size_t)l->block_size +
             (size_t)off) *
-           pl_kv_row_bytes(l);
+           row_bytes(l);
 }
 
 /* ---------------------------------------------------------------- K/V write and block copy */
