@@ -320,12 +320,13 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     int8_t qq[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];           /* q8_0 / q4_0 cache only */
     float qd[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM / PL_QK];
     int32_t qsum[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM / PL_QK];
+    float vd[PL_ATTN_KT * PL_ATTN_MAX_HEAD_DIM / PL_QK];
     float m[PL_ATTN_MAXQ], lsum[PL_ATTN_MAXQ];
     int32_t pos[PL_ATTN_MAXQ], nvis[PL_ATTN_MAXQ];
     const void *rows[2][2][PL_ATTN_KT]; /* [this tile, next tile][K, V][position] */
 
     pl_attn_tile t = {.head_dim = hd, .kt = kind_of(l->dtype), .scale = a->scale,
-                      .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .qsum = qsum, .m = m, .l = lsum,
+                      .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .qsum = qsum, .vd = vd, .m = m, .l = lsum,
                       .acc = acc, .s = s};
 
     const int32_t n_vec = (r1 - r0) * G; /* vector v: row r0 + v / G, head g * G + v % G */

@@ -47,6 +47,23 @@ AI __m256 load8(const void *row, int32_t d, int FULL, int KT) {
     return _mm256_insertf128_ps(_mm256_setzero_ps(), _mm_loadu_ps(f), 0);
 }
 
+/* Value row j's 8 elements at d: as load8, with a quantized row's scale from t->vd. */
+AI __m256 vload8(const pl_attn_tile *t, int32_t j, int32_t d, int FULL, int KT) {
+    if (KT != PL_KT_Q8_0 && KT != PL_KT_Q4_0) return load8(t->vrow[j], d, FULL, KT);
+    const __m256 sc = _mm256_set1_ps(t->vd[j * (t->head_dim / PL_QK) + (d >> 5)]);
+    if (KT == PL_KT_Q8_0) {
+        const uint8_t *b = (const uint8_t *)t->vrow[j] + (size_t)(d >> 5) * sizeof(pl_block_q8_0);
+        __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + (d & 31))));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(q), sc);
+    }
+    const uint8_t *b = (const uint8_t *)t->vrow[j] + (size_t)(d >> 5) * sizeof(pl_block_q4_0);
+    __m128i x = _mm_loadl_epi64((const __m128i *)(b + 2 + (d & 15)));
+    if (d & 16) x = _mm_srli_epi16(x, 4);
+    __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))),
+                                 _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), sc);
+}
+
 AI void store8(float *y, __m256 x, int FULL) {
     if (FULL) _mm256_storeu_ps(y, x);
     else _mm_storeu_ps(y, _mm256_castps256_ps128(x));
@@ -185,13 +202,13 @@ AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d
         a[i] = _mm256_mul_ps(load8(t->acc + (size_t)(v + i) * hd, d, FULL, 0), _mm256_set1_ps(alpha[v + i]));
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
     for (int32_t j = 0; j < nmin; j++) {
-        __m256 vc = load8(t->vrow[j], d, FULL, KT);
+        __m256 vc = vload8(t, j, d, FULL, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
     for (int32_t j = nmin; j < nmax; j++) {
-        __m256 vc = load8(t->vrow[j], d, FULL, KT);
+        __m256 vc = vload8(t, j, d, FULL, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             if (j < t->nvis[v + i])
@@ -220,6 +237,7 @@ AI void tile_impl(const pl_attn_tile *t, int KT) {
 
     float alpha[PL_ATTN_MAXQ];
     for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, KT == PL_KT_Q4_0);
 
     for (v = v0; v < t->nq;) {
         int32_t left = t->nq - v;

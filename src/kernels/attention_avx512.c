@@ -53,6 +53,9 @@ AI __m512 load16(const void *row, int32_t d, int KT) {
     return _mm512_loadu_ps((const float *)row + d);
 }
 
+/* Value row j's 16 elements at d: as load16, with a quantized row's scale from t->vd. */
+AI __m512 vload16(const pl_attn_tile *t, int32_t j, int32_t d, __mmask16 mk, int KT);
+
 /* A masked tail (head_dim % 16 of 4, 8 or 12): float types only, quantized rows have none. */
 AI __m512 load16_mask(const void *row, int32_t d, __mmask16 mk, int KT) {
     if (KT == PL_KT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)row + d));
@@ -62,6 +65,24 @@ AI __m512 load16_mask(const void *row, int32_t d, __mmask16 mk, int KT) {
     }
     if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) return _mm512_maskz_mov_ps(mk, load16(row, d, KT));
     return _mm512_maskz_loadu_ps(mk, (const float *)row + d);
+}
+
+AI __m512 vload16(const pl_attn_tile *t, int32_t j, int32_t d, __mmask16 mk, int KT) {
+    if (KT != PL_KT_Q8_0 && KT != PL_KT_Q4_0)
+        return mk == 0xFFFF ? load16(t->vrow[j], d, KT) : load16_mask(t->vrow[j], d, mk, KT);
+    const __m512 sc = _mm512_set1_ps(t->vd[j * (t->head_dim / PL_QK) + (d >> 5)]);
+    __m512i q;
+    if (KT == PL_KT_Q8_0) {
+        const uint8_t *b = (const uint8_t *)t->vrow[j] + (size_t)(d >> 5) * sizeof(pl_block_q8_0);
+        q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + (d & 31))));
+    } else {
+        const uint8_t *b = (const uint8_t *)t->vrow[j] + (size_t)(d >> 5) * sizeof(pl_block_q4_0);
+        __m128i x = _mm_loadu_si128((const __m128i *)(b + 2));
+        if (d & 16) x = _mm_srli_epi16(x, 4);
+        q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))),
+                             _mm512_set1_epi32(8));
+    }
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), sc); /* quantized rows have no tail: mk full */
 }
 
 /* Horizontal sums of four registers: lane i of the result is the sum of a_i. Each sum is
@@ -174,13 +195,14 @@ AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d
                              _mm512_set1_ps(alpha[v + i]));
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
     for (int32_t j = 0; j < nmin; j++) {
-        __m512 vc = mk == 0xFFFF ? load16(t->vrow[j], d, KT) : load16_mask(t->vrow[j], d, mk, KT);
+        __m512 vc = vload16(t, j, d, mk, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
     for (int32_t j = nmin; j < nmax; j++) {
-        __m512 vc = load16_mask(t->vrow[j], d, mk, KT);
+        __m512 vc = KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0 ? vload16(t, j, d, mk, KT)
+                                                          : load16_mask(t->vrow[j], d, mk, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             if (j < t->nvis[v + i])
@@ -209,6 +231,7 @@ AI void tile_impl(const pl_attn_tile *t, int KT) {
 
     float alpha[PL_ATTN_MAXQ];
     for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, KT == PL_KT_Q4_0);
 
     for (v = v0; v < t->nq;) {
         int32_t left = t->nq - v;

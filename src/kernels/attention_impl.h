@@ -53,6 +53,7 @@ typedef struct {
     const int8_t *qq;        /* q8_0 / q4_0 cache: q as q8_0, quants [nq][head_dim] ... */
     const float *qd;         /* ... scales [nq][head_dim / 32] (f16 values) ... */
     const int32_t *qsum;     /* ... and sums of the quants of each block [nq][head_dim / 32] */
+    float *vd;               /* q8_0 / q4_0 scratch: the tile's V scales [PL_ATTN_KT][hd / 32] */
     const void *const *krow; /* [nk] key rows (head_dim elements each) */
     const void *const *vrow; /* [nk] value rows */
     float *m;                /* [nq] running max of the scores (-inf before the first key) */

@@ -97,4 +97,13 @@ AI void scores_q(const pl_attn_tile *t, int32_t v0, int Q4) {
     }
 }
 
+/* The V scales of the tile's keys, widened once (pl_attn_tile.vd) instead of per chunk. */
+AI void v_scales(const pl_attn_tile *t, int Q4) {
+    const int32_t nb = t->head_dim / PL_QK, nk = t->nvis[t->nq - 1];
+    const size_t bb = Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0);
+    for (int32_t j = 0; j < nk; j++)
+        for (int32_t b = 0; b < nb; b++)
+            t->vd[j * nb + b] = f16_at((const uint8_t *)t->vrow[j] + (size_t)b * bb);
+}
+
 #endif
