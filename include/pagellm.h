@@ -128,6 +128,20 @@ typedef enum { PL_PREEMPT_RECOMPUTE = 0, PL_PREEMPT_SWAP = 1 } pl_preemption_mod
  * admission, as much as pl_reserve_policy says; nothing is shared (prefix caching is turned off,
  * requests with n/best_of > 1 or beam search are refused) and preemption is by recompute only. */
 typedef enum { PL_KV_LAYOUT_PAGED = 0, PL_KV_LAYOUT_CONTIGUOUS = 1 } pl_kv_layout_mode;
+/* What the paged KV cache stores (vLLM's --kv-cache-dtype). bf16 rounds to nearest even; q8_0
+ * and q4_0 store each 32 values of one head's K or V row as GGML blocks (an f16 scale, then
+ * int8 or 4-bit quants) and need head_dim to be a multiple of 32, as llama.cpp's -ctk/-ctv. */
+typedef enum {
+    PL_KV_CACHE_F16 = 0,
+    PL_KV_CACHE_F32 = 1,
+    PL_KV_CACHE_BF16 = 2,
+    PL_KV_CACHE_Q8_0 = 3,
+    PL_KV_CACHE_Q4_0 = 4,
+} pl_kv_cache_dtype;
+
+/* "f16", "f32", "bf16", "q8_0", "q4_0"; NULL for an unknown value. */
+const char *pl_kv_cache_dtype_name(pl_kv_cache_dtype t);
+
 typedef enum {
     PL_RESERVE_MAX = 0,    /* the maximum model length */
     PL_RESERVE_POW2 = 1,   /* the next power of two >= prompt + max_tokens */
@@ -143,7 +157,8 @@ typedef struct {
                                         RAM (MemAvailable in /proc/meminfo) after the weights
                                         (vLLM's --gpu-memory-utilization on a CPU); used only when
                                         kv_cache_memory is 0 (0: off) */
-    int kv_cache_f32;                /* 1: f32 KV, 0: f16 (default) */
+    pl_kv_cache_dtype kv_cache_dtype; /* f16 (default), f32, bf16, q8_0 or q4_0 */
+    int kv_cache_f32;                /* 1: f32 KV whatever kv_cache_dtype says (older name) */
     uint64_t swap_space;             /* swap pool bytes (0 = none) */
     const char *swap_path;           /* swap pool file (NULL = anonymous memory) */
     pl_preemption_mode preemption_mode;

@@ -1,15 +1,20 @@
 /* scripts/wtype_ref.c — reference continuations from llama.cpp's library, in the format of
  * ../shared/testdata/reference/NAME.json (see its README): for each case the prompt ids, the greedy
  * ids and, at every generated position, the top-5 ids with log-softmax of the raw logits; CPU,
- * f32 KV cache, no flash attention, the prompt in one batch, then one token per decode.
- * Built and run by scripts/make_wtype_refs.sh against $LLAMA_CPP; never part of pagellm.
- *   wtype_ref MODEL.gguf NAME > NAME.json
+ * f32 KV cache, no flash attention, the prompt in one batch, then one token per decode. With a KV
+ * type (f16, bf16, q8_0, q4_0: llama.cpp's -ctk/-ctv) the cache is that type and flash attention
+ * is on (llama.cpp needs it for a quantized V cache; its CPU flash attention then converts Q to
+ * the K type's dot-product type: q8_0 for q8_0 and q4_0 K, bf16 for bf16, f16 for f16).
+ * Built and run by scripts/make_wtype_refs.sh and scripts/make_kv_refs.sh against $LLAMA_CPP;
+ * never part of pagellm.
+ *   wtype_ref MODEL.gguf NAME [KV_TYPE] > NAME.json
  * The prompts are fixed pseudo-random ids (BOS 1 then ids in [3, n_vocab)), lengths 6, 18, 41. */
 #include "llama.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { N_GEN = 32, TOP = 5 };
 
@@ -19,8 +24,14 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: wtype_ref MODEL.gguf NAME\n");
+    static const struct { const char *name; enum ggml_type t; } kv_types[] = {
+        {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16},
+        {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}};
+    int kv = 0;
+    if (argc == 4)
+        for (kv = 4; kv > 0 && strcmp(argv[3], kv_types[kv].name); kv--) {}
+    if ((argc != 3 && argc != 4) || (argc == 4 && strcmp(argv[3], kv_types[kv].name))) {
+        fprintf(stderr, "usage: wtype_ref MODEL.gguf NAME [f32|f16|bf16|q8_0|q4_0]\n");
         return 2;
     }
     llama_log_set(quiet, NULL);
@@ -32,15 +43,16 @@ int main(int argc, char **argv) {
     int n_vocab = llama_vocab_n_tokens(vocab);
     static const int lens[3] = {6, 18, 41};
     uint32_t rng = 12345;
-    printf("{\n \"model\": \"%s\",\n \"reference\": \"libllama CPU, f32 KV cache, greedy, every step, "
-           "log-softmax of raw logits\",\n \"top_k\": %d,\n \"cases\": [\n", argv[2], TOP);
+    printf("{\n \"model\": \"%s\",\n \"reference\": \"libllama CPU, %s KV cache%s, greedy, every "
+           "step, log-softmax of raw logits\",\n \"top_k\": %d,\n \"cases\": [\n", argv[2],
+           kv_types[kv].name, kv ? " (flash attention)" : "", TOP);
     for (int c = 0; c < 3; c++) {
         struct llama_context_params cp = llama_context_default_params();
         cp.n_ctx = 128;
         cp.n_batch = 128;
         cp.n_threads = cp.n_threads_batch = 2;
-        cp.type_k = cp.type_v = GGML_TYPE_F32;
-        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        cp.type_k = cp.type_v = kv_types[kv].t;
+        cp.flash_attn_type = kv ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
         struct llama_context *ctx = llama_init_from_model(model, cp);
         if (!ctx) return 1;
         llama_token prompt[64], gen[N_GEN];

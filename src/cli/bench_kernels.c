@@ -103,28 +103,29 @@ static void bench_matmuls(pl_threadpool *tp, const out_ctx *o) {
     }
 }
 
-/* Paged attention on a random f16 cache: n_seqs sequences with ctx tokens each, q_len queries
- * per sequence (1 = decode). GB/s counts the K and V bytes each sequence reads once. */
+/* Paged attention on a random cache of type kv: n_seqs sequences with ctx tokens each, q_len
+ * queries per sequence (1 = decode). GB/s counts the K and V bytes each sequence reads once. */
 static void bench_attention(pl_threadpool *tp, const out_ctx *o, int32_t n_seqs, int32_t ctx,
-                            int32_t q_len, const char *name) {
+                            int32_t q_len, const char *name, pl_dtype kv) {
     const int32_t n_heads = 12, n_kv = 4, hd = 64, bs = 16;
     const int32_t max_blocks = (ctx + bs - 1) / bs;
-    pl_kv_layout l = {.dtype = PL_DT_F16, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd,
+    pl_kv_layout l = {.dtype = kv, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd,
                       .num_blocks = (int64_t)n_seqs * max_blocks};
     size_t cache_bytes = pl_kv_block_bytes(&l) * (size_t)l.num_blocks;
     int32_t n_tok = n_seqs * q_len;
-    uint16_t *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
+    void *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
+    float *rows = malloc((size_t)2 * n_kv * hd * sizeof(float));
     float *q = malloc((size_t)n_tok * n_heads * hd * sizeof(float));
     float *out = malloc((size_t)n_tok * n_heads * hd * sizeof(float));
     int32_t *btab = malloc((size_t)n_seqs * max_blocks * sizeof(int32_t));
     int32_t *seq_start = malloc((size_t)(n_seqs + 1) * sizeof(int32_t));
     int32_t *ctxl = malloc((size_t)n_seqs * sizeof(int32_t));
-    if (kc && vc && q && out && btab && seq_start && ctxl) {
+    if (kc && vc && q && out && btab && seq_start && ctxl && rows) {
         pl_rng rng;
         pl_rng_seed(&rng, 7);
-        for (size_t i = 0; i < cache_bytes / 2; i++) {
-            kc[i] = pl_f32_to_f16((float)pl_rng_normal(&rng));
-            vc[i] = pl_f32_to_f16((float)pl_rng_normal(&rng));
+        for (int64_t slot = 0; slot < l.num_blocks * bs; slot++) { /* through the slot write */
+            for (int32_t i = 0; i < 2 * n_kv * hd; i++) rows[i] = (float)pl_rng_normal(&rng);
+            pl_kv_write(&l, kc, vc, rows, rows + n_kv * hd, &slot, 1);
         }
         for (int64_t i = 0; i < (int64_t)n_tok * n_heads * hd; i++) q[i] = (float)pl_rng_normal(&rng);
         for (int32_t i = 0; i < n_seqs * max_blocks; i++) btab[i] = i; /* shuffled below */
@@ -144,17 +145,19 @@ static void bench_attention(pl_threadpool *tp, const out_ctx *o, int32_t n_seqs,
         double t0 = pl_clock_now();
         for (int it = 0; it < iters; it++) pl_paged_attention(tp, &l, &a);
         double dt = (pl_clock_now() - t0) / iters;
-        double bytes = 2.0 * n_seqs * ctx * n_kv * hd * 2;
+        double bytes = 2.0 * n_seqs * ctx * n_kv * (double)pl_kv_row_bytes(&l);
         /* each query row r of q_len attends to ctx - q_len + r + 1 positions */
         double pairs = 0;
         for (int32_t r = 0; r < q_len; r++) pairs += ctx - q_len + r + 1;
         double flops = 4.0 * n_seqs * n_heads * hd * pairs;
         char shape[64];
-        snprintf(shape, sizeof shape, "%d seqs ctx %d q %d", n_seqs, ctx, q_len);
+        snprintf(shape, sizeof shape, "%d seqs ctx %d q %d %s", n_seqs, ctx, q_len,
+                 pl_dtype_name(kv));
         report(o, name, shape, bytes / dt / 1e9, flops / dt / 1e9);
     }
     free(kc);
     free(vc);
+    free(rows);
     free(q);
     free(out);
     free(btab);
@@ -247,9 +250,15 @@ int pl_bench_kernels(int argc, char **argv) {
     bench_limits(tp, &o);
     if (!only || !strcmp(only, "matmul")) bench_matmuls(tp, &o);
     if (!only || !strcmp(only, "attention")) {
-        bench_attention(tp, &o, 1, 512, 1, "attention decode");
-        bench_attention(tp, &o, 32, 128, 1, "attention decode");
-        bench_attention(tp, &o, 1, 512, 512, "attention prefill");
+        bench_attention(tp, &o, 1, 512, 1, "attention decode", PL_DT_F16);
+        bench_attention(tp, &o, 32, 128, 1, "attention decode", PL_DT_F16);
+        bench_attention(tp, &o, 1, 512, 512, "attention prefill", PL_DT_F16);
+        /* the KV cache types at a long context: bytes read per token f16 : q8_0 : q4_0 =
+         * 64 : 34 : 18 */
+        static const pl_dtype kvs[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
+        for (int i = 0; i < 4; i++) bench_attention(tp, &o, 4, 4096, 1, "attention decode", kvs[i]);
+        for (int i = 0; i < 4; i++)
+            bench_attention(tp, &o, 1, 512, 512, "attention prefill", kvs[i]);
     }
     if (!only || !strcmp(only, "ops")) bench_ops(tp, &o);
     pl_threadpool_destroy(tp);

@@ -36,6 +36,7 @@ typedef struct {
     int32_t *batches;
     int n_batches;
     int json;
+    pl_dtype kv;       /* KV cache type (f16) */
 } bm_opts;
 
 typedef struct {
@@ -70,7 +71,7 @@ static pl_status run_open(bm_run *r, const bm_opts *o, int32_t max_b) {
     if (o->ctx > r->max_tokens) r->max_tokens = (int32_t)o->ctx; /* ctx prefill in one step */
     r->max_blocks = (int32_t)((ctx_max + BLOCK - 1) / BLOCK);
     PL_TRY(pl_forward_ctx_create(r->m, r->max_tokens, max_b, r->tp, &r->fwd));
-    pl_kv_layout l = {.dtype = PL_DT_F16, .block_size = BLOCK, .n_kv_heads = r->m->hp.n_kv_heads,
+    pl_kv_layout l = {.dtype = o->kv, .block_size = BLOCK, .n_kv_heads = r->m->hp.n_kv_heads,
                       .head_dim = r->m->hp.head_dim,
                       .num_blocks = (int64_t)max_b * r->max_blocks};
     PL_TRY(pl_kv_store_init(&r->kv, &l, r->m->hp.n_layers, NULL));
@@ -153,10 +154,11 @@ static void print_json(const bm_opts *o, const bm_run *r, const char *test, int3
     double mean, best;
     stats(v, n, &mean, &best);
     printf("{\"model\":\"%s\",\"test\":\"%s\",\"batch\":%d,\"tokens\":%lld,\"ctx\":%lld,"
-           "\"threads\":%d,\"isa\":\"%s\",\"tokens_per_s\":%.2f,\"best_tokens_per_s\":%.2f,"
-           "\"reps\":[",
+           "\"threads\":%d,\"isa\":\"%s\",\"kv\":\"%s\",\"tokens_per_s\":%.2f,"
+           "\"best_tokens_per_s\":%.2f,\"reps\":[",
            o->model, test, B, (long long)tokens, (long long)(B ? o->ctx : 0),
-           pl_threadpool_size(r->tp), pl_isa_name(pl_cpu_isa()), mean, best);
+           pl_threadpool_size(r->tp), pl_isa_name(pl_cpu_isa()), pl_dtype_name(o->kv), mean,
+           best);
     for (int i = 0; i < n; i++) printf("%s%.2f", i ? "," : "", v[i]);
     printf("]}\n");
 }
@@ -164,7 +166,7 @@ static void print_json(const bm_opts *o, const bm_run *r, const char *test, int3
 static int usage(FILE *f) {
     fprintf(f,
             "usage: pagellm bench model -m FILE [-p N] [-n N] [-b B1,B2,..] [--ctx N]\n"
-            "                           [--threads N] [--reps N] [--json]\n"
+            "                           [--threads N] [--reps N] [--kv-cache-dtype T] [--json]\n"
             "  -m, --model FILE  a GGUF model (path or name, as for generate)\n"
             "  -p N              prompt tokens of the prefill test (512; 0 skips it)\n"
             "  -n N              decode steps per batch size (128; 0 skips decode)\n"
@@ -172,6 +174,7 @@ static int usage(FILE *f) {
             "      --ctx N       tokens already in each sequence's cache before decoding (128)\n"
             "  -t, --threads N   worker threads (default: one per online core)\n"
             "      --reps N      repetitions of every measurement (3)\n"
+            "      --kv-cache-dtype T  f16 (default), f32, bf16, q8_0 or q4_0\n"
             "      --json        also print one JSON object per measurement\n");
     return f == stderr ? 2 : 0;
 }
@@ -181,7 +184,7 @@ static int parse(int argc, char **argv, bm_opts *o, char *path, size_t cap) {
         {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
         {"ctx", required_argument, 0, 'c'},   {"reps", required_argument, 0, 'r'},
         {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"kv-cache-dtype", required_argument, 0, 'k'}, {0, 0, 0, 0}};
     const char *cmd = "bench model";
     int c;
     optind = 1;
@@ -209,6 +212,18 @@ static int parse(int argc, char **argv, bm_opts *o, char *path, size_t cap) {
                 }
             break;
         case 'j': o->json = 1; break;
+        case 'k': {
+            static const pl_dtype kv[] = {PL_DT_F16, PL_DT_F32, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
+            int found = 0;
+            for (int i = 0; i < 5 && !found; i++)
+                if (!strcmp(optarg, pl_dtype_name(kv[i]))) o->kv = kv[i], found = 1;
+            if (!found) {
+                fprintf(stderr, "pagellm %s: --kv-cache-dtype: '%s' is not one of f16, f32, "
+                        "bf16, q8_0, q4_0\n", cmd, optarg);
+                return 2;
+            }
+            break;
+        }
         case 'h': return usage(stdout) + 100;
         default: return usage(stderr);
         }
@@ -224,7 +239,7 @@ static int parse(int argc, char **argv, bm_opts *o, char *path, size_t cap) {
 }
 
 int pl_bench_model(int argc, char **argv) {
-    bm_opts o = {.p = 512, .n = 128, .ctx = 128, .reps = 3};
+    bm_opts o = {.p = 512, .n = 128, .ctx = 128, .reps = 3, .kv = PL_DT_F16};
     char path[4096];
     int rc = parse(argc, argv, &o, path, sizeof path);
     if (rc) {

@@ -143,6 +143,8 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "allocation", json_string(layout_name(&o->eng)));
     json_object_set_new(j, "block_size", json_integer(o->eng.block_size));
     json_object_set_new(j, "kv_cache_memory", json_integer((json_int_t)o->eng.kv_cache_memory));
+    json_object_set_new(j, "kv_cache_dtype", json_string(pl_kv_cache_dtype_name(
+        o->eng.kv_cache_f32 ? PL_KV_CACHE_F32 : o->eng.kv_cache_dtype)));
     json_object_set_new(j, "blocks_total", json_integer(s->blocks_total));
     json_object_set_new(j, "preemption_mode", json_string(o->eng.preemption_mode == PL_PREEMPT_SWAP
                                                               ? "swap" : "recompute"));
@@ -169,6 +171,7 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "peak_kv_usage_pct", json_real(100 * ks->peak_kv_usage));
     json_object_set_new(j, "mean_kv_usage_pct", json_real(100 * ks->mean_kv_usage));
     json_object_set_new(j, "peak_blocks_used", json_integer(ks->peak_blocks_used));
+    json_object_set_new(j, "peak_batch_seqs", json_integer(ks->peak_batch_seqs));
     json_object_set_new(j, "mean_waste_pct", json_real(100 * ks->mean_waste));
     json_object_set_new(j, "peak_waste_pct", json_real(100 * ks->peak_waste));
     json_object_set_new(j, "mean_token_fraction_pct", json_real(100 * ks->mean_token_fraction));

@@ -190,7 +190,7 @@ int pl_cmd_serve(int argc, char **argv) {
                  "weights)", ec->kv_cache_memory_fraction);
     printf("KV cache: %d blocks of %d tokens (%d tokens), %s, %.1f MiB budget%s; swap %d blocks; "
            "prefix caching %s\n", st.blocks_total, ec->block_size,
-           st.blocks_total * ec->block_size, ec->kv_cache_f32 ? "f32" : "f16",
+           st.blocks_total * ec->block_size, pl_kv_cache_dtype_name(ec->kv_cache_f32 ? PL_KV_CACHE_F32 : ec->kv_cache_dtype),
            (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
            ec->enable_prefix_caching ? "on" : "off");
     if (ec->speculative_model || ec->speculative_ngram) {

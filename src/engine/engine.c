@@ -49,6 +49,19 @@ void pl_request_params_default(pl_request_params *p) {
     p->parse_special = 0;
 }
 
+const char *pl_kv_cache_dtype_name(pl_kv_cache_dtype t) {
+    switch (t) {
+    case PL_KV_CACHE_F16: return "f16";
+    case PL_KV_CACHE_F32: return "f32";
+    case PL_KV_CACHE_BF16: return "bf16";
+    case PL_KV_CACHE_Q8_0: return "q8_0";
+    case PL_KV_CACHE_Q4_0: return "q4_0";
+    }
+    return NULL;
+}
+
+static const pl_dtype KV_DTYPES[] = {PL_DT_F16, PL_DT_F32, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
+
 const char *pl_finish_reason_name(pl_finish_reason r) {
     switch (r) {
     case PL_FINISH_NONE: return NULL;
@@ -137,10 +150,16 @@ static pl_status resolve_kv_budget(pl_engine *e) {
 static pl_status setup_kv(pl_engine *e) {
     PL_TRY(resolve_kv_budget(e));
     const pl_model_hparams *hp = &e->model->hp;
+    if (e->cfg.kv_cache_f32) e->cfg.kv_cache_dtype = PL_KV_CACHE_F32;
+    if (!pl_kv_cache_dtype_name(e->cfg.kv_cache_dtype))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv_cache_dtype %d is not f16, f32, bf16, q8_0 or "
+                       "q4_0", (int)e->cfg.kv_cache_dtype);
+    e->cfg.kv_cache_f32 = e->cfg.kv_cache_dtype == PL_KV_CACHE_F32;
     pl_kv_layout l = {
-        .dtype = e->cfg.kv_cache_f32 ? PL_DT_F32 : PL_DT_F16, .block_size = e->cfg.block_size,
+        .dtype = KV_DTYPES[e->cfg.kv_cache_dtype], .block_size = e->cfg.block_size,
         .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
     };
+    PL_TRY(pl_kv_layout_check(&l)); /* e.g. q8_0 with head_dim 8: names both */
     size_t per_block = pl_kv_bytes_per_block(&l, hp->n_layers);
     uint64_t budget = e->cfg.kv_cache_memory;
     if (e->spec.mode == PL_SPEC_DRAFT) { /* the draft's share: both caches hold as many tokens */
@@ -569,6 +588,7 @@ static void sample_kv(pl_engine *e) {
     if (usage > e->kv_usage_peak) e->kv_usage_peak = usage;
     if (k.blocks_used > 0 && k.waste > e->kv_waste_peak) e->kv_waste_peak = k.waste;
     if (k.blocks_used > e->kv_peak_blocks) e->kv_peak_blocks = k.blocks_used;
+    if (e->sched_out.n_items > e->kv_peak_seqs) e->kv_peak_seqs = e->sched_out.n_items;
     e->kv_tokens_sum += (double)k.tokens_stored;
     e->kv_slots_sum += slots;
     e->kv_blocks_sum += k.blocks_used;
@@ -749,6 +769,7 @@ static void take_snapshot(pl_engine *e) {
         ks.mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
         ks.mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
         ks.peak_blocks_used = e->kv_peak_blocks;
+        ks.peak_batch_seqs = e->kv_peak_seqs;
         ks.mean_reserved = e->kv_slots_sum > 0 ? e->kv_future_sum / e->kv_slots_sum : 0;
         ks.mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
     }

@@ -62,6 +62,7 @@ struct pl_engine {
     double kv_usage_sum, kv_usage_peak, kv_waste_peak;
     double kv_tokens_sum, kv_slots_sum, kv_blocks_sum, kv_refs_sum, kv_future_sum;
     int32_t kv_peak_blocks;
+    int32_t kv_peak_seqs;       /* most sequences in one step's batch */
     /* A copy of the stats taken by the engine thread after every step, for other threads. */
     pthread_mutex_t stats_mu;
     pl_engine_stats snapshot;

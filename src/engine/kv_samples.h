@@ -20,6 +20,7 @@ typedef struct {
                                             tokens still to come (sum / sum); the rest of the
                                             waste is internal fragmentation */
     int32_t peak_blocks_used;
+    int32_t peak_batch_seqs;             /* most sequences in one step (decodes + prefills) */
     int64_t block_refs;                  /* now: blocks held counting shared ones per holder */
     double mean_sharing_saved;           /* 1 - sum blocks used / sum block refs over the
                                             samples: memory saved by sharing (0 if none) */

@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "kernels/attention_impl.h"
 #include "kernels/cpu.h"
+#include "kernels/quant.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -27,25 +28,63 @@
 
 /* ---------------------------------------------------------------- layout helpers */
 
-static size_t elem_bytes(pl_dtype t) { return t == PL_DT_F16 ? 2 : 4; }
+static int is_quantized(pl_dtype t) { return t == PL_DT_Q8_0 || t == PL_DT_Q4_0; }
 
 static void check_layout(const pl_kv_layout *l) {
-    PL_ASSERT(l->dtype == PL_DT_F16 || l->dtype == PL_DT_F32);
+    PL_ASSERT(l->dtype == PL_DT_F16 || l->dtype == PL_DT_F32 || l->dtype == PL_DT_BF16 ||
+              is_quantized(l->dtype));
     PL_ASSERT(l->block_size > 0 && l->n_kv_heads > 0 && l->num_blocks > 0);
     PL_ASSERT(l->head_dim > 0 && l->head_dim % 4 == 0 && l->head_dim <= PL_ATTN_MAX_HEAD_DIM);
+    PL_ASSERT(!is_quantized(l->dtype) || l->head_dim % PL_QK == 0);
+}
+
+const char *pl_kv_layout_problem(const pl_kv_layout *l) {
+    if (l->dtype != PL_DT_F16 && l->dtype != PL_DT_F32 && l->dtype != PL_DT_BF16 &&
+        !is_quantized(l->dtype))
+        return "the KV cache dtype must be f32, f16, bf16, q8_0 or q4_0";
+    if (l->head_dim <= 0 || l->head_dim % 4 != 0 || l->head_dim > PL_ATTN_MAX_HEAD_DIM)
+        return "head_dim must be a multiple of 4 in 4..256";
+    if (is_quantized(l->dtype) && l->head_dim % PL_QK != 0)
+        return "a q8_0 or q4_0 KV cache quantizes each head's K and V rows in groups of 32 "
+               "elements: head_dim must be a multiple of 32 (use f16, bf16 or f32)";
+    return NULL;
+}
+
+size_t pl_kv_row_bytes(const pl_kv_layout *l) {
+    if (pl_kv_layout_problem(l)) return 0;
+    return pl_dtype_row_size(l->dtype, l->head_dim);
 }
 
 size_t pl_kv_block_bytes(const pl_kv_layout *l) {
-    return elem_bytes(l->dtype) * (size_t)l->n_kv_heads * (size_t)l->block_size *
-           (size_t)l->head_dim;
+    return pl_kv_row_bytes(l) * (size_t)l->n_kv_heads * (size_t)l->block_size;
+}
+
+static int kind_of(pl_dtype t) {
+    switch (t) {
+    case PL_DT_F16: return PL_KT_F16;
+    case PL_DT_BF16: return PL_KT_BF16;
+    case PL_DT_Q8_0: return PL_KT_Q8_0;
+    case PL_DT_Q4_0: return PL_KT_Q4_0;
+    default: return PL_KT_F32;
+    }
+}
+
+/* Bytes of a row of a checked layout, without pl_kv_row_bytes's validation (the hot path). */
+static size_t row_bytes(const pl_kv_layout *l) {
+    const size_t hd = (size_t)l->head_dim;
+    switch (l->dtype) {
+    case PL_DT_F32: return 4 * hd;
+    case PL_DT_Q8_0: return hd / PL_QK * sizeof(pl_block_q8_0);
+    case PL_DT_Q4_0: return hd / PL_QK * sizeof(pl_block_q4_0);
+    default: return 2 * hd; /* f16, bf16 */
+    }
 }
 
 /* Byte offset of (block, kv head, offset in block) in one layer's K or V array. */
 static size_t row_offset(const pl_kv_layout *l, int64_t block, int32_t head, int32_t off) {
-    return ((((size_t)block * (size_t)l->n_kv_heads + (size_t)head) * (size_t)l->block_size +
-             (size_t)off) *
-            (size_t)l->head_dim) *
-           elem_bytes(l->dtype);
+    return (((size_t)block * (size_t)l->n_kv_heads + (size_t)head) * (size_t)l->block_size +
+            (size_t)off) *
+           row_bytes(l);
 }
 
 /* ---------------------------------------------------------------- K/V write and block copy */
@@ -59,12 +98,20 @@ static void f32_to_f16_row(const float *x, uint16_t *y, int32_t n) {
     for (int32_t i = 0; i < n; i++) y[i] = pl_f32_to_f16(x[i]);
 }
 
+/* Quantized rows round as llama.cpp's CPU backend does when it stores K/V (ggml_set_rows with
+ * the type's from_float): q8_0 as its x86 quantize_row_q8_0 (multiplier 127 / amax, round half
+ * to even), q4_0 as quantize_row_q4_0_ref, bf16 round to nearest even. */
 static void write_row(const pl_kv_layout *l, void *cache, size_t off, const float *x) {
     char *dst = (char *)cache + off;
-    if (l->dtype == PL_DT_F32)
-        memcpy(dst, x, (size_t)l->head_dim * sizeof(float));
-    else
-        f32_to_f16_row(x, (uint16_t *)dst, l->head_dim);
+    switch (l->dtype) {
+    case PL_DT_F16: f32_to_f16_row(x, (uint16_t *)dst, l->head_dim); return;
+    case PL_DT_BF16:
+        for (int32_t i = 0; i < l->head_dim; i++) ((pl_bf16 *)dst)[i] = pl_f32_to_bf16(x[i]);
+        return;
+    case PL_DT_Q8_0: pl_quantize_q8_0_act(x, (pl_block_q8_0 *)dst, l->head_dim); return;
+    case PL_DT_Q4_0: pl_quantize_q4_0_ref(x, (pl_block_q4_0 *)dst, l->head_dim); return;
+    default: memcpy(dst, x, (size_t)l->head_dim * sizeof(float)); return;
+    }
 }
 
 void pl_kv_write(const pl_kv_layout *l, void *k_cache, void *v_cache, const float *k,
@@ -114,8 +161,54 @@ void pl_kv_copy_blocks(const pl_kv_layout *l, const void *src_k, const void *src
 
 /* ---------------------------------------------------------------- scalar tile */
 
-static float load_elem(const void *row, int32_t d, int f16) {
-    return f16 ? pl_f16_to_f32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+/* Element d of a cache row, as the vector kernels widen or dequantize it. */
+static float load_elem(const void *row, int32_t d, int kt) {
+    switch (kt) {
+    case PL_KT_F16: return pl_f16_to_f32(((const uint16_t *)row)[d]);
+    case PL_KT_BF16: return pl_bf16_to_f32(((const pl_bf16 *)row)[d]);
+    case PL_KT_Q8_0: {
+        const pl_block_q8_0 *b = (const pl_block_q8_0 *)row + d / PL_QK;
+        return (float)b->qs[d % PL_QK] * pl_f16_to_f32(b->d);
+    }
+    case PL_KT_Q4_0: {
+        const pl_block_q4_0 *b = (const pl_block_q4_0 *)row + d / PL_QK;
+        int j = d % PL_QK, byte = b->qs[j % (PL_QK / 2)];
+        int q = (j < PL_QK / 2 ? byte & 15 : byte >> 4) - 8;
+        return (float)q * pl_f16_to_f32(b->d);
+    }
+    default: return ((const float *)row)[d];
+    }
+}
+
+/* Quant b of element d of a q8_0 / q4_0 key row, as an integer. */
+static int key_quant(const void *row, int32_t d, int kt) {
+    if (kt == PL_KT_Q8_0) return ((const pl_block_q8_0 *)row)[d / PL_QK].qs[d % PL_QK];
+    const pl_block_q4_0 *b = (const pl_block_q4_0 *)row + d / PL_QK;
+    int j = d % PL_QK, byte = b->qs[j % (PL_QK / 2)];
+    return (j < PL_QK / 2 ? byte & 15 : byte >> 4) - 8;
+}
+
+/* q·k of query vector v and key row k: floats, or exact integer block sums (attention_impl.h). */
+static float dot_scalar(const pl_attn_tile *t, int32_t v, const void *k) {
+    const int32_t hd = t->head_dim;
+    if (t->kt == PL_KT_Q8_0 || t->kt == PL_KT_Q4_0) {
+        int32_t isum[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+        const int8_t *q = t->qq + (size_t)v * hd;
+        for (int32_t b = 0; b < hd / PL_QK; b++) {
+            isum[b] = 0;
+            for (int32_t d = PL_QK * b; d < PL_QK * (b + 1); d++)
+                isum[b] += q[d] * key_quant(k, d, t->kt);
+        }
+        float dk[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+        for (int32_t b = 0; b < hd / PL_QK; b++)
+            dk[b] = pl_f16_to_f32(t->kt == PL_KT_Q8_0 ? ((const pl_block_q8_0 *)k)[b].d
+                                                      : ((const pl_block_q4_0 *)k)[b].d);
+        return pl_attn_q_combine(isum, t->qd + (size_t)v * (hd / PL_QK), dk, hd / PL_QK);
+    }
+    const float *q = t->q + (size_t)v * hd;
+    float dot = 0.0f;
+    for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(k, d, t->kt);
+    return dot;
 }
 
 static void attn_tile_scalar(const pl_attn_tile *t) {
@@ -123,14 +216,11 @@ static void attn_tile_scalar(const pl_attn_tile *t) {
     for (int32_t v = 0; v < t->nq; v++) {
         const int32_t nv = t->nvis[v];
         if (nv == 0) continue;
-        const float *q = t->q + (size_t)v * hd;
         float *s = t->s + (size_t)v * PL_ATTN_KT;
         float *acc = t->acc + (size_t)v * hd;
         float smax = -INFINITY;
         for (int32_t j = 0; j < nv; j++) {
-            float dot = 0.0f;
-            for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(t->krow[j], d, t->f16);
-            s[j] = dot * t->scale;
+            s[j] = dot_scalar(t, v, t->krow[j]) * t->scale;
             smax = fmaxf(smax, s[j]);
         }
         float m_new = fmaxf(t->m[v], smax);
@@ -144,7 +234,7 @@ static void attn_tile_scalar(const pl_attn_tile *t) {
         t->l[v] = t->l[v] * alpha + sum;
         for (int32_t d = 0; d < hd; d++) acc[d] *= alpha;
         for (int32_t j = 0; j < nv; j++)
-            for (int32_t d = 0; d < hd; d++) acc[d] += s[j] * load_elem(t->vrow[j], d, t->f16);
+            for (int32_t d = 0; d < hd; d++) acc[d] += s[j] * load_elem(t->vrow[j], d, t->kt);
     }
 }
 
@@ -167,6 +257,24 @@ static int32_t seq_q_len(const pl_attn_args *a, int32_t i) {
 static int64_t seq_items(const attn_ctx *c, int32_t i) {
     int64_t tiles = (seq_q_len(c->a, i) + c->item_rows - 1) / c->item_rows;
     return tiles * c->l->n_kv_heads;
+}
+
+/* The query in the form llama.cpp's CPU flash attention gives it for the key type (its
+ * vec_dot_type): bf16 keys get a bf16-rounded query; q8_0 and q4_0 keys a q8_0 one, rounded as
+ * the cache rows are (pl_quantize_q8_0_act). f32 and f16 keys take the query as it is. */
+static void prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t *qsum, int32_t hd) {
+    if (kt == PL_KT_BF16)
+        for (int32_t d = 0; d < hd; d++) q[d] = pl_bf16_to_f32(pl_f32_to_bf16(q[d]));
+    if (kt == PL_KT_Q8_0 || kt == PL_KT_Q4_0) {
+        pl_block_q8_0 blk[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+        pl_quantize_q8_0_act(q, blk, hd);
+        for (int32_t b = 0; b < hd / PL_QK; b++) {
+            memcpy(qq + PL_QK * b, blk[b].qs, PL_QK);
+            qd[b] = pl_f16_to_f32(blk[b].d);
+            qsum[b] = 0;
+            for (int j = 0; j < PL_QK; j++) qsum[b] += blk[b].qs[j];
+        }
+    }
 }
 
 /* Row pointers of cache positions [t0, t0 + nk) of KV head g through the block table. */
@@ -204,17 +312,22 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     const int32_t *btab = a->block_tables + (size_t)i * (size_t)a->max_blocks;
     const int32_t row_base = a->seq_start[i];
     const size_t row_stride = (size_t)a->n_heads * (size_t)hd;
-    const size_t row_bytes = (size_t)hd * elem_bytes(l->dtype);
+    const size_t row_bytes = pl_kv_row_bytes(l);
 
     _Alignas(64) float qbuf[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
     _Alignas(64) float acc[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
     _Alignas(64) float s[PL_ATTN_MAXQ * PL_ATTN_KT];
+    int8_t qq[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];           /* q8_0 / q4_0 cache only */
+    float qd[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM / PL_QK];
+    int32_t qsum[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM / PL_QK];
+    float vd[PL_ATTN_KT * PL_ATTN_MAX_HEAD_DIM / PL_QK];
     float m[PL_ATTN_MAXQ], lsum[PL_ATTN_MAXQ];
     int32_t pos[PL_ATTN_MAXQ], nvis[PL_ATTN_MAXQ];
     const void *rows[2][2][PL_ATTN_KT]; /* [this tile, next tile][K, V][position] */
 
-    pl_attn_tile t = {.head_dim = hd, .f16 = l->dtype == PL_DT_F16, .scale = a->scale,
-                      .nvis = nvis, .q = qbuf, .m = m, .l = lsum, .acc = acc, .s = s};
+    pl_attn_tile t = {.head_dim = hd, .kt = kind_of(l->dtype), .scale = a->scale,
+                      .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .qsum = qsum, .vd = vd, .m = m, .l = lsum,
+                      .acc = acc, .s = s};
 
     const int32_t n_vec = (r1 - r0) * G; /* vector v: row r0 + v / G, head g * G + v % G */
     for (int32_t v0 = 0; v0 < n_vec; v0 += PL_ATTN_MAXQ) {
@@ -223,6 +336,8 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
             int32_t r = r0 + (v0 + v) / G, h = g * G + (v0 + v) % G;
             memcpy(qbuf + (size_t)v * hd, a->q + (size_t)(row_base + r) * row_stride +
                    (size_t)h * hd, (size_t)hd * sizeof(float));
+            prepare_query(t.kt, qbuf + (size_t)v * hd, qq + (size_t)v * hd,
+                          qd + (size_t)v * (hd / PL_QK), qsum + (size_t)v * (hd / PL_QK), hd);
             pos[v] = ctx_len - q_len + r;
             m[v] = -INFINITY;
             lsum[v] = 0.0f;
@@ -313,8 +428,11 @@ void pl_paged_attention(pl_threadpool *tp, const pl_kv_layout *l, const pl_attn_
 void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
     check_args(l, a);
     const int32_t hd = l->head_dim, G = a->n_heads / l->n_kv_heads, bs = l->block_size;
-    const int f16 = l->dtype == PL_DT_F16;
-    float acc[PL_ATTN_MAX_HEAD_DIM];
+    const int kt = kind_of(l->dtype);
+    float acc[PL_ATTN_MAX_HEAD_DIM], qf[PL_ATTN_MAX_HEAD_DIM], qd[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+    int32_t qsum[PL_ATTN_MAX_HEAD_DIM / PL_QK];
+    int8_t qq[PL_ATTN_MAX_HEAD_DIM];
+    pl_attn_tile t = {.head_dim = hd, .kt = kt, .q = qf, .qq = qq, .qd = qd}; /* for dot_scalar */
     for (int32_t i = 0; i < a->n_seqs; i++) {
         const int32_t q_len = seq_q_len(a, i), ctx_len = a->context_lens[i];
         const int32_t *btab = a->block_tables + (size_t)i * (size_t)a->max_blocks;
@@ -322,7 +440,8 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
             const int32_t pos = ctx_len - q_len + r;
             const size_t row = (size_t)(a->seq_start[i] + r) * (size_t)a->n_heads;
             for (int32_t h = 0; h < a->n_heads; h++) {
-                const float *q = a->q + (row + (size_t)h) * hd;
+                memcpy(qf, a->q + (row + (size_t)h) * hd, (size_t)hd * sizeof(float));
+                prepare_query(kt, qf, qq, qd, qsum, hd);
                 float m = -INFINITY, sum = 0.0f;
                 memset(acc, 0, sizeof acc);
                 for (int32_t p = 0; p <= pos; p++) {
@@ -331,14 +450,12 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
                     size_t o = row_offset(l, b, h / G, p % bs);
                     const void *k = (const char *)a->k_cache + o;
                     const void *v = (const char *)a->v_cache + o;
-                    float dot = 0.0f;
-                    for (int32_t d = 0; d < hd; d++) dot += q[d] * load_elem(k, d, f16);
-                    float s = dot * a->scale;
+                    float s = dot_scalar(&t, 0, k) * a->scale;
                     float m_new = fmaxf(m, s);
                     float alpha = expf(m - m_new), w = expf(s - m_new);
                     sum = sum * alpha + w;
                     for (int32_t d = 0; d < hd; d++)
-                        acc[d] = acc[d] * alpha + w * load_elem(v, d, f16);
+                        acc[d] = acc[d] * alpha + w * load_elem(v, d, kt);
                     m = m_new;
                 }
                 float *out = a->out + (row + (size_t)h) * hd;

@@ -1,8 +1,14 @@
 /* kernels/attention — PagedAttention on the CPU, the fused K/V slot write and the fused block copy.
  *
- * KV cache layout (one layer; K and V alike), `dtype` f16 or f32:
+ * KV cache layout (one layer; K and V alike), `dtype` f32, f16, bf16, q8_0 or q4_0:
  *
- *     cache[num_blocks][n_kv_heads][block_size][head_dim]
+ *     cache[num_blocks][n_kv_heads][block_size][row]
+ *
+ * where a row is one token's head_dim values of one KV head in the dtype's GGML row format: f32,
+ * f16 or bf16 values, or head_dim / 32 q8_0 / q4_0 blocks (an f16 scale per 32 elements of one
+ * head's row, then the quants; head_dim must be a multiple of 32 for those, as llama.cpp
+ * requires). Rows are quantized when written (pl_kv_write) and dequantized in registers by the
+ * attention kernels; nothing holds an f32 copy of the cache. Block copies copy bytes.
  *
  * so the keys of one KV head inside one block are one contiguous block_size × head_dim tile: a
  * (sequence, KV head) work item streams its tiles block by block, and every query head of the
@@ -16,7 +22,7 @@
  * block_tables[i * max_blocks + p / block_size]. Decode is q_len = 1; a prefill chunk q_len > 1.
  * Softmax is computed online (running max and sum), so no per-context scratch is needed.
  *
- * Supported: dtype f16 or f32, head_dim a multiple of 4 up to 256, any block size, any GQA ratio
+ * Supported: head_dim a multiple of 4 up to 256 (of 32 for q8_0 / q4_0), any block size, any GQA ratio
  * (n_heads a multiple of n_kv_heads). Inputs from the engine (slots and block ids in range,
  * q_len <= context_len <= max_blocks * block_size) are checked with PL_ASSERT.
  *
@@ -36,18 +42,25 @@
 #include <stdint.h>
 
 typedef struct {
-    pl_dtype dtype;      /* PL_DT_F16 or PL_DT_F32 */
+    pl_dtype dtype;      /* PL_DT_F32, F16, BF16, Q8_0 or Q4_0 */
     int32_t block_size;  /* tokens per block */
     int32_t n_kv_heads;
     int32_t head_dim;
     int64_t num_blocks;
 } pl_kv_layout;
 
-/* Bytes of one block of K (or V) for one layer. */
+/* NULL if the kernels can serve dtype and head_dim of l, else what is wrong (a sentence for the
+ * caller to prefix with the values). */
+const char *pl_kv_layout_problem(const pl_kv_layout *l);
+/* Bytes of one token's row of one KV head (0 if pl_kv_layout_problem). */
+size_t pl_kv_row_bytes(const pl_kv_layout *l);
+/* Bytes of one block of K (or V) for one layer (0 if pl_kv_layout_problem). */
 size_t pl_kv_block_bytes(const pl_kv_layout *l);
 
 /* Write k[t], v[t] ([n_tokens][n_kv_heads][head_dim] f32) into their slots; slot < 0 skips. An
- * f16 cache gets the values rounded to nearest even (bit-exact with base/fp16.h). */
+ * f16 or bf16 cache gets the values rounded to nearest even (bit-exact with base/fp16.h); q8_0
+ * and q4_0 rows are quantized as llama.cpp's CPU backend quantizes its K/V cache rows (q8_0:
+ * d = f16(amax / 127), q = round-half-even(x * 127 / amax); q4_0: quantize_row_q4_0_ref). */
 void pl_kv_write(const pl_kv_layout *l, void *k_cache, void *v_cache, const float *k,
                  const float *v, const int64_t *slot_mapping, int32_t n_tokens);
 

@@ -4,26 +4,64 @@
  * is 4 mod 8, a last chunk of 4 loaded zero-extended. Four query vectors share each key chunk
  * (left-over vectors take four keys at a time), the four accumulators are summed with one tree
  * (reduce4), exp is a polynomial, and p·V keeps up to 8 accumulators in registers while the
- * values stream past. Each vector's arithmetic is independent of its neighbours in the chunk.
+ * values stream past. bf16, q8_0 and q4_0 rows are widened or dequantized in registers by load8. Each vector's arithmetic is independent of its neighbours in the chunk.
  */
 #include "kernels/attention_impl.h"
 
+#include "kernels/attention_q.h"
+#include "kernels/quant.h"
 #include "kernels/simd.h"
 
 #include <immintrin.h>
 #include <math.h>
 
 
-/* 8 elements of a row at d (FULL) or 4 elements zero-extended to 8 (!FULL). */
-AI __m256 load8(const void *row, int32_t d, int FULL, int F16) {
-    if (F16) {
+/* 8 elements of a row at d (FULL) or 4 elements zero-extended to 8 (!FULL; never quantized:
+ * quantized rows are whole 32-element blocks). KT is a compile-time constant at every call. */
+AI __m256 load8(const void *row, int32_t d, int FULL, int KT) {
+    if (KT == PL_KT_F16) {
         const uint16_t *h = (const uint16_t *)row + d;
         if (FULL) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
         return _mm256_insertf128_ps(_mm256_setzero_ps(), _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h)), 0);
     }
+    if (KT == PL_KT_BF16) {
+        const uint16_t *h = (const uint16_t *)row + d;
+        __m128i x = FULL ? _mm_loadu_si128((const __m128i *)h) : _mm_loadl_epi64((const __m128i *)h);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+    }
+    if (KT == PL_KT_Q8_0) {
+        const uint8_t *b = (const uint8_t *)row + (size_t)(d >> 5) * sizeof(pl_block_q8_0);
+        __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + (d & 31))));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(f16_at(b)));
+    }
+    if (KT == PL_KT_Q4_0) { /* byte j holds element j (low nibble) and j + 16 (high) */
+        const uint8_t *b = (const uint8_t *)row + (size_t)(d >> 5) * sizeof(pl_block_q4_0);
+        __m128i x = _mm_loadl_epi64((const __m128i *)(b + 2 + (d & 15)));
+        if (d & 16) x = _mm_srli_epi16(x, 4);
+        __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))),
+                                     _mm256_set1_epi32(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(f16_at(b)));
+    }
     const float *f = (const float *)row + d;
     if (FULL) return _mm256_loadu_ps(f);
     return _mm256_insertf128_ps(_mm256_setzero_ps(), _mm_loadu_ps(f), 0);
+}
+
+/* Value row j's 8 elements at d: as load8, with a quantized row's scale from t->vd. */
+AI __m256 vload8(const pl_attn_tile *t, int32_t j, int32_t d, int FULL, int KT) {
+    if (KT != PL_KT_Q8_0 && KT != PL_KT_Q4_0) return load8(t->vrow[j], d, FULL, KT);
+    const __m256 sc = _mm256_set1_ps(t->vd[j * (t->head_dim / PL_QK) + (d >> 5)]);
+    if (KT == PL_KT_Q8_0) {
+        const uint8_t *b = (const uint8_t *)t->vrow[j] + (size_t)(d >> 5) * sizeof(pl_block_q8_0);
+        __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + (d & 31))));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(q), sc);
+    }
+    const uint8_t *b = (const uint8_t *)t->vrow[j] + (size_t)(d >> 5) * sizeof(pl_block_q4_0);
+    __m128i x = _mm_loadl_epi64((const __m128i *)(b + 2 + (d & 15)));
+    if (d & 16) x = _mm_srli_epi16(x, 4);
+    __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))),
+                                 _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), sc);
 }
 
 AI void store8(float *y, __m256 x, int FULL) {
@@ -37,7 +75,7 @@ AI __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
+AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~7;
     const float *q0 = t->q + (size_t)v * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
     const __m128 scale = _mm_set1_ps(t->scale);
@@ -45,14 +83,14 @@ AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
         const void *k = t->krow[j];
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int32_t d = 0; d < full; d += 8) {
-            __m256 kc = load8(k, d, 1, F16);
+            __m256 kc = load8(k, d, 1, KT);
             a0 = _mm256_fmadd_ps(load8(q0, d, 1, 0), kc, a0);
             a1 = _mm256_fmadd_ps(load8(q1, d, 1, 0), kc, a1);
             a2 = _mm256_fmadd_ps(load8(q2, d, 1, 0), kc, a2);
             a3 = _mm256_fmadd_ps(load8(q3, d, 1, 0), kc, a3);
         }
         if (hd & 7) {
-            __m256 kc = load8(k, full, 0, F16);
+            __m256 kc = load8(k, full, 0, KT);
             a0 = _mm256_fmadd_ps(load8(q0, full, 0, 0), kc, a0);
             a1 = _mm256_fmadd_ps(load8(q1, full, 0, 0), kc, a1);
             a2 = _mm256_fmadd_ps(load8(q2, full, 0, 0), kc, a2);
@@ -64,7 +102,7 @@ AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
     }
 }
 
-AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
+AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~7;
     const float *q = t->q + (size_t)v * hd;
     const __m128 scale = _mm_set1_ps(t->scale);
@@ -76,17 +114,17 @@ AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int32_t d = 0; d < full; d += 8) {
             __m256 qc = load8(q, d, 1, 0);
-            a0 = _mm256_fmadd_ps(qc, load8(k0, d, 1, F16), a0);
-            a1 = _mm256_fmadd_ps(qc, load8(k1, d, 1, F16), a1);
-            a2 = _mm256_fmadd_ps(qc, load8(k2, d, 1, F16), a2);
-            a3 = _mm256_fmadd_ps(qc, load8(k3, d, 1, F16), a3);
+            a0 = _mm256_fmadd_ps(qc, load8(k0, d, 1, KT), a0);
+            a1 = _mm256_fmadd_ps(qc, load8(k1, d, 1, KT), a1);
+            a2 = _mm256_fmadd_ps(qc, load8(k2, d, 1, KT), a2);
+            a3 = _mm256_fmadd_ps(qc, load8(k3, d, 1, KT), a3);
         }
         if (hd & 7) {
             __m256 qc = load8(q, full, 0, 0);
-            a0 = _mm256_fmadd_ps(qc, load8(k0, full, 0, F16), a0);
-            a1 = _mm256_fmadd_ps(qc, load8(k1, full, 0, F16), a1);
-            a2 = _mm256_fmadd_ps(qc, load8(k2, full, 0, F16), a2);
-            a3 = _mm256_fmadd_ps(qc, load8(k3, full, 0, F16), a3);
+            a0 = _mm256_fmadd_ps(qc, load8(k0, full, 0, KT), a0);
+            a1 = _mm256_fmadd_ps(qc, load8(k1, full, 0, KT), a1);
+            a2 = _mm256_fmadd_ps(qc, load8(k2, full, 0, KT), a2);
+            a3 = _mm256_fmadd_ps(qc, load8(k3, full, 0, KT), a3);
         }
         float r[4];
         _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
@@ -151,7 +189,7 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
 }
 
 AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d, int FULL, int NG,
-                 int F16) {
+                 int KT) {
     const int32_t hd = t->head_dim;
     int32_t nmin = t->nvis[v], nmax = t->nvis[v];
     for (int i = 1; i < NG; i++) {
@@ -164,13 +202,13 @@ AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d
         a[i] = _mm256_mul_ps(load8(t->acc + (size_t)(v + i) * hd, d, FULL, 0), _mm256_set1_ps(alpha[v + i]));
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
     for (int32_t j = 0; j < nmin; j++) {
-        __m256 vc = load8(t->vrow[j], d, FULL, F16);
+        __m256 vc = vload8(t, j, d, FULL, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
     for (int32_t j = nmin; j < nmax; j++) {
-        __m256 vc = load8(t->vrow[j], d, FULL, F16);
+        __m256 vc = vload8(t, j, d, FULL, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             if (j < t->nvis[v + i])
@@ -180,34 +218,45 @@ AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d
     for (int i = 0; i < NG; i++) store8(t->acc + (size_t)(v + i) * hd + d, a[i], FULL);
 }
 
-AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int F16) {
+AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~7;
-    for (int32_t d = 0; d < full; d += 8) pv_chunk(t, v, alpha, d, 1, NG, F16);
-    if (hd & 7) pv_chunk(t, v, alpha, full, 0, NG, F16);
+    for (int32_t d = 0; d < full; d += 8) pv_chunk(t, v, alpha, d, 1, NG, KT);
+    if (hd & 7) pv_chunk(t, v, alpha, full, 0, NG, KT);
 }
 
-AI void tile_impl(const pl_attn_tile *t, int F16) {
+AI void tile_impl(const pl_attn_tile *t, int KT) {
     int32_t v0 = 0; /* nvis grows with v (vectors are in row order): skip the blind ones */
     while (v0 < t->nq && t->nvis[v0] == 0) v0++;
     int32_t v = v0;
-    for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], F16);
-    for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], F16);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) {
+        scores_q(t, v0, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
+    } else {
+        for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], KT);
+        for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], KT);
+    }
 
     float alpha[PL_ATTN_MAXQ];
     for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, KT == PL_KT_Q4_0);
 
     for (v = v0; v < t->nq;) {
         int32_t left = t->nq - v;
-        if (left >= 8) { pv_group(t, v, alpha, 8, F16); v += 8; }
-        else if (left >= 4) { pv_group(t, v, alpha, 4, F16); v += 4; }
-        else if (left >= 2) { pv_group(t, v, alpha, 2, F16); v += 2; }
-        else { pv_group(t, v, alpha, 1, F16); v += 1; }
+        if (left >= 8) { pv_group(t, v, alpha, 8, KT); v += 8; }
+        else if (left >= 4) { pv_group(t, v, alpha, 4, KT); v += 4; }
+        else if (left == 3) { pv_group(t, v, alpha, 3, KT); v += 3; } /* GQA 3: one V load */
+        else if (left >= 2) { pv_group(t, v, alpha, 2, KT); v += 2; }
+        else { pv_group(t, v, alpha, 1, KT); v += 1; }
     }
 }
 
 void pl_attn_tile_avx2(const pl_attn_tile *t) {
-    if (t->f16) tile_impl(t, 1);
-    else tile_impl(t, 0);
+    switch (t->kt) {
+    case PL_KT_F16: tile_impl(t, PL_KT_F16); return;
+    case PL_KT_BF16: tile_impl(t, PL_KT_BF16); return;
+    case PL_KT_Q8_0: tile_impl(t, PL_KT_Q8_0); return;
+    case PL_KT_Q4_0: tile_impl(t, PL_KT_Q4_0); return;
+    default: tile_impl(t, PL_KT_F32); return;
+    }
 }
 
 void pl_attn_f32_to_f16_avx2(const float *x, uint16_t *y, int32_t n) {

@@ -1,7 +1,9 @@
 /* kernels/attention_avx512 — the attention tile (see attention_impl.h) with AVX-512.
  *
  * head_dim is walked in chunks of 16 lanes; a tail of 4, 8 or 12 uses masked loads (zeros in the
- * unused lanes add nothing). f16 rows are widened with vcvtph2ps as they are loaded.
+ * unused lanes add nothing). f16 rows are widened with vcvtph2ps as they are loaded, bf16 rows by
+ * a shift, q8_0 / q4_0 rows dequantized in registers (int8 or nibble -> f32, times the block's
+ * scale); quantized rows are whole 32-element blocks, so they never take a masked tail.
  *
  *   scores:  four query vectors at a time share each key chunk (one load and conversion serves
  *            four FMAs); left-over vectors take four keys at a time instead. Both reduce the four
@@ -17,6 +19,8 @@
  */
 #include "kernels/attention_impl.h"
 
+#include "kernels/attention_q.h"
+#include "kernels/quant.h"
 #include "kernels/simd.h"
 
 #include <immintrin.h>
@@ -25,15 +29,60 @@
 
 AI __mmask16 tail_mask(int32_t hd) { return (__mmask16)((1u << (hd % 16)) - 1u); }
 
-/* 16 elements of a row starting at d; F16 is a compile-time constant at every call site. */
-AI __m512 load16(const void *row, int32_t d, int F16) {
-    if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d)));
+/* 16 elements of a row starting at d; KT is a compile-time constant at every call site. A
+ * quantized row's 16 elements are one half of a 32-element block (d is a multiple of 16). */
+AI __m512 load16(const void *row, int32_t d, int KT) {
+    if (KT == PL_KT_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d)));
+    if (KT == PL_KT_BF16) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+    }
+    if (KT == PL_KT_Q8_0) {
+        const uint8_t *b = (const uint8_t *)row + (size_t)(d >> 5) * sizeof(pl_block_q8_0);
+        __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + (d & 31))));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(f16_at(b)));
+    }
+    if (KT == PL_KT_Q4_0) { /* byte j holds element j (low nibble) and j + 16 (high) */
+        const uint8_t *b = (const uint8_t *)row + (size_t)(d >> 5) * sizeof(pl_block_q4_0);
+        __m128i x = _mm_loadu_si128((const __m128i *)(b + 2));
+        if (d & 16) x = _mm_srli_epi16(x, 4);
+        __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))),
+                                     _mm512_set1_epi32(8));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(f16_at(b)));
+    }
     return _mm512_loadu_ps((const float *)row + d);
 }
 
-AI __m512 load16_mask(const void *row, int32_t d, __mmask16 mk, int F16) {
-    if (F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)row + d));
+/* Value row j's 16 elements at d: as load16, with a quantized row's scale from t->vd. */
+AI __m512 vload16(const pl_attn_tile *t, int32_t j, int32_t d, __mmask16 mk, int KT);
+
+/* A masked tail (head_dim % 16 of 4, 8 or 12): float types only, quantized rows have none. */
+AI __m512 load16_mask(const void *row, int32_t d, __mmask16 mk, int KT) {
+    if (KT == PL_KT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)row + d));
+    if (KT == PL_KT_BF16) {
+        __m256i x = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)row + d);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+    }
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) return _mm512_maskz_mov_ps(mk, load16(row, d, KT));
     return _mm512_maskz_loadu_ps(mk, (const float *)row + d);
+}
+
+AI __m512 vload16(const pl_attn_tile *t, int32_t j, int32_t d, __mmask16 mk, int KT) {
+    if (KT != PL_KT_Q8_0 && KT != PL_KT_Q4_0)
+        return mk == 0xFFFF ? load16(t->vrow[j], d, KT) : load16_mask(t->vrow[j], d, mk, KT);
+    const __m512 sc = _mm512_set1_ps(t->vd[j * (t->head_dim / PL_QK) + (d >> 5)]);
+    __m512i q;
+    if (KT == PL_KT_Q8_0) {
+        const uint8_t *b = (const uint8_t *)t->vrow[j] + (size_t)(d >> 5) * sizeof(pl_block_q8_0);
+        q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + (d & 31))));
+    } else {
+        const uint8_t *b = (const uint8_t *)t->vrow[j] + (size_t)(d >> 5) * sizeof(pl_block_q4_0);
+        __m128i x = _mm_loadu_si128((const __m128i *)(b + 2));
+        if (d & 16) x = _mm_srli_epi16(x, 4);
+        q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))),
+                             _mm512_set1_epi32(8));
+    }
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), sc); /* quantized rows have no tail: mk full */
 }
 
 /* Horizontal sums of four registers: lane i of the result is the sum of a_i. Each sum is
@@ -49,7 +98,7 @@ AI __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 }
 
 /* Scores of four query vectors q[0..3] against the first nk keys (one key chunk, four FMAs). */
-AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
+AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~15;
     const __mmask16 mk = tail_mask(hd);
     const float *q0 = t->q + (size_t)v * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
@@ -58,14 +107,14 @@ AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
         const void *k = t->krow[j];
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int32_t d = 0; d < full; d += 16) {
-            __m512 kc = load16(k, d, F16);
+            __m512 kc = load16(k, d, KT);
             a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d), kc, a0);
             a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q1 + d), kc, a1);
             a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + d), kc, a2);
             a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q3 + d), kc, a3);
         }
         if (mk) {
-            __m512 kc = load16_mask(k, full, mk, F16);
+            __m512 kc = load16_mask(k, full, mk, KT);
             a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q0 + full), kc, a0);
             a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q1 + full), kc, a1);
             a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q2 + full), kc, a2);
@@ -78,7 +127,7 @@ AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
 }
 
 /* Scores of one query vector against its nk keys, four keys at a time. */
-AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
+AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~15;
     const __mmask16 mk = tail_mask(hd);
     const float *q = t->q + (size_t)v * hd;
@@ -91,17 +140,17 @@ AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int F16) {
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int32_t d = 0; d < full; d += 16) {
             __m512 qc = _mm512_loadu_ps(q + d);
-            a0 = _mm512_fmadd_ps(qc, load16(k0, d, F16), a0);
-            a1 = _mm512_fmadd_ps(qc, load16(k1, d, F16), a1);
-            a2 = _mm512_fmadd_ps(qc, load16(k2, d, F16), a2);
-            a3 = _mm512_fmadd_ps(qc, load16(k3, d, F16), a3);
+            a0 = _mm512_fmadd_ps(qc, load16(k0, d, KT), a0);
+            a1 = _mm512_fmadd_ps(qc, load16(k1, d, KT), a1);
+            a2 = _mm512_fmadd_ps(qc, load16(k2, d, KT), a2);
+            a3 = _mm512_fmadd_ps(qc, load16(k3, d, KT), a3);
         }
         if (mk) {
             __m512 qc = _mm512_maskz_loadu_ps(mk, q + full);
-            a0 = _mm512_fmadd_ps(qc, load16_mask(k0, full, mk, F16), a0);
-            a1 = _mm512_fmadd_ps(qc, load16_mask(k1, full, mk, F16), a1);
-            a2 = _mm512_fmadd_ps(qc, load16_mask(k2, full, mk, F16), a2);
-            a3 = _mm512_fmadd_ps(qc, load16_mask(k3, full, mk, F16), a3);
+            a0 = _mm512_fmadd_ps(qc, load16_mask(k0, full, mk, KT), a0);
+            a1 = _mm512_fmadd_ps(qc, load16_mask(k1, full, mk, KT), a1);
+            a2 = _mm512_fmadd_ps(qc, load16_mask(k2, full, mk, KT), a2);
+            a3 = _mm512_fmadd_ps(qc, load16_mask(k3, full, mk, KT), a3);
         }
         float r[4];
         _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
@@ -132,7 +181,7 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
 /* acc[v..v+NG) = alpha * acc + sum_j p_j v_j over the head_dim chunk at d (mask mk). Keys below
  * every vector's nvis run unconditionally; the rest only for the vectors that see them. */
 AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d, __mmask16 mk,
-                 int NG, int F16) {
+                 int NG, int KT) {
     const int32_t hd = t->head_dim;
     int32_t nmin = t->nvis[v], nmax = t->nvis[v];
     for (int i = 1; i < NG; i++) {
@@ -146,13 +195,14 @@ AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d
                              _mm512_set1_ps(alpha[v + i]));
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
     for (int32_t j = 0; j < nmin; j++) {
-        __m512 vc = mk == 0xFFFF ? load16(t->vrow[j], d, F16) : load16_mask(t->vrow[j], d, mk, F16);
+        __m512 vc = vload16(t, j, d, mk, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
     for (int32_t j = nmin; j < nmax; j++) {
-        __m512 vc = load16_mask(t->vrow[j], d, mk, F16);
+        __m512 vc = KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0 ? vload16(t, j, d, mk, KT)
+                                                          : load16_mask(t->vrow[j], d, mk, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             if (j < t->nvis[v + i])
@@ -162,34 +212,45 @@ AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d
     for (int i = 0; i < NG; i++) _mm512_mask_storeu_ps(t->acc + (size_t)(v + i) * hd + d, mk, a[i]);
 }
 
-AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int F16) {
+AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~15;
-    for (int32_t d = 0; d < full; d += 16) pv_chunk(t, v, alpha, d, 0xFFFF, NG, F16);
-    if (hd & 15) pv_chunk(t, v, alpha, full, tail_mask(hd), NG, F16);
+    for (int32_t d = 0; d < full; d += 16) pv_chunk(t, v, alpha, d, 0xFFFF, NG, KT);
+    if (hd & 15) pv_chunk(t, v, alpha, full, tail_mask(hd), NG, KT);
 }
 
-AI void tile_impl(const pl_attn_tile *t, int F16) {
+AI void tile_impl(const pl_attn_tile *t, int KT) {
     int32_t v0 = 0; /* nvis grows with v (vectors are in row order): skip the blind ones */
     while (v0 < t->nq && t->nvis[v0] == 0) v0++;
     int32_t v = v0;
-    for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], F16);
-    for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], F16);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) {
+        scores_q(t, v0, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
+    } else {
+        for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], KT);
+        for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], KT);
+    }
 
     float alpha[PL_ATTN_MAXQ];
     for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, KT == PL_KT_Q4_0);
 
     for (v = v0; v < t->nq;) {
         int32_t left = t->nq - v;
-        if (left >= 8) { pv_group(t, v, alpha, 8, F16); v += 8; }
-        else if (left >= 4) { pv_group(t, v, alpha, 4, F16); v += 4; }
-        else if (left >= 2) { pv_group(t, v, alpha, 2, F16); v += 2; }
-        else { pv_group(t, v, alpha, 1, F16); v += 1; }
+        if (left >= 8) { pv_group(t, v, alpha, 8, KT); v += 8; }
+        else if (left >= 4) { pv_group(t, v, alpha, 4, KT); v += 4; }
+        else if (left == 3) { pv_group(t, v, alpha, 3, KT); v += 3; } /* GQA 3: one V load */
+        else if (left >= 2) { pv_group(t, v, alpha, 2, KT); v += 2; }
+        else { pv_group(t, v, alpha, 1, KT); v += 1; }
     }
 }
 
 void pl_attn_tile_avx512(const pl_attn_tile *t) {
-    if (t->f16) tile_impl(t, 1);
-    else tile_impl(t, 0);
+    switch (t->kt) {
+    case PL_KT_F16: tile_impl(t, PL_KT_F16); return;
+    case PL_KT_BF16: tile_impl(t, PL_KT_BF16); return;
+    case PL_KT_Q8_0: tile_impl(t, PL_KT_Q8_0); return;
+    case PL_KT_Q4_0: tile_impl(t, PL_KT_Q4_0); return;
+    default: tile_impl(t, PL_KT_F32); return;
+    }
 }
 
 void pl_attn_f32_to_f16_avx512(const float *x, uint16_t *y, int32_t n) {

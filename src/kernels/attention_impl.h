@@ -8,7 +8,10 @@
  * every position of the tile through the block table and calls one tile function, which
  *
  *   - computes the scores s = scale * q·k of every vector against the tile's keys it may see
- *     (the first nvis[v] keys; a vector with nvis 0 is left untouched),
+ *     (the first nvis[v] keys; a vector with nvis 0 is left untouched). With a q8_0 or q4_0
+ *     cache the query is quantized to q8_0 first, as llama.cpp's CPU flash attention does, and
+ *     q·k = sum over 32-blocks b, in order, of (float)isum_b * (dq_b * dk_b) with isum_b the
+ *     exact integer dot product: the same bits on every instruction set,
  *   - updates the online softmax: m' = max(m, max s), alpha = exp(m - m'),
  *     p = exp(s - m'), l' = alpha * l + sum p, acc' = alpha * acc + sum_j p_j v_j (keys in order).
  *
@@ -28,14 +31,29 @@ enum {
     PL_ATTN_MAX_HEAD_DIM = 256,
 };
 
+/* How a cache row is stored (the tile functions are compiled once per kind). Quantized rows are
+ * head_dim / 32 GGML blocks (a multiple of 32 is required) and are dequantized in registers as
+ * they are loaded: value = (float)q * (float)scale, the same product on every instruction set. */
+enum {
+    PL_KT_F32 = 0,
+    PL_KT_F16 = 1,
+    PL_KT_BF16 = 2,
+    PL_KT_Q8_0 = 3,  /* pl_block_q8_0[head_dim / 32] */
+    PL_KT_Q4_0 = 4,  /* pl_block_q4_0[head_dim / 32] */
+};
+
 typedef struct {
     int32_t nq;              /* query vectors in the chunk, 1..PL_ATTN_MAXQ */
     int32_t nk;              /* positions in this tile, 1..PL_ATTN_KT */
-    int32_t head_dim;        /* multiple of 4, <= PL_ATTN_MAX_HEAD_DIM */
-    int32_t f16;             /* 1: cache rows are f16, 0: f32 */
+    int32_t head_dim;        /* multiple of 4 (of 32 when quantized), <= PL_ATTN_MAX_HEAD_DIM */
+    int32_t kt;              /* PL_KT_*: how cache rows are stored */
     float scale;             /* applied to q·k */
     const int32_t *nvis;     /* [nq] keys of the tile vector v sees: 0..nk, a prefix */
-    const float *q;          /* [nq][head_dim] */
+    const float *q;          /* [nq][head_dim]; bf16 cache: rounded to bf16 (as llama.cpp) */
+    const int8_t *qq;        /* q8_0 / q4_0 cache: q as q8_0, quants [nq][head_dim] ... */
+    const float *qd;         /* ... scales [nq][head_dim / 32] (f16 values) ... */
+    const int32_t *qsum;     /* ... and sums of the quants of each block [nq][head_dim / 32] */
+    float *vd;               /* q8_0 / q4_0 scratch: the tile's V scales [PL_ATTN_KT][hd / 32] */
     const void *const *krow; /* [nk] key rows (head_dim elements each) */
     const void *const *vrow; /* [nk] value rows */
     float *m;                /* [nq] running max of the scores (-inf before the first key) */
@@ -45,6 +63,14 @@ typedef struct {
 } pl_attn_tile;
 
 typedef void (*pl_attn_tile_fn)(const pl_attn_tile *t);
+
+/* sum_b (float)isum_b * (qd_b * dk_b), blocks in order: the quantized score before scaling. */
+static inline float pl_attn_q_combine(const int32_t *isum, const float *qd, const float *dk,
+                                      int32_t nb) {
+    float s = 0.0f;
+    for (int32_t b = 0; b < nb; b++) s += (float)isum[b] * (qd[b] * dk[b]);
+    return s;
+}
 
 void pl_attn_tile_avx2(const pl_attn_tile *t);
 void pl_attn_tile_avx512(const pl_attn_tile *t);

@@ -1,8 +1,8 @@
 /* kv/kv_store — see kv_store.h.
  *
  * One mapping holds, layer after layer, that layer's K array then its V array, each
- * num_blocks × pl_kv_block_bytes(layout) bytes (a multiple of 4, and the mapping is page-aligned,
- * so every row is aligned for its element type). Anonymous stores are private zero-filled memory;
+ * num_blocks × pl_kv_block_bytes(layout) bytes (even, and the mapping is page-aligned, so every
+ * row is aligned for its element type: 4 bytes for f32, 2 for the others). Anonymous stores are private zero-filled memory;
  * file-backed stores are a MAP_SHARED mapping of a file created (or truncated) at `path` and sized
  * with ftruncate, so the kernel pages swapped-out blocks to that file. The file is left in place
  * when the store is freed; whoever chose the path removes it.
@@ -26,22 +26,24 @@ size_t pl_kv_bytes_per_block(const pl_kv_layout *l, int32_t n_layers) {
     return mul_checked(pl_kv_block_bytes(l), 2 * (size_t)n_layers);
 }
 
-static const char *dtype_label(pl_dtype t) { return t == PL_DT_F16 ? "f16" : "f32"; }
+static const char *dtype_label(pl_dtype t) { return pl_dtype_name((uint32_t)t); }
+
+pl_status pl_kv_layout_check(const pl_kv_layout *l) {
+    const char *why = pl_kv_layout_problem(l);
+    if (why)
+        return pl_fail(PL_ERR_UNSUPPORTED, "KV cache dtype %s with head_dim %d: %s",
+                       dtype_label(l->dtype), l->head_dim, why);
+    return PL_OK;
+}
 
 static pl_status check_layout(const pl_kv_layout *l, int32_t n_layers) {
-    if (l->dtype != PL_DT_F16 && l->dtype != PL_DT_F32)
-        return pl_fail(PL_ERR_INVALID_ARG, "KV cache: dtype must be f16 or f32, found type id %d",
-                       (int)l->dtype);
+    PL_TRY(pl_kv_layout_check(l));
     if (l->block_size <= 0)
         return pl_fail(PL_ERR_INVALID_ARG, "KV cache: block size must be > 0, found %d",
                        l->block_size);
     if (l->n_kv_heads <= 0)
         return pl_fail(PL_ERR_INVALID_ARG, "KV cache: n_kv_heads must be > 0, found %d",
                        l->n_kv_heads);
-    if (l->head_dim <= 0 || l->head_dim % 4 != 0 || l->head_dim > 256)
-        return pl_fail(PL_ERR_UNSUPPORTED,
-                       "KV cache: head_dim must be a multiple of 4 in 4..256, found %d",
-                       l->head_dim);
     if (l->num_blocks <= 0)
         return pl_fail(PL_ERR_INVALID_ARG, "KV cache: num_blocks must be > 0, found %lld",
                        (long long)l->num_blocks);

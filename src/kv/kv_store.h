@@ -7,7 +7,9 @@
  * kv/block_pool and kv/manager; the store only knows bytes.
  *
  * Inside the mapping, layer after layer: that layer's K array, then its V array, each
- * layer_bytes long (page-aligned base, so rows are aligned for their element type). Anonymous
+ * layer_bytes long (page-aligned base; every row starts on a multiple of its element size: 4 for
+ * f32, 2 for f16 / bf16 and for q8_0 / q4_0 blocks of 34 / 18 bytes, whose f16 scale is read
+ * as such). The bytes per block follow the dtype (kernels/attention.h). Anonymous
  * stores start zero-filled. A file-backed store creates or truncates `path`, sizes it with
  * ftruncate and maps it MAP_SHARED; the file is left in place on free (whoever named it removes
  * it). Init refuses, with a message naming the budget (blocks x bytes per block, layers, dtype),
@@ -31,7 +33,11 @@ typedef struct {
     int file_backed;
 } pl_kv_store;
 
-/* Bytes one block costs across all layers, K and V (0 if that overflows). */
+/* PL_ERR_UNSUPPORTED with a message naming the dtype and head_dim when the kernels cannot serve
+ * that layout (e.g. q8_0 with a head_dim that is not a multiple of 32). */
+pl_status pl_kv_layout_check(const pl_kv_layout *l);
+/* Bytes one block costs across all layers, K and V (0 if that overflows or the layout is not
+ * served). The dtype sets it: per 32 values f32 128 bytes, f16/bf16 64, q8_0 34, q4_0 18. */
 size_t pl_kv_bytes_per_block(const pl_kv_layout *l, int32_t n_layers);
 /* num_blocks in layout is taken as given; path NULL = anonymous memory. */
 pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,

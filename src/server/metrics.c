@@ -130,6 +130,17 @@ void pl_server_metrics_iteration(pl_server_metrics *m, uint64_t tokens) {
     pthread_mutex_unlock(&m->mu);
 }
 
+/* The cache_dtype label: torch names for the float types, as vLLM prints them; GGML names else. */
+static const char *cache_dtype_label(const pl_engine_config *c) {
+    pl_kv_cache_dtype t = c->kv_cache_f32 ? PL_KV_CACHE_F32 : c->kv_cache_dtype;
+    switch (t) {
+    case PL_KV_CACHE_F32: return "float32";
+    case PL_KV_CACHE_BF16: return "bfloat16";
+    case PL_KV_CACHE_F16: return "float16";
+    default: return pl_kv_cache_dtype_name(t) ? pl_kv_cache_dtype_name(t) : "float16";
+    }
+}
+
 static void metric(pl_strbuf *b, const char *name, const char *type, const char *help,
                    const char *labels, double v) {
     pl_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
@@ -274,7 +285,7 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
                       "enable_prefix_caching=\"%s\",gpu_memory_utilization=\"%g\","
                       "kv_cache_memory_bytes=\"%llu\",num_cpu_blocks=\"%d\","
                       "num_gpu_blocks=\"%d\",swap_space_bytes=\"%llu\",engine=\"0\"} 1\n",
-                  c->block_size, c->kv_cache_f32 ? "float32" : "float16",
+                  c->block_size, cache_dtype_label(c),
                   c->enable_prefix_caching ? "True" : "False", c->kv_cache_memory_fraction,
                   (unsigned long long)c->kv_cache_memory, s->swap_total, s->blocks_total,
                   (unsigned long long)c->swap_space);

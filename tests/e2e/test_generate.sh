@@ -211,6 +211,12 @@ one_line() { # one_line DESCRIPTION PATTERN COMMAND...
 one_line "token id out of range" "token id 9999" "$PL_BINARY" generate -m "$M" --prompt-ids 1,9999
 one_line "prompt too long" "context length" "$PL_BINARY" generate -m "$M" -p "x" -n 5000
 one_line "tiny kv budget" "kv-cache-memory" "$PL_BINARY" generate -m "$M" -p x --kv-cache-memory 1K
+one_line "q8_0 KV cache, head_dim 8" "KV cache dtype q8_0 with head_dim 8.*multiple of 32" \
+    "$PL_BINARY" generate -m "$M" -p x --kv-cache-dtype q8_0
+"$PL_BINARY" generate -m "$M" -p x --kv-cache-dtype q3 >/dev/null 2>"$tmp/err"
+expect "--kv-cache-dtype q3: usage error" "$?" 2
+grep -q "'q3' is not one of auto, f16, bf16, f32, q8_0, q4_0" "$tmp/err" && ok ||
+    bad "--kv-cache-dtype q3 names the valid values: $(cat "$tmp/err")"
 : >"$tmp/empty.gguf"
 one_line "empty file" "empty" "$PL_BINARY" generate -m "$tmp/empty.gguf" -p x
 printf 'PK\003\004not a gguf at all' >"$tmp/zip.gguf"

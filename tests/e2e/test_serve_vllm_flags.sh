@@ -37,7 +37,7 @@ check "--kv-cache-memory-bytes wins over --gpu-memory-utilization ($line)" test 
 line=$(serve_kv --kv-cache-memory 8M --dtype float32)
 check "--dtype float32: f32 KV cache ($line)" grep -q ', f32, ' <<<"$line"
 line=$(serve_kv --kv-cache-memory 8M --dtype bfloat16)
-check "--dtype bfloat16: f16 KV cache ($line)" grep -q ', f16, ' <<<"$line"
+check "--dtype bfloat16: bf16 KV cache, as vLLM's auto ($line)" grep -q ', bf16, ' <<<"$line"
 line=$(serve_kv --kv-cache-memory 8M --dtype float32 --kv-cache-dtype f16)
 check "--kv-cache-dtype after --dtype wins ($line)" grep -q ', f16, ' <<<"$line"
 printf 'MemTotal: 1 kB\n' >"$TMP/meminfo_bad"

@@ -14,7 +14,13 @@
  * weights); PL_REF_MEASURE=1 reports without judging.
  * If mkmodel's quantizers change, the references must be made again with the script.
  * PL_WTYPE_MODELS / PL_WTYPE_REFS (measuring only; refused under CI) point the test at other
- * models and references: the script's --llama-quantized mode. */
+ * models and references: the script's --llama-quantized mode.
+ *
+ * The KV cache types (issue 18 part 1) the same way: the shared test models with a bf16, q8_0 or
+ * q4_0 KV cache against tests/data/kvtypes/MODEL.KV.json, which llama.cpp computed with the same
+ * -ctk/-ctv (scripts/make_kv_refs.sh), bounds 1.5x / 2x measured as above. The same steps also
+ * measure the cache's own error: |Δ| between our log-probabilities with that cache and with an
+ * f32 one (printed, and bounded 1.5x measured: docs/ACCURACY.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +49,20 @@ static const type_case TYPES[] = {
     {"q4_1", 1.4e-2, 3.6e-3},   {"q5_0", 1.8e-2, 5.3e-3},   {"q5_1", 1.3e-2, 3.7e-3},
     {"iq4_nl", 1e-2, 1.3e-3},   {"q2_k", 1.9e-2, 3.4e-3},   {"q3_k", 1.7e-2, 4.4e-3},
     {"iq4_xs", 1.6e-2, 1.6e-3},
+};
+
+typedef struct {
+    const char *model, *kv; /* ../shared/models/MODEL.gguf, KV cache type */
+    pl_kv_cache_dtype dt;
+    double tol, mean;       /* against llama.cpp with the same cache type */
+    double tol32;           /* against our own f32 cache: max |Δ| */
+} kv_case;
+
+static const kv_case KV_TYPES[] = {
+    {"synth-tiny-f32", "bf16", PL_KV_CACHE_BF16, 3.3e-3, 5.2e-4, 2.6e-2},
+    {"synth-tiny-f32", "q8_0", PL_KV_CACHE_Q8_0, 1.1e-2, 1.8e-3, 1.0e-1},
+    {"synth-tiny-f32", "q4_0", PL_KV_CACHE_Q4_0, 2.6e-2, 3.1e-3, 1.3},
+    {"stories260K", "bf16", PL_KV_CACHE_BF16, 7.5e-3, 3.7e-4, 2.3e-1},
 };
 
 enum { TOP = 20, MAX_SEQ = 256 };
@@ -89,30 +109,39 @@ static pl_token_logprob *teacher_forced(pl_engine *e, const int32_t *ids, int32_
     return rows;
 }
 
-static void run_type(const type_case *tc, const char *dir) {
-    const int judge = !test_env("PL_REF_MEASURE");
-    char model[1024], ref[1024], cmd[4096];
-    /* measuring knobs of scripts/make_wtype_refs.sh --llama-quantized: other models and refs */
-    const char *models = test_env("PL_WTYPE_MODELS"), *refs = test_env("PL_WTYPE_REFS");
-    snprintf(model, sizeof model, "%s/%s.gguf", models ? models : dir, tc->type);
-    snprintf(ref, sizeof ref, "%s/tests/data/wtypes/%s.json", refs ? refs : PL_SOURCE_DIR, tc->type);
-    snprintf(cmd, sizeof cmd,
-             "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' --dim 256 --layers 2 "
-             "--heads 8 --kv-heads 4 --ffn 768 --type %s --seed 7 >/dev/null",
-             PL_BINARY, model, PL_SHARED_DIR, tc->type);
-    if (!models && system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
-    json_error_t jerr;
-    json_t *root = json_load_file(ref, 0, &jerr);
-    if (!root) fail_msg("%s: %s", ref, jerr.text);
+typedef struct {
+    const char *name;      /* for messages */
+    double tol, mean;      /* bounds against the reference */
+    double tol32;          /* > 0: also run with an f32 cache and bound |Δ| to it */
+    pl_kv_cache_dtype dt;  /* our KV cache */
+} compare_opts;
+
+static pl_engine *engine_for(const char *model, pl_kv_cache_dtype dt) {
     pl_engine_config cfg;
     pl_engine_config_default(&cfg);
     cfg.model_path = model;
-    cfg.kv_cache_f32 = 1;
+    cfg.kv_cache_dtype = dt;
     cfg.kv_cache_memory = 32u << 20;
     cfg.threads = 2;
     pl_engine *e;
     if (pl_engine_create(&cfg, &e) != PL_OK) fail_msg("engine %s: %s", model, pl_last_error());
-    double max_err = 0, sum_err = 0;
+    return e;
+}
+
+static double logprob_of(const pl_token_logprob *row, int32_t id) {
+    for (int i = 0; i <= TOP; i++)
+        if (row[i].id == id) return row[i].logprob;
+    return NAN;
+}
+
+/* Teacher-forced log-probabilities of `model` with cache o->dt against the reference `ref`. */
+static void compare(const compare_opts *o, const char *model, const char *ref) {
+    const int judge = !test_env("PL_REF_MEASURE");
+    json_error_t jerr;
+    json_t *root = json_load_file(ref, 0, &jerr);
+    if (!root) fail_msg("%s: %s", ref, jerr.text);
+    pl_engine *e = engine_for(model, o->dt), *e32 = o->tol32 > 0 ? engine_for(model, PL_KV_CACHE_F32) : NULL;
+    double max_err = 0, sum_err = 0, max32 = 0, sum32 = 0;
     long n_err = 0;
     size_t ci;
     json_t *c;
@@ -123,40 +152,84 @@ static void run_type(const type_case *tc, const char *dir) {
         json_t *steps = json_object_get(c, "steps");
         assert_int_equal((int32_t)json_array_size(steps), ng);
         pl_token_logprob *rows = teacher_forced(e, seq, np + ng);
+        pl_token_logprob *rows32 = e32 ? teacher_forced(e32, seq, np + ng) : NULL;
         for (int32_t j = 0; j < ng; j++) {
             json_t *st = json_array_get(steps, (size_t)j);
             const pl_token_logprob *row = rows + (size_t)(np + j) * (TOP + 1);
             for (size_t k = 0; k < json_array_size(json_object_get(st, "top")); k++) {
                 int32_t id = (int32_t)json_integer_value(json_array_get(top_at(st, k), 0));
-                double want = json_real_value(json_array_get(top_at(st, k), 1)), ours = NAN;
-                for (int i = 0; i <= TOP; i++)
-                    if (row[i].id == id) ours = row[i].logprob;
+                double want = json_real_value(json_array_get(top_at(st, k), 1));
+                double ours = logprob_of(row, id);
                 if (isnan(ours))
                     fail_msg("%s case %zu step %d: reference top-%zu id %d is not in our top %d",
-                             tc->type, ci, j, k + 1, id, TOP);
+                             o->name, ci, j, k + 1, id, TOP);
                 double err = fabs(ours - want);
                 max_err = err > max_err ? err : max_err;
                 sum_err += err;
                 n_err++;
-                if (judge && err > tc->tol)
-                    fail_msg("%s case %zu step %d id %d: logprob %.6f, reference %.6f", tc->type,
+                if (judge && err > o->tol)
+                    fail_msg("%s case %zu step %d id %d: logprob %.6f, reference %.6f", o->name,
                              ci, j, id, ours, want);
+                if (rows32) {
+                    double d32 = fabs(ours - logprob_of(rows32 + (size_t)(np + j) * (TOP + 1), id));
+                    if (isnan(d32)) d32 = INFINITY; /* not even in the f32 cache's top 20 */
+                    max32 = d32 > max32 ? d32 : max32;
+                    sum32 += d32;
+                    if (judge && d32 > o->tol32)
+                        fail_msg("%s case %zu step %d id %d: |logprob - f32 cache's| %.6f", o->name,
+                                 ci, j, id, d32);
+                }
             }
             double gap = json_real_value(json_array_get(top_at(st, 0), 1)) -
                          json_real_value(json_array_get(top_at(st, 1), 1));
-            if (judge && gap > 2 * tc->tol && row[0].id != seq[np + j])
-                fail_msg("%s case %zu step %d: our top-1 %d, reference %d (gap %.3f)", tc->type,
+            if (judge && gap > 2 * o->tol && row[0].id != seq[np + j])
+                fail_msg("%s case %zu step %d: our top-1 %d, reference %d (gap %.3f)", o->name,
                          ci, j, row[0].id, seq[np + j], gap);
         }
         free(rows);
+        free(rows32);
     }
     double mean = n_err ? sum_err / (double)n_err : 0;
-    print_message("%-7s max |Δ| %.2e  mean %.2e  (%ld log-probabilities)\n", tc->type, max_err,
+    print_message("%-20s max |Δ| %.2e  mean %.2e  (%ld log-probabilities)", o->name, max_err,
                   mean, n_err);
-    if (judge && mean > tc->mean) fail_msg("%s: mean |Δ| %.2e beyond %g", tc->type, mean, tc->mean);
+    if (e32)
+        print_message("; vs our f32 cache: max |Δ| %.2e  mean %.2e", max32,
+                      n_err ? sum32 / (double)n_err : 0);
+    print_message("\n");
+    if (judge && mean > o->mean) fail_msg("%s: mean |Δ| %.2e beyond %g", o->name, mean, o->mean);
     pl_engine_destroy(e);
+    if (e32) pl_engine_destroy(e32);
     json_decref(root);
+}
+
+static void run_type(const type_case *tc, const char *dir) {
+    char model[1024], ref[1024], cmd[4096];
+    /* measuring knobs of scripts/make_wtype_refs.sh --llama-quantized: other models and refs */
+    const char *models = test_env("PL_WTYPE_MODELS"), *refs = test_env("PL_WTYPE_REFS");
+    snprintf(model, sizeof model, "%s/%s.gguf", models ? models : dir, tc->type);
+    snprintf(ref, sizeof ref, "%s/tests/data/wtypes/%s.json", refs ? refs : PL_SOURCE_DIR, tc->type);
+    snprintf(cmd, sizeof cmd,
+             "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' --dim 256 --layers 2 "
+             "--heads 8 --kv-heads 4 --ffn 768 --type %s --seed 7 >/dev/null",
+             PL_BINARY, model, PL_SHARED_DIR, tc->type);
+    if (!models && system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
+    compare_opts o = {.name = tc->type, .tol = tc->tol, .mean = tc->mean, .dt = PL_KV_CACHE_F32};
+    compare(&o, model, ref);
     if (!models) unlink(model);
+}
+
+static void test_kv_types_against_llama_cpp(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof KV_TYPES / sizeof KV_TYPES[0]; i++) {
+        const kv_case *k = &KV_TYPES[i];
+        char model[1024], ref[1024], name[64];
+        snprintf(model, sizeof model, "%s/models/%s.gguf", PL_SHARED_DIR, k->model);
+        snprintf(ref, sizeof ref, "%s/tests/data/kvtypes/%s.%s.json", PL_SOURCE_DIR, k->model, k->kv);
+        snprintf(name, sizeof name, "%s %s KV", k->model, k->kv);
+        compare_opts o = {.name = name, .tol = k->tol, .mean = k->mean, .tol32 = k->tol32, .dt = k->dt};
+        if (test_env("PL_REF_MEASURE")) o.tol32 = 1; /* measure the f32 distance too */
+        compare(&o, model, ref);
+    }
 }
 
 static void test_wtypes_against_llama_cpp(void **state) {
@@ -170,6 +243,7 @@ static void test_wtypes_against_llama_cpp(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wtypes_against_llama_cpp),
+        cmocka_unit_test(test_kv_types_against_llama_cpp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

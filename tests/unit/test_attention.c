@@ -12,6 +12,13 @@
  * because every probability moves by a factor in [exp(-2 eps_s), exp(2 eps_s)]. The test computes
  * that bound per case and checks it (plus 1e-5); here it is ~1e-3..1e-2 while the observed error
  * is a few 1e-4.
+ *
+ * bf16, q8_0 and q4_0 caches are held to the same 1e-5 against the dense reference computed on
+ * what the kernel really multiplies: the K/V rows as stored (rounded, or quantized and
+ * dequantized with the library's quantizers, whose bytes test_kv_write_readback pins) and the
+ * query as the kernel takes it (bf16-rounded, or quantized to q8_0 for q8_0 / q4_0 keys, as
+ * llama.cpp's flash attention does). What quantization costs against f32 is an accuracy figure,
+ * not a kernel property: docs/ACCURACY.md.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +30,7 @@
 #include "base/threadpool.h"
 #include "kernels/attention.h"
 #include "kernels/cpu.h"
+#include "kernels/quant.h"
 #include "isa_coverage.h"
 
 #include <math.h>
@@ -45,6 +53,8 @@ typedef struct {
     void *kc, *vc;          /* the pool: one layer's K and V caches */
     float *k[MAX_SEQS];     /* [ctx][n_kv_heads][head_dim] as written (unrounded) */
     float *v[MAX_SEQS];
+    float *ks[MAX_SEQS];    /* the same as stored: rounded to f16 / bf16 or quantized and back */
+    float *vs[MAX_SEQS];
     float *q;               /* [n_tokens][n_heads][head_dim] */
     float *out;
     float scale;
@@ -61,6 +71,46 @@ static void *xmalloc(size_t n) {
 }
 
 static float round_f16(float x) { return pl_f16_to_f32(pl_f32_to_f16(x)); }
+
+static const pl_dtype DTYPES[] = {PL_DT_F32, PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
+enum { N_DTYPES = 5 };
+static int quantized(pl_dtype dt) { return dt == PL_DT_Q8_0 || dt == PL_DT_Q4_0; }
+
+/* What the cache holds for a head row x, in f32: rounded or quantized and dequantized with the
+ * library's llama.cpp-compatible quantizers (test_kv_write_readback pins the bytes). */
+static void stored_row(pl_dtype dt, const float *x, float *y, int32_t hd) {
+    pl_block_q8_0 q8[256 / PL_QK];
+    pl_block_q4_0 q4[256 / PL_QK];
+    switch (dt) {
+    case PL_DT_F16: for (int32_t d = 0; d < hd; d++) y[d] = round_f16(x[d]); return;
+    case PL_DT_BF16: for (int32_t d = 0; d < hd; d++) y[d] = pl_bf16_to_f32(pl_f32_to_bf16(x[d])); return;
+    case PL_DT_Q8_0: pl_quantize_q8_0_act(x, q8, hd); pl_dequant_q8_0(q8, y, hd); return;
+    case PL_DT_Q4_0: pl_quantize_q4_0_ref(x, q4, hd); pl_dequant_q4_0(q4, y, hd); return;
+    default: memcpy(y, x, sizeof(float) * (size_t)hd); return;
+    }
+}
+
+/* The query as the kernel uses it with this cache (as llama.cpp's flash attention): bf16-rounded
+ * for bf16 keys, quantized to q8_0 (and back) for q8_0 / q4_0 keys; as is otherwise. */
+static void query_as_kernel(pl_dtype dt, float *q, int32_t hd) {
+    pl_block_q8_0 q8[256 / PL_QK];
+    if (dt == PL_DT_BF16) stored_row(dt, q, q, hd);
+    if (quantized(dt)) {
+        pl_quantize_q8_0_act(q, q8, hd);
+        pl_dequant_q8_0(q8, q, hd);
+    }
+}
+
+static void store_seq(acase *c, int32_t i) {
+    const int32_t hd = c->l.head_dim;
+    const size_t rows = (size_t)c->ctx[i] * c->l.n_kv_heads;
+    c->ks[i] = xmalloc(sizeof(float) * rows * hd);
+    c->vs[i] = xmalloc(sizeof(float) * rows * hd);
+    for (size_t r = 0; r < rows; r++) {
+        stored_row(c->l.dtype, c->k[i] + r * hd, c->ks[i] + r * hd, hd);
+        stored_row(c->l.dtype, c->v[i] + r * hd, c->vs[i] + r * hd, hd);
+    }
+}
 
 /* Builds a case: scattered block tables, K/V written through pl_kv_write in shuffled order. The
  * layout (tables, write order) comes from rng, the numbers (K, V, q) from data_seed alone, so two
@@ -146,6 +196,7 @@ static void build(acase *c, pl_rng *rng, uint64_t data_seed, pl_dtype dt, int32_
     free(slots);
     free(order);
 
+    for (int32_t i = 0; i < n_seqs; i++) store_seq(c, i);
     size_t qn = (size_t)c->n_tokens * c->n_heads * hd;
     c->q = xmalloc(sizeof(float) * qn);
     c->out = xmalloc(sizeof(float) * qn);
@@ -159,6 +210,8 @@ static void destroy(acase *c) {
     for (int32_t i = 0; i < c->n_seqs; i++) {
         free(c->k[i]);
         free(c->v[i]);
+        free(c->ks[i]);
+        free(c->vs[i]);
     }
     free(c->q);
     free(c->out);
@@ -171,7 +224,8 @@ static pl_attn_args args_of(const acase *c) {
                           .max_blocks = c->max_blocks, .k_cache = c->kc, .v_cache = c->vc};
 }
 
-/* Dense attention in double over the contiguous K/V, f16-rounded when `rounded`. */
+/* Dense attention in double over the contiguous K/V, as stored (rounded, quantized) when
+ * `rounded`. */
 static void dense_ref(const acase *c, int rounded, double *out) {
     const int32_t hd = c->l.head_dim, nkv = c->l.n_kv_heads, G = c->n_heads / nkv;
     for (int32_t i = 0; i < c->n_seqs; i++) {
@@ -181,13 +235,14 @@ static void dense_ref(const acase *c, int rounded, double *out) {
             const int32_t pos = c->ctx[i] - q_len + r;
             for (int32_t h = 0; h < c->n_heads; h++) {
                 const size_t row = ((size_t)(c->seq_start[i] + r) * c->n_heads + h) * hd;
-                const float *q = c->q + row;
+                float q[256];
+                memcpy(q, c->q + row, sizeof(float) * (size_t)hd);
+                if (rounded) query_as_kernel(c->l.dtype, q, hd);
                 double mx = -INFINITY, sum = 0;
                 for (int32_t p = 0; p <= pos; p++) {
-                    const float *k = c->k[i] + ((size_t)p * nkv + h / G) * hd;
+                    const float *k = (rounded ? c->ks[i] : c->k[i]) + ((size_t)p * nkv + h / G) * hd;
                     double dot = 0;
-                    for (int32_t d = 0; d < hd; d++)
-                        dot += (double)q[d] * (rounded ? round_f16(k[d]) : k[d]);
+                    for (int32_t d = 0; d < hd; d++) dot += (double)q[d] * k[d];
                     s[p] = dot * c->scale;
                     mx = s[p] > mx ? s[p] : mx;
                 }
@@ -195,9 +250,8 @@ static void dense_ref(const acase *c, int rounded, double *out) {
                 for (int32_t p = 0; p <= pos; p++) {
                     double w = exp(s[p] - mx);
                     sum += w;
-                    const float *v = c->v[i] + ((size_t)p * nkv + h / G) * hd;
-                    for (int32_t d = 0; d < hd; d++)
-                        out[row + d] += w * (rounded ? round_f16(v[d]) : v[d]);
+                    const float *v = (rounded ? c->vs[i] : c->v[i]) + ((size_t)p * nkv + h / G) * hd;
+                    for (int32_t d = 0; d < hd; d++) out[row + d] += w * v[d];
                 }
                 for (int32_t d = 0; d < hd; d++) out[row + d] /= sum;
             }
@@ -253,7 +307,7 @@ static void check_case(const fixture *fx, acase *c) {
     double *ref = xmalloc(sizeof(double) * n);
     float *first = xmalloc(sizeof(float) * n);
     const int f16 = c->l.dtype == PL_DT_F16;
-    dense_ref(c, f16, ref);
+    dense_ref(c, 1, ref);
     pl_attn_args a = args_of(c);
 
     pl_paged_attention_ref(&c->l, &a);
@@ -272,7 +326,7 @@ static void check_case(const fixture *fx, acase *c) {
                 if (!(e <= TOL))
                     fprintf(stderr, "%s: max error %g (bs %d hd %d G %d %s)\n",
                             pl_isa_name((pl_isa)isa), e, c->l.block_size, c->l.head_dim,
-                            c->n_heads / c->l.n_kv_heads, f16 ? "f16" : "f32");
+                            c->n_heads / c->l.n_kv_heads, pl_dtype_name(c->l.dtype));
                 assert_true(e <= TOL);
                 worst_err = fmax(worst_err, e);
                 memcpy(first, c->out, sizeof(float) * n);
@@ -316,6 +370,13 @@ static void test_explicit_cases(void **state) {
         {PL_DT_F32, 16, 1, 2, 256, 2, {300, 17}, {40, 1}},     /* largest head_dim */
         {PL_DT_F16, 16, 1, 40, 64, 1, {50}, {3}},              /* group > chunk size */
         {PL_DT_F32, 32, 2, 8, 128, 4, {1, 32, 33, 257}, {1, 32, 1, 20}},
+        {PL_DT_Q8_0, 1, 1, 8, 32, 2, {1, 70}, {1, 70}},        /* quantized, one-token blocks */
+        {PL_DT_Q4_0, 16, 2, 4, 64, 2, {100, 33}, {40, 1}},
+        {PL_DT_Q8_0, 256, 1, 4, 128, 1, {2000}, {1}},          /* long decode, big blocks */
+        {PL_DT_Q4_0, 1, 1, 2, 256, 2, {300, 17}, {40, 1}},     /* largest head_dim */
+        {PL_DT_BF16, 16, 1, 2, 36, 2, {100, 65}, {100, 1}},    /* bf16 with tails */
+        {PL_DT_BF16, 2, 2, 1, 44, 1, {70}, {7}},               /* head_dim 12 mod 16 */
+        {PL_DT_Q8_0, 16, 1, 40, 96, 1, {50}, {3}},             /* group > chunk size */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         acase c;
@@ -335,7 +396,7 @@ static void test_random_cases(void **state) {
     pl_rng_seed(&rng, 20240601);
     int32_t ctx_min = 4096, ctx_max = 0;
     for (int it = 0; it < 40; it++) {
-        pl_dtype dt = it % 2 ? PL_DT_F16 : PL_DT_F32;
+        pl_dtype dt = DTYPES[it % N_DTYPES];
         int32_t bs = bss[pl_rng_below(&rng, 5)], G = Gs[pl_rng_below(&rng, 4)];
         int32_t hd = hds[pl_rng_below(&rng, 3)], nkv = 1 + (int32_t)pl_rng_below(&rng, 2);
         int32_t n = 1 + (int32_t)pl_rng_below(&rng, 4), ctx[4], q[4];
@@ -361,6 +422,7 @@ static void test_random_cases(void **state) {
             ctx_min = ctx[i] < ctx_min ? ctx[i] : ctx_min;
             ctx_max = ctx[i] > ctx_max ? ctx[i] : ctx_max;
         }
+        if (quantized(dt) && hd % 32) hd = 96;
         acase c;
         build(&c, &rng, pl_rng_next(&rng), dt, bs, nkv, G, hd, n, ctx, q);
         check_case(fx, &c);
@@ -371,22 +433,40 @@ static void test_random_cases(void **state) {
     isa_coverage_check("paged attention, random cases", case_isas);
 }
 
-/* pl_kv_write puts every element at cache[block][head][offset][d] (f32 exact, f16 rounded to
- * nearest even like base/fp16.h), skips slot -1 and touches nothing else. */
+/* A head row as the cache must hold it: f32 bytes, f16/bf16 rounded to nearest even, q8_0 and
+ * q4_0 blocks as llama.cpp's CPU backend quantizes its K/V rows. */
+static void encode_row(pl_dtype dt, const float *x, unsigned char *y, int32_t hd) {
+    for (int32_t d = 0; d < hd && (dt == PL_DT_F16 || dt == PL_DT_BF16); d++) {
+        uint16_t h = dt == PL_DT_F16 ? pl_f32_to_f16(x[d]) : pl_f32_to_bf16(x[d]);
+        memcpy(y + 2 * d, &h, 2);
+    }
+    if (dt == PL_DT_F32) memcpy(y, x, sizeof(float) * (size_t)hd);
+    if (dt == PL_DT_Q8_0) pl_quantize_q8_0_act(x, (pl_block_q8_0 *)(void *)y, hd);
+    if (dt == PL_DT_Q4_0) pl_quantize_q4_0_ref(x, (pl_block_q4_0 *)(void *)y, hd);
+}
+
+
+/* pl_kv_write puts every row at cache[block][head][offset] in its dtype's format (f32 exact,
+ * f16/bf16 rounded to nearest even like base/fp16.h, q8_0/q4_0 blocks of 32), skips slot -1 and
+ * touches nothing else; block bytes follow the dtype. */
 static void test_kv_write_readback(void **state) {
     (void)state;
     pl_rng rng;
     pl_rng_seed(&rng, 7);
     unsigned ran = 0;
-    for (int f16 = 0; f16 <= 1; f16++)
+    for (int di = 0; di < N_DTYPES; di++)
         for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
             pl_cpu_force_isa((pl_isa)isa);
             isa_ran(&ran);
-            pl_kv_layout l = {.dtype = f16 ? PL_DT_F16 : PL_DT_F32, .block_size = 3,
-                              .n_kv_heads = 2, .head_dim = 44, .num_blocks = 7};
-            const size_t es = f16 ? 2 : 4, bytes = pl_kv_block_bytes(&l) * 7;
-            assert_int_equal(pl_kv_block_bytes(&l), es * 2 * 3 * 44);
-            const int32_t n = 12, te = 2 * 44;
+            const pl_dtype dt = DTYPES[di];
+            const int32_t hd = quantized(dt) ? 64 : 44;
+            pl_kv_layout l = {.dtype = dt, .block_size = 3, .n_kv_heads = 2, .head_dim = hd,
+                              .num_blocks = 7};
+            static const size_t per32[] = {128, 64, 64, 34, 18}; /* bytes per 32 values */
+            const size_t rb = per32[di] * (size_t)hd / 32, bytes = pl_kv_block_bytes(&l) * 7;
+            assert_int_equal(pl_kv_row_bytes(&l), rb);
+            assert_int_equal(pl_kv_block_bytes(&l), rb * 2 * 3);
+            const int32_t n = 12, te = 2 * hd;
             unsigned char *kc = xmalloc(bytes), *vc = xmalloc(bytes);
             unsigned char *ke = xmalloc(bytes), *ve = xmalloc(bytes);
             memset(kc, 0xab, bytes);
@@ -406,23 +486,15 @@ static void test_kv_write_readback(void **state) {
             for (int32_t t = 0; t < n; t++) {
                 if (slots[t] < 0) continue;
                 int64_t b = slots[t] / 3, off = slots[t] % 3;
-                for (int32_t h = 0; h < 2; h++)
-                    for (int32_t d = 0; d < 44; d++) {
-                        size_t at = (size_t)(((b * 2 + h) * 3 + off) * 44 + d) * es;
-                        float kx = k[t * te + h * 44 + d], vx = v[t * te + h * 44 + d];
-                        if (f16) {
-                            pl_f16 hk = pl_f32_to_f16(kx), hv = pl_f32_to_f16(vx);
-                            memcpy(ke + at, &hk, 2);
-                            memcpy(ve + at, &hv, 2);
-                        } else {
-                            memcpy(ke + at, &kx, 4);
-                            memcpy(ve + at, &vx, 4);
-                        }
-                    }
+                for (int32_t h = 0; h < 2; h++) {
+                    size_t at = (size_t)((b * 2 + h) * 3 + off) * rb;
+                    encode_row(dt, k + t * te + h * hd, ke + at, hd);
+                    encode_row(dt, v + t * te + h * hd, ve + at, hd);
+                }
             }
             assert_memory_equal(kc, ke, bytes);
             assert_memory_equal(vc, ve, bytes);
-            if (f16) { /* the edge values really went through the rounding under test */
+            if (dt == PL_DT_F16) { /* the edge values really went through the rounding under test */
                 pl_f16 h0;
                 memcpy(&h0, kc + (size_t)((6 * 2 + 0) * 3 + 2) * 44 * 2, 2); /* token 0: slot 20 */
                 assert_int_equal(h0, 0x7c00);
@@ -431,6 +503,48 @@ static void test_kv_write_readback(void **state) {
         }
     pl_cpu_force_isa(pl_cpu_max_isa());
     isa_coverage_check("kv write and readback", ran);
+}
+
+/* The quantized cache rounds as llama.cpp stores K/V: q8_0 with multiplier 127 / amax and ties
+ * to even (its x86 quantize_row_q8_0; the reference roundf would give 3 for 2.5), q4_0 with
+ * d = max / -8 and (int)(x / d + 8.5) truncated (quantize_row_q4_0_ref); bf16 nearest even. A
+ * head_dim that is not a multiple of 32 is refused for q8_0 and q4_0, as llama.cpp does. */
+static void test_kv_quant_rounding(void **state) {
+    (void)state;
+    float x[32] = {127.0f, 2.5f, 3.5f, -2.5f, 0.5f, -126.5f};
+    pl_kv_layout l = {.dtype = PL_DT_Q8_0, .block_size = 1, .n_kv_heads = 1, .head_dim = 32,
+                      .num_blocks = 1};
+    pl_block_q8_0 k8, v8;
+    int64_t slot = 0;
+    pl_kv_write(&l, &k8, &v8, x, x, &slot, 1);
+    assert_int_equal(k8.d, pl_f32_to_f16(1.0f));
+    assert_int_equal(k8.qs[0], 127);
+    assert_int_equal(k8.qs[1], 2);
+    assert_int_equal(k8.qs[2], 4);
+    assert_int_equal(k8.qs[3], -2);
+    assert_int_equal(k8.qs[4], 0);
+    assert_int_equal(k8.qs[5], -126);
+    float y[32] = {-8.0f, 0.5f, 0.49f, 7.0f, 7.6f, -7.5f};
+    l.dtype = PL_DT_Q4_0;
+    pl_block_q4_0 k4, v4;
+    pl_kv_write(&l, &k4, &v4, y, y, &slot, 1);
+    assert_int_equal(k4.d, pl_f32_to_f16(1.0f)); /* -8 / -8 */
+    static const int want[6] = {-8, 1, 0, 7, 7, -7}; /* q - 8; 7.6 clamps at q = 15 */
+    for (int j = 0; j < 6; j++) assert_int_equal((k4.qs[j] & 15) - 8, want[j]);
+    l.dtype = PL_DT_BF16;
+    pl_bf16 kb[32], vb[32];
+    float z[32] = {1.0f + 0x1.0p-8f, 1.0f + 0x1.8p-8f};
+    pl_kv_write(&l, kb, vb, z, z, &slot, 1);
+    assert_int_equal(kb[0], 0x3f80); /* tie to even */
+    assert_int_equal(kb[1], 0x3f81); /* above the tie: up */
+    l.head_dim = 8;
+    for (int q = 0; q < 2; q++) {
+        l.dtype = q ? PL_DT_Q4_0 : PL_DT_Q8_0;
+        assert_non_null(pl_kv_layout_problem(&l));
+        assert_int_equal(pl_kv_block_bytes(&l), 0);
+    }
+    l.dtype = PL_DT_BF16;
+    assert_null(pl_kv_layout_problem(&l));
 }
 
 /* Whole blocks move in K and V; other blocks keep their bytes; pools may differ in size. */
@@ -498,14 +612,15 @@ static void test_invariance(void **state) {
     pl_rng_seed(&rng, 11);
     unsigned ran = 0;
     const int32_t ctx[3] = {150, 61, 9}, q[3] = {45, 1, 9};
-    for (int f16 = 0; f16 <= 1; f16++)
+    for (int di = 0; di < N_DTYPES; di++)
         for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
             pl_cpu_force_isa((pl_isa)isa);
             isa_ran(&ran);
-            pl_dtype dt = f16 ? PL_DT_F16 : PL_DT_F32;
+            const pl_dtype dt = DTYPES[di];
+            const int32_t hd = quantized(dt) ? 64 : 36;
             acase c, c2;
-            build(&c, &rng, 555, dt, 16, 2, 4, 36, 3, ctx, q);
-            build(&c2, &rng, 555, dt, 1, 2, 4, 36, 3, ctx, q);
+            build(&c, &rng, 555, dt, 16, 2, 4, hd, 3, ctx, q);
+            build(&c2, &rng, 555, dt, 1, 2, 4, hd, 3, ctx, q);
             pl_attn_args a = args_of(&c), a2 = args_of(&c2);
             pl_paged_attention(fx->tp[1], &c.l, &a);
             pl_paged_attention(fx->tp[2], &c2.l, &a2);
@@ -535,8 +650,8 @@ static void test_fork_isolation(void **state) {
     const fixture *fx = *state;
     pl_rng rng;
     pl_rng_seed(&rng, 13);
-    for (int f16 = 0; f16 <= 1; f16++) {
-        pl_dtype dt = f16 ? PL_DT_F16 : PL_DT_F32;
+    for (int di = 0; di < N_DTYPES; di++) {
+        const pl_dtype dt = DTYPES[di];
         const int32_t bs = 16, nkv = 2, G = 2, hd = 64, ctx0 = 37, extra = 10;
         const int32_t one = 1;
         acase c;
@@ -586,6 +701,7 @@ static void test_fork_isolation(void **state) {
         both.n_tokens = 1 + extra;
         both.k[1] = ck;
         both.v[1] = cv;
+        store_seq(&both, 1);
         both.q = xmalloc(sizeof(float) * row * (size_t)(1 + extra));
         both.out = xmalloc(sizeof(float) * row * (size_t)(1 + extra));
         memcpy(both.q, c.q, sizeof(float) * row);
@@ -597,6 +713,8 @@ static void test_fork_isolation(void **state) {
         assert_memory_equal(before, c.out, sizeof(float) * row);
         free(both.q);
         free(both.out);
+        free(both.ks[1]);
+        free(both.vs[1]);
         free(ck);
         free(cv);
         destroy(&c);
@@ -622,6 +740,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_write_readback),
+        cmocka_unit_test(test_kv_quant_rounding),
         cmocka_unit_test(test_copy_blocks),
         cmocka_unit_test(test_explicit_cases),
         cmocka_unit_test(test_random_cases),

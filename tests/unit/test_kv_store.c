@@ -46,6 +46,23 @@ static void test_sizes_and_pointers(void **state) {
     pl_kv_layout f32 = LAYOUT;
     f32.dtype = PL_DT_F32;
     assert_int_equal(pl_kv_bytes_per_block(&f32, 1), 2 * 2 * bb);
+
+    /* The dtype sets the bytes per block, so the blocks a budget holds: per 32 values of a head
+     * row f32 128 bytes, f16 and bf16 64, q8_0 34 (f16 scale + 32 int8), q4_0 18 (+ 16 bytes of
+     * nibbles). 1 MiB of a 2-layer, 2-head, head_dim 64, 16-token layout: */
+    static const struct { pl_dtype dt; size_t per32; int64_t blocks; } cases[] = {
+        {PL_DT_F32, 128, 32}, {PL_DT_F16, 64, 64}, {PL_DT_BF16, 64, 64},
+        {PL_DT_Q8_0, 34, 120}, {PL_DT_Q4_0, 18, 227}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pl_kv_layout l = {.dtype = cases[i].dt, .block_size = 16, .n_kv_heads = 2,
+                          .head_dim = 64, .num_blocks = 3};
+        size_t per = cases[i].per32 * 2 * 2 * 16 * 2 * 2; /* x 2 groups x heads x tokens x K,V x layers */
+        assert_int_equal(pl_kv_bytes_per_block(&l, 2), per);
+        assert_int_equal((1 << 20) / per, cases[i].blocks);
+        assert_int_equal(pl_kv_store_init(&s, &l, 2, NULL), PL_OK);
+        assert_int_equal(s.layer_bytes, per / 4 * 3);
+        pl_kv_store_destroy(&s);
+    }
 }
 
 static void fill(pl_kv_store *s, pl_rng *rng) {
@@ -151,8 +168,12 @@ static void test_bad_budgets(void **state) {
     l.num_blocks = 0;
     expect_fail(&l, 2, NULL, PL_ERR_INVALID_ARG, "num_blocks");
     l = LAYOUT;
-    l.dtype = PL_DT_Q8_0;
-    expect_fail(&l, 2, NULL, PL_ERR_INVALID_ARG, "dtype");
+    l.dtype = PL_DT_Q4_K;
+    expect_fail(&l, 2, NULL, PL_ERR_UNSUPPORTED, "dtype must be f32, f16, bf16, q8_0 or q4_0");
+    l.dtype = PL_DT_Q8_0; /* head_dim 36: the groups of 32 do not fit, as llama.cpp refuses */
+    expect_fail(&l, 2, NULL, PL_ERR_UNSUPPORTED, "KV cache dtype q8_0 with head_dim 36");
+    l.dtype = PL_DT_Q4_0;
+    expect_fail(&l, 2, NULL, PL_ERR_UNSUPPORTED, "multiple of 32");
     expect_fail(&LAYOUT, 0, NULL, PL_ERR_INVALID_ARG, "n_layers");
 }
 
