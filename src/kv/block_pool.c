@@ -137,22 +137,26 @@ int32_t pl_block_pool_alloc(pl_block_pool *p) {
         p->n_evictions++;
     }
     p->blocks[b].ref = 1;
+    p->n_refs++;
     return b;
 }
 
 void pl_block_pool_incref(pl_block_pool *p, int32_t b) {
     PL_ASSERT(b >= 0 && b < p->num_blocks && p->blocks[b].ref > 0);
     p->blocks[b].ref++;
+    p->n_refs++;
 }
 
 void pl_block_pool_touch(pl_block_pool *p, int32_t b) {
     PL_ASSERT(b >= 0 && b < p->num_blocks);
     if (p->blocks[b].ref == 0) queue_unlink(p, b);
     p->blocks[b].ref++;
+    p->n_refs++;
 }
 
 void pl_block_pool_release(pl_block_pool *p, int32_t b) {
     PL_ASSERT(b >= 0 && b < p->num_blocks && p->blocks[b].ref > 0);
+    p->n_refs--;
     if (--p->blocks[b].ref > 0) return;
     if (p->blocks[b].hashed) queue_push_tail(p, b);
     else queue_push_head(p, b);
@@ -264,8 +268,10 @@ pl_status pl_block_pool_check(const pl_block_pool *p) {
         return pl_fail(PL_ERR_INTERNAL, "free queue: %d blocks (%d cached), counters say %d (%d)",
                        (int)n, (int)n_cached, (int)p->n_free, (int)p->n_free_cached);
     int32_t n_zero = 0, n_hashed = 0;
+    int64_t n_refs = 0;
     for (int32_t b = 0; b < p->num_blocks; b++) {
         const pl_block *x = &p->blocks[b];
+        n_refs += x->ref;
         if (x->ref < 0 || (x->ref == 0) != (x->in_free == 1))
             return pl_fail(PL_ERR_INTERNAL, "block %d: ref %d but in_free %d", (int)b, (int)x->ref,
                            x->in_free);
@@ -277,6 +283,9 @@ pl_status pl_block_pool_check(const pl_block_pool *p) {
         }
     }
     if (n_zero != n) return pl_fail(PL_ERR_INTERNAL, "%d blocks have ref 0, %d are queued", (int)n_zero, (int)n);
+    if (n_refs != p->n_refs)
+        return pl_fail(PL_ERR_INTERNAL, "blocks hold %lld refs, counter says %lld",
+                       (long long)n_refs, (long long)p->n_refs);
     if (n_hashed != p->n_hashed)
         return pl_fail(PL_ERR_INTERNAL, "%d hashed blocks, counter says %d", (int)n_hashed,
                        (int)p->n_hashed);

@@ -63,6 +63,7 @@ typedef struct {
     int32_t n_free;         /* blocks on the free queue */
     int32_t n_free_cached;  /* free blocks still holding a hash */
     int32_t n_hashed;       /* blocks holding a hash (free or used) = entries in the map */
+    int64_t n_refs;         /* sum of every block's ref (block-table entries), kept per change */
     int32_t *map;           /* [map_cap] open addressing, linear probing: block id or -1 */
     uint32_t map_cap;       /* power of two, >= 2 * num_blocks; 0 if no caching */
     uint64_t n_evictions;   /* hashes dropped because their block was reallocated */

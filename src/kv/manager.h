@@ -183,7 +183,7 @@ int32_t pl_kv_first_fit(const pl_kv_manager *m, int32_t n_blocks);
 /* Longest run of consecutive free primary blocks (external fragmentation = free - this). */
 int32_t pl_kv_largest_free_run(const pl_kv_manager *m);
 /* Sum of every used primary block's ref count: the blocks the live resident tables would hold
- * if nothing were shared (parallel sampling, beams, prefix hits). O(num_blocks). */
+ * if nothing were shared (parallel sampling, beams, prefix hits). O(1): the pool keeps the sum. */
 int64_t pl_kv_block_refs(const pl_kv_manager *m);
 
 /* Blocks append_slots(t, n_new) would take from the free queue (copy-on-write included). */

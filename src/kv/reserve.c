@@ -50,8 +50,4 @@ int32_t pl_kv_largest_free_run(const pl_kv_manager *m) {
     return best;
 }
 
-int64_t pl_kv_block_refs(const pl_kv_manager *m) {
-    int64_t refs = 0;
-    for (int32_t b = 0; b < m->pool.num_blocks; b++) refs += m->pool.blocks[b].ref;
-    return refs;
-}
+int64_t pl_kv_block_refs(const pl_kv_manager *m) { return m->pool.n_refs; }
