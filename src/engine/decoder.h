@@ -30,6 +30,7 @@ typedef struct {
     int32_t n_vocab;
     int32_t max_model_len;
     pl_sampler *sampler;
+    pl_cons_registry *cons;       /* structured output: compiled constraints, token masks */
     float *work;                  /* [n_vocab] working copy of a logits row */
     char *piece;                  /* [piece_cap] streaming detokenizer scratch */
     size_t piece_cap;

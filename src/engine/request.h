@@ -16,6 +16,7 @@
 #include "pagellm.h"
 
 #include "base/rng.h"
+#include "constrain/constrain.h"
 #include "kv/manager.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,6 +54,8 @@ typedef struct pl_seq {
     int32_t out_cap;            /* output tokens the arrays below can hold (max_tokens) */
     float *logprobs;            /* [out_cap] logprob of each output token */
     pl_token_logprob *top;      /* [out_cap][n_top + 1] when logprobs are asked, else NULL */
+    pl_gstate cstate;           /* structured output: the automaton's state after the output so
+                                   far (kept through preemption; copied by a fork) */
 } pl_seq;
 
 struct pl_seq_group {
@@ -62,6 +65,8 @@ struct pl_seq_group {
     char **stop_copy;
     int32_t *stop_ids_copy;
     pl_logit_bias *logit_bias_copy;
+    pl_cons *cons;              /* structured output's compiled constraint (a reference), or NULL */
+    pl_cons_registry *cons_reg; /* where cons came from */
     int32_t *prompt;            /* [n_prompt] */
     int32_t n_prompt;
     pl_seq **seqs;              /* [n_seqs] live and finished sequences */
