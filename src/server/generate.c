@@ -219,6 +219,9 @@ static int submit(gen_job *j, pl_server_error *err) {
             for (size_t k = 0; !param && j->req.constraint_field && k < 5; k++)
                 if (!strncmp(pl_last_error(), CONSTRAINT_MSG[k], strlen(CONSTRAINT_MSG[k])))
                     param = j->req.constraint_field;
+            if (param && param == j->req.constraint_field)
+                return pl_server_fail(err, 400, param, "invalid_value", "'%s': %s", param,
+                                      pl_last_error());
             return pl_server_fail(err, 400, param, "invalid_value", "%s", pl_last_error());
         }
         if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
