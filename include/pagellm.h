@@ -263,6 +263,10 @@ typedef struct {
                                             (its KV snapshots included), summed over `steps` */
     double step_cpu_seconds;             /* the engine thread's CPU time in those steps (its
                                             own share only: worker threads not counted) */
+    uint64_t constrained_tokens;         /* tokens sampled under a structured-output constraint */
+    double constrain_seconds;            /* engine-thread time masking logits and advancing the
+                                            constraints' automata for them */
+    uint64_t constrain_mask_misses;      /* allowed-token sets computed (not found in the cache) */
     uint64_t kv_pictures;                /* KV pictures published (pl_engine_kv_snapshot) */
     double kv_picture_seconds;           /* engine-thread time spent publishing them */
 } pl_engine_stats;

@@ -8,6 +8,13 @@
  * dies, so a state that allows few bytes visits few nodes. The matcher states along the path
  * live in one array per depth, grown once.
  *
+ * The walk runs on a lazily built DFA: each distinct matcher state met is interned once (an id,
+ * its words, the union of its stacks' top byte sets for pruning) and each (state id, byte)
+ * transition is computed by the matcher once and then looked up in a hash table. A trie node then
+ * costs one lookup instead of a stack expansion, and states repeat a lot: inside a JSON string
+ * the walk meets the same few dozen states at every depth. The DFA is per grammar and is dropped
+ * whole (before a walk, never during one) when it exceeds DFA_MAX_STATES.
+ *
  * Cache: per grammar, a hash table (xxHash of the state's words) of the masks already computed,
  * with an LRU list; at most CACHE_BYTES of masks per grammar. Grammars are shared by key (their
  * GBNF text); unreferenced ones stay for reuse, at most KEEP_IDLE of them.
@@ -21,7 +28,8 @@
 #include <xxhash.h>
 
 #define NONE UINT32_MAX
-enum { N_BUCKETS = 1024, KEEP_IDLE = 16 };
+enum { N_BUCKETS = 1024, KEEP_IDLE = 16, DFA_MAX_STATES = 1 << 16 };
+#define DEAD (UINT32_MAX - 1)
 #define CACHE_BYTES ((size_t)32 << 20)
 
 typedef struct {
@@ -39,8 +47,27 @@ typedef struct centry {
     struct centry *hnext, *prev, *next; /* bucket chain; LRU (head = most recent) */
 } centry;
 
+typedef struct {
+    uint32_t off, n;         /* words[off .. off + n) */
+    pl_byteset next;         /* bytes some stack's top accepts */
+} dstate;
+
+/* The lazily built DFA over matcher states (engine thread). */
+typedef struct {
+    uint32_t *words;
+    size_t n_words, cap_words;
+    dstate *st;              /* [n_st] interned states */
+    size_t n_st, cap_st;
+    uint32_t *sidx;          /* [scap] open addressing: state ids by content hash (NONE: empty) */
+    size_t scap;
+    uint64_t *tkey;          /* [tcap] transitions: (id << 8 | byte) + 1 (0: empty) */
+    uint32_t *tval;          /* next state id, or DEAD */
+    size_t tcap, tn;
+} dfa;
+
 struct pl_cons {
     char *key;               /* GBNF text */
+    dfa d;
     pl_grammar *g;
     int refs;                /* under the registry's mutex */
     uint64_t used;           /* registry clock at the last acquire (idle eviction order) */
@@ -67,7 +94,7 @@ struct pl_cons_registry {
     uint8_t *is_eog;         /* [n_vocab] */
     size_t max_len;          /* longest piece */
     pl_gscratch *scr;
-    pl_gstate *level;        /* [max_len + 1] states along the walk */
+    pl_gstate buf[2];        /* a transition's input and output states */
     uint64_t hits, misses, visited;
 };
 
@@ -81,8 +108,14 @@ pl_cons_registry *pl_cons_registry_create(const pl_tokenizer *tok) {
     return r;
 }
 
+static void dfa_clear(dfa *d) {
+    PL_FREE_ALL(d->words, d->st, d->sidx, d->tkey, d->tval);
+    memset(d, 0, sizeof *d);
+}
+
 static void cons_destroy(pl_cons *c) {
     if (!c) return;
+    dfa_clear(&c->d);
     for (centry *e = c->head, *n; e; e = n) {
         n = e->next;
         PL_FREE_ALL(e->state, e->mask, e);
@@ -98,10 +131,10 @@ void pl_cons_registry_destroy(pl_cons_registry *r) {
         n = c->next;
         cons_destroy(c);
     }
-    if (r->level)
-        for (size_t i = 0; i <= r->max_len; i++) pl_gstate_free(&r->level[i]);
+    pl_gstate_free(&r->buf[0]);
+    pl_gstate_free(&r->buf[1]);
     pl_gscratch_destroy(r->scr);
-    PL_FREE_ALL(r->nodes, r->tok_next, r->piece_off, r->pieces, r->is_eog, r->level);
+    PL_FREE_ALL(r->nodes, r->tok_next, r->piece_off, r->pieces, r->is_eog);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -158,8 +191,7 @@ static pl_status build(pl_cons_registry *r) {
     }
     r->piece_off[V] = (uint32_t)off;
     r->scr = pl_gscratch_create();
-    r->level = calloc(r->max_len + 1, sizeof *r->level);
-    if (!r->scr || !r->level) goto oom;
+    if (!r->scr) goto oom;
     free(buf);
     r->built = 1;
     return PL_OK;
@@ -273,30 +305,117 @@ void pl_cons_get_stats(pl_cons_registry *r, pl_cons_stats *s) {
 
 /* ---- masks ---- */
 
-/* Mark every token reachable from trie node `node` in state level[d]. 0, or -1 (no memory). */
-static int walk(pl_cons_registry *r, const pl_grammar *g, uint32_t node, size_t d, centry *e) {
-    const uint32_t *st = r->level[d].v;
-    pl_byteset next = {{0}}; /* the bytes some stack's top accepts */
-    const uint32_t *p = st + 1;
-    for (uint32_t k = 0; k < st[0]; k++) {
+/* ---- the DFA ---- */
+
+static uint64_t hash_words(const uint32_t *v, size_t n) { return XXH3_64bits(v, n * sizeof *v); }
+
+/* Grow the state index to 2x (rehash); -1 no memory. */
+static int sidx_grow(dfa *d) {
+    size_t cap = d->scap ? 2 * d->scap : 1024;
+    uint32_t *t = malloc(cap * sizeof *t);
+    if (!t) return -1;
+    memset(t, 0xff, cap * sizeof *t);
+    for (size_t i = 0; i < d->n_st; i++) {
+        size_t h = (size_t)hash_words(d->words + d->st[i].off, d->st[i].n) & (cap - 1);
+        while (t[h] != NONE) h = (h + 1) & (cap - 1);
+        t[h] = (uint32_t)i;
+    }
+    free(d->sidx);
+    d->sidx = t;
+    d->scap = cap;
+    return 0;
+}
+
+/* The id of state v[0..n) (interned if new); NONE when out of memory. */
+static uint32_t intern(const pl_grammar *g, dfa *d, const uint32_t *v, size_t n) {
+    if (2 * (d->n_st + 1) > d->scap && sidx_grow(d)) return NONE;
+    uint64_t h = hash_words(v, n);
+    size_t i = (size_t)h & (d->scap - 1);
+    for (; d->sidx[i] != NONE; i = (i + 1) & (d->scap - 1)) {
+        const dstate *s = &d->st[d->sidx[i]];
+        if (s->n == n && !memcmp(d->words + s->off, v, n * sizeof *v)) return d->sidx[i];
+    }
+    if (pl_array_reserve(&d->words, &d->cap_words, d->n_words + n, sizeof *d->words) ||
+        pl_array_reserve(&d->st, &d->cap_st, d->n_st + 1, sizeof *d->st))
+        return NONE;
+    dstate *s = &d->st[d->n_st];
+    s->off = (uint32_t)d->n_words;
+    s->n = (uint32_t)n;
+    memcpy(d->words + d->n_words, v, n * sizeof *v);
+    d->n_words += n;
+    memset(&s->next, 0, sizeof s->next);
+    const uint32_t *p = v + 1;
+    for (uint32_t k = 0; k < v[0]; k++) {
         uint32_t len = p[0];
         if (len) {
-            const pl_byteset *s = &g->sets[EL_ARG(g->el[p[len]])];
-            for (int i = 0; i < 32; i++) next.b[i] |= s->b[i];
+            const pl_byteset *b = &g->sets[EL_ARG(g->el[p[len]])];
+            for (int j = 0; j < 32; j++) s->next.b[j] |= b->b[j];
         }
         p += 1 + len;
     }
-    for (uint32_t c = r->nodes[node].child; c != NONE; c = r->nodes[c].sibling) {
-        const tnode *t = &r->nodes[c];
-        if (!byteset_has(&next, t->byte)) continue;
+    d->sidx[i] = (uint32_t)d->n_st;
+    return (uint32_t)d->n_st++;
+}
+
+static int trans_grow(dfa *d) {
+    size_t cap = d->tcap ? 2 * d->tcap : 4096;
+    uint64_t *k = calloc(cap, sizeof *k);
+    uint32_t *v = malloc(cap * sizeof *v);
+    if (!k || !v) {
+        PL_FREE_ALL(k, v);
+        return -1;
+    }
+    for (size_t i = 0; i < d->tcap; i++) {
+        if (!d->tkey[i]) continue;
+        size_t h = (size_t)XXH3_64bits(&d->tkey[i], sizeof *d->tkey) & (cap - 1);
+        while (k[h]) h = (h + 1) & (cap - 1);
+        k[h] = d->tkey[i];
+        v[h] = d->tval[i];
+    }
+    PL_FREE_ALL(d->tkey, d->tval);
+    d->tkey = k;
+    d->tval = v;
+    d->tcap = cap;
+    return 0;
+}
+
+/* The state after byte b from state id: an id, DEAD, or NONE (out of memory / too complex). */
+static uint32_t trans(pl_cons_registry *r, pl_cons *c, uint32_t id, uint8_t b) {
+    dfa *d = &c->d;
+    if (2 * (d->tn + 1) > d->tcap && trans_grow(d)) return NONE;
+    uint64_t key = ((uint64_t)id << 8 | b) + 1;
+    size_t h = (size_t)XXH3_64bits(&key, sizeof key) & (d->tcap - 1);
+    for (; d->tkey[h]; h = (h + 1) & (d->tcap - 1))
+        if (d->tkey[h] == key) return d->tval[h];
+    /* the state's words move when intern grows the array: step from a copy */
+    pl_gstate *tmp = &r->buf[1];
+    const dstate *s = &d->st[id];
+    if (pl_array_reserve(&tmp->v, &tmp->cap, s->n, sizeof *tmp->v)) return NONE;
+    memcpy(tmp->v, d->words + s->off, s->n * sizeof *tmp->v);
+    pl_gstate *out = &r->buf[0];
+    if (pl_gstate_step(c->g, r->scr, tmp->v, b, out)) return NONE;
+    uint32_t next = out->v[0] == 0 ? DEAD : intern(c->g, d, out->v, out->n);
+    if (next == NONE) return NONE;
+    d->tkey[h] = key;
+    d->tval[h] = next;
+    d->tn++;
+    return next;
+}
+
+/* Mark every token reachable from trie node `node` in DFA state `id`. 0, or -1. */
+static int walk(pl_cons_registry *r, pl_cons *c, uint32_t node, uint32_t id, centry *e) {
+    for (uint32_t ch = r->nodes[node].child; ch != NONE; ch = r->nodes[ch].sibling) {
+        const tnode *t = &r->nodes[ch];
+        if (!byteset_has(&c->d.st[id].next, t->byte)) continue;
         r->visited++;
-        if (pl_gstate_step(g, r->scr, r->level[d].v, t->byte, &r->level[d + 1])) return -1;
-        if (r->level[d + 1].v[0] == 0) continue;
-        for (uint32_t id = t->tok; id != NONE; id = r->tok_next[id]) {
-            e->mask[id >> 6] |= 1ull << (id & 63);
+        uint32_t nid = trans(r, c, id, t->byte);
+        if (nid == NONE) return -1;
+        if (nid == DEAD) continue;
+        for (uint32_t tok = t->tok; tok != NONE; tok = r->tok_next[tok]) {
+            e->mask[tok >> 6] |= 1ull << (tok & 63);
             e->n_allowed++;
         }
-        if (t->child != NONE && walk(r, g, c, d + 1, e)) return -1;
+        if (t->child != NONE && walk(r, c, ch, nid, e)) return -1;
     }
     return 0;
 }
@@ -330,10 +449,11 @@ const uint64_t *pl_cons_mask(pl_cons_registry *r, pl_cons *c, const pl_gstate *s
         }
     if (build(r) != PL_OK) return NULL;
     r->misses++;
+    if (c->d.n_st > DFA_MAX_STATES) dfa_clear(&c->d); /* between walks only */
+    uint32_t root = intern(c->g, &c->d, st->v, st->n);
     centry *e = calloc(1, sizeof *e);
-    if (!e || !(e->mask = calloc(r->words, sizeof *e->mask)) ||
-        !(e->state = malloc(st->n * sizeof *st->v)) || pl_gstate_copy(&r->level[0], st) != PL_OK ||
-        walk(r, c->g, 0, 0, e)) {
+    if (root == NONE || !e || !(e->mask = calloc(r->words, sizeof *e->mask)) ||
+        !(e->state = malloc(st->n * sizeof *st->v)) || walk(r, c, 0, root, e)) {
         if (e) PL_FREE_ALL(e->mask, e->state, e);
         return NULL;
     }

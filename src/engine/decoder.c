@@ -198,7 +198,9 @@ static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     float *work = d->work;
     memcpy(work, logits, (size_t)V * sizeof *work);
     int32_t n_out = q->n_tokens - g->n_prompt;
+    double t0 = g->cons ? pl_clock_now() : 0;
     if (g->cons && !constrain(d, q, work)) return;
+    if (g->cons) d->constrain_seconds += pl_clock_now() - t0;
     if (n_out < g->params.min_tokens) { /* EOS and stop ids cannot be chosen yet */
         if (!g->params.ignore_eos)
             for (int32_t i = 0; i < d->n_eog; i++) work[d->eog_ids[i]] = -INFINITY;
@@ -216,7 +218,12 @@ static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     pl_token_logprob top[1025];
     float lp = g->params.logprobs >= 0 || !streams(g) ? token_logprobs(d, g, logits, id, top) : NAN;
     seq_push(d, q, id, lp, top);
-    if (g->cons && pl_cons_advance(d->cons, g->cons, &q->cstate, id) != 1) g->oom = 1;
+    if (g->cons) {
+        t0 = pl_clock_now();
+        if (pl_cons_advance(d->cons, g->cons, &q->cstate, id) != 1) g->oom = 1;
+        d->constrain_seconds += pl_clock_now() - t0;
+        d->constrained_tokens++;
+    }
     check_stop(d, q, id);
 }
 

@@ -47,6 +47,8 @@ typedef struct {
     uint64_t steps;               /* updates done */
     uint64_t prompt_tokens;       /* prompt tokens computed */
     uint64_t generation_tokens;   /* tokens sampled */
+    uint64_t constrained_tokens;  /* of them under a constraint */
+    double constrain_seconds;     /* spent masking and advancing constraints */
     uint64_t requests_finished;
 } pl_decoder;
 

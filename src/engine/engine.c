@@ -715,6 +715,11 @@ static void take_snapshot(pl_engine *e) {
     s.swaps_out = e->sched.swaps_out;
     s.prompt_tokens = e->decoder.prompt_tokens;
     s.generation_tokens = e->decoder.generation_tokens;
+    s.constrained_tokens = e->decoder.constrained_tokens;
+    s.constrain_seconds = e->decoder.constrain_seconds;
+    pl_cons_stats cs;
+    pl_cons_get_stats(e->decoder.cons, &cs);
+    s.constrain_mask_misses = cs.mask_misses;
     s.requests_finished = e->decoder.requests_finished;
     s.steps = e->steps;
     pl_engine_kv_samples ks;
