@@ -48,7 +48,7 @@ void pl_gstate_free(pl_gstate *st) {
 pl_status pl_gstate_copy(pl_gstate *dst, const pl_gstate *src) {
     if (pl_array_reserve(&dst->v, &dst->cap, src->n, sizeof *dst->v))
         return pl_fail(PL_ERR_NOMEM, "structured output: out of memory");
-    memcpy(dst->v, src->v, src->n * sizeof *src->v);
+    if (src->n) memcpy(dst->v, src->v, src->n * sizeof *src->v);
     dst->n = src->n;
     return PL_OK;
 }
@@ -63,7 +63,7 @@ static void push_work(pl_gscratch *s, const uint32_t *stk, size_t len, uint32_t 
         s->failed = 1;
         return;
     }
-    memcpy(s->arena + s->na, stk, len * sizeof *stk);
+    if (len) memcpy(s->arena + s->na, stk, len * sizeof *stk);
     if (top != NONE) s->arena[s->na + len] = top;
     s->wl[2 * s->nwl] = (uint32_t)s->na;
     s->wl[2 * s->nwl + 1] = (uint32_t)n;
@@ -78,7 +78,7 @@ static void emit(pl_gscratch *s, const uint32_t *stk, size_t len) {
         s->failed = 1;
         return;
     }
-    memcpy(s->out + s->nout, stk, len * sizeof *stk);
+    if (len) memcpy(s->out + s->nout, stk, len * sizeof *stk);
     s->ix[2 * s->nix] = (uint32_t)s->nout;
     s->ix[2 * s->nix + 1] = (uint32_t)len;
     s->nix++;
@@ -93,7 +93,7 @@ static void expand_all(const pl_grammar *g, pl_gscratch *s) {
             s->failed = 1;
             return;
         }
-        memcpy(s->cur, s->arena + off, len * sizeof *s->cur);
+        if (len) memcpy(s->cur, s->arena + off, len * sizeof *s->cur);
         s->na = off;
         if (len == 0 || EL_KIND(g->el[s->cur[len - 1]]) == K_SET) {
             emit(s, s->cur, len);
@@ -133,7 +133,7 @@ static int finish(pl_gscratch *s, pl_gstate *st) {
         if (i && !cmp_stack(&s->ix[2 * i], &s->ix[2 * i - 2], s->out)) continue;
         size_t len = s->ix[2 * i + 1];
         st->v[w++] = (uint32_t)len;
-        memcpy(st->v + w, s->out + s->ix[2 * i], len * sizeof *st->v);
+        if (len) memcpy(st->v + w, s->out + s->ix[2 * i], len * sizeof *st->v);
         w += len;
         count++;
     }
