@@ -116,7 +116,7 @@ static int cmp_pair(const void *a, const void *b) {
 }
 
 int pl_cpset_normalize(pl_cpset *s, int negate) {
-    qsort(s->r, s->n, 2 * sizeof *s->r, cmp_pair);
+    if (s->n > 1) qsort(s->r, s->n, 2 * sizeof *s->r, cmp_pair);
     size_t w = 0;
     for (size_t i = 0; i < s->n; i++) {
         uint32_t lo = s->r[2 * i], hi = s->r[2 * i + 1];
@@ -363,7 +363,7 @@ pl_status pl_gb_finish(pl_gbuilder *b, pl_grammar **out) {
     g->n_el = w;
     g->n_rules = b->n_rules;
     g->n_alts = a;
-    memcpy(g->sets, b->sets, b->n_sets * sizeof *g->sets);
+    if (b->n_sets) memcpy(g->sets, b->sets, b->n_sets * sizeof *g->sets);
     g->n_sets = b->n_sets;
     g->root = (uint32_t)root;
     *out = g;

@@ -58,7 +58,7 @@ static void reset(pl_gscratch *s) { s->na = s->nwl = s->nout = s->nix = 0, s->fa
 /* Queue stack[0..len) (+ `top` unless NONE) for expansion. */
 static void push_work(pl_gscratch *s, const uint32_t *stk, size_t len, uint32_t top) {
     size_t n = len + (top != NONE);
-    if (pl_array_reserve(&s->arena, &s->cap_a, s->na + n, sizeof *s->arena) ||
+    if (pl_array_reserve(&s->arena, &s->cap_a, s->na + n + 1, sizeof *s->arena) ||
         pl_array_reserve(&s->wl, &s->cap_wl, 2 * s->nwl + 2, sizeof *s->wl)) {
         s->failed = 1;
         return;
@@ -73,7 +73,7 @@ static void push_work(pl_gscratch *s, const uint32_t *stk, size_t len, uint32_t 
 
 static void emit(pl_gscratch *s, const uint32_t *stk, size_t len) {
     if (s->nix >= PL_GSTATE_MAX_STACKS ||
-        pl_array_reserve(&s->out, &s->cap_out, s->nout + len, sizeof *s->out) ||
+        pl_array_reserve(&s->out, &s->cap_out, s->nout + len + 1, sizeof *s->out) ||
         pl_array_reserve(&s->ix, &s->cap_ix, 2 * s->nix + 2, sizeof *s->ix)) {
         s->failed = 1;
         return;
@@ -114,6 +114,7 @@ static void expand_all(const pl_grammar *g, pl_gscratch *s) {
 static int cmp_stack(const void *a, const void *b, void *base) {
     const uint32_t *x = a, *y = b, *d = base;
     if (x[1] != y[1]) return x[1] < y[1] ? -1 : 1;
+    if (!x[1]) return 0;
     return memcmp(d + x[0], d + y[0], x[1] * sizeof(uint32_t));
 }
 
