@@ -183,6 +183,7 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "prefix_hit_pct", json_real(s->prefix_queries ? 100.0 * (double)s->prefix_hits /
                                                        (double)s->prefix_queries : 0));
     json_object_set_new(j, "ttft_ms", pl_summary_json(ttft, 1e3));
+    json_object_set_new(j, "step_ms", json_real(s->steps ? 1e3 * s->step_seconds / (double)s->steps : 0));
     if (o->json_schema) {
         /* The masking cost against the step it is part of (the step time includes it). */
         json_object_set_new(j, "json_schema", json_string(o->json_schema));
@@ -191,7 +192,6 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
         json_object_set_new(j, "constrain_s", json_real(s->constrain_seconds));
         json_object_set_new(j, "constrain_us_per_token", json_real(s->constrained_tokens
             ? 1e6 * s->constrain_seconds / (double)s->constrained_tokens : 0));
-        json_object_set_new(j, "step_ms", json_real(s->steps ? 1e3 * s->step_seconds / (double)s->steps : 0));
         json_object_set_new(j, "constrain_ms_per_step", json_real(s->steps
             ? 1e3 * s->constrain_seconds / (double)s->steps : 0));
         json_object_set_new(j, "constrain_pct_of_step", json_real(s->step_seconds > 0
