@@ -423,6 +423,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     g->n_live = 1;
     g->arrival = pl_clock_now();
     pl_detok_init(&q->detok, e->model->tok, g->params.skip_special_tokens, 0);
+    q->detok.no_clean = g->cons != NULL;
 
     /* The waiting queue belongs to the engine thread: bound by its count at the last step. */
     pthread_mutex_lock(&e->stats_mu);

@@ -322,6 +322,23 @@ static void test_masks_gpt2(void **state) {
     (void)state;
     pl_tokenizer *tok = load(GPT2_VOCAB);
     check_masks(tok, PL_CONSTRAINT_REGEX, "[α-ω日]+( [a-z]+)?", NULL, 0, "αβ日 ok");
+    /* GPT-2 cleans " ," to "," when detokenizing; a constrained sequence's stream must not
+     * (the constraint matched the raw bytes) */
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(pl_tokenize(tok, "a , b", 5, 0, 0, &ids, &n), PL_OK);
+    for (int raw = 0; raw < 2; raw++) {
+        pl_detok_stream ds;
+        pl_detok_init(&ds, tok, 1, 0);
+        ds.no_clean = raw;
+        char out[256];
+        size_t len = 0;
+        for (size_t i = 0; i < n; i++) len += pl_detok_push(&ds, ids[i], out + len, sizeof out - len);
+        len += pl_detok_flush(&ds, out + len, sizeof out - len);
+        out[len] = 0;
+        assert_string_equal(out, raw ? "a , b" : "a, b");
+    }
+    free(ids);
     pl_tokenizer_destroy(tok);
 }
 
