@@ -28,7 +28,7 @@
 #include <xxhash.h>
 
 #define NONE UINT32_MAX
-enum { N_BUCKETS = 1024, KEEP_IDLE = 16, DFA_MAX_STATES = 1 << 16 };
+enum { N_BUCKETS = 1024, KEEP_IDLE = 16, DFA_MAX_STATES = 1 << 16, DFA_MAX_WORDS = 1 << 24 };
 #define DEAD (UINT32_MAX - 1)
 #define CACHE_BYTES ((size_t)32 << 20)
 
@@ -449,7 +449,7 @@ const uint64_t *pl_cons_mask(pl_cons_registry *r, pl_cons *c, const pl_gstate *s
         }
     if (build(r) != PL_OK) return NULL;
     r->misses++;
-    if (c->d.n_st > DFA_MAX_STATES) dfa_clear(&c->d); /* between walks only */
+    if (c->d.n_st > DFA_MAX_STATES || c->d.n_words > DFA_MAX_WORDS) dfa_clear(&c->d); /* between walks */
     uint32_t root = intern(c->g, &c->d, st->v, st->n);
     centry *e = calloc(1, sizeof *e);
     if (root == NONE || !e || !(e->mask = calloc(r->words, sizeof *e->mask)) ||

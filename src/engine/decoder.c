@@ -167,6 +167,7 @@ static int constrain(pl_decoder *d, pl_seq *q, float *work) {
     const uint64_t *m = pl_cons_mask(d->cons, q->group->cons, &q->cstate, &n_allowed);
     if (!m) {
         q->group->oom = 1;
+        q->group->cons_ambiguous = strstr(pl_last_error(), "ambiguous") != NULL;
         return 0;
     }
     if (n_allowed == 0) {
@@ -220,7 +221,10 @@ static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     seq_push(d, q, id, lp, top);
     if (g->cons) {
         t0 = pl_clock_now();
-        if (pl_cons_advance(d->cons, g->cons, &q->cstate, id) != 1) g->oom = 1;
+        if (pl_cons_advance(d->cons, g->cons, &q->cstate, id) != 1) {
+            g->oom = 1;
+            g->cons_ambiguous = strstr(pl_last_error(), "ambiguous") != NULL;
+        }
         d->constrain_seconds += pl_clock_now() - t0;
         d->constrained_tokens++;
     }
@@ -627,7 +631,9 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
             g->emitted_prompt = 1;
         }
         if (g->oom) {
-            pl_decoder_finish_group(d, g, PL_FINISH_ERROR, "out of memory while decoding");
+            pl_decoder_finish_group(d, g, PL_FINISH_ERROR, g->cons_ambiguous
+                ? "structured output: the constraint became too ambiguous (too many parses at once)"
+                : "out of memory while decoding");
             continue;
         }
         if (g->n_live == 0) {

@@ -77,6 +77,7 @@ struct pl_seq_group {
     int prefilled;              /* the prompt's logits were sampled once (n/beam fork done) */
     int aborted;
     int oom;                    /* an allocation for it failed while decoding: ends with an error */
+    int cons_ambiguous;         /* ... because its constraint had too many parses at once */
     int emitted_prompt;         /* the first output (prompt ids, logprobs) was sent */
     pl_token_logprob *prompt_top; /* [n_prompt][n_top + 1] prompt logprobs, when asked */
     struct pl_out_channel *chan;

@@ -73,6 +73,12 @@ static void test_gbnf(void **state) {
     expect(g, "(()())()", 1);
     expect(g, "(()", 0);
     pl_grammar_destroy(g);
+    /* exponentially ambiguous: 2^n pending suffixes after n a's; refused past 4096 parses */
+    g = compile(PL_CONSTRAINT_GRAMMAR, "root ::= \"a\" root \"b\" | \"a\" root \"c\" | \"d\"");
+    expect(g, "aadcb", 1);
+    assert_int_equal(pl_grammar_matches(g, "aaaaaaaaaaaaaa", 14), -1);
+    assert_non_null(strstr(pl_last_error(), "too ambiguous"));
+    pl_grammar_destroy(g);
     expect_error(PL_CONSTRAINT_GRAMMAR, "root ::= root \"a\" | \"b\"", "left-recursive");
     expect_error(PL_CONSTRAINT_GRAMMAR, "root ::= x", "rule 'x' is used (line 1) but not defined");
     expect_error(PL_CONSTRAINT_GRAMMAR, "start ::= \"a\"", "no rule 'root'");
