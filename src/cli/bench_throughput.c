@@ -234,17 +234,8 @@ int pl_bench_throughput(int argc, char **argv) {
     if (pl_dataset_parse(o.dataset, &spec) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     o.eng.model_path = path;
     if (o.json_schema) {
-        FILE *f = fopen(o.json_schema, "rb");
-        size_t len = 0;
-        if (f && !fseek(f, 0, SEEK_END) && (long)(len = (size_t)ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-            (o.schema_text = malloc(len + 1)) && fread(o.schema_text, 1, len, f) == len)
-            o.schema_text[len] = 0;
-        else {
-            free(o.schema_text);
-            o.schema_text = NULL;
-        }
-        if (f) fclose(f);
-        if (!o.schema_text) return pl_cli_fail(C, "--json-schema: cannot read %s", o.json_schema);
+        if (!(o.schema_text = pl_cli_read_file(o.json_schema, NULL)))
+            return pl_cli_fail(C, "--json-schema: cannot read %s", o.json_schema);
     }
     pl_engine *e;
     if (pl_engine_create(&o.eng, &e) != PL_OK) {
