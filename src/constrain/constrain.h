@@ -112,7 +112,10 @@ typedef struct {
     uint64_t mask_hits, mask_misses; /* cached mask lookups */
     uint64_t trie_nodes;             /* trie nodes visited computing masks */
     int32_t grammars;                /* compiled grammars held */
+    uint64_t cached_masks;           /* masks held by all of them */
 } pl_cons_stats;
+/* Bound the masks held by all grammars (default: 128 MB of them); for tests. */
+void pl_cons_registry_limit(pl_cons_registry *r, size_t max_masks);
 void pl_cons_get_stats(pl_cons_registry *r, pl_cons_stats *s);
 
 #endif

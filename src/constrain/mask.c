@@ -16,7 +16,8 @@
  * whole (before a walk, never during one) when it exceeds DFA_MAX_STATES.
  *
  * Cache: per grammar, a hash table (xxHash of the state's words) of the masks already computed,
- * with an LRU list; at most CACHE_BYTES of masks per grammar. Grammars are shared by key (their
+ * with an LRU list; at most CACHE_BYTES of masks per grammar and ALL_CACHE_BYTES in all of them
+ * (past that, the grammar holding the most masks loses its least recently used one). Grammars are shared by key (their
  * GBNF text); unreferenced ones stay for reuse, at most KEEP_IDLE of them.
  */
 #include "constrain/cons_internal.h"
@@ -31,6 +32,7 @@
 enum { N_BUCKETS = 1024, KEEP_IDLE = 16, DFA_MAX_STATES = 1 << 16, DFA_MAX_WORDS = 1 << 24 };
 #define DEAD (UINT32_MAX - 1)
 #define CACHE_BYTES ((size_t)32 << 20)
+#define ALL_CACHE_BYTES ((size_t)128 << 20)
 
 typedef struct {
     uint32_t child, sibling; /* first child, next sibling (NONE: none) */
@@ -84,6 +86,7 @@ struct pl_cons_registry {
     pthread_mutex_t mu;      /* the list and reference counts */
     pl_cons *list;
     uint64_t clock;
+    size_t cached, max_cached; /* masks held by all grammars, and the bound (under mu) */
     /* engine thread: */
     int built;
     tnode *nodes;
@@ -104,6 +107,8 @@ pl_cons_registry *pl_cons_registry_create(const pl_tokenizer *tok) {
     r->tok = tok;
     r->n_vocab = pl_tokenizer_n_vocab(tok);
     r->words = ((size_t)r->n_vocab + 63) / 64;
+    r->max_cached = ALL_CACHE_BYTES / (r->words * 8 + 64);
+    if (r->max_cached < 64) r->max_cached = 64;
     pthread_mutex_init(&r->mu, NULL);
     return r;
 }
@@ -233,6 +238,7 @@ static void evict_idle(pl_cons_registry *r) {
         if (idle <= KEEP_IDLE) return;
         pl_cons *c = *oldest;
         *oldest = c->next;
+        r->cached -= c->n_entries;
         cons_destroy(c);
     }
 }
@@ -293,6 +299,12 @@ void pl_cons_release(pl_cons_registry *r, pl_cons *c) {
 
 const pl_grammar *pl_cons_grammar(const pl_cons *c) { return c->g; }
 
+void pl_cons_registry_limit(pl_cons_registry *r, size_t max_masks) {
+    pthread_mutex_lock(&r->mu);
+    r->max_cached = max_masks;
+    pthread_mutex_unlock(&r->mu);
+}
+
 void pl_cons_get_stats(pl_cons_registry *r, pl_cons_stats *s) {
     memset(s, 0, sizeof *s);
     s->mask_hits = r->hits;
@@ -300,6 +312,7 @@ void pl_cons_get_stats(pl_cons_registry *r, pl_cons_stats *s) {
     s->trie_nodes = r->visited;
     pthread_mutex_lock(&r->mu);
     for (pl_cons *c = r->list; c; c = c->next) s->grammars++;
+    s->cached_masks = r->cached;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -420,6 +433,22 @@ static int walk(pl_cons_registry *r, pl_cons *c, uint32_t node, uint32_t id, cen
     return 0;
 }
 
+static void lru_unlink(pl_cons *c, centry *e);
+
+/* Drop c's least recently used mask (never the only one, which the caller may hold). */
+static void evict_lru(pl_cons *c) {
+    centry *old = c->tail;
+    if (!old || old == c->head) return;
+    lru_unlink(c, old);
+    for (centry **q = &c->buckets[old->hash & (N_BUCKETS - 1)]; *q; q = &(*q)->hnext)
+        if (*q == old) {
+            *q = old->hnext;
+            break;
+        }
+    PL_FREE_ALL(old->state, old->mask, old);
+    c->n_entries--;
+}
+
 static void lru_unlink(pl_cons *c, centry *e) {
     if (e->prev) e->prev->next = e->next;
     else c->head = e->next;
@@ -466,17 +495,22 @@ const uint64_t *pl_cons_mask(pl_cons_registry *r, pl_cons *c, const pl_gstate *s
     e->hnext = *b;
     *b = e;
     lru_front(c, e);
-    if (++c->n_entries > c->max_entries) { /* evict the least recently used (never e) */
-        centry *old = c->tail;
-        lru_unlink(c, old);
-        for (centry **q = &c->buckets[old->hash & (N_BUCKETS - 1)]; *q; q = &(*q)->hnext)
-            if (*q == old) {
-                *q = old->hnext;
-                break;
-            }
-        PL_FREE_ALL(old->state, old->mask, old);
-        c->n_entries--;
+    c->n_entries++;
+    int replaced = c->n_entries > c->max_entries;
+    if (replaced) evict_lru(c);
+    /* The bound over all grammars: the registry's lock keeps idle grammars from being freed
+     * meanwhile; the caches themselves are engine-thread data, as this call is. */
+    pthread_mutex_lock(&r->mu);
+    if (!replaced) r->cached++;
+    while (r->cached > r->max_cached) {
+        pl_cons *big = c;
+        for (pl_cons *o = r->list; o; o = o->next)
+            if (o->n_entries > big->n_entries) big = o;
+        if (big->n_entries <= 1) break;
+        evict_lru(big);
+        r->cached--;
     }
+    pthread_mutex_unlock(&r->mu);
     *n_allowed = e->n_allowed;
     return e->mask;
 }

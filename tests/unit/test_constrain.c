@@ -348,6 +348,46 @@ static void test_masks_gpt2(void **state) {
     pl_tokenizer_destroy(tok);
 }
 
+/* A bound on the masks of all grammars: past it the biggest cache loses its oldest masks; the
+ * masks stay right (recomputed). */
+static void test_cache_bound(void **state) {
+    (void)state;
+    pl_tokenizer *tok = load(STORIES);
+    pl_cons_registry *r = pl_cons_registry_create(tok);
+    pl_cons_registry_limit(r, 6);
+    pl_cons *a, *b;
+    assert_int_equal(pl_cons_acquire(r, PL_CONSTRAINT_REGEX, "[a-z]{0,20}", NULL, 0, &a), PL_OK);
+    assert_int_equal(pl_cons_acquire(r, PL_CONSTRAINT_REGEX, "[a-z]{0,20}x", NULL, 0, &b), PL_OK);
+    pl_gstate sa = {0}, sb = {0};
+    pl_gscratch *scr = pl_gscratch_create();
+    assert_int_equal(pl_cons_start(a, &sa), PL_OK);
+    assert_int_equal(pl_cons_start(b, &sb), PL_OK);
+    int32_t first = -1, n;
+    for (int round = 0; round < 2; round++) {
+        pl_gstate_free(&sa);
+        assert_int_equal(pl_cons_start(a, &sa), PL_OK);
+        for (int i = 0; i < 12; i++) {
+            const uint64_t *m = pl_cons_mask(r, a, &sa, &n);
+            assert_non_null(m);
+            if (i == 0 && round == 0) first = n;
+            if (i == 0) assert_int_equal(n, first); /* recomputed after eviction: the same */
+            assert_non_null(pl_cons_mask(r, b, &sb, &n));
+            assert_int_equal(pl_gstate_advance(pl_cons_grammar(a), scr, &sa, (const uint8_t *)"q", 1), 1);
+        }
+    }
+    pl_cons_stats s;
+    pl_cons_get_stats(r, &s);
+    assert_true(s.cached_masks <= 6);
+    assert_true(s.mask_misses > 12);
+    pl_gscratch_destroy(scr);
+    pl_gstate_free(&sa);
+    pl_gstate_free(&sb);
+    pl_cons_release(r, a);
+    pl_cons_release(r, b);
+    pl_cons_registry_destroy(r);
+    pl_tokenizer_destroy(tok);
+}
+
 static void test_registry_shares(void **state) {
     (void)state;
     pl_tokenizer *tok = load(STORIES);
@@ -375,6 +415,7 @@ int main(void) {
         cmocka_unit_test(test_choice),         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_random_walks),   cmocka_unit_test(test_masks_stories),
         cmocka_unit_test(test_masks_gpt2),     cmocka_unit_test(test_registry_shares),
+        cmocka_unit_test(test_cache_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
