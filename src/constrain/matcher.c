@@ -120,11 +120,10 @@ static int cmp_stack(const void *a, const void *b, void *base) {
 
 /* Sort and deduplicate the finished stacks into st. 0, or -1 (message set). */
 static int finish(pl_gscratch *s, pl_gstate *st) {
-    if (s->failed)
-        return pl_fail(PL_ERR_NOMEM, s->nix >= PL_GSTATE_MAX_STACKS
-                       ? "structured output: the constraint is too ambiguous (more than %d "
-                         "parses at once)" : "structured output: out of memory%.0d",
-                       PL_GSTATE_MAX_STACKS), -1;
+    if (s->failed && s->nix >= PL_GSTATE_MAX_STACKS)
+        return pl_fail(PL_ERR_INVALID_ARG, "structured output: the constraint is too ambiguous "
+                       "(more than %d parses at once)", PL_GSTATE_MAX_STACKS), -1;
+    if (s->failed) return pl_fail(PL_ERR_NOMEM, "structured output: out of memory"), -1;
     if (s->nix > 1) qsort_r(s->ix, s->nix, 2 * sizeof *s->ix, cmp_stack, s->out);
     size_t need = 1 + s->nix + s->nout;
     if (pl_array_reserve(&st->v, &st->cap, need, sizeof *st->v))

@@ -163,6 +163,9 @@ static int gen_object(sg *g, json_t *s, const char *path, pl_strbuf *b) {
     if (req && !json_is_array(req))
         return SFAIL("json_schema: at '%s': 'required' must be a list of names", path);
     size_t n = props ? json_object_size(props) : 0;
+    if (n == 0 && json_array_size(req))
+        return SFAIL("json_schema: at '%s': 'required' names properties but 'properties' is "
+                     "empty or missing", path);
     if (n == 0) {
         if (addl && json_is_object(addl) && json_object_size(addl)) {
             char sub[600];

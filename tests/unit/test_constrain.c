@@ -182,6 +182,7 @@ static void test_schema(void **state) {
     expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"$ref\": \"#/$defs/x\"}", "'#/$defs/x' is not found");
     expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"string\", \"pattern\": \"(a\"}", "pattern: regex: missing ')'");
     expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "'required' names 'b'");
+    expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"object\", \"required\": [\"b\"]}", "'properties' is empty");
 }
 
 /* Random walks: from the start state pick random accepted bytes (ending as soon as the state
