@@ -10,6 +10,7 @@
 #define PL_CONSTRAIN_CONS_INTERNAL_H
 
 #include "constrain/constrain.h"
+#include "base/buf.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -99,6 +100,10 @@ void pl_cpset_free(pl_cpset *s);
 
 /* pl_fail(PL_ERR_INVALID_ARG, ...) that returns -1 (the compilers' int convention). */
 int pl_cons_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The integers of [lo, hi] (a side absent: unbounded, up to 16 digits) as a GBNF expression
+ * appended to b (intrange.c); -1 when the range is empty. */
+int pl_gbnf_int_range(pl_strbuf *b, int has_lo, int64_t lo, int has_hi, int64_t hi);
 
 /* UTF-8 decode one code point at *p (advancing it); -1 on invalid input. */
 int32_t pl_utf8_next(const char **p, const char *end);

@@ -6,10 +6,11 @@
  * one with no properties gives a map), string with minLength / maxLength or pattern (regex.c),
  * number, integer, boolean, null, enum, const, anyOf (oneOf is treated as anyOf), allOf with one
  * member, array with items / minItems / maxItems, $ref to #/$defs/... or #/definitions/...
- * (recursion allowed), nested objects and arrays. Annotations (title, description, default,
+ * (recursion allowed), nested objects and arrays, integer minimum / maximum / exclusiveMinimum /
+ * exclusiveMaximum (intrange.c), a number's minimum 0. Annotations (title, description, default,
  * examples, format, $schema, ...) are ignored. Validation keywords that would not be enforced
- * (minimum, multipleOf, uniqueItems, ...) are refused with a message naming them, so an answer
- * never silently breaks its schema.
+ * (multipleOf, uniqueItems, other bounds on numbers, ...) are refused with a message naming
+ * them, so an answer never silently breaks its schema.
  *
  * Termination: whitespace between tokens is at most one space or a newline and 16 blanks, numbers
  * have at most 16 integer digits, 16 fraction digits and 3 exponent digits, so only strings without
@@ -19,6 +20,7 @@
 #include "base/buf.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,7 +74,7 @@ static int put_json_literal(pl_strbuf *b, const json_t *v) {
 static int gen(sg *g, json_t *s, const char *path);
 
 static const char *const UNSUPPORTED[] = {
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "uniqueItems",
+    "multipleOf", "uniqueItems",
     "contains", "minContains", "maxContains", "minProperties", "maxProperties",
     "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
     "if", "then", "else", "not", "prefixItems", "unevaluatedProperties", "unevaluatedItems",
@@ -241,10 +243,61 @@ static int gen_object(sg *g, json_t *s, const char *path, pl_strbuf *b) {
     return rc;
 }
 
+/* One bound of minimum / exclusiveMinimum (lower) or maximum / exclusiveMaximum: 1 and *out as
+ * an inclusive integer bound, 0 when absent, -1 on error. */
+static int int_bound(json_t *s, int lower, const char *path, int64_t *out) {
+    const char *inc = lower ? "minimum" : "maximum", *exc = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    json_t *vi = json_object_get(s, inc), *ve = json_object_get(s, exc);
+    int have = 0;
+    double best = 0;
+    if (ve && json_is_boolean(ve)) { /* draft 4: a flag on minimum / maximum */
+        if (!vi) return SFAIL("json_schema: at '%s': boolean '%s' without '%s'", path, exc, inc);
+        if (json_is_true(ve)) ve = vi, vi = NULL;
+        else ve = NULL;
+    }
+    for (int k = 0; k < 2; k++) {
+        json_t *v = k ? ve : vi;
+        if (!v) continue;
+        if (!json_is_number(v)) return SFAIL("json_schema: at '%s': '%s' must be a number", path, k ? exc : inc);
+        double x = json_number_value(v);
+        if (!(x > -9e18 && x < 9e18)) return SFAIL("json_schema: at '%s': '%s' is out of range", path, k ? exc : inc);
+        /* integers only: the inclusive integer bound */
+        double r = lower ? ceil(x) : floor(x);
+        if (k && r == x) r += lower ? 1 : -1;
+        if (!have || (lower ? r > best : r < best)) best = r;
+        have = 1;
+    }
+    if (have) *out = (int64_t)best;
+    return have;
+}
+
+/* number / integer, with bounds: any integer range; a number only with minimum 0 (it then has
+ * no sign). */
+static int gen_number(json_t *s, const char *type, const char *path, pl_strbuf *b) {
+    int64_t lo = 0, hi = 0;
+    if (!strcmp(type, "number")) {
+        json_t *mn = json_object_get(s, "minimum");
+        if (json_object_get(s, "maximum") || json_object_get(s, "exclusiveMaximum") ||
+            json_object_get(s, "exclusiveMinimum") ||
+            (mn && !(json_is_number(mn) && json_number_value(mn) == 0)))
+            return SFAIL("json_schema: at '%s': bounds on a number are supported only as "
+                         "'minimum': 0 (use an integer for other ranges)", path);
+        if (!mn) return pl_strbuf_puts(b, "jnumber"), 0;
+        pl_strbuf_puts(b, "( [0-9] | [1-9] [0-9]{1,15} ) ( \".\" [0-9]{1,16} )? "
+                          "( [eE] [-+]? [0-9]{1,3} )?");
+        return 0;
+    }
+    int has_lo = int_bound(s, 1, path, &lo), has_hi = int_bound(s, 0, path, &hi);
+    if (has_lo < 0 || has_hi < 0) return -1;
+    if (!has_lo && !has_hi) return pl_strbuf_puts(b, "jint"), 0;
+    if (pl_gbnf_int_range(b, has_lo, lo, has_hi, hi))
+        return SFAIL("json_schema: at '%s': no integer lies within the bounds", path);
+    return 0;
+}
+
 static int gen_typed(sg *g, json_t *s, const char *type, const char *path, pl_strbuf *b) {
     if (!strcmp(type, "string")) return gen_string(g, s, path, b);
-    if (!strcmp(type, "number")) return pl_strbuf_puts(b, "jnumber"), 0;
-    if (!strcmp(type, "integer")) return pl_strbuf_puts(b, "jint"), 0;
+    if (!strcmp(type, "number") || !strcmp(type, "integer")) return gen_number(s, type, path, b);
     if (!strcmp(type, "boolean")) return pl_strbuf_puts(b, "jbool"), 0;
     if (!strcmp(type, "null")) return pl_strbuf_puts(b, "jnull"), 0;
     if (!strcmp(type, "object")) return gen_object(g, s, path, b);

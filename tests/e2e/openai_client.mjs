@@ -175,7 +175,7 @@ const SCHEMA = {
   type: "object",
   properties: {
     name: { type: "string", maxLength: 12 },
-    age: { type: "integer" },
+    age: { type: "integer", minimum: 0, maximum: 120 },
     mood: { enum: ["happy", "sad", "angry"] },
     pets: { type: "array", items: { type: "string", maxLength: 8 }, maxItems: 3 },
     nick: { type: ["string", "null"], maxLength: 6 },
@@ -266,7 +266,7 @@ await expectError("invalid grammar", 400, () => client.completions.create(
   { model: "stories", prompt: "x", guided_grammar: "root ::= nothere" }), OpenAI.BadRequestError, "guided_grammar");
 await expectError("unsupported schema keyword", 400, () => client.chat.completions.create(
   { model: "stories", messages: [{ role: "user", content: "x" }], response_format: { type: "json_schema",
-    json_schema: { name: "n", schema: { type: "integer", minimum: 3 } } } }), OpenAI.BadRequestError, "response_format");
+    json_schema: { name: "n", schema: { type: "integer", multipleOf: 3 } } } }), OpenAI.BadRequestError, "response_format");
 await expectError("two constraints at once", 400, () => client.completions.create(
   { model: "stories", prompt: "x", guided_regex: "a", guided_choice: ["a"] }), OpenAI.BadRequestError, "guided_choice");
 await step("response_format text is accepted", async () => {

@@ -245,8 +245,8 @@ python3 -c "import json,sys; d=json.loads(sys.argv[1]); v=json.loads(d['text']);
 out=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 10 --temperature 0 --choice yes --choice "no way" --json)
 python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['text'] in ('yes', 'no way'), d" "$out" && ok || bad "generate --choice: $out"
 one_line "bad regex" "regex: missing '\)'" "$PL_BINARY" generate -m "$M" -p x --regex "a("
-one_line "bad schema" "json_schema: at '#': 'minimum' is not supported" "$PL_BINARY" generate -m "$M" -p x \
-    --json-schema <(echo '{"type": "integer", "minimum": 1}')
+one_line "bad schema" "json_schema: at '#': 'multipleOf' is not supported" "$PL_BINARY" generate -m "$M" -p x \
+    --json-schema <(echo '{"type": "integer", "multipleOf": 2}')
 "$PL_BINARY" generate -m "$M" -p x --regex a --choice b >/dev/null 2>"$tmp/err"
 expect "two constraints: usage error" "$?" 2
 

@@ -176,7 +176,7 @@ static void test_refused(void **state) {
     (void)state;
     pl_engine *e = make_engine(16 << 20);
     expect_refused(e, PL_CONSTRAINT_REGEX, "a(b", "regex: missing ')'", 0);
-    expect_refused(e, PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"number\", \"maximum\": 1}", "'maximum' is not supported", 0);
+    expect_refused(e, PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"number\", \"multipleOf\": 1}", "'multipleOf' is not supported", 0);
     expect_refused(e, PL_CONSTRAINT_GRAMMAR, "root ::= foo", "rule 'foo' is used", 0);
     expect_refused(e, PL_CONSTRAINT_REGEX, "a", "not supported with beam search", 1);
     expect_refused(e, PL_CONSTRAINT_CHOICE, NULL, "choice: the list of choices is empty", 0);

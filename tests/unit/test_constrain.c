@@ -175,7 +175,9 @@ static void test_schema(void **state) {
     expect(g, "[1]", 0);
     expect(g, "{\"a\" 1}", 0);
     pl_grammar_destroy(g);
-    expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"integer\", \"minimum\": 3}", "at '#': 'minimum' is not supported");
+    expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"integer\", \"multipleOf\": 3}", "at '#': 'multipleOf' is not supported");
+    expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"number\", \"maximum\": 3}", "supported only as 'minimum': 0");
+    expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"integer\", \"minimum\": 3, \"maximum\": 2.5}", "no integer lies within");
     expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"strin\"}}}",
                  "at '#/properties/a': unknown type 'strin'");
     expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": ", "not valid JSON");
@@ -183,6 +185,53 @@ static void test_schema(void **state) {
     expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"string\", \"pattern\": \"(a\"}", "pattern: regex: missing ')'");
     expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "'required' names 'b'");
     expect_error(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"object\", \"required\": [\"b\"]}", "'properties' is empty");
+}
+
+/* Integer bounds: for random ranges (negative, mixed, one-sided, exclusive, fractional bounds),
+ * an integer matches exactly when it is inside; leading zeros and "-0" never match. */
+static void test_int_ranges(void **state) {
+    (void)state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 11);
+    static const int64_t EDGES[] = {-100000, -1234, -100, -99, -10, -9, -1, 0, 1, 9, 10, 99, 100, 101, 999, 1000, 4567, 99999};
+    const int NE = sizeof EDGES / sizeof EDGES[0];
+    for (int t = 0; t < 40; t++) {
+        int64_t lo = EDGES[pl_rng_next(&rng) % NE], hi = EDGES[pl_rng_next(&rng) % NE];
+        if (lo > hi) { int64_t x = lo; lo = hi; hi = x; }
+        int has_lo = t % 5 != 1, has_hi = t % 5 != 2, excl = t % 3 == 0;
+        char schema[256];
+        int n = snprintf(schema, sizeof schema, "{\"type\": \"integer\"");
+        /* t % 4 == 0: fractional bounds with the same integers inside */
+        double frac = t % 4 == 0 ? 0.5 : 0, flo = (double)lo + (excl ? frac : -frac),
+               fhi = (double)hi + (excl ? -frac : frac);
+        if (has_lo) n += snprintf(schema + n, sizeof schema - n, ", \"%s\": %.1f",
+                                  excl ? "exclusiveMinimum" : "minimum", flo);
+        if (has_hi) n += snprintf(schema + n, sizeof schema - n, ", \"%s\": %.1f",
+                                  excl ? "exclusiveMaximum" : "maximum", fhi);
+        snprintf(schema + n, sizeof schema - n, "}");
+        int64_t in_lo = has_lo ? (excl ? lo + 1 : lo) : INT64_MIN, in_hi = has_hi ? (excl ? hi - 1 : hi) : INT64_MAX;
+        if (in_lo > in_hi) continue;
+        pl_grammar *g = compile(PL_CONSTRAINT_JSON_SCHEMA, schema);
+        for (int64_t x = -1300; x <= 1300; x += 1 + (int64_t)(pl_rng_next(&rng) % 7)) {
+            char s[32];
+            snprintf(s, sizeof s, "%lld", (long long)x);
+            int want = x >= in_lo && x <= in_hi;
+            if (pl_grammar_matches(g, s, strlen(s)) != want) fail_msg("%s: %s matches %d", schema, s, !want);
+        }
+        for (size_t k = 0; k < (size_t)NE; k++) {
+            char s[32];
+            snprintf(s, sizeof s, "%lld", (long long)EDGES[k]);
+            int want = EDGES[k] >= in_lo && EDGES[k] <= in_hi;
+            if (pl_grammar_matches(g, s, strlen(s)) != want) fail_msg("%s: %s matches %d", schema, s, !want);
+        }
+        expect(g, "-0", 0);
+        expect(g, "007", 0);
+        pl_grammar_destroy(g);
+    }
+    pl_grammar *g = compile(PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"number\", \"minimum\": 0}");
+    expect(g, "0.5e-3", 1);
+    expect(g, "-1", 0);
+    pl_grammar_destroy(g);
 }
 
 /* Random walks: from the start state pick random accepted bytes (ending as soon as the state
@@ -414,6 +463,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gbnf),           cmocka_unit_test(test_regex),
         cmocka_unit_test(test_choice),         cmocka_unit_test(test_schema),
+        cmocka_unit_test(test_int_ranges),
         cmocka_unit_test(test_random_walks),   cmocka_unit_test(test_masks_stories),
         cmocka_unit_test(test_masks_gpt2),     cmocka_unit_test(test_registry_shares),
         cmocka_unit_test(test_cache_bound),
