@@ -185,6 +185,20 @@ typedef struct {
 
 void pl_engine_config_default(pl_engine_config *c);
 
+/* Structured output: the completion's text must match a constraint, enforced while decoding
+ * (tokens that cannot continue a match are masked before sampling; end-of-generation only where
+ * the text so far is a complete match). Compiled in pl_engine_add_request, which returns
+ * PL_ERR_INVALID_ARG with a message naming the problem ("json_schema: at '#/properties/x': ...",
+ * "regex: column 3: ...", "grammar: line 2: ...") for an invalid one. Not with beam search. */
+typedef enum {
+    PL_CONSTRAINT_NONE = 0,
+    PL_CONSTRAINT_JSON_SCHEMA,  /* constraint_text: a JSON schema (docs/SERVER.md: the subset) */
+    PL_CONSTRAINT_JSON_OBJECT,  /* any JSON object (constraint_text unused) */
+    PL_CONSTRAINT_REGEX,        /* constraint_text: a regular expression; the whole text matches */
+    PL_CONSTRAINT_CHOICE,       /* exactly one of constraint_choices */
+    PL_CONSTRAINT_GRAMMAR,      /* constraint_text: a GBNF grammar (llama.cpp's syntax), rule root */
+} pl_constraint_kind;
+
 typedef struct {
     pl_sampling_params sampling;     /* temperature, top_k, top_p, min_p, penalties */
     int has_seed;
@@ -209,6 +223,10 @@ typedef struct {
     int parse_special;               /* text prompts: match CONTROL tokens' text as those tokens
                                         (0); USER_DEFINED tokens always match */
     uint64_t cache_salt;             /* extra prefix-cache key (0) */
+    pl_constraint_kind constraint;   /* structured output (NONE) */
+    const char *constraint_text;     /* schema, regex or grammar (read during add only) */
+    const char *const *constraint_choices; /* CHOICE: the strings (read during add only) */
+    int32_t n_constraint_choices;
 } pl_request_params;
 
 void pl_request_params_default(pl_request_params *p);
@@ -276,6 +294,10 @@ typedef struct {
     uint64_t spec_draft_tokens;          /* proposals made (vLLM: num_draft_tokens) */
     uint64_t spec_accepted_tokens;       /* proposals accepted (vLLM: num_accepted_tokens) */
     uint64_t spec_off_steps;             /* steps that decoded too many sequences to speculate */
+    uint64_t constrained_tokens;         /* tokens sampled under a structured-output constraint */
+    double constrain_seconds;            /* engine-thread time masking logits and advancing the
+                                            constraints' automata for them */
+    uint64_t constrain_mask_misses;      /* allowed-token sets computed (not found in the cache) */
     uint64_t kv_pictures;                /* KV pictures published (pl_engine_kv_snapshot) */
     double kv_picture_seconds;           /* engine-thread time spent publishing them */
 } pl_engine_stats;

@@ -23,6 +23,8 @@ static const char *C = "bench throughput";
 
 typedef struct {
     const char *model, *dataset, *output, *label;
+    const char *json_schema;     /* --json-schema FILE: every request is constrained by it */
+    char *schema_text;
     int64_t num_prompts, seed, n, beam, shared_prefix, max_in, max_out;
     double temperature;
     int verbose;
@@ -43,13 +45,15 @@ static void usage(FILE *f) {
             "      --temperature T      sampling temperature (1.0)\n"
             "      --shared-prefix N    every prompt starts with the same N tokens\n"
             "      --max-input N  --max-output N   clamp the drawn lengths (1024 each)\n"
+            "      --json-schema FILE   constrain every output to this JSON schema (structured\n"
+            "                           output; reports the masking time per step)\n"
             "      --label S            copied into the JSON line\n"
             "      --output FILE        also append the JSON line to FILE\n"
             "  -v, --verbose            progress on stderr\n");
     fputs(PL_ENGINE_FLAGS_HELP, f);
 }
 
-enum { O_DS = 256, O_NP, O_SEED, O_N, O_BEAM, O_TEMP, O_PREFIX, O_MAXIN, O_MAXOUT, O_LABEL, O_OUT };
+enum { O_DS = 256, O_NP, O_SEED, O_N, O_BEAM, O_TEMP, O_PREFIX, O_MAXIN, O_MAXOUT, O_LABEL, O_OUT, O_SCHEMA };
 
 static int parse(int argc, char **argv, tp_opts *o) {
     static const struct option longopts[] = {
@@ -60,6 +64,7 @@ static int parse(int argc, char **argv, tp_opts *o) {
         {"shared-prefix", required_argument, 0, O_PREFIX},
         {"max-input", required_argument, 0, O_MAXIN}, {"max-output", required_argument, 0, O_MAXOUT},
         {"label", required_argument, 0, O_LABEL},    {"output", required_argument, 0, O_OUT},
+        {"json-schema", required_argument, 0, O_SCHEMA},
         {"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
         PL_ENGINE_LONGOPTS,                          {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -86,6 +91,7 @@ static int parse(int argc, char **argv, tp_opts *o) {
         case O_MAXOUT: bad = pl_arg_int(C, "--max-output", optarg, 1, 1 << 24, &o->max_out); break;
         case O_LABEL: o->label = optarg; break;
         case O_OUT: o->output = optarg; break;
+        case O_SCHEMA: o->json_schema = optarg; break;
         case 'v': o->verbose = 1; break;
         case 't': bad = pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng); break;
         case 'h': usage(stdout); exit(0);
@@ -197,6 +203,20 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
                         json_real(s->spec_drafts ? 1.0 + (double)s->spec_accepted_tokens /
                                                              (double)s->spec_drafts : 0));
     json_object_set_new(j, "spec_off_steps", json_integer((json_int_t)s->spec_off_steps));
+    json_object_set_new(j, "step_ms", json_real(s->steps ? 1e3 * s->step_seconds / (double)s->steps : 0));
+    if (o->json_schema) {
+        /* The masking cost against the step it is part of (the step time includes it). */
+        json_object_set_new(j, "json_schema", json_string(o->json_schema));
+        json_object_set_new(j, "constrained_tokens", json_integer((json_int_t)s->constrained_tokens));
+        json_object_set_new(j, "mask_misses", json_integer((json_int_t)s->constrain_mask_misses));
+        json_object_set_new(j, "constrain_s", json_real(s->constrain_seconds));
+        json_object_set_new(j, "constrain_us_per_token", json_real(s->constrained_tokens
+            ? 1e6 * s->constrain_seconds / (double)s->constrained_tokens : 0));
+        json_object_set_new(j, "constrain_ms_per_step", json_real(s->steps
+            ? 1e3 * s->constrain_seconds / (double)s->steps : 0));
+        json_object_set_new(j, "constrain_pct_of_step", json_real(s->step_seconds > 0
+            ? 100 * s->constrain_seconds / s->step_seconds : 0));
+    }
     return j;
 }
 
@@ -233,8 +253,15 @@ int pl_bench_throughput(int argc, char **argv) {
     pl_dataset_spec spec;
     if (pl_dataset_parse(o.dataset, &spec) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     o.eng.model_path = path;
+    if (o.json_schema) {
+        if (!(o.schema_text = pl_cli_read_file(o.json_schema, NULL)))
+            return pl_cli_fail(C, "--json-schema: cannot read %s", o.json_schema);
+    }
     pl_engine *e;
-    if (pl_engine_create(&o.eng, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
+    if (pl_engine_create(&o.eng, &e) != PL_OK) {
+        free(o.schema_text);
+        return pl_cli_fail(C, "%s", pl_last_error());
+    }
     pl_dataset_opts dopt = {
         .n_vocab = pl_engine_n_vocab(e), .first_id = 3, .max_in = (int32_t)o.max_in,
         .max_out = (int32_t)o.max_out, .max_total = pl_engine_max_model_len(e),
@@ -244,6 +271,7 @@ int pl_bench_throughput(int argc, char **argv) {
     if (pl_dataset_make(&spec, (int32_t)o.num_prompts, (uint64_t)o.seed, &dopt, &ds) != PL_OK) {
         rc = pl_cli_fail(C, "%s", pl_last_error());
         pl_engine_destroy(e);
+        free(o.schema_text);
         return rc;
     }
     int32_t n = ds.n, n_ttft = 0, errors = 0;
@@ -264,6 +292,10 @@ int pl_bench_throughput(int argc, char **argv) {
         p.sampling.temperature = (float)o.temperature;
         p.has_seed = 1;
         p.seed = (uint64_t)o.seed * 1000003u + (uint64_t)i;
+        if (o.schema_text) {
+            p.constraint = PL_CONSTRAINT_JSON_SCHEMA;
+            p.constraint_text = o.schema_text;
+        }
         if (o.beam) {
             p.use_beam_search = 1;
             p.best_of = (int32_t)o.beam;
@@ -322,6 +354,7 @@ int pl_bench_throughput(int argc, char **argv) {
     free(line);
     if (!rc && errors) rc = pl_cli_fail(C, "%d of %d requests failed", errors, n);
 done:
+    free(o.schema_text);
     free(ids);
     free(ttft);
     pl_dataset_destroy(&ds);

@@ -28,6 +28,10 @@ int pl_cmd_chat_template(int argc, char **argv);
  * and how to get a model to stderr and returns -1; on success writes the path into out. */
 int pl_cli_resolve_model(const char *arg, char *out, size_t cap);
 
+/* A whole file, malloc'ed and NUL-terminated (*len bytes before the NUL; len may be NULL);
+ * NULL when it cannot be read or memory runs out. */
+char *pl_cli_read_file(const char *path, size_t *len);
+
 /* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */
 int pl_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -27,6 +27,9 @@ typedef struct {
     int json, verbose;
     pl_request_params p;
     const char *stops[PL_MAX_STOP_STRINGS];
+    const char *choices[PL_MAX_STOP_STRINGS];
+    const char *constraint_arg;  /* the flag that set p.constraint */
+    char *constraint_file;       /* --json-schema / --grammar: the file's text (p.constraint_text) */
     pl_engine_config eng;
 } gen_opts;
 
@@ -42,8 +45,9 @@ static void usage(FILE *f) {
             "                             tokens' text always does (--input: \"parse_special\")\n"
             "      --prompt-ids IDS       prompt token ids, comma-separated (nothing added)\n"
             "      --input F --output F   offline batch: one JSON request per line (prompt or\n"
-            "                             prompt_ids, OpenAI/vLLM sampling fields,\n"
-            "                             parse_special), one result line per request in input\n"
+            "                             prompt_ids, OpenAI/vLLM sampling and structured\n"
+            "                             output fields, parse_special), one result line per\n"
+            "                             request in input\n"
             "                             order\n"
             "  -n, --max-tokens N         tokens to generate (default 128)\n"
             "      --temperature T        0 = greedy (default 1.0)\n"
@@ -57,6 +61,12 @@ static void usage(FILE *f) {
             "      --min-tokens N         no stop before N tokens\n"
             "      --logprobs K           top K log-probabilities of each generated token\n"
             "      --prompt-logprobs K    top K log-probabilities of each prompt token\n"
+            "      --json-schema FILE     structured output: the text is JSON valid against the\n"
+            "                             schema in FILE (docs/SERVER.md: the subset)\n"
+            "      --json-object          ... any JSON object\n"
+            "      --regex RE             ... the whole text matches RE\n"
+            "      --grammar FILE         ... the GBNF grammar in FILE (rule root)\n"
+            "      --choice STR           ... one of these strings (repeatable)\n"
             "      --json                 one JSON object per completion on stdout\n"
             "  -v, --verbose              model, KV cache and speed details on stderr\n");
     fputs(PL_ENGINE_FLAGS_HELP, f);
@@ -65,7 +75,35 @@ static void usage(FILE *f) {
 enum {
     O_IDS = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_FREQ, O_SEED, O_STOP, O_IGNORE,
     O_LP, O_PLP, O_JSON, O_IN, O_OUT, O_N, O_BEST, O_BEAM, O_LPEN, O_MINT, O_PARSE_SPECIAL,
+    O_SCHEMA, O_JSON_OBJECT, O_REGEX, O_GRAMMAR, O_CHOICE,
 };
+
+/* One structured-output flag per run (--choice may repeat). */
+static int set_constraint(gen_opts *o, const char *flag, pl_constraint_kind kind, const char *arg) {
+    if (o->constraint_arg && !(kind == PL_CONSTRAINT_CHOICE && o->p.constraint == kind)) {
+        fprintf(stderr, "pagellm generate: %s and %s exclude each other\n", o->constraint_arg, flag);
+        return 2;
+    }
+    o->constraint_arg = flag;
+    o->p.constraint = kind;
+    if (kind == PL_CONSTRAINT_CHOICE) {
+        if (o->p.n_constraint_choices == PL_MAX_STOP_STRINGS) {
+            fprintf(stderr, "pagellm generate: at most %d --choice\n", PL_MAX_STOP_STRINGS);
+            return 2;
+        }
+        o->choices[o->p.n_constraint_choices++] = arg;
+        o->p.constraint_choices = o->choices;
+    } else if (kind == PL_CONSTRAINT_JSON_SCHEMA || kind == PL_CONSTRAINT_GRAMMAR) {
+        if (!(o->constraint_file = pl_cli_read_file(arg, NULL))) {
+            fprintf(stderr, "pagellm generate: %s: cannot read %s\n", flag, arg);
+            return 2;
+        }
+        o->p.constraint_text = o->constraint_file;
+    } else {
+        o->p.constraint_text = arg;
+    }
+    return 0;
+}
 
 static int parse(int argc, char **argv, gen_opts *o) {
     static const struct option longopts[] = {
@@ -85,6 +123,9 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"length-penalty", required_argument, 0, O_LPEN},
         {"min-tokens", required_argument, 0, O_MINT},
         {"parse-special", no_argument, 0, O_PARSE_SPECIAL},
+        {"json-schema", required_argument, 0, O_SCHEMA}, {"json-object", no_argument, 0, O_JSON_OBJECT},
+        {"regex", required_argument, 0, O_REGEX},  {"grammar", required_argument, 0, O_GRAMMAR},
+        {"choice", required_argument, 0, O_CHOICE},
         {"verbose", no_argument, 0, 'v'},          {"help", no_argument, 0, 'h'},
         PL_ENGINE_LONGOPTS,                        {0, 0, 0, 0}};
     int64_t iv;
@@ -179,6 +220,20 @@ static int parse(int argc, char **argv, gen_opts *o) {
             break;
         case O_PARSE_SPECIAL: o->p.parse_special = 1; break;
         case O_JSON: o->json = 1; break;
+        case O_SCHEMA:
+        case O_JSON_OBJECT:
+        case O_REGEX:
+        case O_GRAMMAR:
+        case O_CHOICE: {
+            static const pl_constraint_kind K[] = {PL_CONSTRAINT_JSON_SCHEMA, PL_CONSTRAINT_JSON_OBJECT,
+                                                   PL_CONSTRAINT_REGEX, PL_CONSTRAINT_GRAMMAR,
+                                                   PL_CONSTRAINT_CHOICE};
+            static const char *const F[] = {"--json-schema", "--json-object", "--regex", "--grammar",
+                                            "--choice"};
+            int rc = set_constraint(o, F[c - O_SCHEMA], K[c - O_SCHEMA], optarg);
+            if (rc) return rc;
+            break;
+        }
         case 'v': o->verbose = 1; break;
         case 't':
             if (pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng)) return 2;
@@ -362,12 +417,26 @@ static int run_single(pl_engine *e, gen_opts *o) {
 int pl_cmd_generate(int argc, char **argv) {
     gen_opts o;
     int rc = parse(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) {
+        free(o.constraint_file);
+        return rc;
+    }
+    if (o.input && o.constraint_arg) {
+        free(o.constraint_file);
+        fprintf(stderr, "pagellm generate: %s applies to -p / --prompt-ids, not --input\n", o.constraint_arg);
+        return 2;
+    }
     char path[4096];
-    if (pl_cli_resolve_model(o.model, path, sizeof path)) return 1;
-    o.eng.model_path = path;
     pl_engine *e;
-    if (pl_engine_create(&o.eng, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
+    if (pl_cli_resolve_model(o.model, path, sizeof path)) {
+        free(o.constraint_file);
+        return 1;
+    }
+    o.eng.model_path = path;
+    if (pl_engine_create(&o.eng, &e) != PL_OK) {
+        free(o.constraint_file);
+        return pl_cli_fail(C, "%s", pl_last_error());
+    }
     if (o.verbose) {
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
@@ -389,5 +458,6 @@ int pl_cmd_generate(int argc, char **argv) {
         rc = run_single(e, &o);
     }
     pl_engine_destroy(e);
+    free(o.constraint_file);
     return rc;
 }

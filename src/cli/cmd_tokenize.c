@@ -22,25 +22,6 @@ static int open_tokenizer(const char *cmd, const char *model, pl_gguf **g, pl_to
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; }
-            buf = nb;
-        }
-    }
-    fclose(f);
-    *len = n;
-    return buf;
-}
-
 int pl_cmd_tokenize(int argc, char **argv) {
     static const struct option longopts[] = {
         {"model", required_argument, 0, 'm'}, {"add-special", no_argument, 0, 1},
@@ -74,7 +55,7 @@ int pl_cmd_tokenize(int argc, char **argv) {
     size_t len;
     char *text;
     if (file) {
-        text = read_file(file, &len);
+        text = pl_cli_read_file(file, &len);
         if (!text) return pl_cli_fail("tokenize", "cannot read '%s'", file);
     } else {
         text = strdup(argv[optind]);

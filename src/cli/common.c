@@ -47,6 +47,30 @@ int pl_cli_resolve_model(const char *arg, char *out, size_t cap) {
     return -1;
 }
 
+char *pl_cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap);
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0; /* n < cap: the loop grows the buffer when it fills */
+    if (len) *len = n;
+    return buf;
+}
+
 int pl_cli_fail(const char *cmd, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "pagellm %s: ", cmd);

@@ -52,7 +52,8 @@ pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_voca
     d->piece_cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(tok));
     d->piece = malloc(d->piece_cap);
     d->sampler = pl_sampler_create(n_vocab);
-    if (!d->step_groups || !d->work || !d->eog_ids || !d->piece || !d->sampler) {
+    d->cons = pl_cons_registry_create(tok);
+    if (!d->step_groups || !d->work || !d->eog_ids || !d->piece || !d->sampler || !d->cons) {
         pl_decoder_destroy(d);
         return pl_fail(PL_ERR_NOMEM, "out of memory for the decoder (vocab %d)", n_vocab);
     }
@@ -63,6 +64,7 @@ pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_voca
 
 void pl_decoder_destroy(pl_decoder *d) {
     pl_sampler_destroy(d->sampler);
+    pl_cons_registry_destroy(d->cons);
     PL_FREE_ALL(d->step_groups, d->work, d->eog_ids, d->piece);
     for (int i = 0; i < PL_DECODER_SCRATCH; i++) free(d->scratch[i]);
     memset(d, 0, sizeof *d);
@@ -159,6 +161,39 @@ static float token_logprobs(pl_decoder *d, const pl_seq_group *g, const float *l
     return lp;
 }
 
+/* Structured output: mask the tokens q's constraint does not allow (EOS only in an accepting
+ * state). 0 when q cannot go on: it finished (no token can continue the match; rare, e.g. a
+ * vocabulary that cannot spell what the constraint needs) or its group is marked (no memory). */
+static int constrain(pl_decoder *d, pl_seq *q, float *work) {
+    int32_t n_allowed = 0;
+    const uint64_t *m = pl_cons_mask(d->cons, q->group->cons, &q->cstate, &n_allowed);
+    if (!m) {
+        q->group->oom = 1;
+        q->group->cons_ambiguous = strstr(pl_last_error(), "ambiguous") != NULL;
+        return 0;
+    }
+    if (n_allowed == 0) {
+        seq_finish(d, q, PL_FINISH_STOP);
+        return 0;
+    }
+    const int32_t V = d->n_vocab;
+    for (int32_t w = 0; w * 64 < V; w++) {
+        uint64_t off = ~m[w];
+        while (off) {
+            int32_t id = w * 64 + __builtin_ctzll(off);
+            off &= off - 1;
+            if (id < V) work[id] = -INFINITY;
+        }
+    }
+    return 1;
+}
+
+static int any_finite(const float *x, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (x[i] > -INFINITY) return 1;
+    return 0;
+}
+
 /* Sample q's next token from its logits row and apply the stop checks. */
 static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     pl_seq_group *g = q->group;
@@ -166,11 +201,18 @@ static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     float *work = d->work;
     memcpy(work, logits, (size_t)V * sizeof *work);
     int32_t n_out = q->n_tokens - g->n_prompt;
+    double t0 = g->cons ? pl_clock_now() : 0;
+    if (g->cons && !constrain(d, q, work)) return;
+    if (g->cons) d->constrain_seconds += pl_clock_now() - t0;
     if (n_out < g->params.min_tokens) { /* EOS and stop ids cannot be chosen yet */
         if (!g->params.ignore_eos)
             for (int32_t i = 0; i < d->n_eog; i++) work[d->eog_ids[i]] = -INFINITY;
         for (int32_t i = 0; i < g->params.n_stop_token_ids; i++)
             work[g->params.stop_token_ids[i]] = -INFINITY;
+        if (g->cons && !any_finite(work, V)) { /* only EOS was allowed */
+            seq_finish(d, q, PL_FINISH_STOP);
+            return;
+        }
     }
     int32_t id = pl_sample(d->sampler, &g->params.sampling, work, g->prompt, g->n_prompt,
                            q->tokens + g->n_prompt, n_out, &q->rng);
@@ -179,6 +221,15 @@ static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     pl_token_logprob top[1025];
     float lp = g->params.logprobs >= 0 || !streams(g) ? token_logprobs(d, g, logits, id, top) : NAN;
     seq_push(d, q, id, lp, top);
+    if (g->cons) {
+        t0 = pl_clock_now();
+        if (pl_cons_advance(d->cons, g->cons, &q->cstate, id) != 1) {
+            g->oom = 1;
+            g->cons_ambiguous = strstr(pl_last_error(), "ambiguous") != NULL;
+        }
+        d->constrain_seconds += pl_clock_now() - t0;
+        d->constrained_tokens++;
+    }
     check_stop(d, q, id);
 }
 
@@ -620,7 +671,9 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
             g->emitted_prompt = 1;
         }
         if (g->oom) {
-            pl_decoder_finish_group(d, g, PL_FINISH_ERROR, "out of memory while decoding");
+            pl_decoder_finish_group(d, g, PL_FINISH_ERROR, g->cons_ambiguous
+                ? "structured output: the constraint became too ambiguous (too many parses at once)"
+                : "out of memory while decoding");
             continue;
         }
         if (g->n_live == 0) {

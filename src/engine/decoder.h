@@ -31,6 +31,7 @@ typedef struct {
     int32_t n_vocab;
     int32_t max_model_len;
     pl_sampler *sampler;
+    pl_cons_registry *cons;       /* structured output: compiled constraints, token masks */
     float *work;                  /* [n_vocab] working copy of a logits row */
     char *piece;                  /* [piece_cap] streaming detokenizer scratch */
     size_t piece_cap;
@@ -47,6 +48,8 @@ typedef struct {
     uint64_t steps;               /* updates done */
     uint64_t prompt_tokens;       /* prompt tokens computed */
     uint64_t generation_tokens;   /* tokens sampled */
+    uint64_t constrained_tokens;  /* of them under a constraint */
+    double constrain_seconds;     /* spent masking and advancing constraints */
     uint64_t requests_finished;
     uint64_t spec_drafts;         /* speculating sequence-steps verified */
     uint64_t spec_draft_tokens;   /* proposals verified */

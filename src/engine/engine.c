@@ -375,6 +375,10 @@ static pl_status check_params(const pl_engine *e, pl_request_params *p) {
                            p->sampling.logit_bias[i].id, e->model->hp.n_vocab);
     if (p->use_beam_search && p->sampling.n_logit_bias)
         return pl_fail(PL_ERR_INVALID_ARG, "logit_bias is not supported with beam search");
+    if (p->constraint != PL_CONSTRAINT_NONE && p->use_beam_search)
+        return pl_fail(PL_ERR_INVALID_ARG, "structured output is not supported with beam search");
+    if (p->constraint < PL_CONSTRAINT_NONE || p->constraint > PL_CONSTRAINT_GRAMMAR)
+        return pl_fail(PL_ERR_INVALID_ARG, "unknown constraint kind %d", (int)p->constraint);
     if (p->use_beam_search) {
         /* Beam search is deterministic: the sampling parameters do not apply (as in vLLM,
          * which requires them neutral; pagellm simply ignores them). */
@@ -414,6 +418,16 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     pl_status st = check_params(e, &g->params);
     if (st != PL_OK) g->params.n_stop = 0; /* nothing copied yet: pl_group_destroy frees none */
     if (st == PL_OK) st = pl_group_copy_stops(g);
+    if (st == PL_OK && g->params.constraint != PL_CONSTRAINT_NONE) {
+        /* Compiled here, in the caller's thread, so that a bad one is an error with a message;
+         * requests with the same constraint share the compiled automaton and its mask cache. */
+        g->cons_reg = e->decoder.cons;
+        st = pl_cons_acquire(g->cons_reg, g->params.constraint, g->params.constraint_text,
+                             g->params.constraint_choices, g->params.n_constraint_choices,
+                             &g->cons);
+    }
+    g->params.constraint_text = NULL; /* the caller's: not kept */
+    g->params.constraint_choices = NULL;
     if (st == PL_OK && text) {
         size_t n = 0;
         st = pl_tokenize(e->model->tok, text, strlen(text), g->params.add_special,
@@ -445,6 +459,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
         q = NULL;
     }
     if (st == PL_OK && !q) st = pl_fail(PL_ERR_NOMEM, "out of memory");
+    if (st == PL_OK && g->cons) st = pl_cons_start(g->cons, &q->cstate);
     if (st != PL_OK) {
         pl_group_destroy(g);
         return st;
@@ -452,6 +467,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
     g->n_live = 1;
     g->arrival = pl_clock_now();
     pl_detok_init(&q->detok, e->model->tok, g->params.skip_special_tokens, 0);
+    q->detok.no_clean = g->cons != NULL;
 
     /* The waiting queue belongs to the engine thread: bound by its count at the last step. */
     pthread_mutex_lock(&e->stats_mu);
@@ -747,6 +763,11 @@ static void take_snapshot(pl_engine *e) {
     s.swaps_out = e->sched.swaps_out;
     s.prompt_tokens = e->decoder.prompt_tokens;
     s.generation_tokens = e->decoder.generation_tokens;
+    s.constrained_tokens = e->decoder.constrained_tokens;
+    s.constrain_seconds = e->decoder.constrain_seconds;
+    pl_cons_stats cs;
+    pl_cons_get_stats(e->decoder.cons, &cs);
+    s.constrain_mask_misses = cs.mask_misses;
     s.requests_finished = e->decoder.requests_finished;
     s.steps = e->steps;
     s.spec_drafts = e->decoder.spec_drafts;

@@ -35,6 +35,7 @@ pl_seq *pl_seq_create(pl_seq_group *g, int32_t index, const int32_t *tokens, int
 
 void pl_seq_destroy(pl_seq *q) {
     if (!q) return;
+    pl_gstate_free(&q->cstate);
     PL_FREE_ALL(q->tokens, q->logprobs, q->top, q->text, q);
 }
 
@@ -61,6 +62,10 @@ pl_seq *pl_seq_clone(pl_seq *q, int32_t index) {
     c->text_sent = q->text_sent;
     c->text_safe = q->text_safe;
     c->pending_from = q->pending_from;
+    if (q->cstate.n && pl_gstate_copy(&c->cstate, &q->cstate) != PL_OK) {
+        pl_seq_destroy(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -79,6 +84,7 @@ void pl_group_destroy(pl_seq_group *g) {
     for (int32_t i = 0; g->stop_copy && i < g->params.n_stop; i++) free(g->stop_copy[i]);
     PL_FREE_ALL(g->stop_copy, g->stop_ids_copy, g->logit_bias_copy, g->prompt, g->prompt_top);
     if (g->chan) pl_out_channel_unref(g->chan);
+    if (g->cons) pl_cons_release(g->cons_reg, g->cons);
     free(g);
 }
 

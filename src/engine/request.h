@@ -16,6 +16,7 @@
 #include "pagellm.h"
 
 #include "base/rng.h"
+#include "constrain/constrain.h"
 #include "kv/manager.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,6 +58,8 @@ typedef struct pl_seq {
     int32_t out_cap;            /* output tokens the arrays below can hold (max_tokens) */
     float *logprobs;            /* [out_cap] logprob of each output token */
     pl_token_logprob *top;      /* [out_cap][n_top + 1] when logprobs are asked, else NULL */
+    pl_gstate cstate;           /* structured output: the automaton's state after the output so
+                                   far (kept through preemption; copied by a fork) */
 } pl_seq;
 
 struct pl_seq_group {
@@ -66,6 +69,8 @@ struct pl_seq_group {
     char **stop_copy;
     int32_t *stop_ids_copy;
     pl_logit_bias *logit_bias_copy;
+    pl_cons *cons;              /* structured output's compiled constraint (a reference), or NULL */
+    pl_cons_registry *cons_reg; /* where cons came from */
     int32_t *prompt;            /* [n_prompt] */
     int32_t n_prompt;
     pl_seq **seqs;              /* [n_seqs] live and finished sequences */
@@ -76,6 +81,7 @@ struct pl_seq_group {
     int prefilled;              /* the prompt's logits were sampled once (n/beam fork done) */
     int aborted;
     int oom;                    /* an allocation for it failed while decoding: ends with an error */
+    int cons_ambiguous;         /* ... because its constraint had too many parses at once */
     int emitted_prompt;         /* the first output (prompt ids, logprobs) was sent */
     pl_token_logprob *prompt_top; /* [n_prompt][n_top + 1] prompt logprobs, when asked */
     struct pl_out_channel *chan;

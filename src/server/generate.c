@@ -213,9 +213,18 @@ static int submit(gen_job *j, pl_server_error *err) {
         if (st == PL_ERR_CAPACITY)
             return pl_server_fail(err, 503, NULL, "queue_full",
                                   "the server is busy (%s); retry later", pl_last_error());
-        if (st == PL_ERR_INVALID_ARG)
-            return pl_server_fail(err, 400, pl_server_param_of(pl_last_error()), "invalid_value",
-                                  "%s", pl_last_error());
+        if (st == PL_ERR_INVALID_ARG) {
+            const char *param = pl_server_param_of(pl_last_error());
+            static const char *const CONSTRAINT_MSG[] = {"json_schema:", "regex:", "grammar:",
+                                                         "choice:", "structured output:"};
+            for (size_t k = 0; !param && j->req.constraint_field && k < 5; k++)
+                if (!strncmp(pl_last_error(), CONSTRAINT_MSG[k], strlen(CONSTRAINT_MSG[k])))
+                    param = j->req.constraint_field;
+            if (param && param == j->req.constraint_field)
+                return pl_server_fail(err, 400, param, "invalid_value", "'%s': %s", param,
+                                      pl_last_error());
+            return pl_server_fail(err, 400, param, "invalid_value", "%s", pl_last_error());
+        }
         if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
         if (st != PL_OK)
             return pl_server_fail(err, 500, NULL, "internal_error", "%s", pl_last_error());

@@ -7,10 +7,16 @@
  * (pl_sampling_params_validate), this file only parses.
  *
  * Three kinds of field names: those parsed here (tools and tool_choice by tools.c); those
- * recognised but not supported (suffix, the old function calling, tools on completions,
- * structured output: response_format other than text and vLLM's guided_*), which get a 400
- * "... is not supported" instead of a silently unconstrained answer;
- * and unknown ones, ignored as OpenAI does and logged once per name at debug level.
+ * recognised but not supported (suffix, the old function calling, tools on completions), which
+ * get a 400 "... is not supported" instead of a silently ignored field; and unknown ones,
+ * ignored as OpenAI does and logged once per name at debug level.
+ *
+ * Structured output: OpenAI's response_format ({"type": "json_object"} or {"type":
+ * "json_schema", "json_schema": {"schema": ...}}), vLLM's guided_json / guided_regex /
+ * guided_choice / guided_grammar and its newer structured_outputs object ({"json": ...} |
+ * {"regex": ...} | {"choice": [...]} | {"grammar": ...} | {"json_object": true}) become the
+ * engine's constraint; two of them in one request are a 400. The engine compiles it (a bad
+ * schema, regex or grammar is a 400 naming the field that carried it).
  */
 #include "server/server.h"
 #include "base/buf.h"
@@ -73,34 +79,138 @@ int pl_server_note_unknown_field(const char *key) {
  * is absent, null, or the neutral value (response_format: {"type": "text"}); tools and
  * tool_choice are parsed by tools.c (chat) and ignored by completions. */
 static int check_unsupported(const json_t *o, pl_server_error *err) {
-    static const char *const ALWAYS[] = {"suffix", "functions", "function_call", "guided_json",
-                                         "guided_regex", "guided_choice", "guided_grammar",
-                                         "structured_outputs"};
+    static const char *const ALWAYS[] = {"suffix", "functions", "function_call"};
     for (size_t i = 0; i < sizeof ALWAYS / sizeof ALWAYS[0]; i++) {
         json_t *v = json_object_get(o, ALWAYS[i]);
         if (v && !json_is_null(v))
             return pl_server_fail(err, 400, ALWAYS[i], "unsupported_parameter",
-                                  "'%s' is not supported by this server%s", ALWAYS[i],
-                                  !strncmp(ALWAYS[i], "guided_", 7) ||
-                                          !strcmp(ALWAYS[i], "structured_outputs")
-                                      ? " (structured output is not implemented yet)"
-                                      : "");
+                                  "'%s' is not supported by this server", ALWAYS[i]);
     }
+    json_t *v;
+    const char *key;
+    json_object_foreach((json_t *)o, key, v) {
+        if (!is_parsed(key)) pl_server_note_unknown_field(key);
+    }
+    return 0;
+}
+
+/* ---- structured output ---- */
+
+/* Set the request's constraint from `field` (kind, text copied); 400 if one is set already. */
+static int set_constraint(pl_server_request *r, const char *field, pl_constraint_kind kind,
+                          const char *text, pl_server_error *err) {
+    if (r->constraint_field)
+        return pl_server_fail(err, 400, field, "unsupported_parameter",
+                              "only one structured output constraint per request: got '%s' and "
+                              "'%s'", r->constraint_field, field);
+    r->constraint_field = field;
+    r->params.constraint = kind;
+    if (text && !(r->constraint_text = strdup(text))) return pl_server_nomem(err);
+    r->params.constraint_text = r->constraint_text;
+    return 0;
+}
+
+/* A schema given as an object or as JSON text. */
+static int set_schema(pl_server_request *r, const char *field, const json_t *v,
+                      pl_server_error *err) {
+    if (json_is_string(v)) return set_constraint(r, field, PL_CONSTRAINT_JSON_SCHEMA, json_string_value(v), err);
+    if (!json_is_object(v) && !json_is_boolean(v))
+        return pl_server_fail(err, 400, field, "invalid_type",
+                              "'%s' must be a JSON schema (an object, or its text)", field);
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s) return pl_server_nomem(err);
+    int rc = set_constraint(r, field, PL_CONSTRAINT_JSON_SCHEMA, s, err);
+    free(s);
+    return rc;
+}
+
+static int set_string(pl_server_request *r, const char *field, pl_constraint_kind kind,
+                      const json_t *v, pl_server_error *err) {
+    if (!json_is_string(v))
+        return pl_server_fail(err, 400, field, "invalid_type", "'%s' must be a string", field);
+    return set_constraint(r, field, kind, json_string_value(v), err);
+}
+
+static int set_choice(pl_server_request *r, const char *field, const json_t *v,
+                      pl_server_error *err) {
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return pl_server_fail(err, 400, field, "invalid_type",
+                              "'%s' must be a non-empty list of strings", field);
+    if (set_constraint(r, field, PL_CONSTRAINT_CHOICE, NULL, err)) return -1;
+    r->choices = calloc(json_array_size(v), sizeof *r->choices);
+    if (!r->choices) return pl_server_nomem(err);
+    size_t i;
+    json_t *c;
+    json_array_foreach(v, i, c) {
+        if (!json_is_string(c))
+            return pl_server_fail(err, 400, field, "invalid_type", "'%s[%zu]' must be a string", field, i);
+        if (!(r->choices[r->n_choices++] = strdup(json_string_value(c)))) return pl_server_nomem(err);
+    }
+    r->params.constraint_choices = (const char *const *)r->choices;
+    r->params.n_constraint_choices = r->n_choices;
+    return 0;
+}
+
+static int parse_structured(const json_t *o, pl_server_request *r, pl_server_error *err) {
     json_t *v = json_object_get(o, "response_format");
     if (v && !json_is_null(v)) {
         json_t *t = json_object_get(v, "type");
         if (!json_is_object(v) || !json_is_string(t))
             return pl_server_fail(err, 400, "response_format", "invalid_type",
                                   "'response_format' must be an object with a string 'type'");
-        if (strcmp(json_string_value(t), "text"))
+        const char *type = json_string_value(t);
+        if (!strcmp(type, "json_object")) {
+            if (set_constraint(r, "response_format", PL_CONSTRAINT_JSON_OBJECT, NULL, err)) return -1;
+        } else if (!strcmp(type, "json_schema")) {
+            json_t *js = json_object_get(v, "json_schema");
+            if (!json_is_object(js))
+                return pl_server_fail(err, 400, "response_format", "invalid_value",
+                                      "'response_format.json_schema' must be an object with the "
+                                      "'schema'");
+            json_t *schema = json_object_get(js, "schema");
+            if (schema && !json_is_null(schema)) {
+                if (set_schema(r, "response_format", schema, err)) return -1;
+            } else if (set_constraint(r, "response_format", PL_CONSTRAINT_JSON_SCHEMA, "{}", err)) {
+                return -1;
+            }
+        } else if (strcmp(type, "text")) {
             return pl_server_fail(err, 400, "response_format", "unsupported_parameter",
-                                  "'response_format' of type '%.64s' is not supported by this "
-                                  "server (structured output is not implemented yet); only "
-                                  "{\"type\": \"text\"} is accepted", json_string_value(t));
+                                  "'response_format' of type '%.64s' is not supported; use "
+                                  "text, json_object or json_schema", type);
+        }
     }
-    const char *key;
-    json_object_foreach((json_t *)o, key, v) {
-        if (!is_parsed(key)) pl_server_note_unknown_field(key);
+    if ((v = json_object_get(o, "guided_json")) && !json_is_null(v) &&
+        set_schema(r, "guided_json", v, err))
+        return -1;
+    if ((v = json_object_get(o, "guided_regex")) && !json_is_null(v) &&
+        set_string(r, "guided_regex", PL_CONSTRAINT_REGEX, v, err))
+        return -1;
+    if ((v = json_object_get(o, "guided_choice")) && !json_is_null(v) &&
+        set_choice(r, "guided_choice", v, err))
+        return -1;
+    if ((v = json_object_get(o, "guided_grammar")) && !json_is_null(v) &&
+        set_string(r, "guided_grammar", PL_CONSTRAINT_GRAMMAR, v, err))
+        return -1;
+    json_t *so = json_object_get(o, "structured_outputs");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return pl_server_fail(err, 400, "structured_outputs", "invalid_type",
+                                  "'structured_outputs' must be an object");
+        const char *key;
+        json_object_foreach(so, key, v) {
+            if (json_is_null(v)) continue;
+            int rc = 0;
+            if (!strcmp(key, "json")) rc = set_schema(r, "structured_outputs", v, err);
+            else if (!strcmp(key, "regex")) rc = set_string(r, "structured_outputs", PL_CONSTRAINT_REGEX, v, err);
+            else if (!strcmp(key, "choice")) rc = set_choice(r, "structured_outputs", v, err);
+            else if (!strcmp(key, "grammar")) rc = set_string(r, "structured_outputs", PL_CONSTRAINT_GRAMMAR, v, err);
+            else if (!strcmp(key, "json_object")) rc = json_is_true(v) ? set_constraint(r, "structured_outputs", PL_CONSTRAINT_JSON_OBJECT, NULL, err) : 0;
+            else if (strcmp(key, "disable_fallback") && strcmp(key, "disable_any_whitespace") &&
+                     strcmp(key, "disable_additional_properties") && strcmp(key, "whitespace_pattern"))
+                rc = pl_server_fail(err, 400, "structured_outputs", "unsupported_parameter",
+                                    "'structured_outputs.%.64s' is not supported", key);
+            if (rc) return -1;
+        }
     }
     return 0;
 }
@@ -565,6 +675,7 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
         }
     }
     if (parse_sampling(o, r, err) || parse_logit_bias(o, r, err) || parse_stop(o, r, err) ||
+        parse_structured(o, r, err) ||
         parse_stream(o, r, err) ||
         parse_logprobs(o, r, max_logprobs, err))
         goto done;
@@ -602,6 +713,9 @@ void pl_server_request_destroy(pl_server_request *r) {
     free(r->stop);
     free(r->stop_ids);
     free(r->logit_bias);
+    for (int i = 0; i < r->n_choices; i++) free(r->choices[i]);
+    free(r->choices);
+    free(r->constraint_text);
     free(r->model);
     memset(r, 0, sizeof *r);
 }

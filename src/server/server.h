@@ -110,6 +110,10 @@ typedef struct {
     char **stop;                     /* [params.n_stop] */
     int32_t *stop_ids;               /* [params.n_stop_token_ids] */
     pl_logit_bias *logit_bias;       /* [params.sampling.n_logit_bias] */
+    const char *constraint_field;    /* structured output: the field that set it (static), or NULL */
+    char *constraint_text;           /* params.constraint_text */
+    char **choices;                  /* params.constraint_choices [n_choices] */
+    int n_choices;
     int max_tokens_given;            /* max_tokens was in the request (chat defaults to the rest
                                         of the context) */
     int stream, include_usage, echo;
@@ -120,10 +124,10 @@ typedef struct {
 } pl_server_request;
 
 /* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Recognised but
- * unsupported fields (suffix, functions, function_call, tool_choice "required",
- * response_format other than {"type": "text"}, guided_*, structured_outputs) are a 400 naming
- * the field with code "unsupported_parameter"; unknown fields are ignored (logged once each at
- * debug level). On success free the request with pl_server_request_destroy. */
+ * unsupported fields (suffix, functions, function_call, tool_choice "required", two structured
+ * output constraints at once) are a 400 naming the field with code "unsupported_parameter";
+ * unknown fields are ignored (logged once each at debug level). On success free the request
+ * with pl_server_request_destroy. */
 int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
                             pl_server_request *r, pl_server_error *err);
 void pl_server_request_destroy(pl_server_request *r);

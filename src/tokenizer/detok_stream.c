@@ -78,7 +78,7 @@ static void deliver(pl_detok_stream *s, const char *text, size_t n, int final, c
                     size_t cap, size_t *pos) {
     char buf[3 * CHUNK + 32];
     const char *src = text;
-    if (s->tok->clean_spaces) {
+    if (s->tok->clean_spaces && !s->no_clean) {
         n = pl_tok_clean_feed(&s->clean, text, n, final, buf);
         src = buf;
     }

@@ -97,6 +97,8 @@ typedef struct {
     uint8_t pending[8];  /* bytes of an incomplete UTF-8 sequence */
     int n_pending;
     pl_detok_clean_state clean; /* held-back bytes of the clean_spaces filter */
+    int no_clean;        /* 1: skip clean_spaces (structured output: the text must be exactly
+                            the bytes the constraint matched); set after pl_detok_init */
 } pl_detok_stream;
 
 /* Output room that always suffices for one push or flush, given the longest piece. */

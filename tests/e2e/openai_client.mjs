@@ -1,7 +1,9 @@
 // The official OpenAI Node client against a running `pagellm serve` (URL in argv[2], API key in
-// argv[3]): completions, chat, streaming, n > 1, logprobs and error handling. Prints one line per
+// argv[3]): completions, chat, streaming, n > 1, logprobs, structured output (validated with ajv)
+// and error handling. Prints one line per
 // check and ends with "N passed, N failed".
 import OpenAI from "openai";
+import Ajv from "ajv";
 
 const base = process.argv[2];
 const key = process.argv[3];
@@ -191,10 +193,105 @@ await expectError("tool_choice required is not supported", 400, () => client.cha
 await expectError("tool_choice naming an unknown function", 400, () => client.chat.completions.create(
   { model: "stories", messages: [{ role: "user", content: "x" }], tools,
     tool_choice: { type: "function", function: { name: "nope" } } }), OpenAI.BadRequestError, "tool_choice");
-await expectError("response_format json_object is not supported yet", 400,
-  () => client.chat.completions.create({ model: "stories", response_format: { type: "json_object" },
-                                         messages: [{ role: "user", content: "x" }] }),
-  OpenAI.BadRequestError, "response_format");
+// Structured output: every sample validates (ajv), matches the regex, is one of the choices.
+const SCHEMA = {
+  type: "object",
+  properties: {
+    name: { type: "string", maxLength: 12 },
+    age: { type: "integer", minimum: 0, maximum: 120 },
+    mood: { enum: ["happy", "sad", "angry"] },
+    pets: { type: "array", items: { type: "string", maxLength: 8 }, maxItems: 3 },
+    nick: { type: ["string", "null"], maxLength: 6 },
+    home: { type: "object", properties: { town: { type: "string", pattern: "^[A-Z][a-z]{1,8}$" },
+                                            big: { type: "boolean" } },
+            required: ["town", "big"], additionalProperties: false },
+  },
+  required: ["name", "age", "mood", "pets", "nick", "home"],
+  additionalProperties: false,
+};
+const validate = new Ajv({ strict: false }).compile(SCHEMA);
+await step("response_format json_schema: 50 seeded samples at temperature 1 validate", async () => {
+  const outs = [];
+  for (let b = 0; b < 5; b++)
+    outs.push(...await Promise.all(Array.from({ length: 10 }, (_, i) => client.chat.completions.create({
+      model: "stories", messages: [{ role: "user", content: "Tell me about a child." }],
+      temperature: 1, seed: 10 * b + i, max_tokens: 400,
+      response_format: { type: "json_schema", json_schema: { name: "child", strict: true, schema: SCHEMA } },
+    }))));
+  let good = 0;
+  const texts = new Set();
+  for (const r of outs) {
+    const c = r.choices[0];
+    let v = null;
+    try { v = JSON.parse(c.message.content); } catch (e) { /* counted below */ }
+    if (c.finish_reason === "stop" && v !== null && validate(v)) good++;
+    else console.log(`invalid: ${c.finish_reason} ${c.message.content} ${JSON.stringify(validate.errors)}`);
+    texts.add(c.message.content);
+  }
+  check("json_schema: all 50 validate against the schema", good === 50, good);
+  check("json_schema: the seeded samples differ", texts.size > 40, texts.size);
+  const again = await client.chat.completions.create({
+    model: "stories", messages: [{ role: "user", content: "Tell me about a child." }],
+    temperature: 1, seed: 3, max_tokens: 400,
+    response_format: { type: "json_schema", json_schema: { name: "child", schema: SCHEMA } } });
+  check("json_schema: a seed reproduces its sample", again.choices[0].message.content ===
+        outs[3].choices[0].message.content);
+});
+await step("response_format json_object", async () => {
+  const r = await client.chat.completions.create({ model: "stories", temperature: 0.7, seed: 1, n: 4,
+    max_tokens: 300, response_format: { type: "json_object" }, messages: [{ role: "user", content: "x" }] });
+  for (const c of r.choices) {
+    if (c.finish_reason !== "stop") continue; /* an object may be cut by max_tokens */
+    let v = null;
+    try { v = JSON.parse(c.message.content); } catch (e) { /* fails below */ }
+    check("json_object: a JSON object", v !== null && typeof v === "object" && !Array.isArray(v), c.message.content);
+  }
+});
+const REGEX = "(yes|no), [0-9]{1,3} (cats?|dogs?)\\.";
+await step("guided_regex: 20 seeded samples match, n > 1, and streamed", async () => {
+  const re = new RegExp(`^(?:${REGEX})$`);
+  const rs = await Promise.all([0, 1].map((seed) => client.completions.create({
+    model: "stories", prompt: "Once upon a time", temperature: 1, seed, n: 10, max_tokens: 40,
+    guided_regex: REGEX })));
+  const all = rs.flatMap((r) => r.choices);
+  check("guided_regex: 20 samples", all.length === 20, all.length);
+  check("guided_regex: every sample matches and stops", all.every((c) => re.test(c.text) &&
+        c.finish_reason === "stop"), all.map((c) => c.text));
+  const s = await client.completions.create({ model: "stories", prompt: "Lily", temperature: 1, seed: 5,
+    max_tokens: 40, guided_regex: REGEX, stream: true });
+  let text = "";
+  for await (const c of s) if (c.choices.length) text += c.choices[0].text;
+  check("guided_regex: streamed text matches", re.test(text), text);
+});
+await step("guided_choice: 20 seeded samples are choices", async () => {
+  const CH = ["happy", "sad", "very angry", "Lily"];
+  const rs = await Promise.all([0, 1].map((seed) => client.completions.create({
+    model: "stories", prompt: "Tom felt", temperature: 1, seed, n: 10, max_tokens: 10,
+    guided_choice: CH })));
+  const all = rs.flatMap((r) => r.choices);
+  check("guided_choice: every sample is a choice", all.length === 20 && all.every((c) => CH.includes(c.text)),
+        all.map((c) => c.text));
+  const g = await client.chat.completions.create({ model: "stories", temperature: 0, max_tokens: 10,
+    messages: [{ role: "user", content: "x" }], structured_outputs: { choice: CH } });
+  check("structured_outputs.choice (greedy, chat)", CH.includes(g.choices[0].message.content),
+        g.choices[0].message.content);
+});
+await step("guided_grammar (GBNF)", async () => {
+  const r = await client.completions.create({ model: "stories", prompt: "Once", temperature: 1, seed: 2,
+    n: 5, max_tokens: 40, guided_grammar: 'root ::= "The " animal " is " ("big" | "small") "."\n' +
+                                          'animal ::= "cat" | "dog" | [a-z]{3,5}' });
+  check("guided_grammar: samples follow the grammar", r.choices.every((c) =>
+        /^The [a-z]{3,5} is (big|small)\.$/.test(c.text)), r.choices.map((c) => c.text));
+});
+await expectError("invalid regex", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", guided_regex: "a(b" }), OpenAI.BadRequestError, "guided_regex");
+await expectError("invalid grammar", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", guided_grammar: "root ::= nothere" }), OpenAI.BadRequestError, "guided_grammar");
+await expectError("unsupported schema keyword", 400, () => client.chat.completions.create(
+  { model: "stories", messages: [{ role: "user", content: "x" }], response_format: { type: "json_schema",
+    json_schema: { name: "n", schema: { type: "integer", multipleOf: 3 } } } }), OpenAI.BadRequestError, "response_format");
+await expectError("two constraints at once", 400, () => client.completions.create(
+  { model: "stories", prompt: "x", guided_regex: "a", guided_choice: ["a"] }), OpenAI.BadRequestError, "guided_choice");
 await step("response_format text is accepted", async () => {
   const r = await client.chat.completions.create({ model: "stories", max_tokens: 2,
     response_format: { type: "text" }, messages: [{ role: "user", content: "x" }] });

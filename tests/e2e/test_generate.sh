@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of `pagellm generate`, `tokenize` and `detokenize`: the reference continuation,
 # the --json contract, offline batches (--input/--output), control tokens' text in the prompt
-# (--parse-special, a batch line's parse_special), usage errors (exit 2), runtime errors
+# (--parse-special, a batch line's parse_special), structured output (--regex, --json-schema,
+# --choice), usage errors (exit 2), runtime errors
 # and bad model files (exit 1 with exactly one line on stderr naming the problem, no crash).
 set -u
 : "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
@@ -232,6 +233,28 @@ python3 "$HERE/gguf_patch.py" "$Q" "$tmp/type.gguf" type blk.0.attn_q.weight 16
 one_line "unsupported tensor type" "blk.0.attn_q.weight.*iq2_xxs" "$PL_BINARY" generate -m "$tmp/type.gguf" -p x
 python3 "$HERE/gguf_patch.py" "$M" "$tmp/drop.gguf" drop blk.3.ffn_up.weight
 one_line "missing tensor" "missing tensor 'blk.3.ffn_up.weight'" "$PL_BINARY" generate -m "$tmp/drop.gguf" -p x
+
+
+# ---- structured output from the CLI ----
+out=$("$PL_BINARY" generate -m "$M" -p "Lily is" -n 40 --seed 3 --n 3 --json \
+      --regex "(happy|sad), [0-9]{1,2} years" 2>"$tmp/err")
+python3 - "$out" <<'PY' && ok || bad "generate --regex: $out $(head -c 300 "$tmp/err")"
+import json, re, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert len(lines) == 3, lines
+for d in lines:
+    assert re.fullmatch(r"(happy|sad), [0-9]{1,2} years", d["text"]) and d["finish_reason"] == "stop", d
+PY
+printf '{"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["n", "ok"]}' >"$tmp/s.json"
+out=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 60 --temperature 0.8 --seed 1 --json --json-schema "$tmp/s.json" 2>"$tmp/err")
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); v=json.loads(d['text']); assert type(v['n']) is int and type(v['ok']) is bool, d" "$out" && ok || bad "generate --json-schema: $out"
+out=$("$PL_BINARY" generate -m "$M" -p "Tom" -n 10 --temperature 0 --choice yes --choice "no way" --json)
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['text'] in ('yes', 'no way'), d" "$out" && ok || bad "generate --choice: $out"
+one_line "bad regex" "regex: missing '\)'" "$PL_BINARY" generate -m "$M" -p x --regex "a("
+one_line "bad schema" "json_schema: at '#': 'multipleOf' is not supported" "$PL_BINARY" generate -m "$M" -p x \
+    --json-schema <(echo '{"type": "integer", "multipleOf": 2}')
+"$PL_BINARY" generate -m "$M" -p x --regex a --choice b >/dev/null 2>"$tmp/err"
+expect "two constraints: usage error" "$?" 2
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

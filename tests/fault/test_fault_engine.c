@@ -5,9 +5,10 @@
  *    the number of calls that path makes (strided past the first thousand). Each run either
  *    works or fails with an error message; nothing crashes and nothing leaks (LeakSanitizer).
  * 2. Load (eight rounds): a pool small enough to preempt and swap, a mix of greedy, sampled, n > 1, best_of,
- *    beam, stop strings and log-probabilities, with one call in N failing (N random per run,
- *    PL_FAULT_SEED to repeat one, in each of the three modes); rounds alternate no speculation,
- *    n-gram and draft-model speculative decoding. Every request ends, with output or an error; afterwards the
+ *    beam, stop strings, structured output and log-probabilities, with one call in N failing
+ *    (N random per run, PL_FAULT_SEED to repeat one, in each of the three modes); rounds
+ *    alternate no speculation, n-gram and draft-model speculative decoding. Every request ends,
+ *    with output or an error; afterwards the
  *    KV pool passes its full consistency check with every block free, and the engine still
  *    answers a greedy request exactly as before.
  * Prints the figures (calls failed, requests ended with an error) and "N passed, N failed". */
@@ -101,6 +102,12 @@ static void mixed_params(int i, pl_request_params *p, const char *const *stops) 
     case 3: p->use_beam_search = 1, p->best_of = 2, p->n = 2, p->sampling.temperature = 0; break;
     case 4: p->stop = stops, p->n_stop = 2; p->prompt_logprobs = 2; break;
     default: p->sampling.top_k = 5, p->sampling.top_p = 0.9f; break;
+    }
+    if (i % 12 == 5) { /* structured output: compiled in add_request, masks while decoding */
+        p->constraint = PL_CONSTRAINT_REGEX;
+        p->constraint_text = "(yes|no), [a-z ]{1,12}\\.";
+    } else if (i % 12 == 2) {
+        p->constraint = PL_CONSTRAINT_JSON_OBJECT;
     }
 }
 

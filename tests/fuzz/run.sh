@@ -15,7 +15,7 @@ secs="${1:-30}"
 root="$(pwd)"
 shared="${PL_SHARED_DIR:-$root/../shared}"
 build=build-fuzz
-targets="${PL_FUZZ_TARGETS:-gguf tokenizer jinja request sse}"  # a subset: PL_FUZZ_TARGETS="gguf sse"
+targets="${PL_FUZZ_TARGETS:-gguf tokenizer jinja request sse constrain}"  # a subset: PL_FUZZ_TARGETS="gguf sse"
 
 echo "== fuzz build ($build)"
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \

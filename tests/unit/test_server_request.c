@@ -242,9 +242,7 @@ static void test_logit_bias(void **state) {
  * values pass; unknown fields pass and are noted once. */
 static void test_unsupported_fields(void **state) {
     (void)state;
-    static const char *const FIELDS[] = {"suffix", "functions", "function_call", "guided_json",
-                                         "guided_regex", "guided_choice", "guided_grammar",
-                                         "structured_outputs"};
+    static const char *const FIELDS[] = {"suffix", "functions", "function_call"};
     char body[256];
     for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
         snprintf(body, sizeof body, "{\"prompt\": \"x\", \"%s\": [{\"a\": 1}]}", FIELDS[i]);
@@ -258,11 +256,6 @@ static void test_unsupported_fields(void **state) {
     refuse("{\"prompt\": \"x\", \"suffix\": \"\"}", 0, "suffix", "'suffix' is not supported");
     refuse("{\"prompt\": \"x\", \"stream\": true, \"prompt_logprobs\": 1}", 0, "prompt_logprobs",
            "stream");
-    refuse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}", 0,
-           "response_format", "not supported");
-    refuse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
-           "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\", \"schema\": {}}}}", 1,
-           "response_format", "'json_schema' is not supported");
     refuse("{\"prompt\": \"x\", \"response_format\": \"text\"}", 0, "response_format", "object");
     pl_server_request r;
     pl_server_error e;
@@ -394,9 +387,58 @@ static void test_tools(void **state) {
     }
 }
 
+/* Structured output fields become the engine's constraint; two at once, or wrong types, are a 400
+ * naming the field. */
+static void test_structured(void **state) {
+    (void)state;
+    pl_server_request r;
+    pl_server_error e;
+    static const struct {
+        const char *body;
+        pl_constraint_kind kind;
+        const char *text;
+    } OK[] = {
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}", PL_CONSTRAINT_JSON_OBJECT, NULL},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+         "{\"name\": \"a\", \"strict\": true, \"schema\": {\"type\": \"integer\"}}}}", PL_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"integer\"}"},
+        {"{\"prompt\": \"x\", \"guided_json\": {\"type\": \"string\"}}", PL_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\"}"},
+        {"{\"prompt\": \"x\", \"guided_json\": \"{\\\"type\\\": 1}\"}", PL_CONSTRAINT_JSON_SCHEMA, "{\"type\": 1}"},
+        {"{\"prompt\": \"x\", \"guided_regex\": \"a+\"}", PL_CONSTRAINT_REGEX, "a+"},
+        {"{\"prompt\": \"x\", \"guided_grammar\": \"root ::= \\\"a\\\"\"}", PL_CONSTRAINT_GRAMMAR, "root ::= \"a\""},
+        {"{\"prompt\": \"x\", \"guided_choice\": [\"a\", \"b\"]}", PL_CONSTRAINT_CHOICE, NULL},
+        {"{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"b\"}}", PL_CONSTRAINT_REGEX, "b"},
+        {"{\"prompt\": \"x\", \"structured_outputs\": {\"json_object\": true}}", PL_CONSTRAINT_JSON_OBJECT, NULL},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}, \"guided_json\": null}", PL_CONSTRAINT_NONE, NULL},
+    };
+    for (size_t i = 0; i < sizeof OK / sizeof OK[0]; i++) {
+        if (parse(OK[i].body, 0, &r, &e)) fail_msg("refused %s: %s", OK[i].body, e.message);
+        assert_int_equal(r.params.constraint, OK[i].kind);
+        if (OK[i].text) assert_string_equal(r.params.constraint_text, OK[i].text);
+        if (OK[i].kind == PL_CONSTRAINT_CHOICE) {
+            assert_int_equal(r.params.n_constraint_choices, 2);
+            assert_string_equal(r.params.constraint_choices[1], "b");
+        }
+        pl_server_request_destroy(&r);
+    }
+    refuse("{\"prompt\": \"x\", \"guided_regex\": \"a\", \"guided_json\": {}}", 0, "guided_regex",
+           "only one structured output constraint");
+    refuse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}, \"guided_choice\": [\"a\"]}",
+           0, "guided_choice", "'response_format' and 'guided_choice'");
+    refuse("{\"prompt\": \"x\", \"guided_choice\": []}", 0, "guided_choice", "non-empty list");
+    refuse("{\"prompt\": \"x\", \"guided_choice\": [1]}", 0, "guided_choice", "must be a string");
+    refuse("{\"prompt\": \"x\", \"guided_regex\": 5}", 0, "guided_regex", "must be a string");
+    refuse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}", 0,
+           "response_format", "json_schema");
+    refuse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"yaml\"}}", 0,
+           "response_format", "'yaml' is not supported");
+    refuse("{\"prompt\": \"x\", \"structured_outputs\": {\"structural_tag\": \"x\"}}", 0,
+           "structured_outputs", "not supported");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tools),
+        cmocka_unit_test(test_structured),
         cmocka_unit_test(test_prompt_forms),
         cmocka_unit_test(test_all_fields),
         cmocka_unit_test(test_chat),
