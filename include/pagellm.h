@@ -182,6 +182,13 @@ typedef struct {
     int parse_special;               /* text prompts: match CONTROL tokens' text as those tokens
                                         (0); USER_DEFINED tokens always match */
     uint64_t cache_salt;             /* extra prefix-cache key (0) */
+    int embedding;                   /* 1: an embedding request (0). Only for a model with a
+                                        pooling type (pl_engine_pooling; e.g. bert): the whole
+                                        input runs in one step, prefill only, nothing stays in
+                                        the KV cache, and the finished output carries the
+                                        pooled, L2-normalized vector. Only the tokenization
+                                        fields above apply (add_special, parse_special). A
+                                        model with a pooling type serves nothing else. */
 } pl_request_params;
 
 void pl_request_params_default(pl_request_params *p);
@@ -227,6 +234,8 @@ typedef struct {
     double arrival_time, first_token_time, finish_time; /* seconds (monotonic clock) */
     double first_scheduled_time;  /* when a step first ran it (0: never, e.g. aborted waiting);
                                      times are set in the finished output only */
+    int32_t n_embd;              /* embedding requests: the vector's length (finished output) */
+    float *embedding;            /* [n_embd] pooled and L2-normalized, or NULL */
 } pl_request_output;
 
 void pl_request_output_destroy(pl_request_output *o);
@@ -332,6 +341,10 @@ int32_t pl_engine_max_model_len(const pl_engine *e);
  * bytes that was divided into blocks (model_path and swap_path point at the caller's strings). */
 const pl_engine_config *pl_engine_get_config(const pl_engine *e);
 int32_t pl_engine_n_vocab(const pl_engine *e);
+/* An embedding model's pooling (1 mean, 2 cls, 3 last: llama.cpp's `<arch>.pooling_type`), or 0
+ * for a generation model; and the length of its embeddings. */
+int32_t pl_engine_pooling(const pl_engine *e);
+int32_t pl_engine_n_embd(const pl_engine *e);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,9 @@ typedef struct {
     size_t scratch_cap[PL_DECODER_SCRATCH];
     const float *logits;          /* the current step's logits and rows (during an update) */
     const int32_t *item_row;
+    const float *embd;            /* embedding models: the runner's pooled vectors [items][n_embd]
+                                   (set by the owner after init), else NULL */
+    int32_t n_embd;
     void (*forget)(void *ctx, pl_seq_group *g); /* a group ended (before it is destroyed) */
     void *forget_ctx;
     /* Counters. */

@@ -70,6 +70,7 @@ struct pl_seq_group {
     int32_t n_live;             /* sequences not finished */
     int32_t n_cached_tokens;    /* prompt tokens hit in the prefix cache at first admission */
     int prefilled;              /* the prompt's logits were sampled once (n/beam fork done) */
+    int embed;                  /* an embedding request: one whole-input step, no KV blocks */
     int aborted;
     int oom;                    /* an allocation for it failed while decoding: ends with an error */
     int emitted_prompt;         /* the first output (prompt ids, logprobs) was sent */

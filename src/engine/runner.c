@@ -27,8 +27,10 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
     r->ctx = malloc(S * sizeof(int32_t));
     r->item_row = malloc(S * sizeof(int32_t));
     r->tables = calloc(S * (size_t)max_blocks, sizeof(int32_t));
-    r->logits = malloc((size_t)max_logit_rows * V * sizeof(float));
-    if (!r->tokens || !r->pos || !r->slots || !r->rows || !r->seq_start || !r->ctx ||
+    const int embeds = m->hp.pooling != PL_POOL_NONE;
+    r->logits = malloc((embeds ? 1 : (size_t)max_logit_rows * V) * sizeof(float));
+    if (embeds) r->embd = malloc(S * (size_t)m->hp.dim * sizeof(float));
+    if ((embeds && !r->embd) || !r->tokens || !r->pos || !r->slots || !r->rows || !r->seq_start || !r->ctx ||
         !r->item_row || !r->tables || !r->logits) {
         pl_runner_destroy(r);
         return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %zu)",
@@ -42,7 +44,7 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
 void pl_runner_destroy(pl_runner *r) {
     pl_forward_ctx_destroy(r->fwd);
     PL_FREE_ALL(r->tokens, r->pos, r->slots, r->rows, r->seq_start, r->ctx, r->item_row, r->tables,
-                r->logits);
+                r->logits, r->embd);
     memset(r, 0, sizeof *r);
 }
 
@@ -68,7 +70,30 @@ static void apply_copies(pl_runner *r, const pl_sched_output *so) {
     }
 }
 
+/* An embedding model's step: every item is a whole input (positions from 0, no KV slots). */
+static pl_status execute_embed(pl_runner *r, const pl_sched_output *so) {
+    int32_t t = 0;
+    for (int32_t i = 0; i < so->n_items; i++) {
+        const pl_sched_item *it = &so->items[i];
+        PL_ASSERT(it->start == 0 && it->n == it->seq->n_tokens && it->seq->group->embed);
+        r->item_row[i] = i;
+        r->seq_start[i] = t;
+        for (int32_t k = 0; k < it->n; k++, t++) {
+            r->tokens[t] = it->seq->tokens[k];
+            r->pos[t] = k;
+        }
+    }
+    r->seq_start[so->n_items] = t;
+    PL_ASSERT(t == so->n_tokens);
+    if (so->n_items == 0) return PL_OK;
+    pl_step_batch b = {.n_tokens = t, .token_ids = r->tokens, .positions = r->pos,
+                       .n_seqs = so->n_items, .seq_start = r->seq_start};
+    return pl_model_embed(r->fwd, &b, r->embd);
+}
+
 pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
+    PL_ASSERT(so->n_items <= r->max_items && so->n_tokens <= r->max_tokens);
+    if (r->embd) return execute_embed(r, so);
     apply_copies(r, so);
     PL_ASSERT(so->n_items <= r->max_items && so->n_tokens <= r->max_tokens);
     const int32_t max_blocks = r->max_blocks;

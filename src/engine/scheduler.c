@@ -303,10 +303,32 @@ static int32_t final_tokens(const pl_seq_group *g) {
     return f > INT32_MAX ? INT32_MAX : (int32_t)f;
 }
 
+/* An embedding request runs whole in this step or waits (FCFS): it holds no KV blocks, so it
+ * is never preempted, and the decoder finishes it after this step. */
+static pl_status admit_embed(pl_scheduler *s, pl_seq_group *g, budget *b, int *admitted) {
+    pl_seq *q = g->seqs[0];
+    *admitted = 0;
+    if (q->n_tokens > b->tokens_left || b->seqs_left < 1) return PL_OK;
+    q->n_computed = 0;
+    q->status = PL_SEQ_RUNNING;
+    q_remove(&s->waiting, g);
+    q_insert(&s->running, g);
+    b->seqs_left--;
+    b->tokens_left -= q->n_tokens;
+    *admitted = 1;
+    return add_item(s, q, q->n_tokens, 0);
+}
+
 static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     pl_kv_manager *kv = s->kv;
     while (s->waiting.head && b->tokens_left > 0) {
         pl_seq_group *g = s->waiting.head;
+        if (g->embed) {
+            int admitted;
+            PL_TRY(admit_embed(s, g, b, &admitted));
+            if (!admitted) break;
+            continue;
+        }
         int32_t need = 0, too_long = 0;
         for (int32_t i = 0; i < g->n_seqs; i++) {
             pl_seq *q = g->seqs[i];

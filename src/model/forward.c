@@ -17,25 +17,11 @@
 #include "base/buf.h"
 
 #include "kernels/attention.h"
+#include "model/forward_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct pl_forward_ctx {
-    const pl_model *m;
-    pl_threadpool *tp;
-    int32_t max_tokens, max_logits;
-    float *x;        /* [max_tokens][dim] residual stream */
-    float *h;        /* [max_tokens][dim] normed input of a sub-layer */
-    float *q;        /* [max_tokens][n_heads*hd] */
-    float *k, *v;    /* [max_tokens][n_kv*hd] */
-    float *att;      /* [max_tokens][n_heads*hd] attention output */
-    float *gate;     /* [max_tokens][ffn] */
-    float *up;       /* [max_tokens][ffn] */
-    float *rope_cs;  /* [max_tokens][n_rot/2][2] */
-    void *mm_scratch;/* quantized activations for matmul */
-};
 
 static size_t max_scratch(const pl_model *m, int64_t B) {
     const pl_model_hparams *hp = &m->hp;
@@ -75,10 +61,14 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     c->att = malloc(T * qd * sizeof(float));
     c->gate = malloc(T * hp->ffn_dim * sizeof(float));
     c->up = malloc(T * hp->ffn_dim * sizeof(float));
-    c->rope_cs = malloc(T * (size_t)hp->rope.n_rot * sizeof(float));
+    c->rope_cs = malloc(T * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) * sizeof(float));
     c->mm_scratch = malloc(max_scratch(m, max_tokens) + 64);
+    /* bert: one row of attention scores per thread part. */
+    c->n_parts = pl_threadpool_size(tp);
+    if (hp->pooling != PL_POOL_NONE)
+        c->scores = malloc((size_t)c->n_parts * T * sizeof(float));
     if (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
-        !c->rope_cs || !c->mm_scratch) {
+        !c->rope_cs || !c->mm_scratch || (hp->pooling != PL_POOL_NONE && !c->scores)) {
         pl_forward_ctx_destroy(c);
         return pl_fail(PL_ERR_NOMEM, "forward: out of memory for %d tokens of scratch",
                        max_tokens);
@@ -89,7 +79,8 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
 
 void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
-    PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch, c);
+    PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
+                c->scores, c);
 }
 
 static void matmul(pl_forward_ctx *c, const pl_weight *w, const float *x, int64_t B, float *y) {
