@@ -184,11 +184,19 @@ int pl_cmd_serve(int argc, char **argv) {
     if (!o.eng.kv_cache_memory)
         snprintf(why, sizeof why, " (gpu-memory-utilization %g of the RAM available after the "
                  "weights)", ec->kv_cache_memory_fraction);
-    printf("KV cache: %d blocks of %d tokens (%d tokens), %s, %.1f MiB budget%s; swap %d blocks; "
-           "prefix caching %s\n", st.blocks_total, ec->block_size,
-           st.blocks_total * ec->block_size, ec->kv_cache_f32 ? "f32" : "f16",
-           (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
-           ec->enable_prefix_caching ? "on" : "off");
+    static const char *const pools[] = {"", "mean", "cls", "last"};
+    int32_t pool = pl_engine_pooling(e);
+    if (pool > 0 && pool < 4) {
+        printf("embedding model (pooling %s, %d dimensions): POST /v1/embeddings only; no KV "
+               "cache (each input attends over its own tokens in one step)\n", pools[pool],
+               pl_engine_n_embd(e));
+    } else {
+        printf("KV cache: %d blocks of %d tokens (%d tokens), %s, %.1f MiB budget%s; swap %d "
+               "blocks; prefix caching %s\n", st.blocks_total, ec->block_size,
+               st.blocks_total * ec->block_size, ec->kv_cache_f32 ? "f32" : "f16",
+               (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
+               ec->enable_prefix_caching ? "on" : "off");
+    }
     pl_server *s;
     if (pl_server_start(e, &o.srv, &s) != PL_OK) {
         int r = pl_cli_fail(C, "%s", pl_last_error());
