@@ -144,7 +144,7 @@ static pl_status setup_kv(pl_engine *e) {
     size_t per_block = pl_kv_bytes_per_block(&l, hp->n_layers);
     uint64_t nb = e->cfg.kv_cache_memory / per_block;
     /* An embedding model keeps nothing between steps (its attention reads the step's own K/V):
-     * the pool is a token two blocks, so the rest of the engine stays one code path. */
+     * the pool is a nominal two blocks, so the rest of the engine stays one code path. */
     if (hp->pooling != PL_POOL_NONE) nb = 2;
     int32_t max_blocks = (e->max_model_len + l.block_size - 1) / l.block_size + 1;
     if (nb < 2)
