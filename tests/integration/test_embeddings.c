@@ -189,6 +189,34 @@ static void test_refusals(void **state) {
     assert_int_equal(pl_engine_add_request(e, NULL, ids, 40, &p, &id), PL_ERR_INVALID_ARG);
     assert_non_null(strstr(pl_last_error(), "max-num-batched-tokens"));
     assert_int_equal(pl_engine_add_request(e, NULL, ids, 0, &p, &id), PL_ERR_INVALID_ARG);
+
+    /* Aborted and released requests end without a vector and leave nothing behind; a request
+     * that does not fit beside the others waits for the next step. */
+    uint64_t a, r, k, w;
+    assert_int_equal(pl_engine_add_request(e, NULL, ids, 20, &p, &a), PL_OK);
+    assert_int_equal(pl_engine_add_request(e, NULL, ids, 20, &p, &r), PL_OK);
+    assert_int_equal(pl_engine_add_request(e, NULL, ids, 20, &p, &k), PL_OK);
+    assert_int_equal(pl_engine_add_request(e, NULL, ids, 20, &p, &w), PL_OK);
+    pl_engine_abort(e, a);
+    pl_engine_release(e, r);
+    assert_int_equal(pl_engine_step(e), PL_OK); /* aborts applied; k runs; w (20 more) waits */
+    pl_request_output *o;
+    assert_int_equal(pl_engine_poll(e, a, 0, &o), PL_OK);
+    assert_true(o->finished && o->embedding == NULL && o->deltas[0].finish == PL_FINISH_ABORT);
+    pl_request_output_destroy(o);
+    assert_int_equal(pl_engine_poll(e, r, 0, &o), PL_ERR_NOT_FOUND);
+    assert_int_equal(pl_engine_poll(e, k, 0, &o), PL_OK);
+    assert_true(o->finished && o->embedding && o->n_embd == pl_engine_n_embd(e));
+    pl_request_output_destroy(o);
+    assert_int_equal(pl_engine_poll(e, w, 0, &o), PL_ERR_TIMEOUT);
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    assert_int_equal(pl_engine_poll(e, w, 0, &o), PL_OK);
+    assert_true(o->finished && o->embedding);
+    pl_request_output_destroy(o);
+    pl_engine_stats st;
+    pl_engine_get_stats(e, &st);
+    assert_int_equal(st.running + st.waiting + st.swapped, 0);
+    assert_int_equal(st.blocks_used, 0);
     ids[0] = 1 << 20;
     assert_int_equal(pl_engine_add_request(e, NULL, ids, 3, &p, &id), PL_ERR_INVALID_ARG);
     assert_non_null(strstr(pl_last_error(), "out of range"));
