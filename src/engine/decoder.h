@@ -9,6 +9,7 @@
  * their sampling point, applies the stop rules and pushes deltas to the groups' output channels.
  * A group that ends is finished here: its last outputs are emitted, it leaves the scheduler, the
  * owner is told through `forget` (the engine drops it from its registry) and it is destroyed.
+ * An embedding request ends in the step that computed it: its vector (embd) goes to its channel.
  *
  * Invariants: a group's sequences sample in the same step (the scheduler guarantees it); the
  * logits rows named by item_row belong to the schedule passed in the same call.
