@@ -154,6 +154,11 @@ typedef struct {
     int32_t max_waiting;             /* inbox + waiting queue bound; 0 = unbounded */
     pl_kv_layout_mode kv_layout;     /* paged (default) or contiguous (a benchmark baseline) */
     pl_reserve_policy reserve;       /* contiguous only: how much a sequence reserves (max) */
+    int32_t pooling;                 /* embeddings from a generation model (llama.cpp's
+                                        --pooling): 1 mean, 2 first token, 3 last token of the
+                                        final-normed hidden states; 0 (default): none, the model
+                                        then serves generation only. An embedding model (bert)
+                                        pools as its GGUF says unless this is set. */
 } pl_engine_config;
 
 void pl_engine_config_default(pl_engine_config *c);
@@ -182,13 +187,14 @@ typedef struct {
     int parse_special;               /* text prompts: match CONTROL tokens' text as those tokens
                                         (0); USER_DEFINED tokens always match */
     uint64_t cache_salt;             /* extra prefix-cache key (0) */
-    int embedding;                   /* 1: an embedding request (0). Only for a model with a
-                                        pooling type (pl_engine_pooling; e.g. bert): the whole
-                                        input runs in one step, prefill only, nothing stays in
-                                        the KV cache, and the finished output carries the
-                                        pooled, L2-normalized vector. Only the tokenization
-                                        fields above apply (add_special, parse_special). A
-                                        model with a pooling type serves nothing else. */
+    int embedding;                   /* 1: an embedding request (0). Only when the engine has a
+                                        pooling type (pl_engine_pooling: an embedding model such
+                                        as bert, or config.pooling): the whole input runs in one
+                                        step, prefill only, nothing stays in the KV cache, and
+                                        the finished output carries the pooled, L2-normalized
+                                        vector. Only the tokenization fields above apply
+                                        (add_special, parse_special). An embedding model (bert)
+                                        serves nothing else. */
 } pl_request_params;
 
 void pl_request_params_default(pl_request_params *p);
@@ -341,10 +347,13 @@ int32_t pl_engine_max_model_len(const pl_engine *e);
  * bytes that was divided into blocks (model_path and swap_path point at the caller's strings). */
 const pl_engine_config *pl_engine_get_config(const pl_engine *e);
 int32_t pl_engine_n_vocab(const pl_engine *e);
-/* An embedding model's pooling (1 mean, 2 cls, 3 last: llama.cpp's `<arch>.pooling_type`), or 0
- * for a generation model; and the length of its embeddings. */
+/* The pooling embedding requests get (1 mean, 2 cls = first token, 3 last: llama.cpp's
+ * numbering): config.pooling if set, else an embedding model's `<arch>.pooling_type`, else 0 (no
+ * embeddings); and the length of the embeddings. */
 int32_t pl_engine_pooling(const pl_engine *e);
 int32_t pl_engine_n_embd(const pl_engine *e);
+/* 1 for an embedding model (bert): it serves embedding requests only and has no KV cache. */
+int pl_engine_embedding_only(const pl_engine *e);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,10 @@
  * common_embd_normalize(…, 2) does. Texts come one per line on stdin ("\n" in a line stands for a
  * newline); a line starting with "tok:" is tokenized only (no embedding).
  * Built and run by scripts/make_embed_refs.sh against $LLAMA_CPP; never part of pagellm.
- *   embed_ref MODEL.gguf "MKMODEL FLAGS" < inputs.txt > refs.json
- * (the flags that made MODEL are recorded in the JSON, for the test to make the same file)
+ *   embed_ref MODEL.gguf "MKMODEL FLAGS" [mean|cls|last] < inputs.txt > refs.json
+ * (the flags that made MODEL are recorded in the JSON, for the test to make the same file; ""
+ * for a model used as is). The optional pooling overrides the model's, as llama.cpp's --pooling
+ * does for a generation model; the KV cache is then f32.
  */
 #include "llama.h"
 
@@ -49,8 +51,8 @@ static void unescape(char *s) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: embed_ref MODEL.gguf \"MKMODEL FLAGS\" < inputs.txt\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: embed_ref MODEL.gguf \"MKMODEL FLAGS\" [mean|cls|last] < inputs.txt\n");
         return 2;
     }
     llama_log_set(quiet, NULL);
@@ -65,6 +67,12 @@ int main(int argc, char **argv) {
     cp.n_threads = cp.n_threads_batch = 2;
     cp.embeddings = true;
     cp.pooling_type = LLAMA_POOLING_TYPE_UNSPECIFIED; /* the model's */
+    if (argc == 4) {
+        cp.pooling_type = !strcmp(argv[3], "mean")  ? LLAMA_POOLING_TYPE_MEAN
+                          : !strcmp(argv[3], "cls") ? LLAMA_POOLING_TYPE_CLS
+                                                    : LLAMA_POOLING_TYPE_LAST;
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+    }
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) return 1;
@@ -100,7 +108,8 @@ int main(int argc, char **argv) {
             b.n_tokens = n;
             llama_memory_t mem = llama_get_memory(ctx);
             if (mem) llama_memory_clear(mem, true);
-            if (llama_encode(ctx, b) != 0 && llama_decode(ctx, b) != 0) return 1;
+            /* BERT has no KV memory and is encoded; a generation model is decoded. */
+            if ((mem ? llama_decode(ctx, b) : llama_encode(ctx, b)) != 0) return 1;
             const float *e = llama_get_embeddings_seq(ctx, 0);
             if (!e) return 1;
             double ss = 0;

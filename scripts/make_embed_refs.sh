@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes tests/data/embeddings/NAME.json, the llama.cpp references of
-# tests/integration/test_embeddings.c: `pagellm mkmodel --arch bert` (random weights, a WordPiece
+# tests/integration/test_embeddings.c (and stories260K-{mean,last}.json: stories260K with its
+# hidden states pooled, llama.cpp's --pooling): `pagellm mkmodel --arch bert` (random weights, a WordPiece
 # vocabulary mkmodel builds from stories260K's pieces), then scripts/embed_ref.c, linked against
 # llama.cpp's library, tokenizes every line of tests/data/embeddings/inputs.txt with that
 # vocabulary and embeds the lines that are not "tok:" lines (the model's pooling, L2-normalized).
@@ -28,4 +29,10 @@ for name in "${!models[@]}"; do
   "$tmp/embed_ref" "$tmp/$name.gguf" "${models[$name]}" < tests/data/embeddings/inputs.txt \
       > "tests/data/embeddings/$name.json"
   echo "tests/data/embeddings/$name.json"
+done
+# A generation model with llama.cpp's --pooling (pagellm serve --pooling): stories260K as is.
+for pool in mean last; do
+  "$tmp/embed_ref" ../shared/models/stories260K.gguf "" $pool < tests/data/embeddings/inputs.txt \
+      > "tests/data/embeddings/stories260K-$pool.json"
+  echo "tests/data/embeddings/stories260K-$pool.json"
 done

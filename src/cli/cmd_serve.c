@@ -38,6 +38,10 @@ static void usage(FILE *f) {
             "      --shutdown-timeout S       seconds in-flight requests may finish on SIGINT/\n"
             "                                 SIGTERM before they are aborted (default 10)\n"
             "      --no-webui                 no web page at / (chat playground, KV cache view)\n"
+            "      --pooling mean|cls|last    POST /v1/embeddings from a generation model: its\n"
+            "                                 final-normed hidden states pooled (as llama.cpp's\n"
+            "                                 --pooling); an embedding model (bert) pools as its\n"
+            "                                 GGUF says unless this is given\n"
             );
     fputs(PL_ENGINE_FLAGS_HELP, f);
 }
@@ -49,7 +53,8 @@ typedef struct {
     uint64_t max_request_bytes;
 } serve_opts;
 
-enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI };
+enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI,
+       O_POOLING };
 
 static int parse(int argc, char **argv, serve_opts *o) {
     static const struct option longopts[] = {
@@ -63,6 +68,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"max-waiting", required_argument, 0, O_MAXWAIT},
         {"shutdown-timeout", required_argument, 0, O_GRACE},
         {"no-webui", no_argument, 0, O_NOWEBUI},
+        {"pooling", required_argument, 0, O_POOLING},
         {"seed", required_argument, 0, PL_OPT_IGNORED}, /* vLLM's global seed: per request here */
         PL_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
@@ -111,6 +117,15 @@ static int parse(int argc, char **argv, serve_opts *o) {
             o->srv.shutdown_grace = dv;
             break;
         case O_NOWEBUI: o->srv.no_webui = 1; break;
+        case O_POOLING:
+            if (!strcmp(optarg, "mean")) o->eng.pooling = 1;
+            else if (!strcmp(optarg, "cls")) o->eng.pooling = 2;
+            else if (!strcmp(optarg, "last")) o->eng.pooling = 3;
+            else {
+                fprintf(stderr, "pagellm serve: --pooling: '%s' is not mean, cls or last\n", optarg);
+                return 2;
+            }
+            break;
         case 't':
             if (pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng)) return 2;
             break;
@@ -186,7 +201,10 @@ int pl_cmd_serve(int argc, char **argv) {
                  "weights)", ec->kv_cache_memory_fraction);
     static const char *const pools[] = {"", "mean", "cls", "last"};
     int32_t pool = pl_engine_pooling(e);
-    if (pool > 0 && pool < 4) {
+    if (pool > 0 && pool < 4 && !pl_engine_embedding_only(e))
+        printf("embeddings: POST /v1/embeddings pools the final hidden states (%s, %d "
+               "dimensions)\n", pools[pool], pl_engine_n_embd(e));
+    if (pool > 0 && pool < 4 && pl_engine_embedding_only(e)) {
         printf("embedding model (pooling %s, %d dimensions): POST /v1/embeddings only; no KV "
                "cache (each input attends over its own tokens in one step)\n", pools[pool],
                pl_engine_n_embd(e));

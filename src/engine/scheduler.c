@@ -246,14 +246,14 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
         if (n > b->tokens_left) n = b->tokens_left;
         if (want_prompt_lp && n > b->rows_left) n = b->rows_left;
         int completes = n == left;
-        if (completes && !want_prompt_lp && b->rows_left < 1) {
+        if (completes && !want_prompt_lp && !g->embed && b->rows_left < 1) {
             n--; /* leave the last token (and its logits row) for the next step */
             completes = 0;
         }
         if (n < 1) continue;
         PL_TRY(add_item(s, q, n, want_prompt_lp));
         b->tokens_left -= n;
-        b->rows_left -= want_prompt_lp ? n : completes;
+        b->rows_left -= want_prompt_lp ? n : g->embed ? 0 : completes;
     }
     return PL_OK;
 }
@@ -323,7 +323,7 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     pl_kv_manager *kv = s->kv;
     while (s->waiting.head && b->tokens_left > 0) {
         pl_seq_group *g = s->waiting.head;
-        if (g->embed) {
+        if (g->embed == PL_EMBED_LOCAL) {
             int admitted;
             PL_TRY(admit_embed(s, g, b, &admitted));
             if (!admitted) break;
@@ -346,8 +346,10 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
         /* A contiguous layout needs one run (its groups hold one sequence): fragmentation. */
         if (kv->cfg.policy != PL_KV_POLICY_PAGED && pl_kv_first_fit(kv, need) < 0) break;
         if (pl_group_max_seqs(g) > b->seqs_left) break;
+        /* A generation model's embedding input runs whole in one step, or waits. */
+        if (g->embed && g->seqs[0]->n_tokens > b->tokens_left) break;
         uint64_t key = g->params.cache_salt;
-        if (g->params.prompt_logprobs >= 0 && !g->prefilled)
+        if ((g->params.prompt_logprobs >= 0 && !g->prefilled) || g->embed)
             key = 0x8000000000000000ull | g->id; /* private: every prompt row must be computed */
         for (int32_t i = 0; i < g->n_seqs; i++) {
             pl_seq *q = g->seqs[i];

@@ -9,6 +9,7 @@
  *       h = rmsnorm(x) * ffn_norm
  *       x += Wdown (silu(Wgate h) * Wup h)
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)
+ *   pooled = l2normalize(pool(rmsnorm(x[a whole input's rows]) * output_norm))   (embeddings)
  *
  * Every matmul covers all tokens of the step at once, so each weight is read once per step.
  * All scratch is allocated in pl_forward_ctx_create; a step allocates nothing.
@@ -111,7 +112,14 @@ static pl_status check_batch(const pl_forward_ctx *c, const pl_kv_store *kv,
 
 pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
                            float *logits) {
+    return pl_model_forward_pooled(c, kv, b, logits, NULL);
+}
+
+pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
+                                  float *logits, const pl_pool_request *pool) {
     PL_TRY(check_batch(c, kv, b));
+    for (int32_t i = 0; pool && i < pool->n; i++)
+        PL_ASSERT(pool->out && pool->seqs[i] >= 0 && pool->seqs[i] < b->n_seqs);
     const pl_model *m = c->m;
     const pl_model_hparams *hp = &m->hp;
     const int64_t T = b->n_tokens, dim = hp->dim;
@@ -161,12 +169,19 @@ pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_bat
         pl_add(c->x, c->h, T * dim);
     }
 
-    if (b->n_logits == 0) return PL_OK;
-    /* Gather the rows that need logits, norm them, and project to the vocabulary. */
-    for (int32_t i = 0; i < b->n_logits; i++)
-        memmove(c->h + (int64_t)i * dim, c->x + (int64_t)b->logit_rows[i] * dim,
-                (size_t)dim * sizeof(float));
-    pl_rmsnorm(c->tp, c->h, c->h, m->output_norm, b->n_logits, dim, hp->norm_eps);
-    matmul(c, &m->output, c->h, b->n_logits, logits);
+    if (b->n_logits > 0) {
+        /* Gather the rows that need logits, norm them, and project to the vocabulary. */
+        for (int32_t i = 0; i < b->n_logits; i++)
+            memmove(c->h + (int64_t)i * dim, c->x + (int64_t)b->logit_rows[i] * dim,
+                    (size_t)dim * sizeof(float));
+        pl_rmsnorm(c->tp, c->h, c->h, m->output_norm, b->n_logits, dim, hp->norm_eps);
+        matmul(c, &m->output, c->h, b->n_logits, logits);
+    }
+    /* Embeddings: a whole input's normed last hidden states, pooled (llama.cpp's --pooling). */
+    for (int32_t i = 0; pool && i < pool->n; i++) {
+        int32_t s = pool->seqs[i], s0 = b->seq_start[s], n = b->seq_start[s + 1] - s0;
+        pl_rmsnorm(c->tp, c->h, c->x + (int64_t)s0 * dim, m->output_norm, n, dim, hp->norm_eps);
+        pl_pool_rows(pool->pooling, c->h, n, dim, pool->out + (int64_t)i * dim);
+    }
     return PL_OK;
 }

@@ -7,6 +7,7 @@
  *       x = layernorm(x + Wo a + bo)         (attn_output_norm)
  *       x = layernorm(x + Wdown gelu(Wup x + bup) + bdown)   (layer_output_norm)
  *   out[seq] = l2normalize(pool(x[seq's tokens]))   mean | first (CLS) | last
+ *              (the caller's pooling if set, else the model's pooling_type)
  *
  * There is no KV cache: every sequence is a whole input computed in one step, so attention reads
  * the step's own K and V rows. Each (token, head) pair is computed from its sequence alone, and
@@ -78,16 +79,15 @@ static void matmul_bias(pl_forward_ctx *c, const pl_weight *w, const float *bias
     if (bias) pl_add_bias(y, bias, T, w->rows);
 }
 
-static void pool_row(const pl_model *m, const float *x, int32_t s0, int32_t s1, float *out) {
-    const int64_t dim = m->hp.dim;
-    switch (m->hp.pooling) {
-    case PL_POOL_CLS: memcpy(out, x + (size_t)s0 * dim, (size_t)dim * sizeof(float)); break;
-    case PL_POOL_LAST: memcpy(out, x + (size_t)(s1 - 1) * dim, (size_t)dim * sizeof(float)); break;
+void pl_pool_rows(int pooling, const float *x, int32_t n, int64_t dim, float *out) {
+    switch (pooling) {
+    case PL_POOL_CLS: memcpy(out, x, (size_t)dim * sizeof(float)); break;
+    case PL_POOL_LAST: memcpy(out, x + (size_t)(n - 1) * dim, (size_t)dim * sizeof(float)); break;
     default: {
-        const float w = 1.0f / (float)(s1 - s0);
+        const float w = 1.0f / (float)n;
         for (int64_t i = 0; i < dim; i++) {
             double sum = 0;
-            for (int32_t u = s0; u < s1; u++) sum += (double)(x[(size_t)u * dim + i] * w);
+            for (int32_t u = 0; u < n; u++) sum += (double)(x[(size_t)u * dim + i] * w);
             out[i] = (float)sum;
         }
     }
@@ -98,7 +98,8 @@ static void pool_row(const pl_model *m, const float *x, int32_t s0, int32_t s1, 
     for (int64_t i = 0; i < dim; i++) out[i] = (float)(out[i] * norm);
 }
 
-pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, float *out) {
+pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, int32_t pooling_override,
+                         float *out) {
     const pl_model *m = c->m;
     const pl_model_hparams *hp = &m->hp;
     if (hp->pooling == PL_POOL_NONE)
@@ -151,7 +152,9 @@ pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, float *out) 
         pl_add(c->h, c->x, T * dim);
         pl_layernorm(c->tp, c->x, c->h, L->out_norm, L->out_norm_b, T, dim, hp->norm_eps);
     }
+    const int pooling = pooling_override ? pooling_override : (int)hp->pooling;
     for (int32_t s = 0; s < b->n_seqs; s++)
-        pool_row(m, c->x, b->seq_start[s], b->seq_start[s + 1], out + (size_t)s * dim);
+        pl_pool_rows(pooling, c->x + (size_t)b->seq_start[s] * dim,
+                     b->seq_start[s + 1] - b->seq_start[s], dim, out + (size_t)s * dim);
     return PL_OK;
 }

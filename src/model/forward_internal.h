@@ -23,4 +23,7 @@ struct pl_forward_ctx {
     float *scores;   /* bert: [n_parts][max_tokens] one attention score row per part */
 };
 
+/* Pool rows x[0..n)[dim] (mean, first or last) into out[dim] and L2-normalize it (forward_bert.c). */
+void pl_pool_rows(int pooling, const float *x, int32_t n, int64_t dim, float *out);
+
 #endif

@@ -91,11 +91,25 @@ void pl_forward_ctx_destroy(pl_forward_ctx *c);
 pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
                            float *logits);
 
+/* Embeddings from a generation model (llama.cpp's --pooling): the sequences of a step batch, each
+ * a whole input (positions from 0), whose final-normed hidden states are pooled and
+ * L2-normalized into out[i][dim]. They get no logits rows. */
+typedef struct {
+    int32_t n;                /* sequences to pool */
+    const int32_t *seqs;      /* [n] sequence indices of the batch */
+    int32_t pooling;          /* pl_pooling: mean, first token, last token */
+    float *out;               /* [n][dim] */
+} pl_pool_request;
+
+/* pl_model_forward, plus the pooled embeddings of pool (NULL: none). */
+pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
+                                  float *logits, const pl_pool_request *pool);
+
 /* An embedding model's step (hp.pooling != NONE; forward_bert.c): every sequence of b is a whole
  * input, attended bidirectionally over its own tokens (the KV cache is not used: slot_mapping,
  * context_lens and block tables are ignored). out[i][dim] receives sequence i's pooled hidden
- * state, L2-normalized. A sequence's result depends on its tokens only, never on the others in
- * the batch (bitwise). */
-pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, float *out);
+ * state (pooling, or the model's own when 0), L2-normalized. A sequence's result depends on its
+ * tokens only, never on the others in the batch (bitwise). */
+pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, int32_t pooling, float *out);
 
 #endif

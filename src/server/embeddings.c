@@ -303,7 +303,8 @@ enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_con
     } else if (!pl_engine_pooling(s->eng)) {
         rc = pl_server_fail(&err, 400, "model", "invalid_value", "this model (%s) cannot compute "
                             "embeddings: it is a generation model without a pooling type; serve "
-                            "an embedding model (e.g. a bert GGUF)", s->model_name);
+                            "an embedding model (e.g. a bert GGUF) or start the server with "
+                            "--pooling mean|cls|last", s->model_name);
     } else {
         base64 = fmt && json_is_string(fmt) && !strcmp(json_string_value(fmt), "base64");
         if (as && json_is_boolean(as)) add_special = json_is_true(as);

@@ -8,7 +8,11 @@
  *     1e-4 for f32 weights (5e-4 for f16), have norm 1, and equal bitwise the embeddings of the
  *     same inputs submitted one at a time;
  *   - what an embedding model refuses: generation requests, inputs longer than one step, empty
- *     inputs; and a generation model refuses embedding requests.
+ *     inputs; and a generation model refuses embedding requests unless given a pooling.
+ *
+ * stories260K-{mean,last}.json: the generation model stories260K with its final-normed hidden
+ * states pooled (llama.cpp's --pooling, config.pooling here); its embedding inputs share their
+ * step with a generation request's prefill and hold KV blocks only for that step.
  *
  * With LLAMA_CPP set (a local check, not CI), it also runs llama.cpp's own WordPiece test vectors
  * ($LLAMA_CPP/models/ggml-vocab-bert-bge.gguf .inp/.out) through the tokenizer.
@@ -30,16 +34,23 @@
 
 static char tmpdir[] = "/tmp/pl_embed_XXXXXX";
 
-static pl_engine *engine_for(const char *path, int32_t max_batched) {
+static pl_engine *engine_for_pooling(const char *path, int32_t max_batched, int32_t pooling) {
     pl_engine_config c;
     pl_engine_config_default(&c);
     c.model_path = path;
+    c.pooling = pooling;
+    c.kv_cache_f32 = 1; /* as the reference */
+    c.kv_cache_memory = 16 << 20;
     c.max_num_batched_tokens = max_batched;
     c.max_num_seqs = 32;
     c.threads = 2;
     pl_engine *e = NULL;
     if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
     return e;
+}
+
+static pl_engine *engine_for(const char *path, int32_t max_batched) {
+    return engine_for_pooling(path, max_batched, 0);
 }
 
 /* Run the engine until request id finishes; its embedding (malloc'ed) or NULL with err set. */
@@ -70,13 +81,29 @@ static void check_model(const char *name, double tol) {
     json_error_t jerr;
     json_t *ref = json_load_file(path, 0, &jerr);
     if (!ref) fail_msg("%s: %s", path, jerr.text);
-    snprintf(model, sizeof model, "%s/%s.gguf", tmpdir, name);
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' %s "
-             ">/dev/null", PL_BINARY, model, PL_SHARED_DIR,
-             json_string_value(json_object_get(ref, "mkmodel")));
-    if (system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
-    pl_engine *e = engine_for(model, 512);
-    assert_int_equal(pl_engine_pooling(e), json_integer_value(json_object_get(ref, "pooling_type")));
+    const char *flags = json_string_value(json_object_get(ref, "mkmodel"));
+    const int32_t pooling = (int32_t)json_integer_value(json_object_get(ref, "pooling_type"));
+    /* No mkmodel flags: stories260K as is, a generation model pooled on request (--pooling). */
+    const int generation = !flags || !*flags;
+    if (generation) {
+        snprintf(model, sizeof model, "%s/models/stories260K.gguf", PL_SHARED_DIR);
+    } else {
+        snprintf(model, sizeof model, "%s/%s.gguf", tmpdir, name);
+        snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' "
+                 "%s >/dev/null", PL_BINARY, model, PL_SHARED_DIR, flags);
+        if (system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
+    }
+    pl_engine *e = engine_for_pooling(model, 512, generation ? pooling : 0);
+    assert_int_equal(pl_engine_pooling(e), pooling);
+    /* A generation model's embeddings share their step with a generation request. */
+    uint64_t gen_id = 0;
+    if (generation) {
+        pl_request_params gp;
+        pl_request_params_default(&gp);
+        gp.max_tokens = 8;
+        gp.sampling.temperature = 0;
+        assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &gp, &gen_id), PL_OK);
+    }
     const int32_t dim = pl_engine_n_embd(e);
     const struct pl_tokenizer *tok = pl_engine_tokenizer(e);
     json_t *cases = json_object_get(ref, "cases");
@@ -137,6 +164,21 @@ static void check_model(const char *name, double tol) {
     }
     pl_engine_get_stats(e, &st1);
     assert_int_equal(st1.steps - st0.steps, 1); /* all of them shared one step */
+    if (generation) { /* ... with the generation request's prefill; it goes on alone */
+        int32_t got_tokens = 0, done = 0;
+        while (!done) {
+            pl_request_output *o;
+            if (pl_engine_poll(e, gen_id, 0, &o) != PL_OK) {
+                assert_int_equal(pl_engine_step(e), PL_OK);
+                continue;
+            }
+            for (int32_t k = 0; k < o->n_deltas; k++) got_tokens += o->deltas[k].n_tokens;
+            done = o->finished;
+            assert_null(o->error);
+            pl_request_output_destroy(o);
+        }
+        assert_int_equal(got_tokens, 8);
+    }
     fprintf(stderr, "%s: max |pagellm - llama.cpp| = %.3g over %zu embeddings (tolerance %g)\n",
             name, worst, n_embeds, tol);
     assert_true(worst <= tol);
@@ -154,8 +196,11 @@ static void check_model(const char *name, double tol) {
         free(one);
         free(batch[i]);
     }
+    pl_engine_stats st;
+    pl_engine_get_stats(e, &st);
+    assert_int_equal(st.blocks_used, 0); /* a generation model's embeddings gave their blocks back */
     pl_engine_destroy(e);
-    unlink(model);
+    if (!generation) unlink(model);
     json_decref(ref);
 }
 
@@ -163,6 +208,8 @@ static void test_mean_f32(void **state) { (void)state; check_model("bert-mean-f3
 static void test_cls_f32(void **state) { (void)state; check_model("bert-cls-f32", 1e-4); }
 static void test_last_f32(void **state) { (void)state; check_model("bert-last-f32", 1e-4); }
 static void test_mean_f16(void **state) { (void)state; check_model("bert-mean-f16", 5e-4); }
+static void test_llama_mean(void **state) { (void)state; check_model("stories260K-mean", 1e-4); }
+static void test_llama_last(void **state) { (void)state; check_model("stories260K-last", 1e-4); }
 
 /* What is refused, with a message naming the reason. */
 static void test_refusals(void **state) {
@@ -228,6 +275,11 @@ static void test_refusals(void **state) {
     assert_int_equal(pl_engine_pooling(e), 0);
     assert_int_equal(pl_engine_add_request(e, "hello", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
     assert_non_null(strstr(pl_last_error(), "pooling"));
+    pl_engine_destroy(e);
+    e = engine_for_pooling(model, 64, 1); /* with pooling: longer than a step is refused */
+    ids[0] = 5;
+    assert_int_equal(pl_engine_add_request(e, NULL, ids, 65, &p, &id), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "max-num-batched-tokens"));
     pl_engine_destroy(e);
 }
 
@@ -301,6 +353,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mean_f32), cmocka_unit_test(test_cls_f32),
         cmocka_unit_test(test_last_f32), cmocka_unit_test(test_mean_f16),
+        cmocka_unit_test(test_llama_mean), cmocka_unit_test(test_llama_last),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_bge_vectors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
