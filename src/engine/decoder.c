@@ -555,7 +555,7 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
                                                                              : g->n_prompt) -
                                            it->start);
         q->n_computed = it->start + it->n;
-        if (g->embed) { /* no KV blocks: its vector is the whole result */
+        if (g->embed) { /* nothing of it is kept or shared: its vector is the whole result */
             q->logits_row = d->item_row[i];
             g->step_mark = mark;
             continue;

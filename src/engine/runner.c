@@ -31,8 +31,8 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
     r->logits = malloc((embeds_only ? 1 : (size_t)max_logit_rows * V) * sizeof(float));
     r->embd = malloc(S * (size_t)m->hp.dim * sizeof(float));
     r->pooled = malloc(S * sizeof(int32_t));
-    if (!r->embd || !r->pooled || !r->tokens || !r->pos || !r->slots || !r->rows || !r->seq_start || !r->ctx ||
-        !r->item_row || !r->tables || !r->logits) {
+    if (!r->embd || !r->pooled || !r->tokens || !r->pos || !r->slots || !r->rows ||
+        !r->seq_start || !r->ctx || !r->item_row || !r->tables || !r->logits) {
         pl_runner_destroy(r);
         return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %zu)",
                        max_tokens, V);
@@ -96,7 +96,6 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
     PL_ASSERT(so->n_items <= r->max_items && so->n_tokens <= r->max_tokens);
     if (r->model->hp.pooling != PL_POOL_NONE) return execute_embed(r, so);
     apply_copies(r, so);
-    PL_ASSERT(so->n_items <= r->max_items && so->n_tokens <= r->max_tokens);
     const int32_t max_blocks = r->max_blocks;
     int32_t t = 0, rows = 0, n_pooled = 0;
     for (int32_t i = 0; i < so->n_items; i++) {
