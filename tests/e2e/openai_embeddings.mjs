@@ -1,6 +1,7 @@
 // The official OpenAI Node client's embeddings.create against `pagellm serve` running a random
 // BERT made by `pagellm mkmodel` with the flags of tests/data/embeddings/bert-mean-f32.json
-// (argv: URL, API key, that JSON). Checks: a batch of inputs matches llama.cpp's embeddings
+// (argv: URL, API key, that JSON, the served name), or stories260K served with --pooling
+// (stories260K-last.json, name "stories": a generation model that also embeds). Checks: a batch of inputs matches llama.cpp's embeddings
 // within 1e-4 and equals, bit for bit, the same inputs sent one request each; the client's
 // default (base64) and encoding_format "float" give the same numbers; token-id inputs; usage;
 // the 400s (empty input, empty string, mixed kinds, id out of range, dimensions, too long,
@@ -8,11 +9,12 @@
 import OpenAI from "openai";
 import fs from "fs";
 
-const [base, key, refPath] = process.argv.slice(2);
+const [base, key, refPath, served] = process.argv.slice(2);
 const ref = JSON.parse(fs.readFileSync(refPath, "utf8"));
 const cases = ref.cases.filter((c) => c.embedding);
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60000 });
-const model = "bert";
+const model = served || "bert";
+const generation = !ref.mkmodel; /* stories260K with --pooling: it still generates */
 let passed = 0, failed = 0;
 function check(what, cond, detail) {
   if (cond) passed++;
@@ -84,8 +86,19 @@ await expectError("dimensions", () =>
   client.embeddings.create({ model, input: "a", dimensions: 8 }), "dimensions");
 await expectError("too long", () =>
   client.embeddings.create({ model, input: Array(600).fill(5) }), "input");
-await expectError("completions on an embedding model", () =>
-  client.completions.create({ model, prompt: "x", max_tokens: 2 }));
+if (generation) {
+  await step("completions still work beside embeddings", async () => {
+    const [c, e] = await Promise.all([
+      client.completions.create({ model, prompt: "Once upon a time", max_tokens: 8, temperature: 0 }),
+      client.embeddings.create({ model, input: cases[0].text })]);
+    check("completion beside an embedding", c.choices[0].text === ", there was a little girl",
+          c.choices[0].text);
+    check("embedding beside a completion: bitwise the same", batch && same(e.data[0].embedding, batch[0]));
+  });
+} else {
+  await expectError("completions on an embedding model", () =>
+    client.completions.create({ model, prompt: "x", max_tokens: 2 }));
+}
 
 const h = await fetch(`${base}/health`);
 check("health after the errors", h.status === 200, h.status);
