@@ -52,7 +52,8 @@ static void unescape(char *s) {
 
 int main(int argc, char **argv) {
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: embed_ref MODEL.gguf \"MKMODEL FLAGS\" [mean|cls|last] < inputs.txt\n");
+        fprintf(stderr,
+                "usage: embed_ref MODEL.gguf \"MKMODEL FLAGS\" [mean|cls|last] < inputs.txt\n");
         return 2;
     }
     llama_log_set(quiet, NULL);

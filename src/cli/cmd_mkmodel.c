@@ -103,8 +103,8 @@ static void usage(FILE *f) {
             "                      q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs (every matrix)\n"
             "  --seed S            random seed (default 1)\n"
             "  --ctx N             llama.context_length (default 2048; bert 512)\n"
-            "  --arch A            llama (default) or bert (a random BERT embedding model with\n"
-            "                      a WordPiece vocabulary built from FILE's pieces; no --kv-heads)\n"
+            "  --arch A            llama (default) or bert (a random BERT embedding model and a\n"
+            "                      WordPiece vocabulary built from FILE's pieces; no --kv-heads)\n"
             "  --pooling P         bert: mean (default), cls or last\n");
 }
 
@@ -523,7 +523,8 @@ int pl_cmd_mkmodel(int argc, char **argv) {
     pl_gguf_writer_destroy(b.w);
     if (st != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     printf("wrote %s: %s, %lld layers, dim %lld, %s, %llu parameters, %.1f MiB of tensors\n",
-           o.out, o.bert ? "bert" : "llama", (long long)o.layers, (long long)o.dim, pl_dtype_name(o.type),
+           o.out, o.bert ? "bert" : "llama", (long long)o.layers, (long long)o.dim,
+           pl_dtype_name(o.type),
            (unsigned long long)b.params, (double)b.bytes / 1048576.0);
     return 0;
 }

@@ -45,7 +45,8 @@ static pl_status read_bert_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     const char *a = hp->arch_name;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", a);
-    if (pl_gguf_find_key(g, key) < 0) return pl_fail(PL_ERR_FORMAT, "missing metadata key '%s'", key);
+    if (pl_gguf_find_key(g, key) < 0)
+        return pl_fail(PL_ERR_FORMAT, "missing metadata key '%s'", key);
     PL_TRY(get_arch_float(g, a, "attention.layer_norm_epsilon", 1e-12, 0, 1, &hp->norm_eps));
     snprintf(key, sizeof key, "%s.attention.causal", a);
     int causal = 0;

@@ -283,9 +283,9 @@ enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_con
         rc = pl_server_fail(&err, 503, NULL, "shutting_down", "the server is shutting down");
     } else if (model && !json_is_null(model) &&
                (!json_is_string(model) || strcmp(json_string_value(model), s->model_name))) {
-        rc = json_is_string(model) ? pl_srv_model_not_found(s, json_string_value(model), "model", &err)
-                                   : pl_server_fail(&err, 400, "model", "invalid_type",
-                                                    "'model' must be a string");
+        rc = json_is_string(model)
+                 ? pl_srv_model_not_found(s, json_string_value(model), "model", &err)
+                 : pl_server_fail(&err, 400, "model", "invalid_type", "'model' must be a string");
     } else if (fmt && !json_is_null(fmt) &&
                (!json_is_string(fmt) || (strcmp(json_string_value(fmt), "float") &&
                                          strcmp(json_string_value(fmt), "base64")))) {

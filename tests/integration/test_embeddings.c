@@ -102,7 +102,8 @@ static void check_model(const char *name, double tol) {
         pl_request_params_default(&gp);
         gp.max_tokens = 8;
         gp.sampling.temperature = 0;
-        assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &gp, &gen_id), PL_OK);
+        assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &gp, &gen_id),
+                         PL_OK);
     }
     const int32_t dim = pl_engine_n_embd(e);
     const struct pl_tokenizer *tok = pl_engine_tokenizer(e);
@@ -198,7 +199,7 @@ static void check_model(const char *name, double tol) {
     }
     pl_engine_stats st;
     pl_engine_get_stats(e, &st);
-    assert_int_equal(st.blocks_used, 0); /* a generation model's embeddings gave their blocks back */
+    assert_int_equal(st.blocks_used, 0); /* embeddings of a generation model gave blocks back */
     pl_engine_destroy(e);
     if (!generation) unlink(model);
     json_decref(ref);
