@@ -4,9 +4,10 @@
  *    request and destroying it, with exactly the k-th intercepted call failing, for every k up to
  *    the number of calls that path makes (strided past the first thousand). Each run either
  *    works or fails with an error message; nothing crashes and nothing leaks (LeakSanitizer).
- * 2. Load (eight rounds): a pool small enough to preempt and swap, a mix of greedy, sampled, n > 1, best_of,
- *    beam, stop strings and log-probabilities, with one call in N failing (N random per run,
- *    PL_FAULT_SEED to repeat one). Every request ends, with output or an error; afterwards the
+ * 2. Load (eight rounds): a pool small enough to preempt and swap, a mix of greedy, sampled,
+ *    n > 1, best_of, beam, stop strings, log-probabilities and embeddings (the engine pools
+ *    mean), with one call in N failing (N random per run, PL_FAULT_SEED to repeat one).
+ *    Every request ends, with output or an error; afterwards the
  *    KV pool passes its full consistency check with every block free, and the engine still
  *    answers a greedy request exactly as before.
  * Prints the figures (calls failed, requests ended with an error) and "N passed, N failed". */
@@ -40,6 +41,7 @@ static void config(pl_engine_config *c, int small) {
     c->threads = 2;
     c->kv_cache_memory = small ? 96u << 10 : 4u << 20;
     c->block_size = 4;
+    c->pooling = 1; /* embedding requests too (mixed_params) */
     if (small) {
         c->preemption_mode = PL_PREEMPT_SWAP;
         c->swap_space = 1u << 20;
@@ -100,6 +102,10 @@ static void mixed_params(int i, pl_request_params *p, const char *const *stops) 
     case 3: p->use_beam_search = 1, p->best_of = 2, p->n = 2, p->sampling.temperature = 0; break;
     case 4: p->stop = stops, p->n_stop = 2; p->prompt_logprobs = 2; break;
     default: p->sampling.top_k = 5, p->sampling.top_p = 0.9f; break;
+    }
+    if (i % 7 == 6) { /* an embedding input: one whole step, blocks for that step only */
+        pl_request_params_default(p);
+        p->embedding = 1;
     }
 }
 
