@@ -6,7 +6,8 @@
  *       "base64 of little-endian float32"}], "model", "usage": {"prompt_tokens", "total_tokens"}}
  *
  * Every input becomes one engine embedding request (pl_request_params.embedding): they go through
- * the inbox together, so the scheduler puts as many as fit into one step. Inputs are validated
+ * the inbox together, so the scheduler puts as many as fit into one step; a batch larger than the
+ * engine's queue bound goes in as the queue drains. Inputs are validated
  * before any is submitted (400 naming the field: empty input or list, an empty string, mixed
  * kinds, a token id out of range, too many inputs, `dimensions` other than the model's size);
  * the engine's refusals (too long for the context or for one step; a generation model, which has
@@ -138,6 +139,9 @@ typedef struct {
     uint8_t *added;     /* [n] */
     uint8_t *done;      /* [n] */
     float **vec;        /* [n] the embeddings */
+    size_t next;        /* inputs added so far (in order) */
+    size_t in_flight;   /* added and not finished */
+    pl_request_params params;
     int32_t n_embd;
     int64_t prompt_tokens;
     char *error;        /* the first engine error */
@@ -156,21 +160,28 @@ static void job_free(embed_job *j) {
     inputs_free(&j->in);
 }
 
-static int submit(embed_job *j, int add_special, pl_server_error *err) {
+static int job_init(embed_job *j, int add_special, pl_server_error *err) {
     size_t n = j->in.n;
     j->ids = calloc(n, sizeof *j->ids);
     j->added = calloc(n, 1);
     j->done = calloc(n, 1);
     j->vec = calloc(n, sizeof *j->vec);
     if (!j->ids || !j->added || !j->done || !j->vec) return pl_server_nomem(err);
-    pl_request_params p;
-    pl_request_params_default(&p);
-    p.embedding = 1;
-    p.add_special = add_special;
-    p.parse_special = 1; /* as vLLM tokenizes */
-    for (size_t i = 0; i < n; i++) {
+    pl_request_params_default(&j->params);
+    j->params.embedding = 1;
+    j->params.add_special = add_special;
+    j->params.parse_special = 1; /* as vLLM tokenizes */
+    return 0;
+}
+
+/* Add the inputs not yet added, in order, as far as the engine's queue takes them: a full queue
+ * only pauses this while some of ours are in flight (a large batch goes in waves), else 503. */
+static int submit_more(embed_job *j, pl_server_error *err) {
+    for (; j->next < j->in.n; j->next++) {
+        size_t i = j->next;
         pl_status st = pl_engine_add_request(j->s->eng, j->in.text[i], j->in.ids[i],
-                                             j->in.n_ids[i], &p, &j->ids[i]);
+                                             j->in.n_ids[i], &j->params, &j->ids[i]);
+        if (st == PL_ERR_CAPACITY && j->in_flight > 0) return 0;
         if (st == PL_ERR_CAPACITY)
             return pl_server_fail(err, 503, NULL, "queue_full",
                                   "the server is busy (%s); retry later", pl_last_error());
@@ -187,23 +198,26 @@ static int submit(embed_job *j, int add_special, pl_server_error *err) {
             return pl_server_nomem(err);
         }
         j->added[i] = 1;
+        j->in_flight++;
     }
     return 0;
 }
 
-/* Wait for every request; -1 if the client went away, 1 out of memory. */
-static int wait_all(embed_job *j, int fd) {
+/* Submit and wait for every input: 0 done, -1 the client went away, 1 out of memory, 2 *err
+ * holds the answer (an input refused). */
+static int run_all(embed_job *j, int fd, pl_server_error *err) {
     for (;;) {
-        int all = 1, waited = 0;
-        for (size_t i = 0; i < j->in.n; i++) {
+        if (submit_more(j, err)) return 2;
+        int waited = 0;
+        for (size_t i = 0; i < j->next; i++) {
             if (j->done[i]) continue;
-            all = 0;
             pl_request_output *o = NULL;
             pl_status st = pl_engine_poll(j->s->eng, j->ids[i], waited ? 0 : WAIT_MS, &o);
             waited = 1;
             if (st == PL_ERR_NOMEM) return 1;
             if (st == PL_ERR_NOT_FOUND) { /* cannot happen while we hold it */
                 j->done[i] = 1;
+                j->in_flight--;
                 pl_srv_untrack(j->s, j->ids[i]);
                 if (!j->error) j->error = strdup("the engine no longer knows this request");
                 continue;
@@ -213,6 +227,7 @@ static int wait_all(embed_job *j, int fd) {
                 continue;
             }
             j->done[i] = 1;
+            j->in_flight--;
             pl_srv_untrack(j->s, j->ids[i]);
             j->prompt_tokens += o->n_prompt_tokens;
             if (o->error && !j->error) {
@@ -230,7 +245,7 @@ static int wait_all(embed_job *j, int fd) {
                                       j->vec[i] ? PL_FINISH_STOP : PL_FINISH_ERROR);
             pl_request_output_destroy(o);
         }
-        if (all) return 0;
+        if (j->next == j->in.n && j->in_flight == 0) return 0;
         if (client_gone(fd)) return -1;
     }
 }
@@ -309,7 +324,7 @@ enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_con
         base64 = fmt && json_is_string(fmt) && !strcmp(json_string_value(fmt), "base64");
         if (as && json_is_boolean(as)) add_special = json_is_true(as);
         rc = parse_input(s, json_object_get(o, "input"), &j.in, &err);
-        if (!rc) rc = submit(&j, add_special, &err);
+        if (!rc) rc = job_init(&j, add_special, &err);
     }
     json_decref(o);
     enum MHD_Result res;
@@ -318,10 +333,12 @@ enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_con
     } else {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        int w = wait_all(&j, ci ? ci->connect_fd : -1);
-        if (w < 0) {
+        int w = run_all(&j, ci ? ci->connect_fd : -1, &err);
+        if (w == 2) {
+            res = pl_srv_send_error(c, &err);
+        } else if (w < 0) {
             res = MHD_NO; /* the client went away: job_free releases the rest */
-        } else if (w > 0) {
+        } else if (w == 1) {
             pl_server_nomem(&err);
             res = pl_srv_send_error(c, &err);
         } else if (j.error) {

@@ -49,6 +49,13 @@ await step("single requests equal the batch", async () => {
     r.data.length === 1 && same(r.data[0].embedding, batch[i])));
 });
 
+await step("a batch larger than the server's queue bound", async () => {
+  const texts = [...cases, ...cases, ...cases].map((c) => c.text);
+  const r = await client.embeddings.create({ model, input: texts });
+  check("18 inputs: each equals the first batch's", batch && r.data.length === texts.length &&
+        r.data.every((d, i) => d.index === i && same(d.embedding, batch[i % cases.length])));
+});
+
 await step("encoding_format float", async () => {
   const r = await client.embeddings.create({ model, input: cases[0].text, encoding_format: "float" });
   check("float: equals base64", batch && same(r.data[0].embedding, batch[0]));

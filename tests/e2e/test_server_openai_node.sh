@@ -82,7 +82,7 @@ flags=$(node -p "JSON.parse(require('fs').readFileSync('$REF')).mkmodel")
     $flags >/dev/null || bad "mkmodel --arch bert"
 STORIES=$MODEL
 MODEL="$TMP/bert.gguf"
-embed_run bert "$REF"
+embed_run bert "$REF" --max-waiting 8 # an 18-input batch goes in as the queue drains
 MODEL=$STORIES
 embed_run stories "$DIR/../data/embeddings/stories260K-last.json" --pooling last --kv-cache-dtype f32
 finish
