@@ -181,6 +181,11 @@ typedef struct {
                                         than this (0: the measured default, 4; < 0: never off);
                                         pl_engine_get_config shows the speculative fields with
                                         their defaults resolved */
+    int32_t pooling;                 /* embeddings from a generation model (llama.cpp's
+                                        --pooling): 1 mean, 2 first token, 3 last token of the
+                                        final-normed hidden states; 0 (default): none, the model
+                                        then serves generation only. An embedding model (bert)
+                                        pools as its GGUF says unless this is set. */
 } pl_engine_config;
 
 void pl_engine_config_default(pl_engine_config *c);
@@ -227,6 +232,14 @@ typedef struct {
     const char *constraint_text;     /* schema, regex or grammar (read during add only) */
     const char *const *constraint_choices; /* CHOICE: the strings (read during add only) */
     int32_t n_constraint_choices;
+    int embedding;                   /* 1: an embedding request (0). Only when the engine has a
+                                        pooling type (pl_engine_pooling: an embedding model such
+                                        as bert, or config.pooling): the whole input runs in one
+                                        step, prefill only, nothing stays in the KV cache, and
+                                        the finished output carries the pooled, L2-normalized
+                                        vector. Only the tokenization fields above apply
+                                        (add_special, parse_special). An embedding model (bert)
+                                        serves nothing else. */
 } pl_request_params;
 
 void pl_request_params_default(pl_request_params *p);
@@ -272,6 +285,8 @@ typedef struct {
     double arrival_time, first_token_time, finish_time; /* seconds (monotonic clock) */
     double first_scheduled_time;  /* when a step first ran it (0: never, e.g. aborted waiting);
                                      times are set in the finished output only */
+    int32_t n_embd;              /* embedding requests: the vector's length (finished output) */
+    float *embedding;            /* [n_embd] pooled and L2-normalized, or NULL */
 } pl_request_output;
 
 void pl_request_output_destroy(pl_request_output *o);
@@ -385,6 +400,13 @@ int32_t pl_engine_max_model_len(const pl_engine *e);
  * bytes that was divided into blocks (model_path and swap_path point at the caller's strings). */
 const pl_engine_config *pl_engine_get_config(const pl_engine *e);
 int32_t pl_engine_n_vocab(const pl_engine *e);
+/* The pooling embedding requests get (1 mean, 2 cls = first token, 3 last: llama.cpp's
+ * numbering): config.pooling if set, else an embedding model's `<arch>.pooling_type`, else 0 (no
+ * embeddings); and the length of the embeddings. */
+int32_t pl_engine_pooling(const pl_engine *e);
+int32_t pl_engine_n_embd(const pl_engine *e);
+/* 1 for an embedding model (bert): it serves embedding requests only and has no KV cache. */
+int pl_engine_embedding_only(const pl_engine *e);
 
 #ifdef __cplusplus
 }

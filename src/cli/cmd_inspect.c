@@ -21,7 +21,8 @@ static const char *const hparam_keys[] = {
     "attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon",
     "rope.freq_base",        "rope.dimension_count",
     "rope.scaling.type",     "rope.scaling.factor",
-    "vocab_size",
+    "vocab_size",            "pooling_type",
+    "attention.causal",
 };
 enum { N_HPARAMS = sizeof hparam_keys / sizeof hparam_keys[0] };
 

@@ -1,5 +1,6 @@
 /* cli/cmd_mkmodel — `pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L
- * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]`: a random-weight Llama.
+ * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]`: a random-weight Llama;
+ * with `--arch bert [--pooling mean|cls|last]` a random-weight BERT embedding model (below).
  *
  * The file is a complete "llama" GGUF: every tokenizer.* key of FILE copied as is, the llama.*
  * hyper-parameters, and the tensors of a llama.cpp Llama (GGUF ne[0] = input features):
@@ -19,6 +20,15 @@
  * Memory: the GGUF writer reads tensor data at write time, so every tensor is generated straight
  * into its final (quantized) buffer, one row of f32 at a time: peak memory is the output size
  * plus one row, never an f32 copy of the model.
+ *
+ * --arch bert writes llama.cpp's bert layout (bert.* keys, attention.causal false,
+ * pooling_type; token_embd, position_embd [dim, ctx], token_types [dim, 2], token_embd_norm,
+ * per layer attn_q/k/v/output with biases, attn_output_norm, ffn_up/ffn_down with biases,
+ * layer_output_norm; norms' weights 1 + noise, biases noise) and builds its own WordPiece
+ * vocabulary from FILE's SentencePiece pieces: [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0..4), every
+ * printable ASCII character as a word start and as a continuation, then each piece made of ASCII
+ * letters and digits, lowercased: "▁word" pieces as word starts (GGUF spelling: U+2581 prefix)
+ * and the rest as `##` continuations (GGUF spelling: no prefix), first occurrence kept.
  *
  * Exit codes: 2 for usage errors (missing or malformed flags, shapes that do not fit: dim % heads,
  * heads % kv-heads, odd head size, dim or ffn not a multiple of the type's block size), 1 for
@@ -49,6 +59,8 @@ typedef struct {
     pl_dtype more;          /* type of output, and of attn_v / ffn_down in the layers that
                                llama.cpp's *_M mixes give more bits (= type otherwise) */
     int ftype;              /* general.file_type (llama.cpp's llama_ftype) */
+    int bert;               /* --arch bert */
+    int pooling;            /* bert: 1 mean, 2 cls, 3 last (llama.cpp's pooling_type) */
 } mk_opts;
 
 /* The writable matrix types and their general.file_type values. */
@@ -90,7 +102,10 @@ static void usage(FILE *f) {
             "                      q4_k_m (q4_K, with q6_K for output and some attn_v/ffn_down),\n"
             "                      q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs (every matrix)\n"
             "  --seed S            random seed (default 1)\n"
-            "  --ctx N             llama.context_length (default 2048)\n");
+            "  --ctx N             llama.context_length (default 2048; bert 512)\n"
+            "  --arch A            llama (default) or bert (a random BERT embedding model and a\n"
+            "                      WordPiece vocabulary built from FILE's pieces; no --kv-heads)\n"
+            "  --pooling P         bert: mean (default), cls or last\n");
 }
 
 /* Prints "pagellm mkmodel: MESSAGE" and the usage to stderr; returns exit code 2. */
@@ -121,9 +136,11 @@ static int parse(int argc, char **argv, mk_opts *o) {
         {"kv-heads", required_argument, 0, 'k'},   {"ffn", required_argument, 0, 'f'},
         {"type", required_argument, 0, 't'},       {"seed", required_argument, 0, 's'},
         {"ctx", required_argument, 0, 'c'},        {"help", no_argument, 0, 'h'},
+        {"arch", required_argument, 0, 'a'},       {"pooling", required_argument, 0, 'p'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
-    o->ctx = 2048;
+    o->ctx = -1;
+    o->pooling = 1;
     o->seed = 1;
     o->type = o->more = PL_DT_F32;
     const char *type_name = "f32";
@@ -152,6 +169,17 @@ static int parse(int argc, char **argv, mk_opts *o) {
             type_name = types[i].name;
             break;
         }
+        case 'a':
+            if (strcmp(optarg, "llama") && strcmp(optarg, "bert"))
+                return usage_error("--arch: '%s' is not llama or bert", optarg);
+            o->bert = !strcmp(optarg, "bert");
+            break;
+        case 'p':
+            if (!strcmp(optarg, "mean")) o->pooling = 1;
+            else if (!strcmp(optarg, "cls")) o->pooling = 2;
+            else if (!strcmp(optarg, "last")) o->pooling = 3;
+            else return usage_error("--pooling: '%s' is not mean, cls or last", optarg);
+            break;
         case 'h': usage(stdout); return -1;
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -160,6 +188,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (optind >= argc) return usage_error("no output file given");
     if (optind + 1 < argc) return usage_error("unexpected argument '%s'", argv[optind + 1]);
     o->out = argv[optind];
+    if (o->ctx < 0) o->ctx = o->bert ? 512 : 2048;
+    if (o->bert) o->kv_heads = o->heads; /* no grouped-query attention */
     static const char *const required[] = {"--vocab-from", "--dim", "--layers", "--heads",
                                            "--kv-heads", "--ffn"};
     int have[] = {o->vocab_from != NULL, o->dim > 0, o->layers > 0, o->heads > 0,
@@ -310,14 +340,172 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
     return PL_OK;
 }
 
+/* ---- --arch bert ---- */
+
+/* A vector of n f32 values: mean + uniform noise of standard deviation std. */
+static pl_status add_vector(builder *b, const char *name, int64_t n, double mean, double std) {
+    float *v = keep(b, (size_t)n * sizeof *v);
+    if (!v) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)(mean + (2.0 * pl_rng_uniform(&b->rng) - 1.0) * std * sqrt(3.0));
+    int64_t ne[1] = {n};
+    PL_TRY(pl_gguf_writer_add_tensor(b->w, name, PL_DT_F32, 1, ne, v));
+    b->bytes += (uint64_t)n * sizeof *v;
+    b->params += (uint64_t)n;
+    return PL_OK;
+}
+
+typedef struct {
+    char **s;         /* token texts (owned) */
+    int32_t *type;    /* llama.cpp token types: 1 normal, 2 unknown, 3 control */
+    size_t n, cap, cap_type;
+} wp_vocab;
+
+static int wp_add(wp_vocab *v, const char *text, size_t len, int32_t type) {
+    for (size_t i = 0; i < v->n; i++)
+        if (strlen(v->s[i]) == len && !memcmp(v->s[i], text, len)) return 0;
+    if (pl_array_reserve(&v->s, &v->cap, v->n + 1, sizeof *v->s) ||
+        pl_array_reserve(&v->type, &v->cap_type, v->n + 1, sizeof *v->type))
+        return -1;
+    if (!(v->s[v->n] = strndup(text, len))) return -1;
+    v->type[v->n++] = type;
+    return 0;
+}
+
+static void wp_free(wp_vocab *v) {
+    for (size_t i = 0; i < v->n; i++) free(v->s[i]);
+    free(v->s);
+    free(v->type);
+}
+
+#define WORD_START "\xE2\x96\x81" /* U+2581 */
+
+/* The WordPiece vocabulary described at the top, from the pieces of FILE. */
+static pl_status build_wordpiece(const char *path, wp_vocab *v) {
+    static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    int rc = 0;
+    for (int i = 0; i < 5 && !rc; i++)
+        rc = wp_add(v, specials[i], strlen(specials[i]), i == 1 ? 2 : 3);
+    for (int c = 0x21; c < 0x7F && !rc; c++) {
+        if (c >= 'A' && c <= 'Z') continue;
+        char w[4] = WORD_START, one = (char)c;
+        w[3] = one;
+        rc = wp_add(v, w, 4, 1);
+        if (!rc) rc = wp_add(v, &one, 1, 1);
+    }
+    pl_gguf *g;
+    PL_TRY(pl_gguf_open(path, &g));
+    pl_gguf_arr toks;
+    pl_status st = pl_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks);
+    if (st == PL_OK && toks.type != PL_GGUF_STRING)
+        st = pl_fail(PL_ERR_FORMAT, "%s: 'tokenizer.ggml.tokens' is not a list of strings", path);
+    for (uint64_t i = 0; st == PL_OK && !rc && i < toks.count; i++) {
+        pl_gguf_str t = pl_gguf_arr_str(&toks, i);
+        int start = t.len > 3 && !memcmp(t.ptr, WORD_START, 3);
+        size_t off = start ? 3 : 0, n = t.len - off;
+        char buf[64 + 3];
+        if (n == 0 || n > 64) continue;
+        int ok = 1;
+        for (size_t k = 0; k < n && ok; k++) {
+            char ch = t.ptr[off + k];
+            ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+            buf[3 + k] = (char)(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+        }
+        if (!ok) continue;
+        memcpy(buf, WORD_START, 3);
+        rc = start ? wp_add(v, buf, n + 3, 1) : wp_add(v, buf + 3, n, 1);
+    }
+    pl_gguf_close(g);
+    if (st == PL_OK && rc) st = pl_fail(PL_ERR_NOMEM, "out of memory");
+    return st;
+}
+
+static pl_status add_bert_tokenizer(builder *b, const mk_opts *o, int64_t *n_vocab) {
+    wp_vocab v = {0};
+    pl_status st = build_wordpiece(o->vocab_from, &v);
+    pl_gguf_writer *w = b->w;
+    if (st == PL_OK) st = pl_gguf_writer_add_str(w, "tokenizer.ggml.model", "bert");
+    if (st == PL_OK) st = pl_gguf_writer_add_str(w, "tokenizer.ggml.pre", "default");
+    if (st == PL_OK)
+        st = pl_gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)v.s, v.n);
+    if (st == PL_OK)
+        st = pl_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", PL_GGUF_INT32, v.type, v.n);
+    static const struct { const char *key; uint32_t id; } ids[] = {
+        {"tokenizer.ggml.padding_token_id", 0}, {"tokenizer.ggml.unknown_token_id", 1},
+        {"tokenizer.ggml.bos_token_id", 2},     {"tokenizer.ggml.cls_token_id", 2},
+        {"tokenizer.ggml.seperator_token_id", 3}, {"tokenizer.ggml.mask_token_id", 4},
+        {"tokenizer.ggml.token_type_count", 2}};
+    for (size_t i = 0; st == PL_OK && i < sizeof ids / sizeof ids[0]; i++)
+        st = pl_gguf_writer_add_u32(w, ids[i].key, ids[i].id);
+    *n_vocab = (int64_t)v.n;
+    wp_free(&v);
+    return st;
+}
+
+static pl_status add_bert_hparams(builder *b, const mk_opts *o) {
+    char name[128];
+    snprintf(name, sizeof name, "pagellm random bert d%lld l%lld", (long long)o->dim,
+             (long long)o->layers);
+    pl_gguf_writer *w = b->w;
+    PL_TRY(pl_gguf_writer_add_str(w, "general.architecture", "bert"));
+    PL_TRY(pl_gguf_writer_add_str(w, "general.name", name));
+    PL_TRY(pl_gguf_writer_add_u32(w, "general.file_type", (uint32_t)o->ftype));
+    PL_TRY(pl_gguf_writer_add_u32(w, "bert.context_length", (uint32_t)o->ctx));
+    PL_TRY(pl_gguf_writer_add_u32(w, "bert.embedding_length", (uint32_t)o->dim));
+    PL_TRY(pl_gguf_writer_add_u32(w, "bert.block_count", (uint32_t)o->layers));
+    PL_TRY(pl_gguf_writer_add_u32(w, "bert.feed_forward_length", (uint32_t)o->ffn));
+    PL_TRY(pl_gguf_writer_add_u32(w, "bert.attention.head_count", (uint32_t)o->heads));
+    PL_TRY(pl_gguf_writer_add_f32(w, "bert.attention.layer_norm_epsilon", 1e-12f));
+    PL_TRY(pl_gguf_writer_add_bool(w, "bert.attention.causal", 0));
+    PL_TRY(pl_gguf_writer_add_u32(w, "bert.pooling_type", (uint32_t)o->pooling));
+    return PL_OK;
+}
+
+static pl_status add_bert_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
+    const double std = 0.02, out_std = std / sqrt(2.0 * (double)o->layers);
+    const int64_t dim = o->dim, ffn = o->ffn;
+    PL_TRY(add_matrix(b, "token_embd.weight", o->type, dim, n_vocab, std));
+    PL_TRY(add_matrix(b, "token_types.weight", PL_DT_F32, dim, 2, std));
+    PL_TRY(add_matrix(b, "position_embd.weight", o->type, dim, o->ctx, std));
+    PL_TRY(add_vector(b, "token_embd_norm.weight", dim, 1.0, 0.1));
+    PL_TRY(add_vector(b, "token_embd_norm.bias", dim, 0.0, 0.02));
+    for (int64_t l = 0; l < o->layers; l++) {
+        char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
+        PL_TRY(add_matrix(b, NAME("attn_q.weight"), o->type, dim, dim, std * 4));
+        PL_TRY(add_vector(b, NAME("attn_q.bias"), dim, 0.0, std));
+        PL_TRY(add_matrix(b, NAME("attn_k.weight"), o->type, dim, dim, std * 4));
+        PL_TRY(add_vector(b, NAME("attn_k.bias"), dim, 0.0, std));
+        PL_TRY(add_matrix(b, NAME("attn_v.weight"), o->type, dim, dim, std));
+        PL_TRY(add_vector(b, NAME("attn_v.bias"), dim, 0.0, std));
+        PL_TRY(add_matrix(b, NAME("attn_output.weight"), o->type, dim, dim, out_std));
+        PL_TRY(add_vector(b, NAME("attn_output.bias"), dim, 0.0, std));
+        PL_TRY(add_vector(b, NAME("attn_output_norm.weight"), dim, 1.0, 0.1));
+        PL_TRY(add_vector(b, NAME("attn_output_norm.bias"), dim, 0.0, std));
+        PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, ffn, std * 4));
+        PL_TRY(add_vector(b, NAME("ffn_up.bias"), ffn, 0.0, std));
+        PL_TRY(add_matrix(b, NAME("ffn_down.weight"), o->type, ffn, dim, out_std));
+        PL_TRY(add_vector(b, NAME("ffn_down.bias"), dim, 0.0, std));
+        PL_TRY(add_vector(b, NAME("layer_output_norm.weight"), dim, 1.0, 0.1));
+        PL_TRY(add_vector(b, NAME("layer_output_norm.bias"), dim, 0.0, std));
+#undef NAME
+    }
+    return PL_OK;
+}
+
 static pl_status build(builder *b, const mk_opts *o) {
     int64_t n_vocab = 0;
-    PL_TRY(copy_tokenizer(b, o->vocab_from, &n_vocab));
-    PL_TRY(add_hparams(b, o, n_vocab));
+    if (o->bert) {
+        PL_TRY(add_bert_tokenizer(b, o, &n_vocab));
+        PL_TRY(add_bert_hparams(b, o));
+    } else {
+        PL_TRY(copy_tokenizer(b, o->vocab_from, &n_vocab));
+        PL_TRY(add_hparams(b, o, n_vocab));
+    }
     int64_t widest = o->dim > o->ffn ? o->dim : o->ffn;
     b->row = malloc((size_t)widest * sizeof *b->row);
     if (!b->row) return pl_fail(PL_ERR_NOMEM, "out of memory");
-    PL_TRY(add_tensors(b, o, n_vocab));
+    PL_TRY(o->bert ? add_bert_tensors(b, o, n_vocab) : add_tensors(b, o, n_vocab));
     return pl_gguf_writer_write(b->w, o->out);
 }
 
@@ -334,8 +522,9 @@ int pl_cmd_mkmodel(int argc, char **argv) {
     free(b.row);
     pl_gguf_writer_destroy(b.w);
     if (st != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
-    printf("wrote %s: llama, %lld layers, dim %lld, %s, %llu parameters, %.1f MiB of tensors\n",
-           o.out, (long long)o.layers, (long long)o.dim, pl_dtype_name(o.type),
+    printf("wrote %s: %s, %lld layers, dim %lld, %s, %llu parameters, %.1f MiB of tensors\n",
+           o.out, o.bert ? "bert" : "llama", (long long)o.layers, (long long)o.dim,
+           pl_dtype_name(o.type),
            (unsigned long long)b.params, (double)b.bytes / 1048576.0);
     return 0;
 }

@@ -40,6 +40,10 @@ static void usage(FILE *f) {
             "      --no-webui                 no web page at / (chat playground, KV cache view)\n"
             "      --chat-template FILE       Jinja chat template to use instead of the model's\n"
             "                                 (tokenizer.chat_template; ChatML when it has none)\n"
+            "      --pooling mean|cls|last    POST /v1/embeddings from a generation model: its\n"
+            "                                 final-normed hidden states pooled (as llama.cpp's\n"
+            "                                 --pooling); an embedding model (bert) pools as its\n"
+            "                                 GGUF says unless this is given\n"
             );
     fputs(PL_ENGINE_FLAGS_HELP, f);
 }
@@ -51,7 +55,8 @@ typedef struct {
     uint64_t max_request_bytes;
 } serve_opts;
 
-enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI, O_CHATTPL };
+enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI,
+       O_CHATTPL, O_POOLING };
 
 static int parse(int argc, char **argv, serve_opts *o) {
     static const struct option longopts[] = {
@@ -66,6 +71,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"shutdown-timeout", required_argument, 0, O_GRACE},
         {"no-webui", no_argument, 0, O_NOWEBUI},
         {"chat-template", required_argument, 0, O_CHATTPL},
+        {"pooling", required_argument, 0, O_POOLING},
         {"seed", required_argument, 0, PL_OPT_IGNORED}, /* vLLM's global seed: per request here */
         PL_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
@@ -115,6 +121,15 @@ static int parse(int argc, char **argv, serve_opts *o) {
             o->srv.shutdown_grace = dv;
             break;
         case O_NOWEBUI: o->srv.no_webui = 1; break;
+        case O_POOLING:
+            if (!strcmp(optarg, "mean")) o->eng.pooling = 1;
+            else if (!strcmp(optarg, "cls")) o->eng.pooling = 2;
+            else if (!strcmp(optarg, "last")) o->eng.pooling = 3;
+            else {
+                fprintf(stderr, "pagellm serve: --pooling: '%s' is not mean, cls or last\n", optarg);
+                return 2;
+            }
+            break;
         case 't':
             if (pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng)) return 2;
             break;
@@ -188,11 +203,23 @@ int pl_cmd_serve(int argc, char **argv) {
     if (!o.eng.kv_cache_memory)
         snprintf(why, sizeof why, " (gpu-memory-utilization %g of the RAM available after the "
                  "weights)", ec->kv_cache_memory_fraction);
-    printf("KV cache: %d blocks of %d tokens (%d tokens), %s, %.1f MiB budget%s; swap %d blocks; "
-           "prefix caching %s\n", st.blocks_total, ec->block_size,
-           st.blocks_total * ec->block_size, pl_kv_cache_dtype_name(ec->kv_cache_f32 ? PL_KV_CACHE_F32 : ec->kv_cache_dtype),
-           (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
-           ec->enable_prefix_caching ? "on" : "off");
+    static const char *const pools[] = {"", "mean", "cls", "last"};
+    int32_t pool = pl_engine_pooling(e);
+    if (pool > 0 && pool < 4 && !pl_engine_embedding_only(e))
+        printf("embeddings: POST /v1/embeddings pools the final hidden states (%s, %d "
+               "dimensions)\n", pools[pool], pl_engine_n_embd(e));
+    if (pool > 0 && pool < 4 && pl_engine_embedding_only(e)) {
+        printf("embedding model (pooling %s, %d dimensions): POST /v1/embeddings only; no KV "
+               "cache (each input attends over its own tokens in one step)\n", pools[pool],
+               pl_engine_n_embd(e));
+    } else {
+        printf("KV cache: %d blocks of %d tokens (%d tokens), %s, %.1f MiB budget%s; swap %d "
+               "blocks; prefix caching %s\n", st.blocks_total, ec->block_size,
+               st.blocks_total * ec->block_size,
+               pl_kv_cache_dtype_name(ec->kv_cache_f32 ? PL_KV_CACHE_F32 : ec->kv_cache_dtype),
+               (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
+               ec->enable_prefix_caching ? "on" : "off");
+    }
     if (ec->speculative_model || ec->speculative_ngram) {
         char off[48] = "never off";
         if (ec->speculative_max_batch > 0)

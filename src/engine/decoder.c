@@ -610,6 +610,20 @@ static void prompt_logprobs(pl_decoder *d, pl_seq_group *g, const pl_sched_item 
     }
 }
 
+/* An embedding request after its one step: the prompt (usage), the vector, the end. */
+static void finish_embed(pl_decoder *d, pl_seq_group *g) {
+    pl_seq *q = g->seqs[0];
+    PL_ASSERT(d->embd && q->logits_row >= 0);
+    g->prefilled = 1;
+    int bad = pl_out_set_prompt(g->chan, g->prompt, g->n_prompt, 0, NULL, 0);
+    g->emitted_prompt = 1;
+    if (!bad) bad = pl_out_set_embedding(g->chan, d->embd + (size_t)q->logits_row * d->n_embd,
+                                         d->n_embd);
+    q->logits_row = -1;
+    pl_decoder_finish_group(d, g, bad ? PL_FINISH_ERROR : PL_FINISH_STOP,
+                            bad ? "out of memory while decoding" : NULL);
+}
+
 pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
                                         const float *logits, const int32_t *item_row) {
     d->logits = logits;
@@ -631,6 +645,11 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
             continue;
         }
         q->n_computed = it->start + it->n;
+        if (g->embed) { /* nothing of it is kept or shared: its vector is the whole result */
+            q->logits_row = d->item_row[i];
+            g->step_mark = mark;
+            continue;
+        }
         PL_TRY(pl_kv_commit(d->kv, &q->table, q->tokens, q->n_computed));
         if (it->all_logits && d->item_row[i] >= 0) prompt_logprobs(d, g, it, d->item_row[i]);
         q->logits_row = it->sample ? d->item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
@@ -647,6 +666,10 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
     }
     for (int32_t gi = 0; gi < n_groups; gi++) {
         pl_seq_group *g = d->step_groups[gi];
+        if (g->embed) {
+            finish_embed(d, g);
+            continue;
+        }
         pl_status st = PL_OK;
         if (g->params.use_beam_search) {
             st = beam_step(d, g);

@@ -9,6 +9,7 @@
  * their sampling point, applies the stop rules and pushes deltas to the groups' output channels.
  * A group that ends is finished here: its last outputs are emitted, it leaves the scheduler, the
  * owner is told through `forget` (the engine drops it from its registry) and it is destroyed.
+ * An embedding request ends in the step that computed it: its vector (embd) goes to its channel.
  *
  * Invariants: a group's sequences sample in the same step (the scheduler guarantees it); the
  * logits rows named by item_row belong to the schedule passed in the same call.
@@ -42,6 +43,9 @@ typedef struct {
     size_t scratch_cap[PL_DECODER_SCRATCH];
     const float *logits;          /* the current step's logits and rows (during an update) */
     const int32_t *item_row;
+    const float *embd;            /* embedding models: the runner's pooled vectors [items][n_embd]
+                                   (set by the owner after init), else NULL */
+    int32_t n_embd;
     void (*forget)(void *ctx, pl_seq_group *g); /* a group ended (before it is destroyed) */
     void *forget_ctx;
     /* Counters. */

@@ -97,6 +97,9 @@ static pl_status check_config(const pl_engine_config *c) {
         return pl_fail(PL_ERR_INVALID_ARG, "preemption-mode swap needs --swap-space");
     if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS)
         return pl_fail(PL_ERR_INVALID_ARG, "unknown kv-layout %d", (int)c->kv_layout);
+    if (c->pooling < 0 || c->pooling > 3)
+        return pl_fail(PL_ERR_INVALID_ARG, "pooling must be 0 (none), 1 (mean), 2 (cls) or 3 "
+                       "(last), got %d", c->pooling);
     if (c->reserve < PL_RESERVE_MAX || c->reserve > PL_RESERVE_ORACLE)
         return pl_fail(PL_ERR_INVALID_ARG, "unknown reserve policy %d", (int)c->reserve);
     if (c->kv_layout == PL_KV_LAYOUT_CONTIGUOUS && (c->preemption_mode == PL_PREEMPT_SWAP ||
@@ -148,7 +151,7 @@ static pl_status resolve_kv_budget(pl_engine *e) {
 }
 
 static pl_status setup_kv(pl_engine *e) {
-    PL_TRY(resolve_kv_budget(e));
+    if (e->model->hp.pooling == PL_POOL_NONE) PL_TRY(resolve_kv_budget(e));
     const pl_model_hparams *hp = &e->model->hp;
     if (e->cfg.kv_cache_f32) e->cfg.kv_cache_dtype = PL_KV_CACHE_F32;
     if (!pl_kv_cache_dtype_name(e->cfg.kv_cache_dtype))
@@ -168,6 +171,9 @@ static pl_status setup_kv(pl_engine *e) {
         budget -= e->draft_kv_bytes;
     }
     uint64_t nb = budget / per_block;
+    /* An embedding model keeps nothing between steps (its attention reads the step's own K/V):
+     * the pool is a nominal two blocks, so the rest of the engine stays one code path. */
+    if (hp->pooling != PL_POOL_NONE) nb = 2;
     int32_t max_blocks = (e->max_model_len + l.block_size - 1) / l.block_size + 1;
     if (nb < 2)
         return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory %llu bytes holds %llu blocks of %zu "
@@ -281,6 +287,11 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         st = pl_runner_init(&e->runner, e->model, e->tp, &e->kv, e->has_swap ? &e->swap : NULL,
                             c->max_num_batched_tokens, c->max_num_seqs + 1, max_logit_rows,
                             e->mgr.cfg.max_blocks_per_seq);
+    if (st == PL_OK) {
+        e->runner.pooling = c->pooling;
+        e->decoder.embd = e->runner.embd;
+        e->decoder.n_embd = e->model->hp.dim;
+    }
     if (st == PL_OK) st = pl_kv_view_init(&e->kv_view, &e->mgr);
     if (st != PL_OK) {
         pl_engine_destroy(e);
@@ -410,12 +421,56 @@ static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
     return PL_OK;
 }
 
+/* Generation requests need a generation model, embedding requests a model with a pooling type.
+ * An embedding request keeps only its tokenization fields (the rest is reset to defaults). */
+static pl_status check_kind(const pl_engine *e, pl_request_params *p) {
+    const pl_model_hparams *hp = &e->model->hp;
+    if (p->embedding && pl_engine_pooling(e) == PL_POOL_NONE)
+        return pl_fail(PL_ERR_INVALID_ARG, "this model (architecture %s) cannot compute "
+                       "embeddings: it has no pooling type (an embedding model, e.g. bert, has "
+                       "'%s.pooling_type'; a generation model needs --pooling)", hp->arch_name,
+                       hp->arch_name);
+    if (!p->embedding && hp->pooling != PL_POOL_NONE)
+        return pl_fail(PL_ERR_INVALID_ARG, "this model (architecture %s) is an embedding model: "
+                       "it computes embeddings only and cannot generate text", hp->arch_name);
+    if (p->embedding) {
+        int add_special = p->add_special, parse_special = p->parse_special;
+        pl_request_params_default(p);
+        p->max_tokens = 1; /* nothing is generated; the scheduler reserves for prompt + 1 */
+        p->embedding = 1;
+        p->add_special = add_special;
+        p->parse_special = parse_special;
+    }
+    return PL_OK;
+}
+
+/* An embedding input runs whole in one step: it must fit the model and the step's budget (and a
+ * generation model's KV pool, where it holds blocks for that step). */
+static pl_status check_embed_fits(const pl_engine *e, const pl_seq_group *g) {
+    const int32_t bs = e->mgr.cfg.block_size;
+    int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;
+    if (e->model->hp.pooling == PL_POOL_NONE && (g->n_prompt + 1 + bs - 1) / bs > have)
+        return pl_fail(PL_ERR_INVALID_ARG, "the input needs %d KV blocks for its step but the "
+                       "cache has %lld", (g->n_prompt + 1 + bs - 1) / bs, (long long)have);
+    if (g->n_prompt > e->max_model_len)
+        return pl_fail(PL_ERR_INVALID_ARG, "this model's maximum context length is %d tokens, "
+                       "but the input has %d", e->max_model_len, g->n_prompt);
+    if (g->n_prompt > e->cfg.max_num_batched_tokens)
+        return pl_fail(PL_ERR_INVALID_ARG, "the input has %d tokens, more than one step computes "
+                       "(max-num-batched-tokens %d); an embedding input runs in one step",
+                       g->n_prompt, e->cfg.max_num_batched_tokens);
+    return PL_OK;
+}
+
 pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *ids, size_t n_ids,
                                 const pl_request_params *params, uint64_t *id) {
     pl_seq_group *g = calloc(1, sizeof *g);
     if (!g) return pl_fail(PL_ERR_NOMEM, "out of memory");
     g->params = *params;
-    pl_status st = check_params(e, &g->params);
+    pl_status st = check_kind(e, &g->params);
+    g->embed = !params->embedding ? 0
+               : e->model->hp.pooling != PL_POOL_NONE ? PL_EMBED_LOCAL : PL_EMBED_PAGED;
+    if (st == PL_OK) st = check_params(e, &g->params);
     if (st != PL_OK) g->params.n_stop = 0; /* nothing copied yet: pl_group_destroy frees none */
     if (st == PL_OK) st = pl_group_copy_stops(g);
     if (st == PL_OK && g->params.constraint != PL_CONSTRAINT_NONE) {
@@ -451,7 +506,7 @@ pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *i
         }
     }
     if (st == PL_OK && g->n_prompt == 0) st = pl_fail(PL_ERR_INVALID_ARG, "the prompt is empty");
-    if (st == PL_OK) st = check_fits(e, g);
+    if (st == PL_OK) st = g->embed ? check_embed_fits(e, g) : check_fits(e, g);
     pl_seq *q = NULL;
     if (st == PL_OK && (q = pl_seq_create(g, 0, g->prompt, g->n_prompt)) != NULL &&
         pl_group_add_seq(g, q)) {
@@ -819,4 +874,9 @@ void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e) { return e->model->tok; }
 int32_t pl_engine_max_model_len(const pl_engine *e) { return e->max_model_len; }
 int32_t pl_engine_n_vocab(const pl_engine *e) { return e->model->hp.n_vocab; }
+int32_t pl_engine_pooling(const pl_engine *e) {
+    return e->cfg.pooling ? e->cfg.pooling : (int32_t)e->model->hp.pooling;
+}
+int32_t pl_engine_n_embd(const pl_engine *e) { return e->model->hp.dim; }
+int pl_engine_embedding_only(const pl_engine *e) { return e->model->hp.pooling != PL_POOL_NONE; }
 const pl_engine_config *pl_engine_get_config(const pl_engine *e) { return &e->cfg; }

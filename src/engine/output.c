@@ -35,7 +35,7 @@ static void delta_clear(pl_completion_delta *d) {
 void pl_out_channel_unref(pl_out_channel *c) {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
     for (int32_t i = 0; i < c->n_slots; i++) delta_clear(&c->pending[i]);
-    PL_FREE_ALL(c->pending, c->has_pending, c->prompt_ids, c->prompt_top);
+    PL_FREE_ALL(c->pending, c->has_pending, c->prompt_ids, c->prompt_top, c->embedding);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -125,6 +125,19 @@ int pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t 
     if (rc) c->lost = 1;
     c->prompt_ready = 1;
     pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int pl_out_set_embedding(pl_out_channel *c, const float *v, int32_t n) {
+    pthread_mutex_lock(&c->mu);
+    int rc = grow(&c->embedding, (size_t)n * sizeof(float));
+    if (!rc) {
+        memcpy(c->embedding, v, (size_t)n * sizeof(float));
+        c->n_embd = n;
+    } else {
+        c->lost = 1;
+    }
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -222,6 +235,9 @@ pl_status pl_out_poll(pl_out_channel *c, int timeout_ms, pl_request_output **out
         o->first_scheduled_time = c->first_scheduled;
         o->first_token_time = c->first_token;
         o->finish_time = c->finish_time;
+        o->embedding = c->embedding;
+        o->n_embd = c->n_embd;
+        c->embedding = NULL;
         c->taken_final = 1;
     }
     pthread_mutex_unlock(&c->mu);
@@ -238,5 +254,5 @@ void pl_out_release(pl_out_channel *c) {
 void pl_request_output_destroy(pl_request_output *o) {
     if (!o) return;
     for (int32_t i = 0; i < o->n_deltas; i++) delta_clear(&o->deltas[i]);
-    PL_FREE_ALL(o->deltas, o->error, o->prompt_ids, o->prompt_top, o);
+    PL_FREE_ALL(o->deltas, o->error, o->prompt_ids, o->prompt_top, o->embedding, o);
 }

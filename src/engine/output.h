@@ -40,6 +40,8 @@ typedef struct pl_out_channel {
     pl_token_logprob *prompt_top;
     int prompt_ready, prompt_taken;
     int32_t n_output_tokens;
+    float *embedding;              /* embedding requests: the vector, handed out with the finish */
+    int32_t n_embd;
     double arrival, first_scheduled, first_token, finish_time;
 } pl_out_channel;
 
@@ -52,6 +54,8 @@ void pl_out_channel_unref(pl_out_channel *c);
 int pl_out_push(pl_out_channel *c, const pl_completion_delta *d, int32_t n_top);
 int pl_out_set_prompt(pl_out_channel *c, const int32_t *ids, int32_t n, int32_t n_cached,
                        const pl_token_logprob *top, int32_t n_top);
+/* An embedding request's vector (copied); -1 when out of memory (the finish then fails). */
+int pl_out_set_embedding(pl_out_channel *c, const float *v, int32_t n);
 void pl_out_finish(pl_out_channel *c, const char *error, double arrival, double first_scheduled,
                    double first_token,
                    double finish_time);

@@ -31,6 +31,8 @@ typedef enum {
 
 typedef struct pl_seq_group pl_seq_group;
 
+enum { PL_EMBED_LOCAL = 1, PL_EMBED_PAGED = 2 };
+
 typedef struct pl_seq {
     pl_seq_group *group;
     int32_t index;              /* completion index within the group (beams: slot) */
@@ -79,6 +81,9 @@ struct pl_seq_group {
     int32_t n_live;             /* sequences not finished */
     int32_t n_cached_tokens;    /* prompt tokens hit in the prefix cache at first admission */
     int prefilled;              /* the prompt's logits were sampled once (n/beam fork done) */
+    int embed;                  /* an embedding request (one whole-input step, pooled vector):
+                                   PL_EMBED_LOCAL (an embedding model's: no KV blocks) or
+                                   PL_EMBED_PAGED (a generation model's: blocks for its step) */
     int aborted;
     int oom;                    /* an allocation for it failed while decoding: ends with an error */
     int cons_ambiguous;         /* ... because its constraint had too many parses at once */

@@ -27,9 +27,12 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
     r->ctx = malloc(S * sizeof(int32_t));
     r->item_row = malloc(S * sizeof(int32_t));
     r->tables = calloc(S * (size_t)max_blocks, sizeof(int32_t));
-    r->logits = malloc((size_t)max_logit_rows * V * sizeof(float));
-    if (!r->tokens || !r->pos || !r->slots || !r->rows || !r->seq_start || !r->ctx ||
-        !r->item_row || !r->tables || !r->logits) {
+    const int embeds_only = m->hp.pooling != PL_POOL_NONE;
+    r->logits = malloc((embeds_only ? 1 : (size_t)max_logit_rows * V) * sizeof(float));
+    r->embd = malloc(S * (size_t)m->hp.dim * sizeof(float));
+    r->pooled = malloc(S * sizeof(int32_t));
+    if (!r->embd || !r->pooled || !r->tokens || !r->pos || !r->slots || !r->rows ||
+        !r->seq_start || !r->ctx || !r->item_row || !r->tables || !r->logits) {
         pl_runner_destroy(r);
         return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %zu)",
                        max_tokens, V);
@@ -42,7 +45,7 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
 void pl_runner_destroy(pl_runner *r) {
     pl_forward_ctx_destroy(r->fwd);
     PL_FREE_ALL(r->tokens, r->pos, r->slots, r->rows, r->seq_start, r->ctx, r->item_row, r->tables,
-                r->logits);
+                r->logits, r->embd, r->pooled);
     memset(r, 0, sizeof *r);
 }
 
@@ -68,20 +71,45 @@ static void apply_copies(pl_runner *r, const pl_sched_output *so) {
     }
 }
 
+/* An embedding model's step: every item is a whole input (positions from 0, no KV slots). */
+static pl_status execute_embed(pl_runner *r, const pl_sched_output *so) {
+    int32_t t = 0;
+    for (int32_t i = 0; i < so->n_items; i++) {
+        const pl_sched_item *it = &so->items[i];
+        PL_ASSERT(it->start == 0 && it->n == it->seq->n_tokens && it->seq->group->embed);
+        r->item_row[i] = i;
+        r->seq_start[i] = t;
+        for (int32_t k = 0; k < it->n; k++, t++) {
+            r->tokens[t] = it->seq->tokens[k];
+            r->pos[t] = k;
+        }
+    }
+    r->seq_start[so->n_items] = t;
+    PL_ASSERT(t == so->n_tokens);
+    if (so->n_items == 0) return PL_OK;
+    pl_step_batch b = {.n_tokens = t, .token_ids = r->tokens, .positions = r->pos,
+                       .n_seqs = so->n_items, .seq_start = r->seq_start};
+    return pl_model_embed(r->fwd, &b, r->pooling, r->embd);
+}
+
 pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
-    apply_copies(r, so);
     PL_ASSERT(so->n_items <= r->max_items && so->n_tokens <= r->max_tokens);
+    if (r->model->hp.pooling != PL_POOL_NONE) return execute_embed(r, so);
+    apply_copies(r, so);
     const int32_t max_blocks = r->max_blocks;
-    int32_t t = 0, rows = 0;
+    int32_t t = 0, rows = 0, n_pooled = 0;
     for (int32_t i = 0; i < so->n_items; i++) {
         const pl_sched_item *it = &so->items[i];
         const pl_seq *q = it->seq;
         const pl_block_table *tab = r->draft ? &q->draft_table : &q->table;
         /* The table holds a slot for every token up to the newest (and its proposals), no more. */
         PL_ASSERT(it->start + it->n <= tab->n_tokens && tab->n_tokens <= q->n_tokens + q->n_spec);
-        int every_row = it->all_logits || it->n_spec > 0;
         PL_ASSERT(tab->n_blocks <= max_blocks);
-        r->item_row[i] = every_row || it->sample ? rows : -1;
+        const int embed = q->group->embed != 0; /* a whole input: pooled, no logits */
+        PL_ASSERT(!embed || (it->start == 0 && it->sample && it->n_spec == 0));
+        int every_row = !embed && (it->all_logits || it->n_spec > 0);
+        r->item_row[i] = embed ? n_pooled : every_row || it->sample ? rows : -1;
+        if (embed) r->pooled[n_pooled++] = i;
         r->seq_start[i] = t;
         r->ctx[i] = it->start + it->n;
         memcpy(r->tables + (size_t)i * max_blocks, tab->blocks, (size_t)tab->n_blocks * sizeof(int32_t));
@@ -90,7 +118,7 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
             r->tokens[t] = q->tokens[pos];
             r->pos[t] = pos;
             r->slots[t] = pl_block_table_slot(tab, pos);
-            if (every_row || (it->sample && k == it->n - 1)) r->rows[rows++] = t;
+            if (!embed && (every_row || (it->sample && k == it->n - 1))) r->rows[rows++] = t;
         }
     }
     r->seq_start[so->n_items] = t;
@@ -102,5 +130,6 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
         .context_lens = r->ctx, .block_tables = r->tables, .max_blocks = max_blocks,
         .n_logits = rows, .logit_rows = r->rows,
     };
-    return pl_model_forward(r->fwd, r->kv, &b, r->logits);
+    pl_pool_request pool = {n_pooled, r->pooled, r->pooling, r->embd};
+    return pl_model_forward_pooled(r->fwd, r->kv, &b, r->logits, n_pooled ? &pool : NULL);
 }

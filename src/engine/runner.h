@@ -6,7 +6,9 @@
  * (swap-out, swap-in, copy-on-write: that order, see kv/manager.h), builds the step batch (every
  * item's tokens [start, start + n) with their slots and the sequence's block table; a logits row
  * for the last token of an item that samples, or for every token of an item that wants prompt
- * log-probabilities or carries speculative proposals) and runs the model.
+ * log-probabilities or carries speculative proposals) and runs the model. An embedding item (a
+ * whole input) gets no logits row: its pooled vector goes to embd[item_row[i]]; on an embedding
+ * model (hp.pooling set) every item is one and none has KV slots.
  *
  * Invariants: item_row[i] is the first logits row of item i or -1; the rows of an all_logits
  * item are consecutive and its sampling row (if any) is its last; rows never exceed
@@ -31,6 +33,10 @@ typedef struct {
     float *logits;          /* [max_logit_rows][n_vocab]: the last step's logits */
     int32_t *item_row;      /* [max_items]: first logits row of each item of the last step, or -1 */
     int draft;              /* 1: a draft model's runner, reading the sequences' draft tables */
+    float *embd;            /* [max_items][dim] the pooled vectors of the step's embedding
+                               items (item i's at row item_row[i]) */
+    int32_t *pooled;        /* [max_items] the step's embedding items */
+    int32_t pooling;        /* pl_pooling for embedding items (0: the model's own) */
 } pl_runner;
 
 /* Buffers for steps of up to max_tokens tokens, max_items items, max_logit_rows logits rows and

@@ -288,14 +288,14 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
         if (n > b->tokens_left) n = b->tokens_left;
         if (want_prompt_lp && n > b->rows_left) n = b->rows_left;
         int completes = n == left;
-        if (completes && !want_prompt_lp && b->rows_left < 1) {
+        if (completes && !want_prompt_lp && !g->embed && b->rows_left < 1) {
             n--; /* leave the last token (and its logits row) for the next step */
             completes = 0;
         }
         if (n < 1) continue;
         PL_TRY(add_item(s, q, n, want_prompt_lp));
         b->tokens_left -= n;
-        b->rows_left -= want_prompt_lp ? n : completes;
+        b->rows_left -= want_prompt_lp ? n : g->embed ? 0 : completes;
     }
     return PL_OK;
 }
@@ -345,10 +345,32 @@ static int32_t final_tokens(const pl_seq_group *g) {
     return f > INT32_MAX ? INT32_MAX : (int32_t)f;
 }
 
+/* An embedding request runs whole in this step or waits (FCFS): it holds no KV blocks, so it
+ * is never preempted, and the decoder finishes it after this step. */
+static pl_status admit_embed(pl_scheduler *s, pl_seq_group *g, budget *b, int *admitted) {
+    pl_seq *q = g->seqs[0];
+    *admitted = 0;
+    if (q->n_tokens > b->tokens_left || b->seqs_left < 1) return PL_OK;
+    q->n_computed = 0;
+    q->status = PL_SEQ_RUNNING;
+    q_remove(&s->waiting, g);
+    q_insert(&s->running, g);
+    b->seqs_left--;
+    b->tokens_left -= q->n_tokens;
+    *admitted = 1;
+    return add_item(s, q, q->n_tokens, 0);
+}
+
 static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     pl_kv_manager *kv = s->kv;
     while (s->waiting.head && b->tokens_left > 0) {
         pl_seq_group *g = s->waiting.head;
+        if (g->embed == PL_EMBED_LOCAL) {
+            int admitted;
+            PL_TRY(admit_embed(s, g, b, &admitted));
+            if (!admitted) break;
+            continue;
+        }
         int32_t need = 0, too_long = 0;
         for (int32_t i = 0; i < g->n_seqs; i++) {
             pl_seq *q = g->seqs[i];
@@ -366,8 +388,10 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
         /* A contiguous layout needs one run (its groups hold one sequence): fragmentation. */
         if (kv->cfg.policy != PL_KV_POLICY_PAGED && pl_kv_first_fit(kv, need) < 0) break;
         if (pl_group_max_seqs(g) > b->seqs_left) break;
+        /* A generation model's embedding input runs whole in one step, or waits. */
+        if (g->embed && g->seqs[0]->n_tokens > b->tokens_left) break;
         uint64_t key = g->params.cache_salt;
-        if (g->params.prompt_logprobs >= 0 && !g->prefilled)
+        if ((g->params.prompt_logprobs >= 0 && !g->prefilled) || g->embed)
             key = 0x8000000000000000ull | g->id; /* private: every prompt row must be computed */
         for (int32_t i = 0; i < g->n_seqs; i++) {
             pl_seq *q = g->seqs[i];

@@ -14,7 +14,9 @@
  *   3. if nothing was preempted this step: swapped groups come back, oldest first;
  *   4. if nothing was preempted and nothing is swapped: waiting groups are admitted in order,
  *      first come first served (an admission that does not fit yet stops the admission loop).
- *      A group that can never fit is handed back as refused.
+ *      A group that can never fit is handed back as refused. An embedding request (an
+ *      embedding model's) takes no blocks: it is admitted only whole, all its tokens in this
+ *      step, or it waits; the decoder finishes it after the step, so it is never preempted.
  *
  * The result is a pl_sched_output value: a list of (sequence, token range) items plus the block
  * copies to apply before the forward pass (swap-out, swap-in, copy-on-write, in that order; see

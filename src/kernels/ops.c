@@ -3,6 +3,7 @@
 #include "kernels/ops.h"
 
 #include "kernels/cpu.h"
+#include "base/fp16.h"
 
 #include <math.h>
 
@@ -95,6 +96,66 @@ static void swiglu_part(void *p, int ith, int nth) {
 void pl_swiglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim) {
     swiglu_job j = {g, u, n * dim};
     pl_threadpool_run_n(tp, j.len >= 4096 ? pl_threadpool_size(tp) : 1, swiglu_part, &j);
+}
+
+typedef struct {
+    float *y;
+    const float *x, *w, *b;
+    int64_t n, dim;
+    float eps;
+} layernorm_job;
+
+static void layernorm_rows(void *p, int ith, int nth) {
+    layernorm_job *j = p;
+    int64_t r0, r1;
+    pl_split_range(j->n, ith, nth, 1, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + r * j->dim;
+        float *y = j->y + r * j->dim;
+        double sum = 0;
+        for (int64_t i = 0; i < j->dim; i++) sum += x[i];
+        float mean = (float)(sum / (double)j->dim);
+        double var = 0;
+        for (int64_t i = 0; i < j->dim; i++) {
+            float v = x[i] - mean;
+            y[i] = v;
+            var += (double)(v * v);
+        }
+        float scale = 1.0f / sqrtf((float)(var / (double)j->dim) + j->eps);
+        for (int64_t i = 0; i < j->dim; i++) y[i] = y[i] * scale * j->w[i] + j->b[i];
+    }
+}
+
+void pl_layernorm(pl_threadpool *tp, float *y, const float *x, const float *w, const float *b,
+                  int64_t n, int64_t dim, float eps) {
+    layernorm_job j = {y, x, w, b, n, dim, eps};
+    pl_threadpool_run_n(tp, n >= 4 ? pl_threadpool_size(tp) : 1, layernorm_rows, &j);
+}
+
+static float gelu_one(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    float h = pl_f16_to_f32(pl_f32_to_f16(x));
+    const float c = 0.79788456080286535587989211986876f; /* sqrt(2 / pi) */
+    float g = 0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h)));
+    return pl_f16_to_f32(pl_f32_to_f16(g));
+}
+
+typedef struct {
+    float *x;
+    int64_t len;
+} gelu_job;
+
+static void gelu_part(void *p, int ith, int nth) {
+    gelu_job *j = p;
+    int64_t i0, i1;
+    pl_split_range(j->len, ith, nth, 64, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) j->x[i] = gelu_one(j->x[i]);
+}
+
+void pl_gelu(pl_threadpool *tp, float *x, int64_t len) {
+    gelu_job j = {x, len};
+    pl_threadpool_run_n(tp, len >= 4096 ? pl_threadpool_size(tp) : 1, gelu_part, &j);
 }
 
 void pl_add(float *x, const float *y, int64_t len) {

@@ -36,6 +36,14 @@ void pl_rope_apply(const pl_rope_params *p, const float *cs, float *x, int64_t n
 
 /* g[i] = silu(g[i]) * u[i] over n rows of dim (SwiGLU). */
 void pl_swiglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim);
+/* LayerNorm (bert): y[r] = (x[r] - mean) / sqrt(var + eps) * w + b over n rows of dim, with
+ * mean and variance summed in double (y may equal x). */
+void pl_layernorm(pl_threadpool *tp, float *y, const float *x, const float *w, const float *b,
+                  int64_t n, int64_t dim, float eps);
+/* x[i] = gelu(x[i]) over len elements, the tanh approximation computed as GGML's CPU backend
+ * does: the input rounded to f16, the result rounded to f16 (its lookup table), x <= -10 -> 0,
+ * x >= 10 -> x. Bit-exact with llama.cpp's ggml_gelu on f32. */
+void pl_gelu(pl_threadpool *tp, float *x, int64_t len);
 /* x[i] += y[i], len elements. */
 void pl_add(float *x, const float *y, int64_t len);
 /* x[r][i] += b[i] for n rows of dim (biases). */

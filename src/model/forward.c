@@ -9,6 +9,7 @@
  *       h = rmsnorm(x) * ffn_norm
  *       x += Wdown (silu(Wgate h) * Wup h)
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)
+ *   pooled = l2normalize(pool(rmsnorm(x[a whole input's rows]) * output_norm))   (embeddings)
  *
  * Every matmul covers all tokens of the step at once, so each weight is read once per step.
  * All scratch is allocated in pl_forward_ctx_create; a step allocates nothing.
@@ -17,25 +18,11 @@
 #include "base/buf.h"
 
 #include "kernels/attention.h"
+#include "model/forward_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct pl_forward_ctx {
-    const pl_model *m;
-    pl_threadpool *tp;
-    int32_t max_tokens, max_logits;
-    float *x;        /* [max_tokens][dim] residual stream */
-    float *h;        /* [max_tokens][dim] normed input of a sub-layer */
-    float *q;        /* [max_tokens][n_heads*hd] */
-    float *k, *v;    /* [max_tokens][n_kv*hd] */
-    float *att;      /* [max_tokens][n_heads*hd] attention output */
-    float *gate;     /* [max_tokens][ffn] */
-    float *up;       /* [max_tokens][ffn] */
-    float *rope_cs;  /* [max_tokens][n_rot/2][2] */
-    void *mm_scratch;/* quantized activations for matmul */
-};
 
 static size_t max_scratch(const pl_model *m, int64_t B) {
     const pl_model_hparams *hp = &m->hp;
@@ -75,10 +62,14 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     c->att = malloc(T * qd * sizeof(float));
     c->gate = malloc(T * hp->ffn_dim * sizeof(float));
     c->up = malloc(T * hp->ffn_dim * sizeof(float));
-    c->rope_cs = malloc(T * (size_t)hp->rope.n_rot * sizeof(float));
+    c->rope_cs = malloc(T * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) * sizeof(float));
     c->mm_scratch = malloc(max_scratch(m, max_tokens) + 64);
+    /* bert: one row of attention scores per thread part. */
+    c->n_parts = pl_threadpool_size(tp);
+    if (hp->pooling != PL_POOL_NONE)
+        c->scores = malloc((size_t)c->n_parts * T * sizeof(float));
     if (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
-        !c->rope_cs || !c->mm_scratch) {
+        !c->rope_cs || !c->mm_scratch || (hp->pooling != PL_POOL_NONE && !c->scores)) {
         pl_forward_ctx_destroy(c);
         return pl_fail(PL_ERR_NOMEM, "forward: out of memory for %d tokens of scratch",
                        max_tokens);
@@ -89,7 +80,8 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
 
 void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
-    PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch, c);
+    PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
+                c->scores, c);
 }
 
 static void matmul(pl_forward_ctx *c, const pl_weight *w, const float *x, int64_t B, float *y) {
@@ -120,7 +112,14 @@ static pl_status check_batch(const pl_forward_ctx *c, const pl_kv_store *kv,
 
 pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
                            float *logits) {
+    return pl_model_forward_pooled(c, kv, b, logits, NULL);
+}
+
+pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
+                                  float *logits, const pl_pool_request *pool) {
     PL_TRY(check_batch(c, kv, b));
+    for (int32_t i = 0; pool && i < pool->n; i++)
+        PL_ASSERT(pool->out && pool->seqs[i] >= 0 && pool->seqs[i] < b->n_seqs);
     const pl_model *m = c->m;
     const pl_model_hparams *hp = &m->hp;
     const int64_t T = b->n_tokens, dim = hp->dim;
@@ -170,12 +169,19 @@ pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_bat
         pl_add(c->x, c->h, T * dim);
     }
 
-    if (b->n_logits == 0) return PL_OK;
-    /* Gather the rows that need logits, norm them, and project to the vocabulary. */
-    for (int32_t i = 0; i < b->n_logits; i++)
-        memmove(c->h + (int64_t)i * dim, c->x + (int64_t)b->logit_rows[i] * dim,
-                (size_t)dim * sizeof(float));
-    pl_rmsnorm(c->tp, c->h, c->h, m->output_norm, b->n_logits, dim, hp->norm_eps);
-    matmul(c, &m->output, c->h, b->n_logits, logits);
+    if (b->n_logits > 0) {
+        /* Gather the rows that need logits, norm them, and project to the vocabulary. */
+        for (int32_t i = 0; i < b->n_logits; i++)
+            memmove(c->h + (int64_t)i * dim, c->x + (int64_t)b->logit_rows[i] * dim,
+                    (size_t)dim * sizeof(float));
+        pl_rmsnorm(c->tp, c->h, c->h, m->output_norm, b->n_logits, dim, hp->norm_eps);
+        matmul(c, &m->output, c->h, b->n_logits, logits);
+    }
+    /* Embeddings: a whole input's normed last hidden states, pooled (llama.cpp's --pooling). */
+    for (int32_t i = 0; pool && i < pool->n; i++) {
+        int32_t s = pool->seqs[i], s0 = b->seq_start[s], n = b->seq_start[s + 1] - s0;
+        pl_rmsnorm(c->tp, c->h, c->x + (int64_t)s0 * dim, m->output_norm, n, dim, hp->norm_eps);
+        pl_pool_rows(pool->pooling, c->h, n, dim, pool->out + (int64_t)i * dim);
+    }
     return PL_OK;
 }

@@ -40,6 +40,30 @@ static pl_status get_arch_float(const pl_gguf *g, const char *arch, const char *
     return PL_OK;
 }
 
+/* bert: LayerNorm epsilon, the pooling type, and non-causal attention (no RoPE). */
+static pl_status read_bert_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    const char *a = hp->arch_name;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", a);
+    if (pl_gguf_find_key(g, key) < 0)
+        return pl_fail(PL_ERR_FORMAT, "missing metadata key '%s'", key);
+    PL_TRY(get_arch_float(g, a, "attention.layer_norm_epsilon", 1e-12, 0, 1, &hp->norm_eps));
+    snprintf(key, sizeof key, "%s.attention.causal", a);
+    int causal = 0;
+    if (pl_gguf_find_key(g, key) >= 0) PL_TRY(pl_gguf_get_bool(g, key, &causal));
+    if (causal)
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s' is true: pagellm runs bert with bidirectional "
+                       "attention only", key);
+    int32_t pool = 0;
+    PL_TRY(get_arch_int(g, a, "pooling_type", -1, 0, 4, &pool));
+    if (pool < PL_POOL_MEAN || pool > PL_POOL_LAST)
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.pooling_type' = %d is not supported (1 mean, "
+                       "2 cls, 3 last; 0 none and 4 rank are not)", a, pool);
+    hp->pooling = (pl_pooling)pool;
+    hp->rope.n_rot = 0; /* absolute positions: nothing is rotated */
+    return PL_OK;
+}
+
 static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     pl_gguf_str arch;
     if (pl_gguf_get_str(g, "general.architecture", &arch) != PL_OK)
@@ -48,9 +72,10 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
              arch.ptr);
     if (pl_gguf_str_eq(arch, "llama")) hp->arch = PL_ARCH_LLAMA;
     else if (pl_gguf_str_eq(arch, "qwen2")) hp->arch = PL_ARCH_QWEN2;
+    else if (pl_gguf_str_eq(arch, "bert")) hp->arch = PL_ARCH_BERT;
     else
         return pl_fail(PL_ERR_UNSUPPORTED,
-                       "architecture '%.*s' is not supported (supported: llama, qwen2)",
+                       "architecture '%.*s' is not supported (supported: llama, qwen2, bert)",
                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     const char *a = hp->arch_name;
     PL_TRY(get_arch_int(g, a, "embedding_length", -1, 1, 1 << 16, &hp->dim));
@@ -71,6 +96,7 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (hp->head_dim % 4)
         return pl_fail(PL_ERR_UNSUPPORTED, "head dimension %d is not a multiple of 4",
                        hp->head_dim);
+    if (hp->arch == PL_ARCH_BERT) return read_bert_hparams(g, hp);
     PL_TRY(get_arch_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, 0, 1, &hp->norm_eps));
     hp->rope.mode = hp->arch == PL_ARCH_QWEN2 ? PL_ROPE_NEOX : PL_ROPE_NORM;
     PL_TRY(get_arch_int(g, a, "rope.dimension_count", hp->head_dim, 2, hp->head_dim,
@@ -140,6 +166,51 @@ static pl_status load_vector(const pl_gguf *g, const char *name, int64_t n, int 
     return PL_OK;
 }
 
+/* bert: embeddings (token, position, token type 0), LayerNorms, and every bias. */
+static pl_status bind_bert_weights(pl_model *m) {
+    const pl_gguf *g = m->file;
+    pl_model_hparams *hp = &m->hp;
+    const int64_t dim = hp->dim, ff = hp->ffn_dim;
+    PL_TRY(bind_weight(g, "position_embd.weight", dim, hp->n_ctx_train, &m->pos_embd));
+    const pl_gguf_tensor *tt = pl_gguf_find_tensor(g, "token_types.weight");
+    if (tt) {
+        if (tt->ne[0] != dim || tt->ne[1] < 1 || tt->ne[2] != 1 || tt->ne[3] != 1 ||
+            (tt->type != PL_DT_F32 && tt->type != PL_DT_F16 && tt->type != PL_DT_BF16))
+            return pl_fail(PL_ERR_FORMAT, "tensor 'token_types.weight' must be f32/f16/bf16 of "
+                           "shape [%lld, n_types]", (long long)dim);
+        if (!(m->type_embd = malloc((size_t)dim * sizeof(float))))
+            return pl_fail(PL_ERR_NOMEM, "out of memory");
+        pl_dequantize_row(tt->type, tt->data, m->type_embd, dim); /* type 0: sentence A */
+    }
+    PL_TRY(load_vector(g, "token_embd_norm.weight", dim, 0, &m->embd_norm));
+    PL_TRY(load_vector(g, "token_embd_norm.bias", dim, 0, &m->embd_norm_b));
+    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
+    if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", hp->n_layers);
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        pl_layer_weights *L = &m->layers[l];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        PL_TRY(bind_weight(g, NAME("attn_q.weight"), dim, dim, &L->wq));
+        PL_TRY(bind_weight(g, NAME("attn_k.weight"), dim, dim, &L->wk));
+        PL_TRY(bind_weight(g, NAME("attn_v.weight"), dim, dim, &L->wv));
+        PL_TRY(bind_weight(g, NAME("attn_output.weight"), dim, dim, &L->wo));
+        PL_TRY(load_vector(g, NAME("attn_q.bias"), dim, 1, &L->bq));
+        PL_TRY(load_vector(g, NAME("attn_k.bias"), dim, 1, &L->bk));
+        PL_TRY(load_vector(g, NAME("attn_v.bias"), dim, 1, &L->bv));
+        PL_TRY(load_vector(g, NAME("attn_output.bias"), dim, 1, &L->bo));
+        PL_TRY(load_vector(g, NAME("attn_output_norm.weight"), dim, 0, &L->attn_out_norm));
+        PL_TRY(load_vector(g, NAME("attn_output_norm.bias"), dim, 0, &L->attn_out_norm_b));
+        PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, ff, &L->w_up));
+        PL_TRY(load_vector(g, NAME("ffn_up.bias"), ff, 1, &L->b_up));
+        PL_TRY(bind_weight(g, NAME("ffn_down.weight"), ff, dim, &L->w_down));
+        PL_TRY(load_vector(g, NAME("ffn_down.bias"), dim, 1, &L->b_down));
+        PL_TRY(load_vector(g, NAME("layer_output_norm.weight"), dim, 0, &L->out_norm));
+        PL_TRY(load_vector(g, NAME("layer_output_norm.bias"), dim, 0, &L->out_norm_b));
+#undef NAME
+    }
+    return PL_OK;
+}
+
 static pl_status bind_weights(pl_model *m) {
     const pl_gguf *g = m->file;
     pl_model_hparams *hp = &m->hp;
@@ -152,6 +223,7 @@ static pl_status bind_weights(pl_model *m) {
     if (emb->ne[1] > INT32_MAX || emb->ne[1] < 1)
         return pl_fail(PL_ERR_FORMAT, "token_embd.weight has %lld rows", (long long)emb->ne[1]);
     PL_TRY(bind_weight(g, "token_embd.weight", dim, hp->n_vocab, &m->tok_embd));
+    if (hp->arch == PL_ARCH_BERT) return bind_bert_weights(m);
     PL_TRY(load_vector(g, "output_norm.weight", dim, 0, &m->output_norm));
     if (pl_gguf_find_tensor(g, "output.weight"))
         PL_TRY(bind_weight(g, "output.weight", dim, hp->n_vocab, &m->output));
@@ -210,12 +282,12 @@ void pl_model_destroy(pl_model *m) {
     if (m->layers) {
         for (int32_t l = 0; l < m->hp.n_layers; l++) {
             pl_layer_weights *L = &m->layers[l];
-            PL_FREE_ALL(L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv);
+            PL_FREE_ALL(L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->b_up, L->b_down,
+                        L->attn_out_norm, L->attn_out_norm_b, L->out_norm, L->out_norm_b);
         }
         free(m->layers);
     }
-    free(m->output_norm);
-    free(m->rope_freqs);
+    PL_FREE_ALL(m->output_norm, m->rope_freqs, m->type_embd, m->embd_norm, m->embd_norm_b);
     pl_tokenizer_destroy(m->tok);
     pl_gguf_close(m->file);
     free(m);

@@ -3,8 +3,11 @@
  *
  * Supported architectures: `llama` (Llama 1/2/3, TinyLlama, Mistral without sliding window,
  * SmolLM: GQA, rope.freq_base, rope.dimension_count, linear rope scaling, rope_freqs factors,
- * RMSNorm epsilon, tied embeddings when output.weight is absent) and `qwen2` (Q/K/V biases, NEOX
- * RoPE). Anything else is refused with a message naming the architecture. Every tensor's
+ * RMSNorm epsilon, tied embeddings when output.weight is absent), `qwen2` (Q/K/V biases, NEOX
+ * RoPE) and `bert` (an embedding model: absolute positions, token type 0 added, LayerNorm after
+ * the embeddings and after each sub-layer, biases everywhere, GELU, bidirectional attention over
+ * the request's own tokens, no KV cache; pooled by `bert.pooling_type` mean / cls / last).
+ * Anything else is refused with a message naming the architecture. Every tensor's
  * presence, shape and type is checked at load; a weight type the kernels cannot multiply is
  * refused naming the tensor and the type.
  *
@@ -23,7 +26,11 @@
 #include "model/step_batch.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum { PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2 } pl_arch;
+typedef enum { PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2, PL_ARCH_BERT = 3 } pl_arch;
+
+/* How an embedding model turns its last hidden states into one vector (llama.cpp's numbering
+ * of `<arch>.pooling_type`). NONE: a generation model (no embeddings). */
+typedef enum { PL_POOL_NONE = 0, PL_POOL_MEAN = 1, PL_POOL_CLS = 2, PL_POOL_LAST = 3 } pl_pooling;
 
 typedef struct {
     pl_arch arch;
@@ -38,6 +45,7 @@ typedef struct {
     int32_t ffn_dim;
     float norm_eps;
     pl_rope_params rope;  /* mode, n_rot, freq_base, freq_scale, freq_factors */
+    pl_pooling pooling;   /* embedding models (bert): how hidden states are pooled; else NONE */
 } pl_model_hparams;
 
 typedef struct {
@@ -45,7 +53,11 @@ typedef struct {
     pl_weight wq, wk, wv, wo;         /* [n_heads*hd x dim], [n_kv*hd x dim] x2, [dim x n_heads*hd] */
     float *bq, *bk, *bv;              /* qwen2 biases or NULL */
     float *ffn_norm;                  /* [dim] */
-    pl_weight w_gate, w_up, w_down;   /* [ffn x dim] x2, [dim x ffn] */
+    pl_weight w_gate, w_up, w_down;   /* [ffn x dim] x2, [dim x ffn] (bert: no gate) */
+    /* bert only (NULL otherwise): output and FFN biases, the post-sub-layer LayerNorms. */
+    float *bo, *b_up, *b_down;        /* [dim], [ffn], [dim] */
+    float *attn_out_norm, *attn_out_norm_b;   /* [dim] x2 */
+    float *out_norm, *out_norm_b;     /* [dim] x2 */
 } pl_layer_weights;
 
 typedef struct {
@@ -57,6 +69,10 @@ typedef struct {
     pl_weight output;           /* [n_vocab x dim]; = tok_embd when tied */
     float *rope_freqs;          /* [n_rot/2] or NULL */
     pl_layer_weights *layers;   /* [n_layers] */
+    /* bert only: */
+    pl_weight pos_embd;         /* [n_ctx_train x dim] absolute position embeddings */
+    float *type_embd;           /* [dim] token type 0's embedding, or NULL */
+    float *embd_norm, *embd_norm_b; /* [dim] LayerNorm after the embeddings */
 } pl_model;
 
 pl_status pl_model_load(const char *path, pl_model **out);
@@ -74,5 +90,26 @@ void pl_forward_ctx_destroy(pl_forward_ctx *c);
  * (n_layers, n_kv_heads, head_dim). */
 pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
                            float *logits);
+
+/* Embeddings from a generation model (llama.cpp's --pooling): the sequences of a step batch, each
+ * a whole input (positions from 0), whose final-normed hidden states are pooled and
+ * L2-normalized into out[i][dim]. They get no logits rows. */
+typedef struct {
+    int32_t n;                /* sequences to pool */
+    const int32_t *seqs;      /* [n] sequence indices of the batch */
+    int32_t pooling;          /* pl_pooling: mean, first token, last token */
+    float *out;               /* [n][dim] */
+} pl_pool_request;
+
+/* pl_model_forward, plus the pooled embeddings of pool (NULL: none). */
+pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
+                                  float *logits, const pl_pool_request *pool);
+
+/* An embedding model's step (hp.pooling != NONE; forward_bert.c): every sequence of b is a whole
+ * input, attended bidirectionally over its own tokens (the KV cache is not used: slot_mapping,
+ * context_lens and block tables are ignored). out[i][dim] receives sequence i's pooled hidden
+ * state (pooling, or the model's own when 0), L2-normalized. A sequence's result depends on its
+ * tokens only, never on the others in the batch (bitwise). */
+pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, int32_t pooling, float *out);
 
 #endif

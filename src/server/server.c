@@ -109,6 +109,7 @@ static const struct {
     {"POST", "/detokenize", pl_srv_detokenize, 0},
     {"POST", "/v1/completions", pl_srv_completions, 0},
     {"POST", "/v1/chat/completions", pl_srv_chat, 0},
+    {"POST", "/v1/embeddings", pl_srv_embeddings, 0},
     {"POST", "/v1/chat/render", pl_srv_chat_render, 0},
     {"GET", "/v1/kv/blocks", pl_srv_kv_blocks, 0},
 };

@@ -1,5 +1,5 @@
 /* server/server_internal — what server.c (daemon, dispatch, lifecycle), routes.c (small
- * endpoints) and generate.c (completions and chat, streaming) share. */
+ * endpoints), generate.c (completions and chat, streaming) and embeddings.c share. */
 #ifndef PL_SERVER_SERVER_INTERNAL_H
 #define PL_SERVER_SERVER_INTERNAL_H
 
@@ -66,6 +66,8 @@ int pl_srv_webui(pl_server *s, struct MHD_Connection *c, const char *url, enum M
 /* generate.c */
 enum MHD_Result pl_srv_completions(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+/* embeddings.c */
+enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 
 /* Render chat messages with the model's template into *out (malloc'ed). */
 int pl_srv_render_chat(pl_server *s, const pl_server_request *r, int add_gen, char **out,

@@ -106,7 +106,7 @@ pl_status pl_tok_build_pieces(pl_tokenizer *t) {
         if (a & (PL_ATTR_UNKNOWN | PL_ATTR_CONTROL | PL_ATTR_USER_DEFINED)) {
             ok = put(&b, text, len);
         } else if (a & PL_ATTR_NORMAL) {
-            ok = t->kind == PL_TOK_SPM ? decode_spm(&b, text, len) : decode_bpe(&b, text, len);
+            ok = t->kind != PL_TOK_BPE ? decode_spm(&b, text, len) : decode_bpe(&b, text, len);
         } else if (a & PL_ATTR_BYTE) {
             uint8_t c = byte_of(text, len);
             ok = put(&b, &c, 1);

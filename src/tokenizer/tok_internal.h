@@ -33,6 +33,25 @@ int pl_tok_cp_to_byte(uint32_t cp);
 /* Decode one valid code point at s (len > 0); sets *n to its byte length. */
 uint32_t pl_tok_utf8_get(const char *s, size_t len, size_t *n);
 
+/* ---- Unicode facts for WordPiece (unicode.c over the generated unicode_tables.c) ---- */
+enum { PL_UNI_CONTROL = 1, PL_UNI_PUNCT = 2, PL_UNI_SYMBOL = 4, PL_UNI_MARK = 8,
+       PL_UNI_SPACE = 16 };
+typedef struct { uint32_t start; uint8_t flags; } pl_uni_flag_range;
+typedef struct { uint32_t first, last, stride; int32_t delta; } pl_uni_lower_run;
+typedef struct { uint32_t first, last, value; } pl_uni_map_range;
+extern const pl_uni_flag_range pl_uni_flag_ranges[];
+extern const int pl_uni_n_flag_ranges;
+extern const pl_uni_lower_run pl_uni_lower_runs[];
+extern const int pl_uni_n_lower_runs;
+extern const pl_uni_map_range pl_uni_nfd_ranges[];
+extern const int pl_uni_n_nfd_ranges;
+/* PL_UNI_* bits of a code point: its general category (control = Cc Cf Co Cs, P*, S*, M*) and
+ * whether it is white space (llama.cpp's list: \t..\r, space, U+0085, U+00A0, U+1680,
+ * U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000). */
+unsigned pl_tok_cpt_flags(uint32_t cp);
+uint32_t pl_tok_cpt_lower(uint32_t cp);     /* simple lowercase mapping */
+uint32_t pl_tok_cpt_nfd_first(uint32_t cp); /* first code point of the canonical decomposition */
+
 /* ---- string -> int32 hash map, open addressing (hashmap.c) ---- */
 typedef struct {
     uint64_t hash;   /* XXH3 of the key; 0 marks an empty slot (real hashes are forced != 0) */
@@ -90,6 +109,9 @@ struct pl_tokenizer {
     int32_t byte_tok[256];   /* byte fallback: id of each raw byte (SPM "<0xNN>", BPE the byte's
                                 encoded text), -1 if the vocabulary lacks it */
     int32_t bos, eos, eot, eom, unk, pad; /* -1 when absent */
+    int32_t sep;             /* WordPiece: appended after the text with add_special (-1: none) */
+    int lowercase, strip_accents; /* WordPiece normalizer (tokenizer.ggml.normalizer.*) */
+    size_t max_token_len;    /* longest token text in bytes (WordPiece's match window) */
     int add_bos, add_eos;
     int add_space_prefix;    /* SPM: prefix a space; detokenize strips one leading space */
     int clean_spaces;        /* detokenize removes " ," " ." etc. (llama.cpp clean_spaces) */
@@ -116,6 +138,8 @@ pl_status pl_tok_ids_push(pl_tok_ids *ids, int32_t id);
 
 /* SentencePiece (llama.cpp's bigram merge by score): text is already space-escaped. */
 pl_status pl_tok_spm(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out);
+/* WordPiece of one raw fragment (wpm.c): BERT's basic split, then greedy longest match. */
+pl_status pl_tok_wpm(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out);
 /* Byte-level BPE of one raw fragment: pre-tokenize, byte-encode, merge by rank. */
 pl_status pl_tok_bpe(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out);
 

@@ -118,7 +118,8 @@ static pl_status spm_fragment(const pl_tokenizer *t, const char *s, size_t len, 
 
 static pl_status run(const pl_tokenizer *t, const char *text, const frag_vec *frags,
                      int add_special, pl_tok_ids *out) {
-    if (add_special && t->add_bos) PL_TRY(pl_tok_ids_push(out, t->bos));
+    const int wpm = t->kind == PL_TOK_WPM; /* llama.cpp: [CLS] text [SEP] whatever add_bos says */
+    if (add_special && (t->add_bos || wpm) && t->bos >= 0) PL_TRY(pl_tok_ids_push(out, t->bos));
     int prev_special = 1; /* SentencePiece: the first fragment gets the space prefix */
     for (size_t i = 0; i < frags->n; i++) {
         const frag *f = &frags->v[i];
@@ -128,11 +129,14 @@ static pl_status run(const pl_tokenizer *t, const char *text, const frag_vec *fr
         } else if (t->kind == PL_TOK_SPM) {
             PL_TRY(spm_fragment(t, text + f->off, f->len, t->add_space_prefix && prev_special, out));
             prev_special = 0;
+        } else if (wpm) {
+            PL_TRY(pl_tok_wpm(t, text + f->off, f->len, out));
         } else {
             PL_TRY(pl_tok_bpe(t, text + f->off, f->len, out));
         }
     }
-    if (add_special && t->add_eos) PL_TRY(pl_tok_ids_push(out, t->eos));
+    if (add_special && wpm && t->sep >= 0) PL_TRY(pl_tok_ids_push(out, t->sep));
+    else if (add_special && t->add_eos) PL_TRY(pl_tok_ids_push(out, t->eos));
     return PL_OK;
 }
 

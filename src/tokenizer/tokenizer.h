@@ -2,7 +2,11 @@
  *
  * Kinds (`tokenizer.ggml.model`): "llama" = SentencePiece (scores, byte fallback <0xNN>, space
  * prefix `tokenizer.ggml.add_space_prefix`, unknown token); "gpt2" = byte-level BPE (merges,
- * byte-to-unicode mapping, the pre-tokenizer chosen by `tokenizer.ggml.pre`). Anything else is
+ * byte-to-unicode mapping, the pre-tokenizer chosen by `tokenizer.ggml.pre`); "bert" = WordPiece
+ * (BERT's basic split with lowercasing and accent stripping as
+ * `tokenizer.ggml.normalizer.{lowercase,strip_accents}` say, then greedy longest-match-first;
+ * word-initial pieces carry U+2581 in the GGUF, `##` continuations do not; add_special wraps the
+ * text in [CLS] ... [SEP] as llama.cpp does). Anything else is
  * refused with a message naming it. Results equal llama.cpp's tokenizer for the same vocabulary.
  *
  * A loaded tokenizer copies what it needs and does not reference the pl_gguf afterwards; it is
@@ -22,7 +26,7 @@
 
 typedef struct pl_tokenizer pl_tokenizer;
 
-typedef enum { PL_TOK_SPM = 1, PL_TOK_BPE = 2 } pl_tokenizer_kind;
+typedef enum { PL_TOK_SPM = 1, PL_TOK_BPE = 2, PL_TOK_WPM = 3 } pl_tokenizer_kind;
 
 /* Token attributes, as llama.cpp derives them from `tokenizer.ggml.token_type`. */
 typedef enum {

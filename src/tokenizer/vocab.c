@@ -376,6 +376,7 @@ static pl_status load(pl_tokenizer *t, const pl_gguf *g) {
         PL_TRY(pl_gguf_get_str(g, "tokenizer.ggml.pre", &pre));
 
     pl_pretok_flags flags = {0};
+    t->sep = -1;
     if (pl_gguf_str_eq(model, "llama")) {
         t->kind = PL_TOK_SPM;
         t->pre_name = strdup("");
@@ -391,6 +392,12 @@ static pl_status load(pl_tokenizer *t, const pl_gguf *g) {
         t->bos = flags.no_bos ? -1 : 11, t->eos = 11, t->unk = -1;
         t->add_space_prefix = 0, t->add_bos = flags.add_bos, t->clean_spaces = flags.clean_spaces;
         t->ignore_merges = flags.ignore_merges;
+    } else if (pl_gguf_str_eq(model, "bert")) {
+        /* llama.cpp's defaults for a WordPiece vocabulary (BERT's usual ids). */
+        t->kind = PL_TOK_WPM;
+        t->pre_name = strdup("");
+        t->bos = 101, t->eos = -1, t->unk = 100, t->sep = 102;
+        t->add_space_prefix = 0, t->add_bos = 1, t->clean_spaces = 1;
     } else {
         return pl_fail(PL_ERR_UNSUPPORTED, "unknown tokenizer model (tokenizer.ggml.model): '%.*s'",
                        (int)(model.len > 200 ? 200 : model.len), model.ptr);
@@ -409,6 +416,15 @@ static pl_status load(pl_tokenizer *t, const pl_gguf *g) {
     PL_TRY(opt_id(g, "tokenizer.ggml.eom_token_id", n, &t->eom));
     PL_TRY(opt_id(g, "tokenizer.ggml.unknown_token_id", n, &t->unk));
     PL_TRY(opt_id(g, "tokenizer.ggml.padding_token_id", n, &t->pad));
+    if (t->kind == PL_TOK_WPM) {
+        PL_TRY(opt_id(g, "tokenizer.ggml.seperator_token_id", n, &t->sep));
+        t->lowercase = 1;
+        PL_TRY(opt_bool(g, "tokenizer.ggml.normalizer.lowercase", &t->lowercase));
+        t->strip_accents = t->lowercase;
+        PL_TRY(opt_bool(g, "tokenizer.ggml.normalizer.strip_accents", &t->strip_accents));
+        for (int32_t i = 0; i < n; i++)
+            if (t->text_len[i] > t->max_token_len) t->max_token_len = t->text_len[i];
+    }
     PL_TRY(opt_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos));
     PL_TRY(opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos));
     if (t->add_bos && t->bos < 0)

@@ -152,6 +152,8 @@ await step("models.retrieve", async () => {
   const m = await client.models.retrieve("stories");
   check("models.retrieve: the model", m.id === "stories" && m.object === "model", m);
 });
+await expectError("embeddings on a generation model", 400, () => client.embeddings.create(
+  { model: "stories", input: "x" }), OpenAI.BadRequestError, "model");
 await expectError("temperature out of range", 400, () => client.completions.create(
   { model: "stories", prompt: "x", temperature: 7 }), OpenAI.BadRequestError);
 await expectError("empty messages", 400, () => client.chat.completions.create(

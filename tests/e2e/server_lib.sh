@@ -32,7 +32,7 @@ finish() {
 
 # start_server [serve flags...]: port 0 lets the kernel pick; the server prints the URL.
 start_server() {
-    "$PL_BINARY" serve -m "$MODEL" --port 0 --served-model-name stories --kv-cache-memory 32M \
+    "$PL_BINARY" serve -m "$MODEL" --port 0 --served-model-name "${SERVED_NAME:-stories}" --kv-cache-memory 32M \
         --threads 2 "$@" >"$TMP/server.out" 2>"$TMP/server.err" &
     SERVER_PID=$!
     BASE=""

@@ -4,11 +4,11 @@
  *    request and destroying it, with exactly the k-th intercepted call failing, for every k up to
  *    the number of calls that path makes (strided past the first thousand). Each run either
  *    works or fails with an error message; nothing crashes and nothing leaks (LeakSanitizer).
- * 2. Load (eight rounds): a pool small enough to preempt and swap, a mix of greedy, sampled, n > 1, best_of,
- *    beam, stop strings, structured output and log-probabilities, with one call in N failing
- *    (N random per run, PL_FAULT_SEED to repeat one, in each of the three modes); rounds
- *    alternate no speculation, n-gram and draft-model speculative decoding. Every request ends,
- *    with output or an error; afterwards the
+ * 2. Load (eight rounds): a pool small enough to preempt and swap, a mix of greedy, sampled,
+ *    n > 1, best_of, beam, stop strings, structured output, log-probabilities and embeddings (the
+ *    engine pools mean), with one call in N failing (N random per run, PL_FAULT_SEED to repeat
+ *    one, in each of the three modes); rounds alternate no speculation, n-gram and draft-model
+ *    speculative decoding. Every request ends, with output or an error; afterwards the
  *    KV pool passes its full consistency check with every block free, and the engine still
  *    answers a greedy request exactly as before.
  * Prints the figures (calls failed, requests ended with an error) and "N passed, N failed". */
@@ -42,6 +42,7 @@ static void config(pl_engine_config *c, int small) {
     c->threads = 2;
     c->kv_cache_memory = small ? 96u << 10 : 4u << 20;
     c->block_size = 4;
+    c->pooling = 1; /* embedding requests too (mixed_params) */
     if (small) {
         c->preemption_mode = PL_PREEMPT_SWAP;
         c->swap_space = 1u << 20;
@@ -108,6 +109,10 @@ static void mixed_params(int i, pl_request_params *p, const char *const *stops) 
         p->constraint_text = "(yes|no), [a-z ]{1,12}\\.";
     } else if (i % 12 == 2) {
         p->constraint = PL_CONSTRAINT_JSON_OBJECT;
+    }
+    if (i % 7 == 6) { /* an embedding input: one whole step, blocks for that step only */
+        pl_request_params_default(p);
+        p->embedding = 1;
     }
 }
 

@@ -1,0 +1,29 @@
+/* model/forward_internal — the forward pass's scratch, shared by forward.c (decoder models)
+ * and forward_bert.c (embedding models). Not a public contract: only src/model/ includes it.
+ * Every buffer is allocated once in pl_forward_ctx_create; a step allocates nothing. */
+#ifndef PL_MODEL_FORWARD_INTERNAL_H
+#define PL_MODEL_FORWARD_INTERNAL_H
+
+#include "model/model.h"
+
+struct pl_forward_ctx {
+    const pl_model *m;
+    pl_threadpool *tp;
+    int32_t max_tokens, max_logits;
+    float *x;        /* [max_tokens][dim] residual stream */
+    float *h;        /* [max_tokens][dim] normed input of a sub-layer */
+    float *q;        /* [max_tokens][n_heads*hd] */
+    float *k, *v;    /* [max_tokens][n_kv*hd] */
+    float *att;      /* [max_tokens][n_heads*hd] attention output */
+    float *gate;     /* [max_tokens][ffn] */
+    float *up;       /* [max_tokens][ffn] */
+    float *rope_cs;  /* [max_tokens][n_rot/2][2] */
+    void *mm_scratch;/* quantized activations for matmul */
+    int n_parts;     /* thread parts of the pool */
+    float *scores;   /* bert: [n_parts][max_tokens] one attention score row per part */
+};
+
+/* Pool rows x[0..n)[dim] (mean, first or last) into out[dim] and L2-normalize it (forward_bert.c). */
+void pl_pool_rows(int pooling, const float *x, int32_t n, int64_t dim, float *out);
+
+#endif
