@@ -254,6 +254,35 @@ static void test_beam_without_speculation(void **state) {
     assert_same(r[0], r[1], 1, "beam search");
 }
 
+/* Structured output under speculation: every verified row is sampled under the constraint state
+ * the accepted tokens reached, so a constrained, seeded request gives the same tokens with and
+ * without proposals (and they match the regex). */
+static void test_constrained(void **state) {
+    (void)state;
+    static result r[2][8];
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.max_tokens = 40;
+    p.sampling.temperature = 1.0f;
+    p.has_seed = 1;
+    p.seed = 7;
+    p.constraint = PL_CONSTRAINT_REGEX;
+    p.constraint_text = "(Lily|Tom) (is|was) (happy|sad)\\. (Lily|Tom) (is|was) (happy|sad)\\.( [a-z]+)*";
+    pl_engine_stats s;
+    for (int kind = 0; kind < 2; kind++) {
+        pl_engine *e = make(STORIES, kind ? SPEC_NGRAM : SPEC_NONE, NULL, 8 << 20, 4);
+        run(e, 8, -1, &p, r[kind]);
+        pl_engine_get_stats(e, &s);
+        assert_pool_free(e);
+        pl_engine_destroy(e);
+    }
+    assert_true(s.spec_draft_tokens > 0); /* the text repeats itself: the n-gram proposes */
+    assert_same(r[0], r[1], 8, "constrained");
+    for (int i = 0; i < 8; i++)
+        if (strncmp(r[1][i].text[0], "Lily ", 5) && strncmp(r[1][i].text[0], "Tom ", 4))
+            fail_msg("request %d does not follow the regex: [%s]", i, r[1][i].text[0]);
+}
+
 /* ---- the distribution of seeded sampling with speculation ---------------------------------- */
 
 enum { TOPK = 4, N_DRAWS = 2000 };
@@ -514,6 +543,7 @@ int main(void) {
         cmocka_unit_test(test_shared_blocks),
         cmocka_unit_test(test_swap_preemption),
         cmocka_unit_test(test_beam_without_speculation),
+        cmocka_unit_test(test_constrained),
         cmocka_unit_test(test_draft_stories),
         cmocka_unit_test(test_draft_synth),
         cmocka_unit_test(test_distribution),
