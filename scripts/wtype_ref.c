@@ -7,8 +7,10 @@
  * the K type's dot-product type: q8_0 for q8_0 and q4_0 K, bf16 for bf16, f16 for f16).
  * Built and run by scripts/make_wtype_refs.sh and scripts/make_kv_refs.sh against $LLAMA_CPP;
  * never part of pagellm.
- *   wtype_ref MODEL.gguf NAME [KV_TYPE] > NAME.json
- * The prompts are fixed pseudo-random ids (BOS 1 then ids in [3, n_vocab)), lengths 6, 18, 41. */
+ *   wtype_ref MODEL.gguf NAME [KV_TYPE] [--long] > NAME.json
+ * The prompts are fixed pseudo-random ids (BOS 1 then ids in [3, n_vocab)), lengths 6, 18, 41;
+ * with --long (scripts/make_arch_refs.sh: long enough for sliding windows) 6, 41, 100 in a
+ * 256-token context. */
 #include "llama.h"
 
 #include <math.h>
@@ -27,11 +29,12 @@ int main(int argc, char **argv) {
     static const struct { const char *name; enum ggml_type t; } kv_types[] = {
         {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16},
         {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}};
-    int kv = 0;
+    int kv = 0, lng = argc > 3 && !strcmp(argv[argc - 1], "--long");
+    if (lng) argc--;
     if (argc == 4)
         for (kv = 4; kv > 0 && strcmp(argv[3], kv_types[kv].name); kv--) {}
     if ((argc != 3 && argc != 4) || (argc == 4 && strcmp(argv[3], kv_types[kv].name))) {
-        fprintf(stderr, "usage: wtype_ref MODEL.gguf NAME [f32|f16|bf16|q8_0|q4_0]\n");
+        fprintf(stderr, "usage: wtype_ref MODEL.gguf NAME [f32|f16|bf16|q8_0|q4_0] [--long]\n");
         return 2;
     }
     llama_log_set(quiet, NULL);
@@ -41,21 +44,22 @@ int main(int argc, char **argv) {
     if (!model) return 1;
     const struct llama_vocab *vocab = llama_model_get_vocab(model);
     int n_vocab = llama_vocab_n_tokens(vocab);
-    static const int lens[3] = {6, 18, 41};
+    static const int short_lens[3] = {6, 18, 41}, long_lens[3] = {6, 41, 100};
+    const int *lens = lng ? long_lens : short_lens;
     uint32_t rng = 12345;
     printf("{\n \"model\": \"%s\",\n \"reference\": \"libllama CPU, %s KV cache%s, greedy, every "
            "step, log-softmax of raw logits\",\n \"top_k\": %d,\n \"cases\": [\n", argv[2],
            kv_types[kv].name, kv ? " (flash attention)" : "", TOP);
     for (int c = 0; c < 3; c++) {
         struct llama_context_params cp = llama_context_default_params();
-        cp.n_ctx = 128;
-        cp.n_batch = 128;
+        cp.n_ctx = lng ? 256 : 128;
+        cp.n_batch = cp.n_ctx;
         cp.n_threads = cp.n_threads_batch = 2;
         cp.type_k = cp.type_v = kv_types[kv].t;
         cp.flash_attn_type = kv ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
         struct llama_context *ctx = llama_init_from_model(model, cp);
         if (!ctx) return 1;
-        llama_token prompt[64], gen[N_GEN];
+        llama_token prompt[128], gen[N_GEN];
         prompt[0] = 1;
         for (int i = 1; i < lens[c]; i++) {
             rng = rng * 1103515245u + 12345u;

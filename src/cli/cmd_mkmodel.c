@@ -61,7 +61,17 @@ typedef struct {
     int ftype;              /* general.file_type (llama.cpp's llama_ftype) */
     int bert;               /* --arch bert */
     int pooling;            /* bert: 1 mean, 2 cls, 3 last (llama.cpp's pooling_type) */
+    const char *arch;       /* llama, gemma2, phi3 or bert */
+    int64_t head_dim;       /* attention.key_length (default dim / heads) */
+    int64_t window;         /* attention.sliding_window (0: none; gemma2 default 4096) */
+    double rope_base;       /* rope.freq_base */
+    const char *rope_scaling; /* none, linear, yarn, llama3 */
+    double rope_factor, rope_attn_factor, low_freq, high_freq;
+    int64_t rope_orig_ctx;  /* yarn: original_context_length; llama3: the original context */
+    double attn_softcap, final_softcap; /* gemma2 */
 } mk_opts;
+
+static int is_arch(const mk_opts *o, const char *a) { return !strcmp(o->arch, a); }
 
 /* The writable matrix types and their general.file_type values. */
 static const struct {
@@ -105,7 +115,21 @@ static void usage(FILE *f) {
             "  --ctx N             llama.context_length (default 2048; bert 512)\n"
             "  --arch A            llama (default) or bert (a random BERT embedding model and a\n"
             "                      WordPiece vocabulary built from FILE's pieces; no --kv-heads)\n"
-            "  --pooling P         bert: mean (default), cls or last\n");
+            "  --pooling P         bert: mean (default), cls or last\n"
+            "  --arch gemma2       Gemma 2 layout: post-attention/FFW norms, GeGLU, tied output,\n"
+            "                      soft-capping, sliding window on even layers (norms 1 + noise)\n"
+            "  --arch phi3         Phi-3 layout: fused attn_qkv and gate/up ffn_up (norms 1 + noise)\n"
+            "  --head-dim N        attention.key_length (default dim / heads)\n"
+            "  --sliding-window W  attention.sliding_window (gemma2 default 4096; phi3 none)\n"
+            "  --attn-softcap C    gemma2 attn_logit_softcapping (default 50)\n"
+            "  --final-softcap C   gemma2 final_logit_softcapping (default 30)\n"
+            "  --rope-base B       rope.freq_base (default 10000)\n"
+            "  --rope-scaling S    none (default), linear, yarn (rope.scaling.* keys) or llama3\n"
+            "                      (Llama 3.1: the rope_freqs.weight tensor, as llama.cpp's converter)\n"
+            "  --rope-factor F     scaling factor (default 8 for llama3, else 4)\n"
+            "  --rope-orig-ctx N   yarn original_context_length / llama3 original context (8192)\n"
+            "  --rope-attn-factor A  rope.scaling.attn_factor (written only when given)\n"
+            "  --rope-low-freq F, --rope-high-freq F  llama3 factors (default 1 and 4)\n");
 }
 
 /* Prints "pagellm mkmodel: MESSAGE" and the usage to stderr; returns exit code 2. */
@@ -128,6 +152,12 @@ static int int_flag(const char *flag, int64_t lo, int64_t hi, int64_t *out) {
     return 1;
 }
 
+static int float_flag(const char *flag, double lo, double hi, double *out) {
+    if (pl_arg_float(C, flag, optarg, lo, hi, out) == 0) return 0;
+    usage(stderr);
+    return 1;
+}
+
 /* Returns 0 when the options are complete and consistent, else the exit code. */
 static int parse(int argc, char **argv, mk_opts *o) {
     static const struct option longopts[] = {
@@ -137,12 +167,28 @@ static int parse(int argc, char **argv, mk_opts *o) {
         {"type", required_argument, 0, 't'},       {"seed", required_argument, 0, 's'},
         {"ctx", required_argument, 0, 'c'},        {"help", no_argument, 0, 'h'},
         {"arch", required_argument, 0, 'a'},       {"pooling", required_argument, 0, 'p'},
+        {"head-dim", required_argument, 0, 1},     {"sliding-window", required_argument, 0, 2},
+        {"attn-softcap", required_argument, 0, 3}, {"final-softcap", required_argument, 0, 4},
+        {"rope-base", required_argument, 0, 5},    {"rope-scaling", required_argument, 0, 6},
+        {"rope-factor", required_argument, 0, 7},  {"rope-orig-ctx", required_argument, 0, 8},
+        {"rope-attn-factor", required_argument, 0, 9}, {"rope-low-freq", required_argument, 0, 10},
+        {"rope-high-freq", required_argument, 0, 11},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->ctx = -1;
     o->pooling = 1;
     o->seed = 1;
     o->type = o->more = PL_DT_F32;
+    o->arch = "llama";
+    o->window = -1;
+    o->rope_base = 10000;
+    o->rope_scaling = "none";
+    o->rope_factor = o->rope_attn_factor = -1;
+    o->rope_orig_ctx = -1;
+    o->low_freq = 1;
+    o->high_freq = 4;
+    o->attn_softcap = 50;
+    o->final_softcap = 30;
     const char *type_name = "f32";
     optind = 1;
     opterr = 0;
@@ -170,10 +216,31 @@ static int parse(int argc, char **argv, mk_opts *o) {
             break;
         }
         case 'a':
-            if (strcmp(optarg, "llama") && strcmp(optarg, "bert"))
-                return usage_error("--arch: '%s' is not llama or bert", optarg);
+            if (strcmp(optarg, "llama") && strcmp(optarg, "bert") && strcmp(optarg, "gemma2") &&
+                strcmp(optarg, "phi3"))
+                return usage_error("--arch: '%s' is not llama, gemma2, phi3 or bert", optarg);
+            o->arch = optarg;
             o->bert = !strcmp(optarg, "bert");
             break;
+        case 1: if (int_flag("--head-dim", 2, 1024, &o->head_dim)) return 2; break;
+        case 2: if (int_flag("--sliding-window", 0, 1 << 24, &o->window)) return 2; break;
+        case 3: if (float_flag("--attn-softcap", 1e-3, 1e6, &o->attn_softcap)) return 2; break;
+        case 4: if (float_flag("--final-softcap", 1e-3, 1e6, &o->final_softcap)) return 2; break;
+        case 5: if (float_flag("--rope-base", 1, 1e12, &o->rope_base)) return 2; break;
+        case 6:
+            if (strcmp(optarg, "none") && strcmp(optarg, "linear") && strcmp(optarg, "yarn") &&
+                strcmp(optarg, "llama3"))
+                return usage_error("--rope-scaling: '%s' is not none, linear, yarn or llama3",
+                                   optarg);
+            o->rope_scaling = optarg;
+            break;
+        case 7: if (float_flag("--rope-factor", 1e-3, 1e6, &o->rope_factor)) return 2; break;
+        case 8: if (int_flag("--rope-orig-ctx", 1, 1 << 24, &o->rope_orig_ctx)) return 2; break;
+        case 9:
+            if (float_flag("--rope-attn-factor", 1e-3, 1e3, &o->rope_attn_factor)) return 2;
+            break;
+        case 10: if (float_flag("--rope-low-freq", 1e-3, 1e3, &o->low_freq)) return 2; break;
+        case 11: if (float_flag("--rope-high-freq", 1e-3, 1e3, &o->high_freq)) return 2; break;
         case 'p':
             if (!strcmp(optarg, "mean")) o->pooling = 1;
             else if (!strcmp(optarg, "cls")) o->pooling = 2;
@@ -190,6 +257,18 @@ static int parse(int argc, char **argv, mk_opts *o) {
     o->out = argv[optind];
     if (o->ctx < 0) o->ctx = o->bert ? 512 : 2048;
     if (o->bert) o->kv_heads = o->heads; /* no grouped-query attention */
+    if (o->head_dim <= 0 && o->heads > 0) o->head_dim = o->dim / o->heads;
+    if (o->window < 0) o->window = is_arch(o, "gemma2") ? 4096 : 0;
+    if (o->window > 0 && !is_arch(o, "gemma2") && !is_arch(o, "phi3"))
+        return usage_error("--sliding-window is for --arch gemma2 or phi3");
+    if (o->rope_factor < 0) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8 : 4;
+    if (o->rope_orig_ctx < 0) o->rope_orig_ctx = 8192;
+    if (!(o->high_freq > o->low_freq))
+        return usage_error("--rope-high-freq must be above --rope-low-freq");
+    if (strcmp(o->rope_scaling, "none") && (o->bert || !is_arch(o, "llama")))
+        return usage_error("--rope-scaling is for --arch llama");
+    if (o->head_dim != o->dim / o->heads && (o->bert || is_arch(o, "phi3")))
+        return usage_error("--head-dim is for --arch llama or gemma2");
     static const char *const required[] = {"--vocab-from", "--dim", "--layers", "--heads",
                                            "--kv-heads", "--ffn"};
     int have[] = {o->vocab_from != NULL, o->dim > 0, o->layers > 0, o->heads > 0,
@@ -202,9 +281,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->heads % o->kv_heads)
         return usage_error("--heads %lld is not a multiple of --kv-heads %lld",
                            (long long)o->heads, (long long)o->kv_heads);
-    if ((o->dim / o->heads) % 2)
-        return usage_error("head size --dim / --heads = %lld is odd (RoPE rotates pairs)",
-                           (long long)(o->dim / o->heads));
+    if (o->head_dim % 2)
+        return usage_error("head size %lld is odd (RoPE rotates pairs)", (long long)o->head_dim);
     int64_t bs = pl_dtype_block_size(o->type);
     if (o->dim % bs)
         return usage_error("--dim %lld is not a multiple of %lld, the block size of %s",
@@ -295,46 +373,126 @@ static pl_status copy_tokenizer(builder *b, const char *path, int64_t *n_vocab) 
     return st;
 }
 
+/* "<arch>.<key>" */
+static const char *akey(const mk_opts *o, const char *key) {
+    static char buf[128];
+    snprintf(buf, sizeof buf, "%s.%s", o->arch, key);
+    return buf;
+}
+
 static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
     char name[128];
-    snprintf(name, sizeof name, "pagellm random llama d%lld l%lld", (long long)o->dim,
+    snprintf(name, sizeof name, "pagellm random %s d%lld l%lld", o->arch, (long long)o->dim,
              (long long)o->layers);
-    PL_TRY(pl_gguf_writer_add_str(b->w, "general.architecture", "llama"));
-    PL_TRY(pl_gguf_writer_add_str(b->w, "general.name", name));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "general.file_type", (uint32_t)o->ftype));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.context_length", (uint32_t)o->ctx));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.embedding_length", (uint32_t)o->dim));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.block_count", (uint32_t)o->layers));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.feed_forward_length", (uint32_t)o->ffn));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.attention.head_count", (uint32_t)o->heads));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads));
-    PL_TRY(pl_gguf_writer_add_f32(b->w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
-    PL_TRY(pl_gguf_writer_add_f32(b->w, "llama.rope.freq_base", 10000.0f));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.rope.dimension_count",
-                                  (uint32_t)(o->dim / o->heads)));
-    PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.vocab_size", (uint32_t)n_vocab));
+    pl_gguf_writer *w = b->w;
+    PL_TRY(pl_gguf_writer_add_str(w, "general.architecture", o->arch));
+    PL_TRY(pl_gguf_writer_add_str(w, "general.name", name));
+    PL_TRY(pl_gguf_writer_add_u32(w, "general.file_type", (uint32_t)o->ftype));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "context_length"), (uint32_t)o->ctx));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "embedding_length"), (uint32_t)o->dim));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "block_count"), (uint32_t)o->layers));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "feed_forward_length"), (uint32_t)o->ffn));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.head_count"), (uint32_t)o->heads));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.head_count_kv"), (uint32_t)o->kv_heads));
+    PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "attention.layer_norm_rms_epsilon"),
+                                  is_arch(o, "gemma2") ? 1e-6f : 1e-5f));
+    PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "rope.freq_base"), (float)o->rope_base));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "rope.dimension_count"), (uint32_t)o->head_dim));
+    if (o->head_dim != o->dim / o->heads) {
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.key_length"), (uint32_t)o->head_dim));
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.value_length"),
+                                      (uint32_t)o->head_dim));
+    }
+    if (!strcmp(o->rope_scaling, "linear") || !strcmp(o->rope_scaling, "yarn")) {
+        PL_TRY(pl_gguf_writer_add_str(w, akey(o, "rope.scaling.type"), o->rope_scaling));
+        PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "rope.scaling.factor"), (float)o->rope_factor));
+    }
+    if (!strcmp(o->rope_scaling, "yarn"))
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "rope.scaling.original_context_length"),
+                                      (uint32_t)o->rope_orig_ctx));
+    if (o->rope_attn_factor > 0)
+        PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "rope.scaling.attn_factor"),
+                                      (float)o->rope_attn_factor));
+    if (o->window > 0)
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.sliding_window"), (uint32_t)o->window));
+    if (is_arch(o, "gemma2")) {
+        PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "attn_logit_softcapping"),
+                                      (float)o->attn_softcap));
+        PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "final_logit_softcapping"),
+                                      (float)o->final_softcap));
+    }
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "vocab_size"), (uint32_t)n_vocab));
     return PL_OK;
+}
+
+static pl_status add_vector(builder *b, const char *name, int64_t n, double mean, double std);
+
+/* Llama 3.1's RoPE scaling as llama.cpp's converter stores it: rope_freqs.weight, one divisor
+ * per rotated pair: 1 for wavelengths below orig_ctx / high_freq, the factor above
+ * orig_ctx / low_freq, and a smooth blend between. */
+static pl_status add_llama3_rope_freqs(builder *b, const mk_opts *o) {
+    int64_t half = o->head_dim / 2;
+    float *v = keep(b, (size_t)half * sizeof *v);
+    if (!v) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    double lo_wl = (double)o->rope_orig_ctx / o->low_freq;
+    double hi_wl = (double)o->rope_orig_ctx / o->high_freq;
+    for (int64_t i = 0; i < half; i++) {
+        double freq = 1.0 / pow(o->rope_base, (double)(2 * i) / (double)o->head_dim);
+        double wl = 2 * M_PI / freq;
+        if (wl < hi_wl) v[i] = 1.0f;
+        else if (wl > lo_wl) v[i] = (float)o->rope_factor;
+        else {
+            double smooth = ((double)o->rope_orig_ctx / wl - o->low_freq) /
+                            (o->high_freq - o->low_freq);
+            v[i] = (float)(1.0 / ((1 - smooth) / o->rope_factor + smooth));
+        }
+    }
+    int64_t ne[1] = {half};
+    PL_TRY(pl_gguf_writer_add_tensor(b->w, "rope_freqs.weight", PL_DT_F32, 1, ne, v));
+    b->bytes += (uint64_t)half * sizeof *v;
+    b->params += (uint64_t)half;
+    return PL_OK;
+}
+
+/* A norm weight: ones for llama (the references of earlier files depend on it), 1 + noise for
+ * the newer layouts so that a norm read from the wrong tensor shows. */
+static pl_status add_arch_norm(builder *b, const mk_opts *o, const char *name, int64_t n) {
+    return is_arch(o, "llama") ? add_norm(b, name, n) : add_vector(b, name, n, 1.0, 0.1);
 }
 
 static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
     const double std = 0.02, out_std = std / sqrt(2.0 * (double)o->layers);
-    int64_t dim = o->dim, kv_dim = o->dim / o->heads * o->kv_heads, ffn = o->ffn;
+    const int gemma2 = is_arch(o, "gemma2"), phi3 = is_arch(o, "phi3");
+    int64_t dim = o->dim, q_dim = o->head_dim * o->heads, kv_dim = o->head_dim * o->kv_heads;
+    int64_t ffn = o->ffn;
     PL_TRY(add_matrix(b, "token_embd.weight", o->type, dim, n_vocab, std));
-    PL_TRY(add_norm(b, "output_norm.weight", dim));
-    PL_TRY(add_matrix(b, "output.weight", o->more, dim, n_vocab, std));
+    PL_TRY(add_arch_norm(b, o, "output_norm.weight", dim));
+    if (!gemma2) /* gemma2's output is the embedding */
+        PL_TRY(add_matrix(b, "output.weight", o->more, dim, n_vocab, std));
+    if (!strcmp(o->rope_scaling, "llama3")) PL_TRY(add_llama3_rope_freqs(b, o));
     for (int64_t l = 0; l < o->layers; l++) {
         char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
-        PL_TRY(add_norm(b, NAME("attn_norm.weight"), dim));
-        PL_TRY(add_matrix(b, NAME("attn_q.weight"), o->type, dim, dim, std));
-        PL_TRY(add_matrix(b, NAME("attn_k.weight"), o->type, dim, kv_dim, std));
+        PL_TRY(add_arch_norm(b, o, NAME("attn_norm.weight"), dim));
         pl_dtype mt = more_bits(l, o->layers) ? o->more : o->type;
-        PL_TRY(add_matrix(b, NAME("attn_v.weight"), mt, dim, kv_dim, std));
-        PL_TRY(add_matrix(b, NAME("attn_output.weight"), o->type, dim, dim, out_std));
-        PL_TRY(add_norm(b, NAME("ffn_norm.weight"), dim));
-        PL_TRY(add_matrix(b, NAME("ffn_gate.weight"), o->type, dim, ffn, std));
-        PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, ffn, std));
+        if (phi3) {
+            PL_TRY(add_matrix(b, NAME("attn_qkv.weight"), o->type, dim, q_dim + 2 * kv_dim, std));
+        } else {
+            PL_TRY(add_matrix(b, NAME("attn_q.weight"), o->type, dim, q_dim, std));
+            PL_TRY(add_matrix(b, NAME("attn_k.weight"), o->type, dim, kv_dim, std));
+            PL_TRY(add_matrix(b, NAME("attn_v.weight"), mt, dim, kv_dim, std));
+        }
+        PL_TRY(add_matrix(b, NAME("attn_output.weight"), o->type, q_dim, dim, out_std));
+        if (gemma2) PL_TRY(add_arch_norm(b, o, NAME("post_attention_norm.weight"), dim));
+        PL_TRY(add_arch_norm(b, o, NAME("ffn_norm.weight"), dim));
+        if (phi3) {
+            PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, 2 * ffn, std));
+        } else {
+            PL_TRY(add_matrix(b, NAME("ffn_gate.weight"), o->type, dim, ffn, std));
+            PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, ffn, std));
+        }
         PL_TRY(add_matrix(b, NAME("ffn_down.weight"), mt, ffn, dim, out_std));
+        if (gemma2) PL_TRY(add_arch_norm(b, o, NAME("post_ffw_norm.weight"), dim));
 #undef NAME
     }
     return PL_OK;
@@ -503,6 +661,7 @@ static pl_status build(builder *b, const mk_opts *o) {
         PL_TRY(add_hparams(b, o, n_vocab));
     }
     int64_t widest = o->dim > o->ffn ? o->dim : o->ffn;
+    if (o->head_dim * o->heads > widest) widest = o->head_dim * o->heads;
     b->row = malloc((size_t)widest * sizeof *b->row);
     if (!b->row) return pl_fail(PL_ERR_NOMEM, "out of memory");
     PL_TRY(o->bert ? add_bert_tensors(b, o, n_vocab) : add_tensors(b, o, n_vocab));
@@ -523,7 +682,7 @@ int pl_cmd_mkmodel(int argc, char **argv) {
     pl_gguf_writer_destroy(b.w);
     if (st != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     printf("wrote %s: %s, %lld layers, dim %lld, %s, %llu parameters, %.1f MiB of tensors\n",
-           o.out, o.bert ? "bert" : "llama", (long long)o.layers, (long long)o.dim,
+           o.out, o.arch, (long long)o.layers, (long long)o.dim,
            pl_dtype_name(o.type),
            (unsigned long long)b.params, (double)b.bytes / 1048576.0);
     return 0;

@@ -39,18 +39,42 @@ void pl_rmsnorm(pl_threadpool *tp, float *y, const float *x, const float *w, int
     pl_threadpool_run_n(tp, n >= 4 ? pl_threadpool_size(tp) : 1, rmsnorm_rows, &j);
 }
 
+static float yarn_corr_dim(int32_t n_rot, int32_t n_ctx_orig, float rot, float base) {
+    return (float)n_rot * logf((float)n_ctx_orig / (rot * 2 * 3.14159265358979323846f)) /
+           (2 * logf(base));
+}
+
+void pl_rope_yarn_corr_dims(int32_t n_rot, int32_t n_ctx_orig, float freq_base, float beta_fast,
+                            float beta_slow, float dims[2]) {
+    float start = floorf(yarn_corr_dim(n_rot, n_ctx_orig, beta_fast, freq_base));
+    float end = ceilf(yarn_corr_dim(n_rot, n_ctx_orig, beta_slow, freq_base));
+    dims[0] = start > 0 ? start : 0;
+    dims[1] = end < (float)(n_rot - 1) ? end : (float)(n_rot - 1);
+}
+
+/* Angles as GGML's rope_yarn: theta = pos * base^(-2i/n_rot) (powf per pair: GGML's running
+ * product moves the quantized models' references beyond their calibrated bounds), divided by the
+ * pair's factor, interpolated by freq_scale, YaRN-mixed when ext_factor != 0. */
 void pl_rope_cache(const pl_rope_params *p, const int32_t *positions, int64_t n_tokens,
                    float *cs) {
     int32_t half = p->n_rot / 2;
+    float mscale = p->mscale != 0 ? p->mscale : 1.0f;
+    if (p->ext_factor != 0) mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
+    const float corr_span = fmaxf(0.001f, p->corr_dims[1] - p->corr_dims[0]);
     for (int64_t t = 0; t < n_tokens; t++) {
-        float pos = (float)positions[t] * p->freq_scale;
+        float pos = (float)positions[t];
         float *c = cs + t * half * 2;
         for (int32_t i = 0; i < half; i++) {
-            float inv = powf(p->freq_base, -2.0f * (float)i / (float)p->n_rot);
-            float theta = pos * inv;
-            if (p->freq_factors) theta /= p->freq_factors[i];
-            c[2 * i] = cosf(theta);
-            c[2 * i + 1] = sinf(theta);
+            float theta_base = pos * powf(p->freq_base, -2.0f * (float)i / (float)p->n_rot);
+            float extrap = p->freq_factors ? theta_base / p->freq_factors[i] : theta_base;
+            float theta = p->freq_scale * extrap;
+            if (p->ext_factor != 0) {
+                float y = ((float)i - p->corr_dims[0]) / corr_span;
+                float mix = (1 - fminf(1, fmaxf(0, y))) * p->ext_factor;
+                theta = theta * (1 - mix) + extrap * mix;
+            }
+            c[2 * i] = cosf(theta) * mscale;
+            c[2 * i + 1] = sinf(theta) * mscale;
         }
     }
 }

@@ -25,7 +25,20 @@ typedef struct {
     float freq_base;          /* theta base, e.g. 10000 */
     float freq_scale;         /* 1 / linear scaling factor */
     const float *freq_factors;/* [n_rot/2] per-pair divisors (Llama 3.1 rope_freqs) or NULL */
+    /* YaRN (GGML's rope_yarn): ext_factor 0 = plain interpolation; else pair i mixes the
+     * interpolated and the extrapolated angle by ramp(i) * ext_factor, ramp 1 below
+     * corr_dims[0] and 0 above corr_dims[1], and cos/sin are scaled by
+     * mscale * (1 + 0.1 ln(1 / freq_scale)). mscale scales cos/sin in every mode (0 means 1). */
+    float ext_factor;
+    float corr_dims[2];
+    float mscale;
 } pl_rope_params;
+
+/* GGML's YaRN correction range for n_rot dims, original context n_ctx_orig, base freq_base and
+ * beta_fast / beta_slow (rotations): dims[0] = max(0, floor(d(beta_fast))), dims[1] =
+ * min(n_rot - 1, ceil(d(beta_slow))), d(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base). */
+void pl_rope_yarn_corr_dims(int32_t n_rot, int32_t n_ctx_orig, float freq_base, float beta_fast,
+                            float beta_slow, float dims[2]);
 
 /* Fill cs[t][n_rot/2][2] with (cos, sin) of every token's angles (shared by heads and layers). */
 void pl_rope_cache(const pl_rope_params *p, const int32_t *positions, int64_t n_tokens,

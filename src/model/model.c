@@ -64,6 +64,48 @@ static pl_status read_bert_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     return PL_OK;
 }
 
+/* RoPE scaling as llama.cpp reads it: `rope.scaling.type` none, linear (the default when the key
+ * is absent, so a bare factor scales) or yarn; `rope.scaling.factor` (or the older
+ * `rope.scale_linear`), `rope.scaling.attn_factor` (scales cos/sin in every mode) and, for YaRN,
+ * `rope.scaling.original_context_length` (default: context_length) with llama.cpp's fixed
+ * beta_fast 32 / beta_slow 1 and ext_factor 1 (it reads no yarn_* keys for these
+ * architectures). Llama 3.1's "llama3" scaling is not a type in GGUF: the converter stores its
+ * per-pair divisors as the rope_freqs.weight tensor (bound in bind_weights), and llama.cpp
+ * refuses the type name, as pagellm does with every other type (longrope, ...). */
+static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
+    const char *a = hp->arch_name;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    pl_gguf_str stype = {"linear", 6};
+    if (pl_gguf_find_key(g, key) >= 0) PL_TRY(pl_gguf_get_str(g, key, &stype));
+    int yarn = pl_gguf_str_eq(stype, "yarn");
+    if (!yarn && !pl_gguf_str_eq(stype, "linear") && !pl_gguf_str_eq(stype, "none"))
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s' = '%.*s' is not supported (none, linear, yarn)",
+                       key, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+    float factor = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
+    PL_TRY(get_arch_float(g, a, pl_gguf_find_key(g, key) >= 0 ? "rope.scaling.factor"
+                                                                : "rope.scale_linear",
+                          0.0, 0, 1e6, &factor));
+    hp->rope.freq_scale = factor == 0 || pl_gguf_str_eq(stype, "none") ? 1.0f : 1.0f / factor;
+    float attn_factor = 1.0f;
+    PL_TRY(get_arch_float(g, a, "rope.scaling.attn_factor", 1.0, 1e-6, 1e6, &attn_factor));
+    float mscale = 1.0f;
+    if (yarn) {
+        int32_t n_orig = 0;
+        PL_TRY(get_arch_int(g, a, "rope.scaling.original_context_length", hp->n_ctx_train, 1,
+                            1 << 24, &n_orig));
+        float f = 1.0f / hp->rope.freq_scale;
+        hp->rope.ext_factor = 1.0f;
+        pl_rope_yarn_corr_dims(hp->rope.n_rot, n_orig, hp->rope.freq_base, 32.0f, 1.0f,
+                               hp->rope.corr_dims);
+        mscale = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f; /* llama.cpp's get_mscale(f, 1) */
+        mscale *= 1.0f / (1.0f + 0.1f * logf(f)); /* cancels the kernel's own factor */
+    }
+    hp->rope.mscale = mscale * attn_factor;
+    return PL_OK;
+}
+
 static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     pl_gguf_str arch;
     if (pl_gguf_get_str(g, "general.architecture", &arch) != PL_OK)
@@ -104,19 +146,7 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (hp->rope.n_rot % 2)
         return pl_fail(PL_ERR_FORMAT, "rope.dimension_count %d is odd", hp->rope.n_rot);
     PL_TRY(get_arch_float(g, a, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope.freq_base));
-    hp->rope.freq_scale = 1.0f;
-    char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    pl_gguf_str stype = {"none", 4};
-    if (pl_gguf_find_key(g, key) >= 0) PL_TRY(pl_gguf_get_str(g, key, &stype));
-    float factor = 1.0f;
-    PL_TRY(get_arch_float(g, a, "rope.scaling.factor", 1.0, 0, 1e6, &factor));
-    if (pl_gguf_str_eq(stype, "linear")) {
-        if (factor > 0) hp->rope.freq_scale = 1.0f / factor;
-    } else if (!pl_gguf_str_eq(stype, "none")) {
-        return pl_fail(PL_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported",
-                       (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
-    }
+    PL_TRY(read_rope_scaling(g, hp));
     return PL_OK;
 }
 

@@ -58,7 +58,8 @@ static void test_rope(void **state) {
     int32_t pos[T] = {0, 1, 7, 100, 511};
     for (int mode = 0; mode < 2; mode++)
         for (int n_rot = 8; n_rot <= HD; n_rot += 8) {
-            pl_rope_params p = {mode ? PL_ROPE_NEOX : PL_ROPE_NORM, n_rot, 10000.0f, 0.5f, NULL};
+            pl_rope_params p = {.mode = mode ? PL_ROPE_NEOX : PL_ROPE_NORM, .n_rot = n_rot,
+                                .freq_base = 10000.0f, .freq_scale = 0.5f};
             float x[T * H * HD], cs[T * HD];
             double ref[T * H * HD];
             fill(x, T * H * HD, &r);
@@ -69,6 +70,36 @@ static void test_rope(void **state) {
                 for (int h = 0; h < H; h++)
                     rope_ref(p.mode, n_rot, 10000.0f, 0.5f, pos[t], ref + (t * H + h) * HD);
             for (int i = 0; i < T * H * HD; i++) assert_true(fabs(x[i] - ref[i]) < 2e-4);
+        }
+}
+
+/* YaRN (factor 4, original context 64, rope_freqs divisors, attn_factor 0.9) against the
+ * formula in double: pair i's angle mixes pos*inv/ff/4 and pos*inv/ff by the ramp over the
+ * correction dims, and cos/sin are scaled by 0.9 * (1 + 0.1 ln 4). */
+static void test_rope_yarn(void **state) {
+    (void)state;
+    enum { T = 4, NR = 32, HALF = NR / 2 };
+    int32_t pos[T] = {0, 3, 200, 1000};
+    float ff[HALF];
+    for (int i = 0; i < HALF; i++) ff[i] = 1.0f + (float)i / 4;
+    pl_rope_params p = {.mode = PL_ROPE_NORM, .n_rot = NR, .freq_base = 10000.0f,
+                        .freq_scale = 0.25f, .freq_factors = ff, .ext_factor = 1.0f,
+                        .mscale = 0.9f};
+    pl_rope_yarn_corr_dims(NR, 64, 10000.0f, 32.0f, 1.0f, p.corr_dims);
+    double d_fast = NR * log(64 / (32 * 2 * M_PI)) / (2 * log(10000.0));
+    double d_slow = NR * log(64 / (1 * 2 * M_PI)) / (2 * log(10000.0));
+    double lo = fmax(0, floor(d_fast)), hi = fmin(NR - 1, ceil(d_slow));
+    assert_true(p.corr_dims[0] == (float)lo && p.corr_dims[1] == (float)hi && hi > lo);
+    float cs[T * NR];
+    pl_rope_cache(&p, pos, T, cs);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < HALF; i++) {
+            double extrap = pos[t] * pow(10000.0, -2.0 * i / NR) / ff[i];
+            double ramp = 1 - fmin(1, fmax(0, (i - lo) / fmax(0.001, hi - lo)));
+            double theta = extrap * 0.25 * (1 - ramp) + extrap * ramp;
+            double m = 0.9 * (1 + 0.1 * log(4.0));
+            assert_true(fabs(cs[(t * HALF + i) * 2] - cos(theta) * m) < 2e-4);
+            assert_true(fabs(cs[(t * HALF + i) * 2 + 1] - sin(theta) * m) < 2e-4);
         }
 }
 
@@ -143,6 +174,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_yarn),
         cmocka_unit_test(test_swiglu_softmax),
         cmocka_unit_test(test_ops_isas_threads),
     };

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Makes tests/data/archs/NAME.json, the llama.cpp references of tests/integration/
+# test_wtype_reference.c's architectures (issue 14 part 1): random-weight models from
+# `pagellm mkmodel --arch ...` with the flags below (the test makes the same files again: the same
+# flags and seed give the same bytes), in f32 and f16, then scripts/wtype_ref.c --long (linked
+# against llama.cpp's library: CPU, f32 KV cache, no flash attention, prompts of 6, 41 and 100
+# tokens, 32 greedy steps) computes the continuations on each file.
+#   LLAMA_CPP=/path/to/llama.cpp bash scripts/make_arch_refs.sh [BUILD_DIR]
+# llama.cpp built by ../shared/peer/build-llama-cpp.sh. Only the JSON (a few KB each) is committed.
+# Keep the MODELS table equal to ARCHS in test_wtype_reference.c.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+L=${LLAMA_CPP:?set LLAMA_CPP to a llama.cpp built by ../shared/peer/build-llama-cpp.sh}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+gcc -O2 -Wall -Wextra -o "$tmp/wtype_ref" scripts/wtype_ref.c -I"$L/include" -I"$L/ggml/include" \
+    -L"$L/build/bin" -lllama -lggml -lggml-base -Wl,-rpath,"$L/build/bin" -lm
+base="--vocab-from ../shared/models/stories260K.gguf --dim 256 --layers 2 --heads 8 --kv-heads 4 --ffn 768 --seed 11"
+# NAME|mkmodel flags (each made in f32 and f16)
+MODELS=(
+  "llama3|--rope-scaling llama3 --rope-factor 8 --rope-orig-ctx 64 --rope-base 500000"
+  "yarn|--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 --rope-attn-factor 0.9"
+)
+mkdir -p tests/data/archs
+for m in "${MODELS[@]}"; do
+  name=${m%%|*} flags=${m#*|}
+  for t in f32 f16; do
+    # shellcheck disable=SC2086
+    "$build/pagellm" mkmodel "$tmp/$name.$t.gguf" $base $flags --type $t >/dev/null
+    "$tmp/wtype_ref" "$tmp/$name.$t.gguf" "$name.$t" --long > "tests/data/archs/$name.$t.json"
+    echo "tests/data/archs/$name.$t.json"
+  done
+done
