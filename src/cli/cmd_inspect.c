@@ -21,6 +21,10 @@ static const char *const hparam_keys[] = {
     "attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon",
     "rope.freq_base",        "rope.dimension_count",
     "rope.scaling.type",     "rope.scaling.factor",
+    "rope.scaling.attn_factor", "rope.scaling.original_context_length",
+    "attention.key_length",  "attention.sliding_window",
+    "attention.sliding_window_pattern", "attn_logit_softcapping",
+    "final_logit_softcapping",
     "vocab_size",            "pooling_type",
     "attention.causal",
 };

@@ -382,8 +382,10 @@ static const char *akey(const mk_opts *o, const char *key) {
 
 static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
     char name[128];
-    snprintf(name, sizeof name, "pagellm random %s d%lld l%lld", o->arch, (long long)o->dim,
-             (long long)o->layers);
+    /* Only llama's name says the architecture: llama.cpp changes a vocabulary's token attributes
+     * by general.name (e.g. any name containing "phi3" needs Phi-3's own special tokens). */
+    snprintf(name, sizeof name, "pagellm random %s d%lld l%lld",
+             is_arch(o, "llama") ? "llama" : "model", (long long)o->dim, (long long)o->layers);
     pl_gguf_writer *w = b->w;
     PL_TRY(pl_gguf_writer_add_str(w, "general.architecture", o->arch));
     PL_TRY(pl_gguf_writer_add_str(w, "general.name", name));

@@ -220,7 +220,7 @@ static void attn_tile_scalar(const pl_attn_tile *t) {
         float *acc = t->acc + (size_t)v * hd;
         float smax = -INFINITY;
         for (int32_t j = 0; j < nv; j++) {
-            s[j] = dot_scalar(t, v, t->krow[j]) * t->scale;
+            s[j] = pl_attn_softcap(dot_scalar(t, v, t->krow[j]) * t->scale, t->softcap);
             smax = fmaxf(smax, s[j]);
         }
         float m_new = fmaxf(t->m[v], smax);
@@ -326,6 +326,7 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     const void *rows[2][2][PL_ATTN_KT]; /* [this tile, next tile][K, V][position] */
 
     pl_attn_tile t = {.head_dim = hd, .kt = kind_of(l->dtype), .scale = a->scale,
+                      .softcap = a->softcap,
                       .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .qsum = qsum, .vd = vd, .m = m, .l = lsum,
                       .acc = acc, .s = s};
 
@@ -450,7 +451,7 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
                     size_t o = row_offset(l, b, h / G, p % bs);
                     const void *k = (const char *)a->k_cache + o;
                     const void *v = (const char *)a->v_cache + o;
-                    float s = dot_scalar(&t, 0, k) * a->scale;
+                    float s = pl_attn_softcap(dot_scalar(&t, 0, k) * a->scale, a->softcap);
                     float m_new = fmaxf(m, s);
                     float alpha = expf(m - m_new), w = expf(s - m_new);
                     sum = sum * alpha + w;

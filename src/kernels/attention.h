@@ -76,6 +76,8 @@ typedef struct {
     int32_t max_blocks;
     const void *k_cache;
     const void *v_cache;
+    float softcap;                /* > 0: scores = softcap * tanh(scale * q·k / softcap) before
+                                     the softmax (Gemma 2's attention logit soft-capping) */
 } pl_attn_args;
 
 /* Threaded, vectorised (per pl_cpu_isa()). Work is split by (sequence, KV head, query tile); a

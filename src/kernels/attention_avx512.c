@@ -229,6 +229,7 @@ AI void tile_impl(const pl_attn_tile *t, int KT) {
         for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], KT);
     }
 
+    pl_attn_softcap_tile(t, v0);
     float alpha[PL_ATTN_MAXQ];
     for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);
     if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, KT == PL_KT_Q4_0);

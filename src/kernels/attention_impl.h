@@ -23,6 +23,8 @@
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
 #define PL_KERNELS_ATTENTION_IMPL_H
 
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum {
@@ -48,6 +50,7 @@ typedef struct {
     int32_t head_dim;        /* multiple of 4 (of 32 when quantized), <= PL_ATTN_MAX_HEAD_DIM */
     int32_t kt;              /* PL_KT_*: how cache rows are stored */
     float scale;             /* applied to q·k */
+    float softcap;           /* > 0: scores become softcap * tanh(score / softcap) (Gemma 2) */
     const int32_t *nvis;     /* [nq] keys of the tile vector v sees: 0..nk, a prefix */
     const float *q;          /* [nq][head_dim]; bf16 cache: rounded to bf16 (as llama.cpp) */
     const int8_t *qq;        /* q8_0 / q4_0 cache: q as q8_0, quants [nq][head_dim] ... */
@@ -63,6 +66,21 @@ typedef struct {
 } pl_attn_tile;
 
 typedef void (*pl_attn_tile_fn)(const pl_attn_tile *t);
+
+/* Gemma 2's attention logit soft-capping of a score, as llama.cpp without flash attention:
+ * scaled by 1 / cap, tanh, scaled by cap (a no-op when cap is 0). */
+static inline float pl_attn_softcap(float s, float cap) {
+    return cap > 0 ? cap * tanhf(s * (1.0f / cap)) : s;
+}
+
+/* The soft-capping of the scores of vectors v0.. of a tile, before their softmax update. */
+static inline void pl_attn_softcap_tile(const pl_attn_tile *t, int32_t v0) {
+    if (!(t->softcap > 0)) return;
+    for (int32_t v = v0; v < t->nq; v++)
+        for (int32_t j = 0; j < t->nvis[v]; j++)
+            t->s[(size_t)v * PL_ATTN_KT + j] =
+                pl_attn_softcap(t->s[(size_t)v * PL_ATTN_KT + j], t->softcap);
+}
 
 /* sum_b (float)isum_b * (qd_b * dk_b), blocks in order: the quantized score before scaling. */
 static inline float pl_attn_q_combine(const int32_t *isum, const float *qd, const float *dk,

@@ -182,6 +182,11 @@ void pl_gelu(pl_threadpool *tp, float *x, int64_t len) {
     pl_threadpool_run_n(tp, len >= 4096 ? pl_threadpool_size(tp) : 1, gelu_part, &j);
 }
 
+void pl_geglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim) {
+    pl_gelu(tp, g, n * dim);
+    for (int64_t i = 0; i < n * dim; i++) g[i] *= u[i];
+}
+
 void pl_add(float *x, const float *y, int64_t len) {
     for (int64_t i = 0; i < len; i++) x[i] += y[i];
 }

@@ -57,6 +57,9 @@ void pl_layernorm(pl_threadpool *tp, float *y, const float *x, const float *w, c
  * does: the input rounded to f16, the result rounded to f16 (its lookup table), x <= -10 -> 0,
  * x >= 10 -> x. Bit-exact with llama.cpp's ggml_gelu on f32. */
 void pl_gelu(pl_threadpool *tp, float *x, int64_t len);
+/* g[i] = gelu(g[i]) * u[i] over n rows of dim (GeGLU, Gemma 2): pl_gelu's values, bit-exact
+ * with llama.cpp's ggml_geglu on f32. */
+void pl_geglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim);
 /* x[i] += y[i], len elements. */
 void pl_add(float *x, const float *y, int64_t len);
 /* x[r][i] += b[i] for n rows of dim (biases). */

@@ -1,14 +1,15 @@
 /* model/forward — the batched forward pass over one step batch, read top to bottom:
  *
- *   x = embed(tokens)
+ *   x = embed(tokens)                                   (gemma2: * sqrt(dim))
  *   for each layer:
  *       h = rmsnorm(x) * attn_norm
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv);  rope(q, k)
  *       write k, v into their KV slots;  a = paged_attention(q, cache)
- *       x += Wo a
+ *                      (the layer's window; gemma2: scores soft-capped, queries scaled by hp)
+ *       x += Wo a                                       (gemma2: rmsnorm(Wo a) * attn_post_norm)
  *       h = rmsnorm(x) * ffn_norm
- *       x += Wdown (silu(Wgate h) * Wup h)
- *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)
+ *       x += Wdown (silu(Wgate h) * Wup h)   (gemma2: gelu; rmsnorm(...) * ffn_post_norm)
+ *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)   (gemma2: cap * tanh(logits / cap))
  *   pooled = l2normalize(pool(rmsnorm(x[a whole input's rows]) * output_norm))   (embeddings)
  *
  * Every matmul covers all tokens of the step at once, so each weight is read once per step.
@@ -131,11 +132,15 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
                           (const char *)m->tok_embd.data +
                               (size_t)b->token_ids[t] * pl_dtype_row_size(m->tok_embd.type, dim),
                           c->x + t * dim, dim);
+    if (hp->arch == PL_ARCH_GEMMA2) { /* llama.cpp: ggml_scale(inp, sqrtf(n_embd)) */
+        const float s = sqrtf((float)dim);
+        for (int64_t i = 0; i < T * dim; i++) c->x[i] *= s;
+    }
     pl_rope_cache(&hp->rope, b->positions, T, c->rope_cs);
 
     pl_attn_args attn = {
         .q = c->q, .out = c->att, .n_heads = hp->n_heads,
-        .scale = 1.0f / sqrtf((float)hp->head_dim), .n_seqs = b->n_seqs,
+        .scale = hp->attn_scale, .softcap = hp->attn_softcap, .n_seqs = b->n_seqs,
         .seq_start = b->seq_start, .context_lens = b->context_lens,
         .block_tables = b->block_tables, .max_blocks = b->max_blocks,
     };
@@ -158,14 +163,21 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_paged_attention(c->tp, &kv->layout, &attn);
 
         matmul(c, &L->wo, c->att, T, c->h);
+        if (L->attn_post_norm)
+            pl_rmsnorm(c->tp, c->h, c->h, L->attn_post_norm, T, dim, hp->norm_eps);
         pl_add(c->x, c->h, T * dim);
 
         pl_rmsnorm(c->tp, c->h, c->x, L->ffn_norm, T, dim, hp->norm_eps);
         const pl_weight *gate_up[2] = {&L->w_gate, &L->w_up};
         float *gate_up_out[2] = {c->gate, c->up};
         pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->h, T, c->mm_scratch);
-        pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
+        if (hp->arch == PL_ARCH_GEMMA2)
+            pl_geglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
+        else
+            pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         matmul(c, &L->w_down, c->gate, T, c->h);
+        if (L->ffn_post_norm)
+            pl_rmsnorm(c->tp, c->h, c->h, L->ffn_post_norm, T, dim, hp->norm_eps);
         pl_add(c->x, c->h, T * dim);
     }
 
@@ -176,6 +188,11 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
                     (size_t)dim * sizeof(float));
         pl_rmsnorm(c->tp, c->h, c->h, m->output_norm, b->n_logits, dim, hp->norm_eps);
         matmul(c, &m->output, c->h, b->n_logits, logits);
+        if (hp->final_softcap > 0) { /* as llama.cpp: scale by 1/cap, tanh, scale by cap */
+            const float cap = hp->final_softcap, inv = 1.0f / cap;
+            for (int64_t i = 0; i < (int64_t)b->n_logits * hp->n_vocab; i++)
+                logits[i] = cap * tanhf(logits[i] * inv);
+        }
     }
     /* Embeddings: a whole input's normed last hidden states, pooled (llama.cpp's --pooling). */
     for (int32_t i = 0; pool && i < pool->n; i++) {

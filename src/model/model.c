@@ -2,6 +2,7 @@
  * weight tensor (presence, shape and type checked). The forward pass is in forward.c. */
 #include "model/model.h"
 #include "base/buf.h"
+#include "base/log.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -106,6 +107,58 @@ static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
     return PL_OK;
 }
 
+/* gemma2 as llama.cpp reads it: window `attention.sliding_window` (default 4096) on the layers
+ * of `attention.sliding_window_pattern` (an array of bools, or a period n: layer l is local when
+ * l % n < n - 1; default 2, so even layers local and odd ones global); soft-capping of the
+ * attention scores and of the logits (`attn_logit_softcapping` 50, `final_logit_softcapping` 30
+ * by default); queries scaled by 1/sqrt(key_length), except 1/sqrt(dim / heads) for the 46-layer
+ * (27B) model, as llama.cpp decides by layer count (it reads no query_pre_attn_scalar key). A
+ * `rope.freq_base_swa` different from rope.freq_base is refused (one RoPE table per step). */
+static pl_status read_gemma2_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    const char *a = hp->arch_name;
+    PL_TRY(get_arch_int(g, a, "attention.sliding_window", 4096, 0, 1 << 24, &hp->sliding_window));
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+    int64_t ki = pl_gguf_find_key(g, key);
+    if (ki >= 0 && pl_gguf_type_at(g, ki) == PL_GGUF_ARRAY) {
+        pl_gguf_arr arr;
+        PL_TRY(pl_gguf_get_arr(g, key, &arr));
+        if (arr.count != (uint64_t)hp->n_layers ||
+            (arr.type != PL_GGUF_BOOL && arr.type != PL_GGUF_INT32 && arr.type != PL_GGUF_UINT32 &&
+             arr.type != PL_GGUF_INT8 && arr.type != PL_GGUF_UINT8))
+            return pl_fail(PL_ERR_FORMAT, "'%s' must be %d booleans", key, hp->n_layers);
+        for (int32_t l = 0; l < hp->n_layers; l++)
+            hp->swa_layers[l] = pl_gguf_arr_int(&arr, (uint64_t)l) != 0;
+    } else {
+        int32_t n = 2;
+        PL_TRY(get_arch_int(g, a, "attention.sliding_window_pattern", 2, 0, 1 << 20, &n));
+        for (int32_t l = 0; l < hp->n_layers; l++)
+            hp->swa_layers[l] = n == 0 || l % n < n - 1;
+    }
+    PL_TRY(get_arch_float(g, a, "attn_logit_softcapping", 50.0, 1e-6, 1e9, &hp->attn_softcap));
+    PL_TRY(get_arch_float(g, a, "final_logit_softcapping", 30.0, 1e-6, 1e9, &hp->final_softcap));
+    float base_swa = hp->rope.freq_base;
+    PL_TRY(get_arch_float(g, a, "rope.freq_base_swa", hp->rope.freq_base, 1e-3, 1e12, &base_swa));
+    if (base_swa != hp->rope.freq_base)
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.rope.freq_base_swa' = %g differs from "
+                       "rope.freq_base %g: not supported", a, base_swa, hp->rope.freq_base);
+    hp->attn_scale = 1.0f / sqrtf((float)(hp->n_layers == 46 ? hp->dim / hp->n_heads
+                                                             : hp->head_dim));
+    return PL_OK;
+}
+
+/* phi3: llama.cpp reads `attention.sliding_window` but disables Phi's sliding window ("Phi SWA
+ * is currently disabled", llama.cpp PR 13676: the converters' window values are not right), so
+ * every layer attends to the whole context here too, the reference's semantics. */
+static pl_status read_phi3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    int32_t w = 0;
+    PL_TRY(get_arch_int(g, hp->arch_name, "attention.sliding_window", 0, 0, 1 << 24, &w));
+    if (w > 0)
+        pl_log(PL_LOG_INFO, "phi3.attention.sliding_window = %d is not applied (as llama.cpp, "
+               "which disables Phi's sliding window): full attention on every layer", w);
+    return PL_OK;
+}
+
 static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     pl_gguf_str arch;
     if (pl_gguf_get_str(g, "general.architecture", &arch) != PL_OK)
@@ -115,13 +168,15 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (pl_gguf_str_eq(arch, "llama")) hp->arch = PL_ARCH_LLAMA;
     else if (pl_gguf_str_eq(arch, "qwen2")) hp->arch = PL_ARCH_QWEN2;
     else if (pl_gguf_str_eq(arch, "bert")) hp->arch = PL_ARCH_BERT;
+    else if (pl_gguf_str_eq(arch, "gemma2")) hp->arch = PL_ARCH_GEMMA2;
+    else if (pl_gguf_str_eq(arch, "phi3")) hp->arch = PL_ARCH_PHI3;
     else
-        return pl_fail(PL_ERR_UNSUPPORTED,
-                       "architecture '%.*s' is not supported (supported: llama, qwen2, bert)",
+        return pl_fail(PL_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: "
+                       "llama, qwen2, gemma2, phi3, bert)",
                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     const char *a = hp->arch_name;
     PL_TRY(get_arch_int(g, a, "embedding_length", -1, 1, 1 << 16, &hp->dim));
-    PL_TRY(get_arch_int(g, a, "block_count", -1, 1, 1024, &hp->n_layers));
+    PL_TRY(get_arch_int(g, a, "block_count", -1, 1, PL_MAX_LAYERS, &hp->n_layers));
     PL_TRY(get_arch_int(g, a, "feed_forward_length", -1, 1, 1 << 20, &hp->ffn_dim));
     PL_TRY(get_arch_int(g, a, "attention.head_count", -1, 1, 1024, &hp->n_heads));
     PL_TRY(get_arch_int(g, a, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads,
@@ -140,13 +195,16 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
                        hp->head_dim);
     if (hp->arch == PL_ARCH_BERT) return read_bert_hparams(g, hp);
     PL_TRY(get_arch_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, 0, 1, &hp->norm_eps));
-    hp->rope.mode = hp->arch == PL_ARCH_QWEN2 ? PL_ROPE_NEOX : PL_ROPE_NORM;
+    hp->rope.mode = hp->arch == PL_ARCH_LLAMA ? PL_ROPE_NORM : PL_ROPE_NEOX;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     PL_TRY(get_arch_int(g, a, "rope.dimension_count", hp->head_dim, 2, hp->head_dim,
                         &hp->rope.n_rot));
     if (hp->rope.n_rot % 2)
         return pl_fail(PL_ERR_FORMAT, "rope.dimension_count %d is odd", hp->rope.n_rot);
     PL_TRY(get_arch_float(g, a, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope.freq_base));
     PL_TRY(read_rope_scaling(g, hp));
+    if (hp->arch == PL_ARCH_GEMMA2) PL_TRY(read_gemma2_hparams(g, hp));
+    if (hp->arch == PL_ARCH_PHI3) PL_TRY(read_phi3_hparams(g, hp));
     return PL_OK;
 }
 
@@ -194,6 +252,15 @@ static pl_status load_vector(const pl_gguf *g, const char *name, int64_t n, int 
     pl_dequantize_row(t->type, t->data, v, n);
     *out = v;
     return PL_OK;
+}
+
+/* Rows [r0, r0 + rows) of a bound matrix as a weight of its own: a fused tensor's parts (phi3's
+ * attn_qkv and gate/up ffn_up), still memory-mapped. */
+static pl_weight weight_rows(const pl_weight *w, int64_t r0, int64_t rows) {
+    pl_weight p = *w;
+    p.data = (const char *)w->data + (size_t)r0 * pl_dtype_row_size(w->type, w->cols);
+    p.rows = rows;
+    return p;
 }
 
 /* bert: embeddings (token, position, token type 0), LayerNorms, and every bias. */
@@ -255,10 +322,14 @@ static pl_status bind_weights(pl_model *m) {
     PL_TRY(bind_weight(g, "token_embd.weight", dim, hp->n_vocab, &m->tok_embd));
     if (hp->arch == PL_ARCH_BERT) return bind_bert_weights(m);
     PL_TRY(load_vector(g, "output_norm.weight", dim, 0, &m->output_norm));
-    if (pl_gguf_find_tensor(g, "output.weight"))
+    if (pl_gguf_find_tensor(g, "output.weight") && hp->arch != PL_ARCH_GEMMA2)
         PL_TRY(bind_weight(g, "output.weight", dim, hp->n_vocab, &m->output));
     else
-        m->output = m->tok_embd; /* tied embeddings */
+        m->output = m->tok_embd; /* tied embeddings (gemma2: always, as llama.cpp) */
+    if (hp->arch == PL_ARCH_PHI3 && (pl_gguf_find_tensor(g, "rope_factors_long.weight") ||
+                                     pl_gguf_find_tensor(g, "rope_factors_short.weight")))
+        return pl_fail(PL_ERR_UNSUPPORTED, "phi3 LongRoPE factors (rope_factors_long/short) are "
+                       "not supported: llama.cpp picks one of them by its context size");
     PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
     hp->rope.freq_factors = m->rope_freqs;
 
@@ -269,17 +340,39 @@ static pl_status bind_weights(pl_model *m) {
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
         PL_TRY(load_vector(g, NAME("attn_norm.weight"), dim, 0, &L->attn_norm));
-        PL_TRY(bind_weight(g, NAME("attn_q.weight"), dim, q_dim, &L->wq));
-        PL_TRY(bind_weight(g, NAME("attn_k.weight"), dim, kv_dim, &L->wk));
-        PL_TRY(bind_weight(g, NAME("attn_v.weight"), dim, kv_dim, &L->wv));
+        if (pl_gguf_find_tensor(g, NAME("attn_qkv.weight"))) { /* fused: Q rows, K, V */
+            pl_weight qkv;
+            PL_TRY(bind_weight(g, n, dim, q_dim + 2 * kv_dim, &qkv));
+            if (pl_gguf_find_tensor(g, NAME("attn_qkv.bias")))
+                return pl_fail(PL_ERR_UNSUPPORTED, "tensor '%s' (a fused QKV bias) is not "
+                               "supported", n);
+            L->wq = weight_rows(&qkv, 0, q_dim);
+            L->wk = weight_rows(&qkv, q_dim, kv_dim);
+            L->wv = weight_rows(&qkv, q_dim + kv_dim, kv_dim);
+        } else {
+            PL_TRY(bind_weight(g, NAME("attn_q.weight"), dim, q_dim, &L->wq));
+            PL_TRY(bind_weight(g, NAME("attn_k.weight"), dim, kv_dim, &L->wk));
+            PL_TRY(bind_weight(g, NAME("attn_v.weight"), dim, kv_dim, &L->wv));
+        }
         PL_TRY(bind_weight(g, NAME("attn_output.weight"), q_dim, dim, &L->wo));
         int bias_optional = hp->arch != PL_ARCH_QWEN2;
         PL_TRY(load_vector(g, NAME("attn_q.bias"), q_dim, bias_optional, &L->bq));
         PL_TRY(load_vector(g, NAME("attn_k.bias"), kv_dim, bias_optional, &L->bk));
         PL_TRY(load_vector(g, NAME("attn_v.bias"), kv_dim, bias_optional, &L->bv));
         PL_TRY(load_vector(g, NAME("ffn_norm.weight"), dim, 0, &L->ffn_norm));
-        PL_TRY(bind_weight(g, NAME("ffn_gate.weight"), dim, hp->ffn_dim, &L->w_gate));
-        PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, hp->ffn_dim, &L->w_up));
+        if (hp->arch == PL_ARCH_PHI3) { /* ffn_up holds the gate rows, then the up rows */
+            pl_weight up;
+            PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, 2 * (int64_t)hp->ffn_dim, &up));
+            L->w_gate = weight_rows(&up, 0, hp->ffn_dim);
+            L->w_up = weight_rows(&up, hp->ffn_dim, hp->ffn_dim);
+        } else {
+            PL_TRY(bind_weight(g, NAME("ffn_gate.weight"), dim, hp->ffn_dim, &L->w_gate));
+            PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, hp->ffn_dim, &L->w_up));
+        }
+        if (hp->arch == PL_ARCH_GEMMA2) {
+            PL_TRY(load_vector(g, NAME("post_attention_norm.weight"), dim, 0, &L->attn_post_norm));
+            PL_TRY(load_vector(g, NAME("post_ffw_norm.weight"), dim, 0, &L->ffn_post_norm));
+        }
         PL_TRY(bind_weight(g, NAME("ffn_down.weight"), hp->ffn_dim, dim, &L->w_down));
 #undef NAME
     }
@@ -313,7 +406,8 @@ void pl_model_destroy(pl_model *m) {
         for (int32_t l = 0; l < m->hp.n_layers; l++) {
             pl_layer_weights *L = &m->layers[l];
             PL_FREE_ALL(L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->b_up, L->b_down,
-                        L->attn_out_norm, L->attn_out_norm_b, L->out_norm, L->out_norm_b);
+                        L->attn_out_norm, L->attn_out_norm_b, L->out_norm, L->out_norm_b,
+                        L->attn_post_norm, L->ffn_post_norm);
         }
         free(m->layers);
     }

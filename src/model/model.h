@@ -26,7 +26,11 @@
 #include "model/step_batch.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum { PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2, PL_ARCH_BERT = 3 } pl_arch;
+enum { PL_MAX_LAYERS = 1024 }; /* block_count above this is refused at load */
+
+typedef enum {
+    PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2, PL_ARCH_BERT = 3, PL_ARCH_GEMMA2 = 4, PL_ARCH_PHI3 = 5
+} pl_arch;
 
 /* How an embedding model turns its last hidden states into one vector (llama.cpp's numbering
  * of `<arch>.pooling_type`). NONE: a generation model (no embeddings). */
@@ -46,7 +50,19 @@ typedef struct {
     float norm_eps;
     pl_rope_params rope;  /* mode, n_rot, freq_base, freq_scale, freq_factors */
     pl_pooling pooling;   /* embedding models (bert): how hidden states are pooled; else NONE */
+    float attn_scale;     /* applied to q·k: 1/sqrt(head_dim) unless the architecture says */
+    float attn_softcap;   /* gemma2: scores = cap * tanh(score / cap) before softmax; 0: none */
+    float final_softcap;  /* gemma2: logits = cap * tanh(logit / cap); 0: none */
+    /* Sliding-window attention: layer l attends to its last sliding_window positions when
+     * swa_layers[l] (kernels/attention.h), to all of them otherwise. */
+    int32_t sliding_window;
+    uint8_t swa_layers[PL_MAX_LAYERS];
 } pl_model_hparams;
+
+/* The attention window of layer l: hp->sliding_window if the layer uses it, else 0 (full). */
+static inline int32_t pl_model_layer_window(const pl_model_hparams *hp, int32_t l) {
+    return hp->sliding_window > 0 && hp->swa_layers[l] ? hp->sliding_window : 0;
+}
 
 typedef struct {
     float *attn_norm;                 /* [dim] */
@@ -58,6 +74,8 @@ typedef struct {
     float *bo, *b_up, *b_down;        /* [dim], [ffn], [dim] */
     float *attn_out_norm, *attn_out_norm_b;   /* [dim] x2 */
     float *out_norm, *out_norm_b;     /* [dim] x2 */
+    /* gemma2 only (NULL otherwise): RMSNorms of the attention and FFN outputs. */
+    float *attn_post_norm, *ffn_post_norm; /* [dim] x2 */
 } pl_layer_weights;
 
 typedef struct {

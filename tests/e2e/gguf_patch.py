@@ -2,6 +2,7 @@
 """Make a broken copy of a GGUF file for the CLI tests (a tool, not a test).
 
     gguf_patch.py IN OUT arch NEWNAME          replace general.architecture's value (same length)
+    gguf_patch.py IN OUT str KEY NEWVALUE      replace string KEY's value (same length)
     gguf_patch.py IN OUT type TENSOR TYPEID    change one tensor's type id in the tensor table
     gguf_patch.py IN OUT drop TENSOR           rename a tensor so the model lacks it
     gguf_patch.py IN OUT template FILE         set tokenizer.chat_template to FILE's text
@@ -70,9 +71,9 @@ def main():
         off += 8 + kl
         (t,) = struct.unpack_from("<I", b, off)
         off += 4
-        if what == "arch" and key == "general.architecture":
+        if (what == "arch" and key == "general.architecture") or (what == "str" and key == sys.argv[4]):
             (sl,) = struct.unpack_from("<Q", b, off)
-            new = sys.argv[4].encode()
+            new = sys.argv[4 if what == "arch" else 5].encode()
             assert len(new) == sl, "the new name must have the old name's length"
             b[off + 8 : off + 8 + sl] = new
         off = skip_value(b, off, t)

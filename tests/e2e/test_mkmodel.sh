@@ -175,6 +175,54 @@ then ok; else bad "bpe vocabulary: tokenizer keys and embedding shape"; fi
     2>"$tmp/err"
 check "bpe vocabulary: generate exits 0 ($(head -c 300 "$tmp/err"))" test $? -eq 0
 
+# The architectures of issue 14 (their numbers are checked against llama.cpp by
+# test_wtype_reference): deterministic, the layout's own tensors and keys, and they generate.
+ARCH_FLAGS=("--arch gemma2 --head-dim 24 --sliding-window 8" "--arch phi3 --sliding-window 8"
+            "--rope-scaling llama3 --rope-orig-ctx 64" "--rope-scaling yarn --rope-factor 4")
+for i in 0 1 2 3; do
+    # shellcheck disable=SC2206
+    f=(${ARCH_FLAGS[$i]})
+    "$PL_BINARY" mkmodel "$tmp/a$i.gguf" "${TINY[@]}" "${f[@]}" --type f16 >/dev/null 2>"$tmp/err"
+    check "${f[*]}: exit 0 ($(head -c 300 "$tmp/err"))" test $? -eq 0
+    "$PL_BINARY" mkmodel "$tmp/b$i.gguf" "${TINY[@]}" "${f[@]}" --type f16 >/dev/null 2>&1
+    check "${f[*]}: same seed, identical file" cmp -s "$tmp/a$i.gguf" "$tmp/b$i.gguf"
+    "$PL_BINARY" generate -m "$tmp/a$i.gguf" -p "Hello" -n 4 --temperature 0 >/dev/null 2>"$tmp/err"
+    check "${f[*]}: generate exits 0 ($(head -c 300 "$tmp/err"))" test $? -eq 0
+done
+python3 "$tmp/gguf_table.py" "$tmp/a0.gguf" >"$tmp/g.json"
+python3 "$tmp/gguf_table.py" "$tmp/a1.gguf" >"$tmp/p.json"
+python3 "$tmp/gguf_table.py" "$tmp/a2.gguf" >"$tmp/l.json"
+if python3 - "$tmp/g.json" "$tmp/p.json" "$tmp/l.json" <<'EOF2'
+import json, sys
+g, p, l = (dict((t[0], t[1]) for t in json.load(open(f))["tensors"]) for f in sys.argv[1:])
+assert "output.weight" not in g and g["blk.1.post_attention_norm.weight"] == [64], g
+assert g["blk.0.attn_q.weight"] == [64, 96] and g["blk.0.post_ffw_norm.weight"] == [64], g
+assert p["blk.0.attn_qkv.weight"] == [64, 128] and p["blk.0.ffn_up.weight"] == [64, 256], p
+assert "blk.0.ffn_gate.weight" not in p and "blk.0.attn_q.weight" not in p, p
+assert l["rope_freqs.weight"] == [8], l
+EOF2
+then ok; else bad "gemma2 / phi3 / llama3 tensor layout"; fi
+if "$PL_BINARY" inspect --json "$tmp/a0.gguf" | python3 -c '
+import json, sys
+h = json.load(sys.stdin)["hparams"]
+assert h["attention.sliding_window"] == 8 and h["attn_logit_softcapping"] == 50, h'; then ok
+else bad "inspect shows gemma2 hyper-parameters"; fi
+# A metadata value pagellm does not implement is refused by name (yarn -> xpos, linear -> llama3:
+# llama.cpp refuses both too).
+refused() { # refused DESCRIPTION PATTERN FILE
+    "$PL_BINARY" generate -m "$3" -p x -n 1 >/dev/null 2>"$tmp/err"
+    local rc=$?
+    check "$1: exit 1 (got $rc)" test "$rc" -eq 1
+    check "$1: message names it ($(head -c 300 "$tmp/err"))" grep -Eq "$2" "$tmp/err"
+}
+python3 "$(dirname "$0")/gguf_patch.py" "$tmp/a3.gguf" "$tmp/xpos.gguf" str llama.rope.scaling.type xpos
+refused "rope scaling xpos" "llama.rope.scaling.type' = 'xpos' is not supported" "$tmp/xpos.gguf"
+"$PL_BINARY" mkmodel "$tmp/lin.gguf" "${TINY[@]}" --rope-scaling linear >/dev/null 2>&1
+python3 "$(dirname "$0")/gguf_patch.py" "$tmp/lin.gguf" "$tmp/l3.gguf" str llama.rope.scaling.type llama3
+refused "rope scaling llama3" "'llama3' is not supported" "$tmp/l3.gguf"
+python3 "$(dirname "$0")/gguf_patch.py" "$tmp/a1.gguf" "$tmp/phi9.gguf" arch phi9
+refused "architecture phi9" "architecture 'phi9' is not supported" "$tmp/phi9.gguf"
+
 # ---- usage errors: exit 2 with a message naming the problem ----
 usage_error() { # usage_error DESCRIPTION WORD ARGS...
     local what=$1 word=$2
@@ -198,6 +246,12 @@ usage_error "heads not a multiple of kv-heads" "not a multiple of --kv-heads" "$
     --kv-heads 3
 usage_error "odd head size" "is odd" "$B" "${TINY[@]}" --dim 24 --heads 8 --kv-heads 8
 usage_error "q8_0 needs dim % 32" "block size of q8_0" "$B" "${TINY[@]}" --dim 48 --type q8_0
+usage_error "window on llama" "--sliding-window is for" "$B" "${TINY[@]}" --sliding-window 8
+usage_error "rope scaling on gemma2" "--rope-scaling is for" "$B" "${TINY[@]}" --arch gemma2 \
+    --rope-scaling yarn
+usage_error "unknown arch" "is not llama, gemma2, phi3 or bert" "$B" "${TINY[@]}" --arch gpt2
+usage_error "unknown rope scaling" "is not none, linear, yarn or llama3" "$B" "${TINY[@]}" \
+    --rope-scaling longrope
 usage_error "q4_0 needs ffn % 32" "--ffn 100" "$B" "${TINY[@]}" --ffn 100 --type q4_0
 usage_error "unknown type" "q5_k" "$B" "${TINY[@]}" --type q5_k
 usage_error "zero layers" "--layers" "$B" "${TINY[@]}" --layers 0

@@ -58,6 +58,7 @@ typedef struct {
     float *q;               /* [n_tokens][n_heads][head_dim] */
     float *out;
     float scale;
+    float softcap; /* Gemma 2's logit soft-capping (0: none) */
 } acase;
 
 typedef struct {
@@ -221,7 +222,8 @@ static pl_attn_args args_of(const acase *c) {
     return (pl_attn_args){.q = c->q, .out = c->out, .n_heads = c->n_heads, .scale = c->scale,
                           .n_seqs = c->n_seqs, .seq_start = c->seq_start,
                           .context_lens = c->ctx, .block_tables = c->btab,
-                          .max_blocks = c->max_blocks, .k_cache = c->kc, .v_cache = c->vc};
+                          .max_blocks = c->max_blocks, .k_cache = c->kc, .v_cache = c->vc,
+                          .softcap = c->softcap};
 }
 
 /* Dense attention in double over the contiguous K/V, as stored (rounded, quantized) when
@@ -244,6 +246,7 @@ static void dense_ref(const acase *c, int rounded, double *out) {
                     double dot = 0;
                     for (int32_t d = 0; d < hd; d++) dot += (double)q[d] * k[d];
                     s[p] = dot * c->scale;
+                    if (c->softcap > 0) s[p] = c->softcap * tanh(s[p] / c->softcap);
                     mx = s[p] > mx ? s[p] : mx;
                 }
                 for (int32_t d = 0; d < hd; d++) out[row + d] = 0;
@@ -431,6 +434,29 @@ static void test_random_cases(void **state) {
     printf("    contexts %d..%d; worst error %.2g; f16 KV: worst error vs unrounded K/V = %.3f "
            "of the bound\n", ctx_min, ctx_max, worst_err, worst_f16_ratio);
     isa_coverage_check("paged attention, random cases", case_isas);
+}
+
+/* Soft-capped scores (Gemma 2: cap * tanh(score / cap) before the softmax) on every ISA and
+ * dtype against the dense reference; the cap is small enough to change every output. */
+static void test_softcap(void **state) {
+    const fixture *fx = *state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 77);
+    for (int it = 0; it < (int)N_DTYPES; it++) {
+        int32_t ctx[2] = {70, 33}, q[2] = {1, 9};
+        acase c, plain;
+        build(&c, &rng, 5, DTYPES[it], 16, 2, 2, 64, 2, ctx, q);
+        build(&plain, &rng, 5, DTYPES[it], 16, 2, 2, 64, 2, ctx, q);
+        c.softcap = 0.05f;
+        check_case(fx, &c);
+        pl_attn_args a = args_of(&plain);
+        pl_paged_attention(fx->tp[0], &plain.l, &a);
+        double diff = 0;
+        for (size_t i = 0; i < out_elems(&c); i++) diff = fmax(diff, fabs(c.out[i] - plain.out[i]));
+        assert_true(diff > 1e-3); /* the cap matters */
+        destroy(&c);
+        destroy(&plain);
+    }
 }
 
 /* A head row as the cache must hold it: f32 bytes, f16/bf16 rounded to nearest even, q8_0 and
@@ -744,6 +770,7 @@ int main(void) {
         cmocka_unit_test(test_copy_blocks),
         cmocka_unit_test(test_explicit_cases),
         cmocka_unit_test(test_random_cases),
+        cmocka_unit_test(test_softcap),
         cmocka_unit_test(test_invariance),
         cmocka_unit_test(test_fork_isolation),
     };
