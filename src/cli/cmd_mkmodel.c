@@ -1,5 +1,5 @@
 /* cli/cmd_mkmodel — `pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L
- * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]`: a random-weight Llama;
+ * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N] [--sliding-window W]`: a random-weight Llama;
  * with `--arch bert [--pooling mean|cls|last]` a random-weight BERT embedding model (below).
  *
  * The file is a complete "llama" GGUF: every tokenizer.* key of FILE copied as is, the llama.*
@@ -55,6 +55,7 @@ typedef struct {
     const char *out;        /* output path */
     const char *vocab_from; /* GGUF whose tokenizer.* keys are copied */
     int64_t dim, layers, heads, kv_heads, ffn, ctx, seed;
+    int64_t window;         /* --sliding-window: <arch>.attention.sliding_window, 0 = none */
     pl_dtype type;          /* matrix type */
     pl_dtype more;          /* type of output, and of attn_v / ffn_down in the layers that
                                llama.cpp's *_M mixes give more bits (= type otherwise) */
@@ -105,7 +106,9 @@ static void usage(FILE *f) {
             "  --ctx N             llama.context_length (default 2048; bert 512)\n"
             "  --arch A            llama (default) or bert (a random BERT embedding model and a\n"
             "                      WordPiece vocabulary built from FILE's pieces; no --kv-heads)\n"
-            "  --pooling P         bert: mean (default), cls or last\n");
+            "  --pooling P         bert: mean (default), cls or last\n"
+            "  --sliding-window W  llama.attention.sliding_window = W (every layer attends to\n"
+            "                      its last W positions; default: none)\n");
 }
 
 /* Prints "pagellm mkmodel: MESSAGE" and the usage to stderr; returns exit code 2. */
@@ -137,6 +140,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
         {"type", required_argument, 0, 't'},       {"seed", required_argument, 0, 's'},
         {"ctx", required_argument, 0, 'c'},        {"help", no_argument, 0, 'h'},
         {"arch", required_argument, 0, 'a'},       {"pooling", required_argument, 0, 'p'},
+        {"sliding-window", required_argument, 0, 'w'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->ctx = -1;
@@ -156,6 +160,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 'k': if (int_flag("--kv-heads", 1, 1024, &o->kv_heads)) return 2; break;
         case 'f': if (int_flag("--ffn", 1, 1 << 20, &o->ffn)) return 2; break;
         case 'c': if (int_flag("--ctx", 1, 1 << 24, &o->ctx)) return 2; break;
+        case 'w': if (int_flag("--sliding-window", 1, 1 << 24, &o->window)) return 2; break;
         case 's': if (int_flag("--seed", 0, INT64_MAX, &o->seed)) return 2; break;
         case 't': {
             size_t i = 0, n = sizeof types / sizeof types[0];
@@ -190,6 +195,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
     o->out = argv[optind];
     if (o->ctx < 0) o->ctx = o->bert ? 512 : 2048;
     if (o->bert) o->kv_heads = o->heads; /* no grouped-query attention */
+    if (o->bert && o->window)
+        return usage_error("--sliding-window: bert attends bidirectionally, without a window");
     static const char *const required[] = {"--vocab-from", "--dim", "--layers", "--heads",
                                            "--kv-heads", "--ffn"};
     int have[] = {o->vocab_from != NULL, o->dim > 0, o->layers > 0, o->heads > 0,
@@ -308,6 +315,8 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
     PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.feed_forward_length", (uint32_t)o->ffn));
     PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.attention.head_count", (uint32_t)o->heads));
     PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads));
+    if (o->window)
+        PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.attention.sliding_window", (uint32_t)o->window));
     PL_TRY(pl_gguf_writer_add_f32(b->w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
     PL_TRY(pl_gguf_writer_add_f32(b->w, "llama.rope.freq_base", 10000.0f));
     PL_TRY(pl_gguf_writer_add_u32(b->w, "llama.rope.dimension_count",

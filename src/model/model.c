@@ -64,6 +64,22 @@ static pl_status read_bert_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     return PL_OK;
 }
 
+/* `<arch>.attention.sliding_window`, generic: every layer uses it (an architecture with its own
+ * pattern overwrites swa_layers after this). */
+static pl_status read_sliding_window(const pl_gguf *g, pl_model_hparams *hp) {
+    PL_TRY(get_arch_int(g, hp->arch_name, "attention.sliding_window", 0, 0, 1 << 24,
+                        &hp->sliding_window));
+    memset(hp->swa_layers, hp->sliding_window > 0, sizeof hp->swa_layers);
+    return PL_OK;
+}
+
+int32_t pl_model_kv_window(const pl_model_hparams *hp) {
+    if (hp->sliding_window <= 0) return 0;
+    for (int32_t l = 0; l < hp->n_layers; l++)
+        if (!hp->swa_layers[l]) return 0;
+    return hp->sliding_window;
+}
+
 static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     pl_gguf_str arch;
     if (pl_gguf_get_str(g, "general.architecture", &arch) != PL_OK)
@@ -79,7 +95,7 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     const char *a = hp->arch_name;
     PL_TRY(get_arch_int(g, a, "embedding_length", -1, 1, 1 << 16, &hp->dim));
-    PL_TRY(get_arch_int(g, a, "block_count", -1, 1, 1024, &hp->n_layers));
+    PL_TRY(get_arch_int(g, a, "block_count", -1, 1, PL_MAX_LAYERS, &hp->n_layers));
     PL_TRY(get_arch_int(g, a, "feed_forward_length", -1, 1, 1 << 20, &hp->ffn_dim));
     PL_TRY(get_arch_int(g, a, "attention.head_count", -1, 1, 1024, &hp->n_heads));
     PL_TRY(get_arch_int(g, a, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads,
@@ -97,6 +113,7 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
         return pl_fail(PL_ERR_UNSUPPORTED, "head dimension %d is not a multiple of 4",
                        hp->head_dim);
     if (hp->arch == PL_ARCH_BERT) return read_bert_hparams(g, hp);
+    PL_TRY(read_sliding_window(g, hp));
     PL_TRY(get_arch_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, 0, 1, &hp->norm_eps));
     hp->rope.mode = hp->arch == PL_ARCH_QWEN2 ? PL_ROPE_NEOX : PL_ROPE_NORM;
     PL_TRY(get_arch_int(g, a, "rope.dimension_count", hp->head_dim, 2, hp->head_dim,
