@@ -20,8 +20,8 @@ base="--vocab-from ../shared/models/stories260K.gguf --dim 256 --layers 2 --head
 MODELS=(
   "llama3|--rope-scaling llama3 --rope-factor 8 --rope-orig-ctx 64 --rope-base 500000"
   "yarn|--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 --rope-attn-factor 0.9"
-  "gemma2|--arch gemma2 --head-dim 48 --attn-softcap 0.5 --final-softcap 3"
-  "phi3|--arch phi3"
+  "gemma2|--arch gemma2 --head-dim 48 --attn-softcap 0.5 --final-softcap 3 --sliding-window 32"
+  "phi3|--arch phi3 --sliding-window 32"
 )
 mkdir -p tests/data/archs
 for m in "${MODELS[@]}"; do

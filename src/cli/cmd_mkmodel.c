@@ -1,5 +1,5 @@
 /* cli/cmd_mkmodel — `pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L
- * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]`: a random-weight Llama;
+ * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N] [--sliding-window W]`: a random-weight Llama;
  * with `--arch bert [--pooling mean|cls|last]` a random-weight BERT embedding model (below).
  *
  * The file is a complete "llama" GGUF: every tokenizer.* key of FILE copied as is, the llama.*
@@ -120,7 +120,9 @@ static void usage(FILE *f) {
             "                      soft-capping, sliding window on even layers (norms 1 + noise)\n"
             "  --arch phi3         Phi-3 layout: fused attn_qkv and gate/up ffn_up (norms 1 + noise)\n"
             "  --head-dim N        attention.key_length (default dim / heads)\n"
-            "  --sliding-window W  attention.sliding_window (gemma2 default 4096; phi3 none)\n"
+            "  --sliding-window W  attention.sliding_window: llama every layer attends to its\n"
+            "                      last W positions; gemma2 its even layers (default 4096); phi3\n"
+            "                      writes it (llama.cpp and pagellm ignore it); default none\n"
             "  --attn-softcap C    gemma2 attn_logit_softcapping (default 50)\n"
             "  --final-softcap C   gemma2 final_logit_softcapping (default 30)\n"
             "  --rope-base B       rope.freq_base (default 10000)\n"
@@ -259,8 +261,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->bert) o->kv_heads = o->heads; /* no grouped-query attention */
     if (o->head_dim <= 0 && o->heads > 0) o->head_dim = o->dim / o->heads;
     if (o->window < 0) o->window = is_arch(o, "gemma2") ? 4096 : 0;
-    if (o->window > 0 && !is_arch(o, "gemma2") && !is_arch(o, "phi3"))
-        return usage_error("--sliding-window is for --arch gemma2 or phi3");
+    if (o->bert && o->window)
+        return usage_error("--sliding-window: bert attends bidirectionally, without a window");
     if (o->rope_factor < 0) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8 : 4;
     if (o->rope_orig_ctx < 0) o->rope_orig_ctx = 8192;
     if (!(o->high_freq > o->low_freq))

@@ -214,26 +214,26 @@ static float dot_scalar(const pl_attn_tile *t, int32_t v, const void *k) {
 static void attn_tile_scalar(const pl_attn_tile *t) {
     const int32_t hd = t->head_dim;
     for (int32_t v = 0; v < t->nq; v++) {
-        const int32_t nv = t->nvis[v];
-        if (nv == 0) continue;
+        const int32_t nv = t->nvis[v], lo = t->nlo[v];
+        if (lo >= nv) continue;
         float *s = t->s + (size_t)v * PL_ATTN_KT;
         float *acc = t->acc + (size_t)v * hd;
         float smax = -INFINITY;
-        for (int32_t j = 0; j < nv; j++) {
+        for (int32_t j = lo; j < nv; j++) {
             s[j] = pl_attn_softcap(dot_scalar(t, v, t->krow[j]) * t->scale, t->softcap);
             smax = fmaxf(smax, s[j]);
         }
         float m_new = fmaxf(t->m[v], smax);
         float alpha = expf(t->m[v] - m_new);
         float sum = 0.0f;
-        for (int32_t j = 0; j < nv; j++) {
+        for (int32_t j = lo; j < nv; j++) {
             s[j] = expf(s[j] - m_new);
             sum += s[j];
         }
         t->m[v] = m_new;
         t->l[v] = t->l[v] * alpha + sum;
         for (int32_t d = 0; d < hd; d++) acc[d] *= alpha;
-        for (int32_t j = 0; j < nv; j++)
+        for (int32_t j = lo; j < nv; j++)
             for (int32_t d = 0; d < hd; d++) acc[d] += s[j] * load_elem(t->vrow[j], d, t->kt);
     }
 }
@@ -277,18 +277,25 @@ static void prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t *qsum
     }
 }
 
-/* Row pointers of cache positions [t0, t0 + nk) of KV head g through the block table. */
+/* Row pointers of cache positions [t0, t0 + nk) of KV head g through the block table. Positions
+ * below `first` (the first one any query of the chunk sees: below it the blocks may be freed)
+ * are never looked up: they get the row of `first`, which no vector reads as theirs. */
 static void gather_tile(const pl_kv_layout *l, const pl_attn_args *a, const int32_t *btab,
-                        int32_t g, int32_t t0, int32_t nk, const void **krow, const void **vrow) {
-    const int32_t bs = l->block_size;
-    int32_t bi = t0 / bs, off = t0 % bs;
-    for (int32_t j = 0; j < nk; j++) {
+                        int32_t g, int32_t t0, int32_t nk, int32_t first, const void **krow,
+                        const void **vrow) {
+    const int32_t bs = l->block_size, skip = first > t0 ? first - t0 : 0;
+    int32_t bi = (t0 + skip) / bs, off = (t0 + skip) % bs;
+    for (int32_t j = skip; j < nk; j++) {
         int32_t b = btab[bi];
         PL_ASSERT(b >= 0 && b < l->num_blocks);
         size_t o = row_offset(l, b, g, off);
         krow[j] = (const char *)a->k_cache + o;
         vrow[j] = (const char *)a->v_cache + o;
         if (++off == bs) { off = 0; bi++; }
+    }
+    for (int32_t j = 0; j < skip && skip < nk; j++) {
+        krow[j] = krow[skip];
+        vrow[j] = vrow[skip];
     }
 }
 
@@ -297,6 +304,11 @@ static void gather_tile(const pl_kv_layout *l, const pl_attn_args *a, const int3
 static void prefetch_rows(const void *const *rows, int32_t nk, size_t row_bytes) {
     for (int32_t j = 0; j < nk; j++)
         for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch((const char *)rows[j] + b);
+}
+
+/* The first cache position a query at pos sees: pos - W + 1 with a window W, else 0. */
+static int32_t win_start(int32_t W, int32_t pos) {
+    return W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
 }
 
 static int32_t tile_len(int32_t t0, int32_t last) {
@@ -313,6 +325,7 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     const int32_t row_base = a->seq_start[i];
     const size_t row_stride = (size_t)a->n_heads * (size_t)hd;
     const size_t row_bytes = pl_kv_row_bytes(l);
+    const int32_t W = a->window;
 
     _Alignas(64) float qbuf[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
     _Alignas(64) float acc[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM];
@@ -322,12 +335,12 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
     int32_t qsum[PL_ATTN_MAXQ * PL_ATTN_MAX_HEAD_DIM / PL_QK];
     float vd[PL_ATTN_KT * PL_ATTN_MAX_HEAD_DIM / PL_QK];
     float m[PL_ATTN_MAXQ], lsum[PL_ATTN_MAXQ];
-    int32_t pos[PL_ATTN_MAXQ], nvis[PL_ATTN_MAXQ];
+    int32_t pos[PL_ATTN_MAXQ], nvis[PL_ATTN_MAXQ], nlo[PL_ATTN_MAXQ];
     const void *rows[2][2][PL_ATTN_KT]; /* [this tile, next tile][K, V][position] */
 
     pl_attn_tile t = {.head_dim = hd, .kt = kind_of(l->dtype), .scale = a->scale,
                       .softcap = a->softcap,
-                      .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .qsum = qsum, .vd = vd, .m = m, .l = lsum,
+                      .nlo = nlo, .nvis = nvis, .q = qbuf, .qq = qq, .qd = qd, .qsum = qsum, .vd = vd, .m = m, .l = lsum,
                       .acc = acc, .s = s};
 
     const int32_t n_vec = (r1 - r0) * G; /* vector v: row r0 + v / G, head g * G + v % G */
@@ -344,21 +357,25 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
             lsum[v] = 0.0f;
         }
         memset(acc, 0, (size_t)nq * hd * sizeof(float));
-        const int32_t last = pos[nq - 1]; /* vectors are in row order: the last sees the most */
+        /* vectors are in row order: the last sees the latest position, the first the earliest;
+         * tiles stay aligned to position 0 with or without a window (the determinism) */
+        const int32_t last = pos[nq - 1], first = win_start(W, pos[0]);
+        const int32_t tfirst = first - first % PL_ATTN_KT;
         t.nq = nq;
         int cur = 0;
-        gather_tile(l, a, btab, g, 0, tile_len(0, last), rows[0][0], rows[0][1]);
-        for (int32_t t0 = 0; t0 <= last; t0 += PL_ATTN_KT, cur ^= 1) {
+        gather_tile(l, a, btab, g, tfirst, tile_len(tfirst, last), first, rows[0][0], rows[0][1]);
+        for (int32_t t0 = tfirst; t0 <= last; t0 += PL_ATTN_KT, cur ^= 1) {
             const int32_t nk = tile_len(t0, last), t1 = t0 + PL_ATTN_KT;
             if (t1 <= last) {
                 const int32_t nk1 = tile_len(t1, last);
-                gather_tile(l, a, btab, g, t1, nk1, rows[cur ^ 1][0], rows[cur ^ 1][1]);
+                gather_tile(l, a, btab, g, t1, nk1, first, rows[cur ^ 1][0], rows[cur ^ 1][1]);
                 prefetch_rows(rows[cur ^ 1][0], nk1, row_bytes);
                 prefetch_rows(rows[cur ^ 1][1], nk1, row_bytes);
             }
             for (int32_t v = 0; v < nq; v++) {
-                int32_t n = pos[v] + 1 - t0;
+                int32_t n = pos[v] + 1 - t0, lo = win_start(W, pos[v]) - t0;
                 nvis[v] = n < 0 ? 0 : n > nk ? nk : n;
+                nlo[v] = lo < 0 ? 0 : lo > nk ? nk : lo;
             }
             t.nk = nk;
             t.krow = rows[cur][0];
@@ -398,6 +415,7 @@ static void check_args(const pl_kv_layout *l, const pl_attn_args *a) {
     check_layout(l);
     PL_ASSERT(a->n_heads > 0 && a->n_heads % l->n_kv_heads == 0);
     PL_ASSERT(a->n_seqs >= 0 && (a->n_seqs == 0 || a->max_blocks > 0));
+    PL_ASSERT(a->window >= 0);
     PL_ASSERT(a->seq_start[0] >= 0);
     for (int32_t i = 0; i < a->n_seqs; i++) {
         int32_t q_len = seq_q_len(a, i);
@@ -445,7 +463,7 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
                 prepare_query(kt, qf, qq, qd, qsum, hd);
                 float m = -INFINITY, sum = 0.0f;
                 memset(acc, 0, sizeof acc);
-                for (int32_t p = 0; p <= pos; p++) {
+                for (int32_t p = win_start(a->window, pos); p <= pos; p++) {
                     int32_t b = btab[p / bs];
                     PL_ASSERT(b >= 0 && b < l->num_blocks);
                     size_t o = row_offset(l, b, h / G, p % bs);

@@ -22,6 +22,13 @@
  * block_tables[i * max_blocks + p / block_size]. Decode is q_len = 1; a prefill chunk q_len > 1.
  * Softmax is computed online (running max and sum), so no per-context scratch is needed.
  *
+ * Sliding window (pl_attn_args.window = W > 0): the query at position p sees only positions
+ * p' with p - W < p' <= p (llama.cpp's LLAMA_SWA_TYPE_STANDARD: masked when p - p' >= W); W = 0
+ * is full causal attention. Tiles wholly before the window are skipped, and the kernels never
+ * look up the block-table entry of a block whose positions are all before p - W + 1 for the
+ * sequence's first query of the step (such entries may name blocks already returned to the
+ * pool, kv/manager.h): the caller may leave anything there.
+ *
  * Supported: head_dim a multiple of 4 up to 256 (of 32 for q8_0 / q4_0), any block size, any GQA ratio
  * (n_heads a multiple of n_kv_heads). Inputs from the engine (slots and block ids in range,
  * q_len <= context_len <= max_blocks * block_size) are checked with PL_ASSERT.
@@ -29,7 +36,9 @@
  * Determinism: for a given instruction set (pl_cpu_isa()), an output row is bitwise the same
  * whatever the thread count, whatever else is in the batch, however the prompt was split into
  * prefill chunks (row j of a chunk = a decode at that position) and whatever the block size:
- * positions are streamed in tiles aligned to position 0, not to blocks. Different instruction
+ * positions are streamed in tiles aligned to position 0, not to blocks, with or without a window
+ * (a window only decides which tiles a row visits and which of a tile's keys it sees; a key it
+ * does not see adds nothing, not even a zero product). Different instruction
  * sets differ in the last bits (all stay within 1e-5 of a double-precision reference).
  */
 #ifndef PL_KERNELS_ATTENTION_H
@@ -76,6 +85,7 @@ typedef struct {
     int32_t max_blocks;
     const void *k_cache;
     const void *v_cache;
+    int32_t window;               /* 0: full causal; W > 0: position p sees p' with p - p' < W */
     float softcap;                /* > 0: scores = softcap * tanh(scale * q·k / softcap) before
                                      the softmax (Gemma 2's attention logit soft-capping) */
 } pl_attn_args;

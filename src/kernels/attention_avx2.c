@@ -75,11 +75,11 @@ AI __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
+AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~7;
     const float *q0 = t->q + (size_t)v * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
     const __m128 scale = _mm_set1_ps(t->scale);
-    for (int32_t j = 0; j < nk; j++) {
+    for (int32_t j = j0; j < nk; j++) {
         const void *k = t->krow[j];
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int32_t d = 0; d < full; d += 8) {
@@ -102,11 +102,11 @@ AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
     }
 }
 
-AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
+AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~7;
     const float *q = t->q + (size_t)v * hd;
     const __m128 scale = _mm_set1_ps(t->scale);
-    for (int32_t j = 0; j < nk; j += 4) {
+    for (int32_t j = j0; j < nk; j += 4) {
         const void *k0 = t->krow[j];
         const void *k1 = j + 1 < nk ? t->krow[j + 1] : k0; /* padding: computed, not used */
         const void *k2 = j + 2 < nk ? t->krow[j + 2] : k0;
@@ -162,15 +162,17 @@ static float hmax8(__m256 x) {
 
 /* Online softmax step of vector v over its 32-score row (4 registers); returns alpha. */
 static float softmax_update(const pl_attn_tile *t, int32_t v) {
-    const int32_t nv = t->nvis[v];
+    const int32_t nv = t->nvis[v], lo = t->nlo[v];
     float *s = t->s + (size_t)v * PL_ATTN_KT;
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256 x[4], keep[4];
     __m256 mx = ninf;
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 4; c++) { /* keys lo <= idx < nv */
         __m256i idx = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
-        keep[c] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nv), idx));
+        __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), idx),
+                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), idx));
+        keep[c] = _mm256_castsi256_ps(in);
         x[c] = _mm256_blendv_ps(ninf, _mm256_loadu_ps(s + 8 * c), keep[c]);
         mx = _mm256_max_ps(mx, x[c]);
     }
@@ -188,32 +190,44 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
     return alpha;
 }
 
+/* a[i] += p_ij v_j for keys [j0, j1), each only for the vectors that see it. */
+AI void pv_some(const pl_attn_tile *t, int32_t v, __m256 *a, int32_t j0, int32_t j1, int32_t d,
+                int FULL, int NG, int KT) {
+    const float *p = t->s + (size_t)v * PL_ATTN_KT;
+    for (int32_t j = j0; j < j1; j++) {
+        __m256 vc = vload8(t, j, d, FULL, KT);
+#pragma GCC unroll 8
+        for (int i = 0; i < NG; i++)
+            if (j >= t->nlo[v + i] && j < t->nvis[v + i])
+                a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
+    }
+}
+
 AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d, int FULL, int NG,
                  int KT) {
     const int32_t hd = t->head_dim;
-    int32_t nmin = t->nvis[v], nmax = t->nvis[v];
+    int32_t nmin = t->nvis[v], nmax = t->nvis[v], lmin = t->nlo[v], lmax = t->nlo[v];
     for (int i = 1; i < NG; i++) {
         nmin = t->nvis[v + i] < nmin ? t->nvis[v + i] : nmin;
         nmax = t->nvis[v + i] > nmax ? t->nvis[v + i] : nmax;
+        lmin = t->nlo[v + i] < lmin ? t->nlo[v + i] : lmin;
+        lmax = t->nlo[v + i] > lmax ? t->nlo[v + i] : lmax;
     }
+    /* keys [lmax, nmin) are seen by all NG vectors: unconditional; the others per vector */
+    const int32_t ulo = lmax < nmin ? lmax : nmax, uhi = lmax < nmin ? nmin : nmax;
     __m256 a[8];
 #pragma GCC unroll 8
     for (int i = 0; i < NG; i++)
         a[i] = _mm256_mul_ps(load8(t->acc + (size_t)(v + i) * hd, d, FULL, 0), _mm256_set1_ps(alpha[v + i]));
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
-    for (int32_t j = 0; j < nmin; j++) {
+    pv_some(t, v, a, lmin, ulo, d, FULL, NG, KT);
+    for (int32_t j = ulo; j < uhi; j++) {
         __m256 vc = vload8(t, j, d, FULL, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
-    for (int32_t j = nmin; j < nmax; j++) {
-        __m256 vc = vload8(t, j, d, FULL, KT);
-#pragma GCC unroll 8
-        for (int i = 0; i < NG; i++)
-            if (j < t->nvis[v + i])
-                a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
-    }
+    pv_some(t, v, a, uhi, nmax, d, FULL, NG, KT);
 #pragma GCC unroll 8
     for (int i = 0; i < NG; i++) store8(t->acc + (size_t)(v + i) * hd + d, a[i], FULL);
 }
@@ -225,23 +239,23 @@ AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, i
 }
 
 AI void tile_impl(const pl_attn_tile *t, int KT) {
-    int32_t v0 = 0; /* nvis grows with v (vectors are in row order): skip the blind ones */
-    while (v0 < t->nq && t->nvis[v0] == 0) v0++;
+    int32_t v0, v1; /* the vectors that see a key of this tile (attention_impl.h) */
+    pl_attn_seeing(t, &v0, &v1);
     int32_t v = v0;
     if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) {
-        scores_q(t, v0, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
+        scores_q(t, v0, v1, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
     } else {
-        for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], KT);
-        for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], KT);
+        for (; v + 4 <= v1; v += 4) scores_4q(t, v, t->nlo[v], t->nvis[v + 3], KT);
+        for (; v < v1; v++) scores_1q(t, v, t->nlo[v], t->nvis[v], KT);
     }
 
-    pl_attn_softcap_tile(t, v0);
+    pl_attn_softcap_tile(t, v0, v1);
     float alpha[PL_ATTN_MAXQ];
-    for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);
-    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, KT == PL_KT_Q4_0);
+    for (v = v0; v < v1; v++) alpha[v] = softmax_update(t, v);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, v0, v1, KT == PL_KT_Q4_0);
 
-    for (v = v0; v < t->nq;) {
-        int32_t left = t->nq - v;
+    for (v = v0; v < v1;) {
+        int32_t left = v1 - v;
         if (left >= 8) { pv_group(t, v, alpha, 8, KT); v += 8; }
         else if (left >= 4) { pv_group(t, v, alpha, 4, KT); v += 4; }
         else if (left == 3) { pv_group(t, v, alpha, 3, KT); v += 3; } /* GQA 3: one V load */

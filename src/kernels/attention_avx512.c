@@ -98,12 +98,12 @@ AI __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 }
 
 /* Scores of four query vectors q[0..3] against the first nk keys (one key chunk, four FMAs). */
-AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
+AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~15;
     const __mmask16 mk = tail_mask(hd);
     const float *q0 = t->q + (size_t)v * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
     const __m128 scale = _mm_set1_ps(t->scale);
-    for (int32_t j = 0; j < nk; j++) {
+    for (int32_t j = j0; j < nk; j++) {
         const void *k = t->krow[j];
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int32_t d = 0; d < full; d += 16) {
@@ -127,12 +127,12 @@ AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
 }
 
 /* Scores of one query vector against its nk keys, four keys at a time. */
-AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
+AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~15;
     const __mmask16 mk = tail_mask(hd);
     const float *q = t->q + (size_t)v * hd;
     const __m128 scale = _mm_set1_ps(t->scale);
-    for (int32_t j = 0; j < nk; j += 4) {
+    for (int32_t j = j0; j < nk; j += 4) {
         const void *k0 = t->krow[j];
         const void *k1 = j + 1 < nk ? t->krow[j + 1] : k0; /* padding: computed, not used */
         const void *k2 = j + 2 < nk ? t->krow[j + 2] : k0;
@@ -160,10 +160,10 @@ AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t nk, int KT) {
 
 /* Online softmax step of vector v: scores -> probabilities in place; returns alpha. */
 static float softmax_update(const pl_attn_tile *t, int32_t v) {
-    const int32_t nv = t->nvis[v];
+    const int32_t nv = t->nvis[v], lo = t->nlo[v]; /* keys lo <= j < nv, 0 <= lo < nv <= 32 */
     float *s = t->s + (size_t)v * PL_ATTN_KT;
-    __mmask16 m0 = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1u);
-    __mmask16 m1 = nv >= 32 ? 0xFFFF : nv > 16 ? (__mmask16)((1u << (nv - 16)) - 1u) : 0;
+    const uint32_t keep = (nv >= 32 ? 0xFFFFFFFFu : (1u << nv) - 1u) & ~((1u << lo) - 1u);
+    __mmask16 m0 = (__mmask16)(keep & 0xFFFF), m1 = (__mmask16)(keep >> 16);
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 s0 = _mm512_mask_loadu_ps(ninf, m0, s), s1 = _mm512_mask_loadu_ps(ninf, m1, s + 16);
     float m_new = fmaxf(t->m[v], _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
@@ -178,36 +178,48 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
     return alpha;
 }
 
-/* acc[v..v+NG) = alpha * acc + sum_j p_j v_j over the head_dim chunk at d (mask mk). Keys below
- * every vector's nvis run unconditionally; the rest only for the vectors that see them. */
+/* a[i] += p_ij v_j for keys [j0, j1), each only for the vectors that see it. */
+AI void pv_some(const pl_attn_tile *t, int32_t v, __m512 *a, int32_t j0, int32_t j1, int32_t d,
+                __mmask16 mk, int NG, int KT) {
+    const float *p = t->s + (size_t)v * PL_ATTN_KT;
+    for (int32_t j = j0; j < j1; j++) {
+        __m512 vc = KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0 ? vload16(t, j, d, mk, KT)
+                                                          : load16_mask(t->vrow[j], d, mk, KT);
+#pragma GCC unroll 8
+        for (int i = 0; i < NG; i++)
+            if (j >= t->nlo[v + i] && j < t->nvis[v + i])
+                a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
+    }
+}
+
+/* acc[v..v+NG) = alpha * acc + sum_j p_j v_j over the head_dim chunk at d (mask mk). Keys that
+ * every vector sees run unconditionally; the rest only for the vectors that see them. */
 AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d, __mmask16 mk,
                  int NG, int KT) {
     const int32_t hd = t->head_dim;
-    int32_t nmin = t->nvis[v], nmax = t->nvis[v];
+    int32_t nmin = t->nvis[v], nmax = t->nvis[v], lmin = t->nlo[v], lmax = t->nlo[v];
     for (int i = 1; i < NG; i++) {
         nmin = t->nvis[v + i] < nmin ? t->nvis[v + i] : nmin;
         nmax = t->nvis[v + i] > nmax ? t->nvis[v + i] : nmax;
+        lmin = t->nlo[v + i] < lmin ? t->nlo[v + i] : lmin;
+        lmax = t->nlo[v + i] > lmax ? t->nlo[v + i] : lmax;
     }
+    /* keys [lmax, nmin) are seen by all NG vectors: unconditional; the others per vector */
+    const int32_t ulo = lmax < nmin ? lmax : nmax, uhi = lmax < nmin ? nmin : nmax;
     __m512 a[8];
 #pragma GCC unroll 8
     for (int i = 0; i < NG; i++)
         a[i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, t->acc + (size_t)(v + i) * hd + d),
                              _mm512_set1_ps(alpha[v + i]));
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
-    for (int32_t j = 0; j < nmin; j++) {
+    pv_some(t, v, a, lmin, ulo, d, mk, NG, KT);
+    for (int32_t j = ulo; j < uhi; j++) {
         __m512 vc = vload16(t, j, d, mk, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
-    for (int32_t j = nmin; j < nmax; j++) {
-        __m512 vc = KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0 ? vload16(t, j, d, mk, KT)
-                                                          : load16_mask(t->vrow[j], d, mk, KT);
-#pragma GCC unroll 8
-        for (int i = 0; i < NG; i++)
-            if (j < t->nvis[v + i])
-                a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
-    }
+    pv_some(t, v, a, uhi, nmax, d, mk, NG, KT);
 #pragma GCC unroll 8
     for (int i = 0; i < NG; i++) _mm512_mask_storeu_ps(t->acc + (size_t)(v + i) * hd + d, mk, a[i]);
 }
@@ -219,23 +231,23 @@ AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, i
 }
 
 AI void tile_impl(const pl_attn_tile *t, int KT) {
-    int32_t v0 = 0; /* nvis grows with v (vectors are in row order): skip the blind ones */
-    while (v0 < t->nq && t->nvis[v0] == 0) v0++;
+    int32_t v0, v1; /* the vectors that see a key of this tile (attention_impl.h) */
+    pl_attn_seeing(t, &v0, &v1);
     int32_t v = v0;
     if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) {
-        scores_q(t, v0, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
+        scores_q(t, v0, v1, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
     } else {
-        for (; v + 4 <= t->nq; v += 4) scores_4q(t, v, t->nvis[v + 3], KT);
-        for (; v < t->nq; v++) scores_1q(t, v, t->nvis[v], KT);
+        for (; v + 4 <= v1; v += 4) scores_4q(t, v, t->nlo[v], t->nvis[v + 3], KT);
+        for (; v < v1; v++) scores_1q(t, v, t->nlo[v], t->nvis[v], KT);
     }
 
-    pl_attn_softcap_tile(t, v0);
+    pl_attn_softcap_tile(t, v0, v1);
     float alpha[PL_ATTN_MAXQ];
-    for (v = v0; v < t->nq; v++) alpha[v] = softmax_update(t, v);
-    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, KT == PL_KT_Q4_0);
+    for (v = v0; v < v1; v++) alpha[v] = softmax_update(t, v);
+    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, v0, v1, KT == PL_KT_Q4_0);
 
-    for (v = v0; v < t->nq;) {
-        int32_t left = t->nq - v;
+    for (v = v0; v < v1;) {
+        int32_t left = v1 - v;
         if (left >= 8) { pv_group(t, v, alpha, 8, KT); v += 8; }
         else if (left >= 4) { pv_group(t, v, alpha, 4, KT); v += 4; }
         else if (left == 3) { pv_group(t, v, alpha, 3, KT); v += 3; } /* GQA 3: one V load */

@@ -8,7 +8,8 @@
  * every position of the tile through the block table and calls one tile function, which
  *
  *   - computes the scores s = scale * q·k of every vector against the tile's keys it may see
- *     (the first nvis[v] keys; a vector with nvis 0 is left untouched). With a q8_0 or q4_0
+ *     (keys nlo[v] .. nvis[v] - 1: a causal prefix, minus the keys that left a sliding window;
+ *     a vector that sees none, nlo[v] >= nvis[v], is left untouched). With a q8_0 or q4_0
  *     cache the query is quantized to q8_0 first, as llama.cpp's CPU flash attention does, and
  *     q·k = sum over 32-blocks b, in order, of (float)isum_b * (dq_b * dk_b) with isum_b the
  *     exact integer dot product: the same bits on every instruction set,
@@ -17,7 +18,10 @@
  *
  * Invariant every tile function keeps: the arithmetic applied to one vector depends only on that
  * vector's query, its nvis and the keys/values, never on which other vectors share the chunk or
- * on nq. This is what makes outputs bitwise independent of the thread count, of the batch, of the
+ * on nq. Keys outside [nlo[v], nvis[v]) add nothing to vector v: not even a zero product, so a
+ * vector's result is the same whatever keys its neighbours see. Vectors are in row order, so
+ * both nlo and nvis grow with v and the vectors that see anything are one contiguous run.
+ * This is what makes outputs bitwise independent of the thread count, of the batch, of the
  * prefill chunking and of the block size.
  */
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
@@ -51,7 +55,8 @@ typedef struct {
     int32_t kt;              /* PL_KT_*: how cache rows are stored */
     float scale;             /* applied to q·k */
     float softcap;           /* > 0: scores become softcap * tanh(score / softcap) (Gemma 2) */
-    const int32_t *nvis;     /* [nq] keys of the tile vector v sees: 0..nk, a prefix */
+    const int32_t *nlo;      /* [nq] first key of the tile vector v sees: 0 without a window */
+    const int32_t *nvis;     /* [nq] end of the keys vector v sees: 0..nk */
     const float *q;          /* [nq][head_dim]; bf16 cache: rounded to bf16 (as llama.cpp) */
     const int8_t *qq;        /* q8_0 / q4_0 cache: q as q8_0, quants [nq][head_dim] ... */
     const float *qd;         /* ... scales [nq][head_dim / 32] (f16 values) ... */
@@ -73,13 +78,24 @@ static inline float pl_attn_softcap(float s, float cap) {
     return cap > 0 ? cap * tanhf(s * (1.0f / cap)) : s;
 }
 
-/* The soft-capping of the scores of vectors v0.. of a tile, before their softmax update. */
-static inline void pl_attn_softcap_tile(const pl_attn_tile *t, int32_t v0) {
+/* The soft-capping of the scores of vectors [v0, v1) of a tile (the keys each sees), before
+ * their softmax update. */
+static inline void pl_attn_softcap_tile(const pl_attn_tile *t, int32_t v0, int32_t v1) {
     if (!(t->softcap > 0)) return;
-    for (int32_t v = v0; v < t->nq; v++)
-        for (int32_t j = 0; j < t->nvis[v]; j++)
+    for (int32_t v = v0; v < v1; v++)
+        for (int32_t j = t->nlo[v]; j < t->nvis[v]; j++)
             t->s[(size_t)v * PL_ATTN_KT + j] =
                 pl_attn_softcap(t->s[(size_t)v * PL_ATTN_KT + j], t->softcap);
+}
+
+/* The vectors that see a key of the tile: [*v0, *v1) (empty when *v0 == *v1). */
+static inline void pl_attn_seeing(const pl_attn_tile *t, int32_t *v0, int32_t *v1) {
+    int32_t a = 0, b;
+    while (a < t->nq && t->nlo[a] >= t->nvis[a]) a++;
+    b = a;
+    while (b < t->nq && t->nlo[b] < t->nvis[b]) b++;
+    *v0 = a;
+    *v1 = b;
 }
 
 /* sum_b (float)isum_b * (qd_b * dk_b), blocks in order: the quantized score before scaling. */

@@ -61,23 +61,24 @@ AI __m256i dot(__m256i q, __m256i u, __m256i s, int Q4) {
 #endif
 }
 
-/* Scores of vectors v0.. against the keys each sees (nvis grows with v), four keys at a time
- * (padding keys repeat the first; computed, not stored). Lane i of the float arithmetic is
- * exactly pl_attn_q_combine's for key j + i. */
-AI void scores_q(const pl_attn_tile *t, int32_t v0, int Q4) {
+/* Scores of vectors [v0, v1) against the keys each sees (nlo and nvis grow with v), four keys at
+ * a time (padding keys repeat the first; computed, not stored; keys below a vector's nlo are
+ * computed when a neighbour needs them and masked by the softmax). Lane i of the float
+ * arithmetic is exactly pl_attn_q_combine's for key j + i. */
+AI void scores_q(const pl_attn_tile *t, int32_t v0, int32_t v1, int Q4) {
     enum { NB = PL_ATTN_MAX_HEAD_DIM / PL_QK };
-    const int32_t hd = t->head_dim, nb = hd / PL_QK, nk = t->nvis[t->nq - 1];
+    const int32_t hd = t->head_dim, nb = hd / PL_QK, nk = v1 > v0 ? t->nvis[v1 - 1] : 0;
     const int32_t off = Q4 ? 8 : PL_ATTN_Q_VNNI ? 128 : 0;
     __m256i ku[4][NB], ks[4][NB];
     _Alignas(16) float dk[NB][4];
     int32_t vfirst = v0;
-    for (int32_t j = 0; j < nk; j += 4) {
-        while (t->nvis[vfirst] <= j) vfirst++; /* the vectors that see key j: a suffix */
+    for (int32_t j = v1 > v0 ? t->nlo[v0] : 0; j < nk; j += 4) {
+        while (t->nvis[vfirst] <= j) vfirst++; /* the vectors that may see key j */
         for (int i = 0; i < 4; i++) {
             const void *k = t->krow[j + i < nk ? j + i : j];
             for (int32_t b = 0; b < nb; b++) key_block(k, b, Q4, &ku[i][b], &ks[i][b], &dk[b][i]);
         }
-        for (int32_t v = vfirst; v < t->nq; v++) {
+        for (int32_t v = vfirst; v < v1 && t->nlo[v] < j + 4; v++) {
             const int8_t *q = t->qq + (size_t)v * hd;
             const float *qd = t->qd + (size_t)v * nb;
             const int32_t *qsum = t->qsum + (size_t)v * nb;
@@ -98,10 +99,11 @@ AI void scores_q(const pl_attn_tile *t, int32_t v0, int Q4) {
 }
 
 /* The V scales of the tile's keys, widened once (pl_attn_tile.vd) instead of per chunk. */
-AI void v_scales(const pl_attn_tile *t, int Q4) {
-    const int32_t nb = t->head_dim / PL_QK, nk = t->nvis[t->nq - 1];
+AI void v_scales(const pl_attn_tile *t, int32_t v0, int32_t v1, int Q4) {
+    if (v1 <= v0) return;
+    const int32_t nb = t->head_dim / PL_QK, nk = t->nvis[v1 - 1];
     const size_t bb = Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0);
-    for (int32_t j = 0; j < nk; j++)
+    for (int32_t j = t->nlo[v0]; j < nk; j++)
         for (int32_t b = 0; b < nb; b++)
             t->vd[j * nb + b] = f16_at((const uint8_t *)t->vrow[j] + (size_t)b * bb);
 }

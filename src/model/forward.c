@@ -160,6 +160,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_kv_write(&kv->layout, kc, vc, c->k, c->v, b->slot_mapping, b->n_tokens);
         attn.k_cache = kc;
         attn.v_cache = vc;
+        attn.window = pl_model_layer_window(hp, l);
         pl_paged_attention(c->tp, &kv->layout, &attn);
 
         matmul(c, &L->wo, c->att, T, c->h);

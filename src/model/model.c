@@ -65,6 +65,22 @@ static pl_status read_bert_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     return PL_OK;
 }
 
+/* `<arch>.attention.sliding_window`, generic: every layer uses it (an architecture with its own
+ * pattern overwrites swa_layers after this). */
+static pl_status read_sliding_window(const pl_gguf *g, pl_model_hparams *hp) {
+    PL_TRY(get_arch_int(g, hp->arch_name, "attention.sliding_window", 0, 0, 1 << 24,
+                        &hp->sliding_window));
+    memset(hp->swa_layers, hp->sliding_window > 0, sizeof hp->swa_layers);
+    return PL_OK;
+}
+
+int32_t pl_model_kv_window(const pl_model_hparams *hp) {
+    if (hp->sliding_window <= 0) return 0;
+    for (int32_t l = 0; l < hp->n_layers; l++)
+        if (!hp->swa_layers[l]) return 0;
+    return hp->sliding_window;
+}
+
 /* RoPE scaling as llama.cpp reads it: `rope.scaling.type` none, linear (the default when the key
  * is absent, so a bare factor scales) or yarn; `rope.scaling.factor` (or the older
  * `rope.scale_linear`), `rope.scaling.attn_factor` (scales cos/sin in every mode) and, for YaRN,
@@ -156,6 +172,8 @@ static pl_status read_phi3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (w > 0)
         pl_log(PL_LOG_INFO, "phi3.attention.sliding_window = %d is not applied (as llama.cpp, "
                "which disables Phi's sliding window): full attention on every layer", w);
+    hp->sliding_window = 0; /* undo read_sliding_window's every-layer default */
+    memset(hp->swa_layers, 0, sizeof hp->swa_layers);
     return PL_OK;
 }
 
@@ -194,6 +212,7 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
         return pl_fail(PL_ERR_UNSUPPORTED, "head dimension %d is not a multiple of 4",
                        hp->head_dim);
     if (hp->arch == PL_ARCH_BERT) return read_bert_hparams(g, hp);
+    PL_TRY(read_sliding_window(g, hp));
     PL_TRY(get_arch_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, 0, 1, &hp->norm_eps));
     hp->rope.mode = hp->arch == PL_ARCH_LLAMA ? PL_ROPE_NORM : PL_ROPE_NEOX;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);

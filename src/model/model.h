@@ -1,9 +1,11 @@
 /* model/model — a loaded model: hyper-parameters per architecture, weights bound to the GGUF
  * mapping, its tokenizer, and the batched forward pass over a step batch.
  *
- * Supported architectures: `llama` (Llama 1/2/3, TinyLlama, Mistral without sliding window,
+ * Supported architectures: `llama` (Llama 1/2/3, TinyLlama, Mistral,
  * SmolLM: GQA, rope.freq_base, rope.dimension_count, linear rope scaling, rope_freqs factors,
- * RMSNorm epsilon, tied embeddings when output.weight is absent), `qwen2` (Q/K/V biases, NEOX
+ * RMSNorm epsilon, tied embeddings when output.weight is absent, and Mistral-style files with
+ * `llama.attention.sliding_window`, applied to every layer; see docs/DESIGN.md for why pagellm
+ * applies it where llama.cpp's llama architecture ignores it), `qwen2` (Q/K/V biases, NEOX
  * RoPE) and `bert` (an embedding model: absolute positions, token type 0 added, LayerNorm after
  * the embeddings and after each sub-layer, biases everywhere, GELU, bidirectional attention over
  * the request's own tokens, no KV cache; pooled by `bert.pooling_type` mean / cls / last).
@@ -53,8 +55,10 @@ typedef struct {
     float attn_scale;     /* applied to q·k: 1/sqrt(head_dim) unless the architecture says */
     float attn_softcap;   /* gemma2: scores = cap * tanh(score / cap) before softmax; 0: none */
     float final_softcap;  /* gemma2: logits = cap * tanh(logit / cap); 0: none */
-    /* Sliding-window attention: layer l attends to its last sliding_window positions when
-     * swa_layers[l] (kernels/attention.h), to all of them otherwise. */
+    /* Sliding-window attention: `<arch>.attention.sliding_window` (0 or absent: none). Layer l
+     * attends to its last sliding_window positions when swa_layers[l] (kernels/attention.h),
+     * to all of them otherwise. Set for every layer when the key is set, unless the
+     * architecture defines its own pattern (e.g. alternating local / global layers). */
     int32_t sliding_window;
     uint8_t swa_layers[PL_MAX_LAYERS];
 } pl_model_hparams;
@@ -63,6 +67,10 @@ typedef struct {
 static inline int32_t pl_model_layer_window(const pl_model_hparams *hp, int32_t l) {
     return hp->sliding_window > 0 && hp->swa_layers[l] ? hp->sliding_window : 0;
 }
+
+/* The smallest window over all layers if every layer has one, else 0: a block whose tokens all
+ * left it is read by no layer again (the KV manager may free it). */
+int32_t pl_model_kv_window(const pl_model_hparams *hp);
 
 typedef struct {
     float *attn_norm;                 /* [dim] */

@@ -246,7 +246,8 @@ usage_error "heads not a multiple of kv-heads" "not a multiple of --kv-heads" "$
     --kv-heads 3
 usage_error "odd head size" "is odd" "$B" "${TINY[@]}" --dim 24 --heads 8 --kv-heads 8
 usage_error "q8_0 needs dim % 32" "block size of q8_0" "$B" "${TINY[@]}" --dim 48 --type q8_0
-usage_error "window on llama" "--sliding-window is for" "$B" "${TINY[@]}" --sliding-window 8
+usage_error "window on bert" "bert attends bidirectionally" "$B" "${TINY[@]}" --arch bert \
+    --sliding-window 8
 usage_error "rope scaling on gemma2" "--rope-scaling is for" "$B" "${TINY[@]}" --arch gemma2 \
     --rope-scaling yarn
 usage_error "unknown arch" "is not llama, gemma2, phi3 or bert" "$B" "${TINY[@]}" --arch gpt2

@@ -59,6 +59,7 @@ typedef struct {
     float *out;
     float scale;
     float softcap; /* Gemma 2's logit soft-capping (0: none) */
+    int32_t window;         /* pl_attn_args.window (set_window) */
 } acase;
 
 typedef struct {
@@ -223,7 +224,30 @@ static pl_attn_args args_of(const acase *c) {
                           .n_seqs = c->n_seqs, .seq_start = c->seq_start,
                           .context_lens = c->ctx, .block_tables = c->btab,
                           .max_blocks = c->max_blocks, .k_cache = c->kc, .v_cache = c->vc,
-                          .softcap = c->softcap};
+                          .softcap = c->softcap, .window = c->window};
+}
+
+/* The first position a query at pos sees under window W (0: none). */
+static int32_t win_lo(int32_t W, int32_t pos) { return W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0; }
+
+/* Gives c a sliding window W and "frees" every block that is wholly before the window of the
+ * sequence's first query row, as the KV manager does: its table entry becomes -1 (the manager's
+ * placeholder), so a kernel that looks one up fails its range check (aborts the test), and the
+ * data of the block it named is overwritten with NaN (the pool may have reused it), so a read of
+ * a stale row through an old pointer poisons the output. */
+static void set_window(acase *c, int32_t W) {
+    c->window = W;
+    const int32_t bs = c->l.block_size;
+    for (int32_t i = 0; i < c->n_seqs; i++) {
+        int32_t first = c->ctx[i] - (c->seq_start[i + 1] - c->seq_start[i]);
+        for (int32_t b = 0; b < win_lo(W, first) / bs; b++) {
+            int32_t *e = &c->btab[i * c->max_blocks + b];
+            size_t bb = pl_kv_block_bytes(&c->l);
+            memset((char *)c->kc + (size_t)*e * bb, 0xff, bb);
+            memset((char *)c->vc + (size_t)*e * bb, 0xff, bb);
+            *e = -1;
+        }
+    }
 }
 
 /* Dense attention in double over the contiguous K/V, as stored (rounded, quantized) when
@@ -241,7 +265,8 @@ static void dense_ref(const acase *c, int rounded, double *out) {
                 memcpy(q, c->q + row, sizeof(float) * (size_t)hd);
                 if (rounded) query_as_kernel(c->l.dtype, q, hd);
                 double mx = -INFINITY, sum = 0;
-                for (int32_t p = 0; p <= pos; p++) {
+                const int32_t lo = win_lo(c->window, pos); /* the dense mask: p - p' < W */
+                for (int32_t p = lo; p <= pos; p++) {
                     const float *k = (rounded ? c->ks[i] : c->k[i]) + ((size_t)p * nkv + h / G) * hd;
                     double dot = 0;
                     for (int32_t d = 0; d < hd; d++) dot += (double)q[d] * k[d];
@@ -250,7 +275,7 @@ static void dense_ref(const acase *c, int rounded, double *out) {
                     mx = s[p] > mx ? s[p] : mx;
                 }
                 for (int32_t d = 0; d < hd; d++) out[row + d] = 0;
-                for (int32_t p = 0; p <= pos; p++) {
+                for (int32_t p = lo; p <= pos; p++) {
                     double w = exp(s[p] - mx);
                     sum += w;
                     const float *v = (rounded ? c->vs[i] : c->v[i]) + ((size_t)p * nkv + h / G) * hd;
@@ -327,9 +352,9 @@ static void check_case(const fixture *fx, acase *c) {
             if (t == 0) {
                 e = max_err(c->out, ref, n);
                 if (!(e <= TOL))
-                    fprintf(stderr, "%s: max error %g (bs %d hd %d G %d %s)\n",
+                    fprintf(stderr, "%s: max error %g (bs %d hd %d G %d %s window %d)\n",
                             pl_isa_name((pl_isa)isa), e, c->l.block_size, c->l.head_dim,
-                            c->n_heads / c->l.n_kv_heads, pl_dtype_name(c->l.dtype));
+                            c->n_heads / c->l.n_kv_heads, pl_dtype_name(c->l.dtype), c->window);
                 assert_true(e <= TOL);
                 worst_err = fmax(worst_err, e);
                 memcpy(first, c->out, sizeof(float) * n);
@@ -448,6 +473,10 @@ static void test_softcap(void **state) {
         build(&c, &rng, 5, DTYPES[it], 16, 2, 2, 64, 2, ctx, q);
         build(&plain, &rng, 5, DTYPES[it], 16, 2, 2, 64, 2, ctx, q);
         c.softcap = 0.05f;
+        if (it % 2) { /* with a window too (Gemma 2's local layers) */
+            set_window(&c, 24);
+            set_window(&plain, 24);
+        }
         check_case(fx, &c);
         pl_attn_args a = args_of(&plain);
         pl_paged_attention(fx->tp[0], &plain.l, &a);
@@ -638,6 +667,8 @@ static void test_invariance(void **state) {
     pl_rng_seed(&rng, 11);
     unsigned ran = 0;
     const int32_t ctx[3] = {150, 61, 9}, q[3] = {45, 1, 9};
+    static const int32_t windows[] = {0, 40, 7, 1};
+    for (int wi = 0; wi < 4; wi++)
     for (int di = 0; di < N_DTYPES; di++)
         for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
             pl_cpu_force_isa((pl_isa)isa);
@@ -647,6 +678,8 @@ static void test_invariance(void **state) {
             acase c, c2;
             build(&c, &rng, 555, dt, 16, 2, 4, hd, 3, ctx, q);
             build(&c2, &rng, 555, dt, 1, 2, 4, hd, 3, ctx, q);
+            set_window(&c, windows[wi]);
+            set_window(&c2, windows[wi]);
             pl_attn_args a = args_of(&c), a2 = args_of(&c2);
             pl_paged_attention(fx->tp[1], &c.l, &a);
             pl_paged_attention(fx->tp[2], &c2.l, &a2);
@@ -668,6 +701,53 @@ static void test_invariance(void **state) {
         }
     pl_cpu_force_isa(pl_cpu_max_isa());
     isa_coverage_check("paged attention, batch/chunk/block invariance", ran);
+}
+
+/* Sliding windows against the dense masked reference, every dtype, ISA and thread count, with
+ * the blocks wholly before each sequence's window replaced by NaN (set_window): windows of one
+ * position, shorter than a tile, not aligned to tiles or blocks, longer than the context; decodes
+ * and prefill chunks whose rows' windows start in different tiles. */
+static void test_window_cases(void **state) {
+    const fixture *fx = *state;
+    pl_rng rng;
+    pl_rng_seed(&rng, 17);
+    struct {
+        int32_t W, bs, nkv, G, hd, n;
+        int32_t ctx[4], q[4];
+    } cases[] = {
+        {1, 16, 1, 2, 64, 2, {100, 1}, {30, 1}},              /* only itself */
+        {7, 16, 2, 4, 64, 3, {100, 70, 8}, {40, 1, 8}},       /* shorter than a tile */
+        {40, 1, 1, 8, 32, 2, {300, 41}, {100, 2}},            /* one-token blocks */
+        {33, 32, 2, 1, 64, 2, {257, 64}, {64, 1}},            /* tile + 1 */
+        {100, 256, 1, 4, 128, 2, {2000, 99}, {1, 99}},        /* long decode, big blocks */
+        {5000, 16, 1, 2, 64, 2, {200, 30}, {50, 1}},          /* longer than the context */
+        {64, 16, 1, 40, 64, 1, {300}, {20}},                  /* group > chunk size */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int di = 0; di < N_DTYPES; di++) {
+            acase c;
+            build(&c, &rng, 300 + i, DTYPES[di], cases[i].bs, cases[i].nkv, cases[i].G,
+                  cases[i].hd, cases[i].n, cases[i].ctx, cases[i].q);
+            set_window(&c, cases[i].W);
+            check_case(fx, &c);
+            destroy(&c);
+        }
+    for (int it = 0; it < 30; it++) { /* random shapes and windows */
+        static const int32_t bss[] = {1, 2, 16, 32, 256}, Gs[] = {1, 2, 4, 8};
+        const pl_dtype dt = DTYPES[it % N_DTYPES];
+        int32_t bs = bss[pl_rng_below(&rng, 5)], G = Gs[pl_rng_below(&rng, 4)];
+        int32_t n = 1 + (int32_t)pl_rng_below(&rng, 3), ctx[4], q[4];
+        for (int32_t j = 0; j < n; j++) {
+            ctx[j] = 1 + (int32_t)pl_rng_below(&rng, 600);
+            q[j] = pl_rng_below(&rng, 2) ? 1 + (int32_t)pl_rng_below(&rng, (uint64_t)(ctx[j] < 70 ? ctx[j] : 70)) : 1;
+        }
+        acase c;
+        build(&c, &rng, pl_rng_next(&rng), dt, bs, 1 + (int32_t)pl_rng_below(&rng, 2), G, 64, n, ctx, q);
+        set_window(&c, 1 + (int32_t)pl_rng_below(&rng, 200));
+        check_case(fx, &c);
+        destroy(&c);
+    }
+    isa_coverage_check("paged attention, sliding windows", case_isas);
 }
 
 /* A forked sequence shares the parent's full blocks, gets a copy of the partly filled last block
@@ -772,6 +852,7 @@ int main(void) {
         cmocka_unit_test(test_random_cases),
         cmocka_unit_test(test_softcap),
         cmocka_unit_test(test_invariance),
+        cmocka_unit_test(test_window_cases),
         cmocka_unit_test(test_fork_isolation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
