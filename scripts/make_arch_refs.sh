@@ -22,6 +22,8 @@ MODELS=(
   "yarn|--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 --rope-attn-factor 0.9"
   "gemma2|--arch gemma2 --head-dim 48 --attn-softcap 0.5 --final-softcap 3 --sliding-window 32"
   "phi3|--arch phi3 --sliding-window 32"
+  "phi3-long|--arch phi3 --ctx 4096 --rope-scaling longrope --rope-factor 8 --rope-orig-ctx 64 --rope-attn-factor 1.2"
+  "phi3-short|--arch phi3 --rope-scaling longrope --rope-orig-ctx 2048"
 )
 mkdir -p tests/data/archs
 for m in "${MODELS[@]}"; do

@@ -128,6 +128,8 @@ static void usage(FILE *f) {
             "  --rope-base B       rope.freq_base (default 10000)\n"
             "  --rope-scaling S    none (default), linear, yarn (rope.scaling.* keys) or llama3\n"
             "                      (Llama 3.1: the rope_freqs.weight tensor, as llama.cpp's converter)\n"
+            "                      or, for phi3, longrope (rope_factors_long/short tensors: long ones\n"
+            "                      of mean (1 + factor) / 2, short ones near 1.1)\n"
             "  --rope-factor F     scaling factor (default 8 for llama3, else 4)\n"
             "  --rope-orig-ctx N   yarn original_context_length / llama3 original context (8192)\n"
             "  --rope-attn-factor A  rope.scaling.attn_factor (written only when given)\n"
@@ -231,9 +233,9 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 5: if (float_flag("--rope-base", 1, 1e12, &o->rope_base)) return 2; break;
         case 6:
             if (strcmp(optarg, "none") && strcmp(optarg, "linear") && strcmp(optarg, "yarn") &&
-                strcmp(optarg, "llama3"))
-                return usage_error("--rope-scaling: '%s' is not none, linear, yarn or llama3",
-                                   optarg);
+                strcmp(optarg, "llama3") && strcmp(optarg, "longrope"))
+                return usage_error("--rope-scaling: '%s' is not none, linear, yarn, llama3 or "
+                                   "longrope", optarg);
             o->rope_scaling = optarg;
             break;
         case 7: if (float_flag("--rope-factor", 1e-3, 1e6, &o->rope_factor)) return 2; break;
@@ -267,8 +269,10 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->rope_orig_ctx < 0) o->rope_orig_ctx = 8192;
     if (!(o->high_freq > o->low_freq))
         return usage_error("--rope-high-freq must be above --rope-low-freq");
-    if (strcmp(o->rope_scaling, "none") && (o->bert || !is_arch(o, "llama")))
-        return usage_error("--rope-scaling is for --arch llama");
+    int longrope = !strcmp(o->rope_scaling, "longrope");
+    if (strcmp(o->rope_scaling, "none") && (o->bert || !is_arch(o, longrope ? "phi3" : "llama")))
+        return usage_error("--rope-scaling %s is for --arch %s", o->rope_scaling,
+                           longrope ? "phi3" : "llama");
     if (o->head_dim != o->dim / o->heads && (o->bert || is_arch(o, "phi3")))
         return usage_error("--head-dim is for --arch llama or gemma2");
     static const char *const required[] = {"--vocab-from", "--dim", "--layers", "--heads",
@@ -411,7 +415,7 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
         PL_TRY(pl_gguf_writer_add_str(w, akey(o, "rope.scaling.type"), o->rope_scaling));
         PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "rope.scaling.factor"), (float)o->rope_factor));
     }
-    if (!strcmp(o->rope_scaling, "yarn"))
+    if (!strcmp(o->rope_scaling, "yarn") || !strcmp(o->rope_scaling, "longrope"))
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "rope.scaling.original_context_length"),
                                       (uint32_t)o->rope_orig_ctx));
     if (o->rope_attn_factor > 0)
@@ -474,6 +478,11 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
     if (!gemma2) /* gemma2's output is the embedding */
         PL_TRY(add_matrix(b, "output.weight", o->more, dim, n_vocab, std));
     if (!strcmp(o->rope_scaling, "llama3")) PL_TRY(add_llama3_rope_freqs(b, o));
+    if (!strcmp(o->rope_scaling, "longrope")) { /* Phi-3 128k's pair, as its converter writes */
+        PL_TRY(add_vector(b, "rope_factors_long.weight", o->head_dim / 2, (1 + o->rope_factor) / 2,
+                          (o->rope_factor - 1) / 4));
+        PL_TRY(add_vector(b, "rope_factors_short.weight", o->head_dim / 2, 1.1, 0.05));
+    }
     for (int64_t l = 0; l < o->layers; l++) {
         char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)

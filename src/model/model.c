@@ -82,7 +82,8 @@ int32_t pl_model_kv_window(const pl_model_hparams *hp) {
 }
 
 /* RoPE scaling as llama.cpp reads it: `rope.scaling.type` none, linear (the default when the key
- * is absent, so a bare factor scales) or yarn; `rope.scaling.factor` (or the older
+ * is absent, so a bare factor scales), longrope (llama.cpp computes it as linear: the factors are
+ * phi3's rope_factors_long/short tensors) or yarn; `rope.scaling.factor` (or the older
  * `rope.scale_linear`), `rope.scaling.attn_factor` (scales cos/sin in every mode) and, for YaRN,
  * `rope.scaling.original_context_length` (default: context_length) with llama.cpp's fixed
  * beta_fast 32 / beta_slow 1 and ext_factor 1 (it reads no yarn_* keys for these
@@ -96,8 +97,10 @@ static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
     pl_gguf_str stype = {"linear", 6};
     if (pl_gguf_find_key(g, key) >= 0) PL_TRY(pl_gguf_get_str(g, key, &stype));
     int yarn = pl_gguf_str_eq(stype, "yarn");
-    if (!yarn && !pl_gguf_str_eq(stype, "linear") && !pl_gguf_str_eq(stype, "none"))
-        return pl_fail(PL_ERR_UNSUPPORTED, "'%s' = '%.*s' is not supported (none, linear, yarn)",
+    if (!yarn && !pl_gguf_str_eq(stype, "linear") && !pl_gguf_str_eq(stype, "none") &&
+        !pl_gguf_str_eq(stype, "longrope"))
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s' = '%.*s' is not supported (none, linear, yarn, "
+                       "longrope)",
                        key, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
     float factor = 0;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
@@ -108,10 +111,10 @@ static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
     float attn_factor = 1.0f;
     PL_TRY(get_arch_float(g, a, "rope.scaling.attn_factor", 1.0, 1e-6, 1e6, &attn_factor));
     float mscale = 1.0f;
+    PL_TRY(get_arch_int(g, a, "rope.scaling.original_context_length", hp->n_ctx_train, 1,
+                        1 << 24, &hp->n_ctx_orig));
     if (yarn) {
-        int32_t n_orig = 0;
-        PL_TRY(get_arch_int(g, a, "rope.scaling.original_context_length", hp->n_ctx_train, 1,
-                            1 << 24, &n_orig));
+        int32_t n_orig = hp->n_ctx_orig;
         float f = 1.0f / hp->rope.freq_scale;
         hp->rope.ext_factor = 1.0f;
         pl_rope_yarn_corr_dims(hp->rope.n_rot, n_orig, hp->rope.freq_base, 32.0f, 1.0f,
@@ -345,11 +348,21 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(bind_weight(g, "output.weight", dim, hp->n_vocab, &m->output));
     else
         m->output = m->tok_embd; /* tied embeddings (gemma2: always, as llama.cpp) */
-    if (hp->arch == PL_ARCH_PHI3 && (pl_gguf_find_tensor(g, "rope_factors_long.weight") ||
-                                     pl_gguf_find_tensor(g, "rope_factors_short.weight")))
-        return pl_fail(PL_ERR_UNSUPPORTED, "phi3 LongRoPE factors (rope_factors_long/short) are "
-                       "not supported: llama.cpp picks one of them by its context size");
-    PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
+    if (hp->arch == PL_ARCH_PHI3) {
+        /* LongRoPE (Phi-3 128k): llama.cpp uses rope_factors_long when its per-sequence context
+         * exceeds original_context_length, else rope_factors_short; pagellm's sequences may
+         * reach the trained context (max_model_len's default), so it decides on n_ctx_train,
+         * as llama.cpp at its default context. phi3 has no rope_freqs in llama.cpp. */
+        int lng = hp->n_ctx_train > hp->n_ctx_orig;
+        const char *use = lng ? "rope_factors_long.weight" : "rope_factors_short.weight";
+        const char *other = lng ? "rope_factors_short.weight" : "rope_factors_long.weight";
+        PL_TRY(load_vector(g, use, hp->rope.n_rot / 2, 1, &m->rope_freqs));
+        if (!m->rope_freqs && pl_gguf_find_tensor(g, other))
+            return pl_fail(PL_ERR_FORMAT, "tensor '%s' is missing (its pair '%s' is present)",
+                           use, other);
+    } else {
+        PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
+    }
     hp->rope.freq_factors = m->rope_freqs;
 
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);

@@ -43,6 +43,7 @@ typedef struct {
     char arch_name[32];
     int32_t n_vocab;
     int32_t n_ctx_train;  /* trained context length */
+    int32_t n_ctx_orig;   /* rope.scaling.original_context_length (default n_ctx_train) */
     int32_t dim;          /* embedding length */
     int32_t n_layers;
     int32_t n_heads;

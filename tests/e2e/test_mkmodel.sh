@@ -217,6 +217,10 @@ refused() { # refused DESCRIPTION PATTERN FILE
 }
 python3 "$(dirname "$0")/gguf_patch.py" "$tmp/a3.gguf" "$tmp/xpos.gguf" str llama.rope.scaling.type xpos
 refused "rope scaling xpos" "llama.rope.scaling.type' = 'xpos' is not supported" "$tmp/xpos.gguf"
+"$PL_BINARY" mkmodel "$tmp/lr.gguf" "${TINY[@]}" --arch phi3 --rope-scaling longrope --ctx 4096 \
+    --rope-orig-ctx 64 >/dev/null 2>&1
+python3 "$(dirname "$0")/gguf_patch.py" "$tmp/lr.gguf" "$tmp/lr1.gguf" drop rope_factors_long.weight
+refused "phi3 without its long factors" "rope_factors_long.weight' is missing" "$tmp/lr1.gguf"
 "$PL_BINARY" mkmodel "$tmp/lin.gguf" "${TINY[@]}" --rope-scaling linear >/dev/null 2>&1
 python3 "$(dirname "$0")/gguf_patch.py" "$tmp/lin.gguf" "$tmp/l3.gguf" str llama.rope.scaling.type llama3
 refused "rope scaling llama3" "'llama3' is not supported" "$tmp/l3.gguf"
@@ -248,11 +252,13 @@ usage_error "odd head size" "is odd" "$B" "${TINY[@]}" --dim 24 --heads 8 --kv-h
 usage_error "q8_0 needs dim % 32" "block size of q8_0" "$B" "${TINY[@]}" --dim 48 --type q8_0
 usage_error "window on bert" "bert attends bidirectionally" "$B" "${TINY[@]}" --arch bert \
     --sliding-window 8
-usage_error "rope scaling on gemma2" "--rope-scaling is for" "$B" "${TINY[@]}" --arch gemma2 \
-    --rope-scaling yarn
-usage_error "unknown arch" "is not llama, gemma2, phi3 or bert" "$B" "${TINY[@]}" --arch gpt2
-usage_error "unknown rope scaling" "is not none, linear, yarn or llama3" "$B" "${TINY[@]}" \
+usage_error "rope scaling on gemma2" "--rope-scaling yarn is for --arch llama" "$B" "${TINY[@]}" \
+    --arch gemma2 --rope-scaling yarn
+usage_error "longrope on llama" "--rope-scaling longrope is for --arch phi3" "$B" "${TINY[@]}" \
     --rope-scaling longrope
+usage_error "unknown arch" "is not llama, gemma2, phi3 or bert" "$B" "${TINY[@]}" --arch gpt2
+usage_error "unknown rope scaling" "is not none, linear, yarn, llama3 or longrope" "$B" \
+    "${TINY[@]}" --rope-scaling su
 usage_error "q4_0 needs ffn % 32" "--ffn 100" "$B" "${TINY[@]}" --ffn 100 --type q4_0
 usage_error "unknown type" "q5_k" "$B" "${TINY[@]}" --type q5_k
 usage_error "zero layers" "--layers" "$B" "${TINY[@]}" --layers 0

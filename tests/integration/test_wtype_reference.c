@@ -79,6 +79,11 @@ static const arch_case ARCHS[] = {
     {"yarn", "--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 --rope-attn-factor 0.9"},
     {"gemma2", "--arch gemma2 --head-dim 48 --attn-softcap 0.5 --final-softcap 3 --sliding-window 32"},
     {"phi3", "--arch phi3 --sliding-window 32"},
+    /* LongRoPE: long factors (trained context 4096 > original 64; llama.cpp's 256 > 64 too) and
+     * short ones (2048 = 2048; llama.cpp's 256 < 2048) */
+    {"phi3-long", "--arch phi3 --ctx 4096 --rope-scaling longrope --rope-factor 8 "
+                  "--rope-orig-ctx 64 --rope-attn-factor 1.2"},
+    {"phi3-short", "--arch phi3 --rope-scaling longrope --rope-orig-ctx 2048"},
 };
 
 enum { TOP = 20, MAX_SEQ = 256 };
