@@ -1,6 +1,7 @@
 /* cli/cmd_mkmodel — `pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L
- * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N] [--sliding-window W]`: a random-weight Llama;
- * with `--arch bert [--pooling mean|cls|last]` a random-weight BERT embedding model (below).
+ * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N] [--sliding-window W]`: a
+ * random-weight Llama; with `--arch gemma2|phi3` (and their flags, see usage) those layouts; with
+ * `--arch bert [--pooling mean|cls|last]` a random-weight BERT embedding model (below).
  *
  * The file is a complete "llama" GGUF: every tokenizer.* key of FILE copied as is, the llama.*
  * hyper-parameters, and the tensors of a llama.cpp Llama (GGUF ne[0] = input features):
@@ -20,6 +21,15 @@
  * Memory: the GGUF writer reads tensor data at write time, so every tensor is generated straight
  * into its final (quantized) buffer, one row of f32 at a time: peak memory is the output size
  * plus one row, never an f32 copy of the model.
+ *
+ * --arch gemma2 and --arch phi3 write those layouts as llama.cpp's converters do (gemma2: no
+ * output.weight, blk.i.post_attention_norm and post_ffw_norm, attn/final_logit_softcapping,
+ * attention.key_length from --head-dim; phi3: blk.i.attn_qkv [dim, q + 2 kv] and ffn_up
+ * [dim, 2 ffn] with the gate rows first, no ffn_gate), their norms 1 + noise so that a norm read
+ * from the wrong tensor shows. --rope-scaling linear / yarn writes rope.scaling.* keys; llama3
+ * writes Llama 3.1's rope_freqs.weight as llama.cpp's converter computes it; phi3's longrope
+ * writes rope_factors_long / rope_factors_short and original_context_length. Only llama's
+ * general.name names its architecture (llama.cpp changes Phi-3 vocabularies by name).
  *
  * --arch bert writes llama.cpp's bert layout (bert.* keys, attention.causal false,
  * pooling_type; token_embd, position_embd [dim, ctx], token_types [dim, 2], token_embd_norm,

@@ -1,15 +1,23 @@
 /* model/model — a loaded model: hyper-parameters per architecture, weights bound to the GGUF
  * mapping, its tokenizer, and the batched forward pass over a step batch.
  *
- * Supported architectures: `llama` (Llama 1/2/3, TinyLlama, Mistral,
- * SmolLM: GQA, rope.freq_base, rope.dimension_count, linear rope scaling, rope_freqs factors,
- * RMSNorm epsilon, tied embeddings when output.weight is absent, and Mistral-style files with
- * `llama.attention.sliding_window`, applied to every layer; see docs/DESIGN.md for why pagellm
- * applies it where llama.cpp's llama architecture ignores it), `qwen2` (Q/K/V biases, NEOX
- * RoPE) and `bert` (an embedding model: absolute positions, token type 0 added, LayerNorm after
- * the embeddings and after each sub-layer, biases everywhere, GELU, bidirectional attention over
- * the request's own tokens, no KV cache; pooled by `bert.pooling_type` mean / cls / last).
- * Anything else is refused with a message naming the architecture. Every tensor's
+ * Supported architectures, each computed as llama.cpp computes it (checked on random models,
+ * tests/data/archs): `llama` (Llama 1/2/3, TinyLlama, Mistral, SmolLM: GQA, rope.freq_base,
+ * rope.dimension_count, RMSNorm epsilon, tied embeddings when output.weight is absent; RoPE
+ * scaling none / linear / yarn from `rope.scaling.*`, rope.scaling.attn_factor, Llama 3.1's
+ * rope_freqs.weight factors; Mistral-style files with `llama.attention.sliding_window`, applied
+ * to every layer: see docs/DESIGN.md for why pagellm applies it where llama.cpp's llama
+ * architecture ignores it), `qwen2` (Q/K/V biases, NEOX RoPE), `gemma2` (embeddings scaled by
+ * sqrt(dim), GeGLU with GGML's gelu, RMSNorms after the attention and the FFN outputs, attention
+ * and final logit soft-capping, the window on the layers of attention.sliding_window_pattern
+ * (even layers by default), queries scaled as llama.cpp decides, output tied to the
+ * embeddings), `phi3` (fused attn_qkv and gate/up ffn_up tensors bound as row views, NEOX RoPE,
+ * LongRoPE factors; its sliding_window ignored as llama.cpp does) and `bert` (an embedding
+ * model: absolute positions, token type 0 added, LayerNorm after the embeddings and after each
+ * sub-layer, biases everywhere, GELU, bidirectional attention over the request's own tokens, no
+ * KV cache; pooled by `bert.pooling_type` mean / cls / last).
+ * Anything else is refused with a message naming the architecture, and so is a metadata value
+ * pagellm does not implement (a RoPE scaling type, gemma2's rope.freq_base_swa, a fused QKV bias). Every tensor's
  * presence, shape and type is checked at load; a weight type the kernels cannot multiply is
  * refused naming the tensor and the type.
  *
