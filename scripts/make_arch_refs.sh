@@ -21,6 +21,8 @@ MODELS=(
   "llama3|--rope-scaling llama3 --rope-factor 8 --rope-orig-ctx 64 --rope-base 500000"
   "yarn|--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 --rope-attn-factor 0.9"
   "gemma2|--arch gemma2 --head-dim 48 --attn-softcap 0.5 --final-softcap 3 --sliding-window 32"
+  "gemma2-46|--arch gemma2 --layers 46 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 128 --sliding-window 32"
+  "gemma2-pattern|--arch gemma2 --layers 3 --swa-pattern 3 --sliding-window 16 --attn-softcap 0.5"
   "phi3|--arch phi3 --sliding-window 32"
   "phi3-long|--arch phi3 --ctx 4096 --rope-scaling longrope --rope-factor 8 --rope-orig-ctx 64 --rope-attn-factor 1.2"
   "phi3-short|--arch phi3 --rope-scaling longrope --rope-orig-ctx 2048"

@@ -79,6 +79,7 @@ typedef struct {
     double rope_factor, rope_attn_factor, low_freq, high_freq;
     int64_t rope_orig_ctx;  /* yarn: original_context_length; llama3: the original context */
     double attn_softcap, final_softcap; /* gemma2 */
+    int64_t swa_pattern;    /* gemma2: attention.sliding_window_pattern (0: not written) */
 } mk_opts;
 
 static int is_arch(const mk_opts *o, const char *a) { return !strcmp(o->arch, a); }
@@ -135,6 +136,8 @@ static void usage(FILE *f) {
             "                      writes it (llama.cpp and pagellm ignore it); default none\n"
             "  --attn-softcap C    gemma2 attn_logit_softcapping (default 50)\n"
             "  --final-softcap C   gemma2 final_logit_softcapping (default 30)\n"
+            "  --swa-pattern N     gemma2 attention.sliding_window_pattern: layer l is local when\n"
+            "                      l %% N < N - 1 (not written by default: llama.cpp's default 2)\n"
             "  --rope-base B       rope.freq_base (default 10000)\n"
             "  --rope-scaling S    none (default), linear, yarn (rope.scaling.* keys) or llama3\n"
             "                      (Llama 3.1: the rope_freqs.weight tensor, as llama.cpp's converter)\n"
@@ -186,7 +189,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
         {"rope-base", required_argument, 0, 5},    {"rope-scaling", required_argument, 0, 6},
         {"rope-factor", required_argument, 0, 7},  {"rope-orig-ctx", required_argument, 0, 8},
         {"rope-attn-factor", required_argument, 0, 9}, {"rope-low-freq", required_argument, 0, 10},
-        {"rope-high-freq", required_argument, 0, 11},
+        {"rope-high-freq", required_argument, 0, 11}, {"swa-pattern", required_argument, 0, 12},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->ctx = -1;
@@ -255,6 +258,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
             break;
         case 10: if (float_flag("--rope-low-freq", 1e-3, 1e3, &o->low_freq)) return 2; break;
         case 11: if (float_flag("--rope-high-freq", 1e-3, 1e3, &o->high_freq)) return 2; break;
+        case 12: if (int_flag("--swa-pattern", 1, 1 << 20, &o->swa_pattern)) return 2; break;
         case 'p':
             if (!strcmp(optarg, "mean")) o->pooling = 1;
             else if (!strcmp(optarg, "cls")) o->pooling = 2;
@@ -273,6 +277,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->bert) o->kv_heads = o->heads; /* no grouped-query attention */
     if (o->head_dim <= 0 && o->heads > 0) o->head_dim = o->dim / o->heads;
     if (o->window < 0) o->window = is_arch(o, "gemma2") ? 4096 : 0;
+    if (o->swa_pattern && !is_arch(o, "gemma2"))
+        return usage_error("--swa-pattern is for --arch gemma2");
     if (o->bert && o->window)
         return usage_error("--sliding-window: bert attends bidirectionally, without a window");
     if (o->rope_factor < 0) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8 : 4;
@@ -433,6 +439,9 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
                                       (float)o->rope_attn_factor));
     if (o->window > 0)
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.sliding_window"), (uint32_t)o->window));
+    if (o->swa_pattern)
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.sliding_window_pattern"),
+                                      (uint32_t)o->swa_pattern));
     if (is_arch(o, "gemma2")) {
         PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "attn_logit_softcapping"),
                                       (float)o->attn_softcap));
