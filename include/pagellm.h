@@ -299,6 +299,9 @@ typedef struct {
     int64_t tokens_stored;
     uint64_t prefix_queries, prefix_hits;/* prompt tokens */
     uint64_t preemptions, swaps_out;     /* swaps_out: groups swapped out to the swap pool */
+    int32_t sliding_window;              /* the KV manager's window (every layer windowed), or 0 */
+    uint64_t window_freed_blocks;        /* blocks returned to the pool because their tokens
+                                            left the sliding window of every layer */
     uint64_t prompt_tokens, generation_tokens; /* computed / generated so far */
     uint64_t requests_finished, steps;
     double step_seconds;                 /* wall time spent in pl_engine_step that ran the model

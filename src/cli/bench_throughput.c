@@ -185,6 +185,8 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "mean_fragmentation_pct", json_real(100 * (ks->mean_waste - ks->mean_reserved)));
     json_object_set_new(j, "preemptions", json_integer((json_int_t)s->preemptions));
     json_object_set_new(j, "swaps_out", json_integer((json_int_t)s->swaps_out));
+    json_object_set_new(j, "sliding_window", json_integer(s->sliding_window));
+    json_object_set_new(j, "window_freed_blocks", json_integer((json_int_t)s->window_freed_blocks));
     json_object_set_new(j, "sharing_saved_pct", json_real(100 * ks->mean_sharing_saved));
     json_object_set_new(j, "prefix_hit_pct", json_real(s->prefix_queries ? 100.0 * (double)s->prefix_hits /
                                                        (double)s->prefix_queries : 0));

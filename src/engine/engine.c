@@ -206,6 +206,8 @@ static pl_status setup_kv(pl_engine *e) {
         .hash_seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL,
         .policy = contig ? policy[e->cfg.reserve] : PL_KV_POLICY_PAGED,
         .max_seq_tokens = e->max_model_len,
+        /* blocks behind the window are released only when no layer reads them again */
+        .sliding_window = contig ? 0 : pl_model_kv_window(hp),
     };
     if (contig) e->cfg.enable_prefix_caching = 0; /* a contiguous layout shares nothing */
     return pl_kv_manager_init(&e->mgr, &mc);
@@ -409,8 +411,10 @@ static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
                        e->max_model_len, total, g->n_prompt, g->params.max_tokens);
     const int32_t bs = e->mgr.cfg.block_size;
     int64_t seqs = pl_group_max_seqs(g);
-    int64_t need = (g->n_prompt + bs - 1) / bs +
-                   seqs * ((g->params.max_tokens + bs - 1) / bs + 1);
+    /* with a sliding window a sequence holds only its window's blocks past the prompt */
+    int64_t out_blocks = (g->params.max_tokens + bs - 1) / bs;
+    int64_t win = pl_kv_held_blocks_max(&e->mgr, total, e->cfg.num_speculative_tokens);
+    int64_t need = (g->n_prompt + bs - 1) / bs + seqs * ((out_blocks < win ? out_blocks : win) + 1);
     if (e->mgr.cfg.policy != PL_KV_POLICY_PAGED) need = pl_kv_admit_blocks(&e->mgr, g->n_prompt, total);
     int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;
     if (need > have)
@@ -816,6 +820,8 @@ static void take_snapshot(pl_engine *e) {
     s.prefix_hits = k.prefix_hits;
     s.preemptions = e->sched.preemptions;
     s.swaps_out = e->sched.swaps_out;
+    s.sliding_window = e->mgr.cfg.sliding_window;
+    s.window_freed_blocks = k.window_freed;
     s.prompt_tokens = e->decoder.prompt_tokens;
     s.generation_tokens = e->decoder.generation_tokens;
     s.constrained_tokens = e->decoder.constrained_tokens;

@@ -39,6 +39,36 @@ static void drop_primary(pl_kv_manager *m, int32_t b) {
 static bool caching(const pl_kv_manager *m) { return m->cfg.enable_prefix_caching != 0; }
 static bool contiguous(const pl_kv_manager *m) { return m->cfg.policy != PL_KV_POLICY_PAGED; }
 
+/* Leading blocks no query at position >= pos reads again: those wholly below pos - W + 1. */
+static int32_t behind_window(const pl_kv_manager *m, int32_t pos) {
+    int32_t W = contiguous(m) ? 0 : m->cfg.sliding_window;
+    if (W <= 0 || pos - W + 1 <= 0) return 0;
+    return (pos - W + 1) / m->cfg.block_size;
+}
+
+/* Release t's blocks behind the window of a query at position pos (see manager.h). */
+static void slide(pl_kv_manager *m, pl_block_table *t, int32_t pos) {
+    int32_t upto = behind_window(m, pos);
+    if (upto > t->n_blocks) upto = t->n_blocks;
+    for (int32_t i = t->n_dropped; i < upto; i++) {
+        int32_t b = t->blocks[i];
+        drop_primary(m, b);
+        m->window_released++;
+        m->window_freed += m->pool.blocks[b].ref == 0;
+        t->blocks[i] = PL_KV_NO_BLOCK;
+    }
+    if (upto > t->n_dropped) t->n_dropped = upto;
+}
+
+int32_t pl_kv_held_blocks_max(const pl_kv_manager *m, int32_t n_tokens, int32_t k_spec) {
+    int32_t all = pl_kv_blocks_for(m, n_tokens);
+    int32_t W = contiguous(m) ? 0 : m->cfg.sliding_window;
+    if (W <= 0) return all;
+    /* blocks floor((c - W + 1) / bs) .. floor((c + k) / bs): at most (W - 1 + k) / bs + 2 */
+    int64_t win = ((int64_t)W - 1 + (k_spec > 0 ? k_spec : 0)) / m->cfg.block_size + 2;
+    return win < all ? (int32_t)win : all;
+}
+
 static pl_status table_arrays(pl_kv_manager *m, pl_block_table *t) {
     int32_t cap = m->cfg.max_blocks_per_seq;
     memset(t, 0, sizeof *t);
@@ -84,6 +114,9 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
     if (cfg->policy != PL_KV_POLICY_PAGED && (cfg->enable_prefix_caching || cfg->num_swap_blocks))
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: a contiguous layout shares and swaps "
                        "nothing: prefix caching and the swap pool must be off");
+    if (cfg->sliding_window < 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: sliding_window must be >= 0, got %d",
+                       (int)cfg->sliding_window);
     if (cfg->max_seq_tokens < 0)
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: max_seq_tokens must be >= 0, got %d",
                        (int)cfg->max_seq_tokens);
@@ -215,6 +248,12 @@ pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const in
 
     int32_t hits_free = 0;
     int32_t hits = prefix_walk(m, token_ids, n, extra_key, t->blocks, t->hashes, &hits_free);
+    /* hits the first computed position's window does not reach stay placeholders */
+    int32_t skip = behind_window(m, hits * bs);
+    for (int32_t i = 0; i < skip; i++) {
+        hits_free -= m->pool.blocks[t->blocks[i]].ref == 0;
+        t->blocks[i] = PL_KV_NO_BLOCK;
+    }
     int32_t n_new = need - hits;
     if (m->pool.n_free - hits_free < n_new) {
         table_arrays_free(t);
@@ -222,7 +261,7 @@ pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const in
                        (int)n, (int)n_new, (int)(m->pool.n_free - hits_free));
     }
     /* Hits first: taking them off the free queue keeps the allocations below from evicting them. */
-    for (int32_t i = 0; i < hits; i++) take_hit(m, t->blocks[i]);
+    for (int32_t i = skip; i < hits; i++) take_hit(m, t->blocks[i]);
     for (int32_t i = hits; i < need; i++) {
         int32_t b = pl_block_pool_alloc(&m->pool);
         PL_ASSERT(b >= 0);
@@ -232,6 +271,7 @@ pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const in
     t->n_blocks = need;
     t->n_tokens = n;
     t->n_hashed = t->n_registered = hits;
+    t->n_dropped = skip;
     t->n_cached_tokens = hits * bs;
     t->extra_key = extra_key;
     t->live = 1;
@@ -313,16 +353,20 @@ pl_status pl_kv_truncate(pl_kv_manager *m, pl_block_table *t, int32_t n_keep) {
                        t->live ? "swapped out" : "empty");
     if (contiguous(m))
         return pl_fail(PL_ERR_INVALID_ARG, "kv truncate: a contiguous reservation is not rolled back");
-    if (n_keep < 1 || n_keep > t->n_tokens || n_keep < t->n_registered * bs)
+    if (n_keep < 1 || n_keep > t->n_tokens || n_keep < t->n_registered * bs ||
+        n_keep < t->n_dropped * bs)
         return pl_fail(PL_ERR_INVALID_ARG, "kv truncate: keep %d of %d tokens (%d in the prefix "
-                       "cache)", (int)n_keep, (int)t->n_tokens, (int)(t->n_registered * bs));
+                       "cache, %d behind the sliding window)", (int)n_keep, (int)t->n_tokens,
+                       (int)(t->n_registered * bs), (int)(t->n_dropped * bs));
     int32_t keep_blocks = pl_kv_blocks_for(m, n_keep);
     for (int32_t i = t->n_blocks - 1; i >= keep_blocks; i--) drop_primary(m, t->blocks[i]);
     t->n_blocks = keep_blocks;
     int32_t last = t->blocks[keep_blocks - 1];
     /* The kept last block was appended to or copied on write this step: it is private, unless it
-     * was full before (then its fill is already bs). */
-    if (m->pool.blocks[last].ref == 1) set_fill(m, last, fill_of(bs, n_keep, keep_blocks - 1));
+     * was full before (then its fill is already bs, or the window released it: n_keep is at
+     * least the committed length, so only a full block can have been released). */
+    if (last == PL_KV_NO_BLOCK) PL_ASSERT(n_keep % bs == 0);
+    else if (m->pool.blocks[last].ref == 1) set_fill(m, last, fill_of(bs, n_keep, keep_blocks - 1));
     else PL_ASSERT(m->fill[last] == fill_of(bs, n_keep, keep_blocks - 1));
     if (t->n_hashed > n_keep / bs) t->n_hashed = n_keep / bs;
     t->n_tokens = n_keep;
@@ -338,7 +382,10 @@ pl_status pl_kv_commit(pl_kv_manager *m, pl_block_table *t, const int32_t *token
     if (n_computed < 0 || n_computed > t->n_tokens || (n_computed > 0 && !token_ids))
         return pl_fail(PL_ERR_INVALID_ARG, "kv commit: %d computed tokens, the table has %d slots",
                        (int)n_computed, (int)t->n_tokens);
-    if (!caching(m)) return PL_OK;
+    if (!caching(m)) {
+        slide(m, t, n_computed);
+        return PL_OK;
+    }
     int32_t full = n_computed / bs;
     for (int32_t i = t->n_registered; i < full; i++) {
         const int32_t *tok = token_ids + (size_t)i * bs;
@@ -349,6 +396,7 @@ pl_status pl_kv_commit(pl_kv_manager *m, pl_block_table *t, const int32_t *token
         }
         t->n_registered = i + 1;
         int32_t b = t->blocks[i], parent = i > 0 ? t->blocks[i - 1] : -1;
+        if (b == PL_KV_NO_BLOCK || (i > 0 && parent == PL_KV_NO_BLOCK)) continue; /* released */
         if (m->pool.blocks[b].hashed) continue; /* hit, or registered by a table sharing it */
         if (parent >= 0 && !m->pool.blocks[parent].hashed) continue; /* chain broken: no link */
         int32_t c = pl_block_pool_lookup(&m->pool, t->hashes[i], parent, t->extra_key, tok);
@@ -361,6 +409,7 @@ pl_status pl_kv_commit(pl_kv_manager *m, pl_block_table *t, const int32_t *token
             (void)pl_block_pool_register(&m->pool, b, t->hashes[i], parent, t->extra_key, tok);
         }
     }
+    slide(m, t, n_computed);
     return PL_OK;
 }
 
@@ -380,7 +429,8 @@ pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_ta
     child->hashes = hashes;
     memcpy(child->blocks, parent->blocks, (size_t)parent->n_blocks * sizeof *blocks);
     if (hashes) memcpy(child->hashes, parent->hashes, (size_t)parent->n_hashed * sizeof *hashes);
-    for (int32_t i = 0; i < parent->n_blocks; i++) pl_block_pool_incref(&m->pool, parent->blocks[i]);
+    for (int32_t i = parent->n_dropped; i < parent->n_blocks; i++)
+        pl_block_pool_incref(&m->pool, parent->blocks[i]);
     m->n_tables++;
     return PL_OK;
 }
@@ -390,7 +440,7 @@ void pl_kv_free_table(pl_kv_manager *m, pl_block_table *t) {
         table_arrays_free(t);
         return;
     }
-    for (int32_t i = t->n_blocks - 1; i >= 0; i--) {
+    for (int32_t i = t->n_blocks - 1; i >= t->n_dropped; i--) {
         if (t->swapped) pl_block_pool_release(&m->swap, t->blocks[i]);
         else drop_primary(m, t->blocks[i]);
     }
@@ -414,7 +464,7 @@ static int32_t group_distinct(const pl_kv_manager *m, pl_block_table *const *tab
     int32_t distinct = 0;
     for (int32_t pass = 0; pass < 2; pass++)
         for (int32_t k = 0; k < n; k++)
-            for (int32_t i = 0; i < tables[k]->n_blocks; i++) {
+            for (int32_t i = tables[k]->n_dropped; i < tables[k]->n_blocks; i++) {
                 int32_t b = tables[k]->blocks[i];
                 if (pass == 0 && m->remap[b] == -1) {
                     m->remap[b] = -2;
@@ -454,7 +504,7 @@ static pl_status swap_group(pl_kv_manager *m, pl_block_table *const *tables, int
     int32_t k_map = 0, bs = m->cfg.block_size;
     for (int32_t k = 0; k < n; k++) {
         pl_block_table *t = tables[k];
-        for (int32_t i = t->n_blocks - 1; i >= 0; i--) { /* tail first, as in pl_kv_free_table */
+        for (int32_t i = t->n_blocks - 1; i >= t->n_dropped; i--) { /* tail first, as free */
             int32_t src = t->blocks[i], dst = m->remap[src];
             if (dst < 0) {
                 dst = pl_block_pool_alloc(to);
@@ -512,6 +562,8 @@ void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s) {
     s->swap_used = m->swap.num_blocks - m->swap.n_free;
     s->n_tables = m->n_tables;
     s->reserved_future = m->reserved_future;
+    s->window_released = m->window_released;
+    s->window_freed = m->window_freed;
 }
 
 void pl_kv_block_states(const pl_kv_manager *m, uint8_t *primary, uint8_t *swap) {

@@ -45,6 +45,20 @@
  *    evicted, and the table is re-hashed on the next commit after swap-in.
  *  - One thread, no locks.
  *
+ * Sliding window (cfg.sliding_window = W > 0, every layer windowed; vLLM's SlidingWindowManager
+ * idea). A query at position p reads positions > p - W only, so once a table's K/V are computed
+ * up to c (pl_kv_commit), its blocks wholly below c - W + 1 are released at once and their
+ * entries become PL_KV_NO_BLOCK; t->n_dropped counts them (they are always a leading run). The
+ * table keeps its length, so positions and slots do not move. Everything else skips those
+ * entries: fork (the child shares the placeholders), free, swap (only held blocks move),
+ * truncate (never cuts below c, so never reaches them), copy-on-write (the last block is always
+ * held). Prefix caching: a released hashed block stays cached until evicted, so other prompts
+ * still hit it; a prompt hits the leading run of still-cached blocks (the chain is verified
+ * from block 0, so a hit stops at the first evicted block), and of those hits it takes only the
+ * blocks the first computed position's window reaches (the rest stay placeholders). A block
+ * whose parent entry is a placeholder is not registered (its chain link is gone). A mixed
+ * model (some layers global) passes W = 0: every block stays.
+ *
  * Contiguous layouts (the PagedAttention paper's Orca baselines, for benchmarks; kv/reserve.c).
  * With policy != PL_KV_POLICY_PAGED every table holds ONE run of consecutive block ids, reserved
  * whole at admission (first fit over block ids, so external fragmentation is real) for the
@@ -81,7 +95,14 @@ typedef struct {
     pl_kv_policy policy;          /* allocation layout (PAGED = 0) */
     int32_t max_seq_tokens;       /* a sequence's maximum length, for MAX and as the cap of
                                      POW2 (0 = max_blocks_per_seq * block_size) */
+    int32_t sliding_window;       /* W > 0: every layer attends to its last W positions only,
+                                     so blocks behind the window are released (paged layout
+                                     only; 0 = keep every block: no window, or a layer without) */
 } pl_kv_manager_config;
+
+/* The entry a table keeps for a block released by the sliding window (never read by the
+ * attention kernels, kernels/attention.h). */
+enum { PL_KV_NO_BLOCK = -1 };
 
 typedef struct {
     int32_t *blocks;          /* [capacity] physical block ids, primary or swap pool (swapped) */
@@ -93,6 +114,7 @@ typedef struct {
     int32_t n_hashed;         /* leading full blocks whose hash is in hashes[] */
     int32_t n_registered;     /* leading full blocks already offered to the prefix cache */
     int32_t n_cached_tokens;  /* prompt tokens found in the prefix cache at allocation */
+    int32_t n_dropped;        /* leading entries released by the sliding window (PL_KV_NO_BLOCK) */
     uint64_t extra_key;       /* extra prefix-hash key (cache salt, adapter); set at allocation */
     int live;                 /* 1 while the table holds blocks (counted by the manager) */
     int swapped;              /* 1 while its blocks are in the swap pool */
@@ -125,6 +147,8 @@ typedef struct {
     int32_t swap_used;         /* swap blocks in use */
     int32_t n_tables;          /* live block tables */
     int64_t reserved_future;   /* contiguous: empty reserved slots that tokens will still fill */
+    uint64_t window_released;  /* table entries dropped because they left the sliding window */
+    uint64_t window_freed;     /* of those, blocks that went back to the pool (no other holder) */
 } pl_kv_stats;
 
 typedef struct {
@@ -140,6 +164,8 @@ typedef struct {
     uint64_t prefix_hits;     /* prompt tokens hit */
     uint64_t dedups;          /* blocks deduplicated at commit */
     int64_t reserved_future;  /* sum of the live tables' reserved_future */
+    uint64_t window_released; /* see pl_kv_stats */
+    uint64_t window_freed;
 } pl_kv_manager;
 
 pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg);
@@ -186,6 +212,11 @@ int32_t pl_kv_largest_free_run(const pl_kv_manager *m);
  * if nothing were shared (parallel sampling, beams, prefix hits). O(1): the pool keeps the sum. */
 int64_t pl_kv_block_refs(const pl_kv_manager *m);
 
+/* The most blocks one table of up to n_tokens tokens holds at once while it decodes (with
+ * proposals of up to k_spec tokens): all of its blocks, or with a sliding window those of the
+ * last W positions plus the newest tokens' blocks. For admission limits (engine check_fits). */
+int32_t pl_kv_held_blocks_max(const pl_kv_manager *m, int32_t n_tokens, int32_t k_spec);
+
 /* Blocks append_slots(t, n_new) would take from the free queue (copy-on-write included). */
 int32_t pl_kv_append_blocks_needed(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new);
 bool pl_kv_can_append(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new);
@@ -205,7 +236,11 @@ pl_status pl_kv_truncate(pl_kv_manager *m, pl_block_table *t, int32_t n_keep);
 
 /* The forward step computed the K/V of t's first n_computed tokens (token_ids[0 .. n_computed)
  * are the sequence's tokens). Full blocks among them are hashed and entered in the prefix cache
- * now; a block whose prefix is already cached is replaced by the cached block (dedup). */
+ * now; a block whose prefix is already cached is replaced by the cached block (dedup). Then,
+ * with a sliding window W, every block whose positions are all below n_computed - W + 1 (no
+ * later query sees them: the next one is at n_computed or after, and nothing before
+ * n_computed is computed again in this table) is released and its entry becomes
+ * PL_KV_NO_BLOCK; a hashed one stays in the prefix cache until evicted. */
 pl_status pl_kv_commit(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                        int32_t n_computed);
 

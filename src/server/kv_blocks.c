@@ -6,8 +6,9 @@
  *    "counts": {"free", "cached", "used", "shared", "swapped"},
  *    "stats": {"running", "waiting", "swapped", "kv_usage", "prefix_queries", "prefix_hits",
  *              "prefix_hit_rate", "preemptions", "swaps_out", "steps", "generation_tokens",
- *              "step_seconds"},
+ *              "step_seconds", "window_freed_blocks"},
  *    "tables": [{"request_id", "index", "swapped", "tokens", "blocks": [ids]}]   (?tables=1)}
+ * A table's id -1 stands for a block released by the sliding window (kv/manager.h).
  *
  * States are pl_kv_block_state: 0 free, 1 free but cached (prefix), 2 used by one sequence,
  * 3 shared (ref > 1), 4 swapped out (swap pool). The picture comes from the engine thread
@@ -56,9 +57,11 @@ char *pl_server_kv_blocks_json(const pl_kv_snapshot *k, const pl_engine_stats *s
     put(&b, ",\"stats\":{\"running\":%d,\"waiting\":%d,\"swapped\":%d,\"kv_usage\":%.6f,"
             "\"prefix_queries\":%" PRIu64 ",\"prefix_hits\":%" PRIu64 ",\"prefix_hit_rate\":%.6f,"
             "\"preemptions\":%" PRIu64 ",\"swaps_out\":%" PRIu64 ",\"steps\":%" PRIu64
-            ",\"generation_tokens\":%" PRIu64 ",\"step_seconds\":%.6f}",
+            ",\"generation_tokens\":%" PRIu64 ",\"step_seconds\":%.6f,\"window_freed_blocks\":%"
+            PRIu64 "}",
         s->running, s->waiting, s->swapped, s->kv_usage, s->prefix_queries, s->prefix_hits,
-        hit_rate, s->preemptions, s->swaps_out, s->steps, s->generation_tokens, s->step_seconds);
+        hit_rate, s->preemptions, s->swaps_out, s->steps, s->generation_tokens, s->step_seconds,
+        s->window_freed_blocks);
     if (k->has_tables) {
         put(&b, ",\"tables\":[");
         for (int32_t i = 0; i < k->n_seqs; i++) {

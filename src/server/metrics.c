@@ -219,6 +219,9 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
            (double)s->prefix_hits);
     metric(&b, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
            labels, (double)s->preemptions);
+    metric(&b, "pagellm_kv_window_freed_blocks_total", "counter",
+           "KV blocks returned to the pool because their tokens left the sliding window.",
+           labels, (double)s->window_freed_blocks);
     metric(&b, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
            labels, (double)s->prompt_tokens);
     metric(&b, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",

@@ -1,6 +1,7 @@
 /* Unit tests for src/kv/manager: each operation alone, then a seeded property test of random
  * operations (prompts from shared prefixes, append, fork, free, copy-on-write, swap out/in,
- * recompute, eviction under pressure) that simulates block CONTENTS in a shadow array and checks
+ * recompute, eviction under pressure, speculative rollback), with and without a sliding window
+ * (blocks released behind it), that simulates block CONTENTS in a shadow array and checks
  * every invariant after every operation.
  *
  * Replay a failure with PL_KV_SEED=<seed printed by the run> (and PL_KV_OPS=<count>). */
@@ -477,6 +478,7 @@ typedef struct {
     int next_group;
     int32_t *cnt_p, *cnt_s;    /* scratch: references counted from the tables */
     int32_t *fill;             /* scratch: tokens per primary block as the tables see it */
+    int32_t W;                 /* the manager's sliding window, 0 = none */
     /* coverage: each must be > 0 at the end, or the run proved little */
     long hits, cows, swap_outs, swap_ins, capacity_fails, recomputes, forks, frees, rollbacks;
 } sim;
@@ -488,6 +490,11 @@ static void sim_write(sim *s, sim_seq *q, int32_t pos) {
         fail_msg("write of position %d into block %d with ref %d", (int)pos, (int)b,
                  (int)s->m.pool.blocks[b].ref);
     s->shadow[pl_block_table_slot(&q->t, pos)] = SALTED(q->tok[pos], q->salt);
+}
+
+/* Leading blocks a table of n committed tokens has released to the window. */
+static int32_t exp_dropped(const sim *s, int32_t n) {
+    return s->W > 0 && n - s->W + 1 > 0 ? (n - s->W + 1) / BS : 0;
 }
 
 static void sim_check(sim *s, int step) {
@@ -509,8 +516,14 @@ static void sim_check(sim *s, int step) {
         pl_block_table *t = &q->t;
         assert_true(t->live);
         assert_int_equal(t->n_blocks, pl_kv_blocks_for(m, t->n_tokens));
-        for (int32_t i = 0; i < t->n_blocks; i++) {
+        /* Every token is committed here: exactly the blocks behind the window are released. */
+        if (t->n_dropped != exp_dropped(s, t->n_tokens))
+            fail_msg("step %d: seq %d of %d tokens released %d blocks, expected %d", step, k,
+                     (int)t->n_tokens, (int)t->n_dropped, (int)exp_dropped(s, t->n_tokens));
+        for (int32_t i = 0; i < t->n_dropped; i++) assert_int_equal(t->blocks[i], PL_KV_NO_BLOCK);
+        for (int32_t i = t->n_dropped; i < t->n_blocks; i++) {
             int32_t b = t->blocks[i];
+            assert_true(b >= 0);
             int32_t f = t->n_tokens - i * BS < BS ? t->n_tokens - i * BS : BS;
             if (t->swapped) {
                 s->cnt_s[b]++;
@@ -523,9 +536,11 @@ static void sim_check(sim *s, int step) {
             }
         }
         n_resident += !t->swapped;
-        /* Every table reads back exactly its sequence's tokens. */
+        /* Every table reads back exactly its sequence's tokens (those it still holds: at least
+         * the window of its next query). */
         const int32_t *sh = t->swapped ? s->swap_shadow : s->shadow;
-        for (int32_t pos = 0; pos < t->n_tokens; pos++)
+        if (s->W > 0) assert_true(t->n_dropped * BS <= (t->n_tokens - s->W + 1 > 0 ? t->n_tokens - s->W + 1 : 0));
+        for (int32_t pos = t->n_dropped * BS; pos < t->n_tokens; pos++)
             if (sh[pl_block_table_slot(t, pos)] != SALTED(q->tok[pos], q->salt))
                 fail_msg("step %d: seq %d pos %d reads %d, expected %d (%s block %d)", step, k,
                          (int)pos, (int)sh[pl_block_table_slot(t, pos)],
@@ -609,8 +624,11 @@ static void sim_admit(sim *s, int k, int32_t n) {
     q->group = s->next_group++;
     assert_true(n_cached % BS == 0 && n_cached <= n - 1);
     assert_int_equal(n_cached, probed);
+    /* Hits the first computed position's window does not reach are not taken. */
+    assert_int_equal(q->t.n_dropped, exp_dropped(s, n_cached));
+    for (int32_t i = 0; i < q->t.n_dropped; i++) assert_int_equal(q->t.blocks[i], PL_KV_NO_BLOCK);
     /* A prefix-cache hit returns blocks that hold exactly the prompt's tokens. */
-    for (int32_t pos = 0; pos < n_cached; pos++)
+    for (int32_t pos = q->t.n_dropped * BS; pos < n_cached; pos++)
         assert_int_equal(s->shadow[pl_block_table_slot(&q->t, pos)], SALTED(q->tok[pos], q->salt));
     if (n_cached > 0) s->hits++;
     for (int32_t pos = n_cached; pos < n; pos++) sim_write(s, q, pos);
@@ -709,8 +727,9 @@ static void op_append(sim *s) {
         sim_free(s, k);
         return;
     }
-    int32_t last = q->t.blocks[q->t.n_blocks - 1];
+    int32_t last = q->t.blocks[q->t.n_blocks - 1]; /* released only when full (n0 % BS == 0) */
     bool expect_cow = n0 % BS != 0 && m->pool.blocks[last].ref > 1;
+    if (last == PL_KV_NO_BLOCK) assert_true(n0 % BS == 0 && s->W > 0);
     bool can = pl_kv_can_append(m, &q->t, n_new);
     pl_block_copy cow;
     pl_status st = pl_kv_append_slots(m, &q->t, n_new, &cow);
@@ -789,6 +808,8 @@ static void op_speculate(sim *s) {
     assert_int_equal(pl_kv_truncate(m, &q->t, n_keep + 1), PL_ERR_INVALID_ARG);
     if (q->t.n_registered > 0)
         assert_int_equal(pl_kv_truncate(m, &q->t, q->t.n_registered * BS - 1), PL_ERR_INVALID_ARG);
+    if (q->t.n_dropped > 0) /* behind the window: those K/V are gone */
+        assert_int_equal(pl_kv_truncate(m, &q->t, q->t.n_dropped * BS - 1), PL_ERR_INVALID_ARG);
     assert_int_equal(q->t.n_tokens, n_keep);
 }
 
@@ -797,10 +818,11 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
     return v && *v ? strtoull(v, NULL, 0) : dflt;
 }
 
-static void run_property(int caching, uint64_t default_seed, long default_ops) {
+static void run_property(int caching, uint64_t default_seed, long default_ops, int32_t W) {
     uint64_t seed = env_u64("PL_KV_SEED", default_seed);
     long ops = (long)env_u64("PL_KV_OPS", (uint64_t)default_ops);
-    printf("kv property test: caching %d, PL_KV_SEED=%" PRIu64 " PL_KV_OPS=%ld\n", caching, seed, ops);
+    printf("kv property test: caching %d, window %d, PL_KV_SEED=%" PRIu64 " PL_KV_OPS=%ld\n",
+           caching, (int)W, seed, ops);
     fflush(stdout);
     sim *s = calloc(1, sizeof *s);
     assert_non_null(s);
@@ -812,7 +834,9 @@ static void run_property(int caching, uint64_t default_seed, long default_ops) {
         .watermark = 0.05,
         .enable_prefix_caching = caching,
         .hash_seed = seed,
+        .sliding_window = W,
     };
+    s->W = W;
     assert_int_equal(pl_kv_manager_init(&s->m, &c), PL_OK);
     pl_rng_seed(&s->rng, seed);
     s->shadow = malloc((size_t)c.num_blocks * BS * sizeof(int32_t));
@@ -848,11 +872,17 @@ static void run_property(int caching, uint64_t default_seed, long default_ops) {
            " of %" PRIu64 " tokens\n",
            s->hits, s->cows, s->swap_outs, s->swap_ins, s->capacity_fails, s->recomputes, s->forks,
            s->frees, s->rollbacks, st.evictions, st.dedups, st.prefix_hits, st.prefix_queries);
+    printf("  window: %" PRIu64 " table entries released, %" PRIu64 " blocks back to the pool\n",
+           st.window_released, st.window_freed);
     if (ops >= 10000) { /* coverage: every mechanism was exercised */
-        assert_true(s->cows > 0 && s->swap_outs > 0 && s->swap_ins > 0 && s->capacity_fails > 0);
+        assert_true(s->cows > 0 && s->swap_outs > 0 && s->swap_ins > 0);
+        /* a window of a couple of tokens frees so much that the pool never runs out */
+        if (W == 0 || W > BS) assert_true(s->capacity_fails > 0);
         assert_true(s->forks > 0 && s->recomputes > 0 && s->rollbacks > 0);
         if (caching) assert_true(s->hits > 0 && st.evictions > 0 && st.dedups > 0);
         else assert_true(s->hits == 0 && st.prefix_hits == 0);
+        if (W > 0) assert_true(st.window_freed > 0 && st.window_released >= st.window_freed);
+        else assert_true(st.window_released == 0);
     }
     /* Freeing everything returns every block. */
     for (int k = 0; k < P_SEQS; k++)
@@ -875,12 +905,20 @@ static void run_property(int caching, uint64_t default_seed, long default_ops) {
 
 static void test_property_caching(void **state) {
     (void)state;
-    run_property(1, 20240601, 100000);
+    run_property(1, 20240601, 100000, 0);
 }
 
 static void test_property_no_caching(void **state) {
     (void)state;
-    run_property(0, 777, 20000);
+    run_property(0, 777, 20000, 0);
+}
+
+/* Sliding windows: shorter than a block, a few blocks long, not a multiple of the block. */
+static void test_property_window(void **state) {
+    (void)state;
+    run_property(1, 99, 100000, 7);
+    run_property(1, 98, 20000, 2);
+    run_property(0, 97, 20000, 13);
 }
 
 int main(void) {
@@ -896,6 +934,7 @@ int main(void) {
         cmocka_unit_test(test_caching_disabled),
         cmocka_unit_test(test_property_caching),
         cmocka_unit_test(test_property_no_caching),
+        cmocka_unit_test(test_property_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -376,6 +376,7 @@ function renderKV() {
   state.holders = new Map();
   for (const t of k.tables || []) {
     for (const b of t.blocks) {
+      if (b < 0) continue; // released by the sliding window: nothing held there
       const key = (t.swapped ? 's' : 'p') + b;
       if (!state.holders.has(key)) state.holders.set(key, []);
       state.holders.get(key).push(t);
@@ -431,7 +432,7 @@ function renderSeqList() {
     const li = document.createElement('li');
     const shared = t.blocks.filter((b) => !t.swapped && state.kv.blocks[b] === 3).length;
     li.textContent = 'request ' + t.request_id + ' · seq ' + t.index + ' · ' + t.tokens + ' tokens · ' +
-      t.blocks.length + ' blocks' + (shared ? ' (' + shared + ' shared)' : '') + (t.swapped ? ' · swapped' : '');
+      t.blocks.filter((b) => b >= 0).length + ' blocks' + (shared ? ' (' + shared + ' shared)' : '') + (t.swapped ? ' · swapped' : '');
     li.dataset.key = seqKey(t);
     if (state.hotSeq === li.dataset.key) li.classList.add('hot');
     li.addEventListener('mouseenter', () => { state.hotSeq = li.dataset.key; redrawGrids(); });
