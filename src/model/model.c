@@ -87,7 +87,7 @@ int32_t pl_model_kv_window(const pl_model_hparams *hp) {
  * `rope.scale_linear`), `rope.scaling.attn_factor` (scales cos/sin in every mode) and, for YaRN,
  * `rope.scaling.original_context_length` (default: context_length) with llama.cpp's fixed
  * beta_fast 32 / beta_slow 1 and ext_factor 1 (it reads no yarn_* keys for these
- * architectures). Llama 3.1's "llama3" scaling is not a type in GGUF: the converter stores its
+ * architectures: present ones are logged and ignored). Llama 3.1's "llama3" scaling is not a type in GGUF: the converter stores its
  * per-pair divisors as the rope_freqs.weight tensor (bound in bind_weights), and llama.cpp
  * refuses the type name, as pagellm does with every other type (longrope, ...). */
 static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
@@ -123,6 +123,13 @@ static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
         mscale *= 1.0f / (1.0f + 0.1f * logf(f)); /* cancels the kernel's own factor */
     }
     hp->rope.mscale = mscale * attn_factor;
+    static const char *const ignored[] = {"yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast",
+                                          "yarn_beta_slow", "yarn_log_multiplier"};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) {
+        snprintf(key, sizeof key, "%s.rope.scaling.%s", a, ignored[i]);
+        if (pl_gguf_find_key(g, key) >= 0)
+            pl_log(PL_LOG_INFO, "'%s' is not read, as llama.cpp does not read it for %s", key, a);
+    }
     return PL_OK;
 }
 
@@ -214,6 +221,11 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (hp->head_dim % 4)
         return pl_fail(PL_ERR_UNSUPPORTED, "head dimension %d is not a multiple of 4",
                        hp->head_dim);
+    int32_t v_len = 0;
+    PL_TRY(get_arch_int(g, a, "attention.value_length", hp->head_dim, 1, 1024, &v_len));
+    if (v_len != hp->head_dim)
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.attention.value_length' %d differs from the key "
+                       "length %d: not supported", a, v_len, hp->head_dim);
     if (hp->arch == PL_ARCH_BERT) return read_bert_hparams(g, hp);
     PL_TRY(read_sliding_window(g, hp));
     PL_TRY(get_arch_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, 0, 1, &hp->norm_eps));

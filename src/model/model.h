@@ -17,7 +17,8 @@
  * sub-layer, biases everywhere, GELU, bidirectional attention over the request's own tokens, no
  * KV cache; pooled by `bert.pooling_type` mean / cls / last).
  * Anything else is refused with a message naming the architecture, and so is a metadata value
- * pagellm does not implement (a RoPE scaling type, gemma2's rope.freq_base_swa, a fused QKV bias). Every tensor's
+ * pagellm does not implement (a RoPE scaling type, gemma2's rope.freq_base_swa, a fused QKV bias,
+ * a value_length unlike the key_length). Keys llama.cpp ignores are ignored (logged), as it does. Every tensor's
  * presence, shape and type is checked at load; a weight type the kernels cannot multiply is
  * refused naming the tensor and the type.
  *
