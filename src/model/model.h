@@ -18,9 +18,9 @@
  * KV cache; pooled by `bert.pooling_type` mean / cls / last).
  * Anything else is refused with a message naming the architecture, and so is a metadata value
  * pagellm does not implement (a RoPE scaling type, gemma2's rope.freq_base_swa, a fused QKV bias,
- * a value_length unlike the key_length). Keys llama.cpp ignores are ignored (logged), as it does. Every tensor's
- * presence, shape and type is checked at load; a weight type the kernels cannot multiply is
- * refused naming the tensor and the type.
+ * a value_length unlike the key_length); keys llama.cpp ignores are ignored (logged) as it does.
+ * Every tensor's presence, shape and type is checked at load; a weight type the kernels cannot
+ * multiply is refused naming the tensor and the type.
  *
  * Weights stay memory-mapped (no copy); only 1-D tensors (norms, biases) are converted to f32.
  * A model is immutable after load and can be shared; per-step scratch lives in pl_forward_ctx.
