@@ -24,11 +24,12 @@ pl_status pl_engine_check_vattn(const pl_engine_config *c) {
     return PL_OK;
 }
 
-/* PAGELLM_VATTN_BACKEND=anon selects the mprotect/madvise backend (benchmarks); memfd is the
- * default (docs/DESIGN.md says why). */
-static pl_vattn_backend backend_from_env(void) {
+/* mprotect/madvise on anonymous memory for 4K and 64K pages, a hugetlb memfd for 2M (docs/
+ * DESIGN.md says why); PAGELLM_VATTN_BACKEND=memfd forces the memfd (benchmarks). */
+static pl_vattn_backend backend_for(size_t page) {
     const char *b = getenv("PAGELLM_VATTN_BACKEND");
-    return b && !strcmp(b, "anon") ? PL_VATTN_ANON : PL_VATTN_MEMFD;
+    if (page == (2u << 20) || (b && !strcmp(b, "memfd"))) return PL_VATTN_MEMFD;
+    return PL_VATTN_ANON;
 }
 
 pl_status pl_engine_setup_vattn(pl_engine *e, const pl_kv_layout *l, uint64_t budget) {
@@ -59,7 +60,7 @@ pl_status pl_engine_setup_vattn(pl_engine *e, const pl_kv_layout *l, uint64_t bu
     pl_vattn_config vc = {
         .page_size = page, .n_regions = 2 * hp->n_layers, .n_slots = e->cfg.max_num_seqs,
         .rows_per_slot = rows, .tokens_per_row = tpr, .phys_rows = (int64_t)phys,
-        .backend = backend_from_env(), .overlap = !e->cfg.vattn_no_overlap,
+        .backend = backend_for(page), .overlap = !e->cfg.vattn_no_overlap,
         .deferred_reclaim = !e->cfg.vattn_no_deferred_reclaim, .eager = !e->cfg.vattn_no_eager,
         .start_thread = 1, .reclaim_threshold = 0.10,
     };

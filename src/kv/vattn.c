@@ -19,6 +19,10 @@
 #define MFD_HUGE_2MB (21U << 26)
 #endif
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
 #define HUGE_2M ((size_t)2 << 20)
 
 static uint64_t now_ns(void) { return (uint64_t)(pl_clock_now() * 1e9); }
@@ -30,6 +34,7 @@ struct pl_vattn {
     size_t raw_bytes, reserved, slot_bytes;
     int fd;               /* memfd (MEMFD backend), else -1 */
     int huge;             /* 2 MiB pages through hugetlb: never punched */
+    int populate;         /* MADV_POPULATE_WRITE works here (cleared at its first EINVAL) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
@@ -69,6 +74,12 @@ static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
                 return -1;
         } else if (mprotect(p, P, PROT_READ | PROT_WRITE) != 0) {
             return -1;
+        }
+        /* Commit (fault in and zero) the page now, on this thread, so the step that writes it
+         * does not take the faults; kernels before 5.14 lack it and fault at first touch. */
+        if (va->populate && madvise(p, P, MADV_POPULATE_WRITE) != 0) {
+            if (errno != EINVAL) return -1;
+            va->populate = 0;
         }
     }
     va->row_of[(size_t)slot * va->cfg.rows_per_slot + pos] = row;
@@ -284,6 +295,7 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
     if (!va) return pl_fail(PL_ERR_NOMEM, "vattn: out of memory");
     va->cfg = *c;
     va->fd = -1;
+    va->populate = 1;
     va->slot_bytes = (size_t)slot_bytes;
     va->reserved = (size_t)total;
     pthread_mutex_init(&va->mu, NULL);

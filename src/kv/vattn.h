@@ -9,6 +9,10 @@
  * consecutive blocks s × rows_per_slot + j, so the existing attention kernel reads a sequence's
  * K/V of a layer as one contiguous array (its block table is consecutive ids; no gather).
  *
+ * The engine uses ANON for 4K and 64K pages and MEMFD for 2M (docs/DESIGN.md: ANON maps in a
+ * quarter of the time and keeps two mappings per region and slot, where MEMFD makes one per
+ * page and runs into vm.max_map_count).
+ *
  * Physical memory is counted in page rows: one page in each of the 2 × n_layers regions (every
  * region of a slot grows in lockstep, token by token). The pool holds phys_rows rows (the
  * --kv-cache-memory budget divided by page_size × regions). A slot's mapped rows are always a
@@ -19,7 +23,8 @@
  *          pages use MFD_HUGETLB and are preallocated (a clear error when the system has none).
  *   ANON   the reservation is anonymous memory; mapping = mprotect(READ|WRITE) of the row's pages
  *          (the first touch commits them), unmapping = madvise(MADV_DONTNEED) + mprotect(NONE).
- *          Row ids are bookkeeping only.
+ *          Row ids are bookkeeping only. Both backends commit a mapped page at once
+ *          (MADV_POPULATE_WRITE), so the thread that maps it also takes its page faults.
  *
  * Slot states: FREE or USED. A used slot has a need (rows its tokens take); the engine sets it
  * (pl_vattn_set_need) and, before each forward step, pl_vattn_prepare_step maps synchronously
