@@ -3,12 +3,13 @@
 # JSON lines into $OUT (default bench/results/vattn/): map.jsonl (page map / unmap cost),
 # attention.jsonl (decode attention over context length), layouts.jsonl (the three layouts at
 # the same KV memory, ShareGPT-like and Alpaca-like), ablation.jsonl (each technique off in
-# turn), machine.txt. Alternatives run interleaved inside each repetition, so a shared
+# turn, tight memory, a slot per request), slots.jsonl (the same with 8 slots and roomy memory,
+# so slots are handed from request to request), machine.txt. Alternatives run interleaved inside each repetition, so a shared
 # machine's load falls on all of them; compare ratios within a repetition.
 #
 #   MODEL=$MODELS/llama110m-q8_0.gguf bash bench/vattn.sh [parts]
 #
-# parts: any of map attention layouts ablation (default: all). Environment:
+# parts: any of map attention layouts ablation slots (default: all). Environment:
 #   MODEL    GGUF model (MODELS: the folder holding the mkmodel outputs; see docs/BENCHMARKS.md)
 #   PL       the pagellm binary (build/pagellm)
 #   THREADS  threads (1: steadiest on a shared machine)
@@ -23,7 +24,7 @@ THREADS=${THREADS:-1}
 KV_MEM=${KV_MEM:-96M}
 ABL_MEM=${ABL_MEM:-24M}
 REPS=${REPS:-2}
-PARTS=${*:-map attention layouts ablation}
+PARTS=${*:-map attention layouts ablation slots}
 mkdir -p "$OUT"
 [ -x "$PL" ] || { echo "vattn.sh: no pagellm binary at $PL (build first)" >&2; exit 1; }
 
@@ -34,7 +35,7 @@ mkdir -p "$OUT"
     echo "kernel: $(uname -r); huge pages reserved: $(awk '/HugePages_Total/ {print $2}' /proc/meminfo)"
     echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "model: $(basename "$MODEL"); threads: $THREADS; kv budget: $KV_MEM (ablation $ABL_MEM)"
-} >"$OUT/machine.txt"
+} >>"$OUT/machine.txt"
 
 if [[ " $PARTS " == *" map "* ]]; then
     "$PL" bench vattn --only map --reps 9 >"$OUT/map.jsonl"
@@ -75,6 +76,23 @@ if [[ " $PARTS " == *" ablation "* ]]; then
                 tp --dataset alpaca --num-prompts 48 --kv-cache-memory "$ABL_MEM" \
                    --kv-layout vattention --kv-page-size "$page" "${f[@]}" \
                    --label "$v|$page|$rep" --output "$OUT/ablation.jsonl"
+            done
+        done
+    done
+fi
+if [[ " $PARTS " == *" slots "* ]]; then
+    : >"$OUT/slots.jsonl"
+    for rep in $(seq "$REPS"); do
+        for page in 4K 64K; do
+            for v in all no-overlap no-deferred-reclaim no-eager none; do
+                case $v in
+                all) f=() ;;
+                none) f=(--vattn-no-overlap --vattn-no-deferred-reclaim --vattn-no-eager) ;;
+                *) f=(--vattn-$v) ;;
+                esac
+                tp --dataset alpaca --num-prompts 32 --kv-cache-memory "$KV_MEM" --max-num-seqs 8 \
+                   --kv-layout vattention --kv-page-size "$page" "${f[@]}" \
+                   --label "$v|$page|$rep" --output "$OUT/slots.jsonl"
             done
         done
     done
