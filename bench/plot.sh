@@ -177,18 +177,20 @@ plot "$TMP/vattn/layouts_sharegpt.dat" using 3:xtic(1) title "ShareGPT-like", "$
 unset multiplot
 EOF
     fi
-    if [ -s "$TMP/vattn/ablation.dat" ]; then
+    for part in ablation slots; do
+    [ -s "$TMP/vattn/$part.dat" ] || continue
+    case $part in ablation) what="tight memory, a slot per request" ;; *) what="8 slots taken in turn" ;; esac
         gnuplot <<EOF
 $TERM_SVG
-set output "$OUT/vattn_ablation.svg"
-set title "Engine-thread mapping time per step, each technique off in turn"
+set output "$OUT/vattn_$part.svg"
+set title "Engine-thread mapping time per step, each technique off in turn ($what)"
 set style data histograms
 set style fill solid 0.8 border -1
 set ylabel "microseconds per step (critical path)"
 set yrange [0:*]
 set key top left
-plot "$TMP/vattn/ablation.dat" using 2:xtic(1) title "4K pages", '' using 3 title "64K pages"
+plot "$TMP/vattn/$part.dat" using 2:xtic(1) title "4K pages", '' using 3 title "64K pages"
 EOF
-    fi
+    done
 fi
 echo "plot: charts in $OUT" >&2
