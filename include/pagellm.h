@@ -159,7 +159,9 @@ typedef enum {
 
 typedef struct {
     const char *model_path;          /* GGUF file */
-    int32_t block_size;              /* tokens per KV block: power of two 1..256 (16) */
+    int32_t block_size;              /* tokens per KV block: power of two 1..256 (16); with
+                                        kv_layout vattention a block is a page, and
+                                        pl_engine_get_config gives its tokens */
     uint64_t kv_cache_memory;        /* KV budget in bytes; sets the number of blocks. 0 (the
                                         default): kv_cache_memory_fraction if set, else 1 GiB */
     double kv_cache_memory_fraction; /* (0, 1]: the KV budget is this fraction of the available

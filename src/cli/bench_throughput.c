@@ -361,6 +361,7 @@ int pl_bench_throughput(int argc, char **argv) {
     pl_summarize(tpot, n_tpot, &s_tpot);
     o.eng.kv_cache_memory = pl_engine_get_config(e)->kv_cache_memory; /* the resolved budget */
     o.eng.kv_page_size = pl_engine_get_config(e)->kv_page_size;
+    o.eng.block_size = pl_engine_get_config(e)->block_size; /* vattention: tokens per page */
     json_t *j = report(&o, &st, &ks, elapsed, in_tokens, out_tokens, errors, &s_ttft, &s_tpot);
     char *line = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(j);

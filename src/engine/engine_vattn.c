@@ -75,6 +75,7 @@ pl_status pl_engine_setup_vattn(pl_engine *e, const pl_kv_layout *l, uint64_t bu
     e->kv.base = pl_vattn_base(e->va);
     e->kv.mapped_bytes = 0; /* the vattn owns the reservation */
     e->cfg.enable_prefix_caching = 0; /* nothing is shared */
+    e->cfg.block_size = tpr; /* a block is a page: pl_engine_get_config says how many tokens */
     pl_kv_manager_config mc = {
         .block_size = tpr, .num_blocks = (int32_t)phys, .max_blocks_per_seq = rows,
         .watermark = 0.01, .policy = PL_KV_POLICY_VATTN, .max_seq_tokens = e->max_model_len,
