@@ -14,6 +14,8 @@
 #include "engine/engine_internal.h"
 #include "kv/vattn.h"
 
+#include <sys/mman.h>
+
 static const char *MODEL = PL_SHARED_DIR "/models/stories260K.gguf";
 static const char *PROMPTS[] = {
     "Once upon a time", "Lily and Tom went to the park", "The little dog was sad because",
@@ -76,10 +78,12 @@ static void test_equal_to_paged(void **state) {
         run_batch(e, sampled, ref);
         pl_engine_destroy(e);
         /* 0: roomy, every technique; 1: 6 pages per layer (preempts), every technique; 2: the
-         * same budget with all three techniques off (everything mapped on the critical path). */
-        for (int v = 0; v < 3; v++) {
+         * same budget with all three techniques off (everything mapped on the critical path);
+         * 3: deferred reclamation alone, where nothing depends on the mapper thread's timing. */
+        for (int v = 0; v < 4; v++) {
             base_config(&c, PL_KV_LAYOUT_VATTENTION, v == 0 ? 64u << 20 : 6 * ROW_BYTES);
-            c.vattn_no_overlap = c.vattn_no_deferred_reclaim = c.vattn_no_eager = v == 2;
+            c.vattn_no_overlap = c.vattn_no_eager = v >= 2;
+            c.vattn_no_deferred_reclaim = v == 2;
             e = make(&c);
             run_batch(e, sampled, got);
             assert_same(ref, got);
@@ -101,13 +105,66 @@ static void test_equal_to_paged(void **state) {
                 assert_int_equal(s.vattn_slots_reused, 0);
                 assert_int_equal(s.vattn_pages_committed, 0); /* everything given back */
                 assert_true(s.vattn_pages_mapped_sync > 0);
-            } else {
+            } else if (v == 3) { /* preempted requests come back to their kept pages */
+                assert_int_equal(s.vattn_pages_mapped_bg, 0);
                 assert_true(s.vattn_slots_reused > 0);
             }
             assert_all_free(e);
             pl_engine_destroy(e);
         }
     }
+}
+
+/* Pages of the reservation resident in memory (mincore). */
+static int64_t resident_pages(pl_vattn *va) {
+    size_t bytes = pl_vattn_reserved_bytes(va), np = bytes / 4096;
+    unsigned char *v = malloc(np);
+    assert_non_null(v);
+    assert_int_equal(mincore(pl_vattn_base(va), bytes, v), 0);
+    int64_t n = 0;
+    for (size_t i = 0; i < np; i++) n += v[i] & 1;
+    free(v);
+    return n;
+}
+
+/* With the three techniques off nothing is mapped ahead or kept: after every step the memory
+ * the process holds in the reservation is exactly the pages the stored tokens need, read back
+ * from the kernel, and it goes back to zero when the requests end. */
+static void test_memory_tracks_tokens(void **state) {
+    (void)state;
+    pl_engine_config c;
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 64u << 20);
+    c.vattn_no_overlap = c.vattn_no_deferred_reclaim = c.vattn_no_eager = 1;
+    pl_engine *e = make(&c);
+    const int32_t tpr = pl_engine_get_config(e)->block_size, regions = 2 * e->model->hp.n_layers;
+    assert_int_equal(tpr, 64);
+    uint64_t ids[6];
+    result res[6];
+    for (int i = 0; i < 6; i++) {
+        pl_request_params p;
+        pl_request_params_default(&p);
+        p.max_tokens = 30 + 40 * i;
+        p.ignore_eos = 1;
+        memset(&res[i], 0, sizeof res[i]);
+        assert_int_equal(pl_engine_add_request(e, PROMPTS[i], NULL, 0, &p, &ids[i]), PL_OK);
+    }
+    int64_t peak = 0;
+    while (pl_engine_has_work(e)) {
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        int64_t resident = resident_pages(e->va);
+        /* blocks_used = pages per region the live sequences' tokens need */
+        assert_int_equal(resident, (int64_t)s.blocks_used * regions);
+        assert_int_equal(s.vattn_pages_committed, resident);
+        assert_true((int64_t)s.blocks_used * tpr >= s.tokens_stored);
+        assert_true(((int64_t)s.blocks_used - s.running) * tpr < s.tokens_stored || s.blocks_used == 0);
+        if (resident > peak) peak = resident;
+        for (int i = 0; i < 6; i++) collect(e, ids[i], &res[i]);
+    }
+    assert_true(peak >= 3 * regions); /* a 230-token request alone needs 4 pages per region */
+    assert_int_equal(resident_pages(e->va), 0);
+    pl_engine_destroy(e);
 }
 
 static void expect_create_error(const pl_engine_config *c, const char *needle) {
@@ -167,6 +224,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_equal_to_paged),
+        cmocka_unit_test(test_memory_tracks_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
