@@ -454,6 +454,19 @@ void pl_vattn_get_stats(pl_vattn *va, pl_vattn_stats *s) {
     pthread_mutex_unlock(&va->mu);
 }
 
+int64_t pl_vattn_resident_pages(const pl_vattn *va) {
+    size_t np = va->reserved / 4096;
+    unsigned char *v = malloc(np ? np : 1);
+    if (!v) return -1;
+    int64_t n = -1;
+    if (mincore(va->base, va->reserved, v) == 0) {
+        n = 0;
+        for (size_t i = 0; i < np; i++) n += v[i] & 1;
+    }
+    free(v);
+    return n;
+}
+
 pl_status pl_vattn_check(pl_vattn *va) {
     pthread_mutex_lock(&va->mu);
     const pl_vattn_config *c = &va->cfg;

@@ -116,6 +116,9 @@ int pl_vattn_background_once(pl_vattn *va);
 
 int32_t pl_vattn_mapped_rows(pl_vattn *va, int32_t slot);
 void pl_vattn_get_stats(pl_vattn *va, pl_vattn_stats *s);
+/* 4 KiB pages of the reservation the kernel holds in memory now (mincore), -1 on error: what the
+ * layout actually commits, for tests and benchmarks (O(reserved bytes / 4 KiB)). */
+int64_t pl_vattn_resident_pages(const pl_vattn *va);
 /* The invariants above (O(slots × rows)). */
 pl_status pl_vattn_check(pl_vattn *va);
 

@@ -14,7 +14,6 @@
 #include "engine/engine_internal.h"
 #include "kv/vattn.h"
 
-#include <sys/mman.h>
 
 static const char *MODEL = PL_SHARED_DIR "/models/stories260K.gguf";
 static const char *PROMPTS[] = {
@@ -115,18 +114,6 @@ static void test_equal_to_paged(void **state) {
     }
 }
 
-/* Pages of the reservation resident in memory (mincore). */
-static int64_t resident_pages(pl_vattn *va) {
-    size_t bytes = pl_vattn_reserved_bytes(va), np = bytes / 4096;
-    unsigned char *v = malloc(np);
-    assert_non_null(v);
-    assert_int_equal(mincore(pl_vattn_base(va), bytes, v), 0);
-    int64_t n = 0;
-    for (size_t i = 0; i < np; i++) n += v[i] & 1;
-    free(v);
-    return n;
-}
-
 /* With the three techniques off nothing is mapped ahead or kept: after every step the memory
  * the process holds in the reservation is exactly the pages the stored tokens need, read back
  * from the kernel, and it goes back to zero when the requests end. */
@@ -153,7 +140,7 @@ static void test_memory_tracks_tokens(void **state) {
         assert_int_equal(pl_engine_step(e), PL_OK);
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
-        int64_t resident = resident_pages(e->va);
+        int64_t resident = pl_vattn_resident_pages(e->va);
         /* blocks_used = pages per region the live sequences' tokens need */
         assert_int_equal(resident, (int64_t)s.blocks_used * regions);
         assert_int_equal(s.vattn_pages_committed, resident);
@@ -163,7 +150,7 @@ static void test_memory_tracks_tokens(void **state) {
         for (int i = 0; i < 6; i++) collect(e, ids[i], &res[i]);
     }
     assert_true(peak >= 3 * regions); /* a 230-token request alone needs 4 pages per region */
-    assert_int_equal(resident_pages(e->va), 0);
+    assert_int_equal(pl_vattn_resident_pages(e->va), 0);
     pl_engine_destroy(e);
 }
 

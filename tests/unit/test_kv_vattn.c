@@ -12,7 +12,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -163,18 +162,6 @@ static void test_property(void **state) {
             run_property((pl_vattn_backend)b, mask & 1, (mask >> 1) & 1, (mask >> 2) & 1, seed++);
 }
 
-/* Resident pages of the reservation, by mincore. */
-static int64_t resident_pages(pl_vattn *va) {
-    size_t bytes = pl_vattn_reserved_bytes(va), np = bytes / 4096;
-    unsigned char *v = malloc(np);
-    assert_non_null(v);
-    assert_int_equal(mincore(pl_vattn_base(va), bytes, v), 0);
-    int64_t n = 0;
-    for (size_t i = 0; i < np; i++) n += v[i] & 1;
-    free(v);
-    return n;
-}
-
 static void write_tokens(pl_vattn *va, int32_t slot, int32_t n_tokens) {
     int32_t rows = (n_tokens + TPR - 1) / TPR;
     stamp(va, slot, 0, rows);
@@ -185,7 +172,7 @@ static void tracks_tokens(pl_vattn_backend b) {
     c.overlap = c.deferred_reclaim = c.eager = 0;
     pl_vattn *va;
     assert_int_equal(pl_vattn_create(&c, &va), PL_OK);
-    assert_int_equal(resident_pages(va), 0);
+    assert_int_equal(pl_vattn_resident_pages(va), 0);
     int32_t s0 = pl_vattn_acquire(va), s1 = pl_vattn_acquire(va);
     int32_t t0 = 0, t1 = 0;
     for (int step = 0; step < 3 * TPR; step++) { /* two sequences decode token by token */
@@ -197,12 +184,12 @@ static void tracks_tokens(pl_vattn_backend b) {
         write_tokens(va, s0, t0);
         write_tokens(va, s1, t1);
         int64_t rows = (t0 + TPR - 1) / TPR + (t1 + TPR - 1) / TPR;
-        assert_int_equal(resident_pages(va), rows * REGIONS);
+        assert_int_equal(pl_vattn_resident_pages(va), rows * REGIONS);
     }
     pl_vattn_release(va, s1);
-    assert_int_equal(resident_pages(va), (int64_t)((t0 + TPR - 1) / TPR) * REGIONS);
+    assert_int_equal(pl_vattn_resident_pages(va), (int64_t)((t0 + TPR - 1) / TPR) * REGIONS);
     pl_vattn_release(va, s0);
-    assert_int_equal(resident_pages(va), 0);
+    assert_int_equal(pl_vattn_resident_pages(va), 0);
     pl_vattn_destroy(va);
 }
 
