@@ -122,7 +122,10 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
     }
     m->cfg = *cfg;
     m->watermark_blocks = (int32_t)(cfg->watermark * cfg->num_blocks);
-    PL_TRY(pl_block_pool_init(&m->pool, (int32_t)pool_blocks, cfg->block_size,
+    /* The pool's block size only sizes prefix hashing, which vattention never does (its pages
+     * may hold more tokens than a hashed block may). */
+    PL_TRY(pl_block_pool_init(&m->pool, (int32_t)pool_blocks,
+                              cfg->policy == PL_KV_POLICY_VATTN ? 1 : cfg->block_size,
                               cfg->enable_prefix_caching, cfg->hash_seed));
     pl_status st = PL_OK;
     if (cfg->num_swap_blocks > 0)
