@@ -128,4 +128,69 @@ set grid
 plot "$TMP/share_parallel.dat" using 1:2 with linespoints lw 2 pt 7 title "parallel sampling", "$TMP/share_beam.dat" using 1:2 with linespoints lw 2 pt 5 title "beam search"
 EOF
 fi
+# ---- the vAttention layout (bench/vattn.sh's results in $IN/vattn) ----
+if [ -d "$IN/vattn" ]; then
+    python3 bench/vattn_tables.py "$IN/vattn" --dat "$TMP/vattn" >/dev/null
+    if [ -s "$TMP/vattn/map.dat" ]; then
+        gnuplot <<EOF
+$TERM_SVG
+set output "$OUT/vattn_map.svg"
+set title "Mapping one physical page (commit included) and unmapping it"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set ylabel "microseconds per page"
+set yrange [0:*]
+set key top left
+plot "$TMP/vattn/map.dat" using 2:xtic(1) title "map, memfd", '' using 3 title "map, anon", '' using 4 title "unmap, memfd", '' using 5 title "unmap, anon"
+EOF
+    fi
+    if [ -s "$TMP/vattn/attention.dat" ]; then
+        gnuplot <<EOF
+$TERM_SVG
+set output "$OUT/vattn_attention.svg"
+set title "Decode attention over context length (8 sequences, 1 thread)"
+set logscale xy 2
+set xlabel "context length (tokens)"
+set ylabel "microseconds per call"
+set key top left
+set grid
+plot "$TMP/vattn/attention.dat" using 1:2 with linespoints lw 2 pt 7 title "paged (16-token blocks)", '' using 1:3 with linespoints lw 2 pt 5 title "vattention 4K pages", '' using 1:4 with linespoints lw 2 pt 9 title "vattention 64K pages"
+EOF
+    fi
+    if [ -s "$TMP/vattn/layouts_sharegpt.dat" ]; then
+        gnuplot <<EOF
+$TERM_SVG
+set terminal svg size 900,420 dynamic font "sans,12" background "white"
+set output "$OUT/vattn_layouts.svg"
+set style data histograms
+set style fill solid 0.8 border -1
+set boxwidth 0.8
+set key below horizontal
+set multiplot layout 1,2
+set title "Requests / s at the same KV memory"
+set yrange [0:*]
+plot "$TMP/vattn/layouts_sharegpt.dat" using 2:xtic(1) title "ShareGPT-like", "$TMP/vattn/layouts_alpaca.dat" using 2 title "Alpaca-like"
+set title "Tokens as % of used KV memory"
+set yrange [0:100]
+plot "$TMP/vattn/layouts_sharegpt.dat" using 3:xtic(1) title "ShareGPT-like", "$TMP/vattn/layouts_alpaca.dat" using 3 title "Alpaca-like"
+unset multiplot
+EOF
+    fi
+    for part in ablation slots; do
+    [ -s "$TMP/vattn/$part.dat" ] || continue
+    case $part in ablation) what="tight memory, a slot per request" ;; *) what="8 slots taken in turn" ;; esac
+        gnuplot <<EOF
+$TERM_SVG
+set output "$OUT/vattn_$part.svg"
+set title "Engine-thread mapping time per step, each technique off in turn ($what)"
+set style data histograms
+set style fill solid 0.8 border -1
+set ylabel "microseconds per step (critical path)"
+set yrange [0:*]
+set key top left
+plot "$TMP/vattn/$part.dat" using 2:xtic(1) title "4K pages", '' using 3 title "64K pages"
+EOF
+    done
+fi
 echo "plot: charts in $OUT" >&2

@@ -127,7 +127,16 @@ typedef enum { PL_PREEMPT_RECOMPUTE = 0, PL_PREEMPT_SWAP = 1 } pl_preemption_mod
  * paper's Orca baselines, for benchmarks: each sequence reserves one contiguous run of blocks at
  * admission, as much as pl_reserve_policy says; nothing is shared (prefix caching is turned off,
  * requests with n/best_of > 1 or beam search are refused) and preemption is by recompute only. */
-typedef enum { PL_KV_LAYOUT_PAGED = 0, PL_KV_LAYOUT_CONTIGUOUS = 1 } pl_kv_layout_mode;
+/* VATTENTION (issue 12): vAttention's layout. Each running sequence owns a request slot, one
+ * virtually contiguous region per layer's K and V inside one address-space reservation, and
+ * physical pages (kv_page_size) are mapped under it as it grows, from a pool bounded by
+ * kv_cache_memory; a background thread maps ahead of the step (docs/DESIGN.md). Nothing is
+ * shared, as with CONTIGUOUS; preemption is by recompute. */
+typedef enum {
+    PL_KV_LAYOUT_PAGED = 0,
+    PL_KV_LAYOUT_CONTIGUOUS = 1,
+    PL_KV_LAYOUT_VATTENTION = 2,
+} pl_kv_layout_mode;
 /* What the paged KV cache stores (vLLM's --kv-cache-dtype). bf16 rounds to nearest even; q8_0
  * and q4_0 store each 32 values of one head's K or V row as GGML blocks (an f16 scale, then
  * int8 or 4-bit quants) and need head_dim to be a multiple of 32, as llama.cpp's -ctk/-ctv. */
@@ -150,7 +159,9 @@ typedef enum {
 
 typedef struct {
     const char *model_path;          /* GGUF file */
-    int32_t block_size;              /* tokens per KV block: power of two 1..256 (16) */
+    int32_t block_size;              /* tokens per KV block: power of two 1..256 (16); with
+                                        kv_layout vattention a block is a page, and
+                                        pl_engine_get_config gives its tokens */
     uint64_t kv_cache_memory;        /* KV budget in bytes; sets the number of blocks. 0 (the
                                         default): kv_cache_memory_fraction if set, else 1 GiB */
     double kv_cache_memory_fraction; /* (0, 1]: the KV budget is this fraction of the available
@@ -170,6 +181,13 @@ typedef struct {
     int32_t max_waiting;             /* inbox + waiting queue bound; 0 = unbounded */
     pl_kv_layout_mode kv_layout;     /* paged (default) or contiguous (a benchmark baseline) */
     pl_reserve_policy reserve;       /* contiguous only: how much a sequence reserves (max) */
+    uint64_t kv_page_size;           /* vattention: bytes of one physical page, 4096 (0 = this),
+                                        65536 or 2 MiB (huge pages; an error if the system has
+                                        none reserved) */
+    int vattn_no_overlap;            /* vattention ablations: 1 turns off mapping the next */
+    int vattn_no_deferred_reclaim;   /* step's pages in the background / keeping a finished */
+    int vattn_no_eager;              /* request's pages for the next one / pre-mapping a free
+                                        slot before a request arrives */
     /* Speculative decoding (vLLM's flags): one proposer, or none. */
     const char *speculative_model;   /* draft GGUF sharing the target's vocabulary (NULL: none) */
     int speculative_ngram;           /* 1: prompt-lookup proposals (n-gram match in the
@@ -318,6 +336,14 @@ typedef struct {
     uint64_t constrain_mask_misses;      /* allowed-token sets computed (not found in the cache) */
     uint64_t kv_pictures;                /* KV pictures published (pl_engine_kv_snapshot) */
     double kv_picture_seconds;           /* engine-thread time spent publishing them */
+    /* kv-layout vattention only (else 0). Pages are physical pages of kv_page_size bytes. */
+    uint64_t vattn_pages_mapped_sync;    /* mapped on the critical path (at a step's start) */
+    uint64_t vattn_pages_mapped_bg;      /* mapped by the background mapper thread */
+    uint64_t vattn_pages_unmapped;       /* given back (either thread) */
+    uint64_t vattn_slots_acquired;       /* requests given a slot */
+    uint64_t vattn_slots_reused;         /* of those, slots that still had pages mapped */
+    double vattn_map_seconds;            /* engine-thread time mapping / unmapping in steps */
+    int64_t vattn_pages_committed;       /* pages mapped now (needed + cached) */
 } pl_engine_stats;
 
 typedef struct pl_engine pl_engine;

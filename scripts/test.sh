@@ -40,7 +40,7 @@ if cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPL_TSAN=ON \
        -DCMAKE_C_FLAGS_DEBUG="-O1 -g" >/dev/null && cmake --build build-tsan -j "$(nproc)" >/dev/null; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   ctest --test-dir build-tsan --output-on-failure -j 2 --timeout 900 \
-        -R 'test_base|test_engine|server_disconnect|test_kv_snapshot|webui_browser' | tee build-tsan/ctest.log
+        -R 'test_base|test_engine|server_disconnect|test_kv_snapshot|webui_browser|test_vattn|test_kv_vattn' | tee build-tsan/ctest.log
   line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' build-tsan/ctest.log || true)
   total=$(echo "$line" | grep -Eo 'out of [0-9]+' | grep -Eo '[0-9]+' || echo 0)
   f=$(echo "$line" | grep -Eo '[0-9]+ tests failed' | grep -Eo '^[0-9]+' || echo 1)

@@ -128,13 +128,15 @@ static int parse(int argc, char **argv, tp_opts *o) {
 
 static const char *layout_name(const pl_engine_config *c) {
     static const char *res[] = {"max", "pow2", "oracle"};
+    if (c->kv_layout == PL_KV_LAYOUT_VATTENTION) return "vattention";
     return c->kv_layout == PL_KV_LAYOUT_PAGED ? "paged" : res[c->reserve];
 }
 
 /* The JSON line: configuration, then the measurements. */
 static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engine_kv_samples *ks,
                       double elapsed,
-                      int64_t in_tokens, int64_t out_tokens, int32_t errors, pl_summary *ttft) {
+                      int64_t in_tokens, int64_t out_tokens, int32_t errors, pl_summary *ttft,
+                      pl_summary *tpot) {
     double d = elapsed > 0 ? elapsed : 1e-9;
     int32_t done = (int32_t)o->num_prompts - errors;
     json_t *j = json_object();
@@ -144,8 +146,8 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "dataset", json_string(o->dataset));
     json_object_set_new(j, "num_prompts", json_integer(o->num_prompts));
     json_object_set_new(j, "seed", json_integer(o->seed));
-    json_object_set_new(j, "kv_layout", json_string(o->eng.kv_layout == PL_KV_LAYOUT_PAGED
-                                                        ? "paged" : "contiguous"));
+    static const char *layouts[] = {"paged", "contiguous", "vattention"};
+    json_object_set_new(j, "kv_layout", json_string(layouts[o->eng.kv_layout]));
     json_object_set_new(j, "allocation", json_string(layout_name(&o->eng)));
     json_object_set_new(j, "block_size", json_integer(o->eng.block_size));
     json_object_set_new(j, "kv_cache_memory", json_integer((json_int_t)o->eng.kv_cache_memory));
@@ -191,6 +193,24 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "prefix_hit_pct", json_real(s->prefix_queries ? 100.0 * (double)s->prefix_hits /
                                                        (double)s->prefix_queries : 0));
     json_object_set_new(j, "ttft_ms", pl_summary_json(ttft, 1e3));
+    json_object_set_new(j, "tpot_ms", pl_summary_json(tpot, 1e3));
+    if (o->eng.kv_layout == PL_KV_LAYOUT_VATTENTION) {
+        /* Where the pages were mapped: on the step's critical path or by the mapper thread. */
+        json_object_set_new(j, "kv_page_size", json_integer((json_int_t)o->eng.kv_page_size));
+        json_object_set_new(j, "vattn_overlap", json_boolean(!o->eng.vattn_no_overlap));
+        json_object_set_new(j, "vattn_deferred_reclaim", json_boolean(!o->eng.vattn_no_deferred_reclaim));
+        json_object_set_new(j, "vattn_eager", json_boolean(!o->eng.vattn_no_eager));
+        json_object_set_new(j, "vattn_pages_mapped_sync", json_integer((json_int_t)s->vattn_pages_mapped_sync));
+        json_object_set_new(j, "vattn_pages_mapped_bg", json_integer((json_int_t)s->vattn_pages_mapped_bg));
+        json_object_set_new(j, "vattn_pages_unmapped", json_integer((json_int_t)s->vattn_pages_unmapped));
+        json_object_set_new(j, "vattn_slots_acquired", json_integer((json_int_t)s->vattn_slots_acquired));
+        json_object_set_new(j, "vattn_slots_reused", json_integer((json_int_t)s->vattn_slots_reused));
+        json_object_set_new(j, "vattn_map_ms", json_real(1e3 * s->vattn_map_seconds));
+        json_object_set_new(j, "vattn_map_us_per_step", json_real(s->steps
+            ? 1e6 * s->vattn_map_seconds / (double)s->steps : 0));
+        json_object_set_new(j, "vattn_map_pct_of_step", json_real(s->step_seconds > 0
+            ? 100 * s->vattn_map_seconds / s->step_seconds : 0));
+    }
     /* Speculative decoding: acceptance rate and mean accepted length per speculating step (the
      * tokens a sequence gained in a step that verified proposals: accepted ones + the target's). */
     json_object_set_new(j, "speculative", json_string(o->eng.speculative_model ? "draft"
@@ -224,7 +244,7 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
 
 /* Collect every request's outputs: tokens, errors, time to first token. */
 static void drain(pl_engine *e, const uint64_t *ids, int32_t n, int64_t *out_tokens,
-                  int32_t *errors, double *ttft, int32_t *n_ttft) {
+                  int32_t *errors, double *ttft, int32_t *n_ttft, double *tpot, int32_t *n_tpot) {
     for (int32_t i = 0; i < n; i++) {
         pl_request_output *out;
         while (pl_engine_poll(e, ids[i], 0, &out) == PL_OK) {
@@ -238,6 +258,9 @@ static void drain(pl_engine *e, const uint64_t *ids, int32_t n, int64_t *out_tok
                     *out_tokens += out->n_output_tokens;
                     if (out->first_token_time > 0)
                         ttft[(*n_ttft)++] = out->first_token_time - out->arrival_time;
+                    int32_t per = out->n_output_tokens; /* TPOT of one completion (n = 1) */
+                    if (out->first_token_time > 0 && per > 1 && out->finish_time > 0)
+                        tpot[(*n_tpot)++] = (out->finish_time - out->first_token_time) / (per - 1);
                 }
             }
             pl_request_output_destroy(out);
@@ -276,11 +299,11 @@ int pl_bench_throughput(int argc, char **argv) {
         free(o.schema_text);
         return rc;
     }
-    int32_t n = ds.n, n_ttft = 0, errors = 0;
+    int32_t n = ds.n, n_ttft = 0, n_tpot = 0, errors = 0;
     uint64_t *ids = calloc((size_t)n, sizeof *ids);
-    double *ttft = calloc((size_t)n + 1, sizeof *ttft);
+    double *ttft = calloc((size_t)n + 1, sizeof *ttft), *tpot = calloc((size_t)n + 1, sizeof *tpot);
     int64_t in_tokens = 0, out_tokens = 0;
-    if (!ids || !ttft) {
+    if (!ids || !ttft || !tpot) {
         rc = pl_cli_fail(C, "out of memory");
         goto done;
     }
@@ -334,11 +357,14 @@ int pl_bench_throughput(int argc, char **argv) {
     pl_engine_get_stats(e, &st);
     pl_engine_kv_samples ks;
     pl_engine_get_kv_samples(e, &ks);
-    drain(e, ids, n, &out_tokens, &errors, ttft, &n_ttft);
-    pl_summary s_ttft;
+    drain(e, ids, n, &out_tokens, &errors, ttft, &n_ttft, tpot, &n_tpot);
+    pl_summary s_ttft, s_tpot;
     pl_summarize(ttft, n_ttft, &s_ttft);
+    pl_summarize(tpot, n_tpot, &s_tpot);
     o.eng.kv_cache_memory = pl_engine_get_config(e)->kv_cache_memory; /* the resolved budget */
-    json_t *j = report(&o, &st, &ks, elapsed, in_tokens, out_tokens, errors, &s_ttft);
+    o.eng.kv_page_size = pl_engine_get_config(e)->kv_page_size;
+    o.eng.block_size = pl_engine_get_config(e)->block_size; /* vattention: tokens per page */
+    json_t *j = report(&o, &st, &ks, elapsed, in_tokens, out_tokens, errors, &s_ttft, &s_tpot);
     char *line = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(j);
     if (!line) {
@@ -359,6 +385,7 @@ done:
     free(o.schema_text);
     free(ids);
     free(ttft);
+    free(tpot);
     pl_dataset_destroy(&ds);
     pl_engine_destroy(e);
     return rc;

@@ -17,6 +17,7 @@ int pl_cmd_bench(int argc, char **argv);
 /* `pagellm bench` subcommands (argv[0] = the subcommand's name), one file each: bench_NAME.c */
 int pl_bench_kernels(int argc, char **argv);
 int pl_bench_model(int argc, char **argv);
+int pl_bench_vattn(int argc, char **argv);
 int pl_bench_throughput(int argc, char **argv);
 int pl_bench_serve(int argc, char **argv);
 int pl_cmd_serve(int argc, char **argv);

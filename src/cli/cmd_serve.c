@@ -219,6 +219,12 @@ int pl_cmd_serve(int argc, char **argv) {
                pl_kv_cache_dtype_name(ec->kv_cache_f32 ? PL_KV_CACHE_F32 : ec->kv_cache_dtype),
                (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
                ec->enable_prefix_caching ? "on" : "off");
+        if (ec->kv_layout == PL_KV_LAYOUT_VATTENTION)
+            printf("KV layout vattention: %d request slots, pages of %llu bytes (a block is a "
+                   "page), mapper thread: overlap %s, deferred reclamation %s, eager %s\n",
+                   ec->max_num_seqs, (unsigned long long)ec->kv_page_size,
+                   ec->vattn_no_overlap ? "off" : "on", ec->vattn_no_deferred_reclaim ? "off" : "on",
+                   ec->vattn_no_eager ? "off" : "on");
     }
     if (ec->speculative_model || ec->speculative_ngram) {
         char off[48] = "never off";

@@ -34,8 +34,15 @@ const char PL_ENGINE_FLAGS_HELP[] =
     "      --max-model-len N          prompt + output limit (default: the model's context)\n"
     "      --enable-prefix-caching | --no-prefix-caching   (default: enabled)\n"
     "  -t, --threads N                worker threads (default: one per core)\n"
-    "      --kv-layout L              paged (default) or contiguous: the paper's baseline, one\n"
-    "                                 reserved run of blocks per sequence, nothing shared\n"
+    "      --kv-layout L              paged (default), contiguous (the paper's baseline: one\n"
+    "                                 reserved run of blocks per sequence, nothing shared) or\n"
+    "                                 vattention (a virtually contiguous slot per sequence,\n"
+    "                                 physical pages mapped as it grows; nothing shared)\n"
+    "      --kv-page-size P           vattention: physical page 4K (default), 64K or 2M (needs\n"
+    "                                 reserved huge pages)\n"
+    "      --vattn-no-overlap, --vattn-no-deferred-reclaim, --vattn-no-eager   vattention:\n"
+    "                                 turn off mapping the next step's pages in the background,\n"
+    "                                 reusing a finished request's pages, pre-mapping a free slot\n"
     "      --reserve R                contiguous: max (model length, default), pow2 (next\n"
     "                                 power of two of prompt + max tokens) or oracle (exact)\n"
     "      --speculative-model M      speculative decoding with draft model M (path or bare name,\n"
@@ -166,11 +173,26 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
     case PL_OPT_KVLAYOUT:
         if (!strcmp(arg, "paged")) c->kv_layout = PL_KV_LAYOUT_PAGED;
         else if (!strcmp(arg, "contiguous")) c->kv_layout = PL_KV_LAYOUT_CONTIGUOUS;
+        else if (!strcmp(arg, "vattention")) c->kv_layout = PL_KV_LAYOUT_VATTENTION;
         else {
-            fprintf(stderr, "pagellm %s: --kv-layout: '%s' is not paged or contiguous\n", cmd, arg);
+            fprintf(stderr, "pagellm %s: --kv-layout: '%s' is not paged, contiguous or vattention\n",
+                    cmd, arg);
             return 2;
         }
         return 0;
+    case PL_OPT_KV_PAGE:
+        if (!strcmp(arg, "4K") || !strcmp(arg, "4k") || !strcmp(arg, "4096")) c->kv_page_size = 4096;
+        else if (!strcmp(arg, "64K") || !strcmp(arg, "64k") || !strcmp(arg, "65536")) c->kv_page_size = 65536;
+        else if (!strcmp(arg, "2M") || !strcmp(arg, "2m") || !strcmp(arg, "2097152")) c->kv_page_size = 2u << 20;
+        else {
+            fprintf(stderr, "pagellm %s: --kv-page-size: '%s' is not supported: use 4K, 64K or 2M\n",
+                    cmd, arg);
+            return 2;
+        }
+        return 0;
+    case PL_OPT_VATTN_NO_OVERLAP: c->vattn_no_overlap = 1; return 0;
+    case PL_OPT_VATTN_NO_DEFER: c->vattn_no_deferred_reclaim = 1; return 0;
+    case PL_OPT_VATTN_NO_EAGER: c->vattn_no_eager = 1; return 0;
     case PL_OPT_RESERVE:
         if (!strcmp(arg, "max")) c->reserve = PL_RESERVE_MAX;
         else if (!strcmp(arg, "pow2")) c->reserve = PL_RESERVE_POW2;

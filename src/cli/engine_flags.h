@@ -40,6 +40,10 @@ enum {
     PL_OPT_NGRAM_MIN,
     PL_OPT_NGRAM_MAX,
     PL_OPT_SPEC_BATCH,   /* --speculative-disable-by-batch-size N (vLLM v0's name) */
+    PL_OPT_KV_PAGE,      /* --kv-page-size 4K|64K|2M (vattention) */
+    PL_OPT_VATTN_NO_OVERLAP,
+    PL_OPT_VATTN_NO_DEFER,
+    PL_OPT_VATTN_NO_EAGER,
     PL_OPT_IGNORED,      /* a vLLM-only flag with a value: accepted, ignored with a warning */
     PL_OPT_IGNORED_BOOL, /* the same without a value */
     PL_ENGINE_OPT_END,
@@ -72,6 +76,10 @@ enum {
         {"ngram-min", required_argument, 0, PL_OPT_NGRAM_MIN},                                   \
         {"ngram-max", required_argument, 0, PL_OPT_NGRAM_MAX},                                   \
         {"speculative-disable-by-batch-size", required_argument, 0, PL_OPT_SPEC_BATCH},          \
+        {"kv-page-size", required_argument, 0, PL_OPT_KV_PAGE},                                  \
+        {"vattn-no-overlap", no_argument, 0, PL_OPT_VATTN_NO_OVERLAP},                           \
+        {"vattn-no-deferred-reclaim", no_argument, 0, PL_OPT_VATTN_NO_DEFER},                    \
+        {"vattn-no-eager", no_argument, 0, PL_OPT_VATTN_NO_EAGER},                               \
         {"uvicorn-log-level", required_argument, 0, PL_OPT_IGNORED},                             \
         {"max-log-len", required_argument, 0, PL_OPT_IGNORED},                                   \
         {"download-dir", required_argument, 0, PL_OPT_IGNORED},                                  \

@@ -13,6 +13,7 @@
 #include "base/clock.h"
 
 #include "base/log.h"
+#include "kv/vattn.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -95,8 +96,10 @@ static pl_status check_config(const pl_engine_config *c) {
                        "available memory) must be in (0, 1], got %g", c->kv_cache_memory_fraction);
     if (c->preemption_mode == PL_PREEMPT_SWAP && c->swap_space == 0)
         return pl_fail(PL_ERR_INVALID_ARG, "preemption-mode swap needs --swap-space");
-    if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS)
+    if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS &&
+        c->kv_layout != PL_KV_LAYOUT_VATTENTION)
         return pl_fail(PL_ERR_INVALID_ARG, "unknown kv-layout %d", (int)c->kv_layout);
+    PL_TRY(pl_engine_check_vattn(c));
     if (c->pooling < 0 || c->pooling > 3)
         return pl_fail(PL_ERR_INVALID_ARG, "pooling must be 0 (none), 1 (mean), 2 (cls) or 3 "
                        "(last), got %d", c->pooling);
@@ -170,6 +173,7 @@ static pl_status setup_kv(pl_engine *e) {
         e->draft_kv_bytes = (uint64_t)((double)budget * (double)dpb / (double)(dpb + per_block));
         budget -= e->draft_kv_bytes;
     }
+    if (e->cfg.kv_layout == PL_KV_LAYOUT_VATTENTION) return pl_engine_setup_vattn(e, &l, budget);
     uint64_t nb = budget / per_block;
     /* An embedding model keeps nothing between steps (its attention reads the step's own K/V):
      * the pool is a nominal two blocks, so the rest of the engine stays one code path. */
@@ -328,6 +332,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_idmap_destroy(&e->groups);
     pl_scheduler_destroy(&e->sched);
     if (e->mgr.cfg.num_blocks) pl_kv_manager_destroy(&e->mgr);
+    pl_engine_destroy_vattn(e);
     pl_kv_store_destroy(&e->kv);
     if (e->has_swap) pl_kv_store_destroy(&e->swap);
     pl_runner_destroy(&e->runner);
@@ -359,9 +364,10 @@ static pl_status check_params(const pl_engine *e, pl_request_params *p) {
                        e->cfg.max_num_seqs);
     if (p->max_tokens < 1)
         return pl_fail(PL_ERR_INVALID_ARG, "max_tokens must be at least 1, got %d", p->max_tokens);
-    if (e->cfg.kv_layout == PL_KV_LAYOUT_CONTIGUOUS && (p->best_of > 1 || p->use_beam_search))
-        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout contiguous holds one sequence per request "
-                       "(no sharing): n, best_of and beam search need kv-layout paged");
+    if (e->cfg.kv_layout != PL_KV_LAYOUT_PAGED && (p->best_of > 1 || p->use_beam_search))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout %s holds one sequence per request "
+                       "(no sharing): n, best_of and beam search need kv-layout paged",
+                       e->cfg.kv_layout == PL_KV_LAYOUT_VATTENTION ? "vattention" : "contiguous");
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return pl_fail(PL_ERR_INVALID_ARG, "min_tokens must be in [0, max_tokens], got %d",
                        p->min_tokens);
@@ -415,7 +421,8 @@ static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
     int64_t out_blocks = (g->params.max_tokens + bs - 1) / bs;
     int64_t win = pl_kv_held_blocks_max(&e->mgr, total, e->cfg.num_speculative_tokens);
     int64_t need = (g->n_prompt + bs - 1) / bs + seqs * ((out_blocks < win ? out_blocks : win) + 1);
-    if (e->mgr.cfg.policy != PL_KV_POLICY_PAGED) need = pl_kv_admit_blocks(&e->mgr, g->n_prompt, total);
+    if (e->mgr.cfg.policy == PL_KV_POLICY_VATTN) need = pl_kv_blocks_for(&e->mgr, total);
+    else if (e->mgr.cfg.policy != PL_KV_POLICY_PAGED) need = pl_kv_admit_blocks(&e->mgr, g->n_prompt, total);
     int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;
     if (need > have)
         return pl_fail(PL_ERR_INVALID_ARG, "the request may need %lld KV blocks (%d prompt "
@@ -721,6 +728,7 @@ static pl_status step(pl_engine *e) {
                                  (unsigned long long)e->fail_step)
                        : PL_OK;
     if (st == PL_OK && e->spec.ready) st = pl_spec_draft_run(&e->spec, &e->sched_out, &e->mgr);
+    if (st == PL_OK && e->va) st = pl_vattn_prepare_step(e->va); /* pages the step lacks */
     if (st == PL_OK) st = pl_runner_execute(&e->runner, s);
     if (st == PL_OK)
         st = pl_decoder_update_from_output(&e->decoder, s, e->runner.logits, e->runner.item_row);
@@ -843,6 +851,7 @@ static void take_snapshot(pl_engine *e) {
     s.step_cpu_seconds = e->step_cpu_seconds;
     s.kv_pictures = e->kv_view.version;
     s.kv_picture_seconds = e->kv_view.publish_seconds;
+    pl_engine_vattn_stats(e, &s);
     if (e->kv_samples) {
         double n = (double)e->kv_samples, pool_slots = (double)k.blocks_total * e->mgr.cfg.block_size;
         ks.peak_kv_usage = e->kv_usage_peak;

@@ -31,6 +31,8 @@ struct pl_engine {
     pl_kv_store swap;           /* swap pool bytes (num_blocks 0 if none) */
     int has_swap;
     pl_kv_manager mgr;          /* who holds which block */
+    struct pl_vattn *va;        /* kv-layout vattention: the slots and page pool (kv holds a view
+                                   of its reservation), else NULL */
     pl_scheduler sched;
     pl_sched_output sched_out;  /* the current step's schedule (reused every step) */
     pl_runner runner;           /* step buffers, forward pass, the step's logits */
@@ -72,6 +74,14 @@ struct pl_engine {
     pl_kv_view kv_view;         /* block states for monitoring (engine/kv_view.h) */
 };
 
+
+/* engine_vattn.c: kv-layout vattention. setup replaces the paged pool: the slots and page pool
+ * for `budget` bytes, the store view of the reservation (layout l's dtype and heads), the
+ * manager; check refuses what needs shared blocks; stats fills the vattn_* counters. */
+pl_status pl_engine_setup_vattn(pl_engine *e, const pl_kv_layout *l, uint64_t budget);
+pl_status pl_engine_check_vattn(const pl_engine_config *c);
+void pl_engine_vattn_stats(pl_engine *e, pl_engine_stats *s);
+void pl_engine_destroy_vattn(pl_engine *e);
 
 /* engine.c: end a group now (the decoder emits its last outputs; the engine forgets it). */
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error);

@@ -1,5 +1,6 @@
 /* kv/manager — see manager.h for the operations, the invariants and the differences from vLLM. */
 #include "kv/manager.h"
+#include "kv/vattn.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,23 @@ static void drop_primary(pl_kv_manager *m, int32_t b) {
 
 static bool caching(const pl_kv_manager *m) { return m->cfg.enable_prefix_caching != 0; }
 static bool contiguous(const pl_kv_manager *m) { return m->cfg.policy != PL_KV_POLICY_PAGED; }
+static bool vattn(const pl_kv_manager *m) { return m->cfg.policy == PL_KV_POLICY_VATTN; }
+
+/* Blocks that can still be taken: the free queue, or (vattention) the physical pages not held. */
+static int32_t free_blocks(const pl_kv_manager *m) {
+    return vattn(m) ? m->cfg.num_blocks - (m->pool.num_blocks - m->pool.n_free) : m->pool.n_free;
+}
+
+/* vattention: the table's slot, and its i-th (virtual) block taken off the free queue. */
+static int32_t vattn_slot(const pl_kv_manager *m, const pl_block_table *t) {
+    return t->blocks[0] / m->cfg.max_blocks_per_seq;
+}
+
+static int32_t vattn_block(pl_kv_manager *m, int32_t slot, int32_t i) {
+    int32_t b = slot * m->cfg.max_blocks_per_seq + i;
+    pl_block_pool_touch(&m->pool, b); /* free and hash-less: off the queue, ref 1 */
+    return b;
+}
 
 /* Leading blocks no query at position >= pos reads again: those wholly below pos - W + 1. */
 static int32_t behind_window(const pl_kv_manager *m, int32_t pos) {
@@ -96,9 +114,10 @@ static void table_arrays_free(pl_block_table *t) {
 pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) {
     memset(m, 0, sizeof *m);
     if (!cfg) return pl_fail(PL_ERR_INVALID_ARG, "kv manager: no config");
-    if (cfg->block_size < 1 || cfg->block_size > 4096)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: block_size must be in [1, 4096], got %d",
-                       (int)cfg->block_size);
+    int32_t max_bs = cfg->policy == PL_KV_POLICY_VATTN ? 1 << 24 : 4096; /* vattention: a page */
+    if (cfg->block_size < 1 || cfg->block_size > max_bs)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: block_size must be in [1, %d], got %d",
+                       (int)max_bs, (int)cfg->block_size);
     if (cfg->num_blocks < 1)
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: num_blocks must be >= 1, got %d",
                        (int)cfg->num_blocks);
@@ -109,7 +128,7 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
         return pl_fail(PL_ERR_INVALID_ARG,
                        "kv manager: max_blocks_per_seq must be >= 1 and hold < 2^31 tokens, got %d",
                        (int)cfg->max_blocks_per_seq);
-    if (cfg->policy < PL_KV_POLICY_PAGED || cfg->policy > PL_KV_POLICY_ORACLE)
+    if (cfg->policy < PL_KV_POLICY_PAGED || cfg->policy > PL_KV_POLICY_VATTN)
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: unknown allocation policy %d", (int)cfg->policy);
     if (cfg->policy != PL_KV_POLICY_PAGED && (cfg->enable_prefix_caching || cfg->num_swap_blocks))
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: a contiguous layout shares and swaps "
@@ -123,9 +142,23 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
     if (!(cfg->watermark >= 0.0 && cfg->watermark < 1.0))
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: watermark must be in [0, 1), got %g",
                        cfg->watermark);
+    int64_t pool_blocks = cfg->num_blocks;
+    if (cfg->policy == PL_KV_POLICY_VATTN) {
+        const pl_vattn_config *vc = cfg->vattn ? pl_vattn_get_config(cfg->vattn) : NULL;
+        if (!vc || vc->rows_per_slot != cfg->max_blocks_per_seq || vc->tokens_per_row != cfg->block_size)
+            return pl_fail(PL_ERR_INVALID_ARG, "kv manager: the vattention layout needs its slots, "
+                           "with rows_per_slot = max_blocks_per_seq and tokens_per_row = block_size");
+        pool_blocks = (int64_t)vc->n_slots * vc->rows_per_slot;
+        if (pool_blocks > INT32_MAX / 2)
+            return pl_fail(PL_ERR_INVALID_ARG, "kv manager: %d slots x %d pages exceed 2^30 blocks",
+                           (int)vc->n_slots, (int)vc->rows_per_slot);
+    }
     m->cfg = *cfg;
     m->watermark_blocks = (int32_t)(cfg->watermark * cfg->num_blocks);
-    PL_TRY(pl_block_pool_init(&m->pool, cfg->num_blocks, cfg->block_size,
+    /* The pool's block size only sizes prefix hashing, which vattention never does (its pages
+     * may hold more tokens than a hashed block may). */
+    PL_TRY(pl_block_pool_init(&m->pool, (int32_t)pool_blocks,
+                              cfg->policy == PL_KV_POLICY_VATTN ? 1 : cfg->block_size,
                               cfg->enable_prefix_caching, cfg->hash_seed));
     pl_status st = PL_OK;
     if (cfg->num_swap_blocks > 0)
@@ -135,8 +168,8 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
         pl_error_prefix("kv manager: swap pool");
         return st;
     }
-    int32_t n_remap = cfg->num_blocks > cfg->num_swap_blocks ? cfg->num_blocks : cfg->num_swap_blocks;
-    m->fill = calloc((size_t)cfg->num_blocks, sizeof *m->fill);
+    int32_t n_remap = pool_blocks > cfg->num_swap_blocks ? (int32_t)pool_blocks : cfg->num_swap_blocks;
+    m->fill = calloc((size_t)pool_blocks, sizeof *m->fill);
     m->remap = malloc((size_t)n_remap * sizeof *m->remap);
     if (!m->fill || !m->remap) {
         pl_kv_manager_destroy(m);
@@ -191,8 +224,33 @@ pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens) {
     int32_t need = pl_kv_blocks_for(m, n_tokens);
     if (n_tokens < 1 || need > m->cfg.max_blocks_per_seq) return PL_ALLOC_NEVER;
     if (m->cfg.num_blocks - need < m->watermark_blocks) return PL_ALLOC_NEVER;
-    if (m->pool.n_free - need < m->watermark_blocks) return PL_ALLOC_LATER;
+    if (free_blocks(m) - need < m->watermark_blocks) return PL_ALLOC_LATER;
     return PL_ALLOC_OK;
+}
+
+/* A vattention table: a free slot (the one with most pages still mapped), its first blocks. */
+static pl_status vattn_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, int32_t *n_cached) {
+    int32_t bs = m->cfg.block_size, need = pl_kv_blocks_for(m, n);
+    if (need > free_blocks(m))
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: %d tokens need %d pages per layer, "
+                       "%d free", (int)n, (int)need, (int)free_blocks(m));
+    PL_TRY(table_arrays(m, t));
+    int32_t slot = pl_vattn_acquire(m->cfg.vattn);
+    if (slot < 0) {
+        table_arrays_free(t);
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
+    }
+    for (int32_t i = 0; i < need; i++) {
+        t->blocks[i] = vattn_block(m, slot, i);
+        set_fill(m, t->blocks[i], fill_of(bs, n, i));
+    }
+    pl_vattn_set_need(m->cfg.vattn, slot, n);
+    t->n_blocks = need;
+    t->n_tokens = n;
+    t->live = 1;
+    m->n_tables++;
+    if (n_cached) *n_cached = 0;
+    return PL_OK;
 }
 
 /* A contiguous table: one run of pl_kv_admit_blocks blocks at the first fit. */
@@ -243,6 +301,7 @@ pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const in
         return pl_fail(PL_ERR_INVALID_ARG,
                        "kv allocate_prompt: %d tokens need %d blocks, a sequence may hold %d",
                        (int)n, (int)need, (int)m->cfg.max_blocks_per_seq);
+    if (vattn(m)) return vattn_prompt(m, t, n, n_cached);
     if (contiguous(m)) return reserve_prompt(m, t, n, final_tokens, n_cached);
     PL_TRY(table_arrays(m, t));
 
@@ -303,7 +362,7 @@ int32_t pl_kv_append_blocks_needed(const pl_kv_manager *m, const pl_block_table 
 bool pl_kv_can_append(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new) {
     if (!t->live || t->swapped || n_new < 0 || n_new > t->capacity * t->block_size - t->n_tokens)
         return false;
-    return pl_kv_append_blocks_needed(m, t, n_new) <= m->pool.n_free;
+    return pl_kv_append_blocks_needed(m, t, n_new) <= free_blocks(m);
 }
 
 pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
@@ -319,9 +378,9 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
                        (int)n_new, (int)t->n_tokens, (int)(t->capacity * bs));
     if (n_new == 0) return PL_OK;
     int32_t need = pl_kv_append_blocks_needed(m, t, n_new);
-    if (need > m->pool.n_free)
+    if (need > free_blocks(m))
         return pl_fail(PL_ERR_CAPACITY, "kv append_slots: need %d blocks, %d free", (int)need,
-                       (int)m->pool.n_free);
+                       (int)free_blocks(m));
     if (last_block_shared_partial(m, t)) {
         int32_t last = last_filled(t), src = t->blocks[last];
         int32_t dst = pl_block_pool_alloc(&m->pool);
@@ -333,7 +392,7 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
     }
     int32_t n_total = t->n_tokens + n_new, blocks_total = pl_kv_blocks_for(m, n_total);
     for (int32_t i = t->n_blocks; i < blocks_total; i++) {
-        int32_t b = pl_block_pool_alloc(&m->pool);
+        int32_t b = vattn(m) ? vattn_block(m, vattn_slot(m, t), i) : pl_block_pool_alloc(&m->pool);
         PL_ASSERT(b >= 0);
         t->blocks[i] = b;
     }
@@ -343,6 +402,7 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
     t->reserved_future -= filled;
     m->reserved_future -= filled;
     t->n_tokens = n_total;
+    if (vattn(m)) pl_vattn_set_need(m->cfg.vattn, vattn_slot(m, t), n_total);
     return PL_OK;
 }
 
@@ -440,6 +500,7 @@ void pl_kv_free_table(pl_kv_manager *m, pl_block_table *t) {
         table_arrays_free(t);
         return;
     }
+    if (vattn(m)) pl_vattn_release(m->cfg.vattn, vattn_slot(m, t));
     for (int32_t i = t->n_blocks - 1; i >= t->n_dropped; i--) {
         if (t->swapped) pl_block_pool_release(&m->swap, t->blocks[i]);
         else drop_primary(m, t->blocks[i]);
@@ -546,8 +607,8 @@ pl_status pl_kv_swap_in(pl_kv_manager *m, pl_block_table *const *tables, int32_t
 
 void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s) {
     memset(s, 0, sizeof *s);
-    s->blocks_total = m->pool.num_blocks;
-    s->blocks_free = m->pool.n_free;
+    s->blocks_total = m->cfg.num_blocks;
+    s->blocks_free = free_blocks(m);
     s->blocks_used = s->blocks_total - s->blocks_free;
     s->blocks_cached = m->pool.n_free_cached;
     s->tokens_stored = m->tokens_stored;

@@ -67,6 +67,15 @@
  * as waste, so waste = 1 - tokens stored / reserved slots. Nothing is shared: prefix caching,
  * fork and the swap pool are refused. A sequence that outgrows its reservation (it cannot when
  * the final length is right) gets further blocks as in the paged layout.
+ *
+ * The vAttention layout (PL_KV_POLICY_VATTN, kv/vattn.h). cfg.vattn is the slot reservation; a
+ * block is one page of every region and its ids are virtual: the pool has n_slots ×
+ * max_blocks_per_seq blocks, and a table in slot s holds blocks s × max_blocks_per_seq + i
+ * (consecutive, so the kernel reads one contiguous array). cfg.num_blocks is the physical
+ * capacity (page rows of the budget): admission, append and the stats count blocks against it,
+ * so free = num_blocks - blocks held. Allocation takes a slot (pl_vattn_acquire) and tells the
+ * slot its need; freeing gives the slot back. Sharing and swapping are refused as in the
+ * contiguous layouts; pl_kv_first_fit answers whether a slot is free.
  */
 #ifndef PL_KV_MANAGER_H
 #define PL_KV_MANAGER_H
@@ -82,7 +91,10 @@ typedef enum {
     PL_KV_POLICY_MAX,             /* contiguous: reserve max_seq_tokens per sequence */
     PL_KV_POLICY_POW2,            /* contiguous: the next power of two >= the final length */
     PL_KV_POLICY_ORACLE,          /* contiguous: exactly the final length */
+    PL_KV_POLICY_VATTN,           /* vAttention: a request slot, pages mapped on demand */
 } pl_kv_policy;
+
+struct pl_vattn;
 
 typedef struct {
     int32_t block_size;           /* tokens per block (16 is vLLM's default) */
@@ -98,6 +110,8 @@ typedef struct {
     int32_t sliding_window;       /* W > 0: every layer attends to its last W positions only,
                                      so blocks behind the window are released (paged layout
                                      only; 0 = keep every block: no window, or a layer without) */
+    struct pl_vattn *vattn;       /* VATTN: the slots (not owned); its rows_per_slot must equal
+                                     max_blocks_per_seq and tokens_per_row block_size */
 } pl_kv_manager_config;
 
 /* The entry a table keeps for a block released by the sliding window (never read by the

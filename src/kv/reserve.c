@@ -33,6 +33,10 @@ int32_t pl_kv_admit_blocks(const pl_kv_manager *m, int32_t n, int32_t final_toke
 
 int32_t pl_kv_first_fit(const pl_kv_manager *m, int32_t n_blocks) {
     if (n_blocks < 1) return -1;
+    if (m->cfg.policy == PL_KV_POLICY_VATTN) /* a free slot: its first block */
+        for (int32_t s = 0; s * m->cfg.max_blocks_per_seq < m->pool.num_blocks; s++)
+            if (m->pool.blocks[s * m->cfg.max_blocks_per_seq].ref == 0)
+                return s * m->cfg.max_blocks_per_seq;
     int32_t run = 0;
     for (int32_t b = 0; b < m->pool.num_blocks; b++) {
         run = m->pool.blocks[b].ref == 0 ? run + 1 : 0;

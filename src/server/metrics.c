@@ -246,6 +246,27 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
            (double)s->kv_pictures);
     metric(&b, "pagellm_kv_picture_seconds_total", "counter",
            "Engine-thread time spent publishing KV pictures.", labels, s->kv_picture_seconds);
+    /* kv-layout vattention (0 in the other layouts): where physical pages were mapped. */
+    metric(&b, "pagellm_vattn_pages_mapped_sync_total", "counter",
+           "vattention: pages mapped on the step's critical path.", labels,
+           (double)s->vattn_pages_mapped_sync);
+    metric(&b, "pagellm_vattn_pages_mapped_background_total", "counter",
+           "vattention: pages mapped by the background mapper thread.", labels,
+           (double)s->vattn_pages_mapped_bg);
+    metric(&b, "pagellm_vattn_pages_unmapped_total", "counter",
+           "vattention: pages unmapped (given back to the system).", labels,
+           (double)s->vattn_pages_unmapped);
+    metric(&b, "pagellm_vattn_pages_committed", "gauge",
+           "vattention: pages mapped now (needed by requests + cached for reuse).", labels,
+           (double)s->vattn_pages_committed);
+    metric(&b, "pagellm_vattn_slots_acquired_total", "counter",
+           "vattention: requests given a slot.", labels, (double)s->vattn_slots_acquired);
+    metric(&b, "pagellm_vattn_slots_reused_total", "counter",
+           "vattention: of those, slots that still had pages mapped.", labels,
+           (double)s->vattn_slots_reused);
+    metric(&b, "pagellm_vattn_map_seconds_total", "counter",
+           "vattention: engine-thread time mapping and unmapping pages inside steps.", labels,
+           s->vattn_map_seconds);
 
     pthread_mutex_lock(&m->mu);
     pl_strbuf_printf(&b, "# HELP vllm:request_success_total Count of finished requests by reason.\n"

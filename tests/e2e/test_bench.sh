@@ -37,6 +37,25 @@ import json; d = json.load(open('$TMP/c.out'))
 assert d['allocation'] == '$r' and d['errors'] == 0 and d['completed'] == 12, d
 assert 0 < d['mean_waste_pct'] < 100 and d['prefix_caching'] is False, d"
 done
+# the vattention layout runs, reports where its pages were mapped, and refuses sharing
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset alpaca --num-prompts 12 -t 1 \
+    --kv-cache-memory 2M --max-model-len 256 --kv-layout vattention >"$TMP/v.out" 2>"$TMP/v.err"
+check "vattention runs with its counters" python3 -c "
+import json; d = json.load(open('$TMP/v.out'))
+assert d['kv_layout'] == 'vattention' and d['errors'] == 0 and d['completed'] == 12, d
+assert d['vattn_pages_mapped_sync'] + d['vattn_pages_mapped_bg'] > 0, d
+assert d['vattn_slots_acquired'] >= 12 and d['kv_page_size'] == 4096 and 'tpot_ms' in d, d"
+"$PL_BINARY" bench throughput -m "$MODEL" --num-prompts 2 --kv-layout vattention --n 2 \
+    >/dev/null 2>"$TMP/e"
+check "vattention refuses n > 1 naming the layout" grep -q "kv-layout vattention" "$TMP/e"
+"$PL_BINARY" bench throughput -m "$MODEL" --kv-layout vattention --kv-page-size 8K >/dev/null 2>&1
+check "bad --kv-page-size exits 2" test $? -eq 2
+"$PL_BINARY" generate -m "$MODEL" -p "Once upon a time" -n 8 --kv-layout vattention \
+    --kv-page-size 2M >/dev/null 2>"$TMP/e"
+if [ "$(awk '/HugePages_Total/ {print $2}' /proc/meminfo)" = 0 ]; then
+    check "2M pages without huge pages: a clear error" grep -q "huge pages" "$TMP/e"
+fi
+
 # parallel sampling shares the prompt's blocks
 "$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:64:8 --num-prompts 4 --n 4 -t 1 \
     --kv-cache-memory 2M >"$TMP/n.out" 2>"$TMP/n.err"
@@ -64,6 +83,17 @@ import json; d = json.load(open('$TMP/sv.out'))
 assert d['completed'] == 12 and d['errors'] == 0 and d['length_mismatches'] == 0, d
 for k in ('ttft_ms', 'e2e_ms'):
     s = d[k]; assert s['n'] == 12 and 0 < s['p50'] <= s['p90'] <= s['p99'] <= s['max'], s"
+stop_server
+# vattention behind the server: the requests run and /metrics counts its slots and pages
+start_server --kv-layout vattention --max-model-len 256
+"$PL_BINARY" bench serve --base-url "$BASE" --model stories --dataset alpaca --num-prompts 6 \
+    --request-rate 50 --vocab-size 512 --max-total 256 --seed 2 >"$TMP/vs.out" 2>"$TMP/vs.err"
+check "vattention serve: all completed" python3 -c "
+import json; d = json.load(open('$TMP/vs.out'))
+assert d['completed'] == 6 and d['errors'] == 0, d"
+curl -s "$BASE/metrics" >"$TMP/metrics"
+check "vattention /metrics counts slots" awk '/^pagellm_vattn_slots_acquired_total/ {ok = $2 >= 6} END {exit !ok}' "$TMP/metrics"
+check "vattention /metrics counts mapped pages" grep -q "^pagellm_vattn_pages_mapped_sync_total" "$TMP/metrics"
 stop_server
 "$PL_BINARY" bench serve --base-url "$BASE" --model stories --num-prompts 2 --vocab-size 512 \
     --timeout 5 >"$TMP/down.out" 2>"$TMP/down.err"

@@ -68,4 +68,31 @@ static inline void run_all(pl_engine *e, const uint64_t *ids, result *res, int n
     }
 }
 
+/* The batch the engine tests share: request i is prompts[i % n_prompts] with max_tokens
+ * 40 + 7 (i % 5), EOS ignored, greedy or (sampled) seeded with 1000 + i at temperature 0.9,
+ * top_p 0.95; runs them all to completion in e. */
+static inline void run_prompt_batch(pl_engine *e, const char *const *prompts, int n_prompts,
+                                    int count, int sampled, result *res) {
+    uint64_t ids[64];
+    for (int i = 0; i < count && i < 64; i++) {
+        pl_request_params p;
+        pl_request_params_default(&p);
+        p.sampling.temperature = 0;
+        p.max_tokens = 40 + 7 * (i % 5);
+        p.ignore_eos = 1;
+        if (sampled) {
+            p.sampling.temperature = 0.9f;
+            p.sampling.top_p = 0.95f;
+            p.has_seed = 1;
+            p.seed = 1000 + (uint64_t)i;
+        }
+        memset(&res[i], 0, sizeof res[i]);
+        if (pl_engine_add_request(e, prompts[i % n_prompts], NULL, 0, &p, &ids[i]) != PL_OK) {
+            fprintf(stderr, "add_request: %s\n", pl_last_error());
+            abort();
+        }
+    }
+    run_all(e, ids, res, count < 64 ? count : 64);
+}
+
 #endif

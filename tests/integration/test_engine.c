@@ -79,21 +79,7 @@ static void test_reference_text(void **state) {
 
 /* Run all prompts (greedy or seeded sampling) in one engine, each request `n` completions. */
 static void run_batch(pl_engine *e, int count, int sampled, result *res) {
-    uint64_t ids[64];
-    for (int i = 0; i < count; i++) {
-        pl_request_params p;
-        greedy_params(&p, 40 + 7 * (i % 5));
-        if (sampled) {
-            p.sampling.temperature = 0.9f;
-            p.sampling.top_p = 0.95f;
-            p.has_seed = 1;
-            p.seed = 1000 + (uint64_t)i;
-        }
-        memset(&res[i], 0, sizeof res[i]);
-        assert_int_equal(pl_engine_add_request(e, PROMPTS[i % N_PROMPTS], NULL, 0, &p, &ids[i]),
-                         PL_OK);
-    }
-    run_all(e, ids, res, count);
+    run_prompt_batch(e, PROMPTS, N_PROMPTS, count, sampled, res);
 }
 
 static void test_batch_determinism(void **state) {

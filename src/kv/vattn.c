@@ -1,0 +1,514 @@
+/* kv/vattn — see vattn.h for the layout, the techniques and the invariants. */
+#include "kv/vattn.h"
+
+#include "base/clock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21U << 26)
+#endif
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define HUGE_2M ((size_t)2 << 20)
+
+static uint64_t now_ns(void) { return (uint64_t)(pl_clock_now() * 1e9); }
+
+struct pl_vattn {
+    pl_vattn_config cfg;
+    char *base;           /* aligned reservation */
+    void *raw;            /* what mmap returned (may start below base) */
+    size_t raw_bytes, reserved, slot_bytes;
+    int fd;               /* memfd (MEMFD backend), else -1 */
+    int huge;             /* 2 MiB pages through hugetlb: never punched */
+    int populate;         /* MADV_POPULATE_WRITE works here (cleared at its first EINVAL) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int thread_on, stop;
+    uint8_t *used;        /* [n_slots] */
+    uint8_t *fresh;       /* [n_slots] acquired, need not set yet (eager learns prompt sizes) */
+    int32_t *need;        /* [n_slots] rows needed */
+    int32_t *need_tokens; /* [n_slots] */
+    int32_t *mapped;      /* [n_slots] rows mapped: positions [0, mapped) */
+    int32_t *row_of;      /* [n_slots × rows_per_slot] physical row at each position, or -1 */
+    int32_t *free_rows;   /* stack of free row ids */
+    int64_t n_free, need_sum;
+    int32_t eager_rows;   /* rows the eager slot is pre-mapped to (largest prompt seen) */
+    pl_vattn_stats st;
+};
+
+static int32_t rows_for(const pl_vattn *va, int64_t tokens) {
+    int64_t t = va->cfg.tokens_per_row, r = tokens <= 0 ? 0 : (tokens + t - 1) / t;
+    return r > va->cfg.rows_per_slot ? va->cfg.rows_per_slot : (int32_t)r;
+}
+
+static char *page_at(const pl_vattn *va, int32_t region, int32_t slot, int32_t pos) {
+    return va->base + ((size_t)region * va->cfg.n_slots + (size_t)slot) * va->slot_bytes +
+           (size_t)pos * va->cfg.page_size;
+}
+
+/* ---- mapping one row (lock held) ------------------------------------------------------------ */
+
+static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
+    size_t P = va->cfg.page_size;
+    int32_t pos = va->mapped[slot];
+    for (int32_t r = 0; r < va->cfg.n_regions; r++) {
+        char *p = page_at(va, r, slot, pos);
+        if (va->fd >= 0) {
+            off_t off = ((off_t)row * va->cfg.n_regions + r) * (off_t)P;
+            if (mmap(p, P, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_SHARED, va->fd, off) == MAP_FAILED)
+                return -1;
+        } else if (mprotect(p, P, PROT_READ | PROT_WRITE) != 0) {
+            return -1;
+        }
+        /* Commit (fault in and zero) the page now, on this thread, so the step that writes it
+         * does not take the faults; kernels before 5.14 lack it and fault at first touch. */
+        if (va->populate && madvise(p, P, MADV_POPULATE_WRITE) != 0) {
+            if (errno != EINVAL) return -1;
+            va->populate = 0;
+        }
+    }
+    va->row_of[(size_t)slot * va->cfg.rows_per_slot + pos] = row;
+    va->mapped[slot] = pos + 1;
+    uint64_t pages = (uint64_t)va->cfg.n_regions;
+    if (bg) va->st.pages_mapped_bg += pages;
+    else va->st.pages_mapped_sync += pages;
+    return 0;
+}
+
+/* Unmap the slot's last mapped row and put it on the free list. The reservation is restored
+ * (PROT_NONE) and the memory given back. Failure here would leave a page we cannot account
+ * for, so it is asserted (the calls only fail on bad arguments). */
+static void unmap_last(pl_vattn *va, int32_t slot, int bg) {
+    size_t P = va->cfg.page_size;
+    int32_t pos = va->mapped[slot] - 1;
+    PL_ASSERT(pos >= 0);
+    size_t k = (size_t)slot * va->cfg.rows_per_slot + pos;
+    int32_t row = va->row_of[k];
+    for (int32_t r = 0; r < va->cfg.n_regions; r++) {
+        char *p = page_at(va, r, slot, pos);
+        if (va->fd >= 0) {
+            void *q = mmap(p, P, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                           -1, 0);
+            PL_ASSERT(q != MAP_FAILED);
+        } else {
+            int rc = madvise(p, P, MADV_DONTNEED);
+            rc |= mprotect(p, P, PROT_NONE);
+            PL_ASSERT(rc == 0);
+        }
+    }
+    if (va->fd >= 0 && !va->huge) {
+        off_t off = (off_t)row * va->cfg.n_regions * (off_t)P;
+        int rc = fallocate(va->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+                           (off_t)P * va->cfg.n_regions);
+        PL_ASSERT(rc == 0);
+    }
+    va->row_of[k] = -1;
+    va->mapped[slot] = pos;
+    va->free_rows[va->n_free++] = row;
+    uint64_t pages = (uint64_t)va->cfg.n_regions;
+    if (bg) va->st.pages_unmapped_bg += pages;
+    else va->st.pages_unmapped_sync += pages;
+}
+
+/* The free slot with the fewest (> 0) or the most rows mapped; -1 if none has any. */
+static int32_t free_slot_with_rows(const pl_vattn *va, int most) {
+    int32_t best = -1;
+    for (int32_t s = 0; s < va->cfg.n_slots; s++) {
+        if (va->used[s] || va->mapped[s] == 0) continue;
+        if (best < 0 || (most ? va->mapped[s] > va->mapped[best] : va->mapped[s] < va->mapped[best]))
+            best = s;
+    }
+    return best;
+}
+
+/* A row for `slot`: a free one, else reclaimed from a free slot (the fewest mapped first: big
+ * cached slots are the ones worth reusing), else (excess) from a used slot's rows beyond its
+ * need. -1 if none. */
+static int32_t take_row(pl_vattn *va, int32_t slot, int excess, int bg) {
+    if (va->n_free == 0) {
+        int32_t victim = free_slot_with_rows(va, 0);
+        if (victim < 0 && excess)
+            for (int32_t s = 0; s < va->cfg.n_slots; s++)
+                if (s != slot && va->used[s] && va->mapped[s] > va->need[s]) {
+                    victim = s;
+                    break;
+                }
+        if (victim < 0) return -1;
+        unmap_last(va, victim, bg);
+    }
+    return va->free_rows[--va->n_free];
+}
+
+static int map_next(pl_vattn *va, int32_t slot, int excess, int bg) {
+    int32_t row = take_row(va, slot, excess, bg);
+    if (row < 0) return 1;
+    if (map_row(va, slot, row, bg) != 0) {
+        va->free_rows[va->n_free++] = row;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- background work (lock held) ------------------------------------------------------------ */
+
+static int64_t keep_free(const pl_vattn *va) {
+    return (int64_t)(va->cfg.reclaim_threshold * (double)va->cfg.phys_rows);
+}
+
+static int background_locked(pl_vattn *va) {
+    const pl_vattn_config *c = &va->cfg;
+    if (c->overlap) /* step i + 1's row of every decoding slot */
+        for (int32_t s = 0; s < c->n_slots; s++) {
+            if (!va->used[s] || va->need[s] == 0) continue;
+            if (va->mapped[s] < rows_for(va, (int64_t)va->need_tokens[s] + 1))
+                return map_next(va, s, 0, 1) == 0;
+        }
+    if (c->deferred_reclaim && va->n_free < keep_free(va)) {
+        int32_t victim = free_slot_with_rows(va, 0);
+        if (victim >= 0) {
+            unmap_last(va, victim, 1);
+            return 1;
+        }
+    }
+    if (c->eager && va->eager_rows > 0 && va->n_free - 1 >= keep_free(va)) {
+        int32_t target = -1;
+        for (int32_t s = 0; s < c->n_slots; s++)
+            if (!va->used[s] && (target < 0 || va->mapped[s] > va->mapped[target])) target = s;
+        if (target >= 0 && va->mapped[target] < va->eager_rows)
+            return map_next(va, target, 0, 1) == 0;
+    }
+    return 0;
+}
+
+int pl_vattn_background_once(pl_vattn *va) {
+    pthread_mutex_lock(&va->mu);
+    int r = background_locked(va);
+    pthread_mutex_unlock(&va->mu);
+    return r;
+}
+
+static void *mapper_main(void *arg) {
+    pl_vattn *va = arg;
+    pthread_mutex_lock(&va->mu);
+    while (!va->stop) {
+        if (background_locked(va)) { /* one unit per lock hold: the engine waits <= one row */
+            pthread_mutex_unlock(&va->mu);
+            pthread_mutex_lock(&va->mu);
+            continue;
+        }
+        pthread_cond_wait(&va->cv, &va->mu);
+    }
+    pthread_mutex_unlock(&va->mu);
+    return NULL;
+}
+
+static void wake(pl_vattn *va) {
+    if (va->thread_on) pthread_cond_signal(&va->cv);
+}
+
+/* ---- life cycle ----------------------------------------------------------------------------- */
+
+size_t pl_vattn_parse_page_size(const char *s) {
+    if (!s) return 0;
+    if (!strcmp(s, "4K") || !strcmp(s, "4k") || !strcmp(s, "4096")) return 4096;
+    if (!strcmp(s, "64K") || !strcmp(s, "64k") || !strcmp(s, "65536")) return 65536;
+    if (!strcmp(s, "2M") || !strcmp(s, "2m") || !strcmp(s, "2097152")) return HUGE_2M;
+    return 0;
+}
+
+static pl_status setup_memory(pl_vattn *va) {
+    const pl_vattn_config *c = &va->cfg;
+    size_t P = c->page_size;
+    va->huge = P == HUGE_2M;
+    if (c->backend == PL_VATTN_MEMFD) {
+        unsigned flags = MFD_CLOEXEC | (va->huge ? MFD_HUGETLB | MFD_HUGE_2MB : 0);
+        va->fd = memfd_create("pagellm-kv-vattn", flags);
+        if (va->fd < 0)
+            return pl_fail(PL_ERR_UNSUPPORTED, "kv-page-size %zu: memfd_create%s failed: %s", P,
+                           va->huge ? " with MFD_HUGETLB (2 MiB huge pages)" : "", strerror(errno));
+        off_t bytes = (off_t)c->phys_rows * c->n_regions * (off_t)P;
+        if (ftruncate(va->fd, bytes) != 0)
+            return pl_fail(PL_ERR_NOMEM, "kv-cache-memory: cannot size the page pool to %lld bytes: %s",
+                           (long long)bytes, strerror(errno));
+        /* Huge pages are taken now, so a system without enough says so at start, not mid-step. */
+        if (va->huge && fallocate(va->fd, 0, 0, bytes) != 0)
+            return pl_fail(PL_ERR_UNSUPPORTED, "kv-page-size 2M: the system cannot provide %lld "
+                           "MiB of 2 MiB huge pages (%s); reserve them (vm.nr_hugepages) or use "
+                           "kv-page-size 4K or 64K", (long long)(bytes >> 20), strerror(errno));
+    } else if (va->huge) {
+        return pl_fail(PL_ERR_UNSUPPORTED, "kv-page-size 2M needs the memfd backend (hugetlb)");
+    }
+    int prot = PROT_NONE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    va->raw_bytes = va->reserved + P;
+    va->raw = mmap(NULL, va->raw_bytes, prot, flags, -1, 0);
+    if (va->raw == MAP_FAILED) {
+        va->raw = NULL;
+        return pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot reserve %zu MiB of address "
+                       "space: %s", va->reserved >> 20, strerror(errno));
+    }
+    uintptr_t a = ((uintptr_t)va->raw + P - 1) & ~(uintptr_t)(P - 1);
+    va->base = (char *)a;
+    return PL_OK;
+}
+
+pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
+    *out = NULL;
+    size_t P = c->page_size;
+    if (P != 4096 && P != 65536 && P != HUGE_2M)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-page-size %zu is not supported: use 4K, 64K or 2M", P);
+    if ((size_t)sysconf(_SC_PAGESIZE) > P)
+        return pl_fail(PL_ERR_UNSUPPORTED, "kv-page-size %zu is below the system page size %ld", P,
+                       sysconf(_SC_PAGESIZE));
+    if (c->n_regions < 2 || c->n_slots < 1 || c->rows_per_slot < 1 || c->tokens_per_row < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "vattn: %d regions, %d slots, %d rows per slot, %d "
+                       "tokens per row: each must be >= 1 (regions >= 2)", (int)c->n_regions,
+                       (int)c->n_slots, (int)c->rows_per_slot, (int)c->tokens_per_row);
+    if (c->phys_rows < 1 || c->phys_rows > INT32_MAX / 2)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory holds %lld pages of %zu bytes per "
+                       "layer K and V; it needs at least one (%d layers x K,V x %zu bytes = %zu "
+                       "bytes)", (long long)c->phys_rows, P, (int)(c->n_regions / 2), P,
+                       (size_t)c->n_regions * P);
+    if (!(c->reclaim_threshold >= 0 && c->reclaim_threshold < 1))
+        return pl_fail(PL_ERR_INVALID_ARG, "vattn: reclaim threshold must be in [0, 1)");
+    uint64_t slot_bytes = (uint64_t)c->rows_per_slot * P;
+    uint64_t total = slot_bytes * (uint64_t)c->n_slots * (uint64_t)c->n_regions;
+    if (total / c->n_regions / c->n_slots != slot_bytes || total > ((uint64_t)1 << 46))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention: %d slots x %d regions x %llu "
+                       "bytes exceed the address space this process may reserve (64 TiB)",
+                       (int)c->n_slots, (int)c->n_regions, (unsigned long long)slot_bytes);
+    pl_vattn *va = calloc(1, sizeof *va);
+    if (!va) return pl_fail(PL_ERR_NOMEM, "vattn: out of memory");
+    va->cfg = *c;
+    va->fd = -1;
+    va->populate = 1;
+    va->slot_bytes = (size_t)slot_bytes;
+    va->reserved = (size_t)total;
+    pthread_mutex_init(&va->mu, NULL);
+    pthread_cond_init(&va->cv, NULL);
+    size_t ns = (size_t)c->n_slots, npos = ns * (size_t)c->rows_per_slot;
+    va->used = calloc(ns, 1);
+    va->fresh = calloc(ns, 1);
+    va->need = calloc(ns, sizeof *va->need);
+    va->need_tokens = calloc(ns, sizeof *va->need_tokens);
+    va->mapped = calloc(ns, sizeof *va->mapped);
+    va->row_of = malloc(npos * sizeof *va->row_of);
+    va->free_rows = malloc((size_t)c->phys_rows * sizeof *va->free_rows);
+    pl_status st = PL_OK;
+    if (!va->used || !va->fresh || !va->need || !va->need_tokens || !va->mapped || !va->row_of ||
+        !va->free_rows)
+        st = pl_fail(PL_ERR_NOMEM, "vattn: cannot allocate bookkeeping for %d slots", (int)ns);
+    if (st == PL_OK) {
+        for (size_t i = 0; i < npos; i++) va->row_of[i] = -1;
+        /* Lowest row ids on top of the stack: a fresh pool maps the memfd front to back. */
+        for (int64_t i = 0; i < c->phys_rows; i++) va->free_rows[i] = (int32_t)(c->phys_rows - 1 - i);
+        va->n_free = c->phys_rows;
+        st = setup_memory(va);
+    }
+    if (st == PL_OK && c->start_thread && (c->overlap || c->eager || c->deferred_reclaim)) {
+        if (pthread_create(&va->thread, NULL, mapper_main, va) != 0)
+            st = pl_fail(PL_ERR_NOMEM, "vattn: cannot start the mapper thread");
+        else va->thread_on = 1;
+    }
+    if (st != PL_OK) {
+        pl_vattn_destroy(va);
+        return st;
+    }
+    *out = va;
+    return PL_OK;
+}
+
+void pl_vattn_destroy(pl_vattn *va) {
+    if (!va) return;
+    if (va->thread_on) {
+        pthread_mutex_lock(&va->mu);
+        va->stop = 1;
+        pthread_cond_signal(&va->cv);
+        pthread_mutex_unlock(&va->mu);
+        pthread_join(va->thread, NULL);
+    }
+    if (va->raw) munmap(va->raw, va->raw_bytes);
+    if (va->fd >= 0) close(va->fd);
+    pthread_mutex_destroy(&va->mu);
+    pthread_cond_destroy(&va->cv);
+    free(va->used);
+    free(va->fresh);
+    free(va->need);
+    free(va->need_tokens);
+    free(va->mapped);
+    free(va->row_of);
+    free(va->free_rows);
+    free(va);
+}
+
+void *pl_vattn_base(const pl_vattn *va) { return va->base; }
+size_t pl_vattn_slot_bytes(const pl_vattn *va) { return va->slot_bytes; }
+size_t pl_vattn_reserved_bytes(const pl_vattn *va) { return va->reserved; }
+const pl_vattn_config *pl_vattn_get_config(const pl_vattn *va) { return &va->cfg; }
+
+/* ---- slots ---------------------------------------------------------------------------------- */
+
+int32_t pl_vattn_acquire(pl_vattn *va) {
+    pthread_mutex_lock(&va->mu);
+    int32_t best = -1;
+    for (int32_t s = 0; s < va->cfg.n_slots; s++)
+        if (!va->used[s] && (best < 0 || va->mapped[s] > va->mapped[best])) best = s;
+    if (best >= 0) {
+        va->used[best] = 1;
+        va->fresh[best] = 1;
+        va->need[best] = va->need_tokens[best] = 0;
+        va->st.slots_acquired++;
+        if (va->mapped[best] > 0) va->st.slots_reused++;
+        wake(va); /* eager: pre-map the next free slot */
+    }
+    pthread_mutex_unlock(&va->mu);
+    return best;
+}
+
+void pl_vattn_release(pl_vattn *va, int32_t slot) {
+    pthread_mutex_lock(&va->mu);
+    PL_ASSERT(slot >= 0 && slot < va->cfg.n_slots && va->used[slot]);
+    va->used[slot] = va->fresh[slot] = 0;
+    va->need_sum -= va->need[slot];
+    va->need[slot] = va->need_tokens[slot] = 0;
+    if (!va->cfg.deferred_reclaim && va->mapped[slot] > 0) {
+        uint64_t t0 = now_ns();
+        while (va->mapped[slot] > 0) unmap_last(va, slot, 0);
+        va->st.map_ns_in_step += now_ns() - t0;
+    }
+    wake(va);
+    pthread_mutex_unlock(&va->mu);
+}
+
+void pl_vattn_set_need(pl_vattn *va, int32_t slot, int32_t n_tokens) {
+    pthread_mutex_lock(&va->mu);
+    PL_ASSERT(slot >= 0 && slot < va->cfg.n_slots && va->used[slot] && n_tokens >= 0);
+    int32_t rows = rows_for(va, n_tokens);
+    va->need_sum += rows - va->need[slot];
+    PL_ASSERT(va->need_sum <= va->cfg.phys_rows);
+    va->need[slot] = rows;
+    va->need_tokens[slot] = n_tokens;
+    if (va->fresh[slot] && rows > 0) {
+        va->fresh[slot] = 0;
+        if (rows > va->eager_rows) va->eager_rows = rows;
+    }
+    pthread_mutex_unlock(&va->mu);
+}
+
+pl_status pl_vattn_prepare_step(pl_vattn *va) {
+    pthread_mutex_lock(&va->mu);
+    uint64_t t0 = now_ns();
+    pl_status st = PL_OK;
+    for (int32_t s = 0; s < va->cfg.n_slots && st == PL_OK; s++)
+        while (va->used[s] && va->mapped[s] < va->need[s]) {
+            int rc = map_next(va, s, 1, 0);
+            PL_ASSERT(rc >= 0 || errno != 0);
+            if (rc != 0) {
+                st = pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot map a page of %zu bytes "
+                             "into slot %d: %s", va->cfg.page_size, (int)s,
+                             rc > 0 ? "no page left (accounting bug)" : strerror(errno));
+                break;
+            }
+        }
+    va->st.map_ns_in_step += now_ns() - t0;
+    va->st.steps++;
+    wake(va);
+    pthread_mutex_unlock(&va->mu);
+    return st;
+}
+
+/* ---- inspection ----------------------------------------------------------------------------- */
+
+int32_t pl_vattn_mapped_rows(pl_vattn *va, int32_t slot) {
+    pthread_mutex_lock(&va->mu);
+    int32_t m = va->mapped[slot];
+    pthread_mutex_unlock(&va->mu);
+    return m;
+}
+
+void pl_vattn_get_stats(pl_vattn *va, pl_vattn_stats *s) {
+    pthread_mutex_lock(&va->mu);
+    *s = va->st;
+    s->rows_free = va->n_free;
+    s->rows_needed = va->need_sum;
+    s->rows_committed = 0;
+    s->slots_used = 0;
+    for (int32_t i = 0; i < va->cfg.n_slots; i++) {
+        s->rows_committed += va->mapped[i];
+        s->slots_used += va->used[i];
+    }
+    pthread_mutex_unlock(&va->mu);
+}
+
+int64_t pl_vattn_resident_pages(const pl_vattn *va) {
+    size_t np = va->reserved / 4096;
+    unsigned char *v = malloc(np ? np : 1);
+    if (!v) return -1;
+    int64_t n = -1;
+    if (mincore(va->base, va->reserved, v) == 0) {
+        n = 0;
+        for (size_t i = 0; i < np; i++) n += v[i] & 1;
+    }
+    free(v);
+    return n;
+}
+
+pl_status pl_vattn_check(pl_vattn *va) {
+    pthread_mutex_lock(&va->mu);
+    const pl_vattn_config *c = &va->cfg;
+    pl_status st = PL_OK;
+    uint8_t *seen = calloc((size_t)c->phys_rows, 1);
+    if (!seen) {
+        pthread_mutex_unlock(&va->mu);
+        return pl_fail(PL_ERR_NOMEM, "vattn check: out of memory");
+    }
+    int64_t mapped = 0, need = 0;
+#define BAD(...) do { st = pl_fail(PL_ERR_INTERNAL, __VA_ARGS__); goto done; } while (0)
+    for (int64_t i = 0; i < va->n_free; i++) {
+        int32_t r = va->free_rows[i];
+        if (r < 0 || r >= c->phys_rows || seen[r]) BAD("free row %d out of range or listed twice", (int)r);
+        seen[r] = 1;
+    }
+    for (int32_t s = 0; s < c->n_slots; s++) {
+        if (va->mapped[s] < 0 || va->mapped[s] > c->rows_per_slot) BAD("slot %d: %d rows mapped", (int)s, (int)va->mapped[s]);
+        if (!va->used[s] && va->need[s] != 0) BAD("free slot %d needs %d rows", (int)s, (int)va->need[s]);
+        need += va->need[s];
+        mapped += va->mapped[s];
+        for (int32_t j = 0; j < c->rows_per_slot; j++) {
+            int32_t r = va->row_of[(size_t)s * c->rows_per_slot + j];
+            if (j >= va->mapped[s]) {
+                if (r != -1) BAD("slot %d position %d beyond its %d mapped rows holds row %d", (int)s,
+                                 (int)j, (int)va->mapped[s], (int)r);
+                continue;
+            }
+            if (r < 0 || r >= c->phys_rows || seen[r])
+                BAD("row %d at slot %d position %d is mapped twice or also free", (int)r, (int)s, (int)j);
+            seen[r] = 1;
+        }
+    }
+    if (va->n_free + mapped != c->phys_rows)
+        BAD("%lld free + %lld mapped rows != %lld in the pool", (long long)va->n_free,
+            (long long)mapped, (long long)c->phys_rows);
+    if (need != va->need_sum || need > c->phys_rows)
+        BAD("needs sum to %lld, recorded %lld, pool %lld", (long long)need, (long long)va->need_sum,
+            (long long)c->phys_rows);
+#undef BAD
+done:
+    free(seen);
+    pthread_mutex_unlock(&va->mu);
+    return st;
+}

@@ -1,0 +1,128 @@
+/* kv/vattn — the vAttention KV layout: one virtual reservation, request slots, a physical page
+ * pool mapped on demand, and the background mapper thread (--kv-layout vattention, issue 12).
+ *
+ * The reservation is one mmap(PROT_NONE, MAP_NORESERVE) of
+ *     [2 × n_layers regions: layer l's K is region 2l, its V region 2l + 1][n_slots][slot_bytes]
+ * so a slot is, in every region, one virtually contiguous array of rows_per_slot pages (enough
+ * for --max-model-len tokens). Read per region, the reservation is a pl_kv_store layer array of
+ * n_slots × rows_per_slot "blocks" of exactly one page each: slot s's tokens live in the
+ * consecutive blocks s × rows_per_slot + j, so the existing attention kernel reads a sequence's
+ * K/V of a layer as one contiguous array (its block table is consecutive ids; no gather).
+ *
+ * The engine uses ANON for 4K and 64K pages and MEMFD for 2M (docs/DESIGN.md: ANON maps in a
+ * quarter of the time and keeps two mappings per region and slot, where MEMFD makes one per
+ * page and runs into vm.max_map_count).
+ *
+ * Physical memory is counted in page rows: one page in each of the 2 × n_layers regions (every
+ * region of a slot grows in lockstep, token by token). The pool holds phys_rows rows (the
+ * --kv-cache-memory budget divided by page_size × regions). A slot's mapped rows are always a
+ * prefix of it: rows [0, mapped). Backends:
+ *   MEMFD  row p is the memfd's pages [p × regions, (p + 1) × regions); mapping = mmap(MAP_FIXED
+ *          | MAP_SHARED) of each page into its region, unmapping = mmap(PROT_NONE, MAP_FIXED |
+ *          MAP_NORESERVE) over it and a PUNCH_HOLE so the memory goes back to the system. 2 MiB
+ *          pages use MFD_HUGETLB and are preallocated (a clear error when the system has none).
+ *   ANON   the reservation is anonymous memory; mapping = mprotect(READ|WRITE) of the row's pages
+ *          (the first touch commits them), unmapping = madvise(MADV_DONTNEED) + mprotect(NONE).
+ *          Row ids are bookkeeping only. Both backends commit a mapped page at once
+ *          (MADV_POPULATE_WRITE), so the thread that maps it also takes its page faults.
+ *
+ * Slot states: FREE or USED. A used slot has a need (rows its tokens take); the engine sets it
+ * (pl_vattn_set_need) and, before each forward step, pl_vattn_prepare_step maps synchronously
+ * every row a used slot needs and lacks (the "critical path"). The three techniques of the
+ * vAttention paper (section 6.2), each switchable:
+ *   overlap          the mapper thread maps, while step i computes, the row each used slot needs
+ *                    for one more token (step i + 1's decode);
+ *   deferred_reclaim a released slot keeps its rows mapped; the next request takes the free slot
+ *                    with the most rows mapped (slot reuse), and rows of free slots are unmapped
+ *                    only when the pool needs them or free rows drop below reclaim_threshold;
+ *   eager            the mapper keeps the free slot the next request will take pre-mapped for
+ *                    the largest prompt seen so far, while free rows stay above the threshold.
+ *
+ * Invariants (pl_vattn_check): free rows + Σ mapped rows = phys_rows; every row is on the free
+ * list or mapped at exactly one (slot, position), never both; a free slot has need 0; Σ need over
+ * used slots <= phys_rows (the KV manager admits by it); committed (mapped) rows = needed rows
+ * present + cached rows (mapped beyond the need).
+ *
+ * Thread safety: one mutex guards all state; every function may be called from the engine
+ * thread while the mapper runs. The mapper never unmaps a used slot's rows, so the forward pass
+ * may read and write every row below its need without the lock.
+ */
+#ifndef PL_KV_VATTN_H
+#define PL_KV_VATTN_H
+
+#include "base/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { PL_VATTN_MEMFD = 0, PL_VATTN_ANON = 1 } pl_vattn_backend;
+
+typedef struct {
+    size_t page_size;           /* 4096, 65536 or 2 MiB */
+    int32_t n_regions;          /* 2 × layers */
+    int32_t n_slots;            /* request slots (max-num-seqs) */
+    int32_t rows_per_slot;      /* virtual pages per region and slot */
+    int32_t tokens_per_row;     /* tokens one page of a region holds */
+    int64_t phys_rows;          /* physical page rows of the budget (>= 1) */
+    pl_vattn_backend backend;
+    int overlap, deferred_reclaim, eager; /* the techniques (1 = on) */
+    int start_thread;           /* 1: run the mapper thread (if overlap or eager or deferred) */
+    double reclaim_threshold;   /* fraction of rows kept free by background reclamation (0.10) */
+} pl_vattn_config;
+
+typedef struct {
+    uint64_t pages_mapped_sync;   /* physical pages mapped on the engine thread (critical path) */
+    uint64_t pages_mapped_bg;     /* physical pages mapped by the mapper thread */
+    uint64_t pages_unmapped_sync; /* unmapped on the engine thread */
+    uint64_t pages_unmapped_bg;   /* unmapped by the mapper thread */
+    uint64_t slots_acquired;      /* requests given a slot */
+    uint64_t slots_reused;        /* of those, slots that still had rows mapped */
+    uint64_t map_ns_in_step;      /* nanoseconds the engine thread spent mapping / unmapping */
+    uint64_t steps;               /* pl_vattn_prepare_step calls */
+    int64_t rows_committed;       /* rows mapped now */
+    int64_t rows_needed;          /* Σ need of used slots */
+    int64_t rows_free;            /* rows on the free list */
+    int32_t slots_used;
+} pl_vattn_stats;
+
+typedef struct pl_vattn pl_vattn;
+
+/* Page sizes: 4096, 65536, 2097152. Errors name the page size, the budget or the system call. */
+pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out);
+void pl_vattn_destroy(pl_vattn *va);
+
+/* The reservation (region r of slot s starts at base + (r × n_slots + s) × slot_bytes). */
+void *pl_vattn_base(const pl_vattn *va);
+size_t pl_vattn_slot_bytes(const pl_vattn *va);
+size_t pl_vattn_reserved_bytes(const pl_vattn *va);
+const pl_vattn_config *pl_vattn_get_config(const pl_vattn *va);
+
+/* A free slot for a new request (deferred reclamation: the one with the most rows mapped), USED
+ * with need 0, or -1 when every slot is used. */
+int32_t pl_vattn_acquire(pl_vattn *va);
+/* The request left the slot: FREE; its rows stay mapped (deferred reclamation) or are unmapped
+ * now (timed as mapping inside the step). */
+void pl_vattn_release(pl_vattn *va, int32_t slot);
+/* The used slot's sequence holds n_tokens: its need becomes ceil(n_tokens / tokens_per_row)
+ * rows. The caller keeps Σ need <= phys_rows (checked). Maps nothing. */
+void pl_vattn_set_need(pl_vattn *va, int32_t slot, int32_t n_tokens);
+/* Before a forward step: map every missing needed row now (taking free rows, else reclaiming
+ * cached rows of free slots, else the excess of used ones), timed; then wake the mapper for
+ * step i + 1. PL_ERR_NOMEM with the system call's error if the kernel refuses a mapping. */
+pl_status pl_vattn_prepare_step(pl_vattn *va);
+/* One unit of background work as the mapper thread does it (for tests without the thread):
+ * returns 1 if it did something. */
+int pl_vattn_background_once(pl_vattn *va);
+
+int32_t pl_vattn_mapped_rows(pl_vattn *va, int32_t slot);
+void pl_vattn_get_stats(pl_vattn *va, pl_vattn_stats *s);
+/* 4 KiB pages of the reservation the kernel holds in memory now (mincore), -1 on error: what the
+ * layout actually commits, for tests and benchmarks (O(reserved bytes / 4 KiB)). */
+int64_t pl_vattn_resident_pages(const pl_vattn *va);
+/* The invariants above (O(slots × rows)). */
+pl_status pl_vattn_check(pl_vattn *va);
+
+/* Bytes from "4K", "64K", "2M" (or their byte counts); 0 if not one of the three. */
+size_t pl_vattn_parse_page_size(const char *s);
+
+#endif

@@ -1,0 +1,217 @@
+/* --kv-layout vattention through the engine (issue 12) with the real stories260K model: a batch
+ * of 32 requests gives bitwise the tokens of the paged layout, with greedy and seeded sampling,
+ * with and without preemption (a budget of a few pages per layer), with every technique on and
+ * all off; the counters move as the techniques say; bad settings and sharing requests get clear
+ * errors naming the layout. The mapper thread runs in every engine here (CI runs this under
+ * TSan). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "engine_util.h"
+
+#include "engine/engine_internal.h"
+#include "kv/vattn.h"
+
+
+static const char *MODEL = PL_SHARED_DIR "/models/stories260K.gguf";
+static const char *PROMPTS[] = {
+    "Once upon a time", "Lily and Tom went to the park", "The little dog was sad because",
+    "One day, a big red ball", "Sam liked to eat apples", "There was a tiny bird in a tree",
+    "Mom said it was time for bed", "The sun was shining and",
+};
+enum { N_PROMPTS = sizeof PROMPTS / sizeof PROMPTS[0], BATCH = 32 };
+
+/* stories260K, f16 KV: 5 layers, 4 KV heads x 8 dims = 64 bytes per token and layer, so a 4K
+ * page holds 64 tokens and one page per layer for K and V is 40 KiB. */
+#define ROW_BYTES (40u * 1024)
+
+static void base_config(pl_engine_config *c, pl_kv_layout_mode layout, uint64_t kv_bytes) {
+    pl_engine_config_default(c);
+    c->model_path = MODEL;
+    c->kv_cache_memory = kv_bytes;
+    c->kv_layout = layout;
+    c->threads = 2;
+    c->max_num_seqs = 64;
+    c->max_num_batched_tokens = 256;
+    c->max_model_len = 256;
+    c->enable_prefix_caching = 0;
+}
+
+static pl_engine *make(const pl_engine_config *c) {
+    pl_engine *e;
+    if (pl_engine_create(c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
+    return e;
+}
+
+static void run_batch(pl_engine *e, int sampled, result *res) {
+    run_prompt_batch(e, PROMPTS, N_PROMPTS, BATCH, sampled, res);
+}
+
+static void assert_same(const result *a, const result *b) {
+    for (int i = 0; i < BATCH; i++) {
+        assert_int_equal(a[i].n_ids[0], b[i].n_ids[0]);
+        assert_memory_equal(a[i].ids[0], b[i].ids[0], (size_t)a[i].n_ids[0] * sizeof(int32_t));
+        assert_string_equal(a[i].text[0], b[i].text[0]);
+        assert_string_equal(a[i].error, "");
+    }
+}
+
+static void assert_all_free(pl_engine *e) {
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    assert_int_equal(s.blocks_used, 0);
+    assert_int_equal(s.running + s.waiting, 0);
+    assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+    assert_int_equal(pl_vattn_check(e->va), PL_OK);
+}
+
+static void test_equal_to_paged(void **state) {
+    (void)state;
+    static result ref[BATCH], got[BATCH];
+    for (int sampled = 0; sampled < 2; sampled++) {
+        pl_engine_config c;
+        base_config(&c, PL_KV_LAYOUT_PAGED, 64u << 20);
+        pl_engine *e = make(&c);
+        run_batch(e, sampled, ref);
+        pl_engine_destroy(e);
+        /* 0: roomy, every technique; 1: 6 pages per layer (preempts), every technique; 2: the
+         * same budget with all three techniques off (everything mapped on the critical path);
+         * 3: deferred reclamation alone, where nothing depends on the mapper thread's timing. */
+        for (int v = 0; v < 4; v++) {
+            base_config(&c, PL_KV_LAYOUT_VATTENTION, v == 0 ? 64u << 20 : 6 * ROW_BYTES);
+            c.vattn_no_overlap = c.vattn_no_eager = v >= 2;
+            c.vattn_no_deferred_reclaim = v == 2;
+            e = make(&c);
+            run_batch(e, sampled, got);
+            assert_same(ref, got);
+            pl_engine_stats s;
+            pl_engine_get_stats(e, &s);
+            print_message("vattention sampled %d variant %d: %llu preemptions, pages mapped %llu "
+                          "sync %llu background, %llu unmapped, slots %llu (%llu reused), %.3f ms "
+                          "mapping in steps\n", sampled, v, (unsigned long long)s.preemptions,
+                          (unsigned long long)s.vattn_pages_mapped_sync,
+                          (unsigned long long)s.vattn_pages_mapped_bg,
+                          (unsigned long long)s.vattn_pages_unmapped,
+                          (unsigned long long)s.vattn_slots_acquired,
+                          (unsigned long long)s.vattn_slots_reused, s.vattn_map_seconds * 1e3);
+            if (v > 0) assert_true(s.preemptions >= 5);
+            else assert_int_equal(s.preemptions, 0);
+            assert_true(s.vattn_slots_acquired >= BATCH);
+            if (v == 2) {
+                assert_int_equal(s.vattn_pages_mapped_bg, 0);
+                assert_int_equal(s.vattn_slots_reused, 0);
+                assert_int_equal(s.vattn_pages_committed, 0); /* everything given back */
+                assert_true(s.vattn_pages_mapped_sync > 0);
+            } else if (v == 3) { /* preempted requests come back to their kept pages */
+                assert_int_equal(s.vattn_pages_mapped_bg, 0);
+                assert_true(s.vattn_slots_reused > 0);
+            }
+            assert_all_free(e);
+            pl_engine_destroy(e);
+        }
+    }
+}
+
+/* With the three techniques off nothing is mapped ahead or kept: after every step the memory
+ * the process holds in the reservation is exactly the pages the stored tokens need, read back
+ * from the kernel, and it goes back to zero when the requests end. */
+static void test_memory_tracks_tokens(void **state) {
+    (void)state;
+    pl_engine_config c;
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 64u << 20);
+    c.vattn_no_overlap = c.vattn_no_deferred_reclaim = c.vattn_no_eager = 1;
+    pl_engine *e = make(&c);
+    const int32_t tpr = pl_engine_get_config(e)->block_size, regions = 2 * e->model->hp.n_layers;
+    assert_int_equal(tpr, 64);
+    uint64_t ids[6];
+    result res[6];
+    for (int i = 0; i < 6; i++) {
+        pl_request_params p;
+        pl_request_params_default(&p);
+        p.max_tokens = 30 + 40 * i;
+        p.ignore_eos = 1;
+        memset(&res[i], 0, sizeof res[i]);
+        assert_int_equal(pl_engine_add_request(e, PROMPTS[i], NULL, 0, &p, &ids[i]), PL_OK);
+    }
+    int64_t peak = 0;
+    while (pl_engine_has_work(e)) {
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        int64_t resident = pl_vattn_resident_pages(e->va);
+        /* blocks_used = pages per region the live sequences' tokens need */
+        assert_int_equal(resident, (int64_t)s.blocks_used * regions);
+        assert_int_equal(s.vattn_pages_committed, resident);
+        assert_true((int64_t)s.blocks_used * tpr >= s.tokens_stored);
+        assert_true(((int64_t)s.blocks_used - s.running) * tpr < s.tokens_stored || s.blocks_used == 0);
+        if (resident > peak) peak = resident;
+        for (int i = 0; i < 6; i++) collect(e, ids[i], &res[i]);
+    }
+    assert_true(peak >= 3 * regions); /* a 230-token request alone needs 4 pages per region */
+    assert_int_equal(pl_vattn_resident_pages(e->va), 0);
+    pl_engine_destroy(e);
+}
+
+static void expect_create_error(const pl_engine_config *c, const char *needle) {
+    pl_engine *e = NULL;
+    pl_status st = pl_engine_create(c, &e);
+    if (st == PL_OK) {
+        pl_engine_destroy(e);
+        fail_msg("engine created; expected an error with '%s'", needle);
+    }
+    if (!strstr(pl_last_error(), needle)) fail_msg("error '%s' lacks '%s'", pl_last_error(), needle);
+}
+
+static void test_bad_settings(void **state) {
+    (void)state;
+    pl_engine_config c;
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
+    c.kv_page_size = 8192;
+    expect_create_error(&c, "kv-page-size 8192 is not supported");
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, ROW_BYTES - 1);
+    expect_create_error(&c, "smaller than one page per layer");
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
+    c.swap_space = 1u << 20;
+    expect_create_error(&c, "kv-layout vattention preempts by recompute only");
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
+    c.speculative_ngram = 1;
+    expect_create_error(&c, "kv-layout vattention does not support speculative decoding");
+    /* 2 MiB pages: this machine either has huge pages reserved or says it has not. */
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 40u << 20);
+    c.kv_page_size = 2u << 20;
+    pl_engine *e = NULL;
+    if (pl_engine_create(&c, &e) == PL_OK) pl_engine_destroy(e);
+    else assert_non_null(strstr(pl_last_error(), "huge page"));
+    /* Sharing requests are refused, naming the layout. */
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
+    e = make(&c);
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.n = 2;
+    uint64_t id;
+    assert_int_equal(pl_engine_add_request(e, "Once", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "kv-layout vattention holds one sequence"));
+    pl_request_params_default(&p);
+    p.best_of = 2;
+    p.use_beam_search = 1;
+    assert_int_equal(pl_engine_add_request(e, "Once", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    /* A request longer than the whole page pool can hold is refused at once. */
+    pl_engine_destroy(e);
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 2 * ROW_BYTES);
+    e = make(&c);
+    pl_request_params_default(&p);
+    p.max_tokens = 200;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
+    pl_engine_destroy(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_settings),
+        cmocka_unit_test(test_equal_to_paged),
+        cmocka_unit_test(test_memory_tracks_tokens),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

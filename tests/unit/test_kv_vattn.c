@@ -1,0 +1,259 @@
+/* Unit tests for src/kv/vattn (the vAttention layout's reservation, page pool and slots): bad
+ * settings, a random-operation property test with every invariant checked after each operation
+ * (both backends, each technique on and off), committed memory tracking the tokens stored (read
+ * back with mincore), and the mapper thread mapping ahead of the step (run under TSan in CI). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/rng.h"
+#include "kv/vattn.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { SLOTS = 6, ROWS = 8, REGIONS = 4, TPR = 16 };
+
+static pl_vattn_config base_cfg(pl_vattn_backend b, int64_t phys) {
+    pl_vattn_config c = {.page_size = 4096, .n_regions = REGIONS, .n_slots = SLOTS,
+                         .rows_per_slot = ROWS, .tokens_per_row = TPR, .phys_rows = phys,
+                         .backend = b, .overlap = 1, .deferred_reclaim = 1, .eager = 1,
+                         .start_thread = 0, .reclaim_threshold = 0.1};
+    return c;
+}
+
+static void check_ok(pl_vattn *va) {
+    if (pl_vattn_check(va) != PL_OK) fail_msg("vattn check: %s", pl_last_error());
+}
+
+static void test_bad_settings(void **state) {
+    (void)state;
+    pl_vattn *va;
+    pl_vattn_config c = base_cfg(PL_VATTN_MEMFD, 4);
+    c.page_size = 8192;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "kv-page-size 8192 is not supported"));
+    c = base_cfg(PL_VATTN_MEMFD, 0);
+    assert_int_equal(pl_vattn_create(&c, &va), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "needs at least one"));
+    assert_int_equal(pl_vattn_parse_page_size("64K"), 65536);
+    assert_int_equal(pl_vattn_parse_page_size("2M"), 2u << 20);
+    assert_int_equal(pl_vattn_parse_page_size("8K"), 0);
+    /* 2 MiB pages: either the system has huge pages or the error says it has not. */
+    c = base_cfg(PL_VATTN_MEMFD, 1);
+    c.page_size = 2u << 20;
+    c.rows_per_slot = 1;
+    pl_status st = pl_vattn_create(&c, &va);
+    if (st == PL_OK) pl_vattn_destroy(va);
+    else assert_true(strstr(pl_last_error(), "huge page") || strstr(pl_last_error(), "MFD_HUGETLB"));
+    c.backend = PL_VATTN_ANON;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_ERR_UNSUPPORTED);
+}
+
+/* Every used slot's needed pages hold the stamp written when they were first needed. */
+static void stamp(pl_vattn *va, int32_t slot, int32_t from_row, int32_t to_row) {
+    char *base = pl_vattn_base(va);
+    size_t sb = pl_vattn_slot_bytes(va);
+    for (int32_t r = 0; r < REGIONS; r++)
+        for (int32_t j = from_row; j < to_row; j++) {
+            int32_t *p = (int32_t *)(base + ((size_t)r * SLOTS + slot) * sb + (size_t)j * 4096);
+            p[0] = slot * 1000 + r * 100 + j;
+        }
+}
+
+static void verify(pl_vattn *va, int32_t slot, int32_t rows) {
+    char *base = pl_vattn_base(va);
+    size_t sb = pl_vattn_slot_bytes(va);
+    for (int32_t r = 0; r < REGIONS; r++)
+        for (int32_t j = 0; j < rows; j++) {
+            int32_t *p = (int32_t *)(base + ((size_t)r * SLOTS + slot) * sb + (size_t)j * 4096);
+            assert_int_equal(p[0], slot * 1000 + r * 100 + j);
+        }
+}
+
+static void run_property(pl_vattn_backend b, int overlap, int deferred, int eager, uint64_t seed) {
+    const int64_t phys = 20;
+    pl_vattn_config c = base_cfg(b, phys);
+    c.overlap = overlap, c.deferred_reclaim = deferred, c.eager = eager;
+    pl_vattn *va;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_OK);
+    int32_t tokens[SLOTS], stamped[SLOTS];
+    int used[SLOTS] = {0};
+    int64_t need_sum = 0;
+    pl_rng rng;
+    pl_rng_seed(&rng, seed);
+    for (int op = 0; op < 3000; op++) {
+        int kind = (int)((uint32_t)pl_rng_next(&rng) % 5);
+        int32_t s = (int32_t)((uint32_t)pl_rng_next(&rng) % SLOTS);
+        if (kind == 0) { /* arrival: a prompt of 1..3 rows' tokens, if it fits */
+            int32_t n = 1 + (int32_t)((uint32_t)pl_rng_next(&rng) % (3 * TPR));
+            int32_t rows = (n + TPR - 1) / TPR;
+            if (need_sum + rows > phys) continue;
+            int32_t got = pl_vattn_acquire(va);
+            int any_free = 0;
+            for (int i = 0; i < SLOTS; i++) any_free |= !used[i];
+            if (!any_free) { assert_int_equal(got, -1); continue; }
+            assert_true(got >= 0 && got < SLOTS);
+            assert_false(used[got]); /* no slot shared */
+            used[got] = 1;
+            tokens[got] = n;
+            stamped[got] = 0;
+            need_sum += rows;
+            pl_vattn_set_need(va, got, n);
+        } else if (kind == 1 && used[s]) { /* growth: decode or a chunk */
+            int32_t add = 1 + (int32_t)((uint32_t)pl_rng_next(&rng) % TPR);
+            int32_t n = tokens[s] + add;
+            if (n > ROWS * TPR) continue;
+            int32_t d = (n + TPR - 1) / TPR - (tokens[s] + TPR - 1) / TPR;
+            if (need_sum + d > phys) continue;
+            need_sum += d;
+            tokens[s] = n;
+            pl_vattn_set_need(va, s, n);
+        } else if (kind == 2 && used[s]) { /* finish */
+            verify(va, s, stamped[s]);
+            pl_vattn_release(va, s);
+            used[s] = 0;
+            need_sum -= (tokens[s] + TPR - 1) / TPR;
+        } else if (kind == 3) { /* a step: everything needed gets mapped */
+            assert_int_equal(pl_vattn_prepare_step(va), PL_OK);
+            pl_vattn_stats st;
+            pl_vattn_get_stats(va, &st);
+            int64_t cached = 0;
+            for (int i = 0; i < SLOTS; i++) {
+                int32_t m = pl_vattn_mapped_rows(va, i), need = used[i] ? (tokens[i] + TPR - 1) / TPR : 0;
+                assert_true(m >= need);
+                cached += m - need;
+                if (used[i]) {
+                    verify(va, i, stamped[i]); /* nothing moved under the data */
+                    stamp(va, i, stamped[i], need);
+                    stamped[i] = need;
+                }
+            }
+            /* committed pages = pages needed + cached */
+            assert_int_equal(st.rows_committed, need_sum + cached);
+            assert_int_equal(st.rows_needed, need_sum);
+        } else if (kind == 4) {
+            pl_vattn_background_once(va);
+        }
+        check_ok(va);
+    }
+    for (int i = 0; i < SLOTS; i++)
+        if (used[i]) pl_vattn_release(va, i);
+    check_ok(va);
+    pl_vattn_stats st;
+    pl_vattn_get_stats(va, &st);
+    assert_int_equal(st.rows_needed, 0);
+    assert_int_equal(st.slots_used, 0);
+    assert_int_equal(st.rows_free + st.rows_committed, phys); /* nothing leaked */
+    if (!deferred && !eager) assert_int_equal(st.rows_committed, 0);
+    if (deferred) assert_true(st.slots_reused > 0);
+    if (!deferred && !eager) assert_int_equal(st.slots_reused, 0);
+    pl_vattn_destroy(va);
+}
+
+static void test_property(void **state) {
+    (void)state;
+    uint64_t seed = 12;
+    for (int b = 0; b < 2; b++)
+        for (int mask = 0; mask < 8; mask++)
+            run_property((pl_vattn_backend)b, mask & 1, (mask >> 1) & 1, (mask >> 2) & 1, seed++);
+}
+
+static void write_tokens(pl_vattn *va, int32_t slot, int32_t n_tokens) {
+    int32_t rows = (n_tokens + TPR - 1) / TPR;
+    stamp(va, slot, 0, rows);
+}
+
+static void tracks_tokens(pl_vattn_backend b) {
+    pl_vattn_config c = base_cfg(b, 40);
+    c.overlap = c.deferred_reclaim = c.eager = 0;
+    pl_vattn *va;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_OK);
+    assert_int_equal(pl_vattn_resident_pages(va), 0);
+    int32_t s0 = pl_vattn_acquire(va), s1 = pl_vattn_acquire(va);
+    int32_t t0 = 0, t1 = 0;
+    for (int step = 0; step < 3 * TPR; step++) { /* two sequences decode token by token */
+        t0 += 1;
+        t1 += 2;
+        pl_vattn_set_need(va, s0, t0);
+        pl_vattn_set_need(va, s1, t1);
+        assert_int_equal(pl_vattn_prepare_step(va), PL_OK);
+        write_tokens(va, s0, t0);
+        write_tokens(va, s1, t1);
+        int64_t rows = (t0 + TPR - 1) / TPR + (t1 + TPR - 1) / TPR;
+        assert_int_equal(pl_vattn_resident_pages(va), rows * REGIONS);
+    }
+    pl_vattn_release(va, s1);
+    assert_int_equal(pl_vattn_resident_pages(va), (int64_t)((t0 + TPR - 1) / TPR) * REGIONS);
+    pl_vattn_release(va, s0);
+    assert_int_equal(pl_vattn_resident_pages(va), 0);
+    pl_vattn_destroy(va);
+}
+
+static void test_memory_tracks_tokens(void **state) {
+    (void)state;
+    tracks_tokens(PL_VATTN_MEMFD);
+    tracks_tokens(PL_VATTN_ANON);
+}
+
+/* The mapper thread maps the row of a slot's next token while "the step" runs, keeps a free slot
+ * pre-mapped, and the invariants hold throughout. */
+static void test_mapper_thread(void **state) {
+    (void)state;
+    pl_vattn_config c = base_cfg(PL_VATTN_MEMFD, 24);
+    c.start_thread = 1;
+    pl_vattn *va;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_OK);
+    pl_rng rng;
+    pl_rng_seed(&rng, 7);
+    int32_t tokens[SLOTS] = {0}, slot_of[SLOTS];
+    int n_live = 0;
+    for (int step = 0; step < 400; step++) {
+        if (n_live < 3) { /* arrivals */
+            int32_t s = pl_vattn_acquire(va);
+            assert_true(s >= 0);
+            slot_of[n_live] = s;
+            tokens[n_live] = 1 + (int32_t)((uint32_t)pl_rng_next(&rng) % TPR);
+            pl_vattn_set_need(va, s, tokens[n_live]);
+            n_live++;
+        }
+        assert_int_equal(pl_vattn_prepare_step(va), PL_OK);
+        for (int i = 0; i < n_live; i++) write_tokens(va, slot_of[i], tokens[i]);
+        check_ok(va);
+        for (int i = 0; i < n_live; i++) { /* decode; finish at 4 rows */
+            if (++tokens[i] > 4 * TPR) {
+                pl_vattn_release(va, slot_of[i]);
+                slot_of[i] = slot_of[n_live - 1];
+                tokens[i] = tokens[n_live - 1];
+                n_live--;
+                i--;
+                continue;
+            }
+            pl_vattn_set_need(va, slot_of[i], tokens[i]);
+        }
+        if (step % 50 == 0) { /* let the mapper catch up now and then */
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    pl_vattn_stats st;
+    pl_vattn_get_stats(va, &st);
+    assert_true(st.pages_mapped_bg > 0);
+    assert_true(st.slots_reused > 0);
+    for (int i = 0; i < n_live; i++) pl_vattn_release(va, slot_of[i]);
+    check_ok(va);
+    pl_vattn_destroy(va);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_settings),
+        cmocka_unit_test(test_property),
+        cmocka_unit_test(test_memory_tracks_tokens),
+        cmocka_unit_test(test_mapper_thread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
