@@ -152,6 +152,8 @@ static void test_forward_against_dense(void **state) {
     pl_kv_store_destroy(&kv);
 }
 
+static int spec_ngram; /* the next make_engine speculates with n-gram proposals */
+
 static pl_engine *make_engine(int32_t blocks, pl_preemption_mode mode, uint64_t swap_blocks,
                               int prefix_cache) {
     pl_engine_config c;
@@ -168,6 +170,8 @@ static pl_engine *make_engine(int32_t blocks, pl_preemption_mode mode, uint64_t 
     c.threads = 2;
     c.max_num_seqs = 16;
     c.max_num_batched_tokens = 64; /* the prompts below take several chunks */
+    c.speculative_ngram = spec_ngram;
+    c.num_speculative_tokens = spec_ngram ? 4 : 0;
     pl_engine *e;
     if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
     return e;
@@ -319,6 +323,54 @@ static void test_prefix_hit_behind_window(void **state) {
     pl_engine_destroy(e);
 }
 
+/* Speculative decoding rolls back rejected proposals (pl_kv_truncate) in a windowed table; n > 1
+ * and beam search share blocks (fork, copy-on-write) whose early entries were released. */
+static void test_spec_fork_beam(void **state) {
+    (void)state;
+    enum { N = 30, OUT = 120 };
+    const int32_t V = model->hp.n_vocab;
+    int32_t prompt[N];
+    for (int32_t i = 0; i < N; i++) prompt[i] = 3 + (i % 5) * 11 % (V - 3); /* repetitive: n-grams hit */
+    spec_ngram = 1;
+    pl_engine *e = make_engine(12, PL_PREEMPT_RECOMPUTE, 0, 1);
+    spec_ngram = 0;
+    result *res = run_greedy(e, prompt, 1, N, OUT);
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    printf("    speculation: %llu proposals, %llu accepted, %llu blocks freed by the window\n",
+           (unsigned long long)s.spec_draft_tokens, (unsigned long long)s.spec_accepted_tokens,
+           (unsigned long long)s.window_freed_blocks);
+    assert_true(s.spec_draft_tokens > s.spec_accepted_tokens && s.window_freed_blocks > 0);
+    if (res[0].error[0]) fail_msg("%s", res[0].error);
+    assert_int_equal(res[0].n_ids[0], OUT);
+    check_greedy(prompt, N, res[0].ids[0], OUT);
+    free(res);
+    pl_engine_destroy(e);
+
+    for (int beam = 0; beam < 2; beam++) {
+        e = make_engine(16, PL_PREEMPT_RECOMPUTE, 0, 1);
+        pl_request_params p;
+        greedy(&p, OUT);
+        p.n = p.best_of = 3;
+        if (beam) p.use_beam_search = 1;
+        else p.sampling.temperature = 1.0f, p.has_seed = 1, p.seed = 5;
+        uint64_t id;
+        assert_int_equal(pl_engine_add_request(e, NULL, prompt, N, &p, &id), PL_OK);
+        result r;
+        memset(&r, 0, sizeof r);
+        run_all(e, &id, &r, 1);
+        if (r.error[0]) fail_msg("%s: %s", beam ? "beam" : "n = 3", r.error);
+        pl_engine_get_stats(e, &s);
+        assert_true(s.window_freed_blocks > 0);
+        assert_int_equal(s.blocks_used, 0);
+        assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+        for (int k = 0; k < 3; k++) assert_true(r.n_ids[k] > 0);
+        if (!beam) /* every sample ran to max_tokens (ignore_eos) */
+            for (int k = 0; k < 3; k++) assert_int_equal(r.n_ids[k], OUT);
+        pl_engine_destroy(e);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hparams),
@@ -326,6 +378,7 @@ int main(void) {
         cmocka_unit_test(test_engine_greedy),
         cmocka_unit_test(test_prefix_hit_behind_window),
         cmocka_unit_test(test_recompute_small_pool),
+        cmocka_unit_test(test_spec_fork_beam),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
