@@ -392,6 +392,27 @@ static pl_status admit_embed(pl_scheduler *s, pl_seq_group *g, budget *b, int *a
     return add_item(s, q, q->n_tokens, 0);
 }
 
+/* Blocks admitting g's waiting sequences takes (lazy prefill: the hits their windows reach
+ * and a first chunk of `first` tokens); *too_long if one can never fit its table. */
+static int32_t admit_need(pl_scheduler *s, const pl_seq_group *g, uint64_t key, int32_t first,
+                          int32_t *too_long) {
+    pl_kv_manager *kv = s->kv;
+    int32_t need = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        const pl_seq *q = g->seqs[i];
+        if (q->status != PL_SEQ_WAITING) continue;
+        if (lazy_prefill(s)) {
+            int32_t hit = pl_kv_probe_prefix(kv, q->tokens, q->n_tokens, key);
+            int32_t upto = q->n_tokens - hit > first ? hit + first : q->n_tokens;
+            need += pl_kv_blocks_for(kv, upto) - pl_kv_behind_window(kv, hit);
+        } else {
+            need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
+        }
+        *too_long |= pl_kv_blocks_for(kv, q->n_tokens + 1) > kv->cfg.max_blocks_per_seq;
+    }
+    return need;
+}
+
 static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     pl_kv_manager *kv = s->kv;
     while (s->waiting.head && b->tokens_left > 0) {
@@ -406,24 +427,15 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
         if ((g->params.prompt_logprobs >= 0 && !g->prefilled) || g->embed)
             key = 0x8000000000000000ull | g->id; /* private: every prompt row must be computed */
         /* Lazy prefill (sliding window): slots for the cached tokens the window reaches and a
-         * first chunk of one window, so any length is admitted with about two windows of blocks
-         * (a recomputed sequence longer than the pool included); later chunks get theirs as the
-         * window frees blocks. */
-        int32_t bs = kv->cfg.block_size, W = kv->cfg.sliding_window;
-        int32_t need = 0, too_long = 0, first = b->tokens_left;
-        if (lazy_prefill(s) && first > (W + bs - 1) / bs * bs) first = (W + bs - 1) / bs * bs;
-        for (int32_t i = 0; i < g->n_seqs; i++) {
-            pl_seq *q = g->seqs[i];
-            if (q->status != PL_SEQ_WAITING) continue;
-            if (lazy_prefill(s)) {
-                int32_t hit = pl_kv_probe_prefix(kv, q->tokens, q->n_tokens, key);
-                int32_t upto = q->n_tokens - hit > first ? hit + first : q->n_tokens;
-                need += pl_kv_blocks_for(kv, upto) - pl_kv_behind_window(kv, hit);
-            } else {
-                need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
-            }
-            too_long |= pl_kv_blocks_for(kv, q->n_tokens + 1) > kv->cfg.max_blocks_per_seq;
-        }
+         * first chunk of the token budget, or of one window when the free blocks do not hold
+         * that, so any length is admitted with about two windows of blocks (a recomputed
+         * sequence longer than the pool included); later chunks get theirs as the window frees
+         * blocks. */
+        int32_t bs = kv->cfg.block_size, win = (kv->cfg.sliding_window + bs - 1) / bs * bs;
+        int32_t too_long = 0, first = b->tokens_left;
+        int32_t need = admit_need(s, g, key, first, &too_long);
+        if (lazy_prefill(s) && first > win && need > kv->pool.n_free - kv->watermark_blocks)
+            need = admit_need(s, g, key, first = win, &too_long);
         pl_kv_stats st;
         pl_kv_get_stats(kv, &st);
         if (too_long || need > st.blocks_total - kv->watermark_blocks) {

@@ -19,8 +19,9 @@
  *      step, or it waits; the decoder finishes it after the step, so it is never preempted.
  *
  * Sliding-window caches (kv/manager.h, every layer windowed): prefill is lazy. Admission gives a
- * sequence slots for the prefix-cache hits its window reaches and a first chunk of one window
- * (rounded up to blocks), and counts only those blocks; each later chunk appends its slots when
+ * sequence slots for the prefix-cache hits its window reaches and a first chunk (the token
+ * budget, or one window rounded up to blocks when the free blocks do not hold that), and counts
+ * only those blocks; each later chunk appends its slots when
  * it is scheduled, as many as the free blocks allow (the commits behind the window free more).
  * So a sequence of any length, including one recomputed after growing past the pool, needs about
  * two windows of blocks at a time. If a step would be empty because every running group is a
