@@ -331,6 +331,9 @@ static void print_stats(pl_engine *e, double secs, int64_t prompt, int64_t gener
             100 * ks.mean_kv_usage, 100 * ks.mean_waste, 100 * ks.peak_waste, s.blocks_used,
             s.blocks_cached, (unsigned long long)s.prefix_hits,
             (unsigned long long)s.prefix_queries);
+    if (s.sliding_window > 0)
+        fprintf(stderr, "sliding window %d: %llu blocks returned to the pool as their tokens "
+                "left it\n", s.sliding_window, (unsigned long long)s.window_freed_blocks);
     if (s.spec_drafts || s.spec_off_steps)
         fprintf(stderr, "speculative decoding: %llu of %llu proposals accepted (%.1f%%), mean "
                 "accepted length %.2f tokens per sequence-step, %llu steps too large to "

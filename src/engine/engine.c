@@ -420,7 +420,12 @@ static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
     /* with a sliding window a sequence holds only its window's blocks past the prompt */
     int64_t out_blocks = (g->params.max_tokens + bs - 1) / bs;
     int64_t win = pl_kv_held_blocks_max(&e->mgr, total, e->cfg.num_speculative_tokens);
-    int64_t need = (g->n_prompt + bs - 1) / bs + seqs * ((out_blocks < win ? out_blocks : win) + 1);
+    /* and its prompt is prefilled chunk by chunk behind the window (scheduler.c: a first
+     * chunk of one window, later ones as blocks free up) */
+    int32_t W = e->mgr.cfg.sliding_window, chunk = (W + bs - 1) / bs * bs;
+    int64_t prompt = W > 0 ? pl_kv_held_blocks_max(&e->mgr, g->n_prompt, chunk)
+                           : (g->n_prompt + bs - 1) / bs;
+    int64_t need = prompt + seqs * ((out_blocks < win ? out_blocks : win) + 1);
     if (e->mgr.cfg.policy == PL_KV_POLICY_VATTN) need = pl_kv_blocks_for(&e->mgr, total);
     else if (e->mgr.cfg.policy != PL_KV_POLICY_PAGED) need = pl_kv_admit_blocks(&e->mgr, g->n_prompt, total);
     int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;

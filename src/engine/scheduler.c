@@ -87,7 +87,14 @@ typedef struct {
     int stalled;          /* a resumed group could not run yet: admit nothing new */
     int32_t spec_spare;   /* tokens (and rows) speculation may take beyond one per decode */
     int32_t dec_left;     /* decoding sequences not yet scheduled this step */
+    int starved;          /* a prefill chunk got fewer slots than tokens (sliding window) */
 } budget;
+
+/* A sliding-window cache allocates prefill slots chunk by chunk (kv/manager.h), so that a long
+ * sequence, recomputed after preemption, never holds more than its window and one chunk. */
+static int lazy_prefill(const pl_scheduler *s) {
+    return s->kv->cfg.sliding_window > 0 && s->kv->cfg.policy == PL_KV_POLICY_PAGED;
+}
 
 static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits) {
     if (pl_array_reserve(&s->out->items, &s->out->items_cap, (size_t)s->out->n_items + 1, sizeof *s->out->items))
@@ -109,6 +116,21 @@ static pl_status push_copies(pl_block_copy **arr, int32_t *n, size_t *cap,
         return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");
     memcpy(*arr + *n, src, (size_t)k * sizeof *src);
     *n += k;
+    return PL_OK;
+}
+
+/* Slots for the next *n prompt tokens of q: those it lacks are appended, as many as the free
+ * blocks allow (*n shrinks to what has a slot; the window frees blocks as others advance). */
+static pl_status prefill_slots(pl_scheduler *s, pl_seq *q, int32_t *n, budget *b) {
+    int32_t have = q->table.n_tokens - q->n_computed, want = *n - have;
+    if (want <= 0) return PL_OK;
+    while (want > 0 && !pl_kv_can_append(s->kv, &q->table, want)) want--;
+    if (want < *n - have) b->starved = 1;
+    *n = have + want;
+    if (want == 0) return PL_OK;
+    pl_block_copy cow;
+    PL_TRY(pl_kv_append_slots(s->kv, &q->table, want, &cow));
+    if (cow.src >= 0) PL_TRY(push_copies(&s->out->cow, &s->out->n_cow, &s->out->cap_cow, &cow, 1));
     return PL_OK;
 }
 
@@ -265,7 +287,7 @@ static pl_status schedule_decodes(pl_scheduler *s, budget *b) {
 }
 
 /* Prefill chunks for a group that is (re)filling prompts; their slots exist (allocate_prompt
- * reserved them). A group of several sequences (after a recomputation) must reach its sampling
+ * reserved them; with a sliding window prefill_slots adds them chunk by chunk). A group of several sequences (after a recomputation) must reach its sampling
  * point in one step, so that all its sequences sample together: when the remainders do not all
  * fit, each sequence advances but keeps its last token for a later step. */
 static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) {
@@ -280,6 +302,14 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
     }
     int all_complete = live == 1 || (total <= b->tokens_left && live <= b->rows_left &&
                                       (!want_prompt_lp || total <= b->rows_left));
+    if (all_complete && live > 1 && lazy_prefill(s)) { /* all their slots, or nobody samples */
+        int32_t blocks = 0;
+        for (int32_t i = 0; i < g->n_seqs; i++)
+            if (g->seqs[i]->status == PL_SEQ_RUNNING)
+                blocks += pl_kv_append_blocks_needed(s->kv, &g->seqs[i]->table,
+                                                     g->seqs[i]->n_tokens - g->seqs[i]->table.n_tokens);
+        all_complete = blocks <= s->kv->pool.n_free;
+    }
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         int32_t left = q->n_tokens - q->n_computed;
@@ -287,6 +317,7 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
         int32_t n = all_complete ? left : left - 1;
         if (n > b->tokens_left) n = b->tokens_left;
         if (want_prompt_lp && n > b->rows_left) n = b->rows_left;
+        PL_TRY(prefill_slots(s, q, &n, b));
         int completes = n == left;
         if (completes && !want_prompt_lp && !g->embed && b->rows_left < 1) {
             n--; /* leave the last token (and its logits row) for the next step */
@@ -361,6 +392,27 @@ static pl_status admit_embed(pl_scheduler *s, pl_seq_group *g, budget *b, int *a
     return add_item(s, q, q->n_tokens, 0);
 }
 
+/* Blocks admitting g's waiting sequences takes (lazy prefill: the hits their windows reach
+ * and a first chunk of `first` tokens); *too_long if one can never fit its table. */
+static int32_t admit_need(pl_scheduler *s, const pl_seq_group *g, uint64_t key, int32_t first,
+                          int32_t *too_long) {
+    pl_kv_manager *kv = s->kv;
+    int32_t need = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        const pl_seq *q = g->seqs[i];
+        if (q->status != PL_SEQ_WAITING) continue;
+        if (lazy_prefill(s)) {
+            int32_t hit = pl_kv_probe_prefix(kv, q->tokens, q->n_tokens, key);
+            int32_t upto = q->n_tokens - hit > first ? hit + first : q->n_tokens;
+            need += pl_kv_blocks_for(kv, upto) - pl_kv_behind_window(kv, hit);
+        } else {
+            need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
+        }
+        *too_long |= pl_kv_blocks_for(kv, q->n_tokens + 1) > kv->cfg.max_blocks_per_seq;
+    }
+    return need;
+}
+
 static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     pl_kv_manager *kv = s->kv;
     while (s->waiting.head && b->tokens_left > 0) {
@@ -371,13 +423,19 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
             if (!admitted) break;
             continue;
         }
-        int32_t need = 0, too_long = 0;
-        for (int32_t i = 0; i < g->n_seqs; i++) {
-            pl_seq *q = g->seqs[i];
-            if (q->status != PL_SEQ_WAITING) continue;
-            need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
-            too_long |= pl_kv_blocks_for(kv, q->n_tokens + 1) > kv->cfg.max_blocks_per_seq;
-        }
+        uint64_t key = g->params.cache_salt;
+        if ((g->params.prompt_logprobs >= 0 && !g->prefilled) || g->embed)
+            key = 0x8000000000000000ull | g->id; /* private: every prompt row must be computed */
+        /* Lazy prefill (sliding window): slots for the cached tokens the window reaches and a
+         * first chunk of the token budget, or of one window when the free blocks do not hold
+         * that, so any length is admitted with about two windows of blocks (a recomputed
+         * sequence longer than the pool included); later chunks get theirs as the window frees
+         * blocks. */
+        int32_t bs = kv->cfg.block_size, win = (kv->cfg.sliding_window + bs - 1) / bs * bs;
+        int32_t too_long = 0, first = b->tokens_left;
+        int32_t need = admit_need(s, g, key, first, &too_long);
+        if (lazy_prefill(s) && first > win && need > kv->pool.n_free - kv->watermark_blocks)
+            need = admit_need(s, g, key, first = win, &too_long);
         pl_kv_stats st;
         pl_kv_get_stats(kv, &st);
         if (too_long || need > st.blocks_total - kv->watermark_blocks) {
@@ -390,15 +448,16 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
         if (pl_group_max_seqs(g) > b->seqs_left) break;
         /* A generation model's embedding input runs whole in one step, or waits. */
         if (g->embed && g->seqs[0]->n_tokens > b->tokens_left) break;
-        uint64_t key = g->params.cache_salt;
-        if ((g->params.prompt_logprobs >= 0 && !g->prefilled) || g->embed)
-            key = 0x8000000000000000ull | g->id; /* private: every prompt row must be computed */
         for (int32_t i = 0; i < g->n_seqs; i++) {
             pl_seq *q = g->seqs[i];
             if (q->status != PL_SEQ_WAITING) continue;
             int32_t cached = 0;
-            PL_TRY(pl_kv_allocate_prompt_ex(kv, &q->table, q->tokens, q->n_tokens, key,
-                                            final_tokens(g), &cached));
+            if (lazy_prefill(s))
+                PL_TRY(pl_kv_allocate_prompt_part(kv, &q->table, q->tokens, q->n_tokens, key,
+                                                  first, &cached));
+            else
+                PL_TRY(pl_kv_allocate_prompt_ex(kv, &q->table, q->tokens, q->n_tokens, key,
+                                                final_tokens(g), &cached));
             q->n_computed = cached;
             q->status = PL_SEQ_RUNNING;
             if (!g->prefilled && i == 0) g->n_cached_tokens = cached;
@@ -433,7 +492,7 @@ static void spec_budget(pl_scheduler *s, budget *b) {
 }
 
 static pl_status schedule(pl_scheduler *s) {
-    budget b = {s->cfg.max_num_batched_tokens, s->cfg.max_num_seqs, s->cfg.max_logit_rows, 0, 0, 0, 0};
+    budget b = {s->cfg.max_num_batched_tokens, s->cfg.max_num_seqs, s->cfg.max_logit_rows, 0, 0, 0, 0, 0};
     for (pl_seq_group *g = s->running.head; g; g = g->next) b.seqs_left -= pl_group_max_seqs(g);
     spec_budget(s, &b);
     PL_TRY(schedule_decodes(s, &b));
@@ -441,6 +500,12 @@ static pl_status schedule(pl_scheduler *s) {
         PL_TRY(schedule_prefills(s, g, &b));
     if (!b.preempted) PL_TRY(schedule_swapped(s, &b));
     if (!b.preempted && !b.stalled && !s->swapped.head) PL_TRY(schedule_waiting(s, &b));
+    /* Every running group is a windowed prefill short of blocks and nothing else runs: the
+     * youngest yields its blocks (nothing of it is in this step's output), so the others go on. */
+    pl_sched_output *o = s->out;
+    if (b.starved && o->n_items == 0 && o->n_swap_in == 0 && o->n_swap_out == 0 && o->n_cow == 0 &&
+        s->running.tail)
+        PL_TRY(preempt(s, s->running.tail));
     return PL_OK;
 }
 

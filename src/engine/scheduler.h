@@ -18,6 +18,15 @@
  *      embedding model's) takes no blocks: it is admitted only whole, all its tokens in this
  *      step, or it waits; the decoder finishes it after the step, so it is never preempted.
  *
+ * Sliding-window caches (kv/manager.h, every layer windowed): prefill is lazy. Admission gives a
+ * sequence slots for the prefix-cache hits its window reaches and a first chunk (the token
+ * budget, or one window rounded up to blocks when the free blocks do not hold that), and counts
+ * only those blocks; each later chunk appends its slots when
+ * it is scheduled, as many as the free blocks allow (the commits behind the window free more).
+ * So a sequence of any length, including one recomputed after growing past the pool, needs about
+ * two windows of blocks at a time. If a step would be empty because every running group is a
+ * windowed prefill short of blocks, the youngest running group is preempted so the others go on.
+ *
  * The result is a pl_sched_output value: a list of (sequence, token range) items plus the block
  * copies to apply before the forward pass (swap-out, swap-in, copy-on-write, in that order; see
  * kv/manager.h) and the refused groups. The

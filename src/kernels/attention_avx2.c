@@ -190,29 +190,24 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
     return alpha;
 }
 
-/* a[i] += p_ij v_j for keys [j0, j1), each only for the vectors that see it. */
+/* a[i] += p_ij v_j for keys [j0, j1), each only for the vectors that see it (LO: the keys may
+ * lie below some vector's window start; else only the causal end is checked). */
 AI void pv_some(const pl_attn_tile *t, int32_t v, __m256 *a, int32_t j0, int32_t j1, int32_t d,
-                int FULL, int NG, int KT) {
+                int FULL, int NG, int KT, int LO) {
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
     for (int32_t j = j0; j < j1; j++) {
         __m256 vc = vload8(t, j, d, FULL, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
-            if (j >= t->nlo[v + i] && j < t->nvis[v + i])
+            if ((!LO || j >= t->nlo[v + i]) && j < t->nvis[v + i])
                 a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
 }
 
-AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d, int FULL, int NG,
-                 int KT) {
+AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, const pl_attn_range *r,
+                 int32_t d, int FULL, int NG, int KT) {
     const int32_t hd = t->head_dim;
-    int32_t nmin = t->nvis[v], nmax = t->nvis[v], lmin = t->nlo[v], lmax = t->nlo[v];
-    for (int i = 1; i < NG; i++) {
-        nmin = t->nvis[v + i] < nmin ? t->nvis[v + i] : nmin;
-        nmax = t->nvis[v + i] > nmax ? t->nvis[v + i] : nmax;
-        lmin = t->nlo[v + i] < lmin ? t->nlo[v + i] : lmin;
-        lmax = t->nlo[v + i] > lmax ? t->nlo[v + i] : lmax;
-    }
+    const int32_t lmin = r->lmin, lmax = r->lmax, nmin = r->nmin, nmax = r->nmax;
     /* keys [lmax, nmin) are seen by all NG vectors: unconditional; the others per vector */
     const int32_t ulo = lmax < nmin ? lmax : nmax, uhi = lmax < nmin ? nmin : nmax;
     __m256 a[8];
@@ -220,22 +215,23 @@ AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d
     for (int i = 0; i < NG; i++)
         a[i] = _mm256_mul_ps(load8(t->acc + (size_t)(v + i) * hd, d, FULL, 0), _mm256_set1_ps(alpha[v + i]));
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
-    pv_some(t, v, a, lmin, ulo, d, FULL, NG, KT);
+    pv_some(t, v, a, lmin, ulo, d, FULL, NG, KT, 1);
     for (int32_t j = ulo; j < uhi; j++) {
         __m256 vc = vload8(t, j, d, FULL, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
-    pv_some(t, v, a, uhi, nmax, d, FULL, NG, KT);
+    if (lmax < nmin) pv_some(t, v, a, uhi, nmax, d, FULL, NG, KT, 0); /* j >= every nlo */
 #pragma GCC unroll 8
     for (int i = 0; i < NG; i++) store8(t->acc + (size_t)(v + i) * hd + d, a[i], FULL);
 }
 
 AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~7;
-    for (int32_t d = 0; d < full; d += 8) pv_chunk(t, v, alpha, d, 1, NG, KT);
-    if (hd & 7) pv_chunk(t, v, alpha, full, 0, NG, KT);
+    const pl_attn_range r = pl_attn_range_of(t, v, NG);
+    for (int32_t d = 0; d < full; d += 8) pv_chunk(t, v, alpha, &r, d, 1, NG, KT);
+    if (hd & 7) pv_chunk(t, v, alpha, &r, full, 0, NG, KT);
 }
 
 AI void tile_impl(const pl_attn_tile *t, int KT) {

@@ -178,32 +178,27 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
     return alpha;
 }
 
-/* a[i] += p_ij v_j for keys [j0, j1), each only for the vectors that see it. */
+/* a[i] += p_ij v_j for keys [j0, j1), each only for the vectors that see it (LO: the keys may
+ * lie below some vector's window start; else only the causal end is checked). */
 AI void pv_some(const pl_attn_tile *t, int32_t v, __m512 *a, int32_t j0, int32_t j1, int32_t d,
-                __mmask16 mk, int NG, int KT) {
+                __mmask16 mk, int NG, int KT, int LO) {
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
     for (int32_t j = j0; j < j1; j++) {
         __m512 vc = KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0 ? vload16(t, j, d, mk, KT)
                                                           : load16_mask(t->vrow[j], d, mk, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
-            if (j >= t->nlo[v + i] && j < t->nvis[v + i])
+            if ((!LO || j >= t->nlo[v + i]) && j < t->nvis[v + i])
                 a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
 }
 
 /* acc[v..v+NG) = alpha * acc + sum_j p_j v_j over the head_dim chunk at d (mask mk). Keys that
  * every vector sees run unconditionally; the rest only for the vectors that see them. */
-AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d, __mmask16 mk,
-                 int NG, int KT) {
+AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, const pl_attn_range *r,
+                 int32_t d, __mmask16 mk, int NG, int KT) {
     const int32_t hd = t->head_dim;
-    int32_t nmin = t->nvis[v], nmax = t->nvis[v], lmin = t->nlo[v], lmax = t->nlo[v];
-    for (int i = 1; i < NG; i++) {
-        nmin = t->nvis[v + i] < nmin ? t->nvis[v + i] : nmin;
-        nmax = t->nvis[v + i] > nmax ? t->nvis[v + i] : nmax;
-        lmin = t->nlo[v + i] < lmin ? t->nlo[v + i] : lmin;
-        lmax = t->nlo[v + i] > lmax ? t->nlo[v + i] : lmax;
-    }
+    const int32_t lmin = r->lmin, lmax = r->lmax, nmin = r->nmin, nmax = r->nmax;
     /* keys [lmax, nmin) are seen by all NG vectors: unconditional; the others per vector */
     const int32_t ulo = lmax < nmin ? lmax : nmax, uhi = lmax < nmin ? nmin : nmax;
     __m512 a[8];
@@ -212,22 +207,23 @@ AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, int32_t d
         a[i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, t->acc + (size_t)(v + i) * hd + d),
                              _mm512_set1_ps(alpha[v + i]));
     const float *p = t->s + (size_t)v * PL_ATTN_KT;
-    pv_some(t, v, a, lmin, ulo, d, mk, NG, KT);
+    pv_some(t, v, a, lmin, ulo, d, mk, NG, KT, 1);
     for (int32_t j = ulo; j < uhi; j++) {
         __m512 vc = vload16(t, j, d, mk, KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NG; i++)
             a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
     }
-    pv_some(t, v, a, uhi, nmax, d, mk, NG, KT);
+    if (lmax < nmin) pv_some(t, v, a, uhi, nmax, d, mk, NG, KT, 0); /* j >= every nlo */
 #pragma GCC unroll 8
     for (int i = 0; i < NG; i++) _mm512_mask_storeu_ps(t->acc + (size_t)(v + i) * hd + d, mk, a[i]);
 }
 
 AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int KT) {
     const int32_t hd = t->head_dim, full = hd & ~15;
-    for (int32_t d = 0; d < full; d += 16) pv_chunk(t, v, alpha, d, 0xFFFF, NG, KT);
-    if (hd & 15) pv_chunk(t, v, alpha, full, tail_mask(hd), NG, KT);
+    const pl_attn_range r = pl_attn_range_of(t, v, NG);
+    for (int32_t d = 0; d < full; d += 16) pv_chunk(t, v, alpha, &r, d, 0xFFFF, NG, KT);
+    if (hd & 15) pv_chunk(t, v, alpha, &r, full, tail_mask(hd), NG, KT);
 }
 
 AI void tile_impl(const pl_attn_tile *t, int KT) {

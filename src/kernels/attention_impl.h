@@ -98,6 +98,22 @@ static inline void pl_attn_seeing(const pl_attn_tile *t, int32_t *v0, int32_t *v
     *v1 = b;
 }
 
+/* The keys vectors [v, v + n) see in a tile: the smallest and largest nlo and nvis. */
+typedef struct {
+    int32_t lmin, lmax, nmin, nmax;
+} pl_attn_range;
+
+static inline pl_attn_range pl_attn_range_of(const pl_attn_tile *t, int32_t v, int n) {
+    pl_attn_range r = {t->nlo[v], t->nlo[v], t->nvis[v], t->nvis[v]};
+    for (int i = 1; i < n; i++) {
+        r.nmin = t->nvis[v + i] < r.nmin ? t->nvis[v + i] : r.nmin;
+        r.nmax = t->nvis[v + i] > r.nmax ? t->nvis[v + i] : r.nmax;
+        r.lmin = t->nlo[v + i] < r.lmin ? t->nlo[v + i] : r.lmin;
+        r.lmax = t->nlo[v + i] > r.lmax ? t->nlo[v + i] : r.lmax;
+    }
+    return r;
+}
+
 /* sum_b (float)isum_b * (qd_b * dk_b), blocks in order: the quantized score before scaling. */
 static inline float pl_attn_q_combine(const int32_t *isum, const float *qd, const float *dk,
                                       int32_t nb) {

@@ -71,14 +71,16 @@ AI void scores_q(const pl_attn_tile *t, int32_t v0, int32_t v1, int Q4) {
     const int32_t off = Q4 ? 8 : PL_ATTN_Q_VNNI ? 128 : 0;
     __m256i ku[4][NB], ks[4][NB];
     _Alignas(16) float dk[NB][4];
-    int32_t vfirst = v0;
+    int32_t vfirst = v0, vend = v0;
     for (int32_t j = v1 > v0 ? t->nlo[v0] : 0; j < nk; j += 4) {
-        while (t->nvis[vfirst] <= j) vfirst++; /* the vectors that may see key j */
+        /* the vectors that may see one of keys j .. j + 3: [vfirst, vend) (nlo, nvis grow) */
+        while (t->nvis[vfirst] <= j) vfirst++;
+        while (vend < v1 && t->nlo[vend] < j + 4) vend++;
         for (int i = 0; i < 4; i++) {
             const void *k = t->krow[j + i < nk ? j + i : j];
             for (int32_t b = 0; b < nb; b++) key_block(k, b, Q4, &ku[i][b], &ks[i][b], &dk[b][i]);
         }
-        for (int32_t v = vfirst; v < v1 && t->nlo[v] < j + 4; v++) {
+        for (int32_t v = vfirst; v < vend; v++) {
             const int8_t *q = t->qq + (size_t)v * hd;
             const float *qd = t->qd + (size_t)v * nb;
             const int32_t *qsum = t->qsum + (size_t)v * nb;

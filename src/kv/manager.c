@@ -57,8 +57,7 @@ static int32_t vattn_block(pl_kv_manager *m, int32_t slot, int32_t i) {
     return b;
 }
 
-/* Leading blocks no query at position >= pos reads again: those wholly below pos - W + 1. */
-static int32_t behind_window(const pl_kv_manager *m, int32_t pos) {
+int32_t pl_kv_behind_window(const pl_kv_manager *m, int32_t pos) {
     int32_t W = contiguous(m) ? 0 : m->cfg.sliding_window;
     if (W <= 0 || pos - W + 1 <= 0) return 0;
     return (pos - W + 1) / m->cfg.block_size;
@@ -66,7 +65,7 @@ static int32_t behind_window(const pl_kv_manager *m, int32_t pos) {
 
 /* Release t's blocks behind the window of a query at position pos (see manager.h). */
 static void slide(pl_kv_manager *m, pl_block_table *t, int32_t pos) {
-    int32_t upto = behind_window(m, pos);
+    int32_t upto = pl_kv_behind_window(m, pos);
     if (upto > t->n_blocks) upto = t->n_blocks;
     for (int32_t i = t->n_dropped; i < upto; i++) {
         int32_t b = t->blocks[i];
@@ -253,6 +252,10 @@ static pl_status vattn_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, in
     return PL_OK;
 }
 
+static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                          int32_t n, uint64_t extra_key, int32_t final_tokens, int32_t max_new,
+                          int32_t *n_cached);
+
 /* A contiguous table: one run of pl_kv_admit_blocks blocks at the first fit. */
 static pl_status reserve_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, int32_t final_tokens,
                                 int32_t *n_cached) {
@@ -292,6 +295,22 @@ pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32
 pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                    int32_t n, uint64_t extra_key, int32_t final_tokens,
                                    int32_t *n_cached) {
+    return allocate(m, t, token_ids, n, extra_key, final_tokens, n, n_cached);
+}
+
+pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                     int32_t n, uint64_t extra_key, int32_t max_new,
+                                     int32_t *n_cached) {
+    if (contiguous(m) || max_new < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_part: paged layout and max_new "
+                       ">= 1 only (got %d)", (int)max_new);
+    return allocate(m, t, token_ids, n, extra_key, n, max_new, n_cached);
+}
+
+/* allocate_prompt_ex, with slots for at most max_new tokens past the cached ones. */
+static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                          int32_t n, uint64_t extra_key, int32_t final_tokens, int32_t max_new,
+                          int32_t *n_cached) {
     int32_t bs = m->cfg.block_size;
     if (t->live) return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: the block table is in use");
     if (!token_ids || n < 1)
@@ -308,11 +327,13 @@ pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const in
     int32_t hits_free = 0;
     int32_t hits = prefix_walk(m, token_ids, n, extra_key, t->blocks, t->hashes, &hits_free);
     /* hits the first computed position's window does not reach stay placeholders */
-    int32_t skip = behind_window(m, hits * bs);
+    int32_t skip = pl_kv_behind_window(m, hits * bs);
     for (int32_t i = 0; i < skip; i++) {
         hits_free -= m->pool.blocks[t->blocks[i]].ref == 0;
         t->blocks[i] = PL_KV_NO_BLOCK;
     }
+    int32_t n_slots = n - hits * bs > max_new ? hits * bs + max_new : n;
+    need = pl_kv_blocks_for(m, n_slots);
     int32_t n_new = need - hits;
     if (m->pool.n_free - hits_free < n_new) {
         table_arrays_free(t);
@@ -325,10 +346,10 @@ pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const in
         int32_t b = pl_block_pool_alloc(&m->pool);
         PL_ASSERT(b >= 0);
         t->blocks[i] = b;
-        set_fill(m, b, fill_of(bs, n, i));
+        set_fill(m, b, fill_of(bs, n_slots, i));
     }
     t->n_blocks = need;
-    t->n_tokens = n;
+    t->n_tokens = n_slots;
     t->n_hashed = t->n_registered = hits;
     t->n_dropped = skip;
     t->n_cached_tokens = hits * bs;

@@ -211,6 +211,13 @@ pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32
 pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                    int32_t n, uint64_t extra_key, int32_t final_tokens,
                                    int32_t *n_cached);
+/* The same for the paged layout, with slots for the cached tokens and at most max_new (>= 1)
+ * more: t->n_tokens = min(n, *n_cached + max_new). The caller appends the rest chunk by chunk
+ * (pl_kv_append_slots), so a sliding-window sequence never holds more than its window and one
+ * chunk, even when a long sequence is recomputed. */
+pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                     int32_t n, uint64_t extra_key, int32_t max_new,
+                                     int32_t *n_cached);
 
 /* kv/reserve.c. Token slots a new table of n tokens (final length final_tokens) takes at
  * admission: n when paged, else the policy's reservation (never below n). */
@@ -230,6 +237,10 @@ int64_t pl_kv_block_refs(const pl_kv_manager *m);
  * proposals of up to k_spec tokens): all of its blocks, or with a sliding window those of the
  * last W positions plus the newest tokens' blocks. For admission limits (engine check_fits). */
 int32_t pl_kv_held_blocks_max(const pl_kv_manager *m, int32_t n_tokens, int32_t k_spec);
+
+/* Leading blocks of a table that no query at position >= pos reads: those wholly below
+ * pos - W + 1 (0 without a sliding window). */
+int32_t pl_kv_behind_window(const pl_kv_manager *m, int32_t pos);
 
 /* Blocks append_slots(t, n_new) would take from the free queue (copy-on-write included). */
 int32_t pl_kv_append_blocks_needed(const pl_kv_manager *m, const pl_block_table *t, int32_t n_new);

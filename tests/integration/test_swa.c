@@ -152,6 +152,8 @@ static void test_forward_against_dense(void **state) {
     pl_kv_store_destroy(&kv);
 }
 
+static int spec_ngram; /* the next make_engine speculates with n-gram proposals */
+
 static pl_engine *make_engine(int32_t blocks, pl_preemption_mode mode, uint64_t swap_blocks,
                               int prefix_cache) {
     pl_engine_config c;
@@ -168,6 +170,8 @@ static pl_engine *make_engine(int32_t blocks, pl_preemption_mode mode, uint64_t 
     c.threads = 2;
     c.max_num_seqs = 16;
     c.max_num_batched_tokens = 64; /* the prompts below take several chunks */
+    c.speculative_ngram = spec_ngram;
+    c.num_speculative_tokens = spec_ngram ? 4 : 0;
     pl_engine *e;
     if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
     return e;
@@ -178,6 +182,23 @@ static void greedy(pl_request_params *p, int32_t max_tokens) {
     p->sampling.temperature = 0;
     p->max_tokens = max_tokens;
     p->ignore_eos = 1;
+}
+
+/* n greedy requests of prompts[n][len], max_tokens out each, run to the end (caller frees). */
+static result *run_greedy(pl_engine *e, const int32_t *prompts, int32_t n, int32_t len,
+                          int32_t out) {
+    result *res = calloc((size_t)n, sizeof *res);
+    uint64_t *ids = calloc((size_t)n, sizeof *ids);
+    assert_true(res && ids);
+    for (int32_t r = 0; r < n; r++) {
+        pl_request_params p;
+        greedy(&p, out);
+        assert_int_equal(pl_engine_add_request(e, NULL, prompts + (size_t)r * len, (size_t)len,
+                                               &p, &ids[r]), PL_OK);
+    }
+    run_all(e, ids, res, n);
+    free(ids);
+    return res;
 }
 
 /* Every generated token of r (prompt `prompt`) is the dense reference's argmax, or a near tie. */
@@ -209,25 +230,18 @@ static void test_engine_greedy(void **state) {
         pl_preemption_mode mode;
         uint64_t swap;
         int cache;
-    } runs[] = {{PL_PREEMPT_SWAP, 24, 1}, {PL_PREEMPT_RECOMPUTE, 0, 1}, {PL_PREEMPT_RECOMPUTE, 0, 0}};
+        int32_t blocks;
+    } runs[] = {{PL_PREEMPT_SWAP, 24, 1, 10}, {PL_PREEMPT_RECOMPUTE, 0, 1, 10},
+                {PL_PREEMPT_RECOMPUTE, 0, 0, 10}};
     const int32_t V = model->hp.n_vocab;
     int32_t prompts[NREQ][LONG_PROMPT];
     for (int32_t r = 0; r < NREQ; r++) /* requests 0 and 1 share their whole prompt */
         for (int32_t i = 0; i < LONG_PROMPT; i++)
             prompts[r][i] = 3 + (int32_t)((7 * (r == 1 ? 0 : r) + 13 * i + i * i) % (V - 3));
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
-        /* 10 blocks: one request's 240 tokens would take 15 without the window */
-        pl_engine *e = make_engine(10, runs[k].mode, runs[k].swap, runs[k].cache);
-        result *res = calloc(NREQ, sizeof *res);
-        uint64_t ids[NREQ];
-        assert_non_null(res);
-        for (int32_t r = 0; r < NREQ; r++) {
-            pl_request_params p;
-            greedy(&p, GEN);
-            assert_int_equal(pl_engine_add_request(e, NULL, prompts[r], LONG_PROMPT, &p, &ids[r]),
-                             PL_OK);
-        }
-        run_all(e, ids, res, NREQ);
+        /* 10 blocks or fewer: one request's 240 tokens would take 15 without the window */
+        pl_engine *e = make_engine(runs[k].blocks, runs[k].mode, runs[k].swap, runs[k].cache);
+        result *res = run_greedy(e, &prompts[0][0], NREQ, LONG_PROMPT, GEN);
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
         printf("    run %d: window %d, %llu blocks freed by the window, %llu preemptions, "
@@ -250,6 +264,33 @@ static void test_engine_greedy(void **state) {
         free(res);
         pl_engine_destroy(e);
     }
+}
+
+/* Short prompts in a 5-block pool: sequences are admitted while others decode and are preempted
+ * by recompute; their re-prefill takes its slots chunk by chunk behind the window (the
+ * scheduler's lazy prefill), and every token is still the dense reference's. */
+static void test_recompute_small_pool(void **state) {
+    (void)state;
+    enum { NREQ = 4, N = 8, OUT = 200 };
+    const int32_t V = model->hp.n_vocab;
+    int32_t prompts[NREQ][N];
+    for (int32_t r = 0; r < NREQ; r++)
+        for (int32_t i = 0; i < N; i++) prompts[r][i] = 3 + (int32_t)((31 * r + 7 * i) % (V - 3));
+    pl_engine *e = make_engine(5, PL_PREEMPT_RECOMPUTE, 0, 1);
+    result *res = run_greedy(e, &prompts[0][0], NREQ, N, OUT);
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    printf("    %llu preemptions, %llu blocks freed by the window\n",
+           (unsigned long long)s.preemptions, (unsigned long long)s.window_freed_blocks);
+    assert_true(s.preemptions > 0);
+    for (int32_t r = 0; r < NREQ; r++) {
+        if (res[r].error[0]) fail_msg("request %d: %s", (int)r, res[r].error);
+        assert_int_equal(res[r].n_ids[0], OUT);
+        check_greedy(prompts[r], N, res[r].ids[0], OUT);
+    }
+    assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+    free(res);
+    pl_engine_destroy(e);
 }
 
 /* A prompt cached by an earlier request: its blocks behind the first computed position's window
@@ -282,12 +323,62 @@ static void test_prefix_hit_behind_window(void **state) {
     pl_engine_destroy(e);
 }
 
+/* Speculative decoding rolls back rejected proposals (pl_kv_truncate) in a windowed table; n > 1
+ * and beam search share blocks (fork, copy-on-write) whose early entries were released. */
+static void test_spec_fork_beam(void **state) {
+    (void)state;
+    enum { N = 30, OUT = 120 };
+    const int32_t V = model->hp.n_vocab;
+    int32_t prompt[N];
+    for (int32_t i = 0; i < N; i++) prompt[i] = 3 + (i % 5) * 11 % (V - 3); /* repetitive: n-grams hit */
+    spec_ngram = 1;
+    pl_engine *e = make_engine(12, PL_PREEMPT_RECOMPUTE, 0, 1);
+    spec_ngram = 0;
+    result *res = run_greedy(e, prompt, 1, N, OUT);
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    printf("    speculation: %llu proposals, %llu accepted, %llu blocks freed by the window\n",
+           (unsigned long long)s.spec_draft_tokens, (unsigned long long)s.spec_accepted_tokens,
+           (unsigned long long)s.window_freed_blocks);
+    assert_true(s.spec_draft_tokens > s.spec_accepted_tokens && s.window_freed_blocks > 0);
+    if (res[0].error[0]) fail_msg("%s", res[0].error);
+    assert_int_equal(res[0].n_ids[0], OUT);
+    check_greedy(prompt, N, res[0].ids[0], OUT);
+    free(res);
+    pl_engine_destroy(e);
+
+    for (int beam = 0; beam < 2; beam++) {
+        e = make_engine(16, PL_PREEMPT_RECOMPUTE, 0, 1);
+        pl_request_params p;
+        greedy(&p, OUT);
+        p.n = p.best_of = 3;
+        if (beam) p.use_beam_search = 1;
+        else p.sampling.temperature = 1.0f, p.has_seed = 1, p.seed = 5;
+        uint64_t id;
+        assert_int_equal(pl_engine_add_request(e, NULL, prompt, N, &p, &id), PL_OK);
+        result r;
+        memset(&r, 0, sizeof r);
+        run_all(e, &id, &r, 1);
+        if (r.error[0]) fail_msg("%s: %s", beam ? "beam" : "n = 3", r.error);
+        pl_engine_get_stats(e, &s);
+        assert_true(s.window_freed_blocks > 0);
+        assert_int_equal(s.blocks_used, 0);
+        assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+        for (int k = 0; k < 3; k++) assert_true(r.n_ids[k] > 0);
+        if (!beam) /* every sample ran to max_tokens (ignore_eos) */
+            for (int k = 0; k < 3; k++) assert_int_equal(r.n_ids[k], OUT);
+        pl_engine_destroy(e);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hparams),
         cmocka_unit_test(test_forward_against_dense),
         cmocka_unit_test(test_engine_greedy),
         cmocka_unit_test(test_prefix_hit_behind_window),
+        cmocka_unit_test(test_recompute_small_pool),
+        cmocka_unit_test(test_spec_fork_beam),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

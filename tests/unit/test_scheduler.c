@@ -26,10 +26,13 @@ typedef struct {
     long spec_tokens;   /* proposals accepted */
 } world;
 
+static int32_t world_window; /* the KV manager's sliding window for the next world_init */
+
 static void world_init(world *w, int32_t blocks, int32_t swap_blocks, int32_t bs, int32_t seqs,
                        int32_t tokens, pl_preemption_mode mode) {
     memset(w, 0, sizeof *w);
-    pl_kv_manager_config mc = {bs, blocks, swap_blocks, 64, 0.0, 1, 1, PL_KV_POLICY_PAGED, 0, 0, NULL};
+    pl_kv_manager_config mc = {bs, blocks, swap_blocks, 64, 0.0, 1, 1, PL_KV_POLICY_PAGED, 0,
+                               world_window, NULL};
     assert_int_equal(pl_kv_manager_init(&w->kv, &mc), PL_OK);
     pl_scheduler_config sc = {seqs, tokens, tokens, mode};
     assert_int_equal(pl_scheduler_init(&w->s, &sc, &w->kv), PL_OK);
@@ -278,6 +281,41 @@ static void test_refuse_impossible(void **state) {
     world_free(&w);
 }
 
+/* A sliding-window cache (window 6, blocks of 4): a prompt of 40 tokens (10 blocks) is admitted
+ * into a pool of 8 and prefilled chunk by chunk, and requests growing to 68 tokens (17 blocks)
+ * run side by side, preempted and recomputed as needed, never refused; the pool is never
+ * overdrawn and every block comes back. */
+static void test_window_accounting(void **state) {
+    (void)state;
+    for (int mode = 0; mode < 2; mode++) {
+        world w;
+        world_window = 6;
+        world_init(&w, 8, mode ? 8 : 0, 4, 8, 16, mode ? PL_PREEMPT_SWAP : PL_PREEMPT_RECOMPUTE);
+        world_window = 0;
+        int big = add_group(&w, 0, 40, 20, 1);
+        int g[4];
+        for (int i = 0; i < 4; i++) g[i] = add_group(&w, 1 + i, 8, 60, 1);
+        int32_t peak = 0;
+        for (int i = 0; i < 10000 && pl_scheduler_has_work(&w.s); i++) {
+            fake_step(&w);
+            pl_kv_stats st;
+            pl_kv_get_stats(&w.kv, &st);
+            peak = st.blocks_used > peak ? st.blocks_used : peak;
+        }
+        assert_false(pl_scheduler_has_work(&w.s));
+        assert_false(w.refused[big]);
+        assert_true(w.done[big] > 0);
+        for (int i = 0; i < 4; i++) assert_true(!w.refused[g[i]] && w.done[g[i]] > 0);
+        pl_kv_stats st;
+        pl_kv_get_stats(&w.kv, &st);
+        print_message("    window 6, %s: peak %d of 8 blocks, %llu preemptions, %llu blocks "
+                      "freed by the window\n", mode ? "swap" : "recompute", (int)peak,
+                      (unsigned long long)w.s.preemptions, (unsigned long long)st.window_freed);
+        assert_true(st.window_freed > 0);
+        world_free(&w);
+    }
+}
+
 /* Speculative decoding's share of a step: one token per decode first, proposals (k + 1 rows
  * each) from what the token budget leaves, oldest first; none when too many sequences decode. */
 static void test_speculation_budget(void **state) {
@@ -390,6 +428,7 @@ int main(void) {
         cmocka_unit_test(test_preempt_recompute),
         cmocka_unit_test(test_preempt_swap),
         cmocka_unit_test(test_refuse_impossible),
+        cmocka_unit_test(test_window_accounting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

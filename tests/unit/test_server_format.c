@@ -191,7 +191,8 @@ static void test_metrics_text(void **state) {
     pl_engine_stats s = {.running = 2, .waiting = 1, .kv_usage = 0.25, .prefix_queries = 40,
                          .prefix_hits = 16, .preemptions = 3, .prompt_tokens = 50,
                          .generation_tokens = 70, .swap_total = 8, .swap_used = 2,
-                         .swaps_out = 5, .blocks_total = 100};
+                         .swaps_out = 5, .blocks_total = 100, .sliding_window = 64,
+                         .window_freed_blocks = 9};
     pl_engine_config c;
     pl_engine_config_default(&c);
     c.kv_cache_memory = 1 << 20;
@@ -206,6 +207,8 @@ static void test_metrics_text(void **state) {
         "vllm:prefix_cache_queries_total{model_name=\"sto\\\"ries\"} 40\n",
         "vllm:prefix_cache_hits_total{model_name=\"sto\\\"ries\"} 16\n",
         "vllm:num_preemptions_total{model_name=\"sto\\\"ries\"} 3\n",
+        "# TYPE pagellm_kv_window_freed_blocks_total counter\n"
+        "pagellm_kv_window_freed_blocks_total{model_name=\"sto\\\"ries\"} 9\n",
         "vllm:prompt_tokens_total{model_name=\"sto\\\"ries\"} 50\n",
         "vllm:generation_tokens_total{model_name=\"sto\\\"ries\"} 70\n",
         "vllm:request_success_total{model_name=\"sto\\\"ries\",finished_reason=\"length\"} 1\n",
