@@ -7,27 +7,15 @@ tables on stdout, and with --dat DIR the data files bench/plot.sh draws.
 Engine runs repeat (REPS) with the alternatives interleaved inside each repetition; a ratio is
 taken within a repetition, then the median over repetitions is printed.
 """
-import json
 import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tables import load, table  # noqa: E402  (the same markdown and JSON-lines helpers)
+
 LAYOUTS = ["paged", "contiguous", "vattention 4K", "vattention 64K"]
 VARIANTS = ["all", "no-overlap", "no-deferred-reclaim", "no-eager", "none"]
-
-
-def load(path):
-    if not os.path.exists(path):
-        return []
-    return [json.loads(line) for line in open(path) if line.strip()]
-
-
-def table(head, rows):
-    print("| " + " | ".join(head) + " |")
-    print("|" + "|".join("---:" if i else "---" for i in range(len(head))) + "|")
-    for r in rows:
-        print("| " + " | ".join(str(x) for x in r) + " |")
-    print()
 
 
 def med(xs):
