@@ -186,6 +186,11 @@ typedef struct {
                                         final-normed hidden states; 0 (default): none, the model
                                         then serves generation only. An embedding model (bert)
                                         pools as its GGUF says unless this is set. */
+    int32_t tensor_parallel_size;    /* > 1: this process is rank 0 of an MPI job of that many
+                                        processes, each holding a shard of every layer (issue 13;
+                                        the others run pl_dist_worker_run, src/dist/dist.h, on
+                                        the same config). The KV budget is per rank. 0 or 1: one
+                                        process, no MPI. */
 } pl_engine_config;
 
 void pl_engine_config_default(pl_engine_config *c);

@@ -7,6 +7,8 @@
 #ifndef PL_CLI_CLI_H
 #define PL_CLI_CLI_H
 
+#include "pagellm.h"
+
 #include <stddef.h>
 
 int pl_cmd_generate(int argc, char **argv);
@@ -31,6 +33,11 @@ int pl_cli_resolve_model(const char *arg, char *out, size_t cap);
 /* A whole file, malloc'ed and NUL-terminated (*len bytes before the NUL; len may be NULL);
  * NULL when it cannot be read or memory runs out. */
 char *pl_cli_read_file(const char *path, size_t *len);
+
+/* pl_engine_create, and under --tensor-parallel-size N > 1 first joining the MPI job
+ * (dist/dist.h): rank 0 returns with the engine; every other rank runs as a worker until rank 0
+ * stops it and then exits the process here (0, or 1 after printing why). */
+pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, pl_engine **e);
 
 /* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */
 int pl_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

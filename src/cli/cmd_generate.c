@@ -433,7 +433,7 @@ int pl_cmd_generate(int argc, char **argv) {
         return 1;
     }
     o.eng.model_path = path;
-    if (pl_engine_create(&o.eng, &e) != PL_OK) {
+    if (pl_cli_engine_create("generate", &o.eng, &e) != PL_OK) {
         free(o.constraint_file);
         return pl_cli_fail(C, "%s", pl_last_error());
     }

@@ -1,6 +1,8 @@
 /* cli/common — model lookup and error printing shared by the subcommands. */
 #include "cli/cli.h"
 
+#include "dist/dist.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,4 +81,18 @@ int pl_cli_fail(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', stderr);
     return 1;
+}
+
+pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, pl_engine **e) {
+    *e = NULL;
+    if (c->tensor_parallel_size > 1) {
+        PL_TRY(pl_dist_init(c->tensor_parallel_size));
+        if (pl_dist_rank() != 0) {
+            pl_status st = pl_dist_worker_run(c);
+            if (st != PL_OK)
+                fprintf(stderr, "pagellm %s: rank %d: %s\n", cmd, pl_dist_rank(), pl_last_error());
+            exit(st == PL_OK ? 0 : 1);
+        }
+    }
+    return pl_engine_create(c, e);
 }

@@ -9,6 +9,10 @@
  *       h = rmsnorm(x) * ffn_norm
  *       x += Wdown (silu(Wgate h) * Wup h)
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)
+ *
+ * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows, so Wo a
+ * and Wdown(...) are partial sums that the reduce hook adds up over ranks before the residual
+ * add; x is then the same on every rank. Logits rows are asked of rank 0 only.
  *   pooled = l2normalize(pool(rmsnorm(x[a whole input's rows]) * output_norm))   (embeddings)
  *
  * Every matmul covers all tokens of the step at once, so each weight is read once per step.
@@ -82,6 +86,11 @@ void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
     PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
                 c->scores, c);
+}
+
+void pl_forward_set_reduce(pl_forward_ctx *c, pl_forward_reduce_fn fn, void *ud) {
+    c->reduce = fn;
+    c->reduce_ud = ud;
 }
 
 static void matmul(pl_forward_ctx *c, const pl_weight *w, const float *x, int64_t B, float *y) {
@@ -158,6 +167,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_paged_attention(c->tp, &kv->layout, &attn);
 
         matmul(c, &L->wo, c->att, T, c->h);
+        if (c->reduce) PL_TRY(c->reduce(c->reduce_ud, c->h, T * dim)); /* heads of every rank */
         pl_add(c->x, c->h, T * dim);
 
         pl_rmsnorm(c->tp, c->h, c->x, L->ffn_norm, T, dim, hp->norm_eps);
@@ -166,6 +176,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->h, T, c->mm_scratch);
         pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         matmul(c, &L->w_down, c->gate, T, c->h);
+        if (c->reduce) PL_TRY(c->reduce(c->reduce_ud, c->h, T * dim)); /* FFN slices of every rank */
         pl_add(c->x, c->h, T * dim);
     }
 

@@ -60,9 +60,26 @@ typedef struct {
     float *out_norm, *out_norm_b;     /* [dim] x2 */
 } pl_layer_weights;
 
+/* Tensor parallelism (issue 13): which slice of every layer this process holds. A shard of
+ * `size` > 1 holds, of each layer, the attention heads [rank * n/size, (rank + 1) * n/size) of
+ * Q and the KV heads likewise of K and V (rows of wq/wk/wv), the matching columns of wo, the
+ * FFN rows [rank * f/size, ...) of gate/up and the same columns of down; norms, embeddings and
+ * the output layer are whole. hp then counts the LOCAL heads and FFN width (so scratch, the KV
+ * layout and attention follow it unchanged); the full counts are kept here. Row slices are
+ * views into the mapping; column slices are copied once (rows are contiguous in GGUF) and the
+ * mapped pages of the whole tensor released, so a rank's resident weights are its slices. */
+typedef struct {
+    int32_t rank, size;            /* 0, 1 when not sharded */
+    int32_t n_heads, n_kv_heads;   /* the model's full counts */
+    int32_t ffn_dim;
+} pl_model_shard;
+
 typedef struct {
     pl_gguf *file;
-    pl_model_hparams hp;
+    pl_model_hparams hp;           /* sharded: local n_heads, n_kv_heads, ffn_dim */
+    pl_model_shard shard;
+    void **owned;                  /* [n_owned] copied column slices, freed with the model */
+    int32_t n_owned;
     pl_tokenizer *tok;
     pl_weight tok_embd;         /* [n_vocab x dim] rows dequantized on lookup */
     float *output_norm;         /* [dim] */
@@ -76,6 +93,11 @@ typedef struct {
 } pl_model;
 
 pl_status pl_model_load(const char *path, pl_model **out);
+/* Load shard `rank` of `size` (see pl_model_shard; size 1 = pl_model_load). Refuses, naming the
+ * numbers, a size that does not divide the KV heads or the FFN width, a column slice that does
+ * not fall on the weight type's quantization blocks, and architectures other than llama and
+ * qwen2. */
+pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_model **out);
 void pl_model_destroy(pl_model *m);
 
 /* Scratch for forward steps of up to max_tokens tokens and max_logits logit rows. */
@@ -83,6 +105,11 @@ typedef struct pl_forward_ctx pl_forward_ctx;
 
 pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t max_logits,
                                 pl_threadpool *tp, pl_forward_ctx **out);
+/* A sharded model's partial sums: after the attention output projection and after the FFN down
+ * projection, x[n] (n = tokens x dim) is replaced by the sum of every rank's x (the same bits on
+ * every rank: dist/ sums in rank order). A failure (a rank gone) fails the step. NULL: none. */
+typedef pl_status (*pl_forward_reduce_fn)(void *ud, float *x, int64_t n);
+void pl_forward_set_reduce(pl_forward_ctx *c, pl_forward_reduce_fn fn, void *ud);
 void pl_forward_ctx_destroy(pl_forward_ctx *c);
 
 /* Run one step: write every token's K/V into its slot of `kv`, and put the logits of the rows

@@ -1,0 +1,202 @@
+/* dist/dist_mpi — the MPI transport of dist.h: init and finalize, polled collectives with a
+ * deadline, agreement on a status, the deterministic sum of partial projections. */
+#include "dist/dist_internal.h"
+
+#include "base/clock.h"
+#include "base/log.h"
+
+#include <mpi.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int g_active;
+static int32_t g_rank, g_size = 1;
+static double g_timeout = 60.0;
+static atomic_int g_cancel;      /* set by pl_dist_cancel (signal handler) */
+static double g_cancel_at;       /* when the poll loop first saw it */
+static int g_failed;             /* a collective failed: every later one fails at once */
+static char g_failure[512];
+static float *g_gather;          /* [size][cap] partial sums of every rank */
+static int64_t g_gather_cap;
+
+int pl_dist_available(void) { return 1; }
+int pl_dist_active(void) { return g_active; }
+int32_t pl_dist_rank(void) { return g_active ? g_rank : 0; }
+int32_t pl_dist_size(void) { return g_active ? g_size : 1; }
+
+void pl_dist_cancel(void) { atomic_store(&g_cancel, 1); }
+
+static void on_sigterm(int sig) {
+    (void)sig;
+    pl_dist_cancel();
+}
+
+static pl_status mpi_fail(int rc, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return pl_fail(PL_ERR_IO, "tensor parallel (rank %d): %s failed: %s", g_rank, what, msg);
+}
+
+pl_status pl_dist_init(int32_t tp_size) {
+    if (g_active) return PL_OK;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+            return pl_fail(PL_ERR_IO, "tensor parallel: MPI_Init_thread failed");
+        if (provided < MPI_THREAD_SERIALIZED) {
+            MPI_Finalize();
+            return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallel: this MPI library does not allow "
+                           "calls from a thread other than main (MPI_THREAD_SERIALIZED)");
+        }
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    g_rank = rank;
+    g_size = size;
+    g_active = 1;
+    atexit(pl_dist_finalize);
+    if (size != tp_size)
+        return pl_fail(PL_ERR_INVALID_ARG, "--tensor-parallel-size %d but the MPI job has %d "
+                       "process%s: start it as mpirun -np %d pagellm ...", tp_size, size,
+                       size == 1 ? "" : "es", tp_size);
+    const char *t = getenv("PAGELLM_DIST_TIMEOUT");
+    if (t) {
+        double v = strtod(t, NULL);
+        if (v > 0) g_timeout = v;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    return PL_OK;
+}
+
+void pl_dist_finalize(void) {
+    if (!g_active) return;
+    g_active = 0;
+    free(g_gather);
+    g_gather = NULL;
+    g_gather_cap = 0;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) return;
+    if (g_failed) MPI_Abort(MPI_COMM_WORLD, 1); /* a peer is gone: Finalize could wait on it */
+    MPI_Finalize();
+}
+
+/* Poll a request to completion: spin a little, then yield, then sleep (an idle worker must not
+ * burn a core). Fails at the deadline (unless forever), 0.3 s after a cancel, or at once after
+ * an earlier failure. */
+static pl_status wait_req(MPI_Request *req, int forever, const char *what) {
+    double t0 = pl_clock_now(), now = t0;
+    for (uint64_t i = 0;; i++) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            g_failed = 1;
+            pl_status st = mpi_fail(rc, what);
+            snprintf(g_failure, sizeof g_failure, "%s", pl_last_error());
+            return st;
+        }
+        if (done) return PL_OK;
+        if (i < 2000) continue;
+        if ((i & 63) == 0) now = pl_clock_now();
+        const char *why = NULL;
+        if (atomic_load(&g_cancel)) {
+            if (g_cancel_at == 0) g_cancel_at = now;
+            if (now - g_cancel_at > 0.3) why = "the job is being stopped (another rank died?)";
+        }
+        if (!forever && now - t0 > g_timeout) why = "timed out (PAGELLM_DIST_TIMEOUT)";
+        if (why) {
+            g_failed = 1;
+            snprintf(g_failure, sizeof g_failure, "tensor parallel (rank %d): %s did not "
+                     "complete after %.1f s: %s", g_rank, what, now - t0, why);
+            return pl_fail(PL_ERR_IO, "%s", g_failure);
+        }
+        if (now - t0 < 0.01) sched_yield();
+        else nanosleep(&(struct timespec){0, now - t0 < 0.5 ? 50000 : 1000000}, NULL);
+    }
+}
+
+static pl_status check_alive(void) {
+    if (!g_active) return pl_fail(PL_ERR_INTERNAL, "tensor parallel: MPI is not initialised");
+    if (g_failed) return pl_fail(PL_ERR_IO, "%s", g_failure);
+    return PL_OK;
+}
+
+pl_status pl_dist_bcast(void *buf, size_t bytes, int forever, const char *what) {
+    PL_TRY(check_alive());
+    if (bytes > INT32_MAX) return pl_fail(PL_ERR_INVALID_ARG, "%s: %zu bytes", what, bytes);
+    MPI_Request req;
+    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+    return wait_req(&req, forever, what);
+}
+
+pl_status pl_dist_agree(pl_status mine, const char *what) {
+    PL_TRY(check_alive());
+    enum { MSG = 400 };
+    char *all = malloc((size_t)g_size * (MSG + 4));
+    char me[MSG + 4];
+    if (!all) return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory");
+    memset(me, 0, sizeof me);
+    int32_t code = (int32_t)mine;
+    memcpy(me, &code, 4);
+    if (mine != PL_OK) snprintf(me + 4, MSG, "%s", pl_last_error());
+    MPI_Request req;
+    int rc = MPI_Iallgather(me, MSG + 4, MPI_BYTE, all, MSG + 4, MPI_BYTE, MPI_COMM_WORLD, &req);
+    pl_status st = rc == MPI_SUCCESS ? wait_req(&req, 0, what) : mpi_fail(rc, what);
+    for (int32_t r = 0; st == PL_OK && r < g_size; r++) {
+        const char *m = all + (size_t)r * (MSG + 4);
+        memcpy(&code, m, 4);
+        if (code != PL_OK)
+            st = pl_fail((pl_status)code, "tensor parallel: rank %d %s: %.*s", r, what, MSG,
+                         m + 4);
+    }
+    free(all);
+    return st;
+}
+
+pl_status pl_dist_reserve(int64_t max_floats) {
+    if (max_floats <= g_gather_cap) return PL_OK;
+    float *p = malloc((size_t)g_size * (size_t)max_floats * sizeof(float));
+    if (!p) return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory for %d x %lld floats",
+                           g_size, (long long)max_floats);
+    free(g_gather);
+    g_gather = p;
+    g_gather_cap = max_floats;
+    return PL_OK;
+}
+
+pl_status pl_dist_reduce_sum(void *ud, float *x, int64_t n) {
+    (void)ud;
+    PL_TRY(check_alive());
+    PL_ASSERT(n <= g_gather_cap && n <= INT32_MAX);
+    double t0 = pl_clock_now();
+    MPI_Request req;
+    int rc = MPI_Iallgather(x, (int)n, MPI_FLOAT, g_gather, (int)n, MPI_FLOAT, MPI_COMM_WORLD,
+                            &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "all-gather of partial sums");
+    PL_TRY(wait_req(&req, 0, "all-gather of partial sums"));
+    /* Rank order, on every rank: the same bits everywhere and on every run. */
+    memcpy(x, g_gather, (size_t)n * sizeof(float));
+    for (int32_t r = 1; r < g_size; r++) {
+        const float *p = g_gather + (size_t)r * (size_t)n;
+        for (int64_t i = 0; i < n; i++) x[i] += p[i];
+    }
+    pl_dist_counters.reduces++;
+    pl_dist_counters.reduce_bytes += (uint64_t)n * sizeof(float) * (uint64_t)(g_size - 1);
+    pl_dist_counters.reduce_seconds += pl_clock_now() - t0;
+    return PL_OK;
+}
