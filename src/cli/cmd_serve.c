@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "base/fault.h"
 #include "cli/cli.h"
+#include "dist/dist.h"
 #include "cli/engine_flags.h"
 
 #include "pagellm.h"
@@ -247,6 +248,9 @@ int pl_cmd_serve(int argc, char **argv) {
     if (pl_fault_enabled()) pl_fault_arm();
     int sig = 0;
     sigwait(&stop, &sig);
+    /* Tensor parallel: mpirun sends SIGTERM when another rank died; a step waiting on it gives up
+     * 0.3 s later and fails its requests with the reason, so the drain below can answer them. */
+    if (pl_dist_active()) pl_dist_cancel();
     printf("received %s: shutting down (grace %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
            o.srv.shutdown_grace);
     pl_server_stop(s, o.srv.shutdown_grace);

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Tensor parallelism over MPI (issue 13), end to end with `mpirun --oversubscribe -np 2`:
+#   - TP = 2 against TP = 1 (stories260K with an f32 cache, synth-tiny q8_0): a batch of 8 greedy
+#     requests under a KV budget small enough to preempt (recompute, then swap), ids equal up to
+#     the first near-tie and log-probabilities within docs/ACCURACY.md's bounds;
+#   - two TP = 2 runs of seeded sampling give the same tokens and log-probabilities, bit for bit;
+#   - refusals: N that does not divide the KV heads, a column slice off the quantization blocks
+#     (q4_K), a world size that differs from N, a rank that cannot load its shard;
+#   - faults: a rank killed mid-run ends the job within seconds (generate, and serve, whose
+#     request in flight gets an error).
+# Skips (exit 77) when mpirun is not installed or the build has no MPI.
+set -u
+: "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
+: "${PL_SHARED_DIR:?PL_SHARED_DIR must point at the shared data folder}"
+HERE=$(cd "$(dirname "$0")" && pwd)
+command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skipped"; exit 77; }
+S="$PL_SHARED_DIR/models/stories260K.gguf"
+Q="$PL_SHARED_DIR/models/synth-tiny-q8_0.gguf"
+K="$PL_SHARED_DIR/models/synth-tiny-q4_k_m.gguf"
+tmp=$(mktemp -d)
+MPI_PID=""
+trap '[ -n "$MPI_PID" ] && kill -KILL "$MPI_PID" 2>/dev/null; rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+
+# Open MPI refuses root unless told; CI runs as root. Under ASan, Open MPI's own leaks are
+# suppressed (tests/lsan_openmpi.supp names only its libraries).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export LSAN_OPTIONS="suppressions=$HERE/../lsan_openmpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+MPIRUN=(mpirun --oversubscribe --bind-to none -x LSAN_OPTIONS -x ASAN_OPTIONS -x PAGELLM_STEP_DELAY_MS
+        -x PAGELLM_DIST_TIMEOUT)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}
+export PAGELLM_DIST_TIMEOUT=20 PAGELLM_STEP_DELAY_MS=0
+
+if ! "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$S" -p hi -n 2 --temperature 0 -t 1 \
+        --tensor-parallel-size 2 >"$tmp/probe" 2>&1; then
+    if grep -q "this build has no MPI" "$tmp/probe"; then echo "build without MPI: skipped"; exit 77; fi
+    echo "mpirun probe failed:"; cat "$tmp/probe"; exit 1
+fi
+
+# ---- TP = 2 against TP = 1: a batch of 8 that preempts ----
+for i in 0 1 2 3 4 5 6 7; do
+    echo "{\"prompt\": \"Once upon a time $i\", \"max_tokens\": 64, \"temperature\": 0, \"logprobs\": 2, \"ignore_eos\": true}"
+done >"$tmp/greedy.jsonl"
+# compare NAME MODEL BOUND TIE KV_TP1 KV_TP2 [engine flags]: the KV budgets give both the same
+# block count (a TP = 2 rank holds half the KV heads, so half the bytes per block).
+compare() {
+    local name=$1 model=$2 bound=$3 tie=$4 kv1=$5 kv2=$6
+    shift 6
+    "$PL_BINARY" generate -m "$model" --input "$tmp/greedy.jsonl" --output "$tmp/$name.1" -t 1 \
+        --kv-cache-memory "$kv1" -v "$@" 2>"$tmp/$name.err1" >/dev/null
+    timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$model" --input "$tmp/greedy.jsonl" \
+        --output "$tmp/$name.2" -t 1 --kv-cache-memory "$kv2" -v --tensor-parallel-size 2 "$@" \
+        2>"$tmp/$name.err2" >/dev/null
+    local rc=$?
+    if [ "$rc" != 0 ]; then bad "$name: TP=2 exit $rc: $(tail -3 "$tmp/$name.err2")"; return; fi
+    local p1 p2
+    p1=$(sed -n 's/.* \([0-9][0-9]*\) preemptions.*/\1/p' "$tmp/$name.err1")
+    p2=$(sed -n 's/.* \([0-9][0-9]*\) preemptions.*/\1/p' "$tmp/$name.err2")
+    if [ "${p1:-0}" -gt 0 ] && [ "$p1" = "$p2" ]; then ok; else bad "$name: preemptions $p1 vs $p2"; fi
+    if python3 "$HERE/tp_compare.py" "$tmp/$name.1" "$tmp/$name.2" "$bound" "$tie" >"$tmp/$name.cmp" 2>&1
+    then ok; echo "$name: $(cat "$tmp/$name.cmp")"; else bad "$name: $(tail -2 "$tmp/$name.cmp")"; fi
+}
+# stories260K, f32 weights and cache: the f32 bound of docs/ACCURACY.md (1e-4).
+compare stories "$S" 1e-4 0.02 400K 200K --kv-cache-dtype f32
+# swap preemption instead of recompute: the copy lists reach the workers.
+compare stories-swap "$S" 1e-4 0.02 400K 200K --kv-cache-dtype f32 --swap-space 4M \
+    --preemption-mode swap
+if grep -q "by swapping" "$tmp/stories-swap.err2" && ! grep -q "(0 by swapping)" "$tmp/stories-swap.err2"
+then ok; else bad "stories-swap: no swap: $(grep preempt "$tmp/stories-swap.err2")"; fi
+# synth-tiny q8_0, f16 cache: the q8_0 with f16 KV bound (0.25 = 1.5 x 0.166).
+compare q8_0 "$Q" 0.25 0.5 1M 512K
+
+# ---- seeded sampling: two TP = 2 runs agree bit for bit ----
+for i in 0 1 2 3; do
+    echo "{\"prompt\": \"Once upon a time $i\", \"max_tokens\": 48, \"temperature\": 1, \"seed\": $((7 + i)), \"logprobs\": 1}"
+done >"$tmp/seeded.jsonl"
+for r in a b; do
+    timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$S" --input "$tmp/seeded.jsonl" \
+        --output "$tmp/seeded.$r" -t 1 --tensor-parallel-size 2 2>"$tmp/seeded.err" >/dev/null ||
+        bad "seeded run $r: $(tail -2 "$tmp/seeded.err")"
+done
+if python3 "$HERE/tp_compare.py" "$tmp/seeded.a" "$tmp/seeded.b" 0 0 --exact >"$tmp/seeded.cmp" 2>&1
+then ok; else bad "seeded: $(tail -2 "$tmp/seeded.cmp")"; fi
+
+# ---- refusals: every rank exits non-zero, the message names the problem ----
+refuse() { # refuse WORDS NP ARGS...
+    local words=$1 np=$2
+    shift 2
+    timeout 60 "${MPIRUN[@]}" -np "$np" "$@" >"$tmp/refuse.out" 2>&1
+    local rc=$?
+    if [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -qF -- "$words" "$tmp/refuse.out"; then ok
+    else bad "refuse '$words': exit $rc: $(head -3 "$tmp/refuse.out")"; fi
+}
+refuse "does not divide the model's 4 KV heads" 3 "$PL_BINARY" generate -m "$S" -p hi -n 2 -t 1 \
+    --tensor-parallel-size 3
+refuse "not a whole number of quantization blocks" 2 "$PL_BINARY" generate -m "$K" -p hi -n 2 -t 1 \
+    --tensor-parallel-size 2
+refuse "but the MPI job has 2 processes" 2 "$PL_BINARY" generate -m "$S" -p hi -n 2 -t 1 \
+    --tensor-parallel-size 4
+printf 'GGUF but not really' >"$tmp/broken.gguf"
+timeout 60 mpirun --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -np 1 "$PL_BINARY" generate -m "$S" \
+    -p hi -n 2 -t 1 --tensor-parallel-size 2 : -np 1 "$PL_BINARY" generate -m "$tmp/broken.gguf" \
+    -p hi -n 2 -t 1 --tensor-parallel-size 2 >"$tmp/refuse.out" 2>&1
+rc=$?
+if [ "$rc" != 0 ] && grep -q "rank 1 could not load its shard: .*broken.gguf" "$tmp/refuse.out"; then ok
+else bad "shard load failure: exit $rc: $(head -3 "$tmp/refuse.out")"; fi
+
+# ---- a rank killed mid-run ends the job within seconds ----
+# run_killed NAME CMD...: ranks write their pid, rank 1 is killed 1.5 s in; the job must be over
+# 10 s later.
+run_killed() {
+    local name=$1
+    shift
+    rm -f "$tmp"/pid.*
+    PAGELLM_STEP_DELAY_MS=20 "${MPIRUN[@]}" -np 2 sh -c \
+        'echo $$ > "$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$tmp" "$@" \
+        >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    MPI_PID=$!
+}
+wait_killed() { # wait_killed NAME: kill rank 1, wait for the job, check it ended soon
+    local name=$1
+    for _ in $(seq 1 100); do [ -s "$tmp/pid.1" ] && break; sleep 0.05; done
+    sleep 1.5
+    kill -KILL "$(cat "$tmp/pid.1")" 2>/dev/null || bad "$name: no rank 1 to kill"
+    local t0=$SECONDS
+    for _ in $(seq 1 100); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$MPI_PID" 2>/dev/null; then
+        bad "$name: the job still runs 10 s after rank 1 died"
+        kill -KILL "$MPI_PID"
+    else
+        ok
+    fi
+    wait "$MPI_PID"
+    local rc=$?
+    MPI_PID=""
+    if [ "$rc" != 0 ]; then ok; else bad "$name: exit 0 after a rank died"; fi
+    echo "$name: job over $((SECONDS - t0)) s after the kill, exit $rc; rank 0 said: $(grep -m1 "tensor parallel" "$tmp/$name.err")"
+}
+run_killed generate "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 --ignore-eos -t 1 \
+    --tensor-parallel-size 2
+wait_killed generate
+
+run_killed serve "$PL_BINARY" serve -m "$S" --port 0 --kv-cache-memory 8M -t 1 \
+    --tensor-parallel-size 2
+BASE=""
+for _ in $(seq 1 200); do
+    BASE=$(sed -n 's|^serving .* on \(http://[^ ]*:[0-9][0-9]*\) .*|\1|p' "$tmp/serve.out" 2>/dev/null)
+    [ -n "$BASE" ] && break
+    sleep 0.05
+done
+if [ -z "$BASE" ]; then
+    bad "serve TP=2 did not start: $(tail -3 "$tmp/serve.err")"
+    kill -KILL "$MPI_PID"
+else
+    curl -s -N --max-time 30 "$BASE/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true, "stream": true}' \
+        >"$tmp/stream.out" 2>&1 &
+    CURL_PID=$!
+    wait_killed serve
+    wait "$CURL_PID"
+    echo "serve: the stream ended with: $(grep -o '"error":{[^}]*}' "$tmp/stream.out" | head -1)"
+    if grep -q '"error"' "$tmp/stream.out"; then ok
+    else bad "serve: the request in flight got no error: $(tail -c 300 "$tmp/stream.out")"; fi
+fi
+
+echo "$passed passed, $failed failed"
+test "$failed" -eq 0
