@@ -36,8 +36,12 @@ char *pl_cli_read_file(const char *path, size_t *len);
 
 /* pl_engine_create, and under --tensor-parallel-size N > 1 first joining the MPI job
  * (dist/dist.h): rank 0 returns with the engine; every other rank runs as a worker until rank 0
- * stops it and then exits the process here (0, or 1 after printing why). */
-pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, pl_engine **e);
+ * stops it and then exits the process here (0, or 1 after printing why; with `report`, its
+ * pl_dist_report line on stderr first). */
+pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int report,
+                               pl_engine **e);
+/* Under tensor parallelism, rank 0's pl_dist_report line on stderr; nothing otherwise. */
+void pl_cli_dist_report(void);
 
 /* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */
 int pl_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

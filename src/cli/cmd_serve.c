@@ -194,7 +194,7 @@ int pl_cmd_serve(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     pl_engine *e;
-    if (pl_cli_engine_create(C, &o.eng, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
+    if (pl_cli_engine_create(C, &o.eng, 0, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     pl_engine_stats st;
     pl_engine_get_stats(e, &st);
     printf("model: %s (%s), max model length %d, vocabulary %d\n", o.srv.served_model_name, path,

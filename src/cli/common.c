@@ -83,7 +83,15 @@ int pl_cli_fail(const char *cmd, const char *fmt, ...) {
     return 1;
 }
 
-pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, pl_engine **e) {
+void pl_cli_dist_report(void) {
+    if (!pl_dist_active()) return;
+    char line[512];
+    pl_dist_report(line, sizeof line);
+    fprintf(stderr, "%s\n", line);
+}
+
+pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int report,
+                               pl_engine **e) {
     *e = NULL;
     if (c->tensor_parallel_size > 1) {
         PL_TRY(pl_dist_init(c->tensor_parallel_size));
@@ -91,6 +99,8 @@ pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, pl_en
             pl_status st = pl_dist_worker_run(c);
             if (st != PL_OK)
                 fprintf(stderr, "pagellm %s: rank %d: %s\n", cmd, pl_dist_rank(), pl_last_error());
+            else if (report)
+                pl_cli_dist_report();
             exit(st == PL_OK ? 0 : 1);
         }
     }

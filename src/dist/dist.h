@@ -97,5 +97,10 @@ typedef struct {
     double reduce_seconds;
 } pl_dist_stats;
 void pl_dist_get_stats(pl_dist_stats *s);
+/* Remember this rank's resident memory now (called once its shard is loaded). */
+void pl_dist_note_loaded(void);
+/* One line: rank, resident memory after loading and now, step messages (bytes per step, time),
+ * reductions (count, bytes, mean time). */
+void pl_dist_report(char *buf, size_t cap);
 
 #endif

@@ -115,6 +115,7 @@ pl_status pl_dist_recv_step(pl_dist_step_view *v, int32_t block_size, int32_t ma
     header h;
     memset(v, 0, sizeof *v);
     PL_TRY(pl_dist_bcast(&h, sizeof h, 1, "waiting for the next step"));
+    double t0 = pl_clock_now(); /* the payload only: the wait for the header is idle time */
     if (h.magic != MAGIC || (h.kind != PL_DIST_MSG_STEP && h.kind != PL_DIST_MSG_STOP))
         return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with a bad header "
                        "(magic %08x, kind %d): the ranks run different builds?", (unsigned)h.magic,
@@ -153,5 +154,6 @@ pl_status pl_dist_recv_step(pl_dist_step_view *v, int32_t block_size, int32_t ma
     };
     pl_dist_counters.steps++;
     pl_dist_counters.step_bytes += sizeof h + (uint64_t)h.payload;
+    pl_dist_counters.step_seconds += pl_clock_now() - t0;
     return PL_OK;
 }

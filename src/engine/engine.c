@@ -233,6 +233,7 @@ static pl_status dist_load(pl_engine *e) {
                        "0 of an MPI job of %d processes started with pl_dist_init", n, n);
     pl_status st = pl_model_load_shard(e->cfg.model_path, 0, n, &e->model);
     st = pl_dist_agree(st, "could not load its shard");
+    pl_dist_note_loaded();
     if (st == PL_OK) e->dist = 1;
     return st;
 }
