@@ -40,8 +40,8 @@ char *pl_cli_read_file(const char *path, size_t *len);
  * pl_dist_report line on stderr first). */
 pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int report,
                                pl_engine **e);
-/* Under tensor parallelism, rank 0's pl_dist_report line on stderr; nothing otherwise. */
-void pl_cli_dist_report(void);
+/* Rank 0's pl_dist_report line on stderr, under tensor parallelism or if `always`. */
+void pl_cli_dist_report(int always);
 
 /* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */
 int pl_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

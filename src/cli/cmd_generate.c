@@ -457,7 +457,7 @@ int pl_cmd_generate(int argc, char **argv) {
     } else {
         rc = run_single(e, &o);
     }
-    if (o.verbose) pl_cli_dist_report();
+    if (o.verbose) pl_cli_dist_report(0);
     pl_engine_destroy(e);
     free(o.constraint_file);
     return rc;

@@ -83,8 +83,8 @@ int pl_cli_fail(const char *cmd, const char *fmt, ...) {
     return 1;
 }
 
-void pl_cli_dist_report(void) {
-    if (!pl_dist_active()) return;
+void pl_cli_dist_report(int always) {
+    if (!always && !pl_dist_active()) return;
     char line[512];
     pl_dist_report(line, sizeof line);
     fprintf(stderr, "%s\n", line);
@@ -100,7 +100,7 @@ pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int r
             if (st != PL_OK)
                 fprintf(stderr, "pagellm %s: rank %d: %s\n", cmd, pl_dist_rank(), pl_last_error());
             else if (report)
-                pl_cli_dist_report();
+                pl_cli_dist_report(1);
             exit(st == PL_OK ? 0 : 1);
         }
     }

@@ -99,8 +99,10 @@ typedef struct {
 void pl_dist_get_stats(pl_dist_stats *s);
 /* Remember this rank's resident memory now (called once its shard is loaded). */
 void pl_dist_note_loaded(void);
-/* One line: rank, resident memory after loading and now, step messages (bytes per step, time),
- * reductions (count, bytes, mean time). */
+/* ... and at the end of a worker's run, before it frees its shard. */
+void pl_dist_note_done(void);
+/* One line: rank, resident memory after loading and at the end, step messages (bytes per step,
+ * time), reductions (count, bytes, mean time); without tensor parallelism the resident memory. */
 void pl_dist_report(char *buf, size_t cap);
 
 #endif

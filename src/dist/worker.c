@@ -88,6 +88,7 @@ pl_status pl_dist_worker_run(const pl_engine_config *c) {
         st = pl_dist_agree(st, "could not set up its KV cache and buffers");
     }
     if (st == PL_OK) st = serve_steps(&w, &su);
+    pl_dist_note_done();
     worker_destroy(&w);
     return st;
 }
