@@ -10,9 +10,9 @@
  *
  * The step message (dist/step_msg.c) is the step batch of model/step_batch.h plus the step's
  * block copies: a fixed header, then token ids, positions, slots, sequence starts, context
- * lengths, each sequence's block ids up to its context (not the padded table) and the copy
- * pairs. Logit rows are not sent: only rank 0 computes logits (the output layer is whole on rank
- * 0 and never touched by the workers; see DESIGN.md for why not split by vocabulary).
+ * lengths, each sequence's block ids up to its context (not the padded table), the rows that
+ * want logits and the copy pairs. Every rank computes the logits of its vocabulary rows of the
+ * output layer; rank 0 gathers them (pl_dist_gather_logits).
  *
  * Partial sums (forward.h's reduce hook) are combined by an all-gather and a sum in rank order
  * 0, 1, ..., N-1 on every rank: the same bits everywhere and on every run, whatever algorithm
@@ -34,6 +34,7 @@
 
 #include "base/status.h"
 #include "kv/manager.h"
+#include "model/model.h"
 #include "model/step_batch.h"
 #include "pagellm.h"
 
@@ -65,7 +66,7 @@ typedef struct {
     int32_t kv_dtype;          /* pl_dtype of the KV cache */
     int32_t block_size;
     int32_t num_blocks, num_swap_blocks;
-    int32_t max_tokens, max_seqs, max_blocks;
+    int32_t max_tokens, max_seqs, max_blocks, max_logits;
 } pl_dist_setup;
 pl_status pl_dist_send_setup(const pl_dist_setup *s);
 
@@ -78,10 +79,14 @@ typedef struct {
 pl_status pl_dist_send_step(const pl_dist_copies *cp, const pl_step_batch *b, int32_t block_size);
 pl_status pl_dist_send_stop(void);
 
-/* The forward pass's reduce hook (model.h: pl_forward_reduce_fn); ud = NULL. Needs
- * pl_dist_reserve for n floats first. */
+/* The forward pass's collectives (model.h: pl_forward_tp), ud = the model: the rank-order sum of
+ * partial projections, and the gather of every rank's logits columns into rank 0's rows. Need
+ * pl_dist_reserve first (max_floats = max tokens x dim; logits rows x the full vocabulary). */
 pl_status pl_dist_reduce_sum(void *ud, float *x, int64_t n);
-pl_status pl_dist_reserve(int64_t max_floats);
+pl_status pl_dist_gather_logits(void *ud, const float *part, int32_t rows, float *logits);
+pl_status pl_dist_reserve(int64_t max_floats, int32_t max_rows, int32_t n_vocab);
+/* pl_forward_set_tp with the two above, for model m. */
+void pl_dist_hook(pl_forward_ctx *c, const pl_model *m);
 
 /* A worker rank's whole life for an engine configured as c (the same command line as rank 0):
  * load this rank's shard, take the setup, serve steps until stop. Returns the failure that ended
@@ -95,6 +100,8 @@ typedef struct {
     double step_seconds;
     uint64_t reduces, reduce_bytes;
     double reduce_seconds;
+    uint64_t gathers, gather_bytes; /* logits sent (rank 0 counts its own columns too) */
+    double gather_seconds;
 } pl_dist_stats;
 void pl_dist_get_stats(pl_dist_stats *s);
 /* Remember this rank's resident memory now (called once its shard is loaded). */

@@ -23,6 +23,9 @@ static int g_failed;             /* a collective failed: every later one fails a
 static char g_failure[512];
 static float *g_gather;          /* [size][cap] partial sums of every rank */
 static int64_t g_gather_cap;
+static float *g_logits;          /* rank 0: [rows x each rank's vocabulary] gathered logits */
+static int32_t g_logit_rows, g_vocab;
+static int *g_counts, *g_displs; /* [size] for MPI_Igatherv */
 
 int pl_dist_available(void) { return 1; }
 int pl_dist_active(void) { return g_active; }
@@ -86,8 +89,13 @@ void pl_dist_finalize(void) {
     if (!g_active) return;
     g_active = 0;
     free(g_gather);
-    g_gather = NULL;
+    free(g_logits);
+    free(g_counts);
+    free(g_displs);
+    g_gather = g_logits = NULL;
+    g_counts = g_displs = NULL;
     g_gather_cap = 0;
+    g_logit_rows = 0;
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin) return;
@@ -168,14 +176,65 @@ pl_status pl_dist_agree(pl_status mine, const char *what) {
     return st;
 }
 
-pl_status pl_dist_reserve(int64_t max_floats) {
-    if (max_floats <= g_gather_cap) return PL_OK;
-    float *p = malloc((size_t)g_size * (size_t)max_floats * sizeof(float));
-    if (!p) return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory for %d x %lld floats",
-                           g_size, (long long)max_floats);
-    free(g_gather);
-    g_gather = p;
-    g_gather_cap = max_floats;
+pl_status pl_dist_reserve(int64_t max_floats, int32_t max_rows, int32_t n_vocab) {
+    if (!g_counts) {
+        g_counts = calloc((size_t)g_size, sizeof(int));
+        g_displs = calloc((size_t)g_size, sizeof(int));
+        if (!g_counts || !g_displs) return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory");
+    }
+    if (max_floats > g_gather_cap) {
+        float *p = malloc((size_t)g_size * (size_t)max_floats * sizeof(float));
+        if (!p) return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory for %d x %lld floats",
+                               g_size, (long long)max_floats);
+        free(g_gather);
+        g_gather = p;
+        g_gather_cap = max_floats;
+    }
+    g_vocab = n_vocab;
+    if (g_rank == 0 && max_rows > g_logit_rows) {
+        if ((int64_t)max_rows * n_vocab > INT32_MAX)
+            return pl_fail(PL_ERR_INVALID_ARG, "tensor parallel: %d logits rows of %d tokens "
+                           "exceed one gather", max_rows, n_vocab);
+        float *p = malloc((size_t)max_rows * (size_t)n_vocab * sizeof(float));
+        if (!p) return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory for the logits");
+        free(g_logits);
+        g_logits = p;
+        g_logit_rows = max_rows;
+    }
+    return PL_OK;
+}
+
+/* Rank r's vocabulary rows start here (model.c cuts them the same way). */
+static int32_t vocab0(int32_t r) { return (int32_t)((int64_t)g_vocab * r / g_size); }
+
+pl_status pl_dist_gather_logits(void *ud, const float *part, int32_t rows, float *logits) {
+    (void)ud;
+    PL_TRY(check_alive());
+    double t0 = pl_clock_now();
+    int32_t mine = vocab0(g_rank + 1) - vocab0(g_rank);
+    if (g_rank == 0) {
+        PL_ASSERT(rows <= g_logit_rows && logits);
+        for (int32_t r = 0, at = 0; r < g_size; r++) {
+            g_counts[r] = rows * (vocab0(r + 1) - vocab0(r));
+            g_displs[r] = at;
+            at += g_counts[r];
+        }
+    }
+    MPI_Request req;
+    int rc = MPI_Igatherv(part, rows * mine, MPI_FLOAT, g_logits, g_counts, g_displs, MPI_FLOAT, 0,
+                          MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "gather of logits");
+    PL_TRY(wait_req(&req, 0, "gather of logits"));
+    if (g_rank == 0) /* rank-major blocks -> rows of the whole vocabulary */
+        for (int32_t r = 0; r < g_size; r++) {
+            int32_t v0 = vocab0(r), nv = vocab0(r + 1) - v0;
+            for (int32_t i = 0; i < rows; i++)
+                memcpy(logits + (size_t)i * (size_t)g_vocab + (size_t)v0,
+                       g_logits + g_displs[r] + (size_t)i * (size_t)nv, (size_t)nv * sizeof(float));
+        }
+    pl_dist_counters.gathers++;
+    pl_dist_counters.gather_bytes += (uint64_t)rows * (uint64_t)mine * sizeof(float);
+    pl_dist_counters.gather_seconds += pl_clock_now() - t0;
     return PL_OK;
 }
 

@@ -40,10 +40,13 @@ void pl_dist_report(char *buf, size_t cap) {
     double per_reduce = s->reduces ? s->reduce_seconds / (double)s->reduces * 1e6 : 0;
     snprintf(buf, cap, "tensor parallel rank %d of %d: resident %.1f MiB after loading its shard, "
              "%.1f MiB at the end (peak %.1f); %llu steps, %.0f bytes per step message%s%.3f s; %llu "
-             "reductions (2 per layer and step), %.1f MiB gathered, %.1f us each",
+             "reductions (2 per layer and step), %.1f MiB gathered, %.1f us each; %llu logits "
+             "gathers, %.1f MiB of this rank's columns, %.1f us each",
              pl_dist_rank(), pl_dist_size(), g_loaded_mib, now,
              status_mib("VmHWM"), (unsigned long long)s->steps, per_step,
              pl_dist_rank() == 0 ? ", broadcast in " : ", payloads received in ",
              s->step_seconds, (unsigned long long)s->reduces,
-             (double)s->reduce_bytes / (1 << 20), per_reduce);
+             (double)s->reduce_bytes / (1 << 20), per_reduce, (unsigned long long)s->gathers,
+             (double)s->gather_bytes / (1 << 20),
+             s->gathers ? s->gather_seconds / (double)s->gathers * 1e6 : 0);
 }

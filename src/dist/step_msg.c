@@ -4,6 +4,7 @@
  * Payload, in order (8-byte fields first so every array is aligned in the receive buffer):
  *   slots int64[T] | tokens int32[T] | positions int32[T] | seq_start int32[S+1] |
  *   context_lens int32[S] | block ids int32[sum over seqs of ceil(context_len / block_size)] |
+ *   logits rows int32[n_logits] |
  *   swap-out src int32[n0], dst int32[n0] | swap-in src, dst [n1] | copy-on-write src, dst [n2]
  */
 #include "dist/step_msg.h"
@@ -22,7 +23,8 @@ typedef struct {
     int32_t n_copies[3];
     int32_t n_table;
     int64_t payload;
-    int32_t pad[6];
+    int32_t n_logits;
+    int32_t pad[5];
 } header;                   /* 64 bytes */
 
 static char *g_buf;         /* the payload, encoded (rank 0) or received (workers) */
@@ -62,7 +64,8 @@ static int32_t blocks_of(int32_t ctx, int32_t block_size) {
 
 static size_t payload_bytes(const header *h) {
     size_t T = (size_t)h->n_tokens, S = (size_t)h->n_seqs;
-    size_t n = T * 8 + T * 4 * 2 + (2 * S + 1) * 4 + (size_t)h->n_table * 4;
+    size_t n = T * 8 + T * 4 * 2 + (2 * S + 1) * 4 + (size_t)h->n_table * 4 +
+               (size_t)h->n_logits * 4;
     for (int j = 0; j < 3; j++) n += (size_t)h->n_copies[j] * 8;
     return n;
 }
@@ -75,7 +78,8 @@ static char *put(char *p, const void *src, size_t bytes) {
 pl_status pl_dist_send_step(const pl_dist_copies *cp, const pl_step_batch *b, int32_t block_size) {
     double t0 = pl_clock_now();
     header h = {.magic = MAGIC, .kind = PL_DIST_MSG_STEP, .n_tokens = b->n_tokens,
-                .n_seqs = b->n_seqs, .n_copies = {cp->n_swap_out, cp->n_swap_in, cp->n_cow}};
+                .n_seqs = b->n_seqs, .n_copies = {cp->n_swap_out, cp->n_swap_in, cp->n_cow},
+                .n_logits = b->n_logits};
     for (int32_t i = 0; i < b->n_seqs; i++) h.n_table += blocks_of(b->context_lens[i], block_size);
     h.payload = (int64_t)payload_bytes(&h);
     PL_TRY(reserve((size_t)h.payload));
@@ -89,6 +93,7 @@ pl_status pl_dist_send_step(const pl_dist_copies *cp, const pl_step_batch *b, in
     for (size_t i = 0; i < S; i++)
         p = put(p, b->block_tables + i * (size_t)b->max_blocks,
                 (size_t)blocks_of(b->context_lens[i], block_size) * 4);
+    p = put(p, b->logit_rows, (size_t)b->n_logits * 4);
     const pl_block_copy *lists[3] = {cp->swap_out, cp->swap_in, cp->cow};
     for (int j = 0; j < 3; j++) {
         for (int32_t i = 0; i < h.n_copies[j]; i++) p = put(p, &lists[j][i].src, 4);
@@ -141,6 +146,12 @@ pl_status pl_dist_recv_step(pl_dist_step_view *v, int32_t block_size, int32_t ma
         memcpy(tables + i * (size_t)max_blocks, blocks, (size_t)nb * 4);
         blocks += nb;
     }
+    const int32_t *rows = blocks;
+    blocks += h.n_logits;
+    for (int32_t i = 0; i < h.n_logits; i++)
+        if (rows[i] < 0 || rows[i] >= h.n_tokens)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: logits row %d of %d tokens", rows[i],
+                           h.n_tokens);
     for (int j = 0; j < 3; j++) {
         v->copy_src[j] = blocks;
         v->copy_dst[j] = blocks + h.n_copies[j];
@@ -150,10 +161,16 @@ pl_status pl_dist_recv_step(pl_dist_step_view *v, int32_t block_size, int32_t ma
     v->batch = (pl_step_batch){
         .n_tokens = h.n_tokens, .token_ids = tok, .positions = pos, .slot_mapping = slots,
         .n_seqs = h.n_seqs, .seq_start = seq_start, .context_lens = ctx,
-        .block_tables = tables, .max_blocks = max_blocks,
+        .block_tables = tables, .max_blocks = max_blocks, .n_logits = h.n_logits,
+        .logit_rows = rows,
     };
     pl_dist_counters.steps++;
     pl_dist_counters.step_bytes += sizeof h + (uint64_t)h.payload;
     pl_dist_counters.step_seconds += pl_clock_now() - t0;
     return PL_OK;
+}
+
+void pl_dist_hook(pl_forward_ctx *c, const pl_model *m) {
+    pl_forward_tp tp = {pl_dist_reduce_sum, pl_dist_gather_logits, (void *)m};
+    pl_forward_set_tp(c, &tp);
 }

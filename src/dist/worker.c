@@ -1,7 +1,8 @@
 /* dist/worker — a worker rank (1..N-1): its shard, its KV pools, and the step loop.
  *
  *   load shard (agreed) -> setup from rank 0 -> KV pool (+ swap pool) and scratch (agreed) ->
- *   loop: receive step; stop? -> apply swap-out, swap-in, copy-on-write -> forward (no logits)
+ *   loop: receive step; stop? -> apply swap-out, swap-in, copy-on-write -> forward (its logits
+ *   columns go to rank 0)
  */
 #include "dist/step_msg.h"
 
@@ -48,9 +49,9 @@ static pl_status worker_setup(worker *w, const pl_engine_config *c, const pl_dis
     }
     w->tables = calloc((size_t)su->max_seqs * (size_t)su->max_blocks, sizeof(int32_t));
     if (!w->tables) return pl_fail(PL_ERR_NOMEM, "out of memory for the block tables");
-    PL_TRY(pl_forward_ctx_create(w->m, su->max_tokens, 1, w->tp, &w->fwd));
-    PL_TRY(pl_dist_reserve((int64_t)su->max_tokens * hp->dim));
-    pl_forward_set_reduce(w->fwd, pl_dist_reduce_sum, NULL);
+    PL_TRY(pl_forward_ctx_create(w->m, su->max_tokens, su->max_logits, w->tp, &w->fwd));
+    PL_TRY(pl_dist_reserve((int64_t)su->max_tokens * hp->dim, su->max_logits, hp->n_vocab));
+    pl_dist_hook(w->fwd, w->m);
     return PL_OK;
 }
 

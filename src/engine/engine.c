@@ -246,16 +246,18 @@ static pl_status dist_start(pl_engine *e, int ok) {
         .num_blocks = (int32_t)e->kv.layout.num_blocks,
         .num_swap_blocks = e->has_swap ? (int32_t)e->swap.layout.num_blocks : 0,
         .max_tokens = e->runner.max_tokens, .max_seqs = e->runner.max_items,
-        .max_blocks = e->runner.max_blocks,
+        .max_blocks = e->runner.max_blocks, .max_logits = e->runner.max_logit_rows,
     };
     pl_status st = pl_dist_send_setup(&su);
     if (!ok) return st;
-    if (st == PL_OK) st = pl_dist_reserve((int64_t)su.max_tokens * e->model->hp.dim);
+    if (st == PL_OK)
+        st = pl_dist_reserve((int64_t)su.max_tokens * e->model->hp.dim, su.max_logits,
+                             e->model->hp.n_vocab);
     st = pl_dist_agree(st, "could not set up its KV cache and buffers");
     if (st != PL_OK) return st;
     e->dist = 2;
     e->runner.dist = 1;
-    pl_forward_set_reduce(e->runner.fwd, pl_dist_reduce_sum, NULL);
+    pl_dist_hook(e->runner.fwd, e->model);
     return PL_OK;
 }
 

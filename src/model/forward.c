@@ -12,7 +12,8 @@
  *
  * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows, so Wo a
  * and Wdown(...) are partial sums that the reduce hook adds up over ranks before the residual
- * add; x is then the same on every rank. Logits rows are asked of rank 0 only.
+ * add; x is then the same on every rank. Each rank computes the logits of its vocabulary rows,
+ * which the gather hook assembles on rank 0.
  *   pooled = l2normalize(pool(rmsnorm(x[a whole input's rows]) * output_norm))   (embeddings)
  *
  * Every matmul covers all tokens of the step at once, so each weight is read once per step.
@@ -68,6 +69,11 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     c->up = malloc(T * hp->ffn_dim * sizeof(float));
     c->rope_cs = malloc(T * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) * sizeof(float));
     c->mm_scratch = malloc(max_scratch(m, max_tokens) + 64);
+    if (m->shard.size > 1 &&
+        !(c->lg = malloc((size_t)max_logits * (size_t)m->shard.n_vocab * sizeof(float)))) {
+        pl_forward_ctx_destroy(c);
+        return pl_fail(PL_ERR_NOMEM, "forward: out of memory for %d logits rows", max_logits);
+    }
     /* bert: one row of attention scores per thread part. */
     c->n_parts = pl_threadpool_size(tp);
     if (hp->pooling != PL_POOL_NONE)
@@ -85,13 +91,10 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
 void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
     PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
-                c->scores, c);
+                c->scores, c->lg, c);
 }
 
-void pl_forward_set_reduce(pl_forward_ctx *c, pl_forward_reduce_fn fn, void *ud) {
-    c->reduce = fn;
-    c->reduce_ud = ud;
-}
+void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp) { c->tpc = *tp; }
 
 static void matmul(pl_forward_ctx *c, const pl_weight *w, const float *x, int64_t B, float *y) {
     pl_matmul(c->tp, w, x, B, y, w->rows, c->mm_scratch);
@@ -167,7 +170,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_paged_attention(c->tp, &kv->layout, &attn);
 
         matmul(c, &L->wo, c->att, T, c->h);
-        if (c->reduce) PL_TRY(c->reduce(c->reduce_ud, c->h, T * dim)); /* heads of every rank */
+        if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's heads */
         pl_add(c->x, c->h, T * dim);
 
         pl_rmsnorm(c->tp, c->h, c->x, L->ffn_norm, T, dim, hp->norm_eps);
@@ -176,7 +179,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->h, T, c->mm_scratch);
         pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         matmul(c, &L->w_down, c->gate, T, c->h);
-        if (c->reduce) PL_TRY(c->reduce(c->reduce_ud, c->h, T * dim)); /* FFN slices of every rank */
+        if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's FFN */
         pl_add(c->x, c->h, T * dim);
     }
 
@@ -186,7 +189,12 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
             memmove(c->h + (int64_t)i * dim, c->x + (int64_t)b->logit_rows[i] * dim,
                     (size_t)dim * sizeof(float));
         pl_rmsnorm(c->tp, c->h, c->h, m->output_norm, b->n_logits, dim, hp->norm_eps);
-        matmul(c, &m->output, c->h, b->n_logits, logits);
+        if (c->tpc.gather) { /* this rank's vocabulary columns, gathered on rank 0 */
+            matmul(c, &m->output, c->h, b->n_logits, c->lg);
+            PL_TRY(c->tpc.gather(c->tpc.ud, c->lg, b->n_logits, logits));
+        } else {
+            matmul(c, &m->output, c->h, b->n_logits, logits);
+        }
     }
     /* Embeddings: a whole input's normed last hidden states, pooled (llama.cpp's --pooling). */
     for (int32_t i = 0; pool && i < pool->n; i++) {

@@ -282,6 +282,9 @@ static pl_status bind_weights(pl_model *m) {
         m->output = m->tok_embd; /* tied embeddings */
     PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
     hp->rope.freq_factors = m->rope_freqs;
+    m->shard.vocab0 = (int32_t)((int64_t)hp->n_vocab * r / sh->size);
+    m->shard.n_vocab = (int32_t)((int64_t)hp->n_vocab * (r + 1) / sh->size) - m->shard.vocab0;
+    if (sh->size > 1) slice_rows(&m->output, m->shard.vocab0, m->shard.n_vocab);
 
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", hp->n_layers);
@@ -322,7 +325,8 @@ static pl_status bind_weights(pl_model *m) {
 /* The shard's local head and FFN counts; the full ones stay in m->shard. */
 static pl_status shard_hparams(pl_model *m, int32_t rank, int32_t size) {
     pl_model_hparams *hp = &m->hp;
-    m->shard = (pl_model_shard){rank, size, hp->n_heads, hp->n_kv_heads, hp->ffn_dim};
+    m->shard = (pl_model_shard){.rank = rank, .size = size, .n_heads = hp->n_heads,
+                                .n_kv_heads = hp->n_kv_heads, .ffn_dim = hp->ffn_dim};
     if (size == 1) return PL_OK;
     if (hp->arch != PL_ARCH_LLAMA && hp->arch != PL_ARCH_QWEN2)
         return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism supports the llama and qwen2 "

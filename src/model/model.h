@@ -63,8 +63,9 @@ typedef struct {
 /* Tensor parallelism (issue 13): which slice of every layer this process holds. A shard of
  * `size` > 1 holds, of each layer, the attention heads [rank * n/size, (rank + 1) * n/size) of
  * Q and the KV heads likewise of K and V (rows of wq/wk/wv), the matching columns of wo, the
- * FFN rows [rank * f/size, ...) of gate/up and the same columns of down; norms, embeddings and
- * the output layer are whole. hp then counts the LOCAL heads and FFN width (so scratch, the KV
+ * FFN rows [rank * f/size, ...) of gate/up and the same columns of down, and of the output
+ * layer the vocabulary rows [vocab0, vocab0 + n_vocab) (vocab0 = n_vocab_total * rank / size);
+ * norms and the token embeddings are whole (a lookup touches only the rows it reads). hp then counts the LOCAL heads and FFN width (so scratch, the KV
  * layout and attention follow it unchanged); the full counts are kept here. Row slices are
  * views into the mapping; column slices are copied once (rows are contiguous in GGUF) and the
  * mapped pages of the whole tensor released, so a rank's resident weights are its slices. */
@@ -72,6 +73,7 @@ typedef struct {
     int32_t rank, size;            /* 0, 1 when not sharded */
     int32_t n_heads, n_kv_heads;   /* the model's full counts */
     int32_t ffn_dim;
+    int32_t vocab0, n_vocab;       /* this rank's rows of the output layer */
 } pl_model_shard;
 
 typedef struct {
@@ -83,7 +85,8 @@ typedef struct {
     pl_tokenizer *tok;
     pl_weight tok_embd;         /* [n_vocab x dim] rows dequantized on lookup */
     float *output_norm;         /* [dim] */
-    pl_weight output;           /* [n_vocab x dim]; = tok_embd when tied */
+    pl_weight output;           /* [n_vocab x dim]; = tok_embd when tied; a shard's vocabulary
+                                   rows only (shard.n_vocab) */
     float *rope_freqs;          /* [n_rot/2] or NULL */
     pl_layer_weights *layers;   /* [n_layers] */
     /* bert only: */
@@ -105,11 +108,20 @@ typedef struct pl_forward_ctx pl_forward_ctx;
 
 pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t max_logits,
                                 pl_threadpool *tp, pl_forward_ctx **out);
-/* A sharded model's partial sums: after the attention output projection and after the FFN down
- * projection, x[n] (n = tokens x dim) is replaced by the sum of every rank's x (the same bits on
- * every rank: dist/ sums in rank order). A failure (a rank gone) fails the step. NULL: none. */
-typedef pl_status (*pl_forward_reduce_fn)(void *ud, float *x, int64_t n);
-void pl_forward_set_reduce(pl_forward_ctx *c, pl_forward_reduce_fn fn, void *ud);
+/* A sharded model's collectives (all ranks call them in the same order; a failure, a rank gone,
+ * fails the step):
+ *  - reduce: after the attention output projection and after the FFN down projection, x[n]
+ *    (n = tokens x dim) becomes the sum of every rank's x (the same bits on every rank: dist/
+ *    sums in rank order);
+ *  - gather: part[rows][shard.n_vocab] are this rank's logits columns; rank 0 receives the whole
+ *    rows into logits[rows][n_vocab_total] (other ranks pass logits = NULL to the forward pass).
+ * Both NULL: a whole model, nothing to combine. */
+typedef struct {
+    pl_status (*reduce)(void *ud, float *x, int64_t n);
+    pl_status (*gather)(void *ud, const float *part, int32_t rows, float *logits);
+    void *ud;
+} pl_forward_tp;
+void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp);
 void pl_forward_ctx_destroy(pl_forward_ctx *c);
 
 /* Run one step: write every token's K/V into its slot of `kv`, and put the logits of the rows

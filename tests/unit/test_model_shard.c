@@ -1,6 +1,7 @@
 /* model shards (tensor parallelism, issue 13) without MPI: shapes and refusals of
  * pl_model_load_shard, and the sharded forward pass of N = 2 ranks run as two threads whose
- * reduce hook sums through a barrier in rank order, against the whole model:
+ * reduce hook sums through a barrier in rank order (and whose gather hook assembles the logits
+ * of both ranks' vocabulary rows on rank 0), against the whole model:
  *  - logits of a prefill and of decode steps within 1e-4 (f32 weights and cache: only the
  *    grouping of the sums differs), and greedy ids equal;
  *  - both ranks' residual streams identical (the hook leaves the same bits on every rank);
@@ -37,6 +38,9 @@ static void test_shapes_and_refusals(void **state) {
     assert_int_equal(s1->layers[0].wq.rows * 2, full->layers[0].wq.rows);
     assert_int_equal(s1->layers[0].wo.cols * 2, full->layers[0].wo.cols);
     assert_int_equal(s1->layers[0].w_down.cols * 2, full->layers[0].w_down.cols);
+    assert_int_equal(s1->shard.vocab0, 256);
+    assert_int_equal(s1->shard.n_vocab, 256);
+    assert_int_equal(s1->output.rows, 256);
     /* Rank 1's rows of wq are the second half of the tensor; its wo columns the second half of
      * each row. */
     size_t row = pl_dtype_row_size(full->layers[0].wq.type, full->layers[0].wq.cols);
@@ -65,11 +69,13 @@ typedef struct {
     pthread_barrier_t bar;
     float *parts[2];       /* each rank's partial sums of the current reduction */
     int skip;              /* a broken reduce: each rank keeps its own partial sums */
+    int32_t nv[2], v0[2];  /* each rank's vocabulary rows */
 } exchange;
 
 typedef struct {
     exchange *ex;
     int rank;
+    const pl_model *m;
 } rank_ud;
 
 static pl_status reduce(void *ud, float *x, int64_t n) {
@@ -80,6 +86,26 @@ static pl_status reduce(void *ud, float *x, int64_t n) {
     pthread_barrier_wait(&ex->bar);
     for (int64_t i = 0; i < n; i++) x[i] = ex->parts[0][i] + ex->parts[1][i];
     pthread_barrier_wait(&ex->bar); /* nobody overwrites parts before both have summed */
+    return PL_OK;
+}
+
+/* Rank 0 assembles each row from both ranks' vocabulary columns. */
+static pl_status gather(void *ud, const float *part, int32_t rows, float *logits) {
+    rank_ud *r = ud;
+    exchange *ex = r->ex;
+    const pl_model_shard *sh = &r->m->shard;
+    memcpy(ex->parts[r->rank], part, (size_t)rows * (size_t)sh->n_vocab * sizeof(float));
+    ex->nv[r->rank] = sh->n_vocab;
+    ex->v0[r->rank] = sh->vocab0;
+    pthread_barrier_wait(&ex->bar);
+    if (r->rank == 0) {
+        int32_t V = ex->nv[0] + ex->nv[1];
+        for (int k = 0; k < 2; k++)
+            for (int32_t i = 0; i < rows; i++)
+                memcpy(logits + (size_t)i * V + ex->v0[k], ex->parts[k] + (size_t)i * ex->nv[k],
+                       (size_t)ex->nv[k] * sizeof(float));
+    }
+    pthread_barrier_wait(&ex->bar);
     return PL_OK;
 }
 
@@ -103,8 +129,7 @@ static void *run_rank(void *arg) {
     int32_t pos[T], seq_start[2] = {0, T}, ctx[1] = {T}, table[NBLK] = {0, 1, 2, 3}, row = T - 1;
     int64_t slots[T];
     for (int32_t t = 0; t < T; t++) pos[t] = t, slots[t] = t;
-    pl_step_batch b = {T, r->fed, pos, slots, 1, seq_start, ctx, table, NBLK,
-                       r->ud.rank == 0 ? 1 : 0, &row};
+    pl_step_batch b = {T, r->fed, pos, slots, 1, seq_start, ctx, table, NBLK, 1, &row};
     r->st = pl_model_forward(r->fwd, &r->kv, &b, r->ud.rank == 0 ? r->logits : NULL);
     for (int32_t s = 0; s < STEPS && r->st == PL_OK; s++) {
         if (r->ud.rank == 0) {
@@ -117,8 +142,7 @@ static void *run_rank(void *arg) {
         pthread_barrier_wait(&r->ud.ex->bar);
         int32_t p = T + s, one_seq[2] = {0, 1}, c1[1] = {T + s + 1}, r0 = 0;
         int64_t slot = p;
-        pl_step_batch d = {1, r->fed + p, &p, &slot, 1, one_seq, c1, table, NBLK,
-                           r->ud.rank == 0 ? 1 : 0, &r0};
+        pl_step_batch d = {1, r->fed + p, &p, &slot, 1, one_seq, c1, table, NBLK, 1, &r0};
         r->st = pl_model_forward(r->fwd, &r->kv, &d,
                                  r->ud.rank == 0 ? r->logits + (size_t)(s + 1) * V : NULL);
     }
@@ -157,10 +181,13 @@ static float *run(const char *path, int size, int skip, int32_t *fed) {
     pthread_t th[2];
     for (int k = 0; k < size; k++) {
         setup_rank(&r[k], path, k, size);
-        r[k].ud = (rank_ud){&ex, k};
+        r[k].ud = (rank_ud){&ex, k, r[k].m};
         r[k].fed = fed;
-        if (size > 1) pl_forward_set_reduce(r[k].fwd, reduce, &r[k].ud);
-        ex.parts[k] = malloc((size_t)T * r[k].m->hp.dim * sizeof(float));
+        pl_forward_tp tp = {reduce, gather, &r[k].ud};
+        if (size > 1) pl_forward_set_tp(r[k].fwd, &tp);
+        size_t most = (size_t)T * r[k].m->hp.dim > (size_t)r[k].m->hp.n_vocab
+                          ? (size_t)T * r[k].m->hp.dim : (size_t)r[k].m->hp.n_vocab;
+        ex.parts[k] = malloc(most * sizeof(float));
     }
     for (int k = 0; k < size; k++) pthread_create(&th[k], NULL, run_rank, &r[k]);
     for (int k = 0; k < size; k++) pthread_join(th[k], NULL);
