@@ -14,10 +14,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# name dataset prompts field
-WORKLOADS="decode-b1 fixed:16:128 1 output_tokens_per_s
+# name dataset prompts field (TP_WORKLOADS replaces them, same format: shorter runs for big models)
+WORKLOADS=${TP_WORKLOADS:-"decode-b1 fixed:16:128 1 output_tokens_per_s
 decode-b32 fixed:16:64 32 output_tokens_per_s
-prefill fixed:512:1 4 total_tokens_per_s"
+prefill fixed:512:1 4 total_tokens_per_s"}
 
 field() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['$1'])"; }
 

@@ -104,8 +104,9 @@ typedef struct {
     double gather_seconds;
 } pl_dist_stats;
 void pl_dist_get_stats(pl_dist_stats *s);
-/* Remember this rank's resident memory now (called once its shard is loaded). */
-void pl_dist_note_loaded(void);
+/* Remember this rank's resident memory now (called once its shard is loaded), and which file
+ * and copied slices hold its weights (the report counts their resident pages). */
+void pl_dist_note_loaded(const char *model_path, size_t owned_bytes);
 /* ... and at the end of a worker's run, before it frees its shard. */
 void pl_dist_note_done(void);
 /* One line: rank, resident memory after loading and at the end, step messages (bytes per step,

@@ -79,7 +79,7 @@ pl_status pl_dist_worker_run(const pl_engine_config *c) {
     memset(&w, 0, sizeof w);
     pl_status st = pl_model_load_shard(c->model_path, pl_dist_rank(), pl_dist_size(), &w.m);
     st = pl_dist_agree(st, "could not load its shard");
-    pl_dist_note_loaded();
+    pl_dist_note_loaded(c->model_path, w.m ? w.m->owned_bytes : 0);
     pl_dist_setup su = {0};
     if (st == PL_OK) st = pl_dist_recv_setup(&su);
     if (st == PL_OK && !su.ok)

@@ -233,7 +233,7 @@ static pl_status dist_load(pl_engine *e) {
                        "0 of an MPI job of %d processes started with pl_dist_init", n, n);
     pl_status st = pl_model_load_shard(e->cfg.model_path, 0, n, &e->model);
     st = pl_dist_agree(st, "could not load its shard");
-    pl_dist_note_loaded();
+    pl_dist_note_loaded(e->cfg.model_path, e->model ? e->model->owned_bytes : 0);
     if (st == PL_OK) e->dist = 1;
     return st;
 }
@@ -285,7 +285,10 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     }
     pl_status st = c->tensor_parallel_size > 1 ? dist_load(e) : PL_OK;
     if (st == PL_OK) st = pl_spec_init(&e->spec, c);
-    if (st == PL_OK && !e->model) st = pl_model_load(c->model_path, &e->model);
+    if (st == PL_OK && !e->model) {
+        st = pl_model_load(c->model_path, &e->model);
+        pl_dist_note_loaded(c->model_path, 0); /* for the benchmarks' memory report */
+    }
     if (st == PL_OK) {
         const pl_model_hparams *hp = &e->model->hp;
         e->max_model_len = c->max_model_len ? c->max_model_len : hp->n_ctx_train;

@@ -195,6 +195,7 @@ static pl_status slice_cols(pl_model *m, const char *name, pl_weight *w, int64_t
     char *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!dst) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory for its slice", name);
     m->owned[m->n_owned++] = dst;
+    m->owned_bytes += bytes;
     const char *src = w->data;
     for (int64_t r = 0; r < w->rows; r++)
         memcpy(dst + (size_t)r * dst_row, src + (size_t)r * src_row + off, dst_row);

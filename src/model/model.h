@@ -82,6 +82,7 @@ typedef struct {
     pl_model_shard shard;
     void **owned;                  /* [n_owned] copied column slices, freed with the model */
     int32_t n_owned;
+    size_t owned_bytes;            /* their total size */
     pl_tokenizer *tok;
     pl_weight tok_embd;         /* [n_vocab x dim] rows dequantized on lookup */
     float *output_norm;         /* [dim] */
