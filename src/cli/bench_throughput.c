@@ -358,6 +358,7 @@ done:
     free(ids);
     free(ttft);
     pl_dataset_destroy(&ds);
+    pl_cli_dist_probe(e);
     pl_cli_dist_report(1);
     pl_engine_destroy(e);
     return rc;

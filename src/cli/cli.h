@@ -42,6 +42,9 @@ pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int r
                                pl_engine **e);
 /* Rank 0's pl_dist_report line on stderr, under tensor parallelism or if `always`. */
 void pl_cli_dist_report(int always);
+/* Under tensor parallelism, time the reduction of 1 and of 32 tokens' hidden states with every
+ * rank in the loop (dist.h: pl_dist_probe_reduce) and print it on stderr. */
+void pl_cli_dist_probe(pl_engine *e);
 
 /* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */
 int pl_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

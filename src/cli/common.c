@@ -90,6 +90,22 @@ void pl_cli_dist_report(int always) {
     fprintf(stderr, "%s\n", line);
 }
 
+void pl_cli_dist_probe(pl_engine *e) {
+    if (!pl_dist_active()) return;
+    static const int32_t tokens[] = {1, 32};
+    for (int i = 0; i < 2; i++) {
+        double us;
+        int64_t n = (int64_t)tokens[i] * pl_engine_n_embd(e);
+        if (pl_dist_probe_reduce(n, 200, &us) != PL_OK) {
+            fprintf(stderr, "tensor parallel probe: %s\n", pl_last_error());
+            return;
+        }
+        fprintf(stderr, "tensor parallel probe: one reduction of %d token%s x %d floats (%.1f KiB "
+                "per rank) takes %.1f us with every rank waiting in it\n", tokens[i],
+                tokens[i] == 1 ? "" : "s", pl_engine_n_embd(e), (double)n * 4 / 1024, us);
+    }
+}
+
 pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int report,
                                pl_engine **e) {
     *e = NULL;

@@ -78,6 +78,10 @@ typedef struct {
 } pl_dist_copies;
 pl_status pl_dist_send_step(const pl_dist_copies *cp, const pl_step_batch *b, int32_t block_size);
 pl_status pl_dist_send_stop(void);
+/* Rank 0, between steps: time `iters` reductions of n floats (n <= the reserved tokens x dim)
+ * with every rank in the loop, so the time is the transfer and the sum, not a wait for a slower
+ * rank's matmul. Benchmarks only. */
+pl_status pl_dist_probe_reduce(int64_t n, int32_t iters, double *us_each);
 
 /* The forward pass's collectives (model.h: pl_forward_tp), ud = the model: the rank-order sum of
  * partial projections, and the gather of every rank's logits columns into rank 0's rows. Need

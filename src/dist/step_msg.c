@@ -121,12 +121,14 @@ pl_status pl_dist_recv_step(pl_dist_step_view *v, int32_t block_size, int32_t ma
     memset(v, 0, sizeof *v);
     PL_TRY(pl_dist_bcast(&h, sizeof h, 1, "waiting for the next step"));
     double t0 = pl_clock_now(); /* the payload only: the wait for the header is idle time */
-    if (h.magic != MAGIC || (h.kind != PL_DIST_MSG_STEP && h.kind != PL_DIST_MSG_STOP))
+    if (h.magic != MAGIC || h.kind < PL_DIST_MSG_STEP || h.kind > PL_DIST_MSG_PROBE)
         return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with a bad header "
                        "(magic %08x, kind %d): the ranks run different builds?", (unsigned)h.magic,
                        h.kind);
     v->kind = h.kind;
-    if (h.kind == PL_DIST_MSG_STOP) return PL_OK;
+    v->probe_floats = h.n_tokens;
+    v->probe_iters = h.n_seqs;
+    if (h.kind != PL_DIST_MSG_STEP) return PL_OK;
     if (h.payload != (int64_t)payload_bytes(&h))
         return pl_fail(PL_ERR_INTERNAL, "tensor parallel: step payload of %lld bytes, expected "
                        "%zu", (long long)h.payload, payload_bytes(&h));
@@ -173,4 +175,29 @@ pl_status pl_dist_recv_step(pl_dist_step_view *v, int32_t block_size, int32_t ma
 void pl_dist_hook(pl_forward_ctx *c, const pl_model *m) {
     pl_forward_tp tp = {pl_dist_reduce_sum, pl_dist_gather_logits, (void *)m};
     pl_forward_set_tp(c, &tp);
+}
+
+pl_status pl_dist_probe_loop(int64_t n, int32_t iters, double *us_each) {
+    float *x = calloc((size_t)n, sizeof(float));
+    if (!x) return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory for a probe");
+    pl_dist_stats keep = pl_dist_counters;
+    pl_status st = PL_OK;
+    double t0 = 0;
+    for (int32_t i = -1; i < iters && st == PL_OK; i++) { /* one warm-up */
+        if (i == 0) t0 = pl_clock_now();
+        st = pl_dist_reduce_sum(NULL, x, n);
+    }
+    *us_each = (pl_clock_now() - t0) / (iters > 0 ? iters : 1) * 1e6;
+    pl_dist_counters = keep;
+    free(x);
+    return st;
+}
+
+pl_status pl_dist_probe_reduce(int64_t n, int32_t iters, double *us_each) {
+    if (n < 1 || n > INT32_MAX || iters < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "tensor parallel: probe of %lld floats", (long long)n);
+    header h = {.magic = MAGIC, .kind = PL_DIST_MSG_PROBE, .n_tokens = (int32_t)n,
+                .n_seqs = iters};
+    PL_TRY(pl_dist_bcast(&h, sizeof h, 0, "starting a probe"));
+    return pl_dist_probe_loop(n, iters, us_each);
 }

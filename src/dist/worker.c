@@ -60,6 +60,11 @@ static pl_status serve_steps(worker *w, const pl_dist_setup *su) {
         pl_dist_step_view v;
         PL_TRY(pl_dist_recv_step(&v, su->block_size, su->max_blocks, w->tables));
         if (v.kind == PL_DIST_MSG_STOP) return PL_OK;
+        if (v.kind == PL_DIST_MSG_PROBE) {
+            double us;
+            PL_TRY(pl_dist_probe_loop(v.probe_floats, v.probe_iters, &us));
+            continue;
+        }
         if (v.batch.n_seqs > su->max_seqs || v.batch.n_tokens > su->max_tokens)
             return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step of %d sequences, %d tokens "
                            "exceeds the setup", v.batch.n_seqs, v.batch.n_tokens);
