@@ -55,8 +55,9 @@ int32_t pl_dist_size(void);   /* 1 when not active */
 void pl_dist_cancel(void);
 void pl_dist_finalize(void);
 
-/* Every rank passes its own status; returns PL_OK on every rank only if all were PL_OK, else
- * the first failing rank's status and message ("rank R: ...") on every rank. */
+/* Every rank passes its own status (and `what` it was doing, e.g. "could not load its shard");
+ * returns PL_OK on every rank only if all were PL_OK, else the first failing rank's status and
+ * message ("tensor parallel: rank R WHAT: its error") on every rank. */
 pl_status pl_dist_agree(pl_status mine, const char *what);
 
 /* What rank 0 resolved at engine creation that the workers need to build the same KV pools and

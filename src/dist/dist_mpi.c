@@ -161,7 +161,7 @@ pl_status pl_dist_agree(pl_status mine, const char *what) {
     memset(me, 0, sizeof me);
     int32_t code = (int32_t)mine;
     memcpy(me, &code, 4);
-    if (mine != PL_OK) snprintf(me + 4, MSG, "%s", pl_last_error());
+    if (mine != PL_OK) snprintf(me + 4, MSG, "%s: %s", what, pl_last_error());
     MPI_Request req;
     int rc = MPI_Iallgather(me, MSG + 4, MPI_BYTE, all, MSG + 4, MPI_BYTE, MPI_COMM_WORLD, &req);
     pl_status st = rc == MPI_SUCCESS ? wait_req(&req, 0, what) : mpi_fail(rc, what);
@@ -169,8 +169,7 @@ pl_status pl_dist_agree(pl_status mine, const char *what) {
         const char *m = all + (size_t)r * (MSG + 4);
         memcpy(&code, m, 4);
         if (code != PL_OK)
-            st = pl_fail((pl_status)code, "tensor parallel: rank %d %s: %.*s", r, what, MSG,
-                         m + 4);
+            st = pl_fail((pl_status)code, "tensor parallel: rank %d %.*s", r, MSG, m + 4);
     }
     free(all);
     return st;

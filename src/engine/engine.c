@@ -263,7 +263,14 @@ static pl_status dist_start(pl_engine *e, int ok) {
 
 pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     *out = NULL;
-    PL_TRY(check_config(c));
+    pl_status cst = check_config(c);
+    if (cst != PL_OK && c->tensor_parallel_size > 1 && pl_dist_active() && pl_dist_rank() == 0) {
+        char msg[1024]; /* the workers wait to agree on loading: tell them why not */
+        snprintf(msg, sizeof msg, "%s", pl_last_error());
+        (void)pl_dist_agree(cst, "could not start the engine");
+        return pl_fail(cst, "%s", msg);
+    }
+    PL_TRY(cst);
     pl_engine *e = calloc(1, sizeof *e);
     if (!e) return pl_fail(PL_ERR_NOMEM, "out of memory");
     e->cfg = *c;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tensor parallelism over MPI (issue 13), end to end with `mpirun --oversubscribe -np 2`:
 #   - TP = 2 against TP = 1 (stories260K with an f32 cache, synth-tiny q8_0): a batch of 8 greedy
-#     requests under a KV budget small enough to preempt (recompute, then swap), ids equal up to
-#     the first near-tie and log-probabilities within docs/ACCURACY.md's bounds;
+#     requests and one of n = 2 (copy-on-write) under a KV budget small enough to preempt
+#     (recompute, then swap; then with n-gram speculation), ids equal up to the first near-tie
+#     and log-probabilities within docs/ACCURACY.md's bounds;
 #   - two TP = 2 runs of seeded sampling give the same tokens and log-probabilities, bit for bit;
 #   - refusals: N that does not divide the KV heads, a column slice off the quantization blocks
 #     (q4_K), a world size that differs from N, a rank that cannot load its shard;
@@ -48,6 +49,9 @@ fi
 for i in 0 1 2 3 4 5 6 7; do
     echo "{\"prompt\": \"Once upon a time $i\", \"max_tokens\": 64, \"temperature\": 0, \"logprobs\": 2, \"ignore_eos\": true}"
 done >"$tmp/greedy.jsonl"
+# two greedy completions of one prompt share its blocks: the first append copies on write
+echo '{"prompt": "Once upon a time", "n": 2, "max_tokens": 64, "temperature": 0, "logprobs": 2, "ignore_eos": true}' \
+    >>"$tmp/greedy.jsonl"
 # compare NAME MODEL BOUND TIE KV_TP1 KV_TP2 [engine flags]: the KV budgets give both the same
 # block count (a TP = 2 rank holds half the KV heads, so half the bytes per block).
 compare() {
@@ -74,6 +78,8 @@ compare stories-swap "$S" 1e-4 0.02 400K 200K --kv-cache-dtype f32 --swap-space 
     --preemption-mode swap
 if grep -q "by swapping" "$tmp/stories-swap.err2" && ! grep -q "(0 by swapping)" "$tmp/stories-swap.err2"
 then ok; else bad "stories-swap: no swap: $(grep preempt "$tmp/stories-swap.err2")"; fi
+# speculative decoding (n-gram proposals verified in one step: several logits rows per sequence)
+compare stories-spec "$S" 1e-4 0.02 400K 200K --kv-cache-dtype f32 --speculative-ngram
 # synth-tiny q8_0, f16 cache: the q8_0 with f16 KV bound (0.25 = 1.5 x 0.166).
 compare q8_0 "$Q" 0.25 0.5 1M 512K
 
