@@ -3,6 +3,8 @@
 
 #include "dist/dist.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +114,12 @@ pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int r
     if (c->tensor_parallel_size > 1) {
         PL_TRY(pl_dist_init(c->tensor_parallel_size));
         if (pl_dist_rank() != 0) {
+            /* serve blocks SIGTERM for its sigwait; a worker has no server and takes it itself
+             * (dist.h: it cancels a wait on a rank that is gone) */
+            sigset_t term;
+            sigemptyset(&term);
+            sigaddset(&term, SIGTERM);
+            pthread_sigmask(SIG_UNBLOCK, &term, NULL);
             pl_status st = pl_dist_worker_run(c);
             if (st != PL_OK)
                 fprintf(stderr, "pagellm %s: rank %d: %s\n", cmd, pl_dist_rank(), pl_last_error());
