@@ -7,8 +7,10 @@
 #   - two TP = 2 runs of seeded sampling give the same tokens and log-probabilities, bit for bit;
 #   - refusals: N that does not divide the KV heads, a column slice off the quantization blocks
 #     (q4_K), a world size that differs from N, a rank that cannot load its shard;
-#   - faults: a rank killed mid-run ends the job within seconds (generate, and serve, whose
-#     request in flight gets an error).
+#   - TP = 4 (one KV head per rank) against TP = 1;
+#   - faults: a rank killed mid-run ends the job within seconds (generate: rank 1, rank 0; serve,
+#     whose request in flight gets an error); a rank stopped (SIGSTOP) ends it at the
+#     collectives' deadline.
 # Skips (exit 77) when mpirun is not installed or the build has no MPI.
 set -u
 : "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
@@ -83,6 +85,15 @@ compare stories-spec "$S" 1e-4 0.02 400K 200K --kv-cache-dtype f32 --speculative
 # synth-tiny q8_0, f16 cache: the q8_0 with f16 KV bound (0.25 = 1.5 x 0.166).
 compare q8_0 "$Q" 0.25 0.5 1M 512K
 
+# TP = 4 (stories260K has 4 KV heads: one per rank), one request, against TP = 1
+head -1 "$tmp/greedy.jsonl" >"$tmp/one.jsonl"
+"$PL_BINARY" generate -m "$S" --input "$tmp/one.jsonl" --output "$tmp/tp4.1" -t 1 --kv-cache-dtype f32 \
+    2>/dev/null >/dev/null
+if timeout 120 "${MPIRUN[@]}" -np 4 "$PL_BINARY" generate -m "$S" --input "$tmp/one.jsonl" \
+        --output "$tmp/tp4.4" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 4 2>"$tmp/tp4.err" >/dev/null &&
+   python3 "$HERE/tp_compare.py" "$tmp/tp4.1" "$tmp/tp4.4" 1e-4 0.02 >"$tmp/tp4.cmp" 2>&1
+then ok; echo "TP=4: $(cat "$tmp/tp4.cmp")"; else bad "TP=4: $(tail -2 "$tmp/tp4.err" "$tmp/tp4.cmp")"; fi
+
 # ---- seeded sampling: two TP = 2 runs agree bit for bit ----
 for i in 0 1 2 3; do
     echo "{\"prompt\": \"Once upon a time $i\", \"max_tokens\": 48, \"temperature\": 1, \"seed\": $((7 + i)), \"logprobs\": 1}"
@@ -130,15 +141,15 @@ run_killed() {
         >"$tmp/$name.out" 2>"$tmp/$name.err" &
     MPI_PID=$!
 }
-wait_killed() { # wait_killed NAME: kill rank 1, wait for the job, check it ended soon
-    local name=$1
-    for _ in $(seq 1 100); do [ -s "$tmp/pid.1" ] && break; sleep 0.05; done
+wait_killed() { # wait_killed NAME [RANK [SIGNAL]]: signal a rank (1, KILL), check the job ends soon
+    local name=$1 rank=${2:-1} sig=${3:-KILL}
+    for _ in $(seq 1 100); do [ -s "$tmp/pid.$rank" ] && break; sleep 0.05; done
     sleep 1.5
-    kill -KILL "$(cat "$tmp/pid.1")" 2>/dev/null || bad "$name: no rank 1 to kill"
+    kill -"$sig" "$(cat "$tmp/pid.$rank")" 2>/dev/null || bad "$name: no rank $rank to signal"
     local t0=$SECONDS
     for _ in $(seq 1 100); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$MPI_PID" 2>/dev/null; then
-        bad "$name: the job still runs 10 s after rank 1 died"
+        bad "$name: the job still runs 10 s after rank $rank got SIG$sig"
         kill -KILL "$MPI_PID"
     else
         ok
@@ -147,11 +158,23 @@ wait_killed() { # wait_killed NAME: kill rank 1, wait for the job, check it ende
     local rc=$?
     MPI_PID=""
     if [ "$rc" != 0 ]; then ok; else bad "$name: exit 0 after a rank died"; fi
-    echo "$name: job over $((SECONDS - t0)) s after the kill, exit $rc; rank 0 said: $(grep -m1 "tensor parallel" "$tmp/$name.err")"
+    echo "$name: job over $((SECONDS - t0)) s after rank $rank got SIG$sig, exit $rc; the first" \
+         "error: $(grep -a -m1 "tensor parallel" "$tmp/$name.err")"
 }
 run_killed generate "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 --ignore-eos -t 1 \
     --tensor-parallel-size 2
 wait_killed generate
+
+# rank 0 dies: the worker, waiting for its next step, leaves too
+run_killed generate0 "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 --ignore-eos -t 1 \
+    --tensor-parallel-size 2
+wait_killed generate0 0
+# a rank that stops answering without dying: the collective's deadline ends the job
+PAGELLM_DIST_TIMEOUT=2 run_killed stopped "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 \
+    --ignore-eos -t 1 --tensor-parallel-size 2
+wait_killed stopped 1 STOP
+if grep -aq "timed out (PAGELLM_DIST_TIMEOUT)" "$tmp/stopped.err"; then ok
+else bad "stopped rank: no timeout message: $(tail -3 "$tmp/stopped.err")"; fi
 
 run_killed serve "$PL_BINARY" serve -m "$S" --port 0 --kv-cache-memory 8M -t 1 \
     --tensor-parallel-size 2
