@@ -26,6 +26,8 @@ static int64_t g_gather_cap;
 static float *g_logits;          /* rank 0: [rows x each rank's vocabulary] gathered logits */
 static int32_t g_logit_rows, g_vocab;
 static int *g_counts, *g_displs; /* [size] for MPI_Igatherv */
+static int *g_seg;               /* [4][size]: send counts, send offsets, receive counts, receive
+                                    offsets of the reduce-scatter (more than 2 ranks) */
 
 int pl_dist_available(void) { return 1; }
 int pl_dist_active(void) { return g_active; }
@@ -92,8 +94,9 @@ void pl_dist_finalize(void) {
     free(g_logits);
     free(g_counts);
     free(g_displs);
+    free(g_seg);
     g_gather = g_logits = NULL;
-    g_counts = g_displs = NULL;
+    g_counts = g_displs = g_seg = NULL;
     g_gather_cap = 0;
     g_logit_rows = 0;
     int fin = 0;
@@ -179,7 +182,9 @@ pl_status pl_dist_reserve(int64_t max_floats, int32_t max_rows, int32_t n_vocab)
     if (!g_counts) {
         g_counts = calloc((size_t)g_size, sizeof(int));
         g_displs = calloc((size_t)g_size, sizeof(int));
-        if (!g_counts || !g_displs) return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory");
+        g_seg = calloc(4 * (size_t)g_size, sizeof(int));
+        if (!g_counts || !g_displs || !g_seg)
+            return pl_fail(PL_ERR_NOMEM, "tensor parallel: out of memory");
     }
     if (max_floats > g_gather_cap) {
         float *p = malloc((size_t)g_size * (size_t)max_floats * sizeof(float));
@@ -237,24 +242,65 @@ pl_status pl_dist_gather_logits(void *ud, const float *part, int32_t rows, float
     return PL_OK;
 }
 
-pl_status pl_dist_reduce_sum(void *ud, float *x, int64_t n) {
-    (void)ud;
-    PL_TRY(check_alive());
-    PL_ASSERT(n <= g_gather_cap && n <= INT32_MAX);
-    double t0 = pl_clock_now();
+/* Two ranks: one all-gather of the partial sums, then the sum in rank order on both. */
+static pl_status reduce_allgather(float *x, int64_t n) {
     MPI_Request req;
     int rc = MPI_Iallgather(x, (int)n, MPI_FLOAT, g_gather, (int)n, MPI_FLOAT, MPI_COMM_WORLD,
                             &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "all-gather of partial sums");
     PL_TRY(wait_req(&req, 0, "all-gather of partial sums"));
-    /* Rank order, on every rank: the same bits everywhere and on every run. */
     memcpy(x, g_gather, (size_t)n * sizeof(float));
     for (int32_t r = 1; r < g_size; r++) {
         const float *p = g_gather + (size_t)r * (size_t)n;
         for (int64_t i = 0; i < n; i++) x[i] += p[i];
     }
-    pl_dist_counters.reduces++;
     pl_dist_counters.reduce_bytes += (uint64_t)n * sizeof(float) * (uint64_t)(g_size - 1);
+    return PL_OK;
+}
+
+/* More ranks: rank r sums segment r of every rank's partial sums, in rank order (all-to-all),
+ * then every rank gathers the summed segments: the bytes of a ring all-reduce, 2 (N-1)/N x n
+ * per rank instead of (N-1) x n, and the same bits as reduce_allgather (same order per value). */
+static pl_status reduce_scatter_gather(float *x, int64_t n) {
+    const int32_t N = g_size, me = g_rank;
+    int *scnt = g_seg, *soff = g_seg + N, *rcnt = g_seg + 2 * N, *roff = g_seg + 3 * N;
+    for (int32_t r = 0; r < N; r++) {
+        soff[r] = (int)(n * r / N);
+        scnt[r] = (int)(n * (r + 1) / N) - soff[r];
+    }
+    const int len = scnt[me];
+    for (int32_t r = 0; r < N; r++) {
+        rcnt[r] = len;
+        roff[r] = r * len;
+    }
+    MPI_Request req;
+    int rc = MPI_Ialltoallv(x, scnt, soff, MPI_FLOAT, g_gather, rcnt, roff, MPI_FLOAT,
+                            MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "reduce-scatter of partial sums");
+    PL_TRY(wait_req(&req, 0, "reduce-scatter of partial sums"));
+    float *mine = x + soff[me];
+    memcpy(mine, g_gather, (size_t)len * sizeof(float));
+    for (int32_t r = 1; r < N; r++) {
+        const float *p = g_gather + (size_t)r * (size_t)len;
+        for (int i = 0; i < len; i++) mine[i] += p[i];
+    }
+    rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, scnt, soff, MPI_FLOAT, MPI_COMM_WORLD,
+                         &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "all-gather of summed segments");
+    PL_TRY(wait_req(&req, 0, "all-gather of summed segments"));
+    pl_dist_counters.reduce_bytes += (uint64_t)((N - 1) * len + (n - len)) * sizeof(float);
+    return PL_OK;
+}
+
+pl_status pl_dist_reduce_sum(void *ud, float *x, int64_t n) {
+    (void)ud;
+    PL_TRY(check_alive());
+    PL_ASSERT(n <= g_gather_cap && n <= INT32_MAX / (g_size > 0 ? g_size : 1));
+    double t0 = pl_clock_now();
+    /* Every value is p0 + p1 + ... + p(N-1) in that order, on every rank: the same bits
+     * everywhere and on every run. */
+    PL_TRY(g_size <= 2 ? reduce_allgather(x, n) : reduce_scatter_gather(x, n));
+    pl_dist_counters.reduces++;
     pl_dist_counters.reduce_seconds += pl_clock_now() - t0;
     return PL_OK;
 }

@@ -143,7 +143,12 @@ run_killed() {
 }
 wait_killed() { # wait_killed NAME [RANK [SIGNAL]]: signal a rank (1, KILL), check the job ends soon
     local name=$1 rank=${2:-1} sig=${3:-KILL}
-    for _ in $(seq 1 100); do [ -s "$tmp/pid.$rank" ] && break; sleep 0.05; done
+    # running steps: generate -v has printed its KV cache line, serve its URL (startup under ASan
+    # takes seconds, and a kill inside MPI's start-up is another story)
+    for _ in $(seq 1 400); do
+        grep -aq "^KV cache\|^serving" "$tmp/$name.err" "$tmp/$name.out" 2>/dev/null && break
+        sleep 0.05
+    done
     sleep 1.5
     kill -"$sig" "$(cat "$tmp/pid.$rank")" 2>/dev/null || bad "$name: no rank $rank to signal"
     local t0=$SECONDS
@@ -161,17 +166,17 @@ wait_killed() { # wait_killed NAME [RANK [SIGNAL]]: signal a rank (1, KILL), che
     echo "$name: job over $((SECONDS - t0)) s after rank $rank got SIG$sig, exit $rc; the first" \
          "error: $(grep -a -m1 "tensor parallel" "$tmp/$name.err")"
 }
-run_killed generate "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 --ignore-eos -t 1 \
+run_killed generate "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 --ignore-eos -t 1 -v \
     --tensor-parallel-size 2
 wait_killed generate
 
 # rank 0 dies: the worker, waiting for its next step, leaves too
-run_killed generate0 "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 --ignore-eos -t 1 \
+run_killed generate0 "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 --ignore-eos -t 1 -v \
     --tensor-parallel-size 2
 wait_killed generate0 0
 # a rank that stops answering without dying: the collective's deadline ends the job
 PAGELLM_DIST_TIMEOUT=2 run_killed stopped "$PL_BINARY" generate -m "$S" -p "Once upon a time" -n 400 \
-    --ignore-eos -t 1 --tensor-parallel-size 2
+    --ignore-eos -t 1 -v --tensor-parallel-size 2
 wait_killed stopped 1 STOP
 if grep -aq "timed out (PAGELLM_DIST_TIMEOUT)" "$tmp/stopped.err"; then ok
 else bad "stopped rank: no timeout message: $(tail -3 "$tmp/stopped.err")"; fi
