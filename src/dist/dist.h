@@ -14,9 +14,11 @@
  * want logits and the copy pairs. Every rank computes the logits of its vocabulary rows of the
  * output layer; rank 0 gathers them (pl_dist_gather_logits).
  *
- * Partial sums (forward.h's reduce hook) are combined by an all-gather and a sum in rank order
- * 0, 1, ..., N-1 on every rank: the same bits everywhere and on every run, whatever algorithm
- * MPI picks (an MPI_Allreduce is free to change its order with the message size).
+ * Partial sums (model.h's reduce hook) are added in rank order 0, 1, ..., N-1 for every value:
+ * at N = 2 by an all-gather and the sum on both ranks, above by a reduce-scatter (rank r sums
+ * segment r, an all-to-all) and an all-gather of the sums. The same bits everywhere and on every
+ * run, whatever algorithm MPI picks (an MPI_Allreduce is free to change its order with the
+ * message size).
  *
  * Faults: MPI errors return (MPI_ERRORS_RETURN) and become a status naming the operation. Every
  * collective is non-blocking and polled with a deadline (PAGELLM_DIST_TIMEOUT seconds, 60 by
