@@ -221,6 +221,9 @@ int pl_cmd_serve(int argc, char **argv) {
                (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
                ec->enable_prefix_caching ? "on" : "off");
     }
+    if (pl_dist_active())
+        printf("tensor parallel: %d processes, each holding 1/%d of every layer and of the KV "
+               "heads (the KV budget above is per process)\n", pl_dist_size(), pl_dist_size());
     if (ec->speculative_model || ec->speculative_ngram) {
         char off[48] = "never off";
         if (ec->speculative_max_batch > 0)
