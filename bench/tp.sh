@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism (issue 13): TP = 1 with 2 threads against TP = 2 with 1 thread per rank,
 # interleaved, on one model: decode at B = 1 and B = 32, prefill; then each TP = 2 rank's report
-# (resident memory, bytes per step message, reductions). Prints one line per run and a summary.
+# (resident memory, bytes per step message, reductions, the reduction probe). Prints one line
+# per run and a summary.
 #
 # usage: bench/tp.sh MODEL.gguf [REPS]     (PL_BINARY: the pagellm binary, default build/pagellm)
 # Make a model with `pagellm mkmodel` (docs/BENCHMARKS.md gives the shapes); keep it outside the
@@ -32,7 +33,7 @@ echo "$WORKLOADS" | while read -r name ds np f; do
         echo "$name $a $b" >>"$tmp/all"
     done
     grep "one process: resident" "$tmp/err1.$name" | sed "s/^/  $name TP=1: /"
-    grep "tensor parallel rank" "$tmp/err.$name" | sed "s/^/  $name: /"
+    grep -a "tensor parallel" "$tmp/err.$name" | sed "s/^/  $name: /"
 done
 python3 - "$tmp/all" <<'PY'
 import sys, statistics
