@@ -112,15 +112,15 @@ pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int r
                                pl_engine **e) {
     *e = NULL;
     if (c->tensor_parallel_size > 1) {
-        PL_TRY(pl_dist_init(c->tensor_parallel_size));
-        if (pl_dist_rank() != 0) {
+        PL_TRY(pl_tp_init(c->tensor_parallel_size));
+        if (pl_tp_rank() != 0) {
             /* serve blocks SIGTERM for its sigwait; a worker has no server and takes it itself
              * (dist.h: it cancels a wait on a rank that is gone) */
             sigset_t term;
             sigemptyset(&term);
             sigaddset(&term, SIGTERM);
             pthread_sigmask(SIG_UNBLOCK, &term, NULL);
-            pl_status st = pl_dist_worker_run(c);
+            pl_status st = pl_tp_worker_run(c);
             if (st != PL_OK)
                 fprintf(stderr, "pagellm %s: rank %d: %s\n", cmd, pl_dist_rank(), pl_last_error());
             else if (report)

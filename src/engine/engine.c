@@ -261,6 +261,15 @@ static pl_status dist_start(pl_engine *e, int ok) {
     return PL_OK;
 }
 
+pl_status pl_tp_init(int32_t n) { return pl_dist_init(n); }
+int32_t pl_tp_rank(void) { return pl_dist_rank(); }
+pl_status pl_tp_worker_run(const pl_engine_config *c) {
+    if (!pl_dist_active() || pl_dist_rank() == 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "pl_tp_worker_run: call pl_tp_init first, on ranks "
+                       "other than 0");
+    return pl_dist_worker_run(c);
+}
+
 pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     *out = NULL;
     pl_status cst = check_config(c);

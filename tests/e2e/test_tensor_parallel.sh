@@ -7,7 +7,7 @@
 #   - two TP = 2 runs of seeded sampling give the same tokens and log-probabilities, bit for bit;
 #   - refusals: N that does not divide the KV heads, a column slice off the quantization blocks
 #     (q4_K), a world size that differs from N, a rank that cannot load its shard;
-#   - TP = 4 (one KV head per rank) against TP = 1;
+#   - TP = 4 (one KV head per rank) against TP = 1, and two TP = 4 runs bit for bit;
 #   - faults: a rank killed mid-run ends the job within seconds (generate: rank 1, rank 0; serve,
 #     whose request in flight gets an error); a rank stopped (SIGSTOP) ends it at the
 #     collectives' deadline.
@@ -93,6 +93,11 @@ if timeout 120 "${MPIRUN[@]}" -np 4 "$PL_BINARY" generate -m "$S" --input "$tmp/
         --output "$tmp/tp4.4" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 4 2>"$tmp/tp4.err" >/dev/null &&
    python3 "$HERE/tp_compare.py" "$tmp/tp4.1" "$tmp/tp4.4" 1e-4 0.02 >"$tmp/tp4.cmp" 2>&1
 then ok; echo "TP=4: $(cat "$tmp/tp4.cmp")"; else bad "TP=4: $(tail -2 "$tmp/tp4.err" "$tmp/tp4.cmp")"; fi
+# ... and again: above 2 ranks the sums go through a reduce-scatter, in the same fixed order
+timeout 120 "${MPIRUN[@]}" -np 4 "$PL_BINARY" generate -m "$S" --input "$tmp/one.jsonl" \
+    --output "$tmp/tp4.again" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 4 2>/dev/null >/dev/null
+if python3 "$HERE/tp_compare.py" "$tmp/tp4.4" "$tmp/tp4.again" 0 0 --exact >/dev/null 2>&1; then ok
+else bad "TP=4: two runs differ"; fi
 
 # ---- seeded sampling: two TP = 2 runs agree bit for bit ----
 for i in 0 1 2 3; do
