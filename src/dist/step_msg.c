@@ -173,7 +173,9 @@ pl_status pl_dist_recv_step(pl_dist_step_view *v, int32_t block_size, int32_t ma
 }
 
 void pl_dist_hook(pl_forward_ctx *c, const pl_model *m) {
-    pl_forward_tp tp = {pl_dist_reduce_sum, pl_dist_gather_logits, (void *)m};
+    /* an output layer left whole (PAGELLM_TP_OUTPUT=rank0) is rank 0's alone: nothing to gather */
+    int whole = m->shard.n_vocab == m->hp.n_vocab;
+    pl_forward_tp tp = {pl_dist_reduce_sum, whole ? NULL : pl_dist_gather_logits, (void *)m};
     pl_forward_set_tp(c, &tp);
 }
 

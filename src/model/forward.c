@@ -183,7 +183,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_add(c->x, c->h, T * dim);
     }
 
-    if (b->n_logits > 0) {
+    if (b->n_logits > 0 && (logits || c->tpc.gather)) { /* a rank without logits skips them */
         /* Gather the rows that need logits, norm them, and project to the vocabulary. */
         for (int32_t i = 0; i < b->n_logits; i++)
             memmove(c->h + (int64_t)i * dim, c->x + (int64_t)b->logit_rows[i] * dim,

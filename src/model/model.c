@@ -283,9 +283,14 @@ static pl_status bind_weights(pl_model *m) {
         m->output = m->tok_embd; /* tied embeddings */
     PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
     hp->rope.freq_factors = m->rope_freqs;
-    m->shard.vocab0 = (int32_t)((int64_t)hp->n_vocab * r / sh->size);
-    m->shard.n_vocab = (int32_t)((int64_t)hp->n_vocab * (r + 1) / sh->size) - m->shard.vocab0;
-    if (sh->size > 1) slice_rows(&m->output, m->shard.vocab0, m->shard.n_vocab);
+    /* PAGELLM_TP_OUTPUT=rank0 (benchmarks): the output layer stays whole, for rank 0 alone */
+    const char *how = getenv("PAGELLM_TP_OUTPUT");
+    int split = sh->size > 1 && !(how && !strcmp(how, "rank0"));
+    m->shard.vocab0 = split ? (int32_t)((int64_t)hp->n_vocab * r / sh->size) : 0;
+    m->shard.n_vocab = split ? (int32_t)((int64_t)hp->n_vocab * (r + 1) / sh->size) -
+                                   m->shard.vocab0
+                             : hp->n_vocab;
+    if (split) slice_rows(&m->output, m->shard.vocab0, m->shard.n_vocab);
 
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", hp->n_layers);

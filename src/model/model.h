@@ -73,7 +73,9 @@ typedef struct {
     int32_t rank, size;            /* 0, 1 when not sharded */
     int32_t n_heads, n_kv_heads;   /* the model's full counts */
     int32_t ffn_dim;
-    int32_t vocab0, n_vocab;       /* this rank's rows of the output layer */
+    int32_t vocab0, n_vocab;       /* this rank's rows of the output layer (all of them when
+                                      PAGELLM_TP_OUTPUT=rank0: a benchmark of the alternative,
+                                      rank 0 alone computing whole logits rows) */
 } pl_model_shard;
 
 typedef struct {
