@@ -204,6 +204,11 @@ typedef struct {
                                         final-normed hidden states; 0 (default): none, the model
                                         then serves generation only. An embedding model (bert)
                                         pools as its GGUF says unless this is set. */
+    int32_t tensor_parallel_size;    /* > 1: this process is rank 0 of an MPI job of that many
+                                        processes, each holding a shard of every layer (issue 13;
+                                        pl_tp_init first; the others run pl_tp_worker_run on the
+                                        same config). The KV budget is per rank. 0 or 1: one
+                                        process, no MPI. */
 } pl_engine_config;
 
 void pl_engine_config_default(pl_engine_config *c);
@@ -350,6 +355,16 @@ typedef struct pl_engine pl_engine;
 
 pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out);
 void pl_engine_destroy(pl_engine *e);
+
+/* Tensor parallelism over MPI (docs/DISTRIBUTED.md). Every process of `mpirun -np n` calls
+ * pl_tp_init(n) first (it initialises MPI and checks the job has n processes; PL_ERR_UNSUPPORTED
+ * in a build without MPI). Then rank 0 creates its engine with tensor_parallel_size = n and uses
+ * it as any engine; every other rank calls pl_tp_worker_run with the same config, which serves
+ * rank 0's steps and returns when rank 0's engine is destroyed (or with the failure that ended
+ * it). MPI is finalized at exit. */
+pl_status pl_tp_init(int32_t n);
+int32_t pl_tp_rank(void);           /* 0 before pl_tp_init */
+pl_status pl_tp_worker_run(const pl_engine_config *c);
 
 /* Add a request: text (tokenized with the model's tokenizer) or token ids (text NULL).
  * Validates everything (parameters, ids, length against max_model_len and the KV pool) and

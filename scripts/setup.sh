@@ -8,8 +8,10 @@ PKGS="build-essential cmake ninja-build pkg-config libpcre2-dev libxxhash-dev li
       libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3
       clang libclang-rt-14-dev
       gnuplot-nox
-      chromium"  # clang + its runtimes: tests/fuzz (libFuzzer); gnuplot: bench/plot.sh only;
-                 # chromium: the web page's browser test (tests/e2e/test_webui_browser.sh)
+      chromium
+      openmpi-bin libopenmpi-dev"  # clang + its runtimes: tests/fuzz (libFuzzer); gnuplot:
+                 # bench/plot.sh only; chromium: the web page's browser test
+                 # (tests/e2e/test_webui_browser.sh); Open MPI: tensor parallelism (src/dist)
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -283,7 +283,7 @@ int pl_bench_throughput(int argc, char **argv) {
             return pl_cli_fail(C, "--json-schema: cannot read %s", o.json_schema);
     }
     pl_engine *e;
-    if (pl_engine_create(&o.eng, &e) != PL_OK) {
+    if (pl_cli_engine_create("bench throughput", &o.eng, 1, &e) != PL_OK) {
         free(o.schema_text);
         return pl_cli_fail(C, "%s", pl_last_error());
     }
@@ -387,6 +387,8 @@ done:
     free(ttft);
     free(tpot);
     pl_dataset_destroy(&ds);
+    pl_cli_dist_probe(e);
+    pl_cli_dist_report(1);
     pl_engine_destroy(e);
     return rc;
 }

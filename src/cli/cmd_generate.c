@@ -436,7 +436,7 @@ int pl_cmd_generate(int argc, char **argv) {
         return 1;
     }
     o.eng.model_path = path;
-    if (pl_engine_create(&o.eng, &e) != PL_OK) {
+    if (pl_cli_engine_create("generate", &o.eng, o.verbose, &e) != PL_OK) {
         free(o.constraint_file);
         return pl_cli_fail(C, "%s", pl_last_error());
     }
@@ -460,6 +460,7 @@ int pl_cmd_generate(int argc, char **argv) {
     } else {
         rc = run_single(e, &o);
     }
+    if (o.verbose) pl_cli_dist_report(0);
     pl_engine_destroy(e);
     free(o.constraint_file);
     return rc;

@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "base/fault.h"
 #include "cli/cli.h"
+#include "dist/dist.h"
 #include "cli/engine_flags.h"
 
 #include "pagellm.h"
@@ -193,7 +194,7 @@ int pl_cmd_serve(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     pl_engine *e;
-    if (pl_engine_create(&o.eng, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
+    if (pl_cli_engine_create(C, &o.eng, 0, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     pl_engine_stats st;
     pl_engine_get_stats(e, &st);
     printf("model: %s (%s), max model length %d, vocabulary %d\n", o.srv.served_model_name, path,
@@ -226,6 +227,9 @@ int pl_cmd_serve(int argc, char **argv) {
                    ec->vattn_no_overlap ? "off" : "on", ec->vattn_no_deferred_reclaim ? "off" : "on",
                    ec->vattn_no_eager ? "off" : "on");
     }
+    if (pl_dist_active())
+        printf("tensor parallel: %d processes, each holding 1/%d of every layer and of the KV "
+               "heads (the KV budget above is per process)\n", pl_dist_size(), pl_dist_size());
     if (ec->speculative_model || ec->speculative_ngram) {
         char off[48] = "never off";
         if (ec->speculative_max_batch > 0)
@@ -253,6 +257,9 @@ int pl_cmd_serve(int argc, char **argv) {
     if (pl_fault_enabled()) pl_fault_arm();
     int sig = 0;
     sigwait(&stop, &sig);
+    /* Tensor parallel: mpirun sends SIGTERM when another rank died; a step waiting on it gives up
+     * 0.3 s later and fails its requests with the reason, so the drain below can answer them. */
+    if (pl_dist_active()) pl_dist_cancel();
     printf("received %s: shutting down (grace %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
            o.srv.shutdown_grace);
     pl_server_stop(s, o.srv.shutdown_grace);

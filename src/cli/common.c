@@ -1,6 +1,10 @@
 /* cli/common — model lookup and error printing shared by the subcommands. */
 #include "cli/cli.h"
 
+#include "dist/dist.h"
+
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,4 +83,50 @@ int pl_cli_fail(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', stderr);
     return 1;
+}
+
+void pl_cli_dist_report(int always) {
+    if (!always && !pl_dist_active()) return;
+    char line[512];
+    pl_dist_report(line, sizeof line);
+    fprintf(stderr, "%s\n", line);
+}
+
+void pl_cli_dist_probe(pl_engine *e) {
+    if (!pl_dist_active()) return;
+    static const int32_t tokens[] = {1, 32};
+    for (int i = 0; i < 2; i++) {
+        double us;
+        int64_t n = (int64_t)tokens[i] * pl_engine_n_embd(e);
+        if (pl_dist_probe_reduce(n, 200, &us) != PL_OK) {
+            fprintf(stderr, "tensor parallel probe: %s\n", pl_last_error());
+            return;
+        }
+        fprintf(stderr, "tensor parallel probe: one reduction of %d token%s x %d floats (%.1f KiB "
+                "per rank) takes %.1f us with every rank waiting in it\n", tokens[i],
+                tokens[i] == 1 ? "" : "s", pl_engine_n_embd(e), (double)n * 4 / 1024, us);
+    }
+}
+
+pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int report,
+                               pl_engine **e) {
+    *e = NULL;
+    if (c->tensor_parallel_size > 1) {
+        PL_TRY(pl_tp_init(c->tensor_parallel_size));
+        if (pl_tp_rank() != 0) {
+            /* serve blocks SIGTERM for its sigwait; a worker has no server and takes it itself
+             * (dist.h: it cancels a wait on a rank that is gone) */
+            sigset_t term;
+            sigemptyset(&term);
+            sigaddset(&term, SIGTERM);
+            pthread_sigmask(SIG_UNBLOCK, &term, NULL);
+            pl_status st = pl_tp_worker_run(c);
+            if (st != PL_OK)
+                fprintf(stderr, "pagellm %s: rank %d: %s\n", cmd, pl_dist_rank(), pl_last_error());
+            else if (report)
+                pl_cli_dist_report(1);
+            exit(st == PL_OK ? 0 : 1);
+        }
+    }
+    return pl_engine_create(c, e);
 }

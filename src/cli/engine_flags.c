@@ -3,6 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "dist/dist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,10 @@ const char PL_ENGINE_FLAGS_HELP[] =
     "                                 cache to f16, bf16 or f32 (auto: f16); activations are f32\n"
     "                                 and weights as stored whatever is asked; of --dtype and\n"
     "                                 --kv-cache-dtype the later wins\n"
-    "      --tensor-parallel-size N   1 (more needs the MPI build, not built yet); also\n"
-    "                                 --pipeline-parallel-size 1\n"
+    "      --tensor-parallel-size N   shards every layer over the N processes of an MPI job:\n"
+    "                                 mpirun -np N pagellm CMD ... (docs/DISTRIBUTED.md); N\n"
+    "                                 divides the KV heads; the KV budget is per process\n"
+    "      --pipeline-parallel-size 1 (more is not built)\n"
 
     "      --swap-space B             swap pool for preempted requests (a bare number is GiB)\n"
     "      --swap-file PATH           keep the swap pool in this file (created; default: RAM)\n"
@@ -94,17 +97,40 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
         }
         return 0;
     case PL_OPT_TP:
-    case PL_OPT_PP: {
-        const char *name = code == PL_OPT_TP ? "--tensor-parallel-size" : "--pipeline-parallel-size";
-        if (pl_arg_int(cmd, name, arg, 1, 4096, &v)) return 2;
+        if (pl_arg_int(cmd, "--tensor-parallel-size", arg, 1, 4096, &v)) return 2;
+        if (v > 1) { /* under mpirun? (Open MPI's, or a PMI launcher's, environment) */
+            const char *w = getenv("OMPI_COMM_WORLD_SIZE");
+            if (!w) w = getenv("PMI_SIZE");
+            if (!w) {
+                fprintf(stderr, "pagellm %s: --tensor-parallel-size %lld needs %lld processes: "
+                        "start pagellm under mpirun -np %lld (docs/DISTRIBUTED.md)\n", cmd,
+                        (long long)v, (long long)v, (long long)v);
+                return 2;
+            }
+            if (strtoll(w, NULL, 10) != v) {
+                fprintf(stderr, "pagellm %s: --tensor-parallel-size %lld but the MPI job has %s "
+                        "processes: start it as mpirun -np %lld\n", cmd, (long long)v, w,
+                        (long long)v);
+                return 2;
+            }
+        }
+        if (v > 1 && !pl_dist_available()) {
+            fprintf(stderr, "pagellm %s: --tensor-parallel-size %lld: this build has no MPI "
+                    "(install Open MPI: openmpi-bin libopenmpi-dev, and configure again); use 1\n",
+                    cmd, (long long)v);
+            return 2;
+        }
+        c->tensor_parallel_size = (int32_t)v;
+        return 0;
+    case PL_OPT_PP:
+        if (pl_arg_int(cmd, "--pipeline-parallel-size", arg, 1, 4096, &v)) return 2;
         if (v > 1) {
-            fprintf(stderr, "pagellm %s: %s %lld: more than one process needs the MPI build "
-                    "(tensor parallelism, issue 13), which is not built yet; use 1\n", cmd, name,
-                    (long long)v);
+            fprintf(stderr, "pagellm %s: --pipeline-parallel-size %lld: pipeline parallelism is "
+                    "not built (tensor parallelism is: --tensor-parallel-size N under mpirun -np "
+                    "N); use 1\n", cmd, (long long)v);
             return 2;
         }
         return 0;
-    }
     case PL_OPT_IGNORED:
     case PL_OPT_IGNORED_BOOL:
         fprintf(stderr, "pagellm %s: warning: %.*s is a vLLM option with no meaning here: "

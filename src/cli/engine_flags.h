@@ -3,7 +3,7 @@
  * hands codes >= PL_ENGINE_OPT_BASE to pl_engine_flag_apply.
  *
  * vLLM launch lines work unchanged: its engine flags that mean something on a CPU are mapped
- * (--dtype, --gpu-memory-utilization, --kv-cache-memory-bytes, --tensor-parallel-size 1), and
+ * (--dtype, --gpu-memory-utilization, --kv-cache-memory-bytes, --tensor-parallel-size), and
  * flags that only tune vLLM's own machinery (logging, uvicorn, CUDA graphs, ...) are accepted and
  * ignored with a warning naming them. Anything else stays an error. */
 #ifndef PL_CLI_ENGINE_FLAGS_H
@@ -32,7 +32,7 @@ enum {
     PL_OPT_KVMEM_BYTES,  /* vLLM's --kv-cache-memory-bytes */
     PL_OPT_GPU_UTIL,     /* vLLM's --gpu-memory-utilization: on a CPU, of available RAM */
     PL_OPT_DTYPE,        /* vLLM's --dtype: chooses the KV cache type where it means one */
-    PL_OPT_TP,           /* vLLM's --tensor-parallel-size: 1 only until the MPI build */
+    PL_OPT_TP,           /* vLLM's --tensor-parallel-size (needs the MPI build) */
     PL_OPT_PP,           /* vLLM's --pipeline-parallel-size: 1 only */
     PL_OPT_SPEC_MODEL,   /* --speculative-model DRAFT.gguf */
     PL_OPT_SPEC_NGRAM,   /* --speculative-ngram */

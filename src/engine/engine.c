@@ -13,6 +13,7 @@
 #include "base/clock.h"
 
 #include "base/log.h"
+#include "dist/dist.h"
 #include "kv/vattn.h"
 
 #include <errno.h>
@@ -103,6 +104,9 @@ static pl_status check_config(const pl_engine_config *c) {
     if (c->pooling < 0 || c->pooling > 3)
         return pl_fail(PL_ERR_INVALID_ARG, "pooling must be 0 (none), 1 (mean), 2 (cls) or 3 "
                        "(last), got %d", c->pooling);
+    if (c->tensor_parallel_size < 0 || c->tensor_parallel_size > 4096)
+        return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size must be in [1, 4096], got %d",
+                       c->tensor_parallel_size);
     if (c->reserve < PL_RESERVE_MAX || c->reserve > PL_RESERVE_ORACLE)
         return pl_fail(PL_ERR_INVALID_ARG, "unknown reserve policy %d", (int)c->reserve);
     if (c->kv_layout == PL_KV_LAYOUT_CONTIGUOUS && (c->preemption_mode == PL_PREEMPT_SWAP ||
@@ -139,7 +143,7 @@ static pl_status resolve_kv_budget(pl_engine *e) {
     if (!avail)
         return pl_fail(PL_ERR_IO, "gpu-memory-utilization: cannot read MemAvailable from "
                        "/proc/meminfo; give the KV budget with --kv-cache-memory");
-    uint64_t weights = pl_gguf_file_size(e->model->file);
+    uint64_t weights = pl_gguf_file_size(e->model->file) / (uint64_t)e->model->shard.size;
     uint64_t rest = avail > weights ? avail - weights : 0;
     c->kv_cache_memory = (uint64_t)((double)rest * c->kv_cache_memory_fraction);
     PL_INFO("KV cache budget: %.1f MiB = %g x (%.1f MiB available - %.1f MiB of weights)",
@@ -227,9 +231,61 @@ void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const 
     pl_decoder_finish_group(&e->decoder, g, why, error);
 }
 
+/* Tensor parallel, rank 0: load shard 0 while every worker loads its own, and agree. */
+static pl_status dist_load(pl_engine *e) {
+    int32_t n = e->cfg.tensor_parallel_size;
+    if (!pl_dist_active() || pl_dist_size() != n || pl_dist_rank() != 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d: the engine must run on rank "
+                       "0 of an MPI job of %d processes started with pl_dist_init", n, n);
+    pl_status st = pl_model_load_shard(e->cfg.model_path, 0, n, &e->model);
+    st = pl_dist_agree(st, "could not load its shard");
+    pl_dist_note_loaded(e->cfg.model_path, e->model ? e->model->owned_bytes : 0);
+    if (st == PL_OK) e->dist = 1;
+    return st;
+}
+
+/* Tensor parallel, rank 0, the engine otherwise ready (ok) or not: hand the workers what they
+ * need to build the same pools, agree that they did, and hook the runner and forward pass. */
+static pl_status dist_start(pl_engine *e, int ok) {
+    pl_dist_setup su = {
+        .ok = ok, .kv_dtype = (int32_t)e->kv.layout.dtype, .block_size = e->kv.layout.block_size,
+        .num_blocks = (int32_t)e->kv.layout.num_blocks,
+        .num_swap_blocks = e->has_swap ? (int32_t)e->swap.layout.num_blocks : 0,
+        .max_tokens = e->runner.max_tokens, .max_seqs = e->runner.max_items,
+        .max_blocks = e->runner.max_blocks, .max_logits = e->runner.max_logit_rows,
+    };
+    pl_status st = pl_dist_send_setup(&su);
+    if (!ok) return st;
+    if (st == PL_OK)
+        st = pl_dist_reserve((int64_t)su.max_tokens * e->model->hp.dim, su.max_logits,
+                             e->model->hp.n_vocab);
+    st = pl_dist_agree(st, "could not set up its KV cache and buffers");
+    if (st != PL_OK) return st;
+    e->dist = 2;
+    e->runner.dist = 1;
+    pl_dist_hook(e->runner.fwd, e->model);
+    return PL_OK;
+}
+
+pl_status pl_tp_init(int32_t n) { return pl_dist_init(n); }
+int32_t pl_tp_rank(void) { return pl_dist_rank(); }
+pl_status pl_tp_worker_run(const pl_engine_config *c) {
+    if (!pl_dist_active() || pl_dist_rank() == 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "pl_tp_worker_run: call pl_tp_init first, on ranks "
+                       "other than 0");
+    return pl_dist_worker_run(c);
+}
+
 pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     *out = NULL;
-    PL_TRY(check_config(c));
+    pl_status cst = check_config(c);
+    if (cst != PL_OK && c->tensor_parallel_size > 1 && pl_dist_active() && pl_dist_rank() == 0) {
+        char msg[1024]; /* the workers wait to agree on loading: tell them why not */
+        snprintf(msg, sizeof msg, "%s", pl_last_error());
+        (void)pl_dist_agree(cst, "could not start the engine");
+        return pl_fail(cst, "%s", msg);
+    }
+    PL_TRY(cst);
     pl_engine *e = calloc(1, sizeof *e);
     if (!e) return pl_fail(PL_ERR_NOMEM, "out of memory");
     e->cfg = *c;
@@ -249,8 +305,12 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         long ms = strtol(sd, NULL, 10);
         e->step_delay_ms = ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms;
     }
-    pl_status st = pl_spec_init(&e->spec, c);
-    if (st == PL_OK) st = pl_model_load(c->model_path, &e->model);
+    pl_status st = c->tensor_parallel_size > 1 ? dist_load(e) : PL_OK;
+    if (st == PL_OK) st = pl_spec_init(&e->spec, c);
+    if (st == PL_OK && !e->model) {
+        st = pl_model_load(c->model_path, &e->model);
+        pl_dist_note_loaded(c->model_path, 0); /* for the benchmarks' memory report */
+    }
     if (st == PL_OK) {
         const pl_model_hparams *hp = &e->model->hp;
         e->max_model_len = c->max_model_len ? c->max_model_len : hp->n_ctx_train;
@@ -299,6 +359,13 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         e->decoder.n_embd = e->model->hp.dim;
     }
     if (st == PL_OK) st = pl_kv_view_init(&e->kv_view, &e->mgr);
+    if (e->dist) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", st != PL_OK ? pl_last_error() : "");
+        pl_status ds = dist_start(e, st == PL_OK);
+        if (st != PL_OK) pl_fail(st, "%s", msg);
+        else st = ds;
+    }
     if (st != PL_OK) {
         pl_engine_destroy(e);
         return st;
@@ -330,6 +397,8 @@ void pl_engine_destroy(pl_engine *e) {
         if (e->channels.keys[i]) pl_out_channel_unref(e->channels.vals[i]);
     pl_idmap_destroy(&e->channels);
     pl_idmap_destroy(&e->groups);
+    if (e->dist == 2 && pl_dist_send_stop() != PL_OK)
+        PL_WARN("tensor parallel: %s", pl_last_error());
     pl_scheduler_destroy(&e->sched);
     if (e->mgr.cfg.num_blocks) pl_kv_manager_destroy(&e->mgr);
     pl_engine_destroy_vattn(e);

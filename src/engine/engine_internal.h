@@ -30,6 +30,8 @@ struct pl_engine {
     pl_kv_store kv;             /* primary KV bytes */
     pl_kv_store swap;           /* swap pool bytes (num_blocks 0 if none) */
     int has_swap;
+    int dist;             /* tensor parallel: 1 shards loaded and agreed (workers wait for the
+                             setup), 2 workers running (they wait for steps, then stop) */
     pl_kv_manager mgr;          /* who holds which block */
     struct pl_vattn *va;        /* kv-layout vattention: the slots and page pool (kv holds a view
                                    of its reservation), else NULL */

@@ -3,6 +3,7 @@
 #include "base/buf.h"
 
 #include "base/status.h"
+#include "dist/dist.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +96,6 @@ static pl_status execute_embed(pl_runner *r, const pl_sched_output *so) {
 pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
     PL_ASSERT(so->n_items <= r->max_items && so->n_tokens <= r->max_tokens);
     if (r->model->hp.pooling != PL_POOL_NONE) return execute_embed(r, so);
-    apply_copies(r, so);
     const int32_t max_blocks = r->max_blocks;
     int32_t t = 0, rows = 0, n_pooled = 0;
     for (int32_t i = 0; i < so->n_items; i++) {
@@ -123,13 +123,19 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
     }
     r->seq_start[so->n_items] = t;
     PL_ASSERT(t == so->n_tokens && rows <= r->max_logit_rows);
-    if (so->n_items == 0) return PL_OK;
     pl_step_batch b = {
         .n_tokens = t, .token_ids = r->tokens, .positions = r->pos,
         .slot_mapping = r->slots, .n_seqs = so->n_items, .seq_start = r->seq_start,
         .context_lens = r->ctx, .block_tables = r->tables, .max_blocks = max_blocks,
         .n_logits = rows, .logit_rows = r->rows,
     };
+    if (r->dist) { /* the workers apply the same copies and run the same batch (if any) */
+        pl_dist_copies cp = {so->swap_out, so->swap_in, so->cow, so->n_swap_out, so->n_swap_in,
+                             so->n_cow};
+        PL_TRY(pl_dist_send_step(&cp, &b, r->kv->layout.block_size));
+    }
+    apply_copies(r, so);
+    if (so->n_items == 0) return PL_OK;
     pl_pool_request pool = {n_pooled, r->pooled, r->pooling, r->embd};
     return pl_model_forward_pooled(r->fwd, r->kv, &b, r->logits, n_pooled ? &pool : NULL);
 }

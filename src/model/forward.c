@@ -10,6 +10,12 @@
  *       h = rmsnorm(x) * ffn_norm
  *       x += Wdown (silu(Wgate h) * Wup h)   (gemma2: gelu; rmsnorm(...) * ffn_post_norm)
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)   (gemma2: cap * tanh(logits / cap))
+ *
+ * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows, so Wo a
+ * and Wdown(...) are partial sums that the reduce hook adds up over ranks before the residual
+ * add (and before gemma2's post-norms, which are not linear); x is then the same on every rank.
+ * Each rank computes the logits of its vocabulary rows, which the gather hook assembles on
+ * rank 0 (where gemma2's final soft-capping is applied).
  *   pooled = l2normalize(pool(rmsnorm(x[a whole input's rows]) * output_norm))   (embeddings)
  *
  * Every matmul covers all tokens of the step at once, so each weight is read once per step.
@@ -65,6 +71,11 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     c->up = malloc(T * hp->ffn_dim * sizeof(float));
     c->rope_cs = malloc(T * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) * sizeof(float));
     c->mm_scratch = malloc(max_scratch(m, max_tokens) + 64);
+    if (m->shard.size > 1 &&
+        !(c->lg = malloc((size_t)max_logits * (size_t)m->shard.n_vocab * sizeof(float)))) {
+        pl_forward_ctx_destroy(c);
+        return pl_fail(PL_ERR_NOMEM, "forward: out of memory for %d logits rows", max_logits);
+    }
     /* bert: one row of attention scores per thread part. */
     c->n_parts = pl_threadpool_size(tp);
     if (hp->pooling != PL_POOL_NONE)
@@ -82,8 +93,10 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
 void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
     PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
-                c->scores, c);
+                c->scores, c->lg, c);
 }
+
+void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp) { c->tpc = *tp; }
 
 static void matmul(pl_forward_ctx *c, const pl_weight *w, const float *x, int64_t B, float *y) {
     pl_matmul(c->tp, w, x, B, y, w->rows, c->mm_scratch);
@@ -164,6 +177,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_paged_attention(c->tp, &kv->layout, &attn);
 
         matmul(c, &L->wo, c->att, T, c->h);
+        if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's heads */
         if (L->attn_post_norm)
             pl_rmsnorm(c->tp, c->h, c->h, L->attn_post_norm, T, dim, hp->norm_eps);
         pl_add(c->x, c->h, T * dim);
@@ -177,19 +191,25 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         else
             pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         matmul(c, &L->w_down, c->gate, T, c->h);
+        if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's FFN */
         if (L->ffn_post_norm)
             pl_rmsnorm(c->tp, c->h, c->h, L->ffn_post_norm, T, dim, hp->norm_eps);
         pl_add(c->x, c->h, T * dim);
     }
 
-    if (b->n_logits > 0) {
+    if (b->n_logits > 0 && (logits || c->tpc.gather)) { /* a rank without logits skips them */
         /* Gather the rows that need logits, norm them, and project to the vocabulary. */
         for (int32_t i = 0; i < b->n_logits; i++)
             memmove(c->h + (int64_t)i * dim, c->x + (int64_t)b->logit_rows[i] * dim,
                     (size_t)dim * sizeof(float));
         pl_rmsnorm(c->tp, c->h, c->h, m->output_norm, b->n_logits, dim, hp->norm_eps);
-        matmul(c, &m->output, c->h, b->n_logits, logits);
-        if (hp->final_softcap > 0) { /* as llama.cpp: scale by 1/cap, tanh, scale by cap */
+        if (c->tpc.gather) { /* this rank's vocabulary columns, gathered on rank 0 */
+            matmul(c, &m->output, c->h, b->n_logits, c->lg);
+            PL_TRY(c->tpc.gather(c->tpc.ud, c->lg, b->n_logits, logits));
+        } else {
+            matmul(c, &m->output, c->h, b->n_logits, logits);
+        }
+        if (logits && hp->final_softcap > 0) { /* as llama.cpp: scale by 1/cap, tanh, scale by cap */
             const float cap = hp->final_softcap, inv = 1.0f / cap;
             for (int64_t i = 0; i < (int64_t)b->n_logits * hp->n_vocab; i++)
                 logits[i] = cap * tanhf(logits[i] * inv);

@@ -21,6 +21,8 @@ struct pl_forward_ctx {
     void *mm_scratch;/* quantized activations for matmul */
     int n_parts;     /* thread parts of the pool */
     float *scores;   /* bert: [n_parts][max_tokens] one attention score row per part */
+    pl_forward_tp tpc; /* tensor parallel collectives (model.h); zero for a whole model */
+    float *lg;       /* sharded: [max_logits][shard.n_vocab] this rank's logits columns */
 };
 
 /* Pool rows x[0..n)[dim] (mean, first or last) into out[dim] and L2-normalize it (forward_bert.c). */

@@ -5,7 +5,10 @@
 #include "base/log.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -297,6 +300,45 @@ static pl_weight weight_rows(const pl_weight *w, int64_t r0, int64_t rows) {
     return p;
 }
 
+/* ---- tensor-parallel slices (pl_model_shard); a shard's rows are weight_rows views ---- */
+
+/* Columns [c0, c0 + n) of every row of w, copied into a buffer the model owns; the mapped pages
+ * of the whole tensor are then released (they were read once, for the copy). */
+static pl_status slice_cols(pl_model *m, const char *name, pl_weight *w, int64_t c0, int64_t n) {
+    int64_t bs = pl_dtype_block_size(w->type);
+    if (c0 % bs || n % bs)
+        return pl_fail(PL_ERR_UNSUPPORTED, "tensor-parallel-size %d: tensor '%s' (%s, blocks of "
+                       "%lld values per row) would be cut into slices of %lld of its %lld "
+                       "columns, which is not a whole number of quantization blocks",
+                       m->shard.size, name, pl_dtype_name(w->type), (long long)bs, (long long)n,
+                       (long long)w->cols);
+    size_t src_row = pl_dtype_row_size(w->type, w->cols), dst_row = pl_dtype_row_size(w->type, n);
+    size_t off = pl_dtype_row_size(w->type, c0), bytes = (size_t)w->rows * dst_row;
+    void **owned = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
+    if (!owned) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
+    m->owned = owned;
+    char *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!dst) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory for its slice", name);
+    m->owned[m->n_owned++] = dst;
+    m->owned_bytes += bytes;
+    const char *src = w->data;
+    for (int64_t r = 0; r < w->rows; r++)
+        memcpy(dst + (size_t)r * dst_row, src + (size_t)r * src_row + off, dst_row);
+    /* Pages wholly inside the tensor leave this process's resident set (page cache keeps them). */
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)src + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
+    uintptr_t e = ((uintptr_t)src + (size_t)w->rows * src_row) / (uintptr_t)pg * (uintptr_t)pg;
+    if (pg > 0 && e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+    w->data = dst;
+    w->cols = n;
+    return PL_OK;
+}
+
+/* Entries [off, off + n) of a loaded vector moved to its front (a bias of sliced rows). */
+static void slice_vector(float *v, int64_t off, int64_t n) {
+    if (v) memmove(v, v + off, (size_t)n * sizeof(float));
+}
+
 /* bert: embeddings (token, position, token type 0), LayerNorms, and every bias. */
 static pl_status bind_bert_weights(pl_model *m) {
     const pl_gguf *g = m->file;
@@ -345,8 +387,12 @@ static pl_status bind_bert_weights(pl_model *m) {
 static pl_status bind_weights(pl_model *m) {
     const pl_gguf *g = m->file;
     pl_model_hparams *hp = &m->hp;
-    int64_t dim = hp->dim, q_dim = (int64_t)hp->n_heads * hp->head_dim;
-    int64_t kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    const pl_model_shard *sh = &m->shard;
+    /* Full shapes as stored, and this rank's slice of heads and FFN rows (all of them at 1). */
+    const int64_t dim = hp->dim, q_dim = (int64_t)sh->n_heads * hp->head_dim;
+    const int64_t kv_dim = (int64_t)sh->n_kv_heads * hp->head_dim, ff = sh->ffn_dim;
+    const int64_t q_loc = q_dim / sh->size, kv_loc = kv_dim / sh->size, ff_loc = ff / sh->size;
+    const int64_t r = sh->rank;
 
     const pl_gguf_tensor *emb = pl_gguf_find_tensor(g, "token_embd.weight");
     if (!emb) return pl_fail(PL_ERR_FORMAT, "missing tensor 'token_embd.weight'");
@@ -376,6 +422,14 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
     }
     hp->rope.freq_factors = m->rope_freqs;
+    /* PAGELLM_TP_OUTPUT=rank0 (benchmarks): the output layer stays whole, for rank 0 alone */
+    const char *how = getenv("PAGELLM_TP_OUTPUT");
+    int split = sh->size > 1 && !(how && !strcmp(how, "rank0"));
+    m->shard.vocab0 = split ? (int32_t)((int64_t)hp->n_vocab * r / sh->size) : 0;
+    m->shard.n_vocab = split ? (int32_t)((int64_t)hp->n_vocab * (r + 1) / sh->size) -
+                                   m->shard.vocab0
+                             : hp->n_vocab;
+    if (split) m->output = weight_rows(&m->output, m->shard.vocab0, m->shard.n_vocab);
 
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", hp->n_layers);
@@ -406,29 +460,69 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(load_vector(g, NAME("ffn_norm.weight"), dim, 0, &L->ffn_norm));
         if (hp->arch == PL_ARCH_PHI3) { /* ffn_up holds the gate rows, then the up rows */
             pl_weight up;
-            PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, 2 * (int64_t)hp->ffn_dim, &up));
-            L->w_gate = weight_rows(&up, 0, hp->ffn_dim);
-            L->w_up = weight_rows(&up, hp->ffn_dim, hp->ffn_dim);
+            PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, 2 * (int64_t)ff, &up));
+            L->w_gate = weight_rows(&up, 0, ff);
+            L->w_up = weight_rows(&up, ff, ff);
         } else {
-            PL_TRY(bind_weight(g, NAME("ffn_gate.weight"), dim, hp->ffn_dim, &L->w_gate));
-            PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, hp->ffn_dim, &L->w_up));
+            PL_TRY(bind_weight(g, NAME("ffn_gate.weight"), dim, ff, &L->w_gate));
+            PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, ff, &L->w_up));
         }
         if (hp->arch == PL_ARCH_GEMMA2) {
             PL_TRY(load_vector(g, NAME("post_attention_norm.weight"), dim, 0, &L->attn_post_norm));
             PL_TRY(load_vector(g, NAME("post_ffw_norm.weight"), dim, 0, &L->ffn_post_norm));
         }
-        PL_TRY(bind_weight(g, NAME("ffn_down.weight"), hp->ffn_dim, dim, &L->w_down));
+        PL_TRY(bind_weight(g, NAME("ffn_down.weight"), ff, dim, &L->w_down));
+        if (sh->size > 1) {
+            L->wq = weight_rows(&L->wq, r * q_loc, q_loc);
+            L->wk = weight_rows(&L->wk, r * kv_loc, kv_loc);
+            L->wv = weight_rows(&L->wv, r * kv_loc, kv_loc);
+            slice_vector(L->bq, r * q_loc, q_loc);
+            slice_vector(L->bk, r * kv_loc, kv_loc);
+            slice_vector(L->bv, r * kv_loc, kv_loc);
+            PL_TRY(slice_cols(m, NAME("attn_output.weight"), &L->wo, r * q_loc, q_loc));
+            L->w_gate = weight_rows(&L->w_gate, r * ff_loc, ff_loc);
+            L->w_up = weight_rows(&L->w_up, r * ff_loc, ff_loc);
+            PL_TRY(slice_cols(m, NAME("ffn_down.weight"), &L->w_down, r * ff_loc, ff_loc));
+        }
 #undef NAME
     }
     return PL_OK;
 }
 
+/* The shard's local head and FFN counts; the full ones stay in m->shard. */
+static pl_status shard_hparams(pl_model *m, int32_t rank, int32_t size) {
+    pl_model_hparams *hp = &m->hp;
+    m->shard = (pl_model_shard){.rank = rank, .size = size, .n_heads = hp->n_heads,
+                                .n_kv_heads = hp->n_kv_heads, .ffn_dim = hp->ffn_dim};
+    if (size == 1) return PL_OK;
+    if (hp->arch != PL_ARCH_LLAMA && hp->arch != PL_ARCH_QWEN2)
+        return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism supports the llama and qwen2 "
+                       "architectures, not '%s'", hp->arch_name);
+    if (hp->n_kv_heads % size)
+        return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d does not divide the model's "
+                       "%d KV heads (each rank holds whole KV heads: use a divisor of %d)", size,
+                       hp->n_kv_heads, hp->n_kv_heads);
+    if (hp->ffn_dim % size)
+        return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d does not divide the model's "
+                       "FFN width %d", size, hp->ffn_dim);
+    hp->n_heads /= size;
+    hp->n_kv_heads /= size;
+    hp->ffn_dim /= size;
+    return PL_OK;
+}
+
 pl_status pl_model_load(const char *path, pl_model **out) {
+    return pl_model_load_shard(path, 0, 1, out);
+}
+
+pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_model **out) {
     *out = NULL;
+    PL_ASSERT(size >= 1 && rank >= 0 && rank < size);
     pl_model *m = calloc(1, sizeof *m);
     if (!m) return pl_fail(PL_ERR_NOMEM, "out of memory");
     pl_status st = pl_gguf_open(path, &m->file);
     if (st == PL_OK) st = read_hparams(m->file, &m->hp);
+    if (st == PL_OK) st = shard_hparams(m, rank, size);
     if (st == PL_OK) st = bind_weights(m);
     if (st == PL_OK) st = pl_tokenizer_load(m->file, &m->tok);
     if (st == PL_OK && pl_tokenizer_n_vocab(m->tok) != m->hp.n_vocab)
@@ -455,7 +549,9 @@ void pl_model_destroy(pl_model *m) {
         }
         free(m->layers);
     }
-    PL_FREE_ALL(m->output_norm, m->rope_freqs, m->type_embd, m->embd_norm, m->embd_norm_b);
+    for (int32_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    PL_FREE_ALL(m->output_norm, m->rope_freqs, m->type_embd, m->embd_norm, m->embd_norm_b,
+                m->owned);
     pl_tokenizer_destroy(m->tok);
     pl_gguf_close(m->file);
     free(m);

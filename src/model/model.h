@@ -96,13 +96,36 @@ typedef struct {
     float *attn_post_norm, *ffn_post_norm; /* [dim] x2 */
 } pl_layer_weights;
 
+/* Tensor parallelism (issue 13): which slice of every layer this process holds. A shard of
+ * `size` > 1 holds, of each layer, the attention heads [rank * n/size, (rank + 1) * n/size) of
+ * Q and the KV heads likewise of K and V (rows of wq/wk/wv), the matching columns of wo, the
+ * FFN rows [rank * f/size, ...) of gate/up and the same columns of down, and of the output
+ * layer the vocabulary rows [vocab0, vocab0 + n_vocab) (vocab0 = n_vocab_total * rank / size);
+ * norms and the token embeddings are whole (a lookup touches only the rows it reads). hp then counts the LOCAL heads and FFN width (so scratch, the KV
+ * layout and attention follow it unchanged); the full counts are kept here. Row slices are
+ * views into the mapping; column slices are copied once (rows are contiguous in GGUF) and the
+ * mapped pages of the whole tensor released, so a rank's resident weights are its slices. */
+typedef struct {
+    int32_t rank, size;            /* 0, 1 when not sharded */
+    int32_t n_heads, n_kv_heads;   /* the model's full counts */
+    int32_t ffn_dim;
+    int32_t vocab0, n_vocab;       /* this rank's rows of the output layer (all of them when
+                                      PAGELLM_TP_OUTPUT=rank0: a benchmark of the alternative,
+                                      rank 0 alone computing whole logits rows) */
+} pl_model_shard;
+
 typedef struct {
     pl_gguf *file;
-    pl_model_hparams hp;
+    pl_model_hparams hp;           /* sharded: local n_heads, n_kv_heads, ffn_dim */
+    pl_model_shard shard;
+    void **owned;                  /* [n_owned] copied column slices, freed with the model */
+    int32_t n_owned;
+    size_t owned_bytes;            /* their total size */
     pl_tokenizer *tok;
     pl_weight tok_embd;         /* [n_vocab x dim] rows dequantized on lookup */
     float *output_norm;         /* [dim] */
-    pl_weight output;           /* [n_vocab x dim]; = tok_embd when tied */
+    pl_weight output;           /* [n_vocab x dim]; = tok_embd when tied; a shard's vocabulary
+                                   rows only (shard.n_vocab) */
     float *rope_freqs;          /* [n_rot/2] or NULL */
     pl_layer_weights *layers;   /* [n_layers] */
     /* bert only: */
@@ -112,6 +135,11 @@ typedef struct {
 } pl_model;
 
 pl_status pl_model_load(const char *path, pl_model **out);
+/* Load shard `rank` of `size` (see pl_model_shard; size 1 = pl_model_load). Refuses, naming the
+ * numbers, a size that does not divide the KV heads or the FFN width, a column slice that does
+ * not fall on the weight type's quantization blocks, and architectures other than llama and
+ * qwen2. */
+pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_model **out);
 void pl_model_destroy(pl_model *m);
 
 /* Scratch for forward steps of up to max_tokens tokens and max_logits logit rows. */
@@ -119,6 +147,20 @@ typedef struct pl_forward_ctx pl_forward_ctx;
 
 pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t max_logits,
                                 pl_threadpool *tp, pl_forward_ctx **out);
+/* A sharded model's collectives (all ranks call them in the same order; a failure, a rank gone,
+ * fails the step):
+ *  - reduce: after the attention output projection and after the FFN down projection, x[n]
+ *    (n = tokens x dim) becomes the sum of every rank's x (the same bits on every rank: dist/
+ *    sums in rank order);
+ *  - gather: part[rows][shard.n_vocab] are this rank's logits columns; rank 0 receives the whole
+ *    rows into logits[rows][n_vocab_total] (other ranks pass logits = NULL to the forward pass).
+ * Both NULL: a whole model, nothing to combine. */
+typedef struct {
+    pl_status (*reduce)(void *ud, float *x, int64_t n);
+    pl_status (*gather)(void *ud, const float *part, int32_t rows, float *logits);
+    void *ud;
+} pl_forward_tp;
+void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp);
 void pl_forward_ctx_destroy(pl_forward_ctx *c);
 
 /* Run one step: write every token's K/V into its slot of `kv`, and put the logits of the rows

@@ -69,7 +69,8 @@ refuse "did you mean --gpu-memory-utilization?" --gpu-memory-utilisation 0.9
 refuse "did you mean --max-num-seqs?" --max-num-sqes=4
 refuse "did you mean --tensor-parallel-size?" --tensor-paralel-size 1
 refuse "unknown option '--frobnicate'" --frobnicate
-refuse "MPI build" --tensor-parallel-size 2
+refuse "mpirun -np 2" --tensor-parallel-size 2
+refuse "pipeline parallelism is not built" --pipeline-parallel-size 2
 refuse "--pipeline-parallel-size" --pipeline-parallel-size 4
 refuse "'int8' is not auto" --dtype int8
 refuse "(0, 1]" --gpu-memory-utilization 0

@@ -1,0 +1,100 @@
+/* dist/worker — a worker rank (1..N-1): its shard, its KV pools, and the step loop.
+ *
+ *   load shard (agreed) -> setup from rank 0 -> KV pool (+ swap pool) and scratch (agreed) ->
+ *   loop: receive step; stop? -> apply swap-out, swap-in, copy-on-write -> forward (its logits
+ *   columns go to rank 0)
+ */
+#include "dist/step_msg.h"
+
+#include "base/buf.h"
+#include "base/threadpool.h"
+#include "kv/kv_store.h"
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    pl_model *m;
+    pl_threadpool *tp;
+    pl_kv_store kv, swap;
+    int has_kv, has_swap;
+    pl_forward_ctx *fwd;
+    int32_t *tables;   /* [max_seqs][max_blocks] */
+} worker;
+
+static void worker_destroy(worker *w) {
+    pl_forward_ctx_destroy(w->fwd);
+    if (w->has_swap) pl_kv_store_destroy(&w->swap);
+    if (w->has_kv) pl_kv_store_destroy(&w->kv);
+    pl_threadpool_destroy(w->tp);
+    pl_model_destroy(w->m);
+    free(w->tables);
+    pl_dist_msg_free();
+}
+
+static pl_status worker_setup(worker *w, const pl_engine_config *c, const pl_dist_setup *su) {
+    const pl_model_hparams *hp = &w->m->hp;
+    if (!(w->tp = pl_threadpool_create(c->threads)))
+        return pl_fail(PL_ERR_NOMEM, "could not start %d threads", c->threads);
+    pl_kv_layout l = {.dtype = (pl_dtype)su->kv_dtype, .block_size = su->block_size,
+                      .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
+                      .num_blocks = su->num_blocks};
+    PL_TRY(pl_kv_store_init(&w->kv, &l, hp->n_layers, NULL));
+    w->has_kv = 1;
+    if (su->num_swap_blocks > 0) {
+        l.num_blocks = su->num_swap_blocks;
+        PL_TRY(pl_kv_store_init(&w->swap, &l, hp->n_layers, NULL)); /* RAM on workers */
+        w->has_swap = 1;
+    }
+    w->tables = calloc((size_t)su->max_seqs * (size_t)su->max_blocks, sizeof(int32_t));
+    if (!w->tables) return pl_fail(PL_ERR_NOMEM, "out of memory for the block tables");
+    PL_TRY(pl_forward_ctx_create(w->m, su->max_tokens, su->max_logits, w->tp, &w->fwd));
+    PL_TRY(pl_dist_reserve((int64_t)su->max_tokens * hp->dim, su->max_logits, hp->n_vocab));
+    pl_dist_hook(w->fwd, w->m);
+    return PL_OK;
+}
+
+static pl_status serve_steps(worker *w, const pl_dist_setup *su) {
+    for (;;) {
+        pl_dist_step_view v;
+        PL_TRY(pl_dist_recv_step(&v, su->block_size, su->max_blocks, w->tables));
+        if (v.kind == PL_DIST_MSG_STOP) return PL_OK;
+        if (v.kind == PL_DIST_MSG_PROBE) {
+            double us;
+            PL_TRY(pl_dist_probe_loop(v.probe_floats, v.probe_iters, &us));
+            continue;
+        }
+        if (v.batch.n_seqs > su->max_seqs || v.batch.n_tokens > su->max_tokens)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step of %d sequences, %d tokens "
+                           "exceeds the setup", v.batch.n_seqs, v.batch.n_tokens);
+        pl_kv_store *from[3] = {&w->kv, &w->swap, &w->kv}, *to[3] = {&w->swap, &w->kv, &w->kv};
+        for (int j = 0; j < 3; j++) {
+            if (v.n_copies[j] == 0) continue;
+            if (j < 2 && !w->has_swap)
+                return pl_fail(PL_ERR_INTERNAL, "tensor parallel: swap copies without a swap pool");
+            pl_kv_store_copy(from[j], to[j], v.copy_src[j], v.copy_dst[j], v.n_copies[j]);
+        }
+        if (v.batch.n_tokens > 0) PL_TRY(pl_model_forward(w->fwd, &w->kv, &v.batch, NULL));
+    }
+}
+
+pl_status pl_dist_worker_run(const pl_engine_config *c) {
+    worker w;
+    memset(&w, 0, sizeof w);
+    pl_status st = pl_model_load_shard(c->model_path, pl_dist_rank(), pl_dist_size(), &w.m);
+    st = pl_dist_agree(st, "could not load its shard");
+    pl_dist_note_loaded(c->model_path, w.m ? w.m->owned_bytes : 0);
+    pl_dist_setup su = {0};
+    if (st == PL_OK) st = pl_dist_recv_setup(&su);
+    if (st == PL_OK && !su.ok)
+        st = pl_fail(PL_ERR_INTERNAL, "tensor parallel: rank 0 could not start the engine");
+    if (st == PL_OK) {
+        st = worker_setup(&w, c, &su);
+        st = pl_dist_agree(st, "could not set up its KV cache and buffers");
+    }
+    if (st == PL_OK) st = serve_steps(&w, &su);
+    pl_dist_note_done();
+    worker_destroy(&w);
+    return st;
+}
