@@ -16,7 +16,7 @@
 #   MODES      "busy quiet" (default): with the busy loop, and without it
 # Prints one line per measurement: mode system rep tokens/s; then the medians.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 MODEL=${MODEL:-${MODELS:-models}/llama110m-f16.gguf}
 PL=${PL:-build/pagellm}
 PL_BEFORE=${PL_BEFORE:-}
