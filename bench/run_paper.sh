@@ -4,11 +4,16 @@
 # block_size.jsonl, preempt.jsonl, sharing.jsonl, prefix.jsonl, machine.txt. Then run
 # bench/plot.sh to draw the charts.
 #
-#   MODEL=$MODELS/llama110m-q8_0.gguf LLAMA_SERVER=/path/to/llama-server bash bench/run_paper.sh [parts]
+#   MODEL=$MODELS/llama110m-q8_0.gguf LLAMA_CPP=<llama.cpp dir> bash bench/run_paper.sh [parts]
 #
 # parts: any of layouts serve blocks preempt sharing prefix (default: all). Environment:
 #   MODEL         GGUF model (required to exist; both systems load the same file)
-#   LLAMA_SERVER  llama.cpp's llama-server binary; the peer is skipped when unset
+#   LLAMA_CPP     the peer: a llama.cpp checkout built by ../shared/peer/build-llama-cpp.sh
+#                 (binaries under build/bin); its commit date goes into machine.txt
+#   LLAMA_SERVER  llama.cpp's llama-server binary ($LLAMA_CPP/build/bin/llama-server by
+#                 default); the peer is skipped when neither is set
+#   NP_LIST       llama-server slot counts swept, each with and without -kvu ("1 4 8 16"): the
+#                 best setting whose outputs are all complete runs the rate sweep
 #   PL            the pagellm binary (build/pagellm)
 #   THREADS       threads of each system (1: robust on a shared machine)
 #   KV_MEM        KV budget of every pagellm run (96M); llama-server gets the same in tokens
@@ -17,7 +22,7 @@
 #   SERVE_MEM     KV budgets of the serving sweeps, one sweep each ("$KV_MEM")
 # Servers bind 127.0.0.1 only and are killed on exit.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 MODEL=${MODEL:-${MODELS:-models}/llama110m-q8_0.gguf}  # MODELS: the folder holding the mkmodel outputs
 PL=${PL:-build/pagellm}
 OUT=${OUT:-bench/results}
@@ -28,6 +33,11 @@ N_SERVE=${N_SERVE:-24}
 N_ABL=${N_ABL:-48}
 RATES=${RATES:-"0.1 0.2 0.4 0.8"}
 PARTS=${*:-layouts serve blocks preempt sharing prefix}
+NP_LIST=${NP_LIST:-1 4 8 16}
+if [ -z "${LLAMA_SERVER:-}" ] && [ -n "${LLAMA_CPP:-}" ]; then LLAMA_SERVER=$LLAMA_CPP/build/bin/llama-server; fi
+if [ -n "${LLAMA_SERVER:-}" ] && [ ! -x "$LLAMA_SERVER" ]; then
+    echo "run_paper: LLAMA_SERVER=$LLAMA_SERVER is not executable" >&2; exit 1
+fi
 mkdir -p "$OUT"
 [ -f "$MODEL" ] || { echo "run_paper: no model at $MODEL" >&2; exit 1; }
 [ -x "$PL" ] || { echo "run_paper: no pagellm binary at $PL (build first)" >&2; exit 1; }
@@ -43,6 +53,9 @@ trap cleanup EXIT INT TERM
     echo "memory: $(free -g | awk '/Mem:/ {print $2 " GiB"}')"
     echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "model: $MODEL; threads: $THREADS; kv budget: $KV_MEM"
+    if [ -n "${LLAMA_SERVER:-}" ]; then # the peer's checkout holds its binary
+        echo "peer: llama.cpp $(git -C "$(dirname "$LLAMA_SERVER")" log -1 --format='%h, commit date %cd' 2>/dev/null || echo '(commit unknown: no git checkout around the binary)')"
+    fi
 } >"$OUT/machine.txt"
 
 tp() { "$PL" bench throughput -m "$MODEL" -t "$THREADS" --kv-cache-memory "$KV_MEM" "$@"; }
@@ -100,16 +113,50 @@ if [[ " $PARTS " == *" serve "* ]]; then
     wait_http "http://127.0.0.1:$PORT/v1/models" "${PIDS[-1]}" && serve_sweep pagellm "$PORT"
     cleanup
     if [ -n "${LLAMA_SERVER:-}" ]; then
-        # Same GGUF, threads and KV tokens; llama.cpp splits its context over -np slots and each
-        # slot must hold the longest request (the model length), so slots = tokens / ctx.
-        NP=$((TOK / CTX)); [ "$NP" -lt 1 ] && NP=1
-        echo "llama-server at $MEM: -c $TOK -np $NP ($TOK KV tokens, $CTX per slot)" >>"$OUT/machine.txt"
-        PORT=$((20000 + RANDOM % 20000))
-        "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" -tb "$THREADS" \
-            -c "$TOK" -np "$NP" -cb >"$OUT/llama_server_$MEM.log" 2>&1 &
-        PIDS+=($!)
-        wait_http "http://127.0.0.1:$PORT/health" "${PIDS[-1]}" && serve_sweep "llama.cpp" "$PORT"
-        cleanup
+        # Same GGUF, threads and KV tokens (-c). llama-server's best setting: every -np of NP_LIST
+        # with and without a unified KV cache (-kvu), each given the whole dataset at once; a
+        # setting counts only if its outputs are complete (no failed request and no output cut
+        # short: bench serve's errors and length_mismatches both 0), and the one with the most
+        # output tokens/s among those runs the rate sweep.
+        best="" best_tps=0
+        : >"$OUT/llama_settings_$MEM.jsonl"
+        for np in $NP_LIST; do
+            for kvu in -no-kvu -kvu; do
+                PORT=$((20000 + RANDOM % 20000))
+                "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" -tb "$THREADS" \
+                    -c "$TOK" -np "$np" $kvu -cb >"$OUT/llama_server_${MEM}_np${np}${kvu}.log" 2>&1 &
+                PIDS+=($!)
+                if wait_http "http://127.0.0.1:$PORT/health" "${PIDS[-1]}"; then
+                    line=$("$PL" bench serve --base-url "http://127.0.0.1:$PORT" --model m --dataset sharegpt \
+                        --num-prompts "$N_SERVE" --request-rate inf --seed 2 --max-total "$CTX" \
+                        --label "llama.cpp -np $np $kvu" 2>/dev/null | tail -1)
+                    [ -n "$line" ] && echo "$line" >>"$OUT/llama_settings_$MEM.jsonl"
+                    read -r ok tps < <(echo "$line" | python3 -c '
+import json, sys
+try: d = json.loads(sys.stdin.read())
+except ValueError: print(0, 0); sys.exit()
+ok = d.get("errors", 1) == 0 and d.get("length_mismatches", 1) == 0 and d.get("completed", 0) > 0
+print(int(ok), d.get("output_throughput", 0))')
+                    echo "llama-server at $MEM: -c $TOK -np $np $kvu: $tps output tok/s, complete: $ok" >>"$OUT/machine.txt"
+                    if [ "${ok:-0}" = 1 ] && python3 -c "import sys; sys.exit(not $tps > $best_tps)"; then
+                        best="-np $np $kvu" best_tps=$tps
+                    fi
+                fi
+                cleanup
+            done
+        done
+        if [ -z "$best" ]; then
+            echo "llama-server at $MEM: no setting of NP_LIST completed every output; no peer sweep" >>"$OUT/machine.txt"
+        else
+            echo "llama-server at $MEM: best complete setting -c $TOK $best ($best_tps output tok/s)" >>"$OUT/machine.txt"
+            PORT=$((20000 + RANDOM % 20000))
+            # shellcheck disable=SC2086 # $best is two flags
+            "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -t "$THREADS" -tb "$THREADS" \
+                -c "$TOK" $best -cb >"$OUT/llama_server_$MEM.log" 2>&1 &
+            PIDS+=($!)
+            wait_http "http://127.0.0.1:$PORT/health" "${PIDS[-1]}" && serve_sweep "llama.cpp" "$PORT"
+            cleanup
+        fi
     fi
   done
 fi

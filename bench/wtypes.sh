@@ -2,13 +2,15 @@
 # Decode and prefill speed of the weight types of issue 18, pagellm beside llama.cpp in the same
 # run (docs/BENCHMARKS.md): for each type, `pagellm bench model` then `llama-bench` on the same
 # mkmodel file (the 110M Llama of docs/BENCHMARKS.md), 2 threads, interleaved per type.
-#   LLAMA_CPP=/path/to/llama.cpp MODELS=/dir bash bench/wtypes.sh [BUILD_DIR]
+#   LLAMA_CPP=<llama.cpp dir> MODELS=<dir> bash bench/wtypes.sh [BUILD_DIR]
+# LLAMA_CPP: the peer built by ../shared/peer/build-llama-cpp.sh (binaries under build/bin).
 # MODELS holds llama110m-T.gguf (made if missing). Prints one line per (type, program).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 L=${LLAMA_CPP:?set LLAMA_CPP}
 M=${MODELS:?set MODELS}
+echo "peer: llama.cpp $(git -C "$L" log -1 --format='%h, commit date %cd' 2>/dev/null || echo '(no git metadata)')"
 for t in ${TYPES:-q4_1 q5_0 q5_1 iq4_nl q2_k q3_k iq4_xs}; do
   f="$M/llama110m-$t.gguf"
   [ -f "$f" ] || "$build/pagellm" mkmodel "$f" --vocab-from ../shared/testdata/vocab/ggml-vocab-llama-spm.gguf \

@@ -1,39 +1,60 @@
 /* base/threadpool — see threadpool.h.
  *
  * A job is n parts (calls fn(ctx, i, n), i < n). It is published by storing `claim` = (job
- * number << 32 | 0) and then bumping `generation` under the mutex; workers spin on the
- * generation for a short while (cheap wake-up between the many small jobs of a forward step) and
- * otherwise wait on the condition variable. Every thread, the caller included, then claims parts
- * with a compare-and-swap on `claim` until none is left, and the caller waits until `done`
- * counts n. A part is claimed once, by whoever comes first, so a worker that the OS has not
- * scheduled (a loaded machine) costs nothing: the caller runs its part. The job number in
+ * number << 32 | 0) and then bumping the 32-bit `generation`. Every thread, the caller included,
+ * then claims parts with a compare-and-swap on `claim` until none is left, and the caller waits
+ * until `done` counts n. A part is claimed once, by whoever comes first, so a worker that the OS
+ * has not scheduled (a loaded machine) costs nothing: the caller runs its part. The job number in
  * `claim` keeps a late worker from claiming parts of a later job with a stale view.
+ *
+ * Waiting degrades gracefully: both waits (a worker for the next job, the caller for the parts
+ * other threads still run) spin for a bounded time (cheap between the many small jobs of a
+ * forward step) and then sleep on a futex, so a pool that shares its cores with another busy
+ * process gives the cores back instead of burning the time slices its own threads need (and an
+ * idle core lets the scheduler move a preempted worker there).
+ *
+ * No lost wake-up (the Dekker pattern on sequentially consistent atomics): a worker going to
+ * sleep increments `sleepers` and then re-reads `generation`; the caller bumps `generation` and
+ * then reads `sleepers`, issuing FUTEX_WAKE only when someone sleeps. One of the two sees the
+ * other's write, and FUTEX_WAIT itself sleeps only while the word still holds the value the
+ * worker saw. The caller's wait for `done` is the mirror image with `caller_sleeping`: the thread
+ * that finishes the last part wakes it. Every wait re-checks its condition in a loop, so a
+ * spurious or late wake-up only costs a re-check.
  */
 #include "base/threadpool.h"
 
 #include "base/status.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
-enum { SPIN_ITERS = 20000, WAIT_SPIN_ITERS = 4000 };
+/* How long a waiting thread spins before it sleeps: a worker waiting for the next job, and the
+ * caller waiting for the parts that other threads still run. */
+enum { WORKER_SPIN_NS = 200000, CALLER_SPIN_NS = 50000 };
 
 struct pl_threadpool {
     int n;                     /* threads including the caller */
     pthread_t *threads;        /* n - 1 workers */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_uint_fast64_t generation; /* bumped once per job (wakes the workers) */
-    atomic_uint_fast64_t claim;      /* job number << 32 | next unclaimed part */
-    atomic_int done;                 /* parts of the current job finished */
-    _Atomic(pl_job_fn) fn;           /* the current job (atomic: a late worker may read them */
-    _Atomic(void *) ctx;             /*  while the next job is set; its claim then fails) */
+    atomic_uint generation;    /* bumped once per job (the workers' futex word) */
+    atomic_uint_fast64_t claim; /* job number << 32 | next unclaimed part */
+    atomic_int done;           /* parts of the current job finished (the caller's futex word) */
+    _Atomic(pl_job_fn) fn;     /* the current job (atomic: a late worker may read them */
+    _Atomic(void *) ctx;       /*  while the next job is set; its claim then fails) */
     atomic_int parts;
-    uint32_t job;                    /* the caller's job counter */
-    atomic_int stop;                 /* destroy: workers exit */
+    uint32_t job;              /* the caller's job counter */
+    atomic_int stop;           /* destroy: workers exit */
+    atomic_int sleepers;       /* workers asleep (or about to be) on `generation` */
+    atomic_int caller_sleeping; /* the caller is asleep (or about to be) on `done` */
+    atomic_llong worker_sleeps, caller_sleeps; /* statistics (tests, benchmarks) */
 };
 
 typedef struct {
@@ -45,6 +66,48 @@ static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Sleep while *word == expected (returns at once if it differs, may return spuriously). */
+static void futex_wait(void *word, unsigned expected) {
+#if defined(__linux__)
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#else
+    (void)word;
+    (void)expected;
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+static void futex_wake(void *word, int n) {
+#if defined(__linux__)
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+#else
+    (void)word;
+    (void)n;
+#endif
+}
+
+/* Spin until `*word != value` or `spin_ns` have passed (checking the clock now and then);
+ * returns whether the word changed. */
+static int spin_while_equal(atomic_uint *word, unsigned value, int64_t spin_ns) {
+    int64_t deadline = 0;
+    for (int i = 1;; i++) {
+        if (atomic_load_explicit(word, memory_order_acquire) != value) return 1;
+        cpu_relax();
+        if ((i & 63) == 0) {
+            int64_t t = now_ns();
+            if (!deadline) deadline = t + spin_ns;
+            else if (t >= deadline) return 0;
+        }
+    }
 }
 
 /* Claim and run parts of job `job` until none is left (or a later job replaced it). */
@@ -64,7 +127,9 @@ static void run_parts(pl_threadpool *tp, uint64_t job) {
         void *ctx = atomic_load_explicit(&tp->ctx, memory_order_relaxed);
         parts = atomic_load_explicit(&tp->parts, memory_order_relaxed);
         fn(ctx, i, parts);
-        atomic_fetch_add_explicit(&tp->done, 1, memory_order_release);
+        /* seq_cst: the increment must be visible before caller_sleeping is read (see top). */
+        if (atomic_fetch_add(&tp->done, 1) + 1 == parts && atomic_load(&tp->caller_sleeping))
+            futex_wake(&tp->done, 1);
     }
 }
 
@@ -72,21 +137,16 @@ static void *worker_main(void *p) {
     worker_arg *wa = p;
     pl_threadpool *tp = wa->tp;
     free(wa);
-    uint_fast64_t seen = 0;
+    unsigned seen = 0;
     for (;;) {
-        uint_fast64_t g = atomic_load_explicit(&tp->generation, memory_order_acquire);
-        for (int i = 0; g == seen && i < SPIN_ITERS; i++) {
-            cpu_relax();
-            g = atomic_load_explicit(&tp->generation, memory_order_acquire);
-        }
-        if (g == seen) {
-            pthread_mutex_lock(&tp->mu);
-            while ((g = atomic_load(&tp->generation)) == seen && !atomic_load(&tp->stop))
-                pthread_cond_wait(&tp->cv, &tp->mu);
-            pthread_mutex_unlock(&tp->mu);
+        if (!spin_while_equal(&tp->generation, seen, WORKER_SPIN_NS)) {
+            atomic_fetch_add(&tp->sleepers, 1);
+            atomic_fetch_add_explicit(&tp->worker_sleeps, 1, memory_order_relaxed);
+            while (atomic_load(&tp->generation) == seen) futex_wait(&tp->generation, seen);
+            atomic_fetch_sub(&tp->sleepers, 1);
         }
         if (atomic_load(&tp->stop)) return NULL;
-        seen = g;
+        seen = atomic_load_explicit(&tp->generation, memory_order_acquire);
         run_parts(tp, atomic_load_explicit(&tp->claim, memory_order_acquire) >> 32);
     }
 }
@@ -105,8 +165,6 @@ pl_threadpool *pl_threadpool_create(int n_threads) {
     pl_threadpool *tp = calloc(1, sizeof *tp);
     if (!tp) return NULL;
     tp->n = n_threads;
-    pthread_mutex_init(&tp->mu, NULL);
-    pthread_cond_init(&tp->cv, NULL);
     atomic_init(&tp->generation, 0);
     atomic_init(&tp->claim, 0);
     atomic_init(&tp->done, 0);
@@ -114,6 +172,10 @@ pl_threadpool *pl_threadpool_create(int n_threads) {
     atomic_init(&tp->ctx, NULL);
     atomic_init(&tp->parts, 0);
     atomic_init(&tp->stop, 0);
+    atomic_init(&tp->sleepers, 0);
+    atomic_init(&tp->caller_sleeping, 0);
+    atomic_init(&tp->worker_sleeps, 0);
+    atomic_init(&tp->caller_sleeps, 0);
     tp->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     if (!tp->threads) { free(tp); return NULL; }
     for (int i = 1; i < n_threads; i++) {
@@ -134,19 +196,43 @@ pl_threadpool *pl_threadpool_create(int n_threads) {
 
 void pl_threadpool_destroy(pl_threadpool *tp) {
     if (!tp) return;
-    pthread_mutex_lock(&tp->mu);
     atomic_store(&tp->stop, 1);
     atomic_fetch_add(&tp->generation, 1);
-    pthread_cond_broadcast(&tp->cv);
-    pthread_mutex_unlock(&tp->mu);
+    futex_wake(&tp->generation, INT_MAX);
     for (int i = 1; i < tp->n; i++) pthread_join(tp->threads[i - 1], NULL);
-    pthread_mutex_destroy(&tp->mu);
-    pthread_cond_destroy(&tp->cv);
     free(tp->threads);
     free(tp);
 }
 
 int pl_threadpool_size(const pl_threadpool *tp) { return tp ? tp->n : 1; }
+
+void pl_threadpool_sleep_counts(const pl_threadpool *tp, int64_t *worker, int64_t *caller) {
+    *worker = tp ? atomic_load_explicit(&tp->worker_sleeps, memory_order_relaxed) : 0;
+    *caller = tp ? atomic_load_explicit(&tp->caller_sleeps, memory_order_relaxed) : 0;
+}
+
+int pl_threadpool_sleeping(const pl_threadpool *tp) { return tp ? atomic_load(&tp->sleepers) : 0; }
+
+/* The caller waits until the n parts are done: spin, then sleep on `done`. */
+static void wait_done(pl_threadpool *tp, int n) {
+    int64_t deadline = 0;
+    for (int i = 1; atomic_load_explicit(&tp->done, memory_order_acquire) < n; i++) {
+        cpu_relax();
+        if ((i & 63) != 0) continue;
+        int64_t t = now_ns();
+        if (!deadline) {
+            deadline = t + CALLER_SPIN_NS;
+            continue;
+        }
+        if (t < deadline) continue;
+        atomic_store(&tp->caller_sleeping, 1);
+        atomic_fetch_add_explicit(&tp->caller_sleeps, 1, memory_order_relaxed);
+        int d;
+        while ((d = atomic_load(&tp->done)) < n) futex_wait(&tp->done, (unsigned)d);
+        atomic_store(&tp->caller_sleeping, 0);
+        break;
+    }
+}
 
 void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx) {
     if (!tp || tp->n == 1 || n <= 1) {
@@ -160,18 +246,11 @@ void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx) {
     atomic_store_explicit(&tp->parts, n, memory_order_relaxed);
     atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
     atomic_store_explicit(&tp->claim, job << 32, memory_order_release);
-    pthread_mutex_lock(&tp->mu);
-    atomic_fetch_add_explicit(&tp->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&tp->cv);
-    pthread_mutex_unlock(&tp->mu);
+    /* seq_cst: the bump must be visible before `sleepers` is read (see top). */
+    atomic_fetch_add(&tp->generation, 1);
+    if (atomic_load(&tp->sleepers) > 0) futex_wake(&tp->generation, n - 1);
     run_parts(tp, job);
-    /* Every part is claimed; wait for those other threads are still running. Yield now and then:
-     * if one was preempted (the machine is oversubscribed) spinning would only keep it off the
-     * core it needs. */
-    for (int i = 0; atomic_load_explicit(&tp->done, memory_order_acquire) < n; i++) {
-        if (i < WAIT_SPIN_ITERS) cpu_relax();
-        else sched_yield();
-    }
+    wait_done(tp, n);
 }
 
 void pl_threadpool_run(pl_threadpool *tp, pl_job_fn fn, void *ctx) {

@@ -4,10 +4,13 @@
  * pool's size) and returns when all have finished. The parts are claimed by whichever thread
  * comes first (the caller included), so part ith need not run on thread ith and a worker the OS
  * has not scheduled delays nothing: a part must depend only on (ctx, ith, nth), never on the
- * calling thread. Workers are created once, spin briefly for the next job and then sleep, so a
- * run costs a few microseconds and no thread is created per step. Jobs split their work by
- * ith/nth (see pl_split_range) and write disjoint outputs. A pool is driven by one thread at a
- * time (the engine thread).
+ * calling thread. Workers are created once, spin briefly (~200 us) for the next job and then
+ * sleep on a futex, so a run costs a few microseconds and no thread is created per step. The
+ * caller, once every part is claimed, spins briefly (~50 us) for the parts other threads still
+ * run and then sleeps too, so a pool sharing its cores with other busy processes degrades
+ * gracefully instead of spinning away the time slices its own threads need. No wake-up is lost
+ * (threadpool.c says why). Jobs split their work by ith/nth (see pl_split_range) and write
+ * disjoint outputs. A pool is driven by one thread at a time (the engine thread).
  */
 #ifndef PL_BASE_THREADPOOL_H
 #define PL_BASE_THREADPOOL_H
@@ -25,6 +28,11 @@ int pl_threadpool_size(const pl_threadpool *tp);
 void pl_threadpool_run(pl_threadpool *tp, pl_job_fn fn, void *ctx);
 /* Run fn as n parts (1 <= n, at most the pool's size). */
 void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx);
+/* How often, since creation, a worker went to sleep waiting for a job and the caller went to
+ * sleep waiting for parts to finish (tests, benchmarks). tp may be NULL (both 0). */
+void pl_threadpool_sleep_counts(const pl_threadpool *tp, int64_t *worker, int64_t *caller);
+/* Workers asleep (or about to sleep) waiting for a job right now. */
+int pl_threadpool_sleeping(const pl_threadpool *tp);
 
 /* The part [*begin, *end) of [0, n) that thread ith of nth owns, in chunks of `align` items. */
 static inline void pl_split_range(int64_t n, int ith, int nth, int64_t align, int64_t *begin,

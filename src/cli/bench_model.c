@@ -10,6 +10,13 @@
  * Each measurement is repeated --reps times on fresh caches; the table shows the mean and the
  * best, the JSON lines (--json, after the table) every repetition's value as well.
  * Token ids are drawn from a fixed seed; the weights are whatever the file holds.
+ *
+ * Beside tokens/s it prints the work rate and the share of the machine's limits measured by
+ * kernels/roofline (as `bench kernels` does): GFLOP/s (GOP/s when the matrices are quantized:
+ * integer dot products) = 2 x (matrix parameters x tokens + output matrix x logit rows +
+ * attention's QK and AV multiply-adds over the keys each token sees) / time, and GB/s = (every
+ * matrix once per step + the K and V each sequence reads) / time. %peak is the f32 FMA peak
+ * (float matrices only), %bw the read bandwidth.
  */
 #include "cli/args.h"
 #include "base/buf.h"
@@ -20,6 +27,7 @@
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kernels/cpu.h"
+#include "kernels/roofline.h"
 #include "model/model.h"
 
 #include <getopt.h>
@@ -53,6 +61,67 @@ typedef struct {
     pl_rng rng;
 } bm_run;
 
+
+/* The work of one forward step (see the top comment): FLOPs and bytes read. */
+typedef struct {
+    double layer_params, layer_bytes; /* all layers' matrices */
+    double out_params, out_bytes;     /* the output matrix */
+    double kv_bytes_per_key;          /* K and V of one position, every layer */
+    double attn_flops_per_key;        /* QK + AV of one query against one key, every layer */
+    int integer;                      /* quantized matrices: integer dot products */
+} bm_work;
+
+static void work_of(const pl_model *m, pl_dtype kv, bm_work *w) {
+    const pl_model_hparams *hp = &m->hp;
+    memset(w, 0, sizeof *w);
+    for (int l = 0; l < hp->n_layers; l++) {
+        const pl_layer_weights *L = &m->layers[l];
+        const pl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) {
+            if (!ws[i]->data) continue;
+            w->layer_params += (double)ws[i]->rows * (double)ws[i]->cols;
+            w->layer_bytes += (double)ws[i]->rows * (double)pl_dtype_row_size(ws[i]->type, ws[i]->cols);
+        }
+    }
+    w->out_params = (double)m->output.rows * (double)m->output.cols;
+    w->out_bytes = (double)m->output.rows * (double)pl_dtype_row_size(m->output.type, m->output.cols);
+    pl_dtype t = m->layers[0].wq.type;
+    w->integer = t != PL_DT_F32 && t != PL_DT_F16 && t != PL_DT_BF16;
+    w->kv_bytes_per_key = 2.0 * hp->n_layers * hp->n_kv_heads * (double)pl_dtype_row_size(kv, hp->head_dim);
+    w->attn_flops_per_key = 4.0 * hp->n_layers * hp->n_heads * (double)hp->head_dim;
+}
+
+/* FLOPs and bytes of a prefill of p tokens (one sequence, causal, one logit row). */
+static void work_prefill(const bm_work *w, int64_t p, double *flops, double *bytes) {
+    double keys = (double)p * (double)(p + 1) / 2;
+    *flops = 2.0 * w->layer_params * (double)p + 2.0 * w->out_params + w->attn_flops_per_key * keys;
+    *bytes = w->layer_bytes + w->out_bytes + w->kv_bytes_per_key * (double)p;
+}
+
+/* FLOPs and bytes of n decode steps of B sequences that start with ctx tokens each. */
+static void work_decode(const bm_work *w, int32_t B, int64_t n, int64_t ctx, double *flops,
+                        double *bytes) {
+    double keys = (double)B * ((double)n * (double)(ctx + 1) + (double)n * (double)(n - 1) / 2);
+    *flops = 2.0 * (w->layer_params + w->out_params) * (double)B * (double)n +
+             w->attn_flops_per_key * keys;
+    *bytes = (w->layer_bytes + w->out_bytes) * (double)n + w->kv_bytes_per_key * keys;
+}
+
+/* The rates of one row: work per token (flops/bytes over `tokens`) at `tps` tokens/s. */
+typedef struct {
+    double ops, gbs, peak_pct, bw_pct; /* GFLOP/s or GOP/s; peak_pct < 0: not applicable */
+} bm_rates;
+
+static bm_rates rates_of(const bm_work *w, double flops, double bytes, double tokens, double tps,
+                         double fma_peak, double bw_peak) {
+    bm_rates r;
+    double t = tokens / tps;
+    r.ops = flops / t / 1e9;
+    r.gbs = bytes / t / 1e9;
+    r.peak_pct = !w->integer && fma_peak > 0 ? 100.0 * r.ops / fma_peak : -1;
+    r.bw_pct = bw_peak > 0 ? 100.0 * r.gbs / bw_peak : -1;
+    return r;
+}
 
 static void run_free(bm_run *r) {
     PL_FREE_ALL(r->table, r->logits, r->tok, r->pos, r->rows, r->seq_start, r->ctx_len, r->slots);
@@ -150,7 +219,8 @@ static void stats(const double *v, int n, double *mean, double *best) {
 }
 
 static void print_json(const bm_opts *o, const bm_run *r, const char *test, int32_t B,
-                       int64_t tokens, const double *v, int n) {
+                       int64_t tokens, const double *v, int n, const bm_work *w,
+                       const bm_rates *rt, double fma_peak, double bw_peak) {
     double mean, best;
     stats(v, n, &mean, &best);
     printf("{\"model\":\"%s\",\"test\":\"%s\",\"batch\":%d,\"tokens\":%lld,\"ctx\":%lld,"
@@ -160,7 +230,18 @@ static void print_json(const bm_opts *o, const bm_run *r, const char *test, int3
            pl_threadpool_size(r->tp), pl_isa_name(pl_cpu_isa()), pl_dtype_name(o->kv), mean,
            best);
     for (int i = 0; i < n; i++) printf("%s%.2f", i ? "," : "", v[i]);
-    printf("]}\n");
+    printf("],\"%s\":%.2f,\"gb_per_s\":%.2f,\"fma_peak_gflops\":%.1f,\"read_peak_gb_per_s\":%.1f,",
+           w->integer ? "gops_per_s" : "gflops_per_s", rt->ops, rt->gbs, fma_peak, bw_peak);
+    if (rt->peak_pct >= 0) printf("\"peak_pct\":%.1f,", rt->peak_pct);
+    else printf("\"peak_pct\":null,");
+    printf("\"bandwidth_pct\":%.1f}\n", rt->bw_pct);
+}
+
+/* "12.3" or "-" (not applicable) */
+static const char *pct(char *buf, size_t cap, double v) {
+    if (v < 0) snprintf(buf, cap, "-");
+    else snprintf(buf, cap, "%.1f", v);
+    return buf;
 }
 
 static int usage(FILE *f) {
@@ -270,28 +351,51 @@ int pl_bench_model(int argc, char **argv) {
         }
         if (rep == o.reps - 1) {
             const pl_model_hparams *hp = &r.m->hp;
+            bm_work w;
+            work_of(r.m, o.kv, &w);
+            /* this machine's limits, with the benchmark's own pool (as `bench kernels` --quick) */
+            int nt = pl_threadpool_size(r.tp);
+            double bw_peak = pl_roofline_read_gbs(r.tp, nt, (size_t)256 << 20, 2);
+            double fma_peak = pl_roofline_fma_gflops(r.tp, nt, 2000000, 3);
             printf("model %s: dim %d, %d layers, %d heads (%d KV), ffn %d, vocab %d; "
-                   "%d threads, %s\n\n",
+                   "%d threads, %s\n",
                    o.model, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->ffn_dim,
-                   hp->n_vocab, pl_threadpool_size(r.tp), pl_isa_name(pl_cpu_isa()));
-            printf("%-8s %6s %7s %6s %14s %14s\n", "test", "batch", "tokens", "ctx", "tokens/s",
-                   "best tokens/s");
-            double mean, best;
+                   hp->n_vocab, nt, pl_isa_name(pl_cpu_isa()));
+            printf("limits: f32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s; matrices %s "
+                   "(%s)\n\n", fma_peak, bw_peak, pl_dtype_name(r.m->layers[0].wq.type),
+                   w.integer ? "integer dot products: GOP/s, no FMA %" : "GFLOP/s");
+            printf("%-8s %6s %7s %6s %12s %12s %9s %8s %6s %6s\n", "test", "batch", "tokens", "ctx",
+                   "tokens/s", "best tok/s", w.integer ? "GOP/s" : "GFLOP/s", "GB/s", "%peak",
+                   "%bw");
+            double mean, best, flops, bytes;
+            char b1[16], b2[16];
+            bm_rates pre_rt = {0}, dec_rt[MAX_BATCHES];
             if (o.p > 0) {
                 stats(pre, (int)o.reps, &mean, &best);
-                printf("%-8s %6d %7lld %6d %14.1f %14.1f\n", "prefill", 1, (long long)o.p, 0,
-                       mean, best);
+                work_prefill(&w, o.p, &flops, &bytes);
+                pre_rt = rates_of(&w, flops, bytes, (double)o.p, mean, fma_peak, bw_peak);
+                printf("%-8s %6d %7lld %6d %12.1f %12.1f %9.1f %8.1f %6s %6s\n", "prefill", 1,
+                       (long long)o.p, 0, mean, best, pre_rt.ops, pre_rt.gbs,
+                       pct(b1, sizeof b1, pre_rt.peak_pct), pct(b2, sizeof b2, pre_rt.bw_pct));
             }
             for (int i = 0; o.n > 0 && i < o.n_batches; i++) {
                 stats(dec[i], (int)o.reps, &mean, &best);
-                printf("%-8s %6d %7lld %6lld %14.1f %14.1f\n", "decode", o.batches[i],
-                       (long long)o.n, (long long)o.ctx, mean, best);
+                work_decode(&w, o.batches[i], o.n, o.ctx, &flops, &bytes);
+                dec_rt[i] = rates_of(&w, flops, bytes, (double)o.batches[i] * (double)o.n, mean,
+                                     fma_peak, bw_peak);
+                printf("%-8s %6d %7lld %6lld %12.1f %12.1f %9.1f %8.1f %6s %6s\n", "decode",
+                       o.batches[i], (long long)o.n, (long long)o.ctx, mean, best, dec_rt[i].ops,
+                       dec_rt[i].gbs, pct(b1, sizeof b1, dec_rt[i].peak_pct),
+                       pct(b2, sizeof b2, dec_rt[i].bw_pct));
             }
             if (o.json) {
                 printf("\n");
-                if (o.p > 0) print_json(&o, &r, "prefill", 0, o.p, pre, (int)o.reps);
+                if (o.p > 0)
+                    print_json(&o, &r, "prefill", 0, o.p, pre, (int)o.reps, &w, &pre_rt,
+                               fma_peak, bw_peak);
                 for (int i = 0; o.n > 0 && i < o.n_batches; i++)
-                    print_json(&o, &r, "decode", o.batches[i], o.n, dec[i], (int)o.reps);
+                    print_json(&o, &r, "decode", o.batches[i], o.n, dec[i], (int)o.reps, &w,
+                               &dec_rt[i], fma_peak, bw_peak);
             }
         }
         run_free(&r);

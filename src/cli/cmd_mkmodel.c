@@ -2,6 +2,7 @@
  * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N] [--sliding-window W]`: a
  * random-weight Llama; with `--arch gemma2|phi3` (and their flags, see usage) those layouts; with
  * `--arch bert [--pooling mean|cls|last]` a random-weight BERT embedding model (below).
+ * `--shape 110m|1b|3b` names the shapes of the benchmark tables (docs/BENCHMARKS.md).
  *
  * The file is a complete "llama" GGUF: every tokenizer.* key of FILE copied as is, the llama.*
  * hyper-parameters, and the tensors of a llama.cpp Llama (GGUF ne[0] = input features):
@@ -108,12 +109,27 @@ static int more_bits(int64_t l, int64_t n) {
     return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
 }
 
+/* The named shapes of the benchmark tables (--shape); the vocabulary is --vocab-from's (the
+ * 32,000-token llama-spm one in docs/BENCHMARKS.md). */
+static const struct {
+    const char *name;
+    int64_t dim, layers, heads, kv_heads, ffn;
+} shapes[] = {
+    {"110m", 768, 12, 12, 4, 2048},
+    {"1b", 2048, 16, 32, 8, 8192},
+    {"3b", 3072, 28, 24, 8, 8192},
+};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L --heads H\n"
             "                       --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]\n"
+            "       pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --shape NAME [--type T] ...\n"
             "  writes a random-weight Llama with FILE's tokenizer (for tests and benchmarks)\n"
             "  --vocab-from FILE   GGUF whose tokenizer.* metadata is copied\n"
+            "  --shape NAME        the benchmark tables' shapes: 110m (dim 768, 12 layers, 12\n"
+            "                      heads, 4 KV heads, ffn 2048), 1b (2048, 16, 32, 8, 8192),\n"
+            "                      3b (3072, 28, 24, 8, 8192); the five flags below override it\n"
             "  --dim D             embedding size (a multiple of --heads and of the type's block)\n"
             "  --layers L          transformer blocks\n"
             "  --heads H           attention heads (dim / heads must be even)\n"
@@ -190,6 +206,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
         {"rope-factor", required_argument, 0, 7},  {"rope-orig-ctx", required_argument, 0, 8},
         {"rope-attn-factor", required_argument, 0, 9}, {"rope-low-freq", required_argument, 0, 10},
         {"rope-high-freq", required_argument, 0, 11}, {"swa-pattern", required_argument, 0, 12},
+        {"shape", required_argument, 0, 'S'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->ctx = -1;
@@ -207,6 +224,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
     o->attn_softcap = 50;
     o->final_softcap = 30;
     const char *type_name = "f32";
+    int shape = -1;
     optind = 1;
     opterr = 0;
     int c;
@@ -230,6 +248,12 @@ static int parse(int argc, char **argv, mk_opts *o) {
             o->more = types[i].more;
             o->ftype = types[i].ftype;
             type_name = types[i].name;
+            break;
+        }
+        case 'S': {
+            int n = (int)(sizeof shapes / sizeof shapes[0]);
+            for (shape = 0; shape < n && strcmp(optarg, shapes[shape].name); shape++) {}
+            if (shape == n) return usage_error("--shape: '%s' is not 110m, 1b or 3b", optarg);
             break;
         }
         case 'a':
@@ -274,6 +298,13 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (optind + 1 < argc) return usage_error("unexpected argument '%s'", argv[optind + 1]);
     o->out = argv[optind];
     if (o->ctx < 0) o->ctx = o->bert ? 512 : 2048;
+    if (shape >= 0) { /* the shape fills what the flags left unset */
+        if (!o->dim) o->dim = shapes[shape].dim;
+        if (!o->layers) o->layers = shapes[shape].layers;
+        if (!o->heads) o->heads = shapes[shape].heads;
+        if (!o->kv_heads) o->kv_heads = shapes[shape].kv_heads;
+        if (!o->ffn) o->ffn = shapes[shape].ffn;
+    }
     if (o->bert) o->kv_heads = o->heads; /* no grouped-query attention */
     if (o->head_dim <= 0 && o->heads > 0) o->head_dim = o->dim / o->heads;
     if (o->window < 0) o->window = is_arch(o, "gemma2") ? 4096 : 0;

@@ -16,6 +16,39 @@ assert not missing, missing
 PY
 }
 
+# ---- bench model: tokens/s with the work rates and the share of the machine's limits ----
+"$PL_BINARY" bench model -m "$MODEL" -p 16 -n 4 -b 1,2 --ctx 4 --reps 1 -t 1 --json \
+    >"$TMP/bm.out" 2>"$TMP/bm.err"
+check "bench model exit" test $? -eq 0
+check "bench model table has GFLOP/s, GB/s, %peak, %bw" grep -Eq 'GFLOP/s +GB/s +%peak +%bw' "$TMP/bm.out"
+check "bench model prints the limits" grep -Eq '^limits: f32 FMA peak [0-9.]+ GFLOP/s, read bandwidth [0-9.]+ GB/s' "$TMP/bm.out"
+check "bench model JSON rates" python3 - "$TMP/bm.out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert [r["test"] for r in rows] == ["prefill", "decode", "decode"], rows
+for r in rows:
+    assert r["gflops_per_s"] > 0 and r["gb_per_s"] > 0, r
+    assert r["fma_peak_gflops"] > 0 and r["read_peak_gb_per_s"] > 0, r
+    assert abs(r["peak_pct"] - 100 * r["gflops_per_s"] / r["fma_peak_gflops"]) < 0.2 + 0.01 * r["peak_pct"], r
+    assert abs(r["bandwidth_pct"] - 100 * r["gb_per_s"] / r["read_peak_gb_per_s"]) < 0.2 + 0.01 * r["bandwidth_pct"], r
+# the work model: stories260K (dim 64, 5 layers, 8 heads of 8, 4 KV, ffn 172, vocab 512), f32;
+# decode B=1, 4 steps from 4 cached tokens: 2 FLOPs per matrix parameter per token (output matrix
+# included), 4 x layers x heads x head size per key seen (5 + 6 + 7 + 8 keys)
+d = rows[1]
+flops = d["gflops_per_s"] * 1e9 * d["tokens"] * d["batch"] / d["tokens_per_s"]
+layer = 64 * 64 * 2 + 32 * 64 * 2 + 3 * 172 * 64
+want = 2 * (5 * layer + 512 * 64) * 4 + 4 * 5 * 8 * 8 * (5 + 6 + 7 + 8)
+assert abs(flops / want - 1) < 0.03, (flops, want)
+PY
+"$PL_BINARY" bench model -m "$PL_SHARED_DIR/models/synth-tiny-q8_0.gguf" -p 0 -n 2 -b 1 --ctx 2 \
+    --reps 1 -t 1 --json >"$TMP/bq.out" 2>"$TMP/bq.err"
+check "bench model, quantized matrices: GOP/s and no FMA %" python3 - "$TMP/bq.out" <<'PY'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]
+assert r["gops_per_s"] > 0 and "gflops_per_s" not in r and r["peak_pct"] is None, r
+PY
+check "quantized table header says GOP/s" grep -Eq 'GOP/s +GB/s' "$TMP/bq.out"
+
 # ---- bench throughput ----
 "$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:20:12 --num-prompts 16 -t 1 \
     --kv-cache-memory 2M --seed 3 --output "$TMP/tp.jsonl" >"$TMP/tp.out" 2>"$TMP/tp.err"

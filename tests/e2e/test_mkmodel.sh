@@ -267,6 +267,26 @@ usage_error "not a number" "'abc' is not an integer" "$B" "${TINY[@]}" --ffn abc
 usage_error "unknown option" "--frobnicate" "$B" "${TINY[@]}" --frobnicate
 usage_error "missing value" "--seed" "$B" "${TINY[@]}" --seed
 usage_error "two outputs" "unexpected argument" "$B" "$tmp/second.gguf" "${TINY[@]}"
+usage_error "unknown shape" "--shape: '7b'" "$B" --vocab-from "$VOCAB" --shape 7b
+
+# ---- named shapes (--shape): the benchmark tables' hyper-parameters; flags override them ----
+shape_case() { # shape_case NAME TYPE DIM HEADS KV FFN [extra flags]: one layer of the shape
+    local name=$1 type=$2 dim=$3 heads=$4 kv=$5 ffn=$6
+    shift 6
+    "$PL_BINARY" mkmodel "$tmp/shape.gguf" --vocab-from "$VOCAB" --shape "$name" --layers 1 \
+        --type "$type" "$@" >"$tmp/out" 2>&1 || { bad "--shape $name: mkmodel failed"; return; }
+    "$PL_BINARY" inspect --json "$tmp/shape.gguf" >"$tmp/shape.json" 2>&1
+    check "--shape $name ($type): hyper-parameters" python3 -c "
+import json; h = json.load(open('$tmp/shape.json'))['hparams']
+want = {'embedding_length': $dim, 'block_count': 1, 'attention.head_count': $heads,
+        'attention.head_count_kv': $kv, 'feed_forward_length': $ffn}
+bad = {k: (h.get(k), v) for k, v in want.items() if h.get(k) != v}
+assert not bad, bad"
+    rm -f "$tmp/shape.gguf"
+}
+shape_case 110m f16 768 12 4 2048
+shape_case 1b q4_0 2048 32 8 256 --ffn 256       # --ffn overrides the shape's 8192
+shape_case 3b q8_0 3072 24 8 256 --ffn 256
 "$PL_BINARY" mkmodel --help >"$tmp/out" 2>&1
 check "--help: exit 0" test $? -eq 0
 check "--help: usage" grep -q "usage: pagellm mkmodel" "$tmp/out"

@@ -11,8 +11,12 @@
 #include "base/threadpool.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static void test_status_messages(void **state) {
     (void)state;
@@ -99,6 +103,130 @@ static void test_threadpool(void **state) {
     }
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Many jobs of every size, with gaps around the workers' spin time so that some jobs find the
+ * workers spinning and some find them asleep: each part runs exactly once per job, with its
+ * (ith, nth), and the workers did go to sleep. */
+typedef struct {
+    atomic_int calls[8];
+    int64_t sum[8];
+} parts_ctx;
+
+static void parts_job(void *p, int ith, int nth) {
+    parts_ctx *c = p;
+    atomic_fetch_add(&c->calls[ith], 1);
+    c->sum[ith] += 1000 * nth + ith; /* only part ith writes sum[ith] */
+}
+
+static void test_threadpool_many_jobs(void **state) {
+    (void)state;
+    uint64_t seed = 12345;
+    for (int size = 2; size <= 4; size++) {
+        pl_threadpool *tp = pl_threadpool_create(size);
+        assert_non_null(tp);
+        parts_ctx c;
+        memset(&c, 0, sizeof c);
+        int64_t want_calls[8] = {0}, want_sum[8] = {0};
+        for (int round = 0; round < 3000; round++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int n = 1 + (int)((seed >> 33) % (uint64_t)size);
+            pl_threadpool_run_n(tp, n, parts_job, &c);
+            for (int i = 0; i < n; i++) {
+                want_calls[i]++;
+                want_sum[i] += n == 1 ? 1000 : 1000 * n + i;
+            }
+            if (round % 64 == 0) usleep((useconds_t)((seed >> 40) % 2000)); /* 0-2 ms */
+        }
+        /* idle workers do go to sleep (a loaded machine may have hidden every gap above) */
+        double t0 = now_s();
+        while (pl_threadpool_sleeping(tp) < size - 1 && now_s() - t0 < 20.0) usleep(200);
+        assert_int_equal(pl_threadpool_sleeping(tp), size - 1);
+        for (int i = 0; i < 8; i++) {
+            assert_int_equal(atomic_load(&c.calls[i]), want_calls[i]);
+            assert_true(c.sum[i] == want_sum[i]);
+        }
+        int64_t worker_sleeps, caller_sleeps;
+        pl_threadpool_sleep_counts(tp, &worker_sleeps, &caller_sleeps);
+        assert_true(worker_sleeps > 0);
+        pl_threadpool_destroy(tp);
+    }
+}
+
+/* A rendezvous job: every part waits until all nth parts have started, so (the caller being
+ * blocked in one of them) each worker must have woken up and claimed a part. A lost wake-up
+ * leaves a worker asleep and the rendezvous times out. */
+typedef struct {
+    atomic_int arrived;
+    atomic_int timeouts;
+    pthread_t caller;
+    int worker_naps_us; /* > 0: parts on a worker sleep this long after the rendezvous */
+} rdv_ctx;
+
+static void rdv_job(void *p, int ith, int nth) {
+    (void)ith;
+    rdv_ctx *c = p;
+    atomic_fetch_add(&c->arrived, 1);
+    double t0 = now_s();
+    while (atomic_load(&c->arrived) < nth) {
+        if (now_s() - t0 > 20.0) {
+            atomic_fetch_add(&c->timeouts, 1);
+            return;
+        }
+        sched_yield();
+    }
+    if (c->worker_naps_us > 0 && !pthread_equal(pthread_self(), c->caller))
+        usleep((useconds_t)c->worker_naps_us);
+}
+
+static void test_threadpool_sleep_and_wake(void **state) {
+    (void)state;
+    for (int size = 2; size <= 3; size++) {
+        pl_threadpool *tp = pl_threadpool_create(size);
+        assert_non_null(tp);
+        rdv_ctx c = {.caller = pthread_self()};
+        /* Workers asleep for sure: wait until they all sleep, then wake them with a job. */
+        for (int round = 0; round < 20; round++) {
+            double t0 = now_s();
+            while (pl_threadpool_sleeping(tp) < size - 1 && now_s() - t0 < 20.0) usleep(200);
+            assert_int_equal(pl_threadpool_sleeping(tp), size - 1);
+            atomic_store(&c.arrived, 0);
+            pl_threadpool_run(tp, rdv_job, &c);
+            assert_int_equal(atomic_load(&c.arrived), size);
+        }
+        /* Jobs published while workers are on their way to sleep (gaps around the spin time). */
+        uint64_t seed = 99;
+        for (int round = 0; round < 400; round++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            usleep((useconds_t)(150 + (seed >> 33) % 150));
+            atomic_store(&c.arrived, 0);
+            pl_threadpool_run(tp, rdv_job, &c);
+            assert_int_equal(atomic_load(&c.arrived), size);
+        }
+        assert_int_equal(atomic_load(&c.timeouts), 0);
+        /* The caller sleeps while a worker still runs its part, and is woken when it ends (on
+         * a loaded machine the caller itself may be preempted for the whole nap: at least once
+         * in 20 rounds, not every time). */
+        int64_t w0, caller0, w1, caller1;
+        pl_threadpool_sleep_counts(tp, &w0, &caller0);
+        c.worker_naps_us = 5000;
+        for (int round = 0; round < 20; round++) {
+            atomic_store(&c.arrived, 0);
+            pl_threadpool_run(tp, rdv_job, &c);
+            assert_int_equal(atomic_load(&c.arrived), size);
+        }
+        c.worker_naps_us = 0;
+        pl_threadpool_sleep_counts(tp, &w1, &caller1);
+        assert_true(caller1 - caller0 >= 1);
+        assert_int_equal(atomic_load(&c.timeouts), 0);
+        pl_threadpool_destroy(tp);
+    }
+}
+
 static void test_split_range(void **state) {
     (void)state;
     for (int64_t n = 0; n < 50; n++)
@@ -151,7 +279,8 @@ int main(void) {
         cmocka_unit_test(test_status_messages), cmocka_unit_test(test_fp16_roundtrip),
         cmocka_unit_test(test_bf16),            cmocka_unit_test(test_rng),
         cmocka_unit_test(test_threadpool),      cmocka_unit_test(test_split_range),
-        cmocka_unit_test(test_idmap),
+        cmocka_unit_test(test_idmap),           cmocka_unit_test(test_threadpool_many_jobs),
+        cmocka_unit_test(test_threadpool_sleep_and_wake),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
