@@ -37,6 +37,26 @@ def whole_request():
 th = threading.Thread(target=whole_request)
 th.start()
 
+def in_engine():
+    """Requests the engine holds (running + waiting), from /metrics."""
+    c = conn()
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    n = 0
+    for line in text.splitlines():
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
+            n += int(float(line.split()[-1]))
+    return n
+
+# The whole request must be in the engine before SIGTERM (a thread that has not sent it yet
+# would rightly get 503): wait until the server counts it.
+for _ in range(1000):
+    if in_engine() >= 1:
+        break
+    time.sleep(0.01)
+check(in_engine() >= 1, "the whole request reached the engine before SIGTERM")
+
 s = conn()
 s.request("POST", "/v1/completions", json.dumps(
     {"prompt": "Once", "max_tokens": 2000, "ignore_eos": True, "temperature": 0, "stream": True,
