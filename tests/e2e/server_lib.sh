@@ -32,6 +32,9 @@ finish() {
 
 # start_server [serve flags...]: port 0 lets the kernel pick; the server prints the URL.
 start_server() {
+    # Empty the log first: the redirection below happens in the background job, so without this
+    # the loop could read the previous server's "serving ... on" line and its (closed) port.
+    : >"$TMP/server.out"
     "$PL_BINARY" serve -m "$MODEL" --port 0 --served-model-name "${SERVED_NAME:-stories}" --kv-cache-memory 32M \
         --threads 2 "$@" >"$TMP/server.out" 2>"$TMP/server.err" &
     SERVER_PID=$!

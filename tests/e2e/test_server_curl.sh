@@ -197,8 +197,12 @@ check "SIGTERM: stopped message" grep -q '^stopped' "$TMP/server.out"
 # --threads 1: one thread is fastest on a busy machine, so the drill takes ~1 s.
 sigterm_drill() { # sigterm_drill grace|expire
     python3 "$(dirname "$0")/shutdown_client.py" "$BASE" "$SERVER_PID" "$TMP/server.out" "$1" >"$TMP/drill.out" 2>&1
+    # a client that failed before its SIGTERM must not leave the test waiting forever
+    ( sleep 150 && kill -KILL "$SERVER_PID" ) >/dev/null 2>&1 &
+    local watchdog=$!
     wait "$SERVER_PID"
     rc=$?
+    pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null
     SERVER_PID=""
     cat "$TMP/drill.out" | grep -v '^OK$'
     check "SIGTERM drill ($1)" grep -q '^OK$' "$TMP/drill.out"
