@@ -63,9 +63,14 @@ int32_t pl_kv_behind_window(const pl_kv_manager *m, int32_t pos) {
     return (pos - W + 1) / m->cfg.block_size;
 }
 
+/* pl_kv_behind_window for table t: 0 for a global group's table (see manager.h). */
+static int32_t table_behind(const pl_kv_manager *m, const pl_block_table *t, int32_t pos) {
+    return t->global ? 0 : pl_kv_behind_window(m, pos);
+}
+
 /* Release t's blocks behind the window of a query at position pos (see manager.h). */
 static void slide(pl_kv_manager *m, pl_block_table *t, int32_t pos) {
-    int32_t upto = pl_kv_behind_window(m, pos);
+    int32_t upto = table_behind(m, t, pos);
     if (upto > t->n_blocks) upto = t->n_blocks;
     for (int32_t i = t->n_dropped; i < upto; i++) {
         int32_t b = t->blocks[i];
@@ -86,15 +91,22 @@ int32_t pl_kv_held_blocks_max(const pl_kv_manager *m, int32_t n_tokens, int32_t 
     return win < all ? (int32_t)win : all;
 }
 
+/* Empty t (its group survives: it belongs to the caller's sequence, not to one allocation). */
+static void table_reset(pl_block_table *t) {
+    int global = t->global;
+    memset(t, 0, sizeof *t);
+    t->global = global;
+}
+
 static pl_status table_arrays(pl_kv_manager *m, pl_block_table *t) {
     int32_t cap = m->cfg.max_blocks_per_seq;
-    memset(t, 0, sizeof *t);
+    table_reset(t);
     t->blocks = malloc((size_t)cap * sizeof *t->blocks);
     t->hashes = caching(m) ? malloc((size_t)cap * sizeof *t->hashes) : NULL;
     if (!t->blocks || (caching(m) && !t->hashes)) {
         free(t->blocks);
         free(t->hashes);
-        memset(t, 0, sizeof *t);
+        table_reset(t);
         return pl_fail(PL_ERR_NOMEM, "kv manager: cannot allocate a block table of %d blocks", (int)cap);
     }
     t->capacity = cap;
@@ -105,7 +117,7 @@ static pl_status table_arrays(pl_kv_manager *m, pl_block_table *t) {
 static void table_arrays_free(pl_block_table *t) {
     free(t->blocks);
     free(t->hashes);
-    memset(t, 0, sizeof *t);
+    table_reset(t);
 }
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
@@ -327,7 +339,7 @@ static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *to
     int32_t hits_free = 0;
     int32_t hits = prefix_walk(m, token_ids, n, extra_key, t->blocks, t->hashes, &hits_free);
     /* hits the first computed position's window does not reach stay placeholders */
-    int32_t skip = pl_kv_behind_window(m, hits * bs);
+    int32_t skip = table_behind(m, t, hits * bs);
     for (int32_t i = 0; i < skip; i++) {
         hits_free -= m->pool.blocks[t->blocks[i]].ref == 0;
         t->blocks[i] = PL_KV_NO_BLOCK;

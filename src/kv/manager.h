@@ -56,8 +56,16 @@
  * still hit it; a prompt hits the leading run of still-cached blocks (the chain is verified
  * from block 0, so a hit stops at the first evicted block), and of those hits it takes only the
  * blocks the first computed position's window reaches (the rest stay placeholders). A block
- * whose parent entry is a placeholder is not registered (its chain link is gone). A mixed
- * model (some layers global) passes W = 0: every block stays.
+ * whose parent entry is a placeholder is not registered (its chain link is gone).
+ *
+ * KV cache groups (vLLM v1's hybrid allocator idea, manager side only). A mixed model (some
+ * layers global) needs one table per sequence and group over this one pool: the window
+ * layers' table (t->global = 0) releases behind cfg.sliding_window as above, the global layers'
+ * table (t->global = 1) never releases. The manager treats them as unrelated tables; keeping a
+ * sequence's two tables in step (same tokens, same cached length) is the caller's job, and the
+ * two groups must pass different extra keys, because a block of one group holds other layers'
+ * K/V than the same tokens' block of the other (a hit across groups would read wrong data).
+ * The engine does not use groups yet: it gives a mixed model W = 0 (every block stays).
  *
  * Contiguous layouts (the PagedAttention paper's Orca baselines, for benchmarks; kv/reserve.c).
  * With policy != PL_KV_POLICY_PAGED every table holds ONE run of consecutive block ids, reserved
@@ -134,6 +142,9 @@ typedef struct {
     int swapped;              /* 1 while its blocks are in the swap pool */
     int32_t reserved_future;  /* contiguous: reserved slots kept for tokens still to come, up to
                                  the final length (the rest of the reservation is fragmentation) */
+    int global;               /* KV cache group, set by the caller on the empty table: 1 = the
+                                 global layers' table, never released by the window; 0 = follows
+                                 cfg.sliding_window. Survives allocate/free; fork copies it. */
 } pl_block_table;
 
 typedef struct {
@@ -239,7 +250,7 @@ int64_t pl_kv_block_refs(const pl_kv_manager *m);
 int32_t pl_kv_held_blocks_max(const pl_kv_manager *m, int32_t n_tokens, int32_t k_spec);
 
 /* Leading blocks of a table that no query at position >= pos reads: those wholly below
- * pos - W + 1 (0 without a sliding window). */
+ * pos - W + 1 (0 without a sliding window; a global group's table releases none of them). */
 int32_t pl_kv_behind_window(const pl_kv_manager *m, int32_t pos);
 
 /* Blocks append_slots(t, n_new) would take from the free queue (copy-on-write included). */

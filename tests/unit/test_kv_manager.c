@@ -462,11 +462,16 @@ typedef struct {
     pl_block_table t;          /* the table under test */
     int32_t tok[P_MAXTOK];     /* the sequence's tokens; all t.n_tokens of them are computed */
     int group;                 /* swap group (a request's sequences) */
-    uint64_t salt;             /* extra key (cache salt): 0 or 1 */
+    uint64_t salt;             /* extra key: the cache salt (0 or 1), + 2 for a global group's
+                                  table (groups must not hit each other's blocks) */
+    uint64_t tag;              /* SEQ_TAG: what its slots hold, tagged by salt and group */
 } sim_seq;
 
 /* What a slot holds: the token tagged with the cache salt, so a hit across salts reads wrong. */
 #define SALTED(tok, salt) ((int32_t)(tok) + (int32_t)(salt) * 1000000)
+/* What a sequence's slots hold: its cache salt and its table's group (a global group's block
+ * holds other layers than the window group's block of the same tokens). */
+#define SEQ_TAG(salt, global) ((salt) + 2u * (uint64_t)(global))
 
 typedef struct {
     pl_kv_manager m;
@@ -479,6 +484,7 @@ typedef struct {
     int32_t *cnt_p, *cnt_s;    /* scratch: references counted from the tables */
     int32_t *fill;             /* scratch: tokens per primary block as the tables see it */
     int32_t W;                 /* the manager's sliding window, 0 = none */
+    int groups;                /* 1: a table is of the window or the global group at random */
     /* coverage: each must be > 0 at the end, or the run proved little */
     long hits, cows, swap_outs, swap_ins, capacity_fails, recomputes, forks, frees, rollbacks;
 } sim;
@@ -489,12 +495,12 @@ static void sim_write(sim *s, sim_seq *q, int32_t pos) {
     if (s->m.pool.blocks[b].ref != 1)
         fail_msg("write of position %d into block %d with ref %d", (int)pos, (int)b,
                  (int)s->m.pool.blocks[b].ref);
-    s->shadow[pl_block_table_slot(&q->t, pos)] = SALTED(q->tok[pos], q->salt);
+    s->shadow[pl_block_table_slot(&q->t, pos)] = SALTED(q->tok[pos], q->tag);
 }
 
-/* Leading blocks a table of n committed tokens has released to the window. */
-static int32_t exp_dropped(const sim *s, int32_t n) {
-    return s->W > 0 && n - s->W + 1 > 0 ? (n - s->W + 1) / BS : 0;
+/* Leading blocks table t of n committed tokens has released to the window. */
+static int32_t exp_dropped(const sim *s, const pl_block_table *t, int32_t n) {
+    return !t->global && s->W > 0 && n - s->W + 1 > 0 ? (n - s->W + 1) / BS : 0;
 }
 
 static void sim_check(sim *s, int step) {
@@ -517,9 +523,9 @@ static void sim_check(sim *s, int step) {
         assert_true(t->live);
         assert_int_equal(t->n_blocks, pl_kv_blocks_for(m, t->n_tokens));
         /* Every token is committed here: exactly the blocks behind the window are released. */
-        if (t->n_dropped != exp_dropped(s, t->n_tokens))
+        if (t->n_dropped != exp_dropped(s, t, t->n_tokens))
             fail_msg("step %d: seq %d of %d tokens released %d blocks, expected %d", step, k,
-                     (int)t->n_tokens, (int)t->n_dropped, (int)exp_dropped(s, t->n_tokens));
+                     (int)t->n_tokens, (int)t->n_dropped, (int)exp_dropped(s, t, t->n_tokens));
         for (int32_t i = 0; i < t->n_dropped; i++) assert_int_equal(t->blocks[i], PL_KV_NO_BLOCK);
         for (int32_t i = t->n_dropped; i < t->n_blocks; i++) {
             int32_t b = t->blocks[i];
@@ -541,10 +547,10 @@ static void sim_check(sim *s, int step) {
         const int32_t *sh = t->swapped ? s->swap_shadow : s->shadow;
         if (s->W > 0) assert_true(t->n_dropped * BS <= (t->n_tokens - s->W + 1 > 0 ? t->n_tokens - s->W + 1 : 0));
         for (int32_t pos = t->n_dropped * BS; pos < t->n_tokens; pos++)
-            if (sh[pl_block_table_slot(t, pos)] != SALTED(q->tok[pos], q->salt))
+            if (sh[pl_block_table_slot(t, pos)] != SALTED(q->tok[pos], q->tag))
                 fail_msg("step %d: seq %d pos %d reads %d, expected %d (%s block %d)", step, k,
                          (int)pos, (int)sh[pl_block_table_slot(t, pos)],
-                         (int)SALTED(q->tok[pos], q->salt),
+                         (int)SALTED(q->tok[pos], q->tag),
                          t->swapped ? "swap" : "primary", (int)t->blocks[pos / BS]);
     }
     /* Ref counts equal the holders; free xor referenced is checked by the pool check. */
@@ -625,11 +631,11 @@ static void sim_admit(sim *s, int k, int32_t n) {
     assert_true(n_cached % BS == 0 && n_cached <= n - 1);
     assert_int_equal(n_cached, probed);
     /* Hits the first computed position's window does not reach are not taken. */
-    assert_int_equal(q->t.n_dropped, exp_dropped(s, n_cached));
+    assert_int_equal(q->t.n_dropped, exp_dropped(s, &q->t, n_cached));
     for (int32_t i = 0; i < q->t.n_dropped; i++) assert_int_equal(q->t.blocks[i], PL_KV_NO_BLOCK);
     /* A prefix-cache hit returns blocks that hold exactly the prompt's tokens. */
     for (int32_t pos = q->t.n_dropped * BS; pos < n_cached; pos++)
-        assert_int_equal(s->shadow[pl_block_table_slot(&q->t, pos)], SALTED(q->tok[pos], q->salt));
+        assert_int_equal(s->shadow[pl_block_table_slot(&q->t, pos)], SALTED(q->tok[pos], q->tag));
     if (n_cached > 0) s->hits++;
     for (int32_t pos = n_cached; pos < n; pos++) sim_write(s, q, pos);
     assert_int_equal(pl_kv_commit(m, &q->t, q->tok, n), PL_OK);
@@ -646,7 +652,9 @@ static void op_new(sim *s) {
         memcpy(q->tok, p, (size_t)len * sizeof *p);
         n = len;
     }
-    q->salt = pl_rng_below(&s->rng, 5) == 0;
+    q->t.global = s->groups && pl_rng_below(&s->rng, 2);
+    q->tag = SEQ_TAG(pl_rng_below(&s->rng, 5) == 0, q->t.global);
+    q->salt = q->tag; /* the group is part of the key */
     int32_t suffix = 1 + (int32_t)pl_rng_below(&s->rng, 8);
     for (int32_t i = 0; i < suffix; i++) q->tok[n++] = (int32_t)pl_rng_below(&s->rng, 3);
     sim_admit(s, k, n);
@@ -711,6 +719,7 @@ static void op_fork(sim *s) {
     s->seq[c].live = 1;
     s->seq[c].group = s->seq[k].group;
     s->seq[c].salt = s->seq[k].salt;
+    s->seq[c].tag = s->seq[k].tag;
     assert_int_equal(s->seq[c].t.extra_key, s->seq[k].salt);
     s->forks++;
 }
@@ -818,11 +827,12 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
     return v && *v ? strtoull(v, NULL, 0) : dflt;
 }
 
-static void run_property(int caching, uint64_t default_seed, long default_ops, int32_t W) {
+static void run_property_groups(int caching, uint64_t default_seed, long default_ops, int32_t W,
+                                int groups) {
     uint64_t seed = env_u64("PL_KV_SEED", default_seed);
     long ops = (long)env_u64("PL_KV_OPS", (uint64_t)default_ops);
-    printf("kv property test: caching %d, window %d, PL_KV_SEED=%" PRIu64 " PL_KV_OPS=%ld\n",
-           caching, (int)W, seed, ops);
+    printf("kv property test: caching %d, window %d, groups %d, PL_KV_SEED=%" PRIu64
+           " PL_KV_OPS=%ld\n", caching, (int)W, groups + 1, seed, ops);
     fflush(stdout);
     sim *s = calloc(1, sizeof *s);
     assert_non_null(s);
@@ -837,6 +847,7 @@ static void run_property(int caching, uint64_t default_seed, long default_ops, i
         .sliding_window = W,
     };
     s->W = W;
+    s->groups = groups;
     assert_int_equal(pl_kv_manager_init(&s->m, &c), PL_OK);
     pl_rng_seed(&s->rng, seed);
     s->shadow = malloc((size_t)c.num_blocks * BS * sizeof(int32_t));
@@ -903,6 +914,10 @@ static void run_property(int caching, uint64_t default_seed, long default_ops, i
     free(s);
 }
 
+static void run_property(int caching, uint64_t default_seed, long default_ops, int32_t W) {
+    run_property_groups(caching, default_seed, default_ops, W, 0);
+}
+
 static void test_property_caching(void **state) {
     (void)state;
     run_property(1, 20240601, 100000, 0);
@@ -921,6 +936,14 @@ static void test_property_window(void **state) {
     run_property(0, 97, 20000, 13);
 }
 
+/* KV cache groups (a mixed model's window and global layers): tables of both groups share one
+ * pool; only the window group's release, and no hit crosses groups. */
+static void test_property_groups(void **state) {
+    (void)state;
+    run_property_groups(1, 96, 100000, 7, 1);
+    run_property_groups(0, 95, 20000, 13, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_errors),
@@ -935,6 +958,7 @@ int main(void) {
         cmocka_unit_test(test_property_caching),
         cmocka_unit_test(test_property_no_caching),
         cmocka_unit_test(test_property_window),
+        cmocka_unit_test(test_property_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
