@@ -266,7 +266,7 @@ static pl_status vattn_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, in
 
 static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                           int32_t n, uint64_t extra_key, int32_t final_tokens, int32_t max_new,
-                          int32_t *n_cached);
+                          int32_t max_cached, int32_t *n_cached);
 
 /* A contiguous table: one run of pl_kv_admit_blocks blocks at the first fit. */
 static pl_status reserve_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, int32_t final_tokens,
@@ -307,7 +307,7 @@ pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32
 pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                    int32_t n, uint64_t extra_key, int32_t final_tokens,
                                    int32_t *n_cached) {
-    return allocate(m, t, token_ids, n, extra_key, final_tokens, n, n_cached);
+    return allocate(m, t, token_ids, n, extra_key, final_tokens, n, n, n_cached);
 }
 
 pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
@@ -316,13 +316,23 @@ pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const 
     if (contiguous(m) || max_new < 1)
         return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_part: paged layout and max_new "
                        ">= 1 only (got %d)", (int)max_new);
-    return allocate(m, t, token_ids, n, extra_key, n, max_new, n_cached);
+    return allocate(m, t, token_ids, n, extra_key, n, max_new, n, n_cached);
 }
 
-/* allocate_prompt_ex, with slots for at most max_new tokens past the cached ones. */
+pl_status pl_kv_allocate_prompt_upto(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                     int32_t n, uint64_t extra_key, int32_t max_new,
+                                     int32_t max_cached, int32_t *n_cached) {
+    if (contiguous(m) || max_new < 1 || max_cached < 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_upto: paged layout, max_new >= 1 "
+                       "and max_cached >= 0 only (got %d, %d)", (int)max_new, (int)max_cached);
+    return allocate(m, t, token_ids, n, extra_key, n, max_new, max_cached, n_cached);
+}
+
+/* allocate_prompt_ex, with slots for at most max_new tokens past the cached ones and at most
+ * max_cached tokens taken from the prefix cache. */
 static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                           int32_t n, uint64_t extra_key, int32_t final_tokens, int32_t max_new,
-                          int32_t *n_cached) {
+                          int32_t max_cached, int32_t *n_cached) {
     int32_t bs = m->cfg.block_size;
     if (t->live) return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: the block table is in use");
     if (!token_ids || n < 1)
@@ -337,7 +347,8 @@ static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *to
     PL_TRY(table_arrays(m, t));
 
     int32_t hits_free = 0;
-    int32_t hits = prefix_walk(m, token_ids, n, extra_key, t->blocks, t->hashes, &hits_free);
+    int32_t walk = max_cached < n ? max_cached + 1 : n; /* hits <= (walk - 1) / bs */
+    int32_t hits = prefix_walk(m, token_ids, walk, extra_key, t->blocks, t->hashes, &hits_free);
     /* hits the first computed position's window does not reach stay placeholders */
     int32_t skip = table_behind(m, t, hits * bs);
     for (int32_t i = 0; i < skip; i++) {

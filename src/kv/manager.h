@@ -62,10 +62,16 @@
  * layers global) needs one table per sequence and group over this one pool: the window
  * layers' table (t->global = 0) releases behind cfg.sliding_window as above, the global layers'
  * table (t->global = 1) never releases. The manager treats them as unrelated tables; keeping a
- * sequence's two tables in step (same tokens, same cached length) is the caller's job, and the
- * two groups must pass different extra keys, because a block of one group holds other layers'
- * K/V than the same tokens' block of the other (a hit across groups would read wrong data).
- * The engine does not use groups yet: it gives a mixed model W = 0 (every block stays).
+ * sequence's two tables in step is the caller's job, and the two groups must pass different
+ * extra keys, because a block of one group holds other layers' K/V than the same tokens' block
+ * of the other (a hit across groups would read wrong data). In step means: both tables are
+ * allocated with the same cached length (probe both groups, allocate both with
+ * pl_kv_allocate_prompt_upto capped at the smaller hit; allocating the first may evict hits of
+ * the second, so if the second gets fewer, free both and retry with that), then get the same
+ * appends (all or none: a table that cannot grow rolls the other back with pl_kv_truncate),
+ * commits, truncates and forks, are freed together and swap in one group. test_kv_property
+ * plays exactly this protocol. The engine does not use groups yet: it gives a mixed model
+ * W = 0 (every block stays).
  *
  * Contiguous layouts (the PagedAttention paper's Orca baselines, for benchmarks; kv/reserve.c).
  * With policy != PL_KV_POLICY_PAGED every table holds ONE run of consecutive block ids, reserved
@@ -229,6 +235,13 @@ pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const in
 pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                      int32_t n, uint64_t extra_key, int32_t max_new,
                                      int32_t *n_cached);
+
+/* The same, taking at most max_cached (>= 0) leading tokens from the prefix cache (rounded down
+ * to whole blocks). A sequence's tables of two KV cache groups probe each group and allocate
+ * both with the smaller hit, so both start computing at the same token. */
+pl_status pl_kv_allocate_prompt_upto(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                     int32_t n, uint64_t extra_key, int32_t max_new,
+                                     int32_t max_cached, int32_t *n_cached);
 
 /* kv/reserve.c. Token slots a new table of n tokens (final length final_tokens) takes at
  * admission: n when paged, else the policy's reservation (never below n). */
