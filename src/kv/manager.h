@@ -65,10 +65,8 @@
  * sequence's two tables in step is the caller's job, and the two groups must pass different
  * extra keys, because a block of one group holds other layers' K/V than the same tokens' block
  * of the other (a hit across groups would read wrong data). In step means: both tables are
- * allocated with the same cached length (probe both groups, allocate both with
- * pl_kv_allocate_prompt_upto capped at the smaller hit; allocating the first may evict hits of
- * the second, so if the second gets fewer, free both and retry with that), then get the same
- * appends (all or none: a table that cannot grow rolls the other back with pl_kv_truncate),
+ * allocated together with the same cached length (pl_kv_allocate_prompt_pair), then get the
+ * same appends (all or none: a table that cannot grow rolls the other back with pl_kv_truncate),
  * commits, truncates and forks, are freed together and swap in one group. test_kv_property
  * plays exactly this protocol. The engine does not use groups yet: it gives a mixed model
  * W = 0 (every block stays).
@@ -236,12 +234,18 @@ pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const 
                                      int32_t n, uint64_t extra_key, int32_t max_new,
                                      int32_t *n_cached);
 
-/* The same, taking at most max_cached (>= 0) leading tokens from the prefix cache (rounded down
- * to whole blocks). A sequence's tables of two KV cache groups probe each group and allocate
- * both with the smaller hit, so both start computing at the same token. */
-pl_status pl_kv_allocate_prompt_upto(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
-                                     int32_t n, uint64_t extra_key, int32_t max_new,
-                                     int32_t max_cached, int32_t *n_cached);
+/* allocate_prompt_part for a sequence's two tables of KV cache groups at once: `global`
+ * becomes a global group's table and `window` a window group's (their `global` flags are set),
+ * with the distinct extra keys key_global != key_window. Both take the same cached length, the
+ * smaller of the two groups' hits (*n_cached), and every hit of both is taken before either
+ * takes a new block (one could evict the other's hit), so the free count drops by at most
+ * 2 * blocks_for(upto) - behind_window(*n_cached) for upto = min(n, *n_cached + max_new)
+ * slots: an admission check counting that, as the scheduler does for one table, holds.
+ * PL_ERR_CAPACITY (both untouched) if the free blocks do not suffice. */
+pl_status pl_kv_allocate_prompt_pair(pl_kv_manager *m, pl_block_table *global,
+                                     pl_block_table *window, const int32_t *token_ids, int32_t n,
+                                     uint64_t key_global, uint64_t key_window, int32_t max_new,
+                                     int32_t *n_cached);
 
 /* kv/reserve.c. Token slots a new table of n tokens (final length final_tokens) takes at
  * admission: n when paged, else the policy's reservation (never below n). */

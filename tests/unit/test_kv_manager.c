@@ -444,6 +444,61 @@ static void test_caching_disabled(void **state) {
     pl_kv_manager_destroy(&m);
 }
 
+/* A sequence's pair of group tables: refused arguments, the smaller of the two groups' hits,
+ * and the window table releasing behind the window while the global one keeps everything. */
+static void test_allocate_pair(void **state) {
+    (void)state;
+    pl_kv_manager m;
+    pl_kv_manager_config c = small_cfg(32, 0, 1);
+    c.sliding_window = 5;
+    assert_int_equal(pl_kv_manager_init(&m, &c), PL_OK);
+    pl_block_table g = {0}, w = {0}, g2 = {0}, w2 = {0}, solo = {0};
+    int32_t tok[20], n_cached = -1;
+    seq_tokens(tok, 20, 7);
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g, &w, tok, 13, 3, 3, 13, &n_cached),
+                     PL_ERR_INVALID_ARG); /* one key for both groups */
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g, &g, tok, 13, 1, 2, 13, &n_cached),
+                     PL_ERR_INVALID_ARG);
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g, &w, tok, 13, 1, 2, 0, &n_cached),
+                     PL_ERR_INVALID_ARG);
+    assert_false(g.live || w.live);
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g, &w, tok, 13, 1, 2, 13, &n_cached), PL_OK);
+    assert_int_equal(n_cached, 0);
+    assert_true(g.global && !w.global);
+    assert_int_equal(pl_kv_commit(&m, &g, tok, 13), PL_OK);
+    assert_int_equal(pl_kv_commit(&m, &w, tok, 13), PL_OK);
+    assert_int_equal(g.n_dropped, 0);
+    assert_int_equal(w.n_dropped, pl_kv_behind_window(&m, 13)); /* (13 - 5 + 1) / 4 = 2 */
+    assert_int_equal(w.n_dropped, 2);
+    /* Both groups have 12 tokens cached (the window table's released blocks stay cached until
+     * evicted), each under its own key; a second pair takes both groups' 12 ... */
+    assert_int_equal(pl_kv_allocate_prompt(&m, &solo, tok, 20, 1, &n_cached), PL_OK);
+    assert_int_equal(n_cached, 12);
+    assert_int_equal(pl_kv_probe_prefix(&m, tok, 20, 2), 12);
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g2, &w2, tok, 20, 1, 2, 4, &n_cached), PL_OK);
+    assert_int_equal(n_cached, 12);
+    assert_int_equal(g2.n_tokens, 16); /* max_new 4 */
+    assert_int_equal(w2.n_tokens, 16);
+    assert_int_equal(w2.n_dropped, pl_kv_behind_window(&m, 12)); /* hits it does not reach */
+    assert_int_equal(g2.n_dropped, 0);
+    pl_kv_free_table(&m, &g2);
+    pl_kv_free_table(&m, &w2);
+    /* ... and with a different salt on the window key nothing is cached there: no hit at all. */
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g2, &w2, tok, 20, 1, 9, 20, &n_cached), PL_OK);
+    assert_int_equal(n_cached, 0);
+    check_ok(&m);
+    pl_kv_free_table(&m, &g2);
+    pl_kv_free_table(&m, &w2);
+    pl_kv_free_table(&m, &solo);
+    pl_kv_free_table(&m, &g);
+    pl_kv_free_table(&m, &w);
+    pl_kv_stats st;
+    pl_kv_get_stats(&m, &st);
+    assert_int_equal(st.blocks_used, 0);
+    check_ok(&m);
+    pl_kv_manager_destroy(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_errors),
@@ -455,6 +510,7 @@ int main(void) {
         cmocka_unit_test(test_commit_dedup),
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_caching_disabled),
+        cmocka_unit_test(test_allocate_pair),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
