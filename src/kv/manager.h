@@ -58,7 +58,7 @@
  * blocks the first computed position's window reaches (the rest stay placeholders). A block
  * whose parent entry is a placeholder is not registered (its chain link is gone).
  *
- * KV cache groups (vLLM v1's hybrid allocator idea, manager side only). A mixed model (some
+ * KV cache groups (vLLM v1's hybrid allocator idea). A mixed model (some
  * layers global) needs one table per sequence and group over this one pool: the window
  * layers' table (t->global = 0) releases behind cfg.sliding_window as above, the global layers'
  * table (t->global = 1) never releases. The manager treats them as unrelated tables; keeping a
@@ -66,10 +66,9 @@
  * extra keys, because a block of one group holds other layers' K/V than the same tokens' block
  * of the other (a hit across groups would read wrong data). In step means: both tables are
  * allocated together with the same cached length (pl_kv_allocate_prompt_pair), then get the
- * same appends (all or none: a table that cannot grow rolls the other back with pl_kv_truncate),
+ * same appends (all or none: check both first, or roll the grown one back with pl_kv_truncate),
  * commits, truncates and forks, are freed together and swap in one group. test_kv_property
- * plays exactly this protocol. The engine does not use groups yet: it gives a mixed model
- * W = 0 (every block stays).
+ * plays exactly this protocol; engine/seq_kv.h is the engine's implementation of it.
  *
  * Contiguous layouts (the PagedAttention paper's Orca baselines, for benchmarks; kv/reserve.c).
  * With policy != PL_KV_POLICY_PAGED every table holds ONE run of consecutive block ids, reserved
@@ -124,6 +123,9 @@ typedef struct {
                                      only; 0 = keep every block: no window, or a layer without) */
     struct pl_vattn *vattn;       /* VATTN: the slots (not owned); its rows_per_slot must equal
                                      max_blocks_per_seq and tokens_per_row block_size */
+    int kv_groups;                /* 1: tables are owned one per sequence; 2: a mixed model's
+                                     sequences hold a global and a window group table each
+                                     (engine/seq_kv.h; the manager itself does not read it) */
 } pl_kv_manager_config;
 
 /* The entry a table keeps for a block released by the sliding window (never read by the
