@@ -408,7 +408,7 @@ static int32_t admit_need(pl_scheduler *s, const pl_seq_group *g, uint64_t key, 
         if (lazy_prefill(s)) {
             int32_t hit = pl_seq_kv_probe(kv, q, key);
             int32_t upto = q->n_tokens - hit > first ? hit + first : q->n_tokens;
-            need += pl_seq_kv_admit_blocks(kv, upto, hit);
+            need += pl_seq_kv_admit_blocks(kv, q->n_tokens, upto, hit);
         } else {
             need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
         }

@@ -27,9 +27,10 @@ int32_t pl_seq_kv_probe(pl_kv_manager *kv, const pl_seq *q, uint64_t key) {
     return a < b ? a : b;
 }
 
-int32_t pl_seq_kv_admit_blocks(const pl_kv_manager *kv, int32_t upto, int32_t hit) {
+int32_t pl_seq_kv_admit_blocks(const pl_kv_manager *kv, int32_t n_tokens, int32_t upto,
+                               int32_t hit) {
     int32_t window = pl_kv_blocks_for(kv, upto) - pl_kv_behind_window(kv, hit);
-    return pl_seq_kv_grouped(kv) ? window + pl_kv_blocks_for(kv, upto) : window;
+    return pl_seq_kv_grouped(kv) ? window + pl_kv_blocks_for(kv, n_tokens) : window;
 }
 
 int32_t pl_seq_kv_append_needed(const pl_kv_manager *kv, const pl_seq *q, int32_t n_new) {

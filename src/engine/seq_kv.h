@@ -32,8 +32,12 @@ pl_status pl_seq_kv_allocate(pl_kv_manager *kv, pl_seq *q, uint64_t key, int laz
                              int32_t max_new, int32_t final_tokens, int32_t *n_cached);
 /* Prompt tokens cached for every table (the smaller hit of the two groups). */
 int32_t pl_seq_kv_probe(pl_kv_manager *kv, const pl_seq *q, uint64_t key);
-/* Blocks a lazy admission with `hit` cached tokens and slots up to `upto` takes at most. */
-int32_t pl_seq_kv_admit_blocks(const pl_kv_manager *kv, int32_t upto, int32_t hit);
+/* Blocks a lazy admission of n_tokens with `hit` cached tokens and slots up to `upto` counts:
+ * what the window table takes at most, and with groups the global table's blocks for all
+ * n_tokens. The global table keeps every block, so admitting it with a first chunk only would
+ * let recomputed sequences in that then preempt each other as their later chunks arrive. */
+int32_t pl_seq_kv_admit_blocks(const pl_kv_manager *kv, int32_t n_tokens, int32_t upto,
+                               int32_t hit);
 
 int32_t pl_seq_kv_append_needed(const pl_kv_manager *kv, const pl_seq *q, int32_t n_new);
 bool pl_seq_kv_can_append(const pl_kv_manager *kv, const pl_seq *q, int32_t n_new);
