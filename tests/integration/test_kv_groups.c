@@ -187,6 +187,10 @@ static void test_greedy_equal(void **state) {
         snprintf(what, sizeof what, "greedy run %d", (int)k);
         same_results(res, ref, NREQ, GEN, 1, what);
         check_released(e, 1, what);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        if (runs[k].mode == PL_PREEMPT_SWAP) assert_true(s.swaps_out > 0); /* both tables moved */
+        if (runs[k].spec) assert_true(s.spec_draft_tokens > 0);
         free(res);
         pl_engine_destroy(e);
     }
