@@ -188,6 +188,9 @@ typedef struct {
     int vattn_no_deferred_reclaim;   /* step's pages in the background / keeping a finished */
     int vattn_no_eager;              /* request's pages for the next one / pre-mapping a free
                                         slot before a request arrives */
+    int kv_groups_off;               /* 1: a mixed model (some layers with a sliding window)
+                                        keeps every block, as one table per sequence; 0: its
+                                        window layers' blocks are released (KV cache groups) */
     /* Speculative decoding (vLLM's flags): one proposer, or none. */
     const char *speculative_model;   /* draft GGUF sharing the target's vocabulary (NULL: none) */
     int speculative_ngram;           /* 1: prompt-lookup proposals (n-gram match in the

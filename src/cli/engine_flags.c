@@ -36,6 +36,8 @@ const char PL_ENGINE_FLAGS_HELP[] =
     "      --max-num-batched-tokens N tokens per step (512); longer prompts are chunked\n"
     "      --max-model-len N          prompt + output limit (default: the model's context)\n"
     "      --enable-prefix-caching | --no-prefix-caching   (default: enabled)\n"
+    "      --no-kv-groups             a model with window and global layers keeps every block\n"
+    "                                 (default: its window layers' blocks are released)\n"
     "  -t, --threads N                worker threads (default: one per core)\n"
     "      --kv-layout L              paged (default), contiguous (the paper's baseline: one\n"
     "                                 reserved run of blocks per sequence, nothing shared) or\n"
@@ -196,6 +198,7 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
     case PL_OPT_SWAPFILE: c->swap_path = arg; return 0;
     case PL_OPT_PREFIX_ON: c->enable_prefix_caching = 1; return 0;
     case PL_OPT_PREFIX_OFF: c->enable_prefix_caching = 0; return 0;
+    case PL_OPT_KV_GROUPS_OFF: c->kv_groups_off = 1; return 0;
     case PL_OPT_KVLAYOUT:
         if (!strcmp(arg, "paged")) c->kv_layout = PL_KV_LAYOUT_PAGED;
         else if (!strcmp(arg, "contiguous")) c->kv_layout = PL_KV_LAYOUT_CONTIGUOUS;

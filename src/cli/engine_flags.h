@@ -25,6 +25,7 @@ enum {
     PL_OPT_MODELLEN,
     PL_OPT_PREFIX_ON,
     PL_OPT_PREFIX_OFF,
+    PL_OPT_KV_GROUPS_OFF,
     PL_OPT_THREADS,
     PL_OPT_KVLAYOUT,
     PL_OPT_RESERVE,
@@ -60,6 +61,7 @@ enum {
         {"max-model-len", required_argument, 0, PL_OPT_MODELLEN},                                \
         {"enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_ON},                             \
         {"no-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                                \
+        {"no-kv-groups", no_argument, 0, PL_OPT_KV_GROUPS_OFF},                                  \
         {"no-enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                         \
         {"threads", required_argument, 0, PL_OPT_THREADS},                                       \
         {"kv-layout", required_argument, 0, PL_OPT_KVLAYOUT},                                    \

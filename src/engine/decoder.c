@@ -19,6 +19,7 @@
 
 #include "base/status.h"
 #include "base/clock.h"
+#include "engine/seq_kv.h"
 #include "engine/spec.h"
 #include "engine/stop.h"
 
@@ -95,7 +96,7 @@ static void seq_finish(pl_decoder *d, pl_seq *q, pl_finish_reason why) {
     q->text_safe = q->text_len;
     q->finish = why;
     q->status = PL_SEQ_FINISHED;
-    pl_kv_free_table(d->kv, &q->table);
+    pl_seq_kv_free(d->kv, q);
     pl_spec_seq_drop(d->draft_kv, q);
     q->group->n_live--;
 }
@@ -261,8 +262,8 @@ static pl_status verify_seq(pl_decoder *d, pl_seq *q) {
     d->spec_accepted_tokens += (uint64_t)acc;
     if (q->status == PL_SEQ_FINISHED) return PL_OK; /* its blocks went back at the finish */
     q->n_computed = q->n_tokens - 1;
-    PL_TRY(pl_kv_truncate(d->kv, &q->table, q->n_computed));
-    return pl_kv_commit(d->kv, &q->table, q->tokens, q->n_computed);
+    PL_TRY(pl_seq_kv_truncate(d->kv, q, q->n_computed));
+    return pl_seq_kv_commit(d->kv, q, q->n_computed);
 }
 
 /* Derive sequence i's RNG from the request seed (i = 0 uses the seed itself, so n = 1 requests
@@ -284,7 +285,7 @@ static pl_status first_sample(pl_decoder *d, pl_seq_group *g, const float *logit
                            (unsigned long long)g->id);
         }
         seed_seq(c, g, pl_rng_next(&parent->rng));
-        pl_status st = pl_kv_fork(d->kv, &parent->table, &c->table);
+        pl_status st = pl_seq_kv_fork(d->kv, parent, c);
         if (st != PL_OK) return st;
         g->n_live++;
     }
@@ -451,7 +452,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
             st = pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
             break;
         }
-        if ((st = pl_kv_fork(d->kv, &c->parent->table, &f->table)) != PL_OK) {
+        if ((st = pl_seq_kv_fork(d->kv, c->parent, f)) != PL_OK) {
             pl_seq_destroy(f);
             break;
         }
@@ -462,7 +463,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
     if (st != PL_OK) {
         for (int32_t i = 0; i < made; i++)
             if (next[i]) {
-                pl_kv_free_table(d->kv, &next[i]->table);
+                pl_seq_kv_free(d->kv, next[i]);
                 pl_seq_destroy(next[i]);
             }
         return st;
@@ -478,7 +479,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
         int kept = 0;
         for (int32_t j = 0; j < keep; j++) kept |= next[j] == q;
         if (!kept) {
-            pl_kv_free_table(d->kv, &q->table);
+            pl_seq_kv_free(d->kv, q);
             pl_seq_destroy(q);
         }
     }
@@ -650,7 +651,7 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
             g->step_mark = mark;
             continue;
         }
-        PL_TRY(pl_kv_commit(d->kv, &q->table, q->tokens, q->n_computed));
+        PL_TRY(pl_seq_kv_commit(d->kv, q, q->n_computed));
         if (it->all_logits && d->item_row[i] >= 0) prompt_logprobs(d, g, it, d->item_row[i]);
         q->logits_row = it->sample ? d->item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
         if (it->sample) g->step_mark = mark;

@@ -157,6 +157,19 @@ static pl_status resolve_kv_budget(pl_engine *e) {
     return PL_OK;
 }
 
+/* KV cache groups (engine/seq_kv.h) for a mixed model: some layers windowed, the others not,
+ * as many of each (the i-th of each kind share store tensor i), on the paged layout of one
+ * process (the MPI step message carries one table per sequence). */
+static int kv_groups(const pl_engine *e) {
+    const pl_model_hparams *hp = &e->model->hp;
+    if (e->cfg.kv_groups_off || e->dist || hp->pooling != PL_POOL_NONE || hp->sliding_window <= 0 ||
+        e->cfg.kv_layout != PL_KV_LAYOUT_PAGED || pl_model_kv_window(hp) > 0)
+        return 0;
+    int32_t win = 0;
+    for (int32_t l = 0; l < hp->n_layers; l++) win += pl_model_layer_window(hp, l) > 0;
+    return win > 0 && 2 * win == hp->n_layers;
+}
+
 static pl_status setup_kv(pl_engine *e) {
     if (e->model->hp.pooling == PL_POOL_NONE) PL_TRY(resolve_kv_budget(e));
     const pl_model_hparams *hp = &e->model->hp;
@@ -170,7 +183,9 @@ static pl_status setup_kv(pl_engine *e) {
         .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
     };
     PL_TRY(pl_kv_layout_check(&l)); /* e.g. q8_0 with head_dim 8: names both */
-    size_t per_block = pl_kv_bytes_per_block(&l, hp->n_layers);
+    const int groups = kv_groups(e);
+    const int32_t tensors = groups ? hp->n_layers / 2 : hp->n_layers; /* a block: one group's */
+    size_t per_block = pl_kv_bytes_per_block(&l, tensors);
     uint64_t budget = e->cfg.kv_cache_memory;
     if (e->spec.mode == PL_SPEC_DRAFT) { /* the draft's share: both caches hold as many tokens */
         size_t dpb = pl_spec_draft_bytes_per_block(&e->spec, e->cfg.kv_cache_f32, l.block_size);
@@ -189,7 +204,7 @@ static pl_status setup_kv(pl_engine *e) {
                        (unsigned long long)nb, per_block);
     if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
     l.num_blocks = (int64_t)nb;
-    PL_TRY(pl_kv_store_init(&e->kv, &l, hp->n_layers, NULL));
+    PL_TRY(pl_kv_store_init(&e->kv, &l, tensors, NULL));
     int32_t n_swap = 0;
     static const pl_kv_policy policy[] = {PL_KV_POLICY_MAX, PL_KV_POLICY_POW2, PL_KV_POLICY_ORACLE};
     int contig = e->cfg.kv_layout == PL_KV_LAYOUT_CONTIGUOUS;
@@ -201,7 +216,7 @@ static pl_status setup_kv(pl_engine *e) {
         if (ns > INT32_MAX / 2) ns = INT32_MAX / 2;
         pl_kv_layout sl = l;
         sl.num_blocks = (int64_t)ns;
-        PL_TRY(pl_kv_store_init(&e->swap, &sl, hp->n_layers, e->cfg.swap_path));
+        PL_TRY(pl_kv_store_init(&e->swap, &sl, tensors, e->cfg.swap_path));
         e->has_swap = 1;
         n_swap = (int32_t)ns;
     }
@@ -215,7 +230,8 @@ static pl_status setup_kv(pl_engine *e) {
         .policy = contig ? policy[e->cfg.reserve] : PL_KV_POLICY_PAGED,
         .max_seq_tokens = e->max_model_len,
         /* blocks behind the window are released only when no layer reads them again */
-        .sliding_window = contig ? 0 : pl_model_kv_window(hp),
+        .sliding_window = contig ? 0 : groups ? hp->sliding_window : pl_model_kv_window(hp),
+        .kv_groups = groups ? 2 : 1,
     };
     if (contig) e->cfg.enable_prefix_caching = 0; /* a contiguous layout shares nothing */
     return pl_kv_manager_init(&e->mgr, &mc);
@@ -353,6 +369,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         st = pl_runner_init(&e->runner, e->model, e->tp, &e->kv, e->has_swap ? &e->swap : NULL,
                             c->max_num_batched_tokens, c->max_num_seqs + 1, max_logit_rows,
                             e->mgr.cfg.max_blocks_per_seq);
+    if (st == PL_OK && e->mgr.cfg.kv_groups == 2) st = pl_runner_enable_groups(&e->runner);
     if (st == PL_OK) {
         e->runner.pooling = c->pooling;
         e->decoder.embd = e->runner.embd;
@@ -495,6 +512,8 @@ static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
     int64_t prompt = W > 0 ? pl_kv_held_blocks_max(&e->mgr, g->n_prompt, chunk)
                            : (g->n_prompt + bs - 1) / bs;
     int64_t need = prompt + seqs * ((out_blocks < win ? out_blocks : win) + 1);
+    if (e->mgr.cfg.kv_groups == 2) /* and the global layers' table keeps every block */
+        need += (g->n_prompt + bs - 1) / bs + seqs * (out_blocks + 1);
     if (e->mgr.cfg.policy == PL_KV_POLICY_VATTN) need = pl_kv_blocks_for(&e->mgr, total);
     else if (e->mgr.cfg.policy != PL_KV_POLICY_PAGED) need = pl_kv_admit_blocks(&e->mgr, g->n_prompt, total);
     int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;

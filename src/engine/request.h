@@ -42,7 +42,9 @@ typedef struct pl_seq {
     int32_t n_computed;         /* tokens whose K/V are in the cache */
     int32_t n_spec;             /* speculative proposals at tokens[n_tokens ..) during a step
                                    (the scheduler places them, the decoder verifies them) */
-    pl_block_table table;       /* its KV blocks */
+    pl_block_table table;       /* its KV blocks (with KV cache groups: the global layers') */
+    pl_block_table table_w;     /* with KV cache groups: the window layers' blocks, kept in step
+                                   with table (engine/seq_kv.h); else empty */
     pl_block_table draft_table; /* its draft model's KV blocks (engine/spec_draft.c), or empty */
     int32_t draft_computed;     /* leading tokens whose draft K/V are valid */
     pl_rng rng;

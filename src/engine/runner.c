@@ -43,8 +43,19 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
     return st;
 }
 
+pl_status pl_runner_enable_groups(pl_runner *r) {
+    r->tables_w = calloc((size_t)r->max_items * (size_t)r->max_blocks, sizeof(int32_t));
+    r->slots_w = malloc((size_t)r->max_tokens * sizeof(int64_t));
+    if (!r->tables_w || !r->slots_w) {
+        PL_FREE_ALL(r->tables_w, r->slots_w);
+        return pl_fail(PL_ERR_NOMEM, "out of memory for the window layers' block tables");
+    }
+    return PL_OK;
+}
+
 void pl_runner_destroy(pl_runner *r) {
     pl_forward_ctx_destroy(r->fwd);
+    PL_FREE_ALL(r->tables_w, r->slots_w);
     PL_FREE_ALL(r->tokens, r->pos, r->slots, r->rows, r->seq_start, r->ctx, r->item_row, r->tables,
                 r->logits, r->embd, r->pooled);
     memset(r, 0, sizeof *r);
@@ -113,11 +124,17 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
         r->seq_start[i] = t;
         r->ctx[i] = it->start + it->n;
         memcpy(r->tables + (size_t)i * max_blocks, tab->blocks, (size_t)tab->n_blocks * sizeof(int32_t));
+        const pl_block_table *tw = r->tables_w && !r->draft ? &q->table_w : NULL;
+        if (tw) {
+            PL_ASSERT(tw->n_tokens == tab->n_tokens && tw->n_blocks <= max_blocks);
+            memcpy(r->tables_w + (size_t)i * max_blocks, tw->blocks, (size_t)tw->n_blocks * sizeof(int32_t));
+        }
         for (int32_t k = 0; k < it->n; k++, t++) {
             int32_t pos = it->start + k;
             r->tokens[t] = q->tokens[pos];
             r->pos[t] = pos;
             r->slots[t] = pl_block_table_slot(tab, pos);
+            if (tw) r->slots_w[t] = pl_block_table_slot(tw, pos);
             if (!embed && (every_row || (it->sample && k == it->n - 1))) r->rows[rows++] = t;
         }
     }
@@ -128,6 +145,8 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
         .slot_mapping = r->slots, .n_seqs = so->n_items, .seq_start = r->seq_start,
         .context_lens = r->ctx, .block_tables = r->tables, .max_blocks = max_blocks,
         .n_logits = rows, .logit_rows = r->rows,
+        .slot_mapping_w = r->tables_w && !r->draft ? r->slots_w : NULL,
+        .block_tables_w = r->tables_w && !r->draft ? r->tables_w : NULL,
     };
     if (r->dist) { /* the workers apply the same copies and run the same batch (if any) */
         pl_dist_copies cp = {so->swap_out, so->swap_in, so->cow, so->n_swap_out, so->n_swap_in,

@@ -30,6 +30,8 @@ typedef struct {
     int32_t max_tokens, max_items, max_logit_rows, max_blocks;
     int32_t *tokens, *pos, *seq_start, *ctx, *tables, *rows;
     int64_t *slots;
+    int32_t *tables_w;      /* KV cache groups: the window layers' tables and slots (NULL: none, */
+    int64_t *slots_w;       /* see pl_runner_enable_groups) */
     float *logits;          /* [max_logit_rows][n_vocab]: the last step's logits */
     int32_t *item_row;      /* [max_items]: first logits row of each item of the last step, or -1 */
     int draft;              /* 1: a draft model's runner, reading the sequences' draft tables */
@@ -43,6 +45,9 @@ typedef struct {
 
 /* Buffers for steps of up to max_tokens tokens, max_items items, max_logit_rows logits rows and
  * max_blocks blocks per sequence. */
+/* KV cache groups (engine/seq_kv.h): the step also carries every sequence's window table
+ * (pl_seq.table_w) for the window layers. Call once after init (not for a draft runner). */
+pl_status pl_runner_enable_groups(pl_runner *r);
 pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_store *kv,
                          pl_kv_store *swap, int32_t max_tokens, int32_t max_items,
                          int32_t max_logit_rows, int32_t max_blocks);

@@ -1,6 +1,7 @@
 /* engine/scheduler — see scheduler.h for the policy. */
 #include "engine/scheduler.h"
 #include "base/buf.h"
+#include "engine/seq_kv.h"
 #include "engine/spec.h"
 
 #include <stdlib.h>
@@ -68,7 +69,7 @@ void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g) { q_insert(&s->waiting, 
 void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g) {
     if (g->queue) q_remove(g->queue, g);
     for (int32_t i = 0; i < g->n_seqs; i++) {
-        pl_kv_free_table(s->kv, &g->seqs[i]->table);
+        pl_seq_kv_free(s->kv, g->seqs[i]);
         pl_spec_seq_drop(s->spec.draft_kv, g->seqs[i]);
     }
 }
@@ -121,23 +122,29 @@ static pl_status push_copies(pl_block_copy **arr, int32_t *n, size_t *cap,
 
 /* Slots for the next *n prompt tokens of q: those it lacks are appended, as many as the free
  * blocks allow (*n shrinks to what has a slot; the window frees blocks as others advance). */
-static pl_status prefill_slots(pl_scheduler *s, pl_seq *q, int32_t *n, budget *b) {
-    int32_t have = q->table.n_tokens - q->n_computed, want = *n - have;
-    if (want <= 0) return PL_OK;
-    while (want > 0 && !pl_kv_can_append(s->kv, &q->table, want)) want--;
-    if (want < *n - have) b->starved = 1;
-    *n = have + want;
-    if (want == 0) return PL_OK;
-    pl_block_copy cow;
-    PL_TRY(pl_kv_append_slots(s->kv, &q->table, want, &cow));
-    if (cow.src >= 0) PL_TRY(push_copies(&s->out->cow, &s->out->n_cow, &s->out->cap_cow, &cow, 1));
+/* Slots for n_new more tokens of q in every table, their copies-on-write queued. */
+static pl_status append_seq(pl_scheduler *s, pl_seq *q, int32_t n_new) {
+    pl_block_copy cow[2];
+    PL_TRY(pl_seq_kv_append(s->kv, q, n_new, cow));
+    for (int j = 0; j < 2; j++)
+        if (cow[j].src >= 0) PL_TRY(push_copies(&s->out->cow, &s->out->n_cow, &s->out->cap_cow, &cow[j], 1));
     return PL_OK;
 }
 
-static int32_t live_tables(pl_seq_group *g, pl_block_table **out) {
+static pl_status prefill_slots(pl_scheduler *s, pl_seq *q, int32_t *n, budget *b) {
+    int32_t have = q->table.n_tokens - q->n_computed, want = *n - have;
+    if (want <= 0) return PL_OK;
+    while (want > 0 && !pl_seq_kv_can_append(s->kv, q, want)) want--;
+    if (want < *n - have) b->starved = 1;
+    *n = have + want;
+    if (want == 0) return PL_OK;
+    return append_seq(s, q, want);
+}
+
+static int32_t live_tables(const pl_scheduler *s, pl_seq_group *g, pl_block_table **out) {
     int32_t k = 0;
     for (int32_t i = 0; i < g->n_seqs; i++)
-        if (g->seqs[i]->status != PL_SEQ_FINISHED) out[k++] = &g->seqs[i]->table;
+        if (g->seqs[i]->status != PL_SEQ_FINISHED) k += pl_seq_kv_tables(s->kv, g->seqs[i], out + k);
     return k;
 }
 
@@ -163,7 +170,7 @@ static int32_t decode_blocks_needed(const pl_scheduler *s, const pl_seq_group *g
     for (int32_t i = 0; i < g->n_seqs; i++) {
         const pl_seq *q = g->seqs[i];
         if (q->status == PL_SEQ_RUNNING && q->table.n_tokens < q->n_tokens)
-            need += pl_kv_append_blocks_needed(s->kv, &q->table, q->n_tokens - q->table.n_tokens);
+            need += pl_seq_kv_append_needed(s->kv, q, q->n_tokens - q->table.n_tokens);
     }
     return need;
 }
@@ -185,7 +192,7 @@ static int32_t spec_room(const pl_scheduler *s, const pl_seq *q, const budget *b
     if (k > out_left) k = out_left;
     if (k > slots_left) k = slots_left;
     if (k < 1) return 0;
-    int32_t extra = pl_kv_append_blocks_needed(s->kv, &q->table, q->n_tokens + k - q->table.n_tokens);
+    int32_t extra = pl_seq_kv_append_needed(s->kv, q, q->n_tokens + k - q->table.n_tokens);
     int32_t later = b->dec_left > rest ? b->dec_left : rest;
     if (s->kv->pool.n_free - extra < s->kv->watermark_blocks + 2 * later) return 0;
     return k;
@@ -204,11 +211,8 @@ static pl_status add_decodes(pl_scheduler *s, pl_seq_group *g, budget *b) {
         int32_t k = spec_room(s, q, b, rest);
         if (k > 0) k = s->spec.propose(s->spec.ctx, q, k);
         q->n_spec = k;
-        if (q->table.n_tokens < q->n_tokens + k) {
-            pl_block_copy cow;
-            PL_TRY(pl_kv_append_slots(s->kv, &q->table, q->n_tokens + k - q->table.n_tokens, &cow));
-            if (cow.src >= 0) PL_TRY(push_copies(&s->out->cow, &s->out->n_cow, &s->out->cap_cow, &cow, 1));
-        }
+        if (q->table.n_tokens < q->n_tokens + k)
+            PL_TRY(append_seq(s, q, q->n_tokens + k - q->table.n_tokens));
         PL_TRY(add_item(s, q, 1 + k, 0));
         s->out->items[s->out->n_items - 1].n_spec = k;
         s->out->items[s->out->n_items - 1].sample = 1;
@@ -221,8 +225,8 @@ static pl_status add_decodes(pl_scheduler *s, pl_seq_group *g, budget *b) {
 
 /* Preempt running group g, all its sequences together. */
 static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
-    pl_block_table *tabs[g->n_seqs > 0 ? g->n_seqs : 1];
-    int32_t nt = live_tables(g, tabs);
+    pl_block_table *tabs[g->n_seqs > 0 ? 2 * g->n_seqs : 1];
+    int32_t nt = live_tables(s, g, tabs);
     q_remove(&s->running, g);
     s->preemptions++;
     for (int32_t i = 0; i < g->n_seqs; i++) pl_spec_seq_drop(s->spec.draft_kv, g->seqs[i]);
@@ -247,7 +251,7 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         if (q->status == PL_SEQ_FINISHED) continue;
-        pl_kv_free_table(s->kv, &q->table);
+        pl_seq_kv_free(s->kv, q);
         q->n_computed = 0;
         q->status = PL_SEQ_WAITING;
     }
@@ -306,8 +310,8 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
         int32_t blocks = 0;
         for (int32_t i = 0; i < g->n_seqs; i++)
             if (g->seqs[i]->status == PL_SEQ_RUNNING)
-                blocks += pl_kv_append_blocks_needed(s->kv, &g->seqs[i]->table,
-                                                     g->seqs[i]->n_tokens - g->seqs[i]->table.n_tokens);
+                blocks += pl_seq_kv_append_needed(s->kv, g->seqs[i],
+                                                  g->seqs[i]->n_tokens - g->seqs[i]->table.n_tokens);
         all_complete = blocks <= s->kv->pool.n_free;
     }
     for (int32_t i = 0; i < g->n_seqs; i++) {
@@ -334,9 +338,9 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
 static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
     while (s->swapped.head) {
         pl_seq_group *g = s->swapped.head;
-        pl_block_table *tabs[g->n_seqs > 0 ? g->n_seqs : 1];
-        int32_t nt = live_tables(g, tabs);
-        if (nt > b->seqs_left || nt > b->tokens_left || nt > b->rows_left) break;
+        pl_block_table *tabs[g->n_seqs > 0 ? 2 * g->n_seqs : 1];
+        int32_t nt = live_tables(s, g, tabs), ns = nt / (pl_seq_kv_grouped(s->kv) ? 2 : 1);
+        if (ns > b->seqs_left || ns > b->tokens_left || ns > b->rows_left) break;
         if (pl_kv_can_swap_in(s->kv, tabs, nt) != PL_ALLOC_OK) break;
         pl_sched_output *o = s->out;
         int32_t n_map = 0;
@@ -347,7 +351,7 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
         for (int32_t i = 0; i < g->n_seqs; i++)
             if (g->seqs[i]->status == PL_SEQ_SWAPPED) g->seqs[i]->status = PL_SEQ_RUNNING;
         q_insert(&s->running, g);
-        b->seqs_left -= nt;
+        b->seqs_left -= ns;
         /* Decodes need a slot for their newest token now; if the pool cannot give one the
          * group waits in running for the next step's decode pass. */
         if (group_decodes(g)) {
@@ -402,9 +406,9 @@ static int32_t admit_need(pl_scheduler *s, const pl_seq_group *g, uint64_t key, 
         const pl_seq *q = g->seqs[i];
         if (q->status != PL_SEQ_WAITING) continue;
         if (lazy_prefill(s)) {
-            int32_t hit = pl_kv_probe_prefix(kv, q->tokens, q->n_tokens, key);
+            int32_t hit = pl_seq_kv_probe(kv, q, key);
             int32_t upto = q->n_tokens - hit > first ? hit + first : q->n_tokens;
-            need += pl_kv_blocks_for(kv, upto) - pl_kv_behind_window(kv, hit);
+            need += pl_seq_kv_admit_blocks(kv, q->n_tokens, upto, hit);
         } else {
             need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
         }
@@ -452,12 +456,8 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
             pl_seq *q = g->seqs[i];
             if (q->status != PL_SEQ_WAITING) continue;
             int32_t cached = 0;
-            if (lazy_prefill(s))
-                PL_TRY(pl_kv_allocate_prompt_part(kv, &q->table, q->tokens, q->n_tokens, key,
-                                                  first, &cached));
-            else
-                PL_TRY(pl_kv_allocate_prompt_ex(kv, &q->table, q->tokens, q->n_tokens, key,
-                                                final_tokens(g), &cached));
+            PL_TRY(pl_seq_kv_allocate(kv, q, key, lazy_prefill(s), first, final_tokens(g),
+                                      &cached));
             q->n_computed = cached;
             q->status = PL_SEQ_RUNNING;
             if (!g->prefilled && i == 0) g->n_cached_tokens = cached;
@@ -510,14 +510,15 @@ static pl_status schedule(pl_scheduler *s) {
 }
 
 /* Room for the worst case of one step, taken before any state changes: every item has a token
- * of the budget and makes at most one copy-on-write, and no block moves twice in one step. Once
+ * of the budget and makes at most one copy-on-write per table (two with KV cache groups), and
+ * no block moves twice in one step. Once
  * this succeeds, a step's block copies can no longer be lost to a failed allocation (the KV
  * manager would have moved blocks whose copies nobody performs). */
 static pl_status reserve_output(pl_scheduler *s, pl_sched_output *o) {
     size_t items = (size_t)s->cfg.max_num_batched_tokens + (size_t)s->cfg.max_num_seqs;
     size_t blocks = (size_t)s->kv->cfg.num_blocks;
     if (pl_array_reserve(&o->items, &o->items_cap, items, sizeof *o->items) ||
-        pl_array_reserve(&o->cow, &o->cap_cow, items, sizeof *o->cow) ||
+        pl_array_reserve(&o->cow, &o->cap_cow, 2 * items, sizeof *o->cow) || /* 2 groups */
         pl_array_reserve(&o->swap_out, &o->cap_swap_out, blocks, sizeof *o->swap_out) ||
         pl_array_reserve(&o->swap_in, &o->cap_swap_in, blocks, sizeof *o->swap_in))
         return pl_fail(PL_ERR_NOMEM, "scheduler: out of memory");

@@ -14,6 +14,7 @@
  * verify_seq in decoder.c for why that keeps a seeded request's tokens exact.
  */
 #include "engine/spec.h"
+#include "engine/seq_kv.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +107,7 @@ static pl_status shrink(pl_sched_output *so, int32_t i, int32_t k, pl_kv_manager
     so->n_tokens -= it->n_spec - k;
     it->n = 1 + k;
     it->n_spec = q->n_spec = k;
-    return pl_kv_truncate(target_kv, &q->table, q->n_tokens + k);
+    return pl_seq_kv_truncate(target_kv, q, q->n_tokens + k);
 }
 
 static int32_t argmax(const float *x, int32_t n) {

@@ -63,9 +63,14 @@ int32_t pl_kv_behind_window(const pl_kv_manager *m, int32_t pos) {
     return (pos - W + 1) / m->cfg.block_size;
 }
 
+/* pl_kv_behind_window for table t: 0 for a global group's table (see manager.h). */
+static int32_t table_behind(const pl_kv_manager *m, const pl_block_table *t, int32_t pos) {
+    return t->global ? 0 : pl_kv_behind_window(m, pos);
+}
+
 /* Release t's blocks behind the window of a query at position pos (see manager.h). */
 static void slide(pl_kv_manager *m, pl_block_table *t, int32_t pos) {
-    int32_t upto = pl_kv_behind_window(m, pos);
+    int32_t upto = table_behind(m, t, pos);
     if (upto > t->n_blocks) upto = t->n_blocks;
     for (int32_t i = t->n_dropped; i < upto; i++) {
         int32_t b = t->blocks[i];
@@ -86,15 +91,22 @@ int32_t pl_kv_held_blocks_max(const pl_kv_manager *m, int32_t n_tokens, int32_t 
     return win < all ? (int32_t)win : all;
 }
 
+/* Empty t (its group survives: it belongs to the caller's sequence, not to one allocation). */
+static void table_reset(pl_block_table *t) {
+    int global = t->global;
+    memset(t, 0, sizeof *t);
+    t->global = global;
+}
+
 static pl_status table_arrays(pl_kv_manager *m, pl_block_table *t) {
     int32_t cap = m->cfg.max_blocks_per_seq;
-    memset(t, 0, sizeof *t);
+    table_reset(t);
     t->blocks = malloc((size_t)cap * sizeof *t->blocks);
     t->hashes = caching(m) ? malloc((size_t)cap * sizeof *t->hashes) : NULL;
     if (!t->blocks || (caching(m) && !t->hashes)) {
         free(t->blocks);
         free(t->hashes);
-        memset(t, 0, sizeof *t);
+        table_reset(t);
         return pl_fail(PL_ERR_NOMEM, "kv manager: cannot allocate a block table of %d blocks", (int)cap);
     }
     t->capacity = cap;
@@ -105,7 +117,7 @@ static pl_status table_arrays(pl_kv_manager *m, pl_block_table *t) {
 static void table_arrays_free(pl_block_table *t) {
     free(t->blocks);
     free(t->hashes);
-    memset(t, 0, sizeof *t);
+    table_reset(t);
 }
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
@@ -307,11 +319,19 @@ pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const 
     return allocate(m, t, token_ids, n, extra_key, n, max_new, n_cached);
 }
 
-/* allocate_prompt_ex, with slots for at most max_new tokens past the cached ones. */
-static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
-                          int32_t n, uint64_t extra_key, int32_t final_tokens, int32_t max_new,
-                          int32_t *n_cached) {
-    int32_t bs = m->cfg.block_size;
+
+/* A paged prompt allocation in phases, so that a pair of tables takes every hit before either
+ * takes a new block (a new block may evict a cached one the other table would hit). */
+typedef struct {
+    int32_t hits;       /* leading cached blocks found */
+    int32_t skip;       /* of those, left as placeholders (behind the window) */
+    int32_t hits_free;  /* hits taken off the free queue */
+    int32_t n_slots;    /* tokens that get a slot now */
+    int32_t need;       /* blocks the table holds entries for */
+} prompt_plan;
+
+static pl_status check_prompt(const pl_kv_manager *m, const pl_block_table *t,
+                              const int32_t *token_ids, int32_t n) {
     if (t->live) return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: the block table is in use");
     if (!token_ids || n < 1)
         return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: need >= 1 prompt tokens, got %d", (int)n);
@@ -320,47 +340,115 @@ static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *to
         return pl_fail(PL_ERR_INVALID_ARG,
                        "kv allocate_prompt: %d tokens need %d blocks, a sequence may hold %d",
                        (int)n, (int)need, (int)m->cfg.max_blocks_per_seq);
-    if (vattn(m)) return vattn_prompt(m, t, n, n_cached);
-    if (contiguous(m)) return reserve_prompt(m, t, n, final_tokens, n_cached);
-    PL_TRY(table_arrays(m, t));
+    return PL_OK;
+}
 
-    int32_t hits_free = 0;
-    int32_t hits = prefix_walk(m, token_ids, n, extra_key, t->blocks, t->hashes, &hits_free);
+/* Phase 1: t's arrays and the hits it will take (at most max_cached tokens' worth); the pool is
+ * not touched. */
+static pl_status plan_prompt(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                             int32_t n, uint64_t extra_key, int32_t max_new, int32_t max_cached,
+                             prompt_plan *p) {
+    int32_t bs = m->cfg.block_size;
+    PL_TRY(table_arrays(m, t));
+    int32_t walk = max_cached < n ? max_cached + 1 : n; /* hits <= (walk - 1) / bs */
+    p->hits = prefix_walk(m, token_ids, walk, extra_key, t->blocks, t->hashes, &p->hits_free);
     /* hits the first computed position's window does not reach stay placeholders */
-    int32_t skip = pl_kv_behind_window(m, hits * bs);
-    for (int32_t i = 0; i < skip; i++) {
-        hits_free -= m->pool.blocks[t->blocks[i]].ref == 0;
+    p->skip = table_behind(m, t, p->hits * bs);
+    for (int32_t i = 0; i < p->skip; i++) {
+        p->hits_free -= m->pool.blocks[t->blocks[i]].ref == 0;
         t->blocks[i] = PL_KV_NO_BLOCK;
     }
-    int32_t n_slots = n - hits * bs > max_new ? hits * bs + max_new : n;
-    need = pl_kv_blocks_for(m, n_slots);
-    int32_t n_new = need - hits;
-    if (m->pool.n_free - hits_free < n_new) {
-        table_arrays_free(t);
-        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: %d tokens need %d new blocks, %d free",
-                       (int)n, (int)n_new, (int)(m->pool.n_free - hits_free));
-    }
-    /* Hits first: taking them off the free queue keeps the allocations below from evicting them. */
-    for (int32_t i = skip; i < hits; i++) take_hit(m, t->blocks[i]);
-    for (int32_t i = hits; i < need; i++) {
+    p->n_slots = n - p->hits * bs > max_new ? p->hits * bs + max_new : n;
+    p->need = pl_kv_blocks_for(m, p->n_slots);
+    return PL_OK;
+}
+
+/* Phase 2: take the planned hits off the free queue. */
+static void take_hits(pl_kv_manager *m, pl_block_table *t, const prompt_plan *p) {
+    for (int32_t i = p->skip; i < p->hits; i++) take_hit(m, t->blocks[i]);
+}
+
+/* Phase 3: new blocks for the rest, and the table goes live. */
+static void finish_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, uint64_t extra_key,
+                          const prompt_plan *p) {
+    int32_t bs = m->cfg.block_size;
+    for (int32_t i = p->hits; i < p->need; i++) {
         int32_t b = pl_block_pool_alloc(&m->pool);
         PL_ASSERT(b >= 0);
         t->blocks[i] = b;
-        set_fill(m, b, fill_of(bs, n_slots, i));
+        set_fill(m, b, fill_of(bs, p->n_slots, i));
     }
-    t->n_blocks = need;
-    t->n_tokens = n_slots;
-    t->n_hashed = t->n_registered = hits;
-    t->n_dropped = skip;
-    t->n_cached_tokens = hits * bs;
+    t->n_blocks = p->need;
+    t->n_tokens = p->n_slots;
+    t->n_hashed = t->n_registered = p->hits;
+    t->n_dropped = p->skip;
+    t->n_cached_tokens = p->hits * bs;
     t->extra_key = extra_key;
     t->live = 1;
     m->n_tables++;
     if (caching(m)) {
         m->prefix_queries += (uint64_t)n;
-        m->prefix_hits += (uint64_t)hits * (uint64_t)bs;
+        m->prefix_hits += (uint64_t)p->hits * (uint64_t)bs;
     }
-    if (n_cached) *n_cached = hits * bs;
+}
+
+/* allocate_prompt_ex, with slots for at most max_new tokens past the cached ones. */
+static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                          int32_t n, uint64_t extra_key, int32_t final_tokens, int32_t max_new,
+                          int32_t *n_cached) {
+    PL_TRY(check_prompt(m, t, token_ids, n));
+    if (vattn(m)) return vattn_prompt(m, t, n, n_cached);
+    if (contiguous(m)) return reserve_prompt(m, t, n, final_tokens, n_cached);
+    prompt_plan p;
+    PL_TRY(plan_prompt(m, t, token_ids, n, extra_key, max_new, n, &p));
+    if (m->pool.n_free - p.hits_free < p.need - p.hits) {
+        table_arrays_free(t);
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: %d tokens need %d new blocks, %d free",
+                       (int)n, (int)(p.need - p.hits), (int)(m->pool.n_free - p.hits_free));
+    }
+    /* Hits first: taking them off the free queue keeps the allocations below from evicting them. */
+    take_hits(m, t, &p);
+    finish_prompt(m, t, n, extra_key, &p);
+    if (n_cached) *n_cached = p.hits * m->cfg.block_size;
+    return PL_OK;
+}
+
+pl_status pl_kv_allocate_prompt_pair(pl_kv_manager *m, pl_block_table *global,
+                                     pl_block_table *window, const int32_t *token_ids, int32_t n,
+                                     uint64_t key_global, uint64_t key_window, int32_t max_new,
+                                     int32_t *n_cached) {
+    if (contiguous(m) || max_new < 1 || global == window || key_global == key_window)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_pair: paged layout, two tables, "
+                       "two extra keys and max_new >= 1 only (got %d)", (int)max_new);
+    PL_TRY(check_prompt(m, global, token_ids, n));
+    PL_TRY(check_prompt(m, window, token_ids, n));
+    int32_t bs = m->cfg.block_size;
+    int32_t a = prefix_walk(m, token_ids, n, key_global, NULL, NULL, NULL);
+    int32_t b = prefix_walk(m, token_ids, n, key_window, NULL, NULL, NULL);
+    int32_t cap = (a < b ? a : b) * bs;
+    global->global = 1;
+    window->global = 0;
+    prompt_plan pg, pw;
+    PL_TRY(plan_prompt(m, global, token_ids, n, key_global, max_new, cap, &pg));
+    pl_status st = plan_prompt(m, window, token_ids, n, key_window, max_new, cap, &pw);
+    if (st != PL_OK) {
+        table_arrays_free(global);
+        return st;
+    }
+    PL_ASSERT(pg.hits == pw.hits && pg.n_slots == pw.n_slots);
+    /* distinct keys: no block is a hit of both */
+    int32_t fresh = pg.need - pg.hits + pw.need - pw.hits, avail = m->pool.n_free - pg.hits_free - pw.hits_free;
+    if (avail < fresh) {
+        table_arrays_free(global);
+        table_arrays_free(window);
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt_pair: %d tokens need %d new blocks, "
+                       "%d free", (int)n, (int)fresh, (int)avail);
+    }
+    take_hits(m, global, &pg); /* both tables' hits before any new block */
+    take_hits(m, window, &pw);
+    finish_prompt(m, global, n, key_global, &pg);
+    finish_prompt(m, window, n, key_window, &pw);
+    if (n_cached) *n_cached = pg.hits * bs;
     return PL_OK;
 }
 

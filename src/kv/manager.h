@@ -56,8 +56,19 @@
  * still hit it; a prompt hits the leading run of still-cached blocks (the chain is verified
  * from block 0, so a hit stops at the first evicted block), and of those hits it takes only the
  * blocks the first computed position's window reaches (the rest stay placeholders). A block
- * whose parent entry is a placeholder is not registered (its chain link is gone). A mixed
- * model (some layers global) passes W = 0: every block stays.
+ * whose parent entry is a placeholder is not registered (its chain link is gone).
+ *
+ * KV cache groups (vLLM v1's hybrid allocator idea). A mixed model (some
+ * layers global) needs one table per sequence and group over this one pool: the window
+ * layers' table (t->global = 0) releases behind cfg.sliding_window as above, the global layers'
+ * table (t->global = 1) never releases. The manager treats them as unrelated tables; keeping a
+ * sequence's two tables in step is the caller's job, and the two groups must pass different
+ * extra keys, because a block of one group holds other layers' K/V than the same tokens' block
+ * of the other (a hit across groups would read wrong data). In step means: both tables are
+ * allocated together with the same cached length (pl_kv_allocate_prompt_pair), then get the
+ * same appends (all or none: check both first, or roll the grown one back with pl_kv_truncate),
+ * commits, truncates and forks, are freed together and swap in one group. test_kv_property
+ * plays exactly this protocol; engine/seq_kv.h is the engine's implementation of it.
  *
  * Contiguous layouts (the PagedAttention paper's Orca baselines, for benchmarks; kv/reserve.c).
  * With policy != PL_KV_POLICY_PAGED every table holds ONE run of consecutive block ids, reserved
@@ -112,6 +123,9 @@ typedef struct {
                                      only; 0 = keep every block: no window, or a layer without) */
     struct pl_vattn *vattn;       /* VATTN: the slots (not owned); its rows_per_slot must equal
                                      max_blocks_per_seq and tokens_per_row block_size */
+    int kv_groups;                /* 1: tables are owned one per sequence; 2: a mixed model's
+                                     sequences hold a global and a window group table each
+                                     (engine/seq_kv.h; the manager itself does not read it) */
 } pl_kv_manager_config;
 
 /* The entry a table keeps for a block released by the sliding window (never read by the
@@ -134,6 +148,9 @@ typedef struct {
     int swapped;              /* 1 while its blocks are in the swap pool */
     int32_t reserved_future;  /* contiguous: reserved slots kept for tokens still to come, up to
                                  the final length (the rest of the reservation is fragmentation) */
+    int global;               /* KV cache group, set by the caller on the empty table: 1 = the
+                                 global layers' table, never released by the window; 0 = follows
+                                 cfg.sliding_window. Survives allocate/free; fork copies it. */
 } pl_block_table;
 
 typedef struct {
@@ -219,6 +236,19 @@ pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const 
                                      int32_t n, uint64_t extra_key, int32_t max_new,
                                      int32_t *n_cached);
 
+/* allocate_prompt_part for a sequence's two tables of KV cache groups at once: `global`
+ * becomes a global group's table and `window` a window group's (their `global` flags are set),
+ * with the distinct extra keys key_global != key_window. Both take the same cached length, the
+ * smaller of the two groups' hits (*n_cached), and every hit of both is taken before either
+ * takes a new block (one could evict the other's hit), so the free count drops by at most
+ * 2 * blocks_for(upto) - behind_window(*n_cached) for upto = min(n, *n_cached + max_new)
+ * slots: an admission check counting that, as the scheduler does for one table, holds.
+ * PL_ERR_CAPACITY (both untouched) if the free blocks do not suffice. */
+pl_status pl_kv_allocate_prompt_pair(pl_kv_manager *m, pl_block_table *global,
+                                     pl_block_table *window, const int32_t *token_ids, int32_t n,
+                                     uint64_t key_global, uint64_t key_window, int32_t max_new,
+                                     int32_t *n_cached);
+
 /* kv/reserve.c. Token slots a new table of n tokens (final length final_tokens) takes at
  * admission: n when paged, else the policy's reservation (never below n). */
 int32_t pl_kv_reserve_tokens(const pl_kv_manager *m, int32_t n, int32_t final_tokens);
@@ -239,7 +269,7 @@ int64_t pl_kv_block_refs(const pl_kv_manager *m);
 int32_t pl_kv_held_blocks_max(const pl_kv_manager *m, int32_t n_tokens, int32_t k_spec);
 
 /* Leading blocks of a table that no query at position >= pos reads: those wholly below
- * pos - W + 1 (0 without a sliding window). */
+ * pos - W + 1 (0 without a sliding window; a global group's table releases none of them). */
 int32_t pl_kv_behind_window(const pl_kv_manager *m, int32_t pos);
 
 /* Blocks append_slots(t, n_new) would take from the free queue (copy-on-write included). */

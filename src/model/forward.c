@@ -111,7 +111,11 @@ static pl_status check_batch(const pl_forward_ctx *c, const pl_kv_store *kv,
     if (b->n_logits < 0 || b->n_logits > c->max_logits)
         return pl_fail(PL_ERR_INVALID_ARG, "forward: %d logit rows (capacity %d)", b->n_logits,
                        c->max_logits);
-    if (kv->n_layers != hp->n_layers || kv->layout.n_kv_heads != hp->n_kv_heads ||
+    int32_t tensors = b->block_tables_w ? hp->n_layers / 2 : hp->n_layers;
+    if (b->block_tables_w && (!b->slot_mapping_w || hp->n_layers % 2))
+        return pl_fail(PL_ERR_INVALID_ARG, "forward: KV cache groups need window slots and an "
+                       "even layer count");
+    if (kv->n_layers != tensors || kv->layout.n_kv_heads != hp->n_kv_heads ||
         kv->layout.head_dim != hp->head_dim)
         return pl_fail(PL_ERR_INVALID_ARG, "forward: KV store shape does not match the model");
     for (int32_t t = 0; t < b->n_tokens; t++)
@@ -157,8 +161,12 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         .seq_start = b->seq_start, .context_lens = b->context_lens,
         .block_tables = b->block_tables, .max_blocks = b->max_blocks,
     };
+    int32_t n_win = 0, n_glob = 0; /* KV cache groups: layers of each kind so far */
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const pl_layer_weights *L = &m->layers[l];
+        const int32_t window = pl_model_layer_window(hp, l);
+        const int grouped_w = b->block_tables_w && window > 0;
+        const int32_t tensor = !b->block_tables_w ? l : window > 0 ? n_win++ : n_glob++;
         pl_rmsnorm(c->tp, c->h, c->x, L->attn_norm, T, dim, hp->norm_eps);
         const pl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->k, c->v};
@@ -169,11 +177,13 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_rope_apply(&hp->rope, c->rope_cs, c->q, T, hp->n_heads, hp->head_dim);
         pl_rope_apply(&hp->rope, c->rope_cs, c->k, T, hp->n_kv_heads, hp->head_dim);
 
-        void *kc = pl_kv_store_k(kv, l), *vc = pl_kv_store_v(kv, l);
-        pl_kv_write(&kv->layout, kc, vc, c->k, c->v, b->slot_mapping, b->n_tokens);
+        void *kc = pl_kv_store_k(kv, tensor), *vc = pl_kv_store_v(kv, tensor);
+        pl_kv_write(&kv->layout, kc, vc, c->k, c->v,
+                    grouped_w ? b->slot_mapping_w : b->slot_mapping, b->n_tokens);
         attn.k_cache = kc;
         attn.v_cache = vc;
-        attn.window = pl_model_layer_window(hp, l);
+        attn.block_tables = grouped_w ? b->block_tables_w : b->block_tables;
+        attn.window = window;
         pl_paged_attention(c->tp, &kv->layout, &attn);
 
         matmul(c, &L->wo, c->att, T, c->h);

@@ -26,6 +26,12 @@ typedef struct {
     int32_t max_blocks;
     int32_t n_logits;
     const int32_t *logit_rows;    /* [n_logits] token indices whose logits are wanted */
+    /* KV cache groups (kv/manager.h; a mixed model whose window layers keep tables of their
+     * own): the window layers' slots and tables, laid out as the two above, or NULL (every
+     * layer uses those). With them the KV store holds n_layers / 2 tensors: the i-th global
+     * layer and the i-th window layer share tensor i (a block id belongs to one group). */
+    const int64_t *slot_mapping_w;
+    const int32_t *block_tables_w;
 } pl_step_batch;
 
 #endif
