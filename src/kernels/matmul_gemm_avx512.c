@@ -36,6 +36,9 @@ enum {
                        * tiles measured as fast or faster (docs/BENCHMARKS.md, issue 22) */
 };
 
+/* a chunk's partial is j % 4 in every block; a row tile's state never runs past its panel's */
+_Static_assert(KB_CHUNKS % 4 == 0 && PANEL_ROWS % GR == 0, "gemm block sizes");
+
 typedef struct {
     const float *a;   /* first activation row of the tile (f16-exact f32) */
     int64_t as;       /* floats between activation rows */
