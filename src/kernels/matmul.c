@@ -8,7 +8,7 @@
  * cache), so every weight byte loaded is reused for all B. For B <= SMALL_B the tiles are one
  * weight row high: each thread then reads its rows as one sequential stream, which the hardware
  * prefetchers follow at full memory bandwidth (interleaving four rows halves it on this EPYC).
- * For larger B, a kernel set with a `gemm` (f16 on AVX-512, long rows) takes a thread's whole
+ * For larger B, a kernel set with a `gemm` (f16: AVX-512 for long rows, AVX2) takes a thread's whole
  * share instead of the tiles, blocked along K; it yields the tiles' bits, or declines.
  */
 #include "kernels/matmul.h"

@@ -111,47 +111,52 @@ static void pack_panel(float *pan, const uint8_t *w, size_t ws, int nr, const ge
     }
 }
 
+typedef struct {
+    gemm_block g;
+    const uint8_t *w, *act;
+    size_t ws, act_stride;
+    float *pan, *st, *y;
+    int64_t ldy;
+} gemm_ctx;
+
+static void cb_pack(void *ctx, int64_t r, int nr, int64_t j0, int64_t j1) {
+    gemm_ctx *c = ctx;
+    c->g.j0 = j0;
+    c->g.j1 = j1;
+    c->g.first = j0 == 0;
+    pack_panel(c->pan, c->w + (size_t)r * c->ws, c->ws, nr, &c->g);
+}
+
+static void cb_tile(void *ctx, int64_t v, int64_t b, int nr, int nb) {
+    gemm_ctx *c = ctx;
+    c->g.a = (const float *)(c->act + (size_t)b * c->act_stride);
+    tile(&c->g, c->st + v * 4 * CW, nr, nb);
+}
+
+static void cb_finish(void *ctx, int64_t v, int64_t b, int64_t r, int nr) { /* (p0 + p2) + (p1 + p3) */
+    gemm_ctx *c = ctx;
+    for (int rr = 0; rr < nr; rr++) {
+        const float *s = c->st + (v + rr) * 4 * CW;
+        __m512 lo = _mm512_add_ps(_mm512_load_ps(s), _mm512_load_ps(s + 2 * CW));
+        __m512 hi = _mm512_add_ps(_mm512_load_ps(s + CW), _mm512_load_ps(s + 3 * CW));
+        c->y[b * c->ldy + r + rr] = _mm512_reduce_add_ps(_mm512_add_ps(lo, hi));
+    }
+}
+
 int pl_mm_gemm_f16_avx512(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
                           size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
     if (cols < MIN_COLS) return 0;
     /* 32 KB panel + 480 KB state: too much for a stack, one allocation per call */
     float *buf = aligned_alloc(64, (size_t)(GR * KB_CHUNKS + PANEL_ROWS * ACT_ROWS * 4) * CW * sizeof(float));
     if (!buf) return 0;
-    float *pan = buf, *st = buf + GR * KB_CHUNKS * CW;
-    const int64_t n = (cols + CW - 1) / CW;
-    gemm_block g = {.as = (int64_t)(act_stride / sizeof(float)), .pan = pan, .nfull = cols / CW,
-                    .tail = (__mmask16)((1u << (cols % CW)) - 1)};
-    for (int64_t bb = 0; bb < B; bb += ACT_ROWS) {
-        const int64_t bend = bb + ACT_ROWS < B ? bb + ACT_ROWS : B, nbb = bend - bb;
-        for (int64_t rp = 0; rp < nrows; rp += PANEL_ROWS) {
-            const int64_t rpend = rp + PANEL_ROWS < nrows ? rp + PANEL_ROWS : nrows;
-            for (g.j0 = 0; g.j0 < n; g.j0 += KB_CHUNKS) {
-                g.j1 = g.j0 + KB_CHUNKS < n ? g.j0 + KB_CHUNKS : n;
-                g.first = g.j0 == 0;
-                for (int64_t r = rp; r < rpend; r += GR) {
-                    const int nr = (int)(rpend - r < GR ? rpend - r : GR);
-                    pack_panel(pan, w + (size_t)r * ws, ws, nr, &g);
-                    float *sr = st + (r - rp) * nbb * 4 * CW; /* this row tile's values */
-                    for (int64_t b = bb; b < bend; b += GB) {
-                        const int nb = (int)(bend - b < GB ? bend - b : GB);
-                        g.a = (const float *)(act + (size_t)b * act_stride);
-                        tile(&g, sr + (b - bb) * GR * 4 * CW, nr, nb);
-                    }
-                }
-            }
-            for (int64_t r = rp; r < rpend; r += GR) { /* y = reduce((p0 + p2) + (p1 + p3)) */
-                const int nr = (int)(rpend - r < GR ? rpend - r : GR);
-                const float *sr = st + (r - rp) * nbb * 4 * CW;
-                for (int64_t b = bb; b < bend; b++)
-                    for (int rr = 0; rr < nr; rr++) {
-                        const float *s = sr + ((b - bb) * GR + rr) * 4 * CW;
-                        __m512 lo = _mm512_add_ps(_mm512_load_ps(s), _mm512_load_ps(s + 2 * CW));
-                        __m512 hi = _mm512_add_ps(_mm512_load_ps(s + CW), _mm512_load_ps(s + 3 * CW));
-                        y[b * ldy + r + rr] = _mm512_reduce_add_ps(_mm512_add_ps(lo, hi));
-                    }
-            }
-        }
-    }
+    gemm_ctx c = {.g = {.as = (int64_t)(act_stride / sizeof(float)), .pan = buf, .nfull = cols / CW,
+                        .tail = (__mmask16)((1u << (cols % CW)) - 1)},
+                  .w = w, .act = act, .ws = ws, .act_stride = act_stride, .pan = buf,
+                  .st = buf + GR * KB_CHUNKS * CW, .y = y, .ldy = ldy};
+    const pl_mm_gemm_plan plan = {.gr = GR, .gb = GB, .act_rows = ACT_ROWS, .panel_rows = PANEL_ROWS,
+                                  .kb_chunks = KB_CHUNKS, .nchunks = (cols + CW - 1) / CW,
+                                  .pack = cb_pack, .tile = cb_tile, .finish = cb_finish};
+    pl_mm_gemm_sweep(&plan, &c, nrows, B);
     free(buf);
     return 1;
 }

@@ -1,9 +1,9 @@
-/* Unit tests for the blocked F16 GEMM (kernels/matmul_gemm_avx512.c) behind pl_matmul's batches:
+/* Unit tests for the blocked F16 GEMMs (kernels/matmul_gemm_{avx2,avx512}.c) behind pl_matmul's batches:
  * on shapes that take it (cols above its threshold, K not a multiple of its K block, a masked
  * last chunk, odd B, row counts that leave partial register tiles, 1-3 threads), every output
  * must be bitwise the decode kernel's (B = 1, one weight row at a time, a path the GEMM does not
  * touch), which is what makes a sequence's tokens independent of the batch it runs in. Runs on
- * every ISA the machine has (below AVX-512 it checks the tiles the same way). */
+ * every ISA the machine has (the scalar level checks its tiles the same way). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -82,12 +82,17 @@ static void test_gemm_equals_decode(void **state) {
     pl_cpu_force_isa(pl_cpu_max_isa());
 }
 
-/* Below the GEMM's threshold the tiles run: the same equality, and the border itself. */
+/* Short rows (the AVX-512 GEMM's threshold leaves them to the tiles, the AVX2 one takes them):
+ * the same equality, the border included, on every ISA. */
 static void test_small_cols_and_border(void **state) {
     (void)state;
-    static const int64_t cols[] = {16, 100, 2048, 4096, 4097};
+    static const int64_t cols[] = {8, 16, 100, 1028, 2048, 4096, 4097};
     uint64_t seed = 100;
-    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) check(9, cols[c], 67, 2, seed++);
+    for (int isa = 0; isa <= (int)pl_cpu_max_isa(); isa++) {
+        pl_cpu_force_isa((pl_isa)isa);
+        for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) check(9, cols[c], 67, 2, seed++);
+    }
+    pl_cpu_force_isa(pl_cpu_max_isa());
 }
 
 int main(void) {
