@@ -8,6 +8,8 @@
  * cache), so every weight byte loaded is reused for all B. For B <= SMALL_B the tiles are one
  * weight row high: each thread then reads its rows as one sequential stream, which the hardware
  * prefetchers follow at full memory bandwidth (interleaving four rows halves it on this EPYC).
+ * For larger B, a kernel set with a `gemm` (f16: AVX-512 for long rows, AVX2) takes a thread's whole
+ * share instead of the tiles, blocked along K; it yields the tiles' bits, or declines.
  */
 #include "kernels/matmul.h"
 
@@ -43,6 +45,7 @@ size_t pl_matmul_scratch_size(pl_dtype type, int64_t cols, int64_t B) {
 
 static void pick_kernel(pl_dtype t, pl_mm_kernel *k) {
     pl_isa isa = pl_cpu_isa();
+    k->gemm = NULL;
     if (isa >= PL_ISA_AVX512 && pl_mm_kernel_avx512(t, k)) return;
     if (isa >= PL_ISA_AVX2 && pl_mm_kernel_avx2(t, k)) return;
     int ok = pl_mm_kernel_scalar(t, k);
@@ -68,6 +71,11 @@ static void multiply_part(const mm_job *j, const pl_weight *w, float *y, int64_t
     int tr = j->B <= SMALL_B ? 1 : j->k.tr, tb = j->k.tb;
     int64_t r0, r1;
     pl_split_range(w->rows, ith, nth, tr, &r0, &r1);
+    if (r1 <= r0) return;
+    if (j->B > SMALL_B && j->k.gemm &&
+        j->k.gemm((const uint8_t *)w->data + (size_t)r0 * ws, ws, r1 - r0, j->act, j->act_stride,
+                  j->B, w->cols, y + r0, ldy))
+        return;
     for (int64_t bb = 0; bb < j->B; bb += ACT_BLOCK) {
         int64_t bend = bb + ACT_BLOCK < j->B ? bb + ACT_BLOCK : j->B;
         for (int64_t r = r0; r < r1; r += tr) {

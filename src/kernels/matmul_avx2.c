@@ -182,9 +182,10 @@ TILE_4x2(tile_q4_0, q4_0_body)
 int pl_mm_kernel_avx2(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 4;
     k->tb = 2;
+    k->gemm = NULL;
     switch (t) {
     case PL_DT_F32: k->fn = tile_f32; return 1;
-    case PL_DT_F16: k->fn = tile_f16; return 1;
+    case PL_DT_F16: k->fn = tile_f16; k->gemm = pl_mm_gemm_f16_avx2; return 1;
     case PL_DT_BF16: k->fn = tile_bf16; return 1;
     case PL_DT_Q8_0: k->fn = tile_q8_0; return 1;
     case PL_DT_Q4_0: k->fn = tile_q4_0; return 1;

@@ -21,8 +21,15 @@
 typedef void (*pl_mm_tile_fn)(const uint8_t *w, size_t w_stride, int nr, const uint8_t *act,
                               size_t act_stride, int nb, int64_t cols, float *y, int64_t ldy);
 
+/* A whole thread's share of a batch (B > 3 activation rows): rows [0, nrows) of w against
+ * activation rows [0, B), same arguments as a tile otherwise, bitwise the tile kernel's values. Returns 0,
+ * having written nothing, if its buffers cannot be allocated (the tiles then do the work). */
+typedef int (*pl_mm_gemm_fn)(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
+                              size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
+
 typedef struct {
     pl_mm_tile_fn fn; /* the tile kernel */
+    pl_mm_gemm_fn gemm; /* if not NULL, runs batches in place of the tiles (blocked along K) */
     int tr;           /* most weight rows per call (threads split rows in multiples of it) */
     int tb;           /* most activation rows per call */
 } pl_mm_kernel;
@@ -34,5 +41,24 @@ int pl_mm_kernel_avx2_kquant(pl_dtype t, pl_mm_kernel *k); /* matmul_kq_avx2.c *
 int pl_mm_kernel_avx2_wt(pl_dtype t, pl_mm_kernel *k);     /* matmul_wt_avx2.c (issue 18) */
 int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_avx512_wt(pl_dtype t, pl_mm_kernel *k);   /* matmul_wt_avx512.c (issue 18) */
+/* The blocking shared by the GEMMs (matmul_gemm.c): activation rows in sweeps of act_rows,
+ * weight rows in panels of panel_rows (a multiple of gr), columns in K blocks of kb_chunks
+ * chunks (of nchunks). For each K block and gr-row tile: pack(r, nr, j0, j1) the weights of
+ * chunks [j0, j1), then tile(v, b, nr, nb) for the tiles of gb activation rows from b, whose
+ * values' state starts at slot v (value (b + i, r + k) at slot v + i * gr + k); after the last
+ * K block of a panel, finish(v, b, r, nr) stores activation row b's values of the row tile r. */
+typedef struct {
+    int gr, gb;
+    int64_t act_rows, panel_rows, kb_chunks, nchunks;
+    void (*pack)(void *ctx, int64_t r, int nr, int64_t j0, int64_t j1);
+    void (*tile)(void *ctx, int64_t v, int64_t b, int nr, int nb);
+    void (*finish)(void *ctx, int64_t v, int64_t b, int64_t r, int nr);
+} pl_mm_gemm_plan;
+void pl_mm_gemm_sweep(const pl_mm_gemm_plan *p, void *ctx, int64_t nrows, int64_t B);
+/* matmul_gemm_avx2.c / matmul_gemm_avx512.c: f16 weights, the values of that ISA's f16 tiles */
+int pl_mm_gemm_f16_avx2(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
+                        size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
+int pl_mm_gemm_f16_avx512(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
+                          size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 
 #endif
