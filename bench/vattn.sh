@@ -63,8 +63,12 @@ if [[ " $PARTS " == *" layouts "* ]]; then
     done
 fi
 
-if [[ " $PARTS " == *" ablation "* ]]; then
-    : >"$OUT/ablation.jsonl"
+# techniques FILE PROMPTS KV_MEMORY [flags...]: every technique on, each one off, all off, for
+# both page sizes, REPS times interleaved.
+techniques() {
+    local file=$1 n=$2 mem=$3
+    shift 3
+    : >"$OUT/$file"
     for rep in $(seq "$REPS"); do
         for page in 4K 64K; do
             for v in all no-overlap no-deferred-reclaim no-eager none; do
@@ -73,28 +77,13 @@ if [[ " $PARTS " == *" ablation "* ]]; then
                 none) f=(--vattn-no-overlap --vattn-no-deferred-reclaim --vattn-no-eager) ;;
                 *) f=(--vattn-$v) ;;
                 esac
-                tp --dataset alpaca --num-prompts 48 --kv-cache-memory "$ABL_MEM" \
+                tp --dataset alpaca --num-prompts "$n" --kv-cache-memory "$mem" "$@" \
                    --kv-layout vattention --kv-page-size "$page" "${f[@]}" \
-                   --label "$v|$page|$rep" --output "$OUT/ablation.jsonl"
+                   --label "$v|$page|$rep" --output "$OUT/$file"
             done
         done
     done
-fi
-if [[ " $PARTS " == *" slots "* ]]; then
-    : >"$OUT/slots.jsonl"
-    for rep in $(seq "$REPS"); do
-        for page in 4K 64K; do
-            for v in all no-overlap no-deferred-reclaim no-eager none; do
-                case $v in
-                all) f=() ;;
-                none) f=(--vattn-no-overlap --vattn-no-deferred-reclaim --vattn-no-eager) ;;
-                *) f=(--vattn-$v) ;;
-                esac
-                tp --dataset alpaca --num-prompts 32 --kv-cache-memory "$KV_MEM" --max-num-seqs 8 \
-                   --kv-layout vattention --kv-page-size "$page" "${f[@]}" \
-                   --label "$v|$page|$rep" --output "$OUT/slots.jsonl"
-            done
-        done
-    done
-fi
+}
+[[ " $PARTS " == *" ablation "* ]] && techniques ablation.jsonl 48 "$ABL_MEM"
+[[ " $PARTS " == *" slots "* ]] && techniques slots.jsonl 32 "$KV_MEM" --max-num-seqs 8
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
