@@ -9,12 +9,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* Detected once (pthread_once: kernels on every thread ask), then read-only. */
 static pl_cpu_features feats;
 static pl_isa max_isa, env_level;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_int forced = -1; /* pl_cpu_force_isa, for tests */
+static atomic_int forced_amx = -1; /* pl_cpu_force_amx, for tests */
+static int env_amx = 1;
 
 static uint64_t xgetbv0(void) {
     uint32_t eax, edx;
@@ -43,6 +47,15 @@ static void detect(void) {
             feats.avx512vl = (b >> 31) & 1;
             feats.avx512vnni = (c >> 11) & 1;
         }
+        /* AMX: TILE (edx 24) and INT8 (edx 25), XCR0's TILECFG and TILEDATA (bits 17, 18), and
+         * Linux's permission for the tile data (an xfeature each process must ask for) */
+        int tile_os = (xcr0 & 0x60000) == 0x60000;
+        if (zmm_ok && tile_os && ((d >> 24) & 1) && ((d >> 25) & 1)) {
+#ifdef SYS_arch_prctl
+            feats.amx_int8 = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                                     18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+        }
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
         feats.avxvnni = ymm_ok && ((a >> 4) & 1);
@@ -69,6 +82,10 @@ static void init(void) {
     else if (s && *s && strcmp(s, "avx512")) /* a typo must not pass silently for "scalar" */
         PL_WARN("PAGELLM_ISA='%s' is not scalar, avx2 or avx512; ignored (kernels use %s)", s,
                 pl_isa_name(max_isa));
+    const char *amx = getenv("PAGELLM_AMX");
+    if (amx && !strcmp(amx, "0")) env_amx = 0;
+    else if (amx && *amx && strcmp(amx, "1"))
+        PL_WARN("PAGELLM_AMX='%s' is not 0 or 1; ignored", amx);
 }
 
 const pl_cpu_features *pl_cpu_get_features(void) {
@@ -91,6 +108,18 @@ pl_isa pl_cpu_isa(void) {
 pl_isa pl_cpu_force_isa(pl_isa isa) {
     atomic_store(&forced, (int)isa);
     return pl_cpu_isa();
+}
+
+int pl_cpu_amx(void) {
+    pthread_once(&once, init);
+    int f = atomic_load_explicit(&forced_amx, memory_order_relaxed);
+    int on = f >= 0 ? f : env_amx;
+    return on && feats.amx_int8 && pl_cpu_isa() == PL_ISA_AVX512;
+}
+
+int pl_cpu_force_amx(int on) {
+    atomic_store(&forced_amx, on < 0 ? -1 : !!on);
+    return pl_cpu_amx();
 }
 
 const char *pl_isa_name(pl_isa isa) {

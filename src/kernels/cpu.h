@@ -3,6 +3,11 @@
  * The level is detected once from CPUID (and XGETBV for OS support of the vector state) and can
  * be lowered, never raised, with the environment variable PAGELLM_ISA=scalar|avx2|avx512 or with
  * pl_cpu_force_isa() (tests use it to run every path the machine has).
+ *
+ * AMX (the int8 tiles) is a separate switch on top of the AVX-512 level: usable when CPUID has
+ * AMX-TILE and AMX-INT8, the OS enables the tile state in XCR0, and Linux grants this process
+ * the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once); PAGELLM_AMX=0 or
+ * pl_cpu_force_amx(0) turn it off.
  */
 #ifndef PL_KERNELS_CPU_H
 #define PL_KERNELS_CPU_H
@@ -12,6 +17,7 @@ typedef enum { PL_ISA_SCALAR = 0, PL_ISA_AVX2 = 1, PL_ISA_AVX512 = 2 } pl_isa;
 typedef struct {
     int avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avxvnni;
+    int amx_int8; /* AMX-TILE + AMX-INT8 with the tile state enabled and granted */
 } pl_cpu_features;
 
 const pl_cpu_features *pl_cpu_get_features(void);
@@ -22,5 +28,10 @@ pl_isa pl_cpu_isa(void);
 /* Force a level (clamped to the machine's maximum); returns the level in effect. */
 pl_isa pl_cpu_force_isa(pl_isa isa);
 const char *pl_isa_name(pl_isa isa);
+/* 1 if the int8 AMX kernels may run now: amx_int8, the level is AVX-512, and not turned off. */
+int pl_cpu_amx(void);
+/* Tests: 0 turns AMX off, 1 back on where the machine has it, -1 back to PAGELLM_AMX's say;
+ * returns pl_cpu_amx(). */
+int pl_cpu_force_amx(int on);
 
 #endif

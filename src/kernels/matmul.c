@@ -10,6 +10,8 @@
  * prefetchers follow at full memory bandwidth (interleaving four rows halves it on this EPYC).
  * For larger B, a kernel set with a `gemm` (f16: AVX-512 for long rows, AVX2) takes a thread's whole
  * share instead of the tiles, blocked along K; it yields the tiles' bits, or declines.
+ * Repacked (x16) weights keep their 16- or 32-row tiles at every B (their rows are interleaved,
+ * one stream anyway); their batches of 16 rows and more go to AMX where the machine has it.
  */
 #include "kernels/matmul.h"
 
@@ -38,14 +40,46 @@ typedef struct {
 
 static uint8_t *align64(void *p) { return (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* Bytes between converted activation rows for weights like w. */
+static size_t act_stride(const pl_weight *w) {
+    return w->layout == PL_WLAYOUT_X16 ? pl_mm_x16_act_bytes(w->cols)
+                                       : pl_act_row_bytes(w->type, w->cols);
+}
+
 size_t pl_matmul_scratch_size(pl_dtype type, int64_t cols, int64_t B) {
     size_t row = pl_act_row_bytes(type, cols);
+    if (row && pl_mm_x16_supported(type, 16, cols)) { /* a repacked weight's rows are longer */
+        size_t x = pl_mm_x16_act_bytes(cols);
+        if (x > row) row = x;
+    }
     return row ? (size_t)B * row + 64 : 0;
 }
 
-static void pick_kernel(pl_dtype t, pl_mm_kernel *k) {
+size_t pl_matmul_repack_size(const pl_weight *w) {
+    if (w->layout != PL_WLAYOUT_ROWS || !pl_mm_x16_supported(w->type, w->rows, w->cols)) return 0;
+    return (size_t)w->rows * pl_dtype_row_size(w->type, w->cols);
+}
+
+int pl_matmul_repack_wanted(void) {
+    const char *e = getenv("PAGELLM_REPACK");
+    return pl_cpu_isa() >= PL_ISA_AVX512 && !(e && !strcmp(e, "0"));
+}
+
+void pl_matmul_repack(pl_weight *w, void *dst) {
+    PL_ASSERT(pl_matmul_repack_size(w) > 0 && ((uintptr_t)dst & 63) == 0);
+    pl_mm_x16_repack(w->data, dst, w->rows, w->cols);
+    w->data = dst;
+    w->layout = PL_WLAYOUT_X16;
+}
+
+static void pick_kernel(const pl_weight *w, pl_mm_kernel *k) {
+    pl_dtype t = w->type;
     pl_isa isa = pl_cpu_isa();
     k->gemm = NULL;
+    if (w->layout == PL_WLAYOUT_X16) {
+        pl_mm_kernel_x16(t, k);
+        return;
+    }
     if (isa >= PL_ISA_AVX512 && pl_mm_kernel_avx512(t, k)) return;
     if (isa >= PL_ISA_AVX2 && pl_mm_kernel_avx2(t, k)) return;
     int ok = pl_mm_kernel_scalar(t, k);
@@ -57,9 +91,11 @@ static void convert_job(void *ctx, int ith, int nth) {
     const pl_weight *w = j->w[0];
     int64_t b0, b1;
     pl_split_range(j->B, ith, nth, 1, &b0, &b1);
-    for (int64_t b = b0; b < b1; b++)
-        pl_act_convert_row(w->type, j->x + b * w->cols, (uint8_t *)j->act + b * j->act_stride,
-                           w->cols);
+    for (int64_t b = b0; b < b1; b++) {
+        uint8_t *dst = (uint8_t *)j->act + b * j->act_stride;
+        if (w->layout == PL_WLAYOUT_X16) pl_mm_x16_act_row(j->x + b * w->cols, dst, w->cols);
+        else pl_act_convert_row(w->type, j->x + b * w->cols, dst, w->cols);
+    }
 }
 
 /* Thread ith's share of weight w: its rows [r0, r1) against all B activation rows. */
@@ -68,7 +104,7 @@ static void multiply_part(const mm_job *j, const pl_weight *w, float *y, int64_t
     size_t ws = pl_dtype_row_size(w->type, w->cols);
     /* a decode step (B <= SMALL_B) walks one weight row at a time: a single sequential stream
      * per thread is what the hardware prefetchers follow at full bandwidth */
-    int tr = j->B <= SMALL_B ? 1 : j->k.tr, tb = j->k.tb;
+    int tr = j->B <= SMALL_B && w->layout == PL_WLAYOUT_ROWS ? 1 : j->k.tr, tb = j->k.tb;
     int64_t r0, r1;
     pl_split_range(w->rows, ith, nth, tr, &r0, &r1);
     if (r1 <= r0) return;
@@ -99,14 +135,14 @@ static void multiply_job(void *ctx, int ith, int nth) {
 static void run(pl_threadpool *tp, const pl_weight *const *w, float *const *y,
                 const int64_t *ldy, int n, const float *x, int64_t B, void *scratch) {
     mm_job j = {.w = w, .y = y, .ldy = ldy, .n = n, .x = x, .B = B};
-    pick_kernel(w[0]->type, &j.k);
+    pick_kernel(w[0], &j.k);
     if (w[0]->type == PL_DT_F32) {
         j.act = (const uint8_t *)x;
         j.act_stride = (size_t)w[0]->cols * sizeof(float);
     } else {
         PL_ASSERT(scratch);
         j.act = align64(scratch);
-        j.act_stride = pl_act_row_bytes(w[0]->type, w[0]->cols);
+        j.act_stride = act_stride(w[0]);
         if (B <= SMALL_B) /* a few rows: cheaper here than one more hand-off to the pool */
             convert_job(&j, 0, 1);
         else
@@ -127,7 +163,8 @@ void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const 
     for (int i = 0; i < n; i++) {
         check_weight(w[i]);
         ldy[i] = w[i]->rows;
-        if (w[i]->type != w[0]->type || w[i]->cols != w[0]->cols) { /* cannot share: one by one */
+        if (w[i]->type != w[0]->type || w[i]->cols != w[0]->cols ||
+            w[i]->layout != w[0]->layout) { /* cannot share: one by one */
             for (int k = 0; k < n; k++) pl_matmul(tp, w[k], x, B, y[k], w[k]->rows, scratch);
             return;
         }
@@ -178,7 +215,7 @@ static void act_values(pl_dtype t, const uint8_t *act, int64_t cols, double *out
 }
 
 void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int64_t ldy) {
-    PL_ASSERT(w && pl_dtype_can_matmul(w->type));
+    PL_ASSERT(w && pl_dtype_can_matmul(w->type) && w->layout == PL_WLAYOUT_ROWS);
     int64_t cols = w->cols;
     size_t ws = pl_dtype_row_size(w->type, cols), as = pl_act_row_bytes(w->type, cols);
     float *wrow = malloc((size_t)cols * sizeof *wrow);

@@ -25,11 +25,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* How a weight's bytes are arranged: GGUF's rows, or repacked by pl_matmul_repack. */
+typedef enum { PL_WLAYOUT_ROWS = 0, PL_WLAYOUT_X16 = 1 } pl_wlayout;
+
 typedef struct {
     const void *data;
     pl_dtype type;
     int64_t rows; /* output features */
     int64_t cols; /* input features (multiple of the type's block size) */
+    pl_wlayout layout; /* PL_WLAYOUT_ROWS unless repacked (zero-initialized structs are rows) */
 } pl_weight;
 
 size_t pl_matmul_scratch_size(pl_dtype type, int64_t cols, int64_t B);
@@ -41,6 +45,19 @@ void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B,
 enum { PL_MATMUL_MAX_MULTI = 4 };
 void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const *y, int n,
                      const float *x, int64_t B, void *scratch);
+/* Repacking at load time (issue 22). q8_0 weights whose rows are a multiple of 16 have an
+ * interleaved layout ("x16", kernels/matmul_x16.c) that the integer kernels (AVX-512 VNNI for
+ * any batch, AMX for batches of 16 rows and more) multiply without lane sums. The same bytes;
+ * results are deterministic across batch sizes, thread counts and those kernels, but summed in
+ * another order than the rows layout (docs/ACCURACY.md). pl_matmul_repack_size: bytes of w
+ * repacked (the same as now), or 0 if w has no such layout. pl_matmul_repack_wanted: 1 if this
+ * machine's kernels run faster on it (AVX-512) and PAGELLM_REPACK is not 0.
+ * pl_matmul_repack: copy w into dst (64-byte aligned, that many bytes) and point w at it. Views
+ * of rows (weight_rows) must be taken before repacking, at multiples of 16 rows after. */
+size_t pl_matmul_repack_size(const pl_weight *w);
+int pl_matmul_repack_wanted(void);
+void pl_matmul_repack(pl_weight *w, void *dst);
+
 /* Single-threaded scalar reference with the same activation conversion (for tests). */
 void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int64_t ldy);
 

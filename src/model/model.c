@@ -300,6 +300,73 @@ static pl_weight weight_rows(const pl_weight *w, int64_t r0, int64_t rows) {
     return p;
 }
 
+/* ---- weights copied out of the mapping: tensor-parallel slices, repacked layouts ---- */
+
+/* A 64-byte aligned buffer of `bytes` that the model owns (freed with it). */
+static pl_status own_buffer(pl_model *m, const char *name, size_t bytes, void **out) {
+    void **owned = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
+    if (!owned) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
+    m->owned = owned;
+    void *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!dst) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory for its copy", name);
+    m->owned[m->n_owned++] = dst;
+    m->owned_bytes += bytes;
+    *out = dst;
+    return PL_OK;
+}
+
+/* The mapped pages wholly inside [p, p + n) leave this process's resident set (the page cache
+ * keeps them; a later read faults them back in): they were read once, to copy them. */
+static void release_pages(const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
+    uintptr_t e = ((uintptr_t)p + n) / (uintptr_t)pg * (uintptr_t)pg;
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* w in the layout the matmul kernels prefer on this machine, if it has one (kernels/matmul.h):
+ * q8_0 on AVX-512, 16 rows interleaved. What it was copied from is let go: a buffer of its own
+ * (a column slice) is freed, mapped pages released. */
+static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
+    size_t bytes = pl_matmul_repack_size(w);
+    if (!bytes) return PL_OK;
+    void *dst;
+    PL_TRY(own_buffer(m, name, bytes, &dst));
+    const void *src = w->data;
+    pl_matmul_repack(w, dst);
+    for (int32_t i = 0; i < m->n_owned; i++)
+        if (m->owned[i] == src) {
+            free(m->owned[i]);
+            m->owned[i] = m->owned[--m->n_owned];
+            m->owned_bytes -= bytes;
+            return PL_OK;
+        }
+    release_pages(src, bytes);
+    return PL_OK;
+}
+
+static pl_status repack_weights(pl_model *m) {
+    if (!pl_matmul_repack_wanted()) return PL_OK;
+    int32_t n = 0;
+    for (int32_t l = 0; l < m->hp.n_layers; l++) {
+        pl_layer_weights *L = &m->layers[l];
+        pl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            if (!ws[i]->data) continue; /* bert: no gate */
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d matrix %zu", l, i);
+            PL_TRY(repack_weight(m, name, ws[i]));
+            n += ws[i]->layout == PL_WLAYOUT_X16;
+        }
+    }
+    /* the output layer, also when tied: token lookups keep reading tok_embd's rows */
+    if (m->output.data) PL_TRY(repack_weight(m, "output", &m->output));
+    n += m->output.layout == PL_WLAYOUT_X16;
+    if (n) PL_INFO("repacked %d q8_0 matrices into the x16 layout (16 rows interleaved)", n);
+    return PL_OK;
+}
+
 /* ---- tensor-parallel slices (pl_model_shard); a shard's rows are weight_rows views ---- */
 
 /* Columns [c0, c0 + n) of every row of w, copied into a buffer the model owns; the mapped pages
@@ -314,21 +381,12 @@ static pl_status slice_cols(pl_model *m, const char *name, pl_weight *w, int64_t
                        (long long)w->cols);
     size_t src_row = pl_dtype_row_size(w->type, w->cols), dst_row = pl_dtype_row_size(w->type, n);
     size_t off = pl_dtype_row_size(w->type, c0), bytes = (size_t)w->rows * dst_row;
-    void **owned = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
-    if (!owned) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
-    m->owned = owned;
-    char *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!dst) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory for its slice", name);
-    m->owned[m->n_owned++] = dst;
-    m->owned_bytes += bytes;
+    char *dst;
+    PL_TRY(own_buffer(m, name, bytes, (void **)&dst));
     const char *src = w->data;
     for (int64_t r = 0; r < w->rows; r++)
         memcpy(dst + (size_t)r * dst_row, src + (size_t)r * src_row + off, dst_row);
-    /* Pages wholly inside the tensor leave this process's resident set (page cache keeps them). */
-    long pg = sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)src + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
-    uintptr_t e = ((uintptr_t)src + (size_t)w->rows * src_row) / (uintptr_t)pg * (uintptr_t)pg;
-    if (pg > 0 && e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+    release_pages(src, (size_t)w->rows * src_row);
     w->data = dst;
     w->cols = n;
     return PL_OK;
@@ -524,6 +582,7 @@ pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_m
     if (st == PL_OK) st = read_hparams(m->file, &m->hp);
     if (st == PL_OK) st = shard_hparams(m, rank, size);
     if (st == PL_OK) st = bind_weights(m);
+    if (st == PL_OK) st = repack_weights(m);
     if (st == PL_OK) st = pl_tokenizer_load(m->file, &m->tok);
     if (st == PL_OK && pl_tokenizer_n_vocab(m->tok) != m->hp.n_vocab)
         st = pl_fail(PL_ERR_FORMAT, "the vocabulary has %d tokens but token_embd.weight has %d "

@@ -1,0 +1,116 @@
+/* kernels/matmul_x16 — q8_0 weights repacked sixteen rows at a time for integer dot products
+ * (issue 22, item 3): the layout, the repacking, the activations' block sums, and the scalar
+ * kernel every other x16 kernel must match bit for bit.
+ *
+ * Layout. Rows are taken in groups of 16 (a weight is repacked only when its rows are a multiple
+ * of 16). A group holds, for each block k of 32 columns, 544 bytes (16 x 34, so a group is 16
+ * rows' worth of bytes and row offsets of multiples of 16 are unchanged):
+ *
+ *   bytes 0..31     the 16 rows' f16 scales d, row i at 2i
+ *   bytes 32..543   8 chunks of 64 bytes; chunk j holds q[4j..4j+3] of row 0, then of row 1, ...
+ *                   row 15, each quant stored as q + 128 (an unsigned byte)
+ *
+ * A 64-byte chunk is one vpdpbusd operand whose 16 lanes are 16 output rows (the activation's four
+ * bytes broadcast), and 8 consecutive chunks are exactly an AMX B tile of 8 rows x 64 bytes (K = 32
+ * in groups of 4, N = 16 rows): the same bytes serve both.
+ *
+ * Activations are q8_0 (kernels/quant.h, natural order) followed by seed[k] = -128 * sum of block
+ * k's quants (int32), so that seed + sum (q_w + 128) x = sum q_w x exactly.
+ *
+ * Arithmetic, identical in every x16 kernel: for output (r, b),
+ *   isum_k = seed_k + sum_{i<32} (q_w[i] + 128) * x[i]                    (exact, int32)
+ *   acc    = fma((float)isum_k, d_w * d_x, acc)  for k = 0, 1, ... in order, acc from +0.0f
+ * The integer part is exact whatever the instruction, and the float part is the same operations
+ * in the same order, so scalar, AVX-512 VNNI and AMX give the same bits for every batch size and
+ * thread count. (The rows layout's kernels sum in another order: docs/ACCURACY.md.)
+ */
+#include "kernels/matmul_kernels.h"
+
+#include "kernels/cpu.h"
+#include "kernels/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { X16_BLOCK = 16 * sizeof(pl_block_q8_0) }; /* 544: one block of 32 columns, 16 rows */
+
+int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
+    return t == PL_DT_Q8_0 && rows > 0 && rows % 16 == 0 && cols > 0 && cols % PL_QK == 0;
+}
+
+void pl_mm_x16_repack(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
+    const int64_t nb = cols / PL_QK;
+    const size_t ws = (size_t)nb * sizeof(pl_block_q8_0);
+    for (int64_t g = 0; g < rows / 16; g++) {
+        const uint8_t *grp = src + (size_t)g * 16 * ws;
+        for (int64_t k = 0; k < nb; k++) {
+            uint8_t *o = dst + (size_t)g * 16 * ws + (size_t)k * X16_BLOCK;
+            for (int i = 0; i < 16; i++) {
+                const pl_block_q8_0 *blk = (const pl_block_q8_0 *)(grp + (size_t)i * ws) + k;
+                memcpy(o + 2 * i, &blk->d, 2);
+                for (int j = 0; j < 8; j++)
+                    for (int t = 0; t < 4; t++)
+                        o[32 + 64 * j + 4 * i + t] = (uint8_t)(blk->qs[4 * j + t] ^ 0x80);
+            }
+        }
+    }
+}
+
+size_t pl_mm_x16_act_bytes(int64_t cols) {
+    size_t n = (size_t)cols + (size_t)(cols / PL_QK) * (sizeof(float) + sizeof(int32_t));
+    return (n + 63) / 64 * 64;
+}
+
+void pl_mm_x16_act_row(const float *x, uint8_t *dst, int64_t cols) {
+    pl_act_convert_row(PL_DT_Q8_0, x, dst, cols);
+    const int64_t nb = cols / PL_QK;
+    const int8_t *qs = (const int8_t *)dst;
+    int32_t *seed = (int32_t *)(dst + cols + (size_t)nb * sizeof(float));
+    for (int64_t k = 0; k < nb; k++) {
+        int32_t s = 0;
+        for (int i = 0; i < PL_QK; i++) s += qs[k * PL_QK + i];
+        seed[k] = -128 * s;
+    }
+}
+
+/* The reference: one output at a time, exactly the arithmetic of the header comment. */
+static void tile_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                            int nb, int64_t cols, float *y, int64_t ldy) {
+    const int64_t nblk = cols / PL_QK;
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *grp = w + (size_t)(r / 16) * 16 * ws;
+        const int i = r % 16;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *ab = a + (size_t)b * as;
+            const int8_t *xq = (const int8_t *)ab;
+            const float *dx = (const float *)(ab + cols);
+            const int32_t *seed = (const int32_t *)(ab + cols + (size_t)nblk * sizeof(float));
+            float acc = 0.0f;
+            for (int64_t k = 0; k < nblk; k++) {
+                const uint8_t *o = grp + (size_t)k * X16_BLOCK;
+                int32_t isum = seed[k];
+                for (int j = 0; j < 8; j++)
+                    for (int t = 0; t < 4; t++)
+                        isum += (int32_t)o[32 + 64 * j + 4 * i + t] * xq[k * PL_QK + 4 * j + t];
+                pl_f16 d;
+                memcpy(&d, o + 2 * i, sizeof d);
+                const float s = pl_f16_to_f32(d) * dx[k];
+                acc = fmaf((float)isum, s, acc);
+            }
+            y[(size_t)b * ldy + r] = acc;
+        }
+    }
+}
+
+void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
+    (void)t;
+    k->gemm = NULL;
+    if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_avx512(k)) {
+        if (pl_cpu_amx()) k->gemm = pl_mm_gemm_x16_amx;
+        return;
+    }
+    k->fn = tile_x16_scalar;
+    k->tr = 16;
+    k->tb = 4;
+}

@@ -1,0 +1,85 @@
+/* kernels/matmul_x16_avx512 — the x16 layout's tile kernel with AVX-512 VNNI (layout and
+ * arithmetic: matmul_x16.c). A tile is one or two row groups (16 or 32 rows) by up to four
+ * activation rows; every vpdpbusd multiplies one 64-byte chunk (4 columns of 16 rows) by an
+ * activation's 4 bytes broadcast, so the 16 lanes are 16 outputs and no lane sum is needed.
+ * Each (group, activation) pair sums a block in two integer chains (even and odd chunks, added
+ * at the end: exact) so that a decode step's one-row tiles still have independent chains.
+ */
+#include "kernels/matmul_kernels.h"
+#include "kernels/quant.h"
+
+#include "kernels/simd.h"
+
+#include <immintrin.h>
+
+enum { X16_BLOCK = 16 * sizeof(pl_block_q8_0) };
+
+AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
+                 int64_t ldy, const int NG, const int NB) {
+    const int64_t nblk = cols / PL_QK;
+    const size_t gs = 16 * ws;
+    const float *dx[4];
+    const int32_t *seed[4];
+    UNROLL for (int b = 0; b < NB; b++) {
+        dx[b] = (const float *)(a + (size_t)b * as + cols);
+        seed[b] = (const int32_t *)(dx[b] + nblk);
+    }
+    __m512 acc[2][4];
+    UNROLL for (int g = 0; g < NG; g++) UNROLL for (int b = 0; b < NB; b++)
+        acc[g][b] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < nblk; k++) {
+        const uint8_t *wb[2];
+        __m512 dw[2];
+        UNROLL for (int g = 0; g < NG; g++) {
+            wb[g] = w + (size_t)g * gs + (size_t)k * X16_BLOCK;
+            dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wb[g]));
+        }
+        __m512i s0[2][4], s1[2][4];
+        UNROLL for (int b = 0; b < NB; b++) UNROLL for (int g = 0; g < NG; g++) {
+            s0[g][b] = _mm512_set1_epi32(seed[b][k]);
+            s1[g][b] = _mm512_setzero_si512();
+        }
+        UNROLL for (int j = 0; j < 8; j += 2) {
+            __m512i w0[2], w1[2];
+            UNROLL for (int g = 0; g < NG; g++) {
+                w0[g] = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
+                w1[g] = _mm512_loadu_si512(wb[g] + 32 + 64 * (j + 1));
+            }
+            UNROLL for (int b = 0; b < NB; b++) {
+                const int32_t *xq = (const int32_t *)(a + (size_t)b * as + k * PL_QK);
+                const __m512i x0 = _mm512_set1_epi32(xq[j]), x1 = _mm512_set1_epi32(xq[j + 1]);
+                UNROLL for (int g = 0; g < NG; g++) {
+                    s0[g][b] = _mm512_dpbusd_epi32(s0[g][b], w0[g], x0);
+                    s1[g][b] = _mm512_dpbusd_epi32(s1[g][b], w1[g], x1);
+                }
+            }
+        }
+        UNROLL for (int b = 0; b < NB; b++) {
+            const __m512 d = _mm512_set1_ps(dx[b][k]);
+            UNROLL for (int g = 0; g < NG; g++)
+                acc[g][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[g][b], s1[g][b])),
+                                            _mm512_mul_ps(dw[g], d), acc[g][b]);
+        }
+    }
+    UNROLL for (int g = 0; g < NG; g++) UNROLL for (int b = 0; b < NB; b++)
+        _mm512_storeu_ps(y + (size_t)b * ldy + 16 * g, acc[g][b]);
+}
+
+#define X16_CASE(G, B)                                                                             \
+    case G * 8 + B: x16_body(w, ws, a, as, cols, y, ldy, G, B); break;
+
+void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                           int nb, int64_t cols, float *y, int64_t ldy) {
+    switch ((nr / 16) * 8 + nb) {
+        X16_CASE(1, 1) X16_CASE(1, 2) X16_CASE(1, 3) X16_CASE(1, 4)
+        X16_CASE(2, 1) X16_CASE(2, 2) X16_CASE(2, 3) X16_CASE(2, 4)
+    default: break;
+    }
+}
+
+int pl_mm_kernel_x16_avx512(pl_mm_kernel *k) {
+    k->fn = pl_mm_x16_tile_avx512;
+    k->tr = 32;
+    k->tb = 4;
+    return 1;
+}

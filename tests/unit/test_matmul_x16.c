@@ -1,0 +1,247 @@
+/* Unit tests for the x16 layout of q8_0 weights (kernels/matmul_x16*.c, issue 22 item 3):
+ *  - every x16 kernel (scalar, AVX-512 VNNI tiles, AMX batches where the machine has AMX) gives
+ *    bitwise the same value for every output, whatever the batch size and thread count: B = 1
+ *    calls on one thread with the scalar kernel are the reference;
+ *  - the values agree with the exact product of the quantized weights and activations
+ *    (pl_matmul_ref on the rows layout, in doubles) to float rounding;
+ *  - pl_matmul_multi on repacked weights equals pl_matmul; repacking keeps the size and refuses
+ *    what has no x16 layout. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/threadpool.h"
+#include "kernels/cpu.h"
+#include "kernels/matmul.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float rnd(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((int64_t)(*s >> 40) - (1 << 23)) / (float)(1 << 23);
+}
+
+typedef struct {
+    int64_t rows, cols;
+    uint8_t *rowsw;  /* GGUF rows */
+    uint8_t *packed; /* x16 */
+    pl_weight w, wp;
+} qweight;
+
+static void make(qweight *q, int64_t rows, int64_t cols, uint64_t *s) {
+    q->rows = rows;
+    q->cols = cols;
+    size_t ws = pl_dtype_row_size(PL_DT_Q8_0, cols), bytes = (size_t)rows * ws;
+    q->rowsw = malloc(bytes);
+    q->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    float *row = malloc((size_t)cols * sizeof *row);
+    assert_non_null(q->rowsw);
+    assert_non_null(q->packed);
+    assert_non_null(row);
+    for (int64_t r = 0; r < rows; r++) {
+        float scale = 0.01f + (float)(r % 7); /* blocks of very different scales */
+        for (int64_t c = 0; c < cols; c++) row[c] = scale * rnd(s);
+        if (r % 5 == 3) row[0] = -127.0f * scale; /* a quant of -128 after rounding, or near */
+        assert_int_equal(pl_quantize_row(PL_DT_Q8_0, row, q->rowsw + (size_t)r * ws, cols), ws);
+    }
+    free(row);
+    q->w = (pl_weight){.data = q->rowsw, .type = PL_DT_Q8_0, .rows = rows, .cols = cols};
+    q->wp = q->w;
+    assert_int_equal(pl_matmul_repack_size(&q->wp), bytes);
+    pl_matmul_repack(&q->wp, q->packed);
+    assert_int_equal(q->wp.layout, PL_WLAYOUT_X16);
+    assert_ptr_equal(q->wp.data, q->packed);
+}
+
+static void drop(qweight *q) {
+    free(q->rowsw);
+    free(q->packed);
+}
+
+static float *inputs(int64_t B, int64_t cols, uint64_t *s) {
+    float *x = malloc((size_t)(B * cols) * sizeof *x);
+    assert_non_null(x);
+    for (int64_t i = 0; i < B * cols; i++) x[i] = 4.0f * rnd(s);
+    for (int64_t c = 0; c < cols && B > 1; c++) x[cols + c] = 0.0f; /* a zero row (d = 0) */
+    return x;
+}
+
+/* The reference: scalar kernel, one activation row at a time, one thread. */
+static void reference(const qweight *q, const float *x, int64_t B, float *y) {
+    pl_threadpool *one = pl_threadpool_create(1);
+    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q->cols, 1));
+    assert_non_null(one);
+    assert_non_null(scratch);
+    pl_isa was = pl_cpu_isa();
+    pl_cpu_force_isa(PL_ISA_SCALAR);
+    for (int64_t b = 0; b < B; b++)
+        pl_matmul(one, &q->wp, x + b * q->cols, 1, y + b * q->rows, q->rows, scratch);
+    pl_cpu_force_isa(was);
+    pl_threadpool_destroy(one);
+    free(scratch);
+}
+
+/* pl_matmul on the repacked weight at this ISA/AMX setting equals the reference bitwise, and
+ * writes nothing past the rows. */
+static void check_equal(const qweight *q, const float *x, int64_t B, const float *ref, int threads,
+                        const char *what) {
+    const int64_t ldy = q->rows + 5;
+    float *y = malloc((size_t)(B * ldy) * sizeof *y);
+    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q->cols, B));
+    pl_threadpool *tp = pl_threadpool_create(threads);
+    assert_non_null(y);
+    assert_non_null(scratch);
+    assert_non_null(tp);
+    memset(y, 0xff, (size_t)(B * ldy) * sizeof *y);
+    pl_matmul(tp, &q->wp, x, B, y, ldy, scratch);
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t r = 0; r < q->rows; r++)
+            if (memcmp(&y[b * ldy + r], &ref[b * q->rows + r], sizeof(float)) != 0)
+                fail_msg("%s: rows %lld cols %lld B %lld threads %d: y[%lld][%lld] = %.9g, "
+                         "reference %.9g", what, (long long)q->rows, (long long)q->cols,
+                         (long long)B, threads, (long long)b, (long long)r,
+                         (double)y[b * ldy + r], (double)ref[b * q->rows + r]);
+        for (int64_t r = q->rows; r < ldy; r++) assert_true(isnan(y[b * ldy + r]));
+    }
+    pl_threadpool_destroy(tp);
+    free(y);
+    free(scratch);
+}
+
+/* Every kernel the machine has, bitwise the scalar reference, over batch sizes around the AMX
+ * tiles (16, 32) and the VNNI tiles (4), row counts that leave one group (16) or pairs, and
+ * 1-3 threads. */
+static void test_kernels_agree_bitwise(void **state) {
+    (void)state;
+    static const int64_t shapes[][2] = {{16, 32}, {48, 64}, {32, 96}, {80, 256}, {256, 768},
+                                        {64, 2048}, {16, 8192}};
+    static const int64_t Bs[] = {1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 48, 70};
+    uint64_t s = 7;
+    int amx = pl_cpu_force_amx(1);
+    print_message("x16: max ISA %s, AMX %s\n", pl_isa_name(pl_cpu_max_isa()), amx ? "yes" : "no");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        qweight q;
+        make(&q, shapes[i][0], shapes[i][1], &s);
+        for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
+            int64_t B = Bs[bi];
+            if (q.cols >= 2048 && B > 33) continue; /* keeps the test short */
+            float *x = inputs(B, q.cols, &s);
+            float *ref = malloc((size_t)(B * q.rows) * sizeof *ref);
+            assert_non_null(ref);
+            reference(&q, x, B, ref);
+            int threads = 1 + (int)((i + bi) % 3);
+            for (int isa = 0; isa <= (int)pl_cpu_max_isa(); isa++) {
+                pl_cpu_force_isa((pl_isa)isa);
+                pl_cpu_force_amx(0);
+                check_equal(&q, x, B, ref, threads, pl_isa_name((pl_isa)isa));
+                if (isa == PL_ISA_AVX512 && pl_cpu_force_amx(1))
+                    check_equal(&q, x, B, ref, threads, "amx");
+            }
+            pl_cpu_force_isa(pl_cpu_max_isa());
+            pl_cpu_force_amx(-1);
+            free(x);
+            free(ref);
+        }
+        drop(&q);
+    }
+}
+
+/* The values are the product of the quantized operands: against pl_matmul_ref (doubles) on the
+ * rows layout, each within a few float roundings of the sum of |terms|. */
+static void test_values_match_reference(void **state) {
+    (void)state;
+    uint64_t s = 99;
+    qweight q;
+    make(&q, 64, 1024, &s);
+    const int64_t B = 40;
+    float *x = inputs(B, q.cols, &s);
+    float *y = malloc((size_t)(B * q.rows) * sizeof *y), *yr = malloc((size_t)(B * q.rows) * sizeof *yr);
+    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q.cols, B));
+    pl_threadpool *tp = pl_threadpool_create(2);
+    assert_non_null(y);
+    assert_non_null(yr);
+    assert_non_null(scratch);
+    assert_non_null(tp);
+    pl_matmul(tp, &q.wp, x, B, y, q.rows, scratch);
+    pl_matmul_ref(&q.w, x, B, yr, q.rows);
+    for (int64_t i = 0; i < B * q.rows; i++) {
+        double bound = 1e-5 * (fabs((double)yr[i]) + 1.0) * sqrt((double)q.cols);
+        if (fabs((double)y[i] - (double)yr[i]) > bound)
+            fail_msg("y[%lld] = %.9g, exact %.9g", (long long)i, (double)y[i], (double)yr[i]);
+    }
+    pl_threadpool_destroy(tp);
+    free(x);
+    free(y);
+    free(yr);
+    free(scratch);
+    drop(&q);
+}
+
+/* Several repacked weights reading one input (Q/K/V) in one call equal separate calls; a mix of
+ * layouts falls back to them. */
+static void test_multi(void **state) {
+    (void)state;
+    uint64_t s = 5;
+    qweight q[3];
+    make(&q[0], 64, 512, &s);
+    make(&q[1], 32, 512, &s);
+    make(&q[2], 32, 512, &s);
+    const int64_t B = 37;
+    float *x = inputs(B, 512, &s);
+    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, 512, B));
+    pl_threadpool *tp = pl_threadpool_create(2);
+    assert_non_null(scratch);
+    assert_non_null(tp);
+    for (int mixed = 0; mixed <= 1; mixed++) {
+        const pl_weight *ws[3] = {&q[0].wp, mixed ? &q[1].w : &q[1].wp, &q[2].wp};
+        float *ys[3], *one[3];
+        for (int i = 0; i < 3; i++) {
+            ys[i] = malloc((size_t)(B * q[i].rows) * sizeof(float));
+            one[i] = malloc((size_t)(B * q[i].rows) * sizeof(float));
+            assert_non_null(ys[i]);
+            assert_non_null(one[i]);
+        }
+        pl_matmul_multi(tp, ws, ys, 3, x, B, scratch);
+        for (int i = 0; i < 3; i++) {
+            pl_matmul(tp, ws[i], x, B, one[i], q[i].rows, scratch);
+            assert_memory_equal(ys[i], one[i], (size_t)(B * q[i].rows) * sizeof(float));
+            free(ys[i]);
+            free(one[i]);
+        }
+    }
+    pl_threadpool_destroy(tp);
+    free(scratch);
+    free(x);
+    for (int i = 0; i < 3; i++) drop(&q[i]);
+}
+
+/* Only q8_0 with rows a multiple of 16 has the layout; a repacked weight is not repacked again. */
+static void test_repack_size(void **state) {
+    (void)state;
+    uint8_t buf[64] = {0};
+    pl_weight w = {.data = buf, .type = PL_DT_Q8_0, .rows = 24, .cols = 64};
+    assert_int_equal(pl_matmul_repack_size(&w), 0);
+    w.rows = 32;
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 34);
+    w.type = PL_DT_Q4_K;
+    w.cols = 256;
+    assert_int_equal(pl_matmul_repack_size(&w), 0);
+    w.type = PL_DT_F16;
+    assert_int_equal(pl_matmul_repack_size(&w), 0);
+    w = (pl_weight){.data = buf, .type = PL_DT_Q8_0, .rows = 32, .cols = 64,
+                    .layout = PL_WLAYOUT_X16};
+    assert_int_equal(pl_matmul_repack_size(&w), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels_agree_bitwise),
+        cmocka_unit_test(test_values_match_reference),
+        cmocka_unit_test(test_multi),
+        cmocka_unit_test(test_repack_size),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
