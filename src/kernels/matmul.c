@@ -42,14 +42,20 @@ static uint8_t *align64(void *p) { return (uint8_t *)(((uintptr_t)p + 63) & ~(ui
 
 /* Bytes between converted activation rows for weights like w. */
 static size_t act_stride(const pl_weight *w) {
-    return w->layout == PL_WLAYOUT_X16 ? pl_mm_x16_act_bytes(w->cols)
+    return w->layout == PL_WLAYOUT_X16 ? pl_mm_x16_act_bytes(w->type, w->cols)
                                        : pl_act_row_bytes(w->type, w->cols);
+}
+
+/* Bytes per weight row (a repacked group of 16 rows is 16 times this). */
+static size_t row_bytes(const pl_weight *w) {
+    return w->layout == PL_WLAYOUT_X16 ? pl_mm_x16_row_bytes(w->type, w->cols)
+                                       : pl_dtype_row_size(w->type, w->cols);
 }
 
 size_t pl_matmul_scratch_size(pl_dtype type, int64_t cols, int64_t B) {
     size_t row = pl_act_row_bytes(type, cols);
     if (row && pl_mm_x16_supported(type, 16, cols)) { /* a repacked weight's rows are longer */
-        size_t x = pl_mm_x16_act_bytes(cols);
+        size_t x = pl_mm_x16_act_bytes(type, cols);
         if (x > row) row = x;
     }
     return row ? (size_t)B * row + 64 : 0;
@@ -57,7 +63,7 @@ size_t pl_matmul_scratch_size(pl_dtype type, int64_t cols, int64_t B) {
 
 size_t pl_matmul_repack_size(const pl_weight *w) {
     if (w->layout != PL_WLAYOUT_ROWS || !pl_mm_x16_supported(w->type, w->rows, w->cols)) return 0;
-    return (size_t)w->rows * pl_dtype_row_size(w->type, w->cols);
+    return (size_t)w->rows * pl_mm_x16_row_bytes(w->type, w->cols);
 }
 
 int pl_matmul_repack_wanted(void) {
@@ -67,7 +73,7 @@ int pl_matmul_repack_wanted(void) {
 
 void pl_matmul_repack(pl_weight *w, void *dst) {
     PL_ASSERT(pl_matmul_repack_size(w) > 0 && ((uintptr_t)dst & 63) == 0);
-    pl_mm_x16_repack(w->data, dst, w->rows, w->cols);
+    pl_mm_x16_repack(w->type, w->data, dst, w->rows, w->cols);
     w->data = dst;
     w->layout = PL_WLAYOUT_X16;
 }
@@ -93,7 +99,8 @@ static void convert_job(void *ctx, int ith, int nth) {
     pl_split_range(j->B, ith, nth, 1, &b0, &b1);
     for (int64_t b = b0; b < b1; b++) {
         uint8_t *dst = (uint8_t *)j->act + b * j->act_stride;
-        if (w->layout == PL_WLAYOUT_X16) pl_mm_x16_act_row(j->x + b * w->cols, dst, w->cols);
+        if (w->layout == PL_WLAYOUT_X16)
+            pl_mm_x16_act_row(w->type, j->x + b * w->cols, dst, w->cols);
         else pl_act_convert_row(w->type, j->x + b * w->cols, dst, w->cols);
     }
 }
@@ -101,7 +108,7 @@ static void convert_job(void *ctx, int ith, int nth) {
 /* Thread ith's share of weight w: its rows [r0, r1) against all B activation rows. */
 static void multiply_part(const mm_job *j, const pl_weight *w, float *y, int64_t ldy, int ith,
                           int nth) {
-    size_t ws = pl_dtype_row_size(w->type, w->cols);
+    size_t ws = row_bytes(w);
     /* a decode step (B <= SMALL_B) walks one weight row at a time: a single sequential stream
      * per thread is what the hardware prefetchers follow at full bandwidth */
     int tr = j->B <= SMALL_B && w->layout == PL_WLAYOUT_ROWS ? 1 : j->k.tr, tb = j->k.tb;

@@ -61,14 +61,17 @@ int pl_mm_gemm_f16_avx2(const uint8_t *w, size_t w_stride, int64_t nrows, const 
 int pl_mm_gemm_f16_avx512(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
                           size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 
-/* The x16 layout of q8_0 weights (matmul_x16.c has the layout and the arithmetic every x16
- * kernel shares bit for bit). supported: rows a multiple of 16; repack: rows x cols of GGUF
- * rows at src into dst (same size); act_bytes / act_row: the activation row (q8_0 + seeds);
- * kernel_x16: the best x16 kernel of the current ISA (scalar, AVX-512 VNNI tiles, AMX batches). */
+/* The x16 layouts: weights repacked 16 rows at a time (matmul_x16.c has the q8_0 layout, the
+ * dispatch, and the arithmetic every x16 kernel of a type shares bit for bit). supported: the
+ * type has one and rows are a multiple of 16; row_bytes: a group of 16 rows is 16 times this;
+ * repack: rows x cols of GGUF rows at src into dst; act_bytes / act_row: the converted
+ * activation row (the type's activation format + what the layout needs, e.g. block sums);
+ * kernel_x16: the best x16 kernel of the current ISA (scalar, AVX-512 VNNI tiles, AMX). */
 int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols);
-void pl_mm_x16_repack(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
-size_t pl_mm_x16_act_bytes(int64_t cols);
-void pl_mm_x16_act_row(const float *x, uint8_t *dst, int64_t cols);
+size_t pl_mm_x16_row_bytes(pl_dtype t, int64_t cols);
+void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols);
+void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
 void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,

@@ -26,6 +26,7 @@
  */
 #include "kernels/matmul_kernels.h"
 
+#include "base/status.h"
 #include "kernels/cpu.h"
 #include "kernels/quant.h"
 
@@ -36,10 +37,20 @@
 enum { X16_BLOCK = 16 * sizeof(pl_block_q8_0) }; /* 544: one block of 32 columns, 16 rows */
 
 int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
-    return t == PL_DT_Q8_0 && rows > 0 && rows % 16 == 0 && cols > 0 && cols % PL_QK == 0;
+    if (rows <= 0 || rows % 16 || cols <= 0 || cols % pl_dtype_block_size(t)) return 0;
+    switch (t) {
+    case PL_DT_Q8_0: return 1;
+    default: return 0;
+    }
 }
 
-void pl_mm_x16_repack(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
+size_t pl_mm_x16_row_bytes(pl_dtype t, int64_t cols) {
+    switch (t) {
+    default: return pl_dtype_row_size(t, cols); /* q8_0: the same bytes, rearranged */
+    }
+}
+
+static void repack_q8_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
     const int64_t nb = cols / PL_QK;
     const size_t ws = (size_t)nb * sizeof(pl_block_q8_0);
     for (int64_t g = 0; g < rows / 16; g++) {
@@ -57,12 +68,24 @@ void pl_mm_x16_repack(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t co
     }
 }
 
-size_t pl_mm_x16_act_bytes(int64_t cols) {
-    size_t n = (size_t)cols + (size_t)(cols / PL_QK) * (sizeof(float) + sizeof(int32_t));
+void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
+    switch (t) {
+    case PL_DT_Q8_0: repack_q8_0(src, dst, rows, cols); break;
+    default: break;
+    }
+}
+
+size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
+    size_t n;
+    switch (t) {
+    default: /* q8_0: qs, d, seed */
+        n = (size_t)cols + (size_t)(cols / PL_QK) * (sizeof(float) + sizeof(int32_t));
+        break;
+    }
     return (n + 63) / 64 * 64;
 }
 
-void pl_mm_x16_act_row(const float *x, uint8_t *dst, int64_t cols) {
+static void act_q8_0(const float *x, uint8_t *dst, int64_t cols) {
     pl_act_convert_row(PL_DT_Q8_0, x, dst, cols);
     const int64_t nb = cols / PL_QK;
     const int8_t *qs = (const int8_t *)dst;
@@ -103,14 +126,24 @@ static void tile_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *
     }
 }
 
-void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
-    (void)t;
-    k->gemm = NULL;
-    if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_avx512(k)) {
-        if (pl_cpu_amx()) k->gemm = pl_mm_gemm_x16_amx;
-        return;
+void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
+    switch (t) {
+    default: act_q8_0(x, dst, cols); break;
     }
-    k->fn = tile_x16_scalar;
+}
+
+void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
+    k->gemm = NULL;
     k->tr = 16;
     k->tb = 4;
+    switch (t) {
+    case PL_DT_Q8_0:
+        if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_avx512(k)) {
+            if (pl_cpu_amx()) k->gemm = pl_mm_gemm_x16_amx;
+            return;
+        }
+        k->fn = tile_x16_scalar;
+        return;
+    default: PL_ASSERT(!"pl_mm_kernel_x16: type has no x16 layout");
+    }
 }
