@@ -74,6 +74,14 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols);
 void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
+/* q4_K and q6_K (matmul_x16_kq.c, matmul_x16_kq_avx512.c) */
+size_t pl_mm_x16_kq_row_bytes(pl_dtype t, int64_t cols);
+void pl_mm_x16_kq_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows,
+                         int64_t cols);
+size_t pl_mm_x16_kq_act_bytes(int64_t cols);
+void pl_mm_x16_kq_act_row(const float *x, uint8_t *dst, int64_t cols);
+void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k);
+int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
 void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                            int nb, int64_t cols, float *y, int64_t ldy);
 int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,

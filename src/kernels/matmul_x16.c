@@ -39,13 +39,17 @@ enum { X16_BLOCK = 16 * sizeof(pl_block_q8_0) }; /* 544: one block of 32 columns
 int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     if (rows <= 0 || rows % 16 || cols <= 0 || cols % pl_dtype_block_size(t)) return 0;
     switch (t) {
-    case PL_DT_Q8_0: return 1;
+    case PL_DT_Q8_0:
+    case PL_DT_Q4_K:
+    case PL_DT_Q6_K: return 1;
     default: return 0;
     }
 }
 
 size_t pl_mm_x16_row_bytes(pl_dtype t, int64_t cols) {
     switch (t) {
+    case PL_DT_Q4_K:
+    case PL_DT_Q6_K: return pl_mm_x16_kq_row_bytes(t, cols);
     default: return pl_dtype_row_size(t, cols); /* q8_0: the same bytes, rearranged */
     }
 }
@@ -71,6 +75,8 @@ static void repack_q8_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t 
 void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
     switch (t) {
     case PL_DT_Q8_0: repack_q8_0(src, dst, rows, cols); break;
+    case PL_DT_Q4_K:
+    case PL_DT_Q6_K: pl_mm_x16_kq_repack(t, src, dst, rows, cols); break;
     default: break;
     }
 }
@@ -78,6 +84,8 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
 size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     size_t n;
     switch (t) {
+    case PL_DT_Q4_K:
+    case PL_DT_Q6_K: return pl_mm_x16_kq_act_bytes(cols);
     default: /* q8_0: qs, d, seed */
         n = (size_t)cols + (size_t)(cols / PL_QK) * (sizeof(float) + sizeof(int32_t));
         break;
@@ -128,6 +136,8 @@ static void tile_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *
 
 void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     switch (t) {
+    case PL_DT_Q4_K:
+    case PL_DT_Q6_K: pl_mm_x16_kq_act_row(x, dst, cols); break;
     default: act_q8_0(x, dst, cols); break;
     }
 }
@@ -144,6 +154,8 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
         }
         k->fn = tile_x16_scalar;
         return;
+    case PL_DT_Q4_K:
+    case PL_DT_Q6_K: pl_mm_kernel_x16_kq(t, k); return;
     default: PL_ASSERT(!"pl_mm_kernel_x16: type has no x16 layout");
     }
 }

@@ -1,4 +1,5 @@
-/* Unit tests for the x16 layout of q8_0 weights (kernels/matmul_x16*.c, issue 22 item 3):
+/* Unit tests for the x16 layouts of q8_0, q4_K and q6_K weights (kernels/matmul_x16*.c, issue
+ * 22 item 3):
  *  - every x16 kernel (scalar, AVX-512 VNNI tiles, AMX batches where the machine has AMX) gives
  *    bitwise the same value for every output, whatever the batch size and thread count: B = 1
  *    calls on one thread with the scalar kernel are the reference;
@@ -25,18 +26,23 @@ static float rnd(uint64_t *s) {
 }
 
 typedef struct {
+    pl_dtype type;
     int64_t rows, cols;
     uint8_t *rowsw;  /* GGUF rows */
     uint8_t *packed; /* x16 */
     pl_weight w, wp;
 } qweight;
 
-static void make(qweight *q, int64_t rows, int64_t cols, uint64_t *s) {
+static void make_typed(qweight *q, pl_dtype type, int64_t rows, int64_t cols, uint64_t *s) {
+    q->type = type;
     q->rows = rows;
     q->cols = cols;
-    size_t ws = pl_dtype_row_size(PL_DT_Q8_0, cols), bytes = (size_t)rows * ws;
+    size_t ws = pl_dtype_row_size(type, cols), bytes = (size_t)rows * ws;
     q->rowsw = malloc(bytes);
-    q->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    q->w = (pl_weight){.data = q->rowsw, .type = type, .rows = rows, .cols = cols};
+    size_t packed = pl_matmul_repack_size(&q->w);
+    assert_true(packed >= bytes && packed <= bytes + bytes / 32);
+    q->packed = aligned_alloc(64, (packed + 63) / 64 * 64);
     float *row = malloc((size_t)cols * sizeof *row);
     assert_non_null(q->rowsw);
     assert_non_null(q->packed);
@@ -45,15 +51,17 @@ static void make(qweight *q, int64_t rows, int64_t cols, uint64_t *s) {
         float scale = 0.01f + (float)(r % 7); /* blocks of very different scales */
         for (int64_t c = 0; c < cols; c++) row[c] = scale * rnd(s);
         if (r % 5 == 3) row[0] = -127.0f * scale; /* a quant of -128 after rounding, or near */
-        assert_int_equal(pl_quantize_row(PL_DT_Q8_0, row, q->rowsw + (size_t)r * ws, cols), ws);
+        assert_int_equal(pl_quantize_row(type, row, q->rowsw + (size_t)r * ws, cols), ws);
     }
     free(row);
-    q->w = (pl_weight){.data = q->rowsw, .type = PL_DT_Q8_0, .rows = rows, .cols = cols};
     q->wp = q->w;
-    assert_int_equal(pl_matmul_repack_size(&q->wp), bytes);
     pl_matmul_repack(&q->wp, q->packed);
     assert_int_equal(q->wp.layout, PL_WLAYOUT_X16);
     assert_ptr_equal(q->wp.data, q->packed);
+}
+
+static void make(qweight *q, int64_t rows, int64_t cols, uint64_t *s) {
+    make_typed(q, PL_DT_Q8_0, rows, cols, s);
 }
 
 static void drop(qweight *q) {
@@ -72,7 +80,7 @@ static float *inputs(int64_t B, int64_t cols, uint64_t *s) {
 /* The reference: scalar kernel, one activation row at a time, one thread. */
 static void reference(const qweight *q, const float *x, int64_t B, float *y) {
     pl_threadpool *one = pl_threadpool_create(1);
-    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q->cols, 1));
+    void *scratch = malloc(pl_matmul_scratch_size(q->type, q->cols, 1));
     assert_non_null(one);
     assert_non_null(scratch);
     pl_isa was = pl_cpu_isa();
@@ -90,7 +98,7 @@ static void check_equal(const qweight *q, const float *x, int64_t B, const float
                         const char *what) {
     const int64_t ldy = q->rows + 5;
     float *y = malloc((size_t)(B * ldy) * sizeof *y);
-    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q->cols, B));
+    void *scratch = malloc(pl_matmul_scratch_size(q->type, q->cols, B));
     pl_threadpool *tp = pl_threadpool_create(threads);
     assert_non_null(y);
     assert_non_null(scratch);
@@ -100,8 +108,8 @@ static void check_equal(const qweight *q, const float *x, int64_t B, const float
     for (int64_t b = 0; b < B; b++) {
         for (int64_t r = 0; r < q->rows; r++)
             if (memcmp(&y[b * ldy + r], &ref[b * q->rows + r], sizeof(float)) != 0)
-                fail_msg("%s: rows %lld cols %lld B %lld threads %d: y[%lld][%lld] = %.9g, "
-                         "reference %.9g", what, (long long)q->rows, (long long)q->cols,
+                fail_msg("%s %s: rows %lld cols %lld B %lld threads %d: y[%lld][%lld] = %.9g, "
+                         "reference %.9g", pl_dtype_name(q->type), what, (long long)q->rows, (long long)q->cols,
                          (long long)B, threads, (long long)b, (long long)r,
                          (double)y[b * ldy + r], (double)ref[b * q->rows + r]);
         for (int64_t r = q->rows; r < ldy; r++) assert_true(isnan(y[b * ldy + r]));
@@ -114,17 +122,11 @@ static void check_equal(const qweight *q, const float *x, int64_t B, const float
 /* Every kernel the machine has, bitwise the scalar reference, over batch sizes around the AMX
  * tiles (16, 32) and the VNNI tiles (4), row counts that leave one group (16) or pairs, and
  * 1-3 threads. */
-static void test_kernels_agree_bitwise(void **state) {
-    (void)state;
-    static const int64_t shapes[][2] = {{16, 32}, {48, 64}, {32, 96}, {80, 256}, {256, 768},
-                                        {64, 2048}, {16, 8192}};
+static void agree_bitwise(pl_dtype type, const int64_t (*shapes)[2], size_t nshapes, uint64_t s) {
     static const int64_t Bs[] = {1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 48, 70};
-    uint64_t s = 7;
-    int amx = pl_cpu_force_amx(1);
-    print_message("x16: max ISA %s, AMX %s\n", pl_isa_name(pl_cpu_max_isa()), amx ? "yes" : "no");
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    for (size_t i = 0; i < nshapes; i++) {
         qweight q;
-        make(&q, shapes[i][0], shapes[i][1], &s);
+        make_typed(&q, type, shapes[i][0], shapes[i][1], &s);
         for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
             int64_t B = Bs[bi];
             if (q.cols >= 2048 && B > 33) continue; /* keeps the test short */
@@ -149,17 +151,37 @@ static void test_kernels_agree_bitwise(void **state) {
     }
 }
 
+/* Every kernel the machine has, bitwise the scalar reference, over batch sizes around the AMX
+ * tiles (16, 32) and the VNNI tiles (4), row counts that leave one group (16) or pairs, and
+ * 1-3 threads. */
+static void test_kernels_agree_bitwise(void **state) {
+    (void)state;
+    static const int64_t shapes[][2] = {{16, 32}, {48, 64}, {32, 96}, {80, 256}, {256, 768},
+                                        {64, 2048}, {16, 8192}};
+    print_message("x16: max ISA %s, AMX %s\n", pl_isa_name(pl_cpu_max_isa()),
+                  pl_cpu_force_amx(1) ? "yes" : "no");
+    pl_cpu_force_amx(-1);
+    agree_bitwise(PL_DT_Q8_0, shapes, sizeof shapes / sizeof shapes[0], 7);
+}
+
+/* The same for the K-quants' layouts (super-blocks of 256 columns). */
+static void test_kquants_agree_bitwise(void **state) {
+    (void)state;
+    static const int64_t shapes[][2] = {{16, 256}, {48, 512}, {32, 768}, {64, 2048}, {16, 8192}};
+    agree_bitwise(PL_DT_Q4_K, shapes, sizeof shapes / sizeof shapes[0], 11);
+    agree_bitwise(PL_DT_Q6_K, shapes, sizeof shapes / sizeof shapes[0], 13);
+}
+
 /* The values are the product of the quantized operands: against pl_matmul_ref (doubles) on the
  * rows layout, each within a few float roundings of the sum of |terms|. */
-static void test_values_match_reference(void **state) {
-    (void)state;
+static void values_match_reference(pl_dtype type) {
     uint64_t s = 99;
     qweight q;
-    make(&q, 64, 1024, &s);
+    make_typed(&q, type, 64, 1024, &s);
     const int64_t B = 40;
     float *x = inputs(B, q.cols, &s);
     float *y = malloc((size_t)(B * q.rows) * sizeof *y), *yr = malloc((size_t)(B * q.rows) * sizeof *yr);
-    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q.cols, B));
+    void *scratch = malloc(pl_matmul_scratch_size(type, q.cols, B));
     pl_threadpool *tp = pl_threadpool_create(2);
     assert_non_null(y);
     assert_non_null(yr);
@@ -170,7 +192,8 @@ static void test_values_match_reference(void **state) {
     for (int64_t i = 0; i < B * q.rows; i++) {
         double bound = 1e-5 * (fabs((double)yr[i]) + 1.0) * sqrt((double)q.cols);
         if (fabs((double)y[i] - (double)yr[i]) > bound)
-            fail_msg("y[%lld] = %.9g, exact %.9g", (long long)i, (double)y[i], (double)yr[i]);
+            fail_msg("%s: y[%lld] = %.9g, exact %.9g", pl_dtype_name(type), (long long)i,
+                     (double)y[i], (double)yr[i]);
     }
     pl_threadpool_destroy(tp);
     free(x);
@@ -178,6 +201,13 @@ static void test_values_match_reference(void **state) {
     free(yr);
     free(scratch);
     drop(&q);
+}
+
+static void test_values_match_reference(void **state) {
+    (void)state;
+    values_match_reference(PL_DT_Q8_0);
+    values_match_reference(PL_DT_Q4_K);
+    values_match_reference(PL_DT_Q6_K);
 }
 
 /* Several repacked weights reading one input (Q/K/V) in one call equal separate calls; a mix of
@@ -226,8 +256,15 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.rows = 32;
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 34);
-    w.type = PL_DT_Q4_K;
+    w.type = PL_DT_Q4_K; /* 148 bytes per row and super-block (GGUF: 144) */
     w.cols = 256;
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 148);
+    w.type = PL_DT_Q6_K; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 210);
+    w.type = PL_DT_Q5_K;
+    assert_int_equal(pl_matmul_repack_size(&w), 0);
+    w.type = PL_DT_Q4_K;
+    w.cols = 128;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.type = PL_DT_F16;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
@@ -239,6 +276,7 @@ static void test_repack_size(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_agree_bitwise),
+        cmocka_unit_test(test_kquants_agree_bitwise),
         cmocka_unit_test(test_values_match_reference),
         cmocka_unit_test(test_multi),
         cmocka_unit_test(test_repack_size),

@@ -1,0 +1,154 @@
+/* kernels/matmul_x16_kq_avx512 — AVX-512 VNNI tiles for the x16 layouts of q4_K and q6_K
+ * (layouts and arithmetic: matmul_x16_kq.c). A tile is one 16-row group by up to four
+ * activation rows. Quants are unpacked once per chunk (and, shift, or) and used for every
+ * activation row; each unit's (q4_K) or 16-column group's (q6_K) vpdpbusd chain is multiplied
+ * by its scales per lane (vpmulld) into the super-block's integer sum; mins (q4_K) and the q6_K
+ * offset go through vpdpwssd with the activations' pair sums.
+ */
+#include "kernels/matmul_kernels.h"
+#include "kernels/quant.h"
+
+#include "kernels/simd.h"
+
+#include <immintrin.h>
+
+AI __m512i bcast32(const void *p) { return _mm512_set1_epi32(*(const int32_t *)p); }
+
+AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y,
+                  int64_t ldy, const int NB) {
+    const int64_t nsb = cols / PL_QK_K;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const pl_block_q8_K *x[4];
+    const int32_t *xs[4];
+    UNROLL for (int b = 0; b < NB; b++) {
+        x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
+        xs[b] = (const int32_t *)(x[b] + nsb);
+    }
+    __m512 acc[4];
+    UNROLL for (int b = 0; b < NB; b++) acc[b] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *o = w + (size_t)s * 16 * 148;
+        __m512i S[4], M[4];
+        UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++) {
+            __m512i A[4], Bv[4];
+            UNROLL for (int b = 0; b < NB; b++) A[b] = Bv[b] = _mm512_setzero_si512();
+            UNROLL for (int c = 0; c < 8; c++) {
+                const __m512i v = _mm512_loadu_si512(o + 320 + 64 * (8 * p + c));
+                const __m512i lo = _mm512_and_si512(v, low4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                UNROLL for (int b = 0; b < NB; b++) {
+                    const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
+                    A[b] = _mm512_dpbusd_epi32(A[b], lo, bcast32(q));
+                    Bv[b] = _mm512_dpbusd_epi32(Bv[b], hi, bcast32(q + 32));
+                }
+            }
+            const __m512i scA = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 64 + 32 * p)));
+            const __m512i scB = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 80 + 32 * p)));
+            const __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(o + 192 + 32 * p)));
+            UNROLL for (int b = 0; b < NB; b++) {
+                S[b] = _mm512_add_epi32(S[b], _mm512_add_epi32(_mm512_mullo_epi32(A[b], scA),
+                                                               _mm512_mullo_epi32(Bv[b], scB)));
+                M[b] = _mm512_dpwssd_epi32(M[b], mv, _mm512_set1_epi32(xs[b][4 * s + p]));
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32)));
+        UNROLL for (int b = 0; b < NB; b++) {
+            const __m512 dx = _mm512_set1_ps(x[b][s].d);
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[b]), _mm512_mul_ps(d, dx), acc[b]);
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), M[b])),
+                                     _mm512_mul_ps(dmin, dx), acc[b]);
+        }
+    }
+    UNROLL for (int b = 0; b < NB; b++) _mm512_storeu_ps(y + (size_t)b * ldy, acc[b]);
+}
+
+/* Bits 2k, 2k + 1 of every byte of hv moved to bits 4, 5 (the rest masked off). */
+AI __m512i high2(__m512i hv, int k) {
+    const __m512i m = _mm512_set1_epi8(0x30);
+    switch (k) {
+    case 0: return _mm512_and_si512(_mm512_slli_epi16(hv, 4), m);
+    case 1: return _mm512_and_si512(_mm512_slli_epi16(hv, 2), m);
+    case 2: return _mm512_and_si512(hv, m);
+    default: return _mm512_and_si512(_mm512_srli_epi16(hv, 2), m);
+    }
+}
+
+/* Low and high int16 of each int32 lane as int32 (the even and odd 16-column scales). */
+AI __m512i even16(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
+AI __m512i odd16(__m512i v) { return _mm512_srai_epi32(v, 16); }
+
+AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y,
+                  int64_t ldy, const int NB) {
+    const int64_t nsb = cols / PL_QK_K;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const pl_block_q8_K *x[4];
+    UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
+    __m512 acc[4];
+    UNROLL for (int b = 0; b < NB; b++) acc[b] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *o = w + (size_t)s * 16 * 210;
+        __m512i S[4], O[4];
+        UNROLL for (int b = 0; b < NB; b++) S[b] = O[b] = _mm512_setzero_si512();
+        UNROLL for (int p = 0; p < 4; p++) { /* units 2p (low nibbles) and 2p + 1 (high) */
+            const __m512i pa = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * p)));
+            const __m512i pb = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 64 + 64 * p)));
+            const __m512i sc[4] = {even16(pa), odd16(pa), even16(pb), odd16(pb)};
+            UNROLL for (int half = 0; half < 2; half++) { /* chunks 0-3: groups 4p, 4p + 2 */
+                __m512i G0[4], G1[4];
+                UNROLL for (int b = 0; b < NB; b++) G0[b] = G1[b] = _mm512_setzero_si512();
+                UNROLL for (int c = 4 * half; c < 4 * half + 4; c++) {
+                    const __m512i lv = _mm512_loadu_si512(o + 288 + 64 * (8 * p + c));
+                    const __m512i hv = _mm512_loadu_si512(o + 2336 + 64 * (8 * (p / 2) + c));
+                    const __m512i q0 = _mm512_or_si512(_mm512_and_si512(lv, low4), high2(hv, (2 * p) % 4));
+                    const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lv, 4), low4),
+                                                       high2(hv, (2 * p + 1) % 4));
+                    UNROLL for (int b = 0; b < NB; b++) {
+                        const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
+                        G0[b] = _mm512_dpbusd_epi32(G0[b], q0, bcast32(q));
+                        G1[b] = _mm512_dpbusd_epi32(G1[b], q1, bcast32(q + 32));
+                    }
+                }
+                UNROLL for (int b = 0; b < NB; b++)
+                    S[b] = _mm512_add_epi32(S[b], _mm512_add_epi32(_mm512_mullo_epi32(G0[b], sc[half]),
+                                                                   _mm512_mullo_epi32(G1[b], sc[2 + half])));
+            }
+            UNROLL for (int b = 0; b < NB; b++) {
+                O[b] = _mm512_dpwssd_epi32(O[b], pa, bcast32(x[b][s].bsums + 4 * p));
+                O[b] = _mm512_dpwssd_epi32(O[b], pb, bcast32(x[b][s].bsums + 4 * p + 2));
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+        UNROLL for (int b = 0; b < NB; b++) {
+            const __m512i t = _mm512_sub_epi32(S[b], _mm512_slli_epi32(O[b], 5));
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(d, _mm512_set1_ps(x[b][s].d)),
+                                     acc[b]);
+        }
+    }
+    UNROLL for (int b = 0; b < NB; b++) _mm512_storeu_ps(y + (size_t)b * ldy, acc[b]);
+}
+
+#define KQ_TILE(name, body)                                                                        \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,     \
+                     int64_t cols, float *y, int64_t ldy) {                                        \
+        (void)ws;                                                                                  \
+        (void)nr;                                                                                  \
+        switch (nb) {                                                                              \
+        case 1: body(w, a, as, cols, y, ldy, 1); break;                                            \
+        case 2: body(w, a, as, cols, y, ldy, 2); break;                                            \
+        case 3: body(w, a, as, cols, y, ldy, 3); break;                                            \
+        case 4: body(w, a, as, cols, y, ldy, 4); break;                                            \
+        default: break;                                                                            \
+        }                                                                                          \
+    }
+
+KQ_TILE(tile_q4_K_x16, q4_K_body)
+KQ_TILE(tile_q6_K_x16, q6_K_body)
+
+int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k) {
+    k->tr = 16;
+    k->tb = 4;
+    k->fn = t == PL_DT_Q4_K ? tile_q4_K_x16 : tile_q6_K_x16;
+    return t == PL_DT_Q4_K || t == PL_DT_Q6_K;
+}
