@@ -82,8 +82,16 @@ size_t pl_mm_x16_kq_act_bytes(int64_t cols);
 void pl_mm_x16_kq_act_row(const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
+void pl_mm_x16_q4_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                int nb, int64_t cols, float *y, int64_t ldy);
 void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                            int nb, int64_t cols, float *y, int64_t ldy);
+/* AMX tile configuration shared by the x16 AMX kernels (matmul_x16_amx.c): tiles 0-3 int32
+ * sums of 16 x 16, tiles 4-5 16 activation rows x 32 bytes, tiles 6-7 8 rows x 64 bytes of
+ * weights (a 32-column block or unit of 16 rows); the caller ends with _tile_release(). */
+void pl_mm_amx_begin(void);
+int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
+                            size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
                        size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 

@@ -35,6 +35,8 @@ static const tile_config config __attribute__((aligned(64))) = {
     .rows = {16, 16, 16, 16, 16, 16, 8, 8},
 };
 
+void pl_mm_amx_begin(void) { _tile_loadconfig(&config); }
+
 typedef struct {
     const uint8_t *a;
     size_t as;
@@ -112,7 +114,7 @@ int pl_mm_gemm_x16_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t
                         .ldy = ldy};
     const size_t gs = 16 * ws;
     const int64_t bfull = B / 16 * 16;
-    _tile_loadconfig(&config);
+    pl_mm_amx_begin();
     for (int64_t r = 0; r < nrows; r += 32) {
         const uint8_t *wp = w + (size_t)(r / 16) * gs;
         const int two = nrows - r >= 32;

@@ -146,6 +146,11 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
 KQ_TILE(tile_q4_K_x16, q4_K_body)
 KQ_TILE(tile_q6_K_x16, q6_K_body)
 
+void pl_mm_x16_q4_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                int nb, int64_t cols, float *y, int64_t ldy) {
+    tile_q4_K_x16(w, ws, nr, a, as, nb, cols, y, ldy);
+}
+
 int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
     k->tb = 4;
