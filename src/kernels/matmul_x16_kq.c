@@ -123,7 +123,7 @@ size_t pl_mm_x16_kq_act_bytes(int64_t cols) {
 
 void pl_mm_x16_kq_act_row(const float *x, uint8_t *dst, int64_t cols) {
     const int64_t nsb = cols / PL_QK_K;
-    pl_quantize_q8_K(x, (pl_block_q8_K *)dst, cols);
+    pl_act_convert_row(PL_DT_Q4_K, x, dst, cols); /* q8_K, with the fast path */
     const pl_block_q8_K *q = (const pl_block_q8_K *)dst;
     int32_t *xs = (int32_t *)(dst + (size_t)nsb * sizeof(pl_block_q8_K));
     for (int64_t s = 0; s < nsb; s++)
