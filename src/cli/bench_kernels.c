@@ -61,12 +61,15 @@ static void bench_limits(pl_threadpool *tp, out_ctx *o) {
     for (int t = 1; t <= n; t++) {
         double bw = pl_roofline_read_gbs(tp, t, (size_t)256 << 20, o->quick ? 2 : 5);
         double pk = pl_roofline_fma_gflops(tp, t, o->quick ? 2000000 : 20000000, 3);
+        double vnni = pl_roofline_int8_gops(tp, t, o->quick ? 2000000 : 20000000, 3, 0);
+        double amx = pl_roofline_int8_gops(tp, t, o->quick ? 2000000 : 20000000, 3, 1);
         if (o->json)
-            printf("{\"limit\":\"machine\",\"threads\":%d,\"read_gb_s\":%.2f,\"fma_gflop_s\":%.2f}\n",
-                   t, bw, pk);
+            printf("{\"limit\":\"machine\",\"threads\":%d,\"read_gb_s\":%.2f,\"fma_gflop_s\":%.2f,"
+                   "\"vnni_gop_s\":%.2f,\"amx_gop_s\":%.2f}\n", t, bw, pk, vnni, amx);
         else
-            printf("threads %-3d read bandwidth %8.1f GB/s   f32 FMA peak %8.1f GFLOP/s\n", t, bw,
-                   pk);
+            printf("threads %-3d read bandwidth %8.1f GB/s   f32 FMA peak %8.1f GFLOP/s   "
+                   "int8 VNNI %8.1f GOP/s   AMX %8.1f GOP/s (negative: none)\n", t, bw, pk, vnni,
+                   amx);
         if (t == n) {
             o->bw = bw;
             o->peak = pk;

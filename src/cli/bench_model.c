@@ -113,12 +113,13 @@ typedef struct {
 } bm_rates;
 
 static bm_rates rates_of(const bm_work *w, double flops, double bytes, double tokens, double tps,
-                         double fma_peak, double bw_peak) {
+                         double peak, double bw_peak) {
     bm_rates r;
     double t = tokens / tps;
     r.ops = flops / t / 1e9;
     r.gbs = bytes / t / 1e9;
-    r.peak_pct = !w->integer && fma_peak > 0 ? 100.0 * r.ops / fma_peak : -1;
+    (void)w;
+    r.peak_pct = peak > 0 ? 100.0 * r.ops / peak : -1; /* FMA peak, or int8 (VNNI) for integers */
     r.bw_pct = bw_peak > 0 ? 100.0 * r.gbs / bw_peak : -1;
     return r;
 }
@@ -230,8 +231,9 @@ static void print_json(const bm_opts *o, const bm_run *r, const char *test, int3
            pl_threadpool_size(r->tp), pl_isa_name(pl_cpu_isa()), pl_dtype_name(o->kv), mean,
            best);
     for (int i = 0; i < n; i++) printf("%s%.2f", i ? "," : "", v[i]);
-    printf("],\"%s\":%.2f,\"gb_per_s\":%.2f,\"fma_peak_gflops\":%.1f,\"read_peak_gb_per_s\":%.1f,",
-           w->integer ? "gops_per_s" : "gflops_per_s", rt->ops, rt->gbs, fma_peak, bw_peak);
+    printf("],\"%s\":%.2f,\"gb_per_s\":%.2f,\"%s\":%.1f,\"read_peak_gb_per_s\":%.1f,",
+           w->integer ? "gops_per_s" : "gflops_per_s", rt->ops, rt->gbs,
+           w->integer ? "int8_peak_gops" : "fma_peak_gflops", fma_peak, bw_peak);
     if (rt->peak_pct >= 0) printf("\"peak_pct\":%.1f,", rt->peak_pct);
     else printf("\"peak_pct\":null,");
     printf("\"bandwidth_pct\":%.1f}\n", rt->bw_pct);
@@ -357,13 +359,22 @@ int pl_bench_model(int argc, char **argv) {
             int nt = pl_threadpool_size(r.tp);
             double bw_peak = pl_roofline_read_gbs(r.tp, nt, (size_t)256 << 20, 2);
             double fma_peak = pl_roofline_fma_gflops(r.tp, nt, 2000000, 3);
+            /* integer matrices: % of the int8 VNNI peak (AMX's, larger, is printed beside) */
+            double int8_peak = w.integer ? pl_roofline_int8_gops(r.tp, nt, 2000000, 3, 0) : -1;
+            double amx_peak = w.integer ? pl_roofline_int8_gops(r.tp, nt, 2000000, 3, 1) : -1;
             printf("model %s: dim %d, %d layers, %d heads (%d KV), ffn %d, vocab %d; "
                    "%d threads, %s\n",
                    o.model, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->ffn_dim,
                    hp->n_vocab, nt, pl_isa_name(pl_cpu_isa()));
             printf("limits: f32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s; matrices %s "
-                   "(%s)\n\n", fma_peak, bw_peak, pl_dtype_name(r.m->layers[0].wq.type),
-                   w.integer ? "integer dot products: GOP/s, no FMA %" : "GFLOP/s");
+                   "(%s)\n", fma_peak, bw_peak, pl_dtype_name(r.m->layers[0].wq.type),
+                   w.integer ? "integer dot products: GOP/s, %peak of the int8 VNNI peak"
+                             : "GFLOP/s, %peak of the FMA peak");
+            if (int8_peak > 0)
+                printf("int8 peak: VNNI %.1f GOP/s%s", int8_peak, amx_peak > 0 ? "" : "\n");
+            if (amx_peak > 0) printf(", AMX %.1f GOP/s (K = 32 tiles)\n", amx_peak);
+            printf("\n");
+            const double peak = w.integer ? int8_peak : fma_peak;
             printf("%-8s %6s %7s %6s %12s %12s %9s %8s %6s %6s\n", "test", "batch", "tokens", "ctx",
                    "tokens/s", "best tok/s", w.integer ? "GOP/s" : "GFLOP/s", "GB/s", "%peak",
                    "%bw");
@@ -373,7 +384,7 @@ int pl_bench_model(int argc, char **argv) {
             if (o.p > 0) {
                 stats(pre, (int)o.reps, &mean, &best);
                 work_prefill(&w, o.p, &flops, &bytes);
-                pre_rt = rates_of(&w, flops, bytes, (double)o.p, mean, fma_peak, bw_peak);
+                pre_rt = rates_of(&w, flops, bytes, (double)o.p, mean, peak, bw_peak);
                 printf("%-8s %6d %7lld %6d %12.1f %12.1f %9.1f %8.1f %6s %6s\n", "prefill", 1,
                        (long long)o.p, 0, mean, best, pre_rt.ops, pre_rt.gbs,
                        pct(b1, sizeof b1, pre_rt.peak_pct), pct(b2, sizeof b2, pre_rt.bw_pct));
@@ -382,7 +393,7 @@ int pl_bench_model(int argc, char **argv) {
                 stats(dec[i], (int)o.reps, &mean, &best);
                 work_decode(&w, o.batches[i], o.n, o.ctx, &flops, &bytes);
                 dec_rt[i] = rates_of(&w, flops, bytes, (double)o.batches[i] * (double)o.n, mean,
-                                     fma_peak, bw_peak);
+                                     peak, bw_peak);
                 printf("%-8s %6d %7lld %6lld %12.1f %12.1f %9.1f %8.1f %6s %6s\n", "decode",
                        o.batches[i], (long long)o.n, (long long)o.ctx, mean, best, dec_rt[i].ops,
                        dec_rt[i].gbs, pct(b1, sizeof b1, dec_rt[i].peak_pct),
@@ -392,10 +403,10 @@ int pl_bench_model(int argc, char **argv) {
                 printf("\n");
                 if (o.p > 0)
                     print_json(&o, &r, "prefill", 0, o.p, pre, (int)o.reps, &w, &pre_rt,
-                               fma_peak, bw_peak);
+                               peak, bw_peak);
                 for (int i = 0; o.n > 0 && i < o.n_batches; i++)
                     print_json(&o, &r, "decode", o.batches[i], o.n, dec[i], (int)o.reps, &w,
-                               &dec_rt[i], fma_peak, bw_peak);
+                               &dec_rt[i], peak, bw_peak);
             }
         }
         run_free(&r);

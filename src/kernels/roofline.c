@@ -99,3 +99,36 @@ double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, i
     }
     return best;
 }
+
+typedef struct {
+    int64_t iters;
+    int amx;
+    volatile int32_t sink[64];
+} int8_job;
+
+static void int8_part(void *ctx, int ith, int nth) {
+    (void)nth;
+    int8_job *j = ctx;
+    j->sink[ith & 63] += j->amx ? pl_roofline_tiles_amx(j->iters)
+                                : pl_roofline_vnni_avx512(j->iters, ith);
+}
+
+double pl_roofline_int8_gops(pl_threadpool *tp, int n_threads, int64_t iters, int reps, int amx) {
+    if (pl_cpu_isa() < PL_ISA_AVX512 || (amx && !pl_cpu_amx())) return -1;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > pl_threadpool_size(tp)) n_threads = pl_threadpool_size(tp);
+    /* multiply-adds per iteration: AMX 4 tiles of 16 x 16 outputs over K = 32 (the kernels'
+     * 32-byte activation tiles); VNNI PL_ROOF_FMA_CHAINS vectors of 64 */
+    const double macs = amx ? 4.0 * 16 * 16 * 32 : (double)PL_ROOF_FMA_CHAINS * 64;
+    if (amx) iters /= 8;
+    int8_job j = {.iters = iters, .amx = amx};
+    double best = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = pl_clock_now();
+        pl_threadpool_run_n(tp, n_threads, int8_part, &j);
+        double dt = pl_clock_now() - t0;
+        double gops = 2.0 * macs * (double)iters * n_threads / dt / 1e9;
+        if (r > 0 && gops > best) best = gops;
+    }
+    return best;
+}

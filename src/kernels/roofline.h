@@ -23,7 +23,15 @@ double pl_roofline_read_gbs(pl_threadpool *tp, int n_threads, size_t bytes, int 
 /* f32 FMA GFLOP/s with n_threads threads, best of `reps` runs of `iters` FMA rounds. */
 double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps);
 
-/* Per-ISA inner loops (roofline_avx512.c, roofline_avx2.c). */
+/* int8 dot-product GOP/s (2 ops per multiply-add) with n_threads threads: independent chains of
+ * AVX-512 vpdpbusd; with amx != 0, AMX tdpbsud on 16 x 16 x 64 tiles instead (the int8 kernels
+ * use both, kernels/matmul.h). Returns a negative value when the machine (or the current ISA
+ * level) has no such instruction. */
+double pl_roofline_int8_gops(pl_threadpool *tp, int n_threads, int64_t iters, int reps, int amx);
+
+/* Per-ISA inner loops (roofline_avx512.c, roofline_avx2.c, roofline_amx.c). */
+int32_t pl_roofline_vnni_avx512(int64_t iters, int32_t seed); /* PL_ROOF_FMA_CHAINS x 64 MACs */
+int32_t pl_roofline_tiles_amx(int64_t iters);                 /* 4 x 16 x 16 x 64 MACs */
 float pl_roofline_read_avx512(const float *p, size_t n);
 float pl_roofline_fma_avx512(int64_t iters, float seed);
 float pl_roofline_read_avx2(const float *p, size_t n);

@@ -29,3 +29,16 @@ float pl_roofline_fma_avx512(int64_t iters, float seed) {
     for (int k = 1; k < PL_ROOF_FMA_CHAINS; k++) s = _mm512_add_ps(s, a[k]);
     return _mm512_reduce_add_ps(s);
 }
+
+int32_t pl_roofline_vnni_avx512(int64_t iters, int32_t seed) {
+    __m512i a[PL_ROOF_FMA_CHAINS];
+    const __m512i u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(-2);
+    for (int k = 0; k < PL_ROOF_FMA_CHAINS; k++) a[k] = _mm512_set1_epi32(seed + k);
+    for (int64_t i = 0; i < iters; i++) {
+#pragma GCC unroll 16
+        for (int k = 0; k < PL_ROOF_FMA_CHAINS; k++) a[k] = _mm512_dpbusd_epi32(a[k], u, v);
+    }
+    __m512i s = a[0];
+    for (int k = 1; k < PL_ROOF_FMA_CHAINS; k++) s = _mm512_add_epi32(s, a[k]);
+    return _mm512_reduce_add_epi32(s);
+}
