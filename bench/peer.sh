@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Issue 22's table in one run: pagellm beside today's llama.cpp on the same mkmodel files, each
+# row's two programs interleaved, REPS repetitions each (docs/BENCHMARKS.md, "Against today's
+# llama.cpp"). Prints the peer's commit and date, the machine, then one markdown row per test:
+# pagellm tokens/s, llama.cpp tokens/s, ratio, and pagellm's % of the relevant peak (FMA for
+# f16, int8 VNNI for quantized types) or of the read bandwidth (decode B=1).
+#   LLAMA_CPP=<llama.cpp dir> MODELS=<dir> bash bench/peer.sh [BUILD_DIR]
+# LLAMA_CPP: the peer built by ../shared/peer/build-llama-cpp.sh (binaries under build/bin).
+# MODELS: where llama110m-T.gguf and llama1b-T.gguf are (made with `pagellm mkmodel --shape` and
+# the llama-spm vocabulary when missing). ROWS picks rows by name (default: all), REPS (3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+PL=$build/pagellm
+L=${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp checkout (binaries in build/bin)}/build/bin
+M=${MODELS:?set MODELS to a folder for the benchmark models}
+REPS=${REPS:-3}
+VOCAB=../shared/testdata/vocab/ggml-vocab-llama-spm.gguf
+for b in llama-bench llama-batched-bench; do
+  [ -x "$L/$b" ] || { echo "peer.sh: no $b under \$LLAMA_CPP/build/bin" >&2; exit 1; }
+done
+mkdir -p "$M"
+model() { # shape type -> path (made once)
+  local f="$M/llama$1-$2.gguf"
+  [ -f "$f" ] || "$PL" mkmodel "$f" --vocab-from "$VOCAB" --shape "$1" --type "$2" >/dev/null
+  echo "$f"
+}
+echo "peer: llama.cpp $(git -C "$L/../.." log -1 --format='%h, commit date %cd' --date=short 2>/dev/null || echo '(no git metadata)')"
+echo "pagellm: $(git log -1 --format='%h, %cd' --date=short 2>/dev/null)"
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; load at start $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
+echo
+echo "| test | pagellm tok/s | llama.cpp tok/s | ratio | pagellm % of peak |"
+echo "| --- | ---: | ---: | ---: | ---: |"
+
+# pagellm: mean tokens/s and %peak (or %bw) of one test of `bench model --json`
+pl_run() { # file test batch args... -> "tps pct"
+  local f=$1 test=$2 batch=$3; shift 3
+  "$PL" bench model -m "$f" --reps 1 --json "$@" 2>/dev/null | python3 -c '
+import json, sys
+test, batch = sys.argv[1], int(sys.argv[2])
+for l in sys.stdin:
+    if not l.startswith("{"): continue
+    r = json.loads(l)
+    if r["test"] == test and (test == "prefill" or r["batch"] == batch):
+        pct = r["bandwidth_pct"] if test == "decode" and batch == 1 else r["peak_pct"]
+        print(r["tokens_per_s"], pct if pct is not None else "nan")' "$test" "$batch"
+}
+lb_run() { # file p n -> tokens/s of the one test llama-bench runs
+  "$L/llama-bench" -m "$1" -t 2 -p "$2" -n "$3" -r 1 -o csv 2>/dev/null | tr -d '"' |
+    awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next} {print $c["avg_ts"]}'
+}
+bb_run() { # file npp ntg npl -> S_TG tokens/s
+  "$L/llama-batched-bench" -m "$1" -t 2 -c 8192 -b 2048 -ub 512 -npp "$2" -ntg "$3" -npl "$4" \
+      --output-format jsonl 2>/dev/null | python3 -c '
+import json, sys
+for l in sys.stdin:
+    if l.startswith("{"): print(json.loads(l)["speed_tg"])'
+}
+row() { # name pl-command peer-command: REPS interleaved runs, means
+  local name=$1 plc=$2 lbc=$3 i out pls="" pcts="" lbs=""
+  case " ${ROWS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+  for ((i = 0; i < REPS; i++)); do
+    out=$(eval "$plc") || out="nan nan"
+    pls="$pls ${out%% *}"; pcts="$pcts ${out##* }"
+    lbs="$lbs $(eval "$lbc" || echo nan)"
+  done
+  python3 - "$name" "$pls" "$lbs" "$pcts" <<'PY'
+import math, sys
+name, pls, lbs, pcts = sys.argv[1], *[[float(v) for v in a.split()] for a in sys.argv[2:]]
+mean = lambda v: sum(v) / len(v) if v and not any(math.isnan(x) for x in v) else float("nan")
+p, l, c = mean(pls), mean(lbs), mean(pcts)
+spread = lambda v: f" ({min(v):.0f}-{max(v):.0f})" if len(v) > 1 else ""
+print(f"| {name} | {p:.1f}{spread(pls)} | {l:.1f}{spread(lbs)} | **{p / l:.2f}x** | {c:.0f}% |")
+PY
+}
+
+for t in f16 q8_0 q4_k_m; do
+  f=$(model 110m $t)
+  row "110m-$t-prefill512" "pl_run $f prefill 0 -p 512 -n 0" "lb_run $f 512 0"
+  row "110m-$t-decode1" "pl_run $f decode 1 -p 0 -n 128 -b 1 --ctx 0" "lb_run $f 0 128"
+done
+f=$(model 110m f16)
+row "110m-f16-decode32" "pl_run $f decode 32 -p 0 -n 128 -b 32 --ctx 128" "bb_run $f 128 128 32"
+for t in f16 q8_0 q4_k_m; do
+  f=$(model 1b $t)
+  row "1b-$t-prefill256" "pl_run $f prefill 0 -p 256 -n 0" "lb_run $f 256 0"
+  row "1b-$t-decode1" "pl_run $f decode 1 -p 0 -n 32 -b 1 --ctx 0" "lb_run $f 0 32"
+done
+f=$(model 1b q4_k_m)
+row "1b-q4_k_m-decode16" "pl_run $f decode 16 -p 0 -n 64 -b 16 --ctx 64" "bb_run $f 64 64 16"
+echo
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
