@@ -87,9 +87,9 @@ void pl_mm_x16_q4_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8
 void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                            int nb, int64_t cols, float *y, int64_t ldy);
 /* AMX tile configuration shared by the x16 AMX kernels (matmul_x16_amx.c): tiles 0-3 int32
- * sums of 16 x 16, tiles 4-5 16 activation rows x 32 bytes, tiles 6-7 8 rows x 64 bytes of
- * weights (a 32-column block or unit of 16 rows); the caller ends with _tile_release(). */
-void pl_mm_amx_begin(void);
+ * sums of 16 x 16, tiles 4-5 16 activation rows x 32 bytes (k64: 64), tiles 6-7 8 rows (k64:
+ * 16) x 64 bytes of weights (32 or 64 columns of 16 rows); the caller ends with _tile_release(). */
+void pl_mm_amx_begin(int k64);
 int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
                             size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,

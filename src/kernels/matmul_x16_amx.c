@@ -29,13 +29,16 @@ typedef struct {
 
 /* A constant in memory, not a local filled before use: GCC's _tile_loadconfig tells the compiler
  * it reads 8 bytes, so stores to a local's colsb/rows may be dropped as dead. */
-static const tile_config config __attribute__((aligned(64))) = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, PL_QK, PL_QK, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 8, 8},
+static const tile_config configs[2] __attribute__((aligned(64))) = {
+    {.palette = 1, /* K = 32 */
+     .colsb = {64, 64, 64, 64, PL_QK, PL_QK, 64, 64},
+     .rows = {16, 16, 16, 16, 16, 16, 8, 8}},
+    {.palette = 1, /* K = 64 */
+     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+     .rows = {16, 16, 16, 16, 16, 16, 16, 16}},
 };
 
-void pl_mm_amx_begin(void) { _tile_loadconfig(&config); }
+void pl_mm_amx_begin(int k64) { _tile_loadconfig(&configs[k64 ? 1 : 0]); }
 
 typedef struct {
     const uint8_t *a;
@@ -114,7 +117,7 @@ int pl_mm_gemm_x16_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t
                         .ldy = ldy};
     const size_t gs = 16 * ws;
     const int64_t bfull = B / 16 * 16;
-    pl_mm_amx_begin();
+    pl_mm_amx_begin(0);
     for (int64_t r = 0; r < nrows; r += 32) {
         const uint8_t *wp = w + (size_t)(r / 16) * gs;
         const int two = nrows - r >= 32;

@@ -1,10 +1,15 @@
 /* kernels/matmul_x16_kq_amx — q4_K's x16 layout in batches of 16+ activation rows with AMX
- * (layout and arithmetic: matmul_x16_kq.c). A thread takes its 16-row groups one at a time:
- * the group's nibbles are unpacked once into bytes (per super-block and 32-column unit, 8 rows
- * of 64 bytes: an AMX B tile), then every 16 or 32 activation rows sweep them. Per unit,
- * tdpbsud gives the 16 x 16 exact sums of the unit; the epilogue multiplies them by the unit's
- * scales (per weight row) into the super-block's int32 sums; at the end of a super-block the
- * mins go through vpdpwssd and the float step is the VNNI tiles' (same bits).
+ * (layout and arithmetic: matmul_x16_kq.c).
+ *
+ * The 6-bit scales would need an integer multiply per output and 32-column unit after every
+ * tile product; instead each scale is split, sc = 8 sh + sl (sh, sl in 0..7), and a 16-row
+ * group is unpacked once into two byte planes, sh * q and sl * q (at most 105: bytes), in AMX
+ * B tiles of 64 columns. Then
+ *   sum_j sc_j sum_{unit j} q x = 8 * (A . Wh) + (A . Wl)
+ * exactly, so the tiles accumulate a whole super-block (4 steps of K = 64 into two sums) and
+ * the epilogue runs once per super-block: S = 8 Ch + Cl, the mins through vpdpwssd, and the
+ * float step of the VNNI tiles (same bits). Consecutive super-blocks alternate between tiles
+ * 0-1 and 2-3, so one's products run while the other's epilogue does.
  */
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
@@ -16,6 +21,43 @@
 #include <string.h>
 
 enum { GROUP = 16 * 148 }; /* bytes of a 16-row group's super-block */
+enum { PLANE = 16 * 64 };  /* one B tile: 64 columns x 16 rows */
+
+/* Bytes of v times the per-lane factor f16 (each 16-bit half of a lane holds the lane's factor);
+ * products below 256. */
+AI __m512i mul_bytes(__m512i v, __m512i f16) {
+    const __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0xFF)), f16);
+    const __m512i hi = _mm512_mullo_epi16(_mm512_srli_epi16(v, 8), f16);
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 8));
+}
+
+/* Group o's planes: u + ((4 s + p) * 2 + h) * PLANE, h = 0: sh * q, 1: sl * q, for the 64
+ * columns of pair p (units 2p, 2p + 1) of super-block s; B tile row k = chunk k of unit 2p
+ * (k < 8) or chunk k - 8 of unit 2p + 1. */
+static void unpack(const uint8_t *o, int64_t nsb, uint8_t *u) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *os = o + (size_t)s * GROUP;
+        for (int p = 0; p < 4; p++) {
+            uint8_t *hp = u + (size_t)((4 * s + p) * 2) * PLANE, *lp = hp + PLANE;
+            for (int half = 0; half < 2; half++) { /* unit 2p + half */
+                const __m512i sc = _mm512_cvtepu8_epi32(
+                    _mm_loadu_si128((const __m128i *)(os + 64 + 16 * (2 * p + half))));
+                const __m512i sh = _mm512_or_si512(_mm512_srli_epi32(sc, 3),
+                                                   _mm512_slli_epi32(_mm512_srli_epi32(sc, 3), 16));
+                const __m512i sl7 = _mm512_and_si512(sc, _mm512_set1_epi32(7));
+                const __m512i sl = _mm512_or_si512(sl7, _mm512_slli_epi32(sl7, 16));
+                for (int c = 0; c < 8; c++) {
+                    const __m512i v = _mm512_loadu_si512(os + 320 + 64 * (8 * p + c));
+                    const __m512i q = half ? _mm512_and_si512(_mm512_srli_epi16(v, 4), low4)
+                                           : _mm512_and_si512(v, low4);
+                    _mm512_store_si512(hp + 64 * (8 * half + c), mul_bytes(q, sh));
+                    _mm512_store_si512(lp + 64 * (8 * half + c), mul_bytes(q, sl));
+                }
+            }
+        }
+    }
+}
 
 typedef struct {
     const uint8_t *a;
@@ -23,87 +65,87 @@ typedef struct {
     int64_t nsb;
 } acts;
 
-/* Activation rows [b, b + 16 * NT) against the unpacked group u (super-blocks of o): y rows. */
-AI void tiles(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, float *y,
-              int64_t ldy, const int NT) {
-    int32_t c[2][16][16] __attribute__((aligned(64)));
-    int32_t S[32][16] __attribute__((aligned(64)));
-    float acc[32][16] __attribute__((aligned(64)));
-    memset(acc, 0, sizeof acc);
-    for (int64_t s = 0; s < v->nsb; s++) {
-        const uint8_t *os = o + (size_t)s * GROUP;
-        const uint8_t *a0 = v->a + (size_t)b * v->as + (size_t)s * sizeof(pl_block_q8_K) + 4;
-        for (int j = 0; j < 8; j++) {
-            _tile_loadd(6, u + (size_t)(8 * s + j) * 512, 64);
-            _tile_zero(0);
-            _tile_loadd(4, a0 + 32 * j, v->as);
-            _tile_dpbsud(0, 4, 6);
-            _tile_stored(0, c[0], 64);
-            if (NT > 1) {
-                _tile_zero(1);
-                _tile_loadd(5, a0 + 32 * j + 16 * v->as, v->as);
-                _tile_dpbsud(1, 5, 6);
-                _tile_stored(1, c[1], 64);
-            }
-            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(os + 64 + 16 * j)));
-            for (int t = 0; t < NT; t++)
-                UNROLL for (int m = 0; m < 16; m++) {
-                    __m512i p = _mm512_mullo_epi32(_mm512_load_si512(c[t][m]), sc);
-                    if (j) p = _mm512_add_epi32(p, _mm512_load_si512(S[16 * t + m]));
-                    _mm512_store_si512(S[16 * t + m], p);
-                }
-        }
-        __m512i mv[4];
-        UNROLL for (int p = 0; p < 4; p++)
-            mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(os + 192 + 32 * p)));
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)os));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(os + 32)));
-        for (int m = 0; m < 16 * NT; m++) {
-            const uint8_t *ab = v->a + (size_t)(b + m) * v->as;
-            const pl_block_q8_K *x = (const pl_block_q8_K *)ab + s;
-            const int32_t *xs = (const int32_t *)(ab + (size_t)v->nsb * sizeof(pl_block_q8_K)) + 4 * s;
-            __m512i M = _mm512_setzero_si512();
-            UNROLL for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, mv[p], _mm512_set1_epi32(xs[p]));
-            const __m512 dx = _mm512_set1_ps(x->d);
-            __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(S[m])),
-                                       _mm512_mul_ps(d, dx), _mm512_load_ps(acc[m]));
-            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), M)),
-                                _mm512_mul_ps(dmin, dx), f);
-            _mm512_store_ps(acc[m], f);
-        }
+/* Activation rows [b, b + 16) of super-block s: sums (Ch, Cl) of the group -> acc. */
+AI void epilogue(const acts *v, const uint8_t *os, const int32_t (*ch)[16],
+                 const int32_t (*cl)[16], int64_t b, int64_t s, float (*acc)[16]) {
+    __m512i mv[4];
+    UNROLL for (int p = 0; p < 4; p++)
+        mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(os + 192 + 32 * p)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)os));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(os + 32)));
+    for (int m = 0; m < 16; m++) {
+        const uint8_t *ab = v->a + (size_t)(b + m) * v->as;
+        const pl_block_q8_K *x = (const pl_block_q8_K *)ab + s;
+        const int32_t *xs = (const int32_t *)(ab + (size_t)v->nsb * sizeof(pl_block_q8_K)) + 4 * s;
+        __m512i M = _mm512_setzero_si512();
+        UNROLL for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, mv[p], _mm512_set1_epi32(xs[p]));
+        const __m512i S = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch[m]), 3),
+                                           _mm512_load_si512(cl[m]));
+        const __m512 dx = _mm512_set1_ps(x->d);
+        __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d, dx), _mm512_load_ps(acc[m]));
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), M)),
+                            _mm512_mul_ps(dmin, dx), f);
+        _mm512_store_ps(acc[m], f);
     }
-    for (int m = 0; m < 16 * NT; m++) memcpy(y + (size_t)(b + m) * ldy, acc[m], sizeof acc[m]);
 }
 
-/* The group's quants as bytes: per super-block s and unit j, 8 chunks of 64 (u + (8s + j) * 512). */
-static void unpack(const uint8_t *o, int64_t nsb, uint8_t *u) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    for (int64_t s = 0; s < nsb; s++)
-        for (int p = 0; p < 4; p++)
-            for (int c = 0; c < 8; c++) {
-                const __m512i v = _mm512_loadu_si512(o + (size_t)s * GROUP + 320 + 64 * (8 * p + c));
-                _mm512_store_si512(u + (size_t)(8 * s + 2 * p) * 512 + 64 * c, _mm512_and_si512(v, low4));
-                _mm512_store_si512(u + (size_t)(8 * s + 2 * p + 1) * 512 + 64 * c,
-                                   _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
-            }
+/* Tiles of super-block s into C tiles (c0, c1) = (0, 1) or (2, 3): 4 steps of 64 columns. */
+#define PRODUCTS(c0, c1)                                                                           \
+    do {                                                                                           \
+        _tile_zero(c0);                                                                            \
+        _tile_zero(c1);                                                                            \
+        for (int p = 0; p < 4; p++) {                                                              \
+            const uint8_t *pl = u + (size_t)((4 * s + p) * 2) * PLANE;                             \
+            _tile_loadd(4, a0 + (size_t)s * sizeof(pl_block_q8_K) + 4 + 64 * p, v->as);            \
+            _tile_loadd(6, pl, 64);                                                                \
+            _tile_loadd(7, pl + PLANE, 64);                                                        \
+            _tile_dpbsud(c0, 4, 6);                                                                \
+            _tile_dpbsud(c1, 4, 7);                                                                \
+        }                                                                                          \
+    } while (0)
+
+AI void products(const acts *v, const uint8_t *u, const uint8_t *a0, int64_t s) {
+    if (s % 2 == 0) PRODUCTS(0, 1);
+    else PRODUCTS(2, 3);
+}
+
+/* Activation rows [b, b + 16) against the group (o, its planes u): y rows. */
+static void tiles(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, float *y,
+                  int64_t ldy) {
+    int32_t c[2][2][16][16] __attribute__((aligned(64))); /* [parity][h/l][row][lane] */
+    float acc[16][16] __attribute__((aligned(64)));
+    memset(acc, 0, sizeof acc);
+    const uint8_t *a0 = v->a + (size_t)b * v->as;
+    products(v, u, a0, 0);
+    for (int64_t s = 0; s < v->nsb; s++) {
+        if (s % 2 == 0) {
+            _tile_stored(0, c[0][0], 64);
+            _tile_stored(1, c[0][1], 64);
+        } else {
+            _tile_stored(2, c[1][0], 64);
+            _tile_stored(3, c[1][1], 64);
+        }
+        if (s + 1 < v->nsb) products(v, u, a0, s + 1); /* runs during this epilogue */
+        epilogue(v, o + (size_t)s * GROUP, (const int32_t(*)[16])c[s % 2][0],
+                 (const int32_t(*)[16])c[s % 2][1], b, s, acc);
+    }
+    for (int m = 0; m < 16; m++) memcpy(y + (size_t)(b + m) * ldy, acc[m], sizeof acc[m]);
 }
 
 int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
                             size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
     if (B < 16) return 0;
     const int64_t nsb = cols / PL_QK_K;
-    uint8_t *u = aligned_alloc(64, (size_t)nsb * 8 * 512);
+    uint8_t *u = aligned_alloc(64, (size_t)nsb * 8 * PLANE);
     if (!u) return 0;
     const acts v = {.a = act, .as = act_stride, .nsb = nsb};
     const int64_t bfull = B / 16 * 16;
-    pl_mm_amx_begin();
+    pl_mm_amx_begin(1);
     for (int64_t r = 0; r < nrows; r += 16) {
         const uint8_t *o = w + (size_t)r * ws;
         unpack(o, nsb, u);
-        int64_t b = 0;
-        for (; b + 32 <= bfull; b += 32) tiles(&v, o, u, b, y + r, ldy, 2);
-        if (b < bfull) tiles(&v, o, u, b, y + r, ldy, 1);
-        for (b = bfull; b < B; b += 4) {
+        for (int64_t b = 0; b < bfull; b += 16) tiles(&v, o, u, b, y + r, ldy);
+        for (int64_t b = bfull; b < B; b += 4) {
             const int nb = B - b < 4 ? (int)(B - b) : 4;
             pl_mm_x16_q4_K_tile_avx512(o, ws, 16, act + (size_t)b * act_stride, act_stride, nb,
                                        cols, y + (size_t)b * ldy + r, ldy);

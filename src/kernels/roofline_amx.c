@@ -9,7 +9,7 @@
 int32_t pl_roofline_tiles_amx(int64_t iters) {
     static const uint8_t ones[16 * 64] __attribute__((aligned(64))) = {1};
     int32_t out[16][16] __attribute__((aligned(64)));
-    pl_mm_amx_begin(); /* tiles 0-3: 16 x 64 bytes; 4-5: 16 x 32; 6-7: 8 x 64 */
+    pl_mm_amx_begin(0); /* tiles 0-3: 16 x 64 bytes; 4-5: 16 x 32; 6-7: 8 x 64 */
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
