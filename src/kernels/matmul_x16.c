@@ -64,9 +64,12 @@ static void repack_q8_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t 
             for (int i = 0; i < 16; i++) {
                 const pl_block_q8_0 *blk = (const pl_block_q8_0 *)(grp + (size_t)i * ws) + k;
                 memcpy(o + 2 * i, &blk->d, 2);
-                for (int j = 0; j < 8; j++)
-                    for (int t = 0; t < 4; t++)
-                        o[32 + 64 * j + 4 * i + t] = (uint8_t)(blk->qs[4 * j + t] ^ 0x80);
+                for (int j = 0; j < 8; j++) {
+                    uint32_t v;
+                    memcpy(&v, blk->qs + 4 * j, 4);
+                    v ^= 0x80808080u; /* each quant + 128 */
+                    memcpy(o + 32 + 64 * j + 4 * i, &v, 4);
+                }
             }
         }
     }

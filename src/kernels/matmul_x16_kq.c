@@ -41,15 +41,7 @@ size_t pl_mm_x16_kq_row_bytes(pl_dtype t, int64_t cols) {
     return (size_t)(cols / PL_QK_K) * (t == PL_DT_Q4_K ? 148 : 210);
 }
 
-/* The integer quants of one super-block in column order, with their scales. */
-static void q4_K_ints(const pl_block_q4_K *b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]) {
-    for (int j = 0; j < 8; j++) pl_get_scale_min_k4(j, b->scales, &sc[j], &m[j]);
-    for (int e = 0; e < 256; e++) {
-        int g = e / 64, l = e % 64;
-        q[e] = l < 32 ? b->qs[32 * g + l] & 0xF : b->qs[32 * g + l - 32] >> 4;
-    }
-}
-
+/* The integer quants of one q6_K super-block in column order. */
 static void q6_K_ints(const pl_block_q6_K *b, uint8_t q[256]) {
     for (int h = 0; h < 2; h++) {
         const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
@@ -75,19 +67,18 @@ void pl_mm_x16_kq_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t r
                 const uint8_t *row = src + (size_t)(16 * g + i) * ws;
                 if (t == PL_DT_Q4_K) {
                     const pl_block_q4_K *b = (const pl_block_q4_K *)row + s;
-                    q4_K_ints(b, q, sc, m);
                     memcpy(o + 2 * i, &b->d, 2);
                     memcpy(o + 32 + 2 * i, &b->dmin, 2);
-                    for (int j = 0; j < 8; j++) o[64 + 16 * j + i] = sc[j];
-                    for (int p = 0; p < 4; p++) {
-                        o[192 + 32 * p + 2 * i] = m[2 * p];
-                        o[192 + 32 * p + 2 * i + 1] = m[2 * p + 1];
+                    for (int j = 0; j < 8; j++) {
+                        pl_get_scale_min_k4(j, b->scales, &sc[j], &m[j]);
+                        o[64 + 16 * j + i] = sc[j];
+                        o[192 + 32 * (j / 2) + 2 * i + j % 2] = m[j];
                     }
+                    /* GGUF's byte 32p + l already holds unit 2p's column l (low nibble) and
+                     * unit 2p + 1's (high): a chunk is 4 of those bytes as they are */
                     for (int p = 0; p < 4; p++)
                         for (int c = 0; c < 8; c++)
-                            for (int k = 0; k < 4; k++)
-                                o[320 + 64 * (8 * p + c) + 4 * i + k] =
-                                    (uint8_t)(q[64 * p + 4 * c + k] | q[64 * p + 32 + 4 * c + k] << 4);
+                            memcpy(o + 320 + 64 * (8 * p + c) + 4 * i, b->qs + 32 * p + 4 * c, 4);
                 } else {
                     const pl_block_q6_K *b = (const pl_block_q6_K *)row + s;
                     q6_K_ints(b, q);
