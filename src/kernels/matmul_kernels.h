@@ -82,6 +82,8 @@ size_t pl_mm_x16_kq_act_bytes(int64_t cols);
 void pl_mm_x16_kq_act_row(const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
+void pl_mm_x16_q6_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                int nb, int64_t cols, float *y, int64_t ldy);
 void pl_mm_x16_q4_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy);
 void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
@@ -90,6 +92,8 @@ void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a
  * sums of 16 x 16, tiles 4-5 16 activation rows x 32 bytes (k64: 64), tiles 6-7 8 rows (k64:
  * 16) x 64 bytes of weights (32 or 64 columns of 16 rows); the caller ends with _tile_release(). */
 void pl_mm_amx_begin(int k64);
+int pl_mm_gemm_x16_q6_K_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
+                            size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
                             size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,

@@ -203,7 +203,8 @@ void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
     k->tb = 4;
     if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_kq_avx512(t, k)) {
-        if (t == PL_DT_Q4_K && pl_cpu_amx()) k->gemm = pl_mm_gemm_x16_q4_K_amx;
+        if (pl_cpu_amx())
+            k->gemm = t == PL_DT_Q4_K ? pl_mm_gemm_x16_q4_K_amx : pl_mm_gemm_x16_q6_K_amx;
         return;
     }
     k->fn = t == PL_DT_Q4_K ? tile_q4_K_scalar : tile_q6_K_scalar;

@@ -1,5 +1,6 @@
-/* kernels/matmul_x16_kq_amx — q4_K's x16 layout in batches of 16+ activation rows with AMX
- * (layout and arithmetic: matmul_x16_kq.c).
+/* kernels/matmul_x16_kq_amx — q4_K's and q6_K's x16 layouts in batches of 32+ (q6_K 48+)
+ * activation rows with AMX (layouts and arithmetic: matmul_x16_kq.c). q4_K below; q6_K's
+ * digit planes further down; both through one driver (run) at the end.
  *
  * The 6-bit scales would need an integer multiply per output and 32-column unit after every
  * tile product; instead each scale is split, sc = 8 sh + sl (sh, sl in 0..7), and a 16-row
@@ -15,6 +16,7 @@
 #include "kernels/quant.h"
 
 #include "kernels/simd.h"
+#include "kernels/x16_avx512.h"
 
 #include <immintrin.h>
 #include <stdlib.h>
@@ -132,26 +134,170 @@ static void tiles(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, 
     for (int m = 0; m < 16; m++) memcpy(y + (size_t)(b + m) * ldy, acc[m], sizeof acc[m]);
 }
 
-int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
-                            size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
-    if (B < 32) return 0; /* measured: at 16 rows, unpacking costs what AMX saves */
+/* ---- q6_K --------------------------------------------------------------------------------- */
+
+/* q6_K's 16-column scales are int8 and its quants reach 63, so even a split like q4_K's would
+ * not fit bytes; instead each scale is written in balanced base 5, sc = d0 + 5 d1 + 25 d2 +
+ * 125 d3 with digits in -2..2, and the group is unpacked into four signed byte planes d_i * q
+ * (|d_i q| <= 126). With S_i = A . P_i over the super-block (tdpbssd, K = 64 steps),
+ *   sum_g sc_g sum_{group g} q x = S_0 + 5 (S_1 + 5 (S_2 + 5 S_3))
+ * exactly; the epilogue then subtracts 32 O (O through vpdpwssd, as the VNNI tiles) and does
+ * their float step: same bits. */
+enum { Q6_GROUP = 16 * 210 };
+
+/* Signed bytes of v (0..63) times the per-lane factor f16 (-2..2 in each 16-bit half). */
+AI __m512i mul_bytes_signed(__m512i v, __m512i f16) {
+    const __m512i m = _mm512_set1_epi16(0xFF);
+    const __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(v, m), f16);
+    const __m512i hi = _mm512_mullo_epi16(_mm512_srli_epi16(v, 8), f16);
+    return _mm512_or_si512(_mm512_and_si512(lo, m), _mm512_slli_epi16(hi, 8));
+}
+
+/* Planes of super-block s: u + ((4 s + p) * 4 + i) * PLANE, digit i, 64 columns of pair p. */
+static void unpack_q6(const uint8_t *o, int64_t nsb, uint8_t *u) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *os = o + (size_t)s * Q6_GROUP;
+        for (int p = 0; p < 4; p++) {
+            /* the 4 groups of these 64 columns: int32 scale per lane, then its digits (each
+             * in both 16-bit halves of the lane) */
+            __m512i dig[4][4]; /* [group][digit] */
+            for (int q2 = 0; q2 < 2; q2++) {
+                const __m512i pr = _mm512_cvtepi8_epi16(
+                    _mm256_loadu_si256((const __m256i *)(os + 32 + 32 * (2 * p + q2))));
+                for (int e = 0; e < 2; e++) {
+                    __m512i sc = e ? _mm512_srai_epi32(pr, 16)
+                                   : _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16);
+                    for (int i = 0; i < 4; i++) { /* d = sc - 5 floor((sc + 2) / 5) */
+                        const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(sc, _mm512_set1_epi32(2)));
+                        const __m512i fl = _mm512_cvtps_epi32(
+                            _mm512_roundscale_ps(_mm512_div_ps(f, _mm512_set1_ps(5.0f)),
+                                                 _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+                        const __m512i d = _mm512_sub_epi32(sc, _mm512_mullo_epi32(fl, _mm512_set1_epi32(5)));
+                        dig[2 * q2 + e][i] = _mm512_or_si512(_mm512_and_si512(d, _mm512_set1_epi32(0xFFFF)),
+                                                             _mm512_slli_epi32(d, 16));
+                        sc = fl;
+                    }
+                }
+            }
+            uint8_t *pp = u + (size_t)((4 * s + p) * 4) * PLANE;
+            for (int kr = 0; kr < 16; kr++) { /* B tile row: unit 2p + kr / 8, chunk kr % 8 */
+                const int half = kr / 8, c = kr % 8;
+                const __m512i lv = _mm512_loadu_si512(os + 288 + 64 * (8 * p + c));
+                const __m512i hv = _mm512_loadu_si512(os + 2336 + 64 * (8 * (p / 2) + c));
+                const __m512i q = _mm512_or_si512(
+                    half ? _mm512_and_si512(_mm512_srli_epi16(lv, 4), low4) : _mm512_and_si512(lv, low4),
+                    pl_x16_high2(hv, (2 * p + half) % 4));
+                const int g = 2 * half + c / 4; /* group 4p + g */
+                for (int i = 0; i < 4; i++)
+                    _mm512_store_si512(pp + (size_t)i * PLANE + 64 * kr, mul_bytes_signed(q, dig[g][i]));
+            }
+        }
+    }
+}
+
+/* Activation rows [b, b + 16) against the group (o, its planes u): y rows. */
+static void tiles_q6(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, float *y,
+                     int64_t ldy) {
+    int32_t c[4][16][16] __attribute__((aligned(64)));
+    float acc[16][16] __attribute__((aligned(64)));
+    memset(acc, 0, sizeof acc);
+    const uint8_t *a0 = v->a + (size_t)b * v->as;
+    for (int64_t s = 0; s < v->nsb; s++) {
+        const uint8_t *os = o + (size_t)s * Q6_GROUP;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int p = 0; p < 4; p++) {
+            const uint8_t *pl = u + (size_t)((4 * s + p) * 4) * PLANE;
+            _tile_loadd(4, a0 + (size_t)s * sizeof(pl_block_q8_K) + 4 + 64 * p, v->as);
+            _tile_loadd(6, pl, 64);
+            _tile_loadd(7, pl + PLANE, 64);
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 7);
+            _tile_loadd(6, pl + 2 * PLANE, 64);
+            _tile_loadd(7, pl + 3 * PLANE, 64);
+            _tile_dpbssd(2, 4, 6);
+            _tile_dpbssd(3, 4, 7);
+        }
+        _tile_stored(0, c[0], 64);
+        _tile_stored(1, c[1], 64);
+        _tile_stored(2, c[2], 64);
+        _tile_stored(3, c[3], 64);
+        __m512i pr[8];
+        UNROLL for (int q2 = 0; q2 < 8; q2++)
+            pr[q2] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(os + 32 + 32 * q2)));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)os));
+        for (int m = 0; m < 16; m++) {
+            const pl_block_q8_K *x = (const pl_block_q8_K *)(v->a + (size_t)(b + m) * v->as) + s;
+            __m512i S = _mm512_load_si512(c[3][m]);
+            for (int i = 2; i >= 0; i--) /* S = S_i + 5 S */
+                S = _mm512_add_epi32(_mm512_load_si512(c[i][m]),
+                                     _mm512_add_epi32(_mm512_slli_epi32(S, 2), S));
+            __m512i O = _mm512_setzero_si512();
+            UNROLL for (int q2 = 0; q2 < 8; q2++) {
+                int32_t bs;
+                memcpy(&bs, x->bsums + 2 * q2, sizeof bs);
+                O = _mm512_dpwssd_epi32(O, pr[q2], _mm512_set1_epi32(bs));
+            }
+            const __m512i t = _mm512_sub_epi32(S, _mm512_slli_epi32(O, 5));
+            _mm512_store_ps(acc[m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
+                                                    _mm512_mul_ps(d, _mm512_set1_ps(x->d)),
+                                                    _mm512_load_ps(acc[m])));
+        }
+    }
+    for (int m = 0; m < 16; m++) memcpy(y + (size_t)(b + m) * ldy, acc[m], sizeof acc[m]);
+}
+
+/* ---- the driver of both ------------------------------------------------------------------ */
+
+typedef struct {
+    int min_b;          /* fewer activation rows: 0, the VNNI tiles do it */
+    size_t planes;      /* B tiles per super-block in the unpacked group */
+    void (*unpack)(const uint8_t *o, int64_t nsb, uint8_t *u);
+    void (*tiles)(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, float *y,
+                  int64_t ldy);
+    pl_mm_tile_fn tail; /* the rows beyond the last 16 */
+} kq_amx;
+
+/* A thread's rows, one 16-row group at a time: unpack it, then every 16 activation rows. */
+static int run(const kq_amx *k, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
+               size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
+    if (B < k->min_b) return 0;
     const int64_t nsb = cols / PL_QK_K;
-    uint8_t *u = aligned_alloc(64, (size_t)nsb * 8 * PLANE);
+    uint8_t *u = aligned_alloc(64, (size_t)nsb * k->planes * PLANE);
     if (!u) return 0;
     const acts v = {.a = act, .as = act_stride, .nsb = nsb};
     const int64_t bfull = B / 16 * 16;
     pl_mm_amx_begin(1);
     for (int64_t r = 0; r < nrows; r += 16) {
         const uint8_t *o = w + (size_t)r * ws;
-        unpack(o, nsb, u);
-        for (int64_t b = 0; b < bfull; b += 16) tiles(&v, o, u, b, y + r, ldy);
+        k->unpack(o, nsb, u);
+        for (int64_t b = 0; b < bfull; b += 16) k->tiles(&v, o, u, b, y + r, ldy);
         for (int64_t b = bfull; b < B; b += 4) {
             const int nb = B - b < 4 ? (int)(B - b) : 4;
-            pl_mm_x16_q4_K_tile_avx512(o, ws, 16, act + (size_t)b * act_stride, act_stride, nb,
-                                       cols, y + (size_t)b * ldy + r, ldy);
+            k->tail(o, ws, 16, act + (size_t)b * act_stride, act_stride, nb, cols,
+                    y + (size_t)b * ldy + r, ldy);
         }
     }
     _tile_release();
     free(u);
     return 1;
+}
+
+int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
+                            size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
+    /* measured: at 16 rows, unpacking costs what the tiles save */
+    static const kq_amx k = {.min_b = 32, .planes = 8, .unpack = unpack, .tiles = tiles,
+                             .tail = pl_mm_x16_q4_K_tile_avx512};
+    return run(&k, w, ws, nrows, act, act_stride, B, cols, y, ldy);
+}
+
+int pl_mm_gemm_x16_q6_K_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
+                            size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
+    /* measured: the four planes' unpacking needs 48+ rows to pay */
+    static const kq_amx k = {.min_b = 48, .planes = 16, .unpack = unpack_q6, .tiles = tiles_q6,
+                             .tail = pl_mm_x16_q6_K_tile_avx512};
+    return run(&k, w, ws, nrows, act, act_stride, B, cols, y, ldy);
 }

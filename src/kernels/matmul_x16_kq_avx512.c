@@ -9,6 +9,7 @@
 #include "kernels/quant.h"
 
 #include "kernels/simd.h"
+#include "kernels/x16_avx512.h"
 
 #include <immintrin.h>
 
@@ -64,16 +65,6 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
     UNROLL for (int b = 0; b < NB; b++) _mm512_storeu_ps(y + (size_t)b * ldy, acc[b]);
 }
 
-/* Bits 2k, 2k + 1 of every byte of hv moved to bits 4, 5 (the rest masked off). */
-AI __m512i high2(__m512i hv, int k) {
-    const __m512i m = _mm512_set1_epi8(0x30);
-    switch (k) {
-    case 0: return _mm512_and_si512(_mm512_slli_epi16(hv, 4), m);
-    case 1: return _mm512_and_si512(_mm512_slli_epi16(hv, 2), m);
-    case 2: return _mm512_and_si512(hv, m);
-    default: return _mm512_and_si512(_mm512_srli_epi16(hv, 2), m);
-    }
-}
 
 /* Low and high int16 of each int32 lane as int32 (the even and odd 16-column scales). */
 AI __m512i even16(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
@@ -101,9 +92,9 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
                 UNROLL for (int c = 4 * half; c < 4 * half + 4; c++) {
                     const __m512i lv = _mm512_loadu_si512(o + 288 + 64 * (8 * p + c));
                     const __m512i hv = _mm512_loadu_si512(o + 2336 + 64 * (8 * (p / 2) + c));
-                    const __m512i q0 = _mm512_or_si512(_mm512_and_si512(lv, low4), high2(hv, (2 * p) % 4));
+                    const __m512i q0 = _mm512_or_si512(_mm512_and_si512(lv, low4), pl_x16_high2(hv, (2 * p) % 4));
                     const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lv, 4), low4),
-                                                       high2(hv, (2 * p + 1) % 4));
+                                                       pl_x16_high2(hv, (2 * p + 1) % 4));
                     UNROLL for (int b = 0; b < NB; b++) {
                         const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
                         G0[b] = _mm512_dpbusd_epi32(G0[b], q0, bcast32(q));
@@ -145,6 +136,11 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
 
 KQ_TILE(tile_q4_K_x16, q4_K_body)
 KQ_TILE(tile_q6_K_x16, q6_K_body)
+
+void pl_mm_x16_q6_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                int nb, int64_t cols, float *y, int64_t ldy) {
+    tile_q6_K_x16(w, ws, nr, a, as, nb, cols, y, ldy);
+}
 
 void pl_mm_x16_q4_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy) {

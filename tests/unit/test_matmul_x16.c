@@ -129,7 +129,7 @@ static void agree_bitwise(pl_dtype type, const int64_t (*shapes)[2], size_t nsha
         make_typed(&q, type, shapes[i][0], shapes[i][1], &s);
         for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
             int64_t B = Bs[bi];
-            if (q.cols >= 2048 && B > 33) continue; /* keeps the test short */
+            if (q.cols >= 2048 && B > 33 && B != 48) continue; /* short; 48: q6_K's AMX */
             float *x = inputs(B, q.cols, &s);
             float *ref = malloc((size_t)(B * q.rows) * sizeof *ref);
             assert_non_null(ref);
