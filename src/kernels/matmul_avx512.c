@@ -56,17 +56,21 @@ AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512()
  * partials side by side, so one row streams from memory with four independent FMA chains; large
  * tiles run them one after the other with one accumulator per (row, activation) and keep the
  * finished partials aside. Both do the same operations on every value. */
+#ifndef PF_AHEAD
+#define PF_AHEAD 2048
+#endif
 #define FLOAT_BODIES(NAME, CW, MASK_T, FULL, WT, WLOAD, XLOAD, FMA)                                \
     AI void NAME##_small(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols,   \
                          float *y, int64_t ldy, const int NB) {                                    \
-        (void)ws;                                                                                  \
         const int64_t n = (cols + CW - 1) / CW, nfull = cols / CW;                                \
         const MASK_T tail = (MASK_T)((((uint64_t)1) << (cols % CW)) - 1);                          \
+        const size_t es = ws / (size_t)cols; /* bytes per weight: prefetch a stream ahead */      \
         __m512 acc[3][4];                                                                          \
         UNROLL for (int b = 0; b < NB; b++) UNROLL for (int p = 0; p < 4; p++)                     \
             acc[b][p] = _mm512_setzero_ps();                                                       \
         int64_t j = 0;                                                                             \
         for (; j + 4 <= nfull; j += 4) {                                                           \
+            _mm_prefetch((const char *)w + (size_t)(j * CW) * es + PF_AHEAD, _MM_HINT_T0);          \
             UNROLL for (int p = 0; p < 4; p++) {                                                   \
                 const int64_t c = (j + p) * CW;                                                    \
                 WT wv = WLOAD(w, c, FULL);                                                         \
