@@ -74,6 +74,7 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols);
 void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
+int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k);             /* matmul_x16_f16_avx512.c */
 /* q4_K and q6_K (matmul_x16_kq.c, matmul_x16_kq_avx512.c) */
 size_t pl_mm_x16_kq_row_bytes(pl_dtype t, int64_t cols);
 void pl_mm_x16_kq_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows,

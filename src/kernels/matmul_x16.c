@@ -39,6 +39,7 @@ enum { X16_BLOCK = 16 * sizeof(pl_block_q8_0) }; /* 544: one block of 32 columns
 int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     if (rows <= 0 || rows % 16 || cols <= 0 || cols % pl_dtype_block_size(t)) return 0;
     switch (t) {
+    case PL_DT_F16:
     case PL_DT_Q8_0:
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: return 1;
@@ -75,9 +76,41 @@ static void repack_q8_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t 
     }
 }
 
+/* f16: column k of a group is 16 halves, row 0's first (32 bytes); a group is 32 x cols bytes. */
+static void repack_f16(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
+    const size_t ws = (size_t)cols * sizeof(pl_f16);
+    for (int64_t g = 0; g < rows / 16; g++) {
+        const uint8_t *grp = src + (size_t)g * 16 * ws;
+        uint8_t *o = dst + (size_t)g * 16 * ws;
+        for (int i = 0; i < 16; i++) {
+            const pl_f16 *row = (const pl_f16 *)(grp + (size_t)i * ws);
+            for (int64_t k = 0; k < cols; k++) memcpy(o + (size_t)k * 32 + 2 * i, row + k, 2);
+        }
+    }
+}
+
+/* The f16 reference: acc = fma(w, x, acc) column after column, from +0.0f. */
+static void tile_f16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                            int nb, int64_t cols, float *y, int64_t ldy) {
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *grp = w + (size_t)(r / 16) * 16 * ws;
+        for (int b = 0; b < nb; b++) {
+            const float *x = (const float *)(a + (size_t)b * as);
+            float acc = 0.0f;
+            for (int64_t k = 0; k < cols; k++) {
+                pl_f16 h;
+                memcpy(&h, grp + (size_t)k * 32 + 2 * (r % 16), sizeof h);
+                acc = fmaf(pl_f16_to_f32(h), x[k], acc);
+            }
+            y[(size_t)b * ldy + r] = acc;
+        }
+    }
+}
+
 void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
     switch (t) {
     case PL_DT_Q8_0: repack_q8_0(src, dst, rows, cols); break;
+    case PL_DT_F16: repack_f16(src, dst, rows, cols); break;
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_x16_kq_repack(t, src, dst, rows, cols); break;
     default: break;
@@ -89,6 +122,7 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     switch (t) {
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: return pl_mm_x16_kq_act_bytes(cols);
+    case PL_DT_F16: return pl_act_row_bytes(t, cols); /* as the rows layout: f16-rounded f32 */
     default: /* q8_0: qs, d, seed */
         n = (size_t)cols + (size_t)(cols / PL_QK) * (sizeof(float) + sizeof(int32_t));
         break;
@@ -141,6 +175,7 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     switch (t) {
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_x16_kq_act_row(x, dst, cols); break;
+    case PL_DT_F16: pl_act_convert_row(t, x, dst, cols); break;
     default: act_q8_0(x, dst, cols); break;
     }
 }
@@ -159,6 +194,10 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
         return;
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_kernel_x16_kq(t, k); return;
+    case PL_DT_F16:
+        if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_f16_avx512(k)) return;
+        k->fn = tile_f16_scalar;
+        return;
     default: PL_ASSERT(!"pl_mm_kernel_x16: type has no x16 layout");
     }
 }

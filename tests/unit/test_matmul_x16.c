@@ -164,6 +164,13 @@ static void test_kernels_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_Q8_0, shapes, sizeof shapes / sizeof shapes[0], 7);
 }
 
+/* f16 (one accumulator per output, column by column): any column count. */
+static void test_f16_agree_bitwise(void **state) {
+    (void)state;
+    static const int64_t shapes[][2] = {{16, 8}, {48, 100}, {32, 768}, {64, 2048}, {16, 8192}};
+    agree_bitwise(PL_DT_F16, shapes, sizeof shapes / sizeof shapes[0], 17);
+}
+
 /* The same for the K-quants' layouts (super-blocks of 256 columns). */
 static void test_kquants_agree_bitwise(void **state) {
     (void)state;
@@ -208,6 +215,7 @@ static void test_values_match_reference(void **state) {
     values_match_reference(PL_DT_Q8_0);
     values_match_reference(PL_DT_Q4_K);
     values_match_reference(PL_DT_Q6_K);
+    values_match_reference(PL_DT_F16);
 }
 
 /* Several repacked weights reading one input (Q/K/V) in one call equal separate calls; a mix of
@@ -266,7 +274,9 @@ static void test_repack_size(void **state) {
     w.type = PL_DT_Q4_K;
     w.cols = 128;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
-    w.type = PL_DT_F16;
+    w.type = PL_DT_F16; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 128 * 2);
+    w.type = PL_DT_BF16;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w = (pl_weight){.data = buf, .type = PL_DT_Q8_0, .rows = 32, .cols = 64,
                     .layout = PL_WLAYOUT_X16};
@@ -277,6 +287,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_agree_bitwise),
         cmocka_unit_test(test_kquants_agree_bitwise),
+        cmocka_unit_test(test_f16_agree_bitwise),
         cmocka_unit_test(test_values_match_reference),
         cmocka_unit_test(test_multi),
         cmocka_unit_test(test_repack_size),
