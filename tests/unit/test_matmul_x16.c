@@ -1,4 +1,5 @@
-/* Unit tests for the x16 layout of q8_0 weights (kernels/matmul_x16*.c, issue 22 item 3):
+/* Unit tests for the x16 layouts of q8_0 and q4_0 weights (kernels/matmul_x16*.c, issue 22
+ * item 3), each test for both types:
  *  - every x16 kernel (scalar, AVX-512 VNNI tiles, AMX batches where the machine has AMX) gives
  *    bitwise the same value for every output, whatever the batch size and thread count: B = 1
  *    calls on one thread with the scalar kernel are the reference;
@@ -24,17 +25,22 @@ static float rnd(uint64_t *s) {
     return (float)((int64_t)(*s >> 40) - (1 << 23)) / (float)(1 << 23);
 }
 
+static const pl_dtype types[] = {PL_DT_Q8_0, PL_DT_Q4_0};
+enum { NTYPES = sizeof types / sizeof types[0] };
+
 typedef struct {
+    pl_dtype t;
     int64_t rows, cols;
     uint8_t *rowsw;  /* GGUF rows */
     uint8_t *packed; /* x16 */
     pl_weight w, wp;
 } qweight;
 
-static void make(qweight *q, int64_t rows, int64_t cols, uint64_t *s) {
+static void make(qweight *q, pl_dtype t, int64_t rows, int64_t cols, uint64_t *s) {
+    q->t = t;
     q->rows = rows;
     q->cols = cols;
-    size_t ws = pl_dtype_row_size(PL_DT_Q8_0, cols), bytes = (size_t)rows * ws;
+    size_t ws = pl_dtype_row_size(t, cols), bytes = (size_t)rows * ws;
     q->rowsw = malloc(bytes);
     q->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     float *row = malloc((size_t)cols * sizeof *row);
@@ -45,10 +51,10 @@ static void make(qweight *q, int64_t rows, int64_t cols, uint64_t *s) {
         float scale = 0.01f + (float)(r % 7); /* blocks of very different scales */
         for (int64_t c = 0; c < cols; c++) row[c] = scale * rnd(s);
         if (r % 5 == 3) row[0] = -127.0f * scale; /* a quant of -128 after rounding, or near */
-        assert_int_equal(pl_quantize_row(PL_DT_Q8_0, row, q->rowsw + (size_t)r * ws, cols), ws);
+        assert_int_equal(pl_quantize_row(t, row, q->rowsw + (size_t)r * ws, cols), ws);
     }
     free(row);
-    q->w = (pl_weight){.data = q->rowsw, .type = PL_DT_Q8_0, .rows = rows, .cols = cols};
+    q->w = (pl_weight){.data = q->rowsw, .type = t, .rows = rows, .cols = cols};
     q->wp = q->w;
     assert_int_equal(pl_matmul_repack_size(&q->wp), bytes);
     pl_matmul_repack(&q->wp, q->packed);
@@ -72,7 +78,7 @@ static float *inputs(int64_t B, int64_t cols, uint64_t *s) {
 /* The reference: scalar kernel, one activation row at a time, one thread. */
 static void reference(const qweight *q, const float *x, int64_t B, float *y) {
     pl_threadpool *one = pl_threadpool_create(1);
-    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q->cols, 1));
+    void *scratch = malloc(pl_matmul_scratch_size(q->t, q->cols, 1));
     assert_non_null(one);
     assert_non_null(scratch);
     pl_isa was = pl_cpu_isa();
@@ -90,7 +96,7 @@ static void check_equal(const qweight *q, const float *x, int64_t B, const float
                         const char *what) {
     const int64_t ldy = q->rows + 5;
     float *y = malloc((size_t)(B * ldy) * sizeof *y);
-    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q->cols, B));
+    void *scratch = malloc(pl_matmul_scratch_size(q->t, q->cols, B));
     pl_threadpool *tp = pl_threadpool_create(threads);
     assert_non_null(y);
     assert_non_null(scratch);
@@ -100,8 +106,8 @@ static void check_equal(const qweight *q, const float *x, int64_t B, const float
     for (int64_t b = 0; b < B; b++) {
         for (int64_t r = 0; r < q->rows; r++)
             if (memcmp(&y[b * ldy + r], &ref[b * q->rows + r], sizeof(float)) != 0)
-                fail_msg("%s: rows %lld cols %lld B %lld threads %d: y[%lld][%lld] = %.9g, "
-                         "reference %.9g", what, (long long)q->rows, (long long)q->cols,
+                fail_msg("%s %s: rows %lld cols %lld B %lld threads %d: y[%lld][%lld] = %.9g, "
+                         "reference %.9g", pl_dtype_name(q->t), what, (long long)q->rows, (long long)q->cols,
                          (long long)B, threads, (long long)b, (long long)r,
                          (double)y[b * ldy + r], (double)ref[b * q->rows + r]);
         for (int64_t r = q->rows; r < ldy; r++) assert_true(isnan(y[b * ldy + r]));
@@ -122,9 +128,9 @@ static void test_kernels_agree_bitwise(void **state) {
     uint64_t s = 7;
     int amx = pl_cpu_force_amx(1);
     print_message("x16: max ISA %s, AMX %s\n", pl_isa_name(pl_cpu_max_isa()), amx ? "yes" : "no");
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    for (size_t i = 0; i < NTYPES * sizeof shapes / sizeof shapes[0]; i++) {
         qweight q;
-        make(&q, shapes[i][0], shapes[i][1], &s);
+        make(&q, types[i % NTYPES], shapes[i / NTYPES][0], shapes[i / NTYPES][1], &s);
         for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
             int64_t B = Bs[bi];
             if (q.cols >= 2048 && B > 33) continue; /* keeps the test short */
@@ -151,15 +157,13 @@ static void test_kernels_agree_bitwise(void **state) {
 
 /* The values are the product of the quantized operands: against pl_matmul_ref (doubles) on the
  * rows layout, each within a few float roundings of the sum of |terms|. */
-static void test_values_match_reference(void **state) {
-    (void)state;
-    uint64_t s = 99;
+static void values_match_reference(pl_dtype t, uint64_t *s) {
     qweight q;
-    make(&q, 64, 1024, &s);
+    make(&q, t, 64, 1024, s);
     const int64_t B = 40;
-    float *x = inputs(B, q.cols, &s);
+    float *x = inputs(B, q.cols, s);
     float *y = malloc((size_t)(B * q.rows) * sizeof *y), *yr = malloc((size_t)(B * q.rows) * sizeof *yr);
-    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, q.cols, B));
+    void *scratch = malloc(pl_matmul_scratch_size(q.t, q.cols, B));
     pl_threadpool *tp = pl_threadpool_create(2);
     assert_non_null(y);
     assert_non_null(yr);
@@ -170,7 +174,8 @@ static void test_values_match_reference(void **state) {
     for (int64_t i = 0; i < B * q.rows; i++) {
         double bound = 1e-5 * (fabs((double)yr[i]) + 1.0) * sqrt((double)q.cols);
         if (fabs((double)y[i] - (double)yr[i]) > bound)
-            fail_msg("y[%lld] = %.9g, exact %.9g", (long long)i, (double)y[i], (double)yr[i]);
+            fail_msg("%s: y[%lld] = %.9g, exact %.9g", pl_dtype_name(t), (long long)i,
+                     (double)y[i], (double)yr[i]);
     }
     pl_threadpool_destroy(tp);
     free(x);
@@ -180,18 +185,22 @@ static void test_values_match_reference(void **state) {
     drop(&q);
 }
 
+static void test_values_match_reference(void **state) {
+    (void)state;
+    uint64_t s = 99;
+    for (int i = 0; i < NTYPES; i++) values_match_reference(types[i], &s);
+}
+
 /* Several repacked weights reading one input (Q/K/V) in one call equal separate calls; a mix of
  * layouts falls back to them. */
-static void test_multi(void **state) {
-    (void)state;
-    uint64_t s = 5;
+static void multi(pl_dtype t, uint64_t *s) {
     qweight q[3];
-    make(&q[0], 64, 512, &s);
-    make(&q[1], 32, 512, &s);
-    make(&q[2], 32, 512, &s);
+    make(&q[0], t, 64, 512, s);
+    make(&q[1], t, 32, 512, s);
+    make(&q[2], t, 32, 512, s);
     const int64_t B = 37;
-    float *x = inputs(B, 512, &s);
-    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, 512, B));
+    float *x = inputs(B, 512, s);
+    void *scratch = malloc(pl_matmul_scratch_size(t, 512, B));
     pl_threadpool *tp = pl_threadpool_create(2);
     assert_non_null(scratch);
     assert_non_null(tp);
@@ -218,7 +227,14 @@ static void test_multi(void **state) {
     for (int i = 0; i < 3; i++) drop(&q[i]);
 }
 
-/* Only q8_0 with rows a multiple of 16 has the layout; a repacked weight is not repacked again. */
+static void test_multi(void **state) {
+    (void)state;
+    uint64_t s = 5;
+    for (int i = 0; i < NTYPES; i++) multi(types[i], &s);
+}
+
+/* Only q8_0 and q4_0 with rows a multiple of 16 have the layout, of the same size as the rows;
+ * a repacked weight is not repacked again. */
 static void test_repack_size(void **state) {
     (void)state;
     uint8_t buf[64] = {0};
@@ -226,6 +242,10 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.rows = 32;
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 34);
+    w.type = PL_DT_Q4_0;
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 18);
+    w.rows = 40;
+    assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.type = PL_DT_Q4_K;
     w.cols = 256;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
