@@ -73,21 +73,9 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
 size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols);
 void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
-/* The repacking's walk: put(GGUF block k of row i of a group, that group's x16 block k, i) for
- * every row and block, blocks of bsz bytes per 32 columns (the x16 block is 16 * bsz). */
-void pl_mm_x16_repack_blocks(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols,
-                             size_t bsz, void (*put)(const uint8_t *blk, uint8_t *o, int i));
-/* The scalar x16 tile (the reference of a type's x16 kernels), for layouts of blocks of 32
- * columns, blk bytes per group, f16 scales first: every output is acc = fma((float)(seed_k +
- * dot(block k, row i in the group, block k's 32 activation quants)), d_w * d_x, acc) over k. */
-void pl_mm_x16_tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
-                           int nb, int64_t cols, float *y, int64_t ldy, size_t blk,
-                           int32_t (*dot)(const uint8_t *o, int i, const int8_t *x));
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
 void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                            int nb, int64_t cols, float *y, int64_t ldy);
-void pl_mm_x16_tile_q4_0_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
-                                int nb, int64_t cols, float *y, int64_t ldy);
 int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
                        size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 /* q4_0's x16 layout (matmul_x16_q4_0.c: layout, repack, scalar tile, kernel choice; VNNI tiles
@@ -95,5 +83,7 @@ int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const u
 void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k);
 void pl_mm_kernel_x16_q4_0_avx512(pl_mm_kernel *k, int amx);
+void pl_mm_x16_tile_q4_0_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                int nb, int64_t cols, float *y, int64_t ldy); /* matmul_x16_avx512.c */
 
 #endif

@@ -39,44 +39,39 @@ enum { X16_BLOCK = 16 * sizeof(pl_block_q8_0) }; /* 544: one block of 32 columns
 int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     if (rows <= 0 || rows % 16 || cols <= 0 || cols % pl_dtype_block_size(t)) return 0;
     switch (t) {
-    case PL_DT_Q8_0:
-    case PL_DT_Q4_0: return 1;
+    case PL_DT_Q8_0: return 1;
+    case PL_DT_Q4_0: return 1; /* matmul_x16_q4_0.c: the same bytes, rearranged */
     default: return 0;
     }
 }
 
 size_t pl_mm_x16_row_bytes(pl_dtype t, int64_t cols) {
     switch (t) {
-    default: return pl_dtype_row_size(t, cols); /* q8_0, q4_0: the same bytes, rearranged */
+    default: return pl_dtype_row_size(t, cols); /* q8_0: the same bytes, rearranged */
     }
 }
 
-void pl_mm_x16_repack_blocks(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols,
-                             size_t bsz, void (*put)(const uint8_t *blk, uint8_t *o, int i)) {
+static void repack_q8_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
     const int64_t nb = cols / PL_QK;
-    const size_t ws = (size_t)nb * bsz;
+    const size_t ws = (size_t)nb * sizeof(pl_block_q8_0);
     for (int64_t g = 0; g < rows / 16; g++) {
         const uint8_t *grp = src + (size_t)g * 16 * ws;
         for (int64_t k = 0; k < nb; k++) {
-            uint8_t *o = dst + (size_t)g * 16 * ws + (size_t)k * 16 * bsz;
-            for (int i = 0; i < 16; i++) put(grp + (size_t)i * ws + (size_t)k * bsz, o, i);
+            uint8_t *o = dst + (size_t)g * 16 * ws + (size_t)k * X16_BLOCK;
+            for (int i = 0; i < 16; i++) {
+                const pl_block_q8_0 *blk = (const pl_block_q8_0 *)(grp + (size_t)i * ws) + k;
+                memcpy(o + 2 * i, &blk->d, 2);
+                for (int j = 0; j < 8; j++)
+                    for (int t = 0; t < 4; t++)
+                        o[32 + 64 * j + 4 * i + t] = (uint8_t)(blk->qs[4 * j + t] ^ 0x80);
+            }
         }
     }
 }
 
-static void put_q8_0(const uint8_t *b, uint8_t *o, int i) {
-    const pl_block_q8_0 *blk = (const pl_block_q8_0 *)b;
-    memcpy(o + 2 * i, &blk->d, 2);
-    for (int j = 0; j < 8; j++)
-        for (int t = 0; t < 4; t++)
-            o[32 + 64 * j + 4 * i + t] = (uint8_t)(blk->qs[4 * j + t] ^ 0x80);
-}
-
 void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
     switch (t) {
-    case PL_DT_Q8_0:
-        pl_mm_x16_repack_blocks(src, dst, rows, cols, sizeof(pl_block_q8_0), put_q8_0);
-        break;
+    case PL_DT_Q8_0: repack_q8_0(src, dst, rows, cols); break;
     case PL_DT_Q4_0: pl_mm_x16_repack_q4_0(src, dst, rows, cols); break;
     default: break;
     }
@@ -85,7 +80,7 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
 size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     size_t n;
     switch (t) {
-    default: /* q8_0, q4_0: qs, d, seed */
+    default: /* q8_0: qs, d, seed */
         n = (size_t)cols + (size_t)(cols / PL_QK) * (sizeof(float) + sizeof(int32_t));
         break;
     }
@@ -106,9 +101,9 @@ static void act_q8_0(const float *x, uint8_t *dst, int64_t cols, int32_t zero) {
     }
 }
 
-void pl_mm_x16_tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
-                           int nb, int64_t cols, float *y, int64_t ldy, size_t blk,
-                           int32_t (*dot)(const uint8_t *o, int i, const int8_t *x)) {
+/* The reference: one output at a time, exactly the arithmetic of the header comment. */
+static void tile_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                            int nb, int64_t cols, float *y, int64_t ldy) {
     const int64_t nblk = cols / PL_QK;
     for (int r = 0; r < nr; r++) {
         const uint8_t *grp = w + (size_t)(r / 16) * 16 * ws;
@@ -120,8 +115,11 @@ void pl_mm_x16_tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a
             const int32_t *seed = (const int32_t *)(ab + cols + (size_t)nblk * sizeof(float));
             float acc = 0.0f;
             for (int64_t k = 0; k < nblk; k++) {
-                const uint8_t *o = grp + (size_t)k * blk;
-                const int32_t isum = seed[k] + dot(o, i, xq + k * PL_QK);
+                const uint8_t *o = grp + (size_t)k * X16_BLOCK;
+                int32_t isum = seed[k];
+                for (int j = 0; j < 8; j++)
+                    for (int t = 0; t < 4; t++)
+                        isum += (int32_t)o[32 + 64 * j + 4 * i + t] * xq[k * PL_QK + 4 * j + t];
                 pl_f16 d;
                 memcpy(&d, o + 2 * i, sizeof d);
                 const float s = pl_f16_to_f32(d) * dx[k];
@@ -132,22 +130,9 @@ void pl_mm_x16_tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a
     }
 }
 
-static int32_t dot_q8_0(const uint8_t *o, int i, const int8_t *x) {
-    int32_t s = 0;
-    for (int j = 0; j < 8; j++)
-        for (int t = 0; t < 4; t++) s += (int32_t)o[32 + 64 * j + 4 * i + t] * x[4 * j + t];
-    return s;
-}
-
-/* The reference: one output at a time, exactly the arithmetic of the header comment. */
-static void tile_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
-                            int nb, int64_t cols, float *y, int64_t ldy) {
-    pl_mm_x16_tile_scalar(w, ws, nr, a, as, nb, cols, y, ldy, X16_BLOCK, dot_q8_0);
-}
-
 void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     switch (t) {
-    case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break;
+    case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break; /* q8_0's row, -8 * block sums */
     default: act_q8_0(x, dst, cols, 128); break;
     }
 }

@@ -32,31 +32,51 @@
 
 enum { X16_BLOCK = 16 * sizeof(pl_block_q4_0) }; /* 288: one block of 32 columns, 16 rows */
 
-static void put(const uint8_t *b, uint8_t *o, int i) {
-    const pl_block_q4_0 *blk = (const pl_block_q4_0 *)b;
-    memcpy(o + 2 * i, &blk->d, 2);
-    for (int j = 0; j < 4; j++) memcpy(o + 32 + 64 * j + 4 * i, blk->qs + 4 * j, 4);
-}
-
 void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
-    pl_mm_x16_repack_blocks(src, dst, rows, cols, sizeof(pl_block_q4_0), put);
-}
-
-/* Row i's integer sum of a block against its activation quants x (without the seed). */
-static int32_t dot(const uint8_t *o, int i, const int8_t *x) {
-    int32_t s = 0;
-    for (int j = 0; j < 4; j++)
-        for (int t = 0; t < 4; t++) {
-            const uint8_t v = o[32 + 64 * j + 4 * i + t];
-            s += (v & 15) * x[4 * j + t] + (v >> 4) * x[16 + 4 * j + t];
+    const int64_t nb = cols / PL_QK;
+    const size_t ws = (size_t)nb * sizeof(pl_block_q4_0);
+    for (int64_t r = 0; r < rows; r++) {
+        const pl_block_q4_0 *row = (const pl_block_q4_0 *)(src + (size_t)r * ws);
+        uint8_t *grp = dst + (size_t)(r / 16) * 16 * ws;
+        const int i = (int)(r % 16);
+        for (int64_t k = 0; k < nb; k++) {
+            uint8_t *o = grp + (size_t)k * X16_BLOCK;
+            memcpy(o + 2 * i, &row[k].d, 2);
+            for (int j = 0; j < 4; j++) memcpy(o + 32 + 64 * j + 4 * i, row[k].qs + 4 * j, 4);
         }
-    return s;
+    }
 }
 
-/* The reference: one output at a time, exactly the arithmetic of the header comment. */
+/* Output (row i of the group at grp, activation row ab): the reference, exactly the arithmetic
+ * of the header comment. */
+static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols) {
+    const int64_t nblk = cols / PL_QK;
+    const int8_t *xq = (const int8_t *)ab;
+    const float *dx = (const float *)(ab + cols);
+    const int32_t *seed = (const int32_t *)(dx + nblk);
+    float acc = 0.0f;
+    for (int64_t k = 0; k < nblk; k++) {
+        const uint8_t *o = grp + (size_t)k * X16_BLOCK;
+        const int8_t *x = xq + k * PL_QK;
+        int32_t isum = seed[k];
+        for (int j = 0; j < 4; j++)
+            for (int t = 0; t < 4; t++) {
+                const uint8_t v = o[32 + 64 * j + 4 * i + t];
+                isum += (v & 15) * x[4 * j + t] + (v >> 4) * x[16 + 4 * j + t];
+            }
+        pl_f16 d;
+        memcpy(&d, o + 2 * i, sizeof d);
+        acc = fmaf((float)isum, pl_f16_to_f32(d) * dx[k], acc);
+    }
+    return acc;
+}
+
 static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
                         int64_t cols, float *y, int64_t ldy) {
-    pl_mm_x16_tile_scalar(w, ws, nr, a, as, nb, cols, y, ldy, X16_BLOCK, dot);
+    for (int r = 0; r < nr; r++)
+        for (int b = 0; b < nb; b++)
+            y[(size_t)b * ldy + r] =
+                dot_x16(w + (size_t)(r / 16) * 16 * ws, r % 16, a + (size_t)b * as, cols);
 }
 
 void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k) {
