@@ -99,5 +99,12 @@ int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t w_stride, int64_t nrows, co
                             size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
                        size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
+/* q4_0's x16 layout (matmul_x16_q4_0.c: layout, repack, scalar tile, kernel choice; VNNI tiles
+ * and the AMX batches in matmul_x16_q4_0_avx512.c) */
+void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k);
+void pl_mm_kernel_x16_q4_0_avx512(pl_mm_kernel *k, int amx);
+void pl_mm_x16_tile_q4_0_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                int nb, int64_t cols, float *y, int64_t ldy); /* matmul_x16_avx512.c */
 
 #endif

@@ -41,6 +41,7 @@ int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     switch (t) {
     case PL_DT_F16:
     case PL_DT_Q8_0:
+    case PL_DT_Q4_0: /* matmul_x16_q4_0.c */
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: return 1;
     default: return 0;
@@ -111,6 +112,7 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
     switch (t) {
     case PL_DT_Q8_0: repack_q8_0(src, dst, rows, cols); break;
     case PL_DT_F16: repack_f16(src, dst, rows, cols); break;
+    case PL_DT_Q4_0: pl_mm_x16_repack_q4_0(src, dst, rows, cols); break;
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_x16_kq_repack(t, src, dst, rows, cols); break;
     default: break;
@@ -130,7 +132,9 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     return (n + 63) / 64 * 64;
 }
 
-static void act_q8_0(const float *x, uint8_t *dst, int64_t cols) {
+/* q8_0 activations in natural order, then seed[k] = -zero * sum of block k's quants, zero being
+ * the weights' offset (128 for q8_0's q + 128, 8 for q4_0's nibbles). */
+static void act_q8_0(const float *x, uint8_t *dst, int64_t cols, int32_t zero) {
     pl_act_convert_row(PL_DT_Q8_0, x, dst, cols);
     const int64_t nb = cols / PL_QK;
     const int8_t *qs = (const int8_t *)dst;
@@ -138,7 +142,7 @@ static void act_q8_0(const float *x, uint8_t *dst, int64_t cols) {
     for (int64_t k = 0; k < nb; k++) {
         int32_t s = 0;
         for (int i = 0; i < PL_QK; i++) s += qs[k * PL_QK + i];
-        seed[k] = -128 * s;
+        seed[k] = -zero * s;
     }
 }
 
@@ -176,7 +180,8 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_x16_kq_act_row(x, dst, cols); break;
     case PL_DT_F16: pl_act_convert_row(t, x, dst, cols); break;
-    default: act_q8_0(x, dst, cols); break;
+    case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break; /* q8_0's row, -8 * block sums */
+    default: act_q8_0(x, dst, cols, 128); break;
     }
 }
 
@@ -198,6 +203,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
         if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_f16_avx512(k)) return;
         k->fn = tile_f16_scalar;
         return;
+    case PL_DT_Q4_0: pl_mm_kernel_x16_q4_0(k); return;
     default: PL_ASSERT(!"pl_mm_kernel_x16: type has no x16 layout");
     }
 }

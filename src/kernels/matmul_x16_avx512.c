@@ -1,9 +1,12 @@
-/* kernels/matmul_x16_avx512 — the x16 layout's tile kernel with AVX-512 VNNI (layout and
- * arithmetic: matmul_x16.c). A tile is one or two row groups (16 or 32 rows) by up to four
- * activation rows; every vpdpbusd multiplies one 64-byte chunk (4 columns of 16 rows) by an
- * activation's 4 bytes broadcast, so the 16 lanes are 16 outputs and no lane sum is needed.
- * Each (group, activation) pair sums a block in two integer chains (even and odd chunks, added
- * at the end: exact) so that a decode step's one-row tiles still have independent chains.
+/* kernels/matmul_x16_avx512 — the x16 layouts' tile kernels with AVX-512 VNNI, q8_0 and q4_0
+ * (layouts and arithmetic: matmul_x16.c, matmul_x16_q4_0.c). A tile is one or two row groups
+ * (16 or 32 rows) by up to four activation rows; every vpdpbusd multiplies one 64-byte chunk
+ * (4 columns of 16 rows) by an activation's 4 bytes broadcast, so the 16 lanes are 16 outputs
+ * and no lane sum is needed. q8_0 loads its 8 chunks of a block; q4_0 loads 4 and takes two
+ * chunks out of each (low nibbles: chunk j, high nibbles: chunk j + 4).
+ * Each (group, activation) pair sums a block in two integer chains (q8_0: even and odd chunks,
+ * q4_0: low and high nibbles; added at the end: exact) so that a decode step's one-row tiles
+ * still have independent chains.
  */
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
@@ -12,12 +15,13 @@
 
 #include <immintrin.h>
 
-enum { X16_BLOCK = 16 * sizeof(pl_block_q8_0) };
-
+/* Q4: the weights are q4_0's x16 layout, else q8_0's. */
 AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                 int64_t ldy, const int NG, const int NB) {
+                 int64_t ldy, const int NG, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
     const size_t gs = 16 * ws;
+    const size_t blk = 16 * (Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0));
+    const __m512i m4 = _mm512_set1_epi8(15);
     const float *dx[4];
     const int32_t *seed[4];
     UNROLL for (int b = 0; b < NB; b++) {
@@ -31,7 +35,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
         const uint8_t *wb[2];
         __m512 dw[2];
         UNROLL for (int g = 0; g < NG; g++) {
-            wb[g] = w + (size_t)g * gs + (size_t)k * X16_BLOCK;
+            wb[g] = w + (size_t)g * gs + (size_t)k * blk;
             dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wb[g]));
         }
         __m512i s0[2][4], s1[2][4];
@@ -39,15 +43,22 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
             s0[g][b] = _mm512_set1_epi32(seed[b][k]);
             s1[g][b] = _mm512_setzero_si512();
         }
-        UNROLL for (int j = 0; j < 8; j += 2) {
-            __m512i w0[2], w1[2];
+        UNROLL for (int j = 0; j < 4; j++) {
+            __m512i w0[2], w1[2]; /* chunks j0, j1 of the block */
+            const int j0 = Q4 ? j : 2 * j, j1 = Q4 ? j + 4 : 2 * j + 1;
             UNROLL for (int g = 0; g < NG; g++) {
-                w0[g] = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
-                w1[g] = _mm512_loadu_si512(wb[g] + 32 + 64 * (j + 1));
+                if (Q4) {
+                    const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
+                    w0[g] = _mm512_and_si512(v, m4);
+                    w1[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                } else {
+                    w0[g] = _mm512_loadu_si512(wb[g] + 32 + 64 * j0);
+                    w1[g] = _mm512_loadu_si512(wb[g] + 32 + 64 * j1);
+                }
             }
             UNROLL for (int b = 0; b < NB; b++) {
                 const int32_t *xq = (const int32_t *)(a + (size_t)b * as + k * PL_QK);
-                const __m512i x0 = _mm512_set1_epi32(xq[j]), x1 = _mm512_set1_epi32(xq[j + 1]);
+                const __m512i x0 = _mm512_set1_epi32(xq[j0]), x1 = _mm512_set1_epi32(xq[j1]);
                 UNROLL for (int g = 0; g < NG; g++) {
                     s0[g][b] = _mm512_dpbusd_epi32(s0[g][b], w0[g], x0);
                     s1[g][b] = _mm512_dpbusd_epi32(s1[g][b], w1[g], x1);
@@ -65,17 +76,20 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
         _mm512_storeu_ps(y + (size_t)b * ldy + 16 * g, acc[g][b]);
 }
 
-#define X16_CASE(G, B)                                                                             \
-    case G * 8 + B: x16_body(w, ws, a, as, cols, y, ldy, G, B); break;
-
-void pl_mm_x16_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
-                           int nb, int64_t cols, float *y, int64_t ldy) {
-    switch ((nr / 16) * 8 + nb) {
-        X16_CASE(1, 1) X16_CASE(1, 2) X16_CASE(1, 3) X16_CASE(1, 4)
-        X16_CASE(2, 1) X16_CASE(2, 2) X16_CASE(2, 3) X16_CASE(2, 4)
-    default: break;
+#define X16_CASE(G, B, Q4)                                                                         \
+    case G * 8 + B: x16_body(w, ws, a, as, cols, y, ldy, G, B, Q4); break;
+#define X16_TILE(name, Q4)                                                                         \
+    void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,             \
+              int64_t cols, float *y, int64_t ldy) {                                               \
+        switch ((nr / 16) * 8 + nb) {                                                              \
+            X16_CASE(1, 1, Q4) X16_CASE(1, 2, Q4) X16_CASE(1, 3, Q4) X16_CASE(1, 4, Q4)            \
+            X16_CASE(2, 1, Q4) X16_CASE(2, 2, Q4) X16_CASE(2, 3, Q4) X16_CASE(2, 4, Q4)            \
+        default: break;                                                                            \
+        }                                                                                          \
     }
-}
+
+X16_TILE(pl_mm_x16_tile_avx512, 0)
+X16_TILE(pl_mm_x16_tile_q4_0_avx512, 1)
 
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k) {
     k->fn = pl_mm_x16_tile_avx512;

@@ -1,4 +1,4 @@
-/* Unit tests for the x16 layouts of q8_0, q4_K and q6_K weights (kernels/matmul_x16*.c, issue
+/* Unit tests for the x16 layouts of f16, q8_0, q4_0, q4_K and q6_K weights (kernels/matmul_x16*.c, issue
  * 22 item 3):
  *  - every x16 kernel (scalar, AVX-512 VNNI tiles, AMX batches where the machine has AMX) gives
  *    bitwise the same value for every output, whatever the batch size and thread count: B = 1
@@ -162,6 +162,7 @@ static void test_kernels_agree_bitwise(void **state) {
                   pl_cpu_force_amx(1) ? "yes" : "no");
     pl_cpu_force_amx(-1);
     agree_bitwise(PL_DT_Q8_0, shapes, sizeof shapes / sizeof shapes[0], 7);
+    agree_bitwise(PL_DT_Q4_0, shapes, sizeof shapes / sizeof shapes[0], 9);
 }
 
 /* f16 (one accumulator per output, column by column): any column count. */
@@ -213,6 +214,7 @@ static void values_match_reference(pl_dtype type) {
 static void test_values_match_reference(void **state) {
     (void)state;
     values_match_reference(PL_DT_Q8_0);
+    values_match_reference(PL_DT_Q4_0);
     values_match_reference(PL_DT_Q4_K);
     values_match_reference(PL_DT_Q6_K);
     values_match_reference(PL_DT_F16);
@@ -256,7 +258,7 @@ static void test_multi(void **state) {
     for (int i = 0; i < 3; i++) drop(&q[i]);
 }
 
-/* Only q8_0 with rows a multiple of 16 has the layout; a repacked weight is not repacked again. */
+/* Only the x16 types with rows a multiple of 16 have the layout; a repacked weight is not repacked again. */
 static void test_repack_size(void **state) {
     (void)state;
     uint8_t buf[64] = {0};
@@ -264,6 +266,11 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.rows = 32;
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 34);
+    w.type = PL_DT_Q4_0; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 18);
+    w.rows = 40;
+    assert_int_equal(pl_matmul_repack_size(&w), 0);
+    w.rows = 32;
     w.type = PL_DT_Q4_K; /* 148 bytes per row and super-block (GGUF: 144) */
     w.cols = 256;
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 148);

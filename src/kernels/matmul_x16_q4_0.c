@@ -1,0 +1,91 @@
+/* kernels/matmul_x16_q4_0 — q4_0 weights in the x16 layout (issue 22, item 3): the layout, the
+ * repacking, the scalar kernel every other x16 q4_0 kernel must match bit for bit, and the
+ * choice of kernel. (The x16 hooks and the q8_0 layout it follows: matmul_x16.c.)
+ *
+ * Layout. Rows in groups of 16; a group holds, for each block k of 32 columns, 288 bytes
+ * (16 x 18: the same bytes as the GGUF rows, so decode reads no more than before):
+ *
+ *   bytes 0..31     the 16 rows' f16 scales d, row i at 2i
+ *   bytes 32..287   4 chunks of 64 bytes; byte 4i + t of chunk j (j < 4, t < 4) is row i's byte
+ *                   qs[4j + t], i.e. q[4j + t] in the low nibble, q[16 + 4j + t] in the high one
+ *
+ * So one 64-byte load gives two vpdpbusd operands: (v & 15) holds columns 4j..4j+3 of the 16
+ * rows, ((v >> 4) & 15) columns 16+4j..16+4j+3, exactly q8_0's x16 chunks j and j + 4 with the
+ * quants as unsigned 0..15. Unpacking a block's 4 chunks into 8 gives the q8_0 x16 block (d then
+ * 8 chunks), which is what the AMX batches multiply.
+ *
+ * Activations are q8_0 in natural order followed by seed[k] = -8 * sum of block k's quants
+ * (matmul_x16.c, act_q8_0), so that seed + sum q x = sum (q - 8) x exactly.
+ *
+ * Arithmetic, identical in every x16 q4_0 kernel: for output (r, b),
+ *   isum_k = seed_k + sum_{i<32} q_w[i] * x[i]                            (exact, int32)
+ *   acc    = fma((float)isum_k, d_w * d_x, acc)  for k = 0, 1, ... in order, acc from +0.0f
+ * the same as q8_0's: any exact way to form isum gives the same bits.
+ */
+#include "kernels/matmul_kernels.h"
+
+#include "kernels/cpu.h"
+#include "kernels/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { X16_BLOCK = 16 * sizeof(pl_block_q4_0) }; /* 288: one block of 32 columns, 16 rows */
+
+void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
+    const int64_t nb = cols / PL_QK;
+    const size_t ws = (size_t)nb * sizeof(pl_block_q4_0);
+    for (int64_t r = 0; r < rows; r++) {
+        const pl_block_q4_0 *row = (const pl_block_q4_0 *)(src + (size_t)r * ws);
+        uint8_t *grp = dst + (size_t)(r / 16) * 16 * ws;
+        const int i = (int)(r % 16);
+        for (int64_t k = 0; k < nb; k++) {
+            uint8_t *o = grp + (size_t)k * X16_BLOCK;
+            memcpy(o + 2 * i, &row[k].d, 2);
+            for (int j = 0; j < 4; j++) memcpy(o + 32 + 64 * j + 4 * i, row[k].qs + 4 * j, 4);
+        }
+    }
+}
+
+/* Output (row i of the group at grp, activation row ab): the reference, exactly the arithmetic
+ * of the header comment. */
+static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols) {
+    const int64_t nblk = cols / PL_QK;
+    const int8_t *xq = (const int8_t *)ab;
+    const float *dx = (const float *)(ab + cols);
+    const int32_t *seed = (const int32_t *)(dx + nblk);
+    float acc = 0.0f;
+    for (int64_t k = 0; k < nblk; k++) {
+        const uint8_t *o = grp + (size_t)k * X16_BLOCK;
+        const int8_t *x = xq + k * PL_QK;
+        int32_t isum = seed[k];
+        for (int j = 0; j < 4; j++)
+            for (int t = 0; t < 4; t++) {
+                const uint8_t v = o[32 + 64 * j + 4 * i + t];
+                isum += (v & 15) * x[4 * j + t] + (v >> 4) * x[16 + 4 * j + t];
+            }
+        pl_f16 d;
+        memcpy(&d, o + 2 * i, sizeof d);
+        acc = fmaf((float)isum, pl_f16_to_f32(d) * dx[k], acc);
+    }
+    return acc;
+}
+
+static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
+                        int64_t cols, float *y, int64_t ldy) {
+    for (int r = 0; r < nr; r++)
+        for (int b = 0; b < nb; b++)
+            y[(size_t)b * ldy + r] =
+                dot_x16(w + (size_t)(r / 16) * 16 * ws, r % 16, a + (size_t)b * as, cols);
+}
+
+void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k) {
+    k->gemm = NULL;
+    if (pl_cpu_isa() >= PL_ISA_AVX512) {
+        pl_mm_kernel_x16_q4_0_avx512(k, pl_cpu_amx());
+        return;
+    }
+    k->fn = tile_scalar;
+    k->tr = 16;
+    k->tb = 4;
+}

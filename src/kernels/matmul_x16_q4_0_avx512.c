@@ -1,0 +1,58 @@
+/* kernels/matmul_x16_q4_0_avx512 — the x16 q4_0 layout's kernels on AVX-512 machines (layout
+ * and arithmetic: matmul_x16_q4_0.c). The VNNI tiles are matmul_x16_avx512.c's, shared with
+ * q8_0.
+ *
+ * Batches of 16 activation rows and more (AMX): the weights of 32 rows at a time are unpacked
+ * into q8_0's x16 layout (a byte per quant, 0..15; 34 bytes per 32 columns and row, within L2)
+ * and multiplied by q8_0's AMX batch kernel, which with q4_0's seeds (-8 * block sums) computes
+ * exactly this layout's arithmetic. The unpacking costs one pass over the weights per batch.
+ */
+#include "kernels/matmul_kernels.h"
+#include "kernels/quant.h"
+
+#include "kernels/simd.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+
+enum { X16_BLOCK = 16 * sizeof(pl_block_q4_0), X16_BLOCK_Q8 = 16 * sizeof(pl_block_q8_0) };
+
+/* Groups [0, ng) of w (x16 q4_0) into dst in q8_0's x16 layout, quants unpacked to 0..15. */
+static void unpack(const uint8_t *w, size_t ws, int ng, int64_t nblk, uint8_t *dst) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int g = 0; g < ng; g++)
+        for (int64_t k = 0; k < nblk; k++) {
+            const uint8_t *s = w + (size_t)g * 16 * ws + (size_t)k * X16_BLOCK;
+            uint8_t *o = dst + ((size_t)g * (size_t)nblk + (size_t)k) * X16_BLOCK_Q8;
+            _mm256_storeu_si256((__m256i *)o, _mm256_loadu_si256((const __m256i *)s));
+            UNROLL for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_loadu_si512(s + 32 + 64 * j);
+                _mm512_storeu_si512(o + 32 + 64 * j, _mm512_and_si512(v, m4));
+                _mm512_storeu_si512(o + 32 + 64 * (j + 4),
+                                    _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+        }
+}
+
+static int gemm_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
+                    int64_t B, int64_t cols, float *y, int64_t ldy) {
+    if (B < 16) return 0;
+    const int64_t nblk = cols / PL_QK;
+    const size_t ws8 = (size_t)nblk * sizeof(pl_block_q8_0);
+    uint8_t *buf = aligned_alloc(64, (32 * ws8 + 63) / 64 * 64);
+    if (!buf) return 0;
+    for (int64_t r = 0; r < nrows; r += 32) {
+        const int n = nrows - r >= 32 ? 32 : 16;
+        unpack(w + (size_t)r * ws, ws, n / 16, nblk, buf);
+        pl_mm_gemm_x16_amx(buf, ws8, n, act, as, B, cols, y + r, ldy);
+    }
+    free(buf);
+    return 1;
+}
+
+void pl_mm_kernel_x16_q4_0_avx512(pl_mm_kernel *k, int amx) {
+    k->fn = pl_mm_x16_tile_q4_0_avx512;
+    k->gemm = amx ? gemm_amx : NULL;
+    k->tr = 32;
+    k->tb = 4;
+}
