@@ -326,7 +326,7 @@ static void release_pages(const void *p, size_t n) {
 }
 
 /* w in the layout the matmul kernels prefer on this machine, if it has one (kernels/matmul.h):
- * q8_0 and q4_0 on AVX-512, 16 rows interleaved. What it was copied from is let go: a buffer of its own
+ * f16, q8_0, q4_0, q4_K and q6_K on AVX-512, 16 rows interleaved. What it was copied from is let go: a buffer of its own
  * (a column slice) is freed, mapped pages released. */
 static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
     size_t bytes = pl_matmul_repack_size(w);
@@ -363,7 +363,7 @@ static pl_status repack_weights(pl_model *m) {
     /* the output layer, also when tied: token lookups keep reading tok_embd's rows */
     if (m->output.data) PL_TRY(repack_weight(m, "output", &m->output));
     n += m->output.layout == PL_WLAYOUT_X16;
-    if (n) PL_INFO("repacked %d quantized matrices into the x16 layout (16 rows interleaved)", n);
+    if (n) PL_INFO("repacked %d matrices into the x16 layout (16 rows interleaved; PAGELLM_REPACK=0 keeps the rows)", n);
     return PL_OK;
 }
 
