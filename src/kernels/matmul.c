@@ -119,8 +119,9 @@ static void multiply_part(const mm_job *j, const pl_weight *w, float *y, int64_t
         j->k.gemm((const uint8_t *)w->data + (size_t)r0 * ws, ws, r1 - r0, j->act, j->act_stride,
                   j->B, w->cols, y + r0, ldy))
         return;
-    for (int64_t bb = 0; bb < j->B; bb += ACT_BLOCK) {
-        int64_t bend = bb + ACT_BLOCK < j->B ? bb + ACT_BLOCK : j->B;
+    const int64_t ab = ACT_BLOCK / tb * tb; /* whole tiles per block (f16 x16: 12 rows) */
+    for (int64_t bb = 0; bb < j->B; bb += ab) {
+        int64_t bend = bb + ab < j->B ? bb + ab : j->B;
         for (int64_t r = r0; r < r1; r += tr) {
             int nr = (int)(r1 - r < tr ? r1 - r : tr);
             const uint8_t *wt = (const uint8_t *)w->data + (size_t)r * ws;
