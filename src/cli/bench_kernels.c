@@ -6,7 +6,8 @@
  *            for 1 .. --threads threads.
  *   matmul : every weight type at B = 1 on a weight larger than the last-level cache (memory
  *            bound: compare GB/s with the bandwidth), and at B = 32 and B = 512 on a 2048 x 2048
- *            weight (compute bound: compare GFLOP/s with the peak).
+ *            weight (compute bound: compare GFLOP/s with the peak); types with an x16 layout
+ *            (kernels/matmul.h) again repacked, with AMX and without where it applies.
  *   attention: decode of 32 sequences with 128-token contexts, and a 512-token prefill, on the
  *            110M Llama shape (12 heads, 4 KV heads, head_dim 64, f16 cache).
  *   small ops: RMSNorm, SwiGLU, RoPE on 512 rows of 768 (2048 for SwiGLU).
@@ -39,6 +40,7 @@ typedef struct {
     const char *type; /* only this weight type's matmuls, or NULL */
     double bw;    /* GB/s with all threads */
     double peak;  /* GFLOP/s with all threads */
+    double vnni;  /* int8 GOP/s with all threads (<= 0: none); quantized matmuls' peak */
 } out_ctx;
 
 
@@ -73,10 +75,12 @@ static void bench_limits(pl_threadpool *tp, out_ctx *o) {
         if (t == n) {
             o->bw = bw;
             o->peak = pk;
+            o->vnni = vnni;
         }
     }
     if (!o->json)
-        printf("\n%-22s %-26s %9s %7s %10s %7s\n", "kernel", "shape", "GB/s", "of bw", "GFLOP/s",
+        printf("\n(quantized matmuls: GOP/s of integer dot products, of the int8 VNNI peak)\n"
+               "%-22s %-26s %9s %7s %10s %7s\n", "kernel", "shape", "GB/s", "of bw", "GFLOP/s",
                "of peak");
 }
 
@@ -88,20 +92,33 @@ static void bench_matmuls(pl_threadpool *tp, const out_ctx *o) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         pl_dtype t = types[i];
         if (o->type && strcmp(o->type, pl_dtype_name(t))) continue;
-        char name[64], shape[64];
-        snprintf(name, sizeof name, "matmul %s", pl_dtype_name(t));
-        /* B = 1: a weight of ~128 MiB (4x the L3 of most CPUs) streams from memory */
-        int64_t rows = ((int64_t)(o->quick ? 64 : 128) << 20) / (int64_t)pl_dtype_row_size(t, cols);
-        rows &= ~(int64_t)63;
-        double gf = 0, gbs = pl_matmul_bench(tp, t, rows, cols, 1, o->quick ? 3 : 10, &gf);
-        snprintf(shape, sizeof shape, "%lldx%lld B=1", (long long)rows, (long long)cols);
-        report(o, name, shape, gbs, gf);
-        static const int64_t Bs[] = {32, 512};
-        for (int k = 0; k < 2; k++) {
-            int iters = Bs[k] == 512 ? (o->quick ? 1 : 3) : (o->quick ? 5 : 20);
-            gbs = pl_matmul_bench(tp, t, 2048, cols, Bs[k], iters, &gf);
-            snprintf(shape, sizeof shape, "2048x%lld B=%lld", (long long)cols, (long long)Bs[k]);
-            report(o, name, shape, gbs, gf);
+        /* GGUF's rows; then the x16 layout the model loader repacks to on AVX-512, with AMX
+         * (where the machine has it and the type has an AMX kernel) and without */
+        pl_weight probe = {.type = t, .rows = 2048, .cols = cols};
+        int x16 = pl_matmul_repack_wanted() && pl_matmul_repack_size(&probe) > 0;
+        int amx = pl_cpu_amx() && t != PL_DT_F16;
+        out_ctx oi = *o; /* integer types: GOP/s, against the int8 VNNI peak */
+        if (t != PL_DT_F32 && t != PL_DT_F16 && t != PL_DT_BF16 && o->vnni > 0) oi.peak = o->vnni;
+        for (int v = 0; v < (x16 ? (amx ? 3 : 2) : 1); v++) {
+            char name[64], shape[64];
+            snprintf(name, sizeof name, "matmul %s%s", pl_dtype_name(t),
+                     v == 0 ? "" : v == 1 ? (amx ? " x16 amx" : " x16") : " x16 vnni");
+            pl_wlayout lay = v ? PL_WLAYOUT_X16 : PL_WLAYOUT_ROWS;
+            if (v == 2) pl_cpu_force_amx(0);
+            /* B = 1: a weight of ~128 MiB (4x the L3 of most CPUs) streams from memory */
+            int64_t rows = ((int64_t)(o->quick ? 64 : 128) << 20) / (int64_t)pl_dtype_row_size(t, cols);
+            rows &= ~(int64_t)63;
+            double gf = 0, gbs = pl_matmul_bench(tp, t, rows, cols, 1, o->quick ? 3 : 10, lay, &gf);
+            snprintf(shape, sizeof shape, "%lldx%lld B=1", (long long)rows, (long long)cols);
+            report(&oi, name, shape, gbs, gf);
+            static const int64_t Bs[] = {32, 512};
+            for (int k = 0; k < 2; k++) {
+                int iters = Bs[k] == 512 ? (o->quick ? 1 : 3) : (o->quick ? 5 : 20);
+                gbs = pl_matmul_bench(tp, t, 2048, cols, Bs[k], iters, lay, &gf);
+                snprintf(shape, sizeof shape, "2048x%lld B=%lld", (long long)cols, (long long)Bs[k]);
+                report(&oi, name, shape, gbs, gf);
+            }
+            pl_cpu_force_amx(-1);
         }
     }
 }

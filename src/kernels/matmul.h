@@ -72,11 +72,12 @@ void pl_dequantize_row(pl_dtype type, const void *src, float *dst, int64_t n);
 size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n);
 
 /* Micro-benchmark (not a test): time `iters` calls of pl_matmul on a synthetic rows x cols
- * weight of `type` (valid random blocks) against B activation rows, after one warm-up call.
- * Returns the weight bytes streamed per second in GB/s (rows * row_size * iters / time) and,
- * if gflops is not NULL, 2 * rows * cols * B * iters / time / 1e9. Returns a negative value if
- * the type cannot be computed or memory runs out. */
+ * weight of `type` (valid random blocks) against B activation rows, after one warm-up call;
+ * `layout` PL_WLAYOUT_X16 repacks the weight first (returns a negative value if the type has
+ * no x16 layout). Returns the weight bytes streamed per second in GB/s (rows * row_size * iters
+ * / time) and, if gflops is not NULL, 2 * rows * cols * B * iters / time / 1e9. Returns a
+ * negative value if the type cannot be computed or memory runs out. */
 double pl_matmul_bench(pl_threadpool *tp, pl_dtype type, int64_t rows, int64_t cols, int64_t B,
-                       int iters, double *gflops);
+                       int iters, pl_wlayout layout, double *gflops);
 
 #endif

@@ -51,11 +51,11 @@ static void fill(pl_rng *rng, pl_dtype type, uint8_t *w, size_t bytes) {
 }
 
 double pl_matmul_bench(pl_threadpool *tp, pl_dtype type, int64_t rows, int64_t cols, int64_t B,
-                       int iters, double *gflops) {
+                       int iters, pl_wlayout layout, double *gflops) {
     size_t rs = pl_dtype_row_size(type, cols);
     if (!pl_dtype_can_matmul(type) || !rs || rows <= 0 || B <= 0 || iters <= 0) return -1.0;
     size_t wbytes = rs * (size_t)rows, ssz = pl_matmul_scratch_size(type, cols, B);
-    uint8_t *w = malloc(wbytes);
+    uint8_t *w = malloc(wbytes), *packed = NULL;
     float *x = malloc((size_t)(B * cols) * sizeof *x), *y = malloc((size_t)(B * rows) * sizeof *y);
     void *scratch = ssz ? malloc(ssz) : NULL;
     double gbs = -1.0;
@@ -65,6 +65,12 @@ double pl_matmul_bench(pl_threadpool *tp, pl_dtype type, int64_t rows, int64_t c
         fill(&rng, type, w, wbytes);
         for (int64_t i = 0; i < B * cols; i++) x[i] = (float)pl_rng_normal(&rng);
         pl_weight wt = {.data = w, .type = type, .rows = rows, .cols = cols};
+        if (layout == PL_WLAYOUT_X16) {
+            size_t pb = pl_matmul_repack_size(&wt);
+            packed = pb ? aligned_alloc(64, (pb + 63) / 64 * 64) : NULL;
+            if (!packed) goto out;
+            pl_matmul_repack(&wt, packed);
+        }
         pl_matmul(tp, &wt, x, B, y, rows, scratch);
         double t0 = pl_clock_now();
         for (int i = 0; i < iters; i++) pl_matmul(tp, &wt, x, B, y, rows, scratch);
@@ -72,6 +78,8 @@ double pl_matmul_bench(pl_threadpool *tp, pl_dtype type, int64_t rows, int64_t c
         gbs = (double)wbytes * iters / dt / 1e9;
         if (gflops) *gflops = 2.0 * (double)rows * (double)cols * (double)B * iters / dt / 1e9;
     }
+out:
+    free(packed);
     free(w);
     free(x);
     free(y);
