@@ -6,7 +6,8 @@
  * scale); quantized rows are whole 32-element blocks, so they never take a masked tail.
  *
  *   scores:  four query vectors at a time share each key chunk (one load and conversion serves
- *            four FMAs); left-over vectors take four keys at a time instead. Both reduce the four
+ *            four FMAs), and three left over (a GQA group of 3 in decode) likewise; other
+ *            left-over vectors take four keys at a time instead. Both reduce the four
  *            16-lane accumulators with the same tree (reduce4), so a score's bits do not depend
  *            on which path computed it.
  *   softmax: the 32 scores of a vector are two registers; exp is a degree-7 polynomial after
@@ -97,8 +98,10 @@ AI __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, z));
 }
 
-/* Scores of four query vectors q[0..3] against the first nk keys (one key chunk, four FMAs). */
-AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT) {
+/* Scores of NQ (3 or 4) query vectors q[0..NQ) against the first nk keys: one key chunk load
+ * and conversion serves NQ FMAs. NQ = 3 is a GQA group of 3 (a decode's work item): its fourth
+ * sum is a zero register, which leaves the others' trees as they are. */
+AI void scores_nq(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT, const int NQ) {
     const int32_t hd = t->head_dim, full = hd & ~15;
     const __mmask16 mk = tail_mask(hd);
     const float *q0 = t->q + (size_t)v * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
@@ -111,18 +114,18 @@ AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int 
             a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d), kc, a0);
             a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q1 + d), kc, a1);
             a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + d), kc, a2);
-            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q3 + d), kc, a3);
+            if (NQ > 3) a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q3 + d), kc, a3);
         }
         if (mk) {
             __m512 kc = load16_mask(k, full, mk, KT);
             a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q0 + full), kc, a0);
             a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q1 + full), kc, a1);
             a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q2 + full), kc, a2);
-            a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q3 + full), kc, a3);
+            if (NQ > 3) a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q3 + full), kc, a3);
         }
         float r[4];
         _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
-        for (int i = 0; i < 4; i++) t->s[(size_t)(v + i) * PL_ATTN_KT + j] = r[i];
+        for (int i = 0; i < NQ; i++) t->s[(size_t)(v + i) * PL_ATTN_KT + j] = r[i];
     }
 }
 
@@ -233,7 +236,11 @@ AI void tile_impl(const pl_attn_tile *t, int KT) {
     if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) {
         scores_q(t, v0, v1, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
     } else {
-        for (; v + 4 <= v1; v += 4) scores_4q(t, v, t->nlo[v], t->nvis[v + 3], KT);
+        for (; v + 4 <= v1; v += 4) scores_nq(t, v, t->nlo[v], t->nvis[v + 3], KT, 4);
+        if (v + 3 == v1) { /* a GQA group of 3 (decode): one key load for all three */
+            scores_nq(t, v, t->nlo[v], t->nvis[v + 2], KT, 3);
+            v += 3;
+        }
         for (; v < v1; v++) scores_1q(t, v, t->nlo[v], t->nvis[v], KT);
     }
 

@@ -66,27 +66,45 @@ static void check(int64_t rows, int64_t cols, int64_t B, int threads, uint64_t s
     free(scratch);
 }
 
-static void test_gemm_equals_decode(void **state) {
-    (void)state;
-    static const int64_t cols[] = {4100, 4112, 5000, 8192, 8200};
-    static const int64_t rows[] = {1, 7, 9, 41};
-    static const int64_t Bs[] = {4, 5, 7, 61, 64, 67};
-    uint64_t seed = 1;
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* check() on every combination of the shapes, 1-3 threads, on every ISA the machine has. */
+static void check_all(const int64_t *cols, size_t nc, const int64_t *rows, size_t nr,
+                      const int64_t *Bs, size_t nb, uint64_t seed) {
     for (int isa = 0; isa <= (int)pl_cpu_max_isa(); isa++) {
         pl_cpu_force_isa((pl_isa)isa);
-        for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
-            for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
-                for (size_t b = 0; b < sizeof Bs / sizeof Bs[0]; b++)
+        for (size_t c = 0; c < nc; c++)
+            for (size_t r = 0; r < nr; r++)
+                for (size_t b = 0; b < nb; b++)
                     check(rows[r], cols[c], Bs[b], 1 + (int)((c + r + b) % 3), seed++);
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
 }
 
-/* Short rows (the AVX-512 GEMM's threshold leaves them to the tiles, the AVX2 one takes them):
- * the same equality, the border included, on every ISA. */
+static void test_gemm_equals_decode(void **state) {
+    (void)state;
+    static const int64_t cols[] = {4100, 4112, 5000, 8192, 8200};
+    static const int64_t rows[] = {1, 7, 9, 41};
+    static const int64_t Bs[] = {4, 5, 7, 61, 64, 67};
+    check_all(cols, N_OF(cols), rows, N_OF(rows), Bs, N_OF(Bs), 1);
+}
+
+/* Rows of one K block (the AVX-512 GEMM's own path up to 1024 columns: no state between
+ * blocks), with masked last chunks, partial register tiles of rows and of activations, 1-3
+ * threads: the same equality, on every ISA. */
+static void test_one_k_block(void **state) {
+    (void)state;
+    static const int64_t cols[] = {16, 20, 256, 760, 768, 1008, 1020, 1024};
+    static const int64_t rows[] = {1, 8, 13, 36};
+    static const int64_t Bs[] = {4, 6, 32, 33, 125};
+    check_all(cols, N_OF(cols), rows, N_OF(rows), Bs, N_OF(Bs), 200);
+}
+
+/* Short rows (the AVX-512 GEMM takes up to 1024 columns and from 4097, leaving those between
+ * to the tiles; the AVX2 one takes all): the same equality, the borders included, on every ISA. */
 static void test_small_cols_and_border(void **state) {
     (void)state;
-    static const int64_t cols[] = {8, 16, 100, 1028, 2048, 4096, 4097};
+    static const int64_t cols[] = {8, 16, 100, 1024, 1028, 1040, 2048, 4096, 4097};
     uint64_t seed = 100;
     for (int isa = 0; isa <= (int)pl_cpu_max_isa(); isa++) {
         pl_cpu_force_isa((pl_isa)isa);
@@ -98,6 +116,7 @@ static void test_small_cols_and_border(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_equals_decode),
+        cmocka_unit_test(test_one_k_block),
         cmocka_unit_test(test_small_cols_and_border),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
