@@ -7,11 +7,12 @@
  * activation tile (within blocks of ACT_BLOCK rows, so the activations a tile sweeps stay in
  * cache), so every weight byte loaded is reused for all B. For B <= SMALL_B the tiles are one
  * weight row high: each thread then reads its rows as one sequential stream, which the hardware
- * prefetchers follow at full memory bandwidth (interleaving four rows halves it on this EPYC).
- * For larger B, a kernel set with a `gemm` (f16: AVX-512 for long rows, AVX2) takes a thread's whole
- * share instead of the tiles, blocked along K; it yields the tiles' bits, or declines.
- * Repacked (x16) weights keep their 16- or 32-row tiles at every B (their rows are interleaved,
- * one stream anyway); their batches of 16 rows and more go to AMX where the machine has it.
+ * prefetchers follow best (interleaving four rows halved the bandwidth on an AMD EPYC; the float
+ * tiles also prefetch 2 KB ahead). For larger B, a kernel set with a `gemm` (rows-layout f16 on
+ * AVX-512 and AVX2) takes a thread's whole share instead of the tiles, blocked along K; it
+ * yields the tiles' bits, or declines. Repacked (x16) weights keep their 16- or 32-row tiles at
+ * every B (their rows are interleaved, one stream anyway); their batches of 16-48 rows and more
+ * (by type) go to AMX where the machine has it, again with the tiles' bits.
  */
 #include "kernels/matmul.h"
 
