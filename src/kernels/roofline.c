@@ -103,14 +103,14 @@ double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, i
 typedef struct {
     int64_t iters;
     int amx;
-    volatile int32_t sink[64];
+    volatile uint32_t sink[64]; /* unsigned: the results wrap */
 } int8_job;
 
 static void int8_part(void *ctx, int ith, int nth) {
     (void)nth;
     int8_job *j = ctx;
-    j->sink[ith & 63] += j->amx ? pl_roofline_tiles_amx(j->iters)
-                                : pl_roofline_vnni_avx512(j->iters, ith);
+    j->sink[ith & 63] += (uint32_t)(j->amx ? pl_roofline_tiles_amx(j->iters)
+                                           : pl_roofline_vnni_avx512(j->iters, ith));
 }
 
 double pl_roofline_int8_gops(pl_threadpool *tp, int n_threads, int64_t iters, int reps, int amx) {

@@ -40,5 +40,10 @@ int32_t pl_roofline_vnni_avx512(int64_t iters, int32_t seed) {
     }
     __m512i s = a[0];
     for (int k = 1; k < PL_ROOF_FMA_CHAINS; k++) s = _mm512_add_epi32(s, a[k]);
-    return _mm512_reduce_add_epi32(s);
+    /* the lanes wrap (only their use as a sink matters): sum them as unsigned, not with
+     * _mm512_reduce_add_epi32, whose final steps are signed C additions */
+    uint32_t lanes[16], t = 0;
+    _mm512_storeu_si512(lanes, s);
+    for (int i = 0; i < 16; i++) t += lanes[i];
+    return (int32_t)(t & 0x7fffffff);
 }
