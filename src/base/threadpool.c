@@ -1,11 +1,12 @@
 /* base/threadpool — see threadpool.h.
  *
  * A job is n parts (calls fn(ctx, i, n), i < n). It is published by storing `claim` = (job
- * number << 32 | 0) and then bumping the 32-bit `generation`. Every thread, the caller included,
+ * number << 32 | n << 16 | 0) and then bumping the 32-bit `generation`. Every thread, the caller included,
  * then claims parts with a compare-and-swap on `claim` until none is left, and the caller waits
  * until `done` counts n. A part is claimed once, by whoever comes first, so a worker that the OS
  * has not scheduled (a loaded machine) costs nothing: the caller runs its part. The job number in
- * `claim` keeps a late worker from claiming parts of a later job with a stale view.
+ * `claim` keeps a late worker from claiming parts of a later job with a stale view, and n is in
+ * the same word so that a part index is always checked against its own job's count.
  *
  * Waiting degrades gracefully: both waits (a worker for the next job, the caller for the parts
  * other threads still run) spin for a bounded time (cheap between the many small jobs of a
@@ -45,11 +46,10 @@ struct pl_threadpool {
     int n;                     /* threads including the caller */
     pthread_t *threads;        /* n - 1 workers */
     atomic_uint generation;    /* bumped once per job (the workers' futex word) */
-    atomic_uint_fast64_t claim; /* job number << 32 | next unclaimed part */
+    atomic_uint_fast64_t claim; /* job number << 32 | parts << 16 | next unclaimed part */
     atomic_int done;           /* parts of the current job finished (the caller's futex word) */
     _Atomic(pl_job_fn) fn;     /* the current job (atomic: a late worker may read them */
     _Atomic(void *) ctx;       /*  while the next job is set; its claim then fails) */
-    atomic_int parts;
     uint32_t job;              /* the caller's job counter */
     atomic_int stop;           /* destroy: workers exit */
     atomic_int sleepers;       /* workers asleep (or about to be) on `generation` */
@@ -115,8 +115,10 @@ static void run_parts(pl_threadpool *tp, uint64_t job) {
     for (;;) {
         uint_fast64_t v = atomic_load_explicit(&tp->claim, memory_order_acquire);
         if (v >> 32 != job) return;
-        int parts = atomic_load_explicit(&tp->parts, memory_order_relaxed);
-        int i = (int)(v & 0xffffffffu);
+        /* the part count travels in the claim word: read separately, a late worker could pair
+         * job J's claim with the next job's count and run a part J does not have */
+        int parts = (int)((v >> 16) & 0xffffu);
+        int i = (int)(v & 0xffffu);
         if (i >= parts) return;
         if (!atomic_compare_exchange_weak_explicit(&tp->claim, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_relaxed))
@@ -125,7 +127,6 @@ static void run_parts(pl_threadpool *tp, uint64_t job) {
          * is this job's. */
         pl_job_fn fn = atomic_load_explicit(&tp->fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&tp->ctx, memory_order_relaxed);
-        parts = atomic_load_explicit(&tp->parts, memory_order_relaxed);
         fn(ctx, i, parts);
         /* seq_cst: the increment must be visible before caller_sleeping is read (see top). */
         if (atomic_fetch_add(&tp->done, 1) + 1 == parts && atomic_load(&tp->caller_sleeping))
@@ -170,7 +171,6 @@ pl_threadpool *pl_threadpool_create(int n_threads) {
     atomic_init(&tp->done, 0);
     atomic_init(&tp->fn, NULL);
     atomic_init(&tp->ctx, NULL);
-    atomic_init(&tp->parts, 0);
     atomic_init(&tp->stop, 0);
     atomic_init(&tp->sleepers, 0);
     atomic_init(&tp->caller_sleeping, 0);
@@ -243,9 +243,8 @@ void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx) {
     uint64_t job = ++tp->job; /* 32 bits: wraps after 4e9 jobs, long after any late worker */
     atomic_store_explicit(&tp->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&tp->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&tp->parts, n, memory_order_relaxed);
     atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&tp->claim, job << 32, memory_order_release);
+    atomic_store_explicit(&tp->claim, job << 32 | (uint64_t)n << 16, memory_order_release);
     /* seq_cst: the bump must be visible before `sleepers` is read (see top). */
     atomic_fetch_add(&tp->generation, 1);
     if (atomic_load(&tp->sleepers) > 0) futex_wake(&tp->generation, n - 1);
