@@ -15,6 +15,21 @@
 
 AI __m512i bcast32(const void *p) { return _mm512_set1_epi32(*(const int32_t *)p); }
 
+/* Part p (of 4) of the super-block two ahead of o (group bytes gsz) into L2, and of the bytes
+ * PF_FAR ahead into L3. The hardware prefetchers alone leave these kernels at ~70 % of the read
+ * bandwidth when the weights stream from DRAM (their vector work per byte, ~3x q8_0's, keeps
+ * fewer loads in flight); the near prefetch gives ~87 %, both ~95 % (docs/BENCHMARKS.md, issue
+ * 22). Past the thread's last super-block they read what the other thread will (or nothing: a
+ * prefetch does not fault). */
+enum { PF_FAR = 36 * 1024 };
+AI void prefetch_part(const uint8_t *o, size_t gsz, int p) {
+    const int lines = (int)((gsz + 63) / 64);
+    for (int l = p; l < lines; l += 4) {
+        _mm_prefetch((const char *)o + 2 * gsz + 64 * l, _MM_HINT_T1);
+        _mm_prefetch((const char *)o + PF_FAR + 64 * l, _MM_HINT_T2);
+    }
+}
+
 AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y,
                   int64_t ldy, const int NB) {
     const int64_t nsb = cols / PL_QK_K;
@@ -32,6 +47,7 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
         __m512i S[4], M[4];
         UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
+            prefetch_part(o, 16 * 148, p);
             __m512i A[4], Bv[4];
             UNROLL for (int b = 0; b < NB; b++) A[b] = Bv[b] = _mm512_setzero_si512();
             UNROLL for (int c = 0; c < 8; c++) {
@@ -83,6 +99,7 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
         __m512i S[4], O[4];
         UNROLL for (int b = 0; b < NB; b++) S[b] = O[b] = _mm512_setzero_si512();
         UNROLL for (int p = 0; p < 4; p++) { /* units 2p (low nibbles) and 2p + 1 (high) */
+            prefetch_part(o, 16 * 210, p);
             const __m512i pa = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * p)));
             const __m512i pb = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 64 + 64 * p)));
             const __m512i sc[4] = {even16(pa), odd16(pa), even16(pb), odd16(pb)};
