@@ -10,11 +10,12 @@
  *   0     d[16]      f16                  0     d[16]               f16
  *   32    dmin[16]   f16                  32    sc[8][16][2]        int8: 16-column scales,
  *   64    sc[8][16]  u8: 32-column scales             pair p = groups 2p, 2p + 1 of each lane
- *   192   m[4][16][2] u8: mins, pair i =  288   lo[4][8] chunks: nibbles; low = unit 2i, high =
- *         units 2i, 2i + 1 of each lane               unit 2i + 1 (a unit = 32 columns)
- *   320   q[4][8] chunks: low nibble =    2336  hi[2][8] chunks: 2-bit highs; bits 2k..2k+1 =
- *         unit 2i, high = unit 2i + 1             unit 4h + k
- *   (chunk c of unit u: columns 32u + 4c .. 32u + 4c + 3)
+ *   192   m[4][16][2] u8: mins, pair i =  288   q[16][3] chunks: group g's (16 columns) four
+ *         units 2i, 2i + 1 of each lane               chunks a, b, c, d (columns 4j..4j + 3)
+ *   320   q[4][8] chunks: low nibble =                in three: X = a | (d & 3) << 6,
+ *         unit 2i, high = unit 2i + 1                 Y = b | (d >> 2 & 3) << 6,
+ *   (chunk c of unit u: columns 32u + 4c ..           Z = c | (d >> 4) << 6 (9 vector
+ *    32u + 4c + 3)                                    operations unpack the four)
  *
  * Activations: Q8_K blocks (kernels/quant.h) of the row, then per super-block four int32 words,
  * word i = the int16 pair (sum of unit 2i's quants, sum of unit 2i + 1's), for vpdpwssd.
@@ -87,20 +88,12 @@ void pl_mm_x16_kq_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t r
                         o[32 + 32 * p + 2 * i] = (uint8_t)b->scales[2 * p];
                         o[32 + 32 * p + 2 * i + 1] = (uint8_t)b->scales[2 * p + 1];
                     }
-                    for (int p = 0; p < 4; p++)
-                        for (int c = 0; c < 8; c++)
+                    for (int g = 0; g < 16; g++) /* group g: chunks a, b, c in X, Y, Z; d in their top bits */
+                        for (int j = 0; j < 3; j++)
                             for (int k = 0; k < 4; k++)
-                                o[288 + 64 * (8 * p + c) + 4 * i + k] =
-                                    (uint8_t)((q[64 * p + 4 * c + k] & 0xF) |
-                                              (q[64 * p + 32 + 4 * c + k] & 0xF) << 4);
-                    for (int h = 0; h < 2; h++)
-                        for (int c = 0; c < 8; c++)
-                            for (int k = 0; k < 4; k++) {
-                                uint8_t v = 0;
-                                for (int u = 0; u < 4; u++)
-                                    v |= (uint8_t)((q[128 * h + 32 * u + 4 * c + k] >> 4) << (2 * u));
-                                o[2336 + 64 * (8 * h + c) + 4 * i + k] = v;
-                            }
+                                o[288 + 192 * g + 64 * j + 4 * i + k] =
+                                    (uint8_t)(q[16 * g + 4 * j + k] |
+                                              ((q[16 * g + 12 + k] >> (2 * j)) & 3) << 6);
                 }
             }
         }
@@ -132,9 +125,10 @@ static int q_at(pl_dtype t, const uint8_t *o, int i, int e) {
         uint8_t v = o[320 + 64 * (8 * (u / 2) + c) + 4 * i + k];
         return u % 2 ? v >> 4 : v & 0xF;
     }
-    uint8_t lo = o[288 + 64 * (8 * (u / 2) + c) + 4 * i + k];
-    uint8_t hi = o[2336 + 64 * (8 * (u / 4) + c) + 4 * i + k];
-    return (u % 2 ? lo >> 4 : lo & 0xF) | ((hi >> (2 * (u % 4))) & 3) << 4;
+    const uint8_t *x = o + 288 + 192 * (e / 16) + 4 * i + k; /* group e / 16's X */
+    const int j = (e % 16) / 4;
+    if (j < 3) return x[64 * j] & 0x3F;
+    return x[0] >> 6 | (x[64] >> 6) << 2 | (x[128] >> 6) << 4;
 }
 
 static float f16_at(const uint8_t *p) {

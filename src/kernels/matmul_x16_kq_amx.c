@@ -155,7 +155,6 @@ AI __m512i mul_bytes_signed(__m512i v, __m512i f16) {
 
 /* Planes of super-block s: u + ((4 s + p) * 4 + i) * PLANE, digit i, 64 columns of pair p. */
 static void unpack_q6(const uint8_t *o, int64_t nsb, uint8_t *u) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *os = o + (size_t)s * Q6_GROUP;
         for (int p = 0; p < 4; p++) {
@@ -181,16 +180,14 @@ static void unpack_q6(const uint8_t *o, int64_t nsb, uint8_t *u) {
                 }
             }
             uint8_t *pp = u + (size_t)((4 * s + p) * 4) * PLANE;
-            for (int kr = 0; kr < 16; kr++) { /* B tile row: unit 2p + kr / 8, chunk kr % 8 */
-                const int half = kr / 8, c = kr % 8;
-                const __m512i lv = _mm512_loadu_si512(os + 288 + 64 * (8 * p + c));
-                const __m512i hv = _mm512_loadu_si512(os + 2336 + 64 * (8 * (p / 2) + c));
-                const __m512i q = _mm512_or_si512(
-                    half ? _mm512_and_si512(_mm512_srli_epi16(lv, 4), low4) : _mm512_and_si512(lv, low4),
-                    pl_x16_high2(hv, (2 * p + half) % 4));
-                const int g = 2 * half + c / 4; /* group 4p + g */
-                for (int i = 0; i < 4; i++)
-                    _mm512_store_si512(pp + (size_t)i * PLANE + 64 * kr, mul_bytes_signed(q, dig[g][i]));
+            for (int g = 0; g < 4; g++) { /* group 4p + g: unit 2p + g / 2, chunks 4 (g % 2) + j */
+                __m512i q[4];
+                pl_x16_q6_quad(os + 288 + 192 * (4 * p + g), q);
+                for (int j = 0; j < 4; j++) {
+                    const int kr = 8 * (g / 2) + 4 * (g % 2) + j; /* B tile row */
+                    for (int i = 0; i < 4; i++)
+                        _mm512_store_si512(pp + (size_t)i * PLANE + 64 * kr, mul_bytes_signed(q[j], dig[g][i]));
+                }
             }
         }
     }

@@ -1,7 +1,8 @@
 /* kernels/matmul_x16_kq_avx512 — AVX-512 VNNI tiles for the x16 layouts of q4_K and q6_K
  * (layouts and arithmetic: matmul_x16_kq.c). A tile is one 16-row group by up to four
  * activation rows. Quants are unpacked once per chunk (and, shift, or) and used for every
- * activation row; each unit's (q4_K) or 16-column group's (q6_K) vpdpbusd chain is multiplied
+ * activation row (q6_K: four chunks from three stored ones, pl_x16_q6_quad); each unit's (q4_K)
+ * or 16-column group's (q6_K) vpdpbusd chain is multiplied
  * by its scales per lane (vpmulld) into the super-block's integer sum; mins (q4_K) and the q6_K
  * offset go through vpdpwssd with the activations' pair sums.
  */
@@ -89,7 +90,6 @@ AI __m512i odd16(__m512i v) { return _mm512_srai_epi32(v, 16); }
 AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y,
                   int64_t ldy, const int NB) {
     const int64_t nsb = cols / PL_QK_K;
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
     const pl_block_q8_K *x[4];
     UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
     __m512 acc[4];
@@ -98,29 +98,22 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
         const uint8_t *o = w + (size_t)s * 16 * 210;
         __m512i S[4], O[4];
         UNROLL for (int b = 0; b < NB; b++) S[b] = O[b] = _mm512_setzero_si512();
-        UNROLL for (int p = 0; p < 4; p++) { /* units 2p (low nibbles) and 2p + 1 (high) */
+        UNROLL for (int p = 0; p < 4; p++) { /* groups 4p .. 4p + 3 (64 columns) */
             prefetch_part(o, 16 * 210, p);
             const __m512i pa = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * p)));
             const __m512i pb = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 64 + 64 * p)));
             const __m512i sc[4] = {even16(pa), odd16(pa), even16(pb), odd16(pb)};
-            UNROLL for (int half = 0; half < 2; half++) { /* chunks 0-3: groups 4p, 4p + 2 */
-                __m512i G0[4], G1[4];
-                UNROLL for (int b = 0; b < NB; b++) G0[b] = G1[b] = _mm512_setzero_si512();
-                UNROLL for (int c = 4 * half; c < 4 * half + 4; c++) {
-                    const __m512i lv = _mm512_loadu_si512(o + 288 + 64 * (8 * p + c));
-                    const __m512i hv = _mm512_loadu_si512(o + 2336 + 64 * (8 * (p / 2) + c));
-                    const __m512i q0 = _mm512_or_si512(_mm512_and_si512(lv, low4), pl_x16_high2(hv, (2 * p) % 4));
-                    const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lv, 4), low4),
-                                                       pl_x16_high2(hv, (2 * p + 1) % 4));
-                    UNROLL for (int b = 0; b < NB; b++) {
-                        const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
-                        G0[b] = _mm512_dpbusd_epi32(G0[b], q0, bcast32(q));
-                        G1[b] = _mm512_dpbusd_epi32(G1[b], q1, bcast32(q + 32));
-                    }
+            UNROLL for (int g = 0; g < 4; g++) {
+                __m512i q[4];
+                pl_x16_q6_quad(o + 288 + 192 * (4 * p + g), q);
+                UNROLL for (int b = 0; b < NB; b++) {
+                    const int8_t *xq = x[b][s].qs + 16 * (4 * p + g);
+                    __m512i G = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], bcast32(xq));
+                    G = _mm512_dpbusd_epi32(G, q[1], bcast32(xq + 4));
+                    G = _mm512_dpbusd_epi32(G, q[2], bcast32(xq + 8));
+                    G = _mm512_dpbusd_epi32(G, q[3], bcast32(xq + 12));
+                    S[b] = _mm512_add_epi32(S[b], _mm512_mullo_epi32(G, sc[g]));
                 }
-                UNROLL for (int b = 0; b < NB; b++)
-                    S[b] = _mm512_add_epi32(S[b], _mm512_add_epi32(_mm512_mullo_epi32(G0[b], sc[half]),
-                                                                   _mm512_mullo_epi32(G1[b], sc[2 + half])));
             }
             UNROLL for (int b = 0; b < NB; b++) {
                 O[b] = _mm512_dpwssd_epi32(O[b], pa, bcast32(x[b][s].bsums + 4 * p));
