@@ -10,6 +10,7 @@
 # Environment:
 #   MODEL      GGUF model (both systems load the same file)
 #   PL         the pagellm binary (build/pagellm); PL_BEFORE an older one to compare (optional)
+#   PL_OTHERS  more pagellm binaries to interleave, as "label=path label=path" (optional)
 #   LLAMA_CPP  a llama.cpp build directory (llama-bench under build/bin); skipped when unset
 #   THREADS    threads of every system (2); BUSY_CORE the core of the busy loop (1)
 #   N          decode tokens per measurement (64); REPS interleaved repetitions (3)
@@ -28,6 +29,11 @@ MODES=${MODES:-busy quiet}
 [ -f "$MODEL" ] || { echo "contention: no model at $MODEL" >&2; exit 1; }
 [ -x "$PL" ] || { echo "contention: no pagellm binary at $PL (build first)" >&2; exit 1; }
 [ -z "$PL_BEFORE" ] || [ -x "$PL_BEFORE" ] || { echo "contention: PL_BEFORE=$PL_BEFORE is not executable" >&2; exit 1; }
+PL_OTHERS=${PL_OTHERS:-}
+for o in $PL_OTHERS; do
+    case $o in *=*) ;; *) echo "contention: PL_OTHERS entry '$o' is not label=path" >&2; exit 1 ;; esac
+    [ -x "${o#*=}" ] || { echo "contention: PL_OTHERS: ${o#*=} is not executable" >&2; exit 1; }
+done
 LLAMA_BENCH=
 if [ -n "${LLAMA_CPP:-}" ]; then
     LLAMA_BENCH=$LLAMA_CPP/build/bin/llama-bench
@@ -57,6 +63,7 @@ for mode in $MODES; do
     fi
     for rep in $(seq 1 "$REPS"); do
         [ -z "$PL_BEFORE" ] || echo "$mode pagellm-before $rep $(pl_tps "$PL_BEFORE")" | tee -a "$RESULTS"
+        for o in $PL_OTHERS; do echo "$mode pagellm-${o%%=*} $rep $(pl_tps "${o#*=}")" | tee -a "$RESULTS"; done
         echo "$mode pagellm $rep $(pl_tps "$PL")" | tee -a "$RESULTS"
         [ -z "$LLAMA_BENCH" ] || echo "$mode llama.cpp $rep $(llama_tps)" | tee -a "$RESULTS"
     done

@@ -39,8 +39,13 @@
 #endif
 
 /* How long a waiting thread spins before it sleeps: a worker waiting for the next job, and the
- * caller waiting for the parts that other threads still run. */
-enum { WORKER_SPIN_NS = 200000, CALLER_SPIN_NS = 50000 };
+ * caller waiting for the parts that other threads still run. A worker's spin is short because
+ * a spinning worker on a core shared with another busy process burns the time slice its next
+ * part needs, while a sleeper is woken with priority: with a busy loop on one core, decode B=1
+ * ran 52 tokens/s at 200 us, 62 at 20 us and 72 at 5 us, and no slower on a quiet machine at
+ * 20 us (docs/BENCHMARKS.md, the contention table); the gaps between a decode step's jobs are
+ * ~4 us. */
+enum { WORKER_SPIN_NS = 20000, CALLER_SPIN_NS = 50000 };
 
 struct pl_threadpool {
     int n;                     /* threads including the caller */

@@ -4,7 +4,7 @@
  * pool's size) and returns when all have finished. The parts are claimed by whichever thread
  * comes first (the caller included), so part ith need not run on thread ith and a worker the OS
  * has not scheduled delays nothing: a part must depend only on (ctx, ith, nth), never on the
- * calling thread. Workers are created once, spin briefly (~200 us) for the next job and then
+ * calling thread. Workers are created once, spin briefly (~20 us) for the next job and then
  * sleep on a futex, so a run costs a few microseconds and no thread is created per step. The
  * caller, once every part is claimed, spins briefly (~50 us) for the parts other threads still
  * run and then sleeps too, so a pool sharing its cores with other busy processes degrades
