@@ -34,7 +34,7 @@ AI void prefetch_part(const uint8_t *o, size_t gsz, int p) {
 AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y,
                   int64_t ldy, const int NB) {
     const int64_t nsb = cols / PL_QK_K;
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8((char)0xF0);
     const pl_block_q8_K *x[4];
     const int32_t *xs[4];
     UNROLL for (int b = 0; b < NB; b++) {
@@ -54,13 +54,15 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
             UNROLL for (int c = 0; c < 8; c++) {
                 const __m512i v = _mm512_loadu_si512(o + 320 + 64 * (8 * p + c));
                 const __m512i lo = _mm512_and_si512(v, low4);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                const __m512i hi16 = _mm512_and_si512(v, high4); /* 16 x the high nibbles */
                 UNROLL for (int b = 0; b < NB; b++) {
                     const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
                     A[b] = _mm512_dpbusd_epi32(A[b], lo, bcast32(q));
-                    Bv[b] = _mm512_dpbusd_epi32(Bv[b], hi, bcast32(q + 32));
+                    Bv[b] = _mm512_dpbusd_epi32(Bv[b], hi16, bcast32(q + 32));
                 }
             }
+            /* |16 x sum| < 2^24: exact, and a multiple of 16, so the shift divides exactly */
+            UNROLL for (int b = 0; b < NB; b++) Bv[b] = _mm512_srai_epi32(Bv[b], 4);
             const __m512i scA = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 64 + 32 * p)));
             const __m512i scB = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 80 + 32 * p)));
             const __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(o + 192 + 32 * p)));
