@@ -5,8 +5,9 @@
  * and no lane sum is needed. q8_0 loads its 8 chunks of a block; q4_0 loads 4 and takes two
  * chunks out of each (low nibbles: chunk j, high nibbles: chunk j + 4).
  * Each (group, activation) pair sums a block in two integer chains (q8_0: even and odd chunks,
- * q4_0: low and high nibbles; added at the end: exact) so that a decode step's one-row tiles
- * still have independent chains.
+ * q4_0: low and high nibbles, the high ones as 16 x h with no shift and that sum shifted back,
+ * exactly; added at the end) so that a decode step's one-row tiles still have independent
+ * chains.
  */
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
@@ -21,7 +22,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
     const int64_t nblk = cols / PL_QK;
     const size_t gs = 16 * ws;
     const size_t blk = 16 * (Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0));
-    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i m4 = _mm512_set1_epi8(15), m4h = _mm512_set1_epi8((char)0xF0);
     const float *dx[4];
     const int32_t *seed[4];
     UNROLL for (int b = 0; b < NB; b++) {
@@ -57,7 +58,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                 if (Q4) {
                     const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
                     w0[g] = _mm512_and_si512(v, m4);
-                    w1[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    w1[g] = _mm512_and_si512(v, m4h); /* 16 x the high nibbles */
                 } else {
                     w0[g] = _mm512_loadu_si512(wb[g] + 32 + 64 * j0);
                     w1[g] = _mm512_loadu_si512(wb[g] + 32 + 64 * j1);
@@ -75,7 +76,8 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
         UNROLL for (int b = 0; b < NB; b++) {
             const __m512 d = _mm512_set1_ps(dx[b][k]);
             UNROLL for (int g = 0; g < NG; g++)
-                acc[g][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[g][b], s1[g][b])),
+                acc[g][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(
+                                                s0[g][b], Q4 ? _mm512_srai_epi32(s1[g][b], 4) : s1[g][b])),
                                             _mm512_mul_ps(dw[g], d), acc[g][b]);
         }
     }
