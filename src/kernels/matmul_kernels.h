@@ -104,6 +104,11 @@ int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const u
 void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k);
 void pl_mm_kernel_x16_q4_0_avx512(pl_mm_kernel *k, int amx);
+/* iq4_nl in q4_0's x16 layout (the same blocks; nibbles index kvalues_iq4nl) */
+void pl_mm_kernel_x16_iq4_nl(pl_mm_kernel *k);
+void pl_mm_kernel_x16_iq4_nl_avx512(pl_mm_kernel *k, int amx);
+void pl_mm_x16_tile_iq4_nl_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                  int nb, int64_t cols, float *y, int64_t ldy);
 void pl_mm_x16_tile_q4_0_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy); /* matmul_x16_avx512.c */
 

@@ -1,9 +1,10 @@
-/* kernels/matmul_x16_avx512 — the x16 layouts' tile kernels with AVX-512 VNNI, q8_0 and q4_0
- * (layouts and arithmetic: matmul_x16.c, matmul_x16_q4_0.c). A tile is one or two row groups
- * (16 or 32 rows) by up to four activation rows; every vpdpbusd multiplies one 64-byte chunk
- * (4 columns of 16 rows) by an activation's 4 bytes broadcast, so the 16 lanes are 16 outputs
- * and no lane sum is needed. q8_0 loads its 8 chunks of a block; q4_0 loads 4 and takes two
- * chunks out of each (low nibbles: chunk j, high nibbles: chunk j + 4).
+/* kernels/matmul_x16_avx512 — the x16 layouts' tile kernels with AVX-512 VNNI, q8_0, q4_0 and
+ * iq4_nl (layouts and arithmetic: matmul_x16.c, matmul_x16_q4_0.c). A tile is one or two row
+ * groups (16 or 32 rows) by up to four activation rows; every vpdpbusd multiplies one 64-byte
+ * chunk (4 columns of 16 rows) by an activation's 4 bytes broadcast, so the 16 lanes are 16
+ * outputs and no lane sum is needed. q8_0 loads its 8 chunks of a block; q4_0 loads 4 and takes
+ * two chunks out of each (low nibbles: chunk j, high nibbles: chunk j + 4); iq4_nl too, looking
+ * its levels up (vpshufb).
  * Each (group, activation) pair sums a block in two integer chains (q8_0: even and odd chunks,
  * q4_0: low and high nibbles, the high ones as 16 x h with no shift and that sum shifted back,
  * exactly; added at the end) so that a decode step's one-row tiles still have independent
@@ -16,13 +17,20 @@
 
 #include <immintrin.h>
 
-/* Q4: the weights are q4_0's x16 layout, else q8_0's. */
+/* iq4_nl's 16 levels + 128 as unsigned bytes, in each 128-bit lane (a vpshufb table). */
+static inline __m512i iq4nl_lut(void) {
+    const __m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)pl_kvalues_iq4nl), _mm_set1_epi8((char)0x80));
+    return _mm512_broadcast_i32x4(t);
+}
+
+/* Q4: 1 = the weights are q4_0's x16 layout, 2 = iq4_nl's (the same blocks), 0 = q8_0's. */
 AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
                  int64_t ldy, const int NG, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
     const size_t gs = 16 * ws;
     const size_t blk = 16 * (Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0));
     const __m512i m4 = _mm512_set1_epi8(15), m4h = _mm512_set1_epi8((char)0xF0);
+    const __m512i lut = Q4 == 2 ? iq4nl_lut() : m4;
     const float *dx[4];
     const int32_t *seed[4];
     UNROLL for (int b = 0; b < NB; b++) {
@@ -55,7 +63,11 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
             __m512i w0[2], w1[2]; /* chunks j0, j1 of the block */
             const int j0 = Q4 ? j : 2 * j, j1 = Q4 ? j + 4 : 2 * j + 1;
             UNROLL for (int g = 0; g < NG; g++) {
-                if (Q4) {
+                if (Q4 == 2) { /* iq4_nl: the levels + 128 */
+                    const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
+                    w0[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+                    w1[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                } else if (Q4) {
                     const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
                     w0[g] = _mm512_and_si512(v, m4);
                     w1[g] = _mm512_and_si512(v, m4h); /* 16 x the high nibbles */
@@ -77,7 +89,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
             const __m512 d = _mm512_set1_ps(dx[b][k]);
             UNROLL for (int g = 0; g < NG; g++)
                 acc[g][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(
-                                                s0[g][b], Q4 ? _mm512_srai_epi32(s1[g][b], 4) : s1[g][b])),
+                                                s0[g][b], Q4 == 1 ? _mm512_srai_epi32(s1[g][b], 4) : s1[g][b])),
                                             _mm512_mul_ps(dw[g], d), acc[g][b]);
         }
     }
@@ -99,6 +111,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
 
 X16_TILE(pl_mm_x16_tile_avx512, 0)
 X16_TILE(pl_mm_x16_tile_q4_0_avx512, 1)
+X16_TILE(pl_mm_x16_tile_iq4_nl_avx512, 2)
 
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k) {
     k->fn = pl_mm_x16_tile_avx512;

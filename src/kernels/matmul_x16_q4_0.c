@@ -21,6 +21,12 @@
  *   isum_k = seed_k + sum_{i<32} q_w[i] * x[i]                            (exact, int32)
  *   acc    = fma((float)isum_k, d_w * d_x, acc)  for k = 0, 1, ... in order, acc from +0.0f
  * the same as q8_0's: any exact way to form isum gives the same bits.
+ *
+ * iq4_nl has q4_0's blocks (f16 d, nibbles in the same order) with the nibbles indexing the 16
+ * levels kvalues_iq4nl (-127..113), so it shares the layout and the repacking. Its kernels look
+ * the levels up + 128 (unsigned bytes 1..241, vpshufb) and take q8_0's activations, whose seeds
+ * (-128 * block sums) remove the 128: isum_k = seed_k + sum (kvalues[q] + 128) x, the rest as
+ * above. The AMX batches unpack the looked-up bytes into q8_0's x16 layout, as for q4_0.
  */
 #include "kernels/matmul_kernels.h"
 
@@ -48,8 +54,8 @@ void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64
 }
 
 /* Output (row i of the group at grp, activation row ab): the reference, exactly the arithmetic
- * of the header comment. */
-static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols) {
+ * of the header comment; iq4_nl's weights are its levels + 128. */
+static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols, int iq4nl) {
     const int64_t nblk = cols / PL_QK;
     const int8_t *xq = (const int8_t *)ab;
     const float *dx = (const float *)(ab + cols);
@@ -62,7 +68,12 @@ static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols)
         for (int j = 0; j < 4; j++)
             for (int t = 0; t < 4; t++) {
                 const uint8_t v = o[32 + 64 * j + 4 * i + t];
-                isum += (v & 15) * x[4 * j + t] + (v >> 4) * x[16 + 4 * j + t];
+                int lo = v & 15, hi = v >> 4;
+                if (iq4nl) {
+                    lo = pl_kvalues_iq4nl[lo] + 128;
+                    hi = pl_kvalues_iq4nl[hi] + 128;
+                }
+                isum += lo * x[4 * j + t] + hi * x[16 + 4 * j + t];
             }
         pl_f16 d;
         memcpy(&d, o + 2 * i, sizeof d);
@@ -71,21 +82,36 @@ static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols)
     return acc;
 }
 
-static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
-                        int64_t cols, float *y, int64_t ldy) {
+static void tile_scalar_any(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                            int nb, int64_t cols, float *y, int64_t ldy, int iq4nl) {
     for (int r = 0; r < nr; r++)
         for (int b = 0; b < nb; b++)
             y[(size_t)b * ldy + r] =
-                dot_x16(w + (size_t)(r / 16) * 16 * ws, r % 16, a + (size_t)b * as, cols);
+                dot_x16(w + (size_t)(r / 16) * 16 * ws, r % 16, a + (size_t)b * as, cols, iq4nl);
 }
 
-void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k) {
+static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
+                        int64_t cols, float *y, int64_t ldy) {
+    tile_scalar_any(w, ws, nr, a, as, nb, cols, y, ldy, 0);
+}
+
+static void tile_scalar_iq4_nl(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                               int nb, int64_t cols, float *y, int64_t ldy) {
+    tile_scalar_any(w, ws, nr, a, as, nb, cols, y, ldy, 1);
+}
+
+/* AVX-512 kernels where the machine has them, else the scalar tile. */
+static void choose(pl_mm_kernel *k, int iq4nl) {
     k->gemm = NULL;
     if (pl_cpu_isa() >= PL_ISA_AVX512) {
-        pl_mm_kernel_x16_q4_0_avx512(k, pl_cpu_amx());
+        (iq4nl ? pl_mm_kernel_x16_iq4_nl_avx512 : pl_mm_kernel_x16_q4_0_avx512)(k, pl_cpu_amx());
         return;
     }
-    k->fn = tile_scalar;
+    k->fn = iq4nl ? tile_scalar_iq4_nl : tile_scalar;
     k->tr = 16;
     k->tb = 4;
 }
+
+void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k) { choose(k, 0); }
+
+void pl_mm_kernel_x16_iq4_nl(pl_mm_kernel *k) { choose(k, 1); }

@@ -17,9 +17,12 @@
 
 enum { X16_BLOCK = 16 * sizeof(pl_block_q4_0), X16_BLOCK_Q8 = 16 * sizeof(pl_block_q8_0) };
 
-/* Groups [0, ng) of w (x16 q4_0) into dst in q8_0's x16 layout, quants unpacked to 0..15. */
-static void unpack(const uint8_t *w, size_t ws, int ng, int64_t nblk, uint8_t *dst) {
+/* Groups [0, ng) of w (x16 q4_0 or iq4_nl) into dst in q8_0's x16 layout: q4_0's quants
+ * unpacked to 0..15, iq4_nl's looked up to its levels + 128. */
+static void unpack(const uint8_t *w, size_t ws, int ng, int64_t nblk, uint8_t *dst, int iq4nl) {
     const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i lut = _mm512_broadcast_i32x4(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)pl_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
     for (int g = 0; g < ng; g++)
         for (int64_t k = 0; k < nblk; k++) {
             const uint8_t *s = w + (size_t)g * 16 * ws + (size_t)k * X16_BLOCK;
@@ -27,15 +30,19 @@ static void unpack(const uint8_t *w, size_t ws, int ng, int64_t nblk, uint8_t *d
             _mm256_storeu_si256((__m256i *)o, _mm256_loadu_si256((const __m256i *)s));
             UNROLL for (int j = 0; j < 4; j++) {
                 const __m512i v = _mm512_loadu_si512(s + 32 + 64 * j);
-                _mm512_storeu_si512(o + 32 + 64 * j, _mm512_and_si512(v, m4));
-                _mm512_storeu_si512(o + 32 + 64 * (j + 4),
-                                    _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (iq4nl) {
+                    lo = _mm512_shuffle_epi8(lut, lo);
+                    hi = _mm512_shuffle_epi8(lut, hi);
+                }
+                _mm512_storeu_si512(o + 32 + 64 * j, lo);
+                _mm512_storeu_si512(o + 32 + 64 * (j + 4), hi);
             }
         }
 }
 
-static int gemm_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
-                    int64_t B, int64_t cols, float *y, int64_t ldy) {
+static int gemm_amx_any(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
+                        int64_t B, int64_t cols, float *y, int64_t ldy, int iq4nl) {
     if (B < 16) return 0;
     const int64_t nblk = cols / PL_QK;
     const size_t ws8 = (size_t)nblk * sizeof(pl_block_q8_0);
@@ -43,16 +50,33 @@ static int gemm_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *a
     if (!buf) return 0;
     for (int64_t r = 0; r < nrows; r += 32) {
         const int n = nrows - r >= 32 ? 32 : 16;
-        unpack(w + (size_t)r * ws, ws, n / 16, nblk, buf);
+        unpack(w + (size_t)r * ws, ws, n / 16, nblk, buf, iq4nl);
         pl_mm_gemm_x16_amx(buf, ws8, n, act, as, B, cols, y + r, ldy);
     }
     free(buf);
     return 1;
 }
 
+static int gemm_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
+                    int64_t B, int64_t cols, float *y, int64_t ldy) {
+    return gemm_amx_any(w, ws, nrows, act, as, B, cols, y, ldy, 0);
+}
+
+static int gemm_amx_iq4_nl(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
+                           size_t as, int64_t B, int64_t cols, float *y, int64_t ldy) {
+    return gemm_amx_any(w, ws, nrows, act, as, B, cols, y, ldy, 1);
+}
+
 void pl_mm_kernel_x16_q4_0_avx512(pl_mm_kernel *k, int amx) {
     k->fn = pl_mm_x16_tile_q4_0_avx512;
     k->gemm = amx ? gemm_amx : NULL;
+    k->tr = 32;
+    k->tb = 4;
+}
+
+void pl_mm_kernel_x16_iq4_nl_avx512(pl_mm_kernel *k, int amx) {
+    k->fn = pl_mm_x16_tile_iq4_nl_avx512;
+    k->gemm = amx ? gemm_amx_iq4_nl : NULL;
     k->tr = 32;
     k->tb = 4;
 }

@@ -163,6 +163,7 @@ static void test_kernels_agree_bitwise(void **state) {
     pl_cpu_force_amx(-1);
     agree_bitwise(PL_DT_Q8_0, shapes, sizeof shapes / sizeof shapes[0], 7);
     agree_bitwise(PL_DT_Q4_0, shapes, sizeof shapes / sizeof shapes[0], 9);
+    agree_bitwise(PL_DT_IQ4_NL, shapes, sizeof shapes / sizeof shapes[0], 19);
 }
 
 /* f16 (one accumulator per output, column by column): any column count. */
@@ -215,6 +216,7 @@ static void test_values_match_reference(void **state) {
     (void)state;
     values_match_reference(PL_DT_Q8_0);
     values_match_reference(PL_DT_Q4_0);
+    values_match_reference(PL_DT_IQ4_NL);
     values_match_reference(PL_DT_Q4_K);
     values_match_reference(PL_DT_Q6_K);
     values_match_reference(PL_DT_F16);
@@ -267,6 +269,8 @@ static void test_repack_size(void **state) {
     w.rows = 32;
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 34);
     w.type = PL_DT_Q4_0; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 18);
+    w.type = PL_DT_IQ4_NL; /* q4_0's blocks */
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 18);
     w.rows = 40;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
