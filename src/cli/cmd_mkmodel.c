@@ -59,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define C "mkmodel"
 
@@ -240,10 +241,11 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 's': if (int_flag("--seed", 0, INT64_MAX, &o->seed)) return 2; break;
         case 't': {
             size_t i = 0, n = sizeof types / sizeof types[0];
-            while (i < n && strcmp(optarg, types[i].name)) i++;
+            while (i < n && strcasecmp(optarg, types[i].name)) i++; /* GGML writes Q4_K_M, q3_K */
             if (i == n)
                 return usage_error("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q6_k, "
-                                   "q4_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs", optarg);
+                                   "q4_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs (any "
+                                   "case)", optarg);
             o->type = types[i].type;
             o->more = types[i].more;
             o->ftype = types[i].ftype;

@@ -151,6 +151,10 @@ check "other seed: different file" test -n "$(cmp "$tmp/other.gguf" "$tmp/tiny-q
 check "other seed: same size" test "$(stat -c %s "$tmp/other.gguf")" -eq \
     "$(stat -c %s "$tmp/tiny-q8_0.gguf")"
 
+# Type names in any case (GGML writes Q8_0, Q4_K_M): the same file as the lower-case name.
+"$PL_BINARY" mkmodel "$tmp/upper.gguf" "${TINY[@]}" --type Q8_0 --seed 7 >/dev/null 2>&1
+check "--type Q8_0: the file of --type q8_0" cmp -s "$tmp/upper.gguf" "$tmp/tiny-q8_0.gguf"
+
 # --ctx is written.
 "$PL_BINARY" mkmodel "$tmp/ctx.gguf" "${TINY[@]}" --ctx 512 >/dev/null 2>&1
 if "$PL_BINARY" inspect --json "$tmp/ctx.gguf" | python3 -c '
