@@ -45,9 +45,9 @@ void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B,
 enum { PL_MATMUL_MAX_MULTI = 4 };
 void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const *y, int n,
                      const float *x, int64_t B, void *scratch);
-/* Repacking at load time (issue 22). f16, q8_0, q4_0, iq4_nl, q4_K and q6_K weights whose rows
- * are a multiple of 16 have an interleaved layout ("x16", kernels/matmul_x16*.c: 16 rows side by side,
- * a vector's 16 lanes are 16 outputs, so no lane sums) that the AVX-512 kernels (FMA for f16,
+/* Repacking at load time (issue 22). f16, q8_0, q4_0, iq4_nl, q5_0, q4_K and q6_K weights whose
+ * rows are a multiple of 16 have an interleaved layout ("x16", kernels/matmul_x16*.c: 16 rows side
+ * by side, a vector's 16 lanes are 16 outputs, so no lane sums) that the AVX-512 kernels (FMA for f16,
  * VNNI for the integer types at any batch size, AMX for larger batches) multiply faster. Results
  * are deterministic across batch sizes, thread counts and those kernels (one order per type),
  * but summed in another order than the rows layout (docs/ACCURACY.md). pl_matmul_repack_size:

@@ -41,8 +41,9 @@ int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     switch (t) {
     case PL_DT_F16:
     case PL_DT_Q8_0:
-    case PL_DT_Q4_0: /* matmul_x16_q4_0.c, with iq4_nl */
+    case PL_DT_Q4_0: /* matmul_x16_q4_0.c, with iq4_nl and q5_0 */
     case PL_DT_IQ4_NL:
+    case PL_DT_Q5_0:
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: return 1;
     default: return 0;
@@ -115,6 +116,7 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
     case PL_DT_F16: repack_f16(src, dst, rows, cols); break;
     case PL_DT_Q4_0:
     case PL_DT_IQ4_NL: pl_mm_x16_repack_q4_0(src, dst, rows, cols); break; /* the same blocks */
+    case PL_DT_Q5_0: pl_mm_x16_repack_q5_0(src, dst, rows, cols); break;
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_x16_kq_repack(t, src, dst, rows, cols); break;
     default: break;
@@ -183,6 +185,7 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     case PL_DT_Q6_K: pl_mm_x16_kq_act_row(x, dst, cols); break;
     case PL_DT_F16: pl_act_convert_row(t, x, dst, cols); break;
     case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break; /* q8_0's row, -8 * block sums */
+    case PL_DT_Q5_0: act_q8_0(x, dst, cols, 16); break;
     default: act_q8_0(x, dst, cols, 128); break; /* q8_0 and iq4_nl: weights stored + 128 */
     }
 }
@@ -207,6 +210,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
         return;
     case PL_DT_Q4_0: pl_mm_kernel_x16_q4_0(k); return;
     case PL_DT_IQ4_NL: pl_mm_kernel_x16_iq4_nl(k); return;
+    case PL_DT_Q5_0: pl_mm_kernel_x16_q5_0(k); return;
     default: PL_ASSERT(!"pl_mm_kernel_x16: type has no x16 layout");
     }
 }

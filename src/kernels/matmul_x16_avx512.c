@@ -4,7 +4,7 @@
  * chunk (4 columns of 16 rows) by an activation's 4 bytes broadcast, so the 16 lanes are 16
  * outputs and no lane sum is needed. q8_0 loads its 8 chunks of a block; q4_0 loads 4 and takes
  * two chunks out of each (low nibbles: chunk j, high nibbles: chunk j + 4); iq4_nl too, looking
- * its levels up (vpshufb).
+ * its levels up (vpshufb); q5_0 too, adding 16 under its fifth-bit masks.
  * Each (group, activation) pair sums a block in two integer chains (q8_0: even and odd chunks,
  * q4_0: low and high nibbles, the high ones as 16 x h with no shift and that sum shifted back,
  * exactly; added at the end) so that a decode step's one-row tiles still have independent
@@ -16,6 +16,7 @@
 #include "kernels/simd.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 /* iq4_nl's 16 levels + 128 as unsigned bytes, in each 128-bit lane (a vpshufb table). */
 static inline __m512i iq4nl_lut(void) {
@@ -23,14 +24,15 @@ static inline __m512i iq4nl_lut(void) {
     return _mm512_broadcast_i32x4(t);
 }
 
-/* Q4: 1 = the weights are q4_0's x16 layout, 2 = iq4_nl's (the same blocks), 0 = q8_0's. */
+/* Q4: 1 = the weights are q4_0's x16 layout, 2 = iq4_nl's (the same blocks), 3 = q5_0's,
+ * 0 = q8_0's. */
 AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
                  int64_t ldy, const int NG, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
     const size_t gs = 16 * ws;
-    const size_t blk = 16 * (Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0));
+    const size_t blk = 16 * (Q4 == 3 ? sizeof(pl_block_q5_0) : Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0));
     const __m512i m4 = _mm512_set1_epi8(15), m4h = _mm512_set1_epi8((char)0xF0);
-    const __m512i lut = Q4 == 2 ? iq4nl_lut() : m4;
+    const __m512i lut = Q4 == 2 ? iq4nl_lut() : m4, c16 = _mm512_set1_epi8(16);
     const float *dx[4];
     const int32_t *seed[4];
     UNROLL for (int b = 0; b < NB; b++) {
@@ -63,7 +65,16 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
             __m512i w0[2], w1[2]; /* chunks j0, j1 of the block */
             const int j0 = Q4 ? j : 2 * j, j1 = Q4 ? j + 4 : 2 * j + 1;
             UNROLL for (int g = 0; g < NG; g++) {
-                if (Q4 == 2) { /* iq4_nl: the levels + 128 */
+                if (Q4 == 3) { /* q5_0: the nibbles + 16 where the chunk's fifth-bit mask says */
+                    const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
+                    uint64_t m0, m1;
+                    memcpy(&m0, wb[g] + 288 + 8 * j, 8);
+                    memcpy(&m1, wb[g] + 288 + 8 * (j + 4), 8);
+                    const __m512i lo = _mm512_and_si512(v, m4);
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    w0[g] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(m0), lo, c16);
+                    w1[g] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(m1), hi, c16);
+                } else if (Q4 == 2) { /* iq4_nl: the levels + 128 */
                     const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
                     w0[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
                     w1[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
@@ -112,6 +123,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
 X16_TILE(pl_mm_x16_tile_avx512, 0)
 X16_TILE(pl_mm_x16_tile_q4_0_avx512, 1)
 X16_TILE(pl_mm_x16_tile_iq4_nl_avx512, 2)
+X16_TILE(pl_mm_x16_tile_q5_0_avx512, 3)
 
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k) {
     k->fn = pl_mm_x16_tile_avx512;

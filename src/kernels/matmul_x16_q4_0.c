@@ -27,6 +27,12 @@
  * the levels up + 128 (unsigned bytes 1..241, vpshufb) and take q8_0's activations, whose seeds
  * (-128 * block sums) remove the 128: isum_k = seed_k + sum (kvalues[q] + 128) x, the rest as
  * above. The AMX batches unpack the looked-up bytes into q8_0's x16 layout, as for q4_0.
+ *
+ * q5_0 (q4_0's nibbles and a fifth bit per quant, q - 16) has 352 bytes per block (16 x 22, as
+ * GGUF): q4_0's 288, then 8 masks of 64 bits, mask j (at 288 + 8j) holding the fifth bits of
+ * chunk j (bit 4i + t: row i, column 4j + t; chunks 4..7 are the high nibbles' columns 16..31).
+ * A masked byte add of 16 completes each quant (0..31); q8_0's activations with seeds -16 * block
+ * sums remove the offset.
  */
 #include "kernels/matmul_kernels.h"
 
@@ -37,6 +43,7 @@
 #include <string.h>
 
 enum { X16_BLOCK = 16 * sizeof(pl_block_q4_0) }; /* 288: one block of 32 columns, 16 rows */
+enum { X16_BLOCK5 = 16 * sizeof(pl_block_q5_0) }; /* 352: q5_0's */
 
 void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
     const int64_t nb = cols / PL_QK;
@@ -53,16 +60,41 @@ void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64
     }
 }
 
+void pl_mm_x16_repack_q5_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
+    const int64_t nb = cols / PL_QK;
+    const size_t ws = (size_t)nb * sizeof(pl_block_q5_0);
+    memset(dst, 0, (size_t)rows * ws); /* the masks are or-ed in */
+    for (int64_t r = 0; r < rows; r++) {
+        const pl_block_q5_0 *row = (const pl_block_q5_0 *)(src + (size_t)r * ws);
+        uint8_t *grp = dst + (size_t)(r / 16) * 16 * ws;
+        const int i = (int)(r % 16);
+        for (int64_t k = 0; k < nb; k++) {
+            uint8_t *o = grp + (size_t)k * X16_BLOCK5;
+            uint32_t qh;
+            memcpy(&qh, row[k].qh, sizeof qh);
+            memcpy(o + 2 * i, &row[k].d, 2);
+            for (int j = 0; j < 4; j++) memcpy(o + 32 + 64 * j + 4 * i, row[k].qs + 4 * j, 4);
+            for (int j = 0; j < 8; j++) /* chunk j: columns 4j.. (j < 4), 16 + 4(j - 4).. */
+                for (int t = 0; t < 4; t++) {
+                    const int col = j < 4 ? 4 * j + t : 16 + 4 * (j - 4) + t;
+                    const int bit = 4 * i + t;
+                    o[288 + 8 * j + bit / 8] |= (uint8_t)(((qh >> col) & 1) << (bit % 8));
+                }
+        }
+    }
+}
+
 /* Output (row i of the group at grp, activation row ab): the reference, exactly the arithmetic
  * of the header comment; iq4_nl's weights are its levels + 128. */
-static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols, int iq4nl) {
+static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols, int kind) {
+    const int iq4nl = kind == 1, q5 = kind == 2;
     const int64_t nblk = cols / PL_QK;
     const int8_t *xq = (const int8_t *)ab;
     const float *dx = (const float *)(ab + cols);
     const int32_t *seed = (const int32_t *)(dx + nblk);
     float acc = 0.0f;
     for (int64_t k = 0; k < nblk; k++) {
-        const uint8_t *o = grp + (size_t)k * X16_BLOCK;
+        const uint8_t *o = grp + (size_t)k * (q5 ? X16_BLOCK5 : X16_BLOCK);
         const int8_t *x = xq + k * PL_QK;
         int32_t isum = seed[k];
         for (int j = 0; j < 4; j++)
@@ -72,6 +104,11 @@ static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols,
                 if (iq4nl) {
                     lo = pl_kvalues_iq4nl[lo] + 128;
                     hi = pl_kvalues_iq4nl[hi] + 128;
+                }
+                if (q5) {
+                    const int bit = 4 * i + t;
+                    lo |= ((o[288 + 8 * j + bit / 8] >> (bit % 8)) & 1) << 4;
+                    hi |= ((o[288 + 8 * (j + 4) + bit / 8] >> (bit % 8)) & 1) << 4;
                 }
                 isum += lo * x[4 * j + t] + hi * x[16 + 4 * j + t];
             }
@@ -83,11 +120,11 @@ static float dot_x16(const uint8_t *grp, int i, const uint8_t *ab, int64_t cols,
 }
 
 static void tile_scalar_any(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
-                            int nb, int64_t cols, float *y, int64_t ldy, int iq4nl) {
+                            int nb, int64_t cols, float *y, int64_t ldy, int kind) {
     for (int r = 0; r < nr; r++)
         for (int b = 0; b < nb; b++)
             y[(size_t)b * ldy + r] =
-                dot_x16(w + (size_t)(r / 16) * 16 * ws, r % 16, a + (size_t)b * as, cols, iq4nl);
+                dot_x16(w + (size_t)(r / 16) * 16 * ws, r % 16, a + (size_t)b * as, cols, kind);
 }
 
 static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
@@ -100,14 +137,23 @@ static void tile_scalar_iq4_nl(const uint8_t *w, size_t ws, int nr, const uint8_
     tile_scalar_any(w, ws, nr, a, as, nb, cols, y, ldy, 1);
 }
 
-/* AVX-512 kernels where the machine has them, else the scalar tile. */
-static void choose(pl_mm_kernel *k, int iq4nl) {
+static void tile_scalar_q5_0(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                             int nb, int64_t cols, float *y, int64_t ldy) {
+    tile_scalar_any(w, ws, nr, a, as, nb, cols, y, ldy, 2);
+}
+
+/* AVX-512 kernels where the machine has them, else the scalar tile (kind: 0 q4_0, 1 iq4_nl,
+ * 2 q5_0). */
+static void choose(pl_mm_kernel *k, int kind) {
+    static void (*const avx512[])(pl_mm_kernel *, int) = {
+        pl_mm_kernel_x16_q4_0_avx512, pl_mm_kernel_x16_iq4_nl_avx512, pl_mm_kernel_x16_q5_0_avx512};
+    static const pl_mm_tile_fn scalar[] = {tile_scalar, tile_scalar_iq4_nl, tile_scalar_q5_0};
     k->gemm = NULL;
     if (pl_cpu_isa() >= PL_ISA_AVX512) {
-        (iq4nl ? pl_mm_kernel_x16_iq4_nl_avx512 : pl_mm_kernel_x16_q4_0_avx512)(k, pl_cpu_amx());
+        avx512[kind](k, pl_cpu_amx());
         return;
     }
-    k->fn = iq4nl ? tile_scalar_iq4_nl : tile_scalar;
+    k->fn = scalar[kind];
     k->tr = 16;
     k->tb = 4;
 }
@@ -115,3 +161,5 @@ static void choose(pl_mm_kernel *k, int iq4nl) {
 void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k) { choose(k, 0); }
 
 void pl_mm_kernel_x16_iq4_nl(pl_mm_kernel *k) { choose(k, 1); }
+
+void pl_mm_kernel_x16_q5_0(pl_mm_kernel *k) { choose(k, 2); }
