@@ -109,6 +109,11 @@ void pl_mm_kernel_x16_iq4_nl(pl_mm_kernel *k);
 void pl_mm_kernel_x16_iq4_nl_avx512(pl_mm_kernel *k, int amx);
 void pl_mm_x16_tile_iq4_nl_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                   int nb, int64_t cols, float *y, int64_t ldy);
+/* iq4_xs (matmul_x16_iq4_xs.c: layout, repack, scalar tile; VNNI tiles in its _avx512.c) */
+size_t pl_mm_x16_iq4_xs_row_bytes(int64_t cols);
+void pl_mm_x16_repack_iq4_xs(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+void pl_mm_kernel_x16_iq4_xs(pl_mm_kernel *k);
+void pl_mm_kernel_x16_iq4_xs_avx512(pl_mm_kernel *k);
 /* q5_0: q4_0's nibbles plus a plane of fifth bits, one 64-bit mask per chunk */
 void pl_mm_x16_repack_q5_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 void pl_mm_kernel_x16_q5_0(pl_mm_kernel *k);

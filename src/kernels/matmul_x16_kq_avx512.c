@@ -16,28 +16,6 @@
 
 AI __m512i bcast32(const void *p) { return _mm512_set1_epi32(*(const int32_t *)p); }
 
-/* acc + vpdpbusd(q, the 4 bytes at p broadcast) with the broadcast folded into the instruction
- * ({1to16}): GCC emits a separate vpbroadcastd per call otherwise. */
-AI __m512i dpbusd_bc(__m512i acc, __m512i q, const void *p) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(q), "m"(*(const int32_t *)p));
-    return acc;
-}
-
-/* Part p (of 4) of the super-block two ahead of o (group bytes gsz) into L2, and of the bytes
- * PF_FAR ahead into L3. The hardware prefetchers alone leave these kernels at ~70 % of the read
- * bandwidth when the weights stream from DRAM (their vector work per byte, ~3x q8_0's, keeps
- * fewer loads in flight); the near prefetch gives ~87 %, both ~95 % (docs/BENCHMARKS.md, issue
- * 22). Past the thread's last super-block they read what the other thread will (or nothing: a
- * prefetch does not fault). */
-enum { PF_FAR = 36 * 1024 };
-AI void prefetch_part(const uint8_t *o, size_t gsz, int p) {
-    const int lines = (int)((gsz + 63) / 64);
-    for (int l = p; l < lines; l += 4) {
-        _mm_prefetch((const char *)o + 2 * gsz + 64 * l, _MM_HINT_T1);
-        _mm_prefetch((const char *)o + PF_FAR + 64 * l, _MM_HINT_T2);
-    }
-}
-
 AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y,
                   int64_t ldy, const int NB) {
     const int64_t nsb = cols / PL_QK_K;
@@ -55,7 +33,7 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
         __m512i S[4], M[4];
         UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
-            prefetch_part(o, 16 * 148, p);
+            pl_x16_prefetch_part(o, 16 * 148, p);
             __m512i A[4], Bv[4];
             UNROLL for (int b = 0; b < NB; b++) A[b] = Bv[b] = _mm512_setzero_si512();
             UNROLL for (int c = 0; c < 8; c++) {
@@ -64,8 +42,8 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
                 const __m512i hi16 = _mm512_and_si512(v, high4); /* 16 x the high nibbles */
                 UNROLL for (int b = 0; b < NB; b++) {
                     const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
-                    A[b] = dpbusd_bc(A[b], lo, q);
-                    Bv[b] = dpbusd_bc(Bv[b], hi16, q + 32);
+                    A[b] = pl_x16_dpbusd_bc(A[b], lo, q);
+                    Bv[b] = pl_x16_dpbusd_bc(Bv[b], hi16, q + 32);
                 }
             }
             /* |16 x sum| < 2^24: exact, and a multiple of 16, so the shift divides exactly */
@@ -108,7 +86,7 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
         __m512i S[4], O[4];
         UNROLL for (int b = 0; b < NB; b++) S[b] = O[b] = _mm512_setzero_si512();
         UNROLL for (int p = 0; p < 4; p++) { /* groups 4p .. 4p + 3 (64 columns) */
-            prefetch_part(o, 16 * 210, p);
+            pl_x16_prefetch_part(o, 16 * 210, p);
             const __m512i pa = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * p)));
             const __m512i pb = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 64 + 64 * p)));
             const __m512i sc[4] = {even16(pa), odd16(pa), even16(pb), odd16(pb)};
@@ -117,10 +95,10 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
                 pl_x16_q6_quad(o + 288 + 192 * (4 * p + g), q);
                 UNROLL for (int b = 0; b < NB; b++) {
                     const int8_t *xq = x[b][s].qs + 16 * (4 * p + g);
-                    __m512i G = dpbusd_bc(_mm512_setzero_si512(), q[0], xq);
-                    G = dpbusd_bc(G, q[1], xq + 4);
-                    G = dpbusd_bc(G, q[2], xq + 8);
-                    G = dpbusd_bc(G, q[3], xq + 12);
+                    __m512i G = pl_x16_dpbusd_bc(_mm512_setzero_si512(), q[0], xq);
+                    G = pl_x16_dpbusd_bc(G, q[1], xq + 4);
+                    G = pl_x16_dpbusd_bc(G, q[2], xq + 8);
+                    G = pl_x16_dpbusd_bc(G, q[3], xq + 12);
                     S[b] = _mm512_add_epi32(S[b], _mm512_mullo_epi32(G, sc[g]));
                 }
             }

@@ -1,5 +1,6 @@
-/* kernels/x16_avx512 — AVX-512 helpers shared by the x16 kernels of the K-quants (included only
- * by files compiled for AVX-512: matmul_x16_kq_avx512.c, matmul_x16_kq_amx.c). */
+/* kernels/x16_avx512 — AVX-512 helpers shared by the x16 kernels of the K-quants and iq4_xs
+ * (included only by files compiled for AVX-512: matmul_x16_kq_avx512.c, matmul_x16_kq_amx.c,
+ * matmul_x16_iq4_xs_avx512.c). */
 #ifndef PL_KERNELS_X16_AVX512_H
 #define PL_KERNELS_X16_AVX512_H
 
@@ -24,6 +25,28 @@ AI void pl_x16_q6_quad(const uint8_t *p, __m512i q[4]) {
                                                 _mm512_srli_epi16(Y, 4), 0xCA);
     q[3] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), r,
                                                       _mm512_srli_epi16(Z, 2), 0xCA), m3f);
+}
+
+/* acc + vpdpbusd(q, the 4 bytes at p broadcast) with the broadcast folded into the instruction
+ * ({1to16}): GCC emits a separate vpbroadcastd per call otherwise. */
+AI __m512i pl_x16_dpbusd_bc(__m512i acc, __m512i q, const void *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(q), "m"(*(const int32_t *)p));
+    return acc;
+}
+
+/* Part p (of 4) of the super-block two ahead of o (group bytes gsz) into L2, and of the bytes
+ * PL_X16_PF_FAR ahead into L3. The hardware prefetchers alone leave these kernels at ~70 % of the
+ * read bandwidth when the weights stream from DRAM (their vector work per byte, ~3x q8_0's, keeps
+ * fewer loads in flight); the near prefetch gives ~87 %, both ~95 % (docs/BENCHMARKS.md, issue
+ * 22). Past the thread's last super-block they read what the other thread will (or nothing: a
+ * prefetch does not fault). */
+enum { PL_X16_PF_FAR = 36 * 1024 };
+AI void pl_x16_prefetch_part(const uint8_t *o, size_t gsz, int p) {
+    const int lines = (int)((gsz + 63) / 64);
+    for (int l = p; l < lines; l += 4) {
+        _mm_prefetch((const char *)o + 2 * gsz + 64 * l, _MM_HINT_T1);
+        _mm_prefetch((const char *)o + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);
+    }
 }
 
 #endif

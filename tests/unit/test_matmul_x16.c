@@ -180,6 +180,7 @@ static void test_kquants_agree_bitwise(void **state) {
     static const int64_t shapes[][2] = {{16, 256}, {48, 512}, {32, 768}, {64, 2048}, {16, 8192}};
     agree_bitwise(PL_DT_Q4_K, shapes, sizeof shapes / sizeof shapes[0], 11);
     agree_bitwise(PL_DT_Q6_K, shapes, sizeof shapes / sizeof shapes[0], 13);
+    agree_bitwise(PL_DT_IQ4_XS, shapes, sizeof shapes / sizeof shapes[0], 29);
 }
 
 /* The values are the product of the quantized operands: against pl_matmul_ref (doubles) on the
@@ -221,6 +222,7 @@ static void test_values_match_reference(void **state) {
     values_match_reference(PL_DT_Q5_0);
     values_match_reference(PL_DT_Q4_K);
     values_match_reference(PL_DT_Q6_K);
+    values_match_reference(PL_DT_IQ4_XS);
     values_match_reference(PL_DT_F16);
 }
 
@@ -284,6 +286,8 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 148);
     w.type = PL_DT_Q6_K; /* as GGUF */
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 210);
+    w.type = PL_DT_IQ4_XS; /* 138 bytes per row and super-block (GGUF: 136) */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 138);
     w.type = PL_DT_Q5_K;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.type = PL_DT_Q4_K;
