@@ -114,6 +114,10 @@ size_t pl_mm_x16_iq4_xs_row_bytes(int64_t cols);
 void pl_mm_x16_repack_iq4_xs(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 void pl_mm_kernel_x16_iq4_xs(pl_mm_kernel *k);
 void pl_mm_kernel_x16_iq4_xs_avx512(pl_mm_kernel *k);
+/* q2_K (matmul_x16_q2_K.c: layout, repack, scalar tile; VNNI tiles in its _avx512.c) */
+void pl_mm_x16_repack_q2_K(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+void pl_mm_kernel_x16_q2_K(pl_mm_kernel *k);
+void pl_mm_kernel_x16_q2_K_avx512(pl_mm_kernel *k);
 /* q5_0: q4_0's nibbles plus a plane of fifth bits, one 64-bit mask per chunk */
 void pl_mm_x16_repack_q5_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 void pl_mm_kernel_x16_q5_0(pl_mm_kernel *k);

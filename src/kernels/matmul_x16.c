@@ -46,7 +46,8 @@ int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     case PL_DT_Q5_0:
     case PL_DT_Q4_K:
     case PL_DT_Q6_K:
-    case PL_DT_IQ4_XS: return 1; /* matmul_x16_iq4_xs.c */
+    case PL_DT_IQ4_XS: /* matmul_x16_iq4_xs.c */
+    case PL_DT_Q2_K: return 1; /* matmul_x16_q2_K.c */
     default: return 0;
     }
 }
@@ -122,6 +123,7 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_x16_kq_repack(t, src, dst, rows, cols); break;
     case PL_DT_IQ4_XS: pl_mm_x16_repack_iq4_xs(src, dst, rows, cols); break;
+    case PL_DT_Q2_K: pl_mm_x16_repack_q2_K(src, dst, rows, cols); break;
     default: break;
     }
 }
@@ -131,7 +133,8 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     switch (t) {
     case PL_DT_Q4_K:
     case PL_DT_Q6_K:
-    case PL_DT_IQ4_XS: return pl_mm_x16_kq_act_bytes(cols);
+    case PL_DT_IQ4_XS:
+    case PL_DT_Q2_K: return pl_mm_x16_kq_act_bytes(cols);
     case PL_DT_F16: return pl_act_row_bytes(t, cols); /* as the rows layout: f16-rounded f32 */
     default: /* q8_0: qs, d, seed */
         n = (size_t)cols + (size_t)(cols / PL_QK) * (sizeof(float) + sizeof(int32_t));
@@ -187,7 +190,8 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     switch (t) {
     case PL_DT_Q4_K:
     case PL_DT_Q6_K:
-    case PL_DT_IQ4_XS: pl_mm_x16_kq_act_row(x, dst, cols); break;
+    case PL_DT_IQ4_XS:
+    case PL_DT_Q2_K: pl_mm_x16_kq_act_row(x, dst, cols); break;
     case PL_DT_F16: pl_act_convert_row(t, x, dst, cols); break;
     case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break; /* q8_0's row, -8 * block sums */
     case PL_DT_Q5_0: act_q8_0(x, dst, cols, 16); break;
@@ -210,6 +214,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_kernel_x16_kq(t, k); return;
     case PL_DT_IQ4_XS: pl_mm_kernel_x16_iq4_xs(k); return;
+    case PL_DT_Q2_K: pl_mm_kernel_x16_q2_K(k); return;
     case PL_DT_F16:
         if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_f16_avx512(k)) return;
         k->fn = tile_f16_scalar;

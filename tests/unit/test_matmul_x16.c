@@ -181,6 +181,7 @@ static void test_kquants_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_Q4_K, shapes, sizeof shapes / sizeof shapes[0], 11);
     agree_bitwise(PL_DT_Q6_K, shapes, sizeof shapes / sizeof shapes[0], 13);
     agree_bitwise(PL_DT_IQ4_XS, shapes, sizeof shapes / sizeof shapes[0], 29);
+    agree_bitwise(PL_DT_Q2_K, shapes, sizeof shapes / sizeof shapes[0], 31);
 }
 
 /* The values are the product of the quantized operands: against pl_matmul_ref (doubles) on the
@@ -223,6 +224,7 @@ static void test_values_match_reference(void **state) {
     values_match_reference(PL_DT_Q4_K);
     values_match_reference(PL_DT_Q6_K);
     values_match_reference(PL_DT_IQ4_XS);
+    values_match_reference(PL_DT_Q2_K);
     values_match_reference(PL_DT_F16);
 }
 
@@ -288,6 +290,8 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 210);
     w.type = PL_DT_IQ4_XS; /* 138 bytes per row and super-block (GGUF: 136) */
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 138);
+    w.type = PL_DT_Q2_K; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 84);
     w.type = PL_DT_Q5_K;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.type = PL_DT_Q4_K;
