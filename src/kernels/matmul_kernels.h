@@ -109,6 +109,9 @@ void pl_mm_kernel_x16_iq4_nl(pl_mm_kernel *k);
 void pl_mm_kernel_x16_iq4_nl_avx512(pl_mm_kernel *k, int amx);
 void pl_mm_x16_tile_iq4_nl_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                   int nb, int64_t cols, float *y, int64_t ldy);
+/* Kernel choice of the x16 types without AMX: avx512 on AVX-512 machines (it sets fn, tr, tb),
+ * else the scalar tile with 16 x 4 tiles; no gemm. */
+void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar);
 /* iq4_xs (matmul_x16_iq4_xs.c: layout, repack, scalar tile; VNNI tiles in its _avx512.c) */
 size_t pl_mm_x16_iq4_xs_row_bytes(int64_t cols);
 void pl_mm_x16_repack_iq4_xs(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);

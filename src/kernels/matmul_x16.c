@@ -199,6 +199,14 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     }
 }
 
+void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar) {
+    k->gemm = NULL;
+    k->tr = 16;
+    k->tb = 4;
+    if (pl_cpu_isa() >= PL_ISA_AVX512) avx512(k);
+    else k->fn = scalar;
+}
+
 void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
     k->gemm = NULL;
     k->tr = 16;

@@ -81,12 +81,5 @@ static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, s
 }
 
 void pl_mm_kernel_x16_iq4_xs(pl_mm_kernel *k) {
-    k->gemm = NULL;
-    k->tr = 16;
-    k->tb = 4;
-    if (pl_cpu_isa() >= PL_ISA_AVX512) {
-        pl_mm_kernel_x16_iq4_xs_avx512(k);
-        return;
-    }
-    k->fn = tile_scalar;
+    pl_mm_x16_choose(k, pl_mm_kernel_x16_iq4_xs_avx512, tile_scalar);
 }

@@ -117,22 +117,8 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
     UNROLL for (int b = 0; b < NB; b++) _mm512_storeu_ps(y + (size_t)b * ldy, acc[b]);
 }
 
-#define KQ_TILE(name, body)                                                                        \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,     \
-                     int64_t cols, float *y, int64_t ldy) {                                        \
-        (void)ws;                                                                                  \
-        (void)nr;                                                                                  \
-        switch (nb) {                                                                              \
-        case 1: body(w, a, as, cols, y, ldy, 1); break;                                            \
-        case 2: body(w, a, as, cols, y, ldy, 2); break;                                            \
-        case 3: body(w, a, as, cols, y, ldy, 3); break;                                            \
-        case 4: body(w, a, as, cols, y, ldy, 4); break;                                            \
-        default: break;                                                                            \
-        }                                                                                          \
-    }
-
-KQ_TILE(tile_q4_K_x16, q4_K_body)
-KQ_TILE(tile_q6_K_x16, q6_K_body)
+PL_X16_TILE_NB(tile_q4_K_x16, q4_K_body)
+PL_X16_TILE_NB(tile_q6_K_x16, q6_K_body)
 
 void pl_mm_x16_q6_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy) {

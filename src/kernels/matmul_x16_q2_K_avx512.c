@@ -63,18 +63,7 @@ AI void q2_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
     UNROLL for (int b = 0; b < NB; b++) _mm512_storeu_ps(y + (size_t)b * ldy, acc[b]);
 }
 
-static void tile(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
-                 int64_t cols, float *y, int64_t ldy) {
-    (void)ws;
-    (void)nr;
-    switch (nb) {
-    case 1: q2_K_body(w, a, as, cols, y, ldy, 1); break;
-    case 2: q2_K_body(w, a, as, cols, y, ldy, 2); break;
-    case 3: q2_K_body(w, a, as, cols, y, ldy, 3); break;
-    case 4: q2_K_body(w, a, as, cols, y, ldy, 4); break;
-    default: break;
-    }
-}
+PL_X16_TILE_NB(tile, q2_K_body)
 
 void pl_mm_kernel_x16_q2_K_avx512(pl_mm_kernel *k) {
     k->fn = tile;

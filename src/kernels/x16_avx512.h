@@ -49,4 +49,20 @@ AI void pl_x16_prefetch_part(const uint8_t *o, size_t gsz, int p) {
     }
 }
 
+/* A tile of one 16-row group by nb (1-4) activation rows: body(w, a, as, cols, y, ldy, NB) with
+ * NB a constant. */
+#define PL_X16_TILE_NB(name, body)                                                                        \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,     \
+                     int64_t cols, float *y, int64_t ldy) {                                        \
+        (void)ws;                                                                                  \
+        (void)nr;                                                                                  \
+        switch (nb) {                                                                              \
+        case 1: body(w, a, as, cols, y, ldy, 1); break;                                            \
+        case 2: body(w, a, as, cols, y, ldy, 2); break;                                            \
+        case 3: body(w, a, as, cols, y, ldy, 3); break;                                            \
+        case 4: body(w, a, as, cols, y, ldy, 4); break;                                            \
+        default: break;                                                                            \
+        }                                                                                          \
+    }
+
 #endif
