@@ -16,6 +16,7 @@
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
 
+#include "kernels/q3_K_simd.h"
 #include "kernels/simd.h"
 
 #include <immintrin.h>
@@ -112,7 +113,7 @@ AI void k23_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
             const uint8_t *p = w + r * ws + i * bsz;
             if (Q3) {
                 const pl_block_q3_K *blk = (const pl_block_q3_K *)p;
-                pl_q3_K_scales(blk->scales, sc[r]);
+                _mm_storeu_si128((__m128i *)sc[r], pl_q3_K_scales_v(blk->scales));
                 sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc[r]));
             } else {
                 const pl_block_q2_K *blk = (const pl_block_q2_K *)p;

@@ -17,6 +17,7 @@
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
 
+#include "kernels/q3_K_simd.h"
 #include "kernels/simd.h"
 
 #include <immintrin.h>
@@ -153,22 +154,6 @@ AI void b32_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
 static const int16_t sb_idx[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
 
-/* pl_q3_K_scales in vector registers: the 16 scales of a q3_K block, 32 subtracted, as bytes.
- * Scale j's low 4 bits are nibble j / 8 of byte j % 8, its high 2 bits bits 2 (j / 4)..+1 of
- * byte 8 + j % 4: every dword of the broadcast high bytes is shifted by its own amount. (A
- * decode step called the scalar version for every block of every row: ~64 scalar operations
- * against these 9.) Reads the 12 bytes only. */
-AI __m128i q3_K_scales(const uint8_t s[12]) {
-    const __m128i lo8 = _mm_loadl_epi64((const __m128i *)s);
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(lo8, m4), _mm_and_si128(_mm_srli_epi16(lo8, 4), m4));
-    int32_t h32;
-    memcpy(&h32, s + 8, sizeof h32);
-    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(h32), _mm_setr_epi32(0, 2, 4, 6)),
-                                     _mm_set1_epi8(3));
-    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
-}
-
 /* q2_K (Q3 = 0) and q3_K (Q3 = 1). */
 AI void k23_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
                  int64_t ldy, const int NR, const int NB, const int Q3) {
@@ -185,7 +170,7 @@ AI void k23_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
         UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *p = w + r * ws + i * bsz;
             if (Q3) {
-                corr16[r] = _mm256_cvtepi8_epi16(q3_K_scales(((const pl_block_q3_K *)p)->scales));
+                corr16[r] = _mm256_cvtepi8_epi16(pl_q3_K_scales_v(((const pl_block_q3_K *)p)->scales));
                 sc16[r] = _mm512_castsi256_si512(corr16[r]);
             } else {
                 __m128i raw = _mm_loadu_si128((const __m128i *)((const pl_block_q2_K *)p)->scales);
