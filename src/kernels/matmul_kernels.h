@@ -14,6 +14,7 @@
 #define PL_KERNELS_MATMUL_KERNELS_H
 
 #include "kernels/dtype.h"
+#include "kernels/quant.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -109,6 +110,12 @@ void pl_mm_kernel_x16_iq4_nl(pl_mm_kernel *k);
 void pl_mm_kernel_x16_iq4_nl_avx512(pl_mm_kernel *k, int amx);
 void pl_mm_x16_tile_iq4_nl_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                   int nb, int64_t cols, float *y, int64_t ldy);
+/* The scalar references of the super-block x16 layouts (q4_K, q6_K, q2_K, iq4_xs): output by
+ * output, acc = sb(group's super-block s, lane i, activation block s, acc) for s in order from
+ * +0.0f; gsz = bytes of a group's super-block. */
+typedef float (*pl_mm_x16_sb_fn)(const uint8_t *o, int i, const pl_block_q8_K *x, float acc);
+void pl_mm_x16_sb_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
+                         int64_t cols, float *y, int64_t ldy, size_t gsz, pl_mm_x16_sb_fn sb);
 /* Kernel choice of the x16 types without AMX: avx512 on AVX-512 machines (it sets fn, tr, tb),
  * else the scalar tile with 16 x 4 tiles; no gemm. */
 void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar);

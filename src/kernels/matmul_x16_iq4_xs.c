@@ -48,36 +48,27 @@ void pl_mm_x16_repack_iq4_xs(const uint8_t *src, uint8_t *dst, int64_t rows, int
         }
 }
 
-/* The reference: one output at a time, exactly the arithmetic of the header comment. */
+/* The reference, one super-block of one output: exactly the arithmetic of the header comment. */
+static float sb_ref(const uint8_t *o, int i, const pl_block_q8_K *x, float acc) {
+    int32_t S = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t A = -128 * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+        for (int c = 0; c < 4; c++)
+            for (int t = 0; t < 4; t++) {
+                const uint8_t v = o[160 + 256 * j + 64 * c + 4 * i + t];
+                A += (pl_kvalues_iq4nl[v & 15] + 128) * x->qs[32 * j + 4 * c + t] +
+                     (pl_kvalues_iq4nl[v >> 4] + 128) * x->qs[32 * j + 16 + 4 * c + t];
+            }
+        S += (int32_t)(int8_t)o[32 + 16 * j + i] * A;
+    }
+    pl_f16 d;
+    memcpy(&d, o + 2 * i, sizeof d);
+    return fmaf((float)S, pl_f16_to_f32(d) * x->d, acc);
+}
+
 static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
                         int64_t cols, float *y, int64_t ldy) {
-    const int64_t nsb = cols / PL_QK_K;
-    for (int r = 0; r < nr; r++) {
-        const uint8_t *grp = w + (size_t)(r / 16) * 16 * ws;
-        const int i = r % 16;
-        for (int b = 0; b < nb; b++) {
-            const pl_block_q8_K *x = (const pl_block_q8_K *)(a + (size_t)b * as);
-            float acc = 0.0f;
-            for (int64_t s = 0; s < nsb; s++) {
-                const uint8_t *o = grp + (size_t)s * GROUP;
-                int32_t S = 0;
-                for (int j = 0; j < 8; j++) {
-                    int32_t A = -128 * (x[s].bsums[2 * j] + x[s].bsums[2 * j + 1]);
-                    for (int c = 0; c < 4; c++)
-                        for (int t = 0; t < 4; t++) {
-                            const uint8_t v = o[160 + 256 * j + 64 * c + 4 * i + t];
-                            A += (pl_kvalues_iq4nl[v & 15] + 128) * x[s].qs[32 * j + 4 * c + t] +
-                                 (pl_kvalues_iq4nl[v >> 4] + 128) * x[s].qs[32 * j + 16 + 4 * c + t];
-                        }
-                    S += (int32_t)(int8_t)o[32 + 16 * j + i] * A;
-                }
-                pl_f16 d;
-                memcpy(&d, o + 2 * i, sizeof d);
-                acc = fmaf((float)S, pl_f16_to_f32(d) * x[s].d, acc);
-            }
-            y[(size_t)b * ldy + r] = acc;
-        }
-    }
+    pl_mm_x16_sb_scalar(w, ws, nr, a, as, nb, cols, y, ldy, GROUP, sb_ref);
 }
 
 void pl_mm_kernel_x16_iq4_xs(pl_mm_kernel *k) {

@@ -137,59 +137,56 @@ static float f16_at(const uint8_t *p) {
     return pl_f16_to_f32(h);
 }
 
-/* The reference: one output at a time, exactly the arithmetic of the header comment. */
-static void tile_kq_scalar(pl_dtype t, const uint8_t *w, size_t ws, int nr, const uint8_t *a,
-                           size_t as, int nb, int64_t cols, float *y, int64_t ldy) {
+void pl_mm_x16_sb_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
+                         int64_t cols, float *y, int64_t ldy, size_t gsz, pl_mm_x16_sb_fn sb) {
     const int64_t nsb = cols / PL_QK_K;
-    const size_t gsz = t == PL_DT_Q4_K ? Q4K_GROUP : Q6K_GROUP;
     for (int r = 0; r < nr; r++) {
         const uint8_t *grp = w + (size_t)(r / 16) * 16 * ws;
-        const int i = r % 16;
         for (int b = 0; b < nb; b++) {
             const pl_block_q8_K *x = (const pl_block_q8_K *)(a + (size_t)b * as);
             float acc = 0.0f;
-            for (int64_t s = 0; s < nsb; s++) {
-                const uint8_t *o = grp + (size_t)s * gsz;
-                const float dx = x[s].d;
-                if (t == PL_DT_Q4_K) {
-                    int32_t S = 0, M = 0;
-                    for (int j = 0; j < 8; j++) {
-                        int32_t isum = 0, xsum = 0;
-                        for (int e = 32 * j; e < 32 * j + 32; e++) {
-                            isum += q_at(t, o, i, e) * x[s].qs[e];
-                            xsum += x[s].qs[e];
-                        }
-                        S += (int32_t)o[64 + 16 * j + i] * isum;
-                        M += (int32_t)o[192 + 32 * (j / 2) + 2 * i + j % 2] * xsum;
-                    }
-                    const float dd = f16_at(o + 2 * i) * dx, dm = f16_at(o + 32 + 2 * i) * dx;
-                    acc = fmaf((float)S, dd, acc);
-                    acc = fmaf((float)-M, dm, acc);
-                } else {
-                    int32_t S = 0, O = 0;
-                    for (int g = 0; g < 16; g++) {
-                        int32_t isum = 0;
-                        for (int e = 16 * g; e < 16 * g + 16; e++) isum += q_at(t, o, i, e) * x[s].qs[e];
-                        const int32_t sc = (int8_t)o[32 + 32 * (g / 2) + 2 * i + g % 2];
-                        S += sc * isum;
-                        O += sc * x[s].bsums[g];
-                    }
-                    acc = fmaf((float)(S - 32 * O), f16_at(o + 2 * i) * dx, acc);
-                }
-            }
+            for (int64_t s = 0; s < nsb; s++) acc = sb(grp + (size_t)s * gsz, r % 16, x + s, acc);
             y[(size_t)b * ldy + r] = acc;
         }
     }
 }
 
+/* The references, one super-block of one output: exactly the arithmetic of the header comment. */
+static float sb_q4_K(const uint8_t *o, int i, const pl_block_q8_K *x, float acc) {
+    int32_t S = 0, M = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t isum = 0, xsum = 0;
+        for (int e = 32 * j; e < 32 * j + 32; e++) {
+            isum += q_at(PL_DT_Q4_K, o, i, e) * x->qs[e];
+            xsum += x->qs[e];
+        }
+        S += (int32_t)o[64 + 16 * j + i] * isum;
+        M += (int32_t)o[192 + 32 * (j / 2) + 2 * i + j % 2] * xsum;
+    }
+    acc = fmaf((float)S, f16_at(o + 2 * i) * x->d, acc);
+    return fmaf((float)-M, f16_at(o + 32 + 2 * i) * x->d, acc);
+}
+
+static float sb_q6_K(const uint8_t *o, int i, const pl_block_q8_K *x, float acc) {
+    int32_t S = 0, O = 0;
+    for (int g = 0; g < 16; g++) {
+        int32_t isum = 0;
+        for (int e = 16 * g; e < 16 * g + 16; e++) isum += q_at(PL_DT_Q6_K, o, i, e) * x->qs[e];
+        const int32_t sc = (int8_t)o[32 + 32 * (g / 2) + 2 * i + g % 2];
+        S += sc * isum;
+        O += sc * x->bsums[g];
+    }
+    return fmaf((float)(S - 32 * O), f16_at(o + 2 * i) * x->d, acc);
+}
+
 static void tile_q4_K_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                              int nb, int64_t cols, float *y, int64_t ldy) {
-    tile_kq_scalar(PL_DT_Q4_K, w, ws, nr, a, as, nb, cols, y, ldy);
+    pl_mm_x16_sb_scalar(w, ws, nr, a, as, nb, cols, y, ldy, Q4K_GROUP, sb_q4_K);
 }
 
 static void tile_q6_K_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                              int nb, int64_t cols, float *y, int64_t ldy) {
-    tile_kq_scalar(PL_DT_Q6_K, w, ws, nr, a, as, nb, cols, y, ldy);
+    pl_mm_x16_sb_scalar(w, ws, nr, a, as, nb, cols, y, ldy, Q6K_GROUP, sb_q6_K);
 }
 
 void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k) {

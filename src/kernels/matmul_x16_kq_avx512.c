@@ -57,14 +57,7 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
                 M[b] = _mm512_dpwssd_epi32(M[b], mv, _mm512_set1_epi32(xs[b][4 * s + p]));
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32)));
-        UNROLL for (int b = 0; b < NB; b++) {
-            const __m512 dx = _mm512_set1_ps(x[b][s].d);
-            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[b]), _mm512_mul_ps(d, dx), acc[b]);
-            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), M[b])),
-                                     _mm512_mul_ps(dmin, dx), acc[b]);
-        }
+        UNROLL for (int b = 0; b < NB; b++) acc[b] = pl_x16_sb_fma2(acc[b], S[b], M[b], o, x[b][s].d);
     }
     UNROLL for (int b = 0; b < NB; b++) _mm512_storeu_ps(y + (size_t)b * ldy, acc[b]);
 }

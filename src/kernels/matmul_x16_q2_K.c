@@ -53,36 +53,27 @@ static float f16_at(const uint8_t *p) {
     return pl_f16_to_f32(h);
 }
 
-/* The reference: one output at a time, exactly the arithmetic of the header comment. */
+/* The reference, one super-block of one output: exactly the arithmetic of the header comment. */
+static float sb_ref(const uint8_t *o, int i, const pl_block_q8_K *x, float acc) {
+    int32_t S = 0, M = 0;
+    for (int k = 0; k < 16; k++) {
+        const uint8_t scm = o[64 + 32 * (k / 2) + 2 * i + k % 2];
+        const int n = k / 8, j = (k % 8) / 2, half = k % 2;
+        int32_t isum = 0;
+        for (int c = 4 * half; c < 4 * half + 4; c++)
+            for (int t = 0; t < 4; t++)
+                isum += ((o[320 + 64 * (8 * n + c) + 4 * i + t] >> (2 * j)) & 3) *
+                        x->qs[128 * n + 32 * j + 4 * c + t];
+        S += (scm & 0xF) * isum;
+        M += (scm >> 4) * x->bsums[k];
+    }
+    acc = fmaf((float)S, f16_at(o + 2 * i) * x->d, acc);
+    return fmaf((float)-M, f16_at(o + 32 + 2 * i) * x->d, acc);
+}
+
 static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
                         int64_t cols, float *y, int64_t ldy) {
-    const int64_t nsb = cols / PL_QK_K;
-    for (int r = 0; r < nr; r++) {
-        const uint8_t *grp = w + (size_t)(r / 16) * 16 * ws;
-        const int i = r % 16;
-        for (int b = 0; b < nb; b++) {
-            const pl_block_q8_K *x = (const pl_block_q8_K *)(a + (size_t)b * as);
-            float acc = 0.0f;
-            for (int64_t s = 0; s < nsb; s++) {
-                const uint8_t *o = grp + (size_t)s * GROUP;
-                int32_t S = 0, M = 0;
-                for (int k = 0; k < 16; k++) {
-                    const uint8_t scm = o[64 + 32 * (k / 2) + 2 * i + k % 2];
-                    const int n = k / 8, j = (k % 8) / 2, half = k % 2;
-                    int32_t isum = 0;
-                    for (int c = 4 * half; c < 4 * half + 4; c++)
-                        for (int t = 0; t < 4; t++)
-                            isum += ((o[320 + 64 * (8 * n + c) + 4 * i + t] >> (2 * j)) & 3) *
-                                    x[s].qs[128 * n + 32 * j + 4 * c + t];
-                    S += (scm & 0xF) * isum;
-                    M += (scm >> 4) * x[s].bsums[k];
-                }
-                acc = fmaf((float)S, f16_at(o + 2 * i) * x[s].d, acc);
-                acc = fmaf((float)-M, f16_at(o + 32 + 2 * i) * x[s].d, acc);
-            }
-            y[(size_t)b * ldy + r] = acc;
-        }
-    }
+    pl_mm_x16_sb_scalar(w, ws, nr, a, as, nb, cols, y, ldy, GROUP, sb_ref);
 }
 
 void pl_mm_kernel_x16_q2_K(pl_mm_kernel *k) {

@@ -49,6 +49,17 @@ AI void pl_x16_prefetch_part(const uint8_t *o, size_t gsz, int p) {
     }
 }
 
+/* The float step of a super-block with a scale and a min (q4_K, q2_K): acc + S * (d * dx), then
+ * + (-M) * (dmin * dx), d and dmin the 16 rows' f16 at o and o + 32. */
+AI __m512 pl_x16_sb_fma2(__m512 acc, __m512i S, __m512i M, const uint8_t *o, float dx) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32)));
+    const __m512 vx = _mm512_set1_ps(dx);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d, vx), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), M)),
+                           _mm512_mul_ps(dmin, vx), acc);
+}
+
 /* A tile of one 16-row group by nb (1-4) activation rows: body(w, a, as, cols, y, ldy, NB) with
  * NB a constant. */
 #define PL_X16_TILE_NB(name, body)                                                                        \
