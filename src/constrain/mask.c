@@ -200,8 +200,15 @@ static pl_status build(pl_cons_registry *r) {
     free(buf);
     r->built = 1;
     return PL_OK;
-oom:
+oom: /* leave the registry unbuilt and empty: the next mask request builds it again from scratch */
     free(buf);
+    PL_FREE_ALL(r->nodes, r->tok_next, r->piece_off, r->pieces, r->is_eog);
+    r->nodes = NULL;
+    r->tok_next = r->piece_off = NULL;
+    r->pieces = NULL;
+    r->is_eog = NULL;
+    r->n_nodes = r->cap_nodes = 0;
+    r->max_len = 0;
     return pl_fail(PL_ERR_NOMEM, "structured output: out of memory building the token trie");
 }
 
