@@ -257,6 +257,54 @@ void pl_threadpool_run_n(pl_threadpool *tp, int n, pl_job_fn fn, void *ctx) {
     wait_done(tp, n);
 }
 
+void pl_steal_init(pl_steal_slot *s, int nth, int64_t n) {
+    PL_ASSERT(nth >= 1 && nth <= PL_STEAL_MAX && n >= 0 && n < ((int64_t)1 << 31));
+    for (int i = 0; i < nth; i++) {
+        int64_t b, e;
+        pl_split_range(n, i, nth, 1, &b, &e);
+        atomic_init(&s[i].range, (uint64_t)b << 32 | (uint64_t)e);
+    }
+}
+
+int pl_steal_next(pl_steal_slot *s, int ith, int nth, int64_t *begin, int64_t *end) {
+    for (;;) {
+        /* the front of our own share: an eighth of what is left (at least one unit), so the
+         * claims are few while the last ones are small enough to leave little to wait for */
+        uint64_t v = atomic_load_explicit(&s[ith].range, memory_order_relaxed);
+        while ((uint32_t)(v >> 32) < (uint32_t)v) {
+            uint32_t f = (uint32_t)(v >> 32), e = (uint32_t)v, k = (e - f) / 8 ? (e - f) / 8 : 1;
+            if (atomic_compare_exchange_weak_explicit(&s[ith].range, &v,
+                                                      (uint64_t)(f + k) << 32 | e,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                *begin = f;
+                *end = f + k;
+                return 1;
+            }
+        }
+        /* ours is done: the back half of the fullest other share becomes ours */
+        int victim = -1;
+        uint32_t most = 0;
+        for (int i = 0; i < nth; i++) {
+            uint64_t w = atomic_load_explicit(&s[i].range, memory_order_relaxed);
+            uint32_t left = (uint32_t)w - (uint32_t)(w >> 32);
+            if (i != ith && (uint32_t)(w >> 32) < (uint32_t)w && left > most) {
+                most = left;
+                victim = i;
+            }
+        }
+        if (victim < 0) return 0;
+        uint64_t w = atomic_load_explicit(&s[victim].range, memory_order_relaxed);
+        uint32_t f = (uint32_t)(w >> 32), e = (uint32_t)w;
+        if (f >= e) continue;
+        uint32_t mid = e - ((e - f + 1) / 2);
+        if (!atomic_compare_exchange_strong_explicit(&s[victim].range, &w, (uint64_t)f << 32 | mid,
+                                                     memory_order_relaxed, memory_order_relaxed))
+            continue;
+        /* only we change an empty share of ours, so a plain store cannot lose a claim */
+        atomic_store_explicit(&s[ith].range, (uint64_t)mid << 32 | e, memory_order_relaxed);
+    }
+}
+
 void pl_threadpool_run(pl_threadpool *tp, pl_job_fn fn, void *ctx) {
     pl_threadpool_run_n(tp, tp ? tp->n : 1, fn, ctx);
 }

@@ -45,6 +45,21 @@ static inline void pl_split_range(int64_t n, int ith, int nth, int64_t align, in
     *end = c1 * align < n ? c1 * align : n;
 }
 
+/* Work stealing over a range of units [0, n): each of nth threads owns a contiguous share (as
+ * pl_split_range gives it) and claims units from its front, a few at a time; a thread whose
+ * share is done takes the back half of what is left of the fullest other share, and so on until
+ * no share has units left. So parts whose threads run at unequal speed (another process, the
+ * memory system) still end together, while each thread reads mostly one sequential stream.
+ * Every unit is claimed exactly once. The slots are set before the job starts; nth <=
+ * PL_STEAL_MAX. Part ith calls pl_steal_next(s, ith, nth, ...) until it returns 0. */
+enum { PL_STEAL_MAX = 64 };
+typedef struct {
+    _Alignas(64) _Atomic(uint64_t) range; /* front << 32 | end, units; one cache line each */
+} pl_steal_slot;
+void pl_steal_init(pl_steal_slot *s, int nth, int64_t n);
+/* The next units [*begin, *end) for thread ith; 0 when none is left anywhere. */
+int pl_steal_next(pl_steal_slot *s, int ith, int nth, int64_t *begin, int64_t *end);
+
 int pl_num_online_cores(void);
 
 #endif

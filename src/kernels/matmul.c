@@ -26,9 +26,10 @@
 
 enum { ACT_BLOCK = 64 }; /* activation rows swept per weight tile before moving on */
 enum { SMALL_B = 3 };    /* up to this many activation rows, tiles are one weight row high */
+enum { STEAL_BYTES = 16384 }; /* weight bytes per unit of a decode step's work stealing */
 
 typedef struct {
-    const pl_weight *const *w; /* [n] weights, all of one type and cols */
+    const pl_weight *const *w; /* [n] weights of one activation format (act_kind) and cols */
     float *const *y;           /* [n] outputs, y[i] is [B][ldy[i]] */
     const int64_t *ldy;        /* [n] output strides (>= w[i]->rows) */
     int n;
@@ -36,7 +37,10 @@ typedef struct {
     int64_t B;
     const uint8_t *act;  /* converted activations (or x for f32 weights) */
     size_t act_stride;   /* bytes between activation rows */
-    pl_mm_kernel k;
+    pl_mm_kernel k[PL_MATMUL_MAX_MULTI]; /* weight i's kernels */
+    pl_steal_slot *steal; /* decode: rows claimed in units (plan_steal), else NULL */
+    int64_t unit_rows[PL_MATMUL_MAX_MULTI];  /* rows per unit of weight i */
+    int64_t unit0[PL_MATMUL_MAX_MULTI + 1];  /* weight i's units are [unit0[i], unit0[i + 1]) */
 } mm_job;
 
 static uint8_t *align64(void *p) { return (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
@@ -106,20 +110,14 @@ static void convert_job(void *ctx, int ith, int nth) {
     }
 }
 
-/* Thread ith's share of weight w: its rows [r0, r1) against all B activation rows. */
-static void multiply_part(const mm_job *j, const pl_weight *w, float *y, int64_t ldy, int ith,
-                          int nth) {
+/* Rows [r0, r1) of weight i against all B activation rows, tile by tile. */
+static void multiply_rows(const mm_job *j, int i, int tr, int64_t r0, int64_t r1) {
+    const pl_weight *w = j->w[i];
+    const pl_mm_kernel *k = &j->k[i];
+    float *y = j->y[i];
+    const int64_t ldy = j->ldy[i];
     size_t ws = row_bytes(w);
-    /* a decode step (B <= SMALL_B) walks one weight row at a time: a single sequential stream
-     * per thread is what the hardware prefetchers follow at full bandwidth */
-    int tr = j->B <= SMALL_B && w->layout == PL_WLAYOUT_ROWS ? 1 : j->k.tr, tb = j->k.tb;
-    int64_t r0, r1;
-    pl_split_range(w->rows, ith, nth, tr, &r0, &r1);
-    if (r1 <= r0) return;
-    if (j->B > SMALL_B && j->k.gemm &&
-        j->k.gemm((const uint8_t *)w->data + (size_t)r0 * ws, ws, r1 - r0, j->act, j->act_stride,
-                  j->B, w->cols, y + r0, ldy))
-        return;
+    const int tb = k->tb;
     const int64_t ab = ACT_BLOCK / tb * tb; /* whole tiles per block (f16 x16: 12 rows) */
     for (int64_t bb = 0; bb < j->B; bb += ab) {
         int64_t bend = bb + ab < j->B ? bb + ab : j->B;
@@ -128,23 +126,73 @@ static void multiply_part(const mm_job *j, const pl_weight *w, float *y, int64_t
             const uint8_t *wt = (const uint8_t *)w->data + (size_t)r * ws;
             for (int64_t b = bb; b < bend; b += tb) {
                 int nb = (int)(bend - b < tb ? bend - b : tb);
-                j->k.fn(wt, ws, nr, j->act + (size_t)b * j->act_stride, j->act_stride, nb, w->cols,
+                k->fn(wt, ws, nr, j->act + (size_t)b * j->act_stride, j->act_stride, nb, w->cols,
                         y + b * ldy + r, ldy);
             }
         }
     }
 }
 
+/* Rows per tile call: a decode step (B <= SMALL_B) walks one weight row at a time in the rows
+ * layout, a single sequential stream per thread, which the hardware prefetchers follow at full
+ * bandwidth. */
+static int tile_rows(const mm_job *j, int i) {
+    return j->B <= SMALL_B && j->w[i]->layout == PL_WLAYOUT_ROWS ? 1 : j->k[i].tr;
+}
+
+/* Thread ith's share of weight i: its rows [r0, r1) against all B activation rows. */
+static void multiply_part(const mm_job *j, int i, int ith, int nth) {
+    const pl_weight *w = j->w[i];
+    size_t ws = row_bytes(w);
+    int tr = tile_rows(j, i);
+    int64_t r0, r1;
+    pl_split_range(w->rows, ith, nth, tr, &r0, &r1);
+    if (r1 <= r0) return;
+    if (j->B > SMALL_B && j->k[i].gemm &&
+        j->k[i].gemm((const uint8_t *)w->data + (size_t)r0 * ws, ws, r1 - r0, j->act,
+                     j->act_stride, j->B, w->cols, j->y[i] + r0, j->ldy[i]))
+        return;
+    multiply_rows(j, i, tr, r0, r1);
+}
+
 static void multiply_job(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
-    for (int i = 0; i < j->n; i++) multiply_part(j, j->w[i], j->y[i], j->ldy[i], ith, nth);
+    if (!j->steal) {
+        for (int i = 0; i < j->n; i++) multiply_part(j, i, ith, nth);
+        return;
+    }
+    int64_t u0, u1;
+    while (pl_steal_next(j->steal, ith, nth, &u0, &u1)) {
+        for (int64_t u = u0; u < u1;) { /* units of one weight at a time */
+            int i = 0;
+            while (u >= j->unit0[i + 1]) i++;
+            int64_t ue = u1 < j->unit0[i + 1] ? u1 : j->unit0[i + 1], rows = j->w[i]->rows;
+            int64_t r0 = (u - j->unit0[i]) * j->unit_rows[i], r1 = (ue - j->unit0[i]) * j->unit_rows[i];
+            multiply_rows(j, i, tile_rows(j, i), r0, r1 < rows ? r1 : rows);
+            u = ue;
+        }
+    }
+}
+
+/* A decode step's weights as units of whole tiles of ~STEAL_BYTES that the threads claim and
+ * steal (pl_steal_next), so both end a job together whatever their speed. The units are
+ * tile-aligned: each row gets the arithmetic of the static split, bit for bit. */
+static void plan_steal(mm_job *j, pl_steal_slot *slots, int nth) {
+    j->unit0[0] = 0;
+    for (int i = 0; i < j->n; i++) {
+        int64_t tr = tile_rows(j, i), per = (int64_t)(STEAL_BYTES / row_bytes(j->w[i]));
+        j->unit_rows[i] = per > tr ? per / tr * tr : tr;
+        j->unit0[i + 1] = j->unit0[i] + (j->w[i]->rows + j->unit_rows[i] - 1) / j->unit_rows[i];
+    }
+    pl_steal_init(slots, nth, j->unit0[j->n]);
+    j->steal = slots;
 }
 
 /* Convert x for the weights' type (unless f32), then multiply: the work of both calls. */
 static void run(pl_threadpool *tp, const pl_weight *const *w, float *const *y,
                 const int64_t *ldy, int n, const float *x, int64_t B, void *scratch) {
     mm_job j = {.w = w, .y = y, .ldy = ldy, .n = n, .x = x, .B = B};
-    pick_kernel(w[0], &j.k);
+    for (int i = 0; i < n; i++) pick_kernel(w[i], &j.k[i]);
     if (w[0]->type == PL_DT_F32) {
         j.act = (const uint8_t *)x;
         j.act_stride = (size_t)w[0]->cols * sizeof(float);
@@ -157,7 +205,25 @@ static void run(pl_threadpool *tp, const pl_weight *const *w, float *const *y,
         else
             pl_threadpool_run(tp, convert_job, &j);
     }
+    pl_steal_slot slots[PL_STEAL_MAX];
+    int nth = pl_threadpool_size(tp);
+    if (B <= SMALL_B && nth > 1 && nth <= PL_STEAL_MAX) plan_steal(&j, slots, nth);
     pl_threadpool_run(tp, multiply_job, &j);
+}
+
+/* Which converted activation row a weight multiplies: weights with the same kind (and cols)
+ * share one conversion and one job. The K-quants all take q8_K rows (the x16 layout its own
+ * arrangement of them); every other type has its own. */
+static int act_kind(const pl_weight *w) {
+    switch (w->type) {
+    case PL_DT_Q2_K:
+    case PL_DT_Q4_K:
+    case PL_DT_Q6_K:
+    case PL_DT_IQ4_XS: return w->layout == PL_WLAYOUT_X16 ? -2 : -1;
+    case PL_DT_Q3_K:
+    case PL_DT_Q5_K: return w->layout == PL_WLAYOUT_X16 ? 2 * (int)w->type + 1 : -1;
+    default: return 2 * (int)w->type + (w->layout == PL_WLAYOUT_X16);
+    }
 }
 
 static void check_weight(const pl_weight *w) {
@@ -172,8 +238,8 @@ void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const 
     for (int i = 0; i < n; i++) {
         check_weight(w[i]);
         ldy[i] = w[i]->rows;
-        if (w[i]->type != w[0]->type || w[i]->cols != w[0]->cols ||
-            w[i]->layout != w[0]->layout) { /* cannot share: one by one */
+        if (act_kind(w[i]) != act_kind(w[0]) || w[i]->cols != w[0]->cols) {
+            /* cannot share: one by one */
             for (int k = 0; k < n; k++) pl_matmul(tp, w[k], x, B, y[k], w[k]->rows, scratch);
             return;
         }

@@ -41,7 +41,9 @@ void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B,
                int64_t ldy, void *scratch);
 /* y[i] = w[i] x for n <= PL_MATMUL_MAX_MULTI weights that read the same input (Q/K/V, gate/up):
  * x is converted once and all n run in one pool job; each y[i] has stride w[i]->rows. Results
- * are bitwise those of n pl_matmul calls. Weights of different types or cols fall back to that. */
+ * are bitwise those of n pl_matmul calls. Weights may differ in type where they take the same
+ * converted input (the K-quants all take q8_K rows: Q4_K_M's q4_K Q/K with its q6_K V); weights
+ * of other mixes or different cols fall back to n calls. */
 enum { PL_MATMUL_MAX_MULTI = 4 };
 void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const *y, int n,
                      const float *x, int64_t B, void *scratch);

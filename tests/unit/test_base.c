@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -243,6 +244,66 @@ static void test_split_range(void **state) {
         }
 }
 
+/* Work stealing: every unit is claimed once, by one part, whatever the split and speeds. */
+typedef struct {
+    pl_steal_slot slots[PL_STEAL_MAX];
+    atomic_int *claims;   /* [n] times unit u was claimed */
+    atomic_int stolen;    /* units claimed outside the claiming part's initial share */
+    int64_t n;
+    int nap_us;           /* part 0 naps this long per claim, so the others steal from it */
+} steal_ctx;
+
+static void steal_job(void *p, int ith, int nth) {
+    steal_ctx *c = p;
+    int64_t own0, own1, b, e;
+    pl_split_range(c->n, ith, nth, 1, &own0, &own1);
+    while (pl_steal_next(c->slots, ith, nth, &b, &e)) {
+        assert_true(b >= 0 && b < e && e <= c->n);
+        for (int64_t u = b; u < e; u++) {
+            atomic_fetch_add(&c->claims[u], 1);
+            if (u < own0 || u >= own1) atomic_fetch_add(&c->stolen, 1);
+        }
+        if (ith == 0 && c->nap_us) usleep((useconds_t)c->nap_us);
+    }
+}
+
+static void test_steal(void **state) {
+    (void)state;
+    const int64_t sizes[] = {0, 1, 2, 3, 7, 64, 1000};
+    /* one thread alone takes its share, then every other share, in halves */
+    for (int nth = 1; nth <= 4; nth++)
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            steal_ctx c = {.n = sizes[k]};
+            c.claims = calloc((size_t)c.n + 1, sizeof *c.claims);
+            pl_steal_init(c.slots, nth, c.n);
+            steal_job(&c, nth - 1, nth);
+            for (int i = 0; i < nth; i++) { /* the others find nothing left */
+                int64_t b, e;
+                assert_false(pl_steal_next(c.slots, i, nth, &b, &e));
+            }
+            for (int64_t u = 0; u < c.n; u++) assert_int_equal(atomic_load(&c.claims[u]), 1);
+            free(c.claims);
+        }
+    /* a pool, one part slow: the others take over part of its share */
+    for (int size = 2; size <= 4; size++) {
+        pl_threadpool *tp = pl_threadpool_create(size);
+        assert_non_null(tp);
+        int stolen = 0;
+        for (int rep = 0; rep < 20; rep++)
+            for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+                steal_ctx c = {.n = sizes[k], .nap_us = rep % 2 ? 200 : 0};
+                c.claims = calloc((size_t)c.n + 1, sizeof *c.claims);
+                pl_steal_init(c.slots, size, c.n);
+                pl_threadpool_run(tp, steal_job, &c);
+                for (int64_t u = 0; u < c.n; u++) assert_int_equal(atomic_load(&c.claims[u]), 1);
+                if (c.nap_us) stolen += atomic_load(&c.stolen);
+                free(c.claims);
+            }
+        assert_true(stolen > 0);
+        pl_threadpool_destroy(tp);
+    }
+}
+
 /* Random puts and deletes against a shadow array: every get agrees. */
 static void test_idmap(void **state) {
     (void)state;
@@ -280,7 +341,7 @@ int main(void) {
         cmocka_unit_test(test_bf16),            cmocka_unit_test(test_rng),
         cmocka_unit_test(test_threadpool),      cmocka_unit_test(test_split_range),
         cmocka_unit_test(test_idmap),           cmocka_unit_test(test_threadpool_many_jobs),
-        cmocka_unit_test(test_threadpool_sleep_and_wake),
+        cmocka_unit_test(test_threadpool_sleep_and_wake), cmocka_unit_test(test_steal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -626,13 +626,15 @@ static void test_matmul_layer_shape(void **state) {
     for (int t = 0; t < N_TYPES; t++) check_shape(f, all_types[t], 37, 768, 99 + (uint64_t)t);
 }
 
-/* pl_matmul_multi is bitwise n pl_matmul calls (shared conversion, one job), and falls back to
- * them for weights of different types. */
+/* pl_matmul_multi (3 threads: a decode's rows claimed and stolen across the weights) is bitwise n
+ * pl_matmul calls on one thread: weights of one activation format share a conversion and a job
+ * (q4_K with q6_K: both take q8_K rows), others fall back to one call each (q8_0 with f16). */
 static void test_matmul_multi(void **state) {
     fixture *f = *state;
     pl_rng rng;
     pl_rng_seed(&rng, 21);
     const pl_dtype types[] = {PL_DT_F16, PL_DT_Q8_0, PL_DT_Q4_K};
+    const pl_dtype third[] = {PL_DT_F16, PL_DT_F16, PL_DT_Q6_K};
     const int64_t rows[3] = {40, 13, 13}, cols = 512;
     for (size_t t = 0; t < 3; t++) {
         uint8_t *wd[3];
@@ -640,11 +642,13 @@ static void test_matmul_multi(void **state) {
         const pl_weight *wp[3];
         float *y[3], *yr[3];
         float *x = malloc(33 * cols * sizeof *x);
-        void *scratch = malloc(pl_matmul_scratch_size(types[t], cols, 33));
+        size_t s0 = pl_matmul_scratch_size(types[t], cols, 33);
+        size_t s1 = pl_matmul_scratch_size(third[t], cols, 33);
+        void *scratch = malloc(s0 > s1 ? s0 : s1);
         assert_true(x && scratch);
         for (int64_t i = 0; i < 33 * cols; i++) x[i] = (float)pl_rng_normal(&rng);
         for (int i = 0; i < 3; i++) {
-            pl_dtype ty = i == 2 && t == 2 ? PL_DT_Q6_K : types[t]; /* mixed: the fallback */
+            pl_dtype ty = i == 2 ? third[t] : types[t];
             wd[i] = malloc(pl_dtype_row_size(ty, cols) * (size_t)rows[i]);
             y[i] = malloc(33 * rows[i] * sizeof(float));
             yr[i] = malloc(33 * rows[i] * sizeof(float));
@@ -656,8 +660,8 @@ static void test_matmul_multi(void **state) {
         const int64_t bs[] = {1, 3, 33};
         for (int k = 0; k < 3; k++) {
             for (int i = 0; i < 3; i++)
-                pl_matmul(f->pools[1], &w[i], x, bs[k], yr[i], rows[i], scratch);
-            pl_matmul_multi(f->pools[1], wp, y, 3, x, bs[k], scratch);
+                pl_matmul(f->pools[0], &w[i], x, bs[k], yr[i], rows[i], scratch);
+            pl_matmul_multi(f->pools[2], wp, y, 3, x, bs[k], scratch);
             for (int i = 0; i < 3; i++)
                 assert_memory_equal(y[i], yr[i], (size_t)(bs[k] * rows[i]) * sizeof(float));
         }

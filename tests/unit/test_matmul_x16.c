@@ -228,42 +228,65 @@ static void test_values_match_reference(void **state) {
     values_match_reference(PL_DT_F16);
 }
 
-/* Several repacked weights reading one input (Q/K/V) in one call equal separate calls; a mix of
- * layouts falls back to them. */
+/* pl_matmul_multi of ws (in a pool of `threads`) equals one pl_matmul per weight on one thread. */
+static void multi_agrees(const pl_weight *const *ws, const float *x, int64_t B, void *scratch,
+                         pl_threadpool *tp, pl_threadpool *one_tp) {
+    float *ys[3], *one[3];
+    for (int i = 0; i < 3; i++) {
+        ys[i] = malloc((size_t)(B * ws[i]->rows) * sizeof(float));
+        one[i] = malloc((size_t)(B * ws[i]->rows) * sizeof(float));
+        assert_non_null(ys[i]);
+        assert_non_null(one[i]);
+    }
+    pl_matmul_multi(tp, ws, ys, 3, x, B, scratch);
+    for (int i = 0; i < 3; i++) {
+        pl_matmul(one_tp, ws[i], x, B, one[i], ws[i]->rows, scratch);
+        assert_memory_equal(ys[i], one[i], (size_t)(B * ws[i]->rows) * sizeof(float));
+        free(ys[i]);
+        free(one[i]);
+    }
+}
+
+/* Several repacked weights reading one input (Q/K/V) in one call equal separate calls on one
+ * thread, at decode sizes (rows claimed and stolen across the weights) and a batch: a mix of
+ * layouts falls back to them, q4_K with q6_K (Q4_K_M's Q/K/V) shares the call. */
 static void test_multi(void **state) {
     (void)state;
     uint64_t s = 5;
-    qweight q[3];
+    qweight q[3], k[3];
     make(&q[0], 64, 512, &s);
     make(&q[1], 32, 512, &s);
     make(&q[2], 32, 512, &s);
-    const int64_t B = 37;
-    float *x = inputs(B, 512, &s);
-    void *scratch = malloc(pl_matmul_scratch_size(PL_DT_Q8_0, 512, B));
-    pl_threadpool *tp = pl_threadpool_create(2);
+    make_typed(&k[0], PL_DT_Q4_K, 64, 512, &s);
+    make_typed(&k[1], PL_DT_Q4_K, 32, 512, &s);
+    make_typed(&k[2], PL_DT_Q6_K, 48, 512, &s);
+    const int64_t bs[] = {1, 3, 37};
+    float *x = inputs(37, 512, &s);
+    size_t s0 = pl_matmul_scratch_size(PL_DT_Q8_0, 512, 37), s1 = pl_matmul_scratch_size(PL_DT_Q4_K, 512, 37);
+    void *scratch = malloc(s0 > s1 ? s0 : s1);
+    pl_threadpool *one = pl_threadpool_create(1);
     assert_non_null(scratch);
-    assert_non_null(tp);
-    for (int mixed = 0; mixed <= 1; mixed++) {
-        const pl_weight *ws[3] = {&q[0].wp, mixed ? &q[1].w : &q[1].wp, &q[2].wp};
-        float *ys[3], *one[3];
-        for (int i = 0; i < 3; i++) {
-            ys[i] = malloc((size_t)(B * q[i].rows) * sizeof(float));
-            one[i] = malloc((size_t)(B * q[i].rows) * sizeof(float));
-            assert_non_null(ys[i]);
-            assert_non_null(one[i]);
+    assert_non_null(one);
+    for (int threads = 2; threads <= 3; threads++) {
+        pl_threadpool *tp = pl_threadpool_create(threads);
+        assert_non_null(tp);
+        for (int b = 0; b < 3; b++) {
+            for (int mixed = 0; mixed <= 1; mixed++) {
+                const pl_weight *ws[3] = {&q[0].wp, mixed ? &q[1].w : &q[1].wp, &q[2].wp};
+                multi_agrees(ws, x, bs[b], scratch, tp, one);
+            }
+            const pl_weight *kw[3] = {&k[0].wp, &k[1].wp, &k[2].wp};
+            multi_agrees(kw, x, bs[b], scratch, tp, one);
         }
-        pl_matmul_multi(tp, ws, ys, 3, x, B, scratch);
-        for (int i = 0; i < 3; i++) {
-            pl_matmul(tp, ws[i], x, B, one[i], q[i].rows, scratch);
-            assert_memory_equal(ys[i], one[i], (size_t)(B * q[i].rows) * sizeof(float));
-            free(ys[i]);
-            free(one[i]);
-        }
+        pl_threadpool_destroy(tp);
     }
-    pl_threadpool_destroy(tp);
+    pl_threadpool_destroy(one);
     free(scratch);
     free(x);
-    for (int i = 0; i < 3; i++) drop(&q[i]);
+    for (int i = 0; i < 3; i++) {
+        drop(&q[i]);
+        drop(&k[i]);
+    }
 }
 
 /* Only the x16 types with rows a multiple of 16 have the layout; a repacked weight is not repacked again. */
