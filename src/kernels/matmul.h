@@ -47,8 +47,8 @@ void pl_matmul(pl_threadpool *tp, const pl_weight *w, const float *x, int64_t B,
 enum { PL_MATMUL_MAX_MULTI = 4 };
 void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const *y, int n,
                      const float *x, int64_t B, void *scratch);
-/* Repacking at load time (issue 22). f16, q8_0, q4_0, iq4_nl, q5_0, q2_K, q4_K, q6_K and iq4_xs
- * weights whose rows are a multiple of 16 have an interleaved layout ("x16",
+/* Repacking at load time (issue 22). f16, q8_0, q4_0, iq4_nl, q5_0, q4_1, q5_1, q2_K, q4_K, q6_K
+ * and iq4_xs weights whose rows are a multiple of 16 have an interleaved layout ("x16",
  * kernels/matmul_x16*.c: 16 rows side by side, a vector's 16 lanes are 16 outputs, so no lane
  * sums) that the AVX-512 kernels (FMA for f16, VNNI for the integer types at any batch size, AMX
  * for larger batches) multiply faster. Results are deterministic across batch sizes, thread counts

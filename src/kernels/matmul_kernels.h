@@ -136,5 +136,17 @@ void pl_mm_x16_tile_q5_0_avx512(const uint8_t *w, size_t ws, int nr, const uint8
                                 int nb, int64_t cols, float *y, int64_t ldy);
 void pl_mm_x16_tile_q4_0_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy); /* matmul_x16_avx512.c */
+/* q4_1 and q5_1: q4_0's and q5_0's layouts with the rows' offsets m after the scales, q8_1's
+ * activations (matmul_x16_q4_0.c); VNNI tiles only */
+void pl_mm_x16_repack_q4_1(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+void pl_mm_x16_repack_q5_1(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+void pl_mm_kernel_x16_q4_1(pl_mm_kernel *k);
+void pl_mm_kernel_x16_q5_1(pl_mm_kernel *k);
+void pl_mm_kernel_x16_q4_1_avx512(pl_mm_kernel *k, int amx);
+void pl_mm_kernel_x16_q5_1_avx512(pl_mm_kernel *k, int amx);
+void pl_mm_x16_tile_q4_1_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                int nb, int64_t cols, float *y, int64_t ldy);
+void pl_mm_x16_tile_q5_1_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                int nb, int64_t cols, float *y, int64_t ldy);
 
 #endif

@@ -44,6 +44,8 @@ int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     case PL_DT_Q4_0: /* matmul_x16_q4_0.c, with iq4_nl and q5_0 */
     case PL_DT_IQ4_NL:
     case PL_DT_Q5_0:
+    case PL_DT_Q4_1:
+    case PL_DT_Q5_1:
     case PL_DT_Q4_K:
     case PL_DT_Q6_K:
     case PL_DT_IQ4_XS: /* matmul_x16_iq4_xs.c */
@@ -120,6 +122,8 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
     case PL_DT_Q4_0:
     case PL_DT_IQ4_NL: pl_mm_x16_repack_q4_0(src, dst, rows, cols); break; /* the same blocks */
     case PL_DT_Q5_0: pl_mm_x16_repack_q5_0(src, dst, rows, cols); break;
+    case PL_DT_Q4_1: pl_mm_x16_repack_q4_1(src, dst, rows, cols); break;
+    case PL_DT_Q5_1: pl_mm_x16_repack_q5_1(src, dst, rows, cols); break;
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: pl_mm_x16_kq_repack(t, src, dst, rows, cols); break;
     case PL_DT_IQ4_XS: pl_mm_x16_repack_iq4_xs(src, dst, rows, cols); break;
@@ -135,7 +139,9 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     case PL_DT_Q6_K:
     case PL_DT_IQ4_XS:
     case PL_DT_Q2_K: return pl_mm_x16_kq_act_bytes(cols);
-    case PL_DT_F16: return pl_act_row_bytes(t, cols); /* as the rows layout: f16-rounded f32 */
+    case PL_DT_F16: /* as the rows layout: f16-rounded f32 */
+    case PL_DT_Q4_1:
+    case PL_DT_Q5_1: return pl_act_row_bytes(t, cols); /* q8_1, as the rows layout */
     default: /* q8_0: qs, d, seed */
         n = (size_t)cols + (size_t)(cols / PL_QK) * (sizeof(float) + sizeof(int32_t));
         break;
@@ -192,7 +198,9 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     case PL_DT_Q6_K:
     case PL_DT_IQ4_XS:
     case PL_DT_Q2_K: pl_mm_x16_kq_act_row(x, dst, cols); break;
-    case PL_DT_F16: pl_act_convert_row(t, x, dst, cols); break;
+    case PL_DT_F16:
+    case PL_DT_Q4_1:
+    case PL_DT_Q5_1: pl_act_convert_row(t, x, dst, cols); break;
     case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break; /* q8_0's row, -8 * block sums */
     case PL_DT_Q5_0: act_q8_0(x, dst, cols, 16); break;
     default: act_q8_0(x, dst, cols, 128); break; /* q8_0 and iq4_nl: weights stored + 128 */
@@ -230,6 +238,8 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_Q4_0: pl_mm_kernel_x16_q4_0(k); return;
     case PL_DT_IQ4_NL: pl_mm_kernel_x16_iq4_nl(k); return;
     case PL_DT_Q5_0: pl_mm_kernel_x16_q5_0(k); return;
+    case PL_DT_Q4_1: pl_mm_kernel_x16_q4_1(k); return;
+    case PL_DT_Q5_1: pl_mm_kernel_x16_q5_1(k); return;
     default: PL_ASSERT(!"pl_mm_kernel_x16: type has no x16 layout");
     }
 }

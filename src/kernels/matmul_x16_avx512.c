@@ -4,7 +4,8 @@
  * chunk (4 columns of 16 rows) by an activation's 4 bytes broadcast, so the 16 lanes are 16
  * outputs and no lane sum is needed. q8_0 loads its 8 chunks of a block; q4_0 loads 4 and takes
  * two chunks out of each (low nibbles: chunk j, high nibbles: chunk j + 4); iq4_nl too, looking
- * its levels up (vpshufb); q5_0 too, adding 16 under its fifth-bit masks.
+ * its levels up (vpshufb); q5_0 too, adding 16 under its fifth-bit masks; q4_1 and q5_1 as q4_0
+ * and q5_0, with a second FMA per block for the offsets (m_w times q8_1's s_x).
  * Each (group, activation) pair sums a block in two integer chains (q8_0: even and odd chunks,
  * q4_0: low and high nibbles, the high ones as 16 x h with no shift and that sum shifted back,
  * exactly; added at the end) so that a decode step's one-row tiles still have independent
@@ -25,19 +26,28 @@ static inline __m512i iq4nl_lut(void) {
 }
 
 /* Q4: 1 = the weights are q4_0's x16 layout, 2 = iq4_nl's (the same blocks), 3 = q5_0's,
+ * 4 = q4_1's, 5 = q5_1's (q4_0's and q5_0's with offsets m: q8_1 activations, no seeds),
  * 0 = q8_0's. */
 AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
                  int64_t ldy, const int NG, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
     const size_t gs = 16 * ws;
-    const size_t blk = 16 * (Q4 == 3 ? sizeof(pl_block_q5_0) : Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0));
+    const size_t blk = 16 * (Q4 == 5   ? sizeof(pl_block_q5_1)
+                             : Q4 == 4 ? sizeof(pl_block_q4_1)
+                             : Q4 == 3 ? sizeof(pl_block_q5_0)
+                             : Q4      ? sizeof(pl_block_q4_0)
+                                       : sizeof(pl_block_q8_0));
+    const int NIB = Q4 == 1 || Q4 == 4, FIFTH = Q4 == 3 || Q4 == 5, WITH_M = Q4 >= 4;
+    const size_t hdr = WITH_M ? 64 : 32; /* the chunks follow d (and m) */
     const __m512i m4 = _mm512_set1_epi8(15), m4h = _mm512_set1_epi8((char)0xF0);
     const __m512i lut = Q4 == 2 ? iq4nl_lut() : m4, c16 = _mm512_set1_epi8(16);
     const float *dx[4];
     const int32_t *seed[4];
+    const float *sx[4];
     UNROLL for (int b = 0; b < NB; b++) {
         dx[b] = (const float *)(a + (size_t)b * as + cols);
         seed[b] = (const int32_t *)(dx[b] + nblk);
+        sx[b] = dx[b] + nblk;
     }
     __m512 acc[2][4];
     UNROLL for (int g = 0; g < NG; g++) UNROLL for (int b = 0; b < NB; b++)
@@ -58,18 +68,18 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
         }
         __m512i s0[2][4], s1[2][4];
         UNROLL for (int b = 0; b < NB; b++) UNROLL for (int g = 0; g < NG; g++) {
-            s0[g][b] = _mm512_set1_epi32(seed[b][k]);
+            s0[g][b] = WITH_M ? _mm512_setzero_si512() : _mm512_set1_epi32(seed[b][k]);
             s1[g][b] = _mm512_setzero_si512();
         }
         UNROLL for (int j = 0; j < 4; j++) {
             __m512i w0[2], w1[2]; /* chunks j0, j1 of the block */
             const int j0 = Q4 ? j : 2 * j, j1 = Q4 ? j + 4 : 2 * j + 1;
             UNROLL for (int g = 0; g < NG; g++) {
-                if (Q4 == 3) { /* q5_0: the nibbles + 16 where the chunk's fifth-bit mask says */
-                    const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
+                if (FIFTH) { /* q5_0, q5_1: the nibbles + 16 where the fifth-bit masks say */
+                    const __m512i v = _mm512_loadu_si512(wb[g] + hdr + 64 * j);
                     uint64_t m0, m1;
-                    memcpy(&m0, wb[g] + 288 + 8 * j, 8);
-                    memcpy(&m1, wb[g] + 288 + 8 * (j + 4), 8);
+                    memcpy(&m0, wb[g] + hdr + 256 + 8 * j, 8);
+                    memcpy(&m1, wb[g] + hdr + 256 + 8 * (j + 4), 8);
                     const __m512i lo = _mm512_and_si512(v, m4);
                     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                     w0[g] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(m0), lo, c16);
@@ -78,8 +88,8 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                     const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
                     w0[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
                     w1[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-                } else if (Q4) {
-                    const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
+                } else if (NIB) {
+                    const __m512i v = _mm512_loadu_si512(wb[g] + hdr + 64 * j);
                     w0[g] = _mm512_and_si512(v, m4);
                     w1[g] = _mm512_and_si512(v, m4h); /* 16 x the high nibbles */
                 } else {
@@ -96,12 +106,18 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                 }
             }
         }
+        __m512 mw[2];
+        UNROLL for (int g = 0; g < NG; g++)
+            mw[g] = WITH_M ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb[g] + 32)))
+                           : _mm512_setzero_ps();
         UNROLL for (int b = 0; b < NB; b++) {
             const __m512 d = _mm512_set1_ps(dx[b][k]);
-            UNROLL for (int g = 0; g < NG; g++)
+            UNROLL for (int g = 0; g < NG; g++) {
                 acc[g][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(
-                                                s0[g][b], Q4 == 1 ? _mm512_srai_epi32(s1[g][b], 4) : s1[g][b])),
+                                                s0[g][b], NIB ? _mm512_srai_epi32(s1[g][b], 4) : s1[g][b])),
                                             _mm512_mul_ps(dw[g], d), acc[g][b]);
+                if (WITH_M) acc[g][b] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(sx[b][k]), acc[g][b]);
+            }
         }
     }
     UNROLL for (int g = 0; g < NG; g++) UNROLL for (int b = 0; b < NB; b++)
@@ -124,6 +140,8 @@ X16_TILE(pl_mm_x16_tile_avx512, 0)
 X16_TILE(pl_mm_x16_tile_q4_0_avx512, 1)
 X16_TILE(pl_mm_x16_tile_iq4_nl_avx512, 2)
 X16_TILE(pl_mm_x16_tile_q5_0_avx512, 3)
+X16_TILE(pl_mm_x16_tile_q4_1_avx512, 4)
+X16_TILE(pl_mm_x16_tile_q5_1_avx512, 5)
 
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k) {
     k->fn = pl_mm_x16_tile_avx512;

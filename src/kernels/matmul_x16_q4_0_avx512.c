@@ -96,6 +96,24 @@ void pl_mm_kernel_x16_q4_0_avx512(pl_mm_kernel *k, int amx) {
     k->tb = 4;
 }
 
+/* q4_1, q5_1: VNNI tiles at every batch (q8_0's AMX kernel has no place for the m term) */
+static void vnni_only(pl_mm_kernel *k, pl_mm_tile_fn fn) {
+    k->fn = fn;
+    k->gemm = NULL;
+    k->tr = 32;
+    k->tb = 4;
+}
+
+void pl_mm_kernel_x16_q4_1_avx512(pl_mm_kernel *k, int amx) {
+    (void)amx;
+    vnni_only(k, pl_mm_x16_tile_q4_1_avx512);
+}
+
+void pl_mm_kernel_x16_q5_1_avx512(pl_mm_kernel *k, int amx) {
+    (void)amx;
+    vnni_only(k, pl_mm_x16_tile_q5_1_avx512);
+}
+
 void pl_mm_kernel_x16_iq4_nl_avx512(pl_mm_kernel *k, int amx) {
     k->fn = pl_mm_x16_tile_iq4_nl_avx512;
     k->gemm = amx ? gemm_amx_iq4_nl : NULL;

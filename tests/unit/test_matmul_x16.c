@@ -165,6 +165,8 @@ static void test_kernels_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_Q4_0, shapes, sizeof shapes / sizeof shapes[0], 9);
     agree_bitwise(PL_DT_IQ4_NL, shapes, sizeof shapes / sizeof shapes[0], 19);
     agree_bitwise(PL_DT_Q5_0, shapes, sizeof shapes / sizeof shapes[0], 23);
+    agree_bitwise(PL_DT_Q4_1, shapes, sizeof shapes / sizeof shapes[0], 37);
+    agree_bitwise(PL_DT_Q5_1, shapes, sizeof shapes / sizeof shapes[0], 41);
 }
 
 /* f16 (one accumulator per output, column by column): any column count. */
@@ -221,6 +223,8 @@ static void test_values_match_reference(void **state) {
     values_match_reference(PL_DT_Q4_0);
     values_match_reference(PL_DT_IQ4_NL);
     values_match_reference(PL_DT_Q5_0);
+    values_match_reference(PL_DT_Q4_1);
+    values_match_reference(PL_DT_Q5_1);
     values_match_reference(PL_DT_Q4_K);
     values_match_reference(PL_DT_Q6_K);
     values_match_reference(PL_DT_IQ4_XS);
@@ -303,6 +307,10 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 18);
     w.type = PL_DT_Q5_0; /* as GGUF */
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 22);
+    w.type = PL_DT_Q4_1; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 20);
+    w.type = PL_DT_Q5_1; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 24);
     w.rows = 40;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.rows = 32;
