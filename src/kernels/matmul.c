@@ -3,7 +3,10 @@
  * A call (pl_matmul, or pl_matmul_multi for several weights reading one input) converts the B
  * activation rows into scratch once (a pool job split by rows; inline for a decode's few rows),
  * then runs one pool job that splits every weight's output rows over the threads in multiples
- * of the kernel's tile height. Each thread walks its weight tiles and, for each, every
+ * of the kernel's tile height (a decode's B <= SMALL_B: in tile-aligned units of ~16 KB that
+ * each thread claims from its share and steals from the others' when its own is done, so the
+ * threads end together; plan_steal). Weights of different types share the call when they take
+ * the same converted rows (act_kind). Each thread walks its weight tiles and, for each, every
  * activation tile (within blocks of ACT_BLOCK rows, so the activations a tile sweeps stay in
  * cache), so every weight byte loaded is reused for all B. For B <= SMALL_B the tiles are one
  * weight row high: each thread then reads its rows as one sequential stream, which the hardware
