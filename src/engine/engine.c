@@ -722,6 +722,11 @@ static void drain_inbox(pl_engine *e) {
     pthread_mutex_lock(&e->inbox_mu);
     pl_seq_group *g = e->inbox_head;
     e->inbox_head = e->inbox_tail = NULL;
+    /* Until the next snapshot, the groups taken count as waiting in the last one: a reader
+     * (pl_engine_get_stats, which holds inbox_mu too) always finds them in one of the two. */
+    pthread_mutex_lock(&e->stats_mu);
+    e->snapshot.waiting += e->inbox_n;
+    pthread_mutex_unlock(&e->stats_mu);
     e->inbox_n = 0;
     /* Aborts are taken 64 at a time (no allocation); the rest wait for the next step. */
     uint64_t ids[64];
@@ -969,12 +974,14 @@ void pl_engine_get_kv_samples(pl_engine *e, pl_engine_kv_samples *out) {
     pthread_mutex_unlock(&e->stats_mu);
 }
 
-/* Any thread: the snapshot of the last step, plus requests still in the inbox. */
+/* Any thread: the snapshot of the last step, plus requests still in the inbox. Both read under
+ * inbox_mu (lock order inbox_mu, then stats_mu, as in drain_inbox), so a request moving from
+ * the inbox to the scheduler is counted once, never zero times. */
 void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
+    pthread_mutex_lock(&e->inbox_mu);
     pthread_mutex_lock(&e->stats_mu);
     *s = e->snapshot;
     pthread_mutex_unlock(&e->stats_mu);
-    pthread_mutex_lock(&e->inbox_mu);
     s->waiting += e->inbox_n;
     pthread_mutex_unlock(&e->inbox_mu);
 }

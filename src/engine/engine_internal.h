@@ -68,7 +68,7 @@ struct pl_engine {
     int32_t kv_peak_blocks;
     int32_t kv_peak_seqs;       /* most sequences in one step's batch */
     /* A copy of the stats taken by the engine thread after every step, for other threads. */
-    pthread_mutex_t stats_mu;
+    pthread_mutex_t stats_mu;   /* after inbox_mu when both are held */
     pl_engine_stats snapshot;
     pl_engine_kv_samples snapshot_samples; /* with `snapshot`, under stats_mu */
     double step_seconds;        /* engine thread: time in pl_engine_step that ran the model */

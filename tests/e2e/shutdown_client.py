@@ -51,11 +51,16 @@ def in_engine():
 
 # The whole request must be in the engine before SIGTERM (a thread that has not sent it yet
 # would rightly get 503): wait until the server counts it.
-for _ in range(1000):
-    if in_engine() >= 1:
+t_start, polls, seen = time.time(), 0, 0
+while time.time() - t_start < 30 and "status" not in whole:
+    polls += 1
+    seen = in_engine()
+    if seen >= 1:
         break
     time.sleep(0.01)
-check(in_engine() >= 1, "the whole request reached the engine before SIGTERM")
+check(seen >= 1, "the whole request reached the engine before SIGTERM (%d polls in %.2f s, "
+      "whole request %s)" % (polls, time.time() - t_start,
+                             "answered %s" % whole.get("status") if "status" in whole else "pending"))
 
 s = conn()
 s.request("POST", "/v1/completions", json.dumps(

@@ -11,6 +11,8 @@
 #include "engine/engine_internal.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 static const char *MODEL = PL_SHARED_DIR "/models/stories260K.gguf";
@@ -591,6 +593,60 @@ static void test_logit_bias(void **state) {
     pl_engine_destroy(e);
 }
 
+/* Another thread reading the stats while requests arrive must always count a submitted
+ * request: in the inbox or in the last snapshot, never in neither (the server's /metrics
+ * gauges are these stats). `armed` holds the snapshot's step count at submission (+1; 0 when
+ * nothing is in flight); a reading whose snapshot is from that step and counts nothing missed
+ * a request the engine had already taken from its inbox. */
+typedef struct {
+    pl_engine *e;
+    atomic_ullong armed;
+    atomic_int stop;
+    long reads, missed;
+} stats_reader;
+
+static void *read_stats(void *arg) {
+    stats_reader *r = arg;
+    while (!atomic_load(&r->stop)) {
+        unsigned long long a = atomic_load(&r->armed);
+        pl_engine_stats s;
+        pl_engine_get_stats(r->e, &s);
+        r->reads++;
+        if (a && s.steps == a - 1 && s.running + s.waiting + s.swapped == 0) r->missed++;
+    }
+    return NULL;
+}
+
+static void test_stats_count_every_request(void **state) {
+    (void)state;
+    pl_engine *e = make_engine(8 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);
+    stats_reader r = {.e = e};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, read_stats, &r), 0);
+    pl_request_params p;
+    greedy_params(&p, 2);
+    for (int round = 0; round < 300; round++) {
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        uint64_t id;
+        assert_int_equal(pl_engine_add_request(e, PROMPTS[round % N_PROMPTS], NULL, 0, &p, &id),
+                         PL_OK);
+        atomic_store(&r.armed, (unsigned long long)s.steps + 1);
+        static result res;
+        memset(&res, 0, sizeof res);
+        run_all(e, &id, &res, 1);
+        atomic_store(&r.armed, 0);
+        assert_int_equal(res.n_ids[0], 2);
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(th, NULL);
+    print_message("stats readings: %ld, a request counted nowhere: %ld\n", r.reads, r.missed);
+    assert_true(r.reads > 0);
+    assert_int_equal(r.missed, 0);
+    assert_pool_free(e);
+    pl_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_text),
@@ -606,6 +662,7 @@ int main(void) {
         cmocka_unit_test(test_mixed_methods_in_one_batch),
         cmocka_unit_test(test_thread_count_invariance),
         cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_stats_count_every_request),
     };
     if (getenv("PL_TEST_FILTER")) cmocka_set_test_filter(getenv("PL_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
