@@ -722,10 +722,10 @@ static void drain_inbox(pl_engine *e) {
     pthread_mutex_lock(&e->inbox_mu);
     pl_seq_group *g = e->inbox_head;
     e->inbox_head = e->inbox_tail = NULL;
-    /* Until the next snapshot, the groups taken count as waiting in the last one: a reader
-     * (pl_engine_get_stats, which holds inbox_mu too) always finds them in one of the two. */
+    /* Until the next snapshot, the groups taken count as waiting for readers of the stats
+     * (pl_engine_get_stats, which holds inbox_mu too, finds them in one of the two places). */
     pthread_mutex_lock(&e->stats_mu);
-    e->snapshot.waiting += e->inbox_n;
+    e->taken += e->inbox_n;
     pthread_mutex_unlock(&e->stats_mu);
     e->inbox_n = 0;
     /* Aborts are taken 64 at a time (no allocation); the rest wait for the next step. */
@@ -965,6 +965,7 @@ static void take_snapshot(pl_engine *e) {
     pthread_mutex_lock(&e->stats_mu);
     e->snapshot = s;
     e->snapshot_samples = ks;
+    e->taken = 0;
     pthread_mutex_unlock(&e->stats_mu);
 }
 
@@ -981,6 +982,7 @@ void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
     pthread_mutex_lock(&e->inbox_mu);
     pthread_mutex_lock(&e->stats_mu);
     *s = e->snapshot;
+    s->waiting += e->taken;
     pthread_mutex_unlock(&e->stats_mu);
     s->waiting += e->inbox_n;
     pthread_mutex_unlock(&e->inbox_mu);

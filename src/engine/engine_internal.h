@@ -71,6 +71,9 @@ struct pl_engine {
     pthread_mutex_t stats_mu;   /* after inbox_mu when both are held */
     pl_engine_stats snapshot;
     pl_engine_kv_samples snapshot_samples; /* with `snapshot`, under stats_mu */
+    int32_t taken;              /* under stats_mu: groups taken from the inbox since `snapshot`;
+                                   readers count them as waiting, the queue bound does not (a
+                                   request that finished in this step would still hold a place) */
     double step_seconds;        /* engine thread: time in pl_engine_step that ran the model */
     double step_cpu_seconds;    /* engine thread: its CPU time in those steps */
     pl_kv_view kv_view;         /* block states for monitoring (engine/kv_view.h) */
