@@ -53,8 +53,8 @@ void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const 
  * sums) that the AVX-512 kernels (FMA for f16, VNNI for the integer types at any batch size, AMX
  * for larger batches) multiply faster. Results are deterministic across batch sizes, thread counts
  * and those kernels (one order per type), but summed in another order than the rows layout
- * (docs/ACCURACY.md). pl_matmul_repack_size: bytes of w repacked (q4_K: 148 per 256 columns
- * instead of 144, iq4_xs 138 instead of 136; the others as GGUF), or 0 if w has no such layout.
+ * (docs/ACCURACY.md). pl_matmul_repack_size: bytes of w repacked (iq4_xs: 138 per 256 columns
+ * instead of 136; the others as GGUF), or 0 if w has no such layout.
  * pl_matmul_repack_wanted: 1 on AVX-512 unless PAGELLM_REPACK=0. pl_matmul_repack: copy w into dst
  * (64-byte aligned, that many bytes) and point w at it. Views of rows (weight_rows) must be taken
  * before repacking. */

@@ -1,21 +1,24 @@
 /* kernels/matmul_x16_kq — the x16 layouts of the K-quants q4_K and q6_K (issue 22, item 3): 16
  * rows interleaved so that one vpdpbusd gives 16 outputs' partial sums, the quants kept packed
- * (decode streams the same bytes as GGUF's q6_K, 2.8 % more for q4_K), the repacking, the
- * activation rows, and the scalar kernels every other kernel of these layouts matches bit for bit.
+ * (decode streams the same bytes as GGUF's q4_K and q6_K), the repacking, the activation rows,
+ * and the scalar kernels every other kernel of these layouts matches bit for bit.
  *
  * Both are in super-blocks of 256 columns; per 16-row group and super-block (lanes = the 16 rows,
  * "chunk" = 16 lanes x 4 consecutive columns = 64 bytes, one vpdpbusd operand):
  *
- *   q4_K (2368 bytes = 16 x 148)          q6_K (3360 bytes = 16 x 210, as GGUF)
+ *   q4_K (2304 bytes = 16 x 144, as GGUF)  q6_K (3360 bytes = 16 x 210, as GGUF)
  *   0     d[16]      f16                  0     d[16]               f16
  *   32    dmin[16]   f16                  32    sc[8][16][2]        int8: 16-column scales,
- *   64    sc[8][16]  u8: 32-column scales             pair p = groups 2p, 2p + 1 of each lane
- *   192   m[4][16][2] u8: mins, pair i =  288   q[16][3] chunks: group g's (16 columns) four
- *         units 2i, 2i + 1 of each lane               chunks a, b, c, d (columns 4j..4j + 3)
- *   320   q[4][8] chunks: low nibble =                in three: X = a | (d & 3) << 6,
- *         unit 2i, high = unit 2i + 1                 Y = b | (d >> 2 & 3) << 6,
- *   (chunk c of unit u: columns 32u + 4c ..           Z = c | (d >> 4) << 6 (9 vector
- *    32u + 4c + 3)                                    operations unpack the four)
+ *   64    w[3][16]   u32: the 6-bit                    pair p = groups 2p, 2p + 1 of each lane
+ *         scales and mins of pair p       288   q[16][3] chunks: group g's (16 columns) four
+ *         (units 2p, 2p + 1) in 24 bits:        chunks a, b, c, d (columns 4j..4j + 3)
+ *         sc_2p | sc_2p+1 << 6 |                in three: X = a | (d & 3) << 6,
+ *         m_2p << 12 | m_2p+1 << 18;            Y = b | (d >> 2 & 3) << 6,
+ *         pair 3's 24 bits are the top          Z = c | (d >> 4) << 6 (9 vector
+ *         bytes of w[0], w[1], w[2]             operations unpack the four)
+ *   256   q[4][8] chunks: low nibble =
+ *         unit 2p, high = unit 2p + 1
+ *   (chunk c of unit u: columns 32u + 4c .. 32u + 4c + 3)
  *
  * Activations: Q8_K blocks (kernels/quant.h) of the row, then per super-block four int32 words,
  * word i = the int16 pair (sum of unit 2i's quants, sum of unit 2i + 1's), for vpdpwssd.
@@ -36,10 +39,10 @@
 #include <math.h>
 #include <string.h>
 
-enum { Q4K_GROUP = 16 * 148, Q6K_GROUP = 16 * 210 };
+enum { Q4K_GROUP = 16 * 144, Q6K_GROUP = 16 * 210 };
 
 size_t pl_mm_x16_kq_row_bytes(pl_dtype t, int64_t cols) {
-    return (size_t)(cols / PL_QK_K) * (t == PL_DT_Q4_K ? 148 : 210);
+    return (size_t)(cols / PL_QK_K) * (t == PL_DT_Q4_K ? 144 : 210);
 }
 
 /* The integer quants of one q6_K super-block in column order. */
@@ -70,16 +73,20 @@ void pl_mm_x16_kq_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t r
                     const pl_block_q4_K *b = (const pl_block_q4_K *)row + s;
                     memcpy(o + 2 * i, &b->d, 2);
                     memcpy(o + 32 + 2 * i, &b->dmin, 2);
-                    for (int j = 0; j < 8; j++) {
-                        pl_get_scale_min_k4(j, b->scales, &sc[j], &m[j]);
-                        o[64 + 16 * j + i] = sc[j];
-                        o[192 + 32 * (j / 2) + 2 * i + j % 2] = m[j];
+                    for (int j = 0; j < 8; j++) pl_get_scale_min_k4(j, b->scales, &sc[j], &m[j]);
+                    uint32_t v[4];
+                    for (int p = 0; p < 4; p++)
+                        v[p] = (uint32_t)sc[2 * p] | (uint32_t)sc[2 * p + 1] << 6 |
+                               (uint32_t)m[2 * p] << 12 | (uint32_t)m[2 * p + 1] << 18;
+                    for (int p = 0; p < 3; p++) {
+                        const uint32_t word = v[p] | (v[3] >> 8 * p & 0xFF) << 24;
+                        memcpy(o + 64 + 64 * p + 4 * i, &word, 4);
                     }
                     /* GGUF's byte 32p + l already holds unit 2p's column l (low nibble) and
                      * unit 2p + 1's (high): a chunk is 4 of those bytes as they are */
                     for (int p = 0; p < 4; p++)
                         for (int c = 0; c < 8; c++)
-                            memcpy(o + 320 + 64 * (8 * p + c) + 4 * i, b->qs + 32 * p + 4 * c, 4);
+                            memcpy(o + 256 + 64 * (8 * p + c) + 4 * i, b->qs + 32 * p + 4 * c, 4);
                 } else {
                     const pl_block_q6_K *b = (const pl_block_q6_K *)row + s;
                     q6_K_ints(b, q);
@@ -122,7 +129,7 @@ void pl_mm_x16_kq_act_row(const float *x, uint8_t *dst, int64_t cols) {
 static int q_at(pl_dtype t, const uint8_t *o, int i, int e) {
     int u = e / 32, c = (e % 32) / 4, k = e % 4;
     if (t == PL_DT_Q4_K) {
-        uint8_t v = o[320 + 64 * (8 * (u / 2) + c) + 4 * i + k];
+        uint8_t v = o[256 + 64 * (8 * (u / 2) + c) + 4 * i + k];
         return u % 2 ? v >> 4 : v & 0xF;
     }
     const uint8_t *x = o + 288 + 192 * (e / 16) + 4 * i + k; /* group e / 16's X */
@@ -151,6 +158,14 @@ void pl_mm_x16_sb_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, 
     }
 }
 
+/* q4_K: pair p's 24 bits of lane i (scales and mins of units 2p, 2p + 1). */
+static uint32_t q4_K_pair(const uint8_t *o, int i, int p) {
+    uint32_t w[3];
+    for (int k = 0; k < 3; k++) memcpy(&w[k], o + 64 + 64 * k + 4 * i, 4);
+    if (p < 3) return w[p] & 0xFFFFFF;
+    return w[0] >> 24 | (w[1] >> 24) << 8 | (w[2] >> 24) << 16;
+}
+
 /* The references, one super-block of one output: exactly the arithmetic of the header comment. */
 static float sb_q4_K(const uint8_t *o, int i, const pl_block_q8_K *x, float acc) {
     int32_t S = 0, M = 0;
@@ -160,8 +175,9 @@ static float sb_q4_K(const uint8_t *o, int i, const pl_block_q8_K *x, float acc)
             isum += q_at(PL_DT_Q4_K, o, i, e) * x->qs[e];
             xsum += x->qs[e];
         }
-        S += (int32_t)o[64 + 16 * j + i] * isum;
-        M += (int32_t)o[192 + 32 * (j / 2) + 2 * i + j % 2] * xsum;
+        const uint32_t v = q4_K_pair(o, i, j / 2) >> 6 * (j % 2);
+        S += (int32_t)(v & 63) * isum;
+        M += (int32_t)(v >> 12 & 63) * xsum;
     }
     acc = fmaf((float)S, f16_at(o + 2 * i) * x->d, acc);
     return fmaf((float)-M, f16_at(o + 32 + 2 * i) * x->d, acc);

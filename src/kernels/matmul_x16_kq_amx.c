@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GROUP = 16 * 148 }; /* bytes of a 16-row group's super-block */
+enum { GROUP = 16 * 144 }; /* bytes of a 16-row group's super-block */
 enum { PLANE = 16 * 64 };  /* one B tile: 64 columns x 16 rows */
 
 /* Bytes of v times the per-lane factor f16 (each 16-bit half of a lane holds the lane's factor);
@@ -42,15 +42,16 @@ static void unpack(const uint8_t *o, int64_t nsb, uint8_t *u) {
         const uint8_t *os = o + (size_t)s * GROUP;
         for (int p = 0; p < 4; p++) {
             uint8_t *hp = u + (size_t)((4 * s + p) * 2) * PLANE, *lp = hp + PLANE;
+            __m512i scs[2], mv;
+            pl_x16_q4_K_scales(os, p, &scs[0], &scs[1], &mv);
             for (int half = 0; half < 2; half++) { /* unit 2p + half */
-                const __m512i sc = _mm512_cvtepu8_epi32(
-                    _mm_loadu_si128((const __m128i *)(os + 64 + 16 * (2 * p + half))));
+                const __m512i sc = scs[half];
                 const __m512i sh = _mm512_or_si512(_mm512_srli_epi32(sc, 3),
                                                    _mm512_slli_epi32(_mm512_srli_epi32(sc, 3), 16));
                 const __m512i sl7 = _mm512_and_si512(sc, _mm512_set1_epi32(7));
                 const __m512i sl = _mm512_or_si512(sl7, _mm512_slli_epi32(sl7, 16));
                 for (int c = 0; c < 8; c++) {
-                    const __m512i v = _mm512_loadu_si512(os + 320 + 64 * (8 * p + c));
+                    const __m512i v = _mm512_loadu_si512(os + 256 + 64 * (8 * p + c));
                     const __m512i q = half ? _mm512_and_si512(_mm512_srli_epi16(v, 4), low4)
                                            : _mm512_and_si512(v, low4);
                     _mm512_store_si512(hp + 64 * (8 * half + c), mul_bytes(q, sh));
@@ -71,8 +72,10 @@ typedef struct {
 AI void epilogue(const acts *v, const uint8_t *os, const int32_t (*ch)[16],
                  const int32_t (*cl)[16], int64_t b, int64_t s, float (*acc)[16]) {
     __m512i mv[4];
-    UNROLL for (int p = 0; p < 4; p++)
-        mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(os + 192 + 32 * p)));
+    UNROLL for (int p = 0; p < 4; p++) {
+        __m512i sc_a, sc_b;
+        pl_x16_q4_K_scales(os, p, &sc_a, &sc_b, &mv[p]);
+    }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)os));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(os + 32)));
     for (int m = 0; m < 16; m++) {

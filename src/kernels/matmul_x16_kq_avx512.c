@@ -29,15 +29,15 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
     __m512 acc[4];
     UNROLL for (int b = 0; b < NB; b++) acc[b] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
-        const uint8_t *o = w + (size_t)s * 16 * 148;
+        const uint8_t *o = w + (size_t)s * 16 * 144;
         __m512i S[4], M[4];
         UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
-            pl_x16_prefetch_part(o, 16 * 148, p);
+            pl_x16_prefetch_part(o, 16 * 144, p);
             __m512i A[4], Bv[4];
             UNROLL for (int b = 0; b < NB; b++) A[b] = Bv[b] = _mm512_setzero_si512();
             UNROLL for (int c = 0; c < 8; c++) {
-                const __m512i v = _mm512_loadu_si512(o + 320 + 64 * (8 * p + c));
+                const __m512i v = _mm512_loadu_si512(o + 256 + 64 * (8 * p + c));
                 const __m512i lo = _mm512_and_si512(v, low4);
                 const __m512i hi16 = _mm512_and_si512(v, high4); /* 16 x the high nibbles */
                 UNROLL for (int b = 0; b < NB; b++) {
@@ -48,9 +48,8 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
             }
             /* |16 x sum| < 2^24: exact, and a multiple of 16, so the shift divides exactly */
             UNROLL for (int b = 0; b < NB; b++) Bv[b] = _mm512_srai_epi32(Bv[b], 4);
-            const __m512i scA = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 64 + 32 * p)));
-            const __m512i scB = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 80 + 32 * p)));
-            const __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(o + 192 + 32 * p)));
+            __m512i scA, scB, mv;
+            pl_x16_q4_K_scales(o, p, &scA, &scB, &mv);
             UNROLL for (int b = 0; b < NB; b++) {
                 S[b] = _mm512_add_epi32(S[b], _mm512_add_epi32(_mm512_mullo_epi32(A[b], scA),
                                                                _mm512_mullo_epi32(Bv[b], scB)));

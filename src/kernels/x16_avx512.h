@@ -49,6 +49,26 @@ AI void pl_x16_prefetch_part(const uint8_t *o, size_t gsz, int p) {
     }
 }
 
+/* q4_K's x16 layout (matmul_x16_kq.c): of units 2p and 2p + 1, the 16 lanes' 6-bit scales (int32
+ * lanes) and mins (int16 pairs, for vpdpwssd), from the 24-bit words at o + 64. */
+AI void pl_x16_q4_K_scales(const uint8_t *o, int p, __m512i *sc_a, __m512i *sc_b, __m512i *m) {
+    __m512i v;
+    if (p < 3) {
+        v = _mm512_loadu_si512(o + 64 + 64 * p); /* bits 24-31 belong to pair 3: never read */
+    } else {
+        const __m512i w0 = _mm512_loadu_si512(o + 64), w1 = _mm512_loadu_si512(o + 128),
+                      w2 = _mm512_loadu_si512(o + 192);
+        v = _mm512_or_si512(_mm512_srli_epi32(w0, 24),
+                            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w1, 16), _mm512_set1_epi32(0xFF00)),
+                                            _mm512_and_si512(_mm512_srli_epi32(w2, 8), _mm512_set1_epi32(0xFF0000))));
+    }
+    const __m512i six = _mm512_set1_epi32(63);
+    *sc_a = _mm512_and_si512(v, six);
+    *sc_b = _mm512_and_si512(_mm512_srli_epi32(v, 6), six);
+    *m = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 12), six),
+                         _mm512_and_si512(_mm512_srli_epi32(v, 2), _mm512_set1_epi32(63 << 16)));
+}
+
 /* The float step of a super-block with a scale and a min (q4_K, q2_K): acc + S * (d * dx), then
  * + (-M) * (dmin * dx), d and dmin the 16 rows' f16 at o and o + 32. */
 AI __m512 pl_x16_sb_fma2(__m512 acc, __m512i S, __m512i M, const uint8_t *o, float dx) {
