@@ -41,6 +41,13 @@ AI __m512i pl_x16_dpbusd_bc(__m512i acc, __m512i q, const void *p) {
  * 22). Past the thread's last super-block they read what the other thread will (or nothing: a
  * prefetch does not fault). */
 enum { PL_X16_PF_FAR = 36 * 1024 };
+/* Line l of the super-block two ahead of o into L2 and of the bytes PL_X16_PF_FAR ahead into L3.
+ * The K-quant tiles call it once per line, spread among their loads (one or two per chunk)
+ * rather than a part's lines in a burst: 1B Q4_K_M decode 41.0 -> 43.3 tok/s. */
+AI void pl_x16_prefetch_line(const uint8_t *o, size_t gsz, int l) {
+    _mm_prefetch((const char *)o + 2 * gsz + 64 * l, _MM_HINT_T1);
+    _mm_prefetch((const char *)o + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);
+}
 AI void pl_x16_prefetch_part(const uint8_t *o, size_t gsz, int p) {
     const int lines = (int)((gsz + 63) / 64);
     for (int l = p; l < lines; l += 4) {
