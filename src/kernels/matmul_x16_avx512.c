@@ -58,13 +58,6 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
         UNROLL for (int g = 0; g < NG; g++) {
             wb[g] = w + (size_t)g * gs + (size_t)k * blk;
             dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wb[g]));
-            /* decode streams the weights: the block two ahead into L2 and the bytes 36 KB ahead
-             * into L3 (1B q8_0 decode +3 %; matmul_x16_kq_avx512.c says why) */
-            if (NB <= 2)
-                for (size_t o = 0; o < blk; o += 64) {
-                    _mm_prefetch((const char *)wb[g] + 2 * blk + o, _MM_HINT_T1);
-                    _mm_prefetch((const char *)wb[g] + 36 * 1024 + o, _MM_HINT_T2);
-                }
         }
         __m512i s0[2][4], s1[2][4];
         UNROLL for (int b = 0; b < NB; b++) UNROLL for (int g = 0; g < NG; g++) {
@@ -75,6 +68,14 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
             __m512i w0[2], w1[2]; /* chunks j0, j1 of the block */
             const int j0 = Q4 ? j : 2 * j, j1 = Q4 ? j + 4 : 2 * j + 1;
             UNROLL for (int g = 0; g < NG; g++) {
+                /* decode streams the weights: the block two ahead into L2 and the bytes 36 KB
+                 * ahead into L3, lines j, j + 4, j + 8 here (spread among the loads; 1B q8_0
+                 * decode +3 %; x16_avx512.h says why) */
+                if (NB <= 2)
+                    for (size_t o = 64 * (size_t)j; o < blk; o += 256) {
+                        _mm_prefetch((const char *)wb[g] + 2 * blk + o, _MM_HINT_T1);
+                        _mm_prefetch((const char *)wb[g] + 36 * 1024 + o, _MM_HINT_T2);
+                    }
                 if (FIFTH) { /* q5_0, q5_1: the nibbles + 16 where the fifth-bit masks say */
                     const __m512i v = _mm512_loadu_si512(wb[g] + hdr + 64 * j);
                     uint64_t m0, m1;
