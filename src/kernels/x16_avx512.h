@@ -43,7 +43,7 @@ AI __m512i pl_x16_dpbusd_bc(__m512i acc, __m512i q, const void *p) {
 enum { PL_X16_PF_FAR = 36 * 1024 };
 /* Line l of the super-block two ahead of o into L2 and of the bytes PL_X16_PF_FAR ahead into L3.
  * The K-quant tiles call it once per line, spread among their loads (one or two per chunk)
- * rather than a part's lines in a burst: 1B Q4_K_M decode 41.0 -> 43.3 tok/s. */
+ * rather than a part's lines in a burst: 1B Q4_K_M decode 40.3 -> 43.1 tok/s. */
 AI void pl_x16_prefetch_line(const uint8_t *o, size_t gsz, int l) {
     _mm_prefetch((const char *)o + 2 * gsz + 64 * l, _MM_HINT_T1);
     _mm_prefetch((const char *)o + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);
