@@ -333,6 +333,10 @@ static void release_pages(const void *p, size_t n) {
 static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
     size_t bytes = pl_matmul_repack_size(w);
     if (!bytes) return PL_OK;
+    /* What it is copied from has GGUF's size, which the x16 layout need not have (iq4_xs: 138
+     * bytes per row and super-block, GGUF 136): releasing the layout's size past the end of the
+     * last tensor's mapping zeroed whatever the process had mapped after it. */
+    const size_t src_bytes = (size_t)w->rows * pl_dtype_row_size(w->type, w->cols);
     void *dst;
     PL_TRY(own_buffer(m, name, bytes, &dst));
     const void *src = w->data;
@@ -341,10 +345,11 @@ static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
         if (m->owned[i] == src) {
             free(m->owned[i]);
             m->owned[i] = m->owned[--m->n_owned];
-            m->owned_bytes -= bytes;
+            m->owned_bytes -= src_bytes;
             return PL_OK;
         }
-    release_pages(src, bytes);
+    release_pages(src, src_bytes);
+    m->released_bytes += src_bytes;
     return PL_OK;
 }
 

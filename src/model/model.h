@@ -121,6 +121,7 @@ typedef struct {
     void **owned;                  /* [n_owned] copied column slices, freed with the model */
     int32_t n_owned;
     size_t owned_bytes;            /* their total size */
+    size_t released_bytes;         /* mapped tensor bytes let go after their repacking */
     pl_tokenizer *tok;
     pl_weight tok_embd;         /* [n_vocab x dim] rows dequantized on lookup */
     float *output_norm;         /* [dim] */
