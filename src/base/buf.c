@@ -5,9 +5,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 void pl_free_all(void *const *ptrs, size_t n) {
     for (size_t i = 0; i < n; i++) free(ptrs[i]);
+}
+
+void *pl_alloc_stream(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (bytes > SIZE_MAX - 63) return NULL;
+    if (posix_memalign(&p, bytes >= huge ? huge : 64, (bytes + 63) / 64 * 64)) return NULL;
+    if (bytes >= huge) (void)madvise(p, bytes / huge * huge, MADV_HUGEPAGE); /* a hint */
+    return p;
 }
 
 int pl_array_reserve(void *arrp, size_t *cap, size_t need, size_t elem) {

@@ -19,6 +19,13 @@ void pl_free_all(void *const *ptrs, size_t n);
 #define PL_FREE_ALL(...)                                                                           \
     pl_free_all((void *const[]){__VA_ARGS__}, sizeof((void *const[]){__VA_ARGS__}) / sizeof(void *))
 
+/* `bytes` of memory for large arrays that are streamed (weights, the bandwidth probe): 64-byte
+ * aligned, and from 2 MiB on 2 MiB-aligned with its whole 2 MiB pages asked for as huge pages
+ * (MADV_HUGEPAGE; with transparent huge pages in "madvise" mode, the usual default, they are
+ * 4 KB pages otherwise, and a stream over them misses the TLB every 4 KB). NULL when out of
+ * memory; free() it. */
+void *pl_alloc_stream(size_t bytes);
+
 /* `arrp` is the address of the array pointer (a T **). 0, or -1 when out of memory. */
 int pl_array_reserve(void *arrp, size_t *cap, size_t need, size_t elem);
 

@@ -1,5 +1,6 @@
 /* kernels/roofline — see roofline.h. */
 #include "kernels/roofline.h"
+#include "base/buf.h"
 #include "base/clock.h"
 
 #include "kernels/cpu.h"
@@ -44,7 +45,7 @@ double pl_roofline_read_gbs(pl_threadpool *tp, int n_threads, size_t bytes, int 
     if (n_threads > pl_threadpool_size(tp)) n_threads = pl_threadpool_size(tp);
     size_t per = (bytes / (size_t)n_threads + 4095) & ~(size_t)4095;
     size_t total = per * (size_t)n_threads;
-    float *buf = aligned_alloc(4096, total);
+    float *buf = pl_alloc_stream(total); /* as the weights: huge pages where the system gives them */
     if (!buf) return -1.0;
     for (size_t i = 0; i < total / sizeof(float); i++) buf[i] = (float)(i & 7);
     roof_job j = {.buf = buf, .per_thread = per / sizeof(float)};

@@ -307,7 +307,7 @@ static pl_status own_buffer(pl_model *m, const char *name, size_t bytes, void **
     void **owned = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
     if (!owned) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
     m->owned = owned;
-    void *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void *dst = pl_alloc_stream(bytes);
     if (!dst) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory for its copy", name);
     m->owned[m->n_owned++] = dst;
     m->owned_bytes += bytes;
