@@ -15,6 +15,7 @@
 #include "kernels/quant.h"
 
 #include "kernels/simd.h"
+#include "kernels/x16_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -72,10 +73,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                  * ahead into L3, lines j, j + 4, j + 8 here (spread among the loads; 1B q8_0
                  * decode +3 %; x16_avx512.h says why) */
                 if (NB <= 2)
-                    for (size_t o = 64 * (size_t)j; o < blk; o += 256) {
-                        _mm_prefetch((const char *)wb[g] + 2 * blk + o, _MM_HINT_T1);
-                        _mm_prefetch((const char *)wb[g] + 36 * 1024 + o, _MM_HINT_T2);
-                    }
+                    for (int l = j; 64 * (size_t)l < blk; l += 4) pl_x16_prefetch_line(wb[g], blk, l);
                 if (FIFTH) { /* q5_0, q5_1: the nibbles + 16 where the fifth-bit masks say */
                     const __m512i v = _mm512_loadu_si512(wb[g] + hdr + 64 * j);
                     uint64_t m0, m1;
