@@ -31,6 +31,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include "kernels/cpu.h"
+#include "../unit/isa_coverage.h"
 
 static char tmpdir[] = "/tmp/pl_embed_XXXXXX";
 
@@ -342,6 +344,7 @@ static void test_bge_vectors(void **state) {
 
 static int setup(void **state) {
     (void)state;
+    strcpy(tmpdir, "/tmp/pl_embed_XXXXXX"); /* the group runs once per kernel level */
     return mkdtemp(tmpdir) ? 0 : -1;
 }
 
@@ -357,5 +360,5 @@ int main(void) {
         cmocka_unit_test(test_llama_mean), cmocka_unit_test(test_llama_last),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_bge_vectors),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return isa_run_group_tests(tests, setup, teardown);
 }

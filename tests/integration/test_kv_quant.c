@@ -21,6 +21,8 @@
 #include "engine/engine_internal.h"
 
 #include <math.h>
+#include "kernels/cpu.h"
+#include "../unit/isa_coverage.h"
 
 static const char *MODEL = PL_SHARED_DIR "/models/synth-tiny-f32.gguf";
 enum { N_REQ = 8, GEN = 16 };
@@ -220,5 +222,5 @@ int main(void) {
         cmocka_unit_test(test_greedy_matches_f32_until_near_tie),
         cmocka_unit_test(test_preemption_cow_prefix_bitwise),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return isa_run_group_tests(tests, NULL, NULL);
 }

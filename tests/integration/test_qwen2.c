@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "kernels/cpu.h"
+#include "../unit/isa_coverage.h"
 
 static const char *SRC = PL_SHARED_DIR "/models/stories260K.gguf";
 
@@ -284,5 +286,5 @@ static void test_qwen2_equivalence(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_qwen2_equivalence)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return isa_run_group_tests(tests, NULL, NULL);
 }

@@ -39,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/cpu.h"
+#include "../unit/isa_coverage.h"
 
 /* Bounds: 1.5x the largest error measured over PAGELLM_ISA=scalar, avx2 and avx512 (docs/
  * ACCURACY.md), and at least the issue's 1e-4 for the f32 paths. `mean` bounds the mean error of a
@@ -277,5 +279,5 @@ int main(void) {
         cmocka_unit_test(test_all_models),
         cmocka_unit_test(test_block_sizes_and_kv_dtypes),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return isa_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,8 @@
 
 #include <math.h>
 #include <unistd.h>
+#include "kernels/cpu.h"
+#include "../unit/isa_coverage.h"
 
 static const char *STORIES = PL_SHARED_DIR "/models/stories260K.gguf";
 static const char *SYNTH = PL_SHARED_DIR "/models/synth-tiny-q8_0.gguf";
@@ -548,5 +550,5 @@ int main(void) {
         cmocka_unit_test(test_draft_synth),
         cmocka_unit_test(test_distribution),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return isa_run_group_tests(tests, NULL, NULL);
 }

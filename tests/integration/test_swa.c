@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "kernels/cpu.h"
+#include "../unit/isa_coverage.h"
 
 enum { W = 24, BSZ = 16, MAXB = 64, PROMPT = 10, GEN = 200 };
 
@@ -380,5 +382,5 @@ int main(void) {
         cmocka_unit_test(test_recompute_small_pool),
         cmocka_unit_test(test_spec_fork_beam),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return isa_run_group_tests(tests, setup, teardown);
 }

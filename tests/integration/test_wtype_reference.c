@@ -37,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "kernels/cpu.h"
+#include "../unit/isa_coverage.h"
 
 #ifndef PL_SOURCE_DIR
 #define PL_SOURCE_DIR "."
@@ -321,5 +323,5 @@ int main(void) {
         cmocka_unit_test(test_kv_types_against_llama_cpp),
         cmocka_unit_test(test_archs_against_llama_cpp),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return isa_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,9 @@
  * pl_cpu_isa() once per level with isa_ran(); isa_coverage_check() prints the levels tested and
  * fails when /proc/cpuinfo (the kernel's view, independent of the code under test) lists all the
  * features of a level the AVX-512 / AVX2 kernels are built for (see CMakeLists.txt and
- * kernels/cpu.c) but that level never ran. Include after <cmocka.h> and "kernels/cpu.h". */
+ * kernels/cpu.c) but that level never ran. isa_run_group_tests() does the same for a whole cmocka
+ * group (the tests of models, caches and engines whose results depend on the level). Include after
+ * <cmocka.h> and "kernels/cpu.h". */
 #ifndef PL_TEST_ISA_COVERAGE_H
 #define PL_TEST_ISA_COVERAGE_H
 
@@ -49,29 +51,92 @@ static inline int isa_cpuinfo_level(void) {
     return level;
 }
 
-static inline void isa_coverage_check(const char *what, unsigned mask) {
-    test_env("PAGELLM_ISA"); /* lowers every kernel call the loops do not force */
-    char tested[64] = "";
+/* The levels in mask as " scalar avx2 ..." into out[64]. */
+static inline void isa_names(unsigned mask, char *out) {
+    out[0] = '\0';
     for (int i = PL_ISA_SCALAR; i <= PL_ISA_AVX512; i++)
         if (mask & (1u << i)) {
-            strcat(tested, " ");
-            strcat(tested, pl_isa_name((pl_isa)i));
+            strcat(out, " ");
+            strcat(out, pl_isa_name((pl_isa)i));
         }
+}
+
+/* NULL when every level /proc/cpuinfo supports is in mask, else what is missing (static text). */
+static inline const char *isa_missing(const char *what, unsigned mask) {
+    static char msg[512];
+    int want = isa_cpuinfo_level();
+    if (want < 0) {
+        const char *ci = getenv("CI");
+        if (ci && !strcmp(ci, "true")) {
+            snprintf(msg, sizeof msg, "%s: no /proc/cpuinfo flags under CI=true", what);
+            return msg;
+        }
+        return NULL;
+    }
+    for (int i = PL_ISA_SCALAR; i <= want; i++)
+        if (!(mask & (1u << i))) {
+            snprintf(msg, sizeof msg,
+                     "%s: the CPU supports %s (/proc/cpuinfo) but the %s kernels were not "
+                     "tested: pl_cpu_max_isa() is %s, CPU feature detection is broken",
+                     what, pl_isa_name((pl_isa)want), pl_isa_name((pl_isa)i),
+                     pl_isa_name(pl_cpu_max_isa()));
+            return msg;
+        }
+    return NULL;
+}
+
+static inline void isa_coverage_check(const char *what, unsigned mask) {
+    test_env("PAGELLM_ISA"); /* lowers every kernel call the loops do not force */
+    char tested[64];
+    isa_names(mask, tested);
     int want = isa_cpuinfo_level();
     print_message("%s: ISAs tested:%s (CPU offers up to %s per /proc/cpuinfo, detected %s)\n",
                   what, tested, want < 0 ? "?" : pl_isa_name((pl_isa)want),
                   pl_isa_name(pl_cpu_max_isa()));
-    if (want < 0) {
-        const char *ci = getenv("CI");
-        if (ci && !strcmp(ci, "true")) fail_msg("%s: no /proc/cpuinfo flags under CI=true", what);
-        return;
-    }
-    for (int i = PL_ISA_SCALAR; i <= want; i++)
-        if (!(mask & (1u << i)))
-            fail_msg("%s: the CPU supports %s (/proc/cpuinfo) but the %s kernels were not "
-                     "tested: pl_cpu_max_isa() is %s, CPU feature detection is broken",
-                     what, pl_isa_name((pl_isa)want), pl_isa_name((pl_isa)i),
-                     pl_isa_name(pl_cpu_max_isa()));
+    const char *miss = isa_missing(what, mask);
+    if (miss) fail_msg("%s", miss);
 }
+
+/* main() of a test whose results depend on the kernel level: runs the whole group (its setup and
+ * teardown included, so models are loaded, and repacked or not, at each level) once per level
+ * the machine has, scalar first, forcing the level with pl_cpu_force_isa (no environment knob),
+ * and says which level each run is at. Returns the failed tests over all levels, plus one when a
+ * level /proc/cpuinfo offers never ran (isa_missing) or PAGELLM_ISA is set under CI. */
+static inline int isa_run_group(const char *name, const struct CMUnitTest *tests, size_t n,
+                                CMFixtureFunction setup, CMFixtureFunction teardown) {
+    int failed = 0;
+    unsigned ran = 0;
+    const char *env = getenv("PAGELLM_ISA");
+    if (env && test_under_ci()) {
+        fprintf(stderr, "%s: PAGELLM_ISA=%s is set under CI; it lowers every level\n", name, env);
+        failed++;
+    }
+    for (int level = PL_ISA_SCALAR; level <= (int)pl_cpu_max_isa(); level++) {
+        pl_cpu_force_isa((pl_isa)level);
+        isa_ran(&ran);
+        char label[160];
+        snprintf(label, sizeof label, "%s @ %s", name, pl_isa_name(pl_cpu_isa()));
+        printf("== %s: kernels at the %s level\n", name, pl_isa_name(pl_cpu_isa()));
+        fflush(stdout);
+        failed += _cmocka_run_group_tests(label, tests, n, setup, teardown);
+    }
+    pl_cpu_force_isa(pl_cpu_max_isa());
+    char tested[64];
+    isa_names(ran, tested);
+    int want = isa_cpuinfo_level();
+    printf("%s: ISAs tested:%s (CPU offers up to %s per /proc/cpuinfo, detected %s)\n", name,
+           tested, want < 0 ? "?" : pl_isa_name((pl_isa)want), pl_isa_name(pl_cpu_max_isa()));
+    const char *miss = isa_missing(name, ran);
+    if (miss) {
+        fprintf(stderr, "FAIL: %s\n", miss);
+        failed++;
+    }
+    return failed;
+}
+
+/* cmocka_run_group_tests at every kernel level (isa_run_group). */
+#define isa_run_group_tests(group, setup, teardown)                                               \
+    isa_run_group(strrchr("/" __FILE__, '/') + 1, group, sizeof(group) / sizeof((group)[0]),     \
+                  setup, teardown)
 
 #endif

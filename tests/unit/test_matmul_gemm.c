@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "isa_coverage.h"
 
 static float rnd(uint64_t *s) {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -71,14 +72,17 @@ static void check(int64_t rows, int64_t cols, int64_t B, int threads, uint64_t s
 /* check() on every combination of the shapes, 1-3 threads, on every ISA the machine has. */
 static void check_all(const int64_t *cols, size_t nc, const int64_t *rows, size_t nr,
                       const int64_t *Bs, size_t nb, uint64_t seed) {
+    unsigned ran = 0;
     for (int isa = 0; isa <= (int)pl_cpu_max_isa(); isa++) {
         pl_cpu_force_isa((pl_isa)isa);
+        isa_ran(&ran);
         for (size_t c = 0; c < nc; c++)
             for (size_t r = 0; r < nr; r++)
                 for (size_t b = 0; b < nb; b++)
                     check(rows[r], cols[c], Bs[b], 1 + (int)((c + r + b) % 3), seed++);
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
+    isa_coverage_check("gemm shapes", ran);
 }
 
 static void test_gemm_equals_decode(void **state) {
@@ -106,11 +110,14 @@ static void test_small_cols_and_border(void **state) {
     (void)state;
     static const int64_t cols[] = {8, 16, 100, 1024, 1028, 1040, 2048, 4096, 4097};
     uint64_t seed = 100;
+    unsigned ran = 0;
     for (int isa = 0; isa <= (int)pl_cpu_max_isa(); isa++) {
         pl_cpu_force_isa((pl_isa)isa);
+        isa_ran(&ran);
         for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) check(9, cols[c], 67, 2, seed++);
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
+    isa_coverage_check("gemm long rows", ran);
 }
 
 int main(void) {

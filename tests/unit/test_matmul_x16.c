@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "isa_coverage.h"
 
 static float rnd(uint64_t *s) {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -124,6 +125,7 @@ static void check_equal(const qweight *q, const float *x, int64_t B, const float
  * 1-3 threads. */
 static void agree_bitwise(pl_dtype type, const int64_t (*shapes)[2], size_t nshapes, uint64_t s) {
     static const int64_t Bs[] = {1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 48, 70};
+    unsigned ran = 0;
     for (size_t i = 0; i < nshapes; i++) {
         qweight q;
         make_typed(&q, type, shapes[i][0], shapes[i][1], &s);
@@ -137,6 +139,7 @@ static void agree_bitwise(pl_dtype type, const int64_t (*shapes)[2], size_t nsha
             int threads = 1 + (int)((i + bi) % 3);
             for (int isa = 0; isa <= (int)pl_cpu_max_isa(); isa++) {
                 pl_cpu_force_isa((pl_isa)isa);
+                isa_ran(&ran);
                 pl_cpu_force_amx(0);
                 check_equal(&q, x, B, ref, threads, pl_isa_name((pl_isa)isa));
                 if (isa == PL_ISA_AVX512 && pl_cpu_force_amx(1))
@@ -149,6 +152,7 @@ static void agree_bitwise(pl_dtype type, const int64_t (*shapes)[2], size_t nsha
         }
         drop(&q);
     }
+    isa_coverage_check(pl_dtype_name(type), ran);
 }
 
 /* Every kernel the machine has, bitwise the scalar reference, over batch sizes around the AMX

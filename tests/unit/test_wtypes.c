@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "isa_coverage.h"
 
 /* GGML's kvalues_iq4nl, written out again so the test does not trust the table it checks. */
 static const int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -222,6 +223,7 @@ static void test_garbage_blocks_are_defined(void **state) {
     pl_rng_seed(&rng, 99);
     static float x[B * COLS], y[B * ROWS], deq[COLS];
     static uint8_t w[ROWS * COLS * 2];
+    unsigned ran = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         size_t rs = pl_dtype_row_size(types[t], COLS);
         void *scratch = malloc(pl_matmul_scratch_size(types[t], COLS, B));
@@ -238,6 +240,7 @@ static void test_garbage_blocks_are_defined(void **state) {
             pl_weight wt = {.data = w, .type = types[t], .rows = ROWS, .cols = COLS};
             for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
                 pl_cpu_force_isa((pl_isa)isa);
+                isa_ran(&ran);
                 pl_matmul(tp, &wt, x, B, y, ROWS, scratch);
                 pl_matmul(tp, &wt, x, 1, y, ROWS, scratch);
             }
@@ -246,6 +249,7 @@ static void test_garbage_blocks_are_defined(void **state) {
         free(scratch);
     }
     pl_threadpool_destroy(tp);
+    isa_coverage_check("garbage blocks", ran);
 }
 
 int main(void) {
