@@ -8,8 +8,8 @@ set -u
 . "$(dirname "$0")/server_lib.sh"
 
 SECS=${SOAK_SECONDS:-60}
-if [ "${CI:-}" = true ] && ! python3 -c "import sys; sys.exit(0 if float('$SECS') >= 60 else 1)"; then
-    echo "test_soak.sh: SOAK_SECONDS=$SECS is shorter than 60; refused under CI=true" >&2
+if under_ci && ! python3 -c "import sys; sys.exit(0 if float('$SECS') >= 60 else 1)"; then
+    echo "test_soak.sh: SOAK_SECONDS=$SECS is shorter than 60; refused under CI=$CI" >&2
     exit 1
 fi
 REF=", there was a little girl named Lily"

@@ -10,6 +10,10 @@
 set -u
 . "$(dirname "$0")/../e2e/server_lib.sh"
 
+refuse_knob FAULT_SECONDS # a shorter load: local debugging only
+refuse_knob PL_FAULT_SEED # repeats one run's N: local debugging only
+refuse_knob PL_FAULT_EVERY # the server's N or one call K, as chosen (base/fault.h): the same
+refuse_knob PL_FAULT_ONLY
 SECS=${FAULT_SECONDS:-20}
 metric() { awk -v n="$1" '{ k = $1; sub(/\{.*/, "", k) } k == n { s += $NF; f = 1 } END { if (f) print s }' "$TMP/metrics"; }
 
