@@ -44,7 +44,7 @@ for dir in build build-asan; do
   tally "$dir/ctest.log"
   # The soak test's figures (requests by kind and how they ended, blocks, RSS) even when it passed.
   echo "-- soak figures ($dir)"
-  grep -E '^(sent by kind|ended|status|violations|metrics|RSS):' "$dir/Testing/Temporary/LastTest.log" || true
+  grep -E '^(sent by kind|ended|status|violations|answered|metrics|preemptions|RSS):' "$dir/Testing/Temporary/LastTest.log" || true
 done
 # The tests where threads meet (engine inbox and output channels, the server) also run under
 # ThreadSanitizer.
@@ -65,7 +65,7 @@ if cmake -S . -B build-fault -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPL_SANITIZE=ON 
        -DCMAKE_C_FLAGS_DEBUG="-O1 -g" >/dev/null &&
    cmake --build build-fault -j "$(nproc)" --target pagellm_cli test_fault_engine >/dev/null; then
   ctest --test-dir build-fault -V --timeout 900 -R '^test_fault' | tee build-fault/ctest.log |
-    grep -E '^[0-9]+: (load|fault injection|ended:|status:|violations|metrics:|FAIL)|tests passed|tests failed|Passed|Failed|Skipped'
+    grep -E '^[0-9]+: (load|fault injection|ended:|status:|violations|answered:|metrics:|FAIL)|tests passed|tests failed|Passed|Failed|Skipped'
   f0=$failed
   tally build-fault/ctest.log
   [ "$failed" != "$f0" ] && tail -80 build-fault/ctest.log
