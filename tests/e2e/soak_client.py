@@ -11,7 +11,8 @@ client closed). Prints figures and "OK" or "FAILED". Standard library only.
 
 With --faults (the fault-injection build, tests/fault) a request may also end with an error the
 server gives for a failed allocation: a 500/503 with an OpenAI error body, or a stream whose last
-event before [DONE] is {"error": ...}; anything else still fails the run.
+event before [DONE] is {"error": ...}; anything else still fails the run, and so does a 503
+queue_full.
 
 usage: soak_client.py HOST PORT [--seconds S] [--threads T] [--seed N] [--faults]
                       [--min-answered F]"""
@@ -89,11 +90,14 @@ def one(r, kind, path, body, mode):
         if a.faults and st in (500, 503):
             data = resp.read()
             try:
-                msg = json.loads(data)["error"]["message"]
+                err = json.loads(data)["error"]
+                msg, code = err["message"], err.get("code")
             except Exception:
-                msg = None
+                msg = code = None
             if not msg:
                 fail(kind, f"status {st} without an error body: {data[:200]!r}")
+            elif code == "queue_full":  # a failed allocation is no reason for a full queue
+                fail(kind, f"status {st} queue_full with at most {a.threads} requests in flight: {data[:200]!r}")
             return f"error {st}"
         if mode == "invalid":
             data = resp.read()
