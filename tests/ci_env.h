@@ -6,6 +6,7 @@
 #ifndef PL_TEST_CI_ENV_H
 #define PL_TEST_CI_ENV_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,18 @@ static inline const char *test_env(const char *name) {
         fail_msg("%s=%s is set under CI=%s: it weakens this test and is for local debugging "
                  "only; unset it",
                  name, v, getenv("CI"));
+    return v;
+}
+
+/* getenv(name) for main(), outside any test (cmocka's fail_msg needs a running test): under CI
+ * it prints why and exits 1, so the program fails before running a test. */
+static inline const char *test_env_main(const char *name) {
+    const char *v = getenv(name);
+    if (v && test_under_ci()) {
+        fprintf(stderr, "%s=%s is set under CI=%s: it weakens this test and is for local debugging "
+                        "only; unset it\n", name, v, getenv("CI"));
+        exit(1);
+    }
     return v;
 }
 

@@ -2,7 +2,8 @@
  *
  * SIGINT and SIGTERM are blocked in every thread (they inherit the mask) and taken by the main
  * thread with sigwait, which then stops the server gracefully: stop accepting, let in-flight
- * requests finish for --shutdown-timeout seconds, abort the rest, exit 0.
+ * requests finish for --shutdown-timeout seconds, abort the rest, exit 0. In the fault-injection
+ * build (-DPL_FAULT_INJECT=ON, tests/fault) SIGUSR1 is taken there too and stops the failures.
  */
 #include "cli/args.h"
 #include "base/fault.h"
@@ -189,6 +190,7 @@ int pl_cmd_serve(int argc, char **argv) {
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
+    if (pl_fault_enabled()) sigaddset(&stop, SIGUSR1); /* the fault build: disarm (below) */
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -253,10 +255,16 @@ int pl_cmd_serve(int argc, char **argv) {
         printf("web page: http://%s%s%s:%d/ (chat playground, KV cache view)\n", v6 ? "[" : "",
                host, v6 ? "]" : "", pl_server_port(s));
     /* The fault-injection build (tests/fault) fails allocations from here on: serving must
-     * survive them; loading was tested on its own. */
+     * survive them; loading was tested on its own. SIGUSR1 stops the failures, so the test can
+     * see that the server serves correctly once allocations succeed again. */
     if (pl_fault_enabled()) pl_fault_arm();
     int sig = 0;
-    sigwait(&stop, &sig);
+    while (sigwait(&stop, &sig) == 0 && sig == SIGUSR1) {
+        pl_fault_disarm();
+        printf("fault injection: disarmed (SIGUSR1) after %llu of %llu calls failed\n",
+               (unsigned long long)pl_fault_failed(), (unsigned long long)pl_fault_calls());
+        fflush(stdout);
+    }
     /* Tensor parallel: mpirun sends SIGTERM when another rank died; a step waiting on it gives up
      * 0.3 s later and fails its requests with the reason, so the drain below can answer them. */
     if (pl_dist_active()) pl_dist_cancel();

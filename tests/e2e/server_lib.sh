@@ -3,6 +3,7 @@
 : "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
 : "${PL_SHARED_DIR:?PL_SHARED_DIR must point at the shared data folder}"
 MODEL="$PL_SHARED_DIR/models/stories260K.gguf"
+. "$(dirname "${BASH_SOURCE[0]}")/ci_env.sh" # under_ci, skip_test, refuse_knob
 
 TMP=$(mktemp -d)
 SERVER_PID=""

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Soak test (issue 11 item 6): concurrent clients send a seeded random mix for a bounded time
-# against a KV pool so small the scheduler preempts and swaps all the time. Afterwards: every
-# request ended (complete answer or a clear 4xx/503), no block leaked, no request stuck, RSS
-# bounded, the server still answers the greedy reference, and SIGTERM exits 0.
+# against a KV pool so small the scheduler preempts and swaps all the time. Every request ends
+# with a complete answer or, for an invalid body, a 400; no 503 (8 clients are far below the
+# queue bound of 64) and at least 90 % of the valid requests answered (soak_client.py); the soak
+# itself preempted (counted from its own start, not the warm-up's). Afterwards: no block leaked,
+# no request stuck, RSS bounded, the server still answers the greedy reference, and SIGTERM
+# exits 0.
 # SOAK_SECONDS (default 60) makes the load phase longer; under CI=true it may not shorten it.
 set -u
 . "$(dirname "$0")/server_lib.sh"
 
 SECS=${SOAK_SECONDS:-60}
-if [ "${CI:-}" = true ] && ! python3 -c "import sys; sys.exit(0 if float('$SECS') >= 60 else 1)"; then
-    echo "test_soak.sh: SOAK_SECONDS=$SECS is shorter than 60; refused under CI=true" >&2
+if under_ci && ! python3 -c "import sys; sys.exit(0 if float('$SECS') >= 60 else 1)"; then
+    echo "test_soak.sh: SOAK_SECONDS=$SECS is shorter than 60; refused under CI=$CI" >&2
     exit 1
 fi
 REF=", there was a little girl named Lily"
@@ -30,6 +33,9 @@ grep '^KV cache' "$TMP/server.out"
 python3 "$(dirname "$0")/soak_client.py" 127.0.0.1 "$PORT" --seconds 5 --seed 7 >"$TMP/warm.out" 2>&1
 check "warm-up load OK" grep -q '^OK$' "$TMP/warm.out"
 RSS_WARM=$(rss_kib)
+fetch_metrics
+PREEMPT_WARM=$(metric vllm:num_preemptions_total)
+check "preemption counter before the soak (got '$PREEMPT_WARM')" test -n "$PREEMPT_WARM"
 
 python3 "$(dirname "$0")/soak_client.py" 127.0.0.1 "$PORT" --seconds "$SECS" --seed 1234 >"$TMP/soak.out" 2>&1
 cat "$TMP/soak.out"
@@ -52,7 +58,9 @@ check "cache usage 0" python3 -c "import sys; sys.exit(0 if float('$(metric vllm
 check "nothing running" test "$(metric vllm:num_requests_running)" = 0
 check "nothing waiting" test "$(metric vllm:num_requests_waiting)" = 0
 check "nothing swapped" test "$(metric vllm:num_requests_swapped)" = 0
-check "the load preempted" python3 -c "import sys; sys.exit(0 if float('$(metric vllm:num_preemptions_total)') > 0 else 1)"
+PREEMPT_SOAK=$(python3 -c "print(int(float('$(metric vllm:num_preemptions_total)') - float('${PREEMPT_WARM:-0}')))")
+echo "preemptions: ${PREEMPT_WARM:-?} in the warm-up, ${PREEMPT_SOAK:-?} in the soak"
+check "the soak preempted (got ${PREEMPT_SOAK:-none})" test "${PREEMPT_SOAK:-0}" -gt 0
 
 # RSS: the pool is preallocated, so growth is leaks/fragmentation. ASan's quarantine (256 MiB by
 # default) grows RSS on its own, so the sanitized build gets a looser bound.

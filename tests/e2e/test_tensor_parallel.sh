@@ -11,12 +11,14 @@
 #   - faults: a rank killed mid-run ends the job within seconds (generate: rank 1, rank 0; serve,
 #     whose request in flight gets an error); a rank stopped (SIGSTOP) ends it at the
 #     collectives' deadline.
-# Skips (exit 77) when mpirun is not installed or the build has no MPI.
+# Skips (exit 77) when mpirun is not installed or the build has no MPI; under CI=true either is a
+# failure (scripts/setup.sh installs Open MPI, and CMake builds with it when it is there).
 set -u
 : "${PL_BINARY:?PL_BINARY must point at the pagellm executable}"
 : "${PL_SHARED_DIR:?PL_SHARED_DIR must point at the shared data folder}"
 HERE=$(cd "$(dirname "$0")" && pwd)
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skipped"; exit 77; }
+. "$HERE/ci_env.sh"
+command -v mpirun >/dev/null 2>&1 || skip_test "no mpirun (apt-get install openmpi-bin, or scripts/setup.sh)"
 S="$PL_SHARED_DIR/models/stories260K.gguf"
 Q="$PL_SHARED_DIR/models/synth-tiny-q8_0.gguf"
 K="$PL_SHARED_DIR/models/synth-tiny-q4_k_m.gguf"
@@ -43,7 +45,9 @@ export PAGELLM_DIST_TIMEOUT=20 PAGELLM_STEP_DELAY_MS=0
 
 if ! "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$S" -p hi -n 2 --temperature 0 -t 1 \
         --tensor-parallel-size 2 >"$tmp/probe" 2>&1; then
-    if grep -q "this build has no MPI" "$tmp/probe"; then echo "build without MPI: skipped"; exit 77; fi
+    if grep -q "this build has no MPI" "$tmp/probe"; then
+        skip_test "this build has no MPI (CMake found no Open MPI pkg-config ompi-c: apt-get install libopenmpi-dev)"
+    fi
     echo "mpirun probe failed:"; cat "$tmp/probe"; exit 1
 fi
 
@@ -55,7 +59,10 @@ done >"$tmp/greedy.jsonl"
 echo '{"prompt": "Once upon a time", "n": 2, "max_tokens": 64, "temperature": 0, "logprobs": 2, "ignore_eos": true}' \
     >>"$tmp/greedy.jsonl"
 # compare NAME MODEL BOUND TIE KV_TP1 KV_TP2 [engine flags]: the KV budgets give both the same
-# block count (a TP = 2 rank holds half the KV heads, so half the bytes per block).
+# block count (a TP = 2 rank holds half the KV heads, so half the bytes per block). The batch has
+# 10 completions of 64 tokens: at least half of those 640 must be compared (tp_compare.py goes on
+# while the ids agree; they may part only at a near-tie), so a TP = 2 run that parts early or
+# returns less cannot pass by comparing little.
 compare() {
     local name=$1 model=$2 bound=$3 tie=$4 kv1=$5 kv2=$6
     shift 6
@@ -70,7 +77,8 @@ compare() {
     p1=$(sed -n 's/.* \([0-9][0-9]*\) preemptions.*/\1/p' "$tmp/$name.err1")
     p2=$(sed -n 's/.* \([0-9][0-9]*\) preemptions.*/\1/p' "$tmp/$name.err2")
     if [ "${p1:-0}" -gt 0 ] && [ "$p1" = "$p2" ]; then ok; else bad "$name: preemptions $p1 vs $p2"; fi
-    if python3 "$HERE/tp_compare.py" "$tmp/$name.1" "$tmp/$name.2" "$bound" "$tie" >"$tmp/$name.cmp" 2>&1
+    if python3 "$HERE/tp_compare.py" "$tmp/$name.1" "$tmp/$name.2" "$bound" "$tie" --min-compared 320 \
+        >"$tmp/$name.cmp" 2>&1
     then ok; echo "$name: $(cat "$tmp/$name.cmp")"; else bad "$name: $(tail -2 "$tmp/$name.cmp")"; fi
 }
 # stories260K, f32 weights and cache: the f32 bound of docs/ACCURACY.md (1e-4).
@@ -91,12 +99,12 @@ head -1 "$tmp/greedy.jsonl" >"$tmp/one.jsonl"
     2>/dev/null >/dev/null
 if timeout 120 "${MPIRUN[@]}" -np 4 "$PL_BINARY" generate -m "$S" --input "$tmp/one.jsonl" \
         --output "$tmp/tp4.4" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 4 2>"$tmp/tp4.err" >/dev/null &&
-   python3 "$HERE/tp_compare.py" "$tmp/tp4.1" "$tmp/tp4.4" 1e-4 0.02 >"$tmp/tp4.cmp" 2>&1
+   python3 "$HERE/tp_compare.py" "$tmp/tp4.1" "$tmp/tp4.4" 1e-4 0.02 --min-compared 32 >"$tmp/tp4.cmp" 2>&1
 then ok; echo "TP=4: $(cat "$tmp/tp4.cmp")"; else bad "TP=4: $(tail -2 "$tmp/tp4.err" "$tmp/tp4.cmp")"; fi
 # ... and again: above 2 ranks the sums go through a reduce-scatter, in the same fixed order
 timeout 120 "${MPIRUN[@]}" -np 4 "$PL_BINARY" generate -m "$S" --input "$tmp/one.jsonl" \
     --output "$tmp/tp4.again" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 4 2>/dev/null >/dev/null
-if python3 "$HERE/tp_compare.py" "$tmp/tp4.4" "$tmp/tp4.again" 0 0 --exact >/dev/null 2>&1; then ok
+if python3 "$HERE/tp_compare.py" "$tmp/tp4.4" "$tmp/tp4.again" 0 0 --exact --min-compared 64 >/dev/null 2>&1; then ok
 else bad "TP=4: two runs differ"; fi
 
 # ---- seeded sampling: two TP = 2 runs agree bit for bit ----
@@ -108,8 +116,9 @@ for r in a b; do
         --output "$tmp/seeded.$r" -t 1 --tensor-parallel-size 2 2>"$tmp/seeded.err" >/dev/null ||
         bad "seeded run $r: $(tail -2 "$tmp/seeded.err")"
 done
-if python3 "$HERE/tp_compare.py" "$tmp/seeded.a" "$tmp/seeded.b" 0 0 --exact >"$tmp/seeded.cmp" 2>&1
-then ok; else bad "seeded: $(tail -2 "$tmp/seeded.cmp")"; fi
+if python3 "$HERE/tp_compare.py" "$tmp/seeded.a" "$tmp/seeded.b" 0 0 --exact --min-compared 96 \
+        >"$tmp/seeded.cmp" 2>&1
+then ok; echo "seeded: $(cat "$tmp/seeded.cmp")"; else bad "seeded: $(tail -2 "$tmp/seeded.cmp")"; fi
 
 # ---- refusals: every rank exits non-zero, the message names the problem ----
 refuse() { # refuse WORDS NP ARGS...

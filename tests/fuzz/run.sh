@@ -15,7 +15,12 @@ secs="${1:-30}"
 root="$(pwd)"
 shared="${PL_SHARED_DIR:-$root/../shared}"
 build=build-fuzz
-targets="${PL_FUZZ_TARGETS:-gguf tokenizer jinja request sse constrain}"  # a subset: PL_FUZZ_TARGETS="gguf sse"
+# Every target of tests/fuzz/fuzz_*.c (a new file is fuzzed without being listed here); a subset
+# for local debugging: PL_FUZZ_TARGETS="gguf sse", refused under CI=true (tests/e2e/ci_env.sh).
+. tests/e2e/ci_env.sh
+refuse_knob PL_FUZZ_TARGETS
+all_targets=$(for f in tests/fuzz/fuzz_*.c; do t=${f##*/fuzz_}; echo "${t%.c}"; done)
+targets="${PL_FUZZ_TARGETS:-$all_targets}"
 
 echo "== fuzz build ($build)"
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \

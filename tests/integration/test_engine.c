@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "../ci_env.h"
 #include "engine_util.h"
 
 #include "engine/engine_internal.h"
@@ -664,6 +665,7 @@ int main(void) {
         cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_stats_count_every_request),
     };
-    if (getenv("PL_TEST_FILTER")) cmocka_set_test_filter(getenv("PL_TEST_FILTER"));
+    const char *filter = test_env_main("PL_TEST_FILTER"); /* a subset: local debugging only */
+    if (filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
