@@ -83,6 +83,10 @@ struct pl_seq_group {
     int32_t n_live;             /* sequences not finished */
     int32_t n_cached_tokens;    /* prompt tokens hit in the prefix cache at first admission */
     int prefilled;              /* the prompt's logits were sampled once (n/beam fork done) */
+    pl_seq *lead;               /* after a recomputation: the sequence that computes the prompt
+                                   blocks the others share (engine/scheduler.c); they wait until
+                                   lead->n_computed reaches lead_tokens. NULL otherwise */
+    int32_t lead_tokens;
     int embed;                  /* an embedding request (one whole-input step, pooled vector):
                                    PL_EMBED_LOCAL (an embedding model's: no KV blocks) or
                                    PL_EMBED_PAGED (a generation model's: blocks for its step) */

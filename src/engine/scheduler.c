@@ -248,6 +248,7 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
         return PL_OK;
     }
     /* Recompute: drop the KV; the sequences re-prefill prompt ++ output when readmitted. */
+    g->lead = NULL;
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         if (q->status == PL_SEQ_FINISHED) continue;
@@ -296,6 +297,10 @@ static pl_status schedule_decodes(pl_scheduler *s, budget *b) {
  * fit, each sequence advances but keeps its last token for a later step. */
 static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) {
     if (group_decodes(g)) return PL_OK;
+    /* After a recomputation the others share the lead's prompt blocks: they start once the
+     * lead has computed them (in an earlier step), and nobody samples before. */
+    int wait = g->lead && g->lead->n_computed < g->lead_tokens;
+    if (!wait) g->lead = NULL;
     int want_prompt_lp = g->params.prompt_logprobs >= 0 && !g->prefilled;
     int32_t live = 0, total = 0;
     for (int32_t i = 0; i < g->n_seqs; i++) {
@@ -304,8 +309,8 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
         live++;
         total += q->n_tokens - q->n_computed;
     }
-    int all_complete = live == 1 || (total <= b->tokens_left && live <= b->rows_left &&
-                                      (!want_prompt_lp || total <= b->rows_left));
+    int all_complete = !wait && (live == 1 || (total <= b->tokens_left && live <= b->rows_left &&
+                                               (!want_prompt_lp || total <= b->rows_left)));
     if (all_complete && live > 1 && lazy_prefill(s)) { /* all their slots, or nobody samples */
         int32_t blocks = 0;
         for (int32_t i = 0; i < g->n_seqs; i++)
@@ -317,7 +322,7 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         int32_t left = q->n_tokens - q->n_computed;
-        if (q->status != PL_SEQ_RUNNING || left < 1) continue;
+        if (q->status != PL_SEQ_RUNNING || left < 1 || (wait && q != g->lead)) continue;
         int32_t n = all_complete ? left : left - 1;
         if (n > b->tokens_left) n = b->tokens_left;
         if (want_prompt_lp && n > b->rows_left) n = b->rows_left;
@@ -396,12 +401,28 @@ static pl_status admit_embed(pl_scheduler *s, pl_seq_group *g, budget *b, int *a
     return add_item(s, q, q->n_tokens, 0);
 }
 
-/* Blocks admitting g's waiting sequences takes (lazy prefill: the hits their windows reach
- * and a first chunk of `first` tokens); *too_long if one can never fit its table. */
+/* Prompt blocks the waiting sequences of g share when it comes back after a recomputation
+ * (paged layout, whole prefill): the prompt's full blocks, computed once by the first of them
+ * (the lead) and shared by the others, as its first admission computed the prompt once and
+ * forked. Counting every sequence's prompt as its own would need more than the group held: a
+ * group that fitted while sharing could never come back. 0: nothing shared (one sequence, a
+ * first admission, lazy prefill, which admits by windows and chunks, a prompt under a block). */
+static int32_t shared_prompt_blocks(const pl_scheduler *s, const pl_seq_group *g) {
+    if (lazy_prefill(s) || s->kv->cfg.policy != PL_KV_POLICY_PAGED || !g->prefilled || g->embed)
+        return 0;
+    int32_t waiting = 0;
+    for (int32_t i = 0; i < g->n_seqs; i++) waiting += g->seqs[i]->status == PL_SEQ_WAITING;
+    return waiting > 1 ? g->n_prompt / s->kv->cfg.block_size : 0;
+}
+
+/* Blocks admitting g's waiting sequences takes from the free blocks (lazy prefill: the hits
+ * their windows reach and a first chunk of `first` tokens; paged: every block less the prefix
+ * hits some table holds, and less the shared prompt for all but the lead); *too_long if one
+ * can never fit its table. */
 static int32_t admit_need(pl_scheduler *s, const pl_seq_group *g, uint64_t key, int32_t first,
                           int32_t *too_long) {
     pl_kv_manager *kv = s->kv;
-    int32_t need = 0;
+    int32_t need = 0, shared = shared_prompt_blocks(s, g), lead = 1;
     for (int32_t i = 0; i < g->n_seqs; i++) {
         const pl_seq *q = g->seqs[i];
         if (q->status != PL_SEQ_WAITING) continue;
@@ -409,6 +430,9 @@ static int32_t admit_need(pl_scheduler *s, const pl_seq_group *g, uint64_t key, 
             int32_t hit = pl_seq_kv_probe(kv, q, key);
             int32_t upto = q->n_tokens - hit > first ? hit + first : q->n_tokens;
             need += pl_seq_kv_admit_blocks(kv, q->n_tokens, upto, hit);
+        } else if (kv->cfg.policy == PL_KV_POLICY_PAGED) {
+            need += pl_seq_kv_prompt_blocks(kv, q, key, lead ? 0 : shared);
+            lead = 0;
         } else {
             need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
         }
@@ -452,12 +476,23 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
         if (pl_group_max_seqs(g) > b->seqs_left) break;
         /* A generation model's embedding input runs whole in one step, or waits. */
         if (g->embed && g->seqs[0]->n_tokens > b->tokens_left) break;
+        int32_t shared = shared_prompt_blocks(s, g);
+        pl_seq *lead = NULL;
         for (int32_t i = 0; i < g->n_seqs; i++) {
             pl_seq *q = g->seqs[i];
             if (q->status != PL_SEQ_WAITING) continue;
             int32_t cached = 0;
-            PL_TRY(pl_seq_kv_allocate(kv, q, key, lazy_prefill(s), first, final_tokens(g),
-                                      &cached));
+            if (lead && pl_seq_kv_probe(kv, q, key) < shared * kv->cfg.block_size) {
+                /* the prompt blocks are the lead's, to compute: q computes the rest after */
+                PL_TRY(pl_seq_kv_allocate_shared(kv, lead, shared, q));
+                cached = shared * kv->cfg.block_size;
+                g->lead = lead;
+                g->lead_tokens = cached;
+            } else {
+                PL_TRY(pl_seq_kv_allocate(kv, q, key, lazy_prefill(s), first, final_tokens(g),
+                                          &cached));
+            }
+            if (shared && !lead) lead = q;
             q->n_computed = cached;
             q->status = PL_SEQ_RUNNING;
             if (!g->prefilled && i == 0) g->n_cached_tokens = cached;

@@ -14,6 +14,11 @@
  *   3. if nothing was preempted this step: swapped groups come back, oldest first;
  *   4. if nothing was preempted and nothing is swapped: waiting groups are admitted in order,
  *      first come first served (an admission that does not fit yet stops the admission loop).
+ *      A waiting sequence counts the blocks of its tokens less the prefix-cache hits a table
+ *      holds now; a group of several sequences back from a recomputation counts its prompt's
+ *      full blocks once: the first sequence (the lead) computes them and the others share them
+ *      (kv/manager.h pl_kv_allocate_shared) and start when the lead has computed them. So a
+ *      group comes back in any pool it fitted before (docs/DESIGN.md, issue 31).
  *      A group that can never fit is handed back as refused. An embedding request (an
  *      embedding model's) takes no blocks: it is admitted only whole, all its tokens in this
  *      step, or it waits; the decoder finishes it after the step, so it is never preempted.

@@ -20,6 +20,17 @@ pl_status pl_seq_kv_allocate(pl_kv_manager *kv, pl_seq *q, uint64_t key, int laz
                                     n_cached);
 }
 
+int32_t pl_seq_kv_prompt_blocks(pl_kv_manager *kv, const pl_seq *q, uint64_t key, int32_t n_given) {
+    return pl_kv_prompt_blocks_needed(kv, q->tokens, q->n_tokens, key, n_given);
+}
+
+pl_status pl_seq_kv_allocate_shared(pl_kv_manager *kv, const pl_seq *lead, int32_t n_shared,
+                                    pl_seq *q) {
+    if (pl_seq_kv_grouped(kv))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: not with KV cache groups");
+    return pl_kv_allocate_shared(kv, &lead->table, n_shared, &q->table, q->n_tokens);
+}
+
 int32_t pl_seq_kv_probe(pl_kv_manager *kv, const pl_seq *q, uint64_t key) {
     int32_t a = pl_kv_probe_prefix(kv, q->tokens, q->n_tokens, key);
     if (!pl_seq_kv_grouped(kv)) return a;

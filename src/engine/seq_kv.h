@@ -30,6 +30,13 @@ int32_t pl_seq_kv_tables(const pl_kv_manager *kv, pl_seq *q, pl_block_table **ou
  * groups, which always come with a window and so with lazy prefill). *n_cached as the manager's. */
 pl_status pl_seq_kv_allocate(pl_kv_manager *kv, pl_seq *q, uint64_t key, int lazy,
                              int32_t max_new, int32_t final_tokens, int32_t *n_cached);
+/* Blocks a whole (not lazy) allocation of q's tokens takes from the free blocks, its first
+ * n_given blocks shared from another sequence (pl_kv_prompt_blocks_needed; one table only). */
+int32_t pl_seq_kv_prompt_blocks(pl_kv_manager *kv, const pl_seq *q, uint64_t key, int32_t n_given);
+/* q's table for all its tokens, its first n_shared blocks those of lead's (pl_kv_allocate_shared;
+ * one table only: KV cache groups always come with lazy prefill). */
+pl_status pl_seq_kv_allocate_shared(pl_kv_manager *kv, const pl_seq *lead, int32_t n_shared,
+                                    pl_seq *q);
 /* Prompt tokens cached for every table (the smaller hit of the two groups). */
 int32_t pl_seq_kv_probe(pl_kv_manager *kv, const pl_seq *q, uint64_t key);
 /* Blocks a lazy admission of n_tokens with `hit` cached tokens and slots up to `upto` counts:

@@ -203,10 +203,11 @@ void pl_kv_manager_destroy(pl_kv_manager *m) {
 
 /* Walk the prompt's hash chain without changing anything: the number of leading full blocks
  * cached (at most (n - 1) / block_size, so the last token is always computed). blocks/hashes
- * (optional) receive the hits; *hits_free counts those that are on the free queue. */
-static int32_t prefix_walk(pl_kv_manager *m, const int32_t *token_ids, int32_t n,
-                           uint64_t extra_key, int32_t *blocks, pl_block_hash *hashes,
-                           int32_t *hits_free) {
+ * (optional) receive the hits; *hits_free counts those that are on the free queue, from the
+ * free_from-th hit on. */
+static int32_t prefix_walk_from(pl_kv_manager *m, const int32_t *token_ids, int32_t n,
+                                uint64_t extra_key, int32_t *blocks, pl_block_hash *hashes,
+                                int32_t *hits_free, int32_t free_from) {
     int32_t bs = m->cfg.block_size, hits = 0, parent = -1, max_hits = (n - 1) / bs;
     pl_block_hash ph = pl_block_hash_root;
     if (hits_free) *hits_free = 0;
@@ -218,12 +219,29 @@ static int32_t prefix_walk(pl_kv_manager *m, const int32_t *token_ids, int32_t n
         if (b < 0) break;
         if (blocks) blocks[hits] = b;
         if (hashes) hashes[hits] = h;
-        if (hits_free) *hits_free += m->pool.blocks[b].ref == 0;
+        if (hits_free && hits >= free_from) *hits_free += m->pool.blocks[b].ref == 0;
         hits++;
         parent = b;
         ph = h;
     }
     return hits;
+}
+
+static int32_t prefix_walk(pl_kv_manager *m, const int32_t *token_ids, int32_t n,
+                           uint64_t extra_key, int32_t *blocks, pl_block_hash *hashes,
+                           int32_t *hits_free) {
+    return prefix_walk_from(m, token_ids, n, extra_key, blocks, hashes, hits_free, 0);
+}
+
+int32_t pl_kv_prompt_blocks_needed(pl_kv_manager *m, const int32_t *token_ids, int32_t n,
+                                   uint64_t extra_key, int32_t n_given) {
+    int32_t total = pl_kv_blocks_for(m, n);
+    if (!token_ids || n < 1 || n_given >= total) return 0;
+    if (n_given < 0) n_given = 0;
+    int32_t hits_free = 0;
+    int32_t hits = prefix_walk_from(m, token_ids, n, extra_key, NULL, NULL, &hits_free, n_given);
+    int32_t held = hits > n_given ? hits - n_given - hits_free : 0;
+    return total - n_given - held;
 }
 
 int32_t pl_kv_probe_prefix(pl_kv_manager *m, const int32_t *token_ids, int32_t n, uint64_t extra_key) {
@@ -600,6 +618,49 @@ pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_ta
     if (hashes) memcpy(child->hashes, parent->hashes, (size_t)parent->n_hashed * sizeof *hashes);
     for (int32_t i = parent->n_dropped; i < parent->n_blocks; i++)
         pl_block_pool_incref(&m->pool, parent->blocks[i]);
+    m->n_tables++;
+    return PL_OK;
+}
+
+pl_status pl_kv_allocate_shared(pl_kv_manager *m, const pl_block_table *parent, int32_t n_shared,
+                                pl_block_table *child, int32_t n) {
+    int32_t bs = m->cfg.block_size;
+    if (!parent->live || parent->swapped)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: the parent table is %s",
+                       parent->live ? "swapped out" : "empty");
+    if (child->live || child == parent)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: the child table is in use");
+    if (contiguous(m) || parent->n_dropped > 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: paged layout, nothing released "
+                       "by a sliding window");
+    int32_t need = pl_kv_blocks_for(m, n);
+    if (n_shared < 1 || (int64_t)n_shared * bs >= n || (int64_t)n_shared * bs > parent->n_tokens ||
+        need > m->cfg.max_blocks_per_seq)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: %d shared blocks of a %d-token "
+                       "parent for %d tokens (a sequence may hold %d blocks)", (int)n_shared,
+                       (int)parent->n_tokens, (int)n, (int)m->cfg.max_blocks_per_seq);
+    if (need - n_shared > m->pool.n_free)
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_shared: %d tokens need %d new blocks, %d "
+                       "free", (int)n, (int)(need - n_shared), (int)m->pool.n_free);
+    int global = child->global;
+    PL_TRY(table_arrays(m, child));
+    child->global = global;
+    memcpy(child->blocks, parent->blocks, (size_t)n_shared * sizeof *child->blocks);
+    for (int32_t i = 0; i < n_shared; i++) pl_block_pool_incref(&m->pool, parent->blocks[i]);
+    child->n_hashed = min_i32(parent->n_hashed, n_shared);
+    child->n_registered = min_i32(parent->n_registered, n_shared);
+    if (child->hashes)
+        memcpy(child->hashes, parent->hashes, (size_t)child->n_hashed * sizeof *child->hashes);
+    for (int32_t i = n_shared; i < need; i++) {
+        int32_t b = pl_block_pool_alloc(&m->pool);
+        PL_ASSERT(b >= 0);
+        child->blocks[i] = b;
+        set_fill(m, b, fill_of(bs, n, i));
+    }
+    child->n_blocks = need;
+    child->n_tokens = n;
+    child->extra_key = parent->extra_key;
+    child->live = 1;
     m->n_tables++;
     return PL_OK;
 }

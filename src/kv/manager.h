@@ -216,6 +216,16 @@ pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens);
  * const: hashing uses the pool's scratch buffer.) */
 int32_t pl_kv_probe_prefix(pl_kv_manager *m, const int32_t *token_ids, int32_t n, uint64_t extra_key);
 
+/* Blocks a new paged table for token_ids[n] takes from the free blocks, its first n_given
+ * blocks coming from another table (pl_kv_allocate_shared; 0: none): every block past those,
+ * less the prefix-cache hits among them that a table holds now. A hit on a free cached block
+ * still counts (taking it takes it off the free queue: vLLM v1's "evictable" hits). An upper
+ * bound of what pl_kv_allocate_prompt (or pl_kv_allocate_shared) takes when called right after,
+ * also when other tables allocate first and evict some of these hits (each evicted hit becomes
+ * one new block); nothing may be freed in between. For admission (engine/scheduler.c). */
+int32_t pl_kv_prompt_blocks_needed(pl_kv_manager *m, const int32_t *token_ids, int32_t n,
+                                   uint64_t extra_key, int32_t n_given);
+
 /* Give empty `t` blocks for the prompt token_ids[n] (n >= 1), reusing cached full blocks along
  * the hash chain. *n_cached receives the number of leading prompt tokens whose K/V are already
  * cached (a multiple of block_size, at most n - 1): the engine computes tokens [*n_cached, n).
@@ -301,6 +311,17 @@ pl_status pl_kv_commit(pl_kv_manager *m, pl_block_table *t, const int32_t *token
 
 /* Empty `child` shares every block of live, resident `parent` (ref++). */
 pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_table *child);
+
+/* Empty `child` for n tokens (paged layout, no block released by a window): its first n_shared
+ * blocks are those of live, resident `parent` (ref++: full blocks of tokens both sequences
+ * begin with; n_shared * block_size < n and <= parent->n_tokens), the rest are new. The shared
+ * blocks' K/V are the parent's to compute (they may not be yet): the caller computes the
+ * child's tokens from n_shared * block_size on, and only once the parent has computed the
+ * shared ones. For a group of sequences recomputed after preemption (engine/scheduler.c): their
+ * common prompt is computed once, as at their first admission. PL_ERR_CAPACITY (child
+ * untouched) if the free blocks do not suffice. */
+pl_status pl_kv_allocate_shared(pl_kv_manager *m, const pl_block_table *parent, int32_t n_shared,
+                                pl_block_table *child, int32_t n);
 
 /* Release every block of t (hashed ones stay cached at the LRU tail; the last block is released
  * first so a prefix outlives its tail) and its arrays; t becomes empty. No-op on an empty t. */

@@ -499,6 +499,66 @@ static void test_allocate_pair(void **state) {
     pl_kv_manager_destroy(&m);
 }
 
+/* pl_kv_prompt_blocks_needed counts hits a table holds as free and hits on free cached blocks as
+ * taken; pl_kv_allocate_shared gives a child the parent's first blocks (a recomputed group's
+ * prompt) and new ones for the rest, taking exactly what the count said. */
+static void test_allocate_shared(void **state) {
+    (void)state;
+    pl_kv_manager m;
+    pl_kv_manager_config c = small_cfg(12, 0, 1);
+    assert_int_equal(pl_kv_manager_init(&m, &c), PL_OK);
+    int32_t tok[14], other[14];
+    seq_tokens(tok, 14, 100);
+    seq_tokens(other, 14, 500);
+    pl_block_table a = {0}, b = {0}, d = {0};
+    int32_t cached;
+    assert_int_equal(pl_kv_prompt_blocks_needed(&m, tok, 10, 0, 0), 3); /* nothing cached */
+    assert_int_equal(pl_kv_allocate_prompt(&m, &a, tok, 10, 0, &cached), PL_OK);
+    assert_int_equal(pl_kv_commit(&m, &a, tok, 10), PL_OK); /* blocks 0, 1 hashed */
+    /* a prompt beginning with a's 8 tokens: its 2 hits are held by a */
+    assert_int_equal(pl_kv_prompt_blocks_needed(&m, tok, 14, 0, 0), 2);
+    assert_int_equal(pl_kv_prompt_blocks_needed(&m, tok, 14, 0, 2), 2);
+    assert_int_equal(pl_kv_prompt_blocks_needed(&m, tok, 14, 7, 0), 4); /* another key */
+    assert_int_equal(pl_kv_prompt_blocks_needed(&m, other, 14, 0, 1), 3);
+    /* shared: b takes a's first 2 blocks and 2 new ones for its 14 tokens */
+    int32_t free0 = m.pool.n_free, needed = pl_kv_prompt_blocks_needed(&m, other, 14, 0, 2);
+    assert_int_equal(pl_kv_allocate_shared(&m, &a, 2, &b, 14), PL_OK);
+    assert_int_equal(free0 - m.pool.n_free, needed);
+    assert_int_equal(b.n_blocks, 4);
+    assert_int_equal(b.n_tokens, 14);
+    assert_int_equal(b.blocks[0], a.blocks[0]);
+    assert_int_equal(b.blocks[1], a.blocks[1]);
+    assert_int_equal(ref_of(&m, a.blocks[1]), 2);
+    assert_int_equal(ref_of(&m, a.blocks[2]), 1); /* a's partial block is its own */
+    check_ok(&m);
+    /* b's commit over the shared blocks registers nothing twice */
+    assert_int_equal(pl_kv_commit(&m, &b, tok, 12), PL_OK);
+    check_ok(&m);
+    /* errors: the shared part must be full blocks of the parent, short of the child's end */
+    assert_int_equal(pl_kv_allocate_shared(&m, &a, 3, &d, 14), PL_ERR_INVALID_ARG);
+    assert_int_equal(pl_kv_allocate_shared(&m, &a, 2, &d, 8), PL_ERR_INVALID_ARG);
+    assert_int_equal(pl_kv_allocate_shared(&m, &a, 0, &d, 8), PL_ERR_INVALID_ARG);
+    assert_int_equal(pl_kv_allocate_shared(&m, &a, 2, &b, 14), PL_ERR_INVALID_ARG); /* in use */
+    assert_int_equal(pl_kv_allocate_shared(&m, &a, 1, &d, 36), PL_ERR_INVALID_ARG); /* > table */
+    /* capacity: 3 free, 20 tokens need 5 blocks, 1 shared */
+    pl_block_table f = {0};
+    assert_int_equal(m.pool.n_free, 7);
+    assert_int_equal(pl_kv_allocate_prompt(&m, &f, other, 14, 0, &cached), PL_OK);
+    assert_int_equal(m.pool.n_free, 3);
+    assert_int_equal(pl_kv_allocate_shared(&m, &a, 1, &d, 20), PL_ERR_CAPACITY);
+    assert_false(d.live);
+    assert_int_equal(pl_kv_allocate_shared(&m, &a, 1, &d, 16), PL_OK); /* 3 new */
+    check_ok(&m);
+    pl_kv_free_table(&m, &d);
+    pl_kv_free_table(&m, &f);
+    /* freed, a's hashed blocks stay cached but free: a hit on them takes them */
+    pl_kv_free_table(&m, &b);
+    pl_kv_free_table(&m, &a);
+    assert_int_equal(pl_kv_prompt_blocks_needed(&m, tok, 14, 0, 0), 4);
+    check_ok(&m);
+    pl_kv_manager_destroy(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_errors),
@@ -511,6 +571,7 @@ int main(void) {
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_caching_disabled),
         cmocka_unit_test(test_allocate_pair),
+        cmocka_unit_test(test_allocate_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
