@@ -36,15 +36,15 @@ int pl_cli_resolve_model(const char *arg, char *out, size_t cap);
 char *pl_cli_read_file(const char *path, size_t *len);
 
 /* pl_engine_create, and under --tensor-parallel-size N > 1 first joining the MPI job
- * (dist/dist.h): rank 0 returns with the engine; every other rank runs as a worker until rank 0
- * stops it and then exits the process here (0, or 1 after printing why; with `report`, its
+ * (parallel/parallel.h): rank 0 returns with the engine; every other rank runs as a worker until
+ * rank 0 stops it and then exits the process here (0, or 1 after printing why; with `report`, its
  * pl_dist_report line on stderr first). */
 pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int report,
                                pl_engine **e);
 /* Rank 0's pl_dist_report line on stderr, under tensor parallelism or if `always`. */
 void pl_cli_dist_report(int always);
 /* Under tensor parallelism, time the reduction of 1 and of 32 tokens' hidden states with every
- * rank in the loop (dist.h: pl_dist_probe_reduce) and print it on stderr. */
+ * rank in the loop (parallel.h: pl_dist_probe_reduce) and print it on stderr. */
 void pl_cli_dist_probe(pl_engine *e);
 
 /* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */

@@ -8,7 +8,7 @@
 #include "cli/args.h"
 #include "base/fault.h"
 #include "cli/cli.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "cli/engine_flags.h"
 
 #include "pagellm.h"

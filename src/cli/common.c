@@ -1,7 +1,7 @@
 /* cli/common — model lookup and error printing shared by the subcommands. */
 #include "cli/cli.h"
 
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -115,7 +115,7 @@ pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int r
         PL_TRY(pl_tp_init(c->tensor_parallel_size));
         if (pl_tp_rank() != 0) {
             /* serve blocks SIGTERM for its sigwait; a worker has no server and takes it itself
-             * (dist.h: it cancels a wait on a rank that is gone) */
+             * (parallel.h: it cancels a wait on a rank that is gone) */
             sigset_t term;
             sigemptyset(&term);
             sigaddset(&term, SIGTERM);

@@ -3,7 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 #include <stdio.h>
 #include <stdlib.h>

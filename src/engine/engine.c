@@ -13,7 +13,7 @@
 #include "base/clock.h"
 
 #include "base/log.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "kv/vattn.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
 #include "base/buf.h"
 
 #include "base/status.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -36,7 +36,7 @@ typedef struct {
     int32_t *item_row;      /* [max_items]: first logits row of each item of the last step, or -1 */
     int draft;              /* 1: a draft model's runner, reading the sequences' draft tables */
     int dist;               /* 1: tensor parallel rank 0: every step's copies and batch are
-                               broadcast to the workers (dist/dist.h) before they are run */
+                               broadcast to the workers (parallel/parallel.h) before they are run */
     float *embd;            /* [max_items][dim] the pooled vectors of the step's embedding
                                items (item i's at row item_row[i]) */
     int32_t *pooled;        /* [max_items] the step's embedding items */

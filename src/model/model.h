@@ -151,7 +151,7 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
 /* A sharded model's collectives (all ranks call them in the same order; a failure, a rank gone,
  * fails the step):
  *  - reduce: after the attention output projection and after the FFN down projection, x[n]
- *    (n = tokens x dim) becomes the sum of every rank's x (the same bits on every rank: dist/
+ *    (n = tokens x dim) becomes the sum of every rank's x (the same bits on every rank: parallel/
  *    sums in rank order);
  *  - gather: part[rows][shard.n_vocab] are this rank's logits columns; rank 0 receives the whole
  *    rows into logits[rows][n_vocab_total] (other ranks pass logits = NULL to the forward pass).

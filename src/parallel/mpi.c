@@ -1,6 +1,6 @@
-/* dist/dist_mpi — the MPI transport of dist.h: init and finalize, polled collectives with a
+/* parallel/mpi — the MPI transport of parallel.h: init and finalize, polled collectives with a
  * deadline, agreement on a status, the deterministic sum of partial projections. */
-#include "dist/dist_internal.h"
+#include "parallel/parallel_internal.h"
 
 #include "base/clock.h"
 #include "base/log.h"

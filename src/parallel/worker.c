@@ -1,10 +1,10 @@
-/* dist/worker — a worker rank (1..N-1): its shard, its KV pools, and the step loop.
+/* parallel/worker — a worker rank (1..N-1): its shard, its KV pools, and the step loop.
  *
  *   load shard (agreed) -> setup from rank 0 -> KV pool (+ swap pool) and scratch (agreed) ->
  *   loop: receive step; stop? -> apply swap-out, swap-in, copy-on-write -> forward (its logits
  *   columns go to rank 0)
  */
-#include "dist/step_msg.h"
+#include "parallel/step_msg.h"
 
 #include "base/buf.h"
 #include "base/threadpool.h"

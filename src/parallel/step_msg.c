@@ -1,5 +1,5 @@
-/* dist/step_msg — the messages rank 0 broadcasts: the engine's setup once, then per step one
- * header and one payload (dist.h says what is in it), finally stop.
+/* parallel/step_msg — the messages rank 0 broadcasts: the engine's setup once, then per step one
+ * header and one payload (parallel.h says what is in it), finally stop.
  *
  * Payload, in order (8-byte fields first so every array is aligned in the receive buffer):
  *   slots int64[T] | tokens int32[T] | positions int32[T] | seq_start int32[S+1] |
@@ -7,7 +7,7 @@
  *   logits rows int32[n_logits] |
  *   swap-out src int32[n0], dst int32[n0] | swap-in src, dst [n1] | copy-on-write src, dst [n2]
  */
-#include "dist/step_msg.h"
+#include "parallel/step_msg.h"
 
 #include "base/clock.h"
 

@@ -1,5 +1,5 @@
-/* dist/dist — tensor parallelism over MPI (issue 13): one engine, N ranks that each hold a shard
- * of every layer (model.h: pl_model_shard).
+/* parallel/parallel — tensor parallelism over MPI (issue 13): one engine, N ranks that each hold
+ * a shard of every layer (model.h: pl_model_shard).
  *
  * Rank 0 runs everything users see (server, scheduler, KV manager, sampling) and the forward pass
  * on its shard; ranks 1..N-1 run pl_dist_worker_run: receive the engine's setup once (block
@@ -8,7 +8,7 @@
  * KV heads, so rank 0's block decisions (prefix cache, copy-on-write, swap, preemption) reach the
  * workers as the step's copy lists and block tables, nothing more.
  *
- * The step message (dist/step_msg.c) is the step batch of model/step_batch.h plus the step's
+ * The step message (parallel/step_msg.c) is the step batch of model/step_batch.h plus the step's
  * block copies: a fixed header, then token ids, positions, slots, sequence starts, context
  * lengths, each sequence's block ids up to its context (not the padded table), the rows that
  * want logits and the copy pairs. Every rank computes the logits of its vocabulary rows of the
@@ -28,7 +28,7 @@
  * message instead of waiting again. Loading is agreed: a rank that cannot load its shard makes
  * every rank fail with that rank's message.
  *
- * Without Open MPI at configure time (dist_none.c) pl_dist_available() is 0 and pl_dist_init
+ * Without Open MPI at configure time (no_mpi.c) pl_dist_available() is 0 and pl_dist_init
  * fails with a message; nothing else is called then.
  */
 #ifndef PL_DIST_DIST_H

@@ -1,6 +1,6 @@
-/* dist/dist_none — dist.h in a build without Open MPI: nothing is ever active, and asking for
- * more than one process says how to get a build that can. */
-#include "dist/dist_internal.h"
+/* parallel/no_mpi — parallel.h in a build without Open MPI: nothing is ever active, and asking
+ * for more than one process says how to get a build that can. */
+#include "parallel/parallel_internal.h"
 
 static pl_status no_mpi(void) {
     return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism needs a build with MPI: install "

@@ -1,9 +1,9 @@
-/* dist/step_msg — the receiving side of the step channel (workers) and the message buffer;
- * the sending side is in dist.h. Internal to src/dist/. */
+/* parallel/step_msg — the receiving side of the step channel (workers) and the message buffer;
+ * the sending side is in parallel.h. Internal to src/parallel/. */
 #ifndef PL_DIST_STEP_MSG_H
 #define PL_DIST_STEP_MSG_H
 
-#include "dist/dist_internal.h"
+#include "parallel/parallel_internal.h"
 
 enum { PL_DIST_MSG_STEP = 1, PL_DIST_MSG_STOP = 2, PL_DIST_MSG_PROBE = 3 };
 

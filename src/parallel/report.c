@@ -1,6 +1,6 @@
-/* dist/report — one line per rank for benchmarks and -v: resident memory after loading the
+/* parallel/report — one line per rank for benchmarks and -v: resident memory after loading the
  * shard and now, what the step channel carried, what the reductions cost. */
-#include "dist/dist_internal.h"
+#include "parallel/parallel_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
