@@ -12,7 +12,7 @@ set -u
 serve_kv() {
     "$PL_BINARY" serve -m "$MODEL" --port 0 --threads 1 "$@" >"$TMP/kv.out" 2>"$TMP/kv.err" &
     local pid=$!
-    for _ in $(seq 1 200); do
+    for _ in $(seq 1 1200); do # up to 60 s: an ASan build on a loaded machine starts slowly
         grep -q '^serving ' "$TMP/kv.out" 2>/dev/null && break
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.05
