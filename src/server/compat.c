@@ -198,30 +198,57 @@ static int responses_item(const json_t *item, size_t i, json_t *msgs, pl_server_
                "function_call_output, reasoning)", i, type);
 }
 
-static int responses_tools(const json_t *in, json_t *out, pl_server_error *err) {
-    json_t *tools = json_object_get(in, "tools"), *choice = json_object_get(in, "tool_choice");
-    if (present(tools)) {
-        if (!json_is_array(tools)) return BAD(err, "tools", "invalid_type", "'tools' must be a list");
-        json_t *list = json_array();
-        if (put(out, "tools", list, err)) return -1;
-        size_t i;
-        json_t *t;
-        json_array_foreach(tools, i, t) {
-            const char *type = json_string_value(json_object_get(t, "type"));
-            if (!json_is_object(t) || !type)
-                return BAD(err, "tools", "invalid_type", "'tools[%zu]' must be an object with a 'type'", i);
-            if (strcmp(type, "function"))
-                return BAD(err, "tools", "unsupported_parameter",
-                           "'tools[%zu].type' '%.64s' is not supported (only function tools)", i, type);
-            if (need_string(t, "name", "tools", "tools", i, err)) return -1;
-            json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
-            json_t *d = json_object_get(t, "description"), *p = json_object_get(t, "parameters");
-            if (fn && present(d)) json_object_set(fn, "description", d);
-            if (fn && present(p)) json_object_set(fn, "parameters", p);
-            if (append(list, json_pack("{s:s, s:o}", "type", "function", "function", fn), err))
-                return -1;
-        }
+/* `tools` as chat's list: each element's chat tool made by `one` (NULL with *err filled). */
+static int tools_list(const json_t *in, json_t *out,
+                      json_t *(*one)(const json_t *t, size_t i, pl_server_error *err),
+                      pl_server_error *err) {
+    json_t *tools = json_object_get(in, "tools");
+    if (!present(tools)) return 0;
+    if (!json_is_array(tools)) return BAD(err, "tools", "invalid_type", "'tools' must be a list");
+    json_t *list = json_array();
+    if (put(out, "tools", list, err)) return -1;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (!json_is_object(t))
+            return BAD(err, "tools", "invalid_type", "'tools[%zu]' must be an object", i);
+        if (need_string(t, "name", "tools", "tools", i, err)) return -1;
+        json_t *fn = one(t, i, err);
+        if (!fn) return -1;
+        if (append(list, json_pack("{s:s, s:o}", "type", "function", "function", fn), err))
+            return -1;
     }
+    return 0;
+}
+
+/* A chat function {"name", "description"?, "parameters"?}; NULL when out of memory. */
+static json_t *chat_function(const json_t *t, json_t *params, pl_server_error *err) {
+    json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name")),
+           *d = json_object_get(t, "description");
+    if (fn && ((present(d) && json_object_set(fn, "description", d)) ||
+               (present(params) && json_object_set(fn, "parameters", params)))) {
+        json_decref(fn);
+        fn = NULL;
+    }
+    if (!fn) pl_server_nomem(err);
+    return fn;
+}
+
+/* {"type": "function", "name", "description", "parameters"} (flat). */
+static json_t *responses_tool(const json_t *t, size_t i, pl_server_error *err) {
+    const char *type = json_string_value(json_object_get(t, "type"));
+    if (!type || strcmp(type, "function")) {
+        BAD(err, "tools", "unsupported_parameter",
+            "'tools[%zu].type' '%.64s' is not supported (only function tools)", i,
+            type ? type : "(none)");
+        return NULL;
+    }
+    return chat_function(t, json_object_get(t, "parameters"), err);
+}
+
+static int responses_tools(const json_t *in, json_t *out, pl_server_error *err) {
+    json_t *choice = json_object_get(in, "tool_choice");
+    if (tools_list(in, out, responses_tool, err)) return -1;
     if (!present(choice) || json_is_string(choice))
         return present(choice) && json_object_set(out, "tool_choice", choice) ? pl_server_nomem(err) : 0;
     const char *type = json_string_value(json_object_get(choice, "type"));
@@ -440,32 +467,25 @@ static int anthropic_message(const json_t *m, size_t i, json_t *msgs, pl_server_
     return rc;
 }
 
-static int anthropic_tools(const json_t *in, json_t *out, pl_server_error *err) {
-    json_t *tools = json_object_get(in, "tools"), *choice = json_object_get(in, "tool_choice");
-    if (present(tools)) {
-        if (!json_is_array(tools)) return BAD(err, "tools", "invalid_type", "'tools' must be a list");
-        json_t *list = json_array();
-        if (put(out, "tools", list, err)) return -1;
-        size_t i;
-        json_t *t;
-        json_array_foreach(tools, i, t) {
-            json_t *type = json_object_get(t, "type"), *schema = json_object_get(t, "input_schema"),
-                   *d = json_object_get(t, "description");
-            if (!json_is_object(t))
-                return BAD(err, "tools", "invalid_type", "'tools[%zu]' must be an object", i);
-            if (present(type) && (!json_is_string(type) || strcmp(json_string_value(type), "custom")))
-                return BAD(err, "tools", "unsupported_parameter",
-                           "'tools[%zu].type' is not supported (only custom tools with an input_schema)", i);
-            if (need_string(t, "name", "tools", "tools", i, err)) return -1;
-            if (!json_is_object(schema))
-                return BAD(err, "tools", present(schema) ? "invalid_type" : "missing_required_parameter",
-                           "'tools[%zu].input_schema' must be an object (a JSON schema)", i);
-            json_t *fn = json_pack("{s:O, s:O}", "name", json_object_get(t, "name"), "parameters", schema);
-            if (fn && present(d)) json_object_set(fn, "description", d);
-            if (append(list, json_pack("{s:s, s:o}", "type", "function", "function", fn), err))
-                return -1;
-        }
+/* {"name", "description", "input_schema"}, type absent or "custom". */
+static json_t *anthropic_tool(const json_t *t, size_t i, pl_server_error *err) {
+    json_t *type = json_object_get(t, "type"), *schema = json_object_get(t, "input_schema");
+    if (present(type) && (!json_is_string(type) || strcmp(json_string_value(type), "custom"))) {
+        BAD(err, "tools", "unsupported_parameter",
+            "'tools[%zu].type' is not supported (only custom tools with an input_schema)", i);
+        return NULL;
     }
+    if (!json_is_object(schema)) {
+        BAD(err, "tools", present(schema) ? "invalid_type" : "missing_required_parameter",
+            "'tools[%zu].input_schema' must be an object (a JSON schema)", i);
+        return NULL;
+    }
+    return chat_function(t, schema, err);
+}
+
+static int anthropic_tools(const json_t *in, json_t *out, pl_server_error *err) {
+    json_t *choice = json_object_get(in, "tool_choice");
+    if (tools_list(in, out, anthropic_tool, err)) return -1;
     if (!present(choice)) return 0;
     const char *type = json_string_value(json_object_get(choice, "type"));
     if (!json_is_object(choice) || !type)

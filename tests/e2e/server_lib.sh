@@ -97,7 +97,7 @@ same_as_lock() {
 node_run() {
     local name=$1 rc line np nf
     shift
-    timeout 200 node "$@" >"$TMP/node.out" 2>&1
+    timeout 240 node "$@" >"$TMP/node.out" 2>&1
     rc=$?
     cat "$TMP/node.out"
     line=$(tail -n 1 "$TMP/node.out")
