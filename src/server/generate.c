@@ -53,6 +53,10 @@ typedef struct {
                                       a chat with tools: content bytes streamed */
     uint8_t *echoed;               /* [n_eng * n_per] echo text sent */
     int sent_done;
+    /* The Responses and Messages APIs (compat.c). */
+    pl_server_api api;
+    json_t *resp_echo;             /* Responses: request fields its response object repeats */
+    pl_server_compat cx;
 } gen_job;
 
 /* ---- job lifetime ---- */
@@ -76,6 +80,7 @@ static void job_free(gen_job *j) {
     free(j->text_off);
     free(j->echoed);
     pl_server_request_destroy(&j->req);
+    json_decref(j->resp_echo);
     pthread_mutex_lock(&j->s->mu);
     j->s->active--;
     pthread_mutex_unlock(&j->s->mu);
@@ -238,7 +243,7 @@ static int submit(gen_job *j, pl_server_error *err) {
 }
 
 static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x, int chat,
-                           pl_server_error *err) {
+                           pl_server_api api, pl_server_error *err) {
     gen_job *j = calloc(1, sizeof *j);
     if (!j) {
         pl_server_nomem(err);
@@ -251,8 +256,12 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
     j->fd = -1;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) j->fd = ci->connect_fd;
-    if (pl_server_parse_request(x->body ? x->body : "", x->len, chat, s->cfg.max_logprobs,
-                                &j->req, err))
+    j->api = api;
+    if (api == PL_API_OPENAI ? pl_server_parse_request(x->body ? x->body : "", x->len, chat,
+                                                       s->cfg.max_logprobs, &j->req, err)
+                             : pl_server_parse_api_request(api, x->body ? x->body : "", x->len,
+                                                           s->cfg.max_logprobs, 0, &j->req,
+                                                           &j->resp_echo, err))
         goto fail;
     if (atomic_load(&s->draining)) {
         pl_server_fail(err, 503, NULL, "shutting_down", "the server is shutting down");
@@ -262,12 +271,18 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
         pl_srv_model_not_found(s, j->req.model, "model", err);
         goto fail;
     }
-    make_id(j->id, sizeof j->id, chat ? "chatcmpl-" : "cmpl-");
+    make_id(j->id, sizeof j->id, api == PL_API_RESPONSES   ? "resp_"
+                                 : api == PL_API_ANTHROPIC ? "msg_"
+                                 : chat                    ? "chatcmpl-"
+                                                           : "cmpl-");
     j->rx = (pl_server_resp_ctx){.id = j->id, .model = s->model_name, .created = (int64_t)time(NULL),
                                  .tok = s->tok, .chat = chat, .logprobs = j->req.logprobs >= 0};
     /* Mistral's [TOOL_CALLS] is a special token: keep it in the text that is parsed. */
     if (chat && j->req.tools && s->tool_format == PL_TOOLS_MISTRAL) j->req.params.skip_special_tokens = 0;
     if (tokenize_prompts(j, err) || check_lengths(j, err) || submit(j, err)) goto fail;
+    j->cx = (pl_server_compat){.api = api, .id = j->id, .model = s->model_name,
+                               .created = j->rx.created, .echo = j->resp_echo,
+                               .input_tokens = (int64_t)j->n_prompt[0]};
     return j;
 fail:
     job_free(j);
@@ -304,29 +319,80 @@ static void set(gen_job *j, json_t *o, const char *key, json_t *v) {
     if (!o || !v || json_object_set_new(o, key, v)) j->nomem = 1;
 }
 
-static json_t *text_json(const char *s, size_t n) {
-    size_t m;
-    char *t = pl_server_utf8_sanitize(s, n, &m);
-    if (!t) return NULL;
-    json_t *j = json_stringn(t, m);
-    free(t);
-    return j;
-}
-
 /* A chat answer with tools: the message's content (null when it is only tool calls) and its
  * tool_calls, parsed from the whole text; *calls is NULL when there are none. */
 static json_t *tool_message(gen_job *j, const pl_server_choice *c, json_t **calls) {
     size_t n = 0;
     *calls = pl_server_tool_calls_parse(j->s->tool_format, c->text ? c->text : "", c->len, &n);
-    return *calls && n == 0 ? json_null() : text_json(c->text ? c->text : "", *calls ? n : c->len);
+    return *calls && n == 0 ? json_null() : pl_server_text_json(c->text ? c->text : "", *calls ? n : c->len);
 }
 
 static int tools_active(const gen_job *j) {
     return j->req.chat && j->req.tools && j->s->tool_format != PL_TOOLS_NONE;
 }
 
+/* The length of the start of s[0..n) that ends on a character boundary. */
+static size_t utf8_whole(const char *s, size_t n) {
+    for (size_t back = 1; back <= 4 && back <= n; back++) {
+        unsigned char b = (unsigned char)s[n - back];
+        if ((b & 0xc0) == 0x80) continue;
+        size_t len = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+        return len > back ? n - back : n;
+    }
+    return n;
+}
+
+/* Responses / Messages: the text streams up to where a tool call could begin; the rest, the
+ * calls and the end go out once the answer is whole (compat_end). */
+static void compat_delta(gen_job *j, int k, const pl_completion_delta *d) {
+    if (d->finish != PL_FINISH_NONE) return;
+    const pl_server_choice *c = &j->ch[k];
+    const char *text = c->text ? c->text : "";
+    size_t safe = tools_active(j) ? pl_server_tool_content_prefix(j->s->tool_format, text, c->len)
+                                  : c->len;
+    safe = utf8_whole(text, safe);
+    if (safe <= j->text_off[k]) return;
+    if (pl_server_compat_stream_text(&j->cx, &j->out, text + j->text_off[k], safe - j->text_off[k]))
+        j->nomem = 1;
+    j->text_off[k] = safe;
+}
+
+/* The answer's content length and tool calls (NULL: none), with the token counts filled in. */
+static json_t *compat_calls(gen_job *j, size_t *end) {
+    const pl_server_choice *c = &j->ch[0];
+    *end = c->len;
+    j->cx.input_tokens = j->prompt_tokens;
+    j->cx.cached_tokens = j->cached_tokens;
+    j->cx.output_tokens = c->n;
+    if (!tools_active(j)) return NULL;
+    return pl_server_tool_calls_parse(j->s->tool_format, c->text ? c->text : "", c->len, end);
+}
+
+static void compat_end(gen_job *j) {
+    size_t end;
+    json_t *calls = compat_calls(j, &end);
+    const pl_server_choice *c = &j->ch[0];
+    if (pl_server_compat_stream_end(&j->cx, &j->out, c->text, end, j->text_off[0], calls,
+                                    c->finish, c->stop_str))
+        j->nomem = 1;
+    json_decref(calls);
+}
+
+static json_t *compat_whole(gen_job *j) {
+    size_t end;
+    json_t *calls = compat_calls(j, &end);
+    const pl_server_choice *c = &j->ch[0];
+    json_t *o = pl_server_compat_answer(&j->cx, c->text, end, calls, c->finish, c->stop_str);
+    json_decref(calls);
+    return o;
+}
+
 /* One streamed chunk for a delta of choice k (engine request i). */
 static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d) {
+    if (j->api != PL_API_OPENAI) {
+        compat_delta(j, k, d);
+        return;
+    }
     if (tools_active(j)) {
         /* Content streams up to where a tool call could begin (its marker); the calls, and
          * whatever was held back, go out when the text is whole. */
@@ -337,7 +403,7 @@ static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d)
         if (d->finish == PL_FINISH_NONE) {
             size_t safe = pl_server_tool_content_prefix(j->s->tool_format, text, c->len);
             if (safe <= *sent) return;
-            delta = json_pack("{s:o}", "content", text_json(text + *sent, safe - *sent));
+            delta = json_pack("{s:o}", "content", pl_server_text_json(text + *sent, safe - *sent));
             *sent = safe;
             json_t *choice = json_pack("{s:i, s:o, s:n, s:n, s:n}", "index", k, "delta", delta,
                                        "logprobs", "finish_reason", "stop_reason");
@@ -348,7 +414,7 @@ static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d)
         }
         size_t end = c->len;
         calls = pl_server_tool_calls_parse(j->s->tool_format, text, c->len, &end);
-        delta = json_pack("{s:o}", "content", text_json(text + (end > *sent ? *sent : end),
+        delta = json_pack("{s:o}", "content", pl_server_text_json(text + (end > *sent ? *sent : end),
                                                         end > *sent ? end - *sent : 0));
         if (calls) {
             size_t ci;
@@ -399,7 +465,12 @@ static void take_output(gen_job *j, int i, pl_request_output *o, int streaming) 
         j->cached_tokens += o->n_cached_tokens;
         pl_finish_reason why = j->error ? PL_FINISH_ERROR : j->ch[i * j->n_per].finish;
         pl_server_metrics_observe(&j->s->metrics, o, &j->req.params, why);
-        if (streaming && j->error && !j->error_sent) {
+        if (streaming && j->error && !j->error_sent && j->api != PL_API_OPENAI) {
+            pl_server_error e;
+            pl_server_fail(&e, 500, NULL, "internal_error", "%s", j->error);
+            if (pl_server_compat_stream_error(&j->cx, &j->out, &e)) j->nomem = 1;
+            else j->error_sent = 1;
+        } else if (streaming && j->error && !j->error_sent) {
             pl_server_error e;
             pl_server_fail(&e, 500, NULL, "internal_error", "%s", j->error);
             char *body = pl_server_error_body(&e);
@@ -540,7 +611,7 @@ static json_t *whole_response(gen_job *j) {
                                  ? pl_server_chat_logprobs(&j->rx, c->ids, c->lp, c->top, c->n, c->n_top)
                                  : json_null();
                 json_t *calls = NULL, *content = tools_active(j) ? tool_message(j, c, &calls)
-                                                                 : text_json(c->text, c->len);
+                                                                 : pl_server_text_json(c->text, c->len);
                 choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o, s:o}", "index", idx, "message",
                                    "role", "assistant", "content", content,
                                    "logprobs", lp, "finish_reason",
@@ -560,7 +631,7 @@ static json_t *whole_response(gen_job *j) {
                 memcpy(t + el, c->text ? c->text : "", c->len);
                 t[el + c->len] = 0;
                 choice = json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", idx, "text",
-                                   text_json(t, el + c->len), "logprobs",
+                                   pl_server_text_json(t, el + c->len), "logprobs",
                                    completion_logprobs(j, i, c), "finish_reason",
                                    pl_server_finish_json(c->finish), "stop_reason",
                                    pl_server_stop_reason_json(c->finish, c->stop_token, c->stop_str));
@@ -603,9 +674,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             pl_server_error e;
             if (j->nomem) pl_server_nomem(&e);
             else pl_server_fail(&e, 500, NULL, "internal_error", "%s", j->fail);
-            int n = snprintf(buf, max, "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\","
-                             "\"param\":null,\"code\":\"%s\"}}\n\n%s", e.message, e.type,
-                             e.code, PL_SERVER_SSE_DONE);
+            int n = j->api == PL_API_ANTHROPIC
+                        ? snprintf(buf, max, "event: error\ndata: {\"type\":\"error\",\"error\":"
+                                   "{\"type\":\"%s\",\"message\":\"%s\"}}\n\n",
+                                   j->nomem ? "overloaded_error" : "api_error", e.message)
+                    : j->api == PL_API_RESPONSES
+                        ? snprintf(buf, max, "event: error\ndata: {\"type\":\"error\",\"code\":"
+                                   "\"%s\",\"message\":\"%s\",\"param\":null}\n\n", e.code,
+                                   e.message)
+                        : snprintf(buf, max, "data: {\"error\":{\"message\":\"%s\",\"type\":"
+                                   "\"%s\",\"param\":null,\"code\":\"%s\"}}\n\n%s", e.message,
+                                   e.type, e.code, PL_SERVER_SSE_DONE);
             j->sent_done = j->error_sent = 1;
             return n > 0 && (size_t)n < max ? (ssize_t)n : MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -618,6 +697,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         j->off = 0;
         pl_strbuf_clear(&j->out);
         if (j->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (all_done(j) && j->api != PL_API_OPENAI) {
+            if (!j->error_sent) compat_end(j); /* an error event ended the stream already */
+            j->sent_done = 1;
+            continue;
+        }
         if (all_done(j)) {
             if (j->req.include_usage) {
                 json_t *o = chunk_base(j);
@@ -637,7 +721,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) { job_free(cls); }
 
 static enum MHD_Result start_stream(struct MHD_Connection *c, gen_job *j) {
-    if (j->req.chat) /* the assistant role first, as OpenAI does */
+    if (j->api != PL_API_OPENAI) {
+        if (pl_server_compat_stream_start(&j->cx, &j->out)) j->nomem = 1;
+    } else if (j->req.chat) /* the assistant role first, as OpenAI does */
         for (int k = 0; k < j->n_per; k++) {
             json_t *o = chunk_base(j);
             set(j, o, "choices",
@@ -660,10 +746,14 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, gen_job *j) {
     return ok;
 }
 
-static enum MHD_Result generate(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x, int chat) {
+static enum MHD_Result generate(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x, int chat,
+                                pl_server_api api) {
     pl_server_error err;
-    gen_job *j = job_create(s, c, x, chat, &err);
-    if (!j) return pl_srv_send_error(c, &err);
+    gen_job *j = job_create(s, c, x, chat, api, &err);
+    if (!j) {
+        pl_server_api_param(api, &err);
+        return pl_srv_send_error_as(c, &err, api);
+    }
     if (j->req.stream) return start_stream(c, j);
     while (!all_done(j)) {
         if (poll_round(j, 0) < 0) {
@@ -674,12 +764,12 @@ static enum MHD_Result generate(pl_server *s, struct MHD_Connection *c, pl_conn_
     enum MHD_Result ok;
     if (j->nomem) {
         pl_server_nomem(&err);
-        ok = pl_srv_send_error(c, &err);
+        ok = pl_srv_send_error_as(c, &err, api);
     } else if (j->error || j->fail) {
         pl_server_fail(&err, 500, NULL, "internal_error", "%s", j->error ? j->error : j->fail);
-        ok = pl_srv_send_error(c, &err);
+        ok = pl_srv_send_error_as(c, &err, api);
     } else {
-        json_t *body = whole_response(j);
+        json_t *body = api == PL_API_OPENAI ? whole_response(j) : compat_whole(j);
         if (j->nomem) { /* a member could not be made: never send the rest as if whole */
             json_decref(body);
             body = NULL;
@@ -691,9 +781,17 @@ static enum MHD_Result generate(pl_server *s, struct MHD_Connection *c, pl_conn_
 }
 
 enum MHD_Result pl_srv_completions(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    return generate(s, c, x, 0);
+    return generate(s, c, x, 0, PL_API_OPENAI);
 }
 
 enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    return generate(s, c, x, 1);
+    return generate(s, c, x, 1, PL_API_OPENAI);
+}
+
+enum MHD_Result pl_srv_responses(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return generate(s, c, x, 1, PL_API_RESPONSES);
+}
+
+enum MHD_Result pl_srv_messages(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return generate(s, c, x, 1, PL_API_ANTHROPIC);
 }

@@ -1,5 +1,6 @@
 /* server/routes — the small endpoints: /health, /version, /v1/models, /v1/models/{id}, /metrics,
- * /tokenize, /detokenize (vLLM's request and response shapes), and chat rendering. */
+ * /tokenize, /detokenize (vLLM's request and response shapes, and llama-server's), chat rendering
+ * (/v1/chat/render, llama-server's /apply-template) and Anthropic's /v1/messages/count_tokens. */
 #include "server/server_internal.h"
 
 #include <stdlib.h>
@@ -109,11 +110,68 @@ static int opt_bool(json_t *o, const char *key, int *out, pl_server_error *err) 
     return 0;
 }
 
-/* {"prompt": str} or {"messages": [...]} -> {"count", "max_model_len", "tokens", "token_strs"} */
+/* llama-server's token with its piece: {"id", "piece"}, the piece a string when its bytes are
+ * valid UTF-8, else the list of its bytes. */
+static json_t *piece_json(const pl_server *s, int32_t id) {
+    char buf[256];
+    size_t n = pl_token_to_piece(s->tok, id, buf, sizeof buf, 1);
+    if (n > sizeof buf) n = sizeof buf;
+    size_t m;
+    char *clean = pl_server_utf8_sanitize(buf, n, &m);
+    json_t *piece;
+    if (clean && m == n && !memcmp(clean, buf, n)) {
+        piece = json_stringn(buf, n);
+    } else {
+        piece = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(piece, json_integer((unsigned char)buf[i]));
+    }
+    free(clean);
+    return json_pack("{s:i, s:o}", "id", id, "piece", piece);
+}
+
+/* llama-server's {"content", "add_special" (false), "parse_special" (true), "with_pieces"
+ * (false)} -> {"tokens": [ids]} or, with pieces, {"tokens": [{"id", "piece"}]}. */
+static enum MHD_Result tokenize_llama(pl_server *s, struct MHD_Connection *c, json_t *o) {
+    pl_server_error err;
+    int add_special = 0, parse_special = 1, pieces = 0;
+    json_t *content = json_object_get(o, "content");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (opt_bool(o, "add_special", &add_special, &err) ||
+        opt_bool(o, "parse_special", &parse_special, &err) ||
+        opt_bool(o, "with_pieces", &pieces, &err))
+        goto fail;
+    if (!json_is_string(content)) {
+        pl_server_fail(&err, 400, "content", "invalid_type", "'content' must be a string");
+        goto fail;
+    }
+    pl_status st = pl_tokenize(s->tok, json_string_value(content), json_string_length(content),
+                               add_special, parse_special, &ids, &n);
+    if (st != PL_OK) {
+        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
+        else pl_server_fail(&err, 400, "content", "invalid_value", "%s", pl_last_error());
+        goto fail;
+    }
+    json_t *tokens = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(tokens, pieces ? piece_json(s, ids[i]) : json_integer(ids[i]));
+    free(ids);
+    json_decref(o);
+    return pl_srv_send_json(c, MHD_HTTP_OK, json_pack("{s:o}", "tokens", tokens));
+fail:
+    json_decref(o);
+    return pl_srv_send_error(c, &err);
+}
+
+/* {"prompt": str} or {"messages": [...]} -> {"count", "max_model_len", "tokens", "token_strs"};
+ * llama-server's {"content": str} -> {"tokens"} (tokenize_llama). */
 enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     pl_server_error err;
     json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
     if (!o) return pl_srv_send_error(c, &err);
+    if (json_object_get(o, "content") && !json_object_get(o, "prompt") &&
+        !json_object_get(o, "messages"))
+        return tokenize_llama(s, c, o);
     char *text = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
@@ -175,7 +233,7 @@ fail:
     return pl_srv_send_error(c, &err);
 }
 
-/* {"tokens": [ids]} -> {"prompt": text} */
+/* {"tokens": [ids]} -> {"prompt": text, "content": text} (vLLM's name, llama-server's) */
 enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     pl_server_error err;
     json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
@@ -215,7 +273,7 @@ enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_con
     free(text);
     free(ids);
     json_decref(o);
-    json_t *r = json_pack("{s:s%}", "prompt", clean, len);
+    json_t *r = json_pack("{s:s%, s:s%}", "prompt", clean, len, "content", clean, len);
     free(clean);
     return pl_srv_send_json(c, MHD_HTTP_OK, r);
 fail:
@@ -224,16 +282,30 @@ fail:
     return pl_srv_send_error(c, &err);
 }
 
-/* POST /v1/chat/render: {"messages", "add_generation_prompt"?} -> {"prompt": the text the chat
- * template produced, "count": its tokens, "template": where the template came from ("gguf",
- * the --chat-template file, "chatml")}. What a chat request
- * with these messages would feed the model (the web UI shows it). */
+/* The template's text for a chat request and its token count. */
+static int render_count(pl_server *s, const pl_server_request *r, int add_gen, char **text,
+                        size_t *n, pl_server_error *err) {
+    int32_t *ids = NULL;
+    if (pl_srv_render_chat(s, r, add_gen, text, err)) return -1;
+    pl_status st = pl_tokenize(s->tok, *text, strlen(*text), 0, 1, &ids, n);
+    free(ids);
+    if (st == PL_OK) return 0;
+    free(*text);
+    *text = NULL;
+    if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
+    return pl_server_fail(err, 400, "messages", "invalid_value", "%s", pl_last_error());
+}
+
+/* POST /v1/chat/render and llama-server's POST /apply-template: {"messages",
+ * "add_generation_prompt"?} -> {"prompt": the text the chat template produced, "count": its
+ * tokens, "template": where the template came from ("gguf", the --chat-template file,
+ * "chatml")}. What a chat request with these messages would feed the model (the web UI shows
+ * it). */
 enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     pl_server_error err;
     json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
     if (!o) return pl_srv_send_error(c, &err);
     char *text = NULL;
-    int32_t *ids = NULL;
     size_t n = 0;
     int add_gen = 1;
     if (check_model(s, o, &err) || opt_bool(o, "add_generation_prompt", &add_gen, &err)) goto fail;
@@ -243,16 +315,9 @@ enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_co
     }
     pl_server_request r;
     if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
-    int rc = pl_srv_render_chat(s, &r, add_gen, &text, &err);
+    int rc = render_count(s, &r, add_gen, &text, &n, &err);
     pl_server_request_destroy(&r);
     if (rc) goto fail;
-    pl_status st = pl_tokenize(s->tok, text, strlen(text), 0, 1, &ids, &n);
-    if (st != PL_OK) {
-        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
-        else pl_server_fail(&err, 400, "messages", "invalid_value", "%s", pl_last_error());
-        goto fail;
-    }
-    free(ids);
     size_t len;
     char *clean = pl_server_utf8_sanitize(text, strlen(text), &len);
     free(text);
@@ -265,4 +330,23 @@ fail:
     free(text);
     json_decref(o);
     return pl_srv_send_error(c, &err);
+}
+
+/* POST /v1/messages/count_tokens (Anthropic): a Messages request without max_tokens ->
+ * {"input_tokens": the tokens of its rendered prompt, tools included}. */
+enum MHD_Result pl_srv_count_tokens(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    pl_server_error err;
+    pl_server_request r;
+    char *text = NULL;
+    size_t n = 0;
+    if (pl_server_parse_api_request(PL_API_ANTHROPIC, x->body ? x->body : "", x->len,
+                                    s->cfg.max_logprobs, 1, &r, NULL, &err))
+        return pl_srv_send_error_as(c, &err, PL_API_ANTHROPIC);
+    int rc = r.model && strcmp(r.model, s->model_name)
+                 ? pl_srv_model_not_found(s, r.model, "model", &err)
+                 : render_count(s, &r, 1, &text, &n, &err);
+    pl_server_request_destroy(&r);
+    free(text);
+    if (rc) return pl_srv_send_error_as(c, &err, PL_API_ANTHROPIC);
+    return pl_srv_send_json(c, MHD_HTTP_OK, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }

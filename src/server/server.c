@@ -73,7 +73,12 @@ enum MHD_Result pl_srv_send_json(struct MHD_Connection *c, unsigned status, json
 }
 
 enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_error *e) {
-    char *s = pl_server_error_body(e);
+    return pl_srv_send_error_as(c, e, PL_API_OPENAI);
+}
+
+enum MHD_Result pl_srv_send_error_as(struct MHD_Connection *c, const pl_server_error *e,
+                                     pl_server_api api) {
+    char *s = pl_server_error_body_as(e, api);
     struct MHD_Response *r =
         s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE)
           : MHD_create_response_from_buffer(sizeof NOMEM_BODY - 1, (void *)NOMEM_BODY,
@@ -94,29 +99,49 @@ enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_erro
 
 typedef enum MHD_Result (*handler_fn)(pl_server *, struct MHD_Connection *, pl_conn_ctx *);
 
-/* `prefix`: the path is a prefix followed by a non-empty argument (x->arg). */
+/* `prefix`: the path is a prefix followed by a non-empty argument (x->arg). Every /v1 route
+ * needs the API key; so do the later routes outside /v1 marked `key` (vLLM's own /tokenize and
+ * /detokenize, /health, /version and /metrics stay open, as vLLM has them). */
 static const struct {
     const char *method, *path;
     handler_fn fn;
-    int prefix;
+    int prefix, key;
 } ROUTES[] = {
-    {"GET", "/health", pl_srv_health, 0},
-    {"GET", "/version", pl_srv_version, 0},
-    {"GET", "/metrics", pl_srv_metrics, 0},
-    {"GET", "/v1/models", pl_srv_models, 0},
-    {"GET", "/v1/models/", pl_srv_model, 1},
-    {"POST", "/tokenize", pl_srv_tokenize, 0},
-    {"POST", "/detokenize", pl_srv_detokenize, 0},
-    {"POST", "/v1/completions", pl_srv_completions, 0},
-    {"POST", "/v1/chat/completions", pl_srv_chat, 0},
-    {"POST", "/v1/embeddings", pl_srv_embeddings, 0},
-    {"POST", "/v1/chat/render", pl_srv_chat_render, 0},
-    {"GET", "/v1/kv/blocks", pl_srv_kv_blocks, 0},
+    {"GET", "/health", pl_srv_health, 0, 0},
+    {"GET", "/version", pl_srv_version, 0, 0},
+    {"GET", "/metrics", pl_srv_metrics, 0, 0},
+    {"GET", "/v1/models", pl_srv_models, 0, 0},
+    {"GET", "/v1/models/", pl_srv_model, 1, 0},
+    {"POST", "/tokenize", pl_srv_tokenize, 0, 0},
+    {"POST", "/detokenize", pl_srv_detokenize, 0, 0},
+    {"POST", "/v1/completions", pl_srv_completions, 0, 0},
+    {"POST", "/v1/chat/completions", pl_srv_chat, 0, 0},
+    {"POST", "/v1/embeddings", pl_srv_embeddings, 0, 0},
+    {"POST", "/v1/chat/render", pl_srv_chat_render, 0, 0},
+    {"GET", "/v1/kv/blocks", pl_srv_kv_blocks, 0, 0},
+    {"POST", "/v1/responses", pl_srv_responses, 0, 0},
+    {"POST", "/v1/messages", pl_srv_messages, 0, 0},
+    {"POST", "/v1/messages/count_tokens", pl_srv_count_tokens, 0, 0},
+    {"POST", "/apply-template", pl_srv_chat_render, 0, 1},
 };
+
+/* Anthropic's routes answer errors in its shape, the others in OpenAI's. */
+static pl_server_api api_of(const char *url) {
+    return !strcmp(url, "/v1/messages") || !strcmp(url, "/v1/messages/count_tokens")
+               ? PL_API_ANTHROPIC : PL_API_OPENAI;
+}
+
+static int needs_key(const char *url) {
+    if (!strncmp(url, "/v1", 3) && (url[3] == '/' || url[3] == 0)) return 1;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+        if (ROUTES[i].key && !strcmp(url, ROUTES[i].path)) return 1;
+    return 0;
+}
 
 static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const char *url,
                                 const char *method, pl_conn_ctx *x) {
     pl_server_error err;
+    pl_server_api api = api_of(url);
     pl_server_json_reset();
     pthread_mutex_lock(&s->metrics.mu);
     s->metrics.http_requests++;
@@ -124,15 +149,18 @@ static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const ch
     if (x->too_large) {
         pl_server_fail(&err, 413, NULL, "request_too_large",
                        "the request body exceeds the limit of %zu bytes", s->cfg.max_request_bytes);
-        return pl_srv_send_error(c, &err);
+        return pl_srv_send_error_as(c, &err, api);
     }
-    if (s->api_key && !strncmp(url, "/v1", 3) && (url[3] == '/' || url[3] == 0)) {
-        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        if (!pl_server_auth_ok(h, s->api_key)) {
+    if (s->api_key && needs_key(url)) {
+        /* "Authorization: Bearer KEY" or Anthropic's "x-api-key: KEY". */
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+                   *xk = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+        if (!pl_server_auth_ok(h, s->api_key) && !pl_server_auth_key_ok(xk, s->api_key)) {
             pl_server_fail(&err, 401, NULL, "invalid_api_key",
-                           h ? "Incorrect API key provided." : "Missing API key: send "
-                                                               "'Authorization: Bearer KEY'.");
-            return pl_srv_send_error(c, &err);
+                           h || xk ? "Incorrect API key provided."
+                                   : "Missing API key: send 'Authorization: Bearer KEY' or "
+                                     "'x-api-key: KEY'.");
+            return pl_srv_send_error_as(c, &err, api);
         }
     }
     enum MHD_Result res;
@@ -151,10 +179,10 @@ static enum MHD_Result dispatch(pl_server *s, struct MHD_Connection *c, const ch
     if (path_known) {
         pl_server_fail(&err, 405, NULL, "method_not_allowed", "method %s is not allowed on %s",
                        method, url);
-        return pl_srv_send_error(c, &err);
+        return pl_srv_send_error_as(c, &err, api);
     }
     pl_server_fail(&err, 404, NULL, "not_found", "no route %s %s", method, url);
-    return pl_srv_send_error(c, &err);
+    return pl_srv_send_error_as(c, &err, api);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,

@@ -22,6 +22,7 @@
 #define PL_SERVER_SERVER_H
 
 #include "pagellm.h"
+#include "base/buf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
@@ -73,6 +74,12 @@ int pl_server_fail(pl_server_error *e, int status, const char *param, const char
 int pl_server_nomem(pl_server_error *e);
 /* {"error": {"message", "type", "param", "code"}} as a malloc'ed string (NULL: out of memory). */
 char *pl_server_error_body(const pl_server_error *e);
+
+/* The API a route speaks: its request shape, its answer and its error body. */
+typedef enum { PL_API_OPENAI, PL_API_RESPONSES, PL_API_ANTHROPIC } pl_server_api;
+/* The error body in the API's shape: OpenAI's above (the Responses API too), or Anthropic's
+ * {"type": "error", "error": {"type", "message"}} (its type from the status). */
+char *pl_server_error_body_as(const pl_server_error *e, pl_server_api api);
 
 /* Out of memory inside jansson. pl_server_json_init (once, before any thread uses jansson) routes
  * jansson's allocations through a hook that flags a failure for the calling thread; a handler
@@ -131,6 +138,48 @@ typedef struct {
 int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
                             pl_server_request *r, pl_server_error *err);
 void pl_server_request_destroy(pl_server_request *r);
+
+/* ---- the Responses and Messages APIs (compat.c) ---- */
+
+/* A /v1/responses or /v1/messages body as the chat request it asks for: translated to a
+ * /v1/chat/completions body, then parsed by pl_server_parse_request, so templating, tools,
+ * structured output and the sampling checks are the chat route's. A field of the wrong type, a
+ * missing one, an unknown input item or content block type, a refused feature: 400 whose param
+ * and message name the field in the API's own terms. `count_only` (/v1/messages/count_tokens):
+ * max_tokens is not required. `*echo` (Responses, may be NULL): the request fields a response
+ * object repeats, to be freed with json_decref. */
+int pl_server_parse_api_request(pl_server_api api, const char *body, size_t len,
+                                int32_t max_logprobs, int count_only, pl_server_request *r,
+                                json_t **echo, pl_server_error *err);
+
+/* An error's param, named by the chat request, renamed to the API's field (messages -> input,
+ * max_tokens -> max_output_tokens, stop -> stop_sequences, ...); the message keeps its words. */
+void pl_server_api_param(pl_server_api api, pl_server_error *err);
+
+/* One answer of the Responses or Messages API being built (whole, or as its stream's events). */
+typedef struct {
+    pl_server_api api;
+    const char *id;                /* "resp_..." / "msg_..." */
+    const char *model;
+    int64_t created;
+    const json_t *echo;            /* Responses: request fields the response object repeats */
+    int64_t input_tokens, cached_tokens, output_tokens;
+    int seq;                       /* Responses: the next event's sequence_number */
+    int text_open;                 /* a stream's text item / block has been started */
+} pl_server_compat;
+
+/* The whole answer for the generated text and the tool calls parsed out of it (chat's
+ * tool_calls list, or NULL): a Responses response object, or an Anthropic message. */
+json_t *pl_server_compat_answer(const pl_server_compat *x, const char *text, size_t len,
+                                const json_t *calls, pl_finish_reason f, const char *stop_str);
+/* Stream events, appended to *out ("event: NAME\ndata: JSON\n\n"); 0, or -1 out of memory. */
+int pl_server_compat_stream_start(pl_server_compat *x, pl_strbuf *out);
+int pl_server_compat_stream_text(pl_server_compat *x, pl_strbuf *out, const char *text, size_t n);
+/* The rest: `sent` bytes of the text went out already; closes the text, sends the calls, ends. */
+int pl_server_compat_stream_end(pl_server_compat *x, pl_strbuf *out, const char *text, size_t len,
+                                size_t sent, const json_t *calls, pl_finish_reason f,
+                                const char *stop_str);
+int pl_server_compat_stream_error(pl_server_compat *x, pl_strbuf *out, const pl_server_error *e);
 
 /* ---- tool calling (tools.c) ---- */
 
@@ -220,14 +269,18 @@ json_t *pl_server_usage_json(int64_t prompt, int64_t completion, int64_t cached)
 
 /* Every builder below returns NULL when out of memory. */
 
-/* SSE framing: "data: <compact JSON>\n\n" (malloc'ed), and the closing "data: [DONE]\n\n". */
+/* SSE framing: "data: <compact JSON>\n\n" (malloc'ed), and the closing "data: [DONE]\n\n".
+ * pl_server_sse_named puts "event: NAME\n" in front (NAME NULL: none). */
 char *pl_server_sse_event(const json_t *obj);
+char *pl_server_sse_named(const char *event, const json_t *obj);
 extern const char PL_SERVER_SSE_DONE[];
 
 /* A token as a string for JSON: its piece with invalid UTF-8 replaced by U+FFFD (malloc'ed). */
 char *pl_server_token_str(const pl_tokenizer *t, int32_t id);
 /* Copy of s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD (malloc'ed, NUL-ended). */
 char *pl_server_utf8_sanitize(const char *s, size_t n, size_t *out_len);
+/* s[0..n) as a JSON string, sanitized as above; NULL when out of memory. */
+json_t *pl_server_text_json(const char *s, size_t n);
 /* Unicode code points in a valid UTF-8 string (Python len()). */
 size_t pl_server_utf8_chars(const char *s, size_t n);
 
@@ -242,6 +295,8 @@ char *pl_server_kv_blocks_json(const pl_kv_snapshot *k, const pl_engine_stats *s
 /* 1 if the Authorization header value is "Bearer KEY" for `key`; compares in time independent
  * of where the strings differ. */
 int pl_server_auth_ok(const char *header, const char *key);
+/* The same for a header that holds the bare key (Anthropic's x-api-key). */
+int pl_server_auth_key_ok(const char *header, const char *key);
 
 /* ---- metrics ---- */
 

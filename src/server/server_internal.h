@@ -48,6 +48,9 @@ enum MHD_Result pl_srv_send_json(struct MHD_Connection *c, unsigned status, json
 enum MHD_Result pl_srv_send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
                                  char *text);
 enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_error *e);
+/* The error in the API's shape (Anthropic's on /v1/messages). */
+enum MHD_Result pl_srv_send_error_as(struct MHD_Connection *c, const pl_server_error *e,
+                                     pl_server_api api);
 
 /* Route handlers (routes.c). */
 enum MHD_Result pl_srv_health(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
@@ -58,6 +61,7 @@ enum MHD_Result pl_srv_metrics(pl_server *s, struct MHD_Connection *c, pl_conn_c
 enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_count_tokens(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 /* kv_blocks.c */
 enum MHD_Result pl_srv_kv_blocks(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 /* webui.c: the embedded page and its files (GET /, /app.js, ...); MHD_NO-free: returns 0 when
@@ -66,6 +70,8 @@ int pl_srv_webui(pl_server *s, struct MHD_Connection *c, const char *url, enum M
 /* generate.c */
 enum MHD_Result pl_srv_completions(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_chat(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_responses(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_messages(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 /* embeddings.c */
 enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 

@@ -58,17 +58,33 @@ void pl_server_json_init(void) { json_set_alloc_funcs(json_alloc, free); }
 void pl_server_json_reset(void) { json_failed = 0; }
 int pl_server_json_failed(void) { return json_failed; }
 
-char *pl_server_error_body(const pl_server_error *e) {
+/* Anthropic's error types by status. */
+static const char *anthropic_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+char *pl_server_error_body_as(const pl_server_error *e, pl_server_api api) {
     size_t n;
     char *msg = pl_server_utf8_sanitize(e->message, strlen(e->message), &n);
     if (!msg) return NULL;
     /* Judge only this body's own allocations (the caller may be answering an earlier failure). */
     int earlier = json_failed;
     json_failed = 0;
-    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type",
-                          e->type ? e->type : type_for_status(e->status), "param",
-                          e->param ? json_string(e->param) : json_null(), "code",
-                          e->code ? json_string(e->code) : json_null());
+    json_t *o = api == PL_API_ANTHROPIC
+                    ? json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                                anthropic_type(e->status), "message", msg)
+                    : json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type",
+                                e->type ? e->type : type_for_status(e->status), "param",
+                                e->param ? json_string(e->param) : json_null(), "code",
+                                e->code ? json_string(e->code) : json_null());
     free(msg);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -80,20 +96,36 @@ char *pl_server_error_body(const pl_server_error *e) {
     return s;
 }
 
-char *pl_server_sse_event(const json_t *obj) {
+char *pl_server_error_body(const pl_server_error *e) {
+    return pl_server_error_body_as(e, PL_API_OPENAI);
+}
+
+char *pl_server_sse_named(const char *event, const json_t *obj) {
     char *j = json_dumps(obj, JSON_COMPACT);
     if (!j) return NULL;
-    size_t n = strlen(j);
-    char *s = malloc(n + 9);
+    size_t n = strlen(j), en = event ? strlen(event) + 8 : 0; /* "event: " NAME "\n" */
+    char *s = malloc(en + n + 9);
     if (!s) {
         free(j);
         return NULL;
     }
-    memcpy(s, "data: ", 6);
-    memcpy(s + 6, j, n);
-    memcpy(s + 6 + n, "\n\n", 3);
+    if (event) snprintf(s, en + 1, "event: %s\n", event);
+    memcpy(s + en, "data: ", 6);
+    memcpy(s + en + 6, j, n);
+    memcpy(s + en + 6 + n, "\n\n", 3);
     free(j);
     return s;
+}
+
+char *pl_server_sse_event(const json_t *obj) { return pl_server_sse_named(NULL, obj); }
+
+json_t *pl_server_text_json(const char *s, size_t n) {
+    size_t m;
+    char *t = pl_server_utf8_sanitize(s ? s : "", n, &m);
+    if (!t) return NULL;
+    json_t *j = json_stringn(t, m);
+    free(t);
+    return j;
 }
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid there. */
@@ -154,10 +186,10 @@ char *pl_server_token_str(const pl_tokenizer *t, int32_t id) {
     return pl_server_utf8_sanitize(buf, n, NULL);
 }
 
-int pl_server_auth_ok(const char *header, const char *key) {
-    static const char prefix[] = "Bearer ";
+/* 1 if header is prefix + key. */
+static int auth_match(const char *header, const char *prefix, const char *key) {
     if (!header || !key) return 0;
-    size_t hl = strlen(header), kl = strlen(key), pl = sizeof prefix - 1;
+    size_t hl = strlen(header), kl = strlen(key), pl = strlen(prefix);
     /* Compare "Bearer KEY" against the header over the expected length, touching every byte
      * whatever the contents, so timing tells nothing about where they differ. */
     unsigned diff = (unsigned)(hl != pl + kl);
@@ -167,4 +199,12 @@ int pl_server_auth_ok(const char *header, const char *key) {
         diff |= (unsigned)(unsigned char)(want ^ got);
     }
     return diff == 0;
+}
+
+int pl_server_auth_ok(const char *header, const char *key) {
+    return auth_match(header, "Bearer ", key);
+}
+
+int pl_server_auth_key_ok(const char *header, const char *key) {
+    return auth_match(header, "", key);
 }

@@ -85,12 +85,5 @@ done_count=$(grep '^vllm:e2e_request_latency_seconds_count' "$TMP/body" | awk '{
 check "the 24 finished requests are in the latency histogram (got $done_count)" test "$done_count" -eq 24
 http GET /health
 check "health" test "$STATUS" = 200
-kill -TERM "$SERVER_PID"
-wait "$SERVER_PID"
-rc=$?
-SERVER_PID=""
-check "clean exit (got $rc)" test "$rc" -eq 0
-if grep -Eq 'AddressSanitizer|runtime error|LeakSanitizer' "$TMP/server.err"; then
-    bad "sanitizer report"; head -30 "$TMP/server.err"
-else ok; fi
+stop_clean "the server"
 finish

@@ -178,12 +178,5 @@ http POST /v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 5, "t
 check "after the error: the next request works" test "$(json_get 'j["choices"][0]["text"]')" = ", there was a little"
 http GET /metrics
 check "after the error: counted as an error" grep -qxF 'vllm:request_success_total{model_name="stories",finished_reason="error"} 1' "$TMP/body"
-kill -TERM "$SERVER_PID"
-wait "$SERVER_PID"
-rc=$?
-SERVER_PID=""
-check "clean exit (got $rc)" test "$rc" -eq 0
-if grep -Eq 'AddressSanitizer|runtime error|LeakSanitizer' "$TMP/server.err"; then
-    bad "sanitizer report"; head -30 "$TMP/server.err"
-else ok; fi
+stop_clean "the server"
 finish

@@ -1,9 +1,12 @@
-/* Fuzz target: the HTTP request parser/validator (pl_server_parse_request).
+/* Fuzz target: the HTTP request parser/validator (pl_server_parse_request), and the Responses and
+ * Messages translation in front of it (pl_server_parse_api_request).
  *
- * Input: one control byte (bit 0: chat, else completions), then the JSON body. A refusal must be
- * a 400 with a message and an OpenAI error body that is valid JSON carrying that message; an
- * accepted request must hold what the handlers rely on (prompts or messages present, strings
- * set, n / best_of / logprobs in range, sampling parameters valid) and free cleanly. */
+ * Input: one control byte, then the JSON body. Bits 1-2 of the control byte: 0 an OpenAI body
+ * (bit 0: chat, else completions), 1 a /v1/responses body, 2 a /v1/messages body, 3 a
+ * /v1/messages/count_tokens body. A refusal must be a 400 with a message and an error body that
+ * is valid JSON carrying that message (OpenAI's, and Anthropic's for its routes); an accepted
+ * request must hold what the handlers rely on (prompts or messages present, strings set, n /
+ * best_of / logprobs in range, sampling parameters valid) and free cleanly. */
 #include "base/status.h"
 #include "server/server.h"
 
@@ -28,21 +31,43 @@ static void check_error(const pl_server_error *e) {
     free(body);
 }
 
+/* Anthropic's body: {"type": "error", "error": {"type", "message"}} with the same message. */
+static void check_anthropic_error(const pl_server_error *e) {
+    char *body = pl_server_error_body_as(e, PL_API_ANTHROPIC);
+    json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *err = json_object_get(j, "error");
+    const char *msg = json_string_value(json_object_get(err, "message"));
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (!j || !type || strcmp(type, "error") ||
+        !json_string_value(json_object_get(err, "type")) || !msg || !*msg)
+        abort();
+    json_decref(j);
+    free(body);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    int chat = data[0] & 1;
+    int api = (data[0] >> 1) & 3;
+    int chat = api ? 1 : data[0] & 1;
     /* A copy of exactly the body's bytes, so reading past it is caught. */
     char *body = malloc(size - 1 ? size - 1 : 1);
     memcpy(body, data + 1, size - 1);
     pl_server_request r;
     pl_server_error e;
     memset(&e, 0, sizeof e);
-    int rc = pl_server_parse_request(body, size - 1, chat, MAX_LOGPROBS, &r, &e);
+    json_t *echo = NULL;
+    int rc = api == 0 ? pl_server_parse_request(body, size - 1, chat, MAX_LOGPROBS, &r, &e)
+                      : pl_server_parse_api_request(api == 1 ? PL_API_RESPONSES : PL_API_ANTHROPIC,
+                                                    body, size - 1, MAX_LOGPROBS, api == 3, &r,
+                                                    api == 1 ? &echo : NULL, &e);
     if (rc != 0) {
-        if (rc != -1) abort();
+        if (rc != -1 || echo) abort();
         check_error(&e);
+        check_anthropic_error(&e);
     } else {
+        if (api == 1 && !json_is_object(echo)) abort();
+        json_decref(echo);
         if (r.chat != chat) abort();
         if (chat) {
             if (r.n_messages < 1 || !r.messages) abort();
