@@ -23,6 +23,11 @@
 #define RX_QWEN2                                                                                   \
     RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"         \
                     "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* Qwen3.5: Qwen2's with combining marks (\p{M}) kept in the letter runs and out of the
+ * punctuation runs, so that a base letter and its accents stay one pre-token. */
+#define RX_QWEN35                                                                                  \
+    RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"                                 \
+                    "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* Upper-then-lower letter runs written with lookaheads, as llama.cpp adapted them. */
 #define RX_UPPER_RUN "((?=[\\p{L}])([^a-z]))"
 #define RX_LOWER_RUN "((?=[\\p{L}])([^A-Z]))"
@@ -68,6 +73,7 @@ static const rx_set SET_DEFAULT = {{"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N
 static const rx_set SET_GPT2 = {{RX_GPT2}};
 static const rx_set SET_LLAMA3 = {{RX_LLAMA3}};
 static const rx_set SET_QWEN2 = {{RX_QWEN2}};
+static const rx_set SET_QWEN35 = {{RX_QWEN35}};
 static const rx_set SET_FALCON = {{"[\\p{P}\\$\\+<=>\\^~\\|`]+", RX_GPT2, "[0-9][0-9][0-9]"}};
 static const rx_set SET_STARCODER = {{"\\p{N}", RX_GPT2}};
 static const rx_set SET_DEEPSEEK_LLM = {{"[\r\n]", RX_DEEPSEEK_LETTERS, RX_DEEPSEEK_PUNCT, "\\s+$",
@@ -129,6 +135,7 @@ static const pre_def PRE_DEFS[] = {
     {"deepseek-r1-qwen", &SET_QWEN2, {0, 0, 0, 0}},
     {"kormo", &SET_QWEN2, {0, 0, 0, 0}},
     {"f2llmv2", &SET_QWEN2, {0, 0, 0, 0}},
+    {"qwen35", &SET_QWEN35, {0, 0, 0, 0}},
     {"megrez", &SET_QWEN2, {1, 0, 0, 0}},
     {"stablelm2", &SET_QWEN2, {1, 0, 0, 0}},
     {"tekken", &SET_TEKKEN, {0, 1, 1, 0}},
