@@ -19,6 +19,7 @@
 #define VOCAB_DIR PL_SHARED_DIR "/testdata/vocab/"
 #define SPM_VOCAB VOCAB_DIR "ggml-vocab-llama-spm.gguf"
 #define GPT2_VOCAB VOCAB_DIR "ggml-vocab-gpt-2.gguf"
+#define GEMMA4_VOCAB VOCAB_DIR "ggml-vocab-gemma-4.gguf"
 #define STORIES PL_SHARED_DIR "/models/stories260K.gguf"
 #define STORIES_REF PL_SHARED_DIR "/testdata/reference/stories260K.json"
 
@@ -202,6 +203,11 @@ static void test_vectors_qwen2(void **state) {
 static void test_vectors_qwen35(void **state) {
     (void)state;
     assert_int_equal(run_vectors(VOCAB_DIR "ggml-vocab-qwen35.gguf", 50, 0), 0);
+}
+
+static void test_vectors_gemma4(void **state) {
+    (void)state;
+    assert_int_equal(run_vectors(GEMMA4_VOCAB, 46, 1), 0);
 }
 
 static void test_load_speed(void **state) {
@@ -476,6 +482,21 @@ static pl_status add_user_and_control(pl_gguf_writer *w, const pl_gguf *src) {
     return st;
 }
 
+static pl_status add_qwen2_pre(pl_gguf_writer *w, const pl_gguf *src) {
+    (void)src;
+    return pl_gguf_writer_add_str(w, "tokenizer.ggml.pre", "qwen2");
+}
+static pl_status add_nothing(pl_gguf_writer *w, const pl_gguf *src) {
+    (void)w;
+    (void)src;
+    return PL_OK;
+}
+static pl_status add_int_merges(pl_gguf_writer *w, const pl_gguf *src) {
+    (void)src;
+    const int32_t v[2] = {1, 2};
+    return pl_gguf_writer_add_arr(w, "tokenizer.ggml.merges", PL_GGUF_INT32, v, 2);
+}
+
 static void expect_load_error(const char *path, pl_status want, const char *needle) {
     pl_gguf *g;
     assert_int_equal(pl_gguf_open(path, &g), PL_OK);
@@ -494,6 +515,19 @@ static void test_bad_vocabularies(void **state) {
     free(p);
     p = make_vocab(STORIES, "tokenizer.ggml.model", add_bad_model);
     expect_load_error(p, PL_ERR_UNSUPPORTED, "'bert-wordpiece-x'");
+    unlink(p);
+    free(p);
+    /* Gemma 4: no merges, merges of the wrong type, no BOS id (it always adds BOS). */
+    p = make_vocab(GEMMA4_VOCAB, "tokenizer.ggml.merges", add_nothing);
+    expect_load_error(p, PL_ERR_NOT_FOUND, "tokenizer.ggml.merges");
+    unlink(p);
+    free(p);
+    p = make_vocab(GEMMA4_VOCAB, "tokenizer.ggml.merges", add_int_merges);
+    expect_load_error(p, PL_ERR_FORMAT, "tokenizer.ggml.merges: expected an array of strings");
+    unlink(p);
+    free(p);
+    p = make_vocab(GEMMA4_VOCAB, "tokenizer.ggml.bos_token_id", add_nothing);
+    expect_load_error(p, PL_ERR_FORMAT, "tokenizer.ggml.bos_token_id is not set");
     unlink(p);
     free(p);
     pl_gguf *g;
@@ -636,6 +670,63 @@ static void test_llama3_pre_on_gpt2_vocab(void **state) {
     assert_int_equal(a[0], 50256);
     free(a);
     pl_tokenizer_destroy(g2);
+    pl_tokenizer_destroy(t);
+}
+
+/* Gemma 4 (tokenizer.ggml.model "gemma4"): BPE in SentencePiece style. Spaces are U+2581 in
+ * the tokens, a run of newlines that is a token stays whole, a character the merges cannot
+ * reach falls back to "<0xNN>" byte tokens, BOS is always added, and tokenizer.ggml.pre is
+ * ignored (llama.cpp always uses its gemma4 pre-tokenizer for this model). */
+static void test_gemma4(void **state) {
+    (void)state;
+    pl_tokenizer *t = load(GEMMA4_VOCAB);
+    assert_int_equal(pl_tokenizer_get_kind(t), PL_TOK_BPE);
+    assert_string_equal(pl_tokenizer_pre_name(t), "gemma4");
+    assert_true(pl_tokenizer_add_bos(t));
+    assert_int_equal(pl_tokenizer_bos(t), 2);
+    assert_int_equal(pl_tokenizer_eos(t), 1);
+    assert_true(pl_tokenizer_is_eog(t, 1));       /* <eos> */
+    assert_true(pl_tokenizer_is_eog(t, 106));     /* <turn|> */
+    assert_true(pl_tokenizer_is_eog(t, 50));      /* <|tool_response> */
+    assert_false(pl_tokenizer_is_eog(t, 212));    /* </s> is text next to <|tool_response> */
+    assert_int_equal(pl_tokenizer_token_type(t, 212), PL_TOKEN_NORMAL);
+
+    int32_t *ids;
+    size_t n = tok(t, "\n\n\n", 0, 0, &ids); /* one token, not a merge of three */
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 109);
+    free(ids);
+    n = tok(t, "a b", 1, 0, &ids);
+    assert_true(n >= 3);
+    assert_int_equal(ids[0], 2);
+    char buf[16];
+    size_t k = pl_token_to_piece(t, ids[n - 1], buf, sizeof buf, 0); /* "▁b" prints " b" */
+    assert_int_equal(k, 2);
+    assert_memory_equal(buf, " b", 2);
+    free(ids);
+    /* U+10FFFD (private use) is not in the vocabulary: four byte tokens, printed back as bytes. */
+    n = tok(t, "\xF4\x8F\xBF\xBD", 0, 0, &ids);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++) assert_int_equal(pl_tokenizer_token_type(t, ids[i]), PL_TOKEN_BYTE);
+    assert_string_equal(pl_tokenizer_token_text(t, ids[0]), "<0xF4>");
+    char *s = detok(t, ids, n, 1);
+    assert_string_equal(s, "\xF4\x8F\xBF\xBD");
+    free(s);
+    free(ids);
+
+    char *p = make_vocab(GEMMA4_VOCAB, "tokenizer.ggml.pre", add_qwen2_pre);
+    pl_tokenizer *q = load(p);
+    unlink(p);
+    free(p);
+    assert_string_equal(pl_tokenizer_pre_name(q), "gemma4");
+    const char *text = "Hello world 12345, it's  two\n\nlines";
+    int32_t *a, *b;
+    size_t na = tok(t, text, 0, 0, &a), nb = tok(q, text, 0, 0, &b);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na * sizeof *a);
+    free(a);
+    free(b);
+    pl_tokenizer_destroy(q);
     pl_tokenizer_destroy(t);
 }
 
@@ -823,6 +914,7 @@ int main(void) {
         cmocka_unit_test(test_vectors_llama_bpe),
         cmocka_unit_test(test_vectors_qwen2),
         cmocka_unit_test(test_vectors_qwen35),
+        cmocka_unit_test(test_vectors_gemma4),
         cmocka_unit_test(test_load_speed),
         cmocka_unit_test(test_stories_basics),
         cmocka_unit_test(test_stories_reference),
@@ -831,6 +923,7 @@ int main(void) {
         cmocka_unit_test(test_user_defined),
         cmocka_unit_test(test_user_defined_and_control),
         cmocka_unit_test(test_llama3_pre_on_gpt2_vocab),
+        cmocka_unit_test(test_gemma4),
         cmocka_unit_test(test_invalid_input),
         cmocka_unit_test(test_stream_utf8),
         cmocka_unit_test(test_clean_spaces),
