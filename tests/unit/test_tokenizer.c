@@ -739,6 +739,117 @@ static void test_gemma4(void **state) {
     pl_tokenizer_destroy(t);
 }
 
+/* ---- special tokens where the 2026 chat templates emit them ---- */
+
+/* Qwen3's added tokens at their ids, in place of the qwen35 test vocabulary's [PAD...]
+ * placeholders (it is Qwen2's 151936-token vocabulary, without them); USER_DEFINED as
+ * convert_hf_to_gguf writes tokens that are not "special" in tokenizer.json. */
+static const struct {
+    int32_t id;
+    const char *text;
+} QWEN3_ADDED[] = {{151657, "<tool_call>"}, {151658, "</tool_call>"}, {151665, "<tool_response>"},
+                   {151666, "</tool_response>"}, {151667, "<think>"}, {151668, "</think>"}};
+enum { N_QWEN3_ADDED = sizeof QWEN3_ADDED / sizeof QWEN3_ADDED[0] };
+
+static pl_status add_qwen3_tags(pl_gguf_writer *w, const pl_gguf *src) {
+    pl_gguf_arr a;
+    PL_TRY(pl_gguf_get_arr(src, "tokenizer.ggml.tokens", &a));
+    char **texts = calloc(a.count, sizeof *texts);
+    for (uint64_t i = 0; i < a.count; i++) texts[i] = pl_gguf_str_dup(pl_gguf_arr_str(&a, i));
+    for (int k = 0; k < N_QWEN3_ADDED; k++) {
+        free(texts[QWEN3_ADDED[k].id]);
+        texts[QWEN3_ADDED[k].id] = strdup(QWEN3_ADDED[k].text);
+    }
+    pl_status st = pl_gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)texts, a.count);
+    for (uint64_t i = 0; i < a.count; i++) free(texts[i]);
+    free(texts);
+    return st;
+}
+
+static size_t count_str(const char *hay, const char *needle) {
+    size_t n = 0, k = strlen(needle);
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + k, needle)) n++;
+    return n;
+}
+
+/* Every output of `template` in chat-templates-2026/expected.json, tokenized with
+ * parse_special: each tag of `tags` must be one token (its id as often as its text occurs),
+ * and printing the tokens back (unparse_special) gives the text, clean_spaces aside. Returns
+ * how many tags were seen over all outputs. */
+static size_t check_template_tags(const pl_tokenizer *t, const char *template, const char *const *tags,
+                                  int clean_spaces) {
+    const char *path = PL_SHARED_DIR "/testdata/chat-templates-2026/expected.json";
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) fail_msg("%s: %s", path, jerr.text);
+    size_t i, seen = 0, n_cases = 0;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        const char *text = json_string_value(json_object_get(c, "output"));
+        if (!text || strcmp(json_string_value(json_object_get(c, "template")), template) != 0) continue;
+        int32_t *ids;
+        size_t n = tok(t, text, 0, 1, &ids);
+        for (const char *const *tag = tags; *tag; tag++) {
+            int32_t *one;
+            size_t n_one = tok(t, *tag, 0, 1, &one);
+            if (n_one != 1) fail_msg("%s: '%s' is %zu tokens", template, *tag, n_one);
+            size_t want = count_str(text, *tag), got = 0;
+            for (size_t k = 0; k < n; k++) got += ids[k] == one[0];
+            if (got != want)
+                fail_msg("%s case %s: '%s' occurs %zu times, token %d %zu times", template,
+                         json_string_value(json_object_get(c, "case")), *tag, want, one[0], got);
+            seen += want;
+            free(one);
+        }
+        char *back = NULL;
+        size_t blen;
+        assert_int_equal(pl_detokenize_ex(t, ids, n, 0, 1, &back, &blen), PL_OK);
+        if (!clean_spaces || !cleanable(text)) assert_string_equal(back, text);
+        free(back);
+        free(ids);
+        n_cases++;
+    }
+    print_message("%s: %zu outputs, %zu thinking/tool/turn tags, each one token\n", template,
+                  n_cases, seen);
+    assert_true(n_cases >= 7);
+    json_decref(root);
+    return seen;
+}
+
+static void test_chat_template_tags(void **state) {
+    (void)state;
+    char *p = make_vocab(VOCAB_DIR "ggml-vocab-qwen35.gguf", "tokenizer.ggml.tokens", add_qwen3_tags);
+    pl_tokenizer *t = load(p);
+    unlink(p);
+    free(p);
+    for (int k = 0; k < N_QWEN3_ADDED; k++)
+        assert_int_equal(pl_tokenizer_token_type(t, QWEN3_ADDED[k].id), PL_TOKEN_USER_DEFINED);
+    static const char *const qwen_tags[] = {"<|im_start|>", "<|im_end|>", "<think>", "</think>",
+                                            "<tool_call>", "</tool_call>", "<tool_response>",
+                                            "</tool_response>", NULL};
+    assert_true(check_template_tags(t, "Qwen3.5-4B.jinja", qwen_tags, 0) > 0);
+    /* USER_DEFINED tags are whole tokens even without parse_special; <|im_end|> (CONTROL) not. */
+    int32_t *ids;
+    size_t n = tok(t, "<think>\nhm\n</think>\n\nok<|im_end|>", 0, 0, &ids);
+    assert_int_equal(ids[0], 151667);
+    int has_close = 0;
+    for (size_t i = 0; i < n; i++) {
+        has_close |= ids[i] == 151668;
+        assert_int_not_equal(ids[i], 151645);
+    }
+    assert_true(has_close);
+    free(ids);
+    pl_tokenizer_destroy(t);
+
+    t = load(GEMMA4_VOCAB);
+    static const char *const gemma_tags[] = {"<|turn>", "<turn|>", "<|channel>", "<channel|>",
+                                             "<|think|>", "<|tool>", "<tool|>", "<|tool_call>",
+                                             "<tool_call|>", "<|tool_response>", "<tool_response|>",
+                                             "<|\"|>", NULL};
+    assert_true(check_template_tags(t, "google-gemma-4-31B-it.jinja", gemma_tags, 1) > 0);
+    pl_tokenizer_destroy(t);
+}
+
 /* ---- invalid input ---- */
 
 static void test_invalid_input(void **state) {
@@ -928,6 +1039,7 @@ int main(void) {
         cmocka_unit_test(test_user_defined_and_control),
         cmocka_unit_test(test_llama3_pre_on_gpt2_vocab),
         cmocka_unit_test(test_gemma4),
+        cmocka_unit_test(test_chat_template_tags),
         cmocka_unit_test(test_invalid_input),
         cmocka_unit_test(test_stream_utf8),
         cmocka_unit_test(test_clean_spaces),
