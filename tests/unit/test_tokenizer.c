@@ -516,29 +516,27 @@ static void expect_load_error(const char *path, pl_status want, const char *need
     pl_gguf_close(g);
 }
 
+/* src with key replaced by what add() writes must fail to load with want, naming needle. */
+static void expect_bad_vocab(const char *src, const char *key, add_fn add, pl_status want,
+                             const char *needle) {
+    char *p = make_vocab(src, key, add);
+    expect_load_error(p, want, needle);
+    unlink(p);
+    free(p);
+}
+
 static void test_bad_vocabularies(void **state) {
     (void)state;
-    char *p = make_vocab(GPT2_VOCAB, "tokenizer.ggml.pre", add_bad_pre);
-    expect_load_error(p, PL_ERR_UNSUPPORTED, "'no-such-pre'");
-    unlink(p);
-    free(p);
-    p = make_vocab(STORIES, "tokenizer.ggml.model", add_bad_model);
-    expect_load_error(p, PL_ERR_UNSUPPORTED, "'bert-wordpiece-x'");
-    unlink(p);
-    free(p);
+    expect_bad_vocab(GPT2_VOCAB, "tokenizer.ggml.pre", add_bad_pre, PL_ERR_UNSUPPORTED, "'no-such-pre'");
+    expect_bad_vocab(STORIES, "tokenizer.ggml.model", add_bad_model, PL_ERR_UNSUPPORTED,
+                     "'bert-wordpiece-x'");
     /* Gemma 4: no merges, merges of the wrong type, no BOS id (it always adds BOS). */
-    p = make_vocab(GEMMA4_VOCAB, "tokenizer.ggml.merges", add_nothing);
-    expect_load_error(p, PL_ERR_NOT_FOUND, "tokenizer.ggml.merges");
-    unlink(p);
-    free(p);
-    p = make_vocab(GEMMA4_VOCAB, "tokenizer.ggml.merges", add_int_merges);
-    expect_load_error(p, PL_ERR_FORMAT, "tokenizer.ggml.merges: expected an array of strings");
-    unlink(p);
-    free(p);
-    p = make_vocab(GEMMA4_VOCAB, "tokenizer.ggml.bos_token_id", add_nothing);
-    expect_load_error(p, PL_ERR_FORMAT, "tokenizer.ggml.bos_token_id is not set");
-    unlink(p);
-    free(p);
+    expect_bad_vocab(GEMMA4_VOCAB, "tokenizer.ggml.merges", add_nothing, PL_ERR_NOT_FOUND,
+                     "tokenizer.ggml.merges");
+    expect_bad_vocab(GEMMA4_VOCAB, "tokenizer.ggml.merges", add_int_merges, PL_ERR_FORMAT,
+                     "tokenizer.ggml.merges: expected an array of strings");
+    expect_bad_vocab(GEMMA4_VOCAB, "tokenizer.ggml.bos_token_id", add_nothing, PL_ERR_FORMAT,
+                     "tokenizer.ggml.bos_token_id is not set");
     pl_gguf *g;
     assert_int_equal(pl_gguf_open(PL_SHARED_DIR "/models/synth-tiny-q8_0.gguf", &g), PL_OK);
     pl_tokenizer *t;
