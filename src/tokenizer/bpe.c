@@ -9,6 +9,12 @@
  * A final symbol that is not a token (which a consistent vocabulary never produces) falls back
  * as llama.cpp does: each single byte of its encoded text that is a token is emitted, the others
  * are dropped.
+ *
+ * SentencePiece-style BPE (Gemma 4, t->spm_bpe) differs in three places, as llama.cpp's: spaces
+ * become U+2581 before the pre-tokenizer runs, a piece is merged over its raw UTF-8 (no byte
+ * map), and a symbol that is not a token falls back to the "<0xNN>" token of each of its bytes
+ * (SentencePiece's byte fallback). With t->newline_runs, a piece made only of newlines that is a
+ * token ("\n\n\n") is taken whole.
  */
 #include "base/buf.h"
 #include "tokenizer/bigram_queue.h"
@@ -35,6 +41,12 @@ typedef struct {
 } scratch;
 
 
+static int word_has_other_than(const char *w, size_t n, char c) {
+    for (size_t i = 0; i < n; i++)
+        if (w[i] != c) return 1;
+    return 0;
+}
+
 static int try_add(const pl_tokenizer *t, scratch *sc, int left, int right) {
     if (left < 0 || right < 0) return 1;
     const sym *l = &sc->syms[left], *r = &sc->syms[right];
@@ -51,7 +63,7 @@ static int try_add(const pl_tokenizer *t, scratch *sc, int left, int right) {
 /* Merge one encoded word and append its tokens. */
 static pl_status merge_word(const pl_tokenizer *t, scratch *sc, size_t wlen, pl_tok_ids *out) {
     const char *w = sc->word;
-    if (t->ignore_merges) {
+    if (t->ignore_merges || (t->newline_runs && wlen > 0 && !word_has_other_than(w, wlen, '\n'))) {
         int32_t id = pl_tok_map_get(&t->tok_map, w, wlen);
         if (id >= 0) return pl_tok_ids_push(out, id);
     }
@@ -86,7 +98,8 @@ static pl_status merge_word(const pl_tokenizer *t, scratch *sc, size_t wlen, pl_
             continue;
         }
         for (size_t j = 0; j < s[i].n; j++) {
-            int32_t bid = pl_tok_map_get(&t->tok_map, s[i].text + j, 1);
+            int32_t bid = t->spm_bpe ? t->byte_tok[(uint8_t)s[i].text[j]]
+                                     : pl_tok_map_get(&t->tok_map, s[i].text + j, 1);
             if (bid >= 0) PL_TRY(pl_tok_ids_push(out, bid));
         }
     }
@@ -94,11 +107,16 @@ static pl_status merge_word(const pl_tokenizer *t, scratch *sc, size_t wlen, pl_
 }
 
 pl_status pl_tok_bpe(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out) {
+    char *escaped = NULL;
+    if (t->spm_bpe) {
+        escaped = pl_tok_escape_spaces(text, len, 0, &len);
+        if (!escaped) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+        text = escaped;
+    }
     pl_pretok_span *spans = NULL;
     size_t n_spans = 0;
-    PL_TRY(pl_pretok_split(t->pretok, text, len, &spans, &n_spans));
+    pl_status st = pl_pretok_split(t->pretok, text, len, &spans, &n_spans);
     scratch sc = {0};
-    pl_status st = PL_OK;
     for (size_t i = 0; i < n_spans && st == PL_OK; i++) {
         const uint8_t *p = (const uint8_t *)text + spans[i].off;
         if (pl_array_reserve(&sc.word, &sc.word_cap, spans[i].len * 2, 1)) {
@@ -106,14 +124,20 @@ pl_status pl_tok_bpe(const pl_tokenizer *t, const char *text, size_t len, pl_tok
             break;
         }
         size_t wlen = 0;
-        for (size_t j = 0; j < spans[i].len; j++) {
-            size_t k;
-            const char *e = pl_tok_byte_to_utf8(p[j], &k);
-            memcpy(sc.word + wlen, e, k);
-            wlen += k;
+        if (t->spm_bpe) {
+            memcpy(sc.word, p, spans[i].len);
+            wlen = spans[i].len;
+        } else {
+            for (size_t j = 0; j < spans[i].len; j++) {
+                size_t k;
+                const char *e = pl_tok_byte_to_utf8(p[j], &k);
+                memcpy(sc.word + wlen, e, k);
+                wlen += k;
+            }
         }
         st = merge_word(t, &sc, wlen, out);
     }
+    free(escaped);
     free(spans);
     free(sc.word);
     free(sc.syms);

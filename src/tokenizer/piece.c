@@ -2,7 +2,8 @@
  *
  * Built once at load for every id, as llama.cpp's cache does (with special = true):
  *   CONTROL / UNKNOWN / USER_DEFINED  the token's text as stored;
- *   NORMAL   SentencePiece: the text with U+2581 turned into spaces; BPE: the GPT-2 byte map
+ *   NORMAL   SentencePiece and SentencePiece-style BPE (Gemma 4): the text with U+2581 turned
+ *            into spaces; byte-level BPE: the GPT-2 byte map
  *            undone (a code point outside the map is written "[UNK_BYTE_0x<hex><text>]", as
  *            llama.cpp does);
  *   BYTE     the one byte of "<0xNN>";
@@ -106,7 +107,8 @@ pl_status pl_tok_build_pieces(pl_tokenizer *t) {
         if (a & (PL_ATTR_UNKNOWN | PL_ATTR_CONTROL | PL_ATTR_USER_DEFINED)) {
             ok = put(&b, text, len);
         } else if (a & PL_ATTR_NORMAL) {
-            ok = t->kind != PL_TOK_BPE ? decode_spm(&b, text, len) : decode_bpe(&b, text, len);
+            ok = t->kind != PL_TOK_BPE || t->spm_bpe ? decode_spm(&b, text, len)
+                                                     : decode_bpe(&b, text, len);
         } else if (a & PL_ATTR_BYTE) {
             uint8_t c = byte_of(text, len);
             ok = put(&b, &c, 1);

@@ -23,6 +23,11 @@
 #define RX_QWEN2                                                                                   \
     RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"         \
                     "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* Qwen3.5: Qwen2's with combining marks (\p{M}) kept in the letter runs and out of the
+ * punctuation runs, so that a base letter and its accents stay one pre-token. */
+#define RX_QWEN35                                                                                  \
+    RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"                                 \
+                    "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* Upper-then-lower letter runs written with lookaheads, as llama.cpp adapted them. */
 #define RX_UPPER_RUN "((?=[\\p{L}])([^a-z]))"
 #define RX_LOWER_RUN "((?=[\\p{L}])([^A-Z]))"
@@ -68,6 +73,9 @@ static const rx_set SET_DEFAULT = {{"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N
 static const rx_set SET_GPT2 = {{RX_GPT2}};
 static const rx_set SET_LLAMA3 = {{RX_LLAMA3}};
 static const rx_set SET_QWEN2 = {{RX_QWEN2}};
+static const rx_set SET_QWEN35 = {{RX_QWEN35}};
+/* Gemma 4 splits only between newline runs and the rest: the merges see whole lines. */
+static const rx_set SET_GEMMA4 = {{"[^\\n]+|[\\n]+"}};
 static const rx_set SET_FALCON = {{"[\\p{P}\\$\\+<=>\\^~\\|`]+", RX_GPT2, "[0-9][0-9][0-9]"}};
 static const rx_set SET_STARCODER = {{"\\p{N}", RX_GPT2}};
 static const rx_set SET_DEEPSEEK_LLM = {{"[\r\n]", RX_DEEPSEEK_LETTERS, RX_DEEPSEEK_PUNCT, "\\s+$",
@@ -80,60 +88,64 @@ static const rx_set SET_GPT4O = {{RX_GPT4O}};
 typedef struct {
     const char *name;
     const rx_set *set;
-    pl_pretok_flags flags; /* clean_spaces, ignore_merges, add_bos, no_bos */
+    pl_pretok_flags flags; /* clean_spaces, ignore_merges, add_bos, no_bos, spm_style,
+                              newline_runs, force_bos */
 } pre_def;
 
 /* The names llama.cpp accepts for the pre-tokenizers implemented here, with its flags. */
 static const pre_def PRE_DEFS[] = {
-    {"default", &SET_DEFAULT, {1, 0, 0, 0}},
-    {"llama3", &SET_LLAMA3, {1, 1, 1, 0}},
-    {"llama-v3", &SET_LLAMA3, {1, 1, 1, 0}},
-    {"llama-bpe", &SET_LLAMA3, {1, 1, 1, 0}},
-    {"falcon3", &SET_LLAMA3, {1, 1, 1, 0}},
-    {"falcon-h1", &SET_LLAMA3, {1, 1, 1, 0}},
-    {"pixtral", &SET_LLAMA3, {1, 1, 1, 0}},
-    {"midm-2.0", &SET_LLAMA3, {1, 1, 1, 0}},
-    {"lfm2", &SET_LLAMA3, {1, 1, 1, 0}},
-    {"dbrx", &SET_LLAMA3, {1, 0, 0, 0}},
-    {"smaug-bpe", &SET_LLAMA3, {1, 0, 0, 0}},
-    {"glm4", &SET_LLAMA3, {1, 0, 0, 1}},
-    {"chatglm-bpe", &SET_LLAMA3, {1, 0, 0, 1}},
-    {"deepseek-llm", &SET_DEEPSEEK_LLM, {0, 0, 0, 0}},
-    {"deepseek-coder", &SET_DEEPSEEK_CODER, {0, 0, 0, 0}},
-    {"falcon", &SET_FALCON, {1, 0, 0, 0}},
-    {"gpt-2", &SET_GPT2, {1, 0, 0, 0}},
-    {"phi-2", &SET_GPT2, {1, 0, 0, 0}},
-    {"mpt", &SET_GPT2, {1, 0, 0, 0}},
-    {"olmo", &SET_GPT2, {1, 0, 0, 0}},
-    {"jais", &SET_GPT2, {1, 0, 0, 0}},
-    {"jina-es", &SET_GPT2, {1, 0, 0, 0}},
-    {"jina-de", &SET_GPT2, {1, 0, 0, 0}},
-    {"jina-v2-es", &SET_GPT2, {1, 0, 0, 0}},
-    {"jina-v2-de", &SET_GPT2, {1, 0, 0, 0}},
-    {"gigachat", &SET_GPT2, {1, 0, 0, 0}},
-    {"a.x-4.0", &SET_GPT2, {1, 0, 0, 0}},
-    {"mellum", &SET_GPT2, {1, 0, 0, 0}},
-    {"modern-bert", &SET_GPT2, {1, 0, 0, 0}},
-    {"exaone4", &SET_GPT2, {1, 0, 0, 0}},
-    {"trillion", &SET_GPT2, {0, 0, 0, 0}},
-    {"granite-docling", &SET_GPT2, {0, 0, 0, 0}},
-    {"starcoder", &SET_STARCODER, {1, 0, 0, 0}},
-    {"refact", &SET_STARCODER, {1, 0, 0, 0}},
-    {"codeshell", &SET_STARCODER, {1, 0, 0, 0}},
-    {"exaone", &SET_STARCODER, {1, 0, 0, 0}},
-    {"minerva-7b", &SET_STARCODER, {1, 0, 0, 0}},
-    {"mellum2", &SET_STARCODER, {1, 0, 0, 0}},
-    {"command-r", &SET_STARCODER, {0, 0, 0, 0}},
-    {"smollm", &SET_STARCODER, {0, 0, 0, 0}},
-    {"qwen2", &SET_QWEN2, {0, 0, 0, 0}},
-    {"deepseek-r1-qwen", &SET_QWEN2, {0, 0, 0, 0}},
-    {"kormo", &SET_QWEN2, {0, 0, 0, 0}},
-    {"f2llmv2", &SET_QWEN2, {0, 0, 0, 0}},
-    {"megrez", &SET_QWEN2, {1, 0, 0, 0}},
-    {"stablelm2", &SET_QWEN2, {1, 0, 0, 0}},
-    {"tekken", &SET_TEKKEN, {0, 1, 1, 0}},
-    {"gpt-4o", &SET_GPT4O, {0, 0, 0, 0}},
-    {"llama4", &SET_GPT4O, {0, 0, 0, 0}},
+    {"default", &SET_DEFAULT, {1, 0, 0, 0, 0, 0, 0}},
+    {"llama3", &SET_LLAMA3, {1, 1, 1, 0, 0, 0, 0}},
+    {"llama-v3", &SET_LLAMA3, {1, 1, 1, 0, 0, 0, 0}},
+    {"llama-bpe", &SET_LLAMA3, {1, 1, 1, 0, 0, 0, 0}},
+    {"falcon3", &SET_LLAMA3, {1, 1, 1, 0, 0, 0, 0}},
+    {"falcon-h1", &SET_LLAMA3, {1, 1, 1, 0, 0, 0, 0}},
+    {"pixtral", &SET_LLAMA3, {1, 1, 1, 0, 0, 0, 0}},
+    {"midm-2.0", &SET_LLAMA3, {1, 1, 1, 0, 0, 0, 0}},
+    {"lfm2", &SET_LLAMA3, {1, 1, 1, 0, 0, 0, 0}},
+    {"dbrx", &SET_LLAMA3, {1, 0, 0, 0, 0, 0, 0}},
+    {"smaug-bpe", &SET_LLAMA3, {1, 0, 0, 0, 0, 0, 0}},
+    {"glm4", &SET_LLAMA3, {1, 0, 0, 1, 0, 0, 0}},
+    {"chatglm-bpe", &SET_LLAMA3, {1, 0, 0, 1, 0, 0, 0}},
+    {"deepseek-llm", &SET_DEEPSEEK_LLM, {0, 0, 0, 0, 0, 0, 0}},
+    {"deepseek-coder", &SET_DEEPSEEK_CODER, {0, 0, 0, 0, 0, 0, 0}},
+    {"falcon", &SET_FALCON, {1, 0, 0, 0, 0, 0, 0}},
+    {"gpt-2", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"phi-2", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"mpt", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"olmo", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"jais", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"jina-es", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"jina-de", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"jina-v2-es", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"jina-v2-de", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"gigachat", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"a.x-4.0", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"mellum", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"modern-bert", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"exaone4", &SET_GPT2, {1, 0, 0, 0, 0, 0, 0}},
+    {"trillion", &SET_GPT2, {0, 0, 0, 0, 0, 0, 0}},
+    {"granite-docling", &SET_GPT2, {0, 0, 0, 0, 0, 0, 0}},
+    {"starcoder", &SET_STARCODER, {1, 0, 0, 0, 0, 0, 0}},
+    {"refact", &SET_STARCODER, {1, 0, 0, 0, 0, 0, 0}},
+    {"codeshell", &SET_STARCODER, {1, 0, 0, 0, 0, 0, 0}},
+    {"exaone", &SET_STARCODER, {1, 0, 0, 0, 0, 0, 0}},
+    {"minerva-7b", &SET_STARCODER, {1, 0, 0, 0, 0, 0, 0}},
+    {"mellum2", &SET_STARCODER, {1, 0, 0, 0, 0, 0, 0}},
+    {"command-r", &SET_STARCODER, {0, 0, 0, 0, 0, 0, 0}},
+    {"smollm", &SET_STARCODER, {0, 0, 0, 0, 0, 0, 0}},
+    {"qwen2", &SET_QWEN2, {0, 0, 0, 0, 0, 0, 0}},
+    {"deepseek-r1-qwen", &SET_QWEN2, {0, 0, 0, 0, 0, 0, 0}},
+    {"kormo", &SET_QWEN2, {0, 0, 0, 0, 0, 0, 0}},
+    {"f2llmv2", &SET_QWEN2, {0, 0, 0, 0, 0, 0, 0}},
+    {"qwen35", &SET_QWEN35, {0, 0, 0, 0, 0, 0, 0}},
+    {"megrez", &SET_QWEN2, {1, 0, 0, 0, 0, 0, 0}},
+    {"stablelm2", &SET_QWEN2, {1, 0, 0, 0, 0, 0, 0}},
+    {"tekken", &SET_TEKKEN, {0, 1, 1, 0, 0, 0, 0}},
+    {"gpt-4o", &SET_GPT4O, {0, 0, 0, 0, 0, 0, 0}},
+    {"gemma4", &SET_GEMMA4, {1, 0, 0, 0, 1, 1, 1}},
+    {"granite-embed-multi-311m", &SET_GEMMA4, {1, 0, 0, 0, 1, 1, 1}},
+    {"llama4", &SET_GPT4O, {0, 0, 0, 0, 0, 0, 0}},
 };
 
 /* ---- compiled form ---- */

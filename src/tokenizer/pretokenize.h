@@ -25,6 +25,11 @@ typedef struct {
     int ignore_merges; /* a pre-token that is already a token is not merged */
     int add_bos;       /* default of add_bos_token (the GGUF key overrides it) */
     int no_bos;        /* the BOS id is cleared (chatglm) */
+    int spm_style;     /* SentencePiece-style BPE (Gemma 4): spaces become U+2581 before the split,
+                          merges run over the raw UTF-8 (no GPT-2 byte map), and a symbol that is
+                          not a token falls back to the "<0xNN>" byte tokens */
+    int newline_runs;  /* a pre-token of newlines only that is a token is taken whole (Gemma 4) */
+    int force_bos;     /* add_bos is on whatever tokenizer.ggml.add_bos_token says (Gemma 4) */
 } pl_pretok_flags;
 
 /* Compile the pre-tokenizer called `name` ("" or NULL = llama.cpp's "default"). An unknown name

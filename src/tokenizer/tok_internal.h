@@ -106,8 +106,8 @@ struct pl_tokenizer {
     char *merge_arena;       /* the merge strings the map's keys point to */
     int32_t *special;        /* ids of CONTROL/USER_DEFINED/UNKNOWN tokens, longest text first */
     int32_t n_special;
-    int32_t byte_tok[256];   /* byte fallback: id of each raw byte (SPM "<0xNN>", BPE the byte's
-                                encoded text), -1 if the vocabulary lacks it */
+    int32_t byte_tok[256];   /* byte fallback: id of each raw byte (SPM and spm_bpe "<0xNN>",
+                                BPE the byte's encoded text), -1 if the vocabulary lacks it */
     int32_t bos, eos, eot, eom, unk, pad; /* -1 when absent */
     int32_t sep;             /* WordPiece: appended after the text with add_special (-1: none) */
     int lowercase, strip_accents; /* WordPiece normalizer (tokenizer.ggml.normalizer.*) */
@@ -116,6 +116,9 @@ struct pl_tokenizer {
     int add_space_prefix;    /* SPM: prefix a space; detokenize strips one leading space */
     int clean_spaces;        /* detokenize removes " ," " ." etc. (llama.cpp clean_spaces) */
     int ignore_merges;       /* BPE: a pre-token that is a whole token skips the merges */
+    int spm_bpe;             /* BPE in SentencePiece style (Gemma 4, pl_pretok_flags.spm_style):
+                                U+2581 for spaces, raw UTF-8, "<0xNN>" byte tokens */
+    int newline_runs;        /* BPE: a newline-only pre-token that is a token is taken whole */
     pl_pretok *pretok;       /* BPE pre-tokenizer */
 };
 
@@ -136,11 +139,15 @@ typedef struct {
 } pl_tok_ids;
 pl_status pl_tok_ids_push(pl_tok_ids *ids, int32_t id);
 
+/* SentencePiece's escaping (tokenize.c): every space as U+2581, one more in front if prefix.
+ * malloc'ed (NULL when out of memory), *n its length. */
+char *pl_tok_escape_spaces(const char *s, size_t len, int prefix, size_t *n);
 /* SentencePiece (llama.cpp's bigram merge by score): text is already space-escaped. */
 pl_status pl_tok_spm(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out);
 /* WordPiece of one raw fragment (wpm.c): BERT's basic split, then greedy longest match. */
 pl_status pl_tok_wpm(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out);
-/* Byte-level BPE of one raw fragment: pre-tokenize, byte-encode, merge by rank. */
+/* BPE of one raw fragment: pre-tokenize, byte-encode (or, spm_bpe, escape spaces first and keep
+ * the UTF-8), merge by rank. */
 pl_status pl_tok_bpe(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out);
 
 /* ---- detokenizer internals (detokenize.c) shared with the stream ---- */

@@ -94,13 +94,11 @@ oom:
     return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
 }
 
-/* SentencePiece on one text fragment: optional leading space, spaces -> U+2581. */
-static pl_status spm_fragment(const pl_tokenizer *t, const char *s, size_t len, int prefix,
-                              pl_tok_ids *out) {
+char *pl_tok_escape_spaces(const char *s, size_t len, int prefix, size_t *n_out) {
     size_t spaces = prefix;
     for (size_t i = 0; i < len; i++) spaces += s[i] == ' ';
     char *esc = malloc(len + 2 * spaces + 1);
-    if (!esc) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+    if (!esc) return NULL;
     size_t n = 0;
     if (prefix) memcpy(esc + n, "\xE2\x96\x81", 3), n += 3;
     for (size_t i = 0; i < len; i++) {
@@ -111,6 +109,16 @@ static pl_status spm_fragment(const pl_tokenizer *t, const char *s, size_t len, 
             esc[n++] = s[i];
         }
     }
+    *n_out = n;
+    return esc;
+}
+
+/* SentencePiece on one text fragment: optional leading space, spaces -> U+2581. */
+static pl_status spm_fragment(const pl_tokenizer *t, const char *s, size_t len, int prefix,
+                              pl_tok_ids *out) {
+    size_t n;
+    char *esc = pl_tok_escape_spaces(s, len, prefix, &n);
+    if (!esc) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
     pl_status st = pl_tok_spm(t, esc, n, out);
     free(esc);
     return st;

@@ -2,7 +2,9 @@
  *
  * Kinds (`tokenizer.ggml.model`): "llama" = SentencePiece (scores, byte fallback <0xNN>, space
  * prefix `tokenizer.ggml.add_space_prefix`, unknown token); "gpt2" = byte-level BPE (merges,
- * byte-to-unicode mapping, the pre-tokenizer chosen by `tokenizer.ggml.pre`); "bert" = WordPiece
+ * byte-to-unicode mapping, the pre-tokenizer chosen by `tokenizer.ggml.pre`); "gemma4" = BPE in
+ * SentencePiece style (kind PL_TOK_BPE: U+2581 for spaces, merges over raw UTF-8, "<0xNN>" byte
+ * fallback, BOS always added; pre-tokenizer "gemma4"); "bert" = WordPiece
  * (BERT's basic split with lowercasing and accent stripping as
  * `tokenizer.ggml.normalizer.{lowercase,strip_accents}` say, then greedy longest-match-first;
  * word-initial pieces carry U+2581 in the GGUF, `##` continuations do not; add_special wraps the

@@ -1,7 +1,8 @@
 /* tokenizer/vocab — loading a vocabulary from GGUF metadata the way llama.cpp's
  * llama_vocab::impl::load does, and the read-only accessors of the public contract.
  *
- * Keys read: tokenizer.ggml.model ("llama" = SentencePiece, "gpt2" = byte-level BPE),
+ * Keys read: tokenizer.ggml.model ("llama" = SentencePiece, "gpt2" = byte-level BPE, "gemma4" =
+ * BPE in SentencePiece style, "bert" = WordPiece),
  * tokenizer.ggml.pre, .tokens, .scores, .token_type, .merges, the *_token_id keys, add_bos_token,
  * add_eos_token, add_space_prefix, and general.name / general.architecture for llama.cpp's
  * per-model token attribute fix-ups.
@@ -353,10 +354,10 @@ static void build_byte_tokens(pl_tokenizer *t) {
     static const char hex[] = "0123456789ABCDEF";
     for (int b = 0; b < 256; b++) {
         int32_t id;
-        if (t->kind == PL_TOK_SPM) {
+        if (t->kind == PL_TOK_SPM || t->spm_bpe) {
             char buf[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
             id = find_text(t, buf);
-            if (id < 0) {
+            if (id < 0 && t->kind == PL_TOK_SPM) { /* llama.cpp's SPM also tries the raw byte */
                 char one = (char)b;
                 id = pl_tok_map_get(&t->tok_map, &one, 1);
             }
@@ -382,16 +383,20 @@ static pl_status load(pl_tokenizer *t, const pl_gguf *g) {
         t->pre_name = strdup("");
         t->bos = 1, t->eos = 2, t->unk = 0;
         t->add_space_prefix = 1, t->add_bos = 1, t->clean_spaces = 0;
-    } else if (pl_gguf_str_eq(model, "gpt2")) {
+    } else if (pl_gguf_str_eq(model, "gpt2") || pl_gguf_str_eq(model, "gemma4")) {
+        /* "gemma4" is BPE in SentencePiece style; llama.cpp gives it the gemma4 pre-tokenizer
+         * whatever tokenizer.ggml.pre says, and no default special ids. */
+        const int gemma4 = pl_gguf_str_eq(model, "gemma4");
         t->kind = PL_TOK_BPE;
-        t->pre_name = pl_gguf_str_dup(pre);
+        t->pre_name = gemma4 ? strdup("gemma4") : pl_gguf_str_dup(pre);
         if (!t->pre_name) return pl_fail(PL_ERR_NOMEM, "tokenizer: out of memory");
-        if (pre.len == 0) PL_WARN("%s: no tokenizer.ggml.pre, using the 'default' pre-tokenizer",
-                                  pl_gguf_path(g));
+        if (pre.len == 0 && !gemma4)
+            PL_WARN("%s: no tokenizer.ggml.pre, using the 'default' pre-tokenizer", pl_gguf_path(g));
         PL_TRY(pl_pretok_create(t->pre_name, &t->pretok, &flags));
-        t->bos = flags.no_bos ? -1 : 11, t->eos = 11, t->unk = -1;
+        t->bos = gemma4 || flags.no_bos ? -1 : 11, t->eos = gemma4 ? -1 : 11, t->unk = -1;
         t->add_space_prefix = 0, t->add_bos = flags.add_bos, t->clean_spaces = flags.clean_spaces;
         t->ignore_merges = flags.ignore_merges;
+        t->spm_bpe = flags.spm_style, t->newline_runs = flags.newline_runs;
     } else if (pl_gguf_str_eq(model, "bert")) {
         /* llama.cpp's defaults for a WordPiece vocabulary (BERT's usual ids). */
         t->kind = PL_TOK_WPM;
@@ -427,8 +432,14 @@ static pl_status load(pl_tokenizer *t, const pl_gguf *g) {
     }
     PL_TRY(opt_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos));
     PL_TRY(opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos));
+    if (flags.force_bos && !t->add_bos) {
+        PL_INFO("%s: pre-tokenizer '%s' always adds BOS (tokenizer.ggml.add_bos_token is false)",
+                pl_gguf_path(g), t->pre_name);
+        t->add_bos = 1;
+    }
     if (t->add_bos && t->bos < 0)
-        return pl_fail(PL_ERR_FORMAT, "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+        return pl_fail(PL_ERR_FORMAT, "tokenizer.ggml.add_bos_token is true%s, but tokenizer.ggml.bos_token_id is not set",
+                       flags.force_bos ? " (always, for this tokenizer)" : "");
     if (t->add_eos && t->eos < 0)
         return pl_fail(PL_ERR_FORMAT, "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
 

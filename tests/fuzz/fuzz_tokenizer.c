@@ -1,14 +1,17 @@
 /* Fuzz target: the tokenizers, with the stories260K SentencePiece vocabulary and llama.cpp's
- * GPT-2 byte-level BPE vocabulary (loaded once from $PL_SHARED_DIR).
+ * test vocabularies (loaded once from $PL_SHARED_DIR): GPT-2 byte-level BPE, llama-spm, Qwen3.5
+ * (qwen35 pre-tokenizer) and Gemma 4 (SentencePiece-style BPE).
  *
- * Input: one control byte, then text. Bit 0 picks the vocabulary (bit 7 swaps SentencePiece's
- * for llama.cpp's 32000-token llama-spm test vocabulary); bits 1-2 are add_special and
- * parse_special. Properties checked (what tests/unit/test_tokenizer.c asserts on real text):
+ * Input: one control byte, then text. Bits 0, 7 and 6 pick the vocabulary (VOCABS below: 0
+ * stories260K, bit 0 GPT-2, bit 7 llama-spm, both Qwen3.5, bit 6 with bit 0 or 7 Gemma 4); bits
+ * 1-2 are add_special and parse_special. Properties checked (what
+ * tests/unit/test_tokenizer.c asserts on real text):
  * - invalid UTF-8 is refused with a message; valid UTF-8 gives ids that are all in range;
  * - without special tokens, detokenize(tokenize(text)) == text (SentencePiece removes the space
- *   prefix it added; GPT-2 too, except that llama.cpp's clean_spaces drops the space of " ?",
- *   " !", " .", " ," and around "'", so texts with those are not compared);
- * - GPT-2 with parse_special: printing the special tokens back gives the text again;
+ *   prefix it added; BPE too, except that llama.cpp's clean_spaces drops the space of " ?",
+ *   " !", " .", " ," and around "'", so texts with those are not compared; in SentencePiece and
+ *   Gemma 4 a U+2581 in the text is a space on the way back, as in llama.cpp);
+ * - BPE with parse_special: printing the special tokens back gives the text again;
  * - the streaming detokenizer gives the same text as pl_detokenize (both skip_special values),
  *   in chunks that are each valid UTF-8;
  * - the remaining control bytes' text is also read as raw token ids: detokenizing them must not
@@ -23,16 +26,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* [0] SentencePiece (stories260K), [1] GPT-2 BPE, [2] SentencePiece (llama-spm, 32000 tokens) */
-static pl_tokenizer *g_tok[3];
+/* The vocabularies; escapes_spaces: U+2581 in the text comes back as a space. */
+static const struct {
+    const char *path; /* under $PL_SHARED_DIR */
+    int escapes_spaces;
+} VOCABS[] = {
+    {"models/stories260K.gguf", 1},
+    {"testdata/vocab/ggml-vocab-gpt-2.gguf", 0},
+    {"testdata/vocab/ggml-vocab-llama-spm.gguf", 1},
+    {"testdata/vocab/ggml-vocab-qwen35.gguf", 0},
+    {"testdata/vocab/ggml-vocab-gemma-4.gguf", 1},
+};
+enum { N_VOCABS = sizeof VOCABS / sizeof VOCABS[0] };
+/* control bits 0, 7, 6 -> VOCABS index (without bit 6 as before: stories, GPT-2, llama-spm) */
+static const int PICK[8] = {0, 1, 2, 3, 0, 4, 4, 3};
+static pl_tokenizer *g_tok[N_VOCABS];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    g_tok[0] = fuzz_load_tokenizer("models/stories260K.gguf", "fuzz_tokenizer");
-    g_tok[1] = fuzz_load_tokenizer("testdata/vocab/ggml-vocab-gpt-2.gguf", "fuzz_tokenizer");
-    g_tok[2] = fuzz_load_tokenizer("testdata/vocab/ggml-vocab-llama-spm.gguf", "fuzz_tokenizer");
+    for (int i = 0; i < N_VOCABS; i++) g_tok[i] = fuzz_load_tokenizer(VOCABS[i].path, "fuzz_tokenizer");
     return 0;
 }
 
@@ -69,7 +83,8 @@ static int has_cleaned_space(const char *s, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    const pl_tokenizer *t = g_tok[(data[0] & 1) ? 1 : (data[0] & 128) ? 2 : 0];
+    const int v = PICK[(data[0] & 1) | ((data[0] >> 6) & 2) | ((data[0] >> 4) & 4)];
+    const pl_tokenizer *t = g_tok[v];
     int add_special = (data[0] >> 1) & 1, parse_special = (data[0] >> 2) & 1;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
@@ -90,8 +105,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t blen = 0;
         if (pl_detokenize(t, ids, n, 1, &back, &blen) != PL_OK) abort();
         if (strlen(back) > blen) abort();
+        const int escaped_space = VOCABS[v].escapes_spaces && memmem(text, len, "\xE2\x96\x81", 3);
         if (!add_special && !parse_special) {
-            int lossless = pl_tokenizer_get_kind(t) == PL_TOK_SPM || !has_cleaned_space(text, len);
+            int lossless = !escaped_space &&
+                           (pl_tokenizer_get_kind(t) == PL_TOK_SPM || !has_cleaned_space(text, len));
             if (lossless && (blen != len || memcmp(back, text, len) != 0)) {
                 fprintf(stderr, "round trip differs: %zu bytes in, %zu out\n", len, blen);
                 abort();
@@ -105,10 +122,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(streamed);
         }
         free(back);
-        /* GPT-2 with special tokens parsed: printing them back gives the text again (their text
+        /* BPE with special tokens parsed: printing them back gives the text again (their text
          * is what matched), as test_parse_special asserts for "Hello<|endoftext|>world". */
         if (pl_tokenizer_get_kind(t) == PL_TOK_BPE && parse_special && !add_special &&
-            !has_cleaned_space(text, len)) {
+            !has_cleaned_space(text, len) && !escaped_space) {
             if (pl_detokenize(t, ids, n, 0, &back, &blen) != PL_OK) abort();
             if (blen != len || memcmp(back, text, len) != 0) {
                 fprintf(stderr, "round trip with special tokens differs\n");

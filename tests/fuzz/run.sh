@@ -45,8 +45,10 @@ shared, seeds = sys.argv[1], sys.argv[2]
 for i, path in enumerate(sorted(glob.glob(shared + "/testdata/vocab/*.inp"))):
     cases = open(path, "rb").read().split(b"\n__ggml_vocab_test__\n")
     for j, case in enumerate(cases[:48]):
-        # fuzz_tokenizer's control byte: bit 0 GPT-2, else bit 7 llama-spm, else stories260K
-        ctl = 1 if "gpt-2" in path else 128 if "llama-spm" in path else 0
+        # fuzz_tokenizer's control byte: bit 0 GPT-2, bit 7 llama-spm, both qwen35, bits 6+0
+        # gemma-4; the others run on stories260K
+        ctl = {"gpt-2": 1, "llama-spm": 128, "qwen35": 129, "gemma-4": 65}.get(
+            os.path.basename(path)[len("ggml-vocab-"):-len(".gguf.inp")], 0)
         open(f"{seeds}/tokenizer/v{i}-{j}", "wb").write(bytes([ctl]) + case[:2048])
 for path in sorted(glob.glob(shared + "/testdata/chat-templates/*.jinja")):
     name = os.path.basename(path)[:-6]

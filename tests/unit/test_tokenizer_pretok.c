@@ -77,6 +77,14 @@ static void test_pretok_llama3_qwen2(void **state) {
     SPLIT("qwen2", T1, "I", "'m", " sure", " they", "'LL", " say", " it", "'s", " ", "1", "2", "3", "4", "5", " bucks", "!");
     SPLIT("qwen2", T2, " ", " spaces", "  ", " and", "\ttabs", "\n\n", " ", " newline");
     SPLIT("qwen2", T3, "中文字符", " and", " 日本語", "😀🚀", " emoji");
+    /* qwen35 is qwen2 except for combining marks (here U+0301 after "e" and U+0300 after a
+     * space): they stay in the letter run instead of starting a punctuation run. */
+    SPLIT("qwen35", T1, "I", "'m", " sure", " they", "'LL", " say", " it", "'s", " ", "1", "2", "3", "4", "5", " bucks", "!");
+    SPLIT("qwen35", T2, " ", " spaces", "  ", " and", "\ttabs", "\n\n", " ", " newline");
+    SPLIT("qwen2", "re\xCC\x81sume\xCC\x81 \xCC\x80" "a", "re", "\xCC\x81sume", "\xCC\x81", " \xCC\x80", "a");
+    /* gemma4 (run on text whose spaces are already U+2581): lines and newline runs only */
+    SPLIT("gemma4", "a\xE2\x96\x81" "b\n\nc\r\nd\n", "a\xE2\x96\x81" "b", "\n\n", "c\r", "\n", "d", "\n");
+    SPLIT("qwen35", "re\xCC\x81sume\xCC\x81 \xCC\x80" "a", "re\xCC\x81sume\xCC\x81", " \xCC\x80" "a");
 }
 
 static void test_pretok_deepseek(void **state) {
@@ -123,8 +131,8 @@ static void test_pretok_all_names(void **state) {
         "falcon", "gpt-2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de", "jina-v2-es",
         "jina-v2-de", "gigachat", "a.x-4.0", "mellum", "modern-bert", "exaone4", "trillion",
         "granite-docling", "starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2",
-        "command-r", "smollm", "qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez",
-        "stablelm2", "tekken", "gpt-4o", "llama4"};
+        "command-r", "smollm", "qwen2", "qwen35", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez",
+        "stablelm2", "tekken", "gpt-4o", "llama4", "gemma4", "granite-embed-multi-311m"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         pl_pretok *p;
         if (pl_pretok_create(names[i], &p, NULL) != PL_OK) fail_msg("%s: %s", names[i], pl_last_error());
