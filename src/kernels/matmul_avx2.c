@@ -8,6 +8,7 @@
  * The K-quants are in matmul_kq_avx2.c.
  */
 #include "kernels/matmul_kernels.h"
+#include "kernels/matmul_tile.h"
 #include "kernels/quant.h"
 
 #include "kernels/simd.h"
@@ -160,24 +161,11 @@ AI void q4_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     STORE_TILE(acc);
 }
 
-#define TILE_CASE(body, R, B)                                                               \
-    case (R) * 8 + (B): body(w, ws, a, as, cols, y, ldy, R, B); break;
-
-#define TILE_4x2(name, body)                                                                \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
-                     int64_t cols, float *y, int64_t ldy) {                                 \
-        switch (nr * 8 + nb) {                                                              \
-            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) \
-            TILE_CASE(body, 3, 1) TILE_CASE(body, 3, 2) TILE_CASE(body, 4, 1) TILE_CASE(body, 4, 2) \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-TILE_4x2(tile_f32, f32_body)
-TILE_4x2(tile_f16, f16_body)
-TILE_4x2(tile_bf16, bf16_body)
-TILE_4x2(tile_q8_0, q8_0_body)
-TILE_4x2(tile_q4_0, q4_0_body)
+PL_MM_TILE_4x2(tile_f32, f32_body)
+PL_MM_TILE_4x2(tile_f16, f16_body)
+PL_MM_TILE_4x2(tile_bf16, bf16_body)
+PL_MM_TILE_4x2(tile_q8_0, q8_0_body)
+PL_MM_TILE_4x2(tile_q4_0, q4_0_body)
 
 int pl_mm_kernel_avx2(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 4;

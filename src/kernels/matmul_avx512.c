@@ -15,6 +15,7 @@
  *          super-block.
  */
 #include "kernels/matmul_kernels.h"
+#include "kernels/matmul_tile.h"
 #include "kernels/quant.h"
 
 #include "kernels/simd.h"
@@ -387,51 +388,14 @@ AI void q6_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
 
 /* ---- tile entry points ---------------------------------------------------------------------- */
 
-#define TILE_CASE(body, R, B)                                                               \
-    case (R) * 8 + (B): body(w, ws, a, as, cols, y, ldy, R, B); break;
-
-#define TILE_4x4(name, body)                                                                \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
-                     int64_t cols, float *y, int64_t ldy) {                                 \
-        switch (nr * 8 + nb) {                                                              \
-            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 1, 3) TILE_CASE(body, 1, 4) \
-            TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) TILE_CASE(body, 2, 3) TILE_CASE(body, 2, 4) \
-            TILE_CASE(body, 3, 1) TILE_CASE(body, 3, 2) TILE_CASE(body, 3, 3) TILE_CASE(body, 3, 4) \
-            TILE_CASE(body, 4, 1) TILE_CASE(body, 4, 2) TILE_CASE(body, 4, 3) TILE_CASE(body, 4, 4) \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-#define TILE_4x3(name, body)                                                                \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
-                     int64_t cols, float *y, int64_t ldy) {                                 \
-        switch (nr * 8 + nb) {                                                              \
-            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 1, 3)               \
-            TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) TILE_CASE(body, 2, 3)               \
-            TILE_CASE(body, 3, 1) TILE_CASE(body, 3, 2) TILE_CASE(body, 3, 3)               \
-            TILE_CASE(body, 4, 1) TILE_CASE(body, 4, 2) TILE_CASE(body, 4, 3)               \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-#define TILE_2x4(name, body)                                                                \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
-                     int64_t cols, float *y, int64_t ldy) {                                 \
-        switch (nr * 8 + nb) {                                                              \
-            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 1, 3) TILE_CASE(body, 1, 4) \
-            TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) TILE_CASE(body, 2, 3) TILE_CASE(body, 2, 4) \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-TILE_4x4(tile_f32, f32_body)
-TILE_4x4(tile_f16, f16_body)
-TILE_4x4(tile_bf16, bf16_body)
-TILE_4x3(tile_q8_0, q8_0_body)
-TILE_4x3(tile_q4_0, q4_0_body)
-TILE_2x4(tile_q4_K, q4_K_body)
-TILE_2x4(tile_q5_K, q5_K_body)
-TILE_2x4(tile_q6_K, q6_K_body)
+PL_MM_TILE_4x4(tile_f32, f32_body)
+PL_MM_TILE_4x4(tile_f16, f16_body)
+PL_MM_TILE_4x4(tile_bf16, bf16_body)
+PL_MM_TILE_4x3(tile_q8_0, q8_0_body)
+PL_MM_TILE_4x3(tile_q4_0, q4_0_body)
+PL_MM_TILE_2x4(tile_q4_K, q4_K_body)
+PL_MM_TILE_2x4(tile_q5_K, q5_K_body)
+PL_MM_TILE_2x4(tile_q6_K, q6_K_body)
 
 int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 4;

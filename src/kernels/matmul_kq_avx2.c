@@ -9,6 +9,7 @@
  * reduced at the end. The operations on a value do not depend on the tile shape.
  */
 #include "kernels/matmul_kernels.h"
+#include "kernels/matmul_tile.h"
 #include "kernels/quant.h"
 
 #include "kernels/simd.h"
@@ -141,21 +142,9 @@ AI void q6_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) y[b * ldy + r] = hsum8(acc[r][b]);
 }
 
-#define TILE_CASE(body, R, B)                                                               \
-    case (R) * 8 + (B): body(w, ws, a, as, cols, y, ldy, R, B); break;
-
-#define TILE_2x2(name, body)                                                                \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
-                     int64_t cols, float *y, int64_t ldy) {                                 \
-        switch (nr * 8 + nb) {                                                              \
-            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-TILE_2x2(tile_q4_K, q4_K_body)
-TILE_2x2(tile_q5_K, q5_K_body)
-TILE_2x2(tile_q6_K, q6_K_body)
+PL_MM_TILE_2x2(tile_q4_K, q4_K_body)
+PL_MM_TILE_2x2(tile_q5_K, q5_K_body)
+PL_MM_TILE_2x2(tile_q6_K, q6_K_body)
 
 int pl_mm_kernel_avx2_kquant(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 2;

@@ -14,6 +14,7 @@
  * from finite input): at most 2 * 127 * 127. Garbage gives other numbers, never UB.
  */
 #include "kernels/matmul_kernels.h"
+#include "kernels/matmul_tile.h"
 #include "kernels/quant.h"
 
 #include "kernels/q3_K_simd.h"
@@ -214,25 +215,13 @@ BODY_T(iq4_nl_body, b32_body, T_IQ4_NL)
 BODY_T(q2_K_body, k23_body, 0)
 BODY_T(q3_K_body, k23_body, 1)
 
-#define TILE_CASE(body, R, B)                                                               \
-    case (R) * 8 + (B): body(w, ws, a, as, cols, y, ldy, R, B); break;
-
-#define TILE_2x2(name, body)                                                                \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
-                     int64_t cols, float *y, int64_t ldy) {                                 \
-        switch (nr * 8 + nb) {                                                              \
-            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-TILE_2x2(tile_q4_1, q4_1_body)
-TILE_2x2(tile_q5_1, q5_1_body)
-TILE_2x2(tile_q5_0, q5_0_body)
-TILE_2x2(tile_iq4_nl, iq4_nl_body)
-TILE_2x2(tile_q2_K, q2_K_body)
-TILE_2x2(tile_q3_K, q3_K_body)
-TILE_2x2(tile_iq4_xs, iq4_xs_body)
+PL_MM_TILE_2x2(tile_q4_1, q4_1_body)
+PL_MM_TILE_2x2(tile_q5_1, q5_1_body)
+PL_MM_TILE_2x2(tile_q5_0, q5_0_body)
+PL_MM_TILE_2x2(tile_iq4_nl, iq4_nl_body)
+PL_MM_TILE_2x2(tile_q2_K, q2_K_body)
+PL_MM_TILE_2x2(tile_q3_K, q3_K_body)
+PL_MM_TILE_2x2(tile_iq4_xs, iq4_xs_body)
 
 int pl_mm_kernel_avx2_wt(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 2;

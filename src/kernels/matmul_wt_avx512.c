@@ -15,6 +15,7 @@
  * Every value's operations are fixed by cols and the data, not by the tile shape.
  */
 #include "kernels/matmul_kernels.h"
+#include "kernels/matmul_tile.h"
 #include "kernels/quant.h"
 
 #include "kernels/q3_K_simd.h"
@@ -275,38 +276,13 @@ BODY_T(iq4_nl_body, b32_body, T_IQ4_NL)
 BODY_T(q2_K_body, k23_body, 0)
 BODY_T(q3_K_body, k23_body, 1)
 
-#define TILE_CASE(body, R, B)                                                               \
-    case (R) * 8 + (B): body(w, ws, a, as, cols, y, ldy, R, B); break;
-
-#define TILE_4x3(name, body)                                                                \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
-                     int64_t cols, float *y, int64_t ldy) {                                 \
-        switch (nr * 8 + nb) {                                                              \
-            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 1, 3)               \
-            TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) TILE_CASE(body, 2, 3)               \
-            TILE_CASE(body, 3, 1) TILE_CASE(body, 3, 2) TILE_CASE(body, 3, 3)               \
-            TILE_CASE(body, 4, 1) TILE_CASE(body, 4, 2) TILE_CASE(body, 4, 3)               \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-#define TILE_2x4(name, body)                                                                \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,  \
-                     int64_t cols, float *y, int64_t ldy) {                                 \
-        switch (nr * 8 + nb) {                                                              \
-            TILE_CASE(body, 1, 1) TILE_CASE(body, 1, 2) TILE_CASE(body, 1, 3) TILE_CASE(body, 1, 4) \
-            TILE_CASE(body, 2, 1) TILE_CASE(body, 2, 2) TILE_CASE(body, 2, 3) TILE_CASE(body, 2, 4) \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-TILE_4x3(tile_q4_1, q4_1_body)
-TILE_4x3(tile_q5_1, q5_1_body)
-TILE_4x3(tile_q5_0, q5_0_body)
-TILE_4x3(tile_iq4_nl, iq4_nl_body)
-TILE_2x4(tile_q2_K, q2_K_body)
-TILE_2x4(tile_q3_K, q3_K_body)
-TILE_2x4(tile_iq4_xs, iq4_xs_body)
+PL_MM_TILE_4x3(tile_q4_1, q4_1_body)
+PL_MM_TILE_4x3(tile_q5_1, q5_1_body)
+PL_MM_TILE_4x3(tile_q5_0, q5_0_body)
+PL_MM_TILE_4x3(tile_iq4_nl, iq4_nl_body)
+PL_MM_TILE_2x4(tile_q2_K, q2_K_body)
+PL_MM_TILE_2x4(tile_q3_K, q3_K_body)
+PL_MM_TILE_2x4(tile_iq4_xs, iq4_xs_body)
 
 int pl_mm_kernel_avx512_wt(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 4;

@@ -16,16 +16,7 @@
 
 pl_dist_stats pl_dist_counters;
 
-enum { MAGIC = 0x50544c50 /* "PLTP" */ };
-
-typedef struct {
-    int32_t magic, kind, n_tokens, n_seqs;
-    int32_t n_copies[3];
-    int32_t n_table;
-    int64_t payload;
-    int32_t n_logits;
-    int32_t pad[5];
-} header;                   /* 64 bytes */
+_Static_assert(sizeof(pl_dist_msg_header) == 64, "the step header is 64 bytes");
 
 static char *g_buf;         /* the payload, encoded (rank 0) or received (workers) */
 static size_t g_cap;
@@ -59,30 +50,34 @@ pl_status pl_dist_recv_setup(pl_dist_setup *s) {
 }
 
 static int32_t blocks_of(int32_t ctx, int32_t block_size) {
-    return (ctx + block_size - 1) / block_size;
+    return (int32_t)(((int64_t)ctx + block_size - 1) / block_size);
 }
 
-static size_t payload_bytes(const header *h) {
-    size_t T = (size_t)h->n_tokens, S = (size_t)h->n_seqs;
-    size_t n = T * 8 + T * 4 * 2 + (2 * S + 1) * 4 + (size_t)h->n_table * 4 +
-               (size_t)h->n_logits * 4;
-    for (int j = 0; j < 3; j++) n += (size_t)h->n_copies[j] * 8;
+/* The payload the counts imply; counts are non-negative int32, so no overflow in 64 bits. */
+static int64_t payload_bytes(const pl_dist_msg_header *h) {
+    int64_t T = h->n_tokens, S = h->n_seqs;
+    int64_t n = T * 8 + T * 4 * 2 + (2 * S + 1) * 4 + (int64_t)h->n_table * 4 +
+                (int64_t)h->n_logits * 4;
+    for (int j = 0; j < 3; j++) n += (int64_t)h->n_copies[j] * 8;
     return n;
 }
 
 static char *put(char *p, const void *src, size_t bytes) {
-    memcpy(p, src, bytes);
+    if (bytes) memcpy(p, src, bytes);
     return p + bytes;
 }
 
-pl_status pl_dist_send_step(const pl_dist_copies *cp, const pl_step_batch *b, int32_t block_size) {
-    double t0 = pl_clock_now();
-    header h = {.magic = MAGIC, .kind = PL_DIST_MSG_STEP, .n_tokens = b->n_tokens,
-                .n_seqs = b->n_seqs, .n_copies = {cp->n_swap_out, cp->n_swap_in, cp->n_cow},
-                .n_logits = b->n_logits};
-    for (int32_t i = 0; i < b->n_seqs; i++) h.n_table += blocks_of(b->context_lens[i], block_size);
-    h.payload = (int64_t)payload_bytes(&h);
-    PL_TRY(reserve((size_t)h.payload));
+pl_status pl_dist_step_encode(const pl_dist_copies *cp, const pl_step_batch *b, int32_t block_size,
+                              pl_dist_msg_header *h, const void **payload) {
+    PL_ASSERT(block_size > 0);
+    *h = (pl_dist_msg_header){.magic = PL_DIST_MSG_MAGIC, .version = PL_DIST_MSG_VERSION,
+                              .kind = PL_DIST_MSG_STEP, .n_tokens = b->n_tokens,
+                              .n_seqs = b->n_seqs,
+                              .n_copies = {cp->n_swap_out, cp->n_swap_in, cp->n_cow},
+                              .n_logits = b->n_logits};
+    for (int32_t i = 0; i < b->n_seqs; i++) h->n_table += blocks_of(b->context_lens[i], block_size);
+    h->payload = payload_bytes(h);
+    PL_TRY(reserve((size_t)h->payload));
     char *p = g_buf;
     size_t T = (size_t)b->n_tokens, S = (size_t)b->n_seqs;
     p = put(p, b->slot_mapping, T * 8);
@@ -96,10 +91,19 @@ pl_status pl_dist_send_step(const pl_dist_copies *cp, const pl_step_batch *b, in
     p = put(p, b->logit_rows, (size_t)b->n_logits * 4);
     const pl_block_copy *lists[3] = {cp->swap_out, cp->swap_in, cp->cow};
     for (int j = 0; j < 3; j++) {
-        for (int32_t i = 0; i < h.n_copies[j]; i++) p = put(p, &lists[j][i].src, 4);
-        for (int32_t i = 0; i < h.n_copies[j]; i++) p = put(p, &lists[j][i].dst, 4);
+        for (int32_t i = 0; i < h->n_copies[j]; i++) p = put(p, &lists[j][i].src, 4);
+        for (int32_t i = 0; i < h->n_copies[j]; i++) p = put(p, &lists[j][i].dst, 4);
     }
-    PL_ASSERT((size_t)(p - g_buf) == (size_t)h.payload);
+    PL_ASSERT((int64_t)(p - g_buf) == h->payload);
+    *payload = g_buf;
+    return PL_OK;
+}
+
+pl_status pl_dist_send_step(const pl_dist_copies *cp, const pl_step_batch *b, int32_t block_size) {
+    double t0 = pl_clock_now();
+    pl_dist_msg_header h;
+    const void *payload;
+    PL_TRY(pl_dist_step_encode(cp, b, block_size, &h, &payload));
     PL_TRY(pl_dist_bcast(&h, sizeof h, 0, "broadcasting a step"));
     PL_TRY(pl_dist_bcast(g_buf, (size_t)h.payload, 0, "broadcasting a step"));
     pl_dist_counters.steps++;
@@ -109,63 +113,139 @@ pl_status pl_dist_send_step(const pl_dist_copies *cp, const pl_step_batch *b, in
 }
 
 pl_status pl_dist_send_stop(void) {
-    header h = {.magic = MAGIC, .kind = PL_DIST_MSG_STOP};
+    pl_dist_msg_header h = {.magic = PL_DIST_MSG_MAGIC, .version = PL_DIST_MSG_VERSION,
+                            .kind = PL_DIST_MSG_STOP};
     pl_status st = pl_dist_bcast(&h, sizeof h, 0, "telling the workers to stop");
     pl_dist_msg_free();
     return st;
 }
 
-pl_status pl_dist_recv_step(pl_dist_step_view *v, int32_t block_size, int32_t max_blocks,
-                            int32_t *tables) {
-    header h;
+static pl_status bad(const char *what, int64_t value, int64_t limit) {
+    return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with %s %lld (allowed: 0 "
+                   "to %lld)", what, (long long)value, (long long)limit);
+}
+
+#define CHECK_RANGE(what, value, limit)                                                     \
+    do {                                                                                    \
+        if ((value) < 0 || (value) > (limit)) return bad(what, value, limit);               \
+    } while (0)
+
+pl_status pl_dist_msg_check(const pl_dist_msg_header *h, const pl_dist_setup *su) {
+    if (h->magic != PL_DIST_MSG_MAGIC || h->version != PL_DIST_MSG_VERSION ||
+        h->kind < PL_DIST_MSG_STEP || h->kind > PL_DIST_MSG_PROBE)
+        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with a bad header "
+                       "(magic %08x, version %d, kind %d; this build sends %08x, version %d): "
+                       "the ranks run different builds?", (unsigned)h->magic, h->version,
+                       h->kind, (unsigned)PL_DIST_MSG_MAGIC, PL_DIST_MSG_VERSION);
+    if (h->kind == PL_DIST_MSG_PROBE) {
+        if (h->n_tokens < 1 || h->n_seqs < 1)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a probe of %d floats, %d times",
+                           h->n_tokens, h->n_seqs);
+        return PL_OK;
+    }
+    if (h->kind != PL_DIST_MSG_STEP) return PL_OK;
+    CHECK_RANGE("tokens", h->n_tokens, su->max_tokens);
+    CHECK_RANGE("sequences", h->n_seqs, su->max_seqs);
+    CHECK_RANGE("logits rows", h->n_logits, su->max_logits);
+    CHECK_RANGE("block ids", h->n_table, (int64_t)su->max_seqs * su->max_blocks);
+    static const char *const copy_names[3] = {"swap-out copies", "swap-in copies",
+                                              "copy-on-write copies"};
+    for (int j = 0; j < 3; j++) CHECK_RANGE(copy_names[j], h->n_copies[j], su->num_blocks);
+    if (h->payload != payload_bytes(h))
+        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: step payload of %lld bytes, expected "
+                       "%lld", (long long)h->payload, (long long)payload_bytes(h));
+    return PL_OK;
+}
+
+/* Every id of list[0..n) in [0, limit). */
+static pl_status check_ids(const char *what, const int32_t *list, int32_t n, int64_t limit) {
+    for (int32_t i = 0; i < n; i++)
+        if (list[i] < 0 || list[i] >= limit)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with %s %d (of %lld)",
+                           what, list[i], (long long)limit);
+    return PL_OK;
+}
+
+pl_status pl_dist_step_decode(const pl_dist_msg_header *h, const void *payload, size_t bytes,
+                              const pl_dist_setup *su, int32_t *tables, pl_dist_step_view *v) {
+    memset(v, 0, sizeof *v);
+    PL_ASSERT(su->block_size > 0 && ((uintptr_t)payload & 7) == 0);
+    PL_TRY(pl_dist_msg_check(h, su));
+    if (h->kind != PL_DIST_MSG_STEP)
+        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a message of kind %d has no step",
+                       h->kind);
+    if ((int64_t)bytes != h->payload)
+        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step payload of %zu bytes, its "
+                       "header says %lld", bytes, (long long)h->payload);
+    const int32_t T = h->n_tokens, S = h->n_seqs, max_blocks = su->max_blocks;
+    const int64_t *slots = payload;
+    const int32_t *tok = (const int32_t *)(slots + T), *pos = tok + T;
+    const int32_t *seq_start = pos + T, *ctx = seq_start + S + 1, *blocks = ctx + S;
+    if (seq_start[0] != 0 || seq_start[S] != T)
+        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step whose sequences span tokens %d "
+                       "to %d of %d", seq_start[0], seq_start[S], T);
+    int64_t n_table = 0;
+    for (int32_t i = 0; i < S; i++) {
+        int32_t q_len = seq_start[i + 1] - seq_start[i];
+        if (seq_start[i + 1] < seq_start[i] || ctx[i] < q_len)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: sequence %d of a step: tokens %d "
+                           "to %d, context %d", i, seq_start[i], seq_start[i + 1], ctx[i]);
+        n_table += blocks_of(ctx[i], su->block_size);
+    }
+    if (n_table != h->n_table)
+        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step whose contexts need %lld block "
+                       "ids, its header says %d", (long long)n_table, h->n_table);
+    const int64_t n_slots = (int64_t)su->num_blocks * su->block_size;
+    for (int32_t t = 0; t < T; t++)
+        if (slots[t] >= n_slots)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with slot %lld (of "
+                           "%lld)", (long long)slots[t], (long long)n_slots);
+    PL_TRY(check_ids("block id", blocks, h->n_table, su->num_blocks));
+    for (int32_t i = 0; i < S; i++) {
+        int32_t nb = blocks_of(ctx[i], su->block_size);
+        if (nb > max_blocks)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a sequence of %d blocks (at most "
+                           "%d)", nb, max_blocks);
+        memcpy(tables + (size_t)i * (size_t)max_blocks, blocks, (size_t)nb * 4);
+        blocks += nb;
+    }
+    const int32_t *rows = blocks;
+    blocks += h->n_logits;
+    PL_TRY(check_ids("logits row", rows, h->n_logits, T));
+    /* swap-out: pool -> swap, swap-in: swap -> pool, copy-on-write: pool -> pool */
+    const int64_t src_pool[3] = {su->num_blocks, su->num_swap_blocks, su->num_blocks};
+    const int64_t dst_pool[3] = {su->num_swap_blocks, su->num_blocks, su->num_blocks};
+    for (int j = 0; j < 3; j++) {
+        v->copy_src[j] = blocks;
+        v->copy_dst[j] = blocks + h->n_copies[j];
+        v->n_copies[j] = h->n_copies[j];
+        PL_TRY(check_ids("copy source block", v->copy_src[j], h->n_copies[j], src_pool[j]));
+        PL_TRY(check_ids("copy destination block", v->copy_dst[j], h->n_copies[j], dst_pool[j]));
+        blocks += 2 * (size_t)h->n_copies[j];
+    }
+    v->kind = PL_DIST_MSG_STEP;
+    v->batch = (pl_step_batch){
+        .n_tokens = T, .token_ids = tok, .positions = pos, .slot_mapping = slots,
+        .n_seqs = S, .seq_start = seq_start, .context_lens = ctx,
+        .block_tables = tables, .max_blocks = max_blocks, .n_logits = h->n_logits,
+        .logit_rows = rows,
+    };
+    return PL_OK;
+}
+
+pl_status pl_dist_recv_step(pl_dist_step_view *v, const pl_dist_setup *su, int32_t *tables) {
+    pl_dist_msg_header h;
     memset(v, 0, sizeof *v);
     PL_TRY(pl_dist_bcast(&h, sizeof h, 1, "waiting for the next step"));
     double t0 = pl_clock_now(); /* the payload only: the wait for the header is idle time */
-    if (h.magic != MAGIC || h.kind < PL_DIST_MSG_STEP || h.kind > PL_DIST_MSG_PROBE)
-        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with a bad header "
-                       "(magic %08x, kind %d): the ranks run different builds?", (unsigned)h.magic,
-                       h.kind);
+    PL_TRY(pl_dist_msg_check(&h, su));
     v->kind = h.kind;
     v->probe_floats = h.n_tokens;
     v->probe_iters = h.n_seqs;
     if (h.kind != PL_DIST_MSG_STEP) return PL_OK;
-    if (h.payload != (int64_t)payload_bytes(&h))
-        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: step payload of %lld bytes, expected "
-                       "%zu", (long long)h.payload, payload_bytes(&h));
     PL_TRY(reserve((size_t)h.payload));
     PL_TRY(pl_dist_bcast(g_buf, (size_t)h.payload, 0, "receiving a step"));
-    size_t T = (size_t)h.n_tokens, S = (size_t)h.n_seqs;
-    const char *p = g_buf;
-    const int64_t *slots = (const int64_t *)(const void *)p;
-    p += T * 8;
-    const int32_t *tok = (const int32_t *)(const void *)p, *pos = tok + T;
-    const int32_t *seq_start = pos + T, *ctx = seq_start + S + 1, *blocks = ctx + S;
-    for (size_t i = 0; i < S; i++) {
-        int32_t nb = blocks_of(ctx[i], block_size);
-        if (nb > max_blocks)
-            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a sequence of %d blocks (at most "
-                           "%d)", nb, max_blocks);
-        memcpy(tables + i * (size_t)max_blocks, blocks, (size_t)nb * 4);
-        blocks += nb;
-    }
-    const int32_t *rows = blocks;
-    blocks += h.n_logits;
-    for (int32_t i = 0; i < h.n_logits; i++)
-        if (rows[i] < 0 || rows[i] >= h.n_tokens)
-            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: logits row %d of %d tokens", rows[i],
-                           h.n_tokens);
-    for (int j = 0; j < 3; j++) {
-        v->copy_src[j] = blocks;
-        v->copy_dst[j] = blocks + h.n_copies[j];
-        v->n_copies[j] = h.n_copies[j];
-        blocks += 2 * (size_t)h.n_copies[j];
-    }
-    v->batch = (pl_step_batch){
-        .n_tokens = h.n_tokens, .token_ids = tok, .positions = pos, .slot_mapping = slots,
-        .n_seqs = h.n_seqs, .seq_start = seq_start, .context_lens = ctx,
-        .block_tables = tables, .max_blocks = max_blocks, .n_logits = h.n_logits,
-        .logit_rows = rows,
-    };
+    PL_TRY(pl_dist_step_decode(&h, g_buf, (size_t)h.payload, su, tables, v));
     pl_dist_counters.steps++;
     pl_dist_counters.step_bytes += sizeof h + (uint64_t)h.payload;
     pl_dist_counters.step_seconds += pl_clock_now() - t0;
@@ -198,8 +278,8 @@ pl_status pl_dist_probe_loop(int64_t n, int32_t iters, double *us_each) {
 pl_status pl_dist_probe_reduce(int64_t n, int32_t iters, double *us_each) {
     if (n < 1 || n > INT32_MAX || iters < 1)
         return pl_fail(PL_ERR_INVALID_ARG, "tensor parallel: probe of %lld floats", (long long)n);
-    header h = {.magic = MAGIC, .kind = PL_DIST_MSG_PROBE, .n_tokens = (int32_t)n,
-                .n_seqs = iters};
+    pl_dist_msg_header h = {.magic = PL_DIST_MSG_MAGIC, .version = PL_DIST_MSG_VERSION,
+                            .kind = PL_DIST_MSG_PROBE, .n_tokens = (int32_t)n, .n_seqs = iters};
     PL_TRY(pl_dist_bcast(&h, sizeof h, 0, "starting a probe"));
     return pl_dist_probe_loop(n, iters, us_each);
 }

@@ -58,16 +58,13 @@ static pl_status worker_setup(worker *w, const pl_engine_config *c, const pl_dis
 static pl_status serve_steps(worker *w, const pl_dist_setup *su) {
     for (;;) {
         pl_dist_step_view v;
-        PL_TRY(pl_dist_recv_step(&v, su->block_size, su->max_blocks, w->tables));
+        PL_TRY(pl_dist_recv_step(&v, su, w->tables)); /* checked against the setup */
         if (v.kind == PL_DIST_MSG_STOP) return PL_OK;
         if (v.kind == PL_DIST_MSG_PROBE) {
             double us;
             PL_TRY(pl_dist_probe_loop(v.probe_floats, v.probe_iters, &us));
             continue;
         }
-        if (v.batch.n_seqs > su->max_seqs || v.batch.n_tokens > su->max_tokens)
-            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step of %d sequences, %d tokens "
-                           "exceeds the setup", v.batch.n_seqs, v.batch.n_tokens);
         pl_kv_store *from[3] = {&w->kv, &w->swap, &w->kv}, *to[3] = {&w->swap, &w->kv, &w->kv};
         for (int j = 0; j < 3; j++) {
             if (v.n_copies[j] == 0) continue;

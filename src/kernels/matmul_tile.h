@@ -1,0 +1,43 @@
+/* kernels/matmul_tile — the tile entry points of the ISA matmul files (internal to
+ * matmul_avx2.c, matmul_kq_avx2.c, matmul_wt_avx2.c, matmul_avx512.c, matmul_wt_avx512.c).
+ *
+ * A body is an always_inline function body(w, ws, a, as, cols, y, ldy, NR, NB) that computes an
+ * NR x NB tile (weight rows x activation rows) with NR and NB compile-time constants, so each
+ * (NR, NB) pair is compiled apart with its accumulators in registers. PL_MM_TILE_RxB(name, body)
+ * defines the pl_mm_tile_fn `name` that dispatches nr in 1..R and nb in 1..B to its instance
+ * (anything else does nothing: the driver never asks for more than the kernel's tr x tb).
+ */
+#ifndef PL_KERNELS_MATMUL_TILE_H
+#define PL_KERNELS_MATMUL_TILE_H
+
+#define PL_MM_TILE_CASE(body, R, B)                                                         \
+    case (R) * 8 + (B): body(w, ws, a, as, cols, y, ldy, R, B); break;
+
+#define PL_MM_TILE_FN(name, cases)                                                          \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb, \
+                     int64_t cols, float *y, int64_t ldy) {                                 \
+        switch (nr * 8 + nb) {                                                              \
+            cases                                                                           \
+        default: break;                                                                     \
+        }                                                                                   \
+    }
+
+#define PL_MM_ROW_CASES2(body, R) PL_MM_TILE_CASE(body, R, 1) PL_MM_TILE_CASE(body, R, 2)
+#define PL_MM_ROW_CASES3(body, R) PL_MM_ROW_CASES2(body, R) PL_MM_TILE_CASE(body, R, 3)
+#define PL_MM_ROW_CASES4(body, R) PL_MM_ROW_CASES3(body, R) PL_MM_TILE_CASE(body, R, 4)
+
+#define PL_MM_TILE_2x2(name, body)                                                          \
+    PL_MM_TILE_FN(name, PL_MM_ROW_CASES2(body, 1) PL_MM_ROW_CASES2(body, 2))
+#define PL_MM_TILE_4x2(name, body)                                                          \
+    PL_MM_TILE_FN(name, PL_MM_ROW_CASES2(body, 1) PL_MM_ROW_CASES2(body, 2)                 \
+                        PL_MM_ROW_CASES2(body, 3) PL_MM_ROW_CASES2(body, 4))
+#define PL_MM_TILE_4x3(name, body)                                                          \
+    PL_MM_TILE_FN(name, PL_MM_ROW_CASES3(body, 1) PL_MM_ROW_CASES3(body, 2)                 \
+                        PL_MM_ROW_CASES3(body, 3) PL_MM_ROW_CASES3(body, 4))
+#define PL_MM_TILE_2x4(name, body)                                                          \
+    PL_MM_TILE_FN(name, PL_MM_ROW_CASES4(body, 1) PL_MM_ROW_CASES4(body, 2))
+#define PL_MM_TILE_4x4(name, body)                                                          \
+    PL_MM_TILE_FN(name, PL_MM_ROW_CASES4(body, 1) PL_MM_ROW_CASES4(body, 2)                 \
+                        PL_MM_ROW_CASES4(body, 3) PL_MM_ROW_CASES4(body, 4))
+
+#endif
