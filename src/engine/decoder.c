@@ -19,7 +19,7 @@
 
 #include "base/status.h"
 #include "base/clock.h"
-#include "engine/seq_kv.h"
+#include "kv/cache.h"
 #include "engine/spec.h"
 #include "engine/stop.h"
 
@@ -42,7 +42,7 @@ static void *scratch(pl_decoder *d, int slot, size_t bytes) {
 }
 
 pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_vocab,
-                          int32_t max_model_len, pl_kv_manager *kv, pl_scheduler *sched,
+                          int32_t max_model_len, pl_kv_cache *kv, pl_scheduler *sched,
                           int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
                           void *forget_ctx) {
     *d = (pl_decoder){.tok = tok, .kv = kv, .sched = sched, .n_vocab = n_vocab,
@@ -96,7 +96,7 @@ static void seq_finish(pl_decoder *d, pl_seq *q, pl_finish_reason why) {
     q->text_safe = q->text_len;
     q->finish = why;
     q->status = PL_SEQ_FINISHED;
-    pl_seq_kv_free(d->kv, q);
+    pl_kv_cache_free(d->kv, &q->table, &q->table_w);
     pl_spec_seq_drop(d->draft_kv, q);
     q->group->n_live--;
 }
@@ -262,8 +262,8 @@ static pl_status verify_seq(pl_decoder *d, pl_seq *q) {
     d->spec_accepted_tokens += (uint64_t)acc;
     if (q->status == PL_SEQ_FINISHED) return PL_OK; /* its blocks went back at the finish */
     q->n_computed = q->n_tokens - 1;
-    PL_TRY(pl_seq_kv_truncate(d->kv, q, q->n_computed));
-    return pl_seq_kv_commit(d->kv, q, q->n_computed);
+    PL_TRY(pl_kv_cache_truncate(d->kv, &q->table, &q->table_w, q->n_computed));
+    return pl_kv_cache_commit(d->kv, &q->table, &q->table_w, q->tokens, q->n_computed);
 }
 
 /* Derive sequence i's RNG from the request seed (i = 0 uses the seed itself, so n = 1 requests
@@ -285,7 +285,8 @@ static pl_status first_sample(pl_decoder *d, pl_seq_group *g, const float *logit
                            (unsigned long long)g->id);
         }
         seed_seq(c, g, pl_rng_next(&parent->rng));
-        pl_status st = pl_seq_kv_fork(d->kv, parent, c);
+        pl_status st = pl_kv_cache_fork(d->kv, &parent->table, &parent->table_w, &c->table,
+                                        &c->table_w);
         if (st != PL_OK) return st;
         g->n_live++;
     }
@@ -452,7 +453,8 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
             st = pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
             break;
         }
-        if ((st = pl_seq_kv_fork(d->kv, c->parent, f)) != PL_OK) {
+        if ((st = pl_kv_cache_fork(d->kv, &c->parent->table, &c->parent->table_w, &f->table,
+                                    &f->table_w)) != PL_OK) {
             pl_seq_destroy(f);
             break;
         }
@@ -463,7 +465,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
     if (st != PL_OK) {
         for (int32_t i = 0; i < made; i++)
             if (next[i]) {
-                pl_seq_kv_free(d->kv, next[i]);
+                pl_kv_cache_free(d->kv, &next[i]->table, &next[i]->table_w);
                 pl_seq_destroy(next[i]);
             }
         return st;
@@ -479,7 +481,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
         int kept = 0;
         for (int32_t j = 0; j < keep; j++) kept |= next[j] == q;
         if (!kept) {
-            pl_seq_kv_free(d->kv, q);
+            pl_kv_cache_free(d->kv, &q->table, &q->table_w);
             pl_seq_destroy(q);
         }
     }
@@ -651,7 +653,7 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
             g->step_mark = mark;
             continue;
         }
-        PL_TRY(pl_seq_kv_commit(d->kv, q, q->n_computed));
+        PL_TRY(pl_kv_cache_commit(d->kv, &q->table, &q->table_w, q->tokens, q->n_computed));
         if (it->all_logits && d->item_row[i] >= 0) prompt_logprobs(d, g, it, d->item_row[i]);
         q->logits_row = it->sample ? d->item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
         if (it->sample) g->step_mark = mark;

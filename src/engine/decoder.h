@@ -26,7 +26,7 @@ enum { SCR_CAND, SCR_TOP, SCR_RUN, SCR_NEXT, SCR_USED, PL_DECODER_SCRATCH };
 
 typedef struct {
     const pl_tokenizer *tok;
-    pl_kv_manager *kv;
+    pl_kv_cache *kv;
     pl_kv_manager *draft_kv;      /* the draft model's blocks (NULL: none), freed at a finish */
     pl_scheduler *sched;
     int32_t n_vocab;
@@ -61,7 +61,7 @@ typedef struct {
 } pl_decoder;
 
 pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_vocab,
-                          int32_t max_model_len, pl_kv_manager *kv, pl_scheduler *sched,
+                          int32_t max_model_len, pl_kv_cache *kv, pl_scheduler *sched,
                           int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
                           void *forget_ctx);
 void pl_decoder_destroy(pl_decoder *d);

@@ -14,7 +14,6 @@
 
 #include "base/log.h"
 #include "parallel/parallel.h"
-#include "kv/vattn.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -62,8 +61,6 @@ const char *pl_kv_cache_dtype_name(pl_kv_cache_dtype t) {
     return NULL;
 }
 
-static const pl_dtype KV_DTYPES[] = {PL_DT_F16, PL_DT_F32, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
-
 const char *pl_finish_reason_name(pl_finish_reason r) {
     switch (r) {
     case PL_FINISH_NONE: return NULL;
@@ -97,23 +94,13 @@ static pl_status check_config(const pl_engine_config *c) {
                        "available memory) must be in (0, 1], got %g", c->kv_cache_memory_fraction);
     if (c->preemption_mode == PL_PREEMPT_SWAP && c->swap_space == 0)
         return pl_fail(PL_ERR_INVALID_ARG, "preemption-mode swap needs --swap-space");
-    if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS &&
-        c->kv_layout != PL_KV_LAYOUT_VATTENTION)
-        return pl_fail(PL_ERR_INVALID_ARG, "unknown kv-layout %d", (int)c->kv_layout);
-    PL_TRY(pl_engine_check_vattn(c));
     if (c->pooling < 0 || c->pooling > 3)
         return pl_fail(PL_ERR_INVALID_ARG, "pooling must be 0 (none), 1 (mean), 2 (cls) or 3 "
                        "(last), got %d", c->pooling);
     if (c->tensor_parallel_size < 0 || c->tensor_parallel_size > 4096)
         return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size must be in [1, 4096], got %d",
                        c->tensor_parallel_size);
-    if (c->reserve < PL_RESERVE_MAX || c->reserve > PL_RESERVE_ORACLE)
-        return pl_fail(PL_ERR_INVALID_ARG, "unknown reserve policy %d", (int)c->reserve);
-    if (c->kv_layout == PL_KV_LAYOUT_CONTIGUOUS && (c->preemption_mode == PL_PREEMPT_SWAP ||
-                                                    c->swap_space))
-        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout contiguous preempts by recompute only: "
-                       "drop --swap-space and --preemption-mode swap");
-    return PL_OK;
+    return pl_kv_cache_check_config(c);
 }
 
 /* MemAvailable of /proc/meminfo in bytes, or 0 when it cannot be read. */
@@ -157,84 +144,32 @@ static pl_status resolve_kv_budget(pl_engine *e) {
     return PL_OK;
 }
 
-/* KV cache groups (engine/seq_kv.h) for a mixed model: some layers windowed, the others not,
- * as many of each (the i-th of each kind share store tensor i), on the paged layout of one
- * process (the MPI step message carries one table per sequence). */
-static int kv_groups(const pl_engine *e) {
-    const pl_model_hparams *hp = &e->model->hp;
-    if (e->cfg.kv_groups_off || e->dist || hp->pooling != PL_POOL_NONE || hp->sliding_window <= 0 ||
-        e->cfg.kv_layout != PL_KV_LAYOUT_PAGED || pl_model_kv_window(hp) > 0)
-        return 0;
+/* The model's shape as the KV cache needs it. A mixed model (some layers windowed, as many
+ * as the others; the i-th of each kind share store tensor i) can use KV cache groups. */
+static pl_kv_cache_shape kv_shape(const pl_model_hparams *hp) {
     int32_t win = 0;
     for (int32_t l = 0; l < hp->n_layers; l++) win += pl_model_layer_window(hp, l) > 0;
-    return win > 0 && 2 * win == hp->n_layers;
+    int mixed = hp->sliding_window > 0 && pl_model_kv_window(hp) <= 0 && win > 0 &&
+                2 * win == hp->n_layers;
+    return (pl_kv_cache_shape){
+        .n_layers = hp->n_layers, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
+        .kv_window = pl_model_kv_window(hp), .mixed_window = mixed ? hp->sliding_window : 0,
+        .embedding = hp->pooling != PL_POOL_NONE, .arch_name = hp->arch_name,
+    };
 }
 
 static pl_status setup_kv(pl_engine *e) {
     if (e->model->hp.pooling == PL_POOL_NONE) PL_TRY(resolve_kv_budget(e));
-    const pl_model_hparams *hp = &e->model->hp;
     if (e->cfg.kv_cache_f32) e->cfg.kv_cache_dtype = PL_KV_CACHE_F32;
     if (!pl_kv_cache_dtype_name(e->cfg.kv_cache_dtype))
         return pl_fail(PL_ERR_INVALID_ARG, "kv_cache_dtype %d is not f16, f32, bf16, q8_0 or "
                        "q4_0", (int)e->cfg.kv_cache_dtype);
     e->cfg.kv_cache_f32 = e->cfg.kv_cache_dtype == PL_KV_CACHE_F32;
-    pl_kv_layout l = {
-        .dtype = KV_DTYPES[e->cfg.kv_cache_dtype], .block_size = e->cfg.block_size,
-        .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
-    };
-    PL_TRY(pl_kv_layout_check(&l)); /* e.g. q8_0 with head_dim 8: names both */
-    const int groups = kv_groups(e);
-    const int32_t tensors = groups ? hp->n_layers / 2 : hp->n_layers; /* a block: one group's */
-    size_t per_block = pl_kv_bytes_per_block(&l, tensors);
-    uint64_t budget = e->cfg.kv_cache_memory;
-    if (e->spec.mode == PL_SPEC_DRAFT) { /* the draft's share: both caches hold as many tokens */
-        size_t dpb = pl_spec_draft_bytes_per_block(&e->spec, e->cfg.kv_cache_f32, l.block_size);
-        e->draft_kv_bytes = (uint64_t)((double)budget * (double)dpb / (double)(dpb + per_block));
-        budget -= e->draft_kv_bytes;
-    }
-    if (e->cfg.kv_layout == PL_KV_LAYOUT_VATTENTION) return pl_engine_setup_vattn(e, &l, budget);
-    uint64_t nb = budget / per_block;
-    /* An embedding model keeps nothing between steps (its attention reads the step's own K/V):
-     * the pool is a nominal two blocks, so the rest of the engine stays one code path. */
-    if (hp->pooling != PL_POOL_NONE) nb = 2;
-    int32_t max_blocks = (e->max_model_len + l.block_size - 1) / l.block_size + 1;
-    if (nb < 2)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory %llu bytes holds %llu blocks of %zu "
-                       "bytes: too small", (unsigned long long)e->cfg.kv_cache_memory,
-                       (unsigned long long)nb, per_block);
-    if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
-    l.num_blocks = (int64_t)nb;
-    PL_TRY(pl_kv_store_init(&e->kv, &l, tensors, NULL));
-    int32_t n_swap = 0;
-    static const pl_kv_policy policy[] = {PL_KV_POLICY_MAX, PL_KV_POLICY_POW2, PL_KV_POLICY_ORACLE};
-    int contig = e->cfg.kv_layout == PL_KV_LAYOUT_CONTIGUOUS;
-    if (e->cfg.swap_space) {
-        uint64_t ns = e->cfg.swap_space / per_block;
-        if (ns < 1)
-            return pl_fail(PL_ERR_INVALID_ARG, "swap-space %llu bytes holds no block of %zu bytes",
-                           (unsigned long long)e->cfg.swap_space, per_block);
-        if (ns > INT32_MAX / 2) ns = INT32_MAX / 2;
-        pl_kv_layout sl = l;
-        sl.num_blocks = (int64_t)ns;
-        PL_TRY(pl_kv_store_init(&e->swap, &sl, tensors, e->cfg.swap_path));
-        e->has_swap = 1;
-        n_swap = (int32_t)ns;
-    }
-    pl_kv_manager_config mc = {
-        .block_size = l.block_size, .num_blocks = (int32_t)nb, .num_swap_blocks = n_swap,
-        /* The watermark keeps room for running sequences to grow; a contiguous reservation
-         * never grows, so it keeps none (one max-length sequence fits a budget of exactly it). */
-        .max_blocks_per_seq = max_blocks, .watermark = contig ? 0.0 : 0.01,
-        .enable_prefix_caching = contig ? 0 : e->cfg.enable_prefix_caching,
-        .hash_seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL,
-        .policy = contig ? policy[e->cfg.reserve] : PL_KV_POLICY_PAGED,
-        .max_seq_tokens = e->max_model_len,
-        /* blocks behind the window are released only when no layer reads them again */
-        .sliding_window = contig ? 0 : groups ? hp->sliding_window : pl_model_kv_window(hp),
-        .kv_groups = groups ? 2 : 1,
-    };
-    if (contig) e->cfg.enable_prefix_caching = 0; /* a contiguous layout shares nothing */
-    return pl_kv_manager_init(&e->mgr, &mc);
+    pl_kv_cache_shape shape = kv_shape(&e->model->hp);
+    size_t dpb = e->spec.mode == PL_SPEC_DRAFT ? pl_spec_draft_bytes_per_block(
+                                                     &e->spec, e->cfg.kv_cache_f32, e->cfg.block_size)
+                                               : 0;
+    return pl_kv_cache_create(&e->cfg, &shape, e->max_model_len, !e->dist, dpb, &e->kv);
 }
 
 /* The decoder tells the engine a group ended: drop it from the registry. */
@@ -263,10 +198,11 @@ static pl_status dist_load(pl_engine *e) {
 /* Tensor parallel, rank 0, the engine otherwise ready (ok) or not: hand the workers what they
  * need to build the same pools, agree that they did, and hook the runner and forward pass. */
 static pl_status dist_start(pl_engine *e, int ok) {
+    const pl_kv_store *kv = pl_kv_cache_store(e->kv), *swap = pl_kv_cache_swap_store(e->kv);
     pl_dist_setup su = {
-        .ok = ok, .kv_dtype = (int32_t)e->kv.layout.dtype, .block_size = e->kv.layout.block_size,
-        .num_blocks = (int32_t)e->kv.layout.num_blocks,
-        .num_swap_blocks = e->has_swap ? (int32_t)e->swap.layout.num_blocks : 0,
+        .ok = ok, .kv_dtype = (int32_t)kv->layout.dtype, .block_size = kv->layout.block_size,
+        .num_blocks = (int32_t)kv->layout.num_blocks,
+        .num_swap_blocks = swap ? (int32_t)swap->layout.num_blocks : 0,
         .max_tokens = e->runner.max_tokens, .max_seqs = e->runner.max_items,
         .max_blocks = e->runner.max_blocks, .max_logits = e->runner.max_logit_rows,
     };
@@ -341,14 +277,14 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     if (st == PL_OK) st = setup_kv(e);
     if (st == PL_OK)
         st = pl_decoder_init(&e->decoder, e->model->tok, e->model->hp.n_vocab, e->max_model_len,
-                             &e->mgr, &e->sched, c->max_num_seqs + 1, forget_group, e);
+                             e->kv, &e->sched, c->max_num_seqs + 1, forget_group, e);
     /* Logits rows: one per sequence that samples, plus room for prompt log-probabilities. */
     int32_t max_logit_rows = c->max_num_seqs + PROMPT_LOGPROB_ROWS;
     if (max_logit_rows > c->max_num_batched_tokens) max_logit_rows = c->max_num_batched_tokens;
     if (st == PL_OK) {
         pl_scheduler_config sc = {c->max_num_seqs, c->max_num_batched_tokens, max_logit_rows,
                                   c->preemption_mode};
-        st = pl_scheduler_init(&e->sched, &sc, &e->mgr);
+        st = pl_scheduler_init(&e->sched, &sc, e->kv);
     }
     if (st == PL_OK && e->spec.mode != PL_SPEC_OFF) { /* defaults resolved, as get_config shows */
         int32_t mb = c->speculative_max_batch ? c->speculative_max_batch : PL_SPEC_DEFAULT_MAX_BATCH;
@@ -360,22 +296,23 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
                                        &e->spec, NULL};
     }
     if (st == PL_OK && e->spec.mode == PL_SPEC_DRAFT) {
-        st = pl_spec_draft_setup(&e->spec, e->tp, e->draft_kv_bytes, c->kv_cache_f32,
-                                 c->block_size, e->mgr.cfg.max_blocks_per_seq,
+        st = pl_spec_draft_setup(&e->spec, e->tp, pl_kv_cache_draft_bytes(e->kv), c->kv_cache_f32,
+                                 c->block_size, pl_kv_cache_max_blocks_per_seq(e->kv),
                                  c->max_num_batched_tokens, c->max_num_seqs + 1);
         e->sched.spec.draft_kv = e->decoder.draft_kv = st == PL_OK ? &e->spec.mgr : NULL;
     }
     if (st == PL_OK)
-        st = pl_runner_init(&e->runner, e->model, e->tp, &e->kv, e->has_swap ? &e->swap : NULL,
+        st = pl_runner_init(&e->runner, e->model, e->tp, pl_kv_cache_store(e->kv),
+                            pl_kv_cache_swap_store(e->kv),
                             c->max_num_batched_tokens, c->max_num_seqs + 1, max_logit_rows,
-                            e->mgr.cfg.max_blocks_per_seq);
-    if (st == PL_OK && e->mgr.cfg.kv_groups == 2) st = pl_runner_enable_groups(&e->runner);
+                            pl_kv_cache_max_blocks_per_seq(e->kv));
+    if (st == PL_OK && pl_kv_cache_grouped(e->kv)) st = pl_runner_enable_groups(&e->runner);
     if (st == PL_OK) {
         e->runner.pooling = c->pooling;
         e->decoder.embd = e->runner.embd;
         e->decoder.n_embd = e->model->hp.dim;
     }
-    if (st == PL_OK) st = pl_kv_view_init(&e->kv_view, &e->mgr);
+    if (st == PL_OK) st = pl_kv_view_init(&e->kv_view, e->kv);
     if (e->dist) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", st != PL_OK ? pl_last_error() : "");
@@ -417,10 +354,7 @@ void pl_engine_destroy(pl_engine *e) {
     if (e->dist == 2 && pl_dist_send_stop() != PL_OK)
         PL_WARN("tensor parallel: %s", pl_last_error());
     pl_scheduler_destroy(&e->sched);
-    if (e->mgr.cfg.num_blocks) pl_kv_manager_destroy(&e->mgr);
-    pl_engine_destroy_vattn(e);
-    pl_kv_store_destroy(&e->kv);
-    if (e->has_swap) pl_kv_store_destroy(&e->swap);
+    pl_kv_cache_destroy(e->kv);
     pl_runner_destroy(&e->runner);
     pl_sched_output_destroy(&e->sched_out);
     pl_decoder_destroy(&e->decoder);
@@ -450,10 +384,10 @@ static pl_status check_params(const pl_engine *e, pl_request_params *p) {
                        e->cfg.max_num_seqs);
     if (p->max_tokens < 1)
         return pl_fail(PL_ERR_INVALID_ARG, "max_tokens must be at least 1, got %d", p->max_tokens);
-    if (e->cfg.kv_layout != PL_KV_LAYOUT_PAGED && (p->best_of > 1 || p->use_beam_search))
+    if (!pl_kv_cache_shares(e->kv) && (p->best_of > 1 || p->use_beam_search))
         return pl_fail(PL_ERR_INVALID_ARG, "kv-layout %s holds one sequence per request "
                        "(no sharing): n, best_of and beam search need kv-layout paged",
-                       e->cfg.kv_layout == PL_KV_LAYOUT_VATTENTION ? "vattention" : "contiguous");
+                       pl_kv_cache_layout_name(e->kv));
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return pl_fail(PL_ERR_INVALID_ARG, "min_tokens must be in [0, max_tokens], got %d",
                        p->min_tokens);
@@ -501,22 +435,10 @@ static pl_status check_fits(const pl_engine *e, const pl_seq_group *g) {
         return pl_fail(PL_ERR_INVALID_ARG, "this model's maximum context length is %d tokens, "
                        "but %d were requested (%d in the prompt, %d for the completion)",
                        e->max_model_len, total, g->n_prompt, g->params.max_tokens);
-    const int32_t bs = e->mgr.cfg.block_size;
     int64_t seqs = pl_group_max_seqs(g);
-    /* with a sliding window a sequence holds only its window's blocks past the prompt */
-    int64_t out_blocks = (g->params.max_tokens + bs - 1) / bs;
-    int64_t win = pl_kv_held_blocks_max(&e->mgr, total, e->cfg.num_speculative_tokens);
-    /* and its prompt is prefilled chunk by chunk behind the window (scheduler.c: a first
-     * chunk of one window, later ones as blocks free up) */
-    int32_t W = e->mgr.cfg.sliding_window, chunk = (W + bs - 1) / bs * bs;
-    int64_t prompt = W > 0 ? pl_kv_held_blocks_max(&e->mgr, g->n_prompt, chunk)
-                           : (g->n_prompt + bs - 1) / bs;
-    int64_t need = prompt + seqs * ((out_blocks < win ? out_blocks : win) + 1);
-    if (e->mgr.cfg.kv_groups == 2) /* and the global layers' table keeps every block */
-        need += (g->n_prompt + bs - 1) / bs + seqs * (out_blocks + 1);
-    if (e->mgr.cfg.policy == PL_KV_POLICY_VATTN) need = pl_kv_blocks_for(&e->mgr, total);
-    else if (e->mgr.cfg.policy != PL_KV_POLICY_PAGED) need = pl_kv_admit_blocks(&e->mgr, g->n_prompt, total);
-    int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;
+    int64_t need = pl_kv_cache_request_blocks(e->kv, g->n_prompt, g->params.max_tokens, seqs,
+                                              e->cfg.num_speculative_tokens);
+    int64_t have = pl_kv_cache_capacity(e->kv);
     if (need > have)
         return pl_fail(PL_ERR_INVALID_ARG, "the request may need %lld KV blocks (%d prompt "
                        "tokens, %d max tokens, %lld sequences) but the cache has %lld",
@@ -551,8 +473,8 @@ static pl_status check_kind(const pl_engine *e, pl_request_params *p) {
 /* An embedding input runs whole in one step: it must fit the model and the step's budget (and a
  * generation model's KV pool, where it holds blocks for that step). */
 static pl_status check_embed_fits(const pl_engine *e, const pl_seq_group *g) {
-    const int32_t bs = e->mgr.cfg.block_size;
-    int64_t have = (int64_t)e->mgr.cfg.num_blocks - e->mgr.watermark_blocks;
+    const int32_t bs = pl_kv_cache_block_size(e->kv);
+    int64_t have = pl_kv_cache_capacity(e->kv);
     if (e->model->hp.pooling == PL_POOL_NONE && (g->n_prompt + 1 + bs - 1) / bs > have)
         return pl_fail(PL_ERR_INVALID_ARG, "the input needs %d KV blocks for its step but the "
                        "cache has %lld", (g->n_prompt + 1 + bs - 1) / bs, (long long)have);
@@ -756,25 +678,6 @@ static void drain_inbox(pl_engine *e) {
     if (scan) scan_aborts(e);
 }
 
-/* Engine thread: one KV memory sample; the step's blocks are all allocated now, none freed yet. */
-static void sample_kv(pl_engine *e) {
-    pl_kv_stats k;
-    pl_kv_get_stats(&e->mgr, &k);
-    double usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
-    double slots = (double)k.blocks_used * e->mgr.cfg.block_size;
-    int64_t refs = pl_kv_block_refs(&e->mgr);
-    e->kv_samples++;
-    e->kv_usage_sum += usage;
-    if (usage > e->kv_usage_peak) e->kv_usage_peak = usage;
-    if (k.blocks_used > 0 && k.waste > e->kv_waste_peak) e->kv_waste_peak = k.waste;
-    if (k.blocks_used > e->kv_peak_blocks) e->kv_peak_blocks = k.blocks_used;
-    if (e->sched_out.n_items > e->kv_peak_seqs) e->kv_peak_seqs = e->sched_out.n_items;
-    e->kv_tokens_sum += (double)k.tokens_stored;
-    e->kv_slots_sum += slots;
-    e->kv_blocks_sum += k.blocks_used;
-    e->kv_refs_sum += (double)refs;
-    e->kv_future_sum += (double)k.reserved_future;
-}
 static pl_status step(pl_engine *e);
 
 static double thread_cpu_now(void) {
@@ -787,7 +690,7 @@ pl_status pl_engine_step(pl_engine *e) {
     double t0 = pl_clock_now(), c0 = thread_cpu_now();
     uint64_t steps0 = e->steps;
     pl_status st = step(e);
-    pl_kv_view_after_step(&e->kv_view, &e->mgr, &e->sched, e->steps);
+    pl_kv_view_after_step(&e->kv_view, e->kv, &e->sched, e->steps);
     if (e->steps != steps0) {
         e->step_seconds += pl_clock_now() - t0;
         e->step_cpu_seconds += thread_cpu_now() - c0;
@@ -811,8 +714,8 @@ static pl_status step(pl_engine *e) {
         pl_seq_group *g = s->refused[i];
         char msg[256];
         snprintf(msg, sizeof msg, "request %llu can never fit in the KV cache (%d blocks of %d "
-                 "tokens)", (unsigned long long)g->id, e->mgr.cfg.num_blocks,
-                 e->mgr.cfg.block_size);
+                 "tokens)", (unsigned long long)g->id, pl_kv_cache_num_blocks(e->kv),
+                 pl_kv_cache_block_size(e->kv));
         pl_group_finish(e, g, PL_FINISH_ERROR, msg);
     }
     if (s->n_items == 0) return PL_OK;
@@ -820,13 +723,13 @@ static pl_status step(pl_engine *e) {
     for (int32_t i = 0; i < s->n_items; i++) /* the end of its queueing (vLLM's scheduled_ts) */
         if (s->items[i].seq->group->first_scheduled == 0)
             s->items[i].seq->group->first_scheduled = now;
-    sample_kv(e);
+    pl_kv_cache_sample(e->kv, s->n_items); /* the step's blocks are all allocated, none freed */
     pl_status st = e->steps + 1 == e->fail_step
                        ? pl_fail(PL_ERR_INTERNAL, "injected failure of step %llu (PAGELLM_FAIL_STEP)",
                                  (unsigned long long)e->fail_step)
                        : PL_OK;
-    if (st == PL_OK && e->spec.ready) st = pl_spec_draft_run(&e->spec, &e->sched_out, &e->mgr);
-    if (st == PL_OK && e->va) st = pl_vattn_prepare_step(e->va); /* pages the step lacks */
+    if (st == PL_OK && e->spec.ready) st = pl_spec_draft_run(&e->spec, &e->sched_out, e->kv);
+    if (st == PL_OK) st = pl_kv_cache_prepare_step(e->kv); /* vAttention: pages the step lacks */
     if (st == PL_OK) st = pl_runner_execute(&e->runner, s);
     if (st == PL_OK)
         st = pl_decoder_update_from_output(&e->decoder, s, e->runner.logits, e->runner.item_row);
@@ -859,7 +762,7 @@ pl_status pl_engine_run(pl_engine *e) {
 
 void pl_engine_wait_for_work(pl_engine *e, int timeout_ms) {
     if (pl_scheduler_has_work(&e->sched)) return;
-    pl_kv_view_idle(&e->kv_view, &e->mgr, &e->sched, e->steps, 0);
+    pl_kv_view_idle(&e->kv_view, e->kv, &e->sched, e->steps, 0);
     pthread_mutex_lock(&e->inbox_mu);
     if (timeout_ms < 0) {
         while (!e->inbox_head && !e->n_aborts && !e->kv_poke && !e->abort_scan)
@@ -873,7 +776,7 @@ void pl_engine_wait_for_work(pl_engine *e, int timeout_ms) {
     e->kv_poke = 0;
     pthread_mutex_unlock(&e->inbox_mu);
     /* Idle and someone looks at the KV cache: publish now rather than at the next step. */
-    if (poke) pl_kv_view_idle(&e->kv_view, &e->mgr, &e->sched, e->steps, 0);
+    if (poke) pl_kv_view_idle(&e->kv_view, e->kv, &e->sched, e->steps, 0);
 }
 
 pl_status pl_engine_kv_snapshot(pl_engine *e, int with_tables, int timeout_ms,
@@ -909,25 +812,11 @@ pl_status pl_engine_poll(pl_engine *e, uint64_t id, int timeout_ms, pl_request_o
 static void take_snapshot(pl_engine *e) {
     pl_engine_stats s;
     memset(&s, 0, sizeof s);
-    pl_kv_stats k;
-    pl_kv_get_stats(&e->mgr, &k);
     s.running = e->sched.running.n;
     s.waiting = e->sched.waiting.n;
     s.swapped = e->sched.swapped.n;
-    s.blocks_total = k.blocks_total;
-    s.blocks_used = k.blocks_used;
-    s.blocks_cached = k.blocks_cached;
-    s.swap_total = k.swap_total;
-    s.swap_used = k.swap_used;
-    s.kv_usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
-    s.waste = k.waste;
-    s.tokens_stored = k.tokens_stored;
-    s.prefix_queries = k.prefix_queries;
-    s.prefix_hits = k.prefix_hits;
     s.preemptions = e->sched.preemptions;
     s.swaps_out = e->sched.swaps_out;
-    s.sliding_window = e->mgr.cfg.sliding_window;
-    s.window_freed_blocks = k.window_freed;
     s.prompt_tokens = e->decoder.prompt_tokens;
     s.generation_tokens = e->decoder.generation_tokens;
     s.constrained_tokens = e->decoder.constrained_tokens;
@@ -941,27 +830,13 @@ static void take_snapshot(pl_engine *e) {
     s.spec_draft_tokens = e->decoder.spec_draft_tokens;
     s.spec_accepted_tokens = e->decoder.spec_accepted_tokens;
     s.spec_off_steps = e->sched.spec_off_steps;
-    pl_engine_kv_samples ks;
-    memset(&ks, 0, sizeof ks);
-    ks.block_refs = pl_kv_block_refs(&e->mgr);
-    ks.kv_samples = e->kv_samples;
     s.step_seconds = e->step_seconds;
     s.step_cpu_seconds = e->step_cpu_seconds;
     s.kv_pictures = e->kv_view.version;
     s.kv_picture_seconds = e->kv_view.publish_seconds;
-    pl_engine_vattn_stats(e, &s);
-    if (e->kv_samples) {
-        double n = (double)e->kv_samples, pool_slots = (double)k.blocks_total * e->mgr.cfg.block_size;
-        ks.peak_kv_usage = e->kv_usage_peak;
-        ks.mean_kv_usage = e->kv_usage_sum / n;
-        ks.peak_waste = e->kv_waste_peak;
-        ks.mean_waste = e->kv_slots_sum > 0 ? 1.0 - e->kv_tokens_sum / e->kv_slots_sum : 0;
-        ks.mean_token_fraction = pool_slots > 0 ? e->kv_tokens_sum / n / pool_slots : 0;
-        ks.peak_blocks_used = e->kv_peak_blocks;
-        ks.peak_batch_seqs = e->kv_peak_seqs;
-        ks.mean_reserved = e->kv_slots_sum > 0 ? e->kv_future_sum / e->kv_slots_sum : 0;
-        ks.mean_sharing_saved = e->kv_refs_sum > 0 ? 1.0 - e->kv_blocks_sum / e->kv_refs_sum : 0;
-    }
+    pl_kv_cache_stats(e->kv, &s);
+    pl_engine_kv_samples ks;
+    pl_kv_cache_samples(e->kv, &ks);
     pthread_mutex_lock(&e->stats_mu);
     e->snapshot = s;
     e->snapshot_samples = ks;

@@ -17,8 +17,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/spec.h"
-#include "kv/kv_store.h"
-#include "kv/manager.h"
+#include "kv/cache.h"
 #include "model/model.h"
 
 #include <pthread.h>
@@ -27,20 +26,14 @@ struct pl_engine {
     pl_engine_config cfg;
     pl_model *model;
     pl_threadpool *tp;
-    pl_kv_store kv;             /* primary KV bytes */
-    pl_kv_store swap;           /* swap pool bytes (num_blocks 0 if none) */
-    int has_swap;
+    pl_kv_cache *kv;            /* the KV cache: bytes, blocks, layout (kv/cache.h) */
     int dist;             /* tensor parallel: 1 shards loaded and agreed (workers wait for the
                              setup), 2 workers running (they wait for steps, then stop) */
-    pl_kv_manager mgr;          /* who holds which block */
-    struct pl_vattn *va;        /* kv-layout vattention: the slots and page pool (kv holds a view
-                                   of its reservation), else NULL */
     pl_scheduler sched;
     pl_sched_output sched_out;  /* the current step's schedule (reused every step) */
     pl_runner runner;           /* step buffers, forward pass, the step's logits */
     pl_decoder decoder;         /* sampling, beams, stopping, outputs */
     pl_spec spec;               /* speculative decoding's proposer (mode OFF: none) */
-    uint64_t draft_kv_bytes;    /* the draft model's share of the KV budget (0: no draft) */
     int32_t max_model_len;
     /* Engine-thread state. */
     pl_idmap groups;            /* id -> pl_seq_group*, every unfinished group */
@@ -61,12 +54,6 @@ struct pl_engine {
     uint64_t steps;             /* steps that ran the model (the decoder counts tokens) */
     uint64_t fail_step;         /* PAGELLM_FAIL_STEP: this step fails (tests of error paths) */
     int step_delay_ms;          /* PAGELLM_STEP_DELAY_MS: sleep after each model step (tests) */
-    /* KV memory samples, engine thread only, one per step that runs the model (see pl_engine_stats). */
-    uint64_t kv_samples;
-    double kv_usage_sum, kv_usage_peak, kv_waste_peak;
-    double kv_tokens_sum, kv_slots_sum, kv_blocks_sum, kv_refs_sum, kv_future_sum;
-    int32_t kv_peak_blocks;
-    int32_t kv_peak_seqs;       /* most sequences in one step's batch */
     /* A copy of the stats taken by the engine thread after every step, for other threads. */
     pthread_mutex_t stats_mu;   /* after inbox_mu when both are held */
     pl_engine_stats snapshot;
@@ -79,14 +66,6 @@ struct pl_engine {
     pl_kv_view kv_view;         /* block states for monitoring (engine/kv_view.h) */
 };
 
-
-/* engine_vattn.c: kv-layout vattention. setup replaces the paged pool: the slots and page pool
- * for `budget` bytes, the store view of the reservation (layout l's dtype and heads), the
- * manager; check refuses what needs shared blocks; stats fills the vattn_* counters. */
-pl_status pl_engine_setup_vattn(pl_engine *e, const pl_kv_layout *l, uint64_t budget);
-pl_status pl_engine_check_vattn(const pl_engine_config *c);
-void pl_engine_vattn_stats(pl_engine *e, pl_engine_stats *s);
-void pl_engine_destroy_vattn(pl_engine *e);
 
 /* engine.c: end a group now (the decoder emits its last outputs; the engine forgets it). */
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error);

@@ -18,7 +18,7 @@
 
 #include "pagellm.h"
 #include "engine/scheduler.h"
-#include "kv/manager.h"
+#include "kv/cache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,15 +60,15 @@ typedef struct {
     double publish_seconds;      /* engine thread: time spent publishing (version = count) */
 } pl_kv_view;
 
-pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_manager *m);
+pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv);
 void pl_kv_view_destroy(pl_kv_view *v);
 
 /* Engine thread, after every step: publish if someone is watching (and the last picture is
  * older than min_interval_ms or a reader waits), else mark stale. */
-void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,
+void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
                            uint64_t steps);
 /* Engine thread, idle: publish if someone is watching and the picture is stale (or `force`). */
-void pl_kv_view_idle(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,
+void pl_kv_view_idle(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
                      uint64_t steps, int force);
 
 /* Any thread: keep the engine publishing (tables too if with_tables) for PL_KV_VIEW_WANT_MS.

@@ -45,7 +45,7 @@ typedef struct {
 
 /* Buffers for steps of up to max_tokens tokens, max_items items, max_logit_rows logits rows and
  * max_blocks blocks per sequence. */
-/* KV cache groups (engine/seq_kv.h): the step also carries every sequence's window table
+/* KV cache groups (kv/cache.h): the step also carries every sequence's window table
  * (pl_seq.table_w) for the window layers. Call once after init (not for a draft runner). */
 pl_status pl_runner_enable_groups(pl_runner *r);
 pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_store *kv,

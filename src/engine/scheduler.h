@@ -42,6 +42,7 @@
 #define PL_ENGINE_SCHEDULER_H
 
 #include "engine/request.h"
+#include "kv/cache.h"
 
 typedef struct {
     pl_seq *seq;
@@ -99,7 +100,7 @@ void pl_sched_output_destroy(pl_sched_output *o);
 
 typedef struct {
     pl_scheduler_config cfg;
-    pl_kv_manager *kv;
+    pl_kv_cache *kv;              /* the KV cache it asks (kv/cache.h) */
     pl_group_queue waiting, running, swapped;
     pl_sched_output *out;         /* the output being filled, during pl_scheduler_schedule only */
     pl_spec_hook spec;            /* speculative decoding; zero = off (set by the engine) */
@@ -109,7 +110,7 @@ typedef struct {
     uint64_t spec_off_steps;      /* steps whose decode batch exceeded spec.max_batch */
 } pl_scheduler;
 
-pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_manager *kv);
+pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_cache *kv);
 void pl_scheduler_destroy(pl_scheduler *s);
 
 /* A new group (its sequences WAITING with n_computed 0) joins the waiting queue. */

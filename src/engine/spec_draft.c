@@ -14,7 +14,7 @@
  * verify_seq in decoder.c for why that keeps a seeded request's tokens exact.
  */
 #include "engine/spec.h"
-#include "engine/seq_kv.h"
+#include "kv/cache.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -100,14 +100,14 @@ void pl_spec_seq_drop(pl_kv_manager *draft_mgr, pl_seq *q) {
 
 /* Target item i proposes k tokens now instead of its n_spec: shrink the item and roll back the
  * target slots the scheduler appended for the rest. */
-static pl_status shrink(pl_sched_output *so, int32_t i, int32_t k, pl_kv_manager *target_kv) {
+static pl_status shrink(pl_sched_output *so, int32_t i, int32_t k, pl_kv_cache *target_kv) {
     pl_sched_item *it = &so->items[i];
     pl_seq *q = it->seq;
     if (k >= it->n_spec) return PL_OK;
     so->n_tokens -= it->n_spec - k;
     it->n = 1 + k;
     it->n_spec = q->n_spec = k;
-    return pl_seq_kv_truncate(target_kv, q, q->n_tokens + k);
+    return pl_kv_cache_truncate(target_kv, &q->table, &q->table_w, q->n_tokens + k);
 }
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -128,7 +128,7 @@ static bool draft_slots(pl_spec *sp, pl_seq *q, int32_t n) {
     return true;
 }
 
-pl_status pl_spec_draft_run(pl_spec *sp, pl_sched_output *so, pl_kv_manager *target_kv) {
+pl_status pl_spec_draft_run(pl_spec *sp, pl_sched_output *so, pl_kv_cache *target_kv) {
     pl_sched_output *d = &sp->so;
     const int32_t V = sp->draft->hp.n_vocab;
     int32_t n = 0, used = 0;

@@ -27,7 +27,8 @@ enum { V = 512, BS = 4, EOS = 2 };
 typedef struct {
     pl_gguf *gg;
     pl_tokenizer *tok;
-    pl_kv_manager kv;
+    pl_kv_cache *cache;         /* the KV cache door the scheduler and decoder use */
+    pl_kv_manager *kv;          /* its manager */
     pl_scheduler s;
     pl_sched_output out;
     pl_decoder d;
@@ -49,10 +50,11 @@ static int setup(void **state) {
     assert_int_equal(pl_tokenizer_load(w->gg, &w->tok), PL_OK);
     pl_kv_manager_config kc = {.block_size = BS, .num_blocks = 64, .max_blocks_per_seq = 64,
                                .watermark = 0, .enable_prefix_caching = 0};
-    assert_int_equal(pl_kv_manager_init(&w->kv, &kc), PL_OK);
+    assert_int_equal(pl_kv_cache_create_blocks(&kc, &w->cache), PL_OK);
+    w->kv = pl_kv_cache_manager(w->cache);
     pl_scheduler_config sc = {8, 64, 64, PL_PREEMPT_RECOMPUTE};
-    assert_int_equal(pl_scheduler_init(&w->s, &sc, &w->kv), PL_OK);
-    assert_int_equal(pl_decoder_init(&w->d, w->tok, V, 256, &w->kv, &w->s, 9, forget, w), PL_OK);
+    assert_int_equal(pl_scheduler_init(&w->s, &sc, w->cache), PL_OK);
+    assert_int_equal(pl_decoder_init(&w->d, w->tok, V, 256, w->cache, &w->s, 9, forget, w), PL_OK);
     w->logits = malloc(64 * V * sizeof(float));
     w->next_id = 1;
     *state = w;
@@ -64,7 +66,7 @@ static int teardown(void **state) {
     pl_decoder_destroy(&w->d);
     pl_sched_output_destroy(&w->out);
     pl_scheduler_destroy(&w->s);
-    pl_kv_manager_destroy(&w->kv);
+    pl_kv_cache_destroy(w->cache);
     pl_tokenizer_destroy(w->tok);
     pl_gguf_close(w->gg);
     free(w->logits);
@@ -115,7 +117,7 @@ static int32_t step(world *w, pick_fn pick, int32_t second) {
                 favour(w->logits + (size_t)rows++ * V, pick(it, it->start + k), second);
     }
     assert_int_equal(pl_decoder_update_from_output(&w->d, &w->out, w->logits, w->item_row), PL_OK);
-    assert_int_equal(pl_kv_manager_check(&w->kv), PL_OK);
+    assert_int_equal(pl_kv_manager_check(w->kv), PL_OK);
     return w->out.n_items;
 }
 
@@ -156,7 +158,7 @@ static void drain(pl_out_channel *c, got *g) {
 
 static void assert_pool_empty(world *w) {
     pl_kv_stats st;
-    pl_kv_get_stats(&w->kv, &st);
+    pl_kv_get_stats(w->kv, &st);
     assert_int_equal(st.blocks_used, 0);
     assert_false(pl_scheduler_has_work(&w->s));
 }
@@ -221,7 +223,7 @@ static void test_fork_shares_prompt_blocks(void **state) {
     pl_out_channel *c = add(w, prompt, 6, &p);
     step(w, always_7, 8); /* prefill, then the fork */
     pl_kv_stats st;
-    pl_kv_get_stats(&w->kv, &st);
+    pl_kv_get_stats(w->kv, &st);
     assert_int_equal(st.blocks_used, 2); /* the prompt's two blocks, shared by both */
     assert_int_equal(st.n_tables, 2);
     while (pl_scheduler_has_work(&w->s)) step(w, always_7, 8);
