@@ -63,6 +63,20 @@ pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_voca
     return PL_OK;
 }
 
+void pl_decoder_stats(const pl_decoder *d, pl_engine_stats *s) {
+    s->prompt_tokens = d->prompt_tokens;
+    s->generation_tokens = d->generation_tokens;
+    s->constrained_tokens = d->constrained_tokens;
+    s->constrain_seconds = d->constrain_seconds;
+    pl_cons_stats cs;
+    pl_cons_get_stats(d->cons, &cs);
+    s->constrain_mask_misses = cs.mask_misses;
+    s->requests_finished = d->requests_finished;
+    s->spec_drafts = d->spec_drafts;
+    s->spec_draft_tokens = d->spec_draft_tokens;
+    s->spec_accepted_tokens = d->spec_accepted_tokens;
+}
+
 void pl_decoder_destroy(pl_decoder *d) {
     pl_sampler_destroy(d->sampler);
     pl_cons_registry_destroy(d->cons);

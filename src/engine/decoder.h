@@ -65,6 +65,8 @@ pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_voca
                           int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
                           void *forget_ctx);
 void pl_decoder_destroy(pl_decoder *d);
+/* Its fields of the engine's stats: tokens, constraints, finished requests, speculation. */
+void pl_decoder_stats(const pl_decoder *d, pl_engine_stats *s);
 /* Consume one step: so is the schedule that ran, logits / item_row the runner's result. */
 pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *so,
                                         const float *logits, const int32_t *item_row);

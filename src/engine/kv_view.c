@@ -124,6 +124,11 @@ void pl_kv_view_idle(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s
     if (need) publish(v, pl_kv_cache_manager_c(kv), s, steps, tables, now);
 }
 
+void pl_kv_view_stats(const pl_kv_view *v, pl_engine_stats *s) {
+    s->kv_pictures = v->version;
+    s->kv_picture_seconds = v->publish_seconds;
+}
+
 int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen) {
     long long until = now_ms() + PL_KV_VIEW_WANT_MS;
     atomic_store(&v->want_until_ms, until);

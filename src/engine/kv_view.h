@@ -75,6 +75,8 @@ void pl_kv_view_idle(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s
  * Returns 1 when the current picture is missing, lacks tables that are wanted, or is stale and
  * older than PL_KV_VIEW_FRESH_MS: the caller should wake an idle engine and then call
  * pl_kv_view_read with a timeout. */
+/* Engine thread: its fields of the engine's stats (pictures published, time spent). */
+void pl_kv_view_stats(const pl_kv_view *v, pl_engine_stats *s);
 int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen);
 /* Any thread: copy the front picture into *out; with timeout_ms > 0 and need_fresh, first wait
  * up to that long for a publication newer than version `seen` (from pl_kv_view_want). */

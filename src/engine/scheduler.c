@@ -73,6 +73,15 @@ void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g) {
     }
 }
 
+void pl_scheduler_stats(const pl_scheduler *s, pl_engine_stats *out) {
+    out->running = s->running.n;
+    out->waiting = s->waiting.n;
+    out->swapped = s->swapped.n;
+    out->preemptions = s->preemptions;
+    out->swaps_out = s->swaps_out;
+    out->spec_off_steps = s->spec_off_steps;
+}
+
 int pl_scheduler_has_work(const pl_scheduler *s) {
     return s->waiting.n + s->running.n + s->swapped.n > 0;
 }

@@ -74,11 +74,6 @@ typedef struct {
     pl_preemption_mode mode;
 } pl_scheduler_config;
 
-typedef struct pl_group_queue_ {
-    pl_seq_group *head, *tail;
-    int32_t n;
-} pl_group_queue;
-
 /* What one step runs: the (sequence, token range) items in batch order, the block copies to apply
  * before the forward pass (swap-out, swap-in, copy-on-write, in that order), and the groups that
  * can never fit (the engine fails them). The caller owns it and passes the same one every step:
@@ -121,6 +116,8 @@ void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g);
  * out's arrays. */
 pl_status pl_scheduler_schedule(pl_scheduler *s, pl_sched_output *out);
 int pl_scheduler_has_work(const pl_scheduler *s);
+/* Its fields of the engine's stats: queue lengths, preemptions, speculation-off steps. */
+void pl_scheduler_stats(const pl_scheduler *s, pl_engine_stats *out);
 /* Sequences a group may hold at once (best_of, beam width, or its live sequences). */
 int32_t pl_group_max_seqs(const pl_seq_group *g);
 
