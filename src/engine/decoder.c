@@ -20,7 +20,6 @@
 #include "base/status.h"
 #include "base/clock.h"
 #include "kv/cache.h"
-#include "engine/spec.h"
 #include "engine/stop.h"
 
 #include <math.h>
@@ -41,20 +40,21 @@ static void *scratch(pl_decoder *d, int slot, size_t bytes) {
     return d->scratch[slot];
 }
 
-pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_vocab,
-                          int32_t max_model_len, pl_kv_cache *kv, pl_scheduler *sched,
-                          int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
-                          void *forget_ctx) {
-    *d = (pl_decoder){.tok = tok, .kv = kv, .sched = sched, .n_vocab = n_vocab,
-                      .max_model_len = max_model_len, .forget = forget, .forget_ctx = forget_ctx};
+pl_status pl_decoder_init(pl_decoder *d, const pl_decoder_config *c) {
+    const pl_tokenizer *tok = c->tok;
+    const int32_t n_vocab = c->n_vocab, max_items = c->max_items;
+    *d = (pl_decoder){.tok = tok, .kv = c->kv, .drop = c->drop, .drop_ctx = c->drop_ctx,
+                      .n_vocab = n_vocab, .max_model_len = c->max_model_len, .embd = c->embd,
+                      .n_embd = c->n_embd, .max_finished = max_items};
     d->step_groups = malloc((size_t)max_items * sizeof *d->step_groups);
+    d->finished = malloc((size_t)max_items * sizeof *d->finished);
     d->work = malloc((size_t)n_vocab * sizeof *d->work);
     d->eog_ids = malloc((size_t)n_vocab * sizeof *d->eog_ids);
     d->piece_cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(tok));
     d->piece = malloc(d->piece_cap);
     d->sampler = pl_sampler_create(n_vocab);
     d->cons = pl_cons_registry_create(tok);
-    if (!d->step_groups || !d->work || !d->eog_ids || !d->piece || !d->sampler || !d->cons) {
+    if (!d->step_groups || !d->finished || !d->work || !d->eog_ids || !d->piece || !d->sampler || !d->cons) {
         pl_decoder_destroy(d);
         return pl_fail(PL_ERR_NOMEM, "out of memory for the decoder (vocab %d)", n_vocab);
     }
@@ -80,7 +80,7 @@ void pl_decoder_stats(const pl_decoder *d, pl_engine_stats *s) {
 void pl_decoder_destroy(pl_decoder *d) {
     pl_sampler_destroy(d->sampler);
     pl_cons_registry_destroy(d->cons);
-    PL_FREE_ALL(d->step_groups, d->work, d->eog_ids, d->piece);
+    PL_FREE_ALL(d->step_groups, d->finished, d->work, d->eog_ids, d->piece);
     for (int i = 0; i < PL_DECODER_SCRATCH; i++) free(d->scratch[i]);
     memset(d, 0, sizeof *d);
 }
@@ -111,7 +111,7 @@ static void seq_finish(pl_decoder *d, pl_seq *q, pl_finish_reason why) {
     q->finish = why;
     q->status = PL_SEQ_FINISHED;
     pl_kv_cache_free(d->kv, &q->table, &q->table_w);
-    pl_spec_seq_drop(d->draft_kv, q);
+    if (d->drop) d->drop(d->drop_ctx, q);
     q->group->n_live--;
 }
 
@@ -602,10 +602,17 @@ void pl_decoder_finish_group(pl_decoder *d, pl_seq_group *g, pl_finish_reason wh
         for (int32_t i = 0; i < g->n_seqs; i++) emit_seq(g, g->seqs[i], g->seqs[i]->index);
     }
     pl_out_finish(g->chan, error, g->arrival, g->first_scheduled, g->first_token, g->finished_at);
-    pl_scheduler_remove(d->sched, g);
-    if (d->forget) d->forget(d->forget_ctx, g);
     d->requests_finished++;
-    pl_group_destroy(g);
+    /* at most one per group of the step (or the one the engine ends now): max_items */
+    PL_ASSERT(d->n_finished < d->max_finished);
+    d->finished[d->n_finished++] = g;
+}
+
+int32_t pl_decoder_take_finished(pl_decoder *d, pl_seq_group ***out) {
+    int32_t n = d->n_finished;
+    *out = d->finished;
+    d->n_finished = 0;
+    return n;
 }
 
 /* ---- the step's logits ---- */

@@ -43,14 +43,26 @@ static pl_status setup_kv(pl_engine *e) {
     return pl_kv_cache_create(&e->cfg, &shape, e->adm.max_model_len, !e->dist, dpb, &e->kv);
 }
 
-/* The decoder tells the engine a group ended: drop it from the registry. */
-static void forget_group(void *ctx, pl_seq_group *g) {
-    pl_engine *e = ctx;
-    pl_idmap_del(&e->inbox.groups, g->id);
+/* The groups the decoder finished: the engine, which owns the scheduler, the KV cache and the
+ * registry, takes each out of them and destroys it (their blocks are mostly free already). */
+static void release_finished(pl_engine *e) {
+    pl_seq_group **gs;
+    int32_t n = pl_decoder_take_finished(&e->decoder, &gs);
+    for (int32_t i = 0; i < n; i++) {
+        pl_seq_group *g = gs[i];
+        pl_scheduler_remove(&e->sched, g);
+        for (int32_t j = 0; j < g->n_seqs; j++) {
+            pl_kv_cache_free(e->kv, &g->seqs[j]->table, &g->seqs[j]->table_w);
+            pl_spec_drop(&e->spec, g->seqs[j]);
+        }
+        pl_idmap_del(&e->inbox.groups, g->id);
+        pl_group_destroy(g);
+    }
 }
 
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error) {
     pl_decoder_finish_group(&e->decoder, g, why, error);
+    release_finished(e);
 }
 
 pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
@@ -95,42 +107,43 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     if (st == PL_OK && !(e->tp = pl_threadpool_create(c->threads)))
         st = pl_fail(PL_ERR_NOMEM, "could not start %d threads", c->threads);
     if (st == PL_OK) st = setup_kv(e);
-    if (st == PL_OK)
-        st = pl_decoder_init(&e->decoder, e->model->tok, e->model->hp.n_vocab, e->adm.max_model_len,
-                             e->kv, &e->sched, c->max_num_seqs + 1, forget_group, e);
-    /* Logits rows: one per sequence that samples, plus room for prompt log-probabilities. */
-    int32_t max_logit_rows = c->max_num_seqs + PROMPT_LOGPROB_ROWS;
-    if (max_logit_rows > c->max_num_batched_tokens) max_logit_rows = c->max_num_batched_tokens;
-    if (st == PL_OK) {
-        pl_scheduler_config sc = {c->max_num_seqs, c->max_num_batched_tokens, max_logit_rows,
-                                  c->preemption_mode};
-        st = pl_scheduler_init(&e->sched, &sc, e->kv);
-    }
     if (st == PL_OK && e->spec.mode != PL_SPEC_OFF) { /* defaults resolved, as get_config shows */
         int32_t mb = c->speculative_max_batch ? c->speculative_max_batch : PL_SPEC_DEFAULT_MAX_BATCH;
         e->cfg.speculative_max_batch = mb;
         e->cfg.num_speculative_tokens = e->spec.k;
         e->cfg.ngram_min = e->spec.ngram_min;
         e->cfg.ngram_max = e->spec.ngram_max;
-        e->sched.spec = (pl_spec_hook){e->spec.k, mb < 0 ? INT32_MAX : mb, pl_spec_propose,
-                                       &e->spec, NULL};
     }
-    if (st == PL_OK && e->spec.mode == PL_SPEC_DRAFT) {
+    if (st == PL_OK && e->spec.mode == PL_SPEC_DRAFT)
         st = pl_spec_draft_setup(&e->spec, e->tp, pl_kv_cache_draft_bytes(e->kv), c->kv_cache_f32,
                                  c->block_size, pl_kv_cache_max_blocks_per_seq(e->kv),
                                  c->max_num_batched_tokens, c->max_num_seqs + 1);
-        e->sched.spec.draft_kv = e->decoder.draft_kv = st == PL_OK ? &e->spec.mgr : NULL;
-    }
+    /* Logits rows: one per sequence that samples, plus room for prompt log-probabilities. */
+    int32_t max_logit_rows = c->max_num_seqs + PROMPT_LOGPROB_ROWS;
+    if (max_logit_rows > c->max_num_batched_tokens) max_logit_rows = c->max_num_batched_tokens;
     if (st == PL_OK)
         st = pl_runner_init(&e->runner, e->model, e->tp, pl_kv_cache_store(e->kv),
-                            pl_kv_cache_swap_store(e->kv),
-                            c->max_num_batched_tokens, c->max_num_seqs + 1, max_logit_rows,
+                            pl_kv_cache_swap_store(e->kv), c->pooling, c->max_num_batched_tokens,
+                            c->max_num_seqs + 1, max_logit_rows,
                             pl_kv_cache_max_blocks_per_seq(e->kv));
     if (st == PL_OK && pl_kv_cache_grouped(e->kv)) st = pl_runner_enable_groups(&e->runner);
     if (st == PL_OK) {
-        e->runner.pooling = c->pooling;
-        e->decoder.embd = e->runner.embd;
-        e->decoder.n_embd = e->model->hp.dim;
+        pl_decoder_config dc = {
+            .tok = e->model->tok, .n_vocab = e->model->hp.n_vocab,
+            .max_model_len = e->adm.max_model_len, .max_items = c->max_num_seqs + 1, .kv = e->kv,
+            .embd = e->runner.embd, .n_embd = e->model->hp.dim,
+            .drop = e->spec.ready ? pl_spec_drop : NULL, .drop_ctx = &e->spec,
+        };
+        st = pl_decoder_init(&e->decoder, &dc);
+    }
+    if (st == PL_OK) {
+        int32_t mb = e->cfg.speculative_max_batch;
+        pl_spec_hook hook = {e->spec.k, mb < 0 ? INT32_MAX : mb, pl_spec_propose,
+                             e->spec.ready ? pl_spec_drop : NULL, &e->spec};
+        pl_scheduler_config sc = {c->max_num_seqs, c->max_num_batched_tokens, max_logit_rows,
+                                  c->preemption_mode, e->spec.mode != PL_SPEC_OFF ? hook
+                                                                                 : (pl_spec_hook){0}};
+        st = pl_scheduler_init(&e->sched, &sc, e->kv);
     }
     if (st == PL_OK) st = pl_kv_view_init(&e->kv_view, e->kv);
     if (st == PL_OK) {
@@ -300,6 +313,7 @@ static pl_status step(pl_engine *e) {
     if (st == PL_OK) st = pl_runner_execute(&e->runner, s);
     if (st == PL_OK)
         st = pl_decoder_update_from_output(&e->decoder, s, e->runner.logits, e->runner.item_row);
+    release_finished(e); /* what finished before a failure too */
     e->steps.n++;
     if (st != PL_OK) {
         /* An internal failure: fail the step's requests rather than loop on them. */

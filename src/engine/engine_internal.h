@@ -62,7 +62,7 @@ struct pl_engine {
 pl_status pl_engine_tp_load(pl_engine *e);
 pl_status pl_engine_tp_start(pl_engine *e, int ok);
 
-/* engine.c: end a group now (the decoder emits its last outputs; the engine forgets it). */
+/* engine.c: end a group now (the decoder emits its last outputs; the engine frees it). */
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error);
 
 #endif

@@ -1,7 +1,6 @@
 /* engine/scheduler — see scheduler.h for the policy. */
 #include "engine/scheduler.h"
 #include "base/buf.h"
-#include "engine/spec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +47,7 @@ pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_
                        cfg->max_num_batched_tokens, cfg->max_num_seqs);
     s->cfg = *cfg;
     s->kv = kv;
+    s->spec = cfg->spec;
     return PL_OK;
 }
 
@@ -66,11 +66,8 @@ int32_t pl_group_max_seqs(const pl_seq_group *g) {
 void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g) { q_insert(&s->waiting, g); }
 
 void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g) {
+    (void)s; /* g->queue is one of its queues */
     if (g->queue) q_remove(g->queue, g);
-    for (int32_t i = 0; i < g->n_seqs; i++) {
-        pl_kv_cache_free(s->kv, &g->seqs[i]->table, &g->seqs[i]->table_w);
-        pl_spec_seq_drop(s->spec.draft_kv, g->seqs[i]);
-    }
 }
 
 void pl_scheduler_stats(const pl_scheduler *s, pl_engine_stats *out) {
@@ -240,7 +237,8 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     int32_t nt = live_tables(s, g, tabs);
     q_remove(&s->running, g);
     s->preemptions++;
-    for (int32_t i = 0; i < g->n_seqs; i++) pl_spec_seq_drop(s->spec.draft_kv, g->seqs[i]);
+    if (s->spec.drop)
+        for (int32_t i = 0; i < g->n_seqs; i++) s->spec.drop(s->spec.ctx, g->seqs[i]);
     if (s->cfg.mode == PL_PREEMPT_SWAP && pl_kv_cache_can_swap_out(s->kv, tabs, nt) == PL_ALLOC_OK) {
         /* Room for every block was reserved when the step began (reserve_output). */
         pl_sched_output *o = s->out;

@@ -62,9 +62,9 @@ typedef struct {
     int32_t k;                   /* proposals per sequence and step (0 = off) */
     int32_t max_batch;           /* no speculation in a step that decodes more sequences */
     int32_t (*propose)(void *ctx, pl_seq *q, int32_t k_max);
+    void (*drop)(void *ctx, pl_seq *q); /* a preempted sequence gives its proposer state back
+                                           (the draft model's table; NULL: nothing to give) */
     void *ctx;
-    pl_kv_manager *draft_kv;     /* the draft model's blocks (NULL: none): a preempted or removed
-                                    sequence gives its draft table back */
 } pl_spec_hook;
 
 typedef struct {
@@ -72,6 +72,7 @@ typedef struct {
     int32_t max_num_batched_tokens;
     int32_t max_logit_rows;      /* logits rows the runner can hold in one step */
     pl_preemption_mode mode;
+    pl_spec_hook spec;           /* speculative decoding; zero = off */
 } pl_scheduler_config;
 
 /* What one step runs: the (sequence, token range) items in batch order, the block copies to apply
@@ -98,7 +99,7 @@ typedef struct {
     pl_kv_cache *kv;              /* the KV cache it asks (kv/cache.h) */
     pl_group_queue waiting, running, swapped;
     pl_sched_output *out;         /* the output being filled, during pl_scheduler_schedule only */
-    pl_spec_hook spec;            /* speculative decoding; zero = off (set by the engine) */
+    pl_spec_hook spec;            /* cfg.spec */
     /* Counters. */
     uint64_t preemptions;         /* groups preempted (either mode) */
     uint64_t swaps_out;           /* of those, by swapping */
@@ -110,7 +111,8 @@ void pl_scheduler_destroy(pl_scheduler *s);
 
 /* A new group (its sequences WAITING with n_computed 0) joins the waiting queue. */
 void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g);
-/* Take a group out of whatever queue holds it (finished, aborted, refused); frees its blocks. */
+/* Take a group out of whatever queue holds it (finished, aborted, refused). Its blocks are its
+ * owner's to free (the engine: kv/cache.h pl_kv_cache_free). */
 void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g);
 /* Decide the next step into *out (emptied first). PL_ERR_NOMEM only on allocation failure of
  * out's arrays. */

@@ -67,7 +67,7 @@ pl_status pl_spec_draft_setup(pl_spec *sp, pl_threadpool *tp, uint64_t kv_bytes,
                                .max_blocks_per_seq = max_blocks, .watermark = 0.0};
     pl_status st = pl_kv_manager_init(&sp->mgr, &mc);
     if (st == PL_OK) {
-        st = pl_runner_init(&sp->runner, sp->draft, tp, &sp->kv, NULL, max_tokens, max_items,
+        st = pl_runner_init(&sp->runner, sp->draft, tp, &sp->kv, NULL, 0, max_tokens, max_items,
                             max_items, max_blocks);
         if (st != PL_OK) pl_kv_manager_destroy(&sp->mgr);
     }
@@ -93,8 +93,9 @@ pl_status pl_spec_draft_setup(pl_spec *sp, pl_threadpool *tp, uint64_t kv_bytes,
     return PL_OK;
 }
 
-void pl_spec_seq_drop(pl_kv_manager *draft_mgr, pl_seq *q) {
-    if (draft_mgr) pl_kv_free_table(draft_mgr, &q->draft_table);
+void pl_spec_drop(void *ctx, pl_seq *q) {
+    pl_spec *sp = ctx;
+    if (sp->ready) pl_kv_free_table(&sp->mgr, &q->draft_table);
     q->draft_computed = 0;
 }
 

@@ -36,16 +36,22 @@ static void world_init(world *w, int32_t blocks, int32_t swap_blocks, int32_t bs
                                world_window, NULL, 1};
     assert_int_equal(pl_kv_cache_create_blocks(&mc, &w->cache), PL_OK);
     w->kv = pl_kv_cache_manager(w->cache);
-    pl_scheduler_config sc = {seqs, tokens, tokens, mode};
+    pl_scheduler_config sc = {seqs, tokens, tokens, mode, {0}};
     assert_int_equal(pl_scheduler_init(&w->s, &sc, w->cache), PL_OK);
+}
+
+/* What the engine does with a finished group (engine.c release_finished): out of the scheduler,
+ * its blocks back to the KV cache, destroyed. */
+static void release(world *w, pl_seq_group *g) {
+    pl_scheduler_remove(&w->s, g);
+    for (int32_t j = 0; j < g->n_seqs; j++)
+        pl_kv_cache_free(w->cache, &g->seqs[j]->table, &g->seqs[j]->table_w);
+    pl_group_destroy(g);
 }
 
 static void world_free(world *w) {
     for (int i = 0; i < w->n_groups; i++)
-        if (w->groups[i]) {
-            pl_scheduler_remove(&w->s, w->groups[i]);
-            pl_group_destroy(w->groups[i]);
-        }
+        if (w->groups[i]) release(w, w->groups[i]);
     pl_scheduler_destroy(&w->s);
     pl_sched_output_destroy(&w->out);
     pl_kv_stats st;
@@ -81,8 +87,7 @@ static int index_of(world *w, pl_seq_group *g) {
 }
 
 static void finish_group(world *w, int i) {
-    pl_scheduler_remove(&w->s, w->groups[i]);
-    pl_group_destroy(w->groups[i]);
+    release(w, w->groups[i]);
     w->groups[i] = NULL;
     w->done[i] = w->step;
 }
