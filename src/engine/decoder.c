@@ -19,8 +19,7 @@
 
 #include "base/status.h"
 #include "base/clock.h"
-#include "engine/seq_kv.h"
-#include "engine/spec.h"
+#include "kv/cache.h"
 #include "engine/stop.h"
 
 #include <math.h>
@@ -41,20 +40,21 @@ static void *scratch(pl_decoder *d, int slot, size_t bytes) {
     return d->scratch[slot];
 }
 
-pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_vocab,
-                          int32_t max_model_len, pl_kv_manager *kv, pl_scheduler *sched,
-                          int32_t max_items, void (*forget)(void *ctx, pl_seq_group *g),
-                          void *forget_ctx) {
-    *d = (pl_decoder){.tok = tok, .kv = kv, .sched = sched, .n_vocab = n_vocab,
-                      .max_model_len = max_model_len, .forget = forget, .forget_ctx = forget_ctx};
+pl_status pl_decoder_init(pl_decoder *d, const pl_decoder_config *c) {
+    const pl_tokenizer *tok = c->tok;
+    const int32_t n_vocab = c->n_vocab, max_items = c->max_items;
+    *d = (pl_decoder){.tok = tok, .kv = c->kv, .drop = c->drop, .drop_ctx = c->drop_ctx,
+                      .n_vocab = n_vocab, .max_model_len = c->max_model_len, .embd = c->embd,
+                      .n_embd = c->n_embd, .max_finished = max_items};
     d->step_groups = malloc((size_t)max_items * sizeof *d->step_groups);
+    d->finished = malloc((size_t)max_items * sizeof *d->finished);
     d->work = malloc((size_t)n_vocab * sizeof *d->work);
     d->eog_ids = malloc((size_t)n_vocab * sizeof *d->eog_ids);
     d->piece_cap = PL_DETOK_CAP(pl_tokenizer_max_piece_len(tok));
     d->piece = malloc(d->piece_cap);
     d->sampler = pl_sampler_create(n_vocab);
     d->cons = pl_cons_registry_create(tok);
-    if (!d->step_groups || !d->work || !d->eog_ids || !d->piece || !d->sampler || !d->cons) {
+    if (!d->step_groups || !d->finished || !d->work || !d->eog_ids || !d->piece || !d->sampler || !d->cons) {
         pl_decoder_destroy(d);
         return pl_fail(PL_ERR_NOMEM, "out of memory for the decoder (vocab %d)", n_vocab);
     }
@@ -63,10 +63,24 @@ pl_status pl_decoder_init(pl_decoder *d, const pl_tokenizer *tok, int32_t n_voca
     return PL_OK;
 }
 
+void pl_decoder_stats(const pl_decoder *d, pl_engine_stats *s) {
+    s->prompt_tokens = d->prompt_tokens;
+    s->generation_tokens = d->generation_tokens;
+    s->constrained_tokens = d->constrained_tokens;
+    s->constrain_seconds = d->constrain_seconds;
+    pl_cons_stats cs;
+    pl_cons_get_stats(d->cons, &cs);
+    s->constrain_mask_misses = cs.mask_misses;
+    s->requests_finished = d->requests_finished;
+    s->spec_drafts = d->spec_drafts;
+    s->spec_draft_tokens = d->spec_draft_tokens;
+    s->spec_accepted_tokens = d->spec_accepted_tokens;
+}
+
 void pl_decoder_destroy(pl_decoder *d) {
     pl_sampler_destroy(d->sampler);
     pl_cons_registry_destroy(d->cons);
-    PL_FREE_ALL(d->step_groups, d->work, d->eog_ids, d->piece);
+    PL_FREE_ALL(d->step_groups, d->finished, d->work, d->eog_ids, d->piece);
     for (int i = 0; i < PL_DECODER_SCRATCH; i++) free(d->scratch[i]);
     memset(d, 0, sizeof *d);
 }
@@ -96,8 +110,8 @@ static void seq_finish(pl_decoder *d, pl_seq *q, pl_finish_reason why) {
     q->text_safe = q->text_len;
     q->finish = why;
     q->status = PL_SEQ_FINISHED;
-    pl_seq_kv_free(d->kv, q);
-    pl_spec_seq_drop(d->draft_kv, q);
+    pl_kv_cache_free(d->kv, &q->table, &q->table_w);
+    if (d->drop) d->drop(d->drop_ctx, q);
     q->group->n_live--;
 }
 
@@ -262,8 +276,8 @@ static pl_status verify_seq(pl_decoder *d, pl_seq *q) {
     d->spec_accepted_tokens += (uint64_t)acc;
     if (q->status == PL_SEQ_FINISHED) return PL_OK; /* its blocks went back at the finish */
     q->n_computed = q->n_tokens - 1;
-    PL_TRY(pl_seq_kv_truncate(d->kv, q, q->n_computed));
-    return pl_seq_kv_commit(d->kv, q, q->n_computed);
+    PL_TRY(pl_kv_cache_truncate(d->kv, &q->table, &q->table_w, q->n_computed));
+    return pl_kv_cache_commit(d->kv, &q->table, &q->table_w, q->tokens, q->n_computed);
 }
 
 /* Derive sequence i's RNG from the request seed (i = 0 uses the seed itself, so n = 1 requests
@@ -285,7 +299,8 @@ static pl_status first_sample(pl_decoder *d, pl_seq_group *g, const float *logit
                            (unsigned long long)g->id);
         }
         seed_seq(c, g, pl_rng_next(&parent->rng));
-        pl_status st = pl_seq_kv_fork(d->kv, parent, c);
+        pl_status st = pl_kv_cache_fork(d->kv, &parent->table, &parent->table_w, &c->table,
+                                        &c->table_w);
         if (st != PL_OK) return st;
         g->n_live++;
     }
@@ -452,7 +467,8 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
             st = pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
             break;
         }
-        if ((st = pl_seq_kv_fork(d->kv, c->parent, f)) != PL_OK) {
+        if ((st = pl_kv_cache_fork(d->kv, &c->parent->table, &c->parent->table_w, &f->table,
+                                    &f->table_w)) != PL_OK) {
             pl_seq_destroy(f);
             break;
         }
@@ -463,7 +479,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
     if (st != PL_OK) {
         for (int32_t i = 0; i < made; i++)
             if (next[i]) {
-                pl_seq_kv_free(d->kv, next[i]);
+                pl_kv_cache_free(d->kv, &next[i]->table, &next[i]->table_w);
                 pl_seq_destroy(next[i]);
             }
         return st;
@@ -479,7 +495,7 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
         int kept = 0;
         for (int32_t j = 0; j < keep; j++) kept |= next[j] == q;
         if (!kept) {
-            pl_seq_kv_free(d->kv, q);
+            pl_kv_cache_free(d->kv, &q->table, &q->table_w);
             pl_seq_destroy(q);
         }
     }
@@ -586,10 +602,17 @@ void pl_decoder_finish_group(pl_decoder *d, pl_seq_group *g, pl_finish_reason wh
         for (int32_t i = 0; i < g->n_seqs; i++) emit_seq(g, g->seqs[i], g->seqs[i]->index);
     }
     pl_out_finish(g->chan, error, g->arrival, g->first_scheduled, g->first_token, g->finished_at);
-    pl_scheduler_remove(d->sched, g);
-    if (d->forget) d->forget(d->forget_ctx, g);
     d->requests_finished++;
-    pl_group_destroy(g);
+    /* at most one per group of the step (or the one the engine ends now): max_items */
+    PL_ASSERT(d->n_finished < d->max_finished);
+    d->finished[d->n_finished++] = g;
+}
+
+int32_t pl_decoder_take_finished(pl_decoder *d, pl_seq_group ***out) {
+    int32_t n = d->n_finished;
+    *out = d->finished;
+    d->n_finished = 0;
+    return n;
 }
 
 /* ---- the step's logits ---- */
@@ -651,7 +674,7 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
             g->step_mark = mark;
             continue;
         }
-        PL_TRY(pl_seq_kv_commit(d->kv, q, q->n_computed));
+        PL_TRY(pl_kv_cache_commit(d->kv, &q->table, &q->table_w, q->tokens, q->n_computed));
         if (it->all_logits && d->item_row[i] >= 0) prompt_logprobs(d, g, it, d->item_row[i]);
         q->logits_row = it->sample ? d->item_row[i] + (it->all_logits ? it->n - 1 : 0) : -1;
         if (it->sample) g->step_mark = mark;

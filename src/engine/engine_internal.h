@@ -6,9 +6,11 @@
 
 #include "pagellm.h"
 
-#include "base/idmap.h"
 #include "base/threadpool.h"
+#include "engine/admission.h"
+#include "engine/config.h"
 #include "engine/decoder.h"
+#include "engine/inbox.h"
 #include "engine/kv_samples.h"
 #include "engine/kv_view.h"
 #include "engine/output.h"
@@ -17,78 +19,50 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/spec.h"
-#include "kv/kv_store.h"
-#include "kv/manager.h"
+#include "kv/cache.h"
 #include "model/model.h"
 
 #include <pthread.h>
+
+/* The step loop's own counters and test hooks (engine thread). */
+typedef struct {
+    uint64_t n;                 /* steps that ran the model (the decoder counts tokens) */
+    double seconds;             /* time in pl_engine_step that ran the model */
+    double cpu_seconds;         /* its CPU time in those steps */
+    uint64_t fail_step;         /* PAGELLM_FAIL_STEP: this step fails (tests of error paths) */
+    int delay_ms;               /* PAGELLM_STEP_DELAY_MS: sleep after each model step (tests) */
+} pl_engine_steps;
 
 struct pl_engine {
     pl_engine_config cfg;
     pl_model *model;
     pl_threadpool *tp;
-    pl_kv_store kv;             /* primary KV bytes */
-    pl_kv_store swap;           /* swap pool bytes (num_blocks 0 if none) */
-    int has_swap;
+    pl_kv_cache *kv;            /* the KV cache: bytes, blocks, layout (kv/cache.h) */
     int dist;             /* tensor parallel: 1 shards loaded and agreed (workers wait for the
                              setup), 2 workers running (they wait for steps, then stop) */
-    pl_kv_manager mgr;          /* who holds which block */
-    struct pl_vattn *va;        /* kv-layout vattention: the slots and page pool (kv holds a view
-                                   of its reservation), else NULL */
     pl_scheduler sched;
     pl_sched_output sched_out;  /* the current step's schedule (reused every step) */
     pl_runner runner;           /* step buffers, forward pass, the step's logits */
     pl_decoder decoder;         /* sampling, beams, stopping, outputs */
     pl_spec spec;               /* speculative decoding's proposer (mode OFF: none) */
-    uint64_t draft_kv_bytes;    /* the draft model's share of the KV budget (0: no draft) */
-    int32_t max_model_len;
-    /* Engine-thread state. */
-    pl_idmap groups;            /* id -> pl_seq_group*, every unfinished group */
-    /* Shared with client threads. */
-    pthread_mutex_t inbox_mu;
-    pthread_cond_t inbox_cv;
-    pl_seq_group *inbox_head, *inbox_tail;
-    int32_t inbox_n;
-    uint64_t *aborts;           /* ids to abort at the next step */
-    size_t n_aborts, cap_aborts;
-    int abort_scan;             /* an abort did not fit in `aborts` (out of memory): its channel
-                                   is marked, and the next step looks at every group's channel */
-    uint64_t next_id;
-    int kv_poke;                /* a KV snapshot reader wants a fresh picture (under inbox_mu) */
-    pthread_mutex_t reg_mu;     /* guards `channels` */
-    pl_idmap channels;          /* id -> pl_out_channel* while a client may poll */
-    /* Counters, written by the engine thread only. */
-    uint64_t steps;             /* steps that ran the model (the decoder counts tokens) */
-    uint64_t fail_step;         /* PAGELLM_FAIL_STEP: this step fails (tests of error paths) */
-    int step_delay_ms;          /* PAGELLM_STEP_DELAY_MS: sleep after each model step (tests) */
-    /* KV memory samples, engine thread only, one per step that runs the model (see pl_engine_stats). */
-    uint64_t kv_samples;
-    double kv_usage_sum, kv_usage_peak, kv_waste_peak;
-    double kv_tokens_sum, kv_slots_sum, kv_blocks_sum, kv_refs_sum, kv_future_sum;
-    int32_t kv_peak_blocks;
-    int32_t kv_peak_seqs;       /* most sequences in one step's batch */
+    pl_admission adm;           /* what the request checks need (engine/admission.h) */
+    pl_inbox inbox;             /* new requests, aborts, ids, channels, groups (engine/inbox.h) */
+    pl_engine_steps steps;
     /* A copy of the stats taken by the engine thread after every step, for other threads. */
-    pthread_mutex_t stats_mu;   /* after inbox_mu when both are held */
+    pthread_mutex_t stats_mu;   /* after the inbox lock when both are held */
     pl_engine_stats snapshot;
     pl_engine_kv_samples snapshot_samples; /* with `snapshot`, under stats_mu */
-    int32_t taken;              /* under stats_mu: groups taken from the inbox since `snapshot`;
-                                   readers count them as waiting, the queue bound does not (a
-                                   request that finished in this step would still hold a place) */
-    double step_seconds;        /* engine thread: time in pl_engine_step that ran the model */
-    double step_cpu_seconds;    /* engine thread: its CPU time in those steps */
     pl_kv_view kv_view;         /* block states for monitoring (engine/kv_view.h) */
 };
 
 
-/* engine_vattn.c: kv-layout vattention. setup replaces the paged pool: the slots and page pool
- * for `budget` bytes, the store view of the reservation (layout l's dtype and heads), the
- * manager; check refuses what needs shared blocks; stats fills the vattn_* counters. */
-pl_status pl_engine_setup_vattn(pl_engine *e, const pl_kv_layout *l, uint64_t budget);
-pl_status pl_engine_check_vattn(const pl_engine_config *c);
-void pl_engine_vattn_stats(pl_engine *e, pl_engine_stats *s);
-void pl_engine_destroy_vattn(pl_engine *e);
+/* engine_tp.c: tensor parallel, rank 0. load loads shard 0 while every worker loads its own,
+ * and agrees (e->dist = 1); start, the engine otherwise ready (ok) or not, hands the workers
+ * what they need to build the same pools, agrees, and hooks the runner (e->dist = 2). */
+pl_status pl_engine_tp_load(pl_engine *e);
+pl_status pl_engine_tp_start(pl_engine *e, int ok);
 
-/* engine.c: end a group now (the decoder emits its last outputs; the engine forgets it). */
+/* engine.c: end a group now (the decoder emits its last outputs; the engine frees it). */
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error);
 
 #endif

@@ -16,11 +16,14 @@ static long long now_ms(void) {
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_manager *m) {
+pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv) {
+    const pl_kv_manager *m = pl_kv_cache_manager_c(kv);
+    pl_kv_stats k;
+    pl_kv_get_stats(m, &k);
     memset(v, 0, sizeof *v);
     v->block_size = m->cfg.block_size;
-    v->n_blocks = m->pool.num_blocks;
-    v->n_swap = m->swap.num_blocks;
+    v->n_blocks = pl_kv_pool_blocks(m);
+    v->n_swap = k.swap_total;
     size_t n = (size_t)v->n_blocks + (size_t)v->n_swap;
     for (int i = 0; i < 2; i++)
         if (!(v->buf[i].states = calloc(n ? n : 1, 1))) {
@@ -91,7 +94,7 @@ static void publish(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s
     v->publish_seconds += pl_clock_now() - t0;
 }
 
-void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,
+void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
                            uint64_t steps) {
     long long until = atomic_load(&v->want_until_ms);
     if (until == 0) { /* nobody ever looked: not even a clock read */
@@ -104,10 +107,10 @@ void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_manager *m, const pl_sched
         atomic_store(&v->stale, 1);
         return;
     }
-    publish(v, m, s, steps, now < atomic_load(&v->tables_until_ms), now);
+    publish(v, pl_kv_cache_manager_c(kv), s, steps, now < atomic_load(&v->tables_until_ms), now);
 }
 
-void pl_kv_view_idle(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,
+void pl_kv_view_idle(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
                      uint64_t steps, int force) {
     long long now = now_ms();
     if (now >= atomic_load(&v->want_until_ms)) return;
@@ -118,7 +121,12 @@ void pl_kv_view_idle(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *
         need = !v->buf[v->front].has_tables;
         pthread_mutex_unlock(&v->mu);
     }
-    if (need) publish(v, m, s, steps, tables, now);
+    if (need) publish(v, pl_kv_cache_manager_c(kv), s, steps, tables, now);
+}
+
+void pl_kv_view_stats(const pl_kv_view *v, pl_engine_stats *s) {
+    s->kv_pictures = v->version;
+    s->kv_picture_seconds = v->publish_seconds;
 }
 
 int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen) {

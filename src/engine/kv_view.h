@@ -18,7 +18,7 @@
 
 #include "pagellm.h"
 #include "engine/scheduler.h"
-#include "kv/manager.h"
+#include "kv/cache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,21 +60,23 @@ typedef struct {
     double publish_seconds;      /* engine thread: time spent publishing (version = count) */
 } pl_kv_view;
 
-pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_manager *m);
+pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv);
 void pl_kv_view_destroy(pl_kv_view *v);
 
 /* Engine thread, after every step: publish if someone is watching (and the last picture is
  * older than min_interval_ms or a reader waits), else mark stale. */
-void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,
+void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
                            uint64_t steps);
 /* Engine thread, idle: publish if someone is watching and the picture is stale (or `force`). */
-void pl_kv_view_idle(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s,
+void pl_kv_view_idle(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
                      uint64_t steps, int force);
 
 /* Any thread: keep the engine publishing (tables too if with_tables) for PL_KV_VIEW_WANT_MS.
  * Returns 1 when the current picture is missing, lacks tables that are wanted, or is stale and
  * older than PL_KV_VIEW_FRESH_MS: the caller should wake an idle engine and then call
  * pl_kv_view_read with a timeout. */
+/* Engine thread: its fields of the engine's stats (pictures published, time spent). */
+void pl_kv_view_stats(const pl_kv_view *v, pl_engine_stats *s);
 int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen);
 /* Any thread: copy the front picture into *out; with timeout_ms > 0 and need_fresh, first wait
  * up to that long for a publication newer than version `seen` (from pl_kv_view_want). */

@@ -44,7 +44,7 @@ typedef struct pl_seq {
                                    (the scheduler places them, the decoder verifies them) */
     pl_block_table table;       /* its KV blocks (with KV cache groups: the global layers') */
     pl_block_table table_w;     /* with KV cache groups: the window layers' blocks, kept in step
-                                   with table (engine/seq_kv.h); else empty */
+                                   with table (kv/cache.h); else empty */
     pl_block_table draft_table; /* its draft model's KV blocks (engine/spec_draft.c), or empty */
     int32_t draft_computed;     /* leading tokens whose draft K/V are valid */
     pl_rng rng;
@@ -106,6 +106,12 @@ struct pl_seq_group {
     pl_seq_group *next, *prev;  /* intrusive queue links (waiting / running / swapped) */
     struct pl_group_queue_ *queue; /* the queue holding it, or NULL */
 };
+
+/* A queue of groups (the scheduler's waiting / running / swapped, the inbox's new requests). */
+typedef struct pl_group_queue_ {
+    pl_seq_group *head, *tail;
+    int32_t n;
+} pl_group_queue;
 
 /* Top log-probabilities kept per output token (0 when not asked, or asked with k = 0). */
 static inline int32_t n_top_of(const pl_seq_group *g) {

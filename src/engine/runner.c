@@ -9,12 +9,13 @@
 #include <string.h>
 
 pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_store *kv,
-                         pl_kv_store *swap, int32_t max_tokens, int32_t max_items,
+                         pl_kv_store *swap, int32_t pooling, int32_t max_tokens, int32_t max_items,
                          int32_t max_logit_rows, int32_t max_blocks) {
     memset(r, 0, sizeof *r);
     r->model = m;
     r->kv = kv;
     r->swap = swap;
+    r->pooling = pooling;
     r->max_tokens = max_tokens;
     r->max_items = max_items;
     r->max_logit_rows = max_logit_rows;

@@ -40,16 +40,17 @@ typedef struct {
     float *embd;            /* [max_items][dim] the pooled vectors of the step's embedding
                                items (item i's at row item_row[i]) */
     int32_t *pooled;        /* [max_items] the step's embedding items */
-    int32_t pooling;        /* pl_pooling for embedding items (0: the model's own) */
+    int32_t pooling;        /* pl_pooling for embedding items (0: the model's own), from init */
 } pl_runner;
 
 /* Buffers for steps of up to max_tokens tokens, max_items items, max_logit_rows logits rows and
  * max_blocks blocks per sequence. */
-/* KV cache groups (engine/seq_kv.h): the step also carries every sequence's window table
+/* KV cache groups (kv/cache.h): the step also carries every sequence's window table
  * (pl_seq.table_w) for the window layers. Call once after init (not for a draft runner). */
 pl_status pl_runner_enable_groups(pl_runner *r);
+/* pooling: for embedding items (0: the model's own). */
 pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_store *kv,
-                         pl_kv_store *swap, int32_t max_tokens, int32_t max_items,
+                         pl_kv_store *swap, int32_t pooling, int32_t max_tokens, int32_t max_items,
                          int32_t max_logit_rows, int32_t max_blocks);
 void pl_runner_destroy(pl_runner *r);
 /* Apply so's copies, run its items; the logits are then in r->logits (rows by r->item_row). */

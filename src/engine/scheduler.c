@@ -1,8 +1,6 @@
 /* engine/scheduler — see scheduler.h for the policy. */
 #include "engine/scheduler.h"
 #include "base/buf.h"
-#include "engine/seq_kv.h"
-#include "engine/spec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +38,7 @@ static void q_remove(pl_group_queue *q, pl_seq_group *g) {
 /* ---- growable result arrays ---- */
 
 
-pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_manager *kv) {
+pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_cache *kv) {
     memset(s, 0, sizeof *s);
     if (cfg->max_num_seqs < 1 || cfg->max_num_batched_tokens < cfg->max_num_seqs ||
         cfg->max_logit_rows < cfg->max_num_seqs)
@@ -49,6 +47,7 @@ pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_
                        cfg->max_num_batched_tokens, cfg->max_num_seqs);
     s->cfg = *cfg;
     s->kv = kv;
+    s->spec = cfg->spec;
     return PL_OK;
 }
 
@@ -67,11 +66,17 @@ int32_t pl_group_max_seqs(const pl_seq_group *g) {
 void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g) { q_insert(&s->waiting, g); }
 
 void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g) {
+    (void)s; /* g->queue is one of its queues */
     if (g->queue) q_remove(g->queue, g);
-    for (int32_t i = 0; i < g->n_seqs; i++) {
-        pl_seq_kv_free(s->kv, g->seqs[i]);
-        pl_spec_seq_drop(s->spec.draft_kv, g->seqs[i]);
-    }
+}
+
+void pl_scheduler_stats(const pl_scheduler *s, pl_engine_stats *out) {
+    out->running = s->running.n;
+    out->waiting = s->waiting.n;
+    out->swapped = s->swapped.n;
+    out->preemptions = s->preemptions;
+    out->swaps_out = s->swaps_out;
+    out->spec_off_steps = s->spec_off_steps;
 }
 
 int pl_scheduler_has_work(const pl_scheduler *s) {
@@ -94,7 +99,7 @@ typedef struct {
 /* A sliding-window cache allocates prefill slots chunk by chunk (kv/manager.h), so that a long
  * sequence, recomputed after preemption, never holds more than its window and one chunk. */
 static int lazy_prefill(const pl_scheduler *s) {
-    return s->kv->cfg.sliding_window > 0 && s->kv->cfg.policy == PL_KV_POLICY_PAGED;
+    return pl_kv_cache_lazy_prefill(s->kv);
 }
 
 static pl_status add_item(pl_scheduler *s, pl_seq *q, int32_t n, int all_logits) {
@@ -125,7 +130,7 @@ static pl_status push_copies(pl_block_copy **arr, int32_t *n, size_t *cap,
 /* Slots for n_new more tokens of q in every table, their copies-on-write queued. */
 static pl_status append_seq(pl_scheduler *s, pl_seq *q, int32_t n_new) {
     pl_block_copy cow[2];
-    PL_TRY(pl_seq_kv_append(s->kv, q, n_new, cow));
+    PL_TRY(pl_kv_cache_append(s->kv, &q->table, &q->table_w, n_new, cow));
     for (int j = 0; j < 2; j++)
         if (cow[j].src >= 0) PL_TRY(push_copies(&s->out->cow, &s->out->n_cow, &s->out->cap_cow, &cow[j], 1));
     return PL_OK;
@@ -134,7 +139,7 @@ static pl_status append_seq(pl_scheduler *s, pl_seq *q, int32_t n_new) {
 static pl_status prefill_slots(pl_scheduler *s, pl_seq *q, int32_t *n, budget *b) {
     int32_t have = q->table.n_tokens - q->n_computed, want = *n - have;
     if (want <= 0) return PL_OK;
-    while (want > 0 && !pl_seq_kv_can_append(s->kv, q, want)) want--;
+    while (want > 0 && !pl_kv_cache_can_append(s->kv, &q->table, &q->table_w, want)) want--;
     if (want < *n - have) b->starved = 1;
     *n = have + want;
     if (want == 0) return PL_OK;
@@ -144,7 +149,8 @@ static pl_status prefill_slots(pl_scheduler *s, pl_seq *q, int32_t *n, budget *b
 static int32_t live_tables(const pl_scheduler *s, pl_seq_group *g, pl_block_table **out) {
     int32_t k = 0;
     for (int32_t i = 0; i < g->n_seqs; i++)
-        if (g->seqs[i]->status != PL_SEQ_FINISHED) k += pl_seq_kv_tables(s->kv, g->seqs[i], out + k);
+        if (g->seqs[i]->status != PL_SEQ_FINISHED)
+            k += pl_kv_cache_tables(s->kv, &g->seqs[i]->table, &g->seqs[i]->table_w, out + k);
     return k;
 }
 
@@ -170,7 +176,8 @@ static int32_t decode_blocks_needed(const pl_scheduler *s, const pl_seq_group *g
     for (int32_t i = 0; i < g->n_seqs; i++) {
         const pl_seq *q = g->seqs[i];
         if (q->status == PL_SEQ_RUNNING && q->table.n_tokens < q->n_tokens)
-            need += pl_seq_kv_append_needed(s->kv, q, q->n_tokens - q->table.n_tokens);
+            need += pl_kv_cache_append_needed(s->kv, &q->table, &q->table_w,
+                                                  q->n_tokens - q->table.n_tokens);
     }
     return need;
 }
@@ -192,9 +199,10 @@ static int32_t spec_room(const pl_scheduler *s, const pl_seq *q, const budget *b
     if (k > out_left) k = out_left;
     if (k > slots_left) k = slots_left;
     if (k < 1) return 0;
-    int32_t extra = pl_seq_kv_append_needed(s->kv, q, q->n_tokens + k - q->table.n_tokens);
+    int32_t extra = pl_kv_cache_append_needed(s->kv, &q->table, &q->table_w,
+                                              q->n_tokens + k - q->table.n_tokens);
     int32_t later = b->dec_left > rest ? b->dec_left : rest;
-    if (s->kv->pool.n_free - extra < s->kv->watermark_blocks + 2 * later) return 0;
+    if (pl_kv_cache_headroom(s->kv) - extra < 2 * later) return 0;
     return k;
 }
 
@@ -229,12 +237,13 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     int32_t nt = live_tables(s, g, tabs);
     q_remove(&s->running, g);
     s->preemptions++;
-    for (int32_t i = 0; i < g->n_seqs; i++) pl_spec_seq_drop(s->spec.draft_kv, g->seqs[i]);
-    if (s->cfg.mode == PL_PREEMPT_SWAP && pl_kv_can_swap_out(s->kv, tabs, nt) == PL_ALLOC_OK) {
+    if (s->spec.drop)
+        for (int32_t i = 0; i < g->n_seqs; i++) s->spec.drop(s->spec.ctx, g->seqs[i]);
+    if (s->cfg.mode == PL_PREEMPT_SWAP && pl_kv_cache_can_swap_out(s->kv, tabs, nt) == PL_ALLOC_OK) {
         /* Room for every block was reserved when the step began (reserve_output). */
         pl_sched_output *o = s->out;
         int32_t n_map = 0;
-        pl_status st = pl_kv_swap_out(s->kv, tabs, nt, o->swap_out + o->n_swap_out,
+        pl_status st = pl_kv_cache_swap_out(s->kv, tabs, nt, o->swap_out + o->n_swap_out,
                                       (int32_t)o->cap_swap_out - o->n_swap_out, &n_map);
         if (st != PL_OK) {
             q_insert(&s->running, g);
@@ -252,7 +261,7 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
         if (q->status == PL_SEQ_FINISHED) continue;
-        pl_seq_kv_free(s->kv, q);
+        pl_kv_cache_free(s->kv, &q->table, &q->table_w);
         q->n_computed = 0;
         q->status = PL_SEQ_WAITING;
     }
@@ -264,9 +273,7 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
  * running groups as needed. *runs = 0 if g itself had to be preempted. */
 static pl_status ensure_decode_slots(pl_scheduler *s, pl_seq_group *g, budget *b, int *runs) {
     for (;;) {
-        pl_kv_stats st;
-        pl_kv_get_stats(s->kv, &st);
-        if (decode_blocks_needed(s, g) <= st.blocks_free) {
+        if (decode_blocks_needed(s, g) <= pl_kv_cache_blocks_free(s->kv)) {
             *runs = 1;
             return PL_OK;
         }
@@ -315,9 +322,10 @@ static pl_status schedule_prefills(pl_scheduler *s, pl_seq_group *g, budget *b) 
         int32_t blocks = 0;
         for (int32_t i = 0; i < g->n_seqs; i++)
             if (g->seqs[i]->status == PL_SEQ_RUNNING)
-                blocks += pl_seq_kv_append_needed(s->kv, g->seqs[i],
-                                                  g->seqs[i]->n_tokens - g->seqs[i]->table.n_tokens);
-        all_complete = blocks <= s->kv->pool.n_free;
+                blocks += pl_kv_cache_append_needed(s->kv, &g->seqs[i]->table,
+                                                    &g->seqs[i]->table_w,
+                                                    g->seqs[i]->n_tokens - g->seqs[i]->table.n_tokens);
+        all_complete = blocks <= pl_kv_cache_blocks_free(s->kv);
     }
     for (int32_t i = 0; i < g->n_seqs; i++) {
         pl_seq *q = g->seqs[i];
@@ -344,12 +352,12 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
     while (s->swapped.head) {
         pl_seq_group *g = s->swapped.head;
         pl_block_table *tabs[g->n_seqs > 0 ? 2 * g->n_seqs : 1];
-        int32_t nt = live_tables(s, g, tabs), ns = nt / (pl_seq_kv_grouped(s->kv) ? 2 : 1);
+        int32_t nt = live_tables(s, g, tabs), ns = nt / (pl_kv_cache_grouped(s->kv) ? 2 : 1);
         if (ns > b->seqs_left || ns > b->tokens_left || ns > b->rows_left) break;
-        if (pl_kv_can_swap_in(s->kv, tabs, nt) != PL_ALLOC_OK) break;
+        if (pl_kv_cache_can_swap_in(s->kv, tabs, nt) != PL_ALLOC_OK) break;
         pl_sched_output *o = s->out;
         int32_t n_map = 0;
-        PL_TRY(pl_kv_swap_in(s->kv, tabs, nt, o->swap_in + o->n_swap_in,
+        PL_TRY(pl_kv_cache_swap_in(s->kv, tabs, nt, o->swap_in + o->n_swap_in,
                              (int32_t)o->cap_swap_in - o->n_swap_in, &n_map));
         o->n_swap_in += n_map;
         q_remove(&s->swapped, g);
@@ -360,9 +368,7 @@ static pl_status schedule_swapped(pl_scheduler *s, budget *b) {
         /* Decodes need a slot for their newest token now; if the pool cannot give one the
          * group waits in running for the next step's decode pass. */
         if (group_decodes(g)) {
-            pl_kv_stats kst;
-            pl_kv_get_stats(s->kv, &kst);
-            if (decode_blocks_needed(s, g) <= kst.blocks_free) PL_TRY(add_decodes(s, g, b));
+            if (decode_blocks_needed(s, g) <= pl_kv_cache_blocks_free(s->kv)) PL_TRY(add_decodes(s, g, b));
             else b->stalled = 1; /* it runs first next step; a newcomer must not overtake it */
             continue;
         }
@@ -408,11 +414,11 @@ static pl_status admit_embed(pl_scheduler *s, pl_seq_group *g, budget *b, int *a
  * group that fitted while sharing could never come back. 0: nothing shared (one sequence, a
  * first admission, lazy prefill, which admits by windows and chunks, a prompt under a block). */
 static int32_t shared_prompt_blocks(const pl_scheduler *s, const pl_seq_group *g) {
-    if (lazy_prefill(s) || s->kv->cfg.policy != PL_KV_POLICY_PAGED || !g->prefilled || g->embed)
+    if (lazy_prefill(s) || !pl_kv_cache_shares(s->kv) || !g->prefilled || g->embed)
         return 0;
     int32_t waiting = 0;
     for (int32_t i = 0; i < g->n_seqs; i++) waiting += g->seqs[i]->status == PL_SEQ_WAITING;
-    return waiting > 1 ? g->n_prompt / s->kv->cfg.block_size : 0;
+    return waiting > 1 ? g->n_prompt / pl_kv_cache_block_size(s->kv) : 0;
 }
 
 /* Blocks admitting g's waiting sequences takes from the free blocks (lazy prefill: the hits
@@ -421,28 +427,21 @@ static int32_t shared_prompt_blocks(const pl_scheduler *s, const pl_seq_group *g
  * can never fit its table. */
 static int32_t admit_need(pl_scheduler *s, const pl_seq_group *g, uint64_t key, int32_t first,
                           int32_t *too_long) {
-    pl_kv_manager *kv = s->kv;
+    pl_kv_cache *kv = s->kv;
     int32_t need = 0, shared = shared_prompt_blocks(s, g), lead = 1;
     for (int32_t i = 0; i < g->n_seqs; i++) {
         const pl_seq *q = g->seqs[i];
         if (q->status != PL_SEQ_WAITING) continue;
-        if (lazy_prefill(s)) {
-            int32_t hit = pl_seq_kv_probe(kv, q, key);
-            int32_t upto = q->n_tokens - hit > first ? hit + first : q->n_tokens;
-            need += pl_seq_kv_admit_blocks(kv, q->n_tokens, upto, hit);
-        } else if (kv->cfg.policy == PL_KV_POLICY_PAGED) {
-            need += pl_seq_kv_prompt_blocks(kv, q, key, lead ? 0 : shared);
-            lead = 0;
-        } else {
-            need += pl_kv_admit_blocks(kv, q->n_tokens, final_tokens(g));
-        }
-        *too_long |= pl_kv_blocks_for(kv, q->n_tokens + 1) > kv->cfg.max_blocks_per_seq;
+        need += pl_kv_cache_admit_blocks(kv, q->tokens, q->n_tokens, key, first, final_tokens(g),
+                                         lead ? 0 : shared);
+        lead = 0;
+        *too_long |= pl_kv_cache_too_long(kv, q->n_tokens);
     }
     return need;
 }
 
 static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
-    pl_kv_manager *kv = s->kv;
+    pl_kv_cache *kv = s->kv;
     while (s->waiting.head && b->tokens_left > 0) {
         pl_seq_group *g = s->waiting.head;
         if (g->embed == PL_EMBED_LOCAL) {
@@ -459,20 +458,18 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
          * that, so any length is admitted with about two windows of blocks (a recomputed
          * sequence longer than the pool included); later chunks get theirs as the window frees
          * blocks. */
-        int32_t bs = kv->cfg.block_size, win = (kv->cfg.sliding_window + bs - 1) / bs * bs;
+        int32_t bs = pl_kv_cache_block_size(kv), win = (pl_kv_cache_window(kv) + bs - 1) / bs * bs;
         int32_t too_long = 0, first = b->tokens_left;
         int32_t need = admit_need(s, g, key, first, &too_long);
-        if (lazy_prefill(s) && first > win && need > kv->pool.n_free - kv->watermark_blocks)
+        if (lazy_prefill(s) && first > win && need > pl_kv_cache_headroom(kv))
             need = admit_need(s, g, key, first = win, &too_long);
-        pl_kv_stats st;
-        pl_kv_get_stats(kv, &st);
-        if (too_long || need > st.blocks_total - kv->watermark_blocks) {
+        pl_alloc_status fit = pl_kv_cache_can_admit(kv, need);
+        if (too_long || fit == PL_ALLOC_NEVER) {
             PL_TRY(refuse(s, g));
             continue;
         }
-        if (need > st.blocks_free - kv->watermark_blocks) break;
-        /* A contiguous layout needs one run (its groups hold one sequence): fragmentation. */
-        if (kv->cfg.policy != PL_KV_POLICY_PAGED && pl_kv_first_fit(kv, need) < 0) break;
+        /* (a contiguous layout needs one run, its groups hold one sequence: fragmentation) */
+        if (fit != PL_ALLOC_OK) break;
         if (pl_group_max_seqs(g) > b->seqs_left) break;
         /* A generation model's embedding input runs whole in one step, or waits. */
         if (g->embed && g->seqs[0]->n_tokens > b->tokens_left) break;
@@ -482,15 +479,15 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
             pl_seq *q = g->seqs[i];
             if (q->status != PL_SEQ_WAITING) continue;
             int32_t cached = 0;
-            if (lead && pl_seq_kv_probe(kv, q, key) < shared * kv->cfg.block_size) {
+            if (lead && pl_kv_cache_probe(kv, q->tokens, q->n_tokens, key) < shared * bs) {
                 /* the prompt blocks are the lead's, to compute: q computes the rest after */
-                PL_TRY(pl_seq_kv_allocate_shared(kv, lead, shared, q));
-                cached = shared * kv->cfg.block_size;
+                PL_TRY(pl_kv_cache_allocate_shared(kv, &lead->table, shared, &q->table, q->n_tokens));
+                cached = shared * bs;
                 g->lead = lead;
                 g->lead_tokens = cached;
             } else {
-                PL_TRY(pl_seq_kv_allocate(kv, q, key, lazy_prefill(s), first, final_tokens(g),
-                                          &cached));
+                PL_TRY(pl_kv_cache_allocate(kv, &q->table, &q->table_w, q->tokens, q->n_tokens,
+                                            key, first, final_tokens(g), &cached));
             }
             if (shared && !lead) lead = q;
             q->n_computed = cached;
@@ -551,7 +548,7 @@ static pl_status schedule(pl_scheduler *s) {
  * manager would have moved blocks whose copies nobody performs). */
 static pl_status reserve_output(pl_scheduler *s, pl_sched_output *o) {
     size_t items = (size_t)s->cfg.max_num_batched_tokens + (size_t)s->cfg.max_num_seqs;
-    size_t blocks = (size_t)s->kv->cfg.num_blocks;
+    size_t blocks = (size_t)pl_kv_cache_num_blocks(s->kv);
     if (pl_array_reserve(&o->items, &o->items_cap, items, sizeof *o->items) ||
         pl_array_reserve(&o->cow, &o->cap_cow, 2 * items, sizeof *o->cow) || /* 2 groups */
         pl_array_reserve(&o->swap_out, &o->cap_swap_out, blocks, sizeof *o->swap_out) ||

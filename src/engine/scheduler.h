@@ -42,6 +42,7 @@
 #define PL_ENGINE_SCHEDULER_H
 
 #include "engine/request.h"
+#include "kv/cache.h"
 
 typedef struct {
     pl_seq *seq;
@@ -61,9 +62,9 @@ typedef struct {
     int32_t k;                   /* proposals per sequence and step (0 = off) */
     int32_t max_batch;           /* no speculation in a step that decodes more sequences */
     int32_t (*propose)(void *ctx, pl_seq *q, int32_t k_max);
+    void (*drop)(void *ctx, pl_seq *q); /* a preempted sequence gives its proposer state back
+                                           (the draft model's table; NULL: nothing to give) */
     void *ctx;
-    pl_kv_manager *draft_kv;     /* the draft model's blocks (NULL: none): a preempted or removed
-                                    sequence gives its draft table back */
 } pl_spec_hook;
 
 typedef struct {
@@ -71,12 +72,8 @@ typedef struct {
     int32_t max_num_batched_tokens;
     int32_t max_logit_rows;      /* logits rows the runner can hold in one step */
     pl_preemption_mode mode;
+    pl_spec_hook spec;           /* speculative decoding; zero = off */
 } pl_scheduler_config;
-
-typedef struct pl_group_queue_ {
-    pl_seq_group *head, *tail;
-    int32_t n;
-} pl_group_queue;
 
 /* What one step runs: the (sequence, token range) items in batch order, the block copies to apply
  * before the forward pass (swap-out, swap-in, copy-on-write, in that order), and the groups that
@@ -99,27 +96,30 @@ void pl_sched_output_destroy(pl_sched_output *o);
 
 typedef struct {
     pl_scheduler_config cfg;
-    pl_kv_manager *kv;
+    pl_kv_cache *kv;              /* the KV cache it asks (kv/cache.h) */
     pl_group_queue waiting, running, swapped;
     pl_sched_output *out;         /* the output being filled, during pl_scheduler_schedule only */
-    pl_spec_hook spec;            /* speculative decoding; zero = off (set by the engine) */
+    pl_spec_hook spec;            /* cfg.spec */
     /* Counters. */
     uint64_t preemptions;         /* groups preempted (either mode) */
     uint64_t swaps_out;           /* of those, by swapping */
     uint64_t spec_off_steps;      /* steps whose decode batch exceeded spec.max_batch */
 } pl_scheduler;
 
-pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_manager *kv);
+pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_kv_cache *kv);
 void pl_scheduler_destroy(pl_scheduler *s);
 
 /* A new group (its sequences WAITING with n_computed 0) joins the waiting queue. */
 void pl_scheduler_add(pl_scheduler *s, pl_seq_group *g);
-/* Take a group out of whatever queue holds it (finished, aborted, refused); frees its blocks. */
+/* Take a group out of whatever queue holds it (finished, aborted, refused). Its blocks are its
+ * owner's to free (the engine: kv/cache.h pl_kv_cache_free). */
 void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g);
 /* Decide the next step into *out (emptied first). PL_ERR_NOMEM only on allocation failure of
  * out's arrays. */
 pl_status pl_scheduler_schedule(pl_scheduler *s, pl_sched_output *out);
 int pl_scheduler_has_work(const pl_scheduler *s);
+/* Its fields of the engine's stats: queue lengths, preemptions, speculation-off steps. */
+void pl_scheduler_stats(const pl_scheduler *s, pl_engine_stats *out);
 /* Sequences a group may hold at once (best_of, beam width, or its live sequences). */
 int32_t pl_group_max_seqs(const pl_seq_group *g);
 

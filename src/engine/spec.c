@@ -37,9 +37,6 @@ pl_status pl_spec_init(pl_spec *sp, const pl_engine_config *c) {
     if (c->num_speculative_tokens < 0 || c->num_speculative_tokens > PL_MAX_SPECULATIVE_TOKENS)
         return pl_fail(PL_ERR_INVALID_ARG, "num-speculative-tokens must be in [1, %d], got %d",
                        PL_MAX_SPECULATIVE_TOKENS, c->num_speculative_tokens);
-    if (c->kv_layout != PL_KV_LAYOUT_PAGED)
-        return pl_fail(PL_ERR_INVALID_ARG, "speculative decoding needs kv-layout paged (rejected "
-                       "proposals are rolled back block by block)");
     sp->k = c->num_speculative_tokens ? c->num_speculative_tokens : DEFAULT_K;
     sp->ngram_min = c->ngram_min ? c->ngram_min : DEFAULT_NGRAM_MIN;
     sp->ngram_max = c->ngram_max ? c->ngram_max : DEFAULT_NGRAM_MAX;

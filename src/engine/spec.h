@@ -80,9 +80,10 @@ pl_status pl_spec_draft_setup(pl_spec *sp, pl_threadpool *tp, uint64_t kv_bytes,
 /* Fill the proposals the scheduler reserved in so (items with n_spec > 0) by running the draft;
  * a sequence the draft cannot serve (its cache is full) gets fewer or none, and its item and the
  * target's slots shrink accordingly (rolled back). */
-pl_status pl_spec_draft_run(pl_spec *sp, pl_sched_output *so, pl_kv_manager *target_kv);
-/* A sequence leaves the running set (finished, preempted, swapped): drop its draft blocks
- * (draft_mgr NULL: no draft, nothing to do). */
-void pl_spec_seq_drop(pl_kv_manager *draft_mgr, pl_seq *q);
+pl_status pl_spec_draft_run(pl_spec *sp, pl_sched_output *so, pl_kv_cache *target_kv);
+/* pl_spec_hook.drop and the decoder's drop: a sequence leaves the running set (finished,
+ * preempted, swapped) and gives its draft blocks back; ctx is the pl_spec (a draft proposer's
+ * once set up; otherwise nothing to do). */
+void pl_spec_drop(void *ctx, pl_seq *q);
 
 #endif

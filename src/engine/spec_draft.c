@@ -14,7 +14,7 @@
  * verify_seq in decoder.c for why that keeps a seeded request's tokens exact.
  */
 #include "engine/spec.h"
-#include "engine/seq_kv.h"
+#include "kv/cache.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +67,7 @@ pl_status pl_spec_draft_setup(pl_spec *sp, pl_threadpool *tp, uint64_t kv_bytes,
                                .max_blocks_per_seq = max_blocks, .watermark = 0.0};
     pl_status st = pl_kv_manager_init(&sp->mgr, &mc);
     if (st == PL_OK) {
-        st = pl_runner_init(&sp->runner, sp->draft, tp, &sp->kv, NULL, max_tokens, max_items,
+        st = pl_runner_init(&sp->runner, sp->draft, tp, &sp->kv, NULL, 0, max_tokens, max_items,
                             max_items, max_blocks);
         if (st != PL_OK) pl_kv_manager_destroy(&sp->mgr);
     }
@@ -93,21 +93,22 @@ pl_status pl_spec_draft_setup(pl_spec *sp, pl_threadpool *tp, uint64_t kv_bytes,
     return PL_OK;
 }
 
-void pl_spec_seq_drop(pl_kv_manager *draft_mgr, pl_seq *q) {
-    if (draft_mgr) pl_kv_free_table(draft_mgr, &q->draft_table);
+void pl_spec_drop(void *ctx, pl_seq *q) {
+    pl_spec *sp = ctx;
+    if (sp->ready) pl_kv_free_table(&sp->mgr, &q->draft_table);
     q->draft_computed = 0;
 }
 
 /* Target item i proposes k tokens now instead of its n_spec: shrink the item and roll back the
  * target slots the scheduler appended for the rest. */
-static pl_status shrink(pl_sched_output *so, int32_t i, int32_t k, pl_kv_manager *target_kv) {
+static pl_status shrink(pl_sched_output *so, int32_t i, int32_t k, pl_kv_cache *target_kv) {
     pl_sched_item *it = &so->items[i];
     pl_seq *q = it->seq;
     if (k >= it->n_spec) return PL_OK;
     so->n_tokens -= it->n_spec - k;
     it->n = 1 + k;
     it->n_spec = q->n_spec = k;
-    return pl_seq_kv_truncate(target_kv, q, q->n_tokens + k);
+    return pl_kv_cache_truncate(target_kv, &q->table, &q->table_w, q->n_tokens + k);
 }
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -128,7 +129,7 @@ static bool draft_slots(pl_spec *sp, pl_seq *q, int32_t n) {
     return true;
 }
 
-pl_status pl_spec_draft_run(pl_spec *sp, pl_sched_output *so, pl_kv_manager *target_kv) {
+pl_status pl_spec_draft_run(pl_spec *sp, pl_sched_output *so, pl_kv_cache *target_kv) {
     pl_sched_output *d = &sp->so;
     const int32_t V = sp->draft->hp.n_vocab;
     int32_t n = 0, used = 0;

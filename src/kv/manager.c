@@ -797,6 +797,9 @@ void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s) {
     s->window_freed = m->window_freed;
 }
 
+int32_t pl_kv_num_free(const pl_kv_manager *m) { return free_blocks(m); }
+int32_t pl_kv_pool_blocks(const pl_kv_manager *m) { return m->pool.num_blocks; }
+
 void pl_kv_block_states(const pl_kv_manager *m, uint8_t *primary, uint8_t *swap) {
     const pl_block *b = m->pool.blocks;
     for (int32_t i = 0; i < m->pool.num_blocks; i++)

@@ -68,7 +68,7 @@
  * allocated together with the same cached length (pl_kv_allocate_prompt_pair), then get the
  * same appends (all or none: check both first, or roll the grown one back with pl_kv_truncate),
  * commits, truncates and forks, are freed together and swap in one group. test_kv_property
- * plays exactly this protocol; engine/seq_kv.h is the engine's implementation of it.
+ * plays exactly this protocol; kv/cache.h is the engine.s implementation of it.
  *
  * Contiguous layouts (the PagedAttention paper's Orca baselines, for benchmarks; kv/reserve.c).
  * With policy != PL_KV_POLICY_PAGED every table holds ONE run of consecutive block ids, reserved
@@ -125,7 +125,7 @@ typedef struct {
                                      max_blocks_per_seq and tokens_per_row block_size */
     int kv_groups;                /* 1: tables are owned one per sequence; 2: a mixed model's
                                      sequences hold a global and a window group table each
-                                     (engine/seq_kv.h; the manager itself does not read it) */
+                                     (kv/cache.h; the manager itself does not read it) */
 } pl_kv_manager_config;
 
 /* The entry a table keeps for a block released by the sliding window (never read by the
@@ -346,6 +346,11 @@ static inline int64_t pl_block_table_slot(const pl_block_table *t, int32_t pos) 
 }
 
 void pl_kv_get_stats(const pl_kv_manager *m, pl_kv_stats *s);
+/* Free primary blocks (pl_kv_stats.blocks_free), O(1). */
+int32_t pl_kv_num_free(const pl_kv_manager *m);
+/* Blocks of the primary pool, ids included (vattention: virtual, n_slots x max_blocks_per_seq;
+ * else cfg.num_blocks): the size pl_kv_block_states writes. */
+int32_t pl_kv_pool_blocks(const pl_kv_manager *m);
 
 /* One byte per block for views of the pool (GET /v1/kv/blocks, the web UI's grid), codes
  * pl_kv_block_state of pagellm.h: primary[num_blocks] gets FREE (ref 0, no hash), CACHED (ref 0,

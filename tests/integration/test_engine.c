@@ -50,7 +50,7 @@ static void assert_pool_free(pl_engine *e) {
     pl_engine_get_stats(e, &s);
     assert_int_equal(s.blocks_used, 0);
     assert_int_equal(s.running + s.waiting + s.swapped, 0);
-    assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
 }
 
 static void greedy_params(pl_request_params *p, int32_t max_tokens) {

@@ -1,4 +1,4 @@
-/* KV cache groups end to end (engine/seq_kv.h): a random-weight gemma2 written by `pagellm
+/* KV cache groups end to end (kv/cache.h): a random-weight gemma2 written by `pagellm
  * mkmodel --arch gemma2 --sliding-window W` (vocabulary from the shared stories260K), whose
  * layers alternate between a window of W and global attention, run by
  *
@@ -91,12 +91,13 @@ static void test_mixed_model(void **state) {
     assert_int_equal(pl_model_kv_window(&model->hp), 0);
     pl_engine *on = make_engine(8, PL_PREEMPT_RECOMPUTE, 0, 1, 0);
     pl_engine *off = make_engine(8, PL_PREEMPT_RECOMPUTE, 0, 1, 1);
-    assert_int_equal(on->mgr.cfg.kv_groups, 2);
-    assert_int_equal(on->mgr.cfg.sliding_window, W);
-    assert_int_equal(on->kv.n_layers, LAYERS / 2);
-    assert_int_equal(on->mgr.cfg.num_blocks, 2 * off->mgr.cfg.num_blocks); /* half-size blocks */
-    assert_int_equal(off->mgr.cfg.kv_groups, 1);
-    assert_int_equal(off->mgr.cfg.sliding_window, 0);
+    const pl_kv_manager *mon = pl_kv_cache_manager(on->kv), *moff = pl_kv_cache_manager(off->kv);
+    assert_int_equal(mon->cfg.kv_groups, 2);
+    assert_int_equal(mon->cfg.sliding_window, W);
+    assert_int_equal(pl_kv_cache_store(on->kv)->n_layers, LAYERS / 2);
+    assert_int_equal(mon->cfg.num_blocks, 2 * moff->cfg.num_blocks); /* half-size blocks */
+    assert_int_equal(moff->cfg.kv_groups, 1);
+    assert_int_equal(moff->cfg.sliding_window, 0);
     pl_engine_destroy(on);
     pl_engine_destroy(off);
 }
@@ -142,7 +143,7 @@ static void check_released(pl_engine *e, int want_preemption, const char *what) 
     assert_true(s.window_freed_blocks > 0);
     if (want_preemption) assert_true(s.preemptions > 0);
     assert_int_equal(s.blocks_used, 0);
-    assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
 }
 
 static void make_prompts(int32_t prompts[NREQ][PROMPT]) {

@@ -170,7 +170,7 @@ static void test_json_shape(void **state) {
 
 /* The published picture equals the engine's pool and tables right now (between steps). */
 static void check_snapshot_matches(pl_engine *e, const pl_kv_snapshot *k) {
-    const pl_kv_manager *m = &e->mgr;
+    const pl_kv_manager *m = pl_kv_cache_manager(e->kv);
     assert_int_equal(k->n_blocks, m->pool.num_blocks);
     assert_int_equal(k->n_swap_blocks, m->swap.num_blocks);
     for (int32_t i = 0; i < k->n_blocks; i++)
@@ -222,7 +222,7 @@ static void test_engine_publishes_while_watched(void **state) {
     pl_kv_snapshot k;
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* asks; nothing yet */
     assert_int_equal(k.version, 0);
-    assert_int_equal(k.n_blocks, e->mgr.pool.num_blocks);
+    assert_int_equal(k.n_blocks, pl_kv_pool_blocks(pl_kv_cache_manager(e->kv)));
     for (int32_t i = 0; i < k.n_blocks; i++) assert_int_equal(k.states[i], 0);
     pl_kv_snapshot_destroy(&k);
     /* Now watched: the next step publishes, tables included; n = 2 shares its prompt. */

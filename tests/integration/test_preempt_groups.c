@@ -124,7 +124,7 @@ static void assert_pool_free(pl_engine *e) {
     if (s.blocks_used != 0 || s.running + s.waiting + s.swapped != 0)
         fail_msg("after the run: %d blocks used, %d running, %d waiting, %d swapped",
                  (int)s.blocks_used, (int)s.running, (int)s.waiting, (int)s.swapped);
-    assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
 }
 
 /* Request r completed with exactly the reference's completions. */
@@ -255,7 +255,7 @@ static void test_vattention(void **state) {
         pl_engine_get_stats(e, &s);
         preemptions += s.preemptions;
         assert_int_equal(s.blocks_used, 0);
-        assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
+        assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
         pl_engine_destroy(e);
         if (!admitted) break;
     }

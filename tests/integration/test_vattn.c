@@ -63,8 +63,8 @@ static void assert_all_free(pl_engine *e) {
     pl_engine_get_stats(e, &s);
     assert_int_equal(s.blocks_used, 0);
     assert_int_equal(s.running + s.waiting, 0);
-    assert_int_equal(pl_kv_manager_check(&e->mgr), PL_OK);
-    assert_int_equal(pl_vattn_check(e->va), PL_OK);
+    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+    assert_int_equal(pl_vattn_check(pl_kv_cache_vattn(e->kv)), PL_OK);
 }
 
 static void test_equal_to_paged(void **state) {
@@ -140,7 +140,7 @@ static void test_memory_tracks_tokens(void **state) {
         assert_int_equal(pl_engine_step(e), PL_OK);
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
-        int64_t resident = pl_vattn_resident_pages(e->va);
+        int64_t resident = pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv));
         /* blocks_used = pages per region the live sequences' tokens need */
         assert_int_equal(resident, (int64_t)s.blocks_used * regions);
         assert_int_equal(s.vattn_pages_committed, resident);
@@ -150,7 +150,7 @@ static void test_memory_tracks_tokens(void **state) {
         for (int i = 0; i < 6; i++) collect(e, ids[i], &res[i]);
     }
     assert_true(peak >= 3 * regions); /* a 230-token request alone needs 4 pages per region */
-    assert_int_equal(pl_vattn_resident_pages(e->va), 0);
+    assert_int_equal(pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv)), 0);
     pl_engine_destroy(e);
 }
 

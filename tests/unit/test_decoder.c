@@ -2,7 +2,8 @@
  * make the schedule; the test writes the logits a model would have produced (a chosen token far
  * ahead of the rest) and checks what the decoder makes of them:
  *  - greedy decoding appends the favoured token and streams it; a stop id ends the group with
- *    reason stop, the engine is told (forget) once, and every block is freed;
+ *    reason stop, the decoder reports it finished once (the test, as the engine, then takes
+ *    it out of the scheduler and destroys it), and every block is freed;
  *  - n = 2 forks the prompt sequence after the prompt's logits, both sharing the prompt's
  *    blocks, and both finish by length;
  *  - prompt log-probabilities are read from every row of an all_logits item;
@@ -27,7 +28,8 @@ enum { V = 512, BS = 4, EOS = 2 };
 typedef struct {
     pl_gguf *gg;
     pl_tokenizer *tok;
-    pl_kv_manager kv;
+    pl_kv_cache *cache;         /* the KV cache door the scheduler and decoder use */
+    pl_kv_manager *kv;          /* its manager */
     pl_scheduler s;
     pl_sched_output out;
     pl_decoder d;
@@ -37,10 +39,16 @@ typedef struct {
     uint64_t next_id;
 } world;
 
-static void forget(void *ctx, pl_seq_group *g) {
-    world *w = ctx;
-    (void)g;
-    w->forgotten++;
+/* What the engine does with the groups the decoder reports finished (engine.c). */
+static void release_finished(world *w) {
+    pl_seq_group **gs;
+    int32_t n = pl_decoder_take_finished(&w->d, &gs);
+    for (int32_t i = 0; i < n; i++) {
+        for (int32_t j = 0; j < i; j++) assert_ptr_not_equal(gs[j], gs[i]); /* once each */
+        pl_scheduler_remove(&w->s, gs[i]);
+        pl_group_destroy(gs[i]);
+        w->forgotten++;
+    }
 }
 
 static int setup(void **state) {
@@ -49,10 +57,13 @@ static int setup(void **state) {
     assert_int_equal(pl_tokenizer_load(w->gg, &w->tok), PL_OK);
     pl_kv_manager_config kc = {.block_size = BS, .num_blocks = 64, .max_blocks_per_seq = 64,
                                .watermark = 0, .enable_prefix_caching = 0};
-    assert_int_equal(pl_kv_manager_init(&w->kv, &kc), PL_OK);
-    pl_scheduler_config sc = {8, 64, 64, PL_PREEMPT_RECOMPUTE};
-    assert_int_equal(pl_scheduler_init(&w->s, &sc, &w->kv), PL_OK);
-    assert_int_equal(pl_decoder_init(&w->d, w->tok, V, 256, &w->kv, &w->s, 9, forget, w), PL_OK);
+    assert_int_equal(pl_kv_cache_create_blocks(&kc, &w->cache), PL_OK);
+    w->kv = pl_kv_cache_manager(w->cache);
+    pl_scheduler_config sc = {8, 64, 64, PL_PREEMPT_RECOMPUTE, {0}};
+    assert_int_equal(pl_scheduler_init(&w->s, &sc, w->cache), PL_OK);
+    pl_decoder_config dc = {.tok = w->tok, .n_vocab = V, .max_model_len = 256, .max_items = 9,
+                            .kv = w->cache};
+    assert_int_equal(pl_decoder_init(&w->d, &dc), PL_OK);
     w->logits = malloc(64 * V * sizeof(float));
     w->next_id = 1;
     *state = w;
@@ -64,7 +75,7 @@ static int teardown(void **state) {
     pl_decoder_destroy(&w->d);
     pl_sched_output_destroy(&w->out);
     pl_scheduler_destroy(&w->s);
-    pl_kv_manager_destroy(&w->kv);
+    pl_kv_cache_destroy(w->cache);
     pl_tokenizer_destroy(w->tok);
     pl_gguf_close(w->gg);
     free(w->logits);
@@ -115,7 +126,8 @@ static int32_t step(world *w, pick_fn pick, int32_t second) {
                 favour(w->logits + (size_t)rows++ * V, pick(it, it->start + k), second);
     }
     assert_int_equal(pl_decoder_update_from_output(&w->d, &w->out, w->logits, w->item_row), PL_OK);
-    assert_int_equal(pl_kv_manager_check(&w->kv), PL_OK);
+    release_finished(w);
+    assert_int_equal(pl_kv_manager_check(w->kv), PL_OK);
     return w->out.n_items;
 }
 
@@ -156,7 +168,7 @@ static void drain(pl_out_channel *c, got *g) {
 
 static void assert_pool_empty(world *w) {
     pl_kv_stats st;
-    pl_kv_get_stats(&w->kv, &st);
+    pl_kv_get_stats(w->kv, &st);
     assert_int_equal(st.blocks_used, 0);
     assert_false(pl_scheduler_has_work(&w->s));
 }
@@ -221,7 +233,7 @@ static void test_fork_shares_prompt_blocks(void **state) {
     pl_out_channel *c = add(w, prompt, 6, &p);
     step(w, always_7, 8); /* prefill, then the fork */
     pl_kv_stats st;
-    pl_kv_get_stats(&w->kv, &st);
+    pl_kv_get_stats(w->kv, &st);
     assert_int_equal(st.blocks_used, 2); /* the prompt's two blocks, shared by both */
     assert_int_equal(st.n_tables, 2);
     while (pl_scheduler_has_work(&w->s)) step(w, always_7, 8);

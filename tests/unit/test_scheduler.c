@@ -12,7 +12,8 @@
 #include <string.h>
 
 typedef struct {
-    pl_kv_manager kv;
+    pl_kv_cache *cache;         /* the KV cache door the scheduler and decoder use */
+    pl_kv_manager *kv;          /* its manager */
     pl_scheduler s;
     pl_sched_output out; /* the step's schedule, reused */
     pl_seq_group *groups[64];
@@ -33,23 +34,30 @@ static void world_init(world *w, int32_t blocks, int32_t swap_blocks, int32_t bs
     memset(w, 0, sizeof *w);
     pl_kv_manager_config mc = {bs, blocks, swap_blocks, 64, 0.0, 1, 1, PL_KV_POLICY_PAGED, 0,
                                world_window, NULL, 1};
-    assert_int_equal(pl_kv_manager_init(&w->kv, &mc), PL_OK);
-    pl_scheduler_config sc = {seqs, tokens, tokens, mode};
-    assert_int_equal(pl_scheduler_init(&w->s, &sc, &w->kv), PL_OK);
+    assert_int_equal(pl_kv_cache_create_blocks(&mc, &w->cache), PL_OK);
+    w->kv = pl_kv_cache_manager(w->cache);
+    pl_scheduler_config sc = {seqs, tokens, tokens, mode, {0}};
+    assert_int_equal(pl_scheduler_init(&w->s, &sc, w->cache), PL_OK);
+}
+
+/* What the engine does with a finished group (engine.c release_finished): out of the scheduler,
+ * its blocks back to the KV cache, destroyed. */
+static void release(world *w, pl_seq_group *g) {
+    pl_scheduler_remove(&w->s, g);
+    for (int32_t j = 0; j < g->n_seqs; j++)
+        pl_kv_cache_free(w->cache, &g->seqs[j]->table, &g->seqs[j]->table_w);
+    pl_group_destroy(g);
 }
 
 static void world_free(world *w) {
     for (int i = 0; i < w->n_groups; i++)
-        if (w->groups[i]) {
-            pl_scheduler_remove(&w->s, w->groups[i]);
-            pl_group_destroy(w->groups[i]);
-        }
+        if (w->groups[i]) release(w, w->groups[i]);
     pl_scheduler_destroy(&w->s);
     pl_sched_output_destroy(&w->out);
     pl_kv_stats st;
-    pl_kv_get_stats(&w->kv, &st);
+    pl_kv_get_stats(w->kv, &st);
     assert_int_equal(st.blocks_used, 0); /* everything came back */
-    pl_kv_manager_destroy(&w->kv);
+    pl_kv_cache_destroy(w->cache);
 }
 
 /* A request arriving at `arrival` with a prompt of n tokens (distinct per request). */
@@ -79,8 +87,7 @@ static int index_of(world *w, pl_seq_group *g) {
 }
 
 static void finish_group(world *w, int i) {
-    pl_scheduler_remove(&w->s, w->groups[i]);
-    pl_group_destroy(w->groups[i]);
+    release(w, w->groups[i]);
     w->groups[i] = NULL;
     w->done[i] = w->step;
 }
@@ -105,7 +112,7 @@ static int32_t fake_step(world *w) {
         w->last_run[k] = w->step;
         if (it->n_spec > 0) continue; /* verified below */
         it->seq->n_computed = it->start + it->n;
-        assert_int_equal(pl_kv_commit(&w->kv, &it->seq->table, it->seq->tokens,
+        assert_int_equal(pl_kv_commit(w->kv, &it->seq->table, it->seq->tokens,
                                       it->seq->n_computed), PL_OK);
     }
     for (int32_t i = 0; i < s->n_items; i++) {
@@ -119,13 +126,13 @@ static int32_t fake_step(world *w) {
                 pl_seq *c = pl_seq_create(g, k, q->tokens, q->n_tokens);
                 c->n_computed = q->n_computed;
                 c->status = PL_SEQ_RUNNING;
-                assert_int_equal(pl_kv_fork(&w->kv, &q->table, &c->table), PL_OK);
+                assert_int_equal(pl_kv_fork(w->kv, &q->table, &c->table), PL_OK);
                 assert_int_equal(pl_group_add_seq(g, c), 0);
                 g->n_live++;
                 c->tokens[c->n_tokens++] = 7 + k;
                 if (c->n_tokens - g->n_prompt >= g->params.max_tokens) {
                     c->status = PL_SEQ_FINISHED;
-                    pl_kv_free_table(&w->kv, &c->table);
+                    pl_kv_free_table(w->kv, &c->table);
                     g->n_live--;
                 }
             }
@@ -136,21 +143,21 @@ static int32_t fake_step(world *w) {
             q->n_tokens += acc;
             q->n_computed = q->n_tokens;
             q->n_spec = 0;
-            assert_int_equal(pl_kv_truncate(&w->kv, &q->table, q->n_computed), PL_OK);
-            assert_int_equal(pl_kv_commit(&w->kv, &q->table, q->tokens, q->n_computed), PL_OK);
+            assert_int_equal(pl_kv_truncate(w->kv, &q->table, q->n_computed), PL_OK);
+            assert_int_equal(pl_kv_commit(w->kv, &q->table, q->tokens, q->n_computed), PL_OK);
             w->spec_tokens += acc;
             if (acc < it->n_spec) tok = 8; /* where it disagrees, its own token differs */
         }
         q->tokens[q->n_tokens++] = tok;
         if (q->n_tokens - g->n_prompt >= g->params.max_tokens) {
             q->status = PL_SEQ_FINISHED;
-            pl_kv_free_table(&w->kv, &q->table);
+            pl_kv_free_table(w->kv, &q->table);
             g->n_live--;
         }
     }
     for (int i = 0; i < w->n_groups; i++)
         if (w->groups[i] && w->groups[i]->n_live == 0) finish_group(w, i);
-    assert_int_equal(pl_kv_manager_check(&w->kv), PL_OK);
+    assert_int_equal(pl_kv_manager_check(w->kv), PL_OK);
     return s->n_items;
 }
 
@@ -299,7 +306,7 @@ static void test_window_accounting(void **state) {
         for (int i = 0; i < 10000 && pl_scheduler_has_work(&w.s); i++) {
             fake_step(&w);
             pl_kv_stats st;
-            pl_kv_get_stats(&w.kv, &st);
+            pl_kv_get_stats(w.kv, &st);
             peak = st.blocks_used > peak ? st.blocks_used : peak;
         }
         assert_false(pl_scheduler_has_work(&w.s));
@@ -307,7 +314,7 @@ static void test_window_accounting(void **state) {
         assert_true(w.done[big] > 0);
         for (int i = 0; i < 4; i++) assert_true(!w.refused[g[i]] && w.done[g[i]] > 0);
         pl_kv_stats st;
-        pl_kv_get_stats(&w.kv, &st);
+        pl_kv_get_stats(w.kv, &st);
         print_message("    window 6, %s: peak %d of 8 blocks, %llu preemptions, %llu blocks "
                       "freed by the window\n", mode ? "swap" : "recompute", (int)peak,
                       (unsigned long long)w.s.preemptions, (unsigned long long)st.window_freed);
@@ -365,7 +372,7 @@ static void test_speculation_leaves_group_room(void **state) {
     pl_block_table *tabs[2] = {&G->seqs[0]->table, &G->seqs[1]->table};
     pl_block_copy map[4];
     int32_t n_map = 0;
-    assert_int_equal(pl_kv_swap_out(&w.kv, tabs, 2, map, 4, &n_map), PL_OK);
+    assert_int_equal(pl_kv_swap_out(w.kv, tabs, 2, map, 4, &n_map), PL_OK);
     assert_int_equal(n_map, 2);
     for (int i = 0; i < 2; i++) G->seqs[i]->status = PL_SEQ_SWAPPED;
     pl_group_queue *run = &w.s.running, *sw = &w.s.swapped;
@@ -380,9 +387,9 @@ static void test_speculation_leaves_group_room(void **state) {
     G->queue = sw;
     pl_block_table stranger = {0};
     int32_t toks[20] = {0};
-    assert_int_equal(pl_kv_allocate_prompt(&w.kv, &stranger, toks, 20, 99, NULL), PL_OK);
+    assert_int_equal(pl_kv_allocate_prompt(w.kv, &stranger, toks, 20, 99, NULL), PL_OK);
     pl_kv_stats st;
-    pl_kv_get_stats(&w.kv, &st);
+    pl_kv_get_stats(w.kv, &st);
     assert_int_equal(st.blocks_free, 4);
     fake_step(&w); /* asserts the schedule succeeded */
     int items_g = 0;
@@ -390,7 +397,7 @@ static void test_speculation_leaves_group_room(void **state) {
         items_g += w.out.items[i].seq == G->seqs[0] || w.out.items[i].seq == G->seqs[1];
     assert_int_equal(items_g, 2);
     assert_true(w.done[r] > 0);
-    pl_kv_free_table(&w.kv, &stranger);
+    pl_kv_free_table(w.kv, &stranger);
     run_to_end(&w);
     assert_true(w.done[g] > 0);
     world_free(&w);

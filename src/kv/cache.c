@@ -1,0 +1,596 @@
+/* kv/cache — the one door to the KV cache (see cache.h for the contract). The three layouts are
+ * three tables of operations; everything else is the same code for all of them. */
+#include "kv/cache.h"
+#include "kv/vattn.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    const char *name;
+    int shares;        /* fork, prefix cache, swap */
+    pl_status (*setup)(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_cache_shape *sh,
+                       const pl_kv_layout *l, uint64_t budget, int32_t max_model_len);
+    int32_t (*admit_blocks)(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
+                            int32_t first, int32_t final_tokens, int32_t n_given);
+    bool (*has_place)(const pl_kv_cache *c, int32_t need);
+    int64_t (*request_blocks)(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
+                              int64_t n_seqs, int32_t k_spec);
+    pl_status (*prepare_step)(pl_kv_cache *c);
+    void (*stats)(const pl_kv_cache *c, pl_engine_stats *s);
+} kv_ops;
+
+struct pl_kv_cache {
+    const kv_ops *ops;
+    pl_kv_store store;          /* primary KV bytes (vAttention: a view of the slots) */
+    pl_kv_store swap;           /* swap pool bytes */
+    int has_swap, has_mgr;
+    pl_kv_manager mgr;          /* who holds which block */
+    struct pl_vattn *va;        /* vAttention: the slots and page pool, else NULL */
+    uint64_t draft_bytes;       /* the draft model's share of the budget */
+    /* Memory samples (pl_kv_cache_sample). */
+    uint64_t samples;
+    double usage_sum, usage_peak, waste_peak;
+    double tokens_sum, slots_sum, blocks_sum, refs_sum, future_sum;
+    int32_t peak_blocks, peak_seqs;
+};
+
+static const pl_dtype KV_DTYPES[] = {PL_DT_F16, PL_DT_F32, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
+
+/* ---- the paged layout ---- */
+
+static int grouped(const pl_kv_cache *c) { return c->mgr.cfg.kv_groups == 2; }
+static int lazy(const pl_kv_cache *c) {
+    return c->mgr.cfg.sliding_window > 0 && c->mgr.cfg.policy == PL_KV_POLICY_PAGED;
+}
+
+/* Pool and manager of the paged and contiguous layouts. */
+static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_cache_shape *sh,
+                              const pl_kv_layout *lay, uint64_t budget, int32_t max_model_len) {
+    pl_kv_layout l = *lay;
+    const int groups = c->mgr.cfg.kv_groups == 2; /* decided by create */
+    const int32_t tensors = groups ? sh->n_layers / 2 : sh->n_layers; /* a block: one group's */
+    size_t per_block = pl_kv_bytes_per_block(&l, tensors);
+    uint64_t nb = budget / per_block;
+    /* An embedding model keeps nothing between steps (its attention reads the step's own K/V):
+     * the pool is a nominal two blocks, so the rest of the engine stays one code path. */
+    if (sh->embedding) nb = 2;
+    int32_t max_blocks = (max_model_len + l.block_size - 1) / l.block_size + 1;
+    if (nb < 2)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory %llu bytes holds %llu blocks of %zu "
+                       "bytes: too small", (unsigned long long)cfg->kv_cache_memory,
+                       (unsigned long long)nb, per_block);
+    if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
+    l.num_blocks = (int64_t)nb;
+    PL_TRY(pl_kv_store_init(&c->store, &l, tensors, NULL));
+    int32_t n_swap = 0;
+    static const pl_kv_policy policy[] = {PL_KV_POLICY_MAX, PL_KV_POLICY_POW2, PL_KV_POLICY_ORACLE};
+    int contig = cfg->kv_layout == PL_KV_LAYOUT_CONTIGUOUS;
+    if (cfg->swap_space) {
+        uint64_t ns = cfg->swap_space / per_block;
+        if (ns < 1)
+            return pl_fail(PL_ERR_INVALID_ARG, "swap-space %llu bytes holds no block of %zu bytes",
+                           (unsigned long long)cfg->swap_space, per_block);
+        if (ns > INT32_MAX / 2) ns = INT32_MAX / 2;
+        pl_kv_layout sl = l;
+        sl.num_blocks = (int64_t)ns;
+        PL_TRY(pl_kv_store_init(&c->swap, &sl, tensors, cfg->swap_path));
+        c->has_swap = 1;
+        n_swap = (int32_t)ns;
+    }
+    pl_kv_manager_config mc = {
+        .block_size = l.block_size, .num_blocks = (int32_t)nb, .num_swap_blocks = n_swap,
+        /* The watermark keeps room for running sequences to grow; a contiguous reservation
+         * never grows, so it keeps none (one max-length sequence fits a budget of exactly it). */
+        .max_blocks_per_seq = max_blocks, .watermark = contig ? 0.0 : 0.01,
+        .enable_prefix_caching = contig ? 0 : cfg->enable_prefix_caching,
+        .hash_seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL,
+        .policy = contig ? policy[cfg->reserve] : PL_KV_POLICY_PAGED,
+        .max_seq_tokens = max_model_len,
+        /* blocks behind the window are released only when no layer reads them again */
+        .sliding_window = contig ? 0 : groups ? sh->mixed_window : sh->kv_window,
+        .kv_groups = groups ? 2 : 1,
+    };
+    if (contig) cfg->enable_prefix_caching = 0; /* a contiguous layout shares nothing */
+    PL_TRY(pl_kv_manager_init(&c->mgr, &mc));
+    c->has_mgr = 1;
+    return PL_OK;
+}
+
+static int32_t paged_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
+                                  int32_t first, int32_t final_tokens, int32_t n_given) {
+    (void)final_tokens;
+    if (!lazy(c)) return pl_kv_prompt_blocks_needed(&c->mgr, tokens, n, key, n_given);
+    /* the window table takes at most its hits' window and a first chunk; with groups the
+     * global table takes every block: admitting it with a first chunk only would let recomputed
+     * sequences in that then preempt each other as their later chunks arrive */
+    int32_t hit = pl_kv_cache_probe(c, tokens, n, key);
+    int32_t upto = n - hit > first ? hit + first : n;
+    int32_t window = pl_kv_blocks_for(&c->mgr, upto) - pl_kv_behind_window(&c->mgr, hit);
+    return grouped(c) ? window + pl_kv_blocks_for(&c->mgr, n) : window;
+}
+
+static bool paged_has_place(const pl_kv_cache *c, int32_t need) {
+    (void)c;
+    (void)need;
+    return true;
+}
+
+static int64_t paged_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
+                                    int64_t seqs, int32_t k_spec) {
+    const pl_kv_manager *m = &c->mgr;
+    const int32_t bs = m->cfg.block_size, total = n_prompt + max_tokens;
+    /* with a sliding window a sequence holds only its window's blocks past the prompt */
+    int64_t out_blocks = (max_tokens + bs - 1) / bs;
+    int64_t win = pl_kv_held_blocks_max(m, total, k_spec);
+    /* and its prompt is prefilled chunk by chunk behind the window (engine/scheduler.c: a first
+     * chunk of one window, later ones as blocks free up) */
+    int32_t W = m->cfg.sliding_window, chunk = (W + bs - 1) / bs * bs;
+    int64_t prompt = W > 0 ? pl_kv_held_blocks_max(m, n_prompt, chunk) : (n_prompt + bs - 1) / bs;
+    int64_t need = prompt + seqs * ((out_blocks < win ? out_blocks : win) + 1);
+    if (grouped(c)) /* and the global layers' table keeps every block */
+        need += (n_prompt + bs - 1) / bs + seqs * (out_blocks + 1);
+    return need;
+}
+
+static pl_status no_prepare(pl_kv_cache *c) {
+    (void)c;
+    return PL_OK;
+}
+
+static void no_stats(const pl_kv_cache *c, pl_engine_stats *s) {
+    (void)c;
+    (void)s;
+}
+
+/* ---- the contiguous layouts (kv/reserve.c) ---- */
+
+static int32_t contig_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_t n,
+                                   uint64_t key, int32_t first, int32_t final_tokens,
+                                   int32_t n_given) {
+    (void)tokens, (void)key, (void)first, (void)n_given;
+    return pl_kv_admit_blocks(&c->mgr, n, final_tokens);
+}
+
+/* One run of consecutive blocks (first fit: external fragmentation is real), or a free slot. */
+static bool run_has_place(const pl_kv_cache *c, int32_t need) {
+    return pl_kv_first_fit(&c->mgr, need) >= 0;
+}
+
+static int64_t contig_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
+                                     int64_t seqs, int32_t k_spec) {
+    (void)seqs, (void)k_spec;
+    return pl_kv_admit_blocks(&c->mgr, n_prompt, n_prompt + max_tokens);
+}
+
+/* ---- the vAttention layout (kv/vattn.h) ---- */
+
+/* mprotect/madvise on anonymous memory for 4K and 64K pages, a hugetlb memfd for 2M (docs/
+ * DESIGN.md says why); PAGELLM_VATTN_BACKEND=memfd forces the memfd (benchmarks). */
+static pl_vattn_backend backend_for(size_t page) {
+    const char *b = getenv("PAGELLM_VATTN_BACKEND");
+    if (page == (2u << 20) || (b && !strcmp(b, "memfd"))) return PL_VATTN_MEMFD;
+    return PL_VATTN_ANON;
+}
+
+/* The page pool and request slots replace the paged pool: the KV store is a view of the slots'
+ * reservation whose "blocks" are pages, and the manager runs PL_KV_POLICY_VATTN. The rest of
+ * the engine (scheduler, runner, kernels) is unchanged: a sequence's block table is its slot's
+ * consecutive pages, one contiguous array per layer. */
+static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_cache_shape *sh,
+                             const pl_kv_layout *l, uint64_t budget, int32_t max_model_len) {
+    if (sh->embedding)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention serves generation models; this "
+                       "is an embedding model (architecture %s)", sh->arch_name);
+    size_t page = cfg->kv_page_size ? (size_t)cfg->kv_page_size : 4096;
+    cfg->kv_page_size = page;
+    pl_kv_layout one = *l;
+    one.block_size = 1;
+    size_t token_bytes = pl_kv_block_bytes(&one); /* one token, every KV head, of one layer */
+    if (token_bytes == 0 || page % token_bytes != 0)
+        return pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a page of %zu bytes does not "
+                       "hold a whole number of tokens of %zu bytes (%d KV heads x %d dims, %s) "
+                       "per layer; use another kv-page-size or kv-cache-dtype", page, token_bytes,
+                       (int)l->n_kv_heads, (int)l->head_dim,
+                       pl_kv_cache_dtype_name(cfg->kv_cache_dtype));
+    int32_t tpr = (int32_t)(page / token_bytes);
+    int32_t rows = (max_model_len + tpr - 1) / tpr;
+    uint64_t row_bytes = (uint64_t)page * 2 * (uint64_t)sh->n_layers;
+    uint64_t phys = budget / row_bytes;
+    if (phys < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory %llu bytes is smaller than one page "
+                       "per layer for K and V (%d layers x 2 x %zu bytes = %llu bytes)",
+                       (unsigned long long)budget, (int)sh->n_layers, page,
+                       (unsigned long long)row_bytes);
+    if (phys > INT32_MAX / 4) phys = INT32_MAX / 4;
+    pl_vattn_config vc = {
+        .page_size = page, .n_regions = 2 * sh->n_layers, .n_slots = cfg->max_num_seqs,
+        .rows_per_slot = rows, .tokens_per_row = tpr, .phys_rows = (int64_t)phys,
+        .backend = backend_for(page), .overlap = !cfg->vattn_no_overlap,
+        .deferred_reclaim = !cfg->vattn_no_deferred_reclaim, .eager = !cfg->vattn_no_eager,
+        .start_thread = 1, .reclaim_threshold = 0.10,
+    };
+    PL_TRY(pl_vattn_create(&vc, &c->va));
+    /* The store view: per region, n_slots x rows pages, each a "block" of tpr tokens. */
+    memset(&c->store, 0, sizeof c->store);
+    c->store.layout = *l;
+    c->store.layout.block_size = tpr;
+    c->store.layout.num_blocks = (int64_t)vc.n_slots * rows;
+    c->store.n_layers = sh->n_layers;
+    c->store.layer_bytes = (size_t)vc.n_slots * pl_vattn_slot_bytes(c->va);
+    c->store.base = pl_vattn_base(c->va);
+    c->store.mapped_bytes = 0; /* the vattn owns the reservation */
+    cfg->enable_prefix_caching = 0; /* nothing is shared */
+    cfg->block_size = tpr; /* a block is a page: pl_engine_get_config says how many tokens */
+    pl_kv_manager_config mc = {
+        .block_size = tpr, .num_blocks = (int32_t)phys, .max_blocks_per_seq = rows,
+        .watermark = 0.01, .policy = PL_KV_POLICY_VATTN, .max_seq_tokens = max_model_len,
+        .vattn = c->va,
+    };
+    PL_TRY(pl_kv_manager_init(&c->mgr, &mc));
+    c->has_mgr = 1;
+    return PL_OK;
+}
+
+static int64_t vattn_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
+                                    int64_t seqs, int32_t k_spec) {
+    (void)seqs, (void)k_spec;
+    return pl_kv_blocks_for(&c->mgr, n_prompt + max_tokens);
+}
+
+static pl_status vattn_prepare(pl_kv_cache *c) {
+    return c->va ? pl_vattn_prepare_step(c->va) : PL_OK; /* pages the step lacks */
+}
+
+static void vattn_stats(const pl_kv_cache *c, pl_engine_stats *s) {
+    if (!c->va) return;
+    pl_vattn_stats v;
+    pl_vattn_get_stats(c->va, &v);
+    uint64_t regions = (uint64_t)pl_vattn_get_config(c->va)->n_regions;
+    s->vattn_pages_mapped_sync = v.pages_mapped_sync;
+    s->vattn_pages_mapped_bg = v.pages_mapped_bg;
+    s->vattn_pages_unmapped = v.pages_unmapped_sync + v.pages_unmapped_bg;
+    s->vattn_slots_acquired = v.slots_acquired;
+    s->vattn_slots_reused = v.slots_reused;
+    s->vattn_map_seconds = (double)v.map_ns_in_step * 1e-9;
+    s->vattn_pages_committed = v.rows_committed * (int64_t)regions;
+}
+
+static const kv_ops PAGED = {"paged", 1, setup_blocks, paged_admit_blocks, paged_has_place,
+                             paged_request_blocks, no_prepare, no_stats};
+static const kv_ops CONTIGUOUS = {"contiguous", 0, setup_blocks, contig_admit_blocks,
+                                  run_has_place, contig_request_blocks, no_prepare, no_stats};
+static const kv_ops VATTENTION = {"vattention", 0, vattn_setup, contig_admit_blocks,
+                                  run_has_place, vattn_request_blocks, vattn_prepare,
+                                  vattn_stats};
+
+/* ---- create / destroy ---- */
+
+pl_status pl_kv_cache_check_config(const pl_engine_config *c) {
+    if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS &&
+        c->kv_layout != PL_KV_LAYOUT_VATTENTION)
+        return pl_fail(PL_ERR_INVALID_ARG, "unknown kv-layout %d", (int)c->kv_layout);
+    if (c->kv_layout == PL_KV_LAYOUT_VATTENTION) {
+        if (c->preemption_mode == PL_PREEMPT_SWAP || c->swap_space)
+            return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention preempts by recompute only: "
+                           "drop --swap-space and --preemption-mode swap");
+        if (c->speculative_model || c->speculative_ngram)
+            return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention does not support speculative "
+                           "decoding (its pages are not rolled back): use kv-layout paged");
+        uint64_t p = c->kv_page_size ? c->kv_page_size : 4096;
+        if (p != 4096 && p != 65536 && p != (2u << 20))
+            return pl_fail(PL_ERR_INVALID_ARG, "kv-page-size %llu is not supported: use 4K, 64K "
+                           "or 2M", (unsigned long long)p);
+    }
+    if (c->reserve < PL_RESERVE_MAX || c->reserve > PL_RESERVE_ORACLE)
+        return pl_fail(PL_ERR_INVALID_ARG, "unknown reserve policy %d", (int)c->reserve);
+    if (c->kv_layout == PL_KV_LAYOUT_CONTIGUOUS && (c->preemption_mode == PL_PREEMPT_SWAP ||
+                                                    c->swap_space))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout contiguous preempts by recompute only: "
+                       "drop --swap-space and --preemption-mode swap");
+    if (c->kv_layout == PL_KV_LAYOUT_CONTIGUOUS && (c->speculative_model || c->speculative_ngram))
+        return pl_fail(PL_ERR_INVALID_ARG, "speculative decoding needs kv-layout paged (rejected "
+                       "proposals are rolled back block by block)");
+    return PL_OK;
+}
+
+static pl_kv_layout layout_of(const pl_engine_config *c, const pl_kv_cache_shape *sh) {
+    return (pl_kv_layout){
+        .dtype = KV_DTYPES[c->kv_cache_dtype], .block_size = c->block_size,
+        .n_kv_heads = sh->n_kv_heads, .head_dim = sh->head_dim,
+    };
+}
+
+static int groups_for(const pl_engine_config *c, const pl_kv_cache_shape *sh, int single) {
+    return !c->kv_groups_off && single && !sh->embedding && sh->mixed_window > 0 &&
+           c->kv_layout == PL_KV_LAYOUT_PAGED;
+}
+
+size_t pl_kv_cache_bytes_per_block(const pl_engine_config *c, const pl_kv_cache_shape *sh) {
+    pl_kv_layout l = layout_of(c, sh);
+    return pl_kv_bytes_per_block(&l, sh->n_layers);
+}
+
+pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *sh,
+                             int32_t max_model_len, int single, size_t draft_bytes_per_block,
+                             pl_kv_cache **out) {
+    *out = NULL;
+    pl_kv_layout l = layout_of(cfg, sh);
+    PL_TRY(pl_kv_layout_check(&l)); /* e.g. q8_0 with head_dim 8: names both */
+    pl_kv_cache *c = calloc(1, sizeof *c);
+    if (!c) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    c->ops = cfg->kv_layout == PL_KV_LAYOUT_VATTENTION ? &VATTENTION
+             : cfg->kv_layout == PL_KV_LAYOUT_CONTIGUOUS ? &CONTIGUOUS : &PAGED;
+    const int groups = groups_for(cfg, sh, single);
+    c->mgr.cfg.kv_groups = groups ? 2 : 1;
+    const int32_t tensors = groups ? sh->n_layers / 2 : sh->n_layers;
+    size_t per_block = pl_kv_bytes_per_block(&l, tensors);
+    uint64_t budget = cfg->kv_cache_memory;
+    if (draft_bytes_per_block) { /* the draft's share: both caches hold as many tokens */
+        size_t dpb = draft_bytes_per_block;
+        c->draft_bytes = (uint64_t)((double)budget * (double)dpb / (double)(dpb + per_block));
+        budget -= c->draft_bytes;
+    }
+    pl_status st = c->ops->setup(c, cfg, sh, &l, budget, max_model_len);
+    if (st != PL_OK) {
+        pl_kv_cache_destroy(c);
+        return st;
+    }
+    *out = c;
+    return PL_OK;
+}
+
+pl_status pl_kv_cache_create_blocks(const pl_kv_manager_config *mc, pl_kv_cache **out) {
+    *out = NULL;
+    pl_kv_cache *c = calloc(1, sizeof *c);
+    if (!c) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    c->ops = mc->policy == PL_KV_POLICY_PAGED   ? &PAGED
+             : mc->policy == PL_KV_POLICY_VATTN ? &VATTENTION : &CONTIGUOUS;
+    pl_status st = pl_kv_manager_init(&c->mgr, mc);
+    if (st != PL_OK) {
+        free(c);
+        return st;
+    }
+    c->has_mgr = 1;
+    *out = c;
+    return PL_OK;
+}
+
+void pl_kv_cache_destroy(pl_kv_cache *c) {
+    if (!c) return;
+    if (c->has_mgr) pl_kv_manager_destroy(&c->mgr);
+    if (c->va) {
+        memset(&c->store, 0, sizeof c->store); /* a view: the reservation goes with the slots */
+        pl_vattn_destroy(c->va);
+    }
+    pl_kv_store_destroy(&c->store);
+    if (c->has_swap) pl_kv_store_destroy(&c->swap);
+    free(c);
+}
+
+/* ---- parts and shape ---- */
+
+pl_kv_store *pl_kv_cache_store(pl_kv_cache *c) { return &c->store; }
+pl_kv_store *pl_kv_cache_swap_store(pl_kv_cache *c) { return c->has_swap ? &c->swap : NULL; }
+pl_kv_manager *pl_kv_cache_manager(pl_kv_cache *c) { return &c->mgr; }
+const pl_kv_manager *pl_kv_cache_manager_c(const pl_kv_cache *c) { return &c->mgr; }
+struct pl_vattn *pl_kv_cache_vattn(pl_kv_cache *c) { return c->va; }
+uint64_t pl_kv_cache_draft_bytes(const pl_kv_cache *c) { return c->draft_bytes; }
+
+pl_status pl_kv_cache_check(const pl_kv_cache *c) {
+    PL_TRY(pl_kv_manager_check(&c->mgr));
+    return c->va ? pl_vattn_check(c->va) : PL_OK;
+}
+
+int32_t pl_kv_cache_block_size(const pl_kv_cache *c) { return c->mgr.cfg.block_size; }
+int32_t pl_kv_cache_num_blocks(const pl_kv_cache *c) { return c->mgr.cfg.num_blocks; }
+int32_t pl_kv_cache_max_blocks_per_seq(const pl_kv_cache *c) {
+    return c->mgr.cfg.max_blocks_per_seq;
+}
+int32_t pl_kv_cache_window(const pl_kv_cache *c) { return c->mgr.cfg.sliding_window; }
+int pl_kv_cache_grouped(const pl_kv_cache *c) { return grouped(c); }
+int pl_kv_cache_lazy_prefill(const pl_kv_cache *c) { return lazy(c); }
+int pl_kv_cache_shares(const pl_kv_cache *c) { return c->ops->shares; }
+const char *pl_kv_cache_layout_name(const pl_kv_cache *c) { return c->ops->name; }
+
+/* ---- admission ---- */
+
+int32_t pl_kv_cache_blocks_free(const pl_kv_cache *c) { return pl_kv_num_free(&c->mgr); }
+
+int32_t pl_kv_cache_headroom(const pl_kv_cache *c) {
+    return pl_kv_cache_blocks_free(c) - c->mgr.watermark_blocks;
+}
+
+int32_t pl_kv_cache_capacity(const pl_kv_cache *c) {
+    return c->mgr.cfg.num_blocks - c->mgr.watermark_blocks;
+}
+
+bool pl_kv_cache_too_long(const pl_kv_cache *c, int32_t n_tokens) {
+    return pl_kv_blocks_for(&c->mgr, n_tokens + 1) > c->mgr.cfg.max_blocks_per_seq;
+}
+
+int64_t pl_kv_cache_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
+                                   int64_t n_seqs, int32_t k_spec) {
+    return c->ops->request_blocks(c, n_prompt, max_tokens, n_seqs, k_spec);
+}
+
+int32_t pl_kv_cache_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
+                                 int32_t first, int32_t final_tokens, int32_t n_given) {
+    return c->ops->admit_blocks(c, tokens, n, key, first, final_tokens, n_given);
+}
+
+pl_alloc_status pl_kv_cache_can_admit(const pl_kv_cache *c, int32_t need) {
+    pl_kv_stats st;
+    pl_kv_get_stats(&c->mgr, &st);
+    if (need > st.blocks_total - c->mgr.watermark_blocks) return PL_ALLOC_NEVER;
+    if (need > st.blocks_free - c->mgr.watermark_blocks) return PL_ALLOC_LATER;
+    return c->ops->has_place(c, need) ? PL_ALLOC_OK : PL_ALLOC_LATER;
+}
+
+int32_t pl_kv_cache_probe(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key) {
+    int32_t a = pl_kv_probe_prefix(&c->mgr, tokens, n, key);
+    if (!grouped(c)) return a;
+    int32_t b = pl_kv_probe_prefix(&c->mgr, tokens, n, key ^ PL_KV_WINDOW_KEY);
+    return a < b ? a : b;
+}
+
+/* ---- a sequence's tables ---- */
+
+int32_t pl_kv_cache_tables(const pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                           pl_block_table **out) {
+    out[0] = t;
+    if (!grouped(c)) return 1;
+    out[1] = w;
+    return 2;
+}
+
+pl_status pl_kv_cache_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                               const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                               int32_t final_tokens, int32_t *n_cached) {
+    if (grouped(c))
+        return pl_kv_allocate_prompt_pair(&c->mgr, t, w, tokens, n, key, key ^ PL_KV_WINDOW_KEY,
+                                          max_new, n_cached);
+    if (lazy(c)) return pl_kv_allocate_prompt_part(&c->mgr, t, tokens, n, key, max_new, n_cached);
+    return pl_kv_allocate_prompt_ex(&c->mgr, t, tokens, n, key, final_tokens, n_cached);
+}
+
+pl_status pl_kv_cache_allocate_shared(pl_kv_cache *c, const pl_block_table *lead,
+                                      int32_t n_shared, pl_block_table *t, int32_t n) {
+    if (grouped(c))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: not with KV cache groups");
+    return pl_kv_allocate_shared(&c->mgr, lead, n_shared, t, n);
+}
+
+int32_t pl_kv_cache_append_needed(const pl_kv_cache *c, const pl_block_table *t,
+                                  const pl_block_table *w, int32_t n_new) {
+    int32_t need = pl_kv_append_blocks_needed(&c->mgr, t, n_new);
+    if (grouped(c)) need += pl_kv_append_blocks_needed(&c->mgr, w, n_new);
+    return need;
+}
+
+bool pl_kv_cache_can_append(const pl_kv_cache *c, const pl_block_table *t,
+                            const pl_block_table *w, int32_t n_new) {
+    if (!pl_kv_can_append(&c->mgr, t, n_new)) return false;
+    if (!grouped(c)) return true;
+    return pl_kv_can_append(&c->mgr, w, n_new) &&
+           pl_kv_cache_append_needed(c, t, w, n_new) <= c->mgr.pool.n_free;
+}
+
+pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                             int32_t n_new, pl_block_copy cow[2]) {
+    cow[0] = cow[1] = (pl_block_copy){-1, -1};
+    if (!grouped(c)) return pl_kv_append_slots(&c->mgr, t, n_new, &cow[0]);
+    /* All or none, checked first: a copy-on-write made by the first append must reach the
+     * engine, so the second may not fail after it. */
+    if (!pl_kv_cache_can_append(c, t, w, n_new))
+        return pl_fail(PL_ERR_CAPACITY, "kv append: %d tokens need %d blocks in the two KV cache "
+                       "groups, %d free", (int)n_new,
+                       (int)pl_kv_cache_append_needed(c, t, w, n_new), (int)c->mgr.pool.n_free);
+    PL_TRY(pl_kv_append_slots(&c->mgr, t, n_new, &cow[0]));
+    pl_status st = pl_kv_append_slots(&c->mgr, w, n_new, &cow[1]);
+    PL_ASSERT(st == PL_OK);
+    return st;
+}
+
+pl_status pl_kv_cache_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                               int32_t n_keep) {
+    PL_TRY(pl_kv_truncate(&c->mgr, t, n_keep));
+    return grouped(c) ? pl_kv_truncate(&c->mgr, w, n_keep) : PL_OK;
+}
+
+pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                             const int32_t *tokens, int32_t n_computed) {
+    PL_TRY(pl_kv_commit(&c->mgr, t, tokens, n_computed));
+    return grouped(c) ? pl_kv_commit(&c->mgr, w, tokens, n_computed) : PL_OK;
+}
+
+pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
+                           pl_block_table *t, pl_block_table *w) {
+    PL_TRY(pl_kv_fork(&c->mgr, pt, t));
+    if (!grouped(c)) return PL_OK;
+    pl_status st = pl_kv_fork(&c->mgr, pw, w);
+    if (st != PL_OK) pl_kv_free_table(&c->mgr, t);
+    return st;
+}
+
+void pl_kv_cache_free(pl_kv_cache *c, pl_block_table *t, pl_block_table *w) {
+    pl_kv_free_table(&c->mgr, t);
+    pl_kv_free_table(&c->mgr, w); /* no-op when empty */
+}
+
+pl_alloc_status pl_kv_cache_can_swap_out(const pl_kv_cache *c, pl_block_table *const *tables,
+                                         int32_t n) {
+    return pl_kv_can_swap_out(&c->mgr, tables, n);
+}
+pl_alloc_status pl_kv_cache_can_swap_in(const pl_kv_cache *c, pl_block_table *const *tables,
+                                        int32_t n) {
+    return pl_kv_can_swap_in(&c->mgr, tables, n);
+}
+pl_status pl_kv_cache_swap_out(pl_kv_cache *c, pl_block_table *const *tables, int32_t n,
+                               pl_block_copy *map, int32_t cap, int32_t *n_map) {
+    return pl_kv_swap_out(&c->mgr, tables, n, map, cap, n_map);
+}
+pl_status pl_kv_cache_swap_in(pl_kv_cache *c, pl_block_table *const *tables, int32_t n,
+                              pl_block_copy *map, int32_t cap, int32_t *n_map) {
+    return pl_kv_swap_in(&c->mgr, tables, n, map, cap, n_map);
+}
+
+pl_status pl_kv_cache_prepare_step(pl_kv_cache *c) { return c->ops->prepare_step(c); }
+
+/* ---- statistics ---- */
+
+void pl_kv_cache_stats(const pl_kv_cache *c, pl_engine_stats *s) {
+    pl_kv_stats k;
+    pl_kv_get_stats(&c->mgr, &k);
+    s->blocks_total = k.blocks_total;
+    s->blocks_used = k.blocks_used;
+    s->blocks_cached = k.blocks_cached;
+    s->swap_total = k.swap_total;
+    s->swap_used = k.swap_used;
+    s->kv_usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
+    s->waste = k.waste;
+    s->tokens_stored = k.tokens_stored;
+    s->prefix_queries = k.prefix_queries;
+    s->prefix_hits = k.prefix_hits;
+    s->sliding_window = c->mgr.cfg.sliding_window;
+    s->window_freed_blocks = k.window_freed;
+    c->ops->stats(c, s);
+}
+
+void pl_kv_cache_sample(pl_kv_cache *c, int32_t n_seqs) {
+    pl_kv_stats k;
+    pl_kv_get_stats(&c->mgr, &k);
+    double usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
+    double slots = (double)k.blocks_used * c->mgr.cfg.block_size;
+    int64_t refs = pl_kv_block_refs(&c->mgr);
+    c->samples++;
+    c->usage_sum += usage;
+    if (usage > c->usage_peak) c->usage_peak = usage;
+    if (k.blocks_used > 0 && k.waste > c->waste_peak) c->waste_peak = k.waste;
+    if (k.blocks_used > c->peak_blocks) c->peak_blocks = k.blocks_used;
+    if (n_seqs > c->peak_seqs) c->peak_seqs = n_seqs;
+    c->tokens_sum += (double)k.tokens_stored;
+    c->slots_sum += slots;
+    c->blocks_sum += k.blocks_used;
+    c->refs_sum += (double)refs;
+    c->future_sum += (double)k.reserved_future;
+}
+
+void pl_kv_cache_samples(const pl_kv_cache *c, pl_kv_samples *ks) {
+    memset(ks, 0, sizeof *ks);
+    ks->block_refs = pl_kv_block_refs(&c->mgr);
+    ks->kv_samples = c->samples;
+    if (!c->samples) return;
+    double n = (double)c->samples;
+    double pool_slots = (double)c->mgr.cfg.num_blocks * c->mgr.cfg.block_size;
+    ks->peak_kv_usage = c->usage_peak;
+    ks->mean_kv_usage = c->usage_sum / n;
+    ks->peak_waste = c->waste_peak;
+    ks->mean_waste = c->slots_sum > 0 ? 1.0 - c->tokens_sum / c->slots_sum : 0;
+    ks->mean_token_fraction = pool_slots > 0 ? c->tokens_sum / n / pool_slots : 0;
+    ks->peak_blocks_used = c->peak_blocks;
+    ks->peak_batch_seqs = c->peak_seqs;
+    ks->mean_reserved = c->slots_sum > 0 ? c->future_sum / c->slots_sum : 0;
+    ks->mean_sharing_saved = c->refs_sum > 0 ? 1.0 - c->blocks_sum / c->refs_sum : 0;
+}
