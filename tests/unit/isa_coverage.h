@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../ci_env.h"
 
@@ -111,6 +112,8 @@ static inline int isa_run_group(const char *name, const struct CMUnitTest *tests
         fprintf(stderr, "%s: PAGELLM_ISA=%s is set under CI; it lowers every level\n", name, env);
         failed++;
     }
+    const char *filter = test_env_main("PL_TEST_FILTER"); /* a subset: local debugging only */
+    if (filter) cmocka_set_test_filter(filter);
     for (int level = PL_ISA_SCALAR; level <= (int)pl_cpu_max_isa(); level++) {
         pl_cpu_force_isa((pl_isa)level);
         isa_ran(&ran);
@@ -118,7 +121,12 @@ static inline int isa_run_group(const char *name, const struct CMUnitTest *tests
         snprintf(label, sizeof label, "%s @ %s", name, pl_isa_name(pl_cpu_isa()));
         printf("== %s: kernels at the %s level\n", name, pl_isa_name(pl_cpu_isa()));
         fflush(stdout);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         failed += _cmocka_run_group_tests(label, tests, n, setup, teardown);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("== %s: the %s level took %.1f s\n", name, pl_isa_name(pl_cpu_isa()),
+               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
     char tested[64];
