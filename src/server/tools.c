@@ -1,15 +1,11 @@
 /* server/tools — tool calling on /v1/chat/completions: the request's `tools` and `tool_choice`,
- * the messages' tool fields (assistant `tool_calls`, tool `tool_call_id` / `name`) passed to the
- * chat template, and tool calls parsed back out of the generated text for the template families
- * that define a format: Hermes / Qwen (<tool_call>{"name", "arguments"}</tool_call>, any number),
- * Llama 3.x (the whole answer is {"name", "parameters"} objects, after an optional
- * <|python_tag|>, separated by ';'), Mistral ([TOOL_CALLS][{"name", "arguments"}, ...]). */
+ * and the messages' tool fields (assistant `tool_calls`, tool `tool_call_id` / `name`) passed to
+ * the chat template. The calls in the generated text are parsed by parse.c. */
 #include "server/server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 /* ---- request ---- */
 
@@ -127,134 +123,4 @@ int pl_server_parse_tool_fields(const json_t *msg, size_t i, pl_server_message *
     m->extra = json_dumps(x, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(x);
     return m->extra ? 0 : pl_server_nomem(err);
-}
-
-/* ---- output ---- */
-
-pl_tool_format pl_tool_format_detect(const char *src, size_t len) {
-    if (!src) return PL_TOOLS_NONE;
-    char *s = strndup(src, len);
-    if (!s) return PL_TOOLS_NONE;
-    pl_tool_format f = strstr(s, "<tool_call>") ? PL_TOOLS_HERMES
-                       : strstr(s, "[TOOL_CALLS]") ? PL_TOOLS_MISTRAL
-                       : strstr(s, "<|start_header_id|>") && strstr(s, "parameters") ? PL_TOOLS_LLAMA3
-                       : PL_TOOLS_NONE;
-    free(s);
-    return f;
-}
-
-static void make_call_id(char *out, size_t cap) {
-    static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    static _Atomic unsigned long counter;
-    unsigned char rnd[9];
-    unsigned long c = ++counter;
-    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
-        for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (unsigned char)(c >> (i % 8 * 8)) ^ (unsigned char)(i * 37);
-    size_t n = (size_t)snprintf(out, cap, "call_");
-    for (size_t i = 0; i < sizeof rnd && n + 1 < cap; i++) out[n++] = digits[rnd[i] % 62];
-    out[n] = '\0';
-}
-
-/* One call {"name", "arguments" or "parameters"} as OpenAI's tool call; NULL if it is not one. */
-static json_t *to_call(json_t *obj, const char *args_key) {
-    json_t *name = json_object_get(obj, "name"), *args = json_object_get(obj, args_key);
-    if (!json_is_object(obj) || !json_is_string(name)) return NULL;
-    char *a = !args ? strdup("{}")
-              : json_is_string(args) ? strdup(json_string_value(args))
-                                     : json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-    if (!a) return NULL;
-    char id[32];
-    make_call_id(id, sizeof id);
-    json_t *c = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function",
-                          "name", name, "arguments", a);
-    free(a);
-    return c;
-}
-
-static const char *skip_ws(const char *p, const char *e) {
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
-    return p;
-}
-
-json_t *pl_server_tool_calls_parse(pl_tool_format f, const char *text, size_t len, size_t *content_len) {
-    const char *e = text + len;
-    json_t *calls = json_array();
-    if (!calls) return NULL;
-    *content_len = len;
-    if (f == PL_TOOLS_HERMES) {
-        const char *p = text, *first = NULL;
-        while ((p = memmem(p, (size_t)(e - p), "<tool_call>", 11))) {
-            const char *body = p + 11, *end = memmem(body, (size_t)(e - body), "</tool_call>", 12);
-            json_t *obj = json_loadb(body, (size_t)((end ? end : e) - body), 0, NULL);
-            json_t *c = to_call(obj, "arguments");
-            json_decref(obj);
-            if (!c) break;
-            json_array_append_new(calls, c);
-            if (!first) first = p;
-            p = end ? end + 12 : e;
-        }
-        if (first) *content_len = (size_t)(first - text);
-    } else if (f == PL_TOOLS_MISTRAL) {
-        const char *p = memmem(text, len, "[TOOL_CALLS]", 12);
-        if (p) {
-            json_t *arr = json_loadb(p + 12, (size_t)(e - p - 12), JSON_DISABLE_EOF_CHECK, NULL);
-            size_t k;
-            json_t *obj;
-            json_array_foreach(arr, k, obj) {
-                json_t *c = to_call(obj, "arguments");
-                if (c) json_array_append_new(calls, c);
-            }
-            json_decref(arr);
-            if (json_array_size(calls)) *content_len = (size_t)(p - text);
-        }
-    } else if (f == PL_TOOLS_LLAMA3) {
-        const char *p = skip_ws(text, e);
-        if (e - p >= 14 && !memcmp(p, "<|python_tag|>", 14)) p = skip_ws(p + 14, e);
-        while (p < e && *p == '{') {
-            json_error_t je;
-            json_t *obj = json_loadb(p, (size_t)(e - p), JSON_DISABLE_EOF_CHECK, &je);
-            json_t *c = obj ? to_call(obj, json_object_get(obj, "parameters") ? "parameters" : "arguments") : NULL;
-            json_decref(obj);
-            if (!c) {
-                json_array_clear(calls);
-                break;
-            }
-            json_array_append_new(calls, c);
-            p = skip_ws(p + je.position, e);
-            if (p < e && *p == ';') p = skip_ws(p + 1, e);
-        }
-        if (p != e) json_array_clear(calls); /* text after the calls: it was an answer */
-        if (json_array_size(calls)) *content_len = 0;
-    }
-    if (!json_array_size(calls)) {
-        *content_len = len;
-        json_decref(calls);
-        return NULL;
-    }
-    while (*content_len && strchr(" \n\t\r", text[*content_len - 1])) (*content_len)--;
-    return calls;
-}
-
-/* How much of a text still being generated is surely content: everything before a call's marker
- * (or a marker's beginning at the end), without trailing whitespace (which the parse drops
- * before calls). Llama 3.x answers that start like a call are held whole. */
-size_t pl_server_tool_content_prefix(pl_tool_format f, const char *text, size_t len) {
-    const char *marker = f == PL_TOOLS_HERMES ? "<tool_call>" : f == PL_TOOLS_MISTRAL ? "[TOOL_CALLS]" : NULL;
-    size_t safe = len;
-    if (marker) {
-        size_t ml = strlen(marker);
-        const char *p = memmem(text, len, marker, ml);
-        if (p) safe = (size_t)(p - text);
-        else
-            for (size_t k = ml - 1; k > 0; k--)
-                if (len >= k && !memcmp(text + len - k, marker, k)) {
-                    safe = len - k;
-                    break;
-                }
-    } else if (f == PL_TOOLS_LLAMA3) {
-        const char *p = skip_ws(text, text + len);
-        if (p == text + len || *p == '{' || *p == '<') return 0;
-    }
-    while (safe && strchr(" \n\t\r", text[safe - 1])) safe--;
-    return safe;
 }
