@@ -200,6 +200,31 @@ static int tokenize_prompts(gen_job *j, pl_server_error *err) {
     return 0;
 }
 
+/* tool_choice "required" or a named function: the answer is constrained to one call of the
+ * tools in the template's format, their parameters' schemas included (after the thinking's
+ * closing tag when the prompt opened it). A named function with a template of no known format
+ * is only what the template is shown, as before. */
+static int force_call(gen_job *j, pl_server_error *err) {
+    pl_server_request *r = &j->req;
+    pl_tool_format f = j->s->tool_format;
+    if (!r->chat || !r->tool_force) return 0;
+    if (r->tool_force == 2 && (f == PL_TOOLS_NONE || f == PL_TOOLS_GEMMA4)) return 0;
+    if (!r->tools)
+        return pl_server_fail(err, 400, "tool_choice", "invalid_value",
+                              "'tool_choice' asks for a call but 'tools' is empty");
+    if (r->constraint_field)
+        return pl_server_fail(err, 400, "tool_choice", "unsupported_parameter",
+                              "'tool_choice' forcing a call cannot be combined with '%s'",
+                              r->constraint_field);
+    if (pl_server_tool_grammar(f, r->tools, pl_parse_opening(j->pcfg.reasoning, j->pcfg.in_reasoning),
+                               &r->tool_grammar, err))
+        return -1;
+    r->params.constraint = PL_CONSTRAINT_GRAMMAR;
+    r->params.constraint_text = r->tool_grammar;
+    r->constraint_field = "tool_choice";
+    return 0;
+}
+
 static int check_lengths(gen_job *j, pl_server_error *err) {
     pl_server *s = j->s;
     pl_server_request *r = &j->req;
@@ -309,7 +334,8 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
          * keep them in the text that is parsed. */
         if (j->parsing) j->req.params.skip_special_tokens = 0;
     }
-    if (tokenize_prompts(j, err) || check_lengths(j, err) || submit(j, err)) goto fail;
+    if (tokenize_prompts(j, err) || force_call(j, err) || check_lengths(j, err) || submit(j, err))
+        goto fail;
     j->cx = (pl_server_compat){.api = api, .id = j->id, .model = s->model_name,
                                .created = j->rx.created, .echo = j->resp_echo,
                                .input_tokens = (int64_t)j->n_prompt[0]};

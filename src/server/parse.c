@@ -889,3 +889,14 @@ int pl_parse_prompt_opens_thinking(pl_reasoning_format r, const char *prompt, si
     if (!last) return 0;
     return !memmem(last, (size_t)(prompt + len - last), close, strlen(close));
 }
+
+const char *pl_parse_opening(pl_reasoning_format r, int in_reasoning) {
+    if (!in_reasoning) return NULL;
+    switch (r) {
+    case PL_REASON_MISTRAL: return "[/THINK]";
+    case PL_REASON_GEMMA4: return "<channel|>";
+    case PL_REASON_QWEN3:
+    case PL_REASON_DEEPSEEK_R1: return "</think>\n\n";
+    default: return NULL;
+    }
+}

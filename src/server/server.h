@@ -129,6 +129,9 @@ typedef struct {
     int add_special_tokens;          /* completions (1), chat (0) */
     char *tools;                     /* chat: JSON list of the tools the template gets, or NULL
                                         (none given, or tool_choice "none"; a named function: it) */
+    int tool_force;                  /* tool_choice: 1 "required", 2 a named function */
+    char *template_kwargs;           /* chat_template_kwargs: a JSON object text, or NULL */
+    char *tool_grammar;              /* the constraint forcing a call (generate.c), or NULL */
 } pl_server_request;
 
 /* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Recognised but
@@ -214,6 +217,13 @@ typedef enum {
     PL_TOOLS_GLM45, PL_TOOLS_DEEPSEEK_V31, PL_TOOLS_KIMI_K2, PL_TOOLS_HARMONY, PL_TOOLS_GEMMA4
 } pl_tool_format;
 
+/* The GBNF grammar of one call, in format f, of one of the tools (a JSON list of
+ * {"type": "function", "function": {...}}), after `opening` (or NULL: text the answer must start
+ * with, the closing tag of a thinking the prompt opened). 0, or -1 with *err: 400 naming the
+ * tool whose parameters cannot be compiled, or tool_choice when f cannot be constrained. */
+int pl_server_tool_grammar(pl_tool_format f, const char *tools_json, const char *opening,
+                           char **gbnf, pl_server_error *err);
+
 /* The formats a chat template writes, by its markers (NONE when it has none). */
 void pl_parse_detect(const char *template_src, size_t len, pl_reasoning_format *reasoning,
                      pl_tool_format *tools);
@@ -224,6 +234,9 @@ const char *pl_reasoning_parser_name(pl_reasoning_format f);
 /* 1 when the rendered prompt ends inside an opened thinking block (the template wrote <think>
  * for the model): the answer starts as thinking. */
 int pl_parse_prompt_opens_thinking(pl_reasoning_format r, const char *prompt, size_t len);
+/* What an answer that skips the thinking the prompt opened starts with (its closing tag), or
+ * NULL when the prompt opened none. */
+const char *pl_parse_opening(pl_reasoning_format r, int in_reasoning);
 
 typedef struct {
     pl_reasoning_format reasoning; /* NONE: no thinking is split off */

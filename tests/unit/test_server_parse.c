@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "server/server.h"
+#include "constrain/constrain.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,10 +241,66 @@ static void test_detect(void **state) {
     assert_int_equal(pl_parse_prompt_opens_thinking(PL_REASON_QWEN3, "<|im_start|>assistant\n", 22), 0);
 }
 
+/* tool_choice "required": one call in the family's format, its arguments by the schema */
+static void test_tool_grammar(void **state) {
+    (void)state;
+    static const pl_tool_format F[] = {PL_TOOLS_HERMES, PL_TOOLS_LLAMA3, PL_TOOLS_MISTRAL, PL_TOOLS_DEEPSEEK_V31,
+                                       PL_TOOLS_KIMI_K2, PL_TOOLS_HARMONY, PL_TOOLS_QWEN3_CODER, PL_TOOLS_GLM45};
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+                        "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": "
+                        "{\"type\": \"integer\"}}, \"required\": [\"city\", \"days\"]}}}, {\"type\": \"function\", "
+                        "\"function\": {\"name\": \"now\"}}]";
+    static const char *const ACCEPT[] = {
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>",
+        "{\"name\": \"now\", \"parameters\": {}}",
+        "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 2}",
+        DS_CALLS DS_CALL "now" DS_SEP "{}" DS_END DS_ENDS,
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.now:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"P\", \"days\": 1}<|call|>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+    };
+    for (size_t i = 0; i < sizeof F / sizeof *F; i++) {
+        char *g = NULL;
+        pl_server_error e;
+        if (pl_server_tool_grammar(F[i], tools, NULL, &g, &e)) fail_msg("format %d: %s", F[i], e.message);
+        pl_grammar *gr;
+        if (pl_grammar_parse(g, &gr) != PL_OK) fail_msg("format %d: %s\n%s", F[i], pl_last_error(), g);
+        pl_gscratch *sc = pl_gscratch_create();
+        pl_gstate st = {0};
+        assert_int_equal(pl_gstate_start(gr, sc, &st), PL_OK);
+        int ok = pl_gstate_advance(gr, sc, &st, (const uint8_t *)ACCEPT[i], strlen(ACCEPT[i]));
+        if (ok != 1) fail_msg("format %d rejects [%s]\n%s", F[i], ACCEPT[i], g);
+        /* and a call whose arguments break the schema is refused */
+        pl_gstate_free(&st);
+        assert_int_equal(pl_gstate_start(gr, sc, &st), PL_OK);
+        const char *bad = F[i] == PL_TOOLS_HERMES ? "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": \"x\""
+                                                  : "nothing like a call";
+        assert_int_equal(pl_gstate_advance(gr, sc, &st, (const uint8_t *)bad, strlen(bad)), 0);
+        pl_gstate_free(&st);
+        pl_gscratch_destroy(sc);
+        pl_grammar_destroy(gr);
+        free(g);
+    }
+    /* a schema the automaton cannot compile names its tool; a format that cannot be constrained
+     * names tool_choice */
+    char *g = NULL;
+    pl_server_error e;
+    assert_int_equal(pl_server_tool_grammar(PL_TOOLS_HERMES, "[{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+                                            "\"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": \"#/nope\"}}, "
+                                            "\"required\": [\"a\"]}}}]", NULL, &g, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "tools");
+    assert_non_null(strstr(e.message, "tools[0]"));
+    assert_int_equal(pl_server_tool_grammar(PL_TOOLS_GEMMA4, "[]", NULL, &g, &e), -1);
+    assert_string_equal(e.param, "tool_choice");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_tool_grammar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

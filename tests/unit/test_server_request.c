@@ -306,7 +306,19 @@ static void test_tools(void **state) {
              "{\"type\": \"function\", \"function\": {\"name\": \"zz\"}}}", "f");
     refuse(body, 1, "tool_choice", "not in 'tools'");
     snprintf(body, sizeof body, "{" USER ", \"tools\": [" TOOL "], \"tool_choice\": \"required\"}", "f");
-    refuse(body, 1, "tool_choice", "not supported");
+    if (parse(body, 1, &r, &e)) fail_msg("%s", e.message);
+    assert_int_equal(r.tool_force, 1); /* constrained to a call when the job is made */
+    pl_server_request_destroy(&r);
+    refuse("{" USER ", \"tool_choice\": \"required\"}", 1, "tool_choice", "no 'tools'");
+    /* chat_template_kwargs reach the template's context; wrong types name the kwarg */
+    if (parse("{" USER ", \"chat_template_kwargs\": {\"enable_thinking\": false, \"x\": [1]}}", 1, &r, &e))
+        fail_msg("%s", e.message);
+    assert_string_equal(r.template_kwargs, "{\"enable_thinking\":false,\"x\":[1]}");
+    pl_server_request_destroy(&r);
+    refuse("{" USER ", \"chat_template_kwargs\": {\"enable_thinking\": \"no\"}}", 1, "chat_template_kwargs",
+           "enable_thinking' must be a boolean");
+    refuse("{" USER ", \"chat_template_kwargs\": {\"messages\": []}}", 1, "chat_template_kwargs", "messages");
+    refuse("{" USER ", \"chat_template_kwargs\": [1]}", 1, "chat_template_kwargs", "must be an object");
     refuse("{" USER ", \"tool_choice\": \"maybe\"}", 1, "tool_choice", "must be");
     refuse("{" USER ", \"tools\": {}}", 1, "tools", "must be a list");
     refuse("{" USER ", \"tools\": [{\"type\": \"function\", \"function\": {}}]}", 1, "tools", "name");
