@@ -8,8 +8,8 @@
  * output and every sampling check are the chat route's own. Whatever the translation cannot carry
  * is a 400 naming the field rather than something silently dropped: item and block types other
  * than text and tool calls (images, files, hosted tools), `previous_response_id`, `store: true`,
- * `background`, `tool_choice` "required" / "any" (it would need a call forced by constrained
- * decoding). Fields that change nothing here (metadata, truncation, service_tier, reasoning,
+ * `background`, Anthropic's `tool_choice` "any" (Responses' "required" goes to the chat route,
+ * which constrains the answer to a call). Fields that change nothing here (metadata, truncation, service_tier, reasoning,
  * thinking, cache_control) are accepted and ignored; the model's thinking, split off by the
  * server's reasoning parser (parse.c), comes back as a `reasoning` output item / a `thinking`
  * content block before the answer.

@@ -63,8 +63,7 @@ typedef struct {
     pl_parse_cfg pcfg;
     json_t *tool_defs;             /* the request's tools (parameter types) */
     pl_parse_sent *sent;           /* [n_eng * n_per] what a stream sent of each choice */
-    int64_t *think_tokens;         /* [n_eng * n_per] tokens generated while thinking */
-    uint8_t *think_over;           /* [n_eng * n_per] the thinking is over */
+    int64_t *think_tokens;         /* [n_eng * n_per] tokens of the thinking (once finished) */
 } gen_job;
 
 /* ---- job lifetime ---- */
@@ -85,7 +84,7 @@ static void job_free(gen_job *j) {
         pl_server_choice_destroy(&j->ch[k]);
         if (j->sent) pl_parse_sent_destroy(&j->sent[k]);
     }
-    PL_FREE_ALL(j->sent, j->think_tokens, j->think_over);
+    PL_FREE_ALL(j->sent, j->think_tokens);
     json_decref(j->tool_defs);
     PL_FREE_ALL(j->ids, j->added, j->done, j->prompt, j->n_prompt, j->echo, j->ptop, j->n_ptop,
                 j->ch, j->error);
@@ -146,11 +145,10 @@ static int tokenize_prompts(gen_job *j, pl_server_error *err) {
     j->echoed = calloc(nc, 1);
     j->sent = calloc(nc, sizeof *j->sent);
     j->think_tokens = calloc(nc, sizeof *j->think_tokens);
-    j->think_over = calloc(nc, 1);
     if (chat_text)
         j->pcfg.in_reasoning = pl_parse_prompt_opens_thinking(j->pcfg.reasoning, chat_text,
                                                               strlen(chat_text));
-    if (!j->sent || !j->think_tokens || !j->think_over || !j->ids || !j->added || !j->done || !j->prompt || !j->n_prompt || !j->echo || !j->ptop ||
+    if (!j->sent || !j->think_tokens || !j->ids || !j->added || !j->done || !j->prompt || !j->n_prompt || !j->echo || !j->ptop ||
         !j->n_ptop || !j->ch || !j->text_off || !j->echoed) {
         free(chat_text);
         return pl_server_nomem(err);
@@ -385,11 +383,30 @@ static int parse_choice(gen_job *j, int k, int final, pl_parsed *p) {
     return 0;
 }
 
-/* Count the tokens of a delta of choice k as thinking while the thinking is not over. */
-static void count_thinking(gen_job *j, int k, const pl_completion_delta *d, const pl_parsed *p) {
-    if (j->pcfg.reasoning == PL_REASON_NONE || j->think_over[k]) return;
-    if (p->reasoning.len || j->pcfg.in_reasoning || p->reasoning_done) j->think_tokens[k] += d->n_tokens;
-    if (p->reasoning_done || p->content.len || p->n_calls) j->think_over[k] = 1;
+/* The tokens of finished choice k that belong to its thinking: the shortest start of its
+ * tokens whose text closes the thinking (all of them when it never closes). */
+static int64_t count_thinking(gen_job *j, int k) {
+    const pl_server_choice *c = &j->ch[k];
+    pl_parsed p;
+    if (parse_choice(j, k, 1, &p)) return 0;
+    int done = p.reasoning_done, any = p.reasoning.len > 0 || done;
+    pl_parsed_destroy(&p);
+    if (!any) return 0;
+    if (!done) return c->n;
+    int32_t lo = 1, hi = c->n; /* the thinking is closed after hi tokens, not after lo - 1 */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        char *t = NULL;
+        size_t tl = 0;
+        if (pl_detokenize(j->s->tok, c->ids, (size_t)mid, j->req.params.skip_special_tokens, &t, &tl) != PL_OK)
+            return c->n;
+        int closed = !pl_parse_text(&j->pcfg, t, tl, 0, &p) && p.reasoning_done;
+        pl_parsed_destroy(&p);
+        free(t);
+        if (closed) hi = mid;
+        else lo = mid + 1;
+    }
+    return hi;
 }
 
 static int64_t thinking_tokens(const gen_job *j) {
@@ -413,7 +430,6 @@ static void compat_delta(gen_job *j, int k, const pl_completion_delta *d) {
     }
     pl_parsed p;
     if (!parse_choice(j, k, 0, &p)) {
-        count_thinking(j, k, d, &p);
         int over = p.reasoning_done || p.content.len || p.n_calls;
         if (over && pl_server_compat_stream_reasoning(&j->cx, &j->out, p.reasoning.p, p.reasoning.len))
             j->nomem = 1;
@@ -481,7 +497,6 @@ static void stream_parsed(gen_job *j, int k, const pl_completion_delta *d) {
         pl_parsed_destroy(&p);
         return;
     }
-    count_thinking(j, k, d, &p);
     json_t *delta = json_object();
     int any = delta ? pl_parse_diff(&p, &j->sent[k], delta) : -1;
     if (any < 0) j->nomem = 1;
@@ -534,11 +549,8 @@ static void take_output(gen_job *j, int i, pl_request_output *o, int streaming) 
         int k = i * j->n_per + dl->index;
         if (pl_server_choice_add(&j->ch[k], dl)) j->nomem = 1;
         else if (streaming) stream_delta(j, i, k, dl);
-        else if (j->parsing && j->pcfg.reasoning != PL_REASON_NONE && !j->think_over[k]) {
-            pl_parsed p;
-            if (!parse_choice(j, k, 0, &p)) count_thinking(j, k, dl, &p);
-            pl_parsed_destroy(&p);
-        }
+        if (dl->finish != PL_FINISH_NONE && j->parsing && j->pcfg.reasoning != PL_REASON_NONE)
+            j->think_tokens[k] = count_thinking(j, k);
     }
     if (o->error && !j->error) { /* taken over, like the prompt data */
         j->error = o->error;

@@ -487,6 +487,8 @@ static const char *calls_section(parser *ps, int marker, const char *p, int *bad
         end = skip_ws(end, e);
         int m = at(ps, end, "</tool_call>");
         if (m < 0 || (end >= e && !ps->final)) return NULL;
+        if (!m && ps->final && (size_t)(e - end) < 12 && !memcmp(end, "</tool_call>", (size_t)(e - end)))
+            return e; /* cut short in its closing tag */
         return m > 0 ? end + 12 : end;
     }
     case PL_TOOLS_MISTRAL: {

@@ -174,7 +174,9 @@ static void gbnf_lit(pl_strbuf *b, const char *s) {
 /* The schema's grammar as rules prefixed `prefix` (its start: prefix + "root"). */
 static int schema_rules(pl_strbuf *b, const json_t *schema, const char *prefix, size_t i,
                         pl_server_error *err) {
-    char *text = json_dumps(schema ? schema : json_object(), JSON_COMPACT), *g = NULL;
+    json_t *obj = schema ? NULL : json_pack("{s:s}", "type", "object"); /* no parameters: {} */
+    char *text = json_dumps(schema ? schema : obj, JSON_COMPACT), *g = NULL;
+    json_decref(obj);
     if (!text) return pl_server_nomem(err);
     pl_status st = pl_schema_to_gbnf(text, &g);
     free(text);

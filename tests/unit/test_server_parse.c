@@ -44,6 +44,7 @@ static const pcase CASES[] = {
      "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>", "", "Let me look.", "f {\"q\": \"<tool_call> \xc3\xa9\"}|g {}"},
     {PL_REASON_NONE, PL_TOOLS_HERMES, 0, "<tool_call>{\"arguments\": {\"a\": [1, 2]}, \"name\": \"late\"}</tool_call>", "", "", "late {\"a\": [1, 2]}"},
     {PL_REASON_NONE, PL_TOOLS_HERMES, 0, "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", "", "", "s {\"a\": 1}"},
+    {PL_REASON_NONE, PL_TOOLS_HERMES, 0, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_ca", "", "", "f {}"},
     {PL_REASON_NONE, PL_TOOLS_HERMES, 0, "<tool_call>not json</tool_call>", "", "<tool_call>not json</tool_call>", ""},
     {PL_REASON_NONE, PL_TOOLS_HERMES, 0, "Just text <b>bold</b>.", "", "Just text <b>bold</b>.", ""},
     /* Qwen3-Coder, Qwen3.5, Nemotron 3 (parameter types from the tools: days is an integer) */
