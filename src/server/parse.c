@@ -130,6 +130,14 @@ static const char *find_tag(const parser *ps, const char *p, const char *const *
     return NULL;
 }
 
+/* Where the longest proper beginning of `tag` that ends [a, e) starts, or e: what to hold back
+ * while the text may go on into the tag. */
+static const char *tag_start_at_end(const char *a, const char *e, const char *tag) {
+    for (size_t k = strlen(tag) - 1; k > 0; k--)
+        if ((size_t)(e - a) >= k && !memcmp(e - k, tag, k)) return e - k;
+    return e;
+}
+
 static void put(parser *ps, pl_strbuf *b, const char *s, size_t n) {
     if (pl_strbuf_append(b, s, n)) ps->fail = 1;
 }
@@ -557,13 +565,7 @@ static const char *calls_section(parser *ps, int marker, const char *p, int *bad
             if (!c) return NULL;
             const char *z = memmem(a0, (size_t)(e - a0), cend, strlen(cend));
             if (!z) { /* hold what could be the end tag's beginning */
-                const char *h = e;
-                for (size_t k = strlen(cend) - 1; k > 0; k--)
-                    if ((size_t)(e - a0) >= k && !memcmp(e - k, cend, k)) {
-                        h = e - k;
-                        break;
-                    }
-                put(ps, &c->args, a0, (size_t)((ps->final ? e : h) - a0));
+                put(ps, &c->args, a0, (size_t)((ps->final ? e : tag_start_at_end(a0, e, cend)) - a0));
                 c->done = ps->final;
                 return ps->final ? e : NULL;
             }
@@ -749,13 +751,8 @@ int pl_parse_text(const pl_parse_cfg *cfg, const char *text, size_t len, int fin
         if (m < 0) return 0;                   /* the start of an opening tag: wait */
         if (m > 0) in = 1, p = b + strlen(open);
         if (in) {
-            const char *z = memmem(p, (size_t)(ps.e - p), close, strlen(close)), *hold = ps.e;
-            if (!z && !final) /* hold what could begin the closing tag */
-                for (size_t k = strlen(close) - 1; k > 0; k--)
-                    if ((size_t)(ps.e - p) >= k && !memcmp(ps.e - k, close, k)) {
-                        hold = ps.e - k;
-                        break;
-                    }
+            const char *z = memmem(p, (size_t)(ps.e - p), close, strlen(close)),
+                       *hold = final ? ps.e : tag_start_at_end(p, ps.e, close);
             put_trimmed(&ps, &out->reasoning, p, z ? z : hold, 1, 0);
             if (!z) return ps.fail ? -1 : 0;
             out->reasoning_done = 1;
