@@ -40,6 +40,9 @@ static void usage(FILE *f) {
             "      --shutdown-timeout S       seconds in-flight requests may finish on SIGINT/\n"
             "                                 SIGTERM before they are aborted (default 10)\n"
             "      --no-webui                 no web page at / (chat playground, KV cache view)\n"
+            "      --reasoning-parser NAME    split the thinking into reasoning_content: qwen3,\n"
+            "                                 deepseek_r1, mistral, gpt_oss, gemma4, none (default:\n"
+            "                                 from the chat template's tags)\n"
             "      --chat-template FILE       Jinja chat template to use instead of the model's\n"
             "                                 (tokenizer.chat_template; ChatML when it has none)\n"
             "      --pooling mean|cls|last    POST /v1/embeddings from a generation model: its\n"
@@ -58,7 +61,7 @@ typedef struct {
 } serve_opts;
 
 enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI,
-       O_CHATTPL, O_POOLING };
+       O_CHATTPL, O_POOLING, O_REASONING };
 
 static int parse(int argc, char **argv, serve_opts *o) {
     static const struct option longopts[] = {
@@ -73,6 +76,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"shutdown-timeout", required_argument, 0, O_GRACE},
         {"no-webui", no_argument, 0, O_NOWEBUI},
         {"chat-template", required_argument, 0, O_CHATTPL},
+        {"reasoning-parser", required_argument, 0, O_REASONING},
         {"pooling", required_argument, 0, O_POOLING},
         {"seed", required_argument, 0, PL_OPT_IGNORED}, /* vLLM's global seed: per request here */
         PL_ENGINE_LONGOPTS,
@@ -101,6 +105,16 @@ static int parse(int argc, char **argv, serve_opts *o) {
             break;
         case O_NAME: o->srv.served_model_name = optarg; break;
         case O_CHATTPL: o->srv.chat_template_path = optarg; break;
+        case O_REASONING: {
+            pl_reasoning_format rf;
+            if (pl_reasoning_parser_by_name(optarg, &rf)) {
+                fprintf(stderr, "pagellm serve: --reasoning-parser: unknown parser '%s' (qwen3, "
+                        "deepseek_r1, mistral, gpt_oss, gemma4, none)\n", optarg);
+                return 2;
+            }
+            o->srv.reasoning_parser = optarg;
+            break;
+        }
         case O_KEY: o->srv.api_key = optarg; break;
         case O_MAXREQ:
             if (pl_arg_bytes(C, "--max-request-bytes", optarg, &o->max_request_bytes)) return 2;

@@ -8,9 +8,11 @@
  * output and every sampling check are the chat route's own. Whatever the translation cannot carry
  * is a 400 naming the field rather than something silently dropped: item and block types other
  * than text and tool calls (images, files, hosted tools), `previous_response_id`, `store: true`,
- * `background`, `tool_choice` "required" / "any" (it would need a call forced by constrained
- * decoding). Fields that change nothing here (metadata, truncation, service_tier, reasoning,
- * thinking, cache_control: pagellm has no reasoning parser) are accepted and ignored.
+ * `background`, Anthropic's `tool_choice` "any" (Responses' "required" goes to the chat route,
+ * which constrains the answer to a call). Fields that change nothing here (metadata, truncation, service_tier, reasoning,
+ * thinking, cache_control) are accepted and ignored; the model's thinking, split off by the
+ * server's reasoning parser (parse.c), comes back as a `reasoning` output item / a `thinking`
+ * content block before the answer.
  *
  * Answers: the generated text and the tool calls tools.c parses out of it become a response
  * object with message and function_call output items, or an Anthropic message with text and
@@ -647,10 +649,31 @@ static int has_text(const pl_server_compat *x, size_t len, const json_t *calls) 
     return len > 0 || !calls || x->text_open;
 }
 
+/* The thinking as a Responses reasoning item or an Anthropic thinking block (text NULL: empty,
+ * as a stream announces it). */
+static json_t *reasoning_item(const pl_server_compat *x, const char *text, size_t len,
+                              const char *status) {
+    if (x->api == PL_API_ANTHROPIC)
+        return json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                         pl_server_text_json(text ? text : "", text ? len : 0), "signature", "");
+    char id[64];
+    re_prefix(id, sizeof id, "rs_", x->id);
+    return json_pack("{s:s, s:s, s:[], s:o, s:s}", "type", "reasoning", "id", id, "summary",
+                     "content",
+                     text ? json_pack("[{s:s, s:o}]", "type", "reasoning_text", "text",
+                                      pl_server_text_json(text, len))
+                          : json_array(),
+                     "status", status);
+}
+
 json_t *pl_server_compat_answer(const pl_server_compat *x, const char *text, size_t len,
                                 const json_t *calls, pl_finish_reason f, const char *stop_str) {
     json_t *out = json_array();
     int incomplete = f == PL_FINISH_LENGTH && !calls, bad = !out;
+    if (!bad && x->reasoning_len) {
+        json_t *item = reasoning_item(x, x->reasoning, x->reasoning_len, "completed");
+        bad = !item || json_array_append_new(out, item);
+    }
     if (!bad && has_text(x, len, calls)) {
         json_t *t = pl_server_text_json(text, len);
         json_t *item = x->api == PL_API_RESPONSES
@@ -691,10 +714,10 @@ json_t *pl_server_compat_answer(const pl_server_compat *x, const char *text, siz
     if (x->api == PL_API_RESPONSES)
         return response_object(
             x, incomplete ? "incomplete" : "completed", out,
-            json_pack("{s:I, s:{s:I}, s:I, s:{s:i}, s:I}", "input_tokens", (json_int_t)in,
+            json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)in,
                       "input_tokens_details", "cached_tokens", (json_int_t)cached,
                       "output_tokens", (json_int_t)gen, "output_tokens_details",
-                      "reasoning_tokens", 0, "total_tokens", (json_int_t)(in + gen)),
+                      "reasoning_tokens", (json_int_t)x->reasoning_tokens, "total_tokens", (json_int_t)(in + gen)),
             incomplete ? json_pack("{s:s}", "reason", "max_output_tokens") : NULL);
     /* Anthropic's input_tokens are those not read from a cache. */
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:{s:I, s:I, s:i, s:I}}", "id", x->id,
@@ -738,17 +761,48 @@ int pl_server_compat_stream_start(pl_server_compat *x, pl_strbuf *out) {
     return rc ? -1 : 0;
 }
 
+int pl_server_compat_stream_reasoning(pl_server_compat *x, pl_strbuf *out, const char *text,
+                                      size_t n) {
+    if (!n || x->reasoning_sent || x->text_open) return 0;
+    x->reasoning_sent = 1;
+    json_t *added = reasoning_item(x, NULL, 0, "in_progress"), *done = reasoning_item(x, text, n, "completed");
+    int rc;
+    if (x->api == PL_API_ANTHROPIC)
+        rc = emit(x, out, "content_block_start",
+                  json_pack("{s:i, s:O}", "index", 0, "content_block", added)) ||
+             emit(x, out, "content_block_delta",
+                  json_pack("{s:i, s:{s:s, s:O}}", "index", 0, "delta", "type", "thinking_delta",
+                            "thinking", json_object_get(done, "thinking"))) ||
+             emit(x, out, "content_block_stop", json_pack("{s:i}", "index", 0));
+    else {
+        json_t *id = json_object_get(done, "id"),
+               *t = json_object_get(json_array_get(json_object_get(done, "content"), 0), "text");
+        rc = emit(x, out, "response.output_item.added", json_pack("{s:i, s:O}", "output_index", 0, "item", added)) ||
+             emit(x, out, "response.reasoning_text.delta",
+                  json_pack("{s:O, s:i, s:i, s:O}", "item_id", id, "output_index", 0,
+                            "content_index", 0, "delta", t)) ||
+             emit(x, out, "response.reasoning_text.done",
+                  json_pack("{s:O, s:i, s:i, s:O}", "item_id", id, "output_index", 0,
+                            "content_index", 0, "text", t)) ||
+             emit(x, out, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", 0, "item", done));
+    }
+    json_decref(added);
+    json_decref(done);
+    return rc ? -1 : 0;
+}
+
 static int open_text(pl_server_compat *x, pl_strbuf *out) {
     x->text_open = 1;
+    int k = x->reasoning_sent;
     if (x->api == PL_API_ANTHROPIC)
         return emit(x, out, "content_block_start",
-                    json_pack("{s:i, s:{s:s, s:s}}", "index", 0, "content_block", "type", "text",
+                    json_pack("{s:i, s:{s:s, s:s}}", "index", k, "content_block", "type", "text",
                               "text", ""));
     json_t *item = message_item(x, NULL, "in_progress");
     const char *id = json_string_value(json_object_get(item, "id"));
-    int rc = emit(x, out, "response.output_item.added", json_pack("{s:i, s:O}", "output_index", 0, "item", item)) ||
+    int rc = emit(x, out, "response.output_item.added", json_pack("{s:i, s:O}", "output_index", k, "item", item)) ||
              emit(x, out, "response.content_part.added",
-                  json_pack("{s:s?, s:i, s:i, s:o}", "item_id", id, "output_index", 0,
+                  json_pack("{s:s?, s:i, s:i, s:o}", "item_id", id, "output_index", k,
                             "content_index", 0, "part", output_text_part(NULL)));
     json_decref(item);
     return rc ? -1 : 0;
@@ -760,12 +814,12 @@ int pl_server_compat_stream_text(pl_server_compat *x, pl_strbuf *out, const char
     json_t *t = pl_server_text_json(text, n);
     if (x->api == PL_API_ANTHROPIC)
         return emit(x, out, "content_block_delta",
-                    json_pack("{s:i, s:{s:s, s:o}}", "index", 0, "delta", "type", "text_delta",
-                              "text", t));
+                    json_pack("{s:i, s:{s:s, s:o}}", "index", x->reasoning_sent, "delta", "type",
+                              "text_delta", "text", t));
     char id[64];
     re_prefix(id, sizeof id, "msg_", x->id);
     return emit(x, out, "response.output_text.delta",
-                json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", id, "output_index", 0,
+                json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", id, "output_index", x->reasoning_sent,
                           "content_index", 0, "delta", t, "logprobs"));
 }
 
@@ -821,6 +875,7 @@ static int anthropic_block_events(pl_server_compat *x, pl_strbuf *out, int k, js
 int pl_server_compat_stream_end(pl_server_compat *x, pl_strbuf *out, const char *text, size_t len,
                                 size_t sent, const json_t *calls, pl_finish_reason f,
                                 const char *stop_str) {
+    if (pl_server_compat_stream_reasoning(x, out, x->reasoning, x->reasoning_len)) return -1;
     if (has_text(x, len, calls) && !x->text_open && open_text(x, out)) return -1;
     if (len > sent && pl_server_compat_stream_text(x, out, text + sent, len - sent)) return -1;
     json_t *whole = pl_server_compat_answer(x, text, len, calls, f, stop_str);
@@ -829,6 +884,7 @@ int pl_server_compat_stream_end(pl_server_compat *x, pl_strbuf *out, const char 
     json_t *items = json_object_get(whole, anthropic ? "content" : "output"), *item;
     size_t k;
     json_array_foreach(items, k, item) {
+        if (k == 0 && x->reasoning_sent) continue; /* the thinking went out whole */
         rc = anthropic ? anthropic_block_events(x, out, (int)k, item)
                        : responses_item_events(x, out, (int)k, item);
         if (rc) break;

@@ -57,6 +57,13 @@ typedef struct {
     pl_server_api api;
     json_t *resp_echo;             /* Responses: request fields its response object repeats */
     pl_server_compat cx;
+    /* A chat's thinking and tool calls (parse.c): on when the server has a reasoning parser or
+     * the request has tools in a format the template defines. */
+    int parsing;
+    pl_parse_cfg pcfg;
+    json_t *tool_defs;             /* the request's tools (parameter types) */
+    pl_parse_sent *sent;           /* [n_eng * n_per] what a stream sent of each choice */
+    int64_t *think_tokens;         /* [n_eng * n_per] tokens of the thinking (once finished) */
 } gen_job;
 
 /* ---- job lifetime ---- */
@@ -73,7 +80,12 @@ static void job_free(gen_job *j) {
         if (j->echo) free(j->echo[i]);
         if (j->ptop) free(j->ptop[i]);
     }
-    for (int k = 0; j->ch && k < j->n_eng * j->n_per; k++) pl_server_choice_destroy(&j->ch[k]);
+    for (int k = 0; j->ch && k < j->n_eng * j->n_per; k++) {
+        pl_server_choice_destroy(&j->ch[k]);
+        if (j->sent) pl_parse_sent_destroy(&j->sent[k]);
+    }
+    PL_FREE_ALL(j->sent, j->think_tokens);
+    json_decref(j->tool_defs);
     PL_FREE_ALL(j->ids, j->added, j->done, j->prompt, j->n_prompt, j->echo, j->ptop, j->n_ptop,
                 j->ch, j->error);
     pl_strbuf_destroy(&j->out);
@@ -131,7 +143,12 @@ static int tokenize_prompts(gen_job *j, pl_server_error *err) {
     j->ch = calloc(nc, sizeof *j->ch);
     j->text_off = calloc(nc, sizeof *j->text_off);
     j->echoed = calloc(nc, 1);
-    if (!j->ids || !j->added || !j->done || !j->prompt || !j->n_prompt || !j->echo || !j->ptop ||
+    j->sent = calloc(nc, sizeof *j->sent);
+    j->think_tokens = calloc(nc, sizeof *j->think_tokens);
+    if (chat_text)
+        j->pcfg.in_reasoning = pl_parse_prompt_opens_thinking(j->pcfg.reasoning, chat_text,
+                                                              strlen(chat_text));
+    if (!j->sent || !j->think_tokens || !j->ids || !j->added || !j->done || !j->prompt || !j->n_prompt || !j->echo || !j->ptop ||
         !j->n_ptop || !j->ch || !j->text_off || !j->echoed) {
         free(chat_text);
         return pl_server_nomem(err);
@@ -178,6 +195,31 @@ static int tokenize_prompts(gen_job *j, pl_server_error *err) {
         }
     }
     free(chat_text);
+    return 0;
+}
+
+/* tool_choice "required" or a named function: the answer is constrained to one call of the
+ * tools in the template's format, their parameters' schemas included (after the thinking's
+ * closing tag when the prompt opened it). A named function with a template of no known format
+ * is only what the template is shown, as before. */
+static int force_call(gen_job *j, pl_server_error *err) {
+    pl_server_request *r = &j->req;
+    pl_tool_format f = j->s->tool_format;
+    if (!r->chat || !r->tool_force) return 0;
+    if (r->tool_force == 2 && (f == PL_TOOLS_NONE || f == PL_TOOLS_GEMMA4)) return 0;
+    if (!r->tools)
+        return pl_server_fail(err, 400, "tool_choice", "invalid_value",
+                              "'tool_choice' asks for a call but 'tools' is empty");
+    if (r->constraint_field)
+        return pl_server_fail(err, 400, "tool_choice", "unsupported_parameter",
+                              "'tool_choice' forcing a call cannot be combined with '%s'",
+                              r->constraint_field);
+    if (pl_server_tool_grammar(f, r->tools, pl_parse_opening(j->pcfg.reasoning, j->pcfg.in_reasoning),
+                               &r->tool_grammar, err))
+        return -1;
+    r->params.constraint = PL_CONSTRAINT_GRAMMAR;
+    r->params.constraint_text = r->tool_grammar;
+    r->constraint_field = "tool_choice";
     return 0;
 }
 
@@ -277,9 +319,21 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
                                                            : "cmpl-");
     j->rx = (pl_server_resp_ctx){.id = j->id, .model = s->model_name, .created = (int64_t)time(NULL),
                                  .tok = s->tok, .chat = chat, .logprobs = j->req.logprobs >= 0};
-    /* Mistral's [TOOL_CALLS] is a special token: keep it in the text that is parsed. */
-    if (chat && j->req.tools && s->tool_format == PL_TOOLS_MISTRAL) j->req.params.skip_special_tokens = 0;
-    if (tokenize_prompts(j, err) || check_lengths(j, err) || submit(j, err)) goto fail;
+    if (chat) {
+        j->pcfg.reasoning = s->reasoning;
+        if (j->req.tools && s->tool_format != PL_TOOLS_NONE) {
+            j->pcfg.tools = s->tool_format;
+            j->pcfg.tool_defs = j->tool_defs = json_loads(j->req.tools, 0, NULL);
+        }
+        /* gpt-oss and Gemma 4 write their reasoning in a format that is also their tool calls' */
+        if (j->pcfg.reasoning == PL_REASON_GPT_OSS) j->pcfg.tools = PL_TOOLS_HARMONY;
+        j->parsing = j->pcfg.reasoning != PL_REASON_NONE || j->pcfg.tools != PL_TOOLS_NONE;
+        /* The tags ([THINK], [TOOL_CALLS], <|channel|>, ...) are special tokens in their vocabularies:
+         * keep them in the text that is parsed. */
+        if (j->parsing) j->req.params.skip_special_tokens = 0;
+    }
+    if (tokenize_prompts(j, err) || force_call(j, err) || check_lengths(j, err) || submit(j, err))
+        goto fail;
     j->cx = (pl_server_compat){.api = api, .id = j->id, .model = s->model_name,
                                .created = j->rx.created, .echo = j->resp_echo,
                                .input_tokens = (int64_t)j->n_prompt[0]};
@@ -319,72 +373,147 @@ static void set(gen_job *j, json_t *o, const char *key, json_t *v) {
     if (!o || !v || json_object_set_new(o, key, v)) j->nomem = 1;
 }
 
-/* A chat answer with tools: the message's content (null when it is only tool calls) and its
- * tool_calls, parsed from the whole text; *calls is NULL when there are none. */
-static json_t *tool_message(gen_job *j, const pl_server_choice *c, json_t **calls) {
-    size_t n = 0;
-    *calls = pl_server_tool_calls_parse(j->s->tool_format, c->text ? c->text : "", c->len, &n);
-    return *calls && n == 0 ? json_null() : pl_server_text_json(c->text ? c->text : "", *calls ? n : c->len);
-}
-
-static int tools_active(const gen_job *j) {
-    return j->req.chat && j->req.tools && j->s->tool_format != PL_TOOLS_NONE;
-}
-
-/* The length of the start of s[0..n) that ends on a character boundary. */
-static size_t utf8_whole(const char *s, size_t n) {
-    for (size_t back = 1; back <= 4 && back <= n; back++) {
-        unsigned char b = (unsigned char)s[n - back];
-        if ((b & 0xc0) == 0x80) continue;
-        size_t len = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
-        return len > back ? n - back : n;
+/* Parse choice k's text so far (final: it is whole). */
+static int parse_choice(gen_job *j, int k, int final, pl_parsed *p) {
+    const pl_server_choice *c = &j->ch[k];
+    if (pl_parse_text(&j->pcfg, c->text ? c->text : "", c->len, final, p)) {
+        j->nomem = 1;
+        return -1;
     }
+    return 0;
+}
+
+/* The tokens of finished choice k that belong to its thinking: the shortest start of its
+ * tokens whose text closes the thinking (all of them when it never closes). */
+static int64_t count_thinking(gen_job *j, int k) {
+    const pl_server_choice *c = &j->ch[k];
+    pl_parsed p;
+    if (parse_choice(j, k, 1, &p)) return 0;
+    int done = p.reasoning_done, any = p.reasoning.len > 0 || done;
+    pl_parsed_destroy(&p);
+    if (!any) return 0;
+    if (!done) return c->n;
+    int32_t lo = 1, hi = c->n; /* the thinking is closed after hi tokens, not after lo - 1 */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        char *t = NULL;
+        size_t tl = 0;
+        if (pl_detokenize(j->s->tok, c->ids, (size_t)mid, j->req.params.skip_special_tokens, &t, &tl) != PL_OK)
+            return c->n;
+        int closed = !pl_parse_text(&j->pcfg, t, tl, 0, &p) && p.reasoning_done;
+        pl_parsed_destroy(&p);
+        free(t);
+        if (closed) hi = mid;
+        else lo = mid + 1;
+    }
+    return hi;
+}
+
+static int64_t thinking_tokens(const gen_job *j) {
+    int64_t n = 0;
+    for (int k = 0; k < j->n_eng * j->n_per; k++) n += j->think_tokens[k];
     return n;
 }
 
-/* Responses / Messages: the text streams up to where a tool call could begin; the rest, the
- * calls and the end go out once the answer is whole (compat_end). */
+/* Responses / Messages: the thinking goes out as its own item once it is over, the text streams
+ * as it is known; the calls and the end go out once the answer is whole (compat_end). */
 static void compat_delta(gen_job *j, int k, const pl_completion_delta *d) {
     if (d->finish != PL_FINISH_NONE) return;
     const pl_server_choice *c = &j->ch[k];
-    const char *text = c->text ? c->text : "";
-    size_t safe = tools_active(j) ? pl_server_tool_content_prefix(j->s->tool_format, text, c->len)
-                                  : c->len;
-    safe = utf8_whole(text, safe);
-    if (safe <= j->text_off[k]) return;
-    if (pl_server_compat_stream_text(&j->cx, &j->out, text + j->text_off[k], safe - j->text_off[k]))
-        j->nomem = 1;
-    j->text_off[k] = safe;
+    if (!j->parsing) {
+        size_t safe = pl_utf8_whole(c->text ? c->text : "", c->len);
+        if (safe > j->text_off[k] &&
+            pl_server_compat_stream_text(&j->cx, &j->out, c->text + j->text_off[k], safe - j->text_off[k]))
+            j->nomem = 1;
+        if (safe > j->text_off[k]) j->text_off[k] = safe;
+        return;
+    }
+    pl_parsed p;
+    if (!parse_choice(j, k, 0, &p)) {
+        int over = p.reasoning_done || p.content.len || p.n_calls;
+        if (over && pl_server_compat_stream_reasoning(&j->cx, &j->out, p.reasoning.p, p.reasoning.len))
+            j->nomem = 1;
+        size_t safe = pl_utf8_whole(p.content.p, p.content.len);
+        if (over && safe > j->text_off[k]) {
+            if (pl_server_compat_stream_text(&j->cx, &j->out, p.content.p + j->text_off[k], safe - j->text_off[k]))
+                j->nomem = 1;
+            j->text_off[k] = safe;
+        }
+    }
+    pl_parsed_destroy(&p);
 }
 
-/* The answer's content length and tool calls (NULL: none), with the token counts filled in. */
-static json_t *compat_calls(gen_job *j, size_t *end) {
+/* The whole answer of the Responses / Messages APIs (stream: its last events). */
+static void compat_finish(gen_job *j, int stream, json_t **whole) {
     const pl_server_choice *c = &j->ch[0];
-    *end = c->len;
     j->cx.input_tokens = j->prompt_tokens;
     j->cx.cached_tokens = j->cached_tokens;
     j->cx.output_tokens = c->n;
-    if (!tools_active(j)) return NULL;
-    return pl_server_tool_calls_parse(j->s->tool_format, c->text ? c->text : "", c->len, end);
+    j->cx.reasoning_tokens = j->think_tokens[0];
+    pl_parsed p = {0};
+    json_t *calls = NULL;
+    const char *text = c->text ? c->text : "";
+    size_t len = c->len;
+    if (j->parsing) {
+        if (parse_choice(j, 0, 1, &p)) goto out;
+        calls = pl_parsed_calls_json(&p);
+        if (p.n_calls && !calls) {
+            j->nomem = 1;
+            goto out;
+        }
+        text = p.content.p ? p.content.p : "";
+        len = p.content.len;
+        j->cx.reasoning = p.reasoning.p;
+        j->cx.reasoning_len = p.reasoning.len;
+    }
+    if (stream) {
+        if (pl_server_compat_stream_end(&j->cx, &j->out, text, len, j->text_off[0], calls,
+                                        c->finish, c->stop_str))
+            j->nomem = 1;
+    } else {
+        *whole = pl_server_compat_answer(&j->cx, text, len, calls, c->finish, c->stop_str);
+    }
+out:
+    j->cx.reasoning = NULL;
+    j->cx.reasoning_len = 0;
+    json_decref(calls);
+    pl_parsed_destroy(&p);
 }
 
-static void compat_end(gen_job *j) {
-    size_t end;
-    json_t *calls = compat_calls(j, &end);
-    const pl_server_choice *c = &j->ch[0];
-    if (pl_server_compat_stream_end(&j->cx, &j->out, c->text, end, j->text_off[0], calls,
-                                    c->finish, c->stop_str))
-        j->nomem = 1;
-    json_decref(calls);
-}
+static void compat_end(gen_job *j) { compat_finish(j, 1, NULL); }
 
 static json_t *compat_whole(gen_job *j) {
-    size_t end;
-    json_t *calls = compat_calls(j, &end);
-    const pl_server_choice *c = &j->ch[0];
-    json_t *o = pl_server_compat_answer(&j->cx, c->text, end, calls, c->finish, c->stop_str);
-    json_decref(calls);
+    json_t *o = NULL;
+    compat_finish(j, 0, &o);
     return o;
+}
+
+/* A chat delta for choice k from its parse: reasoning_content, content, tool_calls pieces, and
+ * the finish reason on the last. */
+static void stream_parsed(gen_job *j, int k, const pl_completion_delta *d) {
+    int final = d->finish != PL_FINISH_NONE;
+    pl_parsed p;
+    if (parse_choice(j, k, final, &p)) {
+        pl_parsed_destroy(&p);
+        return;
+    }
+    json_t *delta = json_object();
+    int any = delta ? pl_parse_diff(&p, &j->sent[k], delta) : -1;
+    if (any < 0) j->nomem = 1;
+    if (any > 0 || (any == 0 && final)) {
+        json_t *fin = !final ? json_null()
+                      : p.n_calls ? json_string("tool_calls")
+                                  : pl_server_finish_json(d->finish);
+        json_t *choice = json_pack("{s:i, s:O, s:n, s:o, s:o}", "index", k, "delta", delta,
+                                   "logprobs", "finish_reason", fin, "stop_reason",
+                                   final ? pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str)
+                                         : json_null());
+        json_t *o = chunk_base(j);
+        set(j, o, "choices", choice ? json_pack("[o]", choice) : NULL);
+        out_event(j, o);
+    }
+    json_decref(delta);
+    pl_parsed_destroy(&p);
 }
 
 /* One streamed chunk for a delta of choice k (engine request i). */
@@ -393,41 +522,8 @@ static void stream_delta(gen_job *j, int i, int k, const pl_completion_delta *d)
         compat_delta(j, k, d);
         return;
     }
-    if (tools_active(j)) {
-        /* Content streams up to where a tool call could begin (its marker); the calls, and
-         * whatever was held back, go out when the text is whole. */
-        const pl_server_choice *c = &j->ch[k];
-        const char *text = c->text ? c->text : "";
-        size_t *sent = &j->text_off[k];
-        json_t *calls = NULL, *delta;
-        if (d->finish == PL_FINISH_NONE) {
-            size_t safe = pl_server_tool_content_prefix(j->s->tool_format, text, c->len);
-            if (safe <= *sent) return;
-            delta = json_pack("{s:o}", "content", pl_server_text_json(text + *sent, safe - *sent));
-            *sent = safe;
-            json_t *choice = json_pack("{s:i, s:o, s:n, s:n, s:n}", "index", k, "delta", delta,
-                                       "logprobs", "finish_reason", "stop_reason");
-            json_t *o = chunk_base(j);
-            set(j, o, "choices", choice ? json_pack("[o]", choice) : NULL);
-            out_event(j, o);
-            return;
-        }
-        size_t end = c->len;
-        calls = pl_server_tool_calls_parse(j->s->tool_format, text, c->len, &end);
-        delta = json_pack("{s:o}", "content", pl_server_text_json(text + (end > *sent ? *sent : end),
-                                                        end > *sent ? end - *sent : 0));
-        if (calls) {
-            size_t ci;
-            json_t *call;
-            json_array_foreach(calls, ci, call) json_object_set_new(call, "index", json_integer((json_int_t)ci));
-            json_object_set_new(delta, "tool_calls", calls);
-        }
-        json_t *choice = json_pack("{s:i, s:o, s:n, s:o, s:o}", "index", k, "delta", delta, "logprobs",
-                                   "finish_reason", calls ? json_string("tool_calls") : pl_server_finish_json(d->finish),
-                                   "stop_reason", pl_server_stop_reason_json(d->finish, d->stop_token, d->stop_str));
-        json_t *o = chunk_base(j);
-        set(j, o, "choices", choice ? json_pack("[o]", choice) : NULL);
-        out_event(j, o);
+    if (j->parsing) {
+        stream_parsed(j, k, d);
         return;
     }
     int logp = j->rx.logprobs && d->token_logprobs && d->n_tokens > 0;
@@ -453,6 +549,8 @@ static void take_output(gen_job *j, int i, pl_request_output *o, int streaming) 
         int k = i * j->n_per + dl->index;
         if (pl_server_choice_add(&j->ch[k], dl)) j->nomem = 1;
         else if (streaming) stream_delta(j, i, k, dl);
+        if (dl->finish != PL_FINISH_NONE && j->parsing && j->pcfg.reasoning != PL_REASON_NONE)
+            j->think_tokens[k] = count_thinking(j, k);
     }
     if (o->error && !j->error) { /* taken over, like the prompt data */
         j->error = o->error;
@@ -533,6 +631,15 @@ static int64_t completion_tokens(const gen_job *j) {
     return n;
 }
 
+/* usage, with completion_tokens_details.reasoning_tokens when thinking is parsed */
+static json_t *usage_json(gen_job *j) {
+    json_t *u = pl_server_usage_json(j->prompt_tokens, completion_tokens(j), j->cached_tokens);
+    if (u && j->pcfg.reasoning != PL_REASON_NONE)
+        set(j, u, "completion_tokens_details",
+            json_pack("{s:I}", "reasoning_tokens", (json_int_t)thinking_tokens(j)));
+    return u;
+}
+
 /* ---- whole (non-streaming) responses ---- */
 
 static json_t *completion_logprobs(gen_job *j, int i, const pl_server_choice *c) {
@@ -610,16 +717,33 @@ static json_t *whole_response(gen_job *j) {
                 json_t *lp = j->req.logprobs >= 0
                                  ? pl_server_chat_logprobs(&j->rx, c->ids, c->lp, c->top, c->n, c->n_top)
                                  : json_null();
-                json_t *calls = NULL, *content = tools_active(j) ? tool_message(j, c, &calls)
-                                                                 : pl_server_text_json(c->text, c->len);
+                json_t *calls = NULL, *content, *reasoning = NULL;
+                if (j->parsing) {
+                    pl_parsed p;
+                    if (!parse_choice(j, idx, 1, &p)) {
+                        calls = pl_parsed_calls_json(&p);
+                        if (p.n_calls && !calls) j->nomem = 1;
+                        content = calls && !p.content.len ? json_null()
+                                                          : pl_server_text_json(p.content.p ? p.content.p : "", p.content.len);
+                        if (j->pcfg.reasoning != PL_REASON_NONE)
+                            reasoning = p.reasoning.len ? pl_server_text_json(p.reasoning.p, p.reasoning.len)
+                                                        : json_null();
+                    } else {
+                        content = NULL;
+                    }
+                    pl_parsed_destroy(&p);
+                } else {
+                    content = pl_server_text_json(c->text, c->len);
+                }
                 choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o, s:o}", "index", idx, "message",
                                    "role", "assistant", "content", content,
                                    "logprobs", lp, "finish_reason",
                                    calls ? json_string("tool_calls") : pl_server_finish_json(c->finish),
                                    "stop_reason",
                                    pl_server_stop_reason_json(c->finish, c->stop_token, c->stop_str));
-                if (choice && calls) json_object_set_new(json_object_get(choice, "message"), "tool_calls", calls);
-                else json_decref(calls);
+                json_t *msg = json_object_get(choice, "message");
+                if (reasoning) set(j, msg, "reasoning_content", reasoning);
+                if (calls) set(j, msg, "tool_calls", calls);
             } else {
                 size_t el = j->echo[i] ? strlen(j->echo[i]) : 0;
                 char *t = malloc(el + c->len + 1);
@@ -650,8 +774,7 @@ static json_t *whole_response(gen_job *j) {
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
                           j->req.chat ? "chat.completion" : "text_completion", "created",
                           (json_int_t)j->rx.created, "model", j->rx.model, "choices", choices,
-                          "usage", pl_server_usage_json(j->prompt_tokens, completion_tokens(j),
-                                                        j->cached_tokens));
+                          "usage", usage_json(j));
     /* vLLM puts a chat's prompt log-probabilities beside the choices (one prompt per chat). */
     json_t *pl = j->req.chat ? prompt_logprobs_json(j, 0) : NULL;
     if (pl && json_is_null(pl)) j->nomem = 1; /* out of memory building it */
@@ -706,8 +829,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             if (j->req.include_usage) {
                 json_t *o = chunk_base(j);
                 set(j, o, "choices", json_array());
-                set(j, o, "usage", pl_server_usage_json(j->prompt_tokens, completion_tokens(j),
-                                                        j->cached_tokens));
+                set(j, o, "usage", usage_json(j));
                 out_event(j, o);
             }
             out_append(j, PL_SERVER_SSE_DONE, strlen(PL_SERVER_SSE_DONE));

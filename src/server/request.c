@@ -39,7 +39,7 @@ static const char *const PARSED[] = {
     "best_of", "max_tokens", "max_completion_tokens", "min_tokens", "seed", "ignore_eos",
     "skip_special_tokens", "include_stop_str_in_output", "use_beam_search", "early_stopping",
     "add_special_tokens", "logit_bias", "stop", "stop_token_ids", "stream", "stream_options",
-    "logprobs", "top_logprobs", "echo", "prompt_logprobs", "user",
+    "logprobs", "top_logprobs", "echo", "prompt_logprobs", "user", "chat_template_kwargs",
     /* Accepted and meaningless here: only with tools, or only a hint for guided_*. */
     "parallel_tool_calls", "guided_decoding_backend", "guided_whitespace_pattern",
     /* Checked below: unsupported unless neutral. */
@@ -644,6 +644,37 @@ json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err)
     return o;
 }
 
+/* chat_template_kwargs (vLLM): extra variables of the template's context, such as
+ * enable_thinking. The ones the templates read are checked for their type; the context's own
+ * variables cannot be replaced. */
+static int parse_template_kwargs(const json_t *o, pl_server_request *r, pl_server_error *err) {
+    json_t *kw = json_object_get(o, "chat_template_kwargs"), *v;
+    if (!kw || json_is_null(kw)) return 0;
+    if (!json_is_object(kw))
+        return pl_server_fail(err, 400, "chat_template_kwargs", "invalid_type",
+                              "'chat_template_kwargs' must be an object");
+    static const char *const RESERVED[] = {"messages", "tools", "add_generation_prompt",
+                                           "bos_token", "eos_token"};
+    static const char *const BOOLS[] = {"enable_thinking", "thinking"};
+    const char *k;
+    json_object_foreach(kw, k, v) {
+        for (size_t i = 0; i < sizeof RESERVED / sizeof *RESERVED; i++)
+            if (!strcmp(k, RESERVED[i]))
+                return pl_server_fail(err, 400, "chat_template_kwargs", "invalid_value",
+                                      "'chat_template_kwargs.%s' cannot be set: the server "
+                                      "gives the template its '%s'", k, k);
+        for (size_t i = 0; i < sizeof BOOLS / sizeof *BOOLS; i++)
+            if (!strcmp(k, BOOLS[i]) && !json_is_boolean(v))
+                return pl_server_fail(err, 400, "chat_template_kwargs", "invalid_type",
+                                      "'chat_template_kwargs.%s' must be a boolean", k);
+        if (!strcmp(k, "reasoning_effort") && !json_is_string(v))
+            return pl_server_fail(err, 400, "chat_template_kwargs", "invalid_type",
+                                  "'chat_template_kwargs.reasoning_effort' must be a string");
+    }
+    r->template_kwargs = json_dumps(kw, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    return r->template_kwargs ? 0 : pl_server_nomem(err);
+}
+
 int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_logprobs,
                             pl_server_request *r, pl_server_error *err) {
     memset(r, 0, sizeof *r);
@@ -658,6 +689,7 @@ int pl_server_parse_request(const char *body, size_t len, int chat, int32_t max_
     if (get_string(o, "model", &r->model, err) || check_unsupported(o, err)) goto done;
     if (chat) {
         if (parse_messages(o, r, err) || pl_server_parse_tools(o, r, err) ||
+            parse_template_kwargs(o, r, err) ||
             get_bool(o, "add_generation_prompt", &r->add_generation_prompt, err))
             goto done;
     } else if (parse_prompt(o, r, err)) {
@@ -708,6 +740,8 @@ void pl_server_request_destroy(pl_server_request *r) {
         free(r->messages[i].extra);
     }
     free(r->tools);
+    free(r->template_kwargs);
+    free(r->tool_grammar);
     free(r->messages);
     for (int i = 0; i < r->params.n_stop; i++) free(r->stop[i]);
     free(r->stop);

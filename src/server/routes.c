@@ -72,7 +72,10 @@ int pl_srv_render_chat(pl_server *s, const pl_server_request *r, int add_gen, ch
               json_array_append_new(msgs, o) != 0;
         json_decref(x);
     }
-    json_t *tools = r->tools ? json_loads(r->tools, 0, NULL) : NULL;
+    json_t *tools = r->tools ? json_loads(r->tools, 0, NULL) : NULL,
+           *kw = r->template_kwargs ? json_loads(r->template_kwargs, 0, NULL) : NULL;
+    bad = bad || (r->template_kwargs && (!kw || json_object_update(ctx, kw))); /* kwargs first */
+    json_decref(kw);
     bad = bad || (r->tools && !tools) || json_object_set(ctx, "messages", msgs) ||
           (tools && json_object_set(ctx, "tools", tools)) ||
           json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_gen)) ||

@@ -311,7 +311,7 @@ static pl_status load_chat_template(pl_server *s) {
                            s->cfg.chat_template_path);
         }
         st = pl_chat_template_new(b.p ? b.p : "", b.len, s->cfg.chat_template_path, &s->chat);
-        s->tool_format = pl_tool_format_detect(b.p, b.len);
+        pl_parse_detect(b.p, b.len, &s->reasoning, &s->tool_format);
         pl_strbuf_destroy(&b);
     } else {
         pl_gguf *g;
@@ -319,9 +319,16 @@ static pl_status load_chat_template(pl_server *s) {
         pl_gguf_str t = {0};
         int has = pl_gguf_get_str(g, "tokenizer.chat_template", &t) == PL_OK;
         st = pl_chat_template_new(has ? t.ptr : NULL, has ? t.len : 0, "gguf", &s->chat);
-        s->tool_format = has ? pl_tool_format_detect(t.ptr, t.len) : PL_TOOLS_NONE;
+        pl_parse_detect(has ? t.ptr : NULL, has ? t.len : 0, &s->reasoning, &s->tool_format);
         pl_gguf_close(g);
     }
+    /* --reasoning-parser NAME overrides what the template's tags suggest ("none": off) */
+    if (s->cfg.reasoning_parser && pl_reasoning_parser_by_name(s->cfg.reasoning_parser, &s->reasoning))
+        return pl_fail(PL_ERR_INVALID_ARG,
+                       "--reasoning-parser %s: unknown (qwen3, deepseek_r1, mistral, gpt_oss, "
+                       "gemma4, none)", s->cfg.reasoning_parser);
+    if (st == PL_OK && s->reasoning != PL_REASON_NONE)
+        PL_INFO("reasoning parser: %s", pl_reasoning_parser_name(s->reasoning));
     if (st == PL_OK && pl_chat_template_error(s->chat))
         PL_WARN("the chat template (%s) does not compile; chat requests will get a 400: %s",
                 pl_chat_template_origin(s->chat), pl_chat_template_error(s->chat));

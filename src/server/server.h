@@ -43,6 +43,7 @@ typedef struct {
     int32_t max_logprobs;          /* bound of logprobs / top_logprobs / prompt_logprobs (20; 0 = none allowed) */
     int no_webui;                  /* 1: no web page (GET / and its assets answer 404) */
     const char *chat_template_path; /* Jinja file to use instead of the GGUF's template, or NULL */
+    const char *reasoning_parser;  /* --reasoning-parser NAME, or NULL: from the template's tags */
 } pl_server_config;
 
 void pl_server_config_default(pl_server_config *c);
@@ -128,6 +129,9 @@ typedef struct {
     int add_special_tokens;          /* completions (1), chat (0) */
     char *tools;                     /* chat: JSON list of the tools the template gets, or NULL
                                         (none given, or tool_choice "none"; a named function: it) */
+    int tool_force;                  /* tool_choice: 1 "required", 2 a named function */
+    char *template_kwargs;           /* chat_template_kwargs: a JSON object text, or NULL */
+    char *tool_grammar;              /* the constraint forcing a call (generate.c), or NULL */
 } pl_server_request;
 
 /* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Recognised but
@@ -166,6 +170,10 @@ typedef struct {
     int64_t input_tokens, cached_tokens, output_tokens;
     int seq;                       /* Responses: the next event's sequence_number */
     int text_open;                 /* a stream's text item / block has been started */
+    const char *reasoning;         /* the answer's thinking (parse.c), or NULL */
+    size_t reasoning_len;
+    int64_t reasoning_tokens;
+    int reasoning_sent;            /* a stream's thinking item / block went out (index 0) */
 } pl_server_compat;
 
 /* The whole answer for the generated text and the tool calls parsed out of it (chat's
@@ -175,6 +183,9 @@ json_t *pl_server_compat_answer(const pl_server_compat *x, const char *text, siz
 /* Stream events, appended to *out ("event: NAME\ndata: JSON\n\n"); 0, or -1 out of memory. */
 int pl_server_compat_stream_start(pl_server_compat *x, pl_strbuf *out);
 int pl_server_compat_stream_text(pl_server_compat *x, pl_strbuf *out, const char *text, size_t n);
+/* The thinking as one whole item / block, before any text (nothing when empty or sent). */
+int pl_server_compat_stream_reasoning(pl_server_compat *x, pl_strbuf *out, const char *text,
+                                      size_t n);
 /* The rest: `sent` bytes of the text went out already; closes the text, sends the calls, ends. */
 int pl_server_compat_stream_end(pl_server_compat *x, pl_strbuf *out, const char *text, size_t len,
                                 size_t sent, const json_t *calls, pl_finish_reason f,
@@ -189,18 +200,90 @@ int pl_server_parse_tools(const json_t *o, pl_server_request *r, pl_server_error
 int pl_server_parse_tool_fields(const json_t *msg, size_t i, pl_server_message *m,
                                 pl_server_error *err);
 
-typedef enum { PL_TOOLS_NONE, PL_TOOLS_HERMES, PL_TOOLS_MISTRAL, PL_TOOLS_LLAMA3 } pl_tool_format;
-/* The tool-call format a chat template writes (by its markers), or PL_TOOLS_NONE. */
-pl_tool_format pl_tool_format_detect(const char *template_src, size_t len);
-/* The tool calls in a generated text as OpenAI's tool_calls list (ids "call_" + 9 characters,
- * arguments a JSON string), or NULL when there are none; *content_len is then the length of the
- * text before the calls (trailing whitespace dropped), else len. */
-json_t *pl_server_tool_calls_parse(pl_tool_format f, const char *text, size_t len,
-                                   size_t *content_len);
+/* ---- a chat answer's thinking, text and tool calls (parse.c) ---- */
 
-/* The length of the start of a text being generated that cannot belong to a tool call (what a
- * stream may send before the answer is whole). */
-size_t pl_server_tool_content_prefix(pl_tool_format f, const char *text, size_t len);
+/* How a template family writes its thinking (--reasoning-parser, vLLM's names: qwen3,
+ * deepseek_r1, mistral, gpt_oss; gemma4 for Gemma 4's <|channel>thought ... <channel|>). */
+typedef enum {
+    PL_REASON_NONE, PL_REASON_QWEN3, PL_REASON_DEEPSEEK_R1, PL_REASON_MISTRAL, PL_REASON_GPT_OSS,
+    PL_REASON_GEMMA4
+} pl_reasoning_format;
+/* How it writes tool calls: Hermes / Qwen3 <tool_call>{json}</tool_call> (also takes
+ * Qwen3-Coder's body), Mistral [TOOL_CALLS] (list, or NAME[ARGS]{json}), Llama 3.x bare JSON,
+ * Qwen3-Coder / Qwen3.5 / Nemotron 3 <function=NAME><parameter=K>, GLM 4.5/4.6 <arg_key>,
+ * DeepSeek V3.1, Kimi K2, gpt-oss harmony, Gemma 4 <|tool_call>call:NAME{...}. */
+typedef enum {
+    PL_TOOLS_NONE, PL_TOOLS_HERMES, PL_TOOLS_MISTRAL, PL_TOOLS_LLAMA3, PL_TOOLS_QWEN3_CODER,
+    PL_TOOLS_GLM45, PL_TOOLS_DEEPSEEK_V31, PL_TOOLS_KIMI_K2, PL_TOOLS_HARMONY, PL_TOOLS_GEMMA4
+} pl_tool_format;
+
+/* The GBNF grammar of one call, in format f, of one of the tools (a JSON list of
+ * {"type": "function", "function": {...}}), after `opening` (or NULL: text the answer must start
+ * with, the closing tag of a thinking the prompt opened). 0, or -1 with *err: 400 naming the
+ * tool whose parameters cannot be compiled, or tool_choice when f cannot be constrained. */
+int pl_server_tool_grammar(pl_tool_format f, const char *tools_json, const char *opening,
+                           char **gbnf, pl_server_error *err);
+
+/* The formats a chat template writes, by its markers (NONE when it has none). */
+void pl_parse_detect(const char *template_src, size_t len, pl_reasoning_format *reasoning,
+                     pl_tool_format *tools);
+pl_tool_format pl_tool_format_detect(const char *template_src, size_t len);
+/* A --reasoning-parser name ("none" too): 0, or -1 when unknown. */
+int pl_reasoning_parser_by_name(const char *name, pl_reasoning_format *out);
+const char *pl_reasoning_parser_name(pl_reasoning_format f);
+/* 1 when the rendered prompt ends inside an opened thinking block (the template wrote <think>
+ * for the model): the answer starts as thinking. */
+int pl_parse_prompt_opens_thinking(pl_reasoning_format r, const char *prompt, size_t len);
+/* What an answer that skips the thinking the prompt opened starts with (its closing tag), or
+ * NULL when the prompt opened none. */
+const char *pl_parse_opening(pl_reasoning_format r, int in_reasoning);
+
+typedef struct {
+    pl_reasoning_format reasoning; /* NONE: no thinking is split off */
+    pl_tool_format tools;          /* NONE: no tool calls are parsed */
+    int in_reasoning;              /* the prompt opened the thinking */
+    const json_t *tool_defs;       /* the request's tools (parameter types), or NULL */
+} pl_parse_cfg;
+
+typedef struct {
+    char *name;
+    pl_strbuf args;                /* JSON text of the arguments so far */
+    int done;                      /* the call is closed */
+} pl_parsed_call;
+
+typedef struct {
+    pl_strbuf reasoning, content;
+    pl_parsed_call *calls;
+    int n_calls;
+    size_t cap_calls;
+    int reasoning_done;            /* the thinking's closing tag was seen */
+} pl_parsed;
+
+/* Parse text[0..len): `final` 0 while more may come (then only what no later byte can change is
+ * reported: every field is a prefix of the same field of a later parse). 0, or -1 out of memory.
+ * Free with pl_parsed_destroy (also after a failure). */
+int pl_parse_text(const pl_parse_cfg *cfg, const char *text, size_t len, int final,
+                  pl_parsed *out);
+void pl_parsed_destroy(pl_parsed *p);
+/* The calls as OpenAI's tool_calls list (ids "call_" + 9 characters), NULL when none (or out of
+ * memory). */
+json_t *pl_parsed_calls_json(const pl_parsed *p);
+void pl_make_call_id(char *out, size_t cap);
+
+/* What a stream has sent of a parse. */
+typedef struct {
+    size_t reasoning, content;
+    size_t *args;                  /* [n_calls] argument bytes sent */
+    int n_calls;
+    size_t cap;
+} pl_parse_sent;
+void pl_parse_sent_destroy(pl_parse_sent *s);
+/* Put what `p` has beyond `s` into a chat delta object (reasoning_content, content, tool_calls:
+ * a new call with its index, id, type, name and the arguments so far, then argument pieces),
+ * cut at character boundaries. 1 something was added, 0 nothing, -1 out of memory. */
+int pl_parse_diff(const pl_parsed *p, pl_parse_sent *s, json_t *delta);
+/* The length of the start of s[0..n) that ends on a character boundary. */
+size_t pl_utf8_whole(const char *s, size_t n);
 
 /* Log an unknown request field's name at debug level, once per name per process (at most 64
  * names). Returns 1 if it was logged now. */

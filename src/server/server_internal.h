@@ -22,7 +22,8 @@ struct pl_server {
     pl_server_metrics metrics;
     const pl_tokenizer *tok;
     pl_chat_template *chat;        /* --chat-template FILE, the GGUF's, or ChatML */
-    pl_tool_format tool_format;    /* how its tool calls look in generated text (tools.c) */
+    pl_tool_format tool_format;    /* how its tool calls look in generated text (parse.c) */
+    pl_reasoning_format reasoning; /* how its thinking looks (--reasoning-parser or detected) */
     char *bos_text, *eos_text;     /* for chat templates (NULL if the vocab has none) */
     int32_t max_model_len, n_vocab;
     int64_t created;               /* unix seconds at start */

@@ -1,15 +1,14 @@
 /* server/tools — tool calling on /v1/chat/completions: the request's `tools` and `tool_choice`,
- * the messages' tool fields (assistant `tool_calls`, tool `tool_call_id` / `name`) passed to the
- * chat template, and tool calls parsed back out of the generated text for the template families
- * that define a format: Hermes / Qwen (<tool_call>{"name", "arguments"}</tool_call>, any number),
- * Llama 3.x (the whole answer is {"name", "parameters"} objects, after an optional
- * <|python_tag|>, separated by ';'), Mistral ([TOOL_CALLS][{"name", "arguments"}, ...]). */
+ * and the messages' tool fields (assistant `tool_calls`, tool `tool_call_id` / `name`) passed to
+ * the chat template. The calls in the generated text are parsed by parse.c. */
 #include "server/server.h"
+#include "constrain/constrain.h"
+
+#include <ctype.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 /* ---- request ---- */
 
@@ -25,24 +24,25 @@ int pl_server_parse_tools(const json_t *o, pl_server_request *r, pl_server_error
         if (json_is_string(choice)) {
             const char *c = json_string_value(choice);
             if (!strcmp(c, "none")) none = 1;
-            else if (!strcmp(c, "required"))
-                return pl_server_fail(err, 400, "tool_choice", "unsupported_parameter",
-                                      "'tool_choice' \"required\" is not supported by this server "
-                                      "(it needs constrained decoding); use \"auto\" or a function");
+            else if (!strcmp(c, "required")) r->tool_force = 1;
             else if (strcmp(c, "auto"))
                 return pl_server_fail(err, 400, "tool_choice", "invalid_value",
-                                      "'tool_choice' must be \"none\", \"auto\" or "
+                                      "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
         } else {
             json_t *fn = json_object_get(choice, "function");
             named = json_string_value(json_object_get(fn, "name"));
             if (!json_is_object(choice) || !named)
                 return pl_server_fail(err, 400, "tool_choice", "invalid_value",
-                                      "'tool_choice' must be \"none\", \"auto\" or "
+                                      "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            r->tool_force = 2;
         }
     }
     if (!tools || json_is_null(tools)) {
+        if (r->tool_force == 1)
+            return pl_server_fail(err, 400, "tool_choice", "invalid_value",
+                                  "'tool_choice' is \"required\" but there are no 'tools'");
         if (named)
             return pl_server_fail(err, 400, "tool_choice", "invalid_value",
                                   "'tool_choice' names the function '%.100s' but there are no 'tools'", named);
@@ -129,132 +129,153 @@ int pl_server_parse_tool_fields(const json_t *msg, size_t i, pl_server_message *
     return m->extra ? 0 : pl_server_nomem(err);
 }
 
-/* ---- output ---- */
+/* ---- tool_choice "required" or a named function: the answer is one call ---- */
 
-pl_tool_format pl_tool_format_detect(const char *src, size_t len) {
-    if (!src) return PL_TOOLS_NONE;
-    char *s = strndup(src, len);
-    if (!s) return PL_TOOLS_NONE;
-    pl_tool_format f = strstr(s, "<tool_call>") ? PL_TOOLS_HERMES
-                       : strstr(s, "[TOOL_CALLS]") ? PL_TOOLS_MISTRAL
-                       : strstr(s, "<|start_header_id|>") && strstr(s, "parameters") ? PL_TOOLS_LLAMA3
-                       : PL_TOOLS_NONE;
-    free(s);
-    return f;
-}
-
-static void make_call_id(char *out, size_t cap) {
-    static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    static _Atomic unsigned long counter;
-    unsigned char rnd[9];
-    unsigned long c = ++counter;
-    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
-        for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (unsigned char)(c >> (i % 8 * 8)) ^ (unsigned char)(i * 37);
-    size_t n = (size_t)snprintf(out, cap, "call_");
-    for (size_t i = 0; i < sizeof rnd && n + 1 < cap; i++) out[n++] = digits[rnd[i] % 62];
-    out[n] = '\0';
-}
-
-/* One call {"name", "arguments" or "parameters"} as OpenAI's tool call; NULL if it is not one. */
-static json_t *to_call(json_t *obj, const char *args_key) {
-    json_t *name = json_object_get(obj, "name"), *args = json_object_get(obj, args_key);
-    if (!json_is_object(obj) || !json_is_string(name)) return NULL;
-    char *a = !args ? strdup("{}")
-              : json_is_string(args) ? strdup(json_string_value(args))
-                                     : json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-    if (!a) return NULL;
-    char id[32];
-    make_call_id(id, sizeof id);
-    json_t *c = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function",
-                          "name", name, "arguments", a);
-    free(a);
-    return c;
-}
-
-static const char *skip_ws(const char *p, const char *e) {
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
-    return p;
-}
-
-json_t *pl_server_tool_calls_parse(pl_tool_format f, const char *text, size_t len, size_t *content_len) {
-    const char *e = text + len;
-    json_t *calls = json_array();
-    if (!calls) return NULL;
-    *content_len = len;
-    if (f == PL_TOOLS_HERMES) {
-        const char *p = text, *first = NULL;
-        while ((p = memmem(p, (size_t)(e - p), "<tool_call>", 11))) {
-            const char *body = p + 11, *end = memmem(body, (size_t)(e - body), "</tool_call>", 12);
-            json_t *obj = json_loadb(body, (size_t)((end ? end : e) - body), 0, NULL);
-            json_t *c = to_call(obj, "arguments");
-            json_decref(obj);
-            if (!c) break;
-            json_array_append_new(calls, c);
-            if (!first) first = p;
-            p = end ? end + 12 : e;
+/* GBNF text with every rule name prefixed (strings, classes and {m,n} left alone). */
+static int gbnf_prefixed(pl_strbuf *b, const char *g, const char *prefix) {
+    for (const char *p = g; *p;) {
+        char c = *p;
+        if (c == '"' || c == '[') {
+            char close = c == '"' ? '"' : ']';
+            const char *q = p + 1;
+            while (*q && *q != close) q += q[0] == '\\' && q[1] ? 2 : 1;
+            if (*q) q++;
+            pl_strbuf_append(b, p, (size_t)(q - p));
+            p = q;
+        } else if (c == '{') {
+            const char *q = strchr(p, '}');
+            q = q ? q + 1 : p + strlen(p);
+            pl_strbuf_append(b, p, (size_t)(q - p));
+            p = q;
+        } else if (isalnum((unsigned char)c) || c == '_' || c == '-') {
+            const char *q = p;
+            while (isalnum((unsigned char)*q) || *q == '_' || *q == '-') q++;
+            pl_strbuf_printf(b, "%s%.*s", prefix, (int)(q - p), p);
+            p = q;
+        } else {
+            pl_strbuf_putc(b, c);
+            p++;
         }
-        if (first) *content_len = (size_t)(first - text);
-    } else if (f == PL_TOOLS_MISTRAL) {
-        const char *p = memmem(text, len, "[TOOL_CALLS]", 12);
-        if (p) {
-            json_t *arr = json_loadb(p + 12, (size_t)(e - p - 12), JSON_DISABLE_EOF_CHECK, NULL);
-            size_t k;
-            json_t *obj;
-            json_array_foreach(arr, k, obj) {
-                json_t *c = to_call(obj, "arguments");
-                if (c) json_array_append_new(calls, c);
+    }
+    return pl_strbuf_putc(b, '\n');
+}
+
+/* s as a GBNF string literal. */
+static void gbnf_lit(pl_strbuf *b, const char *s) {
+    pl_strbuf_putc(b, '"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') pl_strbuf_printf(b, "\\%c", *s);
+        else if (*s == '\n') pl_strbuf_puts(b, "\\n");
+        else pl_strbuf_putc(b, *s);
+    }
+    pl_strbuf_puts(b, "\" ");
+}
+
+/* The schema's grammar as rules prefixed `prefix` (its start: prefix + "root"). */
+static int schema_rules(pl_strbuf *b, const json_t *schema, const char *prefix, size_t i,
+                        pl_server_error *err) {
+    json_t *obj = schema ? NULL : json_pack("{s:s}", "type", "object"); /* no parameters: {} */
+    char *text = json_dumps(schema ? schema : obj, JSON_COMPACT), *g = NULL;
+    json_decref(obj);
+    if (!text) return pl_server_nomem(err);
+    pl_status st = pl_schema_to_gbnf(text, &g);
+    free(text);
+    if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
+    if (st != PL_OK)
+        return pl_server_fail(err, 400, "tools", "invalid_value",
+                              "'tools[%zu].function.parameters' cannot constrain a tool call "
+                              "(tool_choice): %s", i, pl_last_error());
+    gbnf_prefixed(b, g, prefix);
+    free(g);
+    return 0;
+}
+
+int pl_server_tool_grammar(pl_tool_format f, const char *tools_json, const char *opening,
+                           char **gbnf, pl_server_error *err) {
+    /* the text around a call: before the name, between it and the arguments, after them */
+    static const struct { pl_tool_format f; const char *pre, *mid, *post; } FMT[] = {
+        {PL_TOOLS_HERMES, "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>"},
+        {PL_TOOLS_LLAMA3, "{\"name\": \"", "\", \"parameters\": ", "}"},
+        {PL_TOOLS_MISTRAL, "[TOOL_CALLS]", "[ARGS]", ""},
+        {PL_TOOLS_DEEPSEEK_V31,
+         "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>",
+         "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>",
+         "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"},
+        {PL_TOOLS_KIMI_K2, "<|tool_calls_section_begin|><|tool_call_begin|>functions.",
+         ":0<|tool_call_argument_begin|>", "<|tool_call_end|><|tool_calls_section_end|>"},
+        {PL_TOOLS_HARMONY, "<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "<|call|>"},
+        /* parameters as text: per parameter kopen K kclose V vclose */
+        {PL_TOOLS_QWEN3_CODER, "<tool_call>\n<function=", ">\n", "</function>\n</tool_call>"},
+        {PL_TOOLS_GLM45, "<tool_call>", "\n", "</tool_call>"},
+    };
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof FMT / sizeof *FMT); i++)
+        if (FMT[i].f == f) k = i;
+    if (k < 0)
+        return pl_server_fail(err, 400, "tool_choice", "unsupported_parameter",
+                              "'tool_choice' \"required\" or a named function needs a chat template "
+                              "whose tool-call format this server can constrain (Hermes, Qwen3-Coder, "
+                              "GLM, Mistral, Llama 3, DeepSeek V3.1, Kimi K2, gpt-oss)");
+    json_t *tools = json_loads(tools_json, 0, NULL);
+    if (!tools) return pl_server_nomem(err);
+    pl_strbuf b = {0};
+    pl_strbuf_puts(&b, "root ::= ");
+    if (opening) gbnf_lit(&b, opening);
+    pl_strbuf_puts(&b, "( ");
+    for (size_t i = 0; i < json_array_size(tools); i++) pl_strbuf_printf(&b, "%st%zu-call ", i ? "| " : "", i);
+    pl_strbuf_puts(&b, ")\n");
+    int xml = f == PL_TOOLS_QWEN3_CODER || f == PL_TOOLS_GLM45, rc = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function"), *params = json_object_get(fn, "parameters");
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "t%zu-", i);
+        pl_strbuf_printf(&b, "t%zu-call ::= ", i);
+        gbnf_lit(&b, FMT[k].pre);
+        gbnf_lit(&b, json_string_value(json_object_get(fn, "name")));
+        gbnf_lit(&b, FMT[k].mid);
+        if (!xml) {
+            pl_strbuf_printf(&b, "t%zu-root ", i);
+            gbnf_lit(&b, FMT[k].post);
+            pl_strbuf_putc(&b, '\n');
+            if ((rc = schema_rules(&b, params, prefix, i, err))) break;
+            continue;
+        }
+        /* the required parameters, in order, each as text (a string) or as JSON */
+        json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required"), *name;
+        size_t q;
+        pl_strbuf rules = {0};
+        json_array_foreach(req, q, name) {
+            const char *key = json_string_value(name);
+            json_t *ps = json_object_get(props, key ? key : "");
+            if (!key) continue;
+            pl_strbuf open = {0};
+            pl_strbuf_printf(&open, f == PL_TOOLS_GLM45 ? "<arg_key>%s</arg_key>\n<arg_value>" : "<parameter=%s>\n", key);
+            gbnf_lit(&b, open.p);
+            pl_strbuf_destroy(&open);
+            const char *ty = json_string_value(json_object_get(ps, "type"));
+            if (!ty || !strcmp(ty, "string")) {
+                pl_strbuf_puts(&b, "[^<]* ");
+            } else {
+                char pp[48];
+                snprintf(pp, sizeof pp, "t%zu-p%zu-", i, q);
+                pl_strbuf_printf(&b, "t%zu-p%zu-root ", i, q);
+                if ((rc = schema_rules(&rules, ps, pp, i, err))) break;
             }
-            json_decref(arr);
-            if (json_array_size(calls)) *content_len = (size_t)(p - text);
+            gbnf_lit(&b, f == PL_TOOLS_GLM45 ? "</arg_value>\n" : "\n</parameter>\n");
         }
-    } else if (f == PL_TOOLS_LLAMA3) {
-        const char *p = skip_ws(text, e);
-        if (e - p >= 14 && !memcmp(p, "<|python_tag|>", 14)) p = skip_ws(p + 14, e);
-        while (p < e && *p == '{') {
-            json_error_t je;
-            json_t *obj = json_loadb(p, (size_t)(e - p), JSON_DISABLE_EOF_CHECK, &je);
-            json_t *c = obj ? to_call(obj, json_object_get(obj, "parameters") ? "parameters" : "arguments") : NULL;
-            json_decref(obj);
-            if (!c) {
-                json_array_clear(calls);
-                break;
-            }
-            json_array_append_new(calls, c);
-            p = skip_ws(p + je.position, e);
-            if (p < e && *p == ';') p = skip_ws(p + 1, e);
-        }
-        if (p != e) json_array_clear(calls); /* text after the calls: it was an answer */
-        if (json_array_size(calls)) *content_len = 0;
+        gbnf_lit(&b, FMT[k].post);
+        pl_strbuf_putc(&b, '\n');
+        if (rules.len) pl_strbuf_append(&b, rules.p, rules.len);
+        pl_strbuf_destroy(&rules);
+        if (rc) break;
     }
-    if (!json_array_size(calls)) {
-        *content_len = len;
-        json_decref(calls);
-        return NULL;
+    json_decref(tools);
+    if (rc || b.failed) {
+        pl_strbuf_destroy(&b);
+        return rc ? rc : pl_server_nomem(err);
     }
-    while (*content_len && strchr(" \n\t\r", text[*content_len - 1])) (*content_len)--;
-    return calls;
-}
-
-/* How much of a text still being generated is surely content: everything before a call's marker
- * (or a marker's beginning at the end), without trailing whitespace (which the parse drops
- * before calls). Llama 3.x answers that start like a call are held whole. */
-size_t pl_server_tool_content_prefix(pl_tool_format f, const char *text, size_t len) {
-    const char *marker = f == PL_TOOLS_HERMES ? "<tool_call>" : f == PL_TOOLS_MISTRAL ? "[TOOL_CALLS]" : NULL;
-    size_t safe = len;
-    if (marker) {
-        size_t ml = strlen(marker);
-        const char *p = memmem(text, len, marker, ml);
-        if (p) safe = (size_t)(p - text);
-        else
-            for (size_t k = ml - 1; k > 0; k--)
-                if (len >= k && !memcmp(text + len - k, marker, k)) {
-                    safe = len - k;
-                    break;
-                }
-    } else if (f == PL_TOOLS_LLAMA3) {
-        const char *p = skip_ws(text, text + len);
-        if (p == text + len || *p == '{' || *p == '<') return 0;
-    }
-    while (safe && strchr(" \n\t\r", text[safe - 1])) safe--;
-    return safe;
+    *gbnf = pl_strbuf_take(&b);
+    return *gbnf ? 0 : pl_server_nomem(err);
 }

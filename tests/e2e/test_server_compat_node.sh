@@ -37,6 +37,10 @@ check "/detokenize: content and prompt (got $BODY)" test "$(json_get 'j["content
 http POST /tokenize -d '{"content": 5}'
 check "/tokenize content of the wrong type: 400 naming it" test "$STATUS/$(json_get 'j["error"]["param"]')" = 400/content
 
+# tool_choice "required" is the chat route's: the answer is constrained to a call
+http POST /v1/responses "${K[@]}" -d '{"input": "x", "tool_choice": "required", "tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"c": {"enum": ["a", "b"]}}, "required": ["c"]}}], "max_output_tokens": 200}'
+check "/v1/responses tool_choice required: a function_call with an object (got $STATUS $BODY)" \
+    test "$STATUS/$(json_get 'j["output"][0]["type"] + str(type(json.loads(j["output"][0]["arguments"])) is dict)')" = 200/function_callTrue
 # x-api-key works on the OpenAI routes too; a wrong key is refused in each route's shape.
 http POST /v1/responses "${X[@]}" -d '{"input": "Hi", "max_output_tokens": 2}'
 check "/v1/responses with x-api-key: 200 (got $STATUS)" test "$STATUS" = 200
@@ -66,7 +70,6 @@ bad_body /v1/responses '{"input": "x", "temperature": "hot"}' temperature
 bad_body /v1/responses '{"input": "x", "max_output_tokens": 0}' max_output_tokens
 bad_body /v1/responses '{"input": "x", "tools": {}}' tools
 bad_body /v1/responses '{"input": "x", "tool_choice": {"type": "mcp"}}' tool_choice
-bad_body /v1/responses '{"input": "x", "tool_choice": "required", "tools": [{"type": "function", "name": "f"}]}' tool_choice
 bad_body /v1/responses '{"input": "x", "text": {"format": {"type": "json_schema"}}}' text
 bad_body /v1/responses '{"input": "x", "text": {"format": {"type": "json_schema", "schema": {"type": "object", "multipleOf": 2}}}}' text
 bad_body /v1/responses '{"input": "x", "background": true}' background

@@ -306,7 +306,19 @@ static void test_tools(void **state) {
              "{\"type\": \"function\", \"function\": {\"name\": \"zz\"}}}", "f");
     refuse(body, 1, "tool_choice", "not in 'tools'");
     snprintf(body, sizeof body, "{" USER ", \"tools\": [" TOOL "], \"tool_choice\": \"required\"}", "f");
-    refuse(body, 1, "tool_choice", "not supported");
+    if (parse(body, 1, &r, &e)) fail_msg("%s", e.message);
+    assert_int_equal(r.tool_force, 1); /* constrained to a call when the job is made */
+    pl_server_request_destroy(&r);
+    refuse("{" USER ", \"tool_choice\": \"required\"}", 1, "tool_choice", "no 'tools'");
+    /* chat_template_kwargs reach the template's context; wrong types name the kwarg */
+    if (parse("{" USER ", \"chat_template_kwargs\": {\"enable_thinking\": false, \"x\": [1]}}", 1, &r, &e))
+        fail_msg("%s", e.message);
+    assert_string_equal(r.template_kwargs, "{\"enable_thinking\":false,\"x\":[1]}");
+    pl_server_request_destroy(&r);
+    refuse("{" USER ", \"chat_template_kwargs\": {\"enable_thinking\": \"no\"}}", 1, "chat_template_kwargs",
+           "enable_thinking' must be a boolean");
+    refuse("{" USER ", \"chat_template_kwargs\": {\"messages\": []}}", 1, "chat_template_kwargs", "messages");
+    refuse("{" USER ", \"chat_template_kwargs\": [1]}", 1, "chat_template_kwargs", "must be an object");
     refuse("{" USER ", \"tool_choice\": \"maybe\"}", 1, "tool_choice", "must be");
     refuse("{" USER ", \"tools\": {}}", 1, "tools", "must be a list");
     refuse("{" USER ", \"tools\": [{\"type\": \"function\", \"function\": {}}]}", 1, "tools", "name");
@@ -329,62 +341,7 @@ static void test_tools(void **state) {
     refuse("{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]}", 1,
            "messages", "name");
 
-    /* formats by template markers */
-    assert_int_equal(pl_tool_format_detect("x<tool_call>y", 13), PL_TOOLS_HERMES);
-    assert_int_equal(pl_tool_format_detect("[TOOL_CALLS]", 12), PL_TOOLS_MISTRAL);
-    assert_int_equal(pl_tool_format_detect("<|start_header_id|> \"parameters\"", 33), PL_TOOLS_LLAMA3);
-    assert_int_equal(pl_tool_format_detect("<|im_start|>", 12), PL_TOOLS_NONE);
-    /* what a stream may send of a text still being generated */
-    static const struct { pl_tool_format f; const char *text; size_t safe; } pre[] = {
-        {PL_TOOLS_HERMES, "Sure. <tool_call>{", 5}, {PL_TOOLS_HERMES, "Sure. <tool_c", 5},
-        {PL_TOOLS_HERMES, "Sure <b>", 8}, {PL_TOOLS_HERMES, "a b\n", 3}, {PL_TOOLS_HERMES, "<", 0},
-        {PL_TOOLS_MISTRAL, "x[TOOL_", 1}, {PL_TOOLS_LLAMA3, "  {\"name\"", 0},
-        {PL_TOOLS_LLAMA3, "<|python", 0}, {PL_TOOLS_LLAMA3, "Hello there", 11}, {PL_TOOLS_NONE, "ab ", 2},
-    };
-    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
-        if (pl_server_tool_content_prefix(pre[i].f, pre[i].text, strlen(pre[i].text)) != pre[i].safe)
-            fail_msg("prefix case %zu [%s]: %zu, want %zu", i, pre[i].text,
-                     pl_server_tool_content_prefix(pre[i].f, pre[i].text, strlen(pre[i].text)), pre[i].safe);
-    /* parsing generated text */
-    static const struct { pl_tool_format f; const char *text, *content, *names, *args; } cs[] = {
-        {PL_TOOLS_HERMES, "Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n"
-         "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>", "Let me look.", "f,g", "{\"a\":1}"},
-        {PL_TOOLS_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"é\"}}", "", "f", "{\"q\":\"é\"}"},
-        {PL_TOOLS_HERMES, "Just text.", NULL, NULL, NULL},
-        {PL_TOOLS_HERMES, "<tool_call>not json</tool_call>", NULL, NULL, NULL},
-        {PL_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": [1]}}, {\"name\": \"g\", \"arguments\": {}}]",
-         "", "f,g", "{\"a\":[1]}"},
-        {PL_TOOLS_LLAMA3, " {\"name\": \"f\", \"parameters\": {\"city\": \"Paris\"}}", "", "f", "{\"city\":\"Paris\"}"},
-        {PL_TOOLS_LLAMA3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"parameters\": {}}", "", "f,g", "{}"},
-        {PL_TOOLS_LLAMA3, "{\"name\": \"f\", \"parameters\": {}} and more words", NULL, NULL, NULL},
-        {PL_TOOLS_NONE, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", NULL, NULL, NULL},
-    };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        size_t n;
-        json_t *calls = pl_server_tool_calls_parse(cs[i].f, cs[i].text, strlen(cs[i].text), &n);
-        if (!cs[i].names) {
-            if (calls) fail_msg("case %zu: found calls in [%s]", i, cs[i].text);
-            assert_int_equal(n, strlen(cs[i].text));
-            continue;
-        }
-        if (!calls) fail_msg("case %zu: no calls in [%s]", i, cs[i].text);
-        assert_int_equal(n, strlen(cs[i].content));
-        assert_memory_equal(cs[i].text, cs[i].content, n);
-        char names[64] = "";
-        size_t k;
-        json_t *c;
-        json_array_foreach(calls, k, c) {
-            if (k) strcat(names, ",");
-            strcat(names, json_string_value(json_object_get(json_object_get(c, "function"), "name")));
-            const char *id = json_string_value(json_object_get(c, "id"));
-            assert_true(id && !strncmp(id, "call_", 5) && strlen(id) == 14);
-            assert_string_equal(json_string_value(json_object_get(c, "type")), "function");
-        }
-        assert_string_equal(names, cs[i].names);
-        assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"),
-                                                              "arguments")), cs[i].args);
-        json_decref(calls);
-    }
+    /* formats and the parsing of calls: test_server_parse.c */
 }
 
 /* Structured output fields become the engine's constraint; two at once, or wrong types, are a 400

@@ -1,0 +1,172 @@
+// Thinking and tool calls through the official clients against `pagellm serve` running Qwen3's
+// chat template (URL in argv[2]): reasoning_content and content separated, whole and streamed
+// (no delta holds part of a tag), reasoning_tokens counted, a tool call parsed whole and
+// streamed (id and name first, then the arguments in pieces), tool_choice "required" giving a
+// valid call, thinking switched off by chat_template_kwargs, and the Responses / Messages APIs'
+// reasoning item and thinking block. Prints failed checks and ends with "N passed, N failed".
+import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
+
+const base = process.argv[2];
+const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: "none", maxRetries: 0, timeout: 60000 });
+const anthropic = new Anthropic({ baseURL: base, apiKey: "none", maxRetries: 0, timeout: 60000 });
+let passed = 0, failed = 0;
+function check(what, cond, detail) {
+  if (cond) passed++;
+  else { failed++; console.log(`FAIL: ${what}${detail !== undefined ? " " + JSON.stringify(detail) : ""}`); }
+}
+async function step(what, fn) {
+  try { await fn(); } catch (e) { failed++; console.log(`FAIL: ${what}: threw ${e}`); }
+}
+
+const user = [{ role: "user", content: "Is it sunny?" }];
+// stories260K answers with whatever the regex allows: here Qwen3's thinking, then the answer.
+const THINK = { regex: "<think>\nI think so\\.\n</think>\n\nYes, it is\\." };
+const TAGS = /<\/?think|<tool_call|<\/tool_call/;
+
+await step("chat: thinking and answer separated", async () => {
+  const r = await openai.chat.completions.create({ model: "stories", messages: user, max_tokens: 60,
+                                                   structured_outputs: THINK });
+  const m = r.choices[0].message;
+  check("reasoning_content", m.reasoning_content === "I think so.", m);
+  check("content", m.content === "Yes, it is.", m);
+  check("reasoning_tokens counted", r.usage.completion_tokens_details.reasoning_tokens > 0 &&
+        r.usage.completion_tokens_details.reasoning_tokens < r.usage.completion_tokens, r.usage);
+});
+
+await step("chat: thinking and answer separated, streamed", async () => {
+  const s = await openai.chat.completions.create({ model: "stories", messages: user, max_tokens: 60,
+    structured_outputs: THINK, stream: true, stream_options: { include_usage: true } });
+  let reasoning = "", content = "", pieces = 0, tags = 0, usage = null, fin = null;
+  for await (const c of s) {
+    if (c.usage) usage = c.usage;
+    const ch = c.choices[0];
+    if (!ch) continue;
+    if (ch.finish_reason) fin = ch.finish_reason;
+    const d = ch.delta;
+    if (d.reasoning_content) { reasoning += d.reasoning_content; pieces++; tags += TAGS.test(d.reasoning_content); }
+    if (d.content) { content += d.content; tags += TAGS.test(d.content); }
+  }
+  check("stream: reasoning", reasoning === "I think so.", reasoning);
+  check("stream: content", content === "Yes, it is.", content);
+  check("stream: the thinking came in one or more pieces", pieces >= 1, pieces);
+  check("stream: no delta holds a tag", tags === 0, tags);
+  check("stream: finish_reason stop", fin === "stop", fin);
+  check("stream: reasoning_tokens", usage && usage.completion_tokens_details.reasoning_tokens > 0, usage);
+});
+
+const SCHEMA = { type: "object", properties: { city: { type: "string", enum: ["Paris", "London"] } },
+                 required: ["city"] };
+const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+                                               parameters: SCHEMA } }];
+const CALL = { regex: '<think>\nLook it up\\.\n</think>\n\n<tool_call>\n\\{"name": "get_weather", "arguments": \\{"city": "Paris"\\}\\}\n</tool_call>' };
+
+await step("chat: a tool call parsed", async () => {
+  const r = await openai.chat.completions.create({ model: "stories", messages: user, max_tokens: 120,
+                                                   tools, tool_choice: "auto", structured_outputs: CALL });
+  const m = r.choices[0].message, c = m.tool_calls && m.tool_calls[0];
+  check("tool call: name and arguments", c && c.function.name === "get_weather" &&
+        JSON.parse(c.function.arguments).city === "Paris" && /^call_/.test(c.id), m);
+  check("tool call: the thinking beside it", m.reasoning_content === "Look it up." && m.content === null, m);
+  check("tool call: finish_reason", r.choices[0].finish_reason === "tool_calls", r.choices[0].finish_reason);
+});
+
+await step("chat: a tool call parsed, streamed", async () => {
+  const s = await openai.chat.completions.create({ model: "stories", messages: user, max_tokens: 120,
+                                                   tools, structured_outputs: CALL, stream: true });
+  let first = null, args = "", pieces = 0, content = "", fin = null, reasoning = "";
+  for await (const c of s) {
+    const ch = c.choices[0];
+    if (!ch) continue;
+    if (ch.finish_reason) fin = ch.finish_reason;
+    if (ch.delta.content) content += ch.delta.content;
+    if (ch.delta.reasoning_content) reasoning += ch.delta.reasoning_content;
+    for (const t of ch.delta.tool_calls || []) {
+      if (!first) first = t;
+      else check("stream: later pieces carry no name", !t.function.name && t.index === 0, t);
+      args += t.function.arguments || "";
+      pieces++;
+    }
+  }
+  check("stream: id and name first", first && /^call_/.test(first.id) && first.function.name === "get_weather" &&
+        first.index === 0, first);
+  // how many pieces depends on how many tokens each poll brings (test_server_parse.c streams
+  // every split); they add up to the arguments
+  check("stream: arguments pieces add up", pieces >= 1 && JSON.parse(args).city === "Paris", [pieces, args]);
+  check("stream: no content, the thinking apart", content === "" && reasoning === "Look it up.", [content, reasoning]);
+  check("stream: finish_reason tool_calls", fin === "tool_calls", fin);
+});
+
+await step("chat: tool_choice required gives a valid call", async () => {
+  for (const stream of [false, true]) {
+    const req = { model: "stories", messages: user, max_tokens: 200, tools, tool_choice: "required",
+                  temperature: 1, seed: 7 };
+    let call, fin;
+    if (!stream) {
+      const r = await openai.chat.completions.create(req);
+      call = r.choices[0].message.tool_calls && r.choices[0].message.tool_calls[0];
+      fin = r.choices[0].finish_reason;
+      if (call) call = { name: call.function.name, args: call.function.arguments };
+    } else {
+      const s = await openai.chat.completions.create({ ...req, stream: true });
+      for await (const c of s) {
+        const ch = c.choices[0];
+        if (!ch) continue;
+        if (ch.finish_reason) fin = ch.finish_reason;
+        for (const t of ch.delta.tool_calls || []) {
+          if (!call) call = { name: t.function.name, args: "" };
+          call.args += t.function.arguments || "";
+        }
+      }
+    }
+    let args = null;
+    try { args = JSON.parse(call.args); } catch { /* checked below */ }
+    check(`required${stream ? ", streamed" : ""}: a call of the tool with valid arguments`,
+          call && call.name === "get_weather" && args && ["Paris", "London"].includes(args.city), call);
+    check(`required${stream ? ", streamed" : ""}: finish_reason tool_calls`, fin === "tool_calls", fin);
+  }
+});
+
+await step("chat: thinking switched off by chat_template_kwargs", async () => {
+  const on = await openai.chat.completions.create({ model: "stories", messages: user, max_tokens: 8,
+                                                    structured_outputs: { regex: "Yes\\." } });
+  const off = await openai.chat.completions.create({ model: "stories", messages: user, max_tokens: 8,
+    structured_outputs: { regex: "Yes\\." }, chat_template_kwargs: { enable_thinking: false } });
+  // Qwen3's template closes an empty thinking block in the prompt when enable_thinking is false
+  check("enable_thinking false reaches the template (a longer prompt)",
+        off.usage.prompt_tokens > on.usage.prompt_tokens, [on.usage, off.usage]);
+  const m = off.choices[0].message;
+  check("no thinking, the answer as content", m.content === "Yes." && m.reasoning_content === null, m);
+  check("no reasoning tokens", off.usage.completion_tokens_details.reasoning_tokens === 0, off.usage);
+});
+
+await step("responses: a reasoning item before the message", async () => {
+  const r = await openai.responses.create({ model: "stories", input: "Is it sunny?", max_output_tokens: 60,
+                                            structured_outputs: THINK });
+  check("responses: reasoning item", r.output[0].type === "reasoning" &&
+        r.output[0].content[0].text === "I think so.", r.output);
+  check("responses: message after it", r.output[1].type === "message" && r.output_text === "Yes, it is.", r.output);
+  check("responses: reasoning_tokens", r.usage.output_tokens_details.reasoning_tokens > 0, r.usage);
+  const s = openai.responses.stream({ model: "stories", input: "Is it sunny?", max_output_tokens: 60,
+                                      structured_outputs: THINK });
+  const types = [];
+  for await (const e of s) types.push(e.type);
+  const f = await s.finalResponse();
+  check("responses stream: reasoning events then text", types.indexOf("response.reasoning_text.delta") >= 0 &&
+        types.indexOf("response.reasoning_text.delta") < types.indexOf("response.output_text.delta"), types);
+  check("responses stream: final response", f.output[0].type === "reasoning" && f.output[1].content[0].text === "Yes, it is.", f.output);
+});
+
+await step("messages: a thinking block before the text", async () => {
+  const m = await anthropic.messages.create({ model: "stories", max_tokens: 60, structured_outputs: THINK,
+                                              messages: [{ role: "user", content: "Is it sunny?" }] });
+  check("messages: thinking block", m.content[0].type === "thinking" && m.content[0].thinking === "I think so.", m.content);
+  check("messages: text block", m.content[1].type === "text" && m.content[1].text === "Yes, it is.", m.content);
+  const s = anthropic.messages.stream({ model: "stories", max_tokens: 60, structured_outputs: THINK,
+                                        messages: [{ role: "user", content: "Is it sunny?" }] });
+  const f = await s.finalMessage();
+  check("messages stream: thinking then text", f.content[0].type === "thinking" && f.content[0].thinking === "I think so." &&
+        f.content[1].text === "Yes, it is.", f.content);
+});
+
+console.log(`${passed} passed, ${failed} failed`);
