@@ -440,6 +440,53 @@ static int32_t admit_need(pl_scheduler *s, const pl_seq_group *g, uint64_t key, 
     return need;
 }
 
+/* Takes blocks for every waiting sequence of g, or for none: the count that admitted g (admit_need)
+ * cannot know every prefix hit that survives the allocations before it (a new block of one
+ * sequence may evict a cached block the next would hit), and a group left half allocated in the
+ * waiting queue held blocks that nothing running would free (issue 31: two windowed groups
+ * waited for each other forever). On a full pool (PL_ERR_CAPACITY) what was taken goes back and
+ * *admitted = 0: g waits at the head for the next step; another failure is the step's. */
+static pl_status admit_group(pl_scheduler *s, pl_seq_group *g, uint64_t key, int32_t first,
+                             int *admitted) {
+    pl_kv_cache *kv = s->kv;
+    const int32_t bs = pl_kv_cache_block_size(kv), shared = shared_prompt_blocks(s, g);
+    pl_seq *lead = NULL;
+    pl_status st = PL_OK;
+    unsigned char took[g->n_seqs > 0 ? g->n_seqs : 1]; /* allocated in this call */
+    memset(took, 0, sizeof took);
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        pl_seq *q = g->seqs[i];
+        if (q->status != PL_SEQ_WAITING) continue;
+        int32_t cached = 0;
+        if (lead && pl_kv_cache_probe(kv, q->tokens, q->n_tokens, key) < shared * bs) {
+            /* the prompt blocks are the lead's, to compute: q computes the rest after */
+            st = pl_kv_cache_allocate_shared(kv, &lead->table, shared, &q->table, q->n_tokens);
+            cached = shared * bs;
+        } else {
+            st = pl_kv_cache_allocate(kv, &q->table, &q->table_w, q->tokens, q->n_tokens, key,
+                                      first, final_tokens(g), &cached);
+        }
+        if (st != PL_OK) break;
+        if (lead) g->lead = lead, g->lead_tokens = cached;
+        if (shared && !lead) lead = q;
+        q->n_computed = cached;
+        q->status = PL_SEQ_RUNNING;
+        took[i] = 1;
+        if (!g->prefilled && i == 0) g->n_cached_tokens = cached;
+    }
+    *admitted = st == PL_OK;
+    for (int32_t j = 0; j < g->n_seqs && st != PL_OK; j++) {
+        pl_seq *q = g->seqs[j];
+        if (!took[j]) continue;
+        pl_kv_cache_free(kv, &q->table, &q->table_w);
+        q->n_computed = 0;
+        q->status = PL_SEQ_WAITING;
+    }
+    if (st == PL_OK) return PL_OK;
+    g->lead = NULL;
+    return st == PL_ERR_CAPACITY ? PL_OK : st;
+}
+
 static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
     pl_kv_cache *kv = s->kv;
     while (s->waiting.head && b->tokens_left > 0) {
@@ -473,27 +520,9 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
         if (pl_group_max_seqs(g) > b->seqs_left) break;
         /* A generation model's embedding input runs whole in one step, or waits. */
         if (g->embed && g->seqs[0]->n_tokens > b->tokens_left) break;
-        int32_t shared = shared_prompt_blocks(s, g);
-        pl_seq *lead = NULL;
-        for (int32_t i = 0; i < g->n_seqs; i++) {
-            pl_seq *q = g->seqs[i];
-            if (q->status != PL_SEQ_WAITING) continue;
-            int32_t cached = 0;
-            if (lead && pl_kv_cache_probe(kv, q->tokens, q->n_tokens, key) < shared * bs) {
-                /* the prompt blocks are the lead's, to compute: q computes the rest after */
-                PL_TRY(pl_kv_cache_allocate_shared(kv, &lead->table, shared, &q->table, q->n_tokens));
-                cached = shared * bs;
-                g->lead = lead;
-                g->lead_tokens = cached;
-            } else {
-                PL_TRY(pl_kv_cache_allocate(kv, &q->table, &q->table_w, q->tokens, q->n_tokens,
-                                            key, first, final_tokens(g), &cached));
-            }
-            if (shared && !lead) lead = q;
-            q->n_computed = cached;
-            q->status = PL_SEQ_RUNNING;
-            if (!g->prefilled && i == 0) g->n_cached_tokens = cached;
-        }
+        int admitted;
+        PL_TRY(admit_group(s, g, key, first, &admitted));
+        if (!admitted) break;
         q_remove(&s->waiting, g);
         q_insert(&s->running, g);
         b->seqs_left -= pl_group_max_seqs(g);

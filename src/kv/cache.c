@@ -131,6 +131,16 @@ static int64_t paged_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int3
     int64_t need = prompt + seqs * ((out_blocks < win ? out_blocks : win) + 1);
     if (grouped(c)) /* and the global layers' table keeps every block */
         need += (n_prompt + bs - 1) / bs + seqs * (out_blocks + 1);
+    if (lazy(c) && seqs > 1) {
+        /* A group preempted by recompute comes back one sequence at a time, each admitted with
+         * its own window and first chunk (and, with groups, its own global table): the prompt
+         * blocks behind a window cannot be shared again as the first admission's fork shared
+         * them. A group admitted here must be able to come back (issue 31), so its bound is
+         * the larger of the two. */
+        int64_t again = pl_kv_held_blocks_max(m, total, chunk > k_spec ? chunk : k_spec);
+        if (grouped(c)) again += (total + bs - 1) / bs;
+        if (seqs * again > need) need = seqs * again;
+    }
     return need;
 }
 

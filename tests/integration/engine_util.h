@@ -52,15 +52,35 @@ static inline void collect(pl_engine *e, uint64_t id, result *r) {
     }
 }
 
-/* Step until every listed request finished, collecting as it goes. */
+/* Step until every listed request finished, collecting as it goes. A run in which no request
+ * gets a token or finishes for 20000 steps is stuck (a livelock: admitted requests that preempt
+ * each other, or wait for room that never comes): it fails, saying what the engine holds. */
 static inline void run_all(pl_engine *e, const uint64_t *ids, result *res, int n) {
+    int64_t last = -1, idle = 0;
     for (;;) {
         int all = 1;
+        int64_t progress = 0;
         for (int i = 0; i < n; i++) {
             collect(e, ids[i], &res[i]);
             all &= res[i].finished;
+            progress += res[i].finished;
+            for (int k = 0; k < RES_MAX_N; k++) progress += res[i].n_ids[k];
         }
         if (all) break;
+        idle = progress == last ? idle + 1 : 0;
+        last = progress;
+        if (idle > 20000) {
+            pl_engine_stats s;
+            pl_engine_get_stats(e, &s);
+            fprintf(stderr, "stuck: 20000 steps without a token (%d running, %d waiting, %d "
+                    "swapped, %d of %d blocks used, %llu preemptions)\n", (int)s.running,
+                    (int)s.waiting, (int)s.swapped, (int)s.blocks_used, (int)s.blocks_total,
+                    (unsigned long long)s.preemptions);
+#ifdef RUN_ALL_STUCK_HOOK
+            RUN_ALL_STUCK_HOOK(e);
+#endif
+            abort();
+        }
         if (pl_engine_step(e) != PL_OK) {
             fprintf(stderr, "step failed: %s\n", pl_last_error());
             abort();

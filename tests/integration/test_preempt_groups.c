@@ -18,14 +18,21 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "engine/engine_internal.h"
+static void stuck_dump(pl_engine *e);
+#define RUN_ALL_STUCK_HOOK stuck_dump
 #include "engine_util.h"
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "engine/engine_internal.h"
 
-static const char *MODEL = PL_SHARED_DIR "/models/stories260K.gguf";
+static const char *model = PL_SHARED_DIR "/models/stories260K.gguf"; /* the one of this test */
 
 /* stories260K, f16 KV: 5 layers x 4 KV heads x 8 dims x 2 bytes x (K, V) = 640 bytes a token. */
-enum { BS = 16, BLOCK_BYTES = 640 * BS, ROOMY = 400, NREQ = 8 };
+enum { BS = 16, ROOMY = 400, NREQ = 8 };
+static uint64_t BLOCK_BYTES = 640 * BS; /* of `model`'s KV cache */
 
 typedef struct {
     int32_t prompt_len, max_tokens, n, best_of, beam, greedy;
@@ -77,7 +84,7 @@ static pl_engine *make(pl_kv_layout_mode layout, uint64_t kv_bytes, pl_preemptio
                        uint64_t swap_bytes, int prefix_cache) {
     pl_engine_config c;
     pl_engine_config_default(&c);
-    c.model_path = MODEL;
+    c.model_path = model;
     c.kv_cache_memory = kv_bytes;
     c.block_size = BS;
     c.kv_layout = layout;
@@ -196,9 +203,9 @@ static void sweep(pl_preemption_mode mode, int prefix_cache) {
         pl_engine_destroy(e);
         if (!admitted) break;
     }
-    print_message("%s: %llu preemptions (%llu by swapping), %llu group runs\n", name,
-                  (unsigned long long)preemptions, (unsigned long long)swaps,
-                  (unsigned long long)group_runs);
+    print_message("%s (%s): %llu preemptions (%llu by swapping), %llu group runs\n", name,
+                  strrchr(model, '/') + 1, (unsigned long long)preemptions,
+                  (unsigned long long)swaps, (unsigned long long)group_runs);
     for (int r = 0; r < NREQ; r++) assert_true(was_refused[r]); /* down to the smallest */
     assert_true(preemptions > 20);
     if (mode == PL_PREEMPT_SWAP) assert_true(swaps > 0 && swaps < preemptions);
@@ -302,6 +309,47 @@ static void test_admission_counts_cached_prefix(void **state) {
     assert_same(1, &rr[1], &rg[1], "12 blocks, B");
 }
 
+/* The same sweeps with a sliding-window model (its prompts are prefilled chunk by chunk behind
+ * the window, and a recomputed group's sequences are admitted one window at a time): a random
+ * llama whose every layer attends to its last 32 positions, and a gemma2 whose even layers do
+ * (KV cache groups: the window layers' blocks are released, the global ones' kept). */
+static void windowed(const char *flags) {
+    char path[256], cmd[1024];
+    snprintf(path, sizeof path, "/tmp/pl_test_preempt_%d.gguf", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' "
+             "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --ctx 1024 --seed 3 "
+             "--sliding-window 32 %s >/dev/null", PL_BINARY, path, PL_SHARED_DIR, flags);
+    assert_int_equal(system(cmd), 0);
+    const char *saved = model;
+    uint64_t saved_bytes = BLOCK_BYTES;
+    model = path;
+    pl_engine *e = make(PL_KV_LAYOUT_PAGED, 4u << 20, PL_PREEMPT_RECOMPUTE, 0, 1);
+    pl_engine_stats st;
+    pl_engine_get_stats(e, &st);
+    BLOCK_BYTES = (4u << 20) / (uint64_t)st.blocks_total;
+    pl_engine_destroy(e);
+    result saved_ref[NREQ];
+    memcpy(saved_ref, ref, sizeof ref);
+    reference();
+    sweep(PL_PREEMPT_RECOMPUTE, 1);
+    sweep(PL_PREEMPT_RECOMPUTE, 0);
+    sweep(PL_PREEMPT_SWAP, 1);
+    memcpy(ref, saved_ref, sizeof ref);
+    model = saved;
+    BLOCK_BYTES = saved_bytes;
+    unlink(path);
+}
+
+static void test_sliding_window(void **state) {
+    (void)state;
+    windowed("");
+}
+
+static void test_kv_groups(void **state) {
+    (void)state;
+    windowed("--arch gemma2");
+}
+
 static int setup(void **state) {
     (void)state;
     reference();
@@ -315,6 +363,24 @@ int main(void) {
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_vattention),
         cmocka_unit_test(test_admission_counts_cached_prefix),
+        cmocka_unit_test(test_sliding_window),
+        cmocka_unit_test(test_kv_groups),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
+}
+
+static void dump_q(const char *name, pl_seq_group *g) {
+    for (; g; g = g->next) {
+        fprintf(stderr, "%s group %llu n_seqs %d prefilled %d lead %p:", name, (unsigned long long)g->id, g->n_seqs, g->prefilled, (void*)g->lead);
+        for (int i = 0; i < g->n_seqs; i++) {
+            pl_seq *q = g->seqs[i];
+            fprintf(stderr, " [st %d tok %d comp %d tab %d/%d live %d w %d/%d live %d]", q->status, q->n_tokens, q->n_computed, q->table.n_blocks, q->table.n_tokens, q->table.live, q->table_w.n_blocks, q->table_w.n_tokens, q->table_w.live);
+        }
+        fprintf(stderr, "\n");
+    }
+}
+static void stuck_dump(pl_engine *e) {
+    dump_q("running", e->sched.running.head);
+    dump_q("waiting", e->sched.waiting.head);
+    dump_q("swapped", e->sched.swapped.head);
 }
