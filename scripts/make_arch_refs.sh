@@ -26,10 +26,16 @@ MODELS=(
   "phi3|--arch phi3 --sliding-window 32"
   "phi3-long|--arch phi3 --ctx 4096 --rope-scaling longrope --rope-factor 8 --rope-orig-ctx 64 --rope-attn-factor 1.2"
   "phi3-short|--arch phi3 --rope-scaling longrope --rope-orig-ctx 2048"
+  "qwen3|--arch qwen3 --head-dim 48 --rope-base 1000000"
+  "mistral3|--arch mistral3 --head-dim 48 --rope-scaling yarn --rope-factor 16 --rope-orig-ctx 16 --attn-temp-scale 0.1 --yarn-log-mul 0.7 --yarn-beta-fast 16 --yarn-beta-slow 2"
+  "gemma3|--arch gemma3 --swa-pattern 2 --head-dim 48 --sliding-window 16 --rope-base 1000000 --rope-base-swa 10000 --rope-scaling linear --rope-factor 8"
+  "gemma3-62|--arch gemma3 --layers 62 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 128 --sliding-window 32 --final-softcap 3"
 )
+# ONLY=NAME[,NAME...] makes just those (the others' JSON stays as committed)
 mkdir -p tests/data/archs
 for m in "${MODELS[@]}"; do
   name=${m%%|*} flags=${m#*|}
+  [[ -n "${ONLY:-}" && ",$ONLY," != *",$name,"* ]] && continue
   for t in f32 f16; do
     # shellcheck disable=SC2086
     "$build/pagellm" mkmodel "$tmp/$name.$t.gguf" $base $flags --type $t >/dev/null

@@ -24,7 +24,9 @@ static const char *const hparam_keys[] = {
     "rope.scaling.attn_factor", "rope.scaling.original_context_length",
     "attention.key_length",  "attention.sliding_window",
     "attention.sliding_window_pattern", "attn_logit_softcapping",
-    "final_logit_softcapping",
+    "final_logit_softcapping", "rope.freq_base_swa",
+    "attention.temperature_scale", "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow", "rope.scaling.yarn_log_multiplier",
     "vocab_size",            "pooling_type",
     "attention.causal",
 };

@@ -1,8 +1,11 @@
 /* cli/cmd_mkmodel — `pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L
  * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N] [--sliding-window W]`: a
- * random-weight Llama; with `--arch gemma2|phi3` (and their flags, see usage) those layouts; with
+ * random-weight Llama; with `--arch qwen3|mistral3|gemma2|gemma3|phi3` (and their flags, see
+ * usage) those layouts; with
  * `--arch bert [--pooling mean|cls|last]` a random-weight BERT embedding model (below).
- * `--shape 110m|1b|3b` names the shapes of the benchmark tables (docs/BENCHMARKS.md).
+ * `--shape 110m|1b|3b` names the shapes of the benchmark tables (docs/BENCHMARKS.md), and
+ * `--shape qwen3-8b`, `gemma3-4b`, `mistral3-3b`, ... real models' sizes with their layout and
+ * RoPE settings.
  *
  * The file is a complete "llama" GGUF: every tokenizer.* key of FILE copied as is, the llama.*
  * hyper-parameters, and the tensors of a llama.cpp Llama (GGUF ne[0] = input features):
@@ -23,6 +26,9 @@
  * into its final (quantized) buffer, one row of f32 at a time: peak memory is the output size
  * plus one row, never an f32 copy of the model.
  *
+ * --arch qwen3 adds blk.i.attn_q_norm / attn_k_norm [head_dim]; --arch mistral3 is llama's
+ * layout with its own keys (attention.temperature_scale, rope.scaling.yarn_*); --arch gemma3 is
+ * gemma2's layout plus those Q/K norms, without attn_logit_softcapping, with rope.freq_base_swa.
  * --arch gemma2 and --arch phi3 write those layouts as llama.cpp's converters do (gemma2: no
  * output.weight, blk.i.post_attention_norm and post_ffw_norm, attn/final_logit_softcapping,
  * attention.key_length from --head-dim; phi3: blk.i.attn_qkv [dim, q + 2 kv] and ffn_up
@@ -73,18 +79,23 @@ typedef struct {
     int ftype;              /* general.file_type (llama.cpp's llama_ftype) */
     int bert;               /* --arch bert */
     int pooling;            /* bert: 1 mean, 2 cls, 3 last (llama.cpp's pooling_type) */
-    const char *arch;       /* llama, gemma2, phi3 or bert */
+    const char *arch;       /* llama, qwen3, mistral3, gemma2, gemma3, phi3 or bert */
     int64_t head_dim;       /* attention.key_length (default dim / heads) */
-    int64_t window;         /* attention.sliding_window (0: none; gemma2 default 4096) */
+    int64_t window;         /* attention.sliding_window (0: none; gemma2 default 4096,
+                               gemma3 1024) */
     double rope_base;       /* rope.freq_base */
     const char *rope_scaling; /* none, linear, yarn, llama3 */
     double rope_factor, rope_attn_factor, low_freq, high_freq;
     int64_t rope_orig_ctx;  /* yarn: original_context_length; llama3: the original context */
-    double attn_softcap, final_softcap; /* gemma2 */
-    int64_t swa_pattern;    /* gemma2: attention.sliding_window_pattern (0: not written) */
+    double attn_softcap, final_softcap; /* gemma2 (gemma3: final only, when > 0) */
+    int64_t swa_pattern;    /* gemma2/3: attention.sliding_window_pattern (0: not written) */
+    double rope_base_swa;   /* gemma3: rope.freq_base_swa (0: not written) */
+    double attn_temp;       /* mistral3: attention.temperature_scale (0: not written) */
+    double beta_fast, beta_slow, log_mul; /* mistral3 yarn keys (< 0: not written) */
 } mk_opts;
 
 static int is_arch(const mk_opts *o, const char *a) { return !strcmp(o->arch, a); }
+static int is_gemma(const mk_opts *o) { return is_arch(o, "gemma2") || is_arch(o, "gemma3"); }
 
 /* The writable matrix types and their general.file_type values. */
 static const struct {
@@ -112,14 +123,35 @@ static int more_bits(int64_t l, int64_t n) {
 
 /* The named shapes of the benchmark tables (--shape); the vocabulary is --vocab-from's (the
  * 32,000-token llama-spm one in docs/BENCHMARKS.md). */
-static const struct {
+typedef struct {
     const char *name;
     int64_t dim, layers, heads, kv_heads, ffn;
-} shapes[] = {
-    {"110m", 768, 12, 12, 4, 2048},
-    {"1b", 2048, 16, 32, 8, 8192},
-    {"3b", 3072, 28, 24, 8, 8192},
+    /* the real models' own settings (0 / NULL: llama's defaults) */
+    const char *arch;
+    int64_t head_dim, window, ctx;
+    double rope_base, rope_base_swa, attn_temp;
+    const char *rope_scaling;
+    double rope_factor;
+    int64_t rope_orig_ctx;
+} mk_shape;
+
+/* Sizes of real models (their Hugging Face configs), for benchmarks at the real shapes. */
+static const mk_shape shapes[] = {
+    {"110m", 768, 12, 12, 4, 2048, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {"1b", 2048, 16, 32, 8, 8192, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {"3b", 3072, 28, 24, 8, 8192, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {"qwen3-0.6b", 1024, 28, 16, 8, 3072, "qwen3", 128, 0, 40960, 1e6, 0, 0, NULL, 0, 0},
+    {"qwen3-8b", 4096, 36, 32, 8, 12288, "qwen3", 128, 0, 40960, 1e6, 0, 0, NULL, 0, 0},
+    {"mistral3-3b", 3072, 26, 32, 8, 9216, "mistral3", 128, 0, 262144, 1e6, 0, 0.1, "yarn", 16,
+     16384},
+    {"mistral3-8b", 4096, 34, 32, 8, 14336, "mistral3", 128, 0, 262144, 1e6, 0, 0.1, "yarn", 16,
+     16384},
+    {"gemma3-1b", 1152, 26, 4, 1, 6912, "gemma3", 256, 512, 32768, 1e6, 1e4, 0, NULL, 0, 0},
+    {"gemma3-4b", 2560, 34, 8, 4, 10240, "gemma3", 256, 1024, 131072, 1e6, 1e4, 0, "linear", 8,
+     0},
 };
+#define SHAPE_NAMES "110m, 1b, 3b, qwen3-0.6b, qwen3-8b, mistral3-3b, mistral3-8b, gemma3-1b, " \
+                    "gemma3-4b"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -130,7 +162,9 @@ static void usage(FILE *f) {
             "  --vocab-from FILE   GGUF whose tokenizer.* metadata is copied\n"
             "  --shape NAME        the benchmark tables' shapes: 110m (dim 768, 12 layers, 12\n"
             "                      heads, 4 KV heads, ffn 2048), 1b (2048, 16, 32, 8, 8192),\n"
-            "                      3b (3072, 28, 24, 8, 8192); the five flags below override it\n"
+            "                      3b (3072, 28, 24, 8, 8192); real models' sizes, layouts and\n"
+            "                      RoPE settings: qwen3-0.6b, qwen3-8b, mistral3-3b (Ministral 3),\n"
+            "                      mistral3-8b, gemma3-1b, gemma3-4b; the flags override a shape\n"
             "  --dim D             embedding size (a multiple of --heads and of the type's block)\n"
             "  --layers L          transformer blocks\n"
             "  --heads H           attention heads (dim / heads must be even)\n"
@@ -147,14 +181,25 @@ static void usage(FILE *f) {
             "  --arch gemma2       Gemma 2 layout: post-attention/FFW norms, GeGLU, tied output,\n"
             "                      soft-capping, sliding window on even layers (norms 1 + noise)\n"
             "  --arch phi3         Phi-3 layout: fused attn_qkv and gate/up ffn_up (norms 1 + noise)\n"
+            "  --arch qwen3        Qwen3: attn_q_norm / attn_k_norm per head, NEOX RoPE, no biases\n"
+            "  --arch mistral3     Mistral 3 / Ministral 3 text: llama's layout; --attn-temp-scale,\n"
+            "                      yarn's --yarn-beta-fast/--yarn-beta-slow/--yarn-log-mul keys\n"
+            "  --arch gemma3       Gemma 3 text: gemma2's layout plus Q/K norms, window on 5 of 6\n"
+            "                      layers (default 1024), --rope-base-swa, no attention soft-capping\n"
+            "  --rope-base-swa B   gemma3 rope.freq_base_swa (llama.cpp's default 10000)\n"
+            "  --attn-temp-scale S mistral3 attention.temperature_scale (Llama 4's beta)\n"
+            "  --yarn-beta-fast F, --yarn-beta-slow F, --yarn-log-mul M  mistral3\n"
+            "                      rope.scaling.yarn_* keys (written only when given)\n"
             "  --head-dim N        attention.key_length (default dim / heads)\n"
             "  --sliding-window W  attention.sliding_window: llama every layer attends to its\n"
             "                      last W positions; gemma2 its even layers (default 4096); phi3\n"
             "                      writes it (llama.cpp and pagellm ignore it); default none\n"
             "  --attn-softcap C    gemma2 attn_logit_softcapping (default 50)\n"
-            "  --final-softcap C   gemma2 final_logit_softcapping (default 30)\n"
-            "  --swa-pattern N     gemma2 attention.sliding_window_pattern: layer l is local when\n"
-            "                      l %% N < N - 1 (not written by default: llama.cpp's default 2)\n"
+            "  --final-softcap C   gemma2 final_logit_softcapping (default 30); gemma3: written\n"
+            "                      only when given\n"
+            "  --swa-pattern N     gemma2/3 attention.sliding_window_pattern: layer l is local\n"
+            "                      when l %% N < N - 1 (not written by default: llama.cpp's\n"
+            "                      defaults, 2 and 6)\n"
             "  --rope-base B       rope.freq_base (default 10000)\n"
             "  --rope-scaling S    none (default), linear, yarn (rope.scaling.* keys) or llama3\n"
             "                      (Llama 3.1: the rope_freqs.weight tensor, as llama.cpp's converter)\n"
@@ -208,22 +253,26 @@ static int parse(int argc, char **argv, mk_opts *o) {
         {"rope-attn-factor", required_argument, 0, 9}, {"rope-low-freq", required_argument, 0, 10},
         {"rope-high-freq", required_argument, 0, 11}, {"swa-pattern", required_argument, 0, 12},
         {"shape", required_argument, 0, 'S'},
+        {"rope-base-swa", required_argument, 0, 13}, {"attn-temp-scale", required_argument, 0, 14},
+        {"yarn-beta-fast", required_argument, 0, 15}, {"yarn-beta-slow", required_argument, 0, 16},
+        {"yarn-log-mul", required_argument, 0, 17},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->ctx = -1;
     o->pooling = 1;
     o->seed = 1;
     o->type = o->more = PL_DT_F32;
-    o->arch = "llama";
+    o->arch = NULL;
     o->window = -1;
-    o->rope_base = 10000;
-    o->rope_scaling = "none";
+    o->rope_base = 0;
+    o->rope_scaling = NULL;
+    o->beta_fast = o->beta_slow = o->log_mul = -1;
     o->rope_factor = o->rope_attn_factor = -1;
     o->rope_orig_ctx = -1;
     o->low_freq = 1;
     o->high_freq = 4;
     o->attn_softcap = 50;
-    o->final_softcap = 30;
+    o->final_softcap = -1;
     const char *type_name = "f32";
     int shape = -1;
     optind = 1;
@@ -255,13 +304,15 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 'S': {
             int n = (int)(sizeof shapes / sizeof shapes[0]);
             for (shape = 0; shape < n && strcmp(optarg, shapes[shape].name); shape++) {}
-            if (shape == n) return usage_error("--shape: '%s' is not 110m, 1b or 3b", optarg);
+            if (shape == n) return usage_error("--shape: '%s' is not one of " SHAPE_NAMES, optarg);
             break;
         }
         case 'a':
             if (strcmp(optarg, "llama") && strcmp(optarg, "bert") && strcmp(optarg, "gemma2") &&
-                strcmp(optarg, "phi3"))
-                return usage_error("--arch: '%s' is not llama, gemma2, phi3 or bert", optarg);
+                strcmp(optarg, "phi3") && strcmp(optarg, "qwen3") && strcmp(optarg, "mistral3") &&
+                strcmp(optarg, "gemma3"))
+                return usage_error("--arch: '%s' is not llama, qwen3, mistral3, gemma2, gemma3, "
+                                   "phi3 or bert", optarg);
             o->arch = optarg;
             o->bert = !strcmp(optarg, "bert");
             break;
@@ -285,6 +336,11 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 10: if (float_flag("--rope-low-freq", 1e-3, 1e3, &o->low_freq)) return 2; break;
         case 11: if (float_flag("--rope-high-freq", 1e-3, 1e3, &o->high_freq)) return 2; break;
         case 12: if (int_flag("--swa-pattern", 1, 1 << 20, &o->swa_pattern)) return 2; break;
+        case 13: if (float_flag("--rope-base-swa", 1, 1e12, &o->rope_base_swa)) return 2; break;
+        case 14: if (float_flag("--attn-temp-scale", 1e-6, 1e3, &o->attn_temp)) return 2; break;
+        case 15: if (float_flag("--yarn-beta-fast", 1e-3, 1e3, &o->beta_fast)) return 2; break;
+        case 16: if (float_flag("--yarn-beta-slow", 1e-3, 1e3, &o->beta_slow)) return 2; break;
+        case 17: if (float_flag("--yarn-log-mul", 1e-3, 1e3, &o->log_mul)) return 2; break;
         case 'p':
             if (!strcmp(optarg, "mean")) o->pooling = 1;
             else if (!strcmp(optarg, "cls")) o->pooling = 2;
@@ -299,31 +355,58 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (optind >= argc) return usage_error("no output file given");
     if (optind + 1 < argc) return usage_error("unexpected argument '%s'", argv[optind + 1]);
     o->out = argv[optind];
-    if (o->ctx < 0) o->ctx = o->bert ? 512 : 2048;
     if (shape >= 0) { /* the shape fills what the flags left unset */
-        if (!o->dim) o->dim = shapes[shape].dim;
-        if (!o->layers) o->layers = shapes[shape].layers;
-        if (!o->heads) o->heads = shapes[shape].heads;
-        if (!o->kv_heads) o->kv_heads = shapes[shape].kv_heads;
-        if (!o->ffn) o->ffn = shapes[shape].ffn;
+        const mk_shape *sh = &shapes[shape];
+        if (!o->dim) o->dim = sh->dim;
+        if (!o->layers) o->layers = sh->layers;
+        if (!o->heads) o->heads = sh->heads;
+        if (!o->kv_heads) o->kv_heads = sh->kv_heads;
+        if (!o->ffn) o->ffn = sh->ffn;
+        if (!o->arch && sh->arch) o->arch = sh->arch;
+        if (!o->arch || !sh->arch || !strcmp(o->arch, sh->arch)) { /* its own layout's keys */
+            if (!o->head_dim) o->head_dim = sh->head_dim;
+            if (o->window < 0 && sh->window) o->window = sh->window;
+            if (o->ctx < 0 && sh->ctx) o->ctx = sh->ctx;
+            if (!o->rope_base) o->rope_base = sh->rope_base;
+            if (!o->rope_base_swa) o->rope_base_swa = sh->rope_base_swa;
+            if (!o->attn_temp) o->attn_temp = sh->attn_temp;
+            if (!o->rope_scaling && sh->rope_scaling) {
+                o->rope_scaling = sh->rope_scaling;
+                if (o->rope_factor < 0) o->rope_factor = sh->rope_factor;
+                if (o->rope_orig_ctx < 0 && sh->rope_orig_ctx) o->rope_orig_ctx = sh->rope_orig_ctx;
+            }
+        }
     }
+    if (!o->arch) o->arch = "llama";
+    if (!o->rope_scaling) o->rope_scaling = "none";
+    if (!o->rope_base) o->rope_base = 10000;
+    if (o->ctx < 0) o->ctx = o->bert ? 512 : 2048;
     if (o->bert) o->kv_heads = o->heads; /* no grouped-query attention */
     if (o->head_dim <= 0 && o->heads > 0) o->head_dim = o->dim / o->heads;
-    if (o->window < 0) o->window = is_arch(o, "gemma2") ? 4096 : 0;
-    if (o->swa_pattern && !is_arch(o, "gemma2"))
-        return usage_error("--swa-pattern is for --arch gemma2");
+    const int gemma = is_gemma(o);
+    if (o->window < 0) o->window = is_arch(o, "gemma2") ? 4096 : is_arch(o, "gemma3") ? 1024 : 0;
+    if (o->final_softcap < 0 && is_arch(o, "gemma2")) o->final_softcap = 30;
+    if (o->swa_pattern && !gemma) return usage_error("--swa-pattern is for --arch gemma2 or gemma3");
+    if (o->rope_base_swa && !is_arch(o, "gemma3"))
+        return usage_error("--rope-base-swa is for --arch gemma3");
+    if ((o->attn_temp || o->beta_fast >= 0 || o->beta_slow >= 0 || o->log_mul >= 0) &&
+        !is_arch(o, "mistral3"))
+        return usage_error("--attn-temp-scale and --yarn-* are for --arch mistral3");
     if (o->bert && o->window)
         return usage_error("--sliding-window: bert attends bidirectionally, without a window");
     if (o->rope_factor < 0) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8 : 4;
     if (o->rope_orig_ctx < 0) o->rope_orig_ctx = 8192;
     if (!(o->high_freq > o->low_freq))
         return usage_error("--rope-high-freq must be above --rope-low-freq");
-    int longrope = !strcmp(o->rope_scaling, "longrope");
-    if (strcmp(o->rope_scaling, "none") && (o->bert || !is_arch(o, longrope ? "phi3" : "llama")))
-        return usage_error("--rope-scaling %s is for --arch %s", o->rope_scaling,
-                           longrope ? "phi3" : "llama");
+    /* which layouts take which scaling (llama.cpp reads rope.scaling.* for all of them; these
+     * are the ones the references check) */
+    const char *rs = o->rope_scaling, *for_archs =
+        !strcmp(rs, "longrope") ? "phi3" : !strcmp(rs, "llama3") ? "llama, mistral3"
+        : !strcmp(rs, "linear") ? "llama, qwen3, mistral3, gemma3" : "llama, qwen3, mistral3";
+    if (strcmp(rs, "none") && (o->bert || !strstr(for_archs, o->arch)))
+        return usage_error("--rope-scaling %s is for --arch %s", rs, for_archs);
     if (o->head_dim != o->dim / o->heads && (o->bert || is_arch(o, "phi3")))
-        return usage_error("--head-dim is for --arch llama or gemma2");
+        return usage_error("--head-dim is for --arch llama, qwen3, mistral3, gemma2 or gemma3");
     static const char *const required[] = {"--vocab-from", "--dim", "--layers", "--heads",
                                            "--kv-heads", "--ffn"};
     int have[] = {o->vocab_from != NULL, o->dim > 0, o->layers > 0, o->heads > 0,
@@ -452,7 +535,7 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.head_count"), (uint32_t)o->heads));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.head_count_kv"), (uint32_t)o->kv_heads));
     PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "attention.layer_norm_rms_epsilon"),
-                                  is_arch(o, "gemma2") ? 1e-6f : 1e-5f));
+                                  is_gemma(o) ? 1e-6f : 1e-5f));
     PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "rope.freq_base"), (float)o->rope_base));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "rope.dimension_count"), (uint32_t)o->head_dim));
     if (o->head_dim != o->dim / o->heads) {
@@ -475,12 +558,24 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
     if (o->swa_pattern)
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.sliding_window_pattern"),
                                       (uint32_t)o->swa_pattern));
-    if (is_arch(o, "gemma2")) {
+    if (is_arch(o, "gemma2"))
         PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "attn_logit_softcapping"),
                                       (float)o->attn_softcap));
+    if (is_gemma(o) && o->final_softcap > 0)
         PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "final_logit_softcapping"),
                                       (float)o->final_softcap));
-    }
+    if (o->rope_base_swa > 0)
+        PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "rope.freq_base_swa"), (float)o->rope_base_swa));
+    if (o->attn_temp > 0)
+        PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "attention.temperature_scale"),
+                                      (float)o->attn_temp));
+    static const char *const yarn_keys[] = {"rope.scaling.yarn_beta_fast",
+                                            "rope.scaling.yarn_beta_slow",
+                                            "rope.scaling.yarn_log_multiplier"};
+    const double yarn_vals[] = {o->beta_fast, o->beta_slow, o->log_mul};
+    for (int i = 0; i < 3; i++)
+        if (yarn_vals[i] >= 0)
+            PL_TRY(pl_gguf_writer_add_f32(w, akey(o, yarn_keys[i]), (float)yarn_vals[i]));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "vocab_size"), (uint32_t)n_vocab));
     return PL_OK;
 }
@@ -522,12 +617,13 @@ static pl_status add_arch_norm(builder *b, const mk_opts *o, const char *name, i
 
 static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
     const double std = 0.02, out_std = std / sqrt(2.0 * (double)o->layers);
-    const int gemma2 = is_arch(o, "gemma2"), phi3 = is_arch(o, "phi3");
+    const int gemma = is_gemma(o), phi3 = is_arch(o, "phi3");
+    const int qk_norm = is_arch(o, "qwen3") || is_arch(o, "gemma3");
     int64_t dim = o->dim, q_dim = o->head_dim * o->heads, kv_dim = o->head_dim * o->kv_heads;
     int64_t ffn = o->ffn;
     PL_TRY(add_matrix(b, "token_embd.weight", o->type, dim, n_vocab, std));
     PL_TRY(add_arch_norm(b, o, "output_norm.weight", dim));
-    if (!gemma2) /* gemma2's output is the embedding */
+    if (!gemma) /* gemma's output is the embedding */
         PL_TRY(add_matrix(b, "output.weight", o->more, dim, n_vocab, std));
     if (!strcmp(o->rope_scaling, "llama3")) PL_TRY(add_llama3_rope_freqs(b, o));
     if (!strcmp(o->rope_scaling, "longrope")) { /* Phi-3 128k's pair, as its converter writes */
@@ -548,7 +644,11 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
             PL_TRY(add_matrix(b, NAME("attn_v.weight"), mt, dim, kv_dim, std));
         }
         PL_TRY(add_matrix(b, NAME("attn_output.weight"), o->type, q_dim, dim, out_std));
-        if (gemma2) PL_TRY(add_arch_norm(b, o, NAME("post_attention_norm.weight"), dim));
+        if (qk_norm) { /* llama.cpp's order: the output, then K's norm, then Q's */
+            PL_TRY(add_arch_norm(b, o, NAME("attn_k_norm.weight"), o->head_dim));
+            PL_TRY(add_arch_norm(b, o, NAME("attn_q_norm.weight"), o->head_dim));
+        }
+        if (gemma) PL_TRY(add_arch_norm(b, o, NAME("post_attention_norm.weight"), dim));
         PL_TRY(add_arch_norm(b, o, NAME("ffn_norm.weight"), dim));
         if (phi3) {
             PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, 2 * ffn, std));
@@ -557,7 +657,7 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
             PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, ffn, std));
         }
         PL_TRY(add_matrix(b, NAME("ffn_down.weight"), mt, ffn, dim, out_std));
-        if (gemma2) PL_TRY(add_arch_norm(b, o, NAME("post_ffw_norm.weight"), dim));
+        if (gemma) PL_TRY(add_arch_norm(b, o, NAME("post_ffw_norm.weight"), dim));
 #undef NAME
     }
     return PL_OK;

@@ -1,9 +1,12 @@
 /* model/forward — the batched forward pass over one step batch, read top to bottom:
  *
- *   x = embed(tokens)                                   (gemma2: * sqrt(dim))
+ *   x = embed(tokens)                                   (gemma2/3: * sqrt(dim))
  *   for each layer:
  *       h = rmsnorm(x) * attn_norm
- *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv);  rope(q, k)
+ *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)
+ *       (qwen3, gemma3: q, k = rmsnorm per head * q_norm, k_norm)
+ *       rope(q, k)                   (gemma3: the window layers' own base; mistral3: then q
+ *                                     scaled by its position's attention temperature)
  *       write k, v into their KV slots;  a = paged_attention(q, cache)
  *                      (the layer's window; gemma2: scores soft-capped, queries scaled by hp)
  *       x += Wo a                                       (gemma2: rmsnorm(Wo a) * attn_post_norm)
@@ -69,7 +72,9 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     c->att = malloc(T * qd * sizeof(float));
     c->gate = malloc(T * hp->ffn_dim * sizeof(float));
     c->up = malloc(T * hp->ffn_dim * sizeof(float));
-    c->rope_cs = malloc(T * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) * sizeof(float));
+    /* the window layers' own angles follow the shared ones (gemma3's rope_swa) */
+    c->rope_cs = malloc(T * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) *
+                        (hp->has_rope_swa ? 2 : 1) * sizeof(float));
     c->mm_scratch = malloc(max_scratch(m, max_tokens) + 64);
     if (m->shard.size > 1 &&
         !(c->lg = malloc((size_t)max_logits * (size_t)m->shard.n_vocab * sizeof(float)))) {
@@ -128,6 +133,19 @@ static pl_status check_batch(const pl_forward_ctx *c, const pl_kv_store *kv,
     return PL_OK;
 }
 
+/* mistral3's attention temperature (llama.cpp's llm_graph_input_attn_temp): the queries of
+ * position p times 1 + scale * ln(floor(p / floor_scale) + 1), computed in double as llama.cpp
+ * does and rounded to float. */
+static void scale_queries_by_position(const pl_model_hparams *hp, const int32_t *positions,
+                                      float *q, int64_t T) {
+    const int64_t qd = (int64_t)hp->n_heads * hp->head_dim;
+    for (int64_t t = 0; t < T; t++) {
+        const float s = (float)(log(floor((float)positions[t] / (float)hp->attn_temp_floor) + 1.0) *
+                                    hp->attn_temp_scale + 1.0);
+        for (int64_t i = 0; i < qd; i++) q[t * qd + i] *= s;
+    }
+}
+
 pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
                            float *logits) {
     return pl_model_forward_pooled(c, kv, b, logits, NULL);
@@ -149,11 +167,13 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
                           (const char *)m->tok_embd.data +
                               (size_t)b->token_ids[t] * pl_dtype_row_size(m->tok_embd.type, dim),
                           c->x + t * dim, dim);
-    if (hp->arch == PL_ARCH_GEMMA2) { /* llama.cpp: ggml_scale(inp, sqrtf(n_embd)) */
+    if (pl_arch_is_gemma(hp->arch)) { /* llama.cpp: ggml_scale(inp, sqrtf(n_embd)) */
         const float s = sqrtf((float)dim);
         for (int64_t i = 0; i < T * dim; i++) c->x[i] *= s;
     }
+    float *rope_cs_swa = c->rope_cs + T * hp->rope.n_rot;
     pl_rope_cache(&hp->rope, b->positions, T, c->rope_cs);
+    if (hp->has_rope_swa) pl_rope_cache(&hp->rope_swa, b->positions, T, rope_cs_swa);
 
     pl_attn_args attn = {
         .q = c->q, .out = c->att, .n_heads = hp->n_heads,
@@ -174,8 +194,16 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         if (L->bq) pl_add_bias(c->q, L->bq, T, qd);
         if (L->bk) pl_add_bias(c->k, L->bk, T, kvd);
         if (L->bv) pl_add_bias(c->v, L->bv, T, kvd);
-        pl_rope_apply(&hp->rope, c->rope_cs, c->q, T, hp->n_heads, hp->head_dim);
-        pl_rope_apply(&hp->rope, c->rope_cs, c->k, T, hp->n_kv_heads, hp->head_dim);
+        if (L->q_norm) pl_rmsnorm(c->tp, c->q, c->q, L->q_norm, T * hp->n_heads, hp->head_dim,
+                                  hp->norm_eps);
+        if (L->k_norm) pl_rmsnorm(c->tp, c->k, c->k, L->k_norm, T * hp->n_kv_heads, hp->head_dim,
+                                  hp->norm_eps);
+        const int rope_swa = hp->has_rope_swa && hp->swa_layers[l];
+        const pl_rope_params *rope = rope_swa ? &hp->rope_swa : &hp->rope;
+        const float *cs = rope_swa ? rope_cs_swa : c->rope_cs;
+        pl_rope_apply(rope, cs, c->q, T, hp->n_heads, hp->head_dim);
+        pl_rope_apply(rope, cs, c->k, T, hp->n_kv_heads, hp->head_dim);
+        if (hp->attn_temp_scale != 0) scale_queries_by_position(hp, b->positions, c->q, T);
 
         void *kc = pl_kv_store_k(kv, tensor), *vc = pl_kv_store_v(kv, tensor);
         pl_kv_write(&kv->layout, kc, vc, c->k, c->v,
@@ -196,7 +224,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         const pl_weight *gate_up[2] = {&L->w_gate, &L->w_up};
         float *gate_up_out[2] = {c->gate, c->up};
         pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->h, T, c->mm_scratch);
-        if (hp->arch == PL_ARCH_GEMMA2)
+        if (pl_arch_is_gemma(hp->arch))
             pl_geglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         else
             pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);

@@ -77,6 +77,21 @@ static pl_status read_sliding_window(const pl_gguf *g, pl_model_hparams *hp) {
     return PL_OK;
 }
 
+/* An architecture whose llama.cpp graph has no window: `attention.sliding_window` is logged and
+ * not applied, every layer attends to the whole context, the reference's semantics. phi3:
+ * llama.cpp reads the key but disables Phi's sliding window ("Phi SWA is currently disabled",
+ * llama.cpp PR 13676: the converters' window values are not right); qwen3 and mistral3: llama.cpp
+ * does not read it. */
+static pl_status ignore_sliding_window(pl_model_hparams *hp) {
+    if (hp->sliding_window > 0)
+        pl_log(PL_LOG_INFO, "%s.attention.sliding_window = %d is not applied (as llama.cpp, "
+               "whose %s has no sliding window): full attention on every layer", hp->arch_name,
+               hp->sliding_window, hp->arch_name);
+    hp->sliding_window = 0; /* undo read_sliding_window's every-layer default */
+    memset(hp->swa_layers, 0, sizeof hp->swa_layers);
+    return PL_OK;
+}
+
 int32_t pl_model_kv_window(const pl_model_hparams *hp) {
     if (hp->sliding_window <= 0) return 0;
     for (int32_t l = 0; l < hp->n_layers; l++)
@@ -90,7 +105,9 @@ int32_t pl_model_kv_window(const pl_model_hparams *hp) {
  * `rope.scale_linear`), `rope.scaling.attn_factor` (scales cos/sin in every mode) and, for YaRN,
  * `rope.scaling.original_context_length` (default: context_length) with llama.cpp's fixed
  * beta_fast 32 / beta_slow 1 and ext_factor 1 (it reads no yarn_* keys for these
- * architectures: present ones are logged and ignored). Llama 3.1's "llama3" scaling is not a type in GGUF: the converter stores its
+ * architectures: present ones are logged and ignored), except mistral3, whose
+ * `rope.scaling.yarn_beta_fast` / `yarn_beta_slow` / `yarn_log_multiplier` llama.cpp reads (a
+ * log multiplier m divides the attention factor by get_mscale(factor, m)). Llama 3.1's "llama3" scaling is not a type in GGUF: the converter stores its
  * per-pair divisors as the rope_freqs.weight tensor (bound in bind_weights), and llama.cpp
  * refuses the type name, as pagellm does with every other type (longrope, ...). */
 static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
@@ -116,19 +133,27 @@ static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
     float mscale = 1.0f;
     PL_TRY(get_arch_int(g, a, "rope.scaling.original_context_length", hp->n_ctx_train, 1,
                         1 << 24, &hp->n_ctx_orig));
+    const int yarn_keys = hp->arch == PL_ARCH_MISTRAL3;
+    float beta_fast = 32.0f, beta_slow = 1.0f, log_mul = 0.0f;
+    if (yarn_keys) {
+        PL_TRY(get_arch_float(g, a, "rope.scaling.yarn_beta_fast", 32.0, 1e-6, 1e6, &beta_fast));
+        PL_TRY(get_arch_float(g, a, "rope.scaling.yarn_beta_slow", 1.0, 1e-6, 1e6, &beta_slow));
+        PL_TRY(get_arch_float(g, a, "rope.scaling.yarn_log_multiplier", 0.0, 0, 1e6, &log_mul));
+    }
     if (yarn) {
         int32_t n_orig = hp->n_ctx_orig;
         float f = 1.0f / hp->rope.freq_scale;
         hp->rope.ext_factor = 1.0f;
-        pl_rope_yarn_corr_dims(hp->rope.n_rot, n_orig, hp->rope.freq_base, 32.0f, 1.0f,
+        pl_rope_yarn_corr_dims(hp->rope.n_rot, n_orig, hp->rope.freq_base, beta_fast, beta_slow,
                                hp->rope.corr_dims);
         mscale = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f; /* llama.cpp's get_mscale(f, 1) */
+        if (log_mul != 0.0f) mscale /= f <= 1.0f ? 1.0f : 0.1f * log_mul * logf(f) + 1.0f;
         mscale *= 1.0f / (1.0f + 0.1f * logf(f)); /* cancels the kernel's own factor */
     }
     hp->rope.mscale = mscale * attn_factor;
     static const char *const ignored[] = {"yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast",
                                           "yarn_beta_slow", "yarn_log_multiplier"};
-    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) {
+    for (size_t i = 0; i < (yarn_keys ? 2 : sizeof ignored / sizeof ignored[0]); i++) {
         snprintf(key, sizeof key, "%s.rope.scaling.%s", a, ignored[i]);
         if (pl_gguf_find_key(g, key) >= 0)
             pl_log(PL_LOG_INFO, "'%s' is not read, as llama.cpp does not read it for %s", key, a);
@@ -143,9 +168,8 @@ static pl_status read_rope_scaling(const pl_gguf *g, pl_model_hparams *hp) {
  * by default); queries scaled by 1/sqrt(key_length), except 1/sqrt(dim / heads) for the 46-layer
  * (27B) model, as llama.cpp decides by layer count (it reads no query_pre_attn_scalar key). A
  * `rope.freq_base_swa` different from rope.freq_base is refused (one RoPE table per step). */
-static pl_status read_gemma2_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+static pl_status read_swa_pattern(const pl_gguf *g, pl_model_hparams *hp, int32_t n_default) {
     const char *a = hp->arch_name;
-    PL_TRY(get_arch_int(g, a, "attention.sliding_window", 4096, 0, 1 << 24, &hp->sliding_window));
     char key[128];
     snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
     int64_t ki = pl_gguf_find_key(g, key);
@@ -159,11 +183,26 @@ static pl_status read_gemma2_hparams(const pl_gguf *g, pl_model_hparams *hp) {
         for (int32_t l = 0; l < hp->n_layers; l++)
             hp->swa_layers[l] = pl_gguf_arr_int(&arr, (uint64_t)l) != 0;
     } else {
-        int32_t n = 2;
-        PL_TRY(get_arch_int(g, a, "attention.sliding_window_pattern", 2, 0, 1 << 20, &n));
+        int32_t n = n_default;
+        PL_TRY(get_arch_int(g, a, "attention.sliding_window_pattern", n_default, 0, 1 << 20, &n));
         for (int32_t l = 0; l < hp->n_layers; l++)
             hp->swa_layers[l] = n == 0 || l % n < n - 1;
     }
+    return PL_OK;
+}
+
+/* Queries scaled by 1/sqrt(key_length), except 1/sqrt(dim / heads) for the 27B models, which
+ * llama.cpp recognises by their layer count (gemma2 46, gemma3 62; it reads no
+ * query_pre_attn_scalar key). */
+static float gemma_attn_scale(const pl_model_hparams *hp, int32_t n_layers_27b) {
+    return 1.0f / sqrtf((float)(hp->n_layers == n_layers_27b ? hp->dim / hp->n_heads
+                                                              : hp->head_dim));
+}
+
+static pl_status read_gemma2_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    const char *a = hp->arch_name;
+    PL_TRY(get_arch_int(g, a, "attention.sliding_window", 4096, 0, 1 << 24, &hp->sliding_window));
+    PL_TRY(read_swa_pattern(g, hp, 2));
     PL_TRY(get_arch_float(g, a, "attn_logit_softcapping", 50.0, 1e-6, 1e9, &hp->attn_softcap));
     PL_TRY(get_arch_float(g, a, "final_logit_softcapping", 30.0, 1e-6, 1e9, &hp->final_softcap));
     float base_swa = hp->rope.freq_base;
@@ -171,24 +210,44 @@ static pl_status read_gemma2_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (base_swa != hp->rope.freq_base)
         return pl_fail(PL_ERR_UNSUPPORTED, "'%s.rope.freq_base_swa' = %g differs from "
                        "rope.freq_base %g: not supported", a, base_swa, hp->rope.freq_base);
-    hp->attn_scale = 1.0f / sqrtf((float)(hp->n_layers == 46 ? hp->dim / hp->n_heads
-                                                             : hp->head_dim));
+    hp->attn_scale = gemma_attn_scale(hp, 46);
     return PL_OK;
 }
 
-/* phi3: llama.cpp reads `attention.sliding_window` but disables Phi's sliding window ("Phi SWA
- * is currently disabled", llama.cpp PR 13676: the converters' window values are not right), so
- * every layer attends to the whole context here too, the reference's semantics. */
-static pl_status read_phi3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
-    int32_t w = 0;
-    PL_TRY(get_arch_int(g, hp->arch_name, "attention.sliding_window", 0, 0, 1 << 24, &w));
-    if (w > 0)
-        pl_log(PL_LOG_INFO, "phi3.attention.sliding_window = %d is not applied (as llama.cpp, "
-               "which disables Phi's sliding window): full attention on every layer", w);
-    hp->sliding_window = 0; /* undo read_sliding_window's every-layer default */
+/* gemma3 as llama.cpp reads it: with `attention.sliding_window` > 0 (else no window at all) the
+ * window is on the layers of `attention.sliding_window_pattern` (as gemma2's, default 6: five
+ * local layers, then a global one), which rotate with `rope.freq_base_swa` (default 10000) and
+ * no frequency scaling; the global layers keep rope.freq_base and rope.scaling.*. The logits are
+ * soft-capped only when `final_logit_softcapping` is present; no attention soft-capping. */
+static pl_status read_gemma3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    const char *a = hp->arch_name;
+    PL_TRY(get_arch_int(g, a, "attention.sliding_window", 0, 0, 1 << 24, &hp->sliding_window));
     memset(hp->swa_layers, 0, sizeof hp->swa_layers);
+    if (hp->sliding_window > 0) {
+        PL_TRY(read_swa_pattern(g, hp, 6));
+        hp->has_rope_swa = 1;
+        hp->rope_swa = hp->rope;
+        PL_TRY(get_arch_float(g, a, "rope.freq_base_swa", 10000.0, 1e-3, 1e12,
+                              &hp->rope_swa.freq_base));
+        hp->rope_swa.freq_scale = 1.0f;
+        if (hp->rope_swa.ext_factor != 0) /* GGML derives the YaRN range from the layer's base */
+            pl_rope_yarn_corr_dims(hp->rope_swa.n_rot, hp->n_ctx_orig, hp->rope_swa.freq_base,
+                                   32.0f, 1.0f, hp->rope_swa.corr_dims);
+    }
+    PL_TRY(get_arch_float(g, a, "final_logit_softcapping", 0.0, 0, 1e9, &hp->final_softcap));
+    hp->attn_scale = gemma_attn_scale(hp, 62);
     return PL_OK;
 }
+
+/* mistral3: Llama 4's attention temperature (`attention.temperature_scale`, its floor the
+ * original context), llama.cpp's yarn_* keys (read_rope_scaling), no sliding window. */
+static pl_status read_mistral3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    PL_TRY(get_arch_float(g, hp->arch_name, "attention.temperature_scale", 0.0, 0, 1e6,
+                          &hp->attn_temp_scale));
+    hp->attn_temp_floor = hp->n_ctx_orig;
+    return ignore_sliding_window(hp);
+}
+
 
 static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     pl_gguf_str arch;
@@ -201,9 +260,12 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     else if (pl_gguf_str_eq(arch, "bert")) hp->arch = PL_ARCH_BERT;
     else if (pl_gguf_str_eq(arch, "gemma2")) hp->arch = PL_ARCH_GEMMA2;
     else if (pl_gguf_str_eq(arch, "phi3")) hp->arch = PL_ARCH_PHI3;
+    else if (pl_gguf_str_eq(arch, "qwen3")) hp->arch = PL_ARCH_QWEN3;
+    else if (pl_gguf_str_eq(arch, "mistral3")) hp->arch = PL_ARCH_MISTRAL3;
+    else if (pl_gguf_str_eq(arch, "gemma3")) hp->arch = PL_ARCH_GEMMA3;
     else
         return pl_fail(PL_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: "
-                       "llama, qwen2, gemma2, phi3, bert)",
+                       "llama, qwen2, qwen3, mistral3, gemma2, gemma3, phi3, bert)",
                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     const char *a = hp->arch_name;
     PL_TRY(get_arch_int(g, a, "embedding_length", -1, 1, 1 << 16, &hp->dim));
@@ -232,7 +294,8 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (hp->arch == PL_ARCH_BERT) return read_bert_hparams(g, hp);
     PL_TRY(read_sliding_window(g, hp));
     PL_TRY(get_arch_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5, 0, 1, &hp->norm_eps));
-    hp->rope.mode = hp->arch == PL_ARCH_LLAMA ? PL_ROPE_NORM : PL_ROPE_NEOX;
+    hp->rope.mode = hp->arch == PL_ARCH_LLAMA || hp->arch == PL_ARCH_MISTRAL3 ? PL_ROPE_NORM
+                                                                              : PL_ROPE_NEOX;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     PL_TRY(get_arch_int(g, a, "rope.dimension_count", hp->head_dim, 2, hp->head_dim,
                         &hp->rope.n_rot));
@@ -241,7 +304,9 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     PL_TRY(get_arch_float(g, a, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope.freq_base));
     PL_TRY(read_rope_scaling(g, hp));
     if (hp->arch == PL_ARCH_GEMMA2) PL_TRY(read_gemma2_hparams(g, hp));
-    if (hp->arch == PL_ARCH_PHI3) PL_TRY(read_phi3_hparams(g, hp));
+    if (hp->arch == PL_ARCH_GEMMA3) PL_TRY(read_gemma3_hparams(g, hp));
+    if (hp->arch == PL_ARCH_MISTRAL3) PL_TRY(read_mistral3_hparams(g, hp));
+    if (hp->arch == PL_ARCH_PHI3 || hp->arch == PL_ARCH_QWEN3) PL_TRY(ignore_sliding_window(hp));
     return PL_OK;
 }
 
@@ -483,6 +548,11 @@ static pl_status bind_weights(pl_model *m) {
         if (!m->rope_freqs && pl_gguf_find_tensor(g, other))
             return pl_fail(PL_ERR_FORMAT, "tensor '%s' is missing (its pair '%s' is present)",
                            use, other);
+    } else if (hp->arch == PL_ARCH_QWEN3 || hp->arch == PL_ARCH_GEMMA3) {
+        /* their llama.cpp graphs rotate without frequency factors */
+        if (pl_gguf_find_tensor(g, "rope_freqs.weight"))
+            pl_log(PL_LOG_INFO, "rope_freqs.weight is not applied (as llama.cpp's %s)",
+                   hp->arch_name);
     } else {
         PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
     }
@@ -522,6 +592,10 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(load_vector(g, NAME("attn_q.bias"), q_dim, bias_optional, &L->bq));
         PL_TRY(load_vector(g, NAME("attn_k.bias"), kv_dim, bias_optional, &L->bk));
         PL_TRY(load_vector(g, NAME("attn_v.bias"), kv_dim, bias_optional, &L->bv));
+        if (hp->arch == PL_ARCH_QWEN3 || hp->arch == PL_ARCH_GEMMA3) {
+            PL_TRY(load_vector(g, NAME("attn_q_norm.weight"), hp->head_dim, 0, &L->q_norm));
+            PL_TRY(load_vector(g, NAME("attn_k_norm.weight"), hp->head_dim, 0, &L->k_norm));
+        }
         PL_TRY(load_vector(g, NAME("ffn_norm.weight"), dim, 0, &L->ffn_norm));
         if (hp->arch == PL_ARCH_PHI3) { /* ffn_up holds the gate rows, then the up rows */
             pl_weight up;
@@ -532,11 +606,17 @@ static pl_status bind_weights(pl_model *m) {
             PL_TRY(bind_weight(g, NAME("ffn_gate.weight"), dim, ff, &L->w_gate));
             PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, ff, &L->w_up));
         }
-        if (hp->arch == PL_ARCH_GEMMA2) {
+        if (pl_arch_is_gemma(hp->arch)) {
             PL_TRY(load_vector(g, NAME("post_attention_norm.weight"), dim, 0, &L->attn_post_norm));
             PL_TRY(load_vector(g, NAME("post_ffw_norm.weight"), dim, 0, &L->ffn_post_norm));
         }
         PL_TRY(bind_weight(g, NAME("ffn_down.weight"), ff, dim, &L->w_down));
+        static const char *const biases[] = {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
+                                             "ffn_down.bias"};
+        for (int i = 0; i < 4 && hp->arch == PL_ARCH_MISTRAL3; i++)
+            if (pl_gguf_find_tensor(g, (snprintf(n, sizeof n, "blk.%d.%s", l, biases[i]), n)))
+                return pl_fail(PL_ERR_UNSUPPORTED, "tensor '%s' (mistral3's optional output and "
+                               "FFN biases) is not supported", n);
         if (sh->size > 1) {
             L->wq = weight_rows(&L->wq, r * q_loc, q_loc);
             L->wk = weight_rows(&L->wk, r * kv_loc, kv_loc);
@@ -611,7 +691,7 @@ void pl_model_destroy(pl_model *m) {
             pl_layer_weights *L = &m->layers[l];
             PL_FREE_ALL(L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->b_up, L->b_down,
                         L->attn_out_norm, L->attn_out_norm_b, L->out_norm, L->out_norm_b,
-                        L->attn_post_norm, L->ffn_post_norm);
+                        L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm);
         }
         free(m->layers);
     }

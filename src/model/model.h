@@ -11,13 +11,19 @@
  * sqrt(dim), GeGLU with GGML's gelu, RMSNorms after the attention and the FFN outputs, attention
  * and final logit soft-capping, the window on the layers of attention.sliding_window_pattern
  * (even layers by default), queries scaled as llama.cpp decides, output tied to the
- * embeddings), `phi3` (fused attn_qkv and gate/up ffn_up tensors bound as row views, NEOX RoPE,
+ * embeddings), `gemma3` (gemma2's layout without attention soft-capping, plus per-head Q/K
+ * RMSNorms; the window on the layers of sliding_window_pattern, five of six by default, which
+ * rotate with rope.freq_base_swa and no scaling; output.weight when present; the final
+ * soft-cap only when its key is), `qwen3` (per-head Q/K RMSNorms before NEOX RoPE, no biases),
+ * `mistral3` (Mistral 3 / Ministral 3 text: llama's graph plus the attention temperature of
+ * attention.temperature_scale and the rope.scaling.yarn_* keys), `phi3` (fused attn_qkv and gate/up ffn_up tensors bound as row views, NEOX RoPE,
  * LongRoPE factors; its sliding_window ignored as llama.cpp does) and `bert` (an embedding
  * model: absolute positions, token type 0 added, LayerNorm after the embeddings and after each
  * sub-layer, biases everywhere, GELU, bidirectional attention over the request's own tokens, no
  * KV cache; pooled by `bert.pooling_type` mean / cls / last).
  * Anything else is refused with a message naming the architecture, and so is a metadata value
  * pagellm does not implement (a RoPE scaling type, gemma2's rope.freq_base_swa, a fused QKV bias,
+ * mistral3's optional output and FFN biases,
  * a value_length unlike the key_length); keys llama.cpp ignores are ignored (logged) as it does.
  * Every tensor's presence, shape and type is checked at load; a weight type the kernels cannot
  * multiply is refused naming the tensor and the type.
@@ -40,8 +46,13 @@
 enum { PL_MAX_LAYERS = 1024 }; /* block_count above this is refused at load */
 
 typedef enum {
-    PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2, PL_ARCH_BERT = 3, PL_ARCH_GEMMA2 = 4, PL_ARCH_PHI3 = 5
+    PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2, PL_ARCH_BERT = 3, PL_ARCH_GEMMA2 = 4, PL_ARCH_PHI3 = 5,
+    PL_ARCH_QWEN3 = 6, PL_ARCH_MISTRAL3 = 7, PL_ARCH_GEMMA3 = 8
 } pl_arch;
+
+/* The Gemma families' shared traits: embeddings scaled by sqrt(dim), GeGLU, RMSNorms after the
+ * attention and FFN outputs. */
+static inline int pl_arch_is_gemma(pl_arch a) { return a == PL_ARCH_GEMMA2 || a == PL_ARCH_GEMMA3; }
 
 /* How an embedding model turns its last hidden states into one vector (llama.cpp's numbering
  * of `<arch>.pooling_type`). NONE: a generation model (no embeddings). */
@@ -61,6 +72,15 @@ typedef struct {
     int32_t ffn_dim;
     float norm_eps;
     pl_rope_params rope;  /* mode, n_rot, freq_base, freq_scale, freq_factors */
+    /* gemma3: the window layers rotate with their own base (rope.freq_base_swa, default 10000)
+     * and no scaling, as llama.cpp's get_rope_freq_base/scale; has_rope_swa 0: every layer
+     * uses rope. */
+    int32_t has_rope_swa;
+    pl_rope_params rope_swa;
+    /* mistral3 (Llama 4's attention temperature tuning): after RoPE the queries at position p
+     * are scaled by 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); 0: none. */
+    float attn_temp_scale;
+    int32_t attn_temp_floor;  /* rope.scaling.original_context_length */
     pl_pooling pooling;   /* embedding models (bert): how hidden states are pooled; else NONE */
     float attn_scale;     /* applied to q·k: 1/sqrt(head_dim) unless the architecture says */
     float attn_softcap;   /* gemma2: scores = cap * tanh(score / cap) before softmax; 0: none */
@@ -86,13 +106,15 @@ typedef struct {
     float *attn_norm;                 /* [dim] */
     pl_weight wq, wk, wv, wo;         /* [n_heads*hd x dim], [n_kv*hd x dim] x2, [dim x n_heads*hd] */
     float *bq, *bk, *bv;              /* qwen2 biases or NULL */
+    float *q_norm, *k_norm;           /* qwen3, gemma3: per-head RMSNorm weights [head_dim] of
+                                         Q and K before RoPE, or NULL */
     float *ffn_norm;                  /* [dim] */
     pl_weight w_gate, w_up, w_down;   /* [ffn x dim] x2, [dim x ffn] (bert: no gate) */
     /* bert only (NULL otherwise): output and FFN biases, the post-sub-layer LayerNorms. */
     float *bo, *b_up, *b_down;        /* [dim], [ffn], [dim] */
     float *attn_out_norm, *attn_out_norm_b;   /* [dim] x2 */
     float *out_norm, *out_norm_b;     /* [dim] x2 */
-    /* gemma2 only (NULL otherwise): RMSNorms of the attention and FFN outputs. */
+    /* gemma2, gemma3 (NULL otherwise): RMSNorms of the attention and FFN outputs. */
     float *attn_post_norm, *ffn_post_norm; /* [dim] x2 */
 } pl_layer_weights;
 

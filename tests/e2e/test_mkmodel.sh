@@ -182,8 +182,11 @@ check "bpe vocabulary: generate exits 0 ($(head -c 300 "$tmp/err"))" test $? -eq
 # The architectures of issue 14 (their numbers are checked against llama.cpp by
 # test_wtype_reference): deterministic, the layout's own tensors and keys, and they generate.
 ARCH_FLAGS=("--arch gemma2 --head-dim 24 --sliding-window 8" "--arch phi3 --sliding-window 8"
-            "--rope-scaling llama3 --rope-orig-ctx 64" "--rope-scaling yarn --rope-factor 4")
-for i in 0 1 2 3; do
+            "--rope-scaling llama3 --rope-orig-ctx 64" "--rope-scaling yarn --rope-factor 4"
+            "--arch qwen3 --head-dim 24"
+            "--arch mistral3 --rope-scaling yarn --rope-orig-ctx 16 --attn-temp-scale 0.1 --yarn-log-mul 1"
+            "--arch gemma3 --layers 6 --sliding-window 8 --rope-base-swa 10000")
+for i in 0 1 2 3 4 5 6; do
     # shellcheck disable=SC2206
     f=(${ARCH_FLAGS[$i]})
     "$PL_BINARY" mkmodel "$tmp/a$i.gguf" "${TINY[@]}" "${f[@]}" --type f16 >/dev/null 2>"$tmp/err"
@@ -196,9 +199,15 @@ done
 python3 "$tmp/gguf_table.py" "$tmp/a0.gguf" >"$tmp/g.json"
 python3 "$tmp/gguf_table.py" "$tmp/a1.gguf" >"$tmp/p.json"
 python3 "$tmp/gguf_table.py" "$tmp/a2.gguf" >"$tmp/l.json"
-if python3 - "$tmp/g.json" "$tmp/p.json" "$tmp/l.json" <<'EOF2'
+python3 "$tmp/gguf_table.py" "$tmp/a4.gguf" >"$tmp/q.json"
+python3 "$tmp/gguf_table.py" "$tmp/a6.gguf" >"$tmp/g3.json"
+if python3 - "$tmp/g.json" "$tmp/p.json" "$tmp/l.json" "$tmp/q.json" "$tmp/g3.json" <<'EOF2'
 import json, sys
-g, p, l = (dict((t[0], t[1]) for t in json.load(open(f))["tensors"]) for f in sys.argv[1:])
+g, p, l, q, g3 = (dict((t[0], t[1]) for t in json.load(open(f))["tensors"]) for f in sys.argv[1:])
+assert q["blk.1.attn_q_norm.weight"] == [24] and q["blk.1.attn_k_norm.weight"] == [24], q
+assert q["blk.0.attn_q.weight"] == [64, 96] and "output.weight" in q, q
+assert "output.weight" not in g3 and g3["blk.5.attn_q_norm.weight"] == [16], g3
+assert g3["blk.5.post_attention_norm.weight"] == [64] and g3["blk.0.post_ffw_norm.weight"] == [64], g3
 assert "output.weight" not in g and g["blk.1.post_attention_norm.weight"] == [64], g
 assert g["blk.0.attn_q.weight"] == [64, 96] and g["blk.0.post_ffw_norm.weight"] == [64], g
 assert p["blk.0.attn_qkv.weight"] == [64, 128] and p["blk.0.ffn_up.weight"] == [64, 256], p
@@ -211,6 +220,18 @@ import json, sys
 h = json.load(sys.stdin)["hparams"]
 assert h["attention.sliding_window"] == 8 and h["attn_logit_softcapping"] == 50, h'; then ok
 else bad "inspect shows gemma2 hyper-parameters"; fi
+if "$PL_BINARY" inspect --json "$tmp/a5.gguf" | python3 -c '
+import json, sys
+h = json.load(sys.stdin)["hparams"]
+assert h["attention.temperature_scale"] == 0.1 and h["rope.scaling.yarn_log_multiplier"] == 1, h
+assert h["rope.scaling.type"] == "yarn" and "attention.sliding_window" not in h, h'; then ok
+else bad "inspect shows mistral3 hyper-parameters"; fi
+if "$PL_BINARY" inspect --json "$tmp/a6.gguf" | python3 -c '
+import json, sys
+h = json.load(sys.stdin)["hparams"]
+assert h["attention.sliding_window"] == 8 and h["rope.freq_base_swa"] == 10000, h
+assert "attn_logit_softcapping" not in h and "final_logit_softcapping" not in h, h'; then ok
+else bad "inspect shows gemma3 hyper-parameters"; fi
 # A metadata value pagellm does not implement is refused by name (yarn -> xpos, linear -> llama3:
 # llama.cpp refuses both too).
 refused() { # refused DESCRIPTION PATTERN FILE
@@ -260,7 +281,12 @@ usage_error "rope scaling on gemma2" "--rope-scaling yarn is for --arch llama" "
     --arch gemma2 --rope-scaling yarn
 usage_error "longrope on llama" "--rope-scaling longrope is for --arch phi3" "$B" "${TINY[@]}" \
     --rope-scaling longrope
-usage_error "unknown arch" "is not llama, gemma2, phi3 or bert" "$B" "${TINY[@]}" --arch gpt2
+usage_error "unknown arch" "is not llama, qwen3, mistral3, gemma2, gemma3, phi3 or bert" "$B" \
+    "${TINY[@]}" --arch gpt2
+usage_error "temperature on llama" "--attn-temp-scale and --yarn-\* are for --arch mistral3" "$B" \
+    "${TINY[@]}" --attn-temp-scale 0.1
+usage_error "swa base on gemma2" "--rope-base-swa is for --arch gemma3" "$B" "${TINY[@]}" \
+    --arch gemma2 --rope-base-swa 10000
 usage_error "unknown rope scaling" "is not none, linear, yarn, llama3 or longrope" "$B" \
     "${TINY[@]}" --rope-scaling su
 usage_error "q4_0 needs ffn % 32" "--ffn 100" "$B" "${TINY[@]}" --ffn 100 --type q4_0
@@ -275,7 +301,7 @@ usage_error "unknown shape" "--shape: '7b'" "$B" --vocab-from "$VOCAB" --shape 7
 
 # ---- named shapes (--shape): the benchmark tables' hyper-parameters; flags override them ----
 shape_case() { # shape_case NAME TYPE DIM HEADS KV FFN [extra flags]: one layer of the shape
-    local name=$1 type=$2 dim=$3 heads=$4 kv=$5 ffn=$6
+    local name=$1 type=$2 dim=$3 heads=$4 kv=$5 ffn=$6 more=${SHAPE_MORE:-}
     shift 6
     "$PL_BINARY" mkmodel "$tmp/shape.gguf" --vocab-from "$VOCAB" --shape "$name" --layers 1 \
         --type "$type" "$@" >"$tmp/out" 2>&1 || { bad "--shape $name: mkmodel failed"; return; }
@@ -283,7 +309,7 @@ shape_case() { # shape_case NAME TYPE DIM HEADS KV FFN [extra flags]: one layer 
     check "--shape $name ($type): hyper-parameters" python3 -c "
 import json; h = json.load(open('$tmp/shape.json'))['hparams']
 want = {'embedding_length': $dim, 'block_count': 1, 'attention.head_count': $heads,
-        'attention.head_count_kv': $kv, 'feed_forward_length': $ffn}
+        'attention.head_count_kv': $kv, 'feed_forward_length': $ffn$more}
 bad = {k: (h.get(k), v) for k, v in want.items() if h.get(k) != v}
 assert not bad, bad"
     rm -f "$tmp/shape.gguf"
@@ -291,6 +317,13 @@ assert not bad, bad"
 shape_case 110m f16 768 12 4 2048
 shape_case 1b q4_0 2048 32 8 256 --ffn 256       # --ffn overrides the shape's 8192
 shape_case 3b q8_0 3072 24 8 256 --ffn 256
+# the real models' shapes carry their layout and RoPE settings
+SHAPE_MORE=", 'attention.key_length': 128, 'rope.freq_base': 1e6" \
+    shape_case qwen3-0.6b q8_0 1024 16 8 3072
+SHAPE_MORE=", 'attention.sliding_window': 512, 'rope.freq_base_swa': 1e4" \
+    shape_case gemma3-1b q8_0 1152 4 1 256 --ffn 256
+SHAPE_MORE=", 'attention.temperature_scale': 0.1, 'rope.scaling.original_context_length': 16384" \
+    shape_case mistral3-3b q4_0 3072 32 8 256 --ffn 256
 "$PL_BINARY" mkmodel --help >"$tmp/out" 2>&1
 check "--help: exit 0" test $? -eq 0
 check "--help: usage" grep -q "usage: pagellm mkmodel" "$tmp/out"

@@ -95,6 +95,22 @@ static const arch_case ARCHS[] = {
     {"phi3-long", "--arch phi3 --ctx 4096 --rope-scaling longrope --rope-factor 8 "
                   "--rope-orig-ctx 64 --rope-attn-factor 1.2"},
     {"phi3-short", "--arch phi3 --rope-scaling longrope --rope-orig-ctx 2048"},
+    /* issue 33: per-head Q/K RMSNorms (key_length 48, not dim / heads) */
+    {"qwen3", "--arch qwen3 --head-dim 48 --rope-base 1000000"},
+    /* YaRN with llama.cpp's yarn_* keys, and the attention temperature: original context 16,
+     * so floor(p / 16) grows along the prompts */
+    {"mistral3", "--arch mistral3 --head-dim 48 --rope-scaling yarn --rope-factor 16 "
+                 "--rope-orig-ctx 16 --attn-temp-scale 0.1 --yarn-log-mul 0.7 "
+                 "--yarn-beta-fast 16 --yarn-beta-slow 2"},
+    /* layer 0 local (window 16, base 10000, unscaled), 1 global (base 1e6, linear 8); 2 layers:
+     * GeGLU's f16 table makes the error grow with depth (3 layers 1.1e-4, 6 of gemma2 or gemma3
+     * 1.6e-4: docs/ACCURACY.md) */
+    {"gemma3", "--arch gemma3 --swa-pattern 2 --head-dim 48 --sliding-window 16 --rope-base 1000000 "
+               "--rope-base-swa 10000 --rope-scaling linear --rope-factor 8"},
+    /* 62 layers: llama.cpp's 27B rule (queries by 1/sqrt(dim / heads)); the default pattern
+     * 6; the final soft-cap */
+    {"gemma3-62", "--arch gemma3 --layers 62 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 "
+                  "--ffn 128 --sliding-window 32 --final-softcap 3"},
 };
 
 enum { TOP = 20, MAX_SEQ = 256 };
