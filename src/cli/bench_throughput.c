@@ -5,6 +5,7 @@
  * memory saved by sharing (parallel sampling, beams) and the prefix-cache hit rate. */
 #include "cli/args.h"
 #include "engine/kv_samples.h"
+#include "kv/cache.h"
 #include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
@@ -126,12 +127,6 @@ static int parse(int argc, char **argv, tp_opts *o) {
     return 0;
 }
 
-static const char *layout_name(const pl_engine_config *c) {
-    static const char *res[] = {"max", "pow2", "oracle"};
-    if (c->kv_layout == PL_KV_LAYOUT_VATTENTION) return "vattention";
-    return c->kv_layout == PL_KV_LAYOUT_PAGED ? "paged" : res[c->reserve];
-}
-
 /* The JSON line: configuration, then the measurements. */
 static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engine_kv_samples *ks,
                       double elapsed,
@@ -146,9 +141,8 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "dataset", json_string(o->dataset));
     json_object_set_new(j, "num_prompts", json_integer(o->num_prompts));
     json_object_set_new(j, "seed", json_integer(o->seed));
-    static const char *layouts[] = {"paged", "contiguous", "vattention"};
-    json_object_set_new(j, "kv_layout", json_string(layouts[o->eng.kv_layout]));
-    json_object_set_new(j, "allocation", json_string(layout_name(&o->eng)));
+    json_object_set_new(j, "kv_layout", json_string(pl_kv_layout_mode_name(o->eng.kv_layout)));
+    json_object_set_new(j, "allocation", json_string(pl_kv_allocation_name(&o->eng)));
     json_object_set_new(j, "block_size", json_integer(o->eng.block_size));
     json_object_set_new(j, "kv_cache_memory", json_integer((json_int_t)o->eng.kv_cache_memory));
     json_object_set_new(j, "kv_cache_dtype", json_string(pl_kv_cache_dtype_name(
@@ -157,7 +151,7 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "preemption_mode", json_string(o->eng.preemption_mode == PL_PREEMPT_SWAP
                                                               ? "swap" : "recompute"));
     json_object_set_new(j, "prefix_caching", json_boolean(o->eng.enable_prefix_caching &&
-                                                          o->eng.kv_layout == PL_KV_LAYOUT_PAGED));
+                                                          pl_kv_layout_mode_shares(o->eng.kv_layout)));
     json_object_set_new(j, "n", json_integer(o->n));
     json_object_set_new(j, "beam_width", json_integer(o->beam));
     json_object_set_new(j, "shared_prefix", json_integer(o->shared_prefix));
@@ -194,7 +188,7 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
                                                        (double)s->prefix_queries : 0));
     json_object_set_new(j, "ttft_ms", pl_summary_json(ttft, 1e3));
     json_object_set_new(j, "tpot_ms", pl_summary_json(tpot, 1e3));
-    if (o->eng.kv_layout == PL_KV_LAYOUT_VATTENTION) {
+    if (pl_kv_layout_mode_maps_pages(o->eng.kv_layout)) {
         /* Where the pages were mapped: on the step's critical path or by the mapper thread. */
         json_object_set_new(j, "kv_page_size", json_integer((json_int_t)o->eng.kv_page_size));
         json_object_set_new(j, "vattn_overlap", json_boolean(!o->eng.vattn_no_overlap));

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "parallel/parallel.h"
 #include "cli/engine_flags.h"
+#include "kv/cache.h"
 
 #include "pagellm.h"
 #include "server/server.h"
@@ -236,7 +237,7 @@ int pl_cmd_serve(int argc, char **argv) {
                pl_kv_cache_dtype_name(ec->kv_cache_f32 ? PL_KV_CACHE_F32 : ec->kv_cache_dtype),
                (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
                ec->enable_prefix_caching ? "on" : "off");
-        if (ec->kv_layout == PL_KV_LAYOUT_VATTENTION)
+        if (pl_kv_layout_mode_maps_pages(ec->kv_layout))
             printf("KV layout vattention: %d request slots, pages of %llu bytes (a block is a "
                    "page), mapper thread: overlap %s, deferred reclamation %s, eager %s\n",
                    ec->max_num_seqs, (unsigned long long)ec->kv_page_size,

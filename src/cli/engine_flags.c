@@ -3,6 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "kv/cache.h"
 #include "parallel/parallel.h"
 
 #include <stdio.h>
@@ -200,12 +201,9 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
     case PL_OPT_PREFIX_OFF: c->enable_prefix_caching = 0; return 0;
     case PL_OPT_KV_GROUPS_OFF: c->kv_groups_off = 1; return 0;
     case PL_OPT_KVLAYOUT:
-        if (!strcmp(arg, "paged")) c->kv_layout = PL_KV_LAYOUT_PAGED;
-        else if (!strcmp(arg, "contiguous")) c->kv_layout = PL_KV_LAYOUT_CONTIGUOUS;
-        else if (!strcmp(arg, "vattention")) c->kv_layout = PL_KV_LAYOUT_VATTENTION;
-        else {
-            fprintf(stderr, "pagellm %s: --kv-layout: '%s' is not paged, contiguous or vattention\n",
-                    cmd, arg);
+        if (pl_kv_layout_parse(arg, &c->kv_layout)) {
+            fprintf(stderr, "pagellm %s: --kv-layout: '%s' is not %s\n", cmd, arg,
+                    pl_kv_layout_names());
             return 2;
         }
         return 0;
@@ -223,10 +221,7 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
     case PL_OPT_VATTN_NO_DEFER: c->vattn_no_deferred_reclaim = 1; return 0;
     case PL_OPT_VATTN_NO_EAGER: c->vattn_no_eager = 1; return 0;
     case PL_OPT_RESERVE:
-        if (!strcmp(arg, "max")) c->reserve = PL_RESERVE_MAX;
-        else if (!strcmp(arg, "pow2")) c->reserve = PL_RESERVE_POW2;
-        else if (!strcmp(arg, "oracle")) c->reserve = PL_RESERVE_ORACLE;
-        else {
+        if (pl_kv_reserve_parse(arg, &c->reserve)) {
             fprintf(stderr, "pagellm %s: --reserve: '%s' is not max, pow2 or oracle\n", cmd, arg);
             return 2;
         }

@@ -10,6 +10,7 @@
 typedef struct {
     const char *name;
     int shares;        /* fork, prefix cache, swap */
+    int maps_pages;    /* slots of mapped pages (vAttention) */
     pl_status (*setup)(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_cache_shape *sh,
                        const pl_kv_layout *l, uint64_t budget, int32_t max_model_len);
     int32_t (*admit_blocks)(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
@@ -257,19 +258,57 @@ static void vattn_stats(const pl_kv_cache *c, pl_engine_stats *s) {
     s->vattn_pages_committed = v.rows_committed * (int64_t)regions;
 }
 
-static const kv_ops PAGED = {"paged", 1, setup_blocks, paged_admit_blocks, paged_has_place,
+static const kv_ops PAGED = {"paged", 1, 0, setup_blocks, paged_admit_blocks, paged_has_place,
                              paged_request_blocks, no_prepare, no_stats};
-static const kv_ops CONTIGUOUS = {"contiguous", 0, setup_blocks, contig_admit_blocks,
+static const kv_ops CONTIGUOUS = {"contiguous", 0, 0, setup_blocks, contig_admit_blocks,
                                   run_has_place, contig_request_blocks, no_prepare, no_stats};
-static const kv_ops VATTENTION = {"vattention", 0, vattn_setup, contig_admit_blocks,
+static const kv_ops VATTENTION = {"vattention", 0, 1, vattn_setup, contig_admit_blocks,
                                   run_has_place, vattn_request_blocks, vattn_prepare,
                                   vattn_stats};
+
+/* By pl_kv_layout_mode. */
+static const kv_ops *const LAYOUTS[] = {&PAGED, &CONTIGUOUS, &VATTENTION};
+#define N_LAYOUTS ((int)(sizeof LAYOUTS / sizeof LAYOUTS[0]))
+
+static int known_layout(pl_kv_layout_mode m) { return (int)m >= 0 && (int)m < N_LAYOUTS; }
+/* An unknown mode is the paged layout's (pl_kv_cache_check_config refuses it first). */
+static const kv_ops *ops_of(pl_kv_layout_mode m) { return known_layout(m) ? LAYOUTS[m] : &PAGED; }
+
+static const char *const RESERVES[] = {"max", "pow2", "oracle"}; /* by pl_reserve_policy */
+
+int pl_kv_layout_parse(const char *name, pl_kv_layout_mode *out) {
+    for (int i = 0; i < N_LAYOUTS; i++)
+        if (!strcmp(name, LAYOUTS[i]->name)) {
+            *out = (pl_kv_layout_mode)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *pl_kv_layout_mode_name(pl_kv_layout_mode m) { return ops_of(m)->name; }
+const char *pl_kv_layout_names(void) { return "paged, contiguous or vattention"; }
+int pl_kv_layout_mode_shares(pl_kv_layout_mode m) { return ops_of(m)->shares; }
+int pl_kv_layout_mode_maps_pages(pl_kv_layout_mode m) { return ops_of(m)->maps_pages; }
+
+int pl_kv_reserve_parse(const char *name, pl_reserve_policy *out) {
+    for (int i = 0; i < (int)(sizeof RESERVES / sizeof RESERVES[0]); i++)
+        if (!strcmp(name, RESERVES[i])) {
+            *out = (pl_reserve_policy)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *pl_kv_allocation_name(const pl_engine_config *c) {
+    if (c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS) return pl_kv_layout_mode_name(c->kv_layout);
+    return c->reserve >= PL_RESERVE_MAX && c->reserve <= PL_RESERVE_ORACLE ? RESERVES[c->reserve]
+                                                                          : "?";
+}
 
 /* ---- create / destroy ---- */
 
 pl_status pl_kv_cache_check_config(const pl_engine_config *c) {
-    if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS &&
-        c->kv_layout != PL_KV_LAYOUT_VATTENTION)
+    if (!known_layout(c->kv_layout))
         return pl_fail(PL_ERR_INVALID_ARG, "unknown kv-layout %d", (int)c->kv_layout);
     if (c->kv_layout == PL_KV_LAYOUT_VATTENTION) {
         if (c->preemption_mode == PL_PREEMPT_SWAP || c->swap_space)
@@ -320,8 +359,7 @@ pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *sh,
     PL_TRY(pl_kv_layout_check(&l)); /* e.g. q8_0 with head_dim 8: names both */
     pl_kv_cache *c = calloc(1, sizeof *c);
     if (!c) return pl_fail(PL_ERR_NOMEM, "out of memory");
-    c->ops = cfg->kv_layout == PL_KV_LAYOUT_VATTENTION ? &VATTENTION
-             : cfg->kv_layout == PL_KV_LAYOUT_CONTIGUOUS ? &CONTIGUOUS : &PAGED;
+    c->ops = ops_of(cfg->kv_layout);
     const int groups = groups_for(cfg, sh, single);
     c->mgr.cfg.kv_groups = groups ? 2 : 1;
     const int32_t tensors = groups ? sh->n_layers / 2 : sh->n_layers;
