@@ -9,13 +9,17 @@
 
 typedef struct {
     const char *name;
-    int shares;        /* fork, prefix cache, swap */
+    int shares;        /* blocks taken one by one: shared (fork, prefix cache, swap) and rolled
+                          back (truncate); the others refuse those calls here */
     int maps_pages;    /* slots of mapped pages (vAttention) */
     pl_status (*setup)(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_cache_shape *sh,
                        const pl_kv_layout *l, uint64_t budget, int32_t max_model_len);
     int32_t (*admit_blocks)(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
                             int32_t first, int32_t final_tokens, int32_t n_given);
     bool (*has_place)(const pl_kv_cache *c, int32_t need);
+    pl_status (*allocate)(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                          const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                          int32_t final_tokens, int32_t *n_cached);
     int64_t (*request_blocks)(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
                               int64_t n_seqs, int32_t k_spec);
     pl_status (*prepare_step)(pl_kv_cache *c);
@@ -118,6 +122,17 @@ static bool paged_has_place(const pl_kv_cache *c, int32_t need) {
     return true;
 }
 
+static pl_status paged_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                                const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                                int32_t final_tokens, int32_t *n_cached) {
+    (void)final_tokens;
+    if (grouped(c))
+        return pl_kv_allocate_prompt_pair(&c->mgr, t, w, tokens, n, key, key ^ PL_KV_WINDOW_KEY,
+                                          max_new, n_cached);
+    if (lazy(c)) return pl_kv_allocate_prompt_part(&c->mgr, t, tokens, n, key, max_new, n_cached);
+    return pl_kv_allocate_prompt(&c->mgr, t, tokens, n, key, n_cached);
+}
+
 static int64_t paged_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
                                     int64_t seqs, int32_t k_spec) {
     const pl_kv_manager *m = &c->mgr;
@@ -157,6 +172,13 @@ static int32_t contig_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_
 /* One run of consecutive blocks (first fit: external fragmentation is real), or a free slot. */
 static bool run_has_place(const pl_kv_cache *c, int32_t need) {
     return pl_kv_first_fit(&c->mgr, need) >= 0;
+}
+
+static pl_status contig_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                                 const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                                 int32_t final_tokens, int32_t *n_cached) {
+    (void)w, (void)key, (void)max_new;
+    return pl_kv_allocate_reserved(&c->mgr, t, tokens, n, final_tokens, n_cached);
 }
 
 static int64_t contig_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
@@ -234,6 +256,13 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     return PL_OK;
 }
 
+static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                                const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                                int32_t final_tokens, int32_t *n_cached) {
+    (void)w, (void)key, (void)max_new, (void)final_tokens;
+    return pl_kv_allocate_slot(&c->mgr, t, tokens, n, n_cached);
+}
+
 static int64_t vattn_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
                                     int64_t seqs, int32_t k_spec) {
     (void)seqs, (void)k_spec;
@@ -259,12 +288,13 @@ static void vattn_stats(const pl_kv_cache *c, pl_engine_stats *s) {
 }
 
 static const kv_ops PAGED = {"paged", 1, 0, setup_blocks, paged_admit_blocks, paged_has_place,
-                             paged_request_blocks, no_prepare, no_stats};
+                             paged_allocate, paged_request_blocks, no_prepare, no_stats};
 static const kv_ops CONTIGUOUS = {"contiguous", 0, 0, setup_blocks, contig_admit_blocks,
-                                  run_has_place, contig_request_blocks, no_prepare, no_stats};
+                                  run_has_place, contig_allocate, contig_request_blocks,
+                                  no_prepare, no_stats};
 static const kv_ops VATTENTION = {"vattention", 0, 1, vattn_setup, contig_admit_blocks,
-                                  run_has_place, vattn_request_blocks, vattn_prepare,
-                                  vattn_stats};
+                                  run_has_place, vattn_allocate, vattn_request_blocks,
+                                  vattn_prepare, vattn_stats};
 
 /* By pl_kv_layout_mode. */
 static const kv_ops *const LAYOUTS[] = {&PAGED, &CONTIGUOUS, &VATTENTION};
@@ -486,15 +516,18 @@ int32_t pl_kv_cache_tables(const pl_kv_cache *c, pl_block_table *t, pl_block_tab
 pl_status pl_kv_cache_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
                                int32_t final_tokens, int32_t *n_cached) {
-    if (grouped(c))
-        return pl_kv_allocate_prompt_pair(&c->mgr, t, w, tokens, n, key, key ^ PL_KV_WINDOW_KEY,
-                                          max_new, n_cached);
-    if (lazy(c)) return pl_kv_allocate_prompt_part(&c->mgr, t, tokens, n, key, max_new, n_cached);
-    return pl_kv_allocate_prompt_ex(&c->mgr, t, tokens, n, key, final_tokens, n_cached);
+    return c->ops->allocate(c, t, w, tokens, n, key, max_new, final_tokens, n_cached);
+}
+
+/* A layout that shares nothing refuses what would share or roll back blocks. */
+static pl_status unshared(const pl_kv_cache *c, const char *what) {
+    return pl_fail(PL_ERR_INVALID_ARG, "kv %s: a %s layout shares no blocks", what,
+                   c->ops->name);
 }
 
 pl_status pl_kv_cache_allocate_shared(pl_kv_cache *c, const pl_block_table *lead,
                                       int32_t n_shared, pl_block_table *t, int32_t n) {
+    if (!c->ops->shares) return unshared(c, "allocate_shared");
     if (grouped(c))
         return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: not with KV cache groups");
     return pl_kv_allocate_shared(&c->mgr, lead, n_shared, t, n);
@@ -533,6 +566,7 @@ pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *
 
 pl_status pl_kv_cache_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                int32_t n_keep) {
+    if (!c->ops->shares) return unshared(c, "truncate");
     PL_TRY(pl_kv_truncate(&c->mgr, t, n_keep));
     return grouped(c) ? pl_kv_truncate(&c->mgr, w, n_keep) : PL_OK;
 }
@@ -545,6 +579,7 @@ pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *
 
 pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
                            pl_block_table *t, pl_block_table *w) {
+    if (!c->ops->shares) return unshared(c, "fork");
     PL_TRY(pl_kv_fork(&c->mgr, pt, t));
     if (!grouped(c)) return PL_OK;
     pl_status st = pl_kv_fork(&c->mgr, pw, w);
