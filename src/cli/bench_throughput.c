@@ -51,13 +51,13 @@ static void usage(FILE *f) {
             "      --label S            copied into the JSON line\n"
             "      --output FILE        also append the JSON line to FILE\n"
             "  -v, --verbose            progress on stderr\n");
-    fputs(PL_ENGINE_FLAGS_HELP, f);
+    pl_engine_flags_help(f);
 }
 
 enum { O_DS = 256, O_NP, O_SEED, O_N, O_BEAM, O_TEMP, O_PREFIX, O_MAXIN, O_MAXOUT, O_LABEL, O_OUT, O_SCHEMA };
 
 static int parse(int argc, char **argv, tp_opts *o) {
-    static const struct option longopts[] = {
+    static const struct option own[] = {
         {"model", required_argument, 0, 'm'},        {"dataset", required_argument, 0, O_DS},
         {"num-prompts", required_argument, 0, O_NP}, {"seed", required_argument, 0, O_SEED},
         {"n", required_argument, 0, O_N},            {"beam-width", required_argument, 0, O_BEAM},
@@ -67,7 +67,8 @@ static int parse(int argc, char **argv, tp_opts *o) {
         {"label", required_argument, 0, O_LABEL},    {"output", required_argument, 0, O_OUT},
         {"json-schema", required_argument, 0, O_SCHEMA},
         {"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
-        PL_ENGINE_LONGOPTS,                          {0, 0, 0, 0}};
+        {0, 0, 0, 0}};
+    const struct option *longopts = pl_engine_longopts(own);
     memset(o, 0, sizeof *o);
     pl_engine_config_default(&o->eng);
     o->dataset = "sharegpt";
@@ -100,14 +101,9 @@ static int parse(int argc, char **argv, tp_opts *o) {
             fprintf(stderr, "pagellm %s: %s needs a value\n", C, argv[optind - 1]);
             return 2;
         default:
-            if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
-                bad = pl_engine_flag_apply_named(C, pl_arg_flag_written(argv, optind, optarg), c,
-                                                 optarg, &o->eng);
-                break;
-            }
-            pl_arg_unknown(C, argv[optind - 1], longopts);
-            usage(stderr);
-            return 2;
+            bad = pl_engine_flag_or_unknown(C, c, argv, longopts, &o->eng);
+            if (bad < 0) usage(stderr);
+            break;
         }
         if (bad) return 2;
     }
