@@ -5,6 +5,7 @@
  * memory saved by sharing (parallel sampling, beams) and the prefix-cache hit rate. */
 #include "cli/args.h"
 #include "engine/kv_samples.h"
+#include "kv/cache.h"
 #include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
@@ -50,13 +51,13 @@ static void usage(FILE *f) {
             "      --label S            copied into the JSON line\n"
             "      --output FILE        also append the JSON line to FILE\n"
             "  -v, --verbose            progress on stderr\n");
-    fputs(PL_ENGINE_FLAGS_HELP, f);
+    pl_engine_flags_help(f);
 }
 
 enum { O_DS = 256, O_NP, O_SEED, O_N, O_BEAM, O_TEMP, O_PREFIX, O_MAXIN, O_MAXOUT, O_LABEL, O_OUT, O_SCHEMA };
 
 static int parse(int argc, char **argv, tp_opts *o) {
-    static const struct option longopts[] = {
+    static const struct option own[] = {
         {"model", required_argument, 0, 'm'},        {"dataset", required_argument, 0, O_DS},
         {"num-prompts", required_argument, 0, O_NP}, {"seed", required_argument, 0, O_SEED},
         {"n", required_argument, 0, O_N},            {"beam-width", required_argument, 0, O_BEAM},
@@ -66,7 +67,8 @@ static int parse(int argc, char **argv, tp_opts *o) {
         {"label", required_argument, 0, O_LABEL},    {"output", required_argument, 0, O_OUT},
         {"json-schema", required_argument, 0, O_SCHEMA},
         {"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
-        PL_ENGINE_LONGOPTS,                          {0, 0, 0, 0}};
+        {0, 0, 0, 0}};
+    const struct option *longopts = pl_engine_longopts(own);
     memset(o, 0, sizeof *o);
     pl_engine_config_default(&o->eng);
     o->dataset = "sharegpt";
@@ -99,14 +101,9 @@ static int parse(int argc, char **argv, tp_opts *o) {
             fprintf(stderr, "pagellm %s: %s needs a value\n", C, argv[optind - 1]);
             return 2;
         default:
-            if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
-                bad = pl_engine_flag_apply_named(C, pl_arg_flag_written(argv, optind, optarg), c,
-                                                 optarg, &o->eng);
-                break;
-            }
-            pl_arg_unknown(C, argv[optind - 1], longopts);
-            usage(stderr);
-            return 2;
+            bad = pl_engine_flag_or_unknown(C, c, argv, longopts, &o->eng);
+            if (bad < 0) usage(stderr);
+            break;
         }
         if (bad) return 2;
     }
@@ -126,12 +123,6 @@ static int parse(int argc, char **argv, tp_opts *o) {
     return 0;
 }
 
-static const char *layout_name(const pl_engine_config *c) {
-    static const char *res[] = {"max", "pow2", "oracle"};
-    if (c->kv_layout == PL_KV_LAYOUT_VATTENTION) return "vattention";
-    return c->kv_layout == PL_KV_LAYOUT_PAGED ? "paged" : res[c->reserve];
-}
-
 /* The JSON line: configuration, then the measurements. */
 static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engine_kv_samples *ks,
                       double elapsed,
@@ -146,9 +137,8 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "dataset", json_string(o->dataset));
     json_object_set_new(j, "num_prompts", json_integer(o->num_prompts));
     json_object_set_new(j, "seed", json_integer(o->seed));
-    static const char *layouts[] = {"paged", "contiguous", "vattention"};
-    json_object_set_new(j, "kv_layout", json_string(layouts[o->eng.kv_layout]));
-    json_object_set_new(j, "allocation", json_string(layout_name(&o->eng)));
+    json_object_set_new(j, "kv_layout", json_string(pl_kv_layout_mode_name(o->eng.kv_layout)));
+    json_object_set_new(j, "allocation", json_string(pl_kv_allocation_name(&o->eng)));
     json_object_set_new(j, "block_size", json_integer(o->eng.block_size));
     json_object_set_new(j, "kv_cache_memory", json_integer((json_int_t)o->eng.kv_cache_memory));
     json_object_set_new(j, "kv_cache_dtype", json_string(pl_kv_cache_dtype_name(
@@ -157,7 +147,7 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "preemption_mode", json_string(o->eng.preemption_mode == PL_PREEMPT_SWAP
                                                               ? "swap" : "recompute"));
     json_object_set_new(j, "prefix_caching", json_boolean(o->eng.enable_prefix_caching &&
-                                                          o->eng.kv_layout == PL_KV_LAYOUT_PAGED));
+                                                          pl_kv_layout_mode_shares(o->eng.kv_layout)));
     json_object_set_new(j, "n", json_integer(o->n));
     json_object_set_new(j, "beam_width", json_integer(o->beam));
     json_object_set_new(j, "shared_prefix", json_integer(o->shared_prefix));
@@ -194,7 +184,7 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
                                                        (double)s->prefix_queries : 0));
     json_object_set_new(j, "ttft_ms", pl_summary_json(ttft, 1e3));
     json_object_set_new(j, "tpot_ms", pl_summary_json(tpot, 1e3));
-    if (o->eng.kv_layout == PL_KV_LAYOUT_VATTENTION) {
+    if (pl_kv_layout_mode_maps_pages(o->eng.kv_layout)) {
         /* Where the pages were mapped: on the step's critical path or by the mapper thread. */
         json_object_set_new(j, "kv_page_size", json_integer((json_int_t)o->eng.kv_page_size));
         json_object_set_new(j, "vattn_overlap", json_boolean(!o->eng.vattn_no_overlap));

@@ -69,7 +69,7 @@ static void usage(FILE *f) {
             "      --choice STR           ... one of these strings (repeatable)\n"
             "      --json                 one JSON object per completion on stdout\n"
             "  -v, --verbose              model, KV cache and speed details on stderr\n");
-    fputs(PL_ENGINE_FLAGS_HELP, f);
+    pl_engine_flags_help(f);
 }
 
 enum {
@@ -106,7 +106,7 @@ static int set_constraint(gen_opts *o, const char *flag, pl_constraint_kind kind
 }
 
 static int parse(int argc, char **argv, gen_opts *o) {
-    static const struct option longopts[] = {
+    static const struct option own[] = {
         {"model", required_argument, 0, 'm'},      {"prompt", required_argument, 0, 'p'},
         {"prompt-ids", required_argument, 0, O_IDS}, {"max-tokens", required_argument, 0, 'n'},
         {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
@@ -127,7 +127,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"regex", required_argument, 0, O_REGEX},  {"grammar", required_argument, 0, O_GRAMMAR},
         {"choice", required_argument, 0, O_CHOICE},
         {"verbose", no_argument, 0, 'v'},          {"help", no_argument, 0, 'h'},
-        PL_ENGINE_LONGOPTS,                        {0, 0, 0, 0}};
+        {0, 0, 0, 0}};
+    const struct option *longopts = pl_engine_longopts(own);
     int64_t iv;
     double dv;
     memset(o, 0, sizeof *o);
@@ -243,16 +244,12 @@ static int parse(int argc, char **argv, gen_opts *o) {
             fprintf(stderr, "pagellm generate: %s needs a value\n", argv[optind - 1]);
             usage(stderr);
             return 2;
-        default:
-            if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
-                if (pl_engine_flag_apply_named(C, pl_arg_flag_written(argv, optind, optarg), c, optarg,
-                                               &o->eng))
-                    return 2;
-                break;
-            }
-            pl_arg_unknown("generate", argv[optind - 1], longopts);
-            usage(stderr);
+        default: {
+            int rc = pl_engine_flag_or_unknown(C, c, argv, longopts, &o->eng);
+            if (rc == 0) break;
+            if (rc < 0) usage(stderr);
             return 2;
+        }
         }
     }
     o->p.stop = o->stops;

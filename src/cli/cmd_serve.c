@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "parallel/parallel.h"
 #include "cli/engine_flags.h"
+#include "kv/cache.h"
 
 #include "pagellm.h"
 #include "server/server.h"
@@ -50,7 +51,7 @@ static void usage(FILE *f) {
             "                                 --pooling); an embedding model (bert) pools as its\n"
             "                                 GGUF says unless this is given\n"
             );
-    fputs(PL_ENGINE_FLAGS_HELP, f);
+    pl_engine_flags_help(f);
 }
 
 typedef struct {
@@ -64,7 +65,7 @@ enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRAC
        O_CHATTPL, O_POOLING, O_REASONING };
 
 static int parse(int argc, char **argv, serve_opts *o) {
-    static const struct option longopts[] = {
+    static const struct option own[] = {
         {"model", required_argument, 0, 'm'},
         {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},
@@ -79,9 +80,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"reasoning-parser", required_argument, 0, O_REASONING},
         {"pooling", required_argument, 0, O_POOLING},
         {"seed", required_argument, 0, PL_OPT_IGNORED}, /* vLLM's global seed: per request here */
-        PL_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
+    const struct option *longopts = pl_engine_longopts(own);
     int64_t iv;
     double dv;
     memset(o, 0, sizeof *o);
@@ -154,16 +155,12 @@ static int parse(int argc, char **argv, serve_opts *o) {
             fprintf(stderr, "pagellm serve: %s needs a value\n", argv[optind - 1]);
             usage(stderr);
             return 2;
-        default:
-            if (c >= PL_ENGINE_OPT_BASE && c < PL_ENGINE_OPT_END) {
-                if (pl_engine_flag_apply_named(C, pl_arg_flag_written(argv, optind, optarg), c,
-                                               optarg, &o->eng))
-                    return 2;
-                break;
-            }
-            pl_arg_unknown(C, argv[optind - 1], longopts);
-            usage(stderr);
+        default: {
+            int rc = pl_engine_flag_or_unknown(C, c, argv, longopts, &o->eng);
+            if (rc == 0) break;
+            if (rc < 0) usage(stderr);
             return 2;
+        }
         }
     }
     if (optind < argc && !o->model) o->model = argv[optind++];
@@ -236,7 +233,7 @@ int pl_cmd_serve(int argc, char **argv) {
                pl_kv_cache_dtype_name(ec->kv_cache_f32 ? PL_KV_CACHE_F32 : ec->kv_cache_dtype),
                (double)ec->kv_cache_memory / (1 << 20), why, st.swap_total,
                ec->enable_prefix_caching ? "on" : "off");
-        if (ec->kv_layout == PL_KV_LAYOUT_VATTENTION)
+        if (pl_kv_layout_mode_maps_pages(ec->kv_layout))
             printf("KV layout vattention: %d request slots, pages of %llu bytes (a block is a "
                    "page), mapper thread: overlap %s, deferred reclamation %s, eager %s\n",
                    ec->max_num_seqs, (unsigned long long)ec->kv_page_size,

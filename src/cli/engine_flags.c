@@ -1,65 +1,169 @@
 /* cli/engine_flags — see engine_flags.h. */
 #include "cli/engine_flags.h"
 
+#include "base/status.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "kv/cache.h"
 #include "parallel/parallel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char PL_ENGINE_FLAGS_HELP[] =
-    "engine:\n"
-    "      --block-size N             KV block size in tokens: power of two 1..256 (16)\n"
-    "      --kv-cache-memory B        KV cache budget, e.g. 512M, 2G; sets the block count\n"
-    "                                 (serve: 0.5 of available RAM after the weights; others 1G)\n"
-    "      --kv-cache-memory-bytes B  the same (vLLM's name); wins over --gpu-memory-utilization\n"
-    "      --gpu-memory-utilization F KV budget = F x (MemAvailable - weights), F in (0, 1]\n"
-    "      --kv-cache-dtype T         f16 (default), f32, bf16, q8_0 or q4_0 (auto: as --dtype\n"
-    "                                 says); q8_0 / q4_0 keep a scale per 32 values of a head\n"
-    "                                 (head_dim must be a multiple of 32): 1.9x / 3.6x the\n"
-    "                                 blocks of f16 in the same --kv-cache-memory\n"
-    "      --dtype T                  auto, float16/half, bfloat16, float32/float: sets the KV\n"
-    "                                 cache to f16, bf16 or f32 (auto: f16); activations are f32\n"
-    "                                 and weights as stored whatever is asked; of --dtype and\n"
-    "                                 --kv-cache-dtype the later wins\n"
-    "      --tensor-parallel-size N   shards every layer over the N processes of an MPI job:\n"
-    "                                 mpirun -np N pagellm CMD ... (docs/DISTRIBUTED.md); N\n"
-    "                                 divides the KV heads; the KV budget is per process\n"
-    "      --pipeline-parallel-size 1 (more is not built)\n"
+#define R required_argument
+#define N no_argument
 
-    "      --swap-space B             swap pool for preempted requests (a bare number is GiB)\n"
-    "      --swap-file PATH           keep the swap pool in this file (created; default: RAM)\n"
-    "      --preemption-mode M        recompute (default) or swap (needs --swap-space)\n"
-    "      --max-num-seqs N           sequences per step (128)\n"
-    "      --max-num-batched-tokens N tokens per step (512); longer prompts are chunked\n"
-    "      --max-model-len N          prompt + output limit (default: the model's context)\n"
-    "      --enable-prefix-caching | --no-prefix-caching   (default: enabled)\n"
-    "      --no-kv-groups             a model with window and global layers keeps every block\n"
-    "                                 (default: its window layers' blocks are released)\n"
-    "  -t, --threads N                worker threads (default: one per core)\n"
-    "      --kv-layout L              paged (default), contiguous (the paper's baseline: one\n"
-    "                                 reserved run of blocks per sequence, nothing shared) or\n"
-    "                                 vattention (a virtually contiguous slot per sequence,\n"
-    "                                 physical pages mapped as it grows; nothing shared)\n"
-    "      --kv-page-size P           vattention: physical page 4K (default), 64K or 2M (needs\n"
-    "                                 reserved huge pages)\n"
-    "      --vattn-no-overlap, --vattn-no-deferred-reclaim, --vattn-no-eager   vattention:\n"
-    "                                 turn off mapping the next step's pages in the background,\n"
-    "                                 reusing a finished request's pages, pre-mapping a free slot\n"
-    "      --reserve R                contiguous: max (model length, default), pow2 (next\n"
-    "                                 power of two of prompt + max tokens) or oracle (exact)\n"
-    "      --speculative-model M      speculative decoding with draft model M (path or bare name,\n"
-    "                                 as -m; same vocabulary)\n"
-    "      --speculative-ngram        speculative decoding with prompt-lookup (n-gram) proposals\n"
-    "      --num-speculative-tokens K proposals per sequence and step, 1..16 (4)\n"
-    "      --ngram-min N, --ngram-max N   n-gram lengths tried, longest first (1, 4)\n"
-    "      --speculative-disable-by-batch-size N   no speculation in a step that decodes more\n"
-    "                                 than N sequences (4, measured; -1: never off)\n"
+/* In the order of the help; the getopt table follows it too. */
+static const pl_engine_flag FLAGS[] = {
+    {"block-size", R, PL_OPT_BLOCK, 0, "N", NULL,
+     "KV block size in tokens: power of two 1..256 (16)"},
+    {"kv-cache-memory", R, PL_OPT_KVMEM, 0, "B", NULL,
+     "KV cache budget, e.g. 512M, 2G; sets the block count\n"
+     "(serve: 0.5 of available RAM after the weights; others 1G)"},
+    {"kv-cache-memory-bytes", R, PL_OPT_KVMEM_BYTES, 0, "B", NULL,
+     "the same (vLLM's name); wins over --gpu-memory-utilization"},
+    {"gpu-memory-utilization", R, PL_OPT_GPU_UTIL, 0, "F", NULL,
+     "KV budget = F x (MemAvailable - weights), F in (0, 1]"},
+    {"kv-cache-dtype", R, PL_OPT_KVDTYPE, 0, "T", NULL,
+     "f16 (default), f32, bf16, q8_0 or q4_0 (auto: as --dtype\n"
+     "says); q8_0 / q4_0 keep a scale per 32 values of a head\n"
+     "(head_dim must be a multiple of 32): 1.9x / 3.6x the\n"
+     "blocks of f16 in the same --kv-cache-memory"},
+    {"dtype", R, PL_OPT_DTYPE, 0, "T", NULL,
+     "auto, float16/half, bfloat16, float32/float: sets the KV\n"
+     "cache to f16, bf16 or f32 (auto: f16); activations are f32\n"
+     "and weights as stored whatever is asked; of --dtype and\n"
+     "--kv-cache-dtype the later wins"},
+    {"tensor-parallel-size", R, PL_OPT_TP, 0, "N", NULL,
+     "shards every layer over the N processes of an MPI job:\n"
+     "mpirun -np N pagellm CMD ... (docs/DISTRIBUTED.md); N\n"
+     "divides the KV heads; the KV budget is per process"},
+    {"pipeline-parallel-size", R, PL_OPT_PP, 0, "1", NULL, "(more is not built)"},
+    {"swap-space", R, PL_OPT_SWAP, 0, "B", NULL,
+     "swap pool for preempted requests (a bare number is GiB)"},
+    {"swap-file", R, PL_OPT_SWAPFILE, 0, "PATH", NULL,
+     "keep the swap pool in this file (created; default: RAM)"},
+    {"preemption-mode", R, PL_OPT_PREEMPT, 0, "M", NULL,
+     "recompute (default) or swap (needs --swap-space)"},
+    {"max-num-seqs", R, PL_OPT_SEQS, 0, "N", NULL, "sequences per step (128)"},
+    {"max-num-batched-tokens", R, PL_OPT_BATCHED, 0, "N", NULL,
+     "tokens per step (512); longer prompts are chunked"},
+    {"max-model-len", R, PL_OPT_MODELLEN, 0, "N", NULL,
+     "prompt + output limit (default: the model's context)"},
+    {"enable-prefix-caching", N, PL_OPT_PREFIX_ON, 0, NULL,
+     "--enable-prefix-caching | --no-prefix-caching", "(default: enabled)"},
+    {"no-prefix-caching", N, PL_OPT_PREFIX_OFF, 0, NULL, NULL, NULL},
+    {"no-enable-prefix-caching", N, PL_OPT_PREFIX_OFF, 0, NULL, NULL, NULL},
+    {"no-kv-groups", N, PL_OPT_KV_GROUPS_OFF, 0, NULL, NULL,
+     "a model with window and global layers keeps every block\n"
+     "(default: its window layers' blocks are released)"},
+    {"threads", R, PL_OPT_THREADS, 't', "N", NULL, "worker threads (default: one per core)"},
+    {"kv-layout", R, PL_OPT_KVLAYOUT, 0, "L", NULL,
+     "paged (default), contiguous (the paper's baseline: one\n"
+     "reserved run of blocks per sequence, nothing shared) or\n"
+     "vattention (a virtually contiguous slot per sequence,\n"
+     "physical pages mapped as it grows; nothing shared)"},
+    {"kv-page-size", R, PL_OPT_KV_PAGE, 0, "P", NULL,
+     "vattention: physical page 4K (default), 64K or 2M (needs\n"
+     "reserved huge pages)"},
+    {"vattn-no-overlap", N, PL_OPT_VATTN_NO_OVERLAP, 0, NULL,
+     "--vattn-no-overlap, --vattn-no-deferred-reclaim, --vattn-no-eager",
+     "vattention:\n"
+     "turn off mapping the next step's pages in the background,\n"
+     "reusing a finished request's pages, pre-mapping a free slot"},
+    {"vattn-no-deferred-reclaim", N, PL_OPT_VATTN_NO_DEFER, 0, NULL, NULL, NULL},
+    {"vattn-no-eager", N, PL_OPT_VATTN_NO_EAGER, 0, NULL, NULL, NULL},
+    {"reserve", R, PL_OPT_RESERVE, 0, "R", NULL,
+     "contiguous: max (model length, default), pow2 (next\n"
+     "power of two of prompt + max tokens) or oracle (exact)"},
+    {"speculative-model", R, PL_OPT_SPEC_MODEL, 0, "M", NULL,
+     "speculative decoding with draft model M (path or bare name,\n"
+     "as -m; same vocabulary)"},
+    {"speculative-ngram", N, PL_OPT_SPEC_NGRAM, 0, NULL, NULL,
+     "speculative decoding with prompt-lookup (n-gram) proposals"},
+    {"num-speculative-tokens", R, PL_OPT_SPEC_K, 0, "K", NULL,
+     "proposals per sequence and step, 1..16 (4)"},
+    {"ngram-min", R, PL_OPT_NGRAM_MIN, 0, NULL, "--ngram-min N, --ngram-max N",
+     "n-gram lengths tried, longest first (1, 4)"},
+    {"ngram-max", R, PL_OPT_NGRAM_MAX, 0, NULL, NULL, NULL},
+    {"speculative-disable-by-batch-size", R, PL_OPT_SPEC_BATCH, 0, "N", NULL,
+     "no speculation in a step that decodes more\n"
+     "than N sequences (4, measured; -1: never off)"},
+};
+
+#undef R
+#undef N
+
+#define N_FLAGS (sizeof FLAGS / sizeof FLAGS[0])
+
+/* vLLM's flags that tune only its own machinery: accepted, ignored with a warning (the help's
+ * footer names a few), with a value and without. */
+static const char *const IGNORED[] = {"uvicorn-log-level", "max-log-len", "download-dir",
+                                      "distributed-executor-backend", "device"};
+static const char *const IGNORED_BOOL[] = {
+    "disable-log-requests", "disable-log-stats", "enable-log-requests",
+    "disable-uvicorn-access-log", "disable-frontend-multiprocessing", "trust-remote-code",
+    "enforce-eager", "enable-chunked-prefill"};
+#define N_IGNORED (sizeof IGNORED / sizeof IGNORED[0])
+#define N_IGNORED_BOOL (sizeof IGNORED_BOOL / sizeof IGNORED_BOOL[0])
+
+static const char HELP_FOOTER[] =
     "  vLLM-only flags (--uvicorn-log-level X, --disable-log-requests, --trust-remote-code,\n"
     "  --enforce-eager, --max-log-len N, ...; serve also --seed N) are accepted and ignored\n"
     "  with a warning\n";
+
+enum { HELP_COLUMN = 33, LABEL_WIDTH = HELP_COLUMN - 6 };
+
+const struct option *pl_engine_longopts(const struct option *own) {
+    enum { MAX_OWN = 64 }; /* generate has the most: 34 */
+    static struct option all[MAX_OWN + N_FLAGS + N_IGNORED + N_IGNORED_BOOL + 1];
+    size_t n = 0;
+    for (; own[n].name; n++) {
+        PL_ASSERT(n < MAX_OWN);
+        all[n] = own[n];
+    }
+    for (size_t i = 0; i < N_FLAGS; i++)
+        all[n++] = (struct option){FLAGS[i].name, FLAGS[i].has_arg, 0, FLAGS[i].code};
+    for (size_t i = 0; i < N_IGNORED; i++)
+        all[n++] = (struct option){IGNORED[i], required_argument, 0, PL_OPT_IGNORED};
+    for (size_t i = 0; i < N_IGNORED_BOOL; i++)
+        all[n++] = (struct option){IGNORED_BOOL[i], no_argument, 0, PL_OPT_IGNORED_BOOL};
+    all[n] = (struct option){0, 0, 0, 0};
+    return all;
+}
+
+void pl_engine_flags_help(FILE *f) {
+    fputs("engine:\n", f);
+    for (size_t i = 0; i < N_FLAGS; i++) {
+        const pl_engine_flag *e = &FLAGS[i];
+        if (!e->help) continue;
+        char label[96];
+        if (e->label) snprintf(label, sizeof label, "%s", e->label);
+        else snprintf(label, sizeof label, "--%s%s%s", e->name, e->meta ? " " : "",
+                      e->meta ? e->meta : "");
+        if (e->short_name) fprintf(f, "  -%c, ", e->short_name);
+        else fputs("      ", f);
+        int w = (int)strlen(label);
+        fprintf(f, "%s%*s", label, w < LABEL_WIDTH ? LABEL_WIDTH - w : 3, "");
+        for (const char *p = e->help; *p;) { /* each line, the later ones at the help column */
+            size_t len = strcspn(p, "\n");
+            fprintf(f, "%.*s\n", (int)len, p);
+            p += len;
+            if (*p == '\n' && *++p) fprintf(f, "%*s", HELP_COLUMN, "");
+        }
+    }
+    fputs(HELP_FOOTER, f);
+}
+
+int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const struct option *opts,
+                              pl_engine_config *c) {
+    if (code >= PL_ENGINE_OPT_BASE && code < PL_ENGINE_OPT_END)
+        return pl_engine_flag_apply_named(cmd, pl_arg_flag_written(argv, optind, optarg), code,
+                                          optarg, c);
+    pl_arg_unknown(cmd, argv[optind - 1], opts);
+    return -1;
+}
 
 int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_config *c) {
     return pl_engine_flag_apply_named(cmd, NULL, code, arg, c);
@@ -200,12 +304,9 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
     case PL_OPT_PREFIX_OFF: c->enable_prefix_caching = 0; return 0;
     case PL_OPT_KV_GROUPS_OFF: c->kv_groups_off = 1; return 0;
     case PL_OPT_KVLAYOUT:
-        if (!strcmp(arg, "paged")) c->kv_layout = PL_KV_LAYOUT_PAGED;
-        else if (!strcmp(arg, "contiguous")) c->kv_layout = PL_KV_LAYOUT_CONTIGUOUS;
-        else if (!strcmp(arg, "vattention")) c->kv_layout = PL_KV_LAYOUT_VATTENTION;
-        else {
-            fprintf(stderr, "pagellm %s: --kv-layout: '%s' is not paged, contiguous or vattention\n",
-                    cmd, arg);
+        if (pl_kv_layout_parse(arg, &c->kv_layout)) {
+            fprintf(stderr, "pagellm %s: --kv-layout: '%s' is not %s\n", cmd, arg,
+                    pl_kv_layout_names());
             return 2;
         }
         return 0;
@@ -223,10 +324,7 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
     case PL_OPT_VATTN_NO_DEFER: c->vattn_no_deferred_reclaim = 1; return 0;
     case PL_OPT_VATTN_NO_EAGER: c->vattn_no_eager = 1; return 0;
     case PL_OPT_RESERVE:
-        if (!strcmp(arg, "max")) c->reserve = PL_RESERVE_MAX;
-        else if (!strcmp(arg, "pow2")) c->reserve = PL_RESERVE_POW2;
-        else if (!strcmp(arg, "oracle")) c->reserve = PL_RESERVE_ORACLE;
-        else {
+        if (pl_kv_reserve_parse(arg, &c->reserve)) {
             fprintf(stderr, "pagellm %s: --reserve: '%s' is not max, pow2 or oracle\n", cmd, arg);
             return 2;
         }

@@ -1,6 +1,7 @@
 /* cli/engine_flags — the engine flags every engine-running command accepts (generate, serve,
- * bench), with vLLM's names. A command puts PL_ENGINE_LONGOPTS into its getopt_long table and
- * hands codes >= PL_ENGINE_OPT_BASE to pl_engine_flag_apply.
+ * bench), with vLLM's names. A command builds its getopt_long table with pl_engine_longopts,
+ * prints pl_engine_flags_help in its --help and hands the codes it does not know to
+ * pl_engine_flag_or_unknown; all three come from one table of flags.
  *
  * vLLM launch lines work unchanged: its engine flags that mean something on a CPU are mapped
  * (--dtype, --gpu-memory-utilization, --kv-cache-memory-bytes, --tensor-parallel-size), and
@@ -12,6 +13,7 @@
 #include "pagellm.h"
 
 #include <getopt.h>
+#include <stdio.h>
 
 enum {
     PL_ENGINE_OPT_BASE = 1000,
@@ -50,53 +52,27 @@ enum {
     PL_ENGINE_OPT_END,
 };
 
-#define PL_ENGINE_LONGOPTS                                                                        \
-    {"block-size", required_argument, 0, PL_OPT_BLOCK},                                          \
-        {"kv-cache-memory", required_argument, 0, PL_OPT_KVMEM},                                 \
-        {"kv-cache-dtype", required_argument, 0, PL_OPT_KVDTYPE},                                \
-        {"swap-space", required_argument, 0, PL_OPT_SWAP},                                       \
-        {"preemption-mode", required_argument, 0, PL_OPT_PREEMPT},                               \
-        {"max-num-seqs", required_argument, 0, PL_OPT_SEQS},                                     \
-        {"max-num-batched-tokens", required_argument, 0, PL_OPT_BATCHED},                        \
-        {"max-model-len", required_argument, 0, PL_OPT_MODELLEN},                                \
-        {"enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_ON},                             \
-        {"no-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                                \
-        {"no-kv-groups", no_argument, 0, PL_OPT_KV_GROUPS_OFF},                                  \
-        {"no-enable-prefix-caching", no_argument, 0, PL_OPT_PREFIX_OFF},                         \
-        {"threads", required_argument, 0, PL_OPT_THREADS},                                       \
-        {"kv-layout", required_argument, 0, PL_OPT_KVLAYOUT},                                    \
-        {"reserve", required_argument, 0, PL_OPT_RESERVE},                                       \
-        {"swap-file", required_argument, 0, PL_OPT_SWAPFILE},                                    \
-        {"kv-cache-memory-bytes", required_argument, 0, PL_OPT_KVMEM_BYTES},                     \
-        {"gpu-memory-utilization", required_argument, 0, PL_OPT_GPU_UTIL},                       \
-        {"dtype", required_argument, 0, PL_OPT_DTYPE},                                           \
-        {"tensor-parallel-size", required_argument, 0, PL_OPT_TP},                               \
-        {"pipeline-parallel-size", required_argument, 0, PL_OPT_PP},                             \
-        {"speculative-model", required_argument, 0, PL_OPT_SPEC_MODEL},                          \
-        {"speculative-ngram", no_argument, 0, PL_OPT_SPEC_NGRAM},                                \
-        {"num-speculative-tokens", required_argument, 0, PL_OPT_SPEC_K},                         \
-        {"ngram-min", required_argument, 0, PL_OPT_NGRAM_MIN},                                   \
-        {"ngram-max", required_argument, 0, PL_OPT_NGRAM_MAX},                                   \
-        {"speculative-disable-by-batch-size", required_argument, 0, PL_OPT_SPEC_BATCH},          \
-        {"kv-page-size", required_argument, 0, PL_OPT_KV_PAGE},                                  \
-        {"vattn-no-overlap", no_argument, 0, PL_OPT_VATTN_NO_OVERLAP},                           \
-        {"vattn-no-deferred-reclaim", no_argument, 0, PL_OPT_VATTN_NO_DEFER},                    \
-        {"vattn-no-eager", no_argument, 0, PL_OPT_VATTN_NO_EAGER},                               \
-        {"uvicorn-log-level", required_argument, 0, PL_OPT_IGNORED},                             \
-        {"max-log-len", required_argument, 0, PL_OPT_IGNORED},                                   \
-        {"download-dir", required_argument, 0, PL_OPT_IGNORED},                                  \
-        {"distributed-executor-backend", required_argument, 0, PL_OPT_IGNORED},                  \
-        {"device", required_argument, 0, PL_OPT_IGNORED},                                        \
-        {"disable-log-requests", no_argument, 0, PL_OPT_IGNORED_BOOL},                           \
-        {"disable-log-stats", no_argument, 0, PL_OPT_IGNORED_BOOL},                              \
-        {"enable-log-requests", no_argument, 0, PL_OPT_IGNORED_BOOL},                            \
-        {"disable-uvicorn-access-log", no_argument, 0, PL_OPT_IGNORED_BOOL},                     \
-        {"disable-frontend-multiprocessing", no_argument, 0, PL_OPT_IGNORED_BOOL},               \
-        {"trust-remote-code", no_argument, 0, PL_OPT_IGNORED_BOOL},                              \
-        {"enforce-eager", no_argument, 0, PL_OPT_IGNORED_BOOL},                                  \
-        {"enable-chunked-prefill", no_argument, 0, PL_OPT_IGNORED_BOOL}
+/* The one table of the engine flags (engine_flags.c): each flag's getopt entry and its help. */
+typedef struct {
+    const char *name;     /* long name without dashes */
+    int has_arg;          /* no_argument / required_argument */
+    int code;             /* PL_OPT_* */
+    char short_name;      /* the one-letter form ('t'), or 0 */
+    const char *meta;     /* the value's name in the help ("N"), or NULL */
+    const char *label;    /* replaces "--name META" in the help (flags documented together) */
+    const char *help;     /* its lines after the first are indented to the help column; NULL:
+                             not listed (documented by another entry's label, or in the footer) */
+} pl_engine_flag;
 
-extern const char PL_ENGINE_FLAGS_HELP[];
+/* A command's getopt_long table: own[] (up to its zero entry) then every engine flag, then a
+ * zero entry. Static storage, rebuilt by each call. */
+const struct option *pl_engine_longopts(const struct option *own);
+/* The "engine:" section of a command's --help. */
+void pl_engine_flags_help(FILE *f);
+/* A getopt_long code the command did not handle: an engine flag is applied (0, or 2 after its
+ * message), anything else is reported as unknown, naming the closest known flag (-1). */
+int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const struct option *opts,
+                              pl_engine_config *c);
 
 /* Apply one engine flag. Returns 0, or 2 after printing "pagellm CMD: FLAG: problem". `flag` is
  * the flag as written (argv[optind - 1]), used to name an ignored vLLM flag in its warning. */

@@ -9,12 +9,17 @@
 
 typedef struct {
     const char *name;
-    int shares;        /* fork, prefix cache, swap */
+    int shares;        /* blocks taken one by one: shared (fork, prefix cache, swap) and rolled
+                          back (truncate); the others refuse those calls here */
+    int maps_pages;    /* slots of mapped pages (vAttention) */
     pl_status (*setup)(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_cache_shape *sh,
                        const pl_kv_layout *l, uint64_t budget, int32_t max_model_len);
     int32_t (*admit_blocks)(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
                             int32_t first, int32_t final_tokens, int32_t n_given);
     bool (*has_place)(const pl_kv_cache *c, int32_t need);
+    pl_status (*allocate)(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                          const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                          int32_t final_tokens, int32_t *n_cached);
     int64_t (*request_blocks)(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
                               int64_t n_seqs, int32_t k_spec);
     pl_status (*prepare_step)(pl_kv_cache *c);
@@ -117,6 +122,17 @@ static bool paged_has_place(const pl_kv_cache *c, int32_t need) {
     return true;
 }
 
+static pl_status paged_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                                const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                                int32_t final_tokens, int32_t *n_cached) {
+    (void)final_tokens;
+    if (grouped(c))
+        return pl_kv_allocate_prompt_pair(&c->mgr, t, w, tokens, n, key, key ^ PL_KV_WINDOW_KEY,
+                                          max_new, n_cached);
+    if (lazy(c)) return pl_kv_allocate_prompt_part(&c->mgr, t, tokens, n, key, max_new, n_cached);
+    return pl_kv_allocate_prompt(&c->mgr, t, tokens, n, key, n_cached);
+}
+
 static int64_t paged_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
                                     int64_t seqs, int32_t k_spec) {
     const pl_kv_manager *m = &c->mgr;
@@ -166,6 +182,13 @@ static int32_t contig_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_
 /* One run of consecutive blocks (first fit: external fragmentation is real), or a free slot. */
 static bool run_has_place(const pl_kv_cache *c, int32_t need) {
     return pl_kv_first_fit(&c->mgr, need) >= 0;
+}
+
+static pl_status contig_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                                 const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                                 int32_t final_tokens, int32_t *n_cached) {
+    (void)w, (void)key, (void)max_new;
+    return pl_kv_allocate_reserved(&c->mgr, t, tokens, n, final_tokens, n_cached);
 }
 
 static int64_t contig_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
@@ -243,6 +266,13 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     return PL_OK;
 }
 
+static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                                const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                                int32_t final_tokens, int32_t *n_cached) {
+    (void)w, (void)key, (void)max_new, (void)final_tokens;
+    return pl_kv_allocate_slot(&c->mgr, t, tokens, n, n_cached);
+}
+
 static int64_t vattn_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
                                     int64_t seqs, int32_t k_spec) {
     (void)seqs, (void)k_spec;
@@ -267,19 +297,58 @@ static void vattn_stats(const pl_kv_cache *c, pl_engine_stats *s) {
     s->vattn_pages_committed = v.rows_committed * (int64_t)regions;
 }
 
-static const kv_ops PAGED = {"paged", 1, setup_blocks, paged_admit_blocks, paged_has_place,
-                             paged_request_blocks, no_prepare, no_stats};
-static const kv_ops CONTIGUOUS = {"contiguous", 0, setup_blocks, contig_admit_blocks,
-                                  run_has_place, contig_request_blocks, no_prepare, no_stats};
-static const kv_ops VATTENTION = {"vattention", 0, vattn_setup, contig_admit_blocks,
-                                  run_has_place, vattn_request_blocks, vattn_prepare,
-                                  vattn_stats};
+static const kv_ops PAGED = {"paged", 1, 0, setup_blocks, paged_admit_blocks, paged_has_place,
+                             paged_allocate, paged_request_blocks, no_prepare, no_stats};
+static const kv_ops CONTIGUOUS = {"contiguous", 0, 0, setup_blocks, contig_admit_blocks,
+                                  run_has_place, contig_allocate, contig_request_blocks,
+                                  no_prepare, no_stats};
+static const kv_ops VATTENTION = {"vattention", 0, 1, vattn_setup, contig_admit_blocks,
+                                  run_has_place, vattn_allocate, vattn_request_blocks,
+                                  vattn_prepare, vattn_stats};
+
+/* By pl_kv_layout_mode. */
+static const kv_ops *const LAYOUTS[] = {&PAGED, &CONTIGUOUS, &VATTENTION};
+#define N_LAYOUTS ((int)(sizeof LAYOUTS / sizeof LAYOUTS[0]))
+
+static int known_layout(pl_kv_layout_mode m) { return (int)m >= 0 && (int)m < N_LAYOUTS; }
+/* An unknown mode is the paged layout's (pl_kv_cache_check_config refuses it first). */
+static const kv_ops *ops_of(pl_kv_layout_mode m) { return known_layout(m) ? LAYOUTS[m] : &PAGED; }
+
+static const char *const RESERVES[] = {"max", "pow2", "oracle"}; /* by pl_reserve_policy */
+
+int pl_kv_layout_parse(const char *name, pl_kv_layout_mode *out) {
+    for (int i = 0; i < N_LAYOUTS; i++)
+        if (!strcmp(name, LAYOUTS[i]->name)) {
+            *out = (pl_kv_layout_mode)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *pl_kv_layout_mode_name(pl_kv_layout_mode m) { return ops_of(m)->name; }
+const char *pl_kv_layout_names(void) { return "paged, contiguous or vattention"; }
+int pl_kv_layout_mode_shares(pl_kv_layout_mode m) { return ops_of(m)->shares; }
+int pl_kv_layout_mode_maps_pages(pl_kv_layout_mode m) { return ops_of(m)->maps_pages; }
+
+int pl_kv_reserve_parse(const char *name, pl_reserve_policy *out) {
+    for (int i = 0; i < (int)(sizeof RESERVES / sizeof RESERVES[0]); i++)
+        if (!strcmp(name, RESERVES[i])) {
+            *out = (pl_reserve_policy)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *pl_kv_allocation_name(const pl_engine_config *c) {
+    if (c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS) return pl_kv_layout_mode_name(c->kv_layout);
+    return c->reserve >= PL_RESERVE_MAX && c->reserve <= PL_RESERVE_ORACLE ? RESERVES[c->reserve]
+                                                                          : "?";
+}
 
 /* ---- create / destroy ---- */
 
 pl_status pl_kv_cache_check_config(const pl_engine_config *c) {
-    if (c->kv_layout != PL_KV_LAYOUT_PAGED && c->kv_layout != PL_KV_LAYOUT_CONTIGUOUS &&
-        c->kv_layout != PL_KV_LAYOUT_VATTENTION)
+    if (!known_layout(c->kv_layout))
         return pl_fail(PL_ERR_INVALID_ARG, "unknown kv-layout %d", (int)c->kv_layout);
     if (c->kv_layout == PL_KV_LAYOUT_VATTENTION) {
         if (c->preemption_mode == PL_PREEMPT_SWAP || c->swap_space)
@@ -330,8 +399,7 @@ pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *sh,
     PL_TRY(pl_kv_layout_check(&l)); /* e.g. q8_0 with head_dim 8: names both */
     pl_kv_cache *c = calloc(1, sizeof *c);
     if (!c) return pl_fail(PL_ERR_NOMEM, "out of memory");
-    c->ops = cfg->kv_layout == PL_KV_LAYOUT_VATTENTION ? &VATTENTION
-             : cfg->kv_layout == PL_KV_LAYOUT_CONTIGUOUS ? &CONTIGUOUS : &PAGED;
+    c->ops = ops_of(cfg->kv_layout);
     const int groups = groups_for(cfg, sh, single);
     c->mgr.cfg.kv_groups = groups ? 2 : 1;
     const int32_t tensors = groups ? sh->n_layers / 2 : sh->n_layers;
@@ -458,15 +526,18 @@ int32_t pl_kv_cache_tables(const pl_kv_cache *c, pl_block_table *t, pl_block_tab
 pl_status pl_kv_cache_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
                                int32_t final_tokens, int32_t *n_cached) {
-    if (grouped(c))
-        return pl_kv_allocate_prompt_pair(&c->mgr, t, w, tokens, n, key, key ^ PL_KV_WINDOW_KEY,
-                                          max_new, n_cached);
-    if (lazy(c)) return pl_kv_allocate_prompt_part(&c->mgr, t, tokens, n, key, max_new, n_cached);
-    return pl_kv_allocate_prompt_ex(&c->mgr, t, tokens, n, key, final_tokens, n_cached);
+    return c->ops->allocate(c, t, w, tokens, n, key, max_new, final_tokens, n_cached);
+}
+
+/* A layout that shares nothing refuses what would share or roll back blocks. */
+static pl_status unshared(const pl_kv_cache *c, const char *what) {
+    return pl_fail(PL_ERR_INVALID_ARG, "kv %s: a %s layout shares no blocks", what,
+                   c->ops->name);
 }
 
 pl_status pl_kv_cache_allocate_shared(pl_kv_cache *c, const pl_block_table *lead,
                                       int32_t n_shared, pl_block_table *t, int32_t n) {
+    if (!c->ops->shares) return unshared(c, "allocate_shared");
     if (grouped(c))
         return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: not with KV cache groups");
     return pl_kv_allocate_shared(&c->mgr, lead, n_shared, t, n);
@@ -505,6 +576,7 @@ pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *
 
 pl_status pl_kv_cache_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                int32_t n_keep) {
+    if (!c->ops->shares) return unshared(c, "truncate");
     PL_TRY(pl_kv_truncate(&c->mgr, t, n_keep));
     return grouped(c) ? pl_kv_truncate(&c->mgr, w, n_keep) : PL_OK;
 }
@@ -517,6 +589,7 @@ pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *
 
 pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
                            pl_block_table *t, pl_block_table *w) {
+    if (!c->ops->shares) return unshared(c, "fork");
     PL_TRY(pl_kv_fork(&c->mgr, pt, t));
     if (!grouped(c)) return PL_OK;
     pl_status st = pl_kv_fork(&c->mgr, pw, w);

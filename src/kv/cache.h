@@ -66,6 +66,22 @@ typedef struct {
                                             samples: memory saved by sharing (0 if none) */
 } pl_kv_samples;
 
+/* The layouts by name, for flags and reports (the table of operations in cache.c is the one
+ * list): "paged", "contiguous", "vattention". parse returns 0, or -1 for an unknown name;
+ * pl_kv_layout_names is "paged, contiguous or vattention" for messages. */
+int pl_kv_layout_parse(const char *name, pl_kv_layout_mode *out);
+const char *pl_kv_layout_mode_name(pl_kv_layout_mode m);
+const char *pl_kv_layout_names(void);
+/* Sequences of this layout may share blocks (prefix cache, fork, swap): the paged one. */
+int pl_kv_layout_mode_shares(pl_kv_layout_mode m);
+/* A vAttention layout: slots of mapped pages (--kv-page-size and the mapper thread apply). */
+int pl_kv_layout_mode_maps_pages(pl_kv_layout_mode m);
+/* The contiguous layouts' reserve policies by name: "max", "pow2", "oracle" (parse as above). */
+int pl_kv_reserve_parse(const char *name, pl_reserve_policy *out);
+/* How a configuration allocates: the layout's name, or for the contiguous layout its reserve
+ * policy's ("max", "pow2", "oracle"). */
+const char *pl_kv_allocation_name(const pl_engine_config *c);
+
 /* The layout checks of an engine configuration (unknown layout, reserve policy, what the
  * contiguous and vAttention layouts refuse: swapping, speculation, page sizes). */
 pl_status pl_kv_cache_check_config(const pl_engine_config *c);

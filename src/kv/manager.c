@@ -58,7 +58,7 @@ static int32_t vattn_block(pl_kv_manager *m, int32_t slot, int32_t i) {
 }
 
 int32_t pl_kv_behind_window(const pl_kv_manager *m, int32_t pos) {
-    int32_t W = contiguous(m) ? 0 : m->cfg.sliding_window;
+    int32_t W = m->cfg.sliding_window;
     if (W <= 0 || pos - W + 1 <= 0) return 0;
     return (pos - W + 1) / m->cfg.block_size;
 }
@@ -84,7 +84,7 @@ static void slide(pl_kv_manager *m, pl_block_table *t, int32_t pos) {
 
 int32_t pl_kv_held_blocks_max(const pl_kv_manager *m, int32_t n_tokens, int32_t k_spec) {
     int32_t all = pl_kv_blocks_for(m, n_tokens);
-    int32_t W = contiguous(m) ? 0 : m->cfg.sliding_window;
+    int32_t W = m->cfg.sliding_window;
     if (W <= 0) return all;
     /* blocks floor((c - W + 1) / bs) .. floor((c + k) / bs): at most (W - 1 + k) / bs + 2 */
     int64_t win = ((int64_t)W - 1 + (k_spec > 0 ? k_spec : 0)) / m->cfg.block_size + 2;
@@ -165,6 +165,7 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
                            (int)vc->n_slots, (int)vc->rows_per_slot);
     }
     m->cfg = *cfg;
+    if (cfg->policy != PL_KV_POLICY_PAGED) m->cfg.sliding_window = 0; /* see manager.h */
     m->watermark_blocks = (int32_t)(cfg->watermark * cfg->num_blocks);
     /* The pool's block size only sizes prefix hashing, which vattention never does (its pages
      * may hold more tokens than a hashed block may). */
@@ -257,8 +258,13 @@ pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens) {
     return PL_ALLOC_OK;
 }
 
+static pl_status check_prompt(const pl_kv_manager *m, const pl_block_table *t,
+                              const int32_t *token_ids, int32_t n);
+
 /* A vattention table: a free slot (the one with most pages still mapped), its first blocks. */
-static pl_status vattn_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, int32_t *n_cached) {
+pl_status pl_kv_allocate_slot(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                              int32_t n, int32_t *n_cached) {
+    PL_TRY(check_prompt(m, t, token_ids, n));
     int32_t bs = m->cfg.block_size, need = pl_kv_blocks_for(m, n);
     if (need > free_blocks(m))
         return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: %d tokens need %d pages per layer, "
@@ -283,12 +289,12 @@ static pl_status vattn_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, in
 }
 
 static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
-                          int32_t n, uint64_t extra_key, int32_t final_tokens, int32_t max_new,
-                          int32_t *n_cached);
+                          int32_t n, uint64_t extra_key, int32_t max_new, int32_t *n_cached);
 
 /* A contiguous table: one run of pl_kv_admit_blocks blocks at the first fit. */
-static pl_status reserve_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, int32_t final_tokens,
-                                int32_t *n_cached) {
+pl_status pl_kv_allocate_reserved(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                  int32_t n, int32_t final_tokens, int32_t *n_cached) {
+    PL_TRY(check_prompt(m, t, token_ids, n));
     int32_t bs = m->cfg.block_size, need = pl_kv_admit_blocks(m, n, final_tokens);
     if (need > m->cfg.max_blocks_per_seq)
         return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt: reserving %d tokens needs %d "
@@ -319,22 +325,16 @@ static pl_status reserve_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, 
 
 pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                 int32_t n, uint64_t extra_key, int32_t *n_cached) {
-    return pl_kv_allocate_prompt_ex(m, t, token_ids, n, extra_key, n, n_cached);
-}
-
-pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
-                                   int32_t n, uint64_t extra_key, int32_t final_tokens,
-                                   int32_t *n_cached) {
-    return allocate(m, t, token_ids, n, extra_key, final_tokens, n, n_cached);
+    return allocate(m, t, token_ids, n, extra_key, n, n_cached);
 }
 
 pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                      int32_t n, uint64_t extra_key, int32_t max_new,
                                      int32_t *n_cached) {
-    if (contiguous(m) || max_new < 1)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_part: paged layout and max_new "
-                       ">= 1 only (got %d)", (int)max_new);
-    return allocate(m, t, token_ids, n, extra_key, n, max_new, n_cached);
+    if (max_new < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_part: max_new >= 1 only (got %d)",
+                       (int)max_new);
+    return allocate(m, t, token_ids, n, extra_key, max_new, n_cached);
 }
 
 
@@ -410,13 +410,10 @@ static void finish_prompt(pl_kv_manager *m, pl_block_table *t, int32_t n, uint64
     }
 }
 
-/* allocate_prompt_ex, with slots for at most max_new tokens past the cached ones. */
+/* allocate_prompt, with slots for at most max_new tokens past the cached ones. */
 static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
-                          int32_t n, uint64_t extra_key, int32_t final_tokens, int32_t max_new,
-                          int32_t *n_cached) {
+                          int32_t n, uint64_t extra_key, int32_t max_new, int32_t *n_cached) {
     PL_TRY(check_prompt(m, t, token_ids, n));
-    if (vattn(m)) return vattn_prompt(m, t, n, n_cached);
-    if (contiguous(m)) return reserve_prompt(m, t, n, final_tokens, n_cached);
     prompt_plan p;
     PL_TRY(plan_prompt(m, t, token_ids, n, extra_key, max_new, n, &p));
     if (m->pool.n_free - p.hits_free < p.need - p.hits) {
@@ -435,9 +432,9 @@ pl_status pl_kv_allocate_prompt_pair(pl_kv_manager *m, pl_block_table *global,
                                      pl_block_table *window, const int32_t *token_ids, int32_t n,
                                      uint64_t key_global, uint64_t key_window, int32_t max_new,
                                      int32_t *n_cached) {
-    if (contiguous(m) || max_new < 1 || global == window || key_global == key_window)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_pair: paged layout, two tables, "
-                       "two extra keys and max_new >= 1 only (got %d)", (int)max_new);
+    if (max_new < 1 || global == window || key_global == key_window)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_pair: two tables, two extra keys "
+                       "and max_new >= 1 only (got %d)", (int)max_new);
     PL_TRY(check_prompt(m, global, token_ids, n));
     PL_TRY(check_prompt(m, window, token_ids, n));
     int32_t bs = m->cfg.block_size;
@@ -538,8 +535,6 @@ pl_status pl_kv_truncate(pl_kv_manager *m, pl_block_table *t, int32_t n_keep) {
     if (!t->live || t->swapped)
         return pl_fail(PL_ERR_INVALID_ARG, "kv truncate: the block table is %s",
                        t->live ? "swapped out" : "empty");
-    if (contiguous(m))
-        return pl_fail(PL_ERR_INVALID_ARG, "kv truncate: a contiguous reservation is not rolled back");
     if (n_keep < 1 || n_keep > t->n_tokens || n_keep < t->n_registered * bs ||
         n_keep < t->n_dropped * bs)
         return pl_fail(PL_ERR_INVALID_ARG, "kv truncate: keep %d of %d tokens (%d in the prefix "
@@ -606,8 +601,6 @@ pl_status pl_kv_fork(pl_kv_manager *m, const pl_block_table *parent, pl_block_ta
                        parent->live ? "swapped out" : "empty");
     if (child->live || child == parent)
         return pl_fail(PL_ERR_INVALID_ARG, "kv fork: the child table is in use");
-    if (contiguous(m))
-        return pl_fail(PL_ERR_INVALID_ARG, "kv fork: a contiguous layout shares no blocks");
     PL_TRY(table_arrays(m, child));
     int32_t *blocks = child->blocks;
     pl_block_hash *hashes = child->hashes;
@@ -630,9 +623,9 @@ pl_status pl_kv_allocate_shared(pl_kv_manager *m, const pl_block_table *parent, 
                        parent->live ? "swapped out" : "empty");
     if (child->live || child == parent)
         return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: the child table is in use");
-    if (contiguous(m) || parent->n_dropped > 0)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: paged layout, nothing released "
-                       "by a sliding window");
+    if (parent->n_dropped > 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: nothing released by a sliding "
+                       "window");
     int32_t need = pl_kv_blocks_for(m, n);
     if (n_shared < 1 || (int64_t)n_shared * bs >= n || (int64_t)n_shared * bs > parent->n_tokens ||
         need > m->cfg.max_blocks_per_seq)

@@ -76,7 +76,9 @@
  * sequence's maximum length (MAX), the next power of two of its final length (POW2) or exactly
  * its final length (ORACLE). Reserved blocks count as used; the slots no token fills yet count
  * as waste, so waste = 1 - tokens stored / reserved slots. Nothing is shared: prefix caching,
- * fork and the swap pool are refused. A sequence that outgrows its reservation (it cannot when
+ * fork, rollback (truncate) and the swap pool are refused: the first two by kv/cache.c's layout
+ * table (the manager's pl_kv_fork, pl_kv_allocate_shared and pl_kv_truncate are the paged
+ * policy's), the others at init, which also drops a sliding window. A sequence that outgrows its reservation (it cannot when
  * the final length is right) gets further blocks as in the paged layout.
  *
  * The vAttention layout (PL_KV_POLICY_VATTN, kv/vattn.h). cfg.vattn is the slot reservation; a
@@ -226,18 +228,24 @@ int32_t pl_kv_probe_prefix(pl_kv_manager *m, const int32_t *token_ids, int32_t n
 int32_t pl_kv_prompt_blocks_needed(pl_kv_manager *m, const int32_t *token_ids, int32_t n,
                                    uint64_t extra_key, int32_t n_given);
 
-/* Give empty `t` blocks for the prompt token_ids[n] (n >= 1), reusing cached full blocks along
+/* The paged policy's prompt allocation (kv/cache.c picks the layout's; the contiguous and
+ * vAttention policies use pl_kv_allocate_reserved / pl_kv_allocate_slot below).
+ * Give empty `t` blocks for the prompt token_ids[n] (n >= 1), reusing cached full blocks along
  * the hash chain. *n_cached receives the number of leading prompt tokens whose K/V are already
  * cached (a multiple of block_size, at most n - 1): the engine computes tokens [*n_cached, n).
  * PL_ERR_CAPACITY (t untouched) if the free blocks do not suffice; the watermark is the
  * admission check's business, not this call's. */
 pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                 int32_t n, uint64_t extra_key, int32_t *n_cached);
-/* The same, knowing the sequence's final length (prompt + max output tokens, >= n): contiguous
- * policies reserve for it (one run of pl_kv_admit_blocks blocks); the paged layout ignores it. */
-pl_status pl_kv_allocate_prompt_ex(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
-                                   int32_t n, uint64_t extra_key, int32_t final_tokens,
-                                   int32_t *n_cached);
+/* The prompt allocation of the contiguous policies: one run of pl_kv_admit_blocks blocks
+ * reserved for the sequence's final length (prompt + max output tokens, >= n) at the first fit.
+ * *n_cached = 0 (nothing is shared). PL_ERR_CAPACITY (t untouched) when no run is free. */
+pl_status pl_kv_allocate_reserved(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                                  int32_t n, int32_t final_tokens, int32_t *n_cached);
+/* The prompt allocation of the vAttention policy: a free slot and its first pages for n tokens.
+ * *n_cached = 0. PL_ERR_CAPACITY (t untouched) when pages or slots run out. */
+pl_status pl_kv_allocate_slot(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
+                              int32_t n, int32_t *n_cached);
 /* The same for the paged layout, with slots for the cached tokens and at most max_new (>= 1)
  * more: t->n_tokens = min(n, *n_cached + max_new). The caller appends the rest chunk by chunk
  * (pl_kv_append_slots), so a sliding-window sequence never holds more than its window and one

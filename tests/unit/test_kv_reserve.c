@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "kv/cache.h"
 #include "kv/manager.h"
 #include "engine/kv_samples.h"
 #include "pagellm.h"
@@ -64,15 +65,23 @@ static void test_refusals(void **state) {
     assert_int_equal(pl_kv_manager_init(&m, &c), PL_ERR_INVALID_ARG);
     c.num_swap_blocks = 0;
     assert_int_equal(pl_kv_manager_init(&m, &c), PL_OK);
-    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    pl_block_table a = {0}, b = {0};
-    assert_int_equal(pl_kv_allocate_prompt_ex(&m, &a, tok, 3, 0, 6, NULL), PL_OK);
-    assert_int_equal(pl_kv_fork(&m, &a, &b), PL_ERR_INVALID_ARG);
-    assert_false(b.live);
-    pl_kv_free_table(&m, &a);
-    pl_kv_free_table(&m, &b);
-    check_ok(&m);
     pl_kv_manager_destroy(&m);
+    /* sharing and rollback are refused by the cache's layout table */
+    pl_kv_cache *kc;
+    assert_int_equal(pl_kv_cache_create_blocks(&c, &kc), PL_OK);
+    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    pl_block_table a = {0}, b = {0}, none = {0};
+    assert_int_equal(pl_kv_cache_allocate(kc, &a, &none, tok, 3, 0, 3, 6, NULL), PL_OK);
+    assert_int_equal(pl_kv_cache_fork(kc, &a, &none, &b, &none), PL_ERR_INVALID_ARG);
+    assert_false(b.live);
+    assert_int_equal(pl_kv_cache_allocate_shared(kc, &a, 1, &b, 6), PL_ERR_INVALID_ARG);
+    assert_false(b.live);
+    assert_int_equal(pl_kv_cache_truncate(kc, &a, &none, 2), PL_ERR_INVALID_ARG);
+    assert_int_equal(a.n_tokens, 3);
+    pl_kv_cache_free(kc, &a, &none);
+    pl_kv_cache_free(kc, &b, &none);
+    if (pl_kv_cache_check(kc) != PL_OK) fail_msg("cache check: %s", pl_last_error());
+    pl_kv_cache_destroy(kc);
 }
 
 /* Tables get consecutive block ids at the first fit; a hole too small for a request stays
@@ -86,9 +95,9 @@ static void test_first_fit_and_fragmentation(void **state) {
     for (int i = 0; i < 32; i++) tok[i] = 100 + i;
     pl_block_table t[4] = {{0}};
     /* oracle: final 8 -> 2 blocks, final 12 -> 3, final 8 -> 2 */
-    assert_int_equal(pl_kv_allocate_prompt_ex(&m, &t[0], tok, 3, 0, 8, NULL), PL_OK);
-    assert_int_equal(pl_kv_allocate_prompt_ex(&m, &t[1], tok, 5, 0, 12, NULL), PL_OK);
-    assert_int_equal(pl_kv_allocate_prompt_ex(&m, &t[2], tok, 2, 0, 8, NULL), PL_OK);
+    assert_int_equal(pl_kv_allocate_reserved(&m, &t[0], tok, 3, 8, NULL), PL_OK);
+    assert_int_equal(pl_kv_allocate_reserved(&m, &t[1], tok, 5, 12, NULL), PL_OK);
+    assert_int_equal(pl_kv_allocate_reserved(&m, &t[2], tok, 2, 8, NULL), PL_OK);
     const int32_t want[3][3] = {{0, 1, -1}, {2, 3, 4}, {5, 6, -1}};
     for (int k = 0; k < 3; k++) {
         assert_int_equal(t[k].n_blocks, want[k][2] < 0 ? 2 : 3);
@@ -101,11 +110,11 @@ static void test_first_fit_and_fragmentation(void **state) {
     assert_int_equal(m.pool.n_free, 5);
     assert_int_equal(pl_kv_largest_free_run(&m), 3);
     assert_int_equal(pl_kv_first_fit(&m, 4), -1);
-    assert_int_equal(pl_kv_allocate_prompt_ex(&m, &t[3], tok, 10, 0, 16, NULL), PL_ERR_CAPACITY);
+    assert_int_equal(pl_kv_allocate_reserved(&m, &t[3], tok, 10, 16, NULL), PL_ERR_CAPACITY);
     assert_false(t[3].live);
     /* A 2-block request takes the lowest hole. */
     assert_int_equal(pl_kv_first_fit(&m, 2), 0);
-    assert_int_equal(pl_kv_allocate_prompt_ex(&m, &t[3], tok, 4, 0, 5, NULL), PL_OK);
+    assert_int_equal(pl_kv_allocate_reserved(&m, &t[3], tok, 4, 5, NULL), PL_OK);
     assert_int_equal(t[3].blocks[0], 0);
     assert_int_equal(t[3].blocks[1], 1);
     for (int k = 1; k < 4; k++) pl_kv_free_table(&m, &t[k]);
@@ -125,7 +134,7 @@ static void test_waste_accounting(void **state) {
     int32_t tok[16] = {0};
     pl_block_table t = {0};
     /* 3 prompt tokens, final 9 -> pow2 16 tokens = 4 blocks; 6 slots for future tokens */
-    assert_int_equal(pl_kv_allocate_prompt_ex(&m, &t, tok, 3, 0, 9, NULL), PL_OK);
+    assert_int_equal(pl_kv_allocate_reserved(&m, &t, tok, 3, 9, NULL), PL_OK);
     pl_kv_stats s;
     pl_kv_get_stats(&m, &s);
     assert_int_equal(s.blocks_used, 4);
