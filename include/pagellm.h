@@ -79,6 +79,7 @@ enum {
     PL_MAX_STOP_STRINGS = 64, /* stop strings per request */
     PL_MAX_LOGIT_BIAS = 1024, /* logit_bias entries per request */
     PL_MAX_SPECULATIVE_TOKENS = 16, /* num_speculative_tokens */
+    PL_MAX_FORCE_TOKENS = 64, /* ids of force_end's open and close sequences */
 };
 
 /* logit_bias values are in [-PL_LOGIT_BIAS_LIMIT, PL_LOGIT_BIAS_LIMIT] (OpenAI's range). */
@@ -230,6 +231,26 @@ typedef enum {
     PL_CONSTRAINT_GRAMMAR,      /* constraint_text: a GBNF grammar (llama.cpp's syntax), rule root */
 } pl_constraint_kind;
 
+/* A forced end of a region (a thinking budget, issue 33). The region is open after the last
+ * occurrence of `open` in the output not followed by a complete `close` (or from the first output
+ * token when open_in_prompt says the prompt left it open and the output has neither). Once
+ * `after` output tokens were generated inside it, the next tokens are close's ids in place of
+ * sampled ones, one per step (a tail of the output that already spells a prefix of close is
+ * completed, not repeated). A forced token takes the sampled token's path: it is appended, its
+ * K/V computed by the next step, stop checks, detokenization and structured output see it, and
+ * its logprob is the model's for it, flagged in pl_completion_delta.forced. Active when n_close
+ * > 0; then open and close are 1..PL_MAX_FORCE_TOKENS ids of the vocabulary and after >= 0.
+ * Refused with beam search; with speculative decoding a forced token is verified like a
+ * sampled one (a proposal stands only if it equals the forced id). */
+typedef struct {
+    const int32_t *open;             /* the opening tag's ids (copied at add) */
+    int32_t n_open;
+    const int32_t *close;            /* the closing tag's ids (copied at add) */
+    int32_t n_close;
+    int32_t after;                   /* output tokens allowed inside the region (the budget) */
+    int open_in_prompt;              /* 1: the region is open when the output starts */
+} pl_force_end;
+
 typedef struct {
     pl_sampling_params sampling;     /* temperature, top_k, top_p, min_p, penalties */
     int has_seed;
@@ -258,6 +279,8 @@ typedef struct {
     const char *constraint_text;     /* schema, regex or grammar (read during add only) */
     const char *const *constraint_choices; /* CHOICE: the strings (read during add only) */
     int32_t n_constraint_choices;
+    pl_force_end force_end;          /* a forced end of a region, e.g. a thinking budget (off:
+                                        n_close = 0) */
     int embedding;                   /* 1: an embedding request (0). Only when the engine has a
                                         pooling type (pl_engine_pooling: an embedding model such
                                         as bert, or config.pooling): the whole input runs in one
@@ -289,6 +312,8 @@ typedef struct {
     int32_t n_top;               /* log-probabilities per token: top n_top (+ chosen), or 0 */
     float *token_logprobs;       /* [n_tokens] logprob of each chosen token, or NULL */
     pl_token_logprob *top;       /* [n_tokens][n_top + 1]: top n_top, then the chosen token */
+    uint8_t *forced;             /* [n_tokens]: 1 where force_end put the token in place of a
+                                    sampled one; NULL when the request has no force_end */
     pl_finish_reason finish;     /* set in the delta that ends the completion */
     int32_t stop_token;          /* the stop token id that ended it, or -1 */
     char *stop_str;              /* the stop string that ended it, or NULL */

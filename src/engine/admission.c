@@ -68,6 +68,26 @@ static pl_status check_params(const pl_admission *a, pl_request_params *p) {
         return pl_fail(PL_ERR_INVALID_ARG, "structured output is not supported with beam search");
     if (p->constraint < PL_CONSTRAINT_NONE || p->constraint > PL_CONSTRAINT_GRAMMAR)
         return pl_fail(PL_ERR_INVALID_ARG, "unknown constraint kind %d", (int)p->constraint);
+    const pl_force_end *f = &p->force_end;
+    if (f->n_close || f->close || f->n_open || f->open || f->after || f->open_in_prompt) {
+        if (f->n_close < 1 || f->n_close > PL_MAX_FORCE_TOKENS || !f->close)
+            return pl_fail(PL_ERR_INVALID_ARG, "force_end.close must hold 1 to %d token ids, got "
+                           "%d", PL_MAX_FORCE_TOKENS, f->close ? f->n_close : 0);
+        if (f->n_open < 1 || f->n_open > PL_MAX_FORCE_TOKENS || !f->open)
+            return pl_fail(PL_ERR_INVALID_ARG, "force_end.open must hold 1 to %d token ids, got "
+                           "%d", PL_MAX_FORCE_TOKENS, f->open ? f->n_open : 0);
+        for (int32_t i = 0; i < f->n_open + f->n_close; i++) {
+            int32_t id = i < f->n_open ? f->open[i] : f->close[i - f->n_open];
+            if (id < 0 || id >= a->n_vocab)
+                return pl_fail(PL_ERR_INVALID_ARG, "force_end.%s[%d]: token id %d is out of "
+                               "range [0, %d)", i < f->n_open ? "open" : "close",
+                               i < f->n_open ? i : i - f->n_open, id, a->n_vocab);
+        }
+        if (f->after < 0)
+            return pl_fail(PL_ERR_INVALID_ARG, "force_end.after must be >= 0, got %d", f->after);
+        if (p->use_beam_search)
+            return pl_fail(PL_ERR_INVALID_ARG, "force_end is not supported with beam search");
+    }
     if (p->use_beam_search) {
         /* Beam search is deterministic: the sampling parameters do not apply (as in vLLM,
          * which requires them neutral; pagellm simply ignores them). */

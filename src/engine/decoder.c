@@ -209,13 +209,65 @@ static int any_finite(const float *x, int32_t n) {
     return 0;
 }
 
-/* Sample q's next token from its logits row and apply the stop checks. */
+/* Whether ids[0..n) end with pat[0..m) at position `at` (the match is ids[at - m .. at)). */
+static int ends_with(const int32_t *ids, int32_t at, const int32_t *pat, int32_t m) {
+    return at >= m && !memcmp(ids + at - m, pat, (size_t)m * sizeof *pat);
+}
+
+/* force_end: the id to put in place of q's next sampled token, or -1. Read from the output
+ * alone (no state to keep through preemption, recompute, forks or speculation): the last
+ * complete open or close tag decides whether the region is open; inside it, once `after` tokens
+ * were generated, the close tag is written, continuing a prefix of it the output already ends
+ * with. */
+static int32_t forced_next(const pl_seq *q) {
+    const pl_seq_group *g = q->group;
+    const pl_force_end *f = &g->params.force_end;
+    if (!f->n_close) return -1;
+    const int32_t *out = q->tokens + g->n_prompt;
+    const int32_t n_out = q->n_tokens - g->n_prompt;
+    int32_t start = -1; /* first output position inside the open region */
+    for (int32_t at = n_out; at > 0 && start < 0; at--) {
+        if (ends_with(out, at, f->close, f->n_close)) return -1;
+        if (ends_with(out, at, f->open, f->n_open)) start = at;
+    }
+    if (start < 0) {
+        if (!f->open_in_prompt) return -1;
+        start = 0;
+    }
+    if (n_out - start < f->after) return -1;
+    /* the longest proper prefix of close the region's tail already spells */
+    int32_t m = f->n_close - 1 < n_out - start ? f->n_close - 1 : n_out - start;
+    while (m > 0 && !ends_with(out, n_out, f->close, m)) m--;
+    return f->close[m];
+}
+
+/* Sample q's next token from its logits row (or take the one force_end puts there) and apply
+ * the stop checks. */
 static void sample_seq(pl_decoder *d, pl_seq *q, const float *logits) {
     pl_seq_group *g = q->group;
     const int32_t V = d->n_vocab;
     float *work = d->work;
-    memcpy(work, logits, (size_t)V * sizeof *work);
     int32_t n_out = q->n_tokens - g->n_prompt;
+    int32_t forced = forced_next(q);
+    if (forced >= 0) {
+        pl_token_logprob top[1025];
+        float lp = g->params.logprobs >= 0 || !streams(g) ? token_logprobs(d, g, logits, forced, top)
+                                                          : NAN;
+        seq_push(d, q, forced, lp, top);
+        q->forced[n_out] = 1;
+        if (g->cons) {
+            int r = pl_cons_advance(d->cons, g->cons, &q->cstate, forced);
+            if (r != 1) {
+                g->oom = 1;
+                g->cons_ambiguous = r < 0 && strstr(pl_last_error(), "ambiguous") != NULL;
+                g->cons_forced = r >= 0;
+            }
+            d->constrained_tokens++;
+        }
+        check_stop(d, q, forced);
+        return;
+    }
+    memcpy(work, logits, (size_t)V * sizeof *work);
     double t0 = g->cons ? pl_clock_now() : 0;
     if (g->cons && !constrain(d, q, work)) return;
     if (g->cons) d->constrain_seconds += pl_clock_now() - t0;
@@ -528,6 +580,7 @@ static void emit_seq(pl_seq_group *g, pl_seq *q, int32_t index) {
         .n_top = q->top ? n_top_of(g) : 0,
         .token_logprobs = q->top ? q->logprobs + from : NULL,
         .top = q->top ? q->top + (size_t)from * (size_t)w : NULL,
+        .forced = q->forced ? q->forced + from : NULL,
         .finish = q->status == PL_SEQ_FINISHED ? q->finish : PL_FINISH_NONE,
         .stop_token = q->stop_token, .stop_str = (char *)q->stop_str,
         .cumulative_logprob = q->cum_logprob,
@@ -720,6 +773,8 @@ pl_status pl_decoder_update_from_output(pl_decoder *d, const pl_sched_output *s,
         if (g->oom) {
             pl_decoder_finish_group(d, g, PL_FINISH_ERROR, g->cons_ambiguous
                 ? "structured output: the constraint became too ambiguous (too many parses at once)"
+                : g->cons_forced
+                ? "structured output: the constraint does not allow the tokens force_end wrote"
                 : "out of memory while decoding");
             continue;
         }

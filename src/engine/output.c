@@ -28,7 +28,7 @@ pl_out_channel *pl_out_channel_create(uint64_t id, int32_t n_slots) {
 }
 
 static void delta_clear(pl_completion_delta *d) {
-    PL_FREE_ALL(d->token_ids, d->text, d->token_logprobs, d->top, d->stop_str);
+    PL_FREE_ALL(d->token_ids, d->text, d->token_logprobs, d->top, d->forced, d->stop_str);
     memset(d, 0, sizeof *d);
 }
 
@@ -61,6 +61,7 @@ static int coalesce(pl_completion_delta *p, const pl_completion_delta *d, int32_
         (d->n_tokens && d->token_logprobs &&
          (grow(&p->token_logprobs, (size_t)n1 * sizeof(float)) ||
           grow(&p->top, (size_t)n1 * w * sizeof(pl_token_logprob)))) ||
+        (d->n_tokens && d->forced && grow(&p->forced, (size_t)n1)) ||
         grow(&p->text, p->text_len + d->text_len + 1) ||
         (d->finish != PL_FINISH_NONE && d->stop_str && !(stop = strdup(d->stop_str))))
         return -1;
@@ -72,6 +73,7 @@ static int coalesce(pl_completion_delta *p, const pl_completion_delta *d, int32_
             memcpy(p->top + (size_t)n0 * w, d->top, (size_t)d->n_tokens * w * sizeof(*d->top));
             p->n_top = n_top;
         }
+        if (d->forced) memcpy(p->forced + n0, d->forced, (size_t)d->n_tokens);
     }
     memcpy(p->text + p->text_len, d->text, d->text_len);
     p->text_len += d->text_len;

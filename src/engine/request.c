@@ -21,8 +21,10 @@ pl_seq *pl_seq_create(pl_seq_group *g, int32_t index, const int32_t *tokens, int
         q->top = malloc((size_t)q->out_cap * (size_t)(n_top_of(g) + 1) * sizeof *q->top);
     q->text_cap = 256;
     q->text = malloc(q->text_cap);
-    if (!q->tokens || !q->logprobs || !q->text || (g->params.logprobs >= 0 && !q->top)) {
-        PL_FREE_ALL(q->tokens, q->logprobs, q->top, q->text, q);
+    if (g->params.force_end.n_close) q->forced = calloc((size_t)q->out_cap, 1);
+    if (!q->tokens || !q->logprobs || !q->text || (g->params.logprobs >= 0 && !q->top) ||
+        (g->params.force_end.n_close && !q->forced)) {
+        PL_FREE_ALL(q->tokens, q->logprobs, q->top, q->text, q->forced, q);
         return NULL;
     }
     memcpy(q->tokens, tokens, (size_t)n * sizeof *tokens);
@@ -36,7 +38,7 @@ pl_seq *pl_seq_create(pl_seq_group *g, int32_t index, const int32_t *tokens, int
 void pl_seq_destroy(pl_seq *q) {
     if (!q) return;
     pl_gstate_free(&q->cstate);
-    PL_FREE_ALL(q->tokens, q->logprobs, q->top, q->text, q);
+    PL_FREE_ALL(q->tokens, q->logprobs, q->top, q->text, q->forced, q);
 }
 
 /* A copy of q's tokens, logprobs, text and RNG (not its blocks). */
@@ -48,6 +50,7 @@ pl_seq *pl_seq_clone(pl_seq *q, int32_t index) {
     memcpy(c->logprobs, q->logprobs, (size_t)n_out * sizeof *q->logprobs);
     if (q->top)
         memcpy(c->top, q->top, (size_t)n_out * (size_t)(n_top_of(g) + 1) * sizeof *q->top);
+    if (q->forced) memcpy(c->forced, q->forced, (size_t)n_out);
     c->rng = q->rng;
     c->cum_logprob = q->cum_logprob;
     c->n_computed = q->n_computed;
@@ -82,7 +85,8 @@ void pl_group_destroy(pl_seq_group *g) {
     free(g->seqs);
     free(g->beam_done);
     for (int32_t i = 0; g->stop_copy && i < g->params.n_stop; i++) free(g->stop_copy[i]);
-    PL_FREE_ALL(g->stop_copy, g->stop_ids_copy, g->logit_bias_copy, g->prompt, g->prompt_top);
+    PL_FREE_ALL(g->stop_copy, g->stop_ids_copy, g->logit_bias_copy, g->force_copy, g->prompt,
+                g->prompt_top);
     if (g->chan) pl_out_channel_unref(g->chan);
     if (g->cons) pl_cons_release(g->cons_reg, g->cons);
     free(g);
@@ -108,6 +112,15 @@ pl_status pl_group_copy_stops(pl_seq_group *g) {
         if (!g->stop_ids_copy) return pl_fail(PL_ERR_NOMEM, "out of memory");
         memcpy(g->stop_ids_copy, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int32_t));
         p->stop_token_ids = g->stop_ids_copy;
+    }
+    if (p->force_end.n_close) {
+        pl_force_end *f = &p->force_end;
+        g->force_copy = malloc((size_t)(f->n_open + f->n_close) * sizeof(int32_t));
+        if (!g->force_copy) return pl_fail(PL_ERR_NOMEM, "out of memory");
+        memcpy(g->force_copy, f->open, (size_t)f->n_open * sizeof(int32_t));
+        memcpy(g->force_copy + f->n_open, f->close, (size_t)f->n_close * sizeof(int32_t));
+        f->open = g->force_copy;
+        f->close = g->force_copy + f->n_open;
     }
     if (p->sampling.n_logit_bias) {
         size_t bytes = (size_t)p->sampling.n_logit_bias * sizeof *g->logit_bias_copy;

@@ -62,6 +62,8 @@ typedef struct pl_seq {
     int32_t out_cap;            /* output tokens the arrays below can hold (max_tokens) */
     float *logprobs;            /* [out_cap] logprob of each output token */
     pl_token_logprob *top;      /* [out_cap][n_top + 1] when logprobs are asked, else NULL */
+    uint8_t *forced;            /* [out_cap] 1 where force_end put the output token, or NULL
+                                   (no force_end) */
     pl_gstate cstate;           /* structured output: the automaton's state after the output so
                                    far (kept through preemption; copied by a fork) */
 } pl_seq;
@@ -73,6 +75,7 @@ struct pl_seq_group {
     char **stop_copy;
     int32_t *stop_ids_copy;
     pl_logit_bias *logit_bias_copy;
+    int32_t *force_copy;        /* force_end's open ++ close ids */
     pl_cons *cons;              /* structured output's compiled constraint (a reference), or NULL */
     pl_cons_registry *cons_reg; /* where cons came from */
     int32_t *prompt;            /* [n_prompt] */
@@ -92,6 +95,7 @@ struct pl_seq_group {
                                    PL_EMBED_PAGED (a generation model's: blocks for its step) */
     int aborted;
     int oom;                    /* an allocation for it failed while decoding: ends with an error */
+    int cons_forced;            /* ... because its constraint refused a force_end token */
     int cons_ambiguous;         /* ... because its constraint had too many parses at once */
     int emitted_prompt;         /* the first output (prompt ids, logprobs) was sent */
     pl_token_logprob *prompt_top; /* [n_prompt][n_top + 1] prompt logprobs, when asked */

@@ -223,6 +223,49 @@ static int force_call(gen_job *j, pl_server_error *err) {
     return 0;
 }
 
+/* thinking_token_budget: the engine's force_end with the reasoning parser's tags, tokenized with
+ * special tokens recognised (a template's <think> is one token in Qwen3's vocabulary). The
+ * region is open from the start when the template opened the thinking in the prompt. */
+static int thinking_budget(gen_job *j, pl_server_error *err) {
+    pl_server_request *r = &j->req;
+    const char *name = r->thinking_budget_field, *tag[2];
+    if (!name) return 0;
+    if (!r->chat || pl_parse_think_tags(j->pcfg.reasoning, &tag[0], &tag[1]))
+        return pl_server_fail(err, 400, name, "invalid_value",
+                              "'%s' needs a reasoning parser with thinking tags (this server's: "
+                              "%s); see --reasoning-parser", name,
+                              pl_reasoning_parser_name(j->pcfg.reasoning));
+    if (r->params.use_beam_search)
+        return pl_server_fail(err, 400, name, "invalid_value",
+                              "'%s' cannot be combined with 'use_beam_search'", name);
+    int32_t *ids[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        pl_status st = pl_tokenize(j->s->tok, tag[k], strlen(tag[k]), 0, 1, &ids[k], &n[k]);
+        if (st != PL_OK || n[k] == 0 || n[k] > PL_MAX_FORCE_TOKENS) {
+            free(ids[0]);
+            free(ids[1]);
+            if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
+            return pl_server_fail(err, 400, name, "invalid_value",
+                                  "'%s': the thinking tag '%s' does not tokenize to 1 to %d tokens",
+                                  name, tag[k], PL_MAX_FORCE_TOKENS);
+        }
+    }
+    r->force_ids = malloc((n[0] + n[1]) * sizeof *r->force_ids);
+    if (r->force_ids) {
+        memcpy(r->force_ids, ids[0], n[0] * sizeof *r->force_ids);
+        memcpy(r->force_ids + n[0], ids[1], n[1] * sizeof *r->force_ids);
+    }
+    free(ids[0]);
+    free(ids[1]);
+    if (!r->force_ids) return pl_server_nomem(err);
+    r->params.force_end = (pl_force_end){.open = r->force_ids, .n_open = (int32_t)n[0],
+                                         .close = r->force_ids + n[0], .n_close = (int32_t)n[1],
+                                         .after = r->thinking_budget,
+                                         .open_in_prompt = j->pcfg.in_reasoning};
+    return 0;
+}
+
 static int check_lengths(gen_job *j, pl_server_error *err) {
     pl_server *s = j->s;
     pl_server_request *r = &j->req;
@@ -332,7 +375,8 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
          * keep them in the text that is parsed. */
         if (j->parsing) j->req.params.skip_special_tokens = 0;
     }
-    if (tokenize_prompts(j, err) || force_call(j, err) || check_lengths(j, err) || submit(j, err))
+    if (tokenize_prompts(j, err) || force_call(j, err) || thinking_budget(j, err) ||
+        check_lengths(j, err) || submit(j, err))
         goto fail;
     j->cx = (pl_server_compat){.api = api, .id = j->id, .model = s->model_name,
                                .created = j->rx.created, .echo = j->resp_echo,

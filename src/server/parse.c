@@ -690,6 +690,12 @@ static void think_tags(pl_reasoning_format r, const char **open, const char **cl
     }
 }
 
+int pl_parse_think_tags(pl_reasoning_format r, const char **open, const char **close) {
+    if (r == PL_REASON_NONE || r == PL_REASON_GPT_OSS) return -1;
+    think_tags(r, open, close);
+    return 0;
+}
+
 /* gpt-oss (harmony): messages <|channel|>NAME[ to=functions.F][ <|constrain|>json]<|message|>
  * BODY ending in <|end|>, <|call|> or <|return|>, the next one after <|start|>assistant. analysis
  * is thinking, final the answer, a message to functions.F a call of F. */

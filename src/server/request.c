@@ -40,6 +40,7 @@ static const char *const PARSED[] = {
     "skip_special_tokens", "include_stop_str_in_output", "use_beam_search", "early_stopping",
     "add_special_tokens", "logit_bias", "stop", "stop_token_ids", "stream", "stream_options",
     "logprobs", "top_logprobs", "echo", "prompt_logprobs", "user", "chat_template_kwargs",
+    "thinking_token_budget", "reasoning_budget",
     /* Accepted and meaningless here: only with tools, or only a hint for guided_*. */
     "parallel_tool_calls", "guided_decoding_backend", "guided_whitespace_pattern",
     /* Checked below: unsupported unless neutral. */
@@ -540,6 +541,25 @@ static int parse_sampling(const json_t *o, pl_server_request *r, pl_server_error
     r->max_tokens_given = mtv && !json_is_null(mtv);
     if (get_int(o, mt, 1, MAX_TOKENS_LIMIT, &v, err)) return -1;
     p->max_tokens = (int32_t)v;
+    /* vLLM's thinking_token_budget (>= 0), or llama-server's reasoning_budget (-1: none) */
+    r->thinking_budget = -1;
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "reasoning_budget" : "thinking_token_budget";
+        json_t *b = json_object_get(o, name);
+        if (!b || json_is_null(b)) continue;
+        if (r->thinking_budget_field)
+            return pl_server_fail(err, 400, name, "invalid_value",
+                                  "'%s' and '%s' are the same budget: give one", name,
+                                  r->thinking_budget_field);
+        v = -1;
+        if (get_int(o, name, k ? -1 : 0, MAX_TOKENS_LIMIT, &v, err)) return -1;
+        if (v < 0) continue; /* reasoning_budget -1: unlimited */
+        if (!r->chat)
+            return pl_server_fail(err, 400, name, "invalid_value",
+                                  "'%s' applies to chat requests only", name);
+        r->thinking_budget = (int32_t)v;
+        r->thinking_budget_field = name;
+    }
     v = 0;
     if (get_int(o, "min_tokens", 0, MAX_TOKENS_LIMIT, &v, err)) return -1;
     if (r->max_tokens_given && v > p->max_tokens)
@@ -729,6 +749,7 @@ done:
 }
 
 void pl_server_request_destroy(pl_server_request *r) {
+    free(r->force_ids);
     for (int i = 0; i < r->n_prompts; i++) {
         free(r->prompts[i].text);
         free(r->prompts[i].ids);

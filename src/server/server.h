@@ -132,6 +132,10 @@ typedef struct {
     int tool_force;                  /* tool_choice: 1 "required", 2 a named function */
     char *template_kwargs;           /* chat_template_kwargs: a JSON object text, or NULL */
     char *tool_grammar;              /* the constraint forcing a call (generate.c), or NULL */
+    int32_t thinking_budget;         /* chat: thinking_token_budget (or llama-server's
+                                        reasoning_budget), -1 = none */
+    const char *thinking_budget_field; /* the field that set it (static), or NULL */
+    int32_t *force_ids;              /* params.force_end's open ++ close ids (generate.c) */
 } pl_server_request;
 
 /* Parse and validate a request body. Returns 0, or -1 with *err filled (400). Recognised but
@@ -237,6 +241,9 @@ int pl_parse_prompt_opens_thinking(pl_reasoning_format r, const char *prompt, si
 /* What an answer that skips the thinking the prompt opened starts with (its closing tag), or
  * NULL when the prompt opened none. */
 const char *pl_parse_opening(pl_reasoning_format r, int in_reasoning);
+/* The thinking block's opening and closing tags of format r: 0, or -1 when r has none as plain
+ * tags (none, gpt-oss's channels). */
+int pl_parse_think_tags(pl_reasoning_format r, const char **open, const char **close);
 
 typedef struct {
     pl_reasoning_format reasoning; /* NONE: no thinking is split off */
