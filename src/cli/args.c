@@ -26,6 +26,14 @@ int pl_arg_int(const char *cmd, const char *flag, const char *s, int64_t lo, int
     return 0;
 }
 
+int pl_arg_i32(const char *cmd, const char *flag, const char *s, int32_t lo, int32_t hi,
+               int32_t *out) {
+    int64_t v;
+    if (pl_arg_int(cmd, flag, s, lo, hi, &v)) return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
 int pl_arg_float(const char *cmd, const char *flag, const char *s, double lo, double hi,
                  double *out) {
     char *end;
@@ -40,6 +48,13 @@ int pl_arg_float(const char *cmd, const char *flag, const char *s, double lo, do
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int pl_arg_f32(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out) {
+    double v;
+    if (pl_arg_float(cmd, flag, s, lo, hi, &v)) return -1;
+    *out = (float)v;
     return 0;
 }
 

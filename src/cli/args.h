@@ -8,6 +8,11 @@
 /* Each returns 0 on success, -1 (after printing "pagellm CMD: FLAG: ...") on a bad value. */
 int pl_arg_int(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi,
                int64_t *out);
+/* pl_arg_int into an int32_t (lo and hi within its range). */
+int pl_arg_i32(const char *cmd, const char *flag, const char *s, int32_t lo, int32_t hi,
+               int32_t *out);
+/* pl_arg_float into a float. */
+int pl_arg_f32(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);
 int pl_arg_float(const char *cmd, const char *flag, const char *s, double lo, double hi,
                  double *out);
 /* A byte count with an optional K/M/G/T suffix (powers of 1024; "KiB"/"KB" forms too). */

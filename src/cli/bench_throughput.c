@@ -95,15 +95,8 @@ static int parse(int argc, char **argv, tp_opts *o) {
         case O_OUT: o->output = optarg; break;
         case O_SCHEMA: o->json_schema = optarg; break;
         case 'v': o->verbose = 1; break;
-        case 't': bad = pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng); break;
         case 'h': usage(stdout); exit(0);
-        case ':':
-            fprintf(stderr, "pagellm %s: %s needs a value\n", C, argv[optind - 1]);
-            return 2;
-        default:
-            bad = pl_engine_flag_or_unknown(C, c, argv, longopts, &o->eng);
-            if (bad < 0) usage(stderr);
-            break;
+        default: bad = pl_engine_opt_tail(C, c, argv, longopts, &o->eng, usage, 0); break;
         }
         if (bad) return 2;
     }

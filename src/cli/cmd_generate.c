@@ -130,7 +130,6 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {0, 0, 0, 0}};
     const struct option *longopts = pl_engine_longopts(own);
     int64_t iv;
-    double dv;
     memset(o, 0, sizeof *o);
     pl_engine_config_default(&o->eng);
     pl_request_params_default(&o->p);
@@ -146,36 +145,28 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_IN: o->input = optarg; break;
         case O_OUT: o->output = optarg; break;
         case 'n':
-            if (pl_arg_int(C, "--max-tokens", optarg, 1, 1 << 24, &iv)) return 2;
-            o->p.max_tokens = (int32_t)iv;
+            if (pl_arg_i32(C, "--max-tokens", optarg, 1, 1 << 24, &o->p.max_tokens)) return 2;
             break;
         case O_TEMP:
-            if (pl_arg_float(C, "--temperature", optarg, 0, 100, &dv)) return 2;
-            o->p.sampling.temperature = (float)dv;
+            if (pl_arg_f32(C, "--temperature", optarg, 0, 100, &o->p.sampling.temperature)) return 2;
             break;
         case O_TOPK:
-            if (pl_arg_int(C, "--top-k", optarg, -1, INT32_MAX, &iv)) return 2;
-            o->p.sampling.top_k = (int32_t)iv;
+            if (pl_arg_i32(C, "--top-k", optarg, -1, INT32_MAX, &o->p.sampling.top_k)) return 2;
             break;
         case O_TOPP:
-            if (pl_arg_float(C, "--top-p", optarg, 1e-9, 1, &dv)) return 2;
-            o->p.sampling.top_p = (float)dv;
+            if (pl_arg_f32(C, "--top-p", optarg, 1e-9, 1, &o->p.sampling.top_p)) return 2;
             break;
         case O_MINP:
-            if (pl_arg_float(C, "--min-p", optarg, 0, 1, &dv)) return 2;
-            o->p.sampling.min_p = (float)dv;
+            if (pl_arg_f32(C, "--min-p", optarg, 0, 1, &o->p.sampling.min_p)) return 2;
             break;
         case O_REP:
-            if (pl_arg_float(C, "--repetition-penalty", optarg, 1e-6, 100, &dv)) return 2;
-            o->p.sampling.repetition_penalty = (float)dv;
+            if (pl_arg_f32(C, "--repetition-penalty", optarg, 1e-6, 100, &o->p.sampling.repetition_penalty)) return 2;
             break;
         case O_PRES:
-            if (pl_arg_float(C, "--presence-penalty", optarg, -2, 2, &dv)) return 2;
-            o->p.sampling.presence_penalty = (float)dv;
+            if (pl_arg_f32(C, "--presence-penalty", optarg, -2, 2, &o->p.sampling.presence_penalty)) return 2;
             break;
         case O_FREQ:
-            if (pl_arg_float(C, "--frequency-penalty", optarg, -2, 2, &dv)) return 2;
-            o->p.sampling.frequency_penalty = (float)dv;
+            if (pl_arg_f32(C, "--frequency-penalty", optarg, -2, 2, &o->p.sampling.frequency_penalty)) return 2;
             break;
         case O_SEED:
             if (pl_arg_int(C, "--seed", optarg, 0, INT64_MAX, &iv)) return 2;
@@ -191,20 +182,16 @@ static int parse(int argc, char **argv, gen_opts *o) {
             break;
         case O_IGNORE: o->p.ignore_eos = 1; break;
         case O_LP:
-            if (pl_arg_int(C, "--logprobs", optarg, 0, 20, &iv)) return 2;
-            o->p.logprobs = (int32_t)iv;
+            if (pl_arg_i32(C, "--logprobs", optarg, 0, 20, &o->p.logprobs)) return 2;
             break;
         case O_PLP:
-            if (pl_arg_int(C, "--prompt-logprobs", optarg, 0, 20, &iv)) return 2;
-            o->p.prompt_logprobs = (int32_t)iv;
+            if (pl_arg_i32(C, "--prompt-logprobs", optarg, 0, 20, &o->p.prompt_logprobs)) return 2;
             break;
         case O_N:
-            if (pl_arg_int(C, "--n", optarg, 1, 64, &iv)) return 2;
-            o->p.n = (int32_t)iv;
+            if (pl_arg_i32(C, "--n", optarg, 1, 64, &o->p.n)) return 2;
             break;
         case O_BEST:
-            if (pl_arg_int(C, "--best-of", optarg, 1, 64, &iv)) return 2;
-            o->p.best_of = (int32_t)iv;
+            if (pl_arg_i32(C, "--best-of", optarg, 1, 64, &o->p.best_of)) return 2;
             break;
         case O_BEAM:
             if (pl_arg_int(C, "--beam-width", optarg, 1, 64, &iv)) return 2;
@@ -212,12 +199,10 @@ static int parse(int argc, char **argv, gen_opts *o) {
             o->p.best_of = (int32_t)iv;
             break;
         case O_LPEN:
-            if (pl_arg_float(C, "--length-penalty", optarg, -10, 10, &dv)) return 2;
-            o->p.length_penalty = (float)dv;
+            if (pl_arg_f32(C, "--length-penalty", optarg, -10, 10, &o->p.length_penalty)) return 2;
             break;
         case O_MINT:
-            if (pl_arg_int(C, "--min-tokens", optarg, 0, 1 << 24, &iv)) return 2;
-            o->p.min_tokens = (int32_t)iv;
+            if (pl_arg_i32(C, "--min-tokens", optarg, 0, 1 << 24, &o->p.min_tokens)) return 2;
             break;
         case O_PARSE_SPECIAL: o->p.parse_special = 1; break;
         case O_JSON: o->json = 1; break;
@@ -236,20 +221,10 @@ static int parse(int argc, char **argv, gen_opts *o) {
             break;
         }
         case 'v': o->verbose = 1; break;
-        case 't':
-            if (pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng)) return 2;
-            break;
         case 'h': usage(stdout); exit(0);
-        case ':':
-            fprintf(stderr, "pagellm generate: %s needs a value\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        default: {
-            int rc = pl_engine_flag_or_unknown(C, c, argv, longopts, &o->eng);
-            if (rc == 0) break;
-            if (rc < 0) usage(stderr);
-            return 2;
-        }
+        default:
+            if (pl_engine_opt_tail(C, c, argv, longopts, &o->eng, usage, 1)) return 2;
+            break;
         }
     }
     o->p.stop = o->stops;

@@ -126,12 +126,10 @@ static int parse(int argc, char **argv, serve_opts *o) {
             o->srv.max_request_bytes = (size_t)o->max_request_bytes;
             break;
         case O_MAXLP:
-            if (pl_arg_int(C, "--max-logprobs", optarg, 0, PL_MAX_LOGPROBS, &iv)) return 2;
-            o->srv.max_logprobs = (int32_t)iv;
+            if (pl_arg_i32(C, "--max-logprobs", optarg, 0, PL_MAX_LOGPROBS, &o->srv.max_logprobs)) return 2;
             break;
         case O_MAXWAIT:
-            if (pl_arg_int(C, "--max-waiting", optarg, 0, INT32_MAX, &iv)) return 2;
-            o->eng.max_waiting = (int32_t)iv;
+            if (pl_arg_i32(C, "--max-waiting", optarg, 0, INT32_MAX, &o->eng.max_waiting)) return 2;
             break;
         case O_GRACE:
             if (pl_arg_float(C, "--shutdown-timeout", optarg, 0, 3600, &dv)) return 2;
@@ -147,20 +145,10 @@ static int parse(int argc, char **argv, serve_opts *o) {
                 return 2;
             }
             break;
-        case 't':
-            if (pl_engine_flag_apply(C, PL_OPT_THREADS, optarg, &o->eng)) return 2;
-            break;
         case 'h': usage(stdout); return -1;
-        case ':':
-            fprintf(stderr, "pagellm serve: %s needs a value\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        default: {
-            int rc = pl_engine_flag_or_unknown(C, c, argv, longopts, &o->eng);
-            if (rc == 0) break;
-            if (rc < 0) usage(stderr);
-            return 2;
-        }
+        default:
+            if (pl_engine_opt_tail(C, c, argv, longopts, &o->eng, usage, 1)) return 2;
+            break;
         }
     }
     if (optind < argc && !o->model) o->model = argv[optind++];

@@ -73,6 +73,12 @@ void pl_engine_flags_help(FILE *f);
  * message), anything else is reported as unknown, naming the closest known flag (-1). */
 int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const struct option *opts,
                               pl_engine_config *c);
+/* The end of an engine-running command's getopt switch, for the codes it does not handle itself:
+ * -t N (threads), a flag missing its value (':': "pagellm CMD: FLAG needs a value", then the usage
+ * on stderr if usage_on_missing) and everything pl_engine_flag_or_unknown takes (an unknown flag
+ * is followed by the usage on stderr). Returns 0 to go on, or 2 after printing why. */
+int pl_engine_opt_tail(const char *cmd, int code, char **argv, const struct option *opts,
+                       pl_engine_config *c, void (*usage)(FILE *), int usage_on_missing);
 
 /* Apply one engine flag. Returns 0, or 2 after printing "pagellm CMD: FLAG: problem". `flag` is
  * the flag as written (argv[optind - 1]), used to name an ignored vLLM flag in its warning. */
