@@ -22,6 +22,55 @@ static int open_tokenizer(const char *cmd, const char *model, pl_gguf **g, pl_to
     return 0;
 }
 
+/* Open MODEL's tokenizer, run(cmd, t, ctx) with it and close it: run's code, or open_tokenizer's. */
+static int with_tokenizer(const char *cmd, const char *model,
+                          int (*run)(const char *cmd, pl_tokenizer *t, void *ctx), void *ctx) {
+    pl_gguf *g;
+    pl_tokenizer *t;
+    int rc = open_tokenizer(cmd, model, &g, &t);
+    if (rc) return rc;
+    rc = run(cmd, t, ctx);
+    pl_tokenizer_destroy(t);
+    pl_gguf_close(g);
+    return rc;
+}
+
+typedef struct {
+    const char *text;
+    size_t len;
+    int add_special, parse_special;
+} tokenize_job;
+
+static int run_tokenize(const char *cmd, pl_tokenizer *t, void *ctx) {
+    const tokenize_job *j = ctx;
+    int32_t *ids;
+    size_t n;
+    if (pl_tokenize(t, j->text, j->len, j->add_special, j->parse_special, &ids, &n) != PL_OK)
+        return pl_cli_fail(cmd, "%s", pl_last_error());
+    putchar('[');
+    for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+    puts("]");
+    free(ids);
+    return 0;
+}
+
+typedef struct {
+    const int32_t *ids;
+    size_t n;
+} detokenize_job;
+
+static int run_detokenize(const char *cmd, pl_tokenizer *t, void *ctx) {
+    const detokenize_job *j = ctx;
+    char *text;
+    size_t len;
+    if (pl_detokenize(t, j->ids, j->n, 0, &text, &len) != PL_OK)
+        return pl_cli_fail(cmd, "%s", pl_last_error());
+    fwrite(text, 1, len, stdout);
+    putchar('\n');
+    free(text);
+    return 0;
+}
+
 int pl_cmd_tokenize(int argc, char **argv) {
     static const struct option longopts[] = {
         {"model", required_argument, 0, 'm'}, {"add-special", no_argument, 0, 1},
@@ -61,23 +110,9 @@ int pl_cmd_tokenize(int argc, char **argv) {
         text = strdup(argv[optind]);
         len = strlen(text);
     }
-    pl_gguf *g;
-    pl_tokenizer *t;
-    int rc = open_tokenizer("tokenize", model, &g, &t);
-    if (rc) { free(text); return rc; }
-    int32_t *ids;
-    size_t n;
-    if (pl_tokenize(t, text, len, add_special, parse_special, &ids, &n) != PL_OK) {
-        rc = pl_cli_fail("tokenize", "%s", pl_last_error());
-    } else {
-        putchar('[');
-        for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
-        puts("]");
-        free(ids);
-    }
+    tokenize_job job = {text, len, add_special, parse_special};
+    int rc = with_tokenizer("tokenize", model, run_tokenize, &job);
     free(text);
-    pl_tokenizer_destroy(t);
-    pl_gguf_close(g);
     return rc;
 }
 
@@ -112,21 +147,8 @@ int pl_cmd_detokenize(int argc, char **argv) {
         }
         ids[i] = (int32_t)v;
     }
-    pl_gguf *g;
-    pl_tokenizer *t;
-    int rc = open_tokenizer("detokenize", model, &g, &t);
-    if (rc) { free(ids); return rc; }
-    char *text;
-    size_t len;
-    if (pl_detokenize(t, ids, (size_t)n, 0, &text, &len) != PL_OK) {
-        rc = pl_cli_fail("detokenize", "%s", pl_last_error());
-    } else {
-        fwrite(text, 1, len, stdout);
-        putchar('\n');
-        free(text);
-    }
+    detokenize_job job = {ids, (size_t)n};
+    int rc = with_tokenizer("detokenize", model, run_detokenize, &job);
     free(ids);
-    pl_tokenizer_destroy(t);
-    pl_gguf_close(g);
     return rc;
 }

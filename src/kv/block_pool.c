@@ -28,29 +28,24 @@ static void queue_unlink(pl_block_pool *p, int32_t b) {
     if (x->hashed) p->n_free_cached--;
 }
 
-static void queue_push_head(pl_block_pool *p, int32_t b) {
+/* Link block b into the free queue at one end (at_head: a compile-time constant at each call);
+ * `near` is that end, `far` the other one, which b becomes as well when the queue was empty. */
+static inline void queue_push(pl_block_pool *p, int32_t b, int at_head) {
     pl_block *x = &p->blocks[b];
-    x->prev = -1;
-    x->next = p->free_head;
-    if (p->free_head >= 0) p->blocks[p->free_head].prev = b;
-    else p->free_tail = b;
-    p->free_head = b;
+    int32_t *near = at_head ? &p->free_head : &p->free_tail;
+    int32_t *far = at_head ? &p->free_tail : &p->free_head;
+    *(at_head ? &x->prev : &x->next) = -1;
+    *(at_head ? &x->next : &x->prev) = *near;
+    if (*near >= 0) *(at_head ? &p->blocks[*near].prev : &p->blocks[*near].next) = b;
+    else *far = b;
+    *near = b;
     x->in_free = 1;
     p->n_free++;
     if (x->hashed) p->n_free_cached++;
 }
 
-static void queue_push_tail(pl_block_pool *p, int32_t b) {
-    pl_block *x = &p->blocks[b];
-    x->next = -1;
-    x->prev = p->free_tail;
-    if (p->free_tail >= 0) p->blocks[p->free_tail].next = b;
-    else p->free_head = b;
-    p->free_tail = b;
-    x->in_free = 1;
-    p->n_free++;
-    if (x->hashed) p->n_free_cached++;
-}
+static void queue_push_head(pl_block_pool *p, int32_t b) { queue_push(p, b, 1); }
+static void queue_push_tail(pl_block_pool *p, int32_t b) { queue_push(p, b, 0); }
 
 /* ---- hash map: open addressing, linear probing, backward-shift deletion -------------------- */
 

@@ -122,6 +122,11 @@ static void table_arrays_free(pl_block_table *t) {
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
+/* The refusal of a config count below its minimum. */
+static pl_status below_min(const char *field, int min, int32_t got) {
+    return pl_fail(PL_ERR_INVALID_ARG, "kv manager: %s must be >= %d, got %d", field, min, (int)got);
+}
+
 pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) {
     memset(m, 0, sizeof *m);
     if (!cfg) return pl_fail(PL_ERR_INVALID_ARG, "kv manager: no config");
@@ -129,12 +134,8 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
     if (cfg->block_size < 1 || cfg->block_size > max_bs)
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: block_size must be in [1, %d], got %d",
                        (int)max_bs, (int)cfg->block_size);
-    if (cfg->num_blocks < 1)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: num_blocks must be >= 1, got %d",
-                       (int)cfg->num_blocks);
-    if (cfg->num_swap_blocks < 0)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: num_swap_blocks must be >= 0, got %d",
-                       (int)cfg->num_swap_blocks);
+    if (cfg->num_blocks < 1) return below_min("num_blocks", 1, cfg->num_blocks);
+    if (cfg->num_swap_blocks < 0) return below_min("num_swap_blocks", 0, cfg->num_swap_blocks);
     if (cfg->max_blocks_per_seq < 1 || (int64_t)cfg->max_blocks_per_seq * cfg->block_size > INT32_MAX)
         return pl_fail(PL_ERR_INVALID_ARG,
                        "kv manager: max_blocks_per_seq must be >= 1 and hold < 2^31 tokens, got %d",
@@ -144,12 +145,8 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
     if (cfg->policy != PL_KV_POLICY_PAGED && (cfg->enable_prefix_caching || cfg->num_swap_blocks))
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: a contiguous layout shares and swaps "
                        "nothing: prefix caching and the swap pool must be off");
-    if (cfg->sliding_window < 0)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: sliding_window must be >= 0, got %d",
-                       (int)cfg->sliding_window);
-    if (cfg->max_seq_tokens < 0)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv manager: max_seq_tokens must be >= 0, got %d",
-                       (int)cfg->max_seq_tokens);
+    if (cfg->sliding_window < 0) return below_min("sliding_window", 0, cfg->sliding_window);
+    if (cfg->max_seq_tokens < 0) return below_min("max_seq_tokens", 0, cfg->max_seq_tokens);
     if (!(cfg->watermark >= 0.0 && cfg->watermark < 1.0))
         return pl_fail(PL_ERR_INVALID_ARG, "kv manager: watermark must be in [0, 1), got %g",
                        cfg->watermark);
