@@ -23,11 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int prev, next;   /* neighbours in the live chain, -1 at the ends */
-    const char *text; /* start in the encoded word */
-    size_t n;         /* byte length; 0 once merged into its left neighbour */
-} sym;
+typedef pl_tok_sym sym;
 
 /* Scratch memory reused across the pieces of one call. */
 typedef struct {
@@ -70,25 +66,14 @@ static pl_status merge_word(const pl_tokenizer *t, scratch *sc, size_t wlen, pl_
     if (pl_array_reserve(&sc->syms, &sc->syms_cap, wlen, sizeof(sym)))
         return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
     sym *s = sc->syms;
-    int n = 0;
-    for (size_t off = 0; off < wlen; n++) {
-        size_t k = pl_tok_utf8_len((uint8_t)w[off]);
-        if (k > wlen - off) k = wlen - off;
-        s[n] = (sym){n - 1, off + k == wlen ? -1 : n + 1, w + off, k};
-        off += k;
-    }
+    int n = pl_tok_split_chars(w, wlen, s);
     sc->h.n = 0;
     for (int i = 1; i < n; i++)
         if (!try_add(t, sc, i - 1, i)) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
     while (sc->h.n > 0) {
         pl_bigram b = pl_bigram_pop(&sc->h);
-        sym *l = &s[b.left], *r = &s[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s[r->next].prev = b.left;
-        if (!try_add(t, sc, l->prev, b.left) || !try_add(t, sc, b.left, l->next))
+        if (!pl_tok_sym_merge(s, b.left, b.right, b.size)) continue; /* stale */
+        if (!try_add(t, sc, s[b.left].prev, b.left) || !try_add(t, sc, b.left, s[b.left].next))
             return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
     }
     for (int i = 0; i != -1; i = s[i].next) {

@@ -15,11 +15,7 @@
 
 #include <stdlib.h>
 
-typedef struct {
-    int prev, next;   /* neighbours in the live chain, -1 at the ends */
-    const char *text; /* start of this symbol in the text */
-    size_t n;         /* byte length; 0 once merged into its left neighbour */
-} sym;
+typedef pl_tok_sym sym;
 
 static int try_add(const pl_tokenizer *t, const sym *s, pl_bigram_queue *h, int left, int right) {
     if (left < 0 || right < 0) return 1;
@@ -36,25 +32,15 @@ pl_status pl_tok_spm(const pl_tokenizer *t, const char *text, size_t len, pl_tok
     pl_status st = PL_OK;
     if (!s) return pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
 
-    int n = 0;
-    for (size_t off = 0; off < len; n++) {
-        size_t k = pl_tok_utf8_len((uint8_t)text[off]);
-        if (k > len - off) k = len - off;
-        s[n] = (sym){n - 1, off + k == len ? -1 : n + 1, text + off, k};
-        off += k;
-    }
+    int n = pl_tok_split_chars(text, len, s);
     for (int i = 1; i < n; i++)
         if (!try_add(t, s, &h, i - 1, i)) goto oom;
 
     while (h.n > 0) {
         pl_bigram b = pl_bigram_pop(&h);
-        sym *l = &s[b.left], *r = &s[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s[r->next].prev = b.left;
-        if (!try_add(t, s, &h, l->prev, b.left) || !try_add(t, s, &h, b.left, l->next)) goto oom;
+        if (!pl_tok_sym_merge(s, b.left, b.right, b.size)) continue; /* stale */
+        if (!try_add(t, s, &h, s[b.left].prev, b.left) || !try_add(t, s, &h, b.left, s[b.left].next))
+            goto oom;
     }
 
     for (int i = 0; i != -1 && st == PL_OK; i = s[i].next) {

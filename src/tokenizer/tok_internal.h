@@ -21,6 +21,38 @@
 /* Length of the sequence a lead byte announces, as llama.cpp's unicode_len_utf8 (1 for
  * continuation or invalid bytes). */
 size_t pl_tok_utf8_len(uint8_t lead);
+
+/* A symbol of the merge chain BPE and SentencePiece both work on. */
+typedef struct {
+    int prev, next;   /* neighbours in the live chain, -1 at the ends */
+    const char *text; /* start of this symbol in the text */
+    size_t n;         /* byte length; 0 once merged into its left neighbour */
+} pl_tok_sym;
+
+/* Split text[0..len) into one symbol per UTF-8 character (a truncated last one keeps what is
+ * left), chained left to right, into s (room for len); returns how many. */
+static inline int pl_tok_split_chars(const char *text, size_t len, pl_tok_sym *s) {
+    int n = 0;
+    for (size_t off = 0; off < len; n++) {
+        size_t k = pl_tok_utf8_len((uint8_t)text[off]);
+        if (k > len - off) k = len - off;
+        s[n] = (pl_tok_sym){n - 1, off + k == len ? -1 : n + 1, text + off, k};
+        off += k;
+    }
+    return n;
+}
+
+/* Merge symbol `right` into its left neighbour `left` if the pair is still what a queued bigram of
+ * `size` bytes saw (both live, lengths summing to size); 0 when it is stale. */
+static inline int pl_tok_sym_merge(pl_tok_sym *s, int left, int right, size_t size) {
+    pl_tok_sym *l = &s[left], *r = &s[right];
+    if (l->n == 0 || r->n == 0 || l->n + r->n != size) return 0;
+    l->n += r->n;
+    r->n = 0;
+    l->next = r->next;
+    if (r->next >= 0) s[r->next].prev = left;
+    return 1;
+}
 /* Offset of the first byte of an invalid UTF-8 sequence, or len if all is valid (strict:
  * no overlongs, no surrogates, nothing above U+10FFFF). */
 size_t pl_tok_utf8_invalid_at(const char *s, size_t len);
