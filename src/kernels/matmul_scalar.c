@@ -6,6 +6,7 @@
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
 
+#include <stddef.h>
 #include <string.h>
 
 typedef float (*dot_fn)(const uint8_t *w, const uint8_t *act, int64_t cols);
@@ -84,37 +85,36 @@ static float kblock_with_mins(const uint8_t q[PL_QK_K], const uint8_t *scales, f
     return (float)isum * (d * x->d) - (float)imin * (dmin * x->d);
 }
 
-static float dot_q4_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
-    const pl_block_q4_K *a = (const pl_block_q4_K *)w;
+/* q4_K and q5_K: the 4-bit quants at qs_off of each bs-byte block plus, if qh_off, q5_K's 5th
+ * bits; d, dmin and scales sit at the same offsets in both. */
+static inline __attribute__((always_inline)) float dot_k4(const uint8_t *w, size_t bs, size_t qs_off,
+                                                           size_t qh_off, const uint8_t *act, int64_t cols) {
     const pl_block_q8_K *x = (const pl_block_q8_K *)act;
     float s = 0.0f;
     for (int64_t i = 0; i < cols / PL_QK_K; i++) {
+        const pl_block_q4_K *a = (const pl_block_q4_K *)(w + (size_t)i * bs);
+        const uint8_t *qs = (const uint8_t *)a + qs_off, *qh = (const uint8_t *)a + qh_off;
         uint8_t q[PL_QK_K];
         for (int g = 0; g < 4; g++)
             for (int l = 0; l < 32; l++) {
-                q[64 * g + l] = a[i].qs[32 * g + l] & 0xF;
-                q[64 * g + 32 + l] = a[i].qs[32 * g + l] >> 4;
+                q[64 * g + l] = qs[32 * g + l] & 0xF;
+                q[64 * g + 32 + l] = qs[32 * g + l] >> 4;
+                if (qh_off) {
+                    q[64 * g + l] |= (uint8_t)(((qh[l] >> (2 * g)) & 1) << 4);
+                    q[64 * g + 32 + l] |= (uint8_t)(((qh[l] >> (2 * g + 1)) & 1) << 4);
+                }
             }
-        s += kblock_with_mins(q, a[i].scales, pl_f16_to_f32(a[i].d), pl_f16_to_f32(a[i].dmin), &x[i]);
+        s += kblock_with_mins(q, a->scales, pl_f16_to_f32(a->d), pl_f16_to_f32(a->dmin), &x[i]);
     }
     return s;
 }
 
+static float dot_q4_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    return dot_k4(w, sizeof(pl_block_q4_K), offsetof(pl_block_q4_K, qs), 0, act, cols);
+}
+
 static float dot_q5_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
-    const pl_block_q5_K *a = (const pl_block_q5_K *)w;
-    const pl_block_q8_K *x = (const pl_block_q8_K *)act;
-    float s = 0.0f;
-    for (int64_t i = 0; i < cols / PL_QK_K; i++) {
-        uint8_t q[PL_QK_K];
-        for (int g = 0; g < 4; g++)
-            for (int l = 0; l < 32; l++) {
-                uint8_t h = a[i].qh[l];
-                q[64 * g + l] = (uint8_t)((a[i].qs[32 * g + l] & 0xF) | (((h >> (2 * g)) & 1) << 4));
-                q[64 * g + 32 + l] = (uint8_t)((a[i].qs[32 * g + l] >> 4) | (((h >> (2 * g + 1)) & 1) << 4));
-            }
-        s += kblock_with_mins(q, a[i].scales, pl_f16_to_f32(a[i].d), pl_f16_to_f32(a[i].dmin), &x[i]);
-    }
-    return s;
+    return dot_k4(w, sizeof(pl_block_q5_K), offsetof(pl_block_q5_K, qs), offsetof(pl_block_q5_K, qh), act, cols);
 }
 
 static float dot_q6_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
@@ -157,69 +157,53 @@ static void quants32(const uint8_t *qs, const uint8_t *qh, int q[32]) {
     }
 }
 
-/* q4_1 / q5_1 against q8_1: per block (d_w d_x) * sum(q x) in float, and m_w * s_x summed apart
- * and added at the end (llama.cpp's order). */
-static float dot_q4_1(const uint8_t *w, const uint8_t *act, int64_t cols) {
-    const pl_block_q4_1 *a = (const pl_block_q4_1 *)w;
+/* The 32-blocks of q4_1, q5_1, q5_0 and iq4_nl against q8_0 / q8_1 activations: each bs-byte block
+ * starts with d, then (has_m) m, holds its 5th bits at qh_off (0: none) and ends with its nibbles.
+ * A quant is kvalues_iq4nl[q] if nl, else q + off. Per block (d_w d_x) * sum(q x) in float; q4_1 /
+ * q5_1 sum m_w * s_x apart and add it at the end (llama.cpp's order). */
+static inline __attribute__((always_inline)) float dot_b32(const uint8_t *w, size_t bs, int has_m, size_t qh_off,
+                                                            int off, int nl, const uint8_t *act, int64_t cols) {
     const int8_t *xq = (const int8_t *)act;
     const float *xd = (const float *)(act + cols), *xs = xd + cols / PL_QK;
     float s = 0.0f, summs = 0.0f;
     for (int64_t b = 0; b < cols / PL_QK; b++) {
+        const uint8_t *blk = w + (size_t)b * bs;
+        const pl_f16 *dm = (const pl_f16 *)blk;
         int q[32], sum = 0;
-        quants32(a[b].qs, NULL, q);
-        for (int j = 0; j < PL_QK; j++) sum += q[j] * xq[b * PL_QK + j];
-        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
-        summs += pl_f16_to_f32(a[b].m) * xs[b];
+        quants32(blk + bs - PL_QK / 2, qh_off ? blk + qh_off : NULL, q);
+        for (int j = 0; j < PL_QK; j++) sum += (nl ? pl_kvalues_iq4nl[q[j]] : q[j] + off) * xq[b * PL_QK + j];
+        s += (float)sum * (pl_f16_to_f32(dm[0]) * xd[b]);
+        if (has_m) summs += pl_f16_to_f32(dm[1]) * xs[b];
     }
-    return s + summs;
+    return has_m ? s + summs : s;
+}
+
+static float dot_q4_1(const uint8_t *w, const uint8_t *act, int64_t cols) {
+    return dot_b32(w, sizeof(pl_block_q4_1), 1, 0, 0, 0, act, cols);
 }
 
 static float dot_q5_1(const uint8_t *w, const uint8_t *act, int64_t cols) {
-    const pl_block_q5_1 *a = (const pl_block_q5_1 *)w;
-    const int8_t *xq = (const int8_t *)act;
-    const float *xd = (const float *)(act + cols), *xs = xd + cols / PL_QK;
-    float s = 0.0f, summs = 0.0f;
-    for (int64_t b = 0; b < cols / PL_QK; b++) {
-        int q[32], sum = 0;
-        quants32(a[b].qs, a[b].qh, q);
-        for (int j = 0; j < PL_QK; j++) sum += q[j] * xq[b * PL_QK + j];
-        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
-        summs += pl_f16_to_f32(a[b].m) * xs[b];
-    }
-    return s + summs;
+    return dot_b32(w, sizeof(pl_block_q5_1), 1, offsetof(pl_block_q5_1, qh), 0, 0, act, cols);
 }
 
 static float dot_q5_0(const uint8_t *w, const uint8_t *act, int64_t cols) {
-    const pl_block_q5_0 *a = (const pl_block_q5_0 *)w;
-    const int8_t *xq = (const int8_t *)act;
-    const float *xd = (const float *)(act + cols);
-    float s = 0.0f;
-    for (int64_t b = 0; b < cols / PL_QK; b++) {
-        int q[32], sum = 0;
-        quants32(a[b].qs, a[b].qh, q);
-        for (int j = 0; j < PL_QK; j++) sum += (q[j] - 16) * xq[b * PL_QK + j];
-        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
-    }
-    return s;
+    return dot_b32(w, sizeof(pl_block_q5_0), 0, offsetof(pl_block_q5_0, qh), -16, 0, act, cols);
 }
 
 static float dot_iq4_nl(const uint8_t *w, const uint8_t *act, int64_t cols) {
-    const pl_block_iq4_nl *a = (const pl_block_iq4_nl *)w;
-    const int8_t *xq = (const int8_t *)act;
-    const float *xd = (const float *)(act + cols);
-    float s = 0.0f;
-    for (int64_t b = 0; b < cols / PL_QK; b++) {
-        int q[32], sum = 0;
-        quants32(a[b].qs, NULL, q);
-        for (int j = 0; j < PL_QK; j++) sum += pl_kvalues_iq4nl[q[j]] * xq[b * PL_QK + j];
-        s += (float)sum * (pl_f16_to_f32(a[b].d) * xd[b]);
-    }
-    return s;
+    return dot_b32(w, sizeof(pl_block_iq4_nl), 0, 0, 0, 1, act, cols);
 }
 
 /* The 2-bit fields of a q2_K / q3_K block's qs in element order (0..3). */
 static void low2_256(const uint8_t qs[64], int q[PL_QK_K]) {
     for (int e = 0; e < PL_QK_K; e++) q[e] = (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+}
+
+/* The integer dot product of one 16-element sub-block of q2_K / q3_K. */
+static inline int32_t dot16(const int *q, const int8_t *x) {
+    int32_t t = 0;
+    for (int l = 0; l < 16; l++) t += q[l] * x[l];
+    return t;
 }
 
 static float dot_q2_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
@@ -231,8 +215,7 @@ static float dot_q2_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
         low2_256(a[i].qs, q);
         int32_t isum = 0, imin = 0;
         for (int sb = 0; sb < 16; sb++) {
-            int32_t t = 0;
-            for (int l = 0; l < 16; l++) t += q[16 * sb + l] * x[i].qs[16 * sb + l];
+            int32_t t = dot16(q + 16 * sb, x[i].qs + 16 * sb);
             isum += (a[i].scales[sb] & 0xF) * t;
             imin += (a[i].scales[sb] >> 4) * x[i].bsums[sb];
         }
@@ -254,8 +237,7 @@ static float dot_q3_K(const uint8_t *w, const uint8_t *act, int64_t cols) {
             q[e] -= (a[i].hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4;
         int32_t isum = 0;
         for (int sb = 0; sb < 16; sb++) {
-            int32_t t = 0;
-            for (int l = 0; l < 16; l++) t += q[16 * sb + l] * x[i].qs[16 * sb + l];
+            int32_t t = dot16(q + 16 * sb, x[i].qs + 16 * sb);
             isum += sc[sb] * t;
         }
         s += (float)isum * (pl_f16_to_f32(a[i].d) * x[i].d);
