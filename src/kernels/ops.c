@@ -6,16 +6,18 @@
 #include "base/fp16.h"
 
 #include <math.h>
+#include <stddef.h>
 
+/* The rows of RMSNorm and LayerNorm (b: LayerNorm's bias, NULL for RMSNorm). */
 typedef struct {
     float *y;
-    const float *x, *w;
+    const float *x, *w, *b;
     int64_t n, dim;
     float eps;
-} rmsnorm_job;
+} norm_job;
 
 static void rmsnorm_rows(void *p, int ith, int nth) {
-    rmsnorm_job *j = p;
+    norm_job *j = p;
     int64_t r0, r1;
     pl_split_range(j->n, ith, nth, 1, &r0, &r1);
     const int vec = pl_cpu_isa() >= PL_ISA_AVX512;
@@ -35,7 +37,7 @@ static void rmsnorm_rows(void *p, int ith, int nth) {
 
 void pl_rmsnorm(pl_threadpool *tp, float *y, const float *x, const float *w, int64_t n,
                 int64_t dim, float eps) {
-    rmsnorm_job j = {y, x, w, n, dim, eps};
+    norm_job j = {y, x, w, NULL, n, dim, eps};
     pl_threadpool_run_n(tp, n >= 4 ? pl_threadpool_size(tp) : 1, rmsnorm_rows, &j);
 }
 
@@ -97,14 +99,15 @@ void pl_rope_apply(const pl_rope_params *p, const float *cs, float *x, int64_t n
     }
 }
 
+/* An element-wise pass over len floats of g (SwiGLU: times u; GELU: no u). */
 typedef struct {
     float *g;
     const float *u;
     int64_t len;
-} swiglu_job;
+} elem_job;
 
 static void swiglu_part(void *p, int ith, int nth) {
-    swiglu_job *j = p;
+    elem_job *j = p;
     int64_t i0, i1;
     pl_split_range(j->len, ith, nth, 64, &i0, &i1);
     if (pl_cpu_isa() >= PL_ISA_AVX512) {
@@ -118,19 +121,12 @@ static void swiglu_part(void *p, int ith, int nth) {
 }
 
 void pl_swiglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim) {
-    swiglu_job j = {g, u, n * dim};
+    elem_job j = {g, u, n * dim};
     pl_threadpool_run_n(tp, j.len >= 4096 ? pl_threadpool_size(tp) : 1, swiglu_part, &j);
 }
 
-typedef struct {
-    float *y;
-    const float *x, *w, *b;
-    int64_t n, dim;
-    float eps;
-} layernorm_job;
-
 static void layernorm_rows(void *p, int ith, int nth) {
-    layernorm_job *j = p;
+    norm_job *j = p;
     int64_t r0, r1;
     pl_split_range(j->n, ith, nth, 1, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -152,7 +148,7 @@ static void layernorm_rows(void *p, int ith, int nth) {
 
 void pl_layernorm(pl_threadpool *tp, float *y, const float *x, const float *w, const float *b,
                   int64_t n, int64_t dim, float eps) {
-    layernorm_job j = {y, x, w, b, n, dim, eps};
+    norm_job j = {y, x, w, b, n, dim, eps};
     pl_threadpool_run_n(tp, n >= 4 ? pl_threadpool_size(tp) : 1, layernorm_rows, &j);
 }
 
@@ -165,20 +161,15 @@ static float gelu_one(float x) {
     return pl_f16_to_f32(pl_f32_to_f16(g));
 }
 
-typedef struct {
-    float *x;
-    int64_t len;
-} gelu_job;
-
 static void gelu_part(void *p, int ith, int nth) {
-    gelu_job *j = p;
+    elem_job *j = p;
     int64_t i0, i1;
     pl_split_range(j->len, ith, nth, 64, &i0, &i1);
-    for (int64_t i = i0; i < i1; i++) j->x[i] = gelu_one(j->x[i]);
+    for (int64_t i = i0; i < i1; i++) j->g[i] = gelu_one(j->g[i]);
 }
 
 void pl_gelu(pl_threadpool *tp, float *x, int64_t len) {
-    gelu_job j = {x, len};
+    elem_job j = {x, NULL, len};
     pl_threadpool_run_n(tp, len >= 4096 ? pl_threadpool_size(tp) : 1, gelu_part, &j);
 }
 
