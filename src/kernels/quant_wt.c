@@ -135,13 +135,21 @@ void pl_dequant_iq4_xs(const pl_block_iq4_xs *x, float *y, int64_t n) {
 
 /* ---- q4_1 / q5_0 / q5_1: llama.cpp's reference rounding ---------------------------------- */
 
+/* The min and max of a 32-block, in llama.cpp's order (q4_1 / q5_1). */
+static inline void minmax32(const float *x, float *pmin, float *pmax) {
+    float min = FLT_MAX, max = -FLT_MAX;
+    for (int j = 0; j < PL_QK; j++) {
+        min = x[j] < min ? x[j] : min;
+        max = x[j] > max ? x[j] : max;
+    }
+    *pmin = min;
+    *pmax = max;
+}
+
 void pl_quantize_q4_1_ref(const float *x, pl_block_q4_1 *y, int64_t n) {
     for (int64_t i = 0; i < n / PL_QK; i++, x += PL_QK) {
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < PL_QK; j++) {
-            min = x[j] < min ? x[j] : min;
-            max = x[j] > max ? x[j] : max;
-        }
+        float min, max;
+        minmax32(x, &min, &max);
         float d = (max - min) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = pl_f32_to_f16(d);
         y[i].m = pl_f32_to_f16(min);
@@ -176,11 +184,8 @@ void pl_quantize_q5_0_ref(const float *x, pl_block_q5_0 *y, int64_t n) {
 
 void pl_quantize_q5_1_ref(const float *x, pl_block_q5_1 *y, int64_t n) {
     for (int64_t i = 0; i < n / PL_QK; i++, x += PL_QK) {
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < PL_QK; j++) {
-            min = x[j] < min ? x[j] : min;
-            max = x[j] > max ? x[j] : max;
-        }
+        float min, max;
+        minmax32(x, &min, &max);
         float d = (max - min) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = pl_f32_to_f16(d);
         y[i].m = pl_f32_to_f16(min);
