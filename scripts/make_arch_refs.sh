@@ -30,6 +30,8 @@ MODELS=(
   "mistral3|--arch mistral3 --head-dim 48 --rope-scaling yarn --rope-factor 16 --rope-orig-ctx 16 --attn-temp-scale 0.1 --yarn-log-mul 0.7 --yarn-beta-fast 16 --yarn-beta-slow 2"
   "gemma3|--arch gemma3 --swa-pattern 2 --head-dim 48 --sliding-window 16 --rope-base 1000000 --rope-base-swa 10000 --rope-scaling linear --rope-factor 8"
   "gemma3-62|--arch gemma3 --layers 62 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 128 --sliding-window 32 --final-softcap 3"
+  "qwen3moe|--arch qwen3moe --head-dim 48 --rope-base 1000000 --experts 8 --experts-used 3 --expert-ffn 128"
+  "mixtral|--experts 4 --experts-used 2 --ffn 256 --rope-base 1000000"
 )
 # ONLY=NAME[,NAME...] makes just those (the others' JSON stays as committed)
 mkdir -p tests/data/archs

@@ -82,6 +82,14 @@ static void work_of(const pl_model *m, pl_dtype kv, bm_work *w) {
             w->layer_params += (double)ws[i]->rows * (double)ws[i]->cols;
             w->layer_bytes += (double)ws[i]->rows * (double)pl_dtype_row_size(ws[i]->type, ws[i]->cols);
         }
+        /* MoE: the router and the experts one token uses (a batch reads more of them: this
+         * counts a decode of one sequence's work) */
+        const pl_weight *es[] = {&L->gate_inp, &L->exp_gate[0], &L->exp_up[0], &L->exp_down[0]};
+        for (int i = 0; L->exp_gate && i < 4; i++) {
+            double n = i ? hp->n_expert_used : 1;
+            w->layer_params += n * (double)es[i]->rows * (double)es[i]->cols;
+            w->layer_bytes += n * (double)es[i]->rows * (double)pl_dtype_row_size(es[i]->type, es[i]->cols);
+        }
     }
     w->out_params = (double)m->output.rows * (double)m->output.cols;
     w->out_bytes = (double)m->output.rows * (double)pl_dtype_row_size(m->output.type, m->output.cols);

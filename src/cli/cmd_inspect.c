@@ -28,7 +28,8 @@ static const char *const hparam_keys[] = {
     "attention.temperature_scale", "rope.scaling.yarn_beta_fast",
     "rope.scaling.yarn_beta_slow", "rope.scaling.yarn_log_multiplier",
     "vocab_size",            "pooling_type",
-    "attention.causal",
+    "attention.causal",      "expert_count",
+    "expert_used_count",     "expert_feed_forward_length",
 };
 enum { N_HPARAMS = sizeof hparam_keys / sizeof hparam_keys[0] };
 

@@ -26,7 +26,11 @@
  * into its final (quantized) buffer, one row of f32 at a time: peak memory is the output size
  * plus one row, never an f32 copy of the model.
  *
- * --arch qwen3 adds blk.i.attn_q_norm / attn_k_norm [head_dim]; --arch mistral3 is llama's
+ * --arch qwen3 adds blk.i.attn_q_norm / attn_k_norm [head_dim]; --arch qwen3moe is qwen3's
+ * attention with a mixture-of-experts FFN, as --experts N does for llama (Mixtral): per layer
+ * ffn_gate_inp [dim, N] (the router, always f32, std 0.5 so that the routing is decisive),
+ * ffn_gate_exps / ffn_up_exps [dim, F, N] and ffn_down_exps [F, dim, N] instead of ffn_gate /
+ * ffn_up / ffn_down (F: --expert-ffn for qwen3moe, --ffn for llama); --arch mistral3 is llama's
  * layout with its own keys (attention.temperature_scale, rope.scaling.yarn_*); --arch gemma3 is
  * gemma2's layout plus those Q/K norms, without attn_logit_softcapping, with rope.freq_base_swa.
  * --arch gemma2 and --arch phi3 write those layouts as llama.cpp's converters do (gemma2: no
@@ -92,6 +96,9 @@ typedef struct {
     double rope_base_swa;   /* gemma3: rope.freq_base_swa (0: not written) */
     double attn_temp;       /* mistral3: attention.temperature_scale (0: not written) */
     double beta_fast, beta_slow, log_mul; /* mistral3 yarn keys (< 0: not written) */
+    int64_t experts, experts_used; /* MoE (qwen3moe; llama: Mixtral): expert_count,
+                                      expert_used_count (0: a dense FFN) */
+    int64_t expert_ffn;     /* qwen3moe: expert_feed_forward_length (llama's is --ffn) */
 } mk_opts;
 
 static int is_arch(const mk_opts *o, const char *a) { return !strcmp(o->arch, a); }
@@ -133,25 +140,28 @@ typedef struct {
     const char *rope_scaling;
     double rope_factor;
     int64_t rope_orig_ctx;
+    int64_t experts, experts_used, expert_ffn; /* MoE (0: dense) */
 } mk_shape;
 
 /* Sizes of real models (their Hugging Face configs), for benchmarks at the real shapes. */
 static const mk_shape shapes[] = {
-    {"110m", 768, 12, 12, 4, 2048, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {"1b", 2048, 16, 32, 8, 8192, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {"3b", 3072, 28, 24, 8, 8192, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {"qwen3-0.6b", 1024, 28, 16, 8, 3072, "qwen3", 128, 0, 40960, 1e6, 0, 0, NULL, 0, 0},
-    {"qwen3-8b", 4096, 36, 32, 8, 12288, "qwen3", 128, 0, 40960, 1e6, 0, 0, NULL, 0, 0},
+    {"110m", 768, 12, 12, 4, 2048, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0},
+    {"1b", 2048, 16, 32, 8, 8192, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0},
+    {"3b", 3072, 28, 24, 8, 8192, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0},
+    {"qwen3-0.6b", 1024, 28, 16, 8, 3072, "qwen3", 128, 0, 40960, 1e6, 0, 0, NULL, 0, 0, 0, 0, 0},
+    {"qwen3-8b", 4096, 36, 32, 8, 12288, "qwen3", 128, 0, 40960, 1e6, 0, 0, NULL, 0, 0, 0, 0, 0},
     {"mistral3-3b", 3072, 26, 32, 8, 9216, "mistral3", 128, 0, 262144, 1e6, 0, 0.1, "yarn", 16,
-     16384},
+     16384, 0, 0, 0},
     {"mistral3-8b", 4096, 34, 32, 8, 14336, "mistral3", 128, 0, 262144, 1e6, 0, 0.1, "yarn", 16,
-     16384},
-    {"gemma3-1b", 1152, 26, 4, 1, 6912, "gemma3", 256, 512, 32768, 1e6, 1e4, 0, NULL, 0, 0},
+     16384, 0, 0, 0},
+    {"gemma3-1b", 1152, 26, 4, 1, 6912, "gemma3", 256, 512, 32768, 1e6, 1e4, 0, NULL, 0, 0, 0, 0, 0},
     {"gemma3-4b", 2560, 34, 8, 4, 10240, "gemma3", 256, 1024, 131072, 1e6, 1e4, 0, "linear", 8,
-     0},
+     0, 0, 0, 0},
+    {"qwen3-30b-a3b", 2048, 48, 32, 4, 6144, "qwen3moe", 128, 0, 40960, 1e6, 0, 0, NULL, 0, 0,
+     128, 8, 768},
 };
 #define SHAPE_NAMES "110m, 1b, 3b, qwen3-0.6b, qwen3-8b, mistral3-3b, mistral3-8b, gemma3-1b, " \
-                    "gemma3-4b"
+                    "gemma3-4b, qwen3-30b-a3b"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -182,6 +192,12 @@ static void usage(FILE *f) {
             "                      soft-capping, sliding window on even layers (norms 1 + noise)\n"
             "  --arch phi3         Phi-3 layout: fused attn_qkv and gate/up ffn_up (norms 1 + noise)\n"
             "  --arch qwen3        Qwen3: attn_q_norm / attn_k_norm per head, NEOX RoPE, no biases\n"
+            "  --arch qwen3moe     Qwen3-MoE: qwen3's attention, a mixture-of-experts FFN\n"
+            "                      (default --experts 8 --experts-used 2 --expert-ffn F/2)\n"
+            "  --experts N         MoE (qwen3moe, llama = Mixtral): N experts per layer, the\n"
+            "                      router ffn_gate_inp (f32) and ffn_{gate,up,down}_exps\n"
+            "  --experts-used K    experts per token (default 2)\n"
+            "  --expert-ffn F      qwen3moe expert_feed_forward_length (llama's experts: --ffn)\n"
             "  --arch mistral3     Mistral 3 / Ministral 3 text: llama's layout; --attn-temp-scale,\n"
             "                      yarn's --yarn-beta-fast/--yarn-beta-slow/--yarn-log-mul keys\n"
             "  --arch gemma3       Gemma 3 text: gemma2's layout plus Q/K norms, window on 5 of 6\n"
@@ -256,6 +272,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
         {"rope-base-swa", required_argument, 0, 13}, {"attn-temp-scale", required_argument, 0, 14},
         {"yarn-beta-fast", required_argument, 0, 15}, {"yarn-beta-slow", required_argument, 0, 16},
         {"yarn-log-mul", required_argument, 0, 17},
+        {"experts", required_argument, 0, 18}, {"experts-used", required_argument, 0, 19},
+        {"expert-ffn", required_argument, 0, 20},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->ctx = -1;
@@ -310,9 +328,9 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 'a':
             if (strcmp(optarg, "llama") && strcmp(optarg, "bert") && strcmp(optarg, "gemma2") &&
                 strcmp(optarg, "phi3") && strcmp(optarg, "qwen3") && strcmp(optarg, "mistral3") &&
-                strcmp(optarg, "gemma3"))
-                return usage_error("--arch: '%s' is not llama, qwen3, mistral3, gemma2, gemma3, "
-                                   "phi3 or bert", optarg);
+                strcmp(optarg, "gemma3") && strcmp(optarg, "qwen3moe"))
+                return usage_error("--arch: '%s' is not llama, qwen3, qwen3moe, mistral3, gemma2, "
+                                   "gemma3, phi3 or bert", optarg);
             o->arch = optarg;
             o->bert = !strcmp(optarg, "bert");
             break;
@@ -341,6 +359,9 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 15: if (float_flag("--yarn-beta-fast", 1e-3, 1e3, &o->beta_fast)) return 2; break;
         case 16: if (float_flag("--yarn-beta-slow", 1e-3, 1e3, &o->beta_slow)) return 2; break;
         case 17: if (float_flag("--yarn-log-mul", 1e-3, 1e3, &o->log_mul)) return 2; break;
+        case 18: if (int_flag("--experts", 1, 1 << 16, &o->experts)) return 2; break;
+        case 19: if (int_flag("--experts-used", 1, 1 << 16, &o->experts_used)) return 2; break;
+        case 20: if (int_flag("--expert-ffn", 1, 1 << 20, &o->expert_ffn)) return 2; break;
         case 'p':
             if (!strcmp(optarg, "mean")) o->pooling = 1;
             else if (!strcmp(optarg, "cls")) o->pooling = 2;
@@ -370,6 +391,9 @@ static int parse(int argc, char **argv, mk_opts *o) {
             if (!o->rope_base) o->rope_base = sh->rope_base;
             if (!o->rope_base_swa) o->rope_base_swa = sh->rope_base_swa;
             if (!o->attn_temp) o->attn_temp = sh->attn_temp;
+            if (!o->experts) o->experts = sh->experts;
+            if (!o->experts_used) o->experts_used = sh->experts_used;
+            if (!o->expert_ffn) o->expert_ffn = sh->expert_ffn;
             if (!o->rope_scaling && sh->rope_scaling) {
                 o->rope_scaling = sh->rope_scaling;
                 if (o->rope_factor < 0) o->rope_factor = sh->rope_factor;
@@ -392,6 +416,15 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if ((o->attn_temp || o->beta_fast >= 0 || o->beta_slow >= 0 || o->log_mul >= 0) &&
         !is_arch(o, "mistral3"))
         return usage_error("--attn-temp-scale and --yarn-* are for --arch mistral3");
+    if (is_arch(o, "qwen3moe") && !o->experts) o->experts = 8;
+    if (o->experts && !o->experts_used) o->experts_used = 2;
+    if ((o->experts || o->experts_used) && !is_arch(o, "llama") && !is_arch(o, "qwen3moe"))
+        return usage_error("--experts and --experts-used are for --arch qwen3moe or llama");
+    if (o->experts_used > o->experts)
+        return usage_error("--experts-used %lld is more than --experts %lld",
+                           (long long)o->experts_used, (long long)o->experts);
+    if (o->expert_ffn && !is_arch(o, "qwen3moe"))
+        return usage_error("--expert-ffn is for --arch qwen3moe (llama's experts are --ffn wide)");
     if (o->bert && o->window)
         return usage_error("--sliding-window: bert attends bidirectionally, without a window");
     if (o->rope_factor < 0) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8 : 4;
@@ -428,6 +461,10 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->ffn % bs)
         return usage_error("--ffn %lld is not a multiple of %lld, the block size of %s",
                            (long long)o->ffn, (long long)bs, type_name);
+    if (is_arch(o, "qwen3moe") && !o->expert_ffn) o->expert_ffn = o->ffn / 2;
+    if (o->expert_ffn % bs)
+        return usage_error("--expert-ffn %lld is not a multiple of %lld, the block size of %s",
+                           (long long)o->expert_ffn, (long long)bs, type_name);
     return 0;
 }
 
@@ -450,9 +487,11 @@ static void *keep(builder *b, size_t n) {
     return p;
 }
 
-/* A [cols, rows] matrix of `type` filled with uniform noise of standard deviation `std`. */
-static pl_status add_matrix(builder *b, const char *name, pl_dtype type, int64_t cols,
-                            int64_t rows, double std) {
+/* n [cols, rows] matrices of `type` (n > 1: one 3-D tensor [cols, rows, n], MoE experts)
+ * filled with uniform noise of standard deviation `std`. */
+static pl_status add_matrices(builder *b, const char *name, pl_dtype type, int64_t cols,
+                              int64_t n_rows, int64_t n, double std) {
+    const int64_t rows = n_rows * n;
     size_t row_bytes = pl_dtype_row_size(type, cols);
     PL_ASSERT(row_bytes > 0);
     if ((uint64_t)rows > SIZE_MAX / row_bytes)
@@ -469,11 +508,17 @@ static pl_status add_matrix(builder *b, const char *name, pl_dtype type, int64_t
         size_t got = pl_quantize_row(type, b->row, data + (size_t)r * row_bytes, cols);
         PL_ASSERT(got == row_bytes);
     }
-    int64_t ne[2] = {cols, rows};
-    PL_TRY(pl_gguf_writer_add_tensor(b->w, name, type, 2, ne, data));
+    int64_t ne[3] = {cols, n_rows, n};
+    PL_TRY(pl_gguf_writer_add_tensor(b->w, name, type, n > 1 ? 3 : 2, ne, data));
     b->bytes += row_bytes * (uint64_t)rows;
     b->params += (uint64_t)cols * (uint64_t)rows;
     return PL_OK;
+}
+
+/* A [cols, rows] matrix (add_matrices' one). */
+static pl_status add_matrix(builder *b, const char *name, pl_dtype type, int64_t cols,
+                            int64_t rows, double std) {
+    return add_matrices(b, name, type, cols, rows, 1, std);
 }
 
 /* A norm weight: n ones in f32. */
@@ -576,6 +621,13 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
     for (int i = 0; i < 3; i++)
         if (yarn_vals[i] >= 0)
             PL_TRY(pl_gguf_writer_add_f32(w, akey(o, yarn_keys[i]), (float)yarn_vals[i]));
+    if (o->experts) {
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_count"), (uint32_t)o->experts));
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_used_count"), (uint32_t)o->experts_used));
+    }
+    if (is_arch(o, "qwen3moe"))
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_feed_forward_length"),
+                                      (uint32_t)o->expert_ffn));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "vocab_size"), (uint32_t)n_vocab));
     return PL_OK;
 }
@@ -618,7 +670,7 @@ static pl_status add_arch_norm(builder *b, const mk_opts *o, const char *name, i
 static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
     const double std = 0.02, out_std = std / sqrt(2.0 * (double)o->layers);
     const int gemma = is_gemma(o), phi3 = is_arch(o, "phi3");
-    const int qk_norm = is_arch(o, "qwen3") || is_arch(o, "gemma3");
+    const int qk_norm = is_arch(o, "qwen3") || is_arch(o, "qwen3moe") || is_arch(o, "gemma3");
     int64_t dim = o->dim, q_dim = o->head_dim * o->heads, kv_dim = o->head_dim * o->kv_heads;
     int64_t ffn = o->ffn;
     PL_TRY(add_matrix(b, "token_embd.weight", o->type, dim, n_vocab, std));
@@ -650,13 +702,19 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
         }
         if (gemma) PL_TRY(add_arch_norm(b, o, NAME("post_attention_norm.weight"), dim));
         PL_TRY(add_arch_norm(b, o, NAME("ffn_norm.weight"), dim));
-        if (phi3) {
+        if (o->experts) { /* the router in f32, as llama.cpp's converter and quantizer keep it */
+            const int64_t ne = o->experts, ef = is_arch(o, "qwen3moe") ? o->expert_ffn : ffn;
+            PL_TRY(add_matrix(b, NAME("ffn_gate_inp.weight"), PL_DT_F32, dim, ne, 0.5));
+            PL_TRY(add_matrices(b, NAME("ffn_gate_exps.weight"), o->type, dim, ef, ne, std));
+            PL_TRY(add_matrices(b, NAME("ffn_up_exps.weight"), o->type, dim, ef, ne, std));
+            PL_TRY(add_matrices(b, NAME("ffn_down_exps.weight"), mt, ef, dim, ne, out_std));
+        } else if (phi3) {
             PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, 2 * ffn, std));
         } else {
             PL_TRY(add_matrix(b, NAME("ffn_gate.weight"), o->type, dim, ffn, std));
             PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, ffn, std));
         }
-        PL_TRY(add_matrix(b, NAME("ffn_down.weight"), mt, ffn, dim, out_std));
+        if (!o->experts) PL_TRY(add_matrix(b, NAME("ffn_down.weight"), mt, ffn, dim, out_std));
         if (gemma) PL_TRY(add_arch_norm(b, o, NAME("post_ffw_norm.weight"), dim));
 #undef NAME
     }
@@ -827,6 +885,7 @@ static pl_status build(builder *b, const mk_opts *o) {
     }
     int64_t widest = o->dim > o->ffn ? o->dim : o->ffn;
     if (o->head_dim * o->heads > widest) widest = o->head_dim * o->heads;
+    if (o->expert_ffn > widest) widest = o->expert_ffn;
     b->row = malloc((size_t)widest * sizeof *b->row);
     if (!b->row) return pl_fail(PL_ERR_NOMEM, "out of memory");
     PL_TRY(o->bert ? add_bert_tensors(b, o, n_vocab) : add_tensors(b, o, n_vocab));

@@ -23,6 +23,15 @@ struct pl_forward_ctx {
     float *scores;   /* bert: [n_parts][max_tokens] one attention score row per part */
     pl_forward_tp tpc; /* tensor parallel collectives (model.h); zero for a whole model */
     float *lg;       /* sharded: [max_logits][shard.n_vocab] this rank's logits columns */
+    /* MoE (hp.n_expert > 0): routing and the experts' gathered rows */
+    float *moe_probs;    /* [max_tokens][n_expert] router softmax */
+    int32_t *moe_sel;    /* [max_tokens][n_expert_used] chosen experts */
+    float *moe_w;        /* [max_tokens][n_expert_used] their normalized weights */
+    int32_t *moe_start;  /* [n_expert + 1] each expert's first entry in moe_tok */
+    int32_t *moe_tok;    /* [max_tokens * n_expert_used] tokens grouped by expert */
+    float *moe_tw;       /* [max_tokens * n_expert_used] their weights */
+    float *moe_x;        /* [max_tokens][dim] one expert's gathered input rows */
+    float *moe_acc;      /* [max_tokens][dim] the weighted sum of the experts' outputs */
 };
 
 /* Pool rows x[0..n)[dim] (mean, first or last) into out[dim] and L2-normalize it (forward_bert.c). */

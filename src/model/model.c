@@ -248,6 +248,34 @@ static pl_status read_mistral3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     return ignore_sliding_window(hp);
 }
 
+/* Mixture of experts as llama.cpp reads it: `expert_count`, `expert_used_count` (one value; a
+ * per-layer array is refused), the experts' width `expert_feed_forward_length` for qwen3moe
+ * (default feed_forward_length / expert_used_count), feed_forward_length for llama (Mixtral).
+ * Required by qwen3moe; llama's MoE is Mixtral's (no shared expert); refused elsewhere. */
+static pl_status read_moe_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    const char *a = hp->arch_name;
+    PL_TRY(get_arch_int(g, a, "expert_count", hp->arch == PL_ARCH_QWEN3MOE ? -1 : 0, 0, 1 << 16,
+                        &hp->n_expert));
+    if (hp->n_expert == 0) {
+        if (hp->arch == PL_ARCH_QWEN3MOE)
+            return pl_fail(PL_ERR_FORMAT, "'%s.expert_count' must be > 0 for qwen3moe", a);
+        return PL_OK;
+    }
+    if (hp->arch != PL_ARCH_LLAMA && hp->arch != PL_ARCH_QWEN3MOE)
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.expert_count' = %d: mixture-of-experts %s is not "
+                       "supported (qwen3moe and llama / Mixtral are)", a, hp->n_expert, a);
+    PL_TRY(get_arch_int(g, a, "expert_used_count", -1, 1, hp->n_expert, &hp->n_expert_used));
+    hp->expert_ffn = hp->ffn_dim;
+    if (hp->arch == PL_ARCH_QWEN3MOE)
+        PL_TRY(get_arch_int(g, a, "expert_feed_forward_length", hp->ffn_dim / hp->n_expert_used, 1,
+                            1 << 20, &hp->expert_ffn));
+    int32_t shared = 0;
+    PL_TRY(get_arch_int(g, a, "expert_shared_feed_forward_length", 0, 0, 1 << 20, &shared));
+    if (shared)
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.expert_shared_feed_forward_length' = %d: shared "
+                       "experts are not supported", a, shared);
+    return PL_OK;
+}
 
 static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     pl_gguf_str arch;
@@ -263,9 +291,10 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     else if (pl_gguf_str_eq(arch, "qwen3")) hp->arch = PL_ARCH_QWEN3;
     else if (pl_gguf_str_eq(arch, "mistral3")) hp->arch = PL_ARCH_MISTRAL3;
     else if (pl_gguf_str_eq(arch, "gemma3")) hp->arch = PL_ARCH_GEMMA3;
+    else if (pl_gguf_str_eq(arch, "qwen3moe")) hp->arch = PL_ARCH_QWEN3MOE;
     else
         return pl_fail(PL_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: "
-                       "llama, qwen2, qwen3, mistral3, gemma2, gemma3, phi3, bert)",
+                       "llama, qwen2, qwen3, qwen3moe, mistral3, gemma2, gemma3, phi3, bert)",
                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     const char *a = hp->arch_name;
     PL_TRY(get_arch_int(g, a, "embedding_length", -1, 1, 1 << 16, &hp->dim));
@@ -306,8 +335,8 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (hp->arch == PL_ARCH_GEMMA2) PL_TRY(read_gemma2_hparams(g, hp));
     if (hp->arch == PL_ARCH_GEMMA3) PL_TRY(read_gemma3_hparams(g, hp));
     if (hp->arch == PL_ARCH_MISTRAL3) PL_TRY(read_mistral3_hparams(g, hp));
-    if (hp->arch == PL_ARCH_PHI3 || hp->arch == PL_ARCH_QWEN3) PL_TRY(ignore_sliding_window(hp));
-    return PL_OK;
+    if (hp->arch == PL_ARCH_PHI3 || pl_arch_is_qwen3(hp->arch)) PL_TRY(ignore_sliding_window(hp));
+    return read_moe_hparams(g, hp);
 }
 
 /* Find a tensor with the given shape; required unless `optional`. */
@@ -363,6 +392,23 @@ static pl_weight weight_rows(const pl_weight *w, int64_t r0, int64_t rows) {
     p.data = (const char *)w->data + (size_t)r0 * pl_dtype_row_size(w->type, w->cols);
     p.rows = rows;
     return p;
+}
+
+/* The n experts of a 3-D GGUF tensor [cols, rows, n]: expert e is the ordinary weight at rows
+ * [e * rows, (e + 1) * rows), still memory-mapped. */
+static pl_status bind_experts(const pl_gguf *g, const char *name, int64_t cols, int64_t rows,
+                              int64_t n, pl_weight *out) {
+    const pl_gguf_tensor *t = pl_gguf_find_tensor(g, name);
+    if (!t) return pl_fail(PL_ERR_FORMAT, "missing tensor '%s'", name);
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n || t->ne[3] != 1)
+        return pl_fail(PL_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected "
+                       "[%lld, %lld, %lld]", name, (long long)t->ne[0], (long long)t->ne[1],
+                       (long long)t->ne[2], (long long)t->ne[3], (long long)cols,
+                       (long long)rows, (long long)n);
+    pl_weight all;
+    PL_TRY(bind_weight(g, name, cols, rows * n, &all));
+    for (int64_t e = 0; e < n; e++) out[e] = weight_rows(&all, e * rows, rows);
+    return PL_OK;
 }
 
 /* ---- weights copied out of the mapping: tensor-parallel slices, repacked layouts ---- */
@@ -425,11 +471,18 @@ static pl_status repack_weights(pl_model *m) {
         pl_layer_weights *L = &m->layers[l];
         pl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
-            if (!ws[i]->data) continue; /* bert: no gate */
+            if (!ws[i]->data) continue; /* bert: no gate; MoE: experts */
             char name[64];
             snprintf(name, sizeof name, "blk.%d matrix %zu", l, i);
             PL_TRY(repack_weight(m, name, ws[i]));
             n += ws[i]->layout == PL_WLAYOUT_X16;
+        }
+        /* each expert on its own: a step reads only the experts its tokens chose */
+        for (int32_t e = 0; L->exp_gate && e < 3 * m->hp.n_expert; e++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d expert matrix %d", l, e);
+            PL_TRY(repack_weight(m, name, &L->exp_gate[e]));
+            n += L->exp_gate[e].layout == PL_WLAYOUT_X16;
         }
     }
     /* the output layer, also when tied: token lookups keep reading tok_embd's rows */
@@ -548,7 +601,7 @@ static pl_status bind_weights(pl_model *m) {
         if (!m->rope_freqs && pl_gguf_find_tensor(g, other))
             return pl_fail(PL_ERR_FORMAT, "tensor '%s' is missing (its pair '%s' is present)",
                            use, other);
-    } else if (hp->arch == PL_ARCH_QWEN3 || hp->arch == PL_ARCH_GEMMA3) {
+    } else if (pl_arch_is_qwen3(hp->arch) || hp->arch == PL_ARCH_GEMMA3) {
         /* their llama.cpp graphs rotate without frequency factors */
         if (pl_gguf_find_tensor(g, "rope_freqs.weight"))
             pl_log(PL_LOG_INFO, "rope_freqs.weight is not applied (as llama.cpp's %s)",
@@ -592,12 +645,22 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(load_vector(g, NAME("attn_q.bias"), q_dim, bias_optional, &L->bq));
         PL_TRY(load_vector(g, NAME("attn_k.bias"), kv_dim, bias_optional, &L->bk));
         PL_TRY(load_vector(g, NAME("attn_v.bias"), kv_dim, bias_optional, &L->bv));
-        if (hp->arch == PL_ARCH_QWEN3 || hp->arch == PL_ARCH_GEMMA3) {
+        if (pl_arch_is_qwen3(hp->arch) || hp->arch == PL_ARCH_GEMMA3) {
             PL_TRY(load_vector(g, NAME("attn_q_norm.weight"), hp->head_dim, 0, &L->q_norm));
             PL_TRY(load_vector(g, NAME("attn_k_norm.weight"), hp->head_dim, 0, &L->k_norm));
         }
         PL_TRY(load_vector(g, NAME("ffn_norm.weight"), dim, 0, &L->ffn_norm));
-        if (hp->arch == PL_ARCH_PHI3) { /* ffn_up holds the gate rows, then the up rows */
+        if (hp->n_expert > 0) { /* the router and the experts' 3-D tensors */
+            const int64_t ne = hp->n_expert, ef = hp->expert_ffn;
+            PL_TRY(bind_weight(g, NAME("ffn_gate_inp.weight"), dim, ne, &L->gate_inp));
+            if (!(L->exp_gate = calloc((size_t)(3 * ne), sizeof *L->exp_gate)))
+                return pl_fail(PL_ERR_NOMEM, "out of memory for %lld experts", (long long)ne);
+            L->exp_up = L->exp_gate + ne;
+            L->exp_down = L->exp_up + ne;
+            PL_TRY(bind_experts(g, NAME("ffn_gate_exps.weight"), dim, ef, ne, L->exp_gate));
+            PL_TRY(bind_experts(g, NAME("ffn_up_exps.weight"), dim, ef, ne, L->exp_up));
+            PL_TRY(bind_experts(g, NAME("ffn_down_exps.weight"), ef, dim, ne, L->exp_down));
+        } else if (hp->arch == PL_ARCH_PHI3) { /* ffn_up holds the gate rows, then the up rows */
             pl_weight up;
             PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, 2 * (int64_t)ff, &up));
             L->w_gate = weight_rows(&up, 0, ff);
@@ -610,7 +673,7 @@ static pl_status bind_weights(pl_model *m) {
             PL_TRY(load_vector(g, NAME("post_attention_norm.weight"), dim, 0, &L->attn_post_norm));
             PL_TRY(load_vector(g, NAME("post_ffw_norm.weight"), dim, 0, &L->ffn_post_norm));
         }
-        PL_TRY(bind_weight(g, NAME("ffn_down.weight"), ff, dim, &L->w_down));
+        if (!hp->n_expert) PL_TRY(bind_weight(g, NAME("ffn_down.weight"), ff, dim, &L->w_down));
         static const char *const biases[] = {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
                                              "ffn_down.bias"};
         for (int i = 0; i < 4 && hp->arch == PL_ARCH_MISTRAL3; i++)
@@ -640,6 +703,10 @@ static pl_status shard_hparams(pl_model *m, int32_t rank, int32_t size) {
     m->shard = (pl_model_shard){.rank = rank, .size = size, .n_heads = hp->n_heads,
                                 .n_kv_heads = hp->n_kv_heads, .ffn_dim = hp->ffn_dim};
     if (size == 1) return PL_OK;
+    if (hp->n_expert > 0)
+        return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism does not support mixture-of-experts "
+                       "models yet ('%s' has %d experts): run it with tensor-parallel-size 1",
+                       hp->arch_name, hp->n_expert);
     if (hp->arch != PL_ARCH_LLAMA && hp->arch != PL_ARCH_QWEN2)
         return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism supports the llama and qwen2 "
                        "architectures, not '%s'", hp->arch_name);
@@ -691,7 +758,7 @@ void pl_model_destroy(pl_model *m) {
             pl_layer_weights *L = &m->layers[l];
             PL_FREE_ALL(L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->b_up, L->b_down,
                         L->attn_out_norm, L->attn_out_norm_b, L->out_norm, L->out_norm_b,
-                        L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm);
+                        L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm, L->exp_gate);
         }
         free(m->layers);
     }

@@ -15,6 +15,8 @@
  * RMSNorms; the window on the layers of sliding_window_pattern, five of six by default, which
  * rotate with rope.freq_base_swa and no scaling; output.weight when present; the final
  * soft-cap only when its key is), `qwen3` (per-head Q/K RMSNorms before NEOX RoPE, no biases),
+ * `qwen3moe` (qwen3's attention, a mixture-of-experts FFN), llama with `llama.expert_count` > 0
+ * (Mixtral: llama's attention, the same MoE FFN),
  * `mistral3` (Mistral 3 / Ministral 3 text: llama's graph plus the attention temperature of
  * attention.temperature_scale and the rope.scaling.yarn_* keys), `phi3` (fused attn_qkv and gate/up ffn_up tensors bound as row views, NEOX RoPE,
  * LongRoPE factors; its sliding_window ignored as llama.cpp does) and `bert` (an embedding
@@ -47,8 +49,11 @@ enum { PL_MAX_LAYERS = 1024 }; /* block_count above this is refused at load */
 
 typedef enum {
     PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2, PL_ARCH_BERT = 3, PL_ARCH_GEMMA2 = 4, PL_ARCH_PHI3 = 5,
-    PL_ARCH_QWEN3 = 6, PL_ARCH_MISTRAL3 = 7, PL_ARCH_GEMMA3 = 8
+    PL_ARCH_QWEN3 = 6, PL_ARCH_MISTRAL3 = 7, PL_ARCH_GEMMA3 = 8, PL_ARCH_QWEN3MOE = 9
 } pl_arch;
+
+/* qwen3 and qwen3moe share the attention: per-head Q/K RMSNorms, NEOX RoPE, no biases. */
+static inline int pl_arch_is_qwen3(pl_arch a) { return a == PL_ARCH_QWEN3 || a == PL_ARCH_QWEN3MOE; }
 
 /* The Gemma families' shared traits: embeddings scaled by sqrt(dim), GeGLU, RMSNorms after the
  * attention and FFN outputs. */
@@ -91,6 +96,11 @@ typedef struct {
      * architecture defines its own pattern (e.g. alternating local / global layers). */
     int32_t sliding_window;
     uint8_t swa_layers[PL_MAX_LAYERS];
+    /* Mixture of experts (qwen3moe; llama with `llama.expert_count` > 0, Mixtral): each layer's
+     * FFN is n_expert SwiGLU experts of width expert_ffn; a token goes through the
+     * n_expert_used of highest softmax(router logits), weighted by those probabilities divided
+     * by their sum (llama.cpp's norm_w). n_expert 0: a dense FFN of ffn_dim. */
+    int32_t n_expert, n_expert_used, expert_ffn;
 } pl_model_hparams;
 
 /* The attention window of layer l: hp->sliding_window if the layer uses it, else 0 (full). */
@@ -116,6 +126,12 @@ typedef struct {
     float *out_norm, *out_norm_b;     /* [dim] x2 */
     /* gemma2, gemma3 (NULL otherwise): RMSNorms of the attention and FFN outputs. */
     float *attn_post_norm, *ffn_post_norm; /* [dim] x2 */
+    /* MoE (hp.n_expert > 0; w_gate/w_up/w_down unused): the router [n_expert x dim] and each
+     * expert's matrices, slices of the GGUF 3-D tensors ffn_{gate,up,down}_exps: exp_gate[e],
+     * exp_up[e] [expert_ffn x dim], exp_down[e] [dim x expert_ffn] (one allocation of 3
+     * n_expert weights at exp_gate). */
+    pl_weight gate_inp;
+    pl_weight *exp_gate, *exp_up, *exp_down;
 } pl_layer_weights;
 
 /* Tensor parallelism (issue 13): which slice of every layer this process holds. A shard of
@@ -160,8 +176,8 @@ typedef struct {
 pl_status pl_model_load(const char *path, pl_model **out);
 /* Load shard `rank` of `size` (see pl_model_shard; size 1 = pl_model_load). Refuses, naming the
  * numbers, a size that does not divide the KV heads or the FFN width, a column slice that does
- * not fall on the weight type's quantization blocks, and architectures other than llama and
- * qwen2. */
+ * not fall on the weight type's quantization blocks, architectures other than llama and qwen2,
+ * and mixture-of-experts models (not sharded yet: every rank would hold whole experts). */
 pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_model **out);
 void pl_model_destroy(pl_model *m);
 

@@ -185,8 +185,10 @@ ARCH_FLAGS=("--arch gemma2 --head-dim 24 --sliding-window 8" "--arch phi3 --slid
             "--rope-scaling llama3 --rope-orig-ctx 64" "--rope-scaling yarn --rope-factor 4"
             "--arch qwen3 --head-dim 24"
             "--arch mistral3 --rope-scaling yarn --rope-orig-ctx 16 --attn-temp-scale 0.1 --yarn-log-mul 1"
-            "--arch gemma3 --layers 6 --sliding-window 8 --rope-base-swa 10000")
-for i in 0 1 2 3 4 5 6; do
+            "--arch gemma3 --layers 6 --sliding-window 8 --rope-base-swa 10000"
+            "--arch qwen3moe --head-dim 24 --experts 4 --experts-used 2 --expert-ffn 32"
+            "--experts 4 --experts-used 2")
+for i in 0 1 2 3 4 5 6 7 8; do
     # shellcheck disable=SC2206
     f=(${ARCH_FLAGS[$i]})
     "$PL_BINARY" mkmodel "$tmp/a$i.gguf" "${TINY[@]}" "${f[@]}" --type f16 >/dev/null 2>"$tmp/err"
@@ -215,6 +217,24 @@ assert "blk.0.ffn_gate.weight" not in p and "blk.0.attn_q.weight" not in p, p
 assert l["rope_freqs.weight"] == [8], l
 EOF2
 then ok; else bad "gemma2 / phi3 / llama3 tensor layout"; fi
+python3 "$tmp/gguf_table.py" "$tmp/a7.gguf" >"$tmp/qm.json"
+python3 "$tmp/gguf_table.py" "$tmp/a8.gguf" >"$tmp/mx.json"
+if python3 - "$tmp/qm.json" "$tmp/mx.json" <<'EOF2'
+import json, sys
+qm, mx = (dict((t[0], t[1:]) for t in json.load(open(f))["tensors"]) for f in sys.argv[1:])
+assert qm["blk.1.ffn_gate_inp.weight"] == [[64, 4], 0], qm  # the router stays f32
+assert qm["blk.1.ffn_gate_exps.weight"][0] == [64, 32, 4], qm
+assert qm["blk.1.ffn_down_exps.weight"][0] == [32, 64, 4], qm
+assert qm["blk.0.attn_q_norm.weight"][0] == [24] and "blk.0.ffn_gate.weight" not in qm, qm
+assert mx["blk.0.ffn_up_exps.weight"][0] == [64, 128, 4] and "blk.0.ffn_down.weight" not in mx, mx
+EOF2
+then ok; else bad "qwen3moe / mixtral tensor layout"; fi
+if "$PL_BINARY" inspect --json "$tmp/a7.gguf" | python3 -c '
+import json, sys
+h = json.load(sys.stdin)["hparams"]
+assert h["expert_count"] == 4 and h["expert_used_count"] == 2, h
+assert h["expert_feed_forward_length"] == 32, h'; then ok
+else bad "inspect shows qwen3moe hyper-parameters"; fi
 if "$PL_BINARY" inspect --json "$tmp/a0.gguf" | python3 -c '
 import json, sys
 h = json.load(sys.stdin)["hparams"]
@@ -281,7 +301,7 @@ usage_error "rope scaling on gemma2" "--rope-scaling yarn is for --arch llama" "
     --arch gemma2 --rope-scaling yarn
 usage_error "longrope on llama" "--rope-scaling longrope is for --arch phi3" "$B" "${TINY[@]}" \
     --rope-scaling longrope
-usage_error "unknown arch" "is not llama, qwen3, mistral3, gemma2, gemma3, phi3 or bert" "$B" \
+usage_error "unknown arch" "is not llama, qwen3, qwen3moe, mistral3, gemma2," "$B" \
     "${TINY[@]}" --arch gpt2
 usage_error "temperature on llama" "--attn-temp-scale and --yarn-\* are for --arch mistral3" "$B" \
     "${TINY[@]}" --attn-temp-scale 0.1
@@ -298,6 +318,8 @@ usage_error "unknown option" "--frobnicate" "$B" "${TINY[@]}" --frobnicate
 usage_error "missing value" "--seed" "$B" "${TINY[@]}" --seed
 usage_error "two outputs" "unexpected argument" "$B" "$tmp/second.gguf" "${TINY[@]}"
 usage_error "unknown shape" "--shape: '7b'" "$B" --vocab-from "$VOCAB" --shape 7b
+usage_error "experts on gemma2" "--experts and --experts-used are for" "$B" "${TINY[@]}" --arch gemma2 --experts 4
+usage_error "too many used experts" "--experts-used 5 is more than --experts 4" "$B" "${TINY[@]}" --experts 4 --experts-used 5
 
 # ---- named shapes (--shape): the benchmark tables' hyper-parameters; flags override them ----
 shape_case() { # shape_case NAME TYPE DIM HEADS KV FFN [extra flags]: one layer of the shape

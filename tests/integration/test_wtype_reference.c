@@ -111,6 +111,12 @@ static const arch_case ARCHS[] = {
      * 6; the final soft-cap */
     {"gemma3-62", "--arch gemma3 --layers 62 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 "
                   "--ffn 128 --sliding-window 32 --final-softcap 3"},
+    /* issue 34: mixtures of experts, softmax routing, the top-k weights normalized; qwen3moe's
+     * attention is qwen3's, its experts 128 wide (3 of 8 per token); Mixtral is llama's layout
+     * with 2 of 4 experts of --ffn */
+    {"qwen3moe", "--arch qwen3moe --head-dim 48 --rope-base 1000000 --experts 8 --experts-used 3 "
+                 "--expert-ffn 128"},
+    {"mixtral", "--experts 4 --experts-used 2 --ffn 256 --rope-base 1000000"},
 };
 
 enum { TOP = 20, MAX_SEQ = 256 };

@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STORIES PL_SHARED_DIR "/models/stories260K.gguf"
 #define Q8 PL_SHARED_DIR "/models/synth-tiny-q8_0.gguf"
@@ -77,6 +78,21 @@ static void test_shapes_and_refusals(void **state) {
     /* q4_K: 8 heads of 32 cut into 128-column slices of 256-value blocks. */
     assert_int_equal(pl_model_load_shard(Q4K, 0, 2, &m), PL_ERR_UNSUPPORTED);
     assert_non_null(strstr(pl_last_error(), "not a whole number of quantization blocks"));
+    /* mixtures of experts are not sharded (issue 34): refused, saying so */
+    char moe[] = "/tmp/pl_shard_moe_XXXXXX";
+    int fd = mkstemp(moe);
+    assert_true(fd >= 0);
+    close(fd);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s' --dim 64 --layers 1 --heads 4 "
+             "--kv-heads 2 --ffn 64 --experts 4 --experts-used 2 >/dev/null", PL_BINARY, moe,
+             STORIES);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(pl_model_load_shard(moe, 0, 2, &m), PL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pl_last_error(), "does not support mixture-of-experts"));
+    assert_int_equal(pl_model_load_shard(moe, 0, 1, &m), PL_OK);
+    pl_model_destroy(m);
+    unlink(moe);
 }
 
 /* ---- two ranks as two threads ---- */
