@@ -50,6 +50,10 @@ int32_t pl_tokenizer_bos(const pl_tokenizer *t); /* -1 if none */
 int32_t pl_tokenizer_eos(const pl_tokenizer *t); /* -1 if none */
 int pl_tokenizer_add_bos(const pl_tokenizer *t); /* whether prompts get BOS by default */
 int pl_tokenizer_add_eos(const pl_tokenizer *t);
+/* A text pair (a reranker's query and document): whether SEP goes between them
+ * (tokenizer.ggml.add_sep_token; WordPiece's default 1), and the SEP id (-1 if none). */
+int pl_tokenizer_add_sep(const pl_tokenizer *t);
+int32_t pl_tokenizer_sep(const pl_tokenizer *t);
 /* 1 if generating this id ends the sequence (EOS, EOT, EOM and similar end-of-generation ids). */
 int pl_tokenizer_is_eog(const pl_tokenizer *t, int32_t id);
 /* A token marked CONTROL by llama.cpp's fix-ups (e.g. "<|im_end|>" stored as NORMAL) reports
