@@ -94,41 +94,13 @@ static int get_texts(json_t *v, const char *field, int objects, int one_ok, cons
     return 0;
 }
 
-/* The pair's token ids as llama-server's format_prompt_rerank makes them. */
+/* The pair's token ids (pl_tokenize_pair: llama-server's format_prompt_rerank). */
 static int pair_ids(pl_server *s, const char *q, const char *d, int32_t **out, size_t *n,
                     pl_server_error *err) {
-    const pl_tokenizer *t = s->tok;
-    int32_t *a = NULL, *b = NULL;
-    size_t na = 0, nb = 0;
-    if (pl_tokenize(t, q, strlen(q), 0, 0, &a, &na) != PL_OK ||
-        pl_tokenize(t, d, strlen(d), 0, 0, &b, &nb) != PL_OK) {
-        free(a);
-        free(b);
+    pl_status st = pl_tokenize_pair(s->tok, q, strlen(q), d, strlen(d), out, n);
+    if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
+    if (st != PL_OK)
         return pl_server_fail(err, 400, "documents", "invalid_value", "%s", pl_last_error());
-    }
-    int32_t eos = pl_tokenizer_eos(t) >= 0 ? pl_tokenizer_eos(t) : pl_tokenizer_sep(t);
-    const int bos = pl_tokenizer_add_bos(t) && pl_tokenizer_bos(t) >= 0;
-    const int add_eos = pl_tokenizer_add_eos(t) && eos >= 0;
-    const int sep = pl_tokenizer_add_sep(t) && pl_tokenizer_sep(t) >= 0;
-    int32_t *v = malloc((na + nb + 4) * sizeof *v);
-    if (!v) {
-        free(a);
-        free(b);
-        return pl_server_nomem(err);
-    }
-    size_t k = 0;
-    if (bos) v[k++] = pl_tokenizer_bos(t);
-    memcpy(v + k, a, na * sizeof *v);
-    k += na;
-    if (add_eos) v[k++] = eos;
-    if (sep) v[k++] = pl_tokenizer_sep(t);
-    memcpy(v + k, b, nb * sizeof *v);
-    k += nb;
-    if (add_eos) v[k++] = eos;
-    free(a);
-    free(b);
-    *out = v;
-    *n = k;
     return 0;
 }
 

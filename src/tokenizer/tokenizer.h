@@ -71,6 +71,13 @@ const char *pl_tokenizer_token_text(const pl_tokenizer *t, int32_t id);
 pl_status pl_tokenize(const pl_tokenizer *t, const char *text, size_t len, int add_special,
                       int parse_special, int32_t **ids, size_t *n_ids);
 
+/* A text pair (a reranker's query and document) as llama-server's format_prompt_rerank builds
+ * it: [BOS] a [EOS] [SEP] b [EOS], each special as the vocabulary's add_bos / add_eos / add_sep
+ * say (EOS falls back to SEP); the texts without special parsing. A BERT cross-encoder's
+ * tokenizer (add_eos, EOS = SEP, no add_sep) gives [CLS] a [SEP] b [SEP]. */
+pl_status pl_tokenize_pair(const pl_tokenizer *t, const char *a, size_t na, const char *b,
+                           size_t nb, int32_t **ids, size_t *n_ids);
+
 /* The bytes of one token. Control tokens give "" unless `special`. Returns the piece length;
  * writes at most cap bytes (no NUL). */
 size_t pl_token_to_piece(const pl_tokenizer *t, int32_t id, char *buf, size_t cap, int special);
