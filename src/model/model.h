@@ -20,7 +20,8 @@
  * LongRoPE factors; its sliding_window ignored as llama.cpp does) and `bert` (an embedding
  * model: absolute positions, token type 0 added, LayerNorm after the embeddings and after each
  * sub-layer, biases everywhere, GELU, bidirectional attention over the request's own tokens, no
- * KV cache; pooled by `bert.pooling_type` mean / cls / last).
+ * KV cache; pooled by `bert.pooling_type` mean / cls / last, or rank: a reranker whose
+ * classification head cls / cls.output scores the CLS state).
  * Anything else is refused with a message naming the architecture, and so is a metadata value
  * pagellm does not implement (a RoPE scaling type, gemma2's rope.freq_base_swa, a fused QKV bias,
  * mistral3's optional output and FFN biases,
