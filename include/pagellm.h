@@ -474,7 +474,9 @@ const pl_engine_config *pl_engine_get_config(const pl_engine *e);
 int32_t pl_engine_n_vocab(const pl_engine *e);
 /* The pooling embedding requests get (1 mean, 2 cls = first token, 3 last: llama.cpp's
  * numbering): config.pooling if set, else an embedding model's `<arch>.pooling_type`, else 0 (no
- * embeddings); and the length of the embeddings. */
+ * embeddings); and the length of the embeddings. 4 (rank): a reranker (a bert cross-encoder),
+ * whose "embedding" of a [CLS] query [SEP] document [SEP] input is its n_embd relevance scores
+ * (the classification head's raw outputs; n_embd is 1 for a reranker). */
 int32_t pl_engine_pooling(const pl_engine *e);
 int32_t pl_engine_n_embd(const pl_engine *e);
 /* 1 for an embedding model (bert): it serves embedding requests only and has no KV cache. */

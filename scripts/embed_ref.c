@@ -9,6 +9,10 @@
  * (the flags that made MODEL are recorded in the JSON, for the test to make the same file; ""
  * for a model used as is). The optional pooling overrides the model's, as llama.cpp's --pooling
  * does for a generation model; the KV cache is then f32.
+ * A reranker (pooling_type rank): each line is "query<TAB>document"; the pair is tokenized as
+ * llama-server's format_prompt_rerank does ([BOS] query [EOS] [SEP] document [EOS] as the
+ * vocabulary's add_bos / add_eos / add_sep say; EOS falls back to SEP) and its "score" is the
+ * n_cls_out raw outputs of the classification head (llama_get_embeddings_seq).
  */
 #include "llama.h"
 
@@ -84,7 +88,52 @@ int main(int argc, char **argv) {
     printf(",\n \"pooling_type\": %d,\n \"cases\": [", (int)llama_pooling_type(ctx));
     char line[8192];
     int n_cases = 0;
-    while (fgets(line, sizeof line, stdin)) {
+    const int rank = llama_pooling_type(ctx) == LLAMA_POOLING_TYPE_RANK;
+    while (rank && fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\n")] = 0;
+        char *doc = strchr(line, '\t');
+        if (!doc) return 1;
+        *doc++ = 0;
+        llama_token ids[1024];
+        int nq = llama_tokenize(vocab, line, (int32_t)strlen(line), ids + 1, 500, false, false);
+        if (nq < 0) return 1;
+        llama_token eos = llama_vocab_eos(vocab);
+        if (eos == LLAMA_TOKEN_NULL) eos = llama_vocab_sep(vocab);
+        int n = 0;
+        if (llama_vocab_get_add_bos(vocab)) ids[n++] = llama_vocab_bos(vocab);
+        memmove(ids + n, ids + 1, (size_t)nq * sizeof *ids);
+        n += nq;
+        if (llama_vocab_get_add_eos(vocab)) ids[n++] = eos;
+        if (llama_vocab_get_add_sep(vocab)) ids[n++] = llama_vocab_sep(vocab);
+        int nd = llama_tokenize(vocab, doc, (int32_t)strlen(doc), ids + n, 500, false, false);
+        if (nd < 0) return 1;
+        n += nd;
+        if (llama_vocab_get_add_eos(vocab)) ids[n++] = eos;
+        printf("%s\n  {\"query\": ", n_cases++ ? "," : "");
+        json_str(line);
+        printf(", \"document\": ");
+        json_str(doc);
+        printf(", \"ids\": [");
+        for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+        struct llama_batch b = llama_batch_init(n, 0, 1);
+        for (int i = 0; i < n; i++) {
+            b.token[i] = ids[i];
+            b.pos[i] = i;
+            b.n_seq_id[i] = 1;
+            b.seq_id[i][0] = 0;
+            b.logits[i] = 1;
+        }
+        b.n_tokens = n;
+        if (llama_encode(ctx, b) != 0) return 1;
+        const float *e = llama_get_embeddings_seq(ctx, 0);
+        if (!e) return 1;
+        printf("], \"score\": [");
+        for (uint32_t i = 0; i < llama_model_n_cls_out(model); i++)
+            printf("%s%.8g", i ? ", " : "", e[i]);
+        printf("]}");
+        llama_batch_free(b);
+    }
+    while (!rank && fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\n")] = 0;
         int tok_only = !strncmp(line, "tok:", 4);
         char *text = line + (tok_only ? 4 : 0);

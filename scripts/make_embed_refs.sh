@@ -30,6 +30,14 @@ for name in "${!models[@]}"; do
       > "tests/data/embeddings/$name.json"
   echo "tests/data/embeddings/$name.json"
 done
+# A reranker (pooling rank): query<TAB>document pairs, the classification head's scores.
+rank="--arch bert --pooling rank --dim 64 --layers 2 --heads 4 --ffn 128 --type f32 --seed 15"
+# shellcheck disable=SC2086
+"$build/pagellm" mkmodel "$tmp/bert-rank-f32.gguf" --vocab-from ../shared/models/stories260K.gguf \
+    $rank >/dev/null
+"$tmp/embed_ref" "$tmp/bert-rank-f32.gguf" "$rank" < tests/data/embeddings/rerank_inputs.txt \
+    > tests/data/embeddings/bert-rank-f32.json
+echo tests/data/embeddings/bert-rank-f32.json
 # A generation model with llama.cpp's --pooling (pagellm serve --pooling): stories260K as is.
 for pool in mean last; do
   "$tmp/embed_ref" ../shared/models/stories260K.gguf "" $pool < tests/data/embeddings/inputs.txt \

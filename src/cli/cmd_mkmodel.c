@@ -2,7 +2,8 @@
  * --heads H --kv-heads K --ffn F [--type T] [--seed S] [--ctx N] [--sliding-window W]`: a
  * random-weight Llama; with `--arch qwen3|mistral3|gemma2|gemma3|phi3` (and their flags, see
  * usage) those layouts; with
- * `--arch bert [--pooling mean|cls|last]` a random-weight BERT embedding model (below).
+ * `--arch bert [--pooling mean|cls|last|rank]` a random-weight BERT embedding model (below;
+ * rank: a reranker with a classification head cls, cls.output).
  * `--shape 110m|1b|3b` names the shapes of the benchmark tables (docs/BENCHMARKS.md), and
  * `--shape qwen3-8b`, `gemma3-4b`, `mistral3-3b`, ... real models' sizes with their layout and
  * RoPE settings.
@@ -187,7 +188,8 @@ static void usage(FILE *f) {
             "  --ctx N             llama.context_length (default 2048; bert 512)\n"
             "  --arch A            llama (default) or bert (a random BERT embedding model and a\n"
             "                      WordPiece vocabulary built from FILE's pieces; no --kv-heads)\n"
-            "  --pooling P         bert: mean (default), cls or last\n"
+            "  --pooling P         bert: mean (default), cls, last or rank (a reranker: a\n"
+            "                      classification head on [CLS] query [SEP] document [SEP])\n"
             "  --arch gemma2       Gemma 2 layout: post-attention/FFW norms, GeGLU, tied output,\n"
             "                      soft-capping, sliding window on even layers (norms 1 + noise)\n"
             "  --arch phi3         Phi-3 layout: fused attn_qkv and gate/up ffn_up (norms 1 + noise)\n"
@@ -366,7 +368,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
             if (!strcmp(optarg, "mean")) o->pooling = 1;
             else if (!strcmp(optarg, "cls")) o->pooling = 2;
             else if (!strcmp(optarg, "last")) o->pooling = 3;
-            else return usage_error("--pooling: '%s' is not mean, cls or last", optarg);
+            else if (!strcmp(optarg, "rank")) o->pooling = 4;
+            else return usage_error("--pooling: '%s' is not mean, cls, last or rank", optarg);
             break;
         case 'h': usage(stdout); return -1;
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -818,6 +821,11 @@ static pl_status add_bert_tokenizer(builder *b, const mk_opts *o, int64_t *n_voc
         {"tokenizer.ggml.token_type_count", 2}};
     for (size_t i = 0; st == PL_OK && i < sizeof ids / sizeof ids[0]; i++)
         st = pl_gguf_writer_add_u32(w, ids[i].key, ids[i].id);
+    /* A reranker: a pair is [CLS] query [SEP] document [SEP], as convert_hf_to_gguf writes a BERT
+     * cross-encoder's tokenizer (EOS = SEP added after each text, no extra SEP between). */
+    if (st == PL_OK && o->pooling == 4) st = pl_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 3);
+    if (st == PL_OK && o->pooling == 4) st = pl_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", 1);
+    if (st == PL_OK && o->pooling == 4) st = pl_gguf_writer_add_bool(w, "tokenizer.ggml.add_sep_token", 0);
     *n_vocab = (int64_t)v.n;
     wp_free(&v);
     return st;
@@ -870,6 +878,12 @@ static pl_status add_bert_tensors(builder *b, const mk_opts *o, int64_t n_vocab)
         PL_TRY(add_vector(b, NAME("layer_output_norm.weight"), dim, 1.0, 0.1));
         PL_TRY(add_vector(b, NAME("layer_output_norm.bias"), dim, 0.0, std));
 #undef NAME
+    }
+    if (o->pooling == 4) { /* a reranker's classification head (llama.cpp's cls, cls.output) */
+        PL_TRY(add_matrix(b, "cls.weight", o->type, dim, dim, 0.1));
+        PL_TRY(add_vector(b, "cls.bias", dim, 0.0, 0.05));
+        PL_TRY(add_matrix(b, "cls.output.weight", PL_DT_F32, dim, 1, 0.2));
+        PL_TRY(add_vector(b, "cls.output.bias", 1, 0.1, 0.0));
     }
     return PL_OK;
 }

@@ -210,7 +210,11 @@ int pl_cmd_serve(int argc, char **argv) {
     if (pool > 0 && pool < 4 && !pl_engine_embedding_only(e))
         printf("embeddings: POST /v1/embeddings pools the final hidden states (%s, %d "
                "dimensions)\n", pools[pool], pl_engine_n_embd(e));
-    if (pool > 0 && pool < 4 && pl_engine_embedding_only(e)) {
+    if (pool == 4) {
+        printf("reranking model (a cross-encoder, %d score%s per pair): POST /v1/rerank, /rerank, "
+               "/v2/rerank and /v1/score; no KV cache\n", pl_engine_n_embd(e),
+               pl_engine_n_embd(e) == 1 ? "" : "s");
+    } else if (pool > 0 && pool < 4 && pl_engine_embedding_only(e)) {
         printf("embedding model (pooling %s, %d dimensions): POST /v1/embeddings only; no KV "
                "cache (each input attends over its own tokens in one step)\n", pools[pool],
                pl_engine_n_embd(e));

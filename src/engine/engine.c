@@ -131,7 +131,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         pl_decoder_config dc = {
             .tok = e->model->tok, .n_vocab = e->model->hp.n_vocab,
             .max_model_len = e->adm.max_model_len, .max_items = c->max_num_seqs + 1, .kv = e->kv,
-            .embd = e->runner.embd, .n_embd = e->model->hp.dim,
+            .embd = e->runner.embd, .n_embd = pl_model_embed_dim(e->model),
             .drop = e->spec.ready ? pl_spec_drop : NULL, .drop_ctx = &e->spec,
         };
         st = pl_decoder_init(&e->decoder, &dc);
@@ -399,8 +399,9 @@ const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e) { return e->m
 int32_t pl_engine_max_model_len(const pl_engine *e) { return e->adm.max_model_len; }
 int32_t pl_engine_n_vocab(const pl_engine *e) { return e->model->hp.n_vocab; }
 int32_t pl_engine_pooling(const pl_engine *e) {
+    if (e->model->hp.pooling == PL_POOL_RANK) return PL_POOL_RANK; /* a reranker scores */
     return e->cfg.pooling ? e->cfg.pooling : (int32_t)e->model->hp.pooling;
 }
-int32_t pl_engine_n_embd(const pl_engine *e) { return e->model->hp.dim; }
+int32_t pl_engine_n_embd(const pl_engine *e) { return pl_model_embed_dim(e->model); }
 int pl_engine_embedding_only(const pl_engine *e) { return e->model->hp.pooling != PL_POOL_NONE; }
 const pl_engine_config *pl_engine_get_config(const pl_engine *e) { return &e->cfg; }

@@ -8,6 +8,8 @@
  *       x = layernorm(x + Wdown gelu(Wup x + bup) + bdown)   (layer_output_norm)
  *   out[seq] = l2normalize(pool(x[seq's tokens]))   mean | first (CLS) | last
  *              (the caller's pooling if set, else the model's pooling_type)
+ *   rank (a cross-encoder): out[seq] = cls_out tanh(cls x[seq's CLS] + cls_b) + cls_out_b,
+ *              the classification head's raw scores (n_cls_out of them), not normalized
  *
  * There is no KV cache: every sequence is a whole input computed in one step, so attention reads
  * the step's own K and V rows. Each (token, head) pair is computed from its sequence alone, and
@@ -98,6 +100,27 @@ void pl_pool_rows(int pooling, const float *x, int32_t n, int64_t dim, float *ou
     for (int64_t i = 0; i < dim; i++) out[i] = (float)(out[i] * norm);
 }
 
+int32_t pl_model_embed_dim(const pl_model *m) {
+    return m->hp.pooling == PL_POOL_RANK ? m->n_cls_out : m->hp.dim;
+}
+
+/* pooling rank: the classification head over each sequence's first (CLS) state, as llama.cpp's
+ * bert: tanh(cls x + cls_b), then cls.output (each layer only if present). Row-independent. */
+static pl_status rank_head(pl_forward_ctx *c, const pl_step_batch *b, float *out) {
+    const pl_model *m = c->m;
+    const int64_t dim = m->hp.dim, S = b->n_seqs;
+    float *x = c->h; /* [S x dim] (S <= T) */
+    for (int64_t s = 0; s < S; s++)
+        memcpy(x + s * dim, c->x + (size_t)b->seq_start[s] * dim, (size_t)dim * sizeof(float));
+    if (m->cls.data) {
+        matmul_bias(c, &m->cls, m->cls_b, x, S, c->q);
+        for (int64_t i = 0; i < S * dim; i++) x[i] = tanhf(c->q[i]);
+    }
+    if (m->cls_out.data) matmul_bias(c, &m->cls_out, m->cls_out_b, x, S, out);
+    else memcpy(out, x, (size_t)(S * dim) * sizeof(float));
+    return PL_OK;
+}
+
 pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, int32_t pooling_override,
                          float *out) {
     const pl_model *m = c->m;
@@ -152,7 +175,10 @@ pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, int32_t pool
         pl_add(c->h, c->x, T * dim);
         pl_layernorm(c->tp, c->x, c->h, L->out_norm, L->out_norm_b, T, dim, hp->norm_eps);
     }
-    const int pooling = pooling_override ? pooling_override : (int)hp->pooling;
+    /* a reranker always scores: its head is what it was trained for */
+    const int pooling = hp->pooling == PL_POOL_RANK ? PL_POOL_RANK
+                        : pooling_override ? pooling_override : (int)hp->pooling;
+    if (pooling == PL_POOL_RANK) return rank_head(c, b, out);
     for (int32_t s = 0; s < b->n_seqs; s++)
         pl_pool_rows(pooling, c->x + (size_t)b->seq_start[s] * dim,
                      b->seq_start[s + 1] - b->seq_start[s], dim, out + (size_t)s * dim);

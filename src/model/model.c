@@ -60,9 +60,9 @@ static pl_status read_bert_hparams(const pl_gguf *g, pl_model_hparams *hp) {
                        "attention only", key);
     int32_t pool = 0;
     PL_TRY(get_arch_int(g, a, "pooling_type", -1, 0, 4, &pool));
-    if (pool < PL_POOL_MEAN || pool > PL_POOL_LAST)
+    if (pool < PL_POOL_MEAN || pool > PL_POOL_RANK)
         return pl_fail(PL_ERR_UNSUPPORTED, "'%s.pooling_type' = %d is not supported (1 mean, "
-                       "2 cls, 3 last; 0 none and 4 rank are not)", a, pool);
+                       "2 cls, 3 last, 4 rank; 0 none is not)", a, pool);
     hp->pooling = (pl_pooling)pool;
     hp->rope.n_rot = 0; /* absolute positions: nothing is rotated */
     return PL_OK;
@@ -522,6 +522,32 @@ static void slice_vector(float *v, int64_t off, int64_t n) {
     if (v) memmove(v, v + off, (size_t)n * sizeof(float));
 }
 
+/* bert with pooling rank: the classification head (llama.cpp's cls / cls.output tensors, both
+ * optional, at least one present); n_cls_out from cls.output.weight's rows, else dim. */
+static pl_status bind_bert_cls_head(pl_model *m) {
+    const pl_gguf *g = m->file;
+    const int64_t dim = m->hp.dim;
+    const pl_gguf_tensor *co = pl_gguf_find_tensor(g, "cls.output.weight");
+    const int has_cls = pl_gguf_find_tensor(g, "cls.weight") != NULL;
+    if (!co && !has_cls)
+        return pl_fail(PL_ERR_FORMAT, "bert.pooling_type is 4 (rank) but the model has no "
+                       "classification head (tensors 'cls.weight' / 'cls.output.weight')");
+    if (has_cls) {
+        PL_TRY(bind_weight(g, "cls.weight", dim, dim, &m->cls));
+        PL_TRY(load_vector(g, "cls.bias", dim, 1, &m->cls_b));
+    }
+    m->n_cls_out = (int32_t)dim;
+    if (co) {
+        if (co->ne[1] < 1 || co->ne[1] > dim)
+            return pl_fail(PL_ERR_FORMAT, "tensor 'cls.output.weight' has %lld outputs (1..%lld)",
+                           (long long)co->ne[1], (long long)dim);
+        m->n_cls_out = (int32_t)co->ne[1];
+        PL_TRY(bind_weight(g, "cls.output.weight", dim, m->n_cls_out, &m->cls_out));
+        PL_TRY(load_vector(g, "cls.output.bias", m->n_cls_out, 1, &m->cls_out_b));
+    }
+    return PL_OK;
+}
+
 /* bert: embeddings (token, position, token type 0), LayerNorms, and every bias. */
 static pl_status bind_bert_weights(pl_model *m) {
     const pl_gguf *g = m->file;
@@ -564,7 +590,7 @@ static pl_status bind_bert_weights(pl_model *m) {
         PL_TRY(load_vector(g, NAME("layer_output_norm.bias"), dim, 0, &L->out_norm_b));
 #undef NAME
     }
-    return PL_OK;
+    return hp->pooling == PL_POOL_RANK ? bind_bert_cls_head(m) : PL_OK;
 }
 
 static pl_status bind_weights(pl_model *m) {
@@ -763,6 +789,7 @@ void pl_model_destroy(pl_model *m) {
         free(m->layers);
     }
     for (int32_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    PL_FREE_ALL(m->cls_b, m->cls_out_b);
     PL_FREE_ALL(m->output_norm, m->rope_freqs, m->type_embd, m->embd_norm, m->embd_norm_b,
                 m->owned);
     pl_tokenizer_destroy(m->tok);

@@ -22,7 +22,8 @@
  * LongRoPE factors; its sliding_window ignored as llama.cpp does) and `bert` (an embedding
  * model: absolute positions, token type 0 added, LayerNorm after the embeddings and after each
  * sub-layer, biases everywhere, GELU, bidirectional attention over the request's own tokens, no
- * KV cache; pooled by `bert.pooling_type` mean / cls / last).
+ * KV cache; pooled by `bert.pooling_type` mean / cls / last, or rank: a reranker whose
+ * classification head cls / cls.output scores the CLS state).
  * Anything else is refused with a message naming the architecture, and so is a metadata value
  * pagellm does not implement (a RoPE scaling type, gemma2's rope.freq_base_swa, a fused QKV bias,
  * mistral3's optional output and FFN biases,
@@ -61,7 +62,10 @@ static inline int pl_arch_is_gemma(pl_arch a) { return a == PL_ARCH_GEMMA2 || a 
 
 /* How an embedding model turns its last hidden states into one vector (llama.cpp's numbering
  * of `<arch>.pooling_type`). NONE: a generation model (no embeddings). */
-typedef enum { PL_POOL_NONE = 0, PL_POOL_MEAN = 1, PL_POOL_CLS = 2, PL_POOL_LAST = 3 } pl_pooling;
+typedef enum {
+    PL_POOL_NONE = 0, PL_POOL_MEAN = 1, PL_POOL_CLS = 2, PL_POOL_LAST = 3,
+    PL_POOL_RANK = 4 /* a cross-encoder (bert with a classification head): a score per pair */
+} pl_pooling;
 
 typedef struct {
     pl_arch arch;
@@ -171,6 +175,11 @@ typedef struct {
     pl_weight pos_embd;         /* [n_ctx_train x dim] absolute position embeddings */
     float *type_embd;           /* [dim] token type 0's embedding, or NULL */
     float *embd_norm, *embd_norm_b; /* [dim] LayerNorm after the embeddings */
+    /* bert with pooling rank (a reranker): the classification head on the CLS state,
+     * score = cls_out tanh(cls x + cls_b) + cls_out_b; either layer may be absent (data NULL). */
+    pl_weight cls, cls_out;     /* [dim x dim], [n_cls_out x dim] */
+    float *cls_b, *cls_out_b;   /* [dim], [n_cls_out] or NULL */
+    int32_t n_cls_out;          /* scores per pair (the head's outputs; 1 for a reranker) */
 } pl_model;
 
 pl_status pl_model_load(const char *path, pl_model **out);
@@ -228,5 +237,8 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
  * state (pooling, or the model's own when 0), L2-normalized. A sequence's result depends on its
  * tokens only, never on the others in the batch (bitwise). */
 pl_status pl_model_embed(pl_forward_ctx *c, const pl_step_batch *b, int32_t pooling, float *out);
+/* Floats per sequence pl_model_embed writes: n_cls_out for a reranker (pooling rank: the
+ * classification head's raw outputs, not normalized), else dim. */
+int32_t pl_model_embed_dim(const pl_model *m);
 
 #endif

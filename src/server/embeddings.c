@@ -145,6 +145,7 @@ typedef struct {
     int32_t n_embd;
     int64_t prompt_tokens;
     char *error;        /* the first engine error */
+    const char *field;  /* what a refused input is named after ("input", or NULL) */
 } embed_job;
 
 static void job_free(embed_job *j) {
@@ -186,10 +187,11 @@ static int submit_more(embed_job *j, pl_server_error *err) {
             return pl_server_fail(err, 503, NULL, "queue_full",
                                   "the server is busy (%s); retry later", pl_last_error());
         if (st == PL_ERR_INVALID_ARG)
-            return pl_server_fail(err, 400, "input",
+            return pl_server_fail(err, 400, j->field ? j->field : "input",
                                   strstr(pl_last_error(), "maximum context length")
                                       ? "context_length_exceeded" : "invalid_value",
-                                  "input %zu: %s", i, pl_last_error());
+                                  "%s %zu: %s", j->field ? j->field : "input", i,
+                                  pl_last_error());
         if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
         if (st != PL_OK)
             return pl_server_fail(err, 500, NULL, "internal_error", "%s", pl_last_error());
@@ -283,6 +285,40 @@ static json_t *response(embed_job *j, int base64) {
     return o;
 }
 
+/* Run inputs already parsed (j->in) to the end: 0 every vector in j->vec, -1 the client went
+ * away, else *err holds the answer. */
+static int job_run(embed_job *j, struct MHD_Connection *c, pl_server_error *err) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int w = run_all(j, ci ? ci->connect_fd : -1, err);
+    if (w == 2) return 1;
+    if (w < 0) return -1;
+    if (w == 1) return pl_server_nomem(err), 1;
+    if (j->error)
+        return pl_server_fail(err, 500, NULL, "internal_error", "%s", j->error), 1;
+    return 0;
+}
+
+int pl_srv_embed_ids(pl_server *s, struct MHD_Connection *c, int32_t **ids, size_t *n_ids,
+                     size_t n, const char *field, float ***vec, int64_t *prompt_tokens,
+                     pl_server_error *err) {
+    embed_job j = {.s = s, .field = field};
+    j.in.n = n;
+    j.in.ids = ids;
+    j.in.n_ids = n_ids;
+    int rc = (j.in.text = calloc(n, sizeof *j.in.text)) ? job_init(&j, 0, err)
+                                                       : pl_server_nomem(err);
+    if (rc) rc = 1;
+    else if ((rc = job_run(&j, c, err)) < 0) rc = 2;
+    if (!rc) {
+        *vec = j.vec;
+        *prompt_tokens = j.prompt_tokens;
+        j.vec = NULL;
+    }
+    job_free(&j);
+    return rc;
+}
+
 enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     pl_server_error err;
     json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
@@ -315,6 +351,10 @@ enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_con
     } else if (as && !json_is_null(as) && !json_is_boolean(as)) {
         rc = pl_server_fail(&err, 400, "add_special_tokens", "invalid_type",
                             "'add_special_tokens' must be a boolean");
+    } else if (pl_engine_pooling(s->eng) == 4) {
+        rc = pl_server_fail(&err, 400, "model", "invalid_value", "this model (%s) is a reranker "
+                            "(pooling rank): it scores query-document pairs on POST /v1/rerank "
+                            "and /v1/score, not embeddings", s->model_name);
     } else if (!pl_engine_pooling(s->eng)) {
         rc = pl_server_fail(&err, 400, "model", "invalid_value", "this model (%s) cannot compute "
                             "embeddings: it is a generation model without a pooling type; serve "
@@ -331,22 +371,10 @@ enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_con
     if (rc) {
         res = pl_srv_send_error(c, &err);
     } else {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        int w = run_all(&j, ci ? ci->connect_fd : -1, &err);
-        if (w == 2) {
-            res = pl_srv_send_error(c, &err);
-        } else if (w < 0) {
-            res = MHD_NO; /* the client went away: job_free releases the rest */
-        } else if (w == 1) {
-            pl_server_nomem(&err);
-            res = pl_srv_send_error(c, &err);
-        } else if (j.error) {
-            pl_server_fail(&err, 500, NULL, "internal_error", "%s", j.error);
-            res = pl_srv_send_error(c, &err);
-        } else {
-            res = pl_srv_send_json(c, MHD_HTTP_OK, response(&j, base64));
-        }
+        int w = job_run(&j, c, &err);
+        if (w > 0) res = pl_srv_send_error(c, &err);
+        else if (w < 0) res = MHD_NO; /* the client went away: job_free releases the rest */
+        else res = pl_srv_send_json(c, MHD_HTTP_OK, response(&j, base64));
     }
     job_free(&j);
     pthread_mutex_lock(&s->mu);

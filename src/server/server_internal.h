@@ -75,6 +75,19 @@ enum MHD_Result pl_srv_responses(pl_server *s, struct MHD_Connection *c, pl_conn
 enum MHD_Result pl_srv_messages(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 /* embeddings.c */
 enum MHD_Result pl_srv_embeddings(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+/* n engine embedding requests of token ids (ids[i] of n_ids[i], no special tokens added; the
+ * three arrays and the id lists are taken over and freed), run to the end as /v1/embeddings
+ * runs its inputs (queue waves, metrics, a client that goes away). 0: *vec = n vectors of
+ * pl_engine_n_embd floats (free each and the array), *prompt_tokens their total; 2 the client
+ * went away; 1 *err holds the answer (a refused input is a 400 naming `field`). */
+int pl_srv_embed_ids(pl_server *s, struct MHD_Connection *c, int32_t **ids, size_t *n_ids,
+                     size_t n, const char *field, float ***vec, int64_t *prompt_tokens,
+                     pl_server_error *err);
+
+/* rerank.c: POST /v1/rerank, /rerank, /v2/rerank (Cohere's, Jina's and vLLM's shape) and
+ * /v1/score (vLLM's) with a reranker (pooling rank). */
+enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_score(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 
 /* Render chat messages with the model's template into *out (malloc'ed). */
 int pl_srv_render_chat(pl_server *s, const pl_server_request *r, int add_gen, char **out,

@@ -145,6 +145,7 @@ struct pl_tokenizer {
     int lowercase, strip_accents; /* WordPiece normalizer (tokenizer.ggml.normalizer.*) */
     size_t max_token_len;    /* longest token text in bytes (WordPiece's match window) */
     int add_bos, add_eos;
+    int add_sep;             /* tokenizer.ggml.add_sep_token (WordPiece default 1): a pair gets SEP between */
     int add_space_prefix;    /* SPM: prefix a space; detokenize strips one leading space */
     int clean_spaces;        /* detokenize removes " ," " ." etc. (llama.cpp clean_spaces) */
     int ignore_merges;       /* BPE: a pre-token that is a whole token skips the merges */

@@ -174,3 +174,33 @@ pl_status pl_tokenize(const pl_tokenizer *t, const char *text, size_t len, int a
     *n_ids = out.n;
     return PL_OK;
 }
+
+pl_status pl_tokenize_pair(const pl_tokenizer *t, const char *a, size_t na, const char *b,
+                           size_t nb, int32_t **ids, size_t *n_ids) {
+    int32_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    *ids = NULL;
+    *n_ids = 0;
+    pl_status st = pl_tokenize(t, a, na, 0, 0, &x, &nx);
+    if (st == PL_OK) st = pl_tokenize(t, b, nb, 0, 0, &y, &ny);
+    int32_t *v = st == PL_OK ? malloc((nx + ny + 4) * sizeof *v) : NULL;
+    if (st == PL_OK && !v) st = pl_fail(PL_ERR_NOMEM, "tokenize: out of memory");
+    if (st == PL_OK) {
+        const int32_t eos = t->eos >= 0 ? t->eos : t->sep;
+        const int add_eos = t->add_eos && eos >= 0;
+        size_t k = 0;
+        if (t->add_bos && t->bos >= 0) v[k++] = t->bos;
+        memcpy(v + k, x, nx * sizeof *v);
+        k += nx;
+        if (add_eos) v[k++] = eos;
+        if (t->add_sep && t->sep >= 0) v[k++] = t->sep;
+        memcpy(v + k, y, ny * sizeof *v);
+        k += ny;
+        if (add_eos) v[k++] = eos;
+        *ids = v;
+        *n_ids = k;
+    }
+    free(x);
+    free(y);
+    return st;
+}

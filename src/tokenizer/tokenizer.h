@@ -50,6 +50,10 @@ int32_t pl_tokenizer_bos(const pl_tokenizer *t); /* -1 if none */
 int32_t pl_tokenizer_eos(const pl_tokenizer *t); /* -1 if none */
 int pl_tokenizer_add_bos(const pl_tokenizer *t); /* whether prompts get BOS by default */
 int pl_tokenizer_add_eos(const pl_tokenizer *t);
+/* A text pair (a reranker's query and document): whether SEP goes between them
+ * (tokenizer.ggml.add_sep_token; WordPiece's default 1), and the SEP id (-1 if none). */
+int pl_tokenizer_add_sep(const pl_tokenizer *t);
+int32_t pl_tokenizer_sep(const pl_tokenizer *t);
 /* 1 if generating this id ends the sequence (EOS, EOT, EOM and similar end-of-generation ids). */
 int pl_tokenizer_is_eog(const pl_tokenizer *t, int32_t id);
 /* A token marked CONTROL by llama.cpp's fix-ups (e.g. "<|im_end|>" stored as NORMAL) reports
@@ -66,6 +70,13 @@ const char *pl_tokenizer_token_text(const pl_tokenizer *t, int32_t id);
  * USER_DEFINED tokens split the text even without parse_special (as in llama.cpp). */
 pl_status pl_tokenize(const pl_tokenizer *t, const char *text, size_t len, int add_special,
                       int parse_special, int32_t **ids, size_t *n_ids);
+
+/* A text pair (a reranker's query and document) as llama-server's format_prompt_rerank builds
+ * it: [BOS] a [EOS] [SEP] b [EOS], each special as the vocabulary's add_bos / add_eos / add_sep
+ * say (EOS falls back to SEP); the texts without special parsing. A BERT cross-encoder's
+ * tokenizer (add_eos, EOS = SEP, no add_sep) gives [CLS] a [SEP] b [SEP]. */
+pl_status pl_tokenize_pair(const pl_tokenizer *t, const char *a, size_t na, const char *b,
+                           size_t nb, int32_t **ids, size_t *n_ids);
 
 /* The bytes of one token. Control tokens give "" unless `special`. Returns the piece length;
  * writes at most cap bytes (no NUL). */

@@ -423,6 +423,7 @@ static pl_status load(pl_tokenizer *t, const pl_gguf *g) {
     PL_TRY(opt_id(g, "tokenizer.ggml.padding_token_id", n, &t->pad));
     if (t->kind == PL_TOK_WPM) {
         PL_TRY(opt_id(g, "tokenizer.ggml.seperator_token_id", n, &t->sep));
+        t->add_sep = 1;
         t->lowercase = 1;
         PL_TRY(opt_bool(g, "tokenizer.ggml.normalizer.lowercase", &t->lowercase));
         t->strip_accents = t->lowercase;
@@ -432,6 +433,7 @@ static pl_status load(pl_tokenizer *t, const pl_gguf *g) {
     }
     PL_TRY(opt_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos));
     PL_TRY(opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos));
+    PL_TRY(opt_bool(g, "tokenizer.ggml.add_sep_token", &t->add_sep));
     if (flags.force_bos && !t->add_bos) {
         PL_INFO("%s: pre-tokenizer '%s' always adds BOS (tokenizer.ggml.add_bos_token is false)",
                 pl_gguf_path(g), t->pre_name);
@@ -473,6 +475,8 @@ int32_t pl_tokenizer_n_vocab(const pl_tokenizer *t) { return t->n_vocab; }
 int32_t pl_tokenizer_bos(const pl_tokenizer *t) { return t->bos; }
 int32_t pl_tokenizer_eos(const pl_tokenizer *t) { return t->eos; }
 int pl_tokenizer_add_bos(const pl_tokenizer *t) { return t->add_bos; }
+int pl_tokenizer_add_sep(const pl_tokenizer *t) { return t->add_sep; }
+int32_t pl_tokenizer_sep(const pl_tokenizer *t) { return t->sep; }
 int pl_tokenizer_add_eos(const pl_tokenizer *t) { return t->add_eos; }
 size_t pl_tokenizer_max_piece_len(const pl_tokenizer *t) { return t->max_piece_len; }
 

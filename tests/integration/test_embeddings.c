@@ -10,6 +10,9 @@
  *   - what an embedding model refuses: generation requests, inputs longer than one step, empty
  *     inputs; and a generation model refuses embedding requests unless given a pooling.
  *
+ * bert-rank-f32.json: a reranker (pooling rank, a classification head): query/document pairs
+ * tokenized as llama-server's format_prompt_rerank, scored as llama.cpp's library scores them.
+ *
  * stories260K-{mean,last}.json: the generation model stories260K with its final-normed hidden
  * states pooled (llama.cpp's --pooling, config.pooling here); its embedding inputs share their
  * step with a generation request's prefill and hold KV blocks only for that step.
@@ -214,6 +217,89 @@ static void test_mean_f16(void **state) { (void)state; check_model("bert-mean-f1
 static void test_llama_mean(void **state) { (void)state; check_model("stories260K-mean", 1e-4); }
 static void test_llama_last(void **state) { (void)state; check_model("stories260K-last", 1e-4); }
 
+/* A reranker (issue 36): bert-rank-f32.json's query/document pairs tokenize as llama-server's
+ * format_prompt_rerank ([CLS] query [SEP] document [SEP]), and their scores (the classification
+ * head on the CLS state, one per pair) match llama.cpp's within 1e-5, all pairs in one step, and
+ * equal bitwise the pairs scored one at a time. Any pooling the caller asks for is ignored. */
+static void test_rank_f32(void **state) {
+    (void)state;
+    const double tol = 1e-5;
+    char path[512], model[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/tests/data/embeddings/bert-rank-f32.json", PL_SOURCE_DIR);
+    json_error_t jerr;
+    json_t *ref = json_load_file(path, 0, &jerr);
+    if (!ref) fail_msg("%s: %s", path, jerr.text);
+    assert_int_equal(json_integer_value(json_object_get(ref, "pooling_type")), 4);
+    snprintf(model, sizeof model, "%s/bert-rank-f32.gguf", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' %s "
+             ">/dev/null", PL_BINARY, model, PL_SHARED_DIR,
+             json_string_value(json_object_get(ref, "mkmodel")));
+    if (system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
+    pl_engine *e = engine_for(model, 512);
+    assert_int_equal(pl_engine_pooling(e), 4);
+    assert_int_equal(pl_engine_n_embd(e), 1);
+    const struct pl_tokenizer *tok = pl_engine_tokenizer(e);
+    json_t *cases = json_object_get(ref, "cases");
+    const size_t n_cases = json_array_size(cases);
+    assert_true(n_cases >= 3 && n_cases <= 16);
+    int32_t *pair[16];
+    size_t n_pair[16];
+    uint64_t ids[16];
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.embedding = 1;
+    p.add_special = 0;
+    for (size_t i = 0; i < n_cases; i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *q = json_string_value(json_object_get(c, "query"));
+        const char *d = json_string_value(json_object_get(c, "document"));
+        json_t *want = json_object_get(c, "ids");
+        assert_int_equal(pl_tokenize_pair(tok, q, strlen(q), d, strlen(d), &pair[i], &n_pair[i]),
+                         PL_OK);
+        assert_int_equal(n_pair[i], json_array_size(want));
+        for (size_t k = 0; k < n_pair[i]; k++)
+            assert_int_equal(pair[i][k], json_integer_value(json_array_get(want, k)));
+        assert_int_equal(pl_engine_add_request(e, NULL, pair[i], n_pair[i], &p, &ids[i]), PL_OK);
+    }
+    pl_engine_stats st0, st1;
+    pl_engine_get_stats(e, &st0);
+    float score[16];
+    double worst = 0;
+    for (size_t i = 0; i < n_cases; i++) {
+        int32_t n = 0, n_prompt = 0;
+        float *v = take(e, ids[i], &n, &n_prompt);
+        assert_non_null(v);
+        assert_int_equal(n, 1);
+        assert_int_equal((size_t)n_prompt, n_pair[i]);
+        score[i] = v[0];
+        free(v);
+        double want = json_real_value(json_array_get(
+            json_object_get(json_array_get(cases, i), "score"), 0));
+        if (fabs(score[i] - want) > worst) worst = fabs(score[i] - want);
+    }
+    pl_engine_get_stats(e, &st1);
+    assert_int_equal(st1.steps - st0.steps, 1);
+    fprintf(stderr, "bert-rank-f32: max |pagellm - llama.cpp| = %.3g over %zu pairs (tolerance "
+            "%g)\n", worst, n_cases, tol);
+    assert_true(worst <= tol);
+    for (size_t i = 0; i < n_cases; i++) {
+        uint64_t id;
+        int32_t n = 0, n_prompt = 0;
+        assert_int_equal(pl_engine_add_request(e, NULL, pair[i], n_pair[i], &p, &id), PL_OK);
+        float *v = take(e, id, &n, &n_prompt);
+        assert_non_null(v);
+        assert_memory_equal(v, &score[i], sizeof(float));
+        free(v);
+        free(pair[i]);
+    }
+    pl_engine_destroy(e);
+    e = engine_for_pooling(model, 512, 1); /* --pooling mean is ignored: a reranker scores */
+    assert_int_equal(pl_engine_pooling(e), 4);
+    pl_engine_destroy(e);
+    unlink(model);
+    json_decref(ref);
+}
+
 /* What is refused, with a message naming the reason. */
 static void test_refusals(void **state) {
     (void)state;
@@ -358,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_mean_f32), cmocka_unit_test(test_cls_f32),
         cmocka_unit_test(test_last_f32), cmocka_unit_test(test_mean_f16),
         cmocka_unit_test(test_llama_mean), cmocka_unit_test(test_llama_last),
+        cmocka_unit_test(test_rank_f32),
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_bge_vectors),
     };
     return isa_run_group_tests(tests, setup, teardown);
