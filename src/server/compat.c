@@ -8,8 +8,8 @@
  * output and every sampling check are the chat route's own. Whatever the translation cannot carry
  * is a 400 naming the field rather than something silently dropped: item and block types other
  * than text and tool calls (images, files, hosted tools), `previous_response_id`, `store: true`,
- * `background`, Anthropic's `tool_choice` "any" (Responses' "required" goes to the chat route,
- * which constrains the answer to a call). Fields that change nothing here (metadata, truncation, service_tier, reasoning,
+ * `background`. Responses' "required" and Anthropic's "any" go to the chat route's "required",
+ * which constrains the answer to a call. Fields that change nothing here (metadata, truncation, service_tier, reasoning,
  * thinking, cache_control) are accepted and ignored; the model's thinking, split off by the
  * server's reasoning parser (parse.c), comes back as a `reasoning` output item / a `thinking`
  * content block before the answer.
@@ -494,13 +494,11 @@ static int anthropic_tools(const json_t *in, json_t *out, pl_server_error *err) 
         return BAD(err, "tool_choice", "invalid_type", "'tool_choice' must be an object with a 'type'");
     if (!strcmp(type, "auto") || !strcmp(type, "none"))
         return put(out, "tool_choice", json_string(type), err);
-    if (!strcmp(type, "any"))
-        return BAD(err, "tool_choice", "unsupported_parameter",
-                   "'tool_choice' {\"type\": \"any\"} is not supported by this server (it needs a "
-                   "call forced by constrained decoding); use auto or a named tool");
+    if (!strcmp(type, "any")) /* some tool must be called: the chat route's "required" */
+        return put(out, "tool_choice", json_string("required"), err);
     if (strcmp(type, "tool") || !json_is_string(json_object_get(choice, "name")))
         return BAD(err, "tool_choice", "invalid_value",
-                   "'tool_choice' must be {\"type\": \"auto\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}");
+                   "'tool_choice' must be {\"type\": \"auto\" | \"none\" | \"any\"} or {\"type\": \"tool\", \"name\": ...}");
     return put(out, "tool_choice",
                json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
                          json_object_get(choice, "name")), err);

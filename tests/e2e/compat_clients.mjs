@@ -220,9 +220,14 @@ await expectError("messages: an image block refused", 400, () => anthropic.messa
   { model: "stories", max_tokens: 4, messages: [{ role: "user", content: [{ type: "image", source:
     { type: "base64", media_type: "image/png", data: "AA==" } }] }] }), Anthropic.BadRequestError,
   antErr("messages[0].content[0].type"));
-await expectError("messages: tool_choice any refused", 400, () => anthropic.messages.create(
-  { model: "stories", max_tokens: 4, messages: msgs, tools: atools, tool_choice: { type: "any" } }),
-  Anthropic.BadRequestError, antErr("tool_choice"));
+await step("messages: tool_choice any forces a call", async () => {
+  const m = await anthropic.messages.create({ model: "stories", max_tokens: 200, messages: msgs,
+    tools: atools, tool_choice: { type: "any" } });
+  const use = m.content.find((b) => b.type === "tool_use");
+  check("messages tool_choice any: a tool_use of get_weather with a string city", use &&
+        use.name === "get_weather" && typeof use.input.city === "string" &&
+        m.stop_reason === "tool_use", m);
+});
 await expectError("messages: stop_sequences of the wrong type", 400, () => anthropic.messages.create(
   { model: "stories", max_tokens: 4, messages: msgs, stop_sequences: "x" }), Anthropic.BadRequestError,
   antErr("stop_sequences"));
