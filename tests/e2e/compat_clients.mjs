@@ -7,24 +7,16 @@
 // Prints one line per failed check and ends with "N passed, N failed".
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
+import { check, fail, finish, step } from "./checks.mjs";
 
 const base = process.argv[2];
 const key = process.argv[3];
 const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60000 });
 const anthropic = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0, timeout: 60000 });
-let passed = 0, failed = 0;
-function check(what, cond, detail) {
-  if (cond) passed++;
-  else { failed++; console.log(`FAIL: ${what}${detail !== undefined ? " " + JSON.stringify(detail) : ""}`); }
-}
-async function step(what, fn) {
-  try { await fn(); } catch (e) { failed++; console.log(`FAIL: ${what}: threw ${e}`); }
-}
 async function expectError(what, status, fn, cls, check_body) {
   try {
     await fn();
-    failed++;
-    console.log(`FAIL: ${what}: no error`);
+    fail(`${what}: no error`);
   } catch (e) {
     check(`${what}: status ${status}`, e.status === status, [e.status, String(e)]);
     check(`${what}: ${cls.name}`, e instanceof cls, e.constructor.name);
@@ -242,5 +234,4 @@ await step("still serving", async () => {
   const m = await anthropic.messages.create({ model: "stories", messages: msgs, max_tokens: 2 });
   check("messages after the errors", m.usage.output_tokens === 2, m.usage);
 });
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

@@ -4,20 +4,13 @@
 // check and ends with "N passed, N failed".
 import OpenAI from "openai";
 import Ajv from "ajv";
+import { check, fail, finish, step } from "./checks.mjs";
 
 const base = process.argv[2];
 const key = process.argv[3];
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60000 });
 const REF = ", there was a little girl named Lily. She loved to play outside in the park. One day, " +
   "she saw a big, red ball. She wanted to play with it,";
-let passed = 0, failed = 0;
-function check(what, cond, detail) {
-  if (cond) passed++;
-  else { failed++; console.log(`FAIL: ${what}${detail !== undefined ? " " + JSON.stringify(detail) : ""}`); }
-}
-async function step(what, fn) {
-  try { await fn(); } catch (e) { failed++; console.log(`FAIL: ${what}: threw ${e}`); }
-}
 
 await step("models", async () => {
   const list = await client.models.list();
@@ -132,8 +125,7 @@ await step("logit_bias", async () => {
 async function expectError(what, status, fn, cls, param) {
   try {
     await fn();
-    failed++;
-    console.log(`FAIL: ${what}: no error`);
+    fail(`${what}: no error`);
   } catch (e) {
     check(`${what}: status ${status}`, e.status === status, e.status);
     check(`${what}: ${cls.name}`, e instanceof cls, e.constructor.name);
@@ -304,5 +296,4 @@ await expectError("wrong API key", 401, () => bad.models.list(), OpenAI.Authenti
 
 const r = await fetch(`${base}/health`);
 check("health after the errors", r.status === 200, r.status);
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

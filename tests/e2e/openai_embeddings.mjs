@@ -8,6 +8,7 @@
 // completions on an embedding model). Prints one line per failure, then "N passed, N failed".
 import OpenAI from "openai";
 import fs from "fs";
+import { check, fail, finish, step } from "./checks.mjs";
 
 const [base, key, refPath, served] = process.argv.slice(2);
 const ref = JSON.parse(fs.readFileSync(refPath, "utf8"));
@@ -15,14 +16,6 @@ const cases = ref.cases.filter((c) => c.embedding);
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60000 });
 const model = served || "bert";
 const generation = !ref.mkmodel; /* stories260K with --pooling: it still generates */
-let passed = 0, failed = 0;
-function check(what, cond, detail) {
-  if (cond) passed++;
-  else { failed++; console.log(`FAIL: ${what}${detail !== undefined ? " " + JSON.stringify(detail) : ""}`); }
-}
-async function step(what, fn) {
-  try { await fn(); } catch (e) { failed++; console.log(`FAIL: ${what}: threw ${e}`); }
-}
 const maxDiff = (a, b) => a.reduce((m, v, i) => Math.max(m, Math.abs(v - b[i])), 0);
 const same = (a, b) => a.length === b.length && a.every((v, i) => Object.is(v, b[i]));
 
@@ -72,8 +65,7 @@ await step("token ids", async () => {
 async function expectError(what, fn, param) {
   try {
     await fn();
-    failed++;
-    console.log(`FAIL: ${what}: no error`);
+    fail(`${what}: no error`);
   } catch (e) {
     check(`${what}: 400 BadRequestError`, e.status === 400 && e instanceof OpenAI.BadRequestError,
           [e.status, e.constructor.name]);
@@ -109,5 +101,4 @@ if (generation) {
 
 const h = await fetch(`${base}/health`);
 check("health after the errors", h.status === 200, h.status);
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

@@ -6,18 +6,11 @@
 // reasoning item and thinking block. Prints failed checks and ends with "N passed, N failed".
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
+import { check, fail, finish, step } from "./checks.mjs";
 
 const base = process.argv[2];
 const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: "none", maxRetries: 0, timeout: 60000 });
 const anthropic = new Anthropic({ baseURL: base, apiKey: "none", maxRetries: 0, timeout: 60000 });
-let passed = 0, failed = 0;
-function check(what, cond, detail) {
-  if (cond) passed++;
-  else { failed++; console.log(`FAIL: ${what}${detail !== undefined ? " " + JSON.stringify(detail) : ""}`); }
-}
-async function step(what, fn) {
-  try { await fn(); } catch (e) { failed++; console.log(`FAIL: ${what}: threw ${e}`); }
-}
 
 const user = [{ role: "user", content: "Is it sunny?" }];
 // stories260K answers with whatever the regex allows: here Qwen3's thinking, then the answer.
@@ -169,4 +162,4 @@ await step("messages: a thinking block before the text", async () => {
         f.content[1].text === "Yes, it is.", f.content);
 });
 
-console.log(`${passed} passed, ${failed} failed`);
+finish();
