@@ -51,6 +51,7 @@ int pl_dtype_can_matmul(pl_dtype t) {
     case PL_DT_F32: case PL_DT_F16: case PL_DT_BF16: case PL_DT_Q8_0: case PL_DT_Q4_0:
     case PL_DT_Q4_K: case PL_DT_Q5_K: case PL_DT_Q6_K: case PL_DT_Q4_1: case PL_DT_Q5_0:
     case PL_DT_Q5_1: case PL_DT_IQ4_NL: case PL_DT_Q2_K: case PL_DT_Q3_K: case PL_DT_IQ4_XS:
+    case PL_DT_MXFP4:
         return 1;
     default:
         return 0;

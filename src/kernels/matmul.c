@@ -272,6 +272,7 @@ static void act_values(pl_dtype t, const uint8_t *act, int64_t cols, double *out
     case PL_DT_Q4_0:
     case PL_DT_Q5_0:
     case PL_DT_IQ4_NL:
+    case PL_DT_MXFP4:
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: { /* q8_0 or q8_1: qs then d (q8_1's s is used by pl_matmul_ref) */
         int64_t nb = cols / PL_QK;
@@ -359,6 +360,7 @@ void pl_dequantize_row(pl_dtype type, const void *src, float *dst, int64_t n) {
     case PL_DT_Q2_K: pl_dequant_q2_K(src, dst, n); break;
     case PL_DT_Q3_K: pl_dequant_q3_K(src, dst, n); break;
     case PL_DT_IQ4_XS: pl_dequant_iq4_xs(src, dst, n); break;
+    case PL_DT_MXFP4: pl_dequant_mxfp4(src, dst, n); break;
     default: PL_ASSERT(!"pl_dequantize_row: type cannot be computed");
     }
 }
@@ -385,6 +387,7 @@ size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n) {
     case PL_DT_Q2_K: pl_quantize_q2_K_ref(src, dst, n); break;
     case PL_DT_Q3_K: pl_quantize_q3_K_ref(src, dst, n); break;
     case PL_DT_IQ4_XS: pl_quantize_iq4_xs_ref(src, dst, n); break;
+    case PL_DT_MXFP4: pl_quantize_mxfp4_ref(src, dst, n); break;
     default: return 0;
     }
     return bytes;

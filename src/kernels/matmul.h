@@ -8,7 +8,7 @@
  *
  * Activations are converted the way llama.cpp's CPU backend does for the dot product, so that
  * results match the reference: f32 weights use f32 activations; f16 weights f16; bf16 weights
- * bf16; q8_0, q4_0, q5_0 and iq4_nl weights Q8_0 activations; q4_1 and q5_1 Q8_1; K-quant
+ * bf16; q8_0, q4_0, q5_0, iq4_nl and mxfp4 weights Q8_0 activations; q4_1 and q5_1 Q8_1; K-quant
  * (q2_K .. q6_K) and iq4_xs weights Q8_K activations. `scratch`
  * holds the converted activations: at least pl_matmul_scratch_size(type, cols, B) bytes.
  *
@@ -68,8 +68,8 @@ void pl_matmul_ref(const pl_weight *w, const float *x, int64_t B, float *y, int6
 /* Dequantize one row (n elements, a multiple of the block size) of any computable type to f32
  * (embedding lookup, tests). */
 void pl_dequantize_row(pl_dtype type, const void *src, float *dst, int64_t n);
-/* Quantize one f32 row to `type` (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 with llama.cpp's
- * reference rounding; q4_K, q6_K, q2_K, q3_K, iq4_nl, iq4_xs with simpler scale choices of our
+/* Quantize one f32 row to `type` (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4 with
+ * llama.cpp's reference rounding; q4_K, q6_K, q2_K, q3_K, iq4_nl, iq4_xs with simpler scale choices of our
  * own, see quant_kw.c and quant_wt.c; used by mkmodel and tests). Returns bytes written, 0 if
  * the type cannot be written. */
 size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n);

@@ -177,6 +177,7 @@ int pl_mm_kernel_avx2(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_BF16: k->fn = tile_bf16; return 1;
     case PL_DT_Q8_0: k->fn = tile_q8_0; return 1;
     case PL_DT_Q4_0: k->fn = tile_q4_0; return 1;
+    case PL_DT_MXFP4: pl_mm_kernel_mxfp4_avx2(k); return 1;
     default: return pl_mm_kernel_avx2_kquant(t, k);
     }
 }

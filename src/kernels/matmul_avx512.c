@@ -410,6 +410,7 @@ int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_Q4_K: k->fn = tile_q4_K; k->tr = 2; return 1;
     case PL_DT_Q5_K: k->fn = tile_q5_K; k->tr = 2; return 1;
     case PL_DT_Q6_K: k->fn = tile_q6_K; k->tr = 2; return 1;
+    case PL_DT_MXFP4: pl_mm_kernel_mxfp4_avx512(k); return 1;
     default: return pl_mm_kernel_avx512_wt(t, k);
     }
 }

@@ -42,6 +42,10 @@ int pl_mm_kernel_avx2_kquant(pl_dtype t, pl_mm_kernel *k); /* matmul_kq_avx2.c *
 int pl_mm_kernel_avx2_wt(pl_dtype t, pl_mm_kernel *k);     /* matmul_wt_avx2.c (issue 18) */
 int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_avx512_wt(pl_dtype t, pl_mm_kernel *k);   /* matmul_wt_avx512.c (issue 18) */
+/* mxfp4 x q8_0 (issue 34): matmul_mxfp4.c, matmul_mxfp4_avx2.c, matmul_mxfp4_avx512.c */
+void pl_mm_kernel_mxfp4_scalar(pl_mm_kernel *k);
+void pl_mm_kernel_mxfp4_avx2(pl_mm_kernel *k);
+void pl_mm_kernel_mxfp4_avx512(pl_mm_kernel *k);
 /* The blocking shared by the GEMMs (matmul_gemm.c): activation rows in sweeps of act_rows,
  * weight rows in panels of panel_rows (a multiple of gr), columns in K blocks of kb_chunks
  * chunks (of nchunks). For each K block and gr-row tile: pack(r, nr, j0, j1) the weights of

@@ -305,6 +305,7 @@ int pl_mm_kernel_scalar(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_Q2_K: fn = tile_q2_K; break;
     case PL_DT_Q3_K: fn = tile_q3_K; break;
     case PL_DT_IQ4_XS: fn = tile_iq4_xs; break;
+    case PL_DT_MXFP4: pl_mm_kernel_mxfp4_scalar(k); return 1;
     default: return 0;
     }
     k->fn = fn;

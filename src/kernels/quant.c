@@ -172,7 +172,8 @@ size_t pl_act_row_bytes(pl_dtype wtype, int64_t cols) {
     case PL_DT_Q8_0:
     case PL_DT_Q4_0:
     case PL_DT_Q5_0:
-    case PL_DT_IQ4_NL: return round64(c + c / PL_QK * sizeof(float));
+    case PL_DT_IQ4_NL:
+    case PL_DT_MXFP4: return round64(c + c / PL_QK * sizeof(float));
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: return round64(c + 2 * (c / PL_QK) * sizeof(float));
     case PL_DT_Q2_K:
@@ -216,7 +217,8 @@ void pl_act_convert_row(pl_dtype wtype, const float *x, void *dst, int64_t cols)
     }
     case PL_DT_Q8_0:
     case PL_DT_Q5_0:
-    case PL_DT_IQ4_NL: act_q8_0(x, dst, cols, 0); break;
+    case PL_DT_IQ4_NL:
+    case PL_DT_MXFP4: act_q8_0(x, dst, cols, 0); break;
     case PL_DT_Q4_0: act_q8_0(x, dst, cols, 1); break;
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: pl_act_q8_1_row(x, dst, cols); break;

@@ -28,6 +28,9 @@
  *   iq4_xs : d (f16), scales_h (u16), scales_l[4], qs[128]   8 sub-blocks of 32 with 6-bit
  *          scales ls (low 4 bits from scales_l, high 2 from scales_h): x = d * (ls - 32) *
  *          kvalues_iq4nl[nibble], sub-block ib's nibbles in qs[16ib..] as in q4_0
+ *   mxfp4 : e (E8M0), qs[16]                         x[j] = 2^(e - 128) * kvalues_mxfp4[nibble],
+ *          nibbles as in q4_0; the levels are E2M1 doubled (0, 1, 2, 3, 4, 6, 8, 12 and their
+ *          negatives), the scale halved, as GGML stores them (pl_e8m0_half)
  *
  * Activation layouts (what pl_matmul writes into scratch for each weight type; every row starts
  * on a 64-byte boundary, pl_act_row_bytes() bytes apart):
@@ -38,7 +41,7 @@
  *   q4_0 weights : as q8_0, but within each pair of blocks (A, B) the 64 qs are stored as
  *                  A[0..15] B[0..15] A[16..31] B[16..31], the order a 32-byte load of two q4_0
  *                  blocks' nibbles produces; a lone last block stays in natural order
- *   q5_0, iq4_nl : as q8_0 (natural order)
+ *   q5_0, iq4_nl, mxfp4 : as q8_0 (natural order)
  *   q4_1, q5_1   : q8_1 as llama.cpp: int8 qs[cols], float d[cols / 32] (rounded through f16),
  *                  float s[cols / 32] = f16(amax / 127 * sum of the block's qs)
  *   K-quants, iq4_xs : pl_block_q8_K[cols / 256]
@@ -140,6 +143,12 @@ typedef struct {
     uint8_t qs[PL_QK_K / 2];      /* indices into kvalues_iq4nl */
 } pl_block_iq4_xs;
 
+typedef struct {
+    uint8_t e;               /* shared E8M0 exponent: the block's scale is 2^(e - 128) */
+    uint8_t qs[PL_QK / 2];   /* indices into kvalues_mxfp4, nibbles as q4_0 */
+} pl_block_mxfp4;
+
+static_assert(sizeof(pl_block_mxfp4) == 17, "mxfp4 block is 17 bytes");
 static_assert(sizeof(pl_block_q4_1) == 20, "q4_1 block is 20 bytes");
 static_assert(sizeof(pl_block_q5_0) == 22, "q5_0 block is 22 bytes");
 static_assert(sizeof(pl_block_q5_1) == 24, "q5_1 block is 24 bytes");
@@ -150,6 +159,14 @@ static_assert(sizeof(pl_block_iq4_xs) == 136, "iq4_xs block is 136 bytes");
 
 /* The 16 non-linear levels of iq4_nl and iq4_xs (GGML's kvalues_iq4nl). */
 extern const int8_t pl_kvalues_iq4nl[16];
+
+/* The 16 levels of mxfp4 (GGML's kvalues_mxfp4: E2M1 values doubled). */
+extern const int8_t pl_kvalues_mxfp4[16];
+
+/* GGML's ggml_e8m0_to_fp32_half: 2^(e - 128), the subnormals 2^-128 and 2^-127 for e < 2. */
+static inline float pl_e8m0_half(uint8_t e) {
+    return pl_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
 
 /* The 16 scales of a q3_K block, 32 already subtracted (-32..31). */
 static inline void pl_q3_K_scales(const uint8_t s[12], int8_t out[16]) {
@@ -207,6 +224,9 @@ void pl_quantize_iq4_nl_ref(const float *x, pl_block_iq4_nl *y, int64_t n);
 void pl_quantize_q2_K_ref(const float *x, pl_block_q2_K *y, int64_t n);
 void pl_quantize_q3_K_ref(const float *x, pl_block_q3_K *y, int64_t n);
 void pl_quantize_iq4_xs_ref(const float *x, pl_block_iq4_xs *y, int64_t n);
+/* mxfp4 as llama.cpp's quantize_row_mxfp4_ref (quant_mxfp4.c): e from the block's amax, each
+ * value to the nearest level (the first on a tie). */
+void pl_quantize_mxfp4_ref(const float *x, pl_block_mxfp4 *y, int64_t n);
 /* q8_1 activations (the q4_1 / q5_1 layout above) of one row, as llama.cpp's x86 path. */
 void pl_act_q8_1_row(const float *x, void *dst, int64_t cols);
 /* Activation quantizers: q8_0 as llama.cpp's x86 path, q8_K as its reference. */
@@ -226,6 +246,7 @@ void pl_dequant_iq4_nl(const pl_block_iq4_nl *x, float *y, int64_t n);
 void pl_dequant_q2_K(const pl_block_q2_K *x, float *y, int64_t n);
 void pl_dequant_q3_K(const pl_block_q3_K *x, float *y, int64_t n);
 void pl_dequant_iq4_xs(const pl_block_iq4_xs *x, float *y, int64_t n);
+void pl_dequant_mxfp4(const pl_block_mxfp4 *x, float *y, int64_t n);
 
 /* Activation layout for weights of type wtype (see above). */
 size_t pl_act_row_bytes(pl_dtype wtype, int64_t cols);

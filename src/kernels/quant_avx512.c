@@ -97,7 +97,8 @@ int pl_act_convert_row_avx512(pl_dtype wtype, const float *x, void *dst, int64_t
         return 1;
     }
     case PL_DT_Q5_0:
-    case PL_DT_IQ4_NL: wtype = PL_DT_Q8_0; /* the same layout */
+    case PL_DT_IQ4_NL:
+    case PL_DT_MXFP4: wtype = PL_DT_Q8_0; /* the same layout */
     /* fall through */
     case PL_DT_Q8_0:
     case PL_DT_Q4_0: {

@@ -22,7 +22,8 @@
 
 static const pl_dtype all_types[] = {PL_DT_F32,  PL_DT_F16,  PL_DT_BF16, PL_DT_Q8_0,  PL_DT_Q4_0,
                                      PL_DT_Q4_K, PL_DT_Q5_K, PL_DT_Q6_K, PL_DT_Q4_1,  PL_DT_Q5_0,
-                                     PL_DT_Q5_1, PL_DT_IQ4_NL, PL_DT_Q2_K, PL_DT_Q3_K, PL_DT_IQ4_XS};
+                                     PL_DT_Q5_1, PL_DT_IQ4_NL, PL_DT_Q2_K, PL_DT_Q3_K, PL_DT_IQ4_XS,
+                                     PL_DT_MXFP4};
 enum { N_TYPES = sizeof all_types / sizeof all_types[0] };
 
 /* ---- hand-built blocks: the layout itself ----------------------------------------------- */
@@ -415,6 +416,10 @@ static void fill_weights(pl_rng *rng, pl_dtype t, int64_t rows, int64_t cols, ui
         for (size_t i = 0; i < rs; i++) p[i] = (uint8_t)pl_rng_next(rng);
         size_t bs = pl_dtype_type_size(t);
         for (size_t off = 0; off < rs; off += bs) {
+            if (t == PL_DT_MXFP4) { /* E8M0 exponents: scales 2^-10 .. 2^-3 */
+                p[off] = (uint8_t)(118 + pl_rng_next(rng) % 8);
+                continue;
+            }
             pl_f16 d = pl_f32_to_f16((float)(0.001 + 0.01 * pl_rng_uniform(rng)));
             pl_f16 dmin = pl_f32_to_f16((float)(0.001 + 0.01 * pl_rng_uniform(rng)));
             size_t d_off = t == PL_DT_Q6_K ? offsetof(pl_block_q6_K, d)
@@ -453,6 +458,7 @@ static void abs_dot_bound(const pl_weight *w, const float *x, int64_t B, double 
             case PL_DT_Q4_0:
             case PL_DT_Q5_0:
             case PL_DT_IQ4_NL:
+            case PL_DT_MXFP4:
             case PL_DT_Q4_1:
             case PL_DT_Q5_1: {
                 int64_t pos = w->type == PL_DT_Q4_0 ? pl_act_q4_0_pos(c, nb) : c;

@@ -1,4 +1,5 @@
-/* Unit tests for the weight types of issue 18 (q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs):
+/* Unit tests for the weight types of issue 18 (q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs) and
+ * of issue 34 (mxfp4):
  * dequantization of hand-built blocks against values computed here from GGML's definitions,
  * the quantizers' rounding and error, and garbage blocks (random bytes, NaN / Inf scales) through
  * every path on every ISA, which must stay defined behaviour (the sanitizer build checks).
@@ -65,6 +66,47 @@ static void test_dequant_q4_1_q5_0_q5_1_iq4_nl(void **state) {
         assert_true(y[j] == (float)kv[j]);
         assert_true(y[j + 16] == (float)kv[15 - j]);
     }
+}
+
+/* GGML's kvalues_mxfp4 (E2M1 doubled), written out again. */
+static const int kv4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* mxfp4: x = 2^(e - 128) * level; e = 127 gives 0.5, e = 130 4, e = 0 and 1 GGML's subnormal
+ * scales 2^-128 and 2^-127. The quantizer (llama.cpp's reference): amax 6 gives e = 127 and the
+ * levels times 0.5 are exact; a value between two levels goes to the nearer, the lower on a tie. */
+static void test_mxfp4(void **state) {
+    (void)state;
+    float y[32];
+    pl_block_mxfp4 b;
+    for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+    const struct { uint8_t e; float d; } sc[] = {{127, 0.5f}, {130, 4.0f}, {1, 0x1p-127f}, {0, 0x1p-128f}};
+    for (size_t s = 0; s < sizeof sc / sizeof sc[0]; s++) {
+        b.e = sc[s].e;
+        pl_dequantize_row(PL_DT_MXFP4, &b, y, 32);
+        for (int j = 0; j < 16; j++) {
+            assert_true(y[j] == sc[s].d * (float)kv4[j]);
+            assert_true(y[j + 16] == sc[s].d * (float)kv4[15 - j]);
+        }
+    }
+    float x[32] = {0};
+    const float lv[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    for (int j = 0; j < 8; j++) x[j] = lv[j], x[8 + j] = -lv[j];
+    x[16] = 2.4f;  /* nearer 2 */
+    x[17] = 2.5f;  /* tie 2 / 3: the first level in GGML's order, 2 */
+    x[18] = -5.1f; /* nearer -6 */
+    x[19] = 0.0f;
+    pl_block_mxfp4 q;
+    assert_int_equal(pl_quantize_row(PL_DT_MXFP4, x, &q, 32), 17);
+    assert_int_equal(q.e, 127);
+    pl_dequantize_row(PL_DT_MXFP4, &q, y, 32);
+    for (int j = 0; j < 16; j++) assert_true(y[j] == x[j]);
+    assert_true(y[16] == 2.0f && y[17] == 2.0f && y[18] == -6.0f && y[19] == 0.0f);
+    x[0] = 13.0f; /* amax 13: e = floor(log2 13) - 2 + 127 = 128, scale 1 */
+    pl_quantize_row(PL_DT_MXFP4, x, &q, 32);
+    assert_int_equal(q.e, 128);
+    for (int j = 0; j < 32; j++) x[j] = 0.0f; /* all zero: e = 0 */
+    pl_quantize_row(PL_DT_MXFP4, x, &q, 32);
+    assert_int_equal(q.e, 0);
 }
 
 /* q2_K / q3_K quants: element 128h + 32j + l is bits 2j..2j+1 of qs[32h + l] (GGML's loops:
@@ -189,7 +231,8 @@ static void test_quantize_roundtrip(void **state) {
         pl_dtype t;
         double max_rel_rms;
     } cases[] = {{PL_DT_Q4_1, 0.1}, {PL_DT_Q5_0, 0.075}, {PL_DT_Q5_1, 0.05}, {PL_DT_IQ4_NL, 0.11},
-                 {PL_DT_Q2_K, 0.4},  {PL_DT_Q3_K, 0.21}, {PL_DT_IQ4_XS, 0.11}};
+                 {PL_DT_Q2_K, 0.4},  {PL_DT_Q3_K, 0.21}, {PL_DT_IQ4_XS, 0.11},
+                 {PL_DT_MXFP4, 0.2}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         pl_dtype t = cases[k].t;
         assert_int_equal(pl_quantize_row(t, x, buf, N), pl_dtype_row_size(t, N));
@@ -215,7 +258,7 @@ static void test_quantize_roundtrip(void **state) {
 static void test_garbage_blocks_are_defined(void **state) {
     (void)state;
     const pl_dtype types[] = {PL_DT_Q4_1, PL_DT_Q5_0, PL_DT_Q5_1, PL_DT_IQ4_NL,
-                              PL_DT_Q2_K, PL_DT_Q3_K, PL_DT_IQ4_XS};
+                              PL_DT_Q2_K, PL_DT_Q3_K, PL_DT_IQ4_XS, PL_DT_MXFP4};
     enum { ROWS = 5, COLS = 512, B = 4 };
     pl_threadpool *tp = pl_threadpool_create(2);
     assert_non_null(tp);
@@ -255,6 +298,7 @@ static void test_garbage_blocks_are_defined(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dequant_q4_1_q5_0_q5_1_iq4_nl),
+        cmocka_unit_test(test_mxfp4),
         cmocka_unit_test(test_dequant_q2_K),
         cmocka_unit_test(test_dequant_q3_K),
         cmocka_unit_test(test_dequant_iq4_xs),
