@@ -16,7 +16,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 gcc -O2 -Wall -Wextra -o "$tmp/wtype_ref" scripts/wtype_ref.c -I"$L/include" -I"$L/ggml/include" \
     -L"$L/build/bin" -lllama -lggml -lggml-base -Wl,-rpath,"$L/build/bin" -lm
 base="--vocab-from ../shared/models/stories260K.gguf --dim 256 --layers 2 --heads 8 --kv-heads 4 --ffn 768 --seed 11"
-# NAME|mkmodel flags (each made in f32 and f16)
+# NAME|mkmodel flags[|types] (each made in f32 and f16, or in the types given)
 MODELS=(
   "llama3|--rope-scaling llama3 --rope-factor 8 --rope-orig-ctx 64 --rope-base 500000"
   "yarn|--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 --rope-attn-factor 0.9"
@@ -32,13 +32,14 @@ MODELS=(
   "gemma3-62|--arch gemma3 --layers 62 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 128 --sliding-window 32 --final-softcap 3"
   "qwen3moe|--arch qwen3moe --head-dim 48 --rope-base 1000000 --experts 8 --experts-used 3 --expert-ffn 128"
   "mixtral|--experts 4 --experts-used 2 --ffn 256 --rope-base 1000000"
+  "gpt-oss|--arch gpt-oss --head-dim 48 --sliding-window 32 --experts 8 --experts-used 3 --expert-ffn 128 --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 --rope-base 150000|f32 f16 mxfp4"
 )
 # ONLY=NAME[,NAME...] makes just those (the others' JSON stays as committed)
 mkdir -p tests/data/archs
 for m in "${MODELS[@]}"; do
-  name=${m%%|*} flags=${m#*|}
+  IFS='|' read -r name flags types <<< "$m"
   [[ -n "${ONLY:-}" && ",$ONLY," != *",$name,"* ]] && continue
-  for t in f32 f16; do
+  for t in ${types:-f32 f16}; do
     # shellcheck disable=SC2086
     "$build/pagellm" mkmodel "$tmp/$name.$t.gguf" $base $flags --type $t >/dev/null
     "$tmp/wtype_ref" "$tmp/$name.$t.gguf" "$name.$t" --long > "tests/data/archs/$name.$t.json"

@@ -43,6 +43,15 @@
  * writes rope_factors_long / rope_factors_short and original_context_length. Only llama's
  * general.name names its architecture (llama.cpp changes Phi-3 vocabularies by name).
  *
+ * --arch gpt-oss writes llama.cpp's openai-moe layout: qwen3moe's MoE tensors plus Q/K/V and
+ * output biases (attn_q/k/v/output.bias), blk.i.attn_sinks.weight [heads] (mean 1, so that a
+ * sink weighs as much as a few positions), post_attention_norm as the FFN norm (no ffn_norm),
+ * the router's bias ffn_gate_inp.bias [N] and the experts' ffn_{gate,up}_exps.bias [F, N] (std
+ * 5, so that a fifth of the gates and ups pass the clamped SwiGLU's limit 7) and ffn_down_exps.bias
+ * [dim, N]; keys expert_feed_forward_length (--expert-ffn, default --ffn) and
+ * attention.sliding_window (default 128; llama.cpp's pattern puts it on even layers). --type
+ * mxfp4 (any MoE layout) writes the experts in mxfp4 and every other matrix in f32.
+ *
  * --arch bert writes llama.cpp's bert layout (bert.* keys, attention.causal false,
  * pooling_type; token_embd, position_embd [dim, ctx], token_types [dim, 2], token_embd_norm,
  * per layer attn_q/k/v/output with biases, attn_output_norm, ffn_up/ffn_down with biases,
@@ -121,6 +130,8 @@ static const struct {
     {"q5_1", PL_DT_Q5_1, PL_DT_Q5_1, 9},   {"iq4_nl", PL_DT_IQ4_NL, PL_DT_IQ4_NL, 25},
     {"q2_k", PL_DT_Q2_K, PL_DT_Q2_K, 10},  {"q3_k", PL_DT_Q3_K, PL_DT_Q3_K, 11},
     {"iq4_xs", PL_DT_IQ4_XS, PL_DT_IQ4_XS, 30},
+    /* the experts only (llama.cpp's MXFP4_MOE file type); the other matrices f32 */
+    {"mxfp4", PL_DT_MXFP4, PL_DT_F32, 38},
 };
 
 /* llama.cpp's Q4_K_M rule for attn_v and ffn_down: the first and last eighth of the layers and
@@ -160,9 +171,11 @@ static const mk_shape shapes[] = {
      0, 0, 0, 0},
     {"qwen3-30b-a3b", 2048, 48, 32, 4, 6144, "qwen3moe", 128, 0, 40960, 1e6, 0, 0, NULL, 0, 0,
      128, 8, 768},
+    {"gpt-oss-20b", 2880, 24, 64, 8, 2880, "gpt-oss", 64, 128, 131072, 150000, 0, 0, "yarn", 32,
+     4096, 32, 4, 2880},
 };
 #define SHAPE_NAMES "110m, 1b, 3b, qwen3-0.6b, qwen3-8b, mistral3-3b, mistral3-8b, gemma3-1b, " \
-                    "gemma3-4b, qwen3-30b-a3b"
+                    "gemma3-4b, qwen3-30b-a3b, gpt-oss-20b"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -196,6 +209,10 @@ static void usage(FILE *f) {
             "  --arch qwen3        Qwen3: attn_q_norm / attn_k_norm per head, NEOX RoPE, no biases\n"
             "  --arch qwen3moe     Qwen3-MoE: qwen3's attention, a mixture-of-experts FFN\n"
             "                      (default --experts 8 --experts-used 2 --expert-ffn F/2)\n"
+            "  --arch gpt-oss      gpt-oss: biases, attention sinks, window on even layers\n"
+            "                      (default 128), MoE with biased experts and the clamped SwiGLU\n"
+            "                      (default --experts 8 --experts-used 2 --expert-ffn F);\n"
+            "                      --type mxfp4 writes its experts in mxfp4, the rest in f32\n"
             "  --experts N         MoE (qwen3moe, llama = Mixtral): N experts per layer, the\n"
             "                      router ffn_gate_inp (f32) and ffn_{gate,up,down}_exps\n"
             "  --experts-used K    experts per token (default 2)\n"
@@ -313,8 +330,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
             while (i < n && strcasecmp(optarg, types[i].name)) i++; /* GGML writes Q4_K_M, q3_K */
             if (i == n)
                 return usage_error("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q6_k, "
-                                   "q4_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs (any "
-                                   "case)", optarg);
+                                   "q4_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs, mxfp4 "
+                                   "(any case)", optarg);
             o->type = types[i].type;
             o->more = types[i].more;
             o->ftype = types[i].ftype;
@@ -330,9 +347,9 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 'a':
             if (strcmp(optarg, "llama") && strcmp(optarg, "bert") && strcmp(optarg, "gemma2") &&
                 strcmp(optarg, "phi3") && strcmp(optarg, "qwen3") && strcmp(optarg, "mistral3") &&
-                strcmp(optarg, "gemma3") && strcmp(optarg, "qwen3moe"))
-                return usage_error("--arch: '%s' is not llama, qwen3, qwen3moe, mistral3, gemma2, "
-                                   "gemma3, phi3 or bert", optarg);
+                strcmp(optarg, "gemma3") && strcmp(optarg, "qwen3moe") && strcmp(optarg, "gpt-oss"))
+                return usage_error("--arch: '%s' is not llama, qwen3, qwen3moe, gpt-oss, mistral3, "
+                                   "gemma2, gemma3, phi3 or bert", optarg);
             o->arch = optarg;
             o->bert = !strcmp(optarg, "bert");
             break;
@@ -411,7 +428,11 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->bert) o->kv_heads = o->heads; /* no grouped-query attention */
     if (o->head_dim <= 0 && o->heads > 0) o->head_dim = o->dim / o->heads;
     const int gemma = is_gemma(o);
-    if (o->window < 0) o->window = is_arch(o, "gemma2") ? 4096 : is_arch(o, "gemma3") ? 1024 : 0;
+    const int gptoss = is_arch(o, "gpt-oss");
+    if (o->window < 0)
+        o->window = is_arch(o, "gemma2") ? 4096 : is_arch(o, "gemma3") ? 1024 : gptoss ? 128 : 0;
+    if (gptoss && !o->window)
+        return usage_error("--sliding-window: gpt-oss needs a window (llama.cpp requires the key)");
     if (o->final_softcap < 0 && is_arch(o, "gemma2")) o->final_softcap = 30;
     if (o->swa_pattern && !gemma) return usage_error("--swa-pattern is for --arch gemma2 or gemma3");
     if (o->rope_base_swa && !is_arch(o, "gemma3"))
@@ -419,15 +440,20 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if ((o->attn_temp || o->beta_fast >= 0 || o->beta_slow >= 0 || o->log_mul >= 0) &&
         !is_arch(o, "mistral3"))
         return usage_error("--attn-temp-scale and --yarn-* are for --arch mistral3");
-    if (is_arch(o, "qwen3moe") && !o->experts) o->experts = 8;
+    if ((is_arch(o, "qwen3moe") || gptoss) && !o->experts) o->experts = 8;
     if (o->experts && !o->experts_used) o->experts_used = 2;
-    if ((o->experts || o->experts_used) && !is_arch(o, "llama") && !is_arch(o, "qwen3moe"))
-        return usage_error("--experts and --experts-used are for --arch qwen3moe or llama");
+    if ((o->experts || o->experts_used) && !is_arch(o, "llama") && !is_arch(o, "qwen3moe") &&
+        !gptoss)
+        return usage_error("--experts and --experts-used are for --arch qwen3moe, gpt-oss or llama");
+    if (o->type == PL_DT_MXFP4 && !o->experts)
+        return usage_error("--type mxfp4 is for the experts of a mixture of experts (--arch "
+                           "qwen3moe, gpt-oss, or --experts N)");
     if (o->experts_used > o->experts)
         return usage_error("--experts-used %lld is more than --experts %lld",
                            (long long)o->experts_used, (long long)o->experts);
-    if (o->expert_ffn && !is_arch(o, "qwen3moe"))
-        return usage_error("--expert-ffn is for --arch qwen3moe (llama's experts are --ffn wide)");
+    if (o->expert_ffn && !is_arch(o, "qwen3moe") && !gptoss)
+        return usage_error("--expert-ffn is for --arch qwen3moe or gpt-oss (llama's experts are "
+                           "--ffn wide)");
     if (o->bert && o->window)
         return usage_error("--sliding-window: bert attends bidirectionally, without a window");
     if (o->rope_factor < 0) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8 : 4;
@@ -438,7 +464,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
      * are the ones the references check) */
     const char *rs = o->rope_scaling, *for_archs =
         !strcmp(rs, "longrope") ? "phi3" : !strcmp(rs, "llama3") ? "llama, mistral3"
-        : !strcmp(rs, "linear") ? "llama, qwen3, mistral3, gemma3" : "llama, qwen3, mistral3";
+        : !strcmp(rs, "linear") ? "llama, qwen3, mistral3, gemma3"
+                                : "llama, qwen3, mistral3, gpt-oss";
     if (strcmp(rs, "none") && (o->bert || !strstr(for_archs, o->arch)))
         return usage_error("--rope-scaling %s is for --arch %s", rs, for_archs);
     if (o->head_dim != o->dim / o->heads && (o->bert || is_arch(o, "phi3")))
@@ -465,6 +492,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
         return usage_error("--ffn %lld is not a multiple of %lld, the block size of %s",
                            (long long)o->ffn, (long long)bs, type_name);
     if (is_arch(o, "qwen3moe") && !o->expert_ffn) o->expert_ffn = o->ffn / 2;
+    if (gptoss && !o->expert_ffn) o->expert_ffn = o->ffn;
     if (o->expert_ffn % bs)
         return usage_error("--expert-ffn %lld is not a multiple of %lld, the block size of %s",
                            (long long)o->expert_ffn, (long long)bs, type_name);
@@ -628,7 +656,7 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_count"), (uint32_t)o->experts));
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_used_count"), (uint32_t)o->experts_used));
     }
-    if (is_arch(o, "qwen3moe"))
+    if (is_arch(o, "qwen3moe") || is_arch(o, "gpt-oss"))
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_feed_forward_length"),
                                       (uint32_t)o->expert_ffn));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "vocab_size"), (uint32_t)n_vocab));
@@ -636,6 +664,8 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
 }
 
 static pl_status add_vector(builder *b, const char *name, int64_t n, double mean, double std);
+static pl_status add_vectors(builder *b, const char *name, int64_t n, int64_t count, double mean,
+                             double std);
 
 /* Llama 3.1's RoPE scaling as llama.cpp's converter stores it: rope_freqs.weight, one divisor
  * per rotated pair: 1 for wavelengths below orig_ctx / high_freq, the factor above
@@ -676,7 +706,9 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
     const int qk_norm = is_arch(o, "qwen3") || is_arch(o, "qwen3moe") || is_arch(o, "gemma3");
     int64_t dim = o->dim, q_dim = o->head_dim * o->heads, kv_dim = o->head_dim * o->kv_heads;
     int64_t ffn = o->ffn;
-    PL_TRY(add_matrix(b, "token_embd.weight", o->type, dim, n_vocab, std));
+    const int gptoss = is_arch(o, "gpt-oss"), mx = o->type == PL_DT_MXFP4;
+    const pl_dtype dt = mx ? PL_DT_F32 : o->type; /* the matrices that are not experts */
+    PL_TRY(add_matrix(b, "token_embd.weight", dt, dim, n_vocab, std));
     PL_TRY(add_arch_norm(b, o, "output_norm.weight", dim));
     if (!gemma) /* gemma's output is the embedding */
         PL_TRY(add_matrix(b, "output.weight", o->more, dim, n_vocab, std));
@@ -690,27 +722,41 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
         char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
         PL_TRY(add_arch_norm(b, o, NAME("attn_norm.weight"), dim));
-        pl_dtype mt = more_bits(l, o->layers) ? o->more : o->type;
+        pl_dtype mt = more_bits(l, o->layers) ? o->more : dt;
         if (phi3) {
             PL_TRY(add_matrix(b, NAME("attn_qkv.weight"), o->type, dim, q_dim + 2 * kv_dim, std));
         } else {
-            PL_TRY(add_matrix(b, NAME("attn_q.weight"), o->type, dim, q_dim, std));
-            PL_TRY(add_matrix(b, NAME("attn_k.weight"), o->type, dim, kv_dim, std));
+            PL_TRY(add_matrix(b, NAME("attn_q.weight"), dt, dim, q_dim, std));
+            PL_TRY(add_matrix(b, NAME("attn_k.weight"), dt, dim, kv_dim, std));
             PL_TRY(add_matrix(b, NAME("attn_v.weight"), mt, dim, kv_dim, std));
         }
-        PL_TRY(add_matrix(b, NAME("attn_output.weight"), o->type, q_dim, dim, out_std));
+        PL_TRY(add_matrix(b, NAME("attn_output.weight"), dt, q_dim, dim, out_std));
+        if (gptoss) { /* biases, the sinks (mean 1: a sink weighs as a few positions) */
+            PL_TRY(add_vector(b, NAME("attn_q.bias"), q_dim, 0.0, std));
+            PL_TRY(add_vector(b, NAME("attn_k.bias"), kv_dim, 0.0, std));
+            PL_TRY(add_vector(b, NAME("attn_v.bias"), kv_dim, 0.0, std));
+            PL_TRY(add_vector(b, NAME("attn_output.bias"), dim, 0.0, std));
+            PL_TRY(add_vector(b, NAME("attn_sinks.weight"), o->heads, 1.0, 1.0));
+        }
         if (qk_norm) { /* llama.cpp's order: the output, then K's norm, then Q's */
             PL_TRY(add_arch_norm(b, o, NAME("attn_k_norm.weight"), o->head_dim));
             PL_TRY(add_arch_norm(b, o, NAME("attn_q_norm.weight"), o->head_dim));
         }
-        if (gemma) PL_TRY(add_arch_norm(b, o, NAME("post_attention_norm.weight"), dim));
-        PL_TRY(add_arch_norm(b, o, NAME("ffn_norm.weight"), dim));
+        if (gemma || gptoss) PL_TRY(add_arch_norm(b, o, NAME("post_attention_norm.weight"), dim));
+        if (!gptoss) PL_TRY(add_arch_norm(b, o, NAME("ffn_norm.weight"), dim));
         if (o->experts) { /* the router in f32, as llama.cpp's converter and quantizer keep it */
-            const int64_t ne = o->experts, ef = is_arch(o, "qwen3moe") ? o->expert_ffn : ffn;
+            const int64_t ne = o->experts, ef = o->expert_ffn ? o->expert_ffn : ffn;
             PL_TRY(add_matrix(b, NAME("ffn_gate_inp.weight"), PL_DT_F32, dim, ne, 0.5));
             PL_TRY(add_matrices(b, NAME("ffn_gate_exps.weight"), o->type, dim, ef, ne, std));
             PL_TRY(add_matrices(b, NAME("ffn_up_exps.weight"), o->type, dim, ef, ne, std));
-            PL_TRY(add_matrices(b, NAME("ffn_down_exps.weight"), mt, ef, dim, ne, out_std));
+            PL_TRY(add_matrices(b, NAME("ffn_down_exps.weight"), mx ? o->type : mt, ef, dim, ne,
+                                out_std));
+            if (gptoss) { /* gate/up biases of std 5: a fifth of the values pass the limit 7 */
+                PL_TRY(add_vector(b, NAME("ffn_gate_inp.bias"), ne, 0.0, 0.5));
+                PL_TRY(add_vectors(b, NAME("ffn_gate_exps.bias"), ef, ne, 0.0, 5.0));
+                PL_TRY(add_vectors(b, NAME("ffn_up_exps.bias"), ef, ne, 0.0, 5.0));
+                PL_TRY(add_vectors(b, NAME("ffn_down_exps.bias"), dim, ne, 0.0, std));
+            }
         } else if (phi3) {
             PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, 2 * ffn, std));
         } else {
@@ -726,17 +772,24 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
 
 /* ---- --arch bert ---- */
 
+/* count vectors of n f32 values (count > 1: a [n, count] tensor, gpt-oss's expert biases):
+ * mean + uniform noise of standard deviation std. */
+static pl_status add_vectors(builder *b, const char *name, int64_t n, int64_t count, double mean,
+                             double std) {
+    float *v = keep(b, (size_t)(n * count) * sizeof *v);
+    if (!v) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
+    for (int64_t i = 0; i < n * count; i++)
+        v[i] = (float)(mean + (2.0 * pl_rng_uniform(&b->rng) - 1.0) * std * sqrt(3.0));
+    int64_t ne[2] = {n, count};
+    PL_TRY(pl_gguf_writer_add_tensor(b->w, name, PL_DT_F32, count > 1 ? 2 : 1, ne, v));
+    b->bytes += (uint64_t)(n * count) * sizeof *v;
+    b->params += (uint64_t)(n * count);
+    return PL_OK;
+}
+
 /* A vector of n f32 values: mean + uniform noise of standard deviation std. */
 static pl_status add_vector(builder *b, const char *name, int64_t n, double mean, double std) {
-    float *v = keep(b, (size_t)n * sizeof *v);
-    if (!v) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = (float)(mean + (2.0 * pl_rng_uniform(&b->rng) - 1.0) * std * sqrt(3.0));
-    int64_t ne[1] = {n};
-    PL_TRY(pl_gguf_writer_add_tensor(b->w, name, PL_DT_F32, 1, ne, v));
-    b->bytes += (uint64_t)n * sizeof *v;
-    b->params += (uint64_t)n;
-    return PL_OK;
+    return add_vectors(b, name, n, 1, mean, std);
 }
 
 typedef struct {

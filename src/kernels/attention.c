@@ -315,6 +315,19 @@ static int32_t tile_len(int32_t t0, int32_t last) {
     return last + 1 - t0 < PL_ATTN_KT ? last + 1 - t0 : PL_ATTN_KT;
 }
 
+/* out = acc / l for a row whose scores' running max is m and sum of e^(s - m) is l; with an
+ * attention sink (a logit in the denominator only, llama.cpp's soft_max sinks) the max takes
+ * the sink in too: M = max(m, sink), out = acc e^(m - M) / (l e^(m - M) + e^(sink - M)). */
+static void finish_row(float *out, const float *acc, float m, float l, const float *sink,
+                       int32_t hd) {
+    float scale = 1.0f / l;
+    if (sink) {
+        const float mx = m > *sink ? m : *sink, em = expf(m - mx);
+        scale = em / (l * em + expf(*sink - mx));
+    }
+    for (int32_t d = 0; d < hd; d++) out[d] = sink ? acc[d] * scale : acc[d] / l;
+}
+
 /* Query rows [r0, r1) of sequence i, KV head g. */
 static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_t r1) {
     const pl_kv_layout *l = c->l;
@@ -385,8 +398,7 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
         for (int32_t v = 0; v < nq; v++) {
             int32_t r = r0 + (v0 + v) / G, h = g * G + (v0 + v) % G;
             float *out = a->out + (size_t)(row_base + r) * row_stride + (size_t)h * hd;
-            const float *av = acc + (size_t)v * hd;
-            for (int32_t d = 0; d < hd; d++) out[d] = av[d] / lsum[v];
+            finish_row(out, acc + (size_t)v * hd, m[v], lsum[v], a->sinks ? &a->sinks[h] : NULL, hd);
         }
     }
 }
@@ -477,8 +489,8 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
                         acc[d] = acc[d] * alpha + w * load_elem(v, d, kt);
                     m = m_new;
                 }
-                float *out = a->out + (row + (size_t)h) * hd;
-                for (int32_t d = 0; d < hd; d++) out[d] = acc[d] / sum;
+                finish_row(a->out + (row + (size_t)h) * hd, acc, m, sum,
+                           a->sinks ? &a->sinks[h] : NULL, hd);
             }
         }
     }

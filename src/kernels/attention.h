@@ -88,6 +88,11 @@ typedef struct {
     int32_t window;               /* 0: full causal; W > 0: position p sees p' with p - p' < W */
     float softcap;                /* > 0: scores = softcap * tanh(scale * q·k / softcap) before
                                      the softmax (Gemma 2's attention logit soft-capping) */
+    const float *sinks;           /* [n_heads] or NULL: gpt-oss's attention sinks, a learned
+                                     logit per head that joins the softmax's denominator (and
+                                     adds no value): out = sum_j e^(s_j) v_j / (sum_j e^(s_j) +
+                                     e^(sink)). Applied where each row is finished, from its
+                                     running max and sum, so no tile kernel knows of it. */
 } pl_attn_args;
 
 /* Threaded, vectorised (per pl_cpu_isa()). Work is split by (sequence, KV head, query tile); a

@@ -120,6 +120,14 @@ static void swiglu_part(void *p, int ith, int nth) {
     }
 }
 
+void pl_swiglu_oai(float *g, const float *u, int64_t len, float alpha, float limit) {
+    for (int64_t i = 0; i < len; i++) {
+        const float x = g[i] < limit ? g[i] : limit;
+        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
 void pl_swiglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim) {
     elem_job j = {g, u, n * dim};
     pl_threadpool_run_n(tp, j.len >= 4096 ? pl_threadpool_size(tp) : 1, swiglu_part, &j);

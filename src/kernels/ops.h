@@ -49,6 +49,9 @@ void pl_rope_apply(const pl_rope_params *p, const float *cs, float *x, int64_t n
 
 /* g[i] = silu(g[i]) * u[i] over n rows of dim (SwiGLU). */
 void pl_swiglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim);
+/* gpt-oss's clamped SwiGLU over len elements, as GGML's swiglu_oai: x = min(g, limit),
+ * y = clamp(u, -limit, limit), g = x / (1 + exp(-alpha x)) * (y + 1) (single-threaded). */
+void pl_swiglu_oai(float *g, const float *u, int64_t len, float alpha, float limit);
 /* LayerNorm (bert): y[r] = (x[r] - mean) / sqrt(var + eps) * w + b over n rows of dim, with
  * mean and variance summed in double (y may equal x). */
 void pl_layernorm(pl_threadpool *tp, float *y, const float *x, const float *w, const float *b,

@@ -9,11 +9,14 @@
  *                                     scaled by its position's attention temperature)
  *       write k, v into their KV slots;  a = paged_attention(q, cache)
  *                      (the layer's window; gemma2: scores soft-capped, queries scaled by hp)
- *       x += Wo a                                       (gemma2: rmsnorm(Wo a) * attn_post_norm)
+ *                      (gpt-oss: a sink logit per head in the softmax's denominator)
+ *       x += Wo a (+bo)                                 (gemma2: rmsnorm(Wo a) * attn_post_norm)
  *       h = rmsnorm(x) * ffn_norm
  *       x += Wdown (silu(Wgate h) * Wup h)   (gemma2: gelu; rmsnorm(...) * ffn_post_norm)
  *            MoE (qwen3moe, Mixtral): x += sum over the token's top-k experts e of
  *            w_e * Wdown_e (silu(Wgate_e h) * Wup_e h)   (moe_ffn below)
+ *            (gpt-oss: router and experts with biases, w = softmax over the top-k logits, the
+ *             clamped SwiGLU swiglu_oai)
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)   (gemma2: cap * tanh(logits / cap))
  *
  * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows, so Wo a
@@ -176,18 +179,20 @@ static void scale_queries_by_position(const pl_model_hparams *hp, const int32_t 
 
 /* Routing, as llama.cpp's build_moe_ffn with softmax gating and norm_w: probabilities =
  * softmax(router logits); the k highest (the lower expert id first on a tie); their weights
- * divided by their sum (clamped below at 2^-14, GGML's guard). Then the tokens are grouped by
+ * divided by their sum (clamped below at 2^-14, GGML's guard). gpt-oss (softmax_weight): the k
+ * highest logits, their weights the softmax over those k. Then the tokens are grouped by
  * expert (counting sort: within an expert, tokens in batch order) into moe_start / moe_tok /
  * moe_tw. */
 static void moe_route(pl_forward_ctx *c, int64_t T) {
     const pl_model_hparams *hp = &c->m->hp;
     const int32_t ne = hp->n_expert, k = hp->n_expert_used;
+    const int sw = hp->moe_softmax_weight;
     for (int64_t t = 0; t < T; t++) {
         float *p = c->moe_probs + t * ne;
         float mx = p[0], sum = 0;
         for (int32_t e = 1; e < ne; e++) mx = p[e] > mx ? p[e] : mx;
-        for (int32_t e = 0; e < ne; e++) sum += (p[e] = expf(p[e] - mx));
-        for (int32_t e = 0; e < ne; e++) p[e] /= sum;
+        for (int32_t e = 0; !sw && e < ne; e++) sum += (p[e] = expf(p[e] - mx));
+        for (int32_t e = 0; !sw && e < ne; e++) p[e] /= sum;
         int32_t *sel = c->moe_sel + t * k;
         float *w = c->moe_w + t * k, wsum = 0;
         for (int32_t j = 0; j < k; j++) { /* k small: selection by repeated scans */
@@ -198,9 +203,9 @@ static void moe_route(pl_forward_ctx *c, int64_t T) {
                 if (!taken && (best < 0 || p[e] > p[best])) best = e;
             }
             sel[j] = best;
-            wsum += (w[j] = p[best]);
+            wsum += (w[j] = sw ? expf(p[best] - mx) : p[best]); /* sw: mx is the first chosen */
         }
-        if (wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;
+        if (!sw && wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;
         for (int32_t j = 0; j < k; j++) w[j] /= wsum;
     }
     int32_t *start = c->moe_start;
@@ -225,6 +230,7 @@ static void moe_ffn(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T) {
     const pl_model_hparams *hp = &c->m->hp;
     const int64_t dim = hp->dim, ef = hp->expert_ffn;
     matmul(c, &L->gate_inp, c->h, T, c->moe_probs);
+    if (L->gate_inp_b) pl_add_bias(c->moe_probs, L->gate_inp_b, T, hp->n_expert);
     moe_route(c, T);
     memset(c->moe_acc, 0, (size_t)(T * dim) * sizeof(float));
     for (int32_t e = 0; e < hp->n_expert; e++) {
@@ -236,8 +242,16 @@ static void moe_ffn(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T) {
         const pl_weight *gate_up[2] = {&L->exp_gate[e], &L->exp_up[e]};
         float *gate_up_out[2] = {c->gate, c->up};
         pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->moe_x, n, c->mm_scratch);
-        pl_swiglu(c->tp, c->gate, c->up, n, ef);
+        if (L->exp_gate_b) { /* gpt-oss: the experts' biases */
+            pl_add_bias(c->gate, L->exp_gate_b + e * ef, n, ef);
+            pl_add_bias(c->up, L->exp_up_b + e * ef, n, ef);
+        }
+        if (hp->swiglu_limit > 0)
+            pl_swiglu_oai(c->gate, c->up, n * ef, hp->swiglu_alpha, hp->swiglu_limit);
+        else
+            pl_swiglu(c->tp, c->gate, c->up, n, ef);
         matmul(c, &L->exp_down[e], c->gate, n, c->moe_x);
+        if (L->exp_down_b) pl_add_bias(c->moe_x, L->exp_down_b + e * dim, n, dim);
         for (int32_t i = 0; i < n; i++) {
             float *acc = c->moe_acc + (int64_t)c->moe_tok[s0 + i] * dim;
             const float *y = c->moe_x + (int64_t)i * dim, w = c->moe_tw[s0 + i];
@@ -312,9 +326,11 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         attn.v_cache = vc;
         attn.block_tables = grouped_w ? b->block_tables_w : b->block_tables;
         attn.window = window;
+        attn.sinks = L->attn_sinks;
         pl_paged_attention(c->tp, &kv->layout, &attn);
 
         matmul(c, &L->wo, c->att, T, c->h);
+        if (L->bo) pl_add_bias(c->h, L->bo, T, dim); /* gpt-oss */
         if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's heads */
         if (L->attn_post_norm)
             pl_rmsnorm(c->tp, c->h, c->h, L->attn_post_norm, T, dim, hp->norm_eps);

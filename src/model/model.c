@@ -199,18 +199,42 @@ static float gemma_attn_scale(const pl_model_hparams *hp, int32_t n_layers_27b) 
                                                               : hp->head_dim));
 }
 
+/* A `rope.freq_base_swa` different from rope.freq_base is refused (one RoPE table per step). */
+static pl_status refuse_rope_base_swa(const pl_gguf *g, const pl_model_hparams *hp) {
+    float base_swa = hp->rope.freq_base;
+    PL_TRY(get_arch_float(g, hp->arch_name, "rope.freq_base_swa", hp->rope.freq_base, 1e-3, 1e12,
+                          &base_swa));
+    if (base_swa != hp->rope.freq_base)
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.rope.freq_base_swa' = %g differs from "
+                       "rope.freq_base %g: not supported", hp->arch_name, base_swa,
+                       hp->rope.freq_base);
+    return PL_OK;
+}
+
 static pl_status read_gemma2_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     const char *a = hp->arch_name;
     PL_TRY(get_arch_int(g, a, "attention.sliding_window", 4096, 0, 1 << 24, &hp->sliding_window));
     PL_TRY(read_swa_pattern(g, hp, 2));
     PL_TRY(get_arch_float(g, a, "attn_logit_softcapping", 50.0, 1e-6, 1e9, &hp->attn_softcap));
     PL_TRY(get_arch_float(g, a, "final_logit_softcapping", 30.0, 1e-6, 1e9, &hp->final_softcap));
-    float base_swa = hp->rope.freq_base;
-    PL_TRY(get_arch_float(g, a, "rope.freq_base_swa", hp->rope.freq_base, 1e-3, 1e12, &base_swa));
-    if (base_swa != hp->rope.freq_base)
-        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.rope.freq_base_swa' = %g differs from "
-                       "rope.freq_base %g: not supported", a, base_swa, hp->rope.freq_base);
+    PL_TRY(refuse_rope_base_swa(g, hp));
     hp->attn_scale = gemma_attn_scale(hp, 46);
+    return PL_OK;
+}
+
+/* gpt-oss as llama.cpp's openai-moe reads it: `attention.sliding_window` (required) on the
+ * layers of sliding_window_pattern (default 2: even layers local, odd global), the SWA layers
+ * rotating as the others (a different rope.freq_base_swa is refused), queries scaled by
+ * 1/sqrt(rope.dimension_count), and its MoE's gating and clamped SwiGLU (pl_model_hparams). */
+static pl_status read_gptoss_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    PL_TRY(get_arch_int(g, hp->arch_name, "attention.sliding_window", -1, 1, 1 << 24,
+                        &hp->sliding_window));
+    PL_TRY(read_swa_pattern(g, hp, 2));
+    PL_TRY(refuse_rope_base_swa(g, hp));
+    hp->attn_scale = 1.0f / sqrtf((float)hp->rope.n_rot);
+    hp->moe_softmax_weight = 1;
+    hp->swiglu_alpha = 1.702f;
+    hp->swiglu_limit = 7.0f;
     return PL_OK;
 }
 
@@ -250,24 +274,26 @@ static pl_status read_mistral3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
 
 /* Mixture of experts as llama.cpp reads it: `expert_count`, `expert_used_count` (one value; a
  * per-layer array is refused), the experts' width `expert_feed_forward_length` for qwen3moe
- * (default feed_forward_length / expert_used_count), feed_forward_length for llama (Mixtral).
- * Required by qwen3moe; llama's MoE is Mixtral's (no shared expert); refused elsewhere. */
+ * (default feed_forward_length / expert_used_count) and gpt-oss (required),
+ * feed_forward_length for llama (Mixtral). Required by qwen3moe and gpt-oss; llama's MoE is
+ * Mixtral's (no shared expert); refused elsewhere. */
 static pl_status read_moe_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     const char *a = hp->arch_name;
-    PL_TRY(get_arch_int(g, a, "expert_count", hp->arch == PL_ARCH_QWEN3MOE ? -1 : 0, 0, 1 << 16,
-                        &hp->n_expert));
+    const int moe_arch = hp->arch == PL_ARCH_QWEN3MOE || hp->arch == PL_ARCH_GPT_OSS;
+    PL_TRY(get_arch_int(g, a, "expert_count", moe_arch ? -1 : 0, 0, 1 << 16, &hp->n_expert));
     if (hp->n_expert == 0) {
-        if (hp->arch == PL_ARCH_QWEN3MOE)
-            return pl_fail(PL_ERR_FORMAT, "'%s.expert_count' must be > 0 for qwen3moe", a);
+        if (moe_arch)
+            return pl_fail(PL_ERR_FORMAT, "'%s.expert_count' must be > 0 for %s", a, a);
         return PL_OK;
     }
-    if (hp->arch != PL_ARCH_LLAMA && hp->arch != PL_ARCH_QWEN3MOE)
+    if (hp->arch != PL_ARCH_LLAMA && !moe_arch)
         return pl_fail(PL_ERR_UNSUPPORTED, "'%s.expert_count' = %d: mixture-of-experts %s is not "
-                       "supported (qwen3moe and llama / Mixtral are)", a, hp->n_expert, a);
+                       "supported (qwen3moe, gpt-oss and llama / Mixtral are)", a, hp->n_expert, a);
     PL_TRY(get_arch_int(g, a, "expert_used_count", -1, 1, hp->n_expert, &hp->n_expert_used));
     hp->expert_ffn = hp->ffn_dim;
-    if (hp->arch == PL_ARCH_QWEN3MOE)
-        PL_TRY(get_arch_int(g, a, "expert_feed_forward_length", hp->ffn_dim / hp->n_expert_used, 1,
+    if (moe_arch)
+        PL_TRY(get_arch_int(g, a, "expert_feed_forward_length",
+                            hp->arch == PL_ARCH_GPT_OSS ? -1 : hp->ffn_dim / hp->n_expert_used, 1,
                             1 << 20, &hp->expert_ffn));
     int32_t shared = 0;
     PL_TRY(get_arch_int(g, a, "expert_shared_feed_forward_length", 0, 0, 1 << 20, &shared));
@@ -292,9 +318,11 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     else if (pl_gguf_str_eq(arch, "mistral3")) hp->arch = PL_ARCH_MISTRAL3;
     else if (pl_gguf_str_eq(arch, "gemma3")) hp->arch = PL_ARCH_GEMMA3;
     else if (pl_gguf_str_eq(arch, "qwen3moe")) hp->arch = PL_ARCH_QWEN3MOE;
+    else if (pl_gguf_str_eq(arch, "gpt-oss")) hp->arch = PL_ARCH_GPT_OSS;
     else
         return pl_fail(PL_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: "
-                       "llama, qwen2, qwen3, qwen3moe, mistral3, gemma2, gemma3, phi3, bert)",
+                       "llama, qwen2, qwen3, qwen3moe, gpt-oss, mistral3, gemma2, gemma3, phi3, "
+                       "bert)",
                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     const char *a = hp->arch_name;
     PL_TRY(get_arch_int(g, a, "embedding_length", -1, 1, 1 << 16, &hp->dim));
@@ -335,6 +363,7 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     if (hp->arch == PL_ARCH_GEMMA2) PL_TRY(read_gemma2_hparams(g, hp));
     if (hp->arch == PL_ARCH_GEMMA3) PL_TRY(read_gemma3_hparams(g, hp));
     if (hp->arch == PL_ARCH_MISTRAL3) PL_TRY(read_mistral3_hparams(g, hp));
+    if (hp->arch == PL_ARCH_GPT_OSS) PL_TRY(read_gptoss_hparams(g, hp));
     if (hp->arch == PL_ARCH_PHI3 || pl_arch_is_qwen3(hp->arch)) PL_TRY(ignore_sliding_window(hp));
     return read_moe_hparams(g, hp);
 }
@@ -368,21 +397,28 @@ static pl_status bind_weight(const pl_gguf *g, const char *name, int64_t cols, i
     return PL_OK;
 }
 
-/* A 1-D tensor (norm weight, bias) converted to a malloc'ed f32 array. */
-static pl_status load_vector(const pl_gguf *g, const char *name, int64_t n, int optional,
-                             float **out) {
+/* `count` vectors of n (a [n, count] tensor: norm weights, biases, an expert's biases per
+ * expert) converted to one malloc'ed f32 array. */
+static pl_status load_vectors(const pl_gguf *g, const char *name, int64_t n, int64_t count,
+                              int optional, float **out) {
     const pl_gguf_tensor *t;
     *out = NULL;
-    PL_TRY(find_tensor(g, name, n, 1, optional, &t));
+    PL_TRY(find_tensor(g, name, n, count, optional, &t));
     if (!t) return PL_OK;
     if (t->type != PL_DT_F32 && t->type != PL_DT_F16 && t->type != PL_DT_BF16)
         return pl_fail(PL_ERR_UNSUPPORTED, "tensor '%s' has type %s; expected f32, f16 or bf16",
                        name, pl_dtype_name(t->type));
-    float *v = malloc((size_t)n * sizeof(float));
+    float *v = malloc((size_t)(n * count) * sizeof(float));
     if (!v) return pl_fail(PL_ERR_NOMEM, "tensor '%s': out of memory", name);
-    pl_dequantize_row(t->type, t->data, v, n);
+    pl_dequantize_row(t->type, t->data, v, n * count);
     *out = v;
     return PL_OK;
+}
+
+/* A 1-D tensor (norm weight, bias) converted to a malloc'ed f32 array. */
+static pl_status load_vector(const pl_gguf *g, const char *name, int64_t n, int optional,
+                             float **out) {
+    return load_vectors(g, name, n, 1, optional, out);
 }
 
 /* Rows [r0, r0 + rows) of a bound matrix as a weight of its own: a fused tensor's parts (phi3's
@@ -675,7 +711,9 @@ static pl_status bind_weights(pl_model *m) {
             PL_TRY(load_vector(g, NAME("attn_q_norm.weight"), hp->head_dim, 0, &L->q_norm));
             PL_TRY(load_vector(g, NAME("attn_k_norm.weight"), hp->head_dim, 0, &L->k_norm));
         }
-        PL_TRY(load_vector(g, NAME("ffn_norm.weight"), dim, 0, &L->ffn_norm));
+        const int gptoss = hp->arch == PL_ARCH_GPT_OSS; /* its FFN norm is post_attention_norm */
+        PL_TRY(load_vector(g, gptoss ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"),
+                           dim, 0, &L->ffn_norm));
         if (hp->n_expert > 0) { /* the router and the experts' 3-D tensors */
             const int64_t ne = hp->n_expert, ef = hp->expert_ffn;
             PL_TRY(bind_weight(g, NAME("ffn_gate_inp.weight"), dim, ne, &L->gate_inp));
@@ -686,6 +724,14 @@ static pl_status bind_weights(pl_model *m) {
             PL_TRY(bind_experts(g, NAME("ffn_gate_exps.weight"), dim, ef, ne, L->exp_gate));
             PL_TRY(bind_experts(g, NAME("ffn_up_exps.weight"), dim, ef, ne, L->exp_up));
             PL_TRY(bind_experts(g, NAME("ffn_down_exps.weight"), ef, dim, ne, L->exp_down));
+            if (gptoss) {
+                PL_TRY(load_vector(g, NAME("ffn_gate_inp.bias"), ne, 0, &L->gate_inp_b));
+                PL_TRY(load_vectors(g, NAME("ffn_gate_exps.bias"), ef, ne, 0, &L->exp_gate_b));
+                PL_TRY(load_vectors(g, NAME("ffn_up_exps.bias"), ef, ne, 0, &L->exp_up_b));
+                PL_TRY(load_vectors(g, NAME("ffn_down_exps.bias"), dim, ne, 0, &L->exp_down_b));
+                PL_TRY(load_vector(g, NAME("attn_output.bias"), dim, 0, &L->bo));
+                PL_TRY(load_vector(g, NAME("attn_sinks.weight"), sh->n_heads, 0, &L->attn_sinks));
+            }
         } else if (hp->arch == PL_ARCH_PHI3) { /* ffn_up holds the gate rows, then the up rows */
             pl_weight up;
             PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, 2 * (int64_t)ff, &up));
@@ -784,7 +830,8 @@ void pl_model_destroy(pl_model *m) {
             pl_layer_weights *L = &m->layers[l];
             PL_FREE_ALL(L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->b_up, L->b_down,
                         L->attn_out_norm, L->attn_out_norm_b, L->out_norm, L->out_norm_b,
-                        L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm, L->exp_gate);
+                        L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm, L->exp_gate,
+                        L->gate_inp_b, L->exp_gate_b, L->exp_up_b, L->exp_down_b, L->attn_sinks);
         }
         free(m->layers);
     }

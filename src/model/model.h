@@ -17,6 +17,10 @@
  * soft-cap only when its key is), `qwen3` (per-head Q/K RMSNorms before NEOX RoPE, no biases),
  * `qwen3moe` (qwen3's attention, a mixture-of-experts FFN), llama with `llama.expert_count` > 0
  * (Mixtral: llama's attention, the same MoE FFN),
+ * `gpt-oss` (OpenAI's open-weight MoE: Q/K/V and output biases, attention sinks, the window on
+ * even layers (sliding_window_pattern, default 2), YaRN RoPE, NEOX; experts with biases, the
+ * router's bias, softmax over the chosen experts' logits, the clamped SwiGLU; its FFN norm is
+ * post_attention_norm; expert weights typically mxfp4),
  * `mistral3` (Mistral 3 / Ministral 3 text: llama's graph plus the attention temperature of
  * attention.temperature_scale and the rope.scaling.yarn_* keys), `phi3` (fused attn_qkv and gate/up ffn_up tensors bound as row views, NEOX RoPE,
  * LongRoPE factors; its sliding_window ignored as llama.cpp does) and `bert` (an embedding
@@ -50,7 +54,8 @@ enum { PL_MAX_LAYERS = 1024 }; /* block_count above this is refused at load */
 
 typedef enum {
     PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2, PL_ARCH_BERT = 3, PL_ARCH_GEMMA2 = 4, PL_ARCH_PHI3 = 5,
-    PL_ARCH_QWEN3 = 6, PL_ARCH_MISTRAL3 = 7, PL_ARCH_GEMMA3 = 8, PL_ARCH_QWEN3MOE = 9
+    PL_ARCH_QWEN3 = 6, PL_ARCH_MISTRAL3 = 7, PL_ARCH_GEMMA3 = 8, PL_ARCH_QWEN3MOE = 9,
+    PL_ARCH_GPT_OSS = 10
 } pl_arch;
 
 /* qwen3 and qwen3moe share the attention: per-head Q/K RMSNorms, NEOX RoPE, no biases. */
@@ -105,6 +110,12 @@ typedef struct {
      * n_expert_used of highest softmax(router logits), weighted by those probabilities divided
      * by their sum (llama.cpp's norm_w). n_expert 0: a dense FFN of ffn_dim. */
     int32_t n_expert, n_expert_used, expert_ffn;
+    /* gpt-oss (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT and swiglu_oai): the
+     * top-k by raw router logits (bias added), their weights the softmax over those k logits,
+     * unnormalized otherwise; the experts' SwiGLU clamped: gate min(g, limit), up clamped to
+     * [-limit, limit], out = g sigmoid(alpha g) (up + 1), alpha 1.702, limit 7. */
+    int32_t moe_softmax_weight;
+    float swiglu_alpha, swiglu_limit; /* limit 0: the plain SwiGLU */
 } pl_model_hparams;
 
 /* The attention window of layer l: hp->sliding_window if the layer uses it, else 0 (full). */
@@ -125,7 +136,7 @@ typedef struct {
     float *ffn_norm;                  /* [dim] */
     pl_weight w_gate, w_up, w_down;   /* [ffn x dim] x2, [dim x ffn] (bert: no gate) */
     /* bert only (NULL otherwise): output and FFN biases, the post-sub-layer LayerNorms. */
-    float *bo, *b_up, *b_down;        /* [dim], [ffn], [dim] */
+    float *bo, *b_up, *b_down;        /* [dim], [ffn], [dim] (gpt-oss: bo) */
     float *attn_out_norm, *attn_out_norm_b;   /* [dim] x2 */
     float *out_norm, *out_norm_b;     /* [dim] x2 */
     /* gemma2, gemma3 (NULL otherwise): RMSNorms of the attention and FFN outputs. */
@@ -136,6 +147,11 @@ typedef struct {
      * n_expert weights at exp_gate). */
     pl_weight gate_inp;
     pl_weight *exp_gate, *exp_up, *exp_down;
+    /* gpt-oss (NULL otherwise): the router's bias [n_expert], the experts' biases
+     * [n_expert][expert_ffn] x2 and [n_expert][dim] (one allocation at exp_gate_b), the
+     * attention sinks [n_heads]; its attention output bias is bo. */
+    float *gate_inp_b, *exp_gate_b, *exp_up_b, *exp_down_b;
+    float *attn_sinks;
 } pl_layer_weights;
 
 /* Tensor parallelism (issue 13): which slice of every layer this process holds. A shard of

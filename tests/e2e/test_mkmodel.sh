@@ -187,8 +187,9 @@ ARCH_FLAGS=("--arch gemma2 --head-dim 24 --sliding-window 8" "--arch phi3 --slid
             "--arch mistral3 --rope-scaling yarn --rope-orig-ctx 16 --attn-temp-scale 0.1 --yarn-log-mul 1"
             "--arch gemma3 --layers 6 --sliding-window 8 --rope-base-swa 10000"
             "--arch qwen3moe --head-dim 24 --experts 4 --experts-used 2 --expert-ffn 32"
-            "--experts 4 --experts-used 2")
-for i in 0 1 2 3 4 5 6 7 8; do
+            "--experts 4 --experts-used 2"
+            "--arch gpt-oss --head-dim 24 --sliding-window 8 --experts 4 --experts-used 2 --expert-ffn 32")
+for i in 0 1 2 3 4 5 6 7 8 9; do
     # shellcheck disable=SC2206
     f=(${ARCH_FLAGS[$i]})
     "$PL_BINARY" mkmodel "$tmp/a$i.gguf" "${TINY[@]}" "${f[@]}" --type f16 >/dev/null 2>"$tmp/err"
@@ -229,6 +230,23 @@ assert qm["blk.0.attn_q_norm.weight"][0] == [24] and "blk.0.ffn_gate.weight" not
 assert mx["blk.0.ffn_up_exps.weight"][0] == [64, 128, 4] and "blk.0.ffn_down.weight" not in mx, mx
 EOF2
 then ok; else bad "qwen3moe / mixtral tensor layout"; fi
+# gpt-oss: biases, sinks, post_attention_norm as its FFN norm; --type mxfp4: the experts only
+"$PL_BINARY" mkmodel "$tmp/go.gguf" "${TINY[@]}" ${ARCH_FLAGS[9]} --type mxfp4 >/dev/null 2>"$tmp/err"
+check "gpt-oss mxfp4: exit 0 ($(head -c 300 "$tmp/err"))" test $? -eq 0
+python3 "$tmp/gguf_table.py" "$tmp/a9.gguf" >"$tmp/go16.json"
+python3 "$tmp/gguf_table.py" "$tmp/go.gguf" >"$tmp/go.json"
+if python3 - "$tmp/go16.json" "$tmp/go.json" <<'EOF2'
+import json, sys
+a, m = (dict((t[0], t[1:]) for t in json.load(open(f))["tensors"]) for f in sys.argv[1:])
+assert a["blk.0.attn_sinks.weight"] == [[4], 0] and a["blk.0.attn_output.bias"] == [[64], 0], a
+assert a["blk.1.ffn_gate_exps.bias"] == [[32, 4], 0] and a["blk.1.ffn_down_exps.bias"] == [[64, 4], 0], a
+assert a["blk.0.ffn_gate_inp.bias"] == [[4], 0] and a["blk.0.attn_q.bias"] == [[96], 0], a
+assert "blk.0.ffn_norm.weight" not in a and a["blk.0.post_attention_norm.weight"] == [[64], 0], a
+assert a["blk.0.ffn_up_exps.weight"] == [[64, 32, 4], 1], a
+assert m["blk.0.ffn_up_exps.weight"] == [[64, 32, 4], 39] and m["blk.1.ffn_down_exps.weight"][1] == 39, m
+assert m["blk.0.attn_q.weight"][1] == 0 and m["token_embd.weight"][1] == 0 and m["output.weight"][1] == 0, m
+EOF2
+then ok; else bad "gpt-oss tensor layout (and mxfp4 experts)"; fi
 if "$PL_BINARY" inspect --json "$tmp/a7.gguf" | python3 -c '
 import json, sys
 h = json.load(sys.stdin)["hparams"]
@@ -301,7 +319,7 @@ usage_error "rope scaling on gemma2" "--rope-scaling yarn is for --arch llama" "
     --arch gemma2 --rope-scaling yarn
 usage_error "longrope on llama" "--rope-scaling longrope is for --arch phi3" "$B" "${TINY[@]}" \
     --rope-scaling longrope
-usage_error "unknown arch" "is not llama, qwen3, qwen3moe, mistral3, gemma2," "$B" \
+usage_error "unknown arch" "is not llama, qwen3, qwen3moe, gpt-oss, mistral3, gemma2," "$B" \
     "${TINY[@]}" --arch gpt2
 usage_error "temperature on llama" "--attn-temp-scale and --yarn-\* are for --arch mistral3" "$B" \
     "${TINY[@]}" --attn-temp-scale 0.1
@@ -319,6 +337,7 @@ usage_error "missing value" "--seed" "$B" "${TINY[@]}" --seed
 usage_error "two outputs" "unexpected argument" "$B" "$tmp/second.gguf" "${TINY[@]}"
 usage_error "unknown shape" "--shape: '7b'" "$B" --vocab-from "$VOCAB" --shape 7b
 usage_error "experts on gemma2" "--experts and --experts-used are for" "$B" "${TINY[@]}" --arch gemma2 --experts 4
+usage_error "mxfp4 without experts" "--type mxfp4 is for the experts" "$B" "${TINY[@]}" --type mxfp4
 usage_error "too many used experts" "--experts-used 5 is more than --experts 4" "$B" "${TINY[@]}" --experts 4 --experts-used 5
 
 # ---- named shapes (--shape): the benchmark tables' hyper-parameters; flags override them ----
