@@ -87,7 +87,8 @@ static void bench_limits(pl_threadpool *tp, out_ctx *o) {
 static void bench_matmuls(pl_threadpool *tp, const out_ctx *o) {
     static const pl_dtype types[] = {PL_DT_F32,  PL_DT_F16,  PL_DT_BF16,   PL_DT_Q8_0, PL_DT_Q4_0,
                                      PL_DT_Q4_K, PL_DT_Q5_K,  PL_DT_Q6_K,  PL_DT_Q4_1, PL_DT_Q5_0,
-                                     PL_DT_Q5_1, PL_DT_IQ4_NL, PL_DT_Q2_K, PL_DT_Q3_K, PL_DT_IQ4_XS};
+                                     PL_DT_Q5_1, PL_DT_IQ4_NL, PL_DT_Q2_K, PL_DT_Q3_K, PL_DT_IQ4_XS,
+                                     PL_DT_MXFP4};
     const int64_t cols = 2048;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         pl_dtype t = types[i];
@@ -228,7 +229,8 @@ static int usage(FILE *f) {
                "  --quick      fewer and smaller repetitions (noisier)\n"
                "  --only WHAT  limits | matmul | attention | ops (the limits always run)\n"
                "  --type T     only the matmuls of weight type T (f32, f16, bf16, q8_0, q4_0,\n"
-               "               q4_K, q5_K, q6_K, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs)\n");
+               "               q4_K, q5_K, q6_K, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs,\n"
+               "               mxfp4)\n");
     return f == stderr ? 2 : 0;
 }
 
