@@ -365,6 +365,8 @@ SHAPE_MORE=", 'attention.sliding_window': 512, 'rope.freq_base_swa': 1e4" \
     shape_case gemma3-1b q8_0 1152 4 1 256 --ffn 256
 SHAPE_MORE=", 'attention.temperature_scale': 0.1, 'rope.scaling.original_context_length': 16384" \
     shape_case mistral3-3b q4_0 3072 32 8 256 --ffn 256
+SHAPE_MORE=", 'attention.key_length': 64, 'attention.sliding_window': 128, 'expert_count': 2, 'expert_used_count': 2, 'rope.scaling.original_context_length': 4096" \
+    shape_case gpt-oss-20b mxfp4 2880 64 8 256 --ffn 256 --expert-ffn 256 --experts 2 --experts-used 2
 "$PL_BINARY" mkmodel --help >"$tmp/out" 2>&1
 check "--help: exit 0" test $? -eq 0
 check "--help: usage" grep -q "usage: pagellm mkmodel" "$tmp/out"
