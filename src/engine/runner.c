@@ -19,20 +19,13 @@ static pl_status enable_groups(pl_runner *r) {
 }
 
 pl_status pl_runner_init(pl_runner *r, const pl_runner_config *c) {
-    memset(r, 0, sizeof *r);
     pl_model *m = c->model;
     const int32_t max_tokens = c->max_tokens, max_items = c->max_items;
     const int32_t max_logit_rows = c->max_logit_rows, max_blocks = c->max_blocks;
-    r->model = m;
-    r->kv = c->kv;
-    r->swap = c->swap;
-    r->pooling = c->pooling;
-    r->draft = c->draft;
-    r->dist = c->dist;
-    r->max_tokens = max_tokens;
-    r->max_items = max_items;
-    r->max_logit_rows = max_logit_rows;
-    r->max_blocks = max_blocks;
+    *r = (pl_runner){.model = m, .kv = c->kv, .swap = c->swap, .pooling = c->pooling,
+                     .draft = c->draft, .dist = c->dist, .max_tokens = max_tokens,
+                     .max_items = max_items, .max_logit_rows = max_logit_rows,
+                     .max_blocks = max_blocks};
     const size_t T = (size_t)max_tokens, S = (size_t)max_items, V = (size_t)m->hp.n_vocab;
     r->tokens = malloc(T * sizeof(int32_t));
     r->pos = malloc(T * sizeof(int32_t));
