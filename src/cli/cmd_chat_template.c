@@ -3,6 +3,7 @@
  * add_generation_prompt, bos_token, eos_token, ...) exactly, without a newline added; or exit 1
  * with the template's error on stderr. A model without a template renders ChatML, as serve does. */
 #include "cli/cli.h"
+#include "cli/flags.h"
 
 #include "base/buf.h"
 #include "base/status.h"
@@ -18,20 +19,6 @@
 #include <string.h>
 
 static const char *C = "chat-template";
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagellm chat-template (-m MODEL | --template FILE) --context FILE.json\n"
-            "  -m, --model MODEL      use the GGUF's tokenizer.chat_template (ChatML if none);\n"
-            "                         bos_token / eos_token default to the model's\n"
-            "      --template FILE    use this Jinja file\n"
-            "      --context FILE     the render context, a JSON object ('-' = stdin): messages,\n"
-            "                         add_generation_prompt, bos_token, eos_token, tools, ...\n"
-            "      --date YYYY-MM-DD  the date strftime_now sees (default: today, local time;\n"
-            "                         or set PAGELLM_TEMPLATE_DATE)\n"
-            "Prints the rendering to stdout exactly; on a template error prints it to stderr\n"
-            "and exits 1.\n");
-}
 
 /* With -m: the model's BOS and EOS texts as bos_token / eos_token when the context has none
  * (transformers passes the tokenizer's special tokens the same way). */
@@ -68,26 +55,39 @@ static int read_all(const char *path, pl_strbuf *b) {
     return bad ? -1 : 0;
 }
 
+typedef struct {
+    const char *model, *template, *context, *date;
+} template_opts;
+
+static const pl_flag TEMPLATE_FLAGS[] = {
+    PL_FLAG_ROW_STR(template_opts, "model", 'm', model, "MODEL",
+     "use the GGUF's tokenizer.chat_template (ChatML if none);\n"
+     "bos_token / eos_token default to the model's"),
+    PL_FLAG_ROW_STR(template_opts, "template", 0, template, "FILE",
+     "use this Jinja file"),
+    PL_FLAG_ROW_STR(template_opts, "context", 0, context, "FILE",
+     "the render context, a JSON object ('-' = stdin): messages,\n"
+     "add_generation_prompt, bos_token, eos_token, tools, ..."),
+    PL_FLAG_ROW_STR(template_opts, "date", 0, date, "YYYY-MM-DD",
+     "the date strftime_now sees (default: today, local time;\n"
+     "or set PAGELLM_TEMPLATE_DATE)"),
+};
+
+static const pl_flag_cmd TEMPLATE = {
+    "chat-template", "usage: pagellm chat-template (-m MODEL | --template FILE) --context FILE.json\n",
+    "Prints the rendering to stdout exactly; on a template error prints it to stderr\n"
+    "and exits 1.\n",
+    TEMPLATE_FLAGS, sizeof TEMPLATE_FLAGS / sizeof TEMPLATE_FLAGS[0], -1, 0};
+
 int pl_cmd_chat_template(int argc, char **argv) {
-    const char *model = NULL, *tpath = NULL, *cpath = NULL, *date = getenv("PAGELLM_TEMPLATE_DATE");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has = i + 1 < argc;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) model = argv[++i];
-        else if (!strcmp(a, "--template") && has) tpath = argv[++i];
-        else if (!strcmp(a, "--context") && has) cpath = argv[++i];
-        else if (!strcmp(a, "--date") && has) date = argv[++i];
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "pagellm chat-template: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    template_opts o = {.date = getenv("PAGELLM_TEMPLATE_DATE")};
+    int first, prc = pl_flags_parse(&TEMPLATE, argc, argv, &o, &first);
+    if (prc) return prc == PL_FLAGS_HELP ? 0 : prc;
+    const char *model = o.model, *tpath = o.template, *cpath = o.context, *date = o.date;
     if (!cpath || (!model) == (!tpath)) {
-        usage(stderr);
+        fprintf(stderr, "pagellm chat-template: need --context FILE and one of -m MODEL or "
+                "--template FILE\n");
+        pl_flags_usage(&TEMPLATE, stderr);
         return 2;
     }
     int64_t now = 0;

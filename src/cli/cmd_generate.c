@@ -6,13 +6,14 @@
 #include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
+#include "cli/flags.h"
 #include "cli/generate_batch.h"
 #include "kernels/cpu.h"
 
 #include "pagellm.h"
 #include "server/server.h"
 
-#include <getopt.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,74 +29,32 @@ typedef struct {
     pl_request_params p;
     const char *stops[PL_MAX_STOP_STRINGS];
     const char *choices[PL_MAX_STOP_STRINGS];
-    const char *constraint_arg;  /* the flag that set p.constraint */
+    const char *constraint_arg;  /* the flag that set p.constraint (its name, no dashes) */
     char *constraint_file;       /* --json-schema / --grammar: the file's text (p.constraint_text) */
     pl_engine_config eng;
 } gen_opts;
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagellm generate -m MODEL (-p TEXT | --prompt-ids 1,2,3) [options]\n"
-            "       pagellm generate -m MODEL --input prompts.jsonl --output results.jsonl\n"
-            "  -m, --model MODEL          GGUF path or bare name (./models, $PAGELLM_MODELS,\n"
-            "                             ../shared/models)\n"
-            "  -p, --prompt TEXT          prompt text (BOS added when the model says so)\n"
-            "      --parse-special        the text of control tokens in -p (\"<s>\",\n"
-            "                             \"<|im_start|>\") becomes those tokens; user-defined\n"
-            "                             tokens' text always does (--input: \"parse_special\")\n"
-            "      --prompt-ids IDS       prompt token ids, comma-separated (nothing added)\n"
-            "      --input F --output F   offline batch: one JSON request per line (prompt or\n"
-            "                             prompt_ids, OpenAI/vLLM sampling and structured\n"
-            "                             output fields, parse_special), one result line per\n"
-            "                             request in input\n"
-            "                             order\n"
-            "  -n, --max-tokens N         tokens to generate (default 128)\n"
-            "      --temperature T        0 = greedy (default 1.0)\n"
-            "      --top-k K  --top-p P  --min-p P\n"
-            "      --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
-            "      --seed S               seed of this request's sampler\n"
-            "      --n N  --best-of N     completions returned / generated\n"
-            "      --beam-width W         beam search with W beams (--length-penalty L)\n"
-            "      --stop STR             stop string (repeatable)\n"
-            "      --ignore-eos           do not stop at end-of-generation tokens\n"
-            "      --min-tokens N         no stop before N tokens\n"
-            "      --logprobs K           top K log-probabilities of each generated token\n"
-            "      --prompt-logprobs K    top K log-probabilities of each prompt token\n"
-            "      --json-schema FILE     structured output: the text is JSON valid against the\n"
-            "                             schema in FILE (docs/SERVER.md: the subset)\n"
-            "      --json-object          ... any JSON object\n"
-            "      --regex RE             ... the whole text matches RE\n"
-            "      --grammar FILE         ... the GBNF grammar in FILE (rule root)\n"
-            "      --choice STR           ... one of these strings (repeatable)\n"
-            "      --json                 one JSON object per completion on stdout\n"
-            "  -v, --verbose              model, KV cache and speed details on stderr\n");
-    pl_engine_flags_help(f);
-}
-
-enum {
-    O_IDS = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_FREQ, O_SEED, O_STOP, O_IGNORE,
-    O_LP, O_PLP, O_JSON, O_IN, O_OUT, O_N, O_BEST, O_BEAM, O_LPEN, O_MINT, O_PARSE_SPECIAL,
-    O_SCHEMA, O_JSON_OBJECT, O_REGEX, O_GRAMMAR, O_CHOICE,
-};
-
-/* One structured-output flag per run (--choice may repeat). */
-static int set_constraint(gen_opts *o, const char *flag, pl_constraint_kind kind, const char *arg) {
+/* One structured-output flag per run (--choice may repeat); aux is the pl_constraint_kind. */
+static int set_constraint(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    gen_opts *o = opts;
+    pl_constraint_kind kind = (pl_constraint_kind)f->aux;
     if (o->constraint_arg && !(kind == PL_CONSTRAINT_CHOICE && o->p.constraint == kind)) {
-        fprintf(stderr, "pagellm generate: %s and %s exclude each other\n", o->constraint_arg, flag);
+        fprintf(stderr, "pagellm %s: --%s and --%s exclude each other\n", cmd, o->constraint_arg,
+                f->name);
         return 2;
     }
-    o->constraint_arg = flag;
+    o->constraint_arg = f->name;
     o->p.constraint = kind;
     if (kind == PL_CONSTRAINT_CHOICE) {
         if (o->p.n_constraint_choices == PL_MAX_STOP_STRINGS) {
-            fprintf(stderr, "pagellm generate: at most %d --choice\n", PL_MAX_STOP_STRINGS);
+            fprintf(stderr, "pagellm %s: at most %d --choice\n", cmd, PL_MAX_STOP_STRINGS);
             return 2;
         }
         o->choices[o->p.n_constraint_choices++] = arg;
         o->p.constraint_choices = o->choices;
     } else if (kind == PL_CONSTRAINT_JSON_SCHEMA || kind == PL_CONSTRAINT_GRAMMAR) {
         if (!(o->constraint_file = pl_cli_read_file(arg, NULL))) {
-            fprintf(stderr, "pagellm generate: %s: cannot read %s\n", flag, arg);
+            fprintf(stderr, "pagellm %s: --%s: cannot read %s\n", cmd, f->name, arg);
             return 2;
         }
         o->p.constraint_text = o->constraint_file;
@@ -105,139 +64,113 @@ static int set_constraint(gen_opts *o, const char *flag, pl_constraint_kind kind
     return 0;
 }
 
+static int set_seed(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    gen_opts *o = opts;
+    int64_t v;
+    (void)f;
+    if (pl_arg_int(cmd, "--seed", arg, 0, INT64_MAX, &v)) return 2;
+    o->p.has_seed = 1;
+    o->p.seed = (uint64_t)v;
+    return 0;
+}
+
+static int add_stop(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    gen_opts *o = opts;
+    (void)f;
+    if (o->p.n_stop == PL_MAX_STOP_STRINGS) {
+        fprintf(stderr, "pagellm %s: at most %d --stop strings\n", cmd, PL_MAX_STOP_STRINGS);
+        return 2;
+    }
+    o->stops[o->p.n_stop++] = arg;
+    return 0;
+}
+
+static int set_beam(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    gen_opts *o = opts;
+    (void)f;
+    if (pl_arg_i32(cmd, "--beam-width", arg, 1, 64, &o->p.best_of)) return 2;
+    o->p.use_beam_search = 1;
+    return 0;
+}
+
+#define CONSTRAINT(name, meta, kind, help) PL_FLAG_ROW_FN(name, 0, set_constraint, kind, meta, help)
+
+static const pl_flag GEN_FLAGS[] = {
+    PL_FLAG_ROW_STR(gen_opts, "model", 'm', model, "MODEL",
+     "GGUF path or bare name (./models, $PAGELLM_MODELS,\n../shared/models)"),
+    PL_FLAG_ROW_STR(gen_opts, "prompt", 'p', prompt, "TEXT",
+     "prompt text (BOS added when the model says so)"),
+    PL_FLAG_ROW_SET(gen_opts, "parse-special", 0, p.parse_special,
+     "the text of control tokens in -p (\"<s>\",\n\"<|im_start|>\") becomes those tokens; "
+     "user-defined\ntokens' text always does (--input: \"parse_special\")"),
+    PL_FLAG_ROW_STR(gen_opts, "prompt-ids", 0, prompt_ids, "IDS",
+     "prompt token ids, comma-separated (nothing added)"),
+    PL_FLAG_ROW_STR(gen_opts, "input", 0, input, "F",
+     "offline batch (with --output): one JSON request per line\n(prompt or prompt_ids, "
+     "OpenAI/vLLM sampling and structured\noutput fields, parse_special)"),
+    PL_FLAG_ROW_STR(gen_opts, "output", 0, output, "F",
+     "one result line per request of --input, in its order"),
+    PL_FLAG_ROW_I32(gen_opts, "max-tokens", 'n', p.max_tokens, 1, 1 << 24, "N",
+     "tokens to generate (default 128)"),
+    PL_FLAG_ROW_F32(gen_opts, "temperature", 0, p.sampling.temperature, 0, 100, "T",
+     "0 = greedy (default 1.0)"),
+    PL_FLAG_ROW_I32(gen_opts, "top-k", 0, p.sampling.top_k, -1, INT32_MAX, "K", "top-k sampling (-1: off)"),
+    PL_FLAG_ROW_F32(gen_opts, "top-p", 0, p.sampling.top_p, 1e-9, 1, "P", "nucleus sampling"),
+    PL_FLAG_ROW_F32(gen_opts, "min-p", 0, p.sampling.min_p, 0, 1, "P", "min-p sampling"),
+    PL_FLAG_ROW_F32(gen_opts, "repetition-penalty", 0, p.sampling.repetition_penalty, 1e-6, 100, "R",
+     "penalty of tokens already seen (1: none)"),
+    PL_FLAG_ROW_F32(gen_opts, "presence-penalty", 0, p.sampling.presence_penalty, -2, 2, "P",
+     "OpenAI's presence penalty"),
+    PL_FLAG_ROW_F32(gen_opts, "frequency-penalty", 0, p.sampling.frequency_penalty, -2, 2, "F",
+     "OpenAI's frequency penalty"),
+    PL_FLAG_ROW_FN("seed", 0, set_seed, 0, "S", "seed of this request's sampler"),
+    PL_FLAG_ROW_I32(gen_opts, "n", 0, p.n, 1, 64, "N", "completions returned"),
+    PL_FLAG_ROW_I32(gen_opts, "best-of", 0, p.best_of, 1, 64, "N", "completions generated"),
+    PL_FLAG_ROW_FN("beam-width", 0, set_beam, 0, "W", "beam search with W beams"),
+    PL_FLAG_ROW_F32(gen_opts, "length-penalty", 0, p.length_penalty, -10, 10, "L",
+     "beam search's length penalty"),
+    PL_FLAG_ROW_FN("stop", 0, add_stop, 0, "STR", "stop string (repeatable)"),
+    PL_FLAG_ROW_SET(gen_opts, "ignore-eos", 0, p.ignore_eos,
+     "do not stop at end-of-generation tokens"),
+    PL_FLAG_ROW_I32(gen_opts, "min-tokens", 0, p.min_tokens, 0, 1 << 24, "N", "no stop before N tokens"),
+    PL_FLAG_ROW_I32(gen_opts, "logprobs", 0, p.logprobs, 0, 20, "K",
+     "top K log-probabilities of each generated token"),
+    PL_FLAG_ROW_I32(gen_opts, "prompt-logprobs", 0, p.prompt_logprobs, 0, 20, "K",
+     "top K log-probabilities of each prompt token"),
+    CONSTRAINT("json-schema", "FILE", PL_CONSTRAINT_JSON_SCHEMA,
+               "structured output: the text is JSON valid against the\nschema in FILE "
+               "(docs/SERVER.md: the subset)"),
+    CONSTRAINT("json-object", NULL, PL_CONSTRAINT_JSON_OBJECT, "... any JSON object"),
+    CONSTRAINT("regex", "RE", PL_CONSTRAINT_REGEX, "... the whole text matches RE"),
+    CONSTRAINT("grammar", "FILE", PL_CONSTRAINT_GRAMMAR, "... the GBNF grammar in FILE (rule root)"),
+    CONSTRAINT("choice", "STR", PL_CONSTRAINT_CHOICE, "... one of these strings (repeatable)"),
+    PL_FLAG_ROW_SET(gen_opts, "json", 0, json, "one JSON object per completion on stdout"),
+    PL_FLAG_ROW_SET(gen_opts, "verbose", 'v', verbose,
+     "model, KV cache and speed details on stderr"),
+};
+
+#undef CONSTRAINT
+
+static const pl_flag_cmd GENERATE = {
+    "generate",
+    "usage: pagellm generate -m MODEL (-p TEXT | --prompt-ids 1,2,3) [options]\n"
+    "       pagellm generate -m MODEL --input prompts.jsonl --output results.jsonl\n",
+    NULL, GEN_FLAGS, sizeof GEN_FLAGS / sizeof GEN_FLAGS[0], offsetof(gen_opts, eng), 0};
+
 static int parse(int argc, char **argv, gen_opts *o) {
-    static const struct option own[] = {
-        {"model", required_argument, 0, 'm'},      {"prompt", required_argument, 0, 'p'},
-        {"prompt-ids", required_argument, 0, O_IDS}, {"max-tokens", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
-        {"top-p", required_argument, 0, O_TOPP},   {"min-p", required_argument, 0, O_MINP},
-        {"repetition-penalty", required_argument, 0, O_REP},
-        {"presence-penalty", required_argument, 0, O_PRES},
-        {"frequency-penalty", required_argument, 0, O_FREQ},
-        {"seed", required_argument, 0, O_SEED},    {"stop", required_argument, 0, O_STOP},
-        {"ignore-eos", no_argument, 0, O_IGNORE},  {"logprobs", required_argument, 0, O_LP},
-        {"prompt-logprobs", required_argument, 0, O_PLP}, {"json", no_argument, 0, O_JSON},
-        {"input", required_argument, 0, O_IN},     {"output", required_argument, 0, O_OUT},
-        {"n", required_argument, 0, O_N},          {"best-of", required_argument, 0, O_BEST},
-        {"beam-width", required_argument, 0, O_BEAM},
-        {"length-penalty", required_argument, 0, O_LPEN},
-        {"min-tokens", required_argument, 0, O_MINT},
-        {"parse-special", no_argument, 0, O_PARSE_SPECIAL},
-        {"json-schema", required_argument, 0, O_SCHEMA}, {"json-object", no_argument, 0, O_JSON_OBJECT},
-        {"regex", required_argument, 0, O_REGEX},  {"grammar", required_argument, 0, O_GRAMMAR},
-        {"choice", required_argument, 0, O_CHOICE},
-        {"verbose", no_argument, 0, 'v'},          {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const struct option *longopts = pl_engine_longopts(own);
-    int64_t iv;
     memset(o, 0, sizeof *o);
     pl_engine_config_default(&o->eng);
     pl_request_params_default(&o->p);
     o->p.max_tokens = 128;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":m:p:n:t:vh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'p': o->prompt = optarg; break;
-        case O_IDS: o->prompt_ids = optarg; break;
-        case O_IN: o->input = optarg; break;
-        case O_OUT: o->output = optarg; break;
-        case 'n':
-            if (pl_arg_i32(C, "--max-tokens", optarg, 1, 1 << 24, &o->p.max_tokens)) return 2;
-            break;
-        case O_TEMP:
-            if (pl_arg_f32(C, "--temperature", optarg, 0, 100, &o->p.sampling.temperature)) return 2;
-            break;
-        case O_TOPK:
-            if (pl_arg_i32(C, "--top-k", optarg, -1, INT32_MAX, &o->p.sampling.top_k)) return 2;
-            break;
-        case O_TOPP:
-            if (pl_arg_f32(C, "--top-p", optarg, 1e-9, 1, &o->p.sampling.top_p)) return 2;
-            break;
-        case O_MINP:
-            if (pl_arg_f32(C, "--min-p", optarg, 0, 1, &o->p.sampling.min_p)) return 2;
-            break;
-        case O_REP:
-            if (pl_arg_f32(C, "--repetition-penalty", optarg, 1e-6, 100, &o->p.sampling.repetition_penalty)) return 2;
-            break;
-        case O_PRES:
-            if (pl_arg_f32(C, "--presence-penalty", optarg, -2, 2, &o->p.sampling.presence_penalty)) return 2;
-            break;
-        case O_FREQ:
-            if (pl_arg_f32(C, "--frequency-penalty", optarg, -2, 2, &o->p.sampling.frequency_penalty)) return 2;
-            break;
-        case O_SEED:
-            if (pl_arg_int(C, "--seed", optarg, 0, INT64_MAX, &iv)) return 2;
-            o->p.has_seed = 1;
-            o->p.seed = (uint64_t)iv;
-            break;
-        case O_STOP:
-            if (o->p.n_stop == PL_MAX_STOP_STRINGS) {
-                fprintf(stderr, "pagellm generate: at most %d --stop strings\n", PL_MAX_STOP_STRINGS);
-                return 2;
-            }
-            o->stops[o->p.n_stop++] = optarg;
-            break;
-        case O_IGNORE: o->p.ignore_eos = 1; break;
-        case O_LP:
-            if (pl_arg_i32(C, "--logprobs", optarg, 0, 20, &o->p.logprobs)) return 2;
-            break;
-        case O_PLP:
-            if (pl_arg_i32(C, "--prompt-logprobs", optarg, 0, 20, &o->p.prompt_logprobs)) return 2;
-            break;
-        case O_N:
-            if (pl_arg_i32(C, "--n", optarg, 1, 64, &o->p.n)) return 2;
-            break;
-        case O_BEST:
-            if (pl_arg_i32(C, "--best-of", optarg, 1, 64, &o->p.best_of)) return 2;
-            break;
-        case O_BEAM:
-            if (pl_arg_int(C, "--beam-width", optarg, 1, 64, &iv)) return 2;
-            o->p.use_beam_search = 1;
-            o->p.best_of = (int32_t)iv;
-            break;
-        case O_LPEN:
-            if (pl_arg_f32(C, "--length-penalty", optarg, -10, 10, &o->p.length_penalty)) return 2;
-            break;
-        case O_MINT:
-            if (pl_arg_i32(C, "--min-tokens", optarg, 0, 1 << 24, &o->p.min_tokens)) return 2;
-            break;
-        case O_PARSE_SPECIAL: o->p.parse_special = 1; break;
-        case O_JSON: o->json = 1; break;
-        case O_SCHEMA:
-        case O_JSON_OBJECT:
-        case O_REGEX:
-        case O_GRAMMAR:
-        case O_CHOICE: {
-            static const pl_constraint_kind K[] = {PL_CONSTRAINT_JSON_SCHEMA, PL_CONSTRAINT_JSON_OBJECT,
-                                                   PL_CONSTRAINT_REGEX, PL_CONSTRAINT_GRAMMAR,
-                                                   PL_CONSTRAINT_CHOICE};
-            static const char *const F[] = {"--json-schema", "--json-object", "--regex", "--grammar",
-                                            "--choice"};
-            int rc = set_constraint(o, F[c - O_SCHEMA], K[c - O_SCHEMA], optarg);
-            if (rc) return rc;
-            break;
-        }
-        case 'v': o->verbose = 1; break;
-        case 'h': usage(stdout); exit(0);
-        default:
-            if (pl_engine_opt_tail(C, c, argv, longopts, &o->eng, usage, 1)) return 2;
-            break;
-        }
-    }
+    int first, rc = pl_flags_parse(&GENERATE, argc, argv, o, &first);
+    if (rc == PL_FLAGS_HELP) exit(0);
+    if (rc) return rc;
     o->p.stop = o->stops;
-    if (optind < argc) {
-        fprintf(stderr, "pagellm generate: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return 2;
-    }
     int modes = (o->prompt != NULL) + (o->prompt_ids != NULL) + (o->input != NULL);
     if (!o->model || modes != 1 || (o->input != NULL) != (o->output != NULL)) {
         fprintf(stderr, "pagellm generate: need -m MODEL and exactly one of -p, --prompt-ids, "
                         "or --input with --output\n");
-        usage(stderr);
+        pl_flags_usage(&GENERATE, stderr);
         return 2;
     }
     if (o->p.best_of && o->p.best_of < o->p.n) {
@@ -398,7 +331,8 @@ int pl_cmd_generate(int argc, char **argv) {
     }
     if (o.input && o.constraint_arg) {
         free(o.constraint_file);
-        fprintf(stderr, "pagellm generate: %s applies to -p / --prompt-ids, not --input\n", o.constraint_arg);
+        fprintf(stderr, "pagellm generate: --%s applies to -p / --prompt-ids, not --input\n",
+                o.constraint_arg);
         return 2;
     }
     char path[4096];

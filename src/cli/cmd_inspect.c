@@ -6,6 +6,7 @@
  * the terminal or invalid UTF-8 in the JSON.
  */
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "gguf/gguf.h"
 
 #include <jansson.h>
@@ -303,38 +304,33 @@ static int print_json(const pl_gguf *g, const facts *f) {
     return 0;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: pagellm inspect FILE [--json]\n\n"
-               "Describes a GGUF model file: architecture, file type, hyper-parameters,\n"
-               "tokenizer, tensors per type and the parameter count.\n\n"
-               "  FILE     a path to a .gguf file, or a bare model name (looked up in ./models,\n"
-               "           $PAGELLM_MODELS and ../shared/models)\n"
-               "  --json   print one JSON object instead of text\n");
-}
+typedef struct {
+    int json;
+} inspect_opts;
+
+static const pl_flag INSPECT_FLAGS[] = {
+    PL_FLAG_ROW_SET(inspect_opts, "json", 0, json,
+     "print one JSON object instead of text"),
+};
+
+static const pl_flag_cmd INSPECT = {
+    "inspect",
+    "usage: pagellm inspect FILE [--json]\n",
+    "Describes a GGUF model file: architecture, file type, hyper-parameters,\n"
+    "tokenizer, tensors per type and the parameter count. FILE is a path to a .gguf\n"
+    "file, or a bare model name (looked up in ./models, $PAGELLM_MODELS and\n"
+    "../shared/models).\n", INSPECT_FLAGS, sizeof INSPECT_FLAGS / sizeof INSPECT_FLAGS[0], -1, 1};
 
 int pl_cmd_inspect(int argc, char **argv) {
-    const char *file = NULL;
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "pagellm inspect: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (file) {
-            fprintf(stderr, "pagellm inspect: one FILE at a time ('%s' and '%s' given)\n", file,
-                    argv[i]);
-            usage(stderr);
-            return 2;
-        } else file = argv[i];
-    }
-    if (!file) {
-        usage(stderr);
+    inspect_opts o = {0};
+    int first, rc = pl_flags_parse(&INSPECT, argc, argv, &o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? 0 : rc;
+    if (first == argc) {
+        fprintf(stderr, "pagellm inspect: which FILE?\n");
+        pl_flags_usage(&INSPECT, stderr);
         return 2;
     }
+    const char *file = argv[first];
     /* A path is opened as given (a missing one gets one clear line); a bare name is looked up. */
     char path[4096];
     if (strchr(file, '/')) snprintf(path, sizeof path, "%s", file);
@@ -343,8 +339,7 @@ int pl_cmd_inspect(int argc, char **argv) {
     if (pl_gguf_open(path, &g) != PL_OK) return pl_cli_fail("inspect", "%s", pl_last_error());
     facts f;
     gather(g, &f);
-    int rc = 0;
-    if (json) rc = print_json(g, &f);
+    if (o.json) rc = print_json(g, &f);
     else print_text(g, &f);
     pl_gguf_close(g);
     return rc;

@@ -2,10 +2,10 @@
  * (only the vocabulary is read from the file, no weights are bound). */
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 
 #include "tokenizer/tokenizer.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,34 +71,34 @@ static int run_detokenize(const char *cmd, pl_tokenizer *t, void *ctx) {
     return 0;
 }
 
+typedef struct {
+    const char *model, *file;
+    int add_special, parse_special;
+} tokenize_opts;
+
+static const pl_flag TOKENIZE_FLAGS[] = {
+    PL_FLAG_ROW_STR(tokenize_opts, "model", 'm', model, "MODEL",
+     "GGUF path or bare name (./models, $PAGELLM_MODELS,\n../shared/models)"),
+    PL_FLAG_ROW_STR(tokenize_opts, "file", 'f', file, "F",
+     "tokenize this file's text instead of TEXT"),
+    PL_FLAG_ROW_SET(tokenize_opts, "add-special", 0, add_special,
+     "add BOS / EOS as the model says"),
+    PL_FLAG_ROW_SET(tokenize_opts, "parse-special", 0, parse_special,
+     "the text of control tokens (\"<s>\") becomes those tokens"),
+};
+
+static const pl_flag_cmd TOKENIZE = {
+    "tokenize", "usage: pagellm tokenize -m MODEL [--add-special] [--parse-special] (TEXT | --file F)\n",
+    NULL, TOKENIZE_FLAGS, sizeof TOKENIZE_FLAGS / sizeof TOKENIZE_FLAGS[0], -1, 1};
+
 int pl_cmd_tokenize(int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"model", required_argument, 0, 'm'}, {"add-special", no_argument, 0, 1},
-        {"parse-special", no_argument, 0, 2}, {"file", required_argument, 0, 'f'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-    const char *model = NULL, *file = NULL;
-    int add_special = 0, parse_special = 0, c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":m:f:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'f': file = optarg; break;
-        case 1: add_special = 1; break;
-        case 2: parse_special = 1; break;
-        case 'h':
-            printf("usage: pagellm tokenize -m MODEL [--add-special] [--parse-special] "
-                   "(TEXT | --file F)\n");
-            return 0;
-        default:
-            fprintf(stderr, "pagellm tokenize: bad option '%s'\nusage: pagellm tokenize -m MODEL "
-                    "[--add-special] [--parse-special] (TEXT | --file F)\n", argv[optind - 1]);
-            return 2;
-        }
-    }
-    if (!model || (file != NULL) == (optind < argc) || optind + 1 < argc) {
-        fprintf(stderr, "usage: pagellm tokenize -m MODEL [--add-special] [--parse-special] "
-                "(TEXT | --file F)\n");
+    tokenize_opts o = {0};
+    int first, rc = pl_flags_parse(&TOKENIZE, argc, argv, &o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? 0 : rc;
+    const char *model = o.model, *file = o.file;
+    if (!model || (file != NULL) == (first < argc)) {
+        fprintf(stderr, "pagellm tokenize: need -m MODEL and one of TEXT or --file F\n");
+        pl_flags_usage(&TOKENIZE, stderr);
         return 2;
     }
     size_t len;
@@ -107,11 +107,12 @@ int pl_cmd_tokenize(int argc, char **argv) {
         text = pl_cli_read_file(file, &len);
         if (!text) return pl_cli_fail("tokenize", "cannot read '%s'", file);
     } else {
-        text = strdup(argv[optind]);
+        text = strdup(argv[first]);
+        if (!text) return pl_cli_fail("tokenize", "out of memory");
         len = strlen(text);
     }
-    tokenize_job job = {text, len, add_special, parse_special};
-    int rc = with_tokenizer("tokenize", model, run_tokenize, &job);
+    tokenize_job job = {text, len, o.add_special, o.parse_special};
+    rc = with_tokenizer("tokenize", model, run_tokenize, &job);
     free(text);
     return rc;
 }

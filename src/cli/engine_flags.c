@@ -4,6 +4,7 @@
 #include "base/status.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "kv/cache.h"
 #include "parallel/parallel.h"
 
@@ -113,8 +114,6 @@ static const char HELP_FOOTER[] =
     "  --enforce-eager, --max-log-len N, ...; serve also --seed N) are accepted and ignored\n"
     "  with a warning\n";
 
-enum { HELP_COLUMN = 33, LABEL_WIDTH = HELP_COLUMN - 6 };
-
 const struct option *pl_engine_longopts(const struct option *own) {
     enum { MAX_OWN = 64 }; /* generate has the most: 34 */
     static struct option all[MAX_OWN + N_FLAGS + N_IGNORED + N_IGNORED_BOOL + 1];
@@ -142,22 +141,28 @@ void pl_engine_flags_help(FILE *f) {
         if (e->label) snprintf(label, sizeof label, "%s", e->label);
         else snprintf(label, sizeof label, "--%s%s%s", e->name, e->meta ? " " : "",
                       e->meta ? e->meta : "");
-        if (e->short_name) fprintf(f, "  -%c, ", e->short_name);
-        else fputs("      ", f);
-        int w = (int)strlen(label);
-        fprintf(f, "%s%*s", label, w < LABEL_WIDTH ? LABEL_WIDTH - w : 3, "");
-        for (const char *p = e->help; *p;) { /* each line, the later ones at the help column */
-            size_t len = strcspn(p, "\n");
-            fprintf(f, "%.*s\n", (int)len, p);
-            p += len;
-            if (*p == '\n' && *++p) fprintf(f, "%*s", HELP_COLUMN, "");
-        }
+        pl_flags_help_row(f, e->short_name, label, e->help);
     }
     fputs(HELP_FOOTER, f);
 }
 
+const char *pl_engine_shortopts(void) {
+    static char s[2 * N_FLAGS + 1];
+    if (!s[0]) {
+        size_t n = 0;
+        for (size_t i = 0; i < N_FLAGS; i++)
+            if (FLAGS[i].short_name) {
+                s[n++] = FLAGS[i].short_name;
+                if (FLAGS[i].has_arg == required_argument) s[n++] = ':';
+            }
+    }
+    return s;
+}
+
 int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const struct option *opts,
                               pl_engine_config *c) {
+    for (size_t i = 0; i < N_FLAGS; i++) /* a one-letter form (-t N) */
+        if (FLAGS[i].short_name && code == FLAGS[i].short_name) code = FLAGS[i].code;
     if (code >= PL_ENGINE_OPT_BASE && code < PL_ENGINE_OPT_END)
         return pl_engine_flag_apply_named(cmd, pl_arg_flag_written(argv, optind, optarg), code,
                                           optarg, c);
@@ -167,7 +172,6 @@ int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const stru
 
 int pl_engine_opt_tail(const char *cmd, int code, char **argv, const struct option *opts,
                        pl_engine_config *c, void (*usage)(FILE *), int usage_on_missing) {
-    if (code == 't') return pl_engine_flag_apply(cmd, PL_OPT_THREADS, optarg, c) ? 2 : 0;
     if (code == ':') {
         fprintf(stderr, "pagellm %s: %s needs a value\n", cmd, argv[optind - 1]);
         if (usage_on_missing) usage(stderr);

@@ -1,7 +1,9 @@
 /* cli/engine_flags — the engine flags every engine-running command accepts (generate, serve,
  * bench), with vLLM's names. A command builds its getopt_long table with pl_engine_longopts,
  * prints pl_engine_flags_help in its --help and hands the codes it does not know to
- * pl_engine_flag_or_unknown; all three come from one table of flags.
+ * pl_engine_flag_or_unknown; all three come from one table of flags. A command whose flags are
+ * a cli/flags.h table (generate) gets all of this from pl_flags_parse (pl_flag_cmd.engine);
+ * serve and bench still call these three themselves until they move to such a table.
  *
  * vLLM launch lines work unchanged: its engine flags that mean something on a CPU are mapped
  * (--dtype, --gpu-memory-utilization, --kv-cache-memory-bytes, --tensor-parallel-size), and
@@ -69,12 +71,14 @@ typedef struct {
 const struct option *pl_engine_longopts(const struct option *own);
 /* The "engine:" section of a command's --help. */
 void pl_engine_flags_help(FILE *f);
-/* A getopt_long code the command did not handle: an engine flag is applied (0, or 2 after its
+/* getopt's short options of the engine flags ("t:"), for a command's optstring. */
+const char *pl_engine_shortopts(void);
+/* A getopt_long code the command did not handle: an engine flag (or its one-letter form) is applied (0, or 2 after its
  * message), anything else is reported as unknown, naming the closest known flag (-1). */
 int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const struct option *opts,
                               pl_engine_config *c);
 /* The end of an engine-running command's getopt switch, for the codes it does not handle itself:
- * -t N (threads), a flag missing its value (':': "pagellm CMD: FLAG needs a value", then the usage
+ * a flag missing its value (':': "pagellm CMD: FLAG needs a value", then the usage
  * on stderr if usage_on_missing) and everything pl_engine_flag_or_unknown takes (an unknown flag
  * is followed by the usage on stderr). Returns 0 to go on, or 2 after printing why. */
 int pl_engine_opt_tail(const char *cmd, int code, char **argv, const struct option *opts,

@@ -121,12 +121,16 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     /* Logits rows: one per sequence that samples, plus room for prompt log-probabilities. */
     int32_t max_logit_rows = c->max_num_seqs + PROMPT_LOGPROB_ROWS;
     if (max_logit_rows > c->max_num_batched_tokens) max_logit_rows = c->max_num_batched_tokens;
-    if (st == PL_OK)
-        st = pl_runner_init(&e->runner, e->model, e->tp, pl_kv_cache_store(e->kv),
-                            pl_kv_cache_swap_store(e->kv), c->pooling, c->max_num_batched_tokens,
-                            c->max_num_seqs + 1, max_logit_rows,
-                            pl_kv_cache_max_blocks_per_seq(e->kv));
-    if (st == PL_OK && pl_kv_cache_grouped(e->kv)) st = pl_runner_enable_groups(&e->runner);
+    if (st == PL_OK) {
+        pl_runner_config rc = {
+            .model = e->model, .tp = e->tp, .kv = pl_kv_cache_store(e->kv),
+            .swap = pl_kv_cache_swap_store(e->kv), .pooling = c->pooling,
+            .max_tokens = c->max_num_batched_tokens, .max_items = c->max_num_seqs + 1,
+            .max_logit_rows = max_logit_rows, .max_blocks = pl_kv_cache_max_blocks_per_seq(e->kv),
+            .groups = pl_kv_cache_grouped(e->kv), .dist = e->dist != 0,
+        };
+        st = pl_runner_init(&e->runner, &rc);
+    }
     if (st == PL_OK) {
         pl_decoder_config dc = {
             .tok = e->model->tok, .n_vocab = e->model->hp.n_vocab,

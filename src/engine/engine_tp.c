@@ -40,7 +40,6 @@ pl_status pl_engine_tp_start(pl_engine *e, int ok) {
     st = pl_dist_agree(st, "could not set up its KV cache and buffers");
     if (st != PL_OK) return st;
     e->dist = 2;
-    e->runner.dist = 1;
     pl_dist_hook(e->runner.fwd, e->model);
     return PL_OK;
 }

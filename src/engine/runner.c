@@ -8,18 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_store *kv,
-                         pl_kv_store *swap, int32_t pooling, int32_t max_tokens, int32_t max_items,
-                         int32_t max_logit_rows, int32_t max_blocks) {
-    memset(r, 0, sizeof *r);
-    r->model = m;
-    r->kv = kv;
-    r->swap = swap;
-    r->pooling = pooling;
-    r->max_tokens = max_tokens;
-    r->max_items = max_items;
-    r->max_logit_rows = max_logit_rows;
-    r->max_blocks = max_blocks;
+static pl_status enable_groups(pl_runner *r) {
+    r->tables_w = calloc((size_t)r->max_items * (size_t)r->max_blocks, sizeof(int32_t));
+    r->slots_w = malloc((size_t)r->max_tokens * sizeof(int64_t));
+    if (!r->tables_w || !r->slots_w) {
+        PL_FREE_ALL(r->tables_w, r->slots_w);
+        return pl_fail(PL_ERR_NOMEM, "out of memory for the window layers' block tables");
+    }
+    return PL_OK;
+}
+
+pl_status pl_runner_init(pl_runner *r, const pl_runner_config *c) {
+    pl_model *m = c->model;
+    const int32_t max_tokens = c->max_tokens, max_items = c->max_items;
+    const int32_t max_logit_rows = c->max_logit_rows, max_blocks = c->max_blocks;
+    *r = (pl_runner){.model = m, .kv = c->kv, .swap = c->swap, .pooling = c->pooling,
+                     .draft = c->draft, .dist = c->dist, .max_tokens = max_tokens,
+                     .max_items = max_items, .max_logit_rows = max_logit_rows,
+                     .max_blocks = max_blocks};
     const size_t T = (size_t)max_tokens, S = (size_t)max_items, V = (size_t)m->hp.n_vocab;
     r->tokens = malloc(T * sizeof(int32_t));
     r->pos = malloc(T * sizeof(int32_t));
@@ -39,19 +45,10 @@ pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_sto
         return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %zu)",
                        max_tokens, V);
     }
-    pl_status st = pl_forward_ctx_create(m, max_tokens, max_logit_rows, tp, &r->fwd);
+    pl_status st = pl_forward_ctx_create(m, max_tokens, max_logit_rows, c->tp, &r->fwd);
+    if (st == PL_OK && c->groups) st = enable_groups(r);
     if (st != PL_OK) pl_runner_destroy(r);
     return st;
-}
-
-pl_status pl_runner_enable_groups(pl_runner *r) {
-    r->tables_w = calloc((size_t)r->max_items * (size_t)r->max_blocks, sizeof(int32_t));
-    r->slots_w = malloc((size_t)r->max_tokens * sizeof(int64_t));
-    if (!r->tables_w || !r->slots_w) {
-        PL_FREE_ALL(r->tables_w, r->slots_w);
-        return pl_fail(PL_ERR_NOMEM, "out of memory for the window layers' block tables");
-    }
-    return PL_OK;
 }
 
 void pl_runner_destroy(pl_runner *r) {

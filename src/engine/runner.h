@@ -31,7 +31,7 @@ typedef struct {
     int32_t *tokens, *pos, *seq_start, *ctx, *tables, *rows;
     int64_t *slots;
     int32_t *tables_w;      /* KV cache groups: the window layers' tables and slots (NULL: none, */
-    int64_t *slots_w;       /* see pl_runner_enable_groups) */
+    int64_t *slots_w;       /* pl_runner_config.groups) */
     float *logits;          /* [max_logit_rows][n_vocab]: the last step's logits */
     int32_t *item_row;      /* [max_items]: first logits row of each item of the last step, or -1 */
     int draft;              /* 1: a draft model's runner, reading the sequences' draft tables */
@@ -43,15 +43,23 @@ typedef struct {
     int32_t pooling;        /* pl_pooling for embedding items (0: the model's own), from init */
 } pl_runner;
 
+/* A runner's options, all given at init. */
+typedef struct {
+    pl_model *model;
+    pl_threadpool *tp;
+    pl_kv_store *kv, *swap;     /* the KV bytes and the swap pool (NULL if none) */
+    int32_t pooling;            /* pl_pooling for embedding items (0: the model's own) */
+    int32_t max_tokens, max_items, max_logit_rows; /* a step's budgets */
+    int32_t max_blocks;         /* blocks per sequence */
+    int groups;                 /* KV cache groups (kv/cache.h): the step also carries every
+                                   sequence's window table (pl_seq.table_w) for the window layers */
+    int draft;                  /* a draft model's runner (reads the draft tables; no groups) */
+    int dist;                   /* tensor parallel rank 0 (see pl_runner.dist) */
+} pl_runner_config;
+
 /* Buffers for steps of up to max_tokens tokens, max_items items, max_logit_rows logits rows and
  * max_blocks blocks per sequence. */
-/* KV cache groups (kv/cache.h): the step also carries every sequence's window table
- * (pl_seq.table_w) for the window layers. Call once after init (not for a draft runner). */
-pl_status pl_runner_enable_groups(pl_runner *r);
-/* pooling: for embedding items (0: the model's own). */
-pl_status pl_runner_init(pl_runner *r, pl_model *m, pl_threadpool *tp, pl_kv_store *kv,
-                         pl_kv_store *swap, int32_t pooling, int32_t max_tokens, int32_t max_items,
-                         int32_t max_logit_rows, int32_t max_blocks);
+pl_status pl_runner_init(pl_runner *r, const pl_runner_config *c);
 void pl_runner_destroy(pl_runner *r);
 /* Apply so's copies, run its items; the logits are then in r->logits (rows by r->item_row). */
 pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so);

@@ -47,7 +47,6 @@ pl_status pl_scheduler_init(pl_scheduler *s, const pl_scheduler_config *cfg, pl_
                        cfg->max_num_batched_tokens, cfg->max_num_seqs);
     s->cfg = *cfg;
     s->kv = kv;
-    s->spec = cfg->spec;
     return PL_OK;
 }
 
@@ -189,9 +188,9 @@ static int32_t decode_blocks_needed(const pl_scheduler *s, const pl_seq_group *g
  * group half scheduled). 0 = decode as usual. */
 static int32_t spec_room(const pl_scheduler *s, const pl_seq *q, const budget *b, int32_t rest) {
     const pl_seq_group *g = q->group;
-    if (!s->spec.propose || b->spec_spare < 1 || g->params.use_beam_search || !g->prefilled)
+    if (!s->cfg.spec.propose || b->spec_spare < 1 || g->params.use_beam_search || !g->prefilled)
         return 0;
-    int32_t k = s->spec.k < b->spec_spare ? s->spec.k : b->spec_spare;
+    int32_t k = s->cfg.spec.k < b->spec_spare ? s->cfg.spec.k : b->spec_spare;
     if (k > b->tokens_left - 1) k = b->tokens_left - 1;
     if (k > b->rows_left - 1) k = b->rows_left - 1;
     int32_t out_left = g->params.max_tokens - (q->n_tokens - g->n_prompt) - 1;
@@ -217,7 +216,7 @@ static pl_status add_decodes(pl_scheduler *s, pl_seq_group *g, budget *b) {
         if (b->dec_left > 0) b->dec_left--;
         rest--;
         int32_t k = spec_room(s, q, b, rest);
-        if (k > 0) k = s->spec.propose(s->spec.ctx, q, k);
+        if (k > 0) k = s->cfg.spec.propose(s->cfg.spec.ctx, q, k);
         q->n_spec = k;
         if (q->table.n_tokens < q->n_tokens + k)
             PL_TRY(append_seq(s, q, q->n_tokens + k - q->table.n_tokens));
@@ -237,8 +236,8 @@ static pl_status preempt(pl_scheduler *s, pl_seq_group *g) {
     int32_t nt = live_tables(s, g, tabs);
     q_remove(&s->running, g);
     s->preemptions++;
-    if (s->spec.drop)
-        for (int32_t i = 0; i < g->n_seqs; i++) s->spec.drop(s->spec.ctx, g->seqs[i]);
+    if (s->cfg.spec.drop)
+        for (int32_t i = 0; i < g->n_seqs; i++) s->cfg.spec.drop(s->cfg.spec.ctx, g->seqs[i]);
     if (s->cfg.mode == PL_PREEMPT_SWAP && pl_kv_cache_can_swap_out(s->kv, tabs, nt) == PL_ALLOC_OK) {
         /* Room for every block was reserved when the step began (reserve_output). */
         pl_sched_output *o = s->out;
@@ -542,8 +541,8 @@ static void spec_budget(pl_scheduler *s, budget *b) {
             for (int32_t i = 0; i < g->n_seqs; i++) n_dec += g->seqs[i]->status == PL_SEQ_RUNNING;
     b->dec_left = n_dec;
     b->spec_spare = 0;
-    if (!s->spec.propose || s->spec.k < 1 || n_dec == 0) return;
-    if (n_dec > s->spec.max_batch) {
+    if (!s->cfg.spec.propose || s->cfg.spec.k < 1 || n_dec == 0) return;
+    if (n_dec > s->cfg.spec.max_batch) {
         s->spec_off_steps++;
         return;
     }

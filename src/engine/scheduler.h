@@ -99,7 +99,6 @@ typedef struct {
     pl_kv_cache *kv;              /* the KV cache it asks (kv/cache.h) */
     pl_group_queue waiting, running, swapped;
     pl_sched_output *out;         /* the output being filled, during pl_scheduler_schedule only */
-    pl_spec_hook spec;            /* cfg.spec */
     /* Counters. */
     uint64_t preemptions;         /* groups preempted (either mode) */
     uint64_t swaps_out;           /* of those, by swapping */

@@ -67,8 +67,10 @@ pl_status pl_spec_draft_setup(pl_spec *sp, pl_threadpool *tp, uint64_t kv_bytes,
                                .max_blocks_per_seq = max_blocks, .watermark = 0.0};
     pl_status st = pl_kv_manager_init(&sp->mgr, &mc);
     if (st == PL_OK) {
-        st = pl_runner_init(&sp->runner, sp->draft, tp, &sp->kv, NULL, 0, max_tokens, max_items,
-                            max_items, max_blocks);
+        pl_runner_config rc = {.model = sp->draft, .tp = tp, .kv = &sp->kv,
+                               .max_tokens = max_tokens, .max_items = max_items,
+                               .max_logit_rows = max_items, .max_blocks = max_blocks, .draft = 1};
+        st = pl_runner_init(&sp->runner, &rc);
         if (st != PL_OK) pl_kv_manager_destroy(&sp->mgr);
     }
     sp->so.items = malloc((size_t)max_items * sizeof *sp->so.items);
@@ -86,7 +88,6 @@ pl_status pl_spec_draft_setup(pl_spec *sp, pl_threadpool *tp, uint64_t kv_bytes,
         sp->items = NULL;
         return st;
     }
-    sp->runner.draft = 1;
     sp->max_tokens = max_tokens;
     sp->max_items = max_items;
     sp->ready = 1;

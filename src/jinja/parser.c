@@ -307,6 +307,15 @@ static jj_node *filter_one(ps *P, jj_node *base) {
     return f;
 }
 
+/* chain, then every further `| filter(...)` applied to it (a {% filter %} or {% set %} block's). */
+static jj_node *more_filters(ps *P, jj_node *chain) {
+    while (is_op(cur(P), "|")) {
+        P->i++;
+        chain = filter_one(P, chain);
+    }
+    return chain;
+}
+
 static jj_node *filter_expr(ps *P, jj_node *n) {
     for (;;) {
         if (is_op(cur(P), "|")) {
@@ -364,47 +373,46 @@ static jj_node *bin(ps *P, int op, jj_node *a, jj_node *b, int line) {
     return n;
 }
 
-static jj_node *power(ps *P) {
-    jj_node *n = unary(P, 1);
-    while (is_op(cur(P), "**")) {
-        int line = cur(P)->line;
+/* One left-associative level of binary operators: sub (OP sub)*, OP any of ops (a zero row ends
+ * them). */
+typedef struct {
+    const char *tok;
+    int op;
+} binop;
+
+static jj_node *binary_level(ps *P, jj_node *(*sub)(ps *), const binop *ops) {
+    jj_node *n = sub(P);
+    for (;;) {
+        const jj_token *t = cur(P);
+        int op = 0;
+        for (const binop *o = ops; o->tok && !op; o++) op = is_op(t, o->tok) ? o->op : 0;
+        if (!op) return n;
         P->i++;
-        n = bin(P, OP_POW, n, unary(P, 1), line);
+        n = bin(P, op, n, sub(P), t->line);
     }
-    return n;
+}
+
+static jj_node *filtered_unary(ps *P) { return unary(P, 1); }
+
+static jj_node *power(ps *P) {
+    static const binop ops[] = {{"**", OP_POW}, {0, 0}};
+    return binary_level(P, filtered_unary, ops);
 }
 
 static jj_node *math2(ps *P) {
-    jj_node *n = power(P);
-    for (;;) {
-        const jj_token *t = cur(P);
-        int op = is_op(t, "*") ? OP_MUL : is_op(t, "/") ? OP_DIV : is_op(t, "//") ? OP_FLOORDIV
-                 : is_op(t, "%") ? OP_MOD : 0;
-        if (!op) return n;
-        P->i++;
-        n = bin(P, op, n, power(P), t->line);
-    }
+    static const binop ops[] = {
+        {"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV}, {"%", OP_MOD}, {0, 0}};
+    return binary_level(P, power, ops);
 }
 
 static jj_node *concat(ps *P) {
-    jj_node *n = math2(P);
-    while (is_op(cur(P), "~")) {
-        int line = cur(P)->line;
-        P->i++;
-        n = bin(P, OP_CONCAT, n, math2(P), line);
-    }
-    return n;
+    static const binop ops[] = {{"~", OP_CONCAT}, {0, 0}};
+    return binary_level(P, math2, ops);
 }
 
 static jj_node *math1(ps *P) {
-    jj_node *n = concat(P);
-    for (;;) {
-        const jj_token *t = cur(P);
-        int op = is_op(t, "+") ? OP_ADD : is_op(t, "-") ? OP_SUB : 0;
-        if (!op) return n;
-        P->i++;
-        n = bin(P, op, n, concat(P), t->line);
-    }
+    static const binop ops[] = {{"+", OP_ADD}, {"-", OP_SUB}, {0, 0}};
+    return binary_level(P, concat, ops);
 }
 
 static jj_node *compare(ps *P) {
@@ -449,29 +457,22 @@ static jj_node *not_expr(ps *P) {
     return compare(P);
 }
 
-static jj_node *and_expr(ps *P) {
-    jj_node *n = not_expr(P);
-    while (is_name(cur(P), "and")) {
+/* sub (KW sub)* for the keyword operators and / or: nodes of the given kind. */
+static jj_node *keyword_chain(ps *P, const char *kw, int kind, jj_node *(*sub)(ps *)) {
+    jj_node *n = sub(P);
+    while (is_name(cur(P), kw)) {
         P->i++;
-        jj_node *a = mk(P, E_AND);
+        jj_node *a = mk(P, kind);
         a->a = n;
-        a->b = not_expr(P);
+        a->b = sub(P);
         n = a;
     }
     return n;
 }
 
-static jj_node *or_expr(ps *P) {
-    jj_node *n = and_expr(P);
-    while (is_name(cur(P), "or")) {
-        P->i++;
-        jj_node *a = mk(P, E_OR);
-        a->a = n;
-        a->b = and_expr(P);
-        n = a;
-    }
-    return n;
-}
+static jj_node *and_expr(ps *P) { return keyword_chain(P, "and", E_AND, not_expr); }
+
+static jj_node *or_expr(ps *P) { return keyword_chain(P, "or", E_OR, and_expr); }
 
 static jj_node *expr(ps *P, int with_cond) {
     enter(P);
@@ -612,12 +613,7 @@ static jj_node *stmt(ps *P) {
         } else {
             if (cnt != 1 || attr) unexpected(P, "'='");
             n = mk(P, N_SETBLOCK);
-            jj_node *chain = NULL;
-            while (is_op(cur(P), "|")) {
-                P->i++;
-                chain = filter_one(P, chain);
-            }
-            n->c = chain;
+            n->c = more_filters(P, NULL);
             expect_block_end(P);
             static const char *const ends[] = {"endset", NULL};
             n->b = body_hard(P, ends, &which);
@@ -671,12 +667,7 @@ static jj_node *stmt(ps *P) {
         P->i++;
         n = mk(P, N_FILTERBLOCK);
         n->line = line;
-        jj_node *chain = filter_one(P, NULL);
-        while (is_op(cur(P), "|")) {
-            P->i++;
-            chain = filter_one(P, chain);
-        }
-        n->c = chain;
+        n->c = more_filters(P, filter_one(P, NULL));
         expect_block_end(P);
         static const char *const ends[] = {"endfilter", NULL};
         n->b = body_hard(P, ends, &which);

@@ -1,10 +1,10 @@
-/* kernels/attention_avx2 — the attention tile (see attention_impl.h) with AVX2 + FMA + F16C.
+/* kernels/attention_avx2 — the attention tile (see attention_impl.h) with AVX2 + FMA + F16C:
+ * the skeleton of attention_tile.h at 8 lanes, with the loads, the reduction and the softmax of
+ * this instruction set.
  *
- * The same plan as attention_avx512.c with 8 lanes: head_dim in chunks of 8 and, when head_dim
- * is 4 mod 8, a last chunk of 4 loaded zero-extended. Four query vectors share each key chunk
- * (left-over vectors take four keys at a time), the four accumulators are summed with one tree
- * (reduce4), exp is a polynomial, and p·V keeps up to 8 accumulators in registers while the
- * values stream past. bf16, q8_0 and q4_0 rows are widened or dequantized in registers by load8. Each vector's arithmetic is independent of its neighbours in the chunk.
+ * head_dim in chunks of 8 and, when head_dim is 4 mod 8, a last chunk of 4 loaded
+ * zero-extended. bf16, q8_0 and q4_0 rows are widened or dequantized in registers by load8. The
+ * four score accumulators are summed with one tree (reduce4); exp is a polynomial.
  */
 #include "kernels/attention_impl.h"
 
@@ -75,80 +75,18 @@ AI __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-AI void scores_4q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT) {
-    const int32_t hd = t->head_dim, full = hd & ~7;
-    const float *q0 = t->q + (size_t)v * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
-    const __m128 scale = _mm_set1_ps(t->scale);
-    for (int32_t j = j0; j < nk; j++) {
-        const void *k = t->krow[j];
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int32_t d = 0; d < full; d += 8) {
-            __m256 kc = load8(k, d, 1, KT);
-            a0 = _mm256_fmadd_ps(load8(q0, d, 1, 0), kc, a0);
-            a1 = _mm256_fmadd_ps(load8(q1, d, 1, 0), kc, a1);
-            a2 = _mm256_fmadd_ps(load8(q2, d, 1, 0), kc, a2);
-            a3 = _mm256_fmadd_ps(load8(q3, d, 1, 0), kc, a3);
-        }
-        if (hd & 7) {
-            __m256 kc = load8(k, full, 0, KT);
-            a0 = _mm256_fmadd_ps(load8(q0, full, 0, 0), kc, a0);
-            a1 = _mm256_fmadd_ps(load8(q1, full, 0, 0), kc, a1);
-            a2 = _mm256_fmadd_ps(load8(q2, full, 0, 0), kc, a2);
-            a3 = _mm256_fmadd_ps(load8(q3, full, 0, 0), kc, a3);
-        }
-        float r[4];
-        _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
-        for (int i = 0; i < 4; i++) t->s[(size_t)(v + i) * PL_ATTN_KT + j] = r[i];
-    }
-}
-
-AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT) {
-    const int32_t hd = t->head_dim, full = hd & ~7;
-    const float *q = t->q + (size_t)v * hd;
-    const __m128 scale = _mm_set1_ps(t->scale);
-    for (int32_t j = j0; j < nk; j += 4) {
-        const void *k0 = t->krow[j];
-        const void *k1 = j + 1 < nk ? t->krow[j + 1] : k0; /* padding: computed, not used */
-        const void *k2 = j + 2 < nk ? t->krow[j + 2] : k0;
-        const void *k3 = j + 3 < nk ? t->krow[j + 3] : k0;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int32_t d = 0; d < full; d += 8) {
-            __m256 qc = load8(q, d, 1, 0);
-            a0 = _mm256_fmadd_ps(qc, load8(k0, d, 1, KT), a0);
-            a1 = _mm256_fmadd_ps(qc, load8(k1, d, 1, KT), a1);
-            a2 = _mm256_fmadd_ps(qc, load8(k2, d, 1, KT), a2);
-            a3 = _mm256_fmadd_ps(qc, load8(k3, d, 1, KT), a3);
-        }
-        if (hd & 7) {
-            __m256 qc = load8(q, full, 0, 0);
-            a0 = _mm256_fmadd_ps(qc, load8(k0, full, 0, KT), a0);
-            a1 = _mm256_fmadd_ps(qc, load8(k1, full, 0, KT), a1);
-            a2 = _mm256_fmadd_ps(qc, load8(k2, full, 0, KT), a2);
-            a3 = _mm256_fmadd_ps(qc, load8(k3, full, 0, KT), a3);
-        }
-        float r[4];
-        _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
-        for (int i = 0; i < 4 && j + i < nk; i++) t->s[(size_t)v * PL_ATTN_KT + j + i] = r[i];
-    }
-}
-
 /* e^x for x <= 0: inputs below -87.3 are clamped (e^-87.3 ~ 1e-38 stands in for smaller values,
  * an absolute error far below anything visible next to the tile maximum's e^0 = 1); degree-7
- * Taylor polynomial on |r| <= ln2/2; 2^n built in the exponent field (n >= -126). */
+ * Taylor polynomial (pl_exp_taylor7, simd.h) on |r| <= ln2/2; 2^n built in the exponent field
+ * (n >= -126). */
 AI __m256 exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.0f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 p = _mm256_set1_ps(pl_exp_taylor7[0]);
+    UNROLL for (int i = 1; i < 8; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(pl_exp_taylor7[i]));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
@@ -190,85 +128,35 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
     return alpha;
 }
 
-/* a[i] += p_ij v_j for keys [j0, j1), each only for the vectors that see it (LO: the keys may
- * lie below some vector's window start; else only the causal end is checked). */
-AI void pv_some(const pl_attn_tile *t, int32_t v, __m256 *a, int32_t j0, int32_t j1, int32_t d,
-                int FULL, int NG, int KT, int LO) {
-    const float *p = t->s + (size_t)v * PL_ATTN_KT;
-    for (int32_t j = j0; j < j1; j++) {
-        __m256 vc = vload8(t, j, d, FULL, KT);
-#pragma GCC unroll 8
-        for (int i = 0; i < NG; i++)
-            if ((!LO || j >= t->nlo[v + i]) && j < t->nvis[v + i])
-                a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
-    }
+/* The operations the tile skeleton (attention_tile.h) runs on: 8 lanes; a last chunk of 4 is
+ * loaded zero-extended (tail_t 0) and stored as 4. */
+#define W 8
+#define ATTN_GQA3 0 /* 16 registers: a group of 3 takes the one-vector path */
+#define TAIL_FULL 1
+#define HAS_TAIL(hd, tl) ((hd) & 7)
+#define PL_ATTN_TILE_FN pl_attn_tile_avx2
+typedef __m256 vec;
+typedef int tail_t; /* 1: 8 lanes, 0: 4 */
+
+AI tail_t tail_of(int32_t hd) { (void)hd; return 0; }
+AI vec v_zero(void) { return _mm256_setzero_ps(); }
+AI vec v_set1(float x) { return _mm256_set1_ps(x); }
+AI vec v_mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+AI vec v_fmadd(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+AI vec q_load(const float *p) { return load8(p, 0, 1, PL_KT_F32); }
+AI vec q_load_tail(const float *p, tail_t tl) { return load8(p, 0, tl, PL_KT_F32); }
+AI vec k_load(const void *row, int32_t d, int KT) { return load8(row, d, 1, KT); }
+AI vec k_load_tail(const void *row, int32_t d, tail_t tl, int KT) { return load8(row, d, tl, KT); }
+AI vec v_load(const pl_attn_tile *t, int32_t j, int32_t d, tail_t tl, int KT) {
+    return vload8(t, j, d, tl, KT);
 }
-
-AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, const pl_attn_range *r,
-                 int32_t d, int FULL, int NG, int KT) {
-    const int32_t hd = t->head_dim;
-    const int32_t lmin = r->lmin, lmax = r->lmax, nmin = r->nmin, nmax = r->nmax;
-    /* keys [lmax, nmin) are seen by all NG vectors: unconditional; the others per vector */
-    const int32_t ulo = lmax < nmin ? lmax : nmax, uhi = lmax < nmin ? nmin : nmax;
-    __m256 a[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < NG; i++)
-        a[i] = _mm256_mul_ps(load8(t->acc + (size_t)(v + i) * hd, d, FULL, 0), _mm256_set1_ps(alpha[v + i]));
-    const float *p = t->s + (size_t)v * PL_ATTN_KT;
-    pv_some(t, v, a, lmin, ulo, d, FULL, NG, KT, 1);
-    for (int32_t j = ulo; j < uhi; j++) {
-        __m256 vc = vload8(t, j, d, FULL, KT);
-#pragma GCC unroll 8
-        for (int i = 0; i < NG; i++)
-            a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
-    }
-    if (lmax < nmin) pv_some(t, v, a, uhi, nmax, d, FULL, NG, KT, 0); /* j >= every nlo */
-#pragma GCC unroll 8
-    for (int i = 0; i < NG; i++) store8(t->acc + (size_t)(v + i) * hd + d, a[i], FULL);
+AI vec v_load_some(const pl_attn_tile *t, int32_t j, int32_t d, tail_t tl, int KT) {
+    return vload8(t, j, d, tl, KT);
 }
+AI vec acc_load(const float *p, tail_t tl) { return load8(p, 0, tl, PL_KT_F32); }
+AI void acc_store(float *p, vec x, tail_t tl) { store8(p, x, tl); }
 
-AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int KT) {
-    const int32_t hd = t->head_dim, full = hd & ~7;
-    const pl_attn_range r = pl_attn_range_of(t, v, NG);
-    for (int32_t d = 0; d < full; d += 8) pv_chunk(t, v, alpha, &r, d, 1, NG, KT);
-    if (hd & 7) pv_chunk(t, v, alpha, &r, full, 0, NG, KT);
-}
-
-AI void tile_impl(const pl_attn_tile *t, int KT) {
-    int32_t v0, v1; /* the vectors that see a key of this tile (attention_impl.h) */
-    pl_attn_seeing(t, &v0, &v1);
-    int32_t v = v0;
-    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) {
-        scores_q(t, v0, v1, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
-    } else {
-        for (; v + 4 <= v1; v += 4) scores_4q(t, v, t->nlo[v], t->nvis[v + 3], KT);
-        for (; v < v1; v++) scores_1q(t, v, t->nlo[v], t->nvis[v], KT);
-    }
-
-    pl_attn_softcap_tile(t, v0, v1);
-    float alpha[PL_ATTN_MAXQ];
-    for (v = v0; v < v1; v++) alpha[v] = softmax_update(t, v);
-    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, v0, v1, KT == PL_KT_Q4_0);
-
-    for (v = v0; v < v1;) {
-        int32_t left = v1 - v;
-        if (left >= 8) { pv_group(t, v, alpha, 8, KT); v += 8; }
-        else if (left >= 4) { pv_group(t, v, alpha, 4, KT); v += 4; }
-        else if (left == 3) { pv_group(t, v, alpha, 3, KT); v += 3; } /* GQA 3: one V load */
-        else if (left >= 2) { pv_group(t, v, alpha, 2, KT); v += 2; }
-        else { pv_group(t, v, alpha, 1, KT); v += 1; }
-    }
-}
-
-void pl_attn_tile_avx2(const pl_attn_tile *t) {
-    switch (t->kt) {
-    case PL_KT_F16: tile_impl(t, PL_KT_F16); return;
-    case PL_KT_BF16: tile_impl(t, PL_KT_BF16); return;
-    case PL_KT_Q8_0: tile_impl(t, PL_KT_Q8_0); return;
-    case PL_KT_Q4_0: tile_impl(t, PL_KT_Q4_0); return;
-    default: tile_impl(t, PL_KT_F32); return;
-    }
-}
+#include "kernels/attention_tile.h"
 
 void pl_attn_f32_to_f16_avx2(const float *x, uint16_t *y, int32_t n) {
     int32_t i = 0;

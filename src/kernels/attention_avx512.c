@@ -1,22 +1,14 @@
-/* kernels/attention_avx512 — the attention tile (see attention_impl.h) with AVX-512.
+/* kernels/attention_avx512 — the attention tile (see attention_impl.h) with AVX-512: the
+ * skeleton of attention_tile.h at 16 lanes, with the loads, the reduction and the softmax of
+ * this instruction set.
  *
  * head_dim is walked in chunks of 16 lanes; a tail of 4, 8 or 12 uses masked loads (zeros in the
  * unused lanes add nothing). f16 rows are widened with vcvtph2ps as they are loaded, bf16 rows by
  * a shift, q8_0 / q4_0 rows dequantized in registers (int8 or nibble -> f32, times the block's
- * scale); quantized rows are whole 32-element blocks, so they never take a masked tail.
- *
- *   scores:  four query vectors at a time share each key chunk (one load and conversion serves
- *            four FMAs), and three left over (a GQA group of 3 in decode) likewise; other
- *            left-over vectors take four keys at a time instead. Both reduce the four
- *            16-lane accumulators with the same tree (reduce4), so a score's bits do not depend
- *            on which path computed it.
- *   softmax: the 32 scores of a vector are two registers; exp is a degree-7 polynomial after
- *            range reduction, scaled with vscalefps.
- *   p·V:     for each head_dim chunk, up to 8 vector accumulators stay in registers while the
- *            tile's values stream past: one value load and conversion serves 8 FMAs, each with
- *            p broadcast from memory.
- * Every vector gets exactly its own sequence of operations (keys in order, fixed trees), never
- * one that depends on its neighbours in the chunk.
+ * scale); quantized rows are whole 32-element blocks, so they never take a masked tail. The 32
+ * scores of a vector are two registers in the softmax; exp is a degree-7 polynomial after range
+ * reduction, scaled with vscalefps. Every vector gets exactly its own sequence of operations
+ * (keys in order, fixed trees), never one that depends on its neighbours in the chunk.
  */
 #include "kernels/attention_impl.h"
 
@@ -98,69 +90,6 @@ AI __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, z));
 }
 
-/* Scores of NQ (3 or 4) query vectors q[0..NQ) against the first nk keys: one key chunk load
- * and conversion serves NQ FMAs. NQ = 3 is a GQA group of 3 (a decode's work item): its fourth
- * sum is a zero register, which leaves the others' trees as they are. */
-AI void scores_nq(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT, const int NQ) {
-    const int32_t hd = t->head_dim, full = hd & ~15;
-    const __mmask16 mk = tail_mask(hd);
-    const float *q0 = t->q + (size_t)v * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
-    const __m128 scale = _mm_set1_ps(t->scale);
-    for (int32_t j = j0; j < nk; j++) {
-        const void *k = t->krow[j];
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int32_t d = 0; d < full; d += 16) {
-            __m512 kc = load16(k, d, KT);
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d), kc, a0);
-            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q1 + d), kc, a1);
-            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + d), kc, a2);
-            if (NQ > 3) a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q3 + d), kc, a3);
-        }
-        if (mk) {
-            __m512 kc = load16_mask(k, full, mk, KT);
-            a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q0 + full), kc, a0);
-            a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q1 + full), kc, a1);
-            a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q2 + full), kc, a2);
-            if (NQ > 3) a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q3 + full), kc, a3);
-        }
-        float r[4];
-        _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
-        for (int i = 0; i < NQ; i++) t->s[(size_t)(v + i) * PL_ATTN_KT + j] = r[i];
-    }
-}
-
-/* Scores of one query vector against its nk keys, four keys at a time. */
-AI void scores_1q(const pl_attn_tile *t, int32_t v, int32_t j0, int32_t nk, int KT) {
-    const int32_t hd = t->head_dim, full = hd & ~15;
-    const __mmask16 mk = tail_mask(hd);
-    const float *q = t->q + (size_t)v * hd;
-    const __m128 scale = _mm_set1_ps(t->scale);
-    for (int32_t j = j0; j < nk; j += 4) {
-        const void *k0 = t->krow[j];
-        const void *k1 = j + 1 < nk ? t->krow[j + 1] : k0; /* padding: computed, not used */
-        const void *k2 = j + 2 < nk ? t->krow[j + 2] : k0;
-        const void *k3 = j + 3 < nk ? t->krow[j + 3] : k0;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int32_t d = 0; d < full; d += 16) {
-            __m512 qc = _mm512_loadu_ps(q + d);
-            a0 = _mm512_fmadd_ps(qc, load16(k0, d, KT), a0);
-            a1 = _mm512_fmadd_ps(qc, load16(k1, d, KT), a1);
-            a2 = _mm512_fmadd_ps(qc, load16(k2, d, KT), a2);
-            a3 = _mm512_fmadd_ps(qc, load16(k3, d, KT), a3);
-        }
-        if (mk) {
-            __m512 qc = _mm512_maskz_loadu_ps(mk, q + full);
-            a0 = _mm512_fmadd_ps(qc, load16_mask(k0, full, mk, KT), a0);
-            a1 = _mm512_fmadd_ps(qc, load16_mask(k1, full, mk, KT), a1);
-            a2 = _mm512_fmadd_ps(qc, load16_mask(k2, full, mk, KT), a2);
-            a3 = _mm512_fmadd_ps(qc, load16_mask(k3, full, mk, KT), a3);
-        }
-        float r[4];
-        _mm_storeu_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), scale));
-        for (int i = 0; i < 4 && j + i < nk; i++) t->s[(size_t)v * PL_ATTN_KT + j + i] = r[i];
-    }
-}
-
 /* Online softmax step of vector v: scores -> probabilities in place; returns alpha. */
 static float softmax_update(const pl_attn_tile *t, int32_t v) {
     const int32_t nv = t->nvis[v], lo = t->nlo[v]; /* keys lo <= j < nv, 0 <= lo < nv <= 32 */
@@ -181,93 +110,38 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
     return alpha;
 }
 
-/* a[i] += p_ij v_j for keys [j0, j1), each only for the vectors that see it (LO: the keys may
- * lie below some vector's window start; else only the causal end is checked). */
-AI void pv_some(const pl_attn_tile *t, int32_t v, __m512 *a, int32_t j0, int32_t j1, int32_t d,
-                __mmask16 mk, int NG, int KT, int LO) {
-    const float *p = t->s + (size_t)v * PL_ATTN_KT;
-    for (int32_t j = j0; j < j1; j++) {
-        __m512 vc = KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0 ? vload16(t, j, d, mk, KT)
-                                                          : load16_mask(t->vrow[j], d, mk, KT);
-#pragma GCC unroll 8
-        for (int i = 0; i < NG; i++)
-            if ((!LO || j >= t->nlo[v + i]) && j < t->nvis[v + i])
-                a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
-    }
+/* The operations the tile skeleton (attention_tile.h) runs on: 16 lanes; a last chunk of 4, 8
+ * or 12 lanes is loaded and stored under a mask. */
+#define W 16
+#define ATTN_GQA3 1
+#define TAIL_FULL 0xFFFF
+#define HAS_TAIL(hd, tl) (tl)
+#define PL_ATTN_TILE_FN pl_attn_tile_avx512
+typedef __m512 vec;
+typedef __mmask16 tail_t;
+
+AI tail_t tail_of(int32_t hd) { return tail_mask(hd); }
+AI vec v_zero(void) { return _mm512_setzero_ps(); }
+AI vec v_set1(float x) { return _mm512_set1_ps(x); }
+AI vec v_mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+AI vec v_fmadd(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+AI vec q_load(const float *p) { return _mm512_loadu_ps(p); }
+AI vec q_load_tail(const float *p, tail_t tl) { return _mm512_maskz_loadu_ps(tl, p); }
+AI vec k_load(const void *row, int32_t d, int KT) { return load16(row, d, KT); }
+AI vec k_load_tail(const void *row, int32_t d, tail_t tl, int KT) {
+    return load16_mask(row, d, tl, KT);
 }
-
-/* acc[v..v+NG) = alpha * acc + sum_j p_j v_j over the head_dim chunk at d (mask mk). Keys that
- * every vector sees run unconditionally; the rest only for the vectors that see them. */
-AI void pv_chunk(const pl_attn_tile *t, int32_t v, const float *alpha, const pl_attn_range *r,
-                 int32_t d, __mmask16 mk, int NG, int KT) {
-    const int32_t hd = t->head_dim;
-    const int32_t lmin = r->lmin, lmax = r->lmax, nmin = r->nmin, nmax = r->nmax;
-    /* keys [lmax, nmin) are seen by all NG vectors: unconditional; the others per vector */
-    const int32_t ulo = lmax < nmin ? lmax : nmax, uhi = lmax < nmin ? nmin : nmax;
-    __m512 a[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < NG; i++)
-        a[i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, t->acc + (size_t)(v + i) * hd + d),
-                             _mm512_set1_ps(alpha[v + i]));
-    const float *p = t->s + (size_t)v * PL_ATTN_KT;
-    pv_some(t, v, a, lmin, ulo, d, mk, NG, KT, 1);
-    for (int32_t j = ulo; j < uhi; j++) {
-        __m512 vc = vload16(t, j, d, mk, KT);
-#pragma GCC unroll 8
-        for (int i = 0; i < NG; i++)
-            a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * PL_ATTN_KT + j]), vc, a[i]);
-    }
-    if (lmax < nmin) pv_some(t, v, a, uhi, nmax, d, mk, NG, KT, 0); /* j >= every nlo */
-#pragma GCC unroll 8
-    for (int i = 0; i < NG; i++) _mm512_mask_storeu_ps(t->acc + (size_t)(v + i) * hd + d, mk, a[i]);
+AI vec v_load(const pl_attn_tile *t, int32_t j, int32_t d, tail_t tl, int KT) {
+    return vload16(t, j, d, tl, KT);
 }
-
-AI void pv_group(const pl_attn_tile *t, int32_t v, const float *alpha, int NG, int KT) {
-    const int32_t hd = t->head_dim, full = hd & ~15;
-    const pl_attn_range r = pl_attn_range_of(t, v, NG);
-    for (int32_t d = 0; d < full; d += 16) pv_chunk(t, v, alpha, &r, d, 0xFFFF, NG, KT);
-    if (hd & 15) pv_chunk(t, v, alpha, &r, full, tail_mask(hd), NG, KT);
+AI vec v_load_some(const pl_attn_tile *t, int32_t j, int32_t d, tail_t tl, int KT) {
+    return KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0 ? vload16(t, j, d, tl, KT)
+                                                : load16_mask(t->vrow[j], d, tl, KT);
 }
+AI vec acc_load(const float *p, tail_t tl) { return _mm512_maskz_loadu_ps(tl, p); }
+AI void acc_store(float *p, vec x, tail_t tl) { _mm512_mask_storeu_ps(p, tl, x); }
 
-AI void tile_impl(const pl_attn_tile *t, int KT) {
-    int32_t v0, v1; /* the vectors that see a key of this tile (attention_impl.h) */
-    pl_attn_seeing(t, &v0, &v1);
-    int32_t v = v0;
-    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) {
-        scores_q(t, v0, v1, KT == PL_KT_Q4_0); /* integer dot products (attention_q.h) */
-    } else {
-        for (; v + 4 <= v1; v += 4) scores_nq(t, v, t->nlo[v], t->nvis[v + 3], KT, 4);
-        if (v + 3 == v1) { /* a GQA group of 3 (decode): one key load for all three */
-            scores_nq(t, v, t->nlo[v], t->nvis[v + 2], KT, 3);
-            v += 3;
-        }
-        for (; v < v1; v++) scores_1q(t, v, t->nlo[v], t->nvis[v], KT);
-    }
-
-    pl_attn_softcap_tile(t, v0, v1);
-    float alpha[PL_ATTN_MAXQ];
-    for (v = v0; v < v1; v++) alpha[v] = softmax_update(t, v);
-    if (KT == PL_KT_Q8_0 || KT == PL_KT_Q4_0) v_scales(t, v0, v1, KT == PL_KT_Q4_0);
-
-    for (v = v0; v < v1;) {
-        int32_t left = v1 - v;
-        if (left >= 8) { pv_group(t, v, alpha, 8, KT); v += 8; }
-        else if (left >= 4) { pv_group(t, v, alpha, 4, KT); v += 4; }
-        else if (left == 3) { pv_group(t, v, alpha, 3, KT); v += 3; } /* GQA 3: one V load */
-        else if (left >= 2) { pv_group(t, v, alpha, 2, KT); v += 2; }
-        else { pv_group(t, v, alpha, 1, KT); v += 1; }
-    }
-}
-
-void pl_attn_tile_avx512(const pl_attn_tile *t) {
-    switch (t->kt) {
-    case PL_KT_F16: tile_impl(t, PL_KT_F16); return;
-    case PL_KT_BF16: tile_impl(t, PL_KT_BF16); return;
-    case PL_KT_Q8_0: tile_impl(t, PL_KT_Q8_0); return;
-    case PL_KT_Q4_0: tile_impl(t, PL_KT_Q4_0); return;
-    default: tile_impl(t, PL_KT_F32); return;
-    }
-}
+#include "kernels/attention_tile.h"
 
 void pl_attn_f32_to_f16_avx512(const float *x, uint16_t *y, int32_t n) {
     int32_t i = 0;

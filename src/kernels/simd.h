@@ -29,6 +29,11 @@ AI float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* e^r's Taylor polynomial of degree 7, highest power first (Horner's order): the exp of every
+ * vector width (exp16 below, attention_avx2.c's exp8). */
+static const float pl_exp_taylor7[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
+                                        1.0f / 6,    0.5f,        1.0f,        1.0f};
+
 #ifdef __AVX512F__
 /* e^x for x in [-104, 88] (clamped): n = round(x / ln 2), r = x - n ln 2 in two steps, e^r by its
  * Taylor polynomial of degree 7 (truncation < 1e-8 relative on |r| <= ln2/2), times 2^n with
@@ -39,14 +44,8 @@ AI __m512 exp16(__m512 x) {
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(pl_exp_taylor7[0]);
+    UNROLL for (int i = 1; i < 8; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(pl_exp_taylor7[i]));
     return _mm512_scalef_ps(p, n);
 }
 #endif

@@ -173,6 +173,69 @@ static void active(pl_server *s, int d) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* What a scoring request gets: nothing when the client went away (rc 2), the error (rc 1), or
+ * the answer built (out, taken; NULL or a build jansson flagged: 503 out_of_memory). */
+static enum MHD_Result respond(struct MHD_Connection *c, int rc, pl_server_error *err,
+                               json_t *out) {
+    if (rc == 2) return MHD_NO;
+    if (!rc && out && !pl_server_json_failed()) return pl_srv_send_json(c, MHD_HTTP_OK, out);
+    json_decref(out);
+    if (!rc) pl_server_nomem(err);
+    return pl_srv_send_error(c, err);
+}
+
+/* /v1/rerank's answer: the documents by score, the top_n first (all when 0); NULL without
+ * memory. */
+static json_t *rerank_answer(const pl_server *s, const char **docs, size_t n, const float *scores,
+                             int64_t tokens, json_int_t top_n, int return_docs) {
+    ranked *r = malloc(n * sizeof *r);
+    json_t *results = json_array(), *out = NULL;
+    int bad = !r || !results;
+    if (!bad) {
+        for (size_t i = 0; i < n; i++) r[i] = (ranked){i, scores[i]};
+        qsort(r, n, sizeof *r, by_score);
+        size_t k = top_n > 0 && (size_t)top_n < n ? (size_t)top_n : n;
+        for (size_t i = 0; i < k && !bad; i++) {
+            json_t *e = json_pack("{s:I, s:f}", "index", (json_int_t)r[i].index,
+                                  "relevance_score", (double)r[i].score);
+            if (e && return_docs)
+                json_object_set_new(e, "document", json_pack("{s:s}", "text", docs[r[i].index]));
+            bad = !e || json_array_append_new(results, e);
+        }
+    }
+    char id[48];
+    make_id(id, sizeof id, "rerank-");
+    if (!bad) {
+        out = json_pack("{s:s, s:s, s:o, s:o}", "id", id, "model", s->model_name, "usage",
+                        usage(tokens), "results", results);
+        results = NULL;
+    }
+    json_decref(results);
+    free(r);
+    return out;
+}
+
+/* /score's answer: one score per pair, in order; NULL without memory. */
+static json_t *score_answer(const pl_server *s, const float *scores, size_t n, int64_t tokens) {
+    json_t *data = json_array(), *out = NULL;
+    int bad = !data;
+    for (size_t i = 0; i < n && !bad; i++) {
+        json_t *e = json_pack("{s:I, s:s, s:f}", "index", (json_int_t)i, "object", "score",
+                              "score", (double)scores[i]);
+        bad = !e || json_array_append_new(data, e);
+    }
+    char id[48];
+    make_id(id, sizeof id, "score-");
+    if (!bad) {
+        out = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", id, "object", "list", "created",
+                        (json_int_t)time(NULL), "model", s->model_name, "data", data, "usage",
+                        usage(tokens));
+        data = NULL;
+    }
+    json_decref(data);
+    return out;
+}
+
 enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     pl_server_error err;
     json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
@@ -201,45 +264,9 @@ enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ct
         else return_docs = json_is_true(rd);
     }
     if (!rc) rc = score_pairs(s, c, &query, 1, docs, n, &scores, &tokens, &err);
-    enum MHD_Result res;
-    if (rc == 2) {
-        res = MHD_NO; /* the client went away */
-    } else if (rc) {
-        res = pl_srv_send_error(c, &err);
-    } else {
-        ranked *r = malloc(n * sizeof *r);
-        json_t *results = json_array(), *out = NULL;
-        int bad = !r || !results;
-        if (!bad) {
-            for (size_t i = 0; i < n; i++) r[i] = (ranked){i, scores[i]};
-            qsort(r, n, sizeof *r, by_score);
-            size_t k = top_n > 0 && (size_t)top_n < n ? (size_t)top_n : n;
-            for (size_t i = 0; i < k && !bad; i++) {
-                json_t *e = json_pack("{s:I, s:f}", "index", (json_int_t)r[i].index,
-                                      "relevance_score", (double)r[i].score);
-                if (e && return_docs)
-                    json_object_set_new(e, "document", json_pack("{s:s}", "text",
-                                                                 docs[r[i].index]));
-                bad = !e || json_array_append_new(results, e);
-            }
-        }
-        char id[48];
-        make_id(id, sizeof id, "rerank-");
-        if (!bad) {
-            out = json_pack("{s:s, s:s, s:o, s:o}", "id", id, "model", s->model_name, "usage",
-                            usage(tokens), "results", results);
-            results = NULL;
-        }
-        json_decref(results);
-        free(r);
-        if (!out || pl_server_json_failed()) {
-            json_decref(out);
-            pl_server_nomem(&err);
-            res = pl_srv_send_error(c, &err);
-        } else {
-            res = pl_srv_send_json(c, MHD_HTTP_OK, out);
-        }
-    }
+    enum MHD_Result res =
+        respond(c, rc, &err, rc ? NULL : rerank_answer(s, docs, n, scores, tokens, top_n,
+                                                       return_docs));
     free(scores);
     free(docs);
     json_decref(o);
@@ -263,36 +290,7 @@ enum MHD_Result pl_srv_score(pl_server *s, struct MHD_Connection *c, pl_conn_ctx
         rc = pl_server_fail(&err, 400, "text_2", "invalid_value", "'text_1' has %zu items and "
                             "'text_2' %zu: they must be as many, or 'text_1' one text", n1, n2);
     if (!rc) rc = score_pairs(s, c, t1, n1, t2, n2, &scores, &tokens, &err);
-    enum MHD_Result res;
-    if (rc == 2) {
-        res = MHD_NO; /* the client went away */
-    } else if (rc) {
-        res = pl_srv_send_error(c, &err);
-    } else {
-        json_t *data = json_array(), *out = NULL;
-        int bad = !data;
-        for (size_t i = 0; i < n2 && !bad; i++) {
-            json_t *e = json_pack("{s:I, s:s, s:f}", "index", (json_int_t)i, "object", "score",
-                                  "score", (double)scores[i]);
-            bad = !e || json_array_append_new(data, e);
-        }
-        char id[48];
-        make_id(id, sizeof id, "score-");
-        if (!bad) {
-            out = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", id, "object", "list",
-                            "created", (json_int_t)time(NULL), "model", s->model_name, "data",
-                            data, "usage", usage(tokens));
-            data = NULL;
-        }
-        json_decref(data);
-        if (!out || pl_server_json_failed()) {
-            json_decref(out);
-            pl_server_nomem(&err);
-            res = pl_srv_send_error(c, &err);
-        } else {
-            res = pl_srv_send_json(c, MHD_HTTP_OK, out);
-        }
-    }
+    enum MHD_Result res = respond(c, rc, &err, rc ? NULL : score_answer(s, scores, n2, tokens));
     free(scores);
     free(t1);
     free(t2);

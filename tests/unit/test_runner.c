@@ -37,7 +37,10 @@ static int setup(void **state) {
     assert_int_equal(pl_kv_store_init(&f->kv, &l, f->m->hp.n_layers, NULL), PL_OK);
     l.num_blocks = 8;
     assert_int_equal(pl_kv_store_init(&f->swap, &l, f->m->hp.n_layers, NULL), PL_OK);
-    assert_int_equal(pl_runner_init(&f->r, f->m, f->tp, &f->kv, &f->swap, 0, 64, 8, 32, MAXB), PL_OK);
+    pl_runner_config rc = {.model = f->m, .tp = f->tp, .kv = &f->kv, .swap = &f->swap,
+                           .max_tokens = 64, .max_items = 8, .max_logit_rows = 32,
+                           .max_blocks = MAXB};
+    assert_int_equal(pl_runner_init(&f->r, &rc), PL_OK);
     *state = f;
     return 0;
 }

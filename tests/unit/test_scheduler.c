@@ -29,15 +29,26 @@ typedef struct {
 
 static int32_t world_window; /* the KV manager's sliding window for the next world_init */
 
-static void world_init(world *w, int32_t blocks, int32_t swap_blocks, int32_t bs, int32_t seqs,
-                       int32_t tokens, pl_preemption_mode mode) {
+static int32_t propose_sevens(void *ctx, pl_seq *q, int32_t k_max);
+
+/* A world whose scheduler speculates (4 proposals per sequence, none in a step that decodes more
+ * than max_batch sequences) when max_batch > 0: the hook is the scheduler's option at init. */
+static void world_init_spec(world *w, int32_t blocks, int32_t swap_blocks, int32_t bs,
+                            int32_t seqs, int32_t tokens, pl_preemption_mode mode,
+                            int32_t max_batch) {
     memset(w, 0, sizeof *w);
     pl_kv_manager_config mc = {bs, blocks, swap_blocks, 64, 0.0, 1, 1, PL_KV_POLICY_PAGED, 0,
                                world_window, NULL, 1};
     assert_int_equal(pl_kv_cache_create_blocks(&mc, &w->cache), PL_OK);
     w->kv = pl_kv_cache_manager(w->cache);
     pl_scheduler_config sc = {seqs, tokens, tokens, mode, {0}};
+    if (max_batch > 0) sc.spec = (pl_spec_hook){4, max_batch, propose_sevens, NULL, NULL};
     assert_int_equal(pl_scheduler_init(&w->s, &sc, w->cache), PL_OK);
+}
+
+static void world_init(world *w, int32_t blocks, int32_t swap_blocks, int32_t bs, int32_t seqs,
+                       int32_t tokens, pl_preemption_mode mode) {
+    world_init_spec(w, blocks, swap_blocks, bs, seqs, tokens, mode, 0);
 }
 
 /* What the engine does with a finished group (engine.c release_finished): out of the scheduler,
@@ -328,8 +339,7 @@ static void test_window_accounting(void **state) {
 static void test_speculation_budget(void **state) {
     (void)state;
     world w;
-    world_init(&w, 256, 0, 4, 4, 10, PL_PREEMPT_RECOMPUTE);
-    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    world_init_spec(&w, 256, 0, 4, 4, 10, PL_PREEMPT_RECOMPUTE, 8);
     w.accept_all = 1;
     for (int i = 0; i < 4; i++) add_group(&w, i, 2, 20, 1);
     fake_step(&w); /* the prefills (8 tokens) */
@@ -341,12 +351,20 @@ static void test_speculation_budget(void **state) {
     assert_int_equal(w.out.items[1].n_spec, 2);
     assert_int_equal(w.out.items[2].n_spec, 0);
     assert_int_equal(w.out.items[3].n_spec, 0);
-    /* Four decodes are more than a cut-off of 3: nobody speculates. */
-    w.s.spec.max_batch = 3;
+    assert_int_equal(w.s.spec_off_steps, 0);
+    run_to_end(&w);
+    for (int i = 0; i < 4; i++) assert_true(w.done[i] > 0);
+    world_free(&w);
+    /* The same requests with a cut-off of 3: four decodes are more, nobody speculates. */
+    world_init_spec(&w, 256, 0, 4, 4, 10, PL_PREEMPT_RECOMPUTE, 3);
+    w.accept_all = 1;
+    for (int i = 0; i < 4; i++) add_group(&w, i, 2, 20, 1);
     fake_step(&w);
+    assert_int_equal(w.s.spec_off_steps, 0); /* a prefill-only step decodes nothing */
+    fake_step(&w);
+    assert_int_equal(w.out.n_items, 4);
     assert_int_equal(w.out.n_tokens, 4);
     assert_int_equal(w.s.spec_off_steps, 1);
-    w.s.spec.max_batch = 8;
     run_to_end(&w);
     for (int i = 0; i < 4; i++) assert_true(w.done[i] > 0);
     world_free(&w);
@@ -360,8 +378,7 @@ static void test_speculation_budget(void **state) {
 static void test_speculation_leaves_group_room(void **state) {
     (void)state;
     world w;
-    world_init(&w, 10, 16, 4, 8, 64, PL_PREEMPT_SWAP);
-    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    world_init_spec(&w, 10, 16, 4, 8, 64, PL_PREEMPT_SWAP, 8);
     w.accept_all = 1;
     int r = add_group(&w, 0, 3, 2, 1);  /* decodes once more, no room to propose (max_tokens) */
     int g = add_group(&w, 1, 8, 8, 2); /* two sequences of 9 tokens after the first step */
@@ -408,8 +425,7 @@ static void test_speculation_leaves_group_room(void **state) {
  * its budgets (fake_step), every group finishes, every block comes back (world_free). */
 static void check_speculation_pressure(pl_preemption_mode mode, int32_t swap_blocks) {
     world w;
-    world_init(&w, 20, swap_blocks, 4, 8, 32, mode);
-    w.s.spec = (pl_spec_hook){4, 8, propose_sevens, NULL, NULL};
+    world_init_spec(&w, 20, swap_blocks, 4, 8, 32, mode, 8);
     for (int i = 0; i < 12; i++) add_group(&w, i, 3 + (i * 5) % 9, 10 + (i * 7) % 21, 1 + i % 2);
     run_to_end(&w);
     for (int i = 0; i < 12; i++) assert_true(w.done[i] > 0 && !w.refused[i]);
