@@ -427,12 +427,8 @@ static void check_args(const pl_kv_layout *l, const pl_attn_args *a) {
 
 void pl_paged_attention(pl_threadpool *tp, const pl_kv_layout *l, const pl_attn_args *a) {
     check_args(l, a);
-    attn_ctx c = {.l = l, .a = a, .group = a->n_heads / l->n_kv_heads};
-    switch (pl_cpu_isa()) {
-    case PL_ISA_AVX512: c.tile_fn = pl_attn_tile_avx512; break;
-    case PL_ISA_AVX2: c.tile_fn = pl_attn_tile_avx2; break;
-    case PL_ISA_SCALAR: c.tile_fn = attn_tile_scalar; break;
-    }
+    attn_ctx c = {.l = l, .a = a, .group = a->n_heads / l->n_kv_heads,
+                  .tile_fn = pl_attn_tile_for_isa()};
     c.item_rows = c.group >= PL_ATTN_MAXQ ? 1 : PL_ATTN_MAXQ / c.group;
     for (int32_t i = 0; i < a->n_seqs; i++) c.n_items += seq_items(&c, i);
     atomic_init(&c.next, 0);
@@ -482,4 +478,21 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
             }
         }
     }
+}
+
+/* ---------------------------------------------------------------- for the contiguous kernel */
+
+pl_attn_tile_fn pl_attn_tile_for_isa(void) {
+    switch (pl_cpu_isa()) {
+    case PL_ISA_AVX512: return pl_attn_tile_avx512;
+    case PL_ISA_AVX2: return pl_attn_tile_avx2;
+    case PL_ISA_SCALAR: break;
+    }
+    return attn_tile_scalar;
+}
+
+int pl_attn_kind(pl_dtype t) { return kind_of(t); }
+
+void pl_attn_prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t *qsum, int32_t hd) {
+    prepare_query(kt, q, qq, qd, qsum, hd);
 }

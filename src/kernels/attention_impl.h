@@ -27,6 +27,8 @@
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
 #define PL_KERNELS_ATTENTION_IMPL_H
 
+#include "kernels/dtype.h"
+
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,6 +123,14 @@ static inline float pl_attn_q_combine(const int32_t *isum, const float *qd, cons
     for (int32_t b = 0; b < nb; b++) s += (float)isum[b] * (qd[b] * dk[b]);
     return s;
 }
+
+/* Shared by the paged driver (attention.c) and the contiguous one (attention_contig.c), so the
+ * two compute a query row with the same arithmetic: the tile function of pl_cpu_isa(), the
+ * storage kind (PL_KT_*) of a KV dtype, and a query put into the form the key type wants
+ * (bf16-rounded, or q8_0 quants qq, scales qd and block sums qsum). */
+pl_attn_tile_fn pl_attn_tile_for_isa(void);
+int pl_attn_kind(pl_dtype t);
+void pl_attn_prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t *qsum, int32_t hd);
 
 void pl_attn_tile_avx2(const pl_attn_tile *t);
 void pl_attn_tile_avx512(const pl_attn_tile *t);
