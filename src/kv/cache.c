@@ -27,6 +27,9 @@ typedef struct {
     void (*stats)(const pl_kv_cache *c, pl_engine_stats *s);
     /* roll a sequence back to n_keep tokens (speculative decoding's rejected proposals) */
     pl_status (*truncate)(pl_kv_cache *c, pl_block_table *t, pl_block_table *w, int32_t n_keep);
+    /* the layout's own state follows a live table: its length changed (appended, truncated),
+       or it is about to be freed */
+    void (*follow)(pl_kv_cache *c, const pl_block_table *t, int freeing);
 } kv_ops;
 
 struct pl_kv_cache {
@@ -183,6 +186,10 @@ static pl_status no_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *
     return unshared(c, "truncate");
 }
 
+static void no_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {
+    (void)c, (void)t, (void)freeing;
+}
+
 static pl_status no_prepare(pl_kv_cache *c) {
     (void)c;
     return PL_OK;
@@ -308,18 +315,40 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     pl_kv_manager_config mc = {
         .block_size = tpr, .num_blocks = (int32_t)phys, .max_blocks_per_seq = rows,
         .watermark = 0.01, .policy = PL_KV_POLICY_VATTN, .max_seq_tokens = max_model_len,
-        .vattn = c->va,
+        .n_slots = vc.n_slots,
     };
     PL_TRY(pl_kv_manager_init(&c->mgr, &mc));
     c->has_mgr = 1;
     return PL_OK;
 }
 
+/* A free slot (deferred reclamation: the one with most pages still mapped), its first blocks,
+ * and the slot told its need. */
 static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                 const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
                                 int32_t final_tokens, int32_t *n_cached) {
     (void)w, (void)key, (void)max_new, (void)final_tokens;
-    return pl_kv_allocate_slot(&c->mgr, t, tokens, n, n_cached);
+    if (!c->va) { /* bookkeeping only (pl_kv_cache_create_blocks): the first free slot */
+        int32_t first = pl_kv_first_fit(&c->mgr, 1);
+        return pl_kv_allocate_slot(&c->mgr, t, tokens, n,
+                                   first < 0 ? -1 : first / c->mgr.cfg.max_blocks_per_seq, n_cached);
+    }
+    int32_t slot = pl_vattn_acquire(c->va);
+    if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
+    pl_status st = pl_kv_allocate_slot(&c->mgr, t, tokens, n, slot, n_cached);
+    if (st != PL_OK) {
+        pl_vattn_release(c->va, slot);
+        return st;
+    }
+    pl_vattn_set_need(c->va, slot, n);
+    return PL_OK;
+}
+
+static void vattn_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {
+    if (!c->va || !t->live) return;
+    const int32_t slot = pl_kv_slot_of(&c->mgr, t);
+    if (freeing) pl_vattn_release(c->va, slot);
+    else pl_vattn_set_need(c->va, slot, t->n_tokens);
 }
 
 static int64_t vattn_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
@@ -330,16 +359,6 @@ static int64_t vattn_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int3
 
 static pl_status vattn_prepare(pl_kv_cache *c) {
     return c->va ? pl_vattn_prepare_step(c->va) : PL_OK; /* pages the step lacks */
-}
-
-/* A rollback lowers the sequence's length: its slot needs fewer pages, but the pages it had
- * stay mapped (cached above the need), so the next proposals take no mapping. */
-static pl_status vattn_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
-                                int32_t n_keep) {
-    (void)w;
-    PL_TRY(pl_kv_truncate(&c->mgr, t, n_keep));
-    if (c->va) pl_vattn_set_need(c->va, t->blocks[0] / c->mgr.cfg.max_blocks_per_seq, n_keep);
-    return PL_OK;
 }
 
 static void vattn_stats(const pl_kv_cache *c, pl_engine_stats *s) {
@@ -356,15 +375,18 @@ static void vattn_stats(const pl_kv_cache *c, pl_engine_stats *s) {
     s->vattn_pages_committed = v.rows_committed * (int64_t)regions;
 }
 
+/* A vattention rollback (paged_truncate: no groups there) lowers the sequence's length: its slot
+ * needs fewer pages (vattn_follow), but the pages it had stay mapped (cached above the need),
+ * so the next proposals take no mapping. */
 static const kv_ops PAGED = {"paged", 1, 0, setup_blocks, paged_admit_blocks, paged_has_place,
                              paged_allocate, paged_request_blocks, no_prepare, no_stats,
-                             paged_truncate};
+                             paged_truncate, no_follow};
 static const kv_ops CONTIGUOUS = {"contiguous", 0, 0, setup_blocks, contig_admit_blocks,
                                   run_has_place, contig_allocate, contig_request_blocks,
-                                  no_prepare, no_stats, no_truncate};
+                                  no_prepare, no_stats, no_truncate, no_follow};
 static const kv_ops VATTENTION = {"vattention", 0, 1, vattn_setup, contig_admit_blocks,
                                   run_has_place, vattn_allocate, vattn_request_blocks,
-                                  vattn_prepare, vattn_stats, vattn_truncate};
+                                  vattn_prepare, vattn_stats, paged_truncate, vattn_follow};
 
 /* By pl_kv_layout_mode. */
 static const kv_ops *const LAYOUTS[] = {&PAGED, &CONTIGUOUS, &VATTENTION};
@@ -618,7 +640,11 @@ bool pl_kv_cache_can_append(const pl_kv_cache *c, const pl_block_table *t,
 pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                              int32_t n_new, pl_block_copy cow[2]) {
     cow[0] = cow[1] = (pl_block_copy){-1, -1};
-    if (!grouped(c)) return pl_kv_append_slots(&c->mgr, t, n_new, &cow[0]);
+    if (!grouped(c)) {
+        PL_TRY(pl_kv_append_slots(&c->mgr, t, n_new, &cow[0]));
+        c->ops->follow(c, t, 0);
+        return PL_OK;
+    }
     /* All or none, checked first: a copy-on-write made by the first append must reach the
      * engine, so the second may not fail after it. */
     if (!pl_kv_cache_can_append(c, t, w, n_new))
@@ -633,7 +659,9 @@ pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *
 
 pl_status pl_kv_cache_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                int32_t n_keep) {
-    return c->ops->truncate(c, t, w, n_keep);
+    PL_TRY(c->ops->truncate(c, t, w, n_keep));
+    c->ops->follow(c, t, 0);
+    return PL_OK;
 }
 
 pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
@@ -653,6 +681,7 @@ pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_bl
 }
 
 void pl_kv_cache_free(pl_kv_cache *c, pl_block_table *t, pl_block_table *w) {
+    c->ops->follow(c, t, 1);
     pl_kv_free_table(&c->mgr, t);
     pl_kv_free_table(&c->mgr, w); /* no-op when empty */
 }
