@@ -2,7 +2,9 @@
  * batch of 16 requests growing over page rows gives bitwise the tokens of the paged layout, with greedy and seeded sampling,
  * with and without preemption (a budget of a few pages per layer), with every technique on and
  * all off, and with speculative decoding (n-gram and draft proposals rolled back); the counters
- * move as the techniques say; bad settings and sharing requests get clear errors naming the
+ * move as the techniques say, and each technique does its job in the engine (no mapping on the
+ * critical path in steady decode, a finished slot reused without unmapping, the next request's
+ * pages mapped ahead); bad settings and sharing requests get clear errors naming the
  * layout. The mapper thread runs in every engine here (CI runs this under
  * TSan). */
 #include <setjmp.h>
@@ -218,6 +220,70 @@ static void test_speculative_equal_to_paged(void **state) {
     }
 }
 
+/* The three techniques through the engine, the mapper's work finished between steps (the test
+ * thread runs what is left of it, as a mapper faster than a step would have: deterministic):
+ * overlap: after the prefill, steady decode over several page rows maps nothing on the engine
+ * thread; deferred reclamation: the next request takes the finished one's slot with its pages
+ * (nothing unmapped); eager (deferred off): the next request's prompt pages are mapped before
+ * it arrives. After every step the reservation's resident pages are the pages mapped. */
+static uint64_t step_and_drain(pl_engine *e, const uint64_t *ids, result *res, int n) {
+    struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    while (pl_vattn_background_once(va)) {}
+    pl_vattn_stats s; /* live (the engine's stats are a snapshot of the step's end) */
+    pl_vattn_get_stats(va, &s);
+    assert_int_equal(pl_vattn_resident_pages(va),
+                     s.rows_committed * pl_vattn_get_config(va)->n_regions);
+    assert_int_equal(pl_vattn_check(va), PL_OK);
+    for (int i = 0; i < n; i++) collect(e, ids[i], &res[i]);
+    return s.pages_mapped_sync;
+}
+
+static void add_long(pl_engine *e, int i, int32_t max_tokens, uint64_t *id) {
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.sampling.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = 1;
+    assert_int_equal(pl_engine_add_request(e, PROMPTS[i], NULL, 0, &p, id), PL_OK);
+}
+
+static void test_techniques_in_engine(void **state) {
+    (void)state;
+    for (int deferred = 1; deferred >= 0; deferred--) {
+        pl_engine_config c;
+        base_config(&c, PL_KV_LAYOUT_VATTENTION, 64u << 20);
+        c.vattn_no_deferred_reclaim = !deferred;
+        c.max_model_len = 512;
+        pl_engine *e = make(&c);
+        static result res[5];
+        memset(res, 0, sizeof res);
+        uint64_t ids[5];
+        for (int i = 0; i < 4; i++) add_long(e, i, 3 * TPR, &ids[i]); /* 3-4 page rows each */
+        const uint64_t warm = step_and_drain(e, ids, res, 4); /* the prefills */
+        assert_true(warm > 0);
+        while (pl_engine_has_work(e)) /* steady decode: the mapper keeps a row ahead */
+            assert_int_equal(step_and_drain(e, ids, res, 4), warm);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        assert_true(s.vattn_pages_mapped_bg > 0);
+        const uint64_t unmapped = s.vattn_pages_unmapped, reused = s.vattn_slots_reused;
+        add_long(e, 4, 8, &ids[4]); /* the next request arrives */
+        while (pl_engine_has_work(e)) assert_int_equal(step_and_drain(e, ids, res, 5), warm);
+        pl_engine_get_stats(e, &s);
+        if (deferred) { /* a kept slot, nothing given back */
+            assert_int_equal(s.vattn_slots_reused, reused + 1);
+            assert_int_equal(s.vattn_pages_unmapped, 0);
+        } else { /* the finished slots were unmapped; eager mapped the next one ahead */
+            assert_true(unmapped > 0);
+            assert_int_equal(s.vattn_slots_reused, reused + 1);
+        }
+        for (int i = 0; i < 5; i++) assert_string_equal(res[i].error, "");
+        assert_all_free(e);
+        pl_engine_destroy(e);
+    }
+}
+
 static void expect_create_error(const pl_engine_config *c, const char *needle) {
     pl_engine *e = NULL;
     pl_status st = pl_engine_create(c, &e);
@@ -277,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_equal_to_paged),
         cmocka_unit_test(test_memory_tracks_tokens),
         cmocka_unit_test(test_speculative_equal_to_paged),
+        cmocka_unit_test(test_techniques_in_engine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
