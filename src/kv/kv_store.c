@@ -160,8 +160,11 @@ static pl_status seq_tensors(pl_kv_store *s, const pl_attn_args *a, const char *
         const int32_t nb = (a->context_lens[i] + bs - 1) / bs;
         s->seq_kv[i] = s->seq_kv[a->n_seqs + i] = NULL;
         if (nb == 0) continue;
-        PL_ASSERT(nb <= a->max_blocks && btab[0] >= 0 && btab[nb - 1] == btab[0] + nb - 1 &&
-                  btab[nb - 1] < s->layout.num_blocks); /* one run of consecutive blocks */
+        PL_ASSERT(nb <= a->max_blocks && btab[0] >= 0 && btab[nb - 1] < s->layout.num_blocks);
+        if (btab[nb - 1] != btab[0] + nb - 1) /* e.g. a contiguous reservation outgrown */
+            return pl_fail(PL_ERR_INTERNAL, "kv store: sequence %d's %d blocks are not one run "
+                           "(%d .. %d): a head-major layout reads one array per sequence",
+                           (int)i, (int)nb, (int)btab[0], (int)btab[nb - 1]);
         s->seq_kv[i] = kc + (size_t)btab[0] * (size_t)bs * rb;
         s->seq_kv[a->n_seqs + i] = vc + (size_t)btab[0] * (size_t)bs * rb;
     }

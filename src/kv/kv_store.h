@@ -61,9 +61,9 @@ void *pl_kv_store_v(const pl_kv_store *s, int32_t layer);
 /* One layer's attention of a step (`tensor`: the store's layer): writes the step's K/V rows
  * (k, v: [n_tokens][n_kv_heads][head_dim]) to their slots, then attends a->q over the cache
  * into a->out. A paged store runs pl_paged_attention with a's block tables; a head-major one
- * takes each sequence's tensor at its first block (the blocks must be consecutive, checked) and
- * runs pl_contig_attention. a->k_cache and a->v_cache are set here. PL_ERR_NOMEM if the
- * sequences' scratch cannot grow. */
+ * takes each sequence's tensor at its first block and runs pl_contig_attention (PL_ERR_INTERNAL
+ * naming the sequence if its blocks are not one consecutive run). a->k_cache and a->v_cache are
+ * set here. PL_ERR_NOMEM if the sequences' scratch cannot grow. */
 pl_status pl_kv_store_attention(pl_threadpool *tp, pl_kv_store *s, int32_t tensor,
                                 const float *k, const float *v, const int64_t *slot_mapping,
                                 int32_t n_tokens, pl_attn_args *a);
