@@ -306,22 +306,25 @@ int pl_bench_vattn(int argc, char **argv) {
         fprintf(stderr, "%s: --only: '%s' is not map or attention\n", C, only);
         return 2;
     }
+    int32_t batch[MAX_SEQS];
+    int n_batch = 0;
+    for (const char *p = seqs; n_batch == 0 || *p;) { /* "1,8,32": checked before any run */
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || n < 1 || n > MAX_SEQS || (*end && (*end != ',' || !end[1])) ||
+            n_batch == MAX_SEQS) {
+            fprintf(stderr, "%s: --seqs: '%s' is not a list of at most %d batch sizes in 1..%d\n",
+                    C, seqs, MAX_SEQS, MAX_SEQS);
+            return 2;
+        }
+        batch[n_batch++] = (int32_t)n;
+        p = *end ? end + 1 : end;
+    }
     if (!only || !strcmp(only, "map")) bench_map((int)reps);
     if (!only || !strcmp(only, "attention")) {
         pl_threadpool *tp = pl_threadpool_create((int)threads);
         if (!tp) return pl_cli_fail(C, "cannot start threads");
-        for (const char *p = seqs; *p;) { /* "1,8,32": one run of context lengths each */
-            char *end;
-            long n = strtol(p, &end, 10);
-            if (end == p || n < 1 || n > MAX_SEQS || (*end && *end != ',')) {
-                pl_threadpool_destroy(tp);
-                fprintf(stderr, "%s: --seqs: '%s' is not a list of batch sizes in 1..%d\n", C,
-                        seqs, MAX_SEQS);
-                return 2;
-            }
-            bench_attention(tp, (int)reps, (int32_t)n);
-            p = *end ? end + 1 : end;
-        }
+        for (int i = 0; i < n_batch; i++) bench_attention(tp, (int)reps, batch[i]);
         pl_threadpool_destroy(tp);
     }
     return 0;
