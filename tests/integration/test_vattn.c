@@ -260,8 +260,9 @@ static void test_techniques_in_engine(void **state) {
         memset(res, 0, sizeof res);
         uint64_t ids[5];
         for (int i = 0; i < 4; i++) add_long(e, i, 3 * TPR, &ids[i]); /* 3-4 page rows each */
-        const uint64_t warm = step_and_drain(e, ids, res, 4); /* the prefills */
-        assert_true(warm > 0);
+        /* the prefills: mapped on the engine thread, or already by the mapper thread if it got
+         * there first (it maps what a slot needs for one more token) */
+        const uint64_t warm = step_and_drain(e, ids, res, 4);
         while (pl_engine_has_work(e)) /* steady decode: the mapper keeps a row ahead */
             assert_int_equal(step_and_drain(e, ids, res, 4), warm);
         pl_engine_stats s;
