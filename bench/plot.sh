@@ -149,13 +149,14 @@ EOF
         gnuplot <<EOF
 $TERM_SVG
 set output "$OUT/vattn_attention.svg"
-set title "Decode attention over context length (8 sequences, 1 thread)"
-set logscale xy 2
+set title "Paged kernel latency over the contiguous kernel's (Figure 18a; CPU time, 1 thread)"
+set logscale x 2
 set xlabel "context length (tokens)"
-set ylabel "microseconds per call"
+set ylabel "paged / contiguous (4K pages)"
+set yrange [0:*]
 set key top left
 set grid
-plot "$TMP/vattn/attention.dat" using 1:2 with linespoints lw 2 pt 7 title "paged (16-token blocks)", '' using 1:3 with linespoints lw 2 pt 5 title "vattention 4K pages", '' using 1:4 with linespoints lw 2 pt 9 title "vattention 64K pages"
+plot "$TMP/vattn/attention.dat" using 1:2 with linespoints lw 2 pt 7 title "1 sequence", '' using 1:3 with linespoints lw 2 pt 5 title "8 sequences", '' using 1:4 with linespoints lw 2 pt 9 title "32 sequences", 1 with lines dt 2 lc rgb "gray" notitle
 EOF
     fi
     if [ -s "$TMP/vattn/layouts_sharegpt.dat" ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The vAttention layout against paged and contiguous (issue 12), bounded to ~20 minutes. Writes
 # JSON lines into $OUT (default bench/results/vattn/): map.jsonl (page map / unmap cost),
-# attention.jsonl (decode attention over context length), layouts.jsonl (the three layouts at
+# attention.jsonl (decode attention over context length and batch size, paged kernel vs the
+# contiguous one), layouts.jsonl (the three layouts at
 # the same KV memory, ShareGPT-like and Alpaca-like), ablation.jsonl (each technique off in
 # turn, tight memory, a slot per request), slots.jsonl (the same with 8 slots and roomy memory,
 # so slots are handed from request to request), machine.txt. Alternatives run interleaved inside each repetition, so a shared
@@ -41,7 +42,7 @@ if [[ " $PARTS " == *" map "* ]]; then
     "$PL" bench vattn --only map --reps 9 >"$OUT/map.jsonl"
 fi
 if [[ " $PARTS " == *" attention "* ]]; then
-    "$PL" bench vattn --only attention --reps 5 --threads "$THREADS" >"$OUT/attention.jsonl"
+    "$PL" bench vattn --only attention --reps 5 --seqs 1,8,32 --threads "$THREADS" >"$OUT/attention.jsonl"
 fi
 
 [ -f "$MODEL" ] || { echo "vattn.sh: no model at $MODEL" >&2; exit 1; }

@@ -53,16 +53,24 @@ def main():
 
     a = load(os.path.join(res, "attention.jsonl"))
     if a:
-        print("Decode attention, %d sequences, 110M shape (12 heads, 4 KV heads, head_dim 64, f16), "
-              "1 thread (us per call, median):\n" % a[0]["seqs"])
-        table(["context", "paged (16-token blocks, scattered)", "vattention 4K", "vattention 64K",
-               "4K / paged", "64K / paged"],
-              [[d["ctx"], d["paged_bs16_us"], d["vattn_4k_us"], d["vattn_64k_us"],
-                "%.3f" % d["vattn_4k_over_paged"], "%.3f" % d["vattn_64k_over_paged"]] for d in a])
-        if dat:
+        batches = sorted({d["seqs"] for d in a})
+        for seqs in batches:
+            print("Decode attention (the PagedAttention paper's Figure 18a), %d sequence(s), 110M "
+                  "shape (12 heads, 4 KV heads, head_dim 64, f16 KV), 1 thread: CPU us per call, "
+                  "median (wall us in the last column, paged / contiguous 4K):\n" % seqs)
+            table(["context", "paged kernel (16-token blocks, scattered)", "contiguous kernel, 4K pages",
+                   "contiguous kernel, 64K pages", "paged / contiguous 4K", "paged / contiguous 64K",
+                   "wall us"],
+                  [[d["ctx"], d["paged_bs16_cpu_us"], d["contig_4k_cpu_us"], d["contig_64k_cpu_us"],
+                    "%.3f" % d["paged_over_contig_4k_cpu"], "%.3f" % d["paged_over_contig_64k_cpu"],
+                    "%.0f / %.0f" % (d["paged_bs16_us"], d["contig_4k_us"])]
+                   for d in a if d["seqs"] == seqs])
+        if dat: # context, then paged / contiguous 4K for each batch size
             with open(os.path.join(dat, "attention.dat"), "w") as f:
-                for d in a:
-                    f.write("%d %.1f %.1f %.1f\n" % (d["ctx"], d["paged_bs16_us"], d["vattn_4k_us"], d["vattn_64k_us"]))
+                f.write("# ctx " + " ".join("seqs%d" % b for b in batches) + "\n")
+                for ctx in sorted({d["ctx"] for d in a}):
+                    r = {d["seqs"]: d["paged_over_contig_4k_cpu"] for d in a if d["ctx"] == ctx}
+                    f.write("%d %s\n" % (ctx, " ".join("%.3f" % r.get(b, float("nan")) for b in batches)))
 
     lay = load(os.path.join(res, "layouts.jsonl"))
     if lay:

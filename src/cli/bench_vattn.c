@@ -5,9 +5,12 @@
  *               MAP_SHARED of a memfd page, unmap = PROT_NONE mapping + hole punch; anon:
  *               mprotect + madvise(MADV_DONTNEED) on anonymous memory). Both backends run in
  *               the same repetition loop, interleaved, so a shared machine's load hits both.
- *   attention: decode attention over context length, the paged layout (16-token blocks,
- *               shuffled over the pool) against the vattention layout (a slot's consecutive
- *               one-page blocks, in mapped pages of the real page pool), interleaved.
+ *   attention: the PagedAttention paper's Figure 18a: decode attention latency over context
+ *               length and batch size, the paged kernel (16-token blocks shuffled over the pool)
+ *               against the contiguous kernel (kernels/attention_contig.h) reading each
+ *               sequence's head-major tensor in vattention slots of 4K or 64K mapped pages of
+ *               the real page pool (a region per K/V and KV head, as the engine makes them),
+ *               same KV dtype (f16), interleaved.
  *
  * One JSON object per line. A measurement, never a test.
  */
@@ -18,12 +21,14 @@
 #include "base/rng.h"
 #include "base/threadpool.h"
 #include "kernels/attention.h"
+#include "kernels/attention_contig.h"
 #include "kv/vattn.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *C = "bench vattn";
 
@@ -117,22 +122,27 @@ static void bench_map(int reps) {
 }
 
 /* Decode attention of n_seqs sequences at context ctx, 110M Llama shape (12 heads, 4 KV heads,
- * head_dim 64, f16). Returns seconds per call for the paged layout (p = 0) or the vattention
- * layout with pages of `page` bytes (p = 1); each is set up once and timed `iters` times. */
+ * head_dim 64, f16 KV in both): the paged kernel over 16-token blocks shuffled in the pool
+ * (vattn = 0), or the contiguous kernel over each sequence's head-major tensor in vattention
+ * slots of `page`-byte pages of the real page pool (vattn = 1); each is set up once and timed
+ * `iters` times. */
 typedef struct {
     pl_kv_layout l;
     void *kc, *vc, *own_k, *own_v;
     pl_vattn *va;
     int32_t *btab, max_blocks;
+    const void *seq_k[64], *seq_v[64];
+    size_t head_stride, token_stride;
 } attn_case;
 
-enum { NH = 12, NKV = 4, HD = 64 };
+enum { NH = 12, NKV = 4, HD = 64, MAX_SEQS = 64 };
 
 static int case_init(attn_case *c, int vattn, size_t page, int32_t n_seqs, int32_t ctx) {
     memset(c, 0, sizeof *c);
     c->l = (pl_kv_layout){.dtype = PL_DT_F16, .block_size = 16, .n_kv_heads = NKV, .head_dim = HD};
     pl_rng rng;
     pl_rng_seed(&rng, 11);
+    pl_kv_layout wl = c->l; /* the order writes follow: paged blocks, or one-token rows */
     if (!vattn) {
         c->max_blocks = (ctx + 15) / 16;
         c->l.num_blocks = (int64_t)n_seqs * c->max_blocks;
@@ -147,31 +157,39 @@ static int case_init(attn_case *c, int vattn, size_t page, int32_t n_seqs, int32
             c->btab[i] = c->btab[j];
             c->btab[j] = t;
         }
-    } else {
-        int32_t tpr = (int32_t)(page / ((size_t)NKV * HD * 2));
+        wl = c->l;
+    } else { /* a region per K/V and KV head, as the engine makes them (kv/cache.c) */
+        const size_t rb = (size_t)HD * 2;
+        int32_t tpr = (int32_t)(page / rb);
         c->max_blocks = (ctx + tpr - 1) / tpr;
         c->l.block_size = tpr;
         c->l.num_blocks = (int64_t)n_seqs * c->max_blocks;
-        pl_vattn_config vc = {.page_size = page, .n_regions = 2, .n_slots = n_seqs,
+        pl_vattn_config vc = {.page_size = page, .n_regions = 2 * NKV, .n_slots = n_seqs,
                               .rows_per_slot = c->max_blocks, .tokens_per_row = tpr,
                               .phys_rows = (int64_t)n_seqs * c->max_blocks,
-                              .backend = PL_VATTN_MEMFD, .reclaim_threshold = 0.1};
+                              .backend = PL_VATTN_ANON, .reclaim_threshold = 0.1};
         if (pl_vattn_create(&vc, &c->va) != PL_OK) return -1;
         for (int32_t s = 0; s < n_seqs; s++) pl_vattn_set_need(c->va, pl_vattn_acquire(c->va), ctx);
         if (pl_vattn_prepare_step(c->va) != PL_OK) return -1;
+        const size_t sb = pl_vattn_slot_bytes(c->va);
         c->kc = pl_vattn_base(c->va);
-        c->vc = (char *)c->kc + (size_t)n_seqs * pl_vattn_slot_bytes(c->va);
-        c->btab = malloc((size_t)c->l.num_blocks * sizeof *c->btab);
-        if (!c->btab) return -1;
-        for (int32_t i = 0; i < c->l.num_blocks; i++) c->btab[i] = i; /* slot s: s*rows + j */
+        c->vc = (char *)c->kc + (size_t)NKV * n_seqs * sb;
+        for (int32_t s = 0; s < n_seqs; s++) { /* slot s's tensors: no table from here on */
+            c->seq_k[s] = (const char *)c->kc + (size_t)s * sb;
+            c->seq_v[s] = (const char *)c->vc + (size_t)s * sb;
+        }
+        c->head_stride = (size_t)n_seqs * sb; /* from one KV head's region to the next */
+        c->token_stride = rb;
+        wl.block_size = (int32_t)(c->l.num_blocks * tpr); /* head-major: one block of all slots */
+        wl.num_blocks = 1;
     }
     float rows[2 * NKV * HD];
     for (int32_t s = 0; s < n_seqs; s++)
         for (int32_t p = 0; p < ctx; p++) {
-            int32_t b = c->btab[s * c->max_blocks + p / c->l.block_size];
-            int64_t slot = (int64_t)b * c->l.block_size + p % c->l.block_size;
+            int64_t slot = vattn ? ((int64_t)s * c->max_blocks * c->l.block_size + p)
+                                 : (int64_t)c->btab[s * c->max_blocks + p / 16] * 16 + p % 16;
             for (int32_t i = 0; i < 2 * NKV * HD; i++) rows[i] = (float)pl_rng_normal(&rng);
-            pl_kv_write(&c->l, c->kc, c->vc, rows, rows + NKV * HD, &slot, 1);
+            pl_kv_write(&wl, c->kc, c->vc, rows, rows + NKV * HD, &slot, 1);
         }
     return 0;
 }
@@ -183,16 +201,32 @@ static void case_destroy(attn_case *c) {
     pl_vattn_destroy(c->va);
 }
 
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds per call: wall clock, and the process's CPU time into *cpu (what a loaded machine's
+ * other processes move least: time spent descheduled is not counted). */
 static double case_time(pl_threadpool *tp, attn_case *c, const float *q, float *out, int32_t n_seqs,
-                        int32_t ctx, int iters) {
-    int32_t seq_start[65], ctxl[64];
+                        int32_t ctx, int iters, double *cpu) {
+    int32_t seq_start[MAX_SEQS + 1], ctxl[MAX_SEQS];
     for (int32_t i = 0; i <= n_seqs; i++) seq_start[i] = i;
     for (int32_t i = 0; i < n_seqs; i++) ctxl[i] = ctx;
     pl_attn_args a = {.q = q, .out = out, .n_heads = NH, .scale = 0.125f, .n_seqs = n_seqs,
                       .seq_start = seq_start, .context_lens = ctxl, .block_tables = c->btab,
                       .max_blocks = c->max_blocks, .k_cache = c->kc, .v_cache = c->vc};
-    double t0 = pl_clock_now();
-    for (int it = 0; it < iters; it++) pl_paged_attention(tp, &c->l, &a);
+    pl_contig_attn_args ca = {.q = q, .out = out, .n_heads = NH, .scale = 0.125f,
+                              .n_seqs = n_seqs, .seq_start = seq_start, .context_lens = ctxl,
+                              .k = c->seq_k, .v = c->seq_v, .head_stride = c->head_stride,
+                              .token_stride = c->token_stride};
+    double t0 = pl_clock_now(), c0 = cpu_now();
+    for (int it = 0; it < iters; it++) {
+        if (c->va) pl_contig_attention(tp, &c->l, &ca);
+        else pl_paged_attention(tp, &c->l, &a);
+    }
+    *cpu = (cpu_now() - c0) / iters;
     return (pl_clock_now() - t0) / iters;
 }
 
@@ -211,21 +245,28 @@ static void bench_attention(pl_threadpool *tp, int reps, int32_t n_seqs) {
             fprintf(stderr, "%s: attention ctx %d: %s\n", C, ctx, pl_last_error());
             break;
         }
-        int iters = ctx >= 2048 ? 10 : 40;
-        double *t = calloc((size_t)reps * 3, sizeof *t);
+        /* about the same work per repetition whatever the batch */
+        int iters = (ctx >= 2048 ? 80 : 320) / n_seqs;
+        if (iters < 2) iters = 2;
+        double *t = calloc((size_t)reps * 6, sizeof *t), cpu; /* [wall, cpu][case][rep] */
         if (!t) break;
-        for (int k = 0; k < 3; k++) case_time(tp, &cs[k], q, out, n_seqs, ctx, 2); /* warm */
+        for (int k = 0; k < 3; k++) case_time(tp, &cs[k], q, out, n_seqs, ctx, 2, &cpu); /* warm */
         for (int r = 0; r < reps; r++)
-            for (int k = 0; k < 3; k++) t[k * reps + r] = case_time(tp, &cs[k], q, out, n_seqs, ctx, iters);
-        double med[3];
-        for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < 3; k++) {
+                t[k * reps + r] = case_time(tp, &cs[k], q, out, n_seqs, ctx, iters, &cpu);
+                t[(3 + k) * reps + r] = cpu;
+            }
+        double med[6];
+        for (int k = 0; k < 6; k++) {
             qsort(t + k * reps, (size_t)reps, sizeof *t, cmp_d);
             med[k] = t[k * reps + reps / 2];
         }
         printf("{\"bench\":\"vattn\",\"part\":\"attention\",\"seqs\":%d,\"ctx\":%d,\"reps\":%d,"
-               "\"paged_bs16_us\":%.1f,\"vattn_4k_us\":%.1f,\"vattn_64k_us\":%.1f,"
-               "\"vattn_4k_over_paged\":%.3f,\"vattn_64k_over_paged\":%.3f}\n", n_seqs, ctx, reps,
-               med[0] * 1e6, med[1] * 1e6, med[2] * 1e6, med[1] / med[0], med[2] / med[0]);
+               "\"paged_bs16_us\":%.1f,\"contig_4k_us\":%.1f,\"contig_64k_us\":%.1f,"
+               "\"paged_bs16_cpu_us\":%.1f,\"contig_4k_cpu_us\":%.1f,\"contig_64k_cpu_us\":%.1f,"
+               "\"paged_over_contig_4k_cpu\":%.3f,\"paged_over_contig_64k_cpu\":%.3f}\n", n_seqs,
+               ctx, reps, med[0] * 1e6, med[1] * 1e6, med[2] * 1e6, med[3] * 1e6, med[4] * 1e6,
+               med[5] * 1e6, med[3] / med[4], med[3] / med[5]);
         fflush(stdout);
         free(t);
         for (int k = 0; k < 3; k++) case_destroy(&cs[k]);
@@ -236,8 +277,8 @@ done:
 }
 
 int pl_bench_vattn(int argc, char **argv) {
-    int64_t reps = 7, threads = 0, seqs = 8;
-    const char *only = NULL;
+    int64_t reps = 7, threads = 0;
+    const char *only = NULL, *seqs = "8";
     static const struct option longopts[] = {
         {"reps", required_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
         {"seqs", required_argument, 0, 's'}, {"only", required_argument, 0, 'o'},
@@ -248,15 +289,16 @@ int pl_bench_vattn(int argc, char **argv) {
         switch (c) {
         case 'r': if (pl_arg_int(C, "--reps", optarg, 1, 1000, &reps)) return 2; break;
         case 't': if (pl_arg_int(C, "--threads", optarg, 1, 512, &threads)) return 2; break;
-        case 's': if (pl_arg_int(C, "--seqs", optarg, 1, 64, &seqs)) return 2; break;
+        case 's': seqs = optarg; break;
         case 'o': only = optarg; break;
         case 'h':
         default:
             fprintf(c == 'h' ? stdout : stderr,
-                    "usage: pagellm bench vattn [--only map|attention] [--reps N] [--seqs N] "
+                    "usage: pagellm bench vattn [--only map|attention] [--reps N] [--seqs N[,N...]] "
                     "[--threads N]\n"
                     "  map: map / first touch / unmap ns per page, per page size and backend\n"
-                    "  attention: decode attention over context length, paged vs vattention\n");
+                    "  attention: decode attention latency over context length, for each batch\n"
+                    "             size of --seqs (1..64): paged kernel vs contiguous kernel\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -264,11 +306,25 @@ int pl_bench_vattn(int argc, char **argv) {
         fprintf(stderr, "%s: --only: '%s' is not map or attention\n", C, only);
         return 2;
     }
+    int32_t batch[MAX_SEQS];
+    int n_batch = 0;
+    for (const char *p = seqs; n_batch == 0 || *p;) { /* "1,8,32": checked before any run */
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || n < 1 || n > MAX_SEQS || (*end && (*end != ',' || !end[1])) ||
+            n_batch == MAX_SEQS) {
+            fprintf(stderr, "%s: --seqs: '%s' is not a list of at most %d batch sizes in 1..%d\n",
+                    C, seqs, MAX_SEQS, MAX_SEQS);
+            return 2;
+        }
+        batch[n_batch++] = (int32_t)n;
+        p = *end ? end + 1 : end;
+    }
     if (!only || !strcmp(only, "map")) bench_map((int)reps);
     if (!only || !strcmp(only, "attention")) {
         pl_threadpool *tp = pl_threadpool_create((int)threads);
         if (!tp) return pl_cli_fail(C, "cannot start threads");
-        bench_attention(tp, (int)reps, (int32_t)seqs);
+        for (int i = 0; i < n_batch; i++) bench_attention(tp, (int)reps, batch[i]);
         pl_threadpool_destroy(tp);
     }
     return 0;

@@ -315,18 +315,6 @@ static int32_t tile_len(int32_t t0, int32_t last) {
     return last + 1 - t0 < PL_ATTN_KT ? last + 1 - t0 : PL_ATTN_KT;
 }
 
-/* out = acc / l for a row whose scores' running max is m and sum of e^(s - m) is l; with an
- * attention sink (a logit in the denominator only, llama.cpp's soft_max sinks) the max takes
- * the sink in too: M = max(m, sink), out = acc e^(m - M) / (l e^(m - M) + e^(sink - M)). */
-static void finish_row(float *out, const float *acc, float m, float l, const float *sink,
-                       int32_t hd) {
-    float scale = 1.0f / l;
-    if (sink) {
-        const float mx = m > *sink ? m : *sink, em = expf(m - mx);
-        scale = em / (l * em + expf(*sink - mx));
-    }
-    for (int32_t d = 0; d < hd; d++) out[d] = sink ? acc[d] * scale : acc[d] / l;
-}
 
 /* Query rows [r0, r1) of sequence i, KV head g. */
 static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_t r1) {
@@ -398,7 +386,8 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
         for (int32_t v = 0; v < nq; v++) {
             int32_t r = r0 + (v0 + v) / G, h = g * G + (v0 + v) % G;
             float *out = a->out + (size_t)(row_base + r) * row_stride + (size_t)h * hd;
-            finish_row(out, acc + (size_t)v * hd, m[v], lsum[v], a->sinks ? &a->sinks[h] : NULL, hd);
+            pl_attn_finish_row(out, acc + (size_t)v * hd, m[v], lsum[v],
+                               a->sinks ? &a->sinks[h] : NULL, hd);
         }
     }
 }
@@ -439,12 +428,8 @@ static void check_args(const pl_kv_layout *l, const pl_attn_args *a) {
 
 void pl_paged_attention(pl_threadpool *tp, const pl_kv_layout *l, const pl_attn_args *a) {
     check_args(l, a);
-    attn_ctx c = {.l = l, .a = a, .group = a->n_heads / l->n_kv_heads};
-    switch (pl_cpu_isa()) {
-    case PL_ISA_AVX512: c.tile_fn = pl_attn_tile_avx512; break;
-    case PL_ISA_AVX2: c.tile_fn = pl_attn_tile_avx2; break;
-    case PL_ISA_SCALAR: c.tile_fn = attn_tile_scalar; break;
-    }
+    attn_ctx c = {.l = l, .a = a, .group = a->n_heads / l->n_kv_heads,
+                  .tile_fn = pl_attn_tile_for_isa()};
     c.item_rows = c.group >= PL_ATTN_MAXQ ? 1 : PL_ATTN_MAXQ / c.group;
     for (int32_t i = 0; i < a->n_seqs; i++) c.n_items += seq_items(&c, i);
     atomic_init(&c.next, 0);
@@ -489,9 +474,26 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
                         acc[d] = acc[d] * alpha + w * load_elem(v, d, kt);
                     m = m_new;
                 }
-                finish_row(a->out + (row + (size_t)h) * hd, acc, m, sum,
+                pl_attn_finish_row(a->out + (row + (size_t)h) * hd, acc, m, sum,
                            a->sinks ? &a->sinks[h] : NULL, hd);
             }
         }
     }
+}
+
+/* ---------------------------------------------------------------- for the contiguous kernel */
+
+pl_attn_tile_fn pl_attn_tile_for_isa(void) {
+    switch (pl_cpu_isa()) {
+    case PL_ISA_AVX512: return pl_attn_tile_avx512;
+    case PL_ISA_AVX2: return pl_attn_tile_avx2;
+    case PL_ISA_SCALAR: break;
+    }
+    return attn_tile_scalar;
+}
+
+int pl_attn_kind(pl_dtype t) { return kind_of(t); }
+
+void pl_attn_prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t *qsum, int32_t hd) {
+    prepare_query(kt, q, qq, qd, qsum, hd);
 }

@@ -27,6 +27,8 @@
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
 #define PL_KERNELS_ATTENTION_IMPL_H
 
+#include "kernels/dtype.h"
+
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,6 +123,27 @@ static inline float pl_attn_q_combine(const int32_t *isum, const float *qd, cons
     for (int32_t b = 0; b < nb; b++) s += (float)isum[b] * (qd[b] * dk[b]);
     return s;
 }
+
+/* out = acc / l for a row whose scores' running max is m and sum of e^(s - m) is l; with an
+ * attention sink (a logit in the denominator only, llama.cpp's soft_max sinks) the max takes
+ * the sink in too: M = max(m, sink), out = acc e^(m - M) / (l e^(m - M) + e^(sink - M)). */
+static inline void pl_attn_finish_row(float *out, const float *acc, float m, float l,
+                                      const float *sink, int32_t hd) {
+    float scale = 1.0f / l;
+    if (sink) {
+        const float mx = m > *sink ? m : *sink, em = expf(m - mx);
+        scale = em / (l * em + expf(*sink - mx));
+    }
+    for (int32_t d = 0; d < hd; d++) out[d] = sink ? acc[d] * scale : acc[d] / l;
+}
+
+/* Shared by the paged driver (attention.c) and the contiguous one (attention_contig.c), so the
+ * two compute a query row with the same arithmetic: the tile function of pl_cpu_isa(), the
+ * storage kind (PL_KT_*) of a KV dtype, and a query put into the form the key type wants
+ * (bf16-rounded, or q8_0 quants qq, scales qd and block sums qsum). */
+pl_attn_tile_fn pl_attn_tile_for_isa(void);
+int pl_attn_kind(pl_dtype t);
+void pl_attn_prepare_query(int kt, float *q, int8_t *qq, float *qd, int32_t *qsum, int32_t hd);
 
 void pl_attn_tile_avx2(const pl_attn_tile *t);
 void pl_attn_tile_avx512(const pl_attn_tile *t);

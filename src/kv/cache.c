@@ -3,6 +3,7 @@
 #include "kv/cache.h"
 #include "kv/vattn.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +25,11 @@ typedef struct {
                               int64_t n_seqs, int32_t k_spec);
     pl_status (*prepare_step)(pl_kv_cache *c);
     void (*stats)(const pl_kv_cache *c, pl_engine_stats *s);
+    /* roll a sequence back to n_keep tokens (speculative decoding's rejected proposals) */
+    pl_status (*truncate)(pl_kv_cache *c, pl_block_table *t, pl_block_table *w, int32_t n_keep);
+    /* the layout's own state follows a live table: its length changed (appended, truncated),
+       or it is about to be freed */
+    void (*follow)(pl_kv_cache *c, const pl_block_table *t, int freeing);
 } kv_ops;
 
 struct pl_kv_cache {
@@ -72,6 +78,12 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
     int32_t n_swap = 0;
     static const pl_kv_policy policy[] = {PL_KV_POLICY_MAX, PL_KV_POLICY_POW2, PL_KV_POLICY_ORACLE};
     int contig = cfg->kv_layout == PL_KV_LAYOUT_CONTIGUOUS;
+    /* a reservation is one run of blocks: per KV head one run of rows, the contiguous kernel's */
+    c->store.head_major = contig;
+    if (contig && nb * (uint64_t)l.block_size > INT32_MAX)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout contiguous: %llu blocks of %d tokens exceed "
+                       "2^31 token slots; lower kv-cache-memory", (unsigned long long)nb,
+                       (int)l.block_size);
     if (cfg->swap_space) {
         uint64_t ns = cfg->swap_space / per_block;
         if (ns < 1)
@@ -160,6 +172,24 @@ static int64_t paged_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int3
     return need;
 }
 
+static pl_status paged_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                                int32_t n_keep) {
+    PL_TRY(pl_kv_truncate(&c->mgr, t, n_keep));
+    return grouped(c) ? pl_kv_truncate(&c->mgr, w, n_keep) : PL_OK;
+}
+
+static pl_status unshared(const pl_kv_cache *c, const char *what);
+
+static pl_status no_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                             int32_t n_keep) {
+    (void)t, (void)w, (void)n_keep;
+    return unshared(c, "truncate");
+}
+
+static void no_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {
+    (void)c, (void)t, (void)freeing;
+}
+
 static pl_status no_prepare(pl_kv_cache *c) {
     (void)c;
     return PL_OK;
@@ -207,6 +237,27 @@ static pl_vattn_backend backend_for(size_t page) {
     return PL_VATTN_ANON;
 }
 
+/* Anonymous memory keeps a region of a used slot as two mappings (its mapped pages, the rest):
+ * refuse up front a configuration whose slots could need more than the kernel allows a process
+ * (vm.max_map_count), rather than fail a step's mapping later. */
+static pl_status check_map_count(const pl_engine_config *cfg, int64_t regions, size_t page) {
+    if (backend_for(page) != PL_VATTN_ANON) return PL_OK;
+    long max = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &max) != 1) max = 65530;
+        fclose(f);
+    }
+    const int64_t need = 2 * regions * cfg->max_num_seqs + 4096; /* + the rest of the process */
+    if (need <= max) return PL_OK;
+    int64_t seqs = (max - 4096) / (2 * regions);
+    return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention: %d slots (max-num-seqs) x %lld "
+                   "regions (layers x K/V x KV heads) can need %lld memory mappings, more than "
+                   "vm.max_map_count %ld: use max-num-seqs %lld or less, or raise "
+                   "vm.max_map_count", (int)cfg->max_num_seqs, (long long)regions,
+                   (long long)need, max, (long long)(seqs > 0 ? seqs : 0));
+}
+
 /* The page pool and request slots replace the paged pool: the KV store is a view of the slots'
  * reservation whose "blocks" are pages, and the manager runs PL_KV_POLICY_VATTN. The rest of
  * the engine (scheduler, runner, kernels) is unchanged: a sequence's block table is its slot's
@@ -218,59 +269,86 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
                        "is an embedding model (architecture %s)", sh->arch_name);
     size_t page = cfg->kv_page_size ? (size_t)cfg->kv_page_size : 4096;
     cfg->kv_page_size = page;
-    pl_kv_layout one = *l;
-    one.block_size = 1;
-    size_t token_bytes = pl_kv_block_bytes(&one); /* one token, every KV head, of one layer */
-    if (token_bytes == 0 || page % token_bytes != 0)
+    size_t head_row = pl_kv_row_bytes(l); /* one token of one KV head */
+    if (head_row == 0 || page % head_row != 0)
         return pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a page of %zu bytes does not "
-                       "hold a whole number of tokens of %zu bytes (%d KV heads x %d dims, %s) "
-                       "per layer; use another kv-page-size or kv-cache-dtype", page, token_bytes,
-                       (int)l->n_kv_heads, (int)l->head_dim,
-                       pl_kv_cache_dtype_name(cfg->kv_cache_dtype));
-    int32_t tpr = (int32_t)(page / token_bytes);
+                       "hold a whole number of rows of %zu bytes (one KV head of %d dims, %s); "
+                       "use another kv-page-size or kv-cache-dtype", page, head_row,
+                       (int)l->head_dim, pl_kv_cache_dtype_name(cfg->kv_cache_dtype));
+    /* A region per layer, K/V and KV head: a slot's rows of one head are one array, head-major
+     * as the contiguous kernel reads them. */
+    const int64_t regions = 2 * (int64_t)sh->n_layers * sh->n_kv_heads;
+    int32_t tpr = (int32_t)(page / head_row);
     int32_t rows = (max_model_len + tpr - 1) / tpr;
-    uint64_t row_bytes = (uint64_t)page * 2 * (uint64_t)sh->n_layers;
+    uint64_t row_bytes = (uint64_t)page * (uint64_t)regions;
     uint64_t phys = budget / row_bytes;
     if (phys < 1)
         return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory %llu bytes is smaller than one page "
-                       "per layer for K and V (%d layers x 2 x %zu bytes = %llu bytes)",
-                       (unsigned long long)budget, (int)sh->n_layers, page,
-                       (unsigned long long)row_bytes);
+                       "per layer, K/V and KV head (%d layers x 2 x %d heads x %zu bytes = %llu "
+                       "bytes)", (unsigned long long)budget, (int)sh->n_layers,
+                       (int)sh->n_kv_heads, page, (unsigned long long)row_bytes);
+    PL_TRY(check_map_count(cfg, regions, page));
     if (phys > INT32_MAX / 4) phys = INT32_MAX / 4;
     pl_vattn_config vc = {
-        .page_size = page, .n_regions = 2 * sh->n_layers, .n_slots = cfg->max_num_seqs,
+        .page_size = page, .n_regions = (int32_t)regions, .n_slots = cfg->max_num_seqs,
         .rows_per_slot = rows, .tokens_per_row = tpr, .phys_rows = (int64_t)phys,
         .backend = backend_for(page), .overlap = !cfg->vattn_no_overlap,
         .deferred_reclaim = !cfg->vattn_no_deferred_reclaim, .eager = !cfg->vattn_no_eager,
         .start_thread = 1, .reclaim_threshold = 0.10,
     };
     PL_TRY(pl_vattn_create(&vc, &c->va));
-    /* The store view: per region, n_slots x rows pages, each a "block" of tpr tokens. */
+    /* The store view: a layer's K (V) is its KV heads' regions, each n_slots x rows pages; a
+     * "block" is a page row of tpr tokens, so the head-major order of kv_store.h is exactly
+     * [kv_head][slot][page][row]. */
     memset(&c->store, 0, sizeof c->store);
     c->store.layout = *l;
     c->store.layout.block_size = tpr;
     c->store.layout.num_blocks = (int64_t)vc.n_slots * rows;
     c->store.n_layers = sh->n_layers;
-    c->store.layer_bytes = (size_t)vc.n_slots * pl_vattn_slot_bytes(c->va);
+    c->store.layer_bytes =
+        (size_t)sh->n_kv_heads * (size_t)vc.n_slots * pl_vattn_slot_bytes(c->va);
     c->store.base = pl_vattn_base(c->va);
     c->store.mapped_bytes = 0; /* the vattn owns the reservation */
+    c->store.head_major = 1;
     cfg->enable_prefix_caching = 0; /* nothing is shared */
     cfg->block_size = tpr; /* a block is a page: pl_engine_get_config says how many tokens */
     pl_kv_manager_config mc = {
         .block_size = tpr, .num_blocks = (int32_t)phys, .max_blocks_per_seq = rows,
         .watermark = 0.01, .policy = PL_KV_POLICY_VATTN, .max_seq_tokens = max_model_len,
-        .vattn = c->va,
+        .n_slots = vc.n_slots,
     };
     PL_TRY(pl_kv_manager_init(&c->mgr, &mc));
     c->has_mgr = 1;
     return PL_OK;
 }
 
+/* A free slot (deferred reclamation: the one with most pages still mapped), its first blocks,
+ * and the slot told its need. */
 static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                 const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
                                 int32_t final_tokens, int32_t *n_cached) {
     (void)w, (void)key, (void)max_new, (void)final_tokens;
-    return pl_kv_allocate_slot(&c->mgr, t, tokens, n, n_cached);
+    if (!c->va) { /* bookkeeping only (pl_kv_cache_create_blocks): the first free slot */
+        int32_t first = pl_kv_first_fit(&c->mgr, 1);
+        return pl_kv_allocate_slot(&c->mgr, t, tokens, n,
+                                   first < 0 ? -1 : first / c->mgr.cfg.max_blocks_per_seq, n_cached);
+    }
+    int32_t slot = pl_vattn_acquire(c->va);
+    if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
+    pl_status st = pl_kv_allocate_slot(&c->mgr, t, tokens, n, slot, n_cached);
+    if (st != PL_OK) {
+        pl_vattn_release(c->va, slot);
+        return st;
+    }
+    pl_vattn_set_need(c->va, slot, n);
+    return PL_OK;
+}
+
+static void vattn_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {
+    if (!c->va || !t->live) return;
+    const int32_t slot = pl_kv_slot_of(&c->mgr, t);
+    if (freeing) pl_vattn_release(c->va, slot);
+    else pl_vattn_set_need(c->va, slot, t->n_tokens);
 }
 
 static int64_t vattn_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
@@ -297,14 +375,18 @@ static void vattn_stats(const pl_kv_cache *c, pl_engine_stats *s) {
     s->vattn_pages_committed = v.rows_committed * (int64_t)regions;
 }
 
+/* A vattention rollback (paged_truncate: no groups there) lowers the sequence's length: its slot
+ * needs fewer pages (vattn_follow), but the pages it had stay mapped (cached above the need),
+ * so the next proposals take no mapping. */
 static const kv_ops PAGED = {"paged", 1, 0, setup_blocks, paged_admit_blocks, paged_has_place,
-                             paged_allocate, paged_request_blocks, no_prepare, no_stats};
+                             paged_allocate, paged_request_blocks, no_prepare, no_stats,
+                             paged_truncate, no_follow};
 static const kv_ops CONTIGUOUS = {"contiguous", 0, 0, setup_blocks, contig_admit_blocks,
                                   run_has_place, contig_allocate, contig_request_blocks,
-                                  no_prepare, no_stats};
+                                  no_prepare, no_stats, no_truncate, no_follow};
 static const kv_ops VATTENTION = {"vattention", 0, 1, vattn_setup, contig_admit_blocks,
                                   run_has_place, vattn_allocate, vattn_request_blocks,
-                                  vattn_prepare, vattn_stats};
+                                  vattn_prepare, vattn_stats, paged_truncate, vattn_follow};
 
 /* By pl_kv_layout_mode. */
 static const kv_ops *const LAYOUTS[] = {&PAGED, &CONTIGUOUS, &VATTENTION};
@@ -354,9 +436,6 @@ pl_status pl_kv_cache_check_config(const pl_engine_config *c) {
         if (c->preemption_mode == PL_PREEMPT_SWAP || c->swap_space)
             return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention preempts by recompute only: "
                            "drop --swap-space and --preemption-mode swap");
-        if (c->speculative_model || c->speculative_ngram)
-            return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention does not support speculative "
-                           "decoding (its pages are not rolled back): use kv-layout paged");
         uint64_t p = c->kv_page_size ? c->kv_page_size : 4096;
         if (p != 4096 && p != 65536 && p != (2u << 20))
             return pl_fail(PL_ERR_INVALID_ARG, "kv-page-size %llu is not supported: use 4K, 64K "
@@ -439,7 +518,7 @@ void pl_kv_cache_destroy(pl_kv_cache *c) {
     if (!c) return;
     if (c->has_mgr) pl_kv_manager_destroy(&c->mgr);
     if (c->va) {
-        memset(&c->store, 0, sizeof c->store); /* a view: the reservation goes with the slots */
+        c->store.base = NULL; /* a view: the reservation goes with the slots */
         pl_vattn_destroy(c->va);
     }
     pl_kv_store_destroy(&c->store);
@@ -561,7 +640,11 @@ bool pl_kv_cache_can_append(const pl_kv_cache *c, const pl_block_table *t,
 pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                              int32_t n_new, pl_block_copy cow[2]) {
     cow[0] = cow[1] = (pl_block_copy){-1, -1};
-    if (!grouped(c)) return pl_kv_append_slots(&c->mgr, t, n_new, &cow[0]);
+    if (!grouped(c)) {
+        PL_TRY(pl_kv_append_slots(&c->mgr, t, n_new, &cow[0]));
+        c->ops->follow(c, t, 0);
+        return PL_OK;
+    }
     /* All or none, checked first: a copy-on-write made by the first append must reach the
      * engine, so the second may not fail after it. */
     if (!pl_kv_cache_can_append(c, t, w, n_new))
@@ -576,9 +659,9 @@ pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *
 
 pl_status pl_kv_cache_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                int32_t n_keep) {
-    if (!c->ops->shares) return unshared(c, "truncate");
-    PL_TRY(pl_kv_truncate(&c->mgr, t, n_keep));
-    return grouped(c) ? pl_kv_truncate(&c->mgr, w, n_keep) : PL_OK;
+    PL_TRY(c->ops->truncate(c, t, w, n_keep));
+    c->ops->follow(c, t, 0);
+    return PL_OK;
 }
 
 pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
@@ -598,6 +681,7 @@ pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_bl
 }
 
 void pl_kv_cache_free(pl_kv_cache *c, pl_block_table *t, pl_block_table *w) {
+    c->ops->follow(c, t, 1);
     pl_kv_free_table(&c->mgr, t);
     pl_kv_free_table(&c->mgr, w); /* no-op when empty */
 }

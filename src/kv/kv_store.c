@@ -9,8 +9,11 @@
  */
 #include "kv/kv_store.h"
 
+#include "kernels/attention_contig.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -107,7 +110,8 @@ pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n
 }
 
 void pl_kv_store_destroy(pl_kv_store *s) {
-    if (s->base) munmap(s->base, s->mapped_bytes);
+    if (s->base && s->mapped_bytes) munmap(s->base, s->mapped_bytes);
+    free(s->seq_kv);
     memset(s, 0, sizeof *s);
 }
 
@@ -123,10 +127,71 @@ void *pl_kv_store_v(const pl_kv_store *s, int32_t layer) {
 
 void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
                       const int32_t *dst_blocks, int32_t n) {
-    PL_ASSERT(src->n_layers == dst->n_layers);
+    PL_ASSERT(src->n_layers == dst->n_layers && !src->head_major && !dst->head_major);
     for (int32_t layer = 0; layer < src->n_layers; layer++)
         pl_kv_copy_blocks_between(&src->layout, pl_kv_store_k(src, layer),
                                   pl_kv_store_v(src, layer), &dst->layout,
                                   pl_kv_store_k(dst, layer), pl_kv_store_v(dst, layer),
                                   src_blocks, dst_blocks, n);
+}
+
+/* The head-major view of a layer: one block holding every slot of the store. */
+static pl_kv_layout one_block(const pl_kv_store *s) {
+    pl_kv_layout l = s->layout;
+    l.block_size = (int32_t)(s->layout.num_blocks * s->layout.block_size);
+    l.num_blocks = 1;
+    return l;
+}
+
+/* Sequence i's K and V tensors of a head-major layer: KV head 0's rows from its first slot. */
+static pl_status seq_tensors(pl_kv_store *s, const pl_attn_args *a, const char *kc,
+                             const char *vc) {
+    if (a->n_seqs > s->seq_kv_cap) {
+        const void **p = realloc(s->seq_kv, 2 * (size_t)a->n_seqs * sizeof *p);
+        if (!p) return pl_fail(PL_ERR_NOMEM, "kv store: out of memory for %d sequences",
+                               (int)a->n_seqs);
+        s->seq_kv = p;
+        s->seq_kv_cap = a->n_seqs;
+    }
+    const int32_t bs = s->layout.block_size;
+    const size_t rb = pl_kv_row_bytes(&s->layout);
+    for (int32_t i = 0; i < a->n_seqs; i++) {
+        const int32_t *btab = a->block_tables + (size_t)i * (size_t)a->max_blocks;
+        const int32_t nb = (a->context_lens[i] + bs - 1) / bs;
+        s->seq_kv[i] = s->seq_kv[a->n_seqs + i] = NULL;
+        if (nb == 0) continue;
+        PL_ASSERT(nb <= a->max_blocks && btab[0] >= 0 && btab[nb - 1] < s->layout.num_blocks);
+        if (btab[nb - 1] != btab[0] + nb - 1) /* e.g. a contiguous reservation outgrown */
+            return pl_fail(PL_ERR_INTERNAL, "kv store: sequence %d's %d blocks are not one run "
+                           "(%d .. %d): a head-major layout reads one array per sequence",
+                           (int)i, (int)nb, (int)btab[0], (int)btab[nb - 1]);
+        s->seq_kv[i] = kc + (size_t)btab[0] * (size_t)bs * rb;
+        s->seq_kv[a->n_seqs + i] = vc + (size_t)btab[0] * (size_t)bs * rb;
+    }
+    return PL_OK;
+}
+
+pl_status pl_kv_store_attention(pl_threadpool *tp, pl_kv_store *s, int32_t tensor,
+                                const float *k, const float *v, const int64_t *slot_mapping,
+                                int32_t n_tokens, pl_attn_args *a) {
+    void *kc = pl_kv_store_k(s, tensor), *vc = pl_kv_store_v(s, tensor);
+    a->k_cache = kc;
+    a->v_cache = vc;
+    if (!s->head_major) {
+        pl_kv_write(&s->layout, kc, vc, k, v, slot_mapping, n_tokens);
+        pl_paged_attention(tp, &s->layout, a);
+        return PL_OK;
+    }
+    const pl_kv_layout one = one_block(s); /* the same slot numbers, the same write */
+    pl_kv_write(&one, kc, vc, k, v, slot_mapping, n_tokens);
+    PL_TRY(seq_tensors(s, a, kc, vc));
+    const size_t rb = pl_kv_row_bytes(&s->layout);
+    pl_contig_attn_args ca = {
+        .q = a->q, .out = a->out, .n_heads = a->n_heads, .scale = a->scale, .n_seqs = a->n_seqs,
+        .seq_start = a->seq_start, .context_lens = a->context_lens, .k = s->seq_kv,
+        .v = s->seq_kv + a->n_seqs, .window = a->window, .softcap = a->softcap, .sinks = a->sinks,
+        .head_stride = (size_t)one.block_size * rb, .token_stride = rb,
+    };
+    pl_contig_attention(tp, &s->layout, &ca);
+    return PL_OK;
 }

@@ -14,6 +14,16 @@
  * ftruncate and maps it MAP_SHARED; the file is left in place on free (whoever named it removes
  * it). Init refuses, with a message naming the budget (blocks x bytes per block, layers, dtype),
  * layouts the kernels cannot serve and budgets that overflow or cannot be mapped.
+ *
+ * Two orders inside a layer's array, the same bytes and the same slot numbers (slot = block x
+ * block_size + offset):
+ *   paged       [block][kv_head][block_size][row] (kernels/attention.h), read through block
+ *               tables by pl_paged_attention;
+ *   head-major  [kv_head][slot][row]: the paged order with one block holding every slot. A
+ *               sequence whose blocks are consecutive (the contiguous and vAttention layouts: a
+ *               reservation, a slot's pages) is, for each KV head, one run of rows starting at
+ *               its first slot, read by the contiguous kernel (kernels/attention_contig.h)
+ *               without its block table. Blocks are not byte ranges there: no block copies.
  */
 #ifndef PL_KV_KV_STORE_H
 #define PL_KV_KV_STORE_H
@@ -31,6 +41,9 @@ typedef struct {
     void *base;            /* one mapping holding every layer's K then V */
     size_t mapped_bytes;
     int file_backed;
+    int head_major;        /* 1: [kv_head][slot][row], attended by the contiguous kernel */
+    const void **seq_kv;   /* head-major: scratch for the sequences' K and V tensors */
+    int32_t seq_kv_cap;    /* sequences seq_kv holds */
 } pl_kv_store;
 
 /* PL_ERR_UNSUPPORTED with a message naming the dtype and head_dim when the kernels cannot serve
@@ -45,8 +58,18 @@ pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n
 void pl_kv_store_destroy(pl_kv_store *s);
 void *pl_kv_store_k(const pl_kv_store *s, int32_t layer);
 void *pl_kv_store_v(const pl_kv_store *s, int32_t layer);
+/* One layer's attention of a step (`tensor`: the store's layer): writes the step's K/V rows
+ * (k, v: [n_tokens][n_kv_heads][head_dim]) to their slots, then attends a->q over the cache
+ * into a->out. A paged store runs pl_paged_attention with a's block tables; a head-major one
+ * takes each sequence's tensor at its first block and runs pl_contig_attention (PL_ERR_INTERNAL
+ * naming the sequence if its blocks are not one consecutive run). a->k_cache and a->v_cache are
+ * set here. PL_ERR_NOMEM if the sequences' scratch cannot grow. */
+pl_status pl_kv_store_attention(pl_threadpool *tp, pl_kv_store *s, int32_t tensor,
+                                const float *k, const float *v, const int64_t *slot_mapping,
+                                int32_t n_tokens, pl_attn_args *a);
 /* Copy block pairs in every layer (copy-on-write within a store, or swap between stores whose
- * layouts differ at most in num_blocks; ids are checked against each store's own count). */
+ * layouts differ at most in num_blocks; ids are checked against each store's own count). Paged
+ * stores only. */
 void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
                       const int32_t *dst_blocks, int32_t n);
 

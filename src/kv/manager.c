@@ -1,6 +1,5 @@
 /* kv/manager — see manager.h for the operations, the invariants and the differences from vLLM. */
 #include "kv/manager.h"
-#include "kv/vattn.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +46,7 @@ static int32_t free_blocks(const pl_kv_manager *m) {
 }
 
 /* vattention: the table's slot, and its i-th (virtual) block taken off the free queue. */
-static int32_t vattn_slot(const pl_kv_manager *m, const pl_block_table *t) {
+int32_t pl_kv_slot_of(const pl_kv_manager *m, const pl_block_table *t) {
     return t->blocks[0] / m->cfg.max_blocks_per_seq;
 }
 
@@ -152,14 +151,11 @@ pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg) 
                        cfg->watermark);
     int64_t pool_blocks = cfg->num_blocks;
     if (cfg->policy == PL_KV_POLICY_VATTN) {
-        const pl_vattn_config *vc = cfg->vattn ? pl_vattn_get_config(cfg->vattn) : NULL;
-        if (!vc || vc->rows_per_slot != cfg->max_blocks_per_seq || vc->tokens_per_row != cfg->block_size)
-            return pl_fail(PL_ERR_INVALID_ARG, "kv manager: the vattention layout needs its slots, "
-                           "with rows_per_slot = max_blocks_per_seq and tokens_per_row = block_size");
-        pool_blocks = (int64_t)vc->n_slots * vc->rows_per_slot;
+        if (cfg->n_slots < 1) return below_min("n_slots", 1, cfg->n_slots);
+        pool_blocks = (int64_t)cfg->n_slots * cfg->max_blocks_per_seq;
         if (pool_blocks > INT32_MAX / 2)
             return pl_fail(PL_ERR_INVALID_ARG, "kv manager: %d slots x %d pages exceed 2^30 blocks",
-                           (int)vc->n_slots, (int)vc->rows_per_slot);
+                           (int)cfg->n_slots, (int)cfg->max_blocks_per_seq);
     }
     m->cfg = *cfg;
     if (cfg->policy != PL_KV_POLICY_PAGED) m->cfg.sliding_window = 0; /* see manager.h */
@@ -258,25 +254,23 @@ pl_alloc_status pl_kv_can_allocate(const pl_kv_manager *m, int32_t n_tokens) {
 static pl_status check_prompt(const pl_kv_manager *m, const pl_block_table *t,
                               const int32_t *token_ids, int32_t n);
 
-/* A vattention table: a free slot (the one with most pages still mapped), its first blocks. */
+/* A vattention table in a free slot: its first blocks. */
 pl_status pl_kv_allocate_slot(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
-                              int32_t n, int32_t *n_cached) {
+                              int32_t n, int32_t slot, int32_t *n_cached) {
     PL_TRY(check_prompt(m, t, token_ids, n));
     int32_t bs = m->cfg.block_size, need = pl_kv_blocks_for(m, n);
+    if (slot < 0 || slot >= m->cfg.n_slots ||
+        m->pool.blocks[slot * m->cfg.max_blocks_per_seq].ref != 0)
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: request slot %d is not free",
+                       (int)slot);
     if (need > free_blocks(m))
         return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: %d tokens need %d pages per layer, "
                        "%d free", (int)n, (int)need, (int)free_blocks(m));
     PL_TRY(table_arrays(m, t));
-    int32_t slot = pl_vattn_acquire(m->cfg.vattn);
-    if (slot < 0) {
-        table_arrays_free(t);
-        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
-    }
     for (int32_t i = 0; i < need; i++) {
         t->blocks[i] = vattn_block(m, slot, i);
         set_fill(m, t->blocks[i], fill_of(bs, n, i));
     }
-    pl_vattn_set_need(m->cfg.vattn, slot, n);
     t->n_blocks = need;
     t->n_tokens = n;
     t->live = 1;
@@ -513,7 +507,7 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
     }
     int32_t n_total = t->n_tokens + n_new, blocks_total = pl_kv_blocks_for(m, n_total);
     for (int32_t i = t->n_blocks; i < blocks_total; i++) {
-        int32_t b = vattn(m) ? vattn_block(m, vattn_slot(m, t), i) : pl_block_pool_alloc(&m->pool);
+        int32_t b = vattn(m) ? vattn_block(m, pl_kv_slot_of(m, t), i) : pl_block_pool_alloc(&m->pool);
         PL_ASSERT(b >= 0);
         t->blocks[i] = b;
     }
@@ -523,7 +517,6 @@ pl_status pl_kv_append_slots(pl_kv_manager *m, pl_block_table *t, int32_t n_new,
     t->reserved_future -= filled;
     m->reserved_future -= filled;
     t->n_tokens = n_total;
-    if (vattn(m)) pl_vattn_set_need(m->cfg.vattn, vattn_slot(m, t), n_total);
     return PL_OK;
 }
 
@@ -660,7 +653,6 @@ void pl_kv_free_table(pl_kv_manager *m, pl_block_table *t) {
         table_arrays_free(t);
         return;
     }
-    if (vattn(m)) pl_vattn_release(m->cfg.vattn, vattn_slot(m, t));
     for (int32_t i = t->n_blocks - 1; i >= t->n_dropped; i--) {
         if (t->swapped) pl_block_pool_release(&m->swap, t->blocks[i]);
         else drop_primary(m, t->blocks[i]);

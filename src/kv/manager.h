@@ -81,14 +81,15 @@
  * policy's), the others at init, which also drops a sliding window. A sequence that outgrows its reservation (it cannot when
  * the final length is right) gets further blocks as in the paged layout.
  *
- * The vAttention layout (PL_KV_POLICY_VATTN, kv/vattn.h). cfg.vattn is the slot reservation; a
- * block is one page of every region and its ids are virtual: the pool has n_slots ×
- * max_blocks_per_seq blocks, and a table in slot s holds blocks s × max_blocks_per_seq + i
- * (consecutive, so the kernel reads one contiguous array). cfg.num_blocks is the physical
- * capacity (page rows of the budget): admission, append and the stats count blocks against it,
- * so free = num_blocks - blocks held. Allocation takes a slot (pl_vattn_acquire) and tells the
- * slot its need; freeing gives the slot back. Sharing and swapping are refused as in the
- * contiguous layouts; pl_kv_first_fit answers whether a slot is free.
+ * The vAttention policy (PL_KV_POLICY_VATTN). A block is one page of every region and its ids
+ * are virtual: the pool has cfg.n_slots × max_blocks_per_seq blocks, and a table in slot s
+ * holds blocks s × max_blocks_per_seq + i (consecutive, so the kernel reads one contiguous
+ * array). cfg.num_blocks is the physical capacity (page rows of the budget): admission, append
+ * and the stats count blocks against it, so free = num_blocks - blocks held. The manager knows
+ * nothing of the pages: kv/cache.c's vAttention operations take the slot from the slots
+ * (kv/vattn.h), tell it its need after every allocation, append and truncate, and give it back
+ * before the table is freed. Sharing and swapping are refused as in the contiguous layouts;
+ * pl_kv_first_fit answers whether a slot is free.
  */
 #ifndef PL_KV_MANAGER_H
 #define PL_KV_MANAGER_H
@@ -107,8 +108,6 @@ typedef enum {
     PL_KV_POLICY_VATTN,           /* vAttention: a request slot, pages mapped on demand */
 } pl_kv_policy;
 
-struct pl_vattn;
-
 typedef struct {
     int32_t block_size;           /* tokens per block (16 is vLLM's default) */
     int32_t num_blocks;           /* primary pool blocks */
@@ -123,8 +122,7 @@ typedef struct {
     int32_t sliding_window;       /* W > 0: every layer attends to its last W positions only,
                                      so blocks behind the window are released (paged layout
                                      only; 0 = keep every block: no window, or a layer without) */
-    struct pl_vattn *vattn;       /* VATTN: the slots (not owned); its rows_per_slot must equal
-                                     max_blocks_per_seq and tokens_per_row block_size */
+    int32_t n_slots;              /* VATTN: request slots of max_blocks_per_seq virtual blocks */
     int kv_groups;                /* 1: tables are owned one per sequence; 2: a mixed model's
                                      sequences hold a global and a window group table each
                                      (kv/cache.h; the manager itself does not read it) */
@@ -242,10 +240,13 @@ pl_status pl_kv_allocate_prompt(pl_kv_manager *m, pl_block_table *t, const int32
  * *n_cached = 0 (nothing is shared). PL_ERR_CAPACITY (t untouched) when no run is free. */
 pl_status pl_kv_allocate_reserved(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                                   int32_t n, int32_t final_tokens, int32_t *n_cached);
-/* The prompt allocation of the vAttention policy: a free slot and its first pages for n tokens.
- * *n_cached = 0. PL_ERR_CAPACITY (t untouched) when pages or slots run out. */
+/* The prompt allocation of the vAttention policy: the first pages for n tokens in `slot`, which
+ * the caller took from its slots (kv/cache.c). *n_cached = 0. PL_ERR_CAPACITY (t untouched)
+ * when pages run out or the slot is not free. */
 pl_status pl_kv_allocate_slot(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
-                              int32_t n, int32_t *n_cached);
+                              int32_t n, int32_t slot, int32_t *n_cached);
+/* The vAttention slot of a live table. */
+int32_t pl_kv_slot_of(const pl_kv_manager *m, const pl_block_table *t);
 /* The same for the paged layout, with slots for the cached tokens and at most max_new (>= 1)
  * more: t->n_tokens = min(n, *n_cached + max_new). The caller appends the rest chunk by chunk
  * (pl_kv_append_slots), so a sliding-window sequence never holds more than its window and one

@@ -2,19 +2,20 @@
  * pool mapped on demand, and the background mapper thread (--kv-layout vattention, issue 12).
  *
  * The reservation is one mmap(PROT_NONE, MAP_NORESERVE) of
- *     [2 × n_layers regions: layer l's K is region 2l, its V region 2l + 1][n_slots][slot_bytes]
+ *     [n_regions][n_slots][slot_bytes]
  * so a slot is, in every region, one virtually contiguous array of rows_per_slot pages (enough
- * for --max-model-len tokens). Read per region, the reservation is a pl_kv_store layer array of
- * n_slots × rows_per_slot "blocks" of exactly one page each: slot s's tokens live in the
- * consecutive blocks s × rows_per_slot + j, so the existing attention kernel reads a sequence's
- * K/V of a layer as one contiguous array (its block table is consecutive ids; no gather).
+ * for --max-model-len tokens). The engine (kv/cache.c) makes a region per layer, K/V and KV
+ * head (region (2l + kv) × n_kv_heads + g): slot s's rows of one KV head of a layer's K are one
+ * array, which the contiguous attention kernel (kernels/attention_contig.h) reads as is; read
+ * per layer, the reservation is the head-major pl_kv_store order whose "blocks" are page rows,
+ * slot s's being the consecutive blocks s × rows_per_slot + j.
  *
  * The engine uses ANON for 4K and 64K pages and MEMFD for 2M (docs/DESIGN.md: ANON maps in a
  * quarter of the time and keeps two mappings per region and slot, where MEMFD makes one per
  * page and runs into vm.max_map_count).
  *
- * Physical memory is counted in page rows: one page in each of the 2 × n_layers regions (every
- * region of a slot grows in lockstep, token by token). The pool holds phys_rows rows (the
+ * Physical memory is counted in page rows: one page in each region (every region of a slot
+ * grows in lockstep, token by token). The pool holds phys_rows rows (the
  * --kv-cache-memory budget divided by page_size × regions). A slot's mapped rows are always a
  * prefix of it: rows [0, mapped). Backends:
  *   MEMFD  row p is the memfd's pages [p × regions, (p + 1) × regions); mapping = mmap(MAP_FIXED
@@ -59,7 +60,7 @@ typedef enum { PL_VATTN_MEMFD = 0, PL_VATTN_ANON = 1 } pl_vattn_backend;
 
 typedef struct {
     size_t page_size;           /* 4096, 65536 or 2 MiB */
-    int32_t n_regions;          /* 2 × layers */
+    int32_t n_regions;          /* the engine's: 2 × layers × KV heads */
     int32_t n_slots;            /* request slots (max-num-seqs) */
     int32_t rows_per_slot;      /* virtual pages per region and slot */
     int32_t tokens_per_row;     /* tokens one page of a region holds */

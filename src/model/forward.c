@@ -7,7 +7,8 @@
  *       (qwen3, gemma3: q, k = rmsnorm per head * q_norm, k_norm)
  *       rope(q, k)                   (gemma3: the window layers' own base; mistral3: then q
  *                                     scaled by its position's attention temperature)
- *       write k, v into their KV slots;  a = paged_attention(q, cache)
+ *       write k, v into their KV slots;  a = attention(q, cache)  (paged, or contiguous for a
+ *                                       head-major store: kv/kv_store.h)
  *                      (the layer's window; gemma2: scores soft-capped, queries scaled by hp)
  *                      (gpt-oss: a sink logit per head in the softmax's denominator)
  *       x += Wo a (+bo)                                 (gemma2: rmsnorm(Wo a) * attn_post_norm)
@@ -319,15 +320,12 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_rope_apply(rope, cs, c->k, T, hp->n_kv_heads, hp->head_dim);
         if (hp->attn_temp_scale != 0) scale_queries_by_position(hp, b->positions, c->q, T);
 
-        void *kc = pl_kv_store_k(kv, tensor), *vc = pl_kv_store_v(kv, tensor);
-        pl_kv_write(&kv->layout, kc, vc, c->k, c->v,
-                    grouped_w ? b->slot_mapping_w : b->slot_mapping, b->n_tokens);
-        attn.k_cache = kc;
-        attn.v_cache = vc;
         attn.block_tables = grouped_w ? b->block_tables_w : b->block_tables;
         attn.window = window;
         attn.sinks = L->attn_sinks;
-        pl_paged_attention(c->tp, &kv->layout, &attn);
+        PL_TRY(pl_kv_store_attention(c->tp, kv, tensor, c->k, c->v,
+                                     grouped_w ? b->slot_mapping_w : b->slot_mapping,
+                                     b->n_tokens, &attn));
 
         matmul(c, &L->wo, c->att, T, c->h);
         if (L->bo) pl_add_bias(c->h, L->bo, T, dim); /* gpt-oss */

@@ -1,8 +1,11 @@
-/* --kv-layout vattention through the engine (issue 12) with the real stories260K model: a batch
- * of 32 requests gives bitwise the tokens of the paged layout, with greedy and seeded sampling,
+/* --kv-layout vattention through the engine (issues 12 and 37) with the real stories260K model: a
+ * batch of 16 requests growing over page rows gives bitwise the tokens of the paged layout, with greedy and seeded sampling,
  * with and without preemption (a budget of a few pages per layer), with every technique on and
- * all off; the counters move as the techniques say; bad settings and sharing requests get clear
- * errors naming the layout. The mapper thread runs in every engine here (CI runs this under
+ * all off, and with speculative decoding (n-gram and draft proposals rolled back); the counters
+ * move as the techniques say, and each technique does its job in the engine (no mapping on the
+ * critical path in steady decode, a finished slot reused without unmapping, the next request's
+ * pages mapped ahead); bad settings and sharing requests get clear errors naming the
+ * layout. The mapper thread runs in every engine here (CI runs this under
  * TSan). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,11 +24,13 @@ static const char *PROMPTS[] = {
     "One day, a big red ball", "Sam liked to eat apples", "There was a tiny bird in a tree",
     "Mom said it was time for bed", "The sun was shining and",
 };
-enum { N_PROMPTS = sizeof PROMPTS / sizeof PROMPTS[0], BATCH = 32 };
+enum { N_PROMPTS = sizeof PROMPTS / sizeof PROMPTS[0], BATCH = 16 };
 
-/* stories260K, f16 KV: 5 layers, 4 KV heads x 8 dims = 64 bytes per token and layer, so a 4K
- * page holds 64 tokens and one page per layer for K and V is 40 KiB. */
-#define ROW_BYTES (40u * 1024)
+/* stories260K, f32 KV: 5 layers, 4 KV heads of 8 dims = 32 bytes per token, head and layer,
+ * so a 4K page of one head's region holds 128 tokens and a page row (a page in each of the 2 x
+ * 5 x 4 regions) is 160 KiB. */
+#define ROW_BYTES (160u * 1024)
+enum { TPR = 128 };
 
 static void base_config(pl_engine_config *c, pl_kv_layout_mode layout, uint64_t kv_bytes) {
     pl_engine_config_default(c);
@@ -37,6 +42,7 @@ static void base_config(pl_engine_config *c, pl_kv_layout_mode layout, uint64_t 
     c->max_num_batched_tokens = 256;
     c->max_model_len = 256;
     c->enable_prefix_caching = 0;
+    c->kv_cache_f32 = 1; /* 128 tokens a page: requests grow over page rows */
 }
 
 static pl_engine *make(const pl_engine_config *c) {
@@ -45,8 +51,24 @@ static pl_engine *make(const pl_engine_config *c) {
     return e;
 }
 
+/* BATCH requests of 120 to 165 tokens, most of them crossing into a second page row, greedy or
+ * seeded. */
 static void run_batch(pl_engine *e, int sampled, result *res) {
-    run_prompt_batch(e, PROMPTS, N_PROMPTS, BATCH, sampled, res);
+    uint64_t ids[BATCH];
+    for (int i = 0; i < BATCH; i++) {
+        pl_request_params p;
+        pl_request_params_default(&p);
+        p.sampling.temperature = sampled ? 0.9f : 0.0f;
+        p.sampling.top_p = 0.95f;
+        p.has_seed = sampled;
+        p.seed = 1000 + (uint64_t)i;
+        p.max_tokens = 110 + 12 * (i % 5);
+        p.ignore_eos = 1;
+        memset(&res[i], 0, sizeof res[i]);
+        assert_int_equal(pl_engine_add_request(e, PROMPTS[i % N_PROMPTS], NULL, 0, &p, &ids[i]),
+                         PL_OK);
+    }
+    run_all(e, ids, res, BATCH);
 }
 
 static void assert_same(const result *a, const result *b) {
@@ -123,8 +145,9 @@ static void test_memory_tracks_tokens(void **state) {
     base_config(&c, PL_KV_LAYOUT_VATTENTION, 64u << 20);
     c.vattn_no_overlap = c.vattn_no_deferred_reclaim = c.vattn_no_eager = 1;
     pl_engine *e = make(&c);
-    const int32_t tpr = pl_engine_get_config(e)->block_size, regions = 2 * e->model->hp.n_layers;
-    assert_int_equal(tpr, 64);
+    const int32_t tpr = pl_engine_get_config(e)->block_size;
+    const int32_t regions = 2 * e->model->hp.n_layers * e->model->hp.n_kv_heads;
+    assert_int_equal(tpr, TPR);
     uint64_t ids[6];
     result res[6];
     for (int i = 0; i < 6; i++) {
@@ -149,9 +172,117 @@ static void test_memory_tracks_tokens(void **state) {
         if (resident > peak) peak = resident;
         for (int i = 0; i < 6; i++) collect(e, ids[i], &res[i]);
     }
-    assert_true(peak >= 3 * regions); /* a 230-token request alone needs 4 pages per region */
+    assert_true(peak >= 6 * regions); /* six requests of a page row at least each */
     assert_int_equal(pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv)), 0);
     pl_engine_destroy(e);
+}
+
+/* Speculative decoding on the vAttention layout: a rejected proposal is rolled back by lowering
+ * the sequence's length (its pages stay mapped). n-gram proposals (many rejected), greedy roomy
+ * and preempting and seeded preempting, and a draft model: bitwise the tokens of the paged
+ * layout with the same proposer, and every page back in the pool at the end. */
+static pl_engine *make_spec(pl_kv_layout_mode layout, uint64_t kv_bytes, int draft) {
+    pl_engine_config c;
+    base_config(&c, layout, kv_bytes);
+    c.speculative_ngram = !draft;
+    c.speculative_model = draft ? MODEL : NULL; /* stories260K drafting for itself */
+    c.num_speculative_tokens = 4;
+    c.speculative_max_batch = -1; /* speculate in every batch */
+    c.threads = 1;                /* a tiny model: a second thread only spins */
+    return make(&c);
+}
+
+static void test_speculative_equal_to_paged(void **state) {
+    (void)state;
+    static result ref[BATCH], got[BATCH];
+    for (int v = 0; v < 3; v++) {
+        const int sampled = v == 1, draft = v == 2;
+        pl_engine *e = make_spec(PL_KV_LAYOUT_PAGED, 64u << 20, draft);
+        run_batch(e, sampled, ref);
+        pl_engine_destroy(e);
+        for (int tight = sampled; tight < 2 - draft; tight++) { /* n-gram: tight; greedy: roomy */
+            e = make_spec(PL_KV_LAYOUT_VATTENTION, tight ? 6 * ROW_BYTES : 64u << 20, draft);
+            run_batch(e, sampled, got);
+            assert_same(ref, got);
+            pl_engine_stats s;
+            pl_engine_get_stats(e, &s);
+            print_message("vattention speculative %s%s%s: %llu of %llu proposals accepted, %llu "
+                          "preemptions\n", draft ? "draft" : "ngram", sampled ? " sampled" : "",
+                          tight ? " tight" : "", (unsigned long long)s.spec_accepted_tokens,
+                          (unsigned long long)s.spec_draft_tokens,
+                          (unsigned long long)s.preemptions);
+            assert_true(s.spec_accepted_tokens > 0);
+            if (!draft) assert_true(s.spec_draft_tokens > s.spec_accepted_tokens); /* rollbacks */
+            if (tight) assert_true(s.preemptions > 0);
+            assert_all_free(e);
+            pl_engine_destroy(e);
+        }
+    }
+}
+
+/* The three techniques through the engine, the mapper's work finished between steps (the test
+ * thread runs what is left of it, as a mapper faster than a step would have: deterministic):
+ * overlap: after the prefill, steady decode over several page rows maps nothing on the engine
+ * thread; deferred reclamation: the next request takes the finished one's slot with its pages
+ * (nothing unmapped); eager (deferred off): the next request's prompt pages are mapped before
+ * it arrives. After every step the reservation's resident pages are the pages mapped. */
+static uint64_t step_and_drain(pl_engine *e, const uint64_t *ids, result *res, int n) {
+    struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
+    assert_int_equal(pl_engine_step(e), PL_OK);
+    while (pl_vattn_background_once(va)) {}
+    pl_vattn_stats s; /* live (the engine's stats are a snapshot of the step's end) */
+    pl_vattn_get_stats(va, &s);
+    assert_int_equal(pl_vattn_resident_pages(va),
+                     s.rows_committed * pl_vattn_get_config(va)->n_regions);
+    assert_int_equal(pl_vattn_check(va), PL_OK);
+    for (int i = 0; i < n; i++) collect(e, ids[i], &res[i]);
+    return s.pages_mapped_sync;
+}
+
+static void add_long(pl_engine *e, int i, int32_t max_tokens, uint64_t *id) {
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.sampling.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = 1;
+    assert_int_equal(pl_engine_add_request(e, PROMPTS[i], NULL, 0, &p, id), PL_OK);
+}
+
+static void test_techniques_in_engine(void **state) {
+    (void)state;
+    for (int deferred = 1; deferred >= 0; deferred--) {
+        pl_engine_config c;
+        base_config(&c, PL_KV_LAYOUT_VATTENTION, 64u << 20);
+        c.vattn_no_deferred_reclaim = !deferred;
+        c.max_model_len = 512;
+        pl_engine *e = make(&c);
+        static result res[5];
+        memset(res, 0, sizeof res);
+        uint64_t ids[5];
+        for (int i = 0; i < 4; i++) add_long(e, i, 3 * TPR, &ids[i]); /* 3-4 page rows each */
+        /* the prefills: mapped on the engine thread, or already by the mapper thread if it got
+         * there first (it maps what a slot needs for one more token) */
+        const uint64_t warm = step_and_drain(e, ids, res, 4);
+        while (pl_engine_has_work(e)) /* steady decode: the mapper keeps a row ahead */
+            assert_int_equal(step_and_drain(e, ids, res, 4), warm);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        assert_true(s.vattn_pages_mapped_bg > 0);
+        const uint64_t unmapped = s.vattn_pages_unmapped, reused = s.vattn_slots_reused;
+        add_long(e, 4, 8, &ids[4]); /* the next request arrives */
+        while (pl_engine_has_work(e)) assert_int_equal(step_and_drain(e, ids, res, 5), warm);
+        pl_engine_get_stats(e, &s);
+        if (deferred) { /* a kept slot, nothing given back */
+            assert_int_equal(s.vattn_slots_reused, reused + 1);
+            assert_int_equal(s.vattn_pages_unmapped, 0);
+        } else { /* the finished slots were unmapped; eager mapped the next one ahead */
+            assert_true(unmapped > 0);
+            assert_int_equal(s.vattn_slots_reused, reused + 1);
+        }
+        for (int i = 0; i < 5; i++) assert_string_equal(res[i].error, "");
+        assert_all_free(e);
+        pl_engine_destroy(e);
+    }
 }
 
 static void expect_create_error(const pl_engine_config *c, const char *needle) {
@@ -173,13 +304,13 @@ static void test_bad_settings(void **state) {
     base_config(&c, PL_KV_LAYOUT_VATTENTION, ROW_BYTES - 1);
     expect_create_error(&c, "smaller than one page per layer");
     base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
+    c.max_num_seqs = c.max_num_batched_tokens = 4096; /* x 40 regions x 2 mappings: 327680 */
+    expect_create_error(&c, "vm.max_map_count");
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
     c.swap_space = 1u << 20;
     expect_create_error(&c, "kv-layout vattention preempts by recompute only");
-    base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
-    c.speculative_ngram = 1;
-    expect_create_error(&c, "kv-layout vattention does not support speculative decoding");
     /* 2 MiB pages: this machine either has huge pages reserved or says it has not. */
-    base_config(&c, PL_KV_LAYOUT_VATTENTION, 40u << 20);
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 96u << 20); /* a row of 40 2M pages: 80 MiB */
     c.kv_page_size = 2u << 20;
     pl_engine *e = NULL;
     if (pl_engine_create(&c, &e) == PL_OK) pl_engine_destroy(e);
@@ -199,7 +330,7 @@ static void test_bad_settings(void **state) {
     assert_int_equal(pl_engine_add_request(e, "Once", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
     /* A request longer than the whole page pool can hold is refused at once. */
     pl_engine_destroy(e);
-    base_config(&c, PL_KV_LAYOUT_VATTENTION, 2 * ROW_BYTES);
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, ROW_BYTES);
     e = make(&c);
     pl_request_params_default(&p);
     p.max_tokens = 200;
@@ -212,6 +343,8 @@ int main(void) {
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_equal_to_paged),
         cmocka_unit_test(test_memory_tracks_tokens),
+        cmocka_unit_test(test_speculative_equal_to_paged),
+        cmocka_unit_test(test_techniques_in_engine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

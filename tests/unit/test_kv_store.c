@@ -177,11 +177,42 @@ static void test_bad_budgets(void **state) {
     expect_fail(&LAYOUT, 0, NULL, PL_ERR_INVALID_ARG, "n_layers");
 }
 
+/* A head-major store (the contiguous and vAttention layouts) reads each sequence as one array
+ * from its first block: a step's K/V land there (the paged order with one block of all slots),
+ * and a sequence whose blocks are not one run is an error naming it, not a wrong read. */
+static void test_head_major_attention(void **state) {
+    (void)state;
+    pl_kv_layout l = {.dtype = PL_DT_F32, .block_size = 4, .n_kv_heads = 2, .head_dim = 4,
+                      .num_blocks = 6};
+    pl_kv_store s;
+    assert_int_equal(pl_kv_store_init(&s, &l, 1, NULL), PL_OK);
+    s.head_major = 1;
+    float k[8], v[8], q[4 * 4] = {0}, out[4 * 4];
+    for (int i = 0; i < 8; i++) k[i] = (float)i, v[i] = (float)(10 + i);
+    const int64_t slot = 2 * 4 + 1; /* block 2, offset 1: slot 9 */
+    int32_t seq_start[2] = {0, 1}, ctx = 6, btab[2] = {2, 3};
+    pl_attn_args a = {.q = q, .out = out, .n_heads = 4, .scale = 0.5f, .n_seqs = 1,
+                      .seq_start = seq_start, .context_lens = &ctx, .block_tables = btab,
+                      .max_blocks = 2};
+    assert_int_equal(pl_kv_store_attention(NULL, &s, 0, k, v, &slot, 1, &a), PL_OK);
+    const float *kc = pl_kv_store_k(&s, 0), *vc = pl_kv_store_v(&s, 0);
+    for (int h = 0; h < 2; h++) /* head h's row of slot 9: (h x 24 + 9) x 4 floats */
+        for (int d = 0; d < 4; d++) {
+            assert_true(kc[(h * 24 + 9) * 4 + d] == k[h * 4 + d]);
+            assert_true(vc[(h * 24 + 9) * 4 + d] == v[h * 4 + d]);
+        }
+    btab[1] = 4; /* blocks 2 and 4: not one run */
+    assert_int_equal(pl_kv_store_attention(NULL, &s, 0, k, v, &slot, 1, &a), PL_ERR_INTERNAL);
+    assert_non_null(strstr(pl_last_error(), "sequence 0's 2 blocks are not one run"));
+    pl_kv_store_destroy(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_and_pointers),
         cmocka_unit_test(test_copy_anon_file),
         cmocka_unit_test(test_bad_budgets),
+        cmocka_unit_test(test_head_major_attention),
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
 }

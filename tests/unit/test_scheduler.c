@@ -38,7 +38,7 @@ static void world_init_spec(world *w, int32_t blocks, int32_t swap_blocks, int32
                             int32_t max_batch) {
     memset(w, 0, sizeof *w);
     pl_kv_manager_config mc = {bs, blocks, swap_blocks, 64, 0.0, 1, 1, PL_KV_POLICY_PAGED, 0,
-                               world_window, NULL, 1};
+                               world_window, 0, 1};
     assert_int_equal(pl_kv_cache_create_blocks(&mc, &w->cache), PL_OK);
     w->kv = pl_kv_cache_manager(w->cache);
     pl_scheduler_config sc = {seqs, tokens, tokens, mode, {0}};
