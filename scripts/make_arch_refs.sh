@@ -7,7 +7,10 @@
 # tokens, 32 greedy steps) computes the continuations on each file.
 #   LLAMA_CPP=/path/to/llama.cpp bash scripts/make_arch_refs.sh [BUILD_DIR]
 # llama.cpp built by ../shared/peer/build-llama-cpp.sh. Only the JSON (a few KB each) is committed.
-# Keep the MODELS table equal to ARCHS in test_wtype_reference.c.
+# Keep the MODELS table equal to ARCHS in test_wtype_reference.c, and ADAPTERS to its LORAS.
+# Then the LoRA references (issue 36): `mkmodel --lora-of` the f32 model of the flags below
+# alone, each adapter applied at scale 1 (wtype_ref --lora: llama_adapter_lora_init,
+# llama_set_adapters_lora), into tests/data/lora/NAME.json (ONLY=lora makes just those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -44,4 +47,21 @@ for m in "${MODELS[@]}"; do
     "$tmp/wtype_ref" "$tmp/$name.$t.gguf" "$name.$t" --long > "tests/data/archs/$name.$t.json"
     echo "tests/data/archs/$name.$t.json"
   done
+done
+# NAME|mkmodel --lora-of flags
+ADAPTERS=(
+  "all-r8.f32|--lora-rank 8 --lora-alpha 16 --seed 3"
+  "qv-up-r4.f32|--lora-rank 4 --lora-alpha 8 --lora-targets attn_q,attn_v,ffn_up --seed 5"
+  "all-r8.f16|--lora-rank 8 --lora-alpha 16 --seed 3 --type f16"
+)
+[[ -n "${ONLY:-}" && ",$ONLY," != *",lora,"* ]] && exit 0
+mkdir -p tests/data/lora
+# shellcheck disable=SC2086
+"$build/pagellm" mkmodel "$tmp/base.gguf" $base >/dev/null
+for a in "${ADAPTERS[@]}"; do
+  name=${a%%|*} flags=${a#*|}
+  # shellcheck disable=SC2086
+  "$build/pagellm" mkmodel "$tmp/$name.gguf" --lora-of "$tmp/base.gguf" $flags >/dev/null
+  "$tmp/wtype_ref" "$tmp/base.gguf" "lora-$name" --lora "$tmp/$name.gguf" > "tests/data/lora/$name.json"
+  echo "tests/data/lora/$name.json"
 done

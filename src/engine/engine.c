@@ -79,6 +79,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     if (!e) return pl_fail(PL_ERR_NOMEM, "out of memory");
     e->cfg = *c;
     pl_inbox_init(&e->inbox);
+    pl_lora_set_init(&e->loras, NULL, c->max_lora_rank);
     pthread_mutex_init(&e->stats_mu, NULL);
     const char *fs = getenv("PAGELLM_FAIL_STEP"); /* for tests: fail this step (1-based) */
     if (fs) e->steps.fail_step = strtoull(fs, NULL, 10);
@@ -127,6 +128,10 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
                             c->max_num_seqs + 1, max_logit_rows,
                             pl_kv_cache_max_blocks_per_seq(e->kv));
     if (st == PL_OK && pl_kv_cache_grouped(e->kv)) st = pl_runner_enable_groups(&e->runner);
+    if (st == PL_OK && c->max_lora_rank > 0) {
+        e->loras.model = e->model;
+        st = pl_forward_lora_enable(e->runner.fwd, c->max_lora_rank);
+    }
     if (st == PL_OK) {
         pl_decoder_config dc = {
             .tok = e->model->tok, .n_vocab = e->model->hp.n_vocab,
@@ -153,7 +158,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
             .max_num_seqs = c->max_num_seqs, .max_num_batched_tokens = c->max_num_batched_tokens,
             .k_spec = e->cfg.num_speculative_tokens, .pooling = pl_engine_pooling(e),
             .embedding_model = hp->pooling != PL_POOL_NONE, .arch_name = hp->arch_name,
-            .kv = e->kv, .cons = e->decoder.cons,
+            .kv = e->kv, .cons = e->decoder.cons, .loras = &e->loras,
         };
     }
     if (e->dist) {
@@ -197,6 +202,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_decoder_destroy(&e->decoder);
     pl_spec_destroy(&e->spec);
     pl_threadpool_destroy(e->tp);
+    pl_lora_set_destroy(&e->loras); /* the groups gave theirs back above */
     pl_model_destroy(e->model);
     pl_inbox_destroy(&e->inbox);
     pthread_mutex_destroy(&e->stats_mu);

@@ -41,6 +41,7 @@ typedef struct {
                                items (item i's at row item_row[i]) */
     int32_t *pooled;        /* [max_items] the step's embedding items */
     int32_t pooling;        /* pl_pooling for embedding items (0: the model's own), from init */
+    const struct pl_lora **seq_lora; /* [max_items] the step's items' LoRA adapters */
 } pl_runner;
 
 /* Buffers for steps of up to max_tokens tokens, max_items items, max_logit_rows logits rows and

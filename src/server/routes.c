@@ -25,8 +25,12 @@ static json_t *model_json(pl_server *s) {
 
 enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     (void)x;
-    return pl_srv_send_json(c, MHD_HTTP_OK,
-                            json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s)));
+    json_t *o = json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s));
+    if (o && pl_srv_lora_models(s, json_object_get(o, "data"))) { /* then the adapters */
+        json_decref(o);
+        o = NULL;
+    }
+    return pl_srv_send_json(c, MHD_HTTP_OK, o);
 }
 
 int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,
@@ -38,6 +42,8 @@ int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,
 
 /* GET /v1/models/{id}: the model object, or 404 model_not_found. */
 enum MHD_Result pl_srv_model(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    json_t *lora = strcmp(x->arg, s->model_name) ? pl_srv_lora_model(s, x->arg) : NULL;
+    if (lora) return pl_srv_send_json(c, MHD_HTTP_OK, lora);
     if (strcmp(x->arg, s->model_name)) {
         pl_server_error err;
         pl_srv_model_not_found(s, x->arg, NULL, &err);

@@ -44,6 +44,8 @@ typedef struct {
     int no_webui;                  /* 1: no web page (GET / and its assets answer 404) */
     const char *chat_template_path; /* Jinja file to use instead of the GGUF's template, or NULL */
     const char *reasoning_parser;  /* --reasoning-parser NAME, or NULL: from the template's tags */
+    int allow_runtime_lora;        /* 1: POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+                                      (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING); 0: they 404 */
 } pl_server_config;
 
 void pl_server_config_default(pl_server_config *c);
