@@ -384,6 +384,8 @@ typedef struct {
     uint64_t vattn_slots_reused;         /* of those, slots that still had pages mapped */
     double vattn_map_seconds;            /* engine-thread time mapping / unmapping in steps */
     int64_t vattn_pages_committed;       /* pages mapped now (needed + cached) */
+    int32_t lora_adapters;               /* LoRA adapters loaded now */
+    uint64_t lora_requests;              /* requests admitted under an adapter so far */
 } pl_engine_stats;
 
 typedef struct pl_engine pl_engine;

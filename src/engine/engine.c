@@ -399,6 +399,7 @@ void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
     pthread_mutex_unlock(&e->stats_mu);
     s->waiting += pl_inbox_waiting_locked(&e->inbox);
     pl_inbox_unlock(&e->inbox);
+    s->lora_adapters = pl_lora_set_list(&e->loras, NULL, 0, &s->lora_requests);
 }
 
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e) { return e->model->tok; }

@@ -11,5 +11,5 @@ pl_status pl_engine_unload_lora(pl_engine *e, const char *name) {
 }
 
 int32_t pl_engine_list_loras(pl_engine *e, pl_lora_info *out, int32_t cap) {
-    return pl_lora_set_list(&e->loras, out, cap);
+    return pl_lora_set_list(&e->loras, out, cap, NULL);
 }

@@ -247,13 +247,15 @@ pl_lora *pl_lora_set_acquire(pl_lora_set *s, const char *name) {
     int32_t i = find_locked(s, name);
     pl_lora *a = i >= 0 ? s->items[i] : NULL;
     if (a) pl_lora_ref(a);
+    s->acquired += a != NULL;
     pthread_mutex_unlock(&s->mu);
     return a;
 }
 
-int32_t pl_lora_set_list(pl_lora_set *s, pl_lora_info *out, int32_t cap) {
+int32_t pl_lora_set_list(pl_lora_set *s, pl_lora_info *out, int32_t cap, uint64_t *acquired) {
     pthread_mutex_lock(&s->mu);
     int32_t n = s->n;
+    if (acquired) *acquired = s->acquired;
     for (int32_t i = 0; i < n && i < cap; i++) {
         snprintf(out[i].name, sizeof out[i].name, "%s", s->items[i]->name);
         snprintf(out[i].path, sizeof out[i].path, "%s", s->items[i]->path);

@@ -68,6 +68,7 @@ typedef struct {
     int32_t max_rank;     /* 0: adapters are off */
     pl_lora **items;
     int32_t n, cap;
+    uint64_t acquired;    /* references handed to requests so far (metrics) */
 } pl_lora_set;
 
 void pl_lora_set_init(pl_lora_set *s, const pl_model *m, int32_t max_rank);
@@ -79,8 +80,9 @@ pl_status pl_lora_set_add(pl_lora_set *s, const char *name, const char *path, fl
 pl_status pl_lora_set_remove(pl_lora_set *s, const char *name);
 /* A new reference to the adapter named `name`, or NULL. */
 pl_lora *pl_lora_set_acquire(pl_lora_set *s, const char *name);
-/* Copies of up to cap listed adapters' names and paths; returns how many are listed. */
-int32_t pl_lora_set_list(pl_lora_set *s, pl_lora_info *out, int32_t cap);
+/* Copies of up to cap listed adapters' names and paths (out may be NULL when cap is 0); returns
+ * how many are listed; *acquired (if not NULL) the references handed out so far. */
+int32_t pl_lora_set_list(pl_lora_set *s, pl_lora_info *out, int32_t cap, uint64_t *acquired);
 
 /* Forward pass: scratch for adapters of rank <= max_rank (allocated once, at engine start). */
 pl_status pl_forward_lora_enable(pl_forward_ctx *c, int32_t max_rank);

@@ -59,28 +59,27 @@ int pl_srv_resolve_model(pl_server *s, const char *name, const char **lora, cons
     return 0;
 }
 
-/* The request's lora_name (and lora_path when `path`), checked; other fields are ignored, as
- * vLLM ignores them (lora_int_id, load_inplace, ...). The strings live as long as *root. */
-static int parse_body(pl_server *s, pl_conn_ctx *x, int path, json_t **root, const char **name,
-                      const char **file, pl_server_error *err) {
-    json_error_t je;
-    *root = json_loadb(x->body ? x->body : "", x->len, 0, &je);
-    if (!*root || !json_is_object(*root))
-        return pl_server_fail(err, 400, NULL, "invalid_json", "the body must be a JSON object%s%s",
-                              *root ? "" : ": ", *root ? "" : je.text);
-    json_t *nm = json_object_get(*root, "lora_name"), *p = json_object_get(*root, "lora_path");
-    if (!json_is_string(nm) || !json_string_length(nm) || json_string_length(nm) > 127)
-        return pl_server_fail(err, 400, "lora_name", nm ? "invalid_value" : "missing_required_parameter",
-                              "'lora_name' must be a string of 1 to 127 bytes");
+json_t *pl_server_parse_lora_body(const char *body, size_t len, int need_path, const char **name,
+                                  const char **path, pl_server_error *err) {
+    json_t *o = pl_server_parse_json(body, len, err);
+    if (!o) return NULL;
+    json_t *nm = json_object_get(o, "lora_name"), *p = json_object_get(o, "lora_path");
+    int bad = 0;
+    if (!json_is_string(nm) || !json_string_length(nm) || json_string_length(nm) > 127 ||
+        strlen(json_string_value(nm)) != json_string_length(nm))
+        bad = pl_server_fail(err, 400, "lora_name", nm ? "invalid_value" : "missing_required_parameter",
+                             "'lora_name' must be a string of 1 to 127 bytes without NUL");
+    else if (need_path && (!json_is_string(p) || !json_string_length(p) ||
+                           strlen(json_string_value(p)) != json_string_length(p)))
+        bad = pl_server_fail(err, 400, "lora_path", p ? "invalid_type" : "missing_required_parameter",
+                             "'lora_path' must be a non-empty string without NUL");
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
     *name = json_string_value(nm);
-    if (path && (!json_is_string(p) || !json_string_length(p)))
-        return pl_server_fail(err, 400, "lora_path", p ? "invalid_type" : "missing_required_parameter",
-                              "'lora_path' must be a non-empty string");
-    *file = path ? json_string_value(p) : NULL;
-    if (!strcmp(*name, s->model_name))
-        return pl_server_fail(err, 400, "lora_name", "invalid_value", "'lora_name' '%s' is the "
-                              "base model's name", *name);
-    return 0;
+    *path = need_path ? json_string_value(p) : NULL;
+    return o;
 }
 
 static enum MHD_Result lora_route(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x, int load) {
@@ -91,10 +90,14 @@ static enum MHD_Result lora_route(pl_server *s, struct MHD_Connection *c, pl_con
                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)");
         return pl_srv_send_error(c, &err);
     }
-    json_t *root = NULL;
     const char *name = NULL, *path = NULL;
     char msg[256];
-    int rc = parse_body(s, x, load, &root, &name, &path, &err);
+    json_t *root = pl_server_parse_lora_body(x->body ? x->body : "", x->len, load, &name, &path, &err);
+    int rc = !root ? -1
+             : !strcmp(name, s->model_name)
+                 ? pl_server_fail(&err, 400, "lora_name", "invalid_value", "'lora_name' '%s' is the "
+                                  "base model's name", name)
+                 : 0;
     if (!rc) {
         pl_status st = load ? pl_engine_load_lora(s->eng, name, path, 1.0f)
                             : pl_engine_unload_lora(s->eng, name);

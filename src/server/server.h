@@ -303,6 +303,12 @@ const char *pl_server_param_of(const char *engine_message);
 
 /* Parse a body into a JSON object (400 for malformed JSON, invalid UTF-8, not an object). */
 json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err);
+/* POST /v1/load_lora_adapter (need_path) and /v1/unload_lora_adapter bodies, vLLM's:
+ * `lora_name` (a string of 1 to 127 bytes) and `lora_path` (a non-empty string); other fields
+ * are ignored, as vLLM ignores them. Returns the object (the caller decrefs it; *name and *path
+ * point into it), or NULL with a 400 naming the field (lora_routes.c). */
+json_t *pl_server_parse_lora_body(const char *body, size_t len, int need_path, const char **name,
+                                  const char **path, pl_server_error *err);
 
 /* ---- responses ---- */
 

@@ -39,6 +39,10 @@ check "model a: its text differs from the base model's" test "$TEXT" != "$base_t
 a_text=$TEXT
 http POST /v1/chat/completions "${K[@]}" -d '{"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}'
 check "chat under a: 200 (got $STATUS: $BODY)" test "$STATUS:$(json_get 'j["model"]')" = "200:a"
+http POST /v1/messages/count_tokens "${K[@]}" -d '{"model": "a", "messages": [{"role": "user", "content": "hi"}]}'
+check "count_tokens under a: 200 (got $STATUS: $BODY)" test "$STATUS" = 200
+http POST /tokenize "${K[@]}" -d '{"model": "a", "prompt": "Once upon a time"}'
+check "tokenize under a: 200 (got $STATUS: $BODY)" test "$STATUS" = 200
 http POST /v1/completions "${K[@]}" -d '{"model": "zz", "prompt": "x"}'
 check "unknown model: 404 naming it (got $STATUS: $BODY)" test \
     "$STATUS:$(json_get 'j["error"]["param"]'):$(json_get '"zz" in j["error"]["message"]')" = "404:model:True"
@@ -78,6 +82,8 @@ check "still serving a, same text (got $STATUS)" test "$STATUS:$TEXT" = "200:$a_
 http GET /metrics
 n=$(sed -n 's/^pagellm_http_requests_total[^ ]* \([0-9]*\).*/\1/p' "$TMP/body")
 check "metrics count the requests ($n)" test "${n:-0}" -ge 20
+check "metrics: 1 adapter loaded, 4 requests under adapters" test \
+    "$(grep -E '^pagellm_lora_(adapters|requests_total)' "$TMP/body" | awk '{print $2}' | tr '\n' ' ')" = "1 4 "
 stop_clean base
 
 # Without --allow-runtime-lora-updating the routes answer 404, naming the flag.
