@@ -128,7 +128,8 @@ void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
     PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
                 c->scores, c->lg, c->moe_probs, c->moe_sel, c->moe_w, c->moe_start, c->moe_tok,
-                c->moe_tw, c->moe_x, c->moe_acc, c->lora_r, c->lora_y, c->lora_mm, c);
+                c->moe_tw, c->moe_x, c->moe_acc, c->lora_r, c->lora_y, c->lora_x,
+                c->lora_mm, c);
 }
 
 void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp) { c->tpc = *tp; }

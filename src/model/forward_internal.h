@@ -36,6 +36,7 @@ struct pl_forward_ctx {
     int32_t lora_max_rank;
     float *lora_r;       /* [max_tokens][lora_max_rank] A x */
     float *lora_y;       /* [max_tokens][max(dim, n_heads*hd, ffn)] B (A x) */
+    float *lora_x;       /* [max_tokens][the same] one adapter's input rows, gathered */
     void *lora_mm;       /* their activations converted for matmul */
 };
 

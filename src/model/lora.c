@@ -278,10 +278,11 @@ pl_status pl_forward_lora_enable(pl_forward_ctx *c, int32_t max_rank) {
     size_t mb = pl_matmul_scratch_size(PL_DT_BF16, cols, (int64_t)T);
     c->lora_r = malloc(T * (size_t)max_rank * sizeof(float));
     c->lora_y = malloc(T * (size_t)out * sizeof(float));
+    c->lora_x = malloc(T * (size_t)out * sizeof(float));
     c->lora_mm = malloc((mm > mb ? mm : mb) + 64);
-    if (!c->lora_r || !c->lora_y || !c->lora_mm) {
-        PL_FREE_ALL(c->lora_r, c->lora_y, c->lora_mm);
-        c->lora_r = c->lora_y = NULL;
+    if (!c->lora_r || !c->lora_y || !c->lora_x || !c->lora_mm) {
+        PL_FREE_ALL(c->lora_r, c->lora_y, c->lora_x, c->lora_mm);
+        c->lora_r = c->lora_y = c->lora_x = NULL;
         c->lora_mm = NULL;
         return pl_fail(PL_ERR_NOMEM, "forward: out of memory for LoRA scratch of rank %d",
                        max_rank);
@@ -293,19 +294,42 @@ pl_status pl_forward_lora_enable(pl_forward_ctx *c, int32_t max_rank) {
 void pl_lora_apply(pl_forward_ctx *c, const pl_step_batch *b, int32_t layer, pl_lora_target tgt,
                    const float *x, int64_t in, float *y, int64_t ldy) {
     if (!b->seq_lora) return;
-    for (int32_t s = 0, e; s < b->n_seqs; s = e) {
+    const int32_t *st = b->seq_start;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
         const pl_lora *a = b->seq_lora[s];
-        for (e = s + 1; e < b->n_seqs && b->seq_lora[e] == a; e++) {}
         const pl_lora_pair *p = a ? &a->layers[layer][tgt] : NULL;
         if (!p || !p->a.data) continue;
+        int seen = 0; /* each adapter once, at its first sequence */
+        for (int32_t k = 0; k < s && !seen; k++) seen = b->seq_lora[k] == a;
+        if (seen) continue;
         PL_ASSERT(c->lora_r && p->a.rows <= c->lora_max_rank && p->a.cols == in);
-        const int64_t t0 = b->seq_start[s], n = b->seq_start[e] - t0, rows = p->b.rows;
-        pl_matmul(c->tp, &p->a, x + t0 * in, n, c->lora_r, p->a.rows, c->lora_mm);
-        pl_matmul(c->tp, &p->b, c->lora_r, n, c->lora_y, rows, c->lora_mm);
-        for (int64_t t = 0; t < n; t++) {
-            float *yr = y + (t0 + t) * ldy;
-            const float *d = c->lora_y + t * rows;
-            for (int64_t o = 0; o < rows; o++) yr[o] += p->scale * d[o];
+        /* Its rows: sequences s.. under a, read in place when they are one run, else gathered. */
+        int64_t rows = 0, end = st[s];
+        int run = 1;
+        for (int32_t k = s; k < b->n_seqs; k++) {
+            if (b->seq_lora[k] != a) continue;
+            run &= st[k] == end;
+            end = st[k + 1];
+            rows += st[k + 1] - st[k];
+        }
+        const float *xa = x + st[s] * in;
+        if (!run) {
+            xa = c->lora_x;
+            for (int32_t k = s, r = 0; k < b->n_seqs; k++) {
+                if (b->seq_lora[k] != a) continue;
+                memcpy(c->lora_x + (int64_t)r * in, x + st[k] * in,
+                       (size_t)((st[k + 1] - st[k]) * in) * sizeof(float));
+                r += st[k + 1] - st[k];
+            }
+        }
+        const int64_t out = p->b.rows;
+        pl_matmul(c->tp, &p->a, xa, rows, c->lora_r, p->a.rows, c->lora_mm);
+        pl_matmul(c->tp, &p->b, c->lora_r, rows, c->lora_y, out, c->lora_mm);
+        const float *d = c->lora_y; /* row by row in the gathering order */
+        for (int32_t k = s; k < b->n_seqs; k++) {
+            if (b->seq_lora[k] != a) continue;
+            for (int64_t t = st[k]; t < st[k + 1]; t++, d += out)
+                for (int64_t o = 0; o < out; o++) y[t * ldy + o] += p->scale * d[o];
         }
     }
 }

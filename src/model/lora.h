@@ -87,8 +87,9 @@ int32_t pl_lora_set_list(pl_lora_set *s, pl_lora_info *out, int32_t cap, uint64_
 /* Forward pass: scratch for adapters of rank <= max_rank (allocated once, at engine start). */
 pl_status pl_forward_lora_enable(pl_forward_ctx *c, int32_t max_rank);
 /* y[t][0..rows) += scale B (A x[t]) for every token t of a sequence whose adapter adapts target
- * `tgt` of `layer` (b->seq_lora; x has stride `in`, y stride ldy). Consecutive sequences of one
- * adapter are one product; each row's result is independent of the others (bitwise). */
+ * `tgt` of `layer` (b->seq_lora; x has stride `in`, y stride ldy). Each adapter's rows, wherever
+ * its sequences sit in the batch, are one product (gathered unless already one run), so its A
+ * and B are read once per step; each row's result is independent of the others (bitwise). */
 void pl_lora_apply(pl_forward_ctx *c, const pl_step_batch *b, int32_t layer, pl_lora_target tgt,
                    const float *x, int64_t in, float *y, int64_t ldy);
 
