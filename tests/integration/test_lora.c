@@ -3,9 +3,10 @@
  * model batched together give bitwise the tokens and log-probabilities each gives alone (and
  * the adapters do change them); the prefix cache hits a prompt's blocks only under the adapter
  * that computed them; an adapter unloaded while a request runs under it lets it finish as
- * before; every bad adapter (another base model, a shape or rank that does not fit, a malformed
- * file, a tensor it cannot adapt, a name in use or unknown) is refused naming the tensor or the
- * name, and the engine keeps serving. Agreement with llama.cpp: test_wtype_reference.c. */
+ * before; speculative decoding verifies under the adapter (the same greedy tokens); every bad
+ * adapter (another base model, a shape or rank that does not fit, a malformed file, a tensor it
+ * cannot adapt, a name in use or unknown) is refused naming the tensor or the name, and the
+ * engine keeps serving. Agreement with llama.cpp: test_wtype_reference.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,13 +61,14 @@ static int teardown_files(void **state) {
     return system(cmd);
 }
 
-static pl_engine *engine(int prefix_caching) {
+static pl_engine *engine_spec(int prefix_caching, int ngram) {
     pl_engine_config c;
     pl_engine_config_default(&c);
     c.model_path = base;
     c.kv_cache_memory = 8u << 20;
     c.threads = 2;
     c.enable_prefix_caching = prefix_caching;
+    c.speculative_ngram = ngram;
     c.max_lora_rank = 8;
     pl_engine *e;
     if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
@@ -75,6 +77,8 @@ static pl_engine *engine(int prefix_caching) {
         fail_msg("load: %s", pl_last_error());
     return e;
 }
+
+static pl_engine *engine(int prefix_caching) { return engine_spec(prefix_caching, 0); }
 
 static uint64_t add(pl_engine *e, const char *prompt, const char *lora, int32_t max_tokens) {
     pl_request_params p;
@@ -151,6 +155,29 @@ static void test_prefix_cache_keyed_by_adapter(void **state) {
                      runs[i].lora ? runs[i].lora : "base", r.n_cached, r.n_prompt);
     }
     pl_engine_destroy(e);
+}
+
+/* Speculative decoding (n-gram proposals) verifies under the request's adapter: the greedy
+ * tokens are those without it. */
+static void test_speculative_under_adapter(void **state) {
+    (void)state;
+    static result plain, spec;
+    memset(&plain, 0, sizeof plain);
+    memset(&spec, 0, sizeof spec);
+    pl_engine *e = engine(0);
+    uint64_t id = add(e, PROMPTS[0], "a", 32);
+    run_all(e, &id, &plain, 1);
+    pl_engine_destroy(e);
+    e = engine_spec(0, 1);
+    id = add(e, PROMPTS[0], "a", 32);
+    run_all(e, &id, &spec, 1);
+    pl_engine_stats st;
+    pl_engine_get_stats(e, &st);
+    pl_engine_destroy(e);
+    if (plain.n_ids[0] != 32 || spec.n_ids[0] != 32 ||
+        memcmp(plain.ids[0], spec.ids[0], 32 * sizeof(int32_t)))
+        fail_msg("speculative decoding under an adapter changed the greedy tokens");
+    assert_true(st.spec_draft_tokens > 0); /* it did speculate */
 }
 
 /* Unloading an adapter a request runs under: the request finishes under it, as if nothing
@@ -291,6 +318,7 @@ int main(void) {
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_prefix_cache_keyed_by_adapter),
         cmocka_unit_test(test_unload_while_running),
+        cmocka_unit_test(test_speculative_under_adapter),
         cmocka_unit_test(test_bad_adapters),
     };
     return isa_run_group_tests(tests, setup_files, teardown_files);
