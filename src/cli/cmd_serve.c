@@ -54,6 +54,7 @@ static void usage(FILE *f) {
             "      --lora NAME=PATH           serve a LoRA adapter (GGUF, as llama.cpp's\n"
             "                                 convert_lora_to_gguf.py writes it) as model NAME;\n"
             "                                 repeatable; also vLLM's --lora-modules NAME=PATH\n"
+            "                                 [NAME=PATH ...]\n"
             "      --enable-lora              allow adapters (implied by --lora)\n"
             "      --max-lora-rank N          the largest adapter rank (default 16)\n"
             "      --allow-runtime-lora-updating  POST /v1/load_lora_adapter and\n"
@@ -188,11 +189,17 @@ static int parse(int argc, char **argv, serve_opts *o) {
             break;
         }
     }
-    if (optind < argc && !o->model) o->model = argv[optind++];
-    if (optind < argc) {
-        fprintf(stderr, "pagellm serve: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return 2;
+    /* vLLM's --lora-modules takes several NAME=PATH after one flag: getopt leaves the others here */
+    for (; optind < argc; optind++) {
+        if (o->n_lora && o->n_lora < 64 && strchr(argv[optind], '=') > argv[optind])
+            o->lora[o->n_lora++] = argv[optind];
+        else if (!o->model)
+            o->model = argv[optind];
+        else {
+            fprintf(stderr, "pagellm serve: unexpected argument '%s'\n", argv[optind]);
+            usage(stderr);
+            return 2;
+        }
     }
     const char *rt = getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
     if (rt && (!strcmp(rt, "1") || !strcasecmp(rt, "true"))) o->srv.allow_runtime_lora = 1;

@@ -92,7 +92,12 @@ http POST /v1/load_lora_adapter -H 'Content-Type: application/json' -d "{\"lora_
 check "load without the flag: 404 naming it (got $STATUS: $BODY)" test \
     "$STATUS:$(json_get '"--allow-runtime-lora-updating" in j["error"]["message"]')" = "404:True"
 stop_clean base
-# A bad --lora at start: exit 1 naming the tensor.
+# A bad --lora at start: exit 1 naming the tensor; vLLM's --lora-modules with several NAME=PATH
+# after one flag reads them all (the second, bad one, is refused).
+"$PL_BINARY" serve "$TMP/base.gguf" --port 0 --lora-modules "x=$TMP/a.gguf" "y=$TMP/aother.gguf" >"$TMP/o" 2>"$TMP/e"
+rc=$?
+check "--lora-modules x=.. y=..: y refused (rc $rc: $(cat "$TMP/e"))" \
+    test "$rc:$(grep -c "lora y: .*blk.0.attn_q.weight" "$TMP/e")" = "1:1"
 "$PL_BINARY" serve -m "$TMP/base.gguf" --port 0 --lora "x=$TMP/aother.gguf" >"$TMP/o" 2>"$TMP/e"
 rc=$?
 check "bad --lora: exit 1 naming the tensor (rc $rc: $(cat "$TMP/e"))" \
