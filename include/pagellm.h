@@ -213,6 +213,9 @@ typedef struct {
                                         pl_tp_init first; the others run pl_tp_worker_run on the
                                         same config). The KV budget is per rank. 0 or 1: one
                                         process, no MPI. */
+    int32_t max_lora_rank;           /* > 0: LoRA adapters of rank up to this can be loaded
+                                        (pl_engine_load_lora; vLLM's --max-lora-rank); 0: none.
+                                        Not with tensor_parallel_size > 1. */
 } pl_engine_config;
 
 void pl_engine_config_default(pl_engine_config *c);
@@ -275,6 +278,10 @@ typedef struct {
     int parse_special;               /* text prompts: match CONTROL tokens' text as those tokens
                                         (0); USER_DEFINED tokens always match */
     uint64_t cache_salt;             /* extra prefix-cache key (0) */
+    const char *lora;                /* the LoRA adapter to run under, by its loaded name (read
+                                        during add only; NULL: the base model). Its KV blocks
+                                        are cached under the adapter: never shared with the base
+                                        model's or another adapter's */
     pl_constraint_kind constraint;   /* structured output (NONE) */
     const char *constraint_text;     /* schema, regex or grammar (read during add only) */
     const char *const *constraint_choices; /* CHOICE: the strings (read during add only) */
@@ -377,6 +384,8 @@ typedef struct {
     uint64_t vattn_slots_reused;         /* of those, slots that still had pages mapped */
     double vattn_map_seconds;            /* engine-thread time mapping / unmapping in steps */
     int64_t vattn_pages_committed;       /* pages mapped now (needed + cached) */
+    int32_t lora_adapters;               /* LoRA adapters loaded now */
+    uint64_t lora_requests;              /* requests admitted under an adapter so far */
 } pl_engine_stats;
 
 typedef struct pl_engine pl_engine;
@@ -397,9 +406,24 @@ pl_status pl_tp_worker_run(const pl_engine_config *c);
 /* Add a request: text (tokenized with the model's tokenizer) or token ids (text NULL).
  * Validates everything (parameters, ids, length against max_model_len and the KV pool) and
  * returns PL_ERR_INVALID_ARG with a message naming the problem, PL_ERR_CAPACITY when the
- * waiting queue is full. */
+ * waiting queue is full, PL_ERR_NOT_FOUND naming params.lora when no adapter of that name is
+ * loaded. */
 pl_status pl_engine_add_request(pl_engine *e, const char *text, const int32_t *ids, size_t n_ids,
                                 const pl_request_params *p, uint64_t *id);
+/* LoRA adapters (GGUF as llama.cpp's convert_lora_to_gguf writes them; config.max_lora_rank >
+ * 0), any thread. load: check `path` against the model and list it under `name`
+ * (PL_ERR_INVALID_ARG for a name in use, another base model, a shape or rank; PL_ERR_FORMAT,
+ * PL_ERR_UNSUPPORTED naming the tensor); its output is W x + scale * alpha / rank * B (A x).
+ * unload: unlist it (PL_ERR_NOT_FOUND naming it); requests running under it finish under it.
+ * list: copies of up to cap entries; returns how many are loaded. */
+typedef struct {
+    char name[128];
+    char path[1024];
+} pl_lora_info;
+pl_status pl_engine_load_lora(pl_engine *e, const char *name, const char *path, float scale);
+pl_status pl_engine_unload_lora(pl_engine *e, const char *name);
+int32_t pl_engine_list_loras(pl_engine *e, pl_lora_info *out, int32_t cap);
+
 /* Abort: finished with PL_FINISH_ABORT at the next step; its blocks are freed then. */
 void pl_engine_abort(pl_engine *e, uint64_t id);
 /* Forget a request: abort it if running and drop its outputs (for clients that went away). */

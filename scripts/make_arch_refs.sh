@@ -7,7 +7,10 @@
 # tokens, 32 greedy steps) computes the continuations on each file.
 #   LLAMA_CPP=/path/to/llama.cpp bash scripts/make_arch_refs.sh [BUILD_DIR]
 # llama.cpp built by ../shared/peer/build-llama-cpp.sh. Only the JSON (a few KB each) is committed.
-# Keep the MODELS table equal to ARCHS in test_wtype_reference.c.
+# Keep the MODELS table equal to ARCHS in test_wtype_reference.c, and ADAPTERS to its LORAS.
+# Then the LoRA references (issue 36): `mkmodel --lora-of` an f32 model of the flags below (plus
+# the case's own), each adapter applied at scale 1 (wtype_ref --lora: llama_adapter_lora_init,
+# llama_set_adapters_lora), into tests/data/lora/NAME.json (ONLY=lora makes just those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -45,4 +48,23 @@ for m in "${MODELS[@]}"; do
     "$tmp/wtype_ref" "$tmp/$name.$t.gguf" "$name.$t" --long > "tests/data/archs/$name.$t.json"
     echo "tests/data/archs/$name.$t.json"
   done
+done
+# NAME|the base's mkmodel flags beyond $base|mkmodel --lora-of flags
+ADAPTERS=(
+  "all-r8.f32||--lora-rank 8 --lora-alpha 16 --seed 3"
+  "qv-up-r4.f32||--lora-rank 4 --lora-alpha 8 --lora-targets attn_q,attn_v,ffn_up --seed 5"
+  "all-r8.f16||--lora-rank 8 --lora-alpha 16 --seed 3 --type f16"
+  "gemma3.f32|--arch gemma3 --swa-pattern 2 --head-dim 48 --sliding-window 16|--lora-rank 8 --seed 7"
+  "qwen3moe-attn.f32|--arch qwen3moe --head-dim 48 --experts 8 --experts-used 3 --expert-ffn 128|--lora-rank 8 --lora-targets attn_q,attn_k,attn_v,attn_output --seed 9"
+)
+[[ -n "${ONLY:-}" && ",$ONLY," != *",lora,"* ]] && exit 0
+mkdir -p tests/data/lora
+for a in "${ADAPTERS[@]}"; do
+  IFS='|' read -r name bflags flags <<<"$a"
+  # shellcheck disable=SC2086
+  "$build/pagellm" mkmodel "$tmp/base.gguf" $base $bflags >/dev/null
+  # shellcheck disable=SC2086
+  "$build/pagellm" mkmodel "$tmp/$name.gguf" --lora-of "$tmp/base.gguf" $flags >/dev/null
+  "$tmp/wtype_ref" "$tmp/base.gguf" "lora-$name" --lora "$tmp/$name.gguf" > "tests/data/lora/$name.json"
+  echo "tests/data/lora/$name.json"
 done

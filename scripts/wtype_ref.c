@@ -7,7 +7,9 @@
  * the K type's dot-product type: q8_0 for q8_0 and q4_0 K, bf16 for bf16, f16 for f16).
  * Built and run by scripts/make_wtype_refs.sh and scripts/make_kv_refs.sh against $LLAMA_CPP;
  * never part of pagellm.
- *   wtype_ref MODEL.gguf NAME [KV_TYPE] [--long] > NAME.json
+ *   wtype_ref MODEL.gguf NAME [KV_TYPE] [--long] [--lora ADAPTER.gguf] > NAME.json
+ * With --lora (scripts/make_arch_refs.sh) the adapter is applied at scale 1
+ * (llama_adapter_lora_init, llama_set_adapters_lora) on every context.
  * The prompts are fixed pseudo-random ids (BOS 1 then ids in [3, n_vocab)), lengths 6, 18, 41;
  * with --long (scripts/make_arch_refs.sh: long enough for sliding windows) 6, 41, 100 in a
  * 256-token context. */
@@ -29,12 +31,18 @@ int main(int argc, char **argv) {
     static const struct { const char *name; enum ggml_type t; } kv_types[] = {
         {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16},
         {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}};
+    const char *lora_path = NULL;
+    if (argc > 4 && !strcmp(argv[argc - 2], "--lora")) {
+        lora_path = argv[argc - 1];
+        argc -= 2;
+    }
     int kv = 0, lng = argc > 3 && !strcmp(argv[argc - 1], "--long");
     if (lng) argc--;
     if (argc == 4)
         for (kv = 4; kv > 0 && strcmp(argv[3], kv_types[kv].name); kv--) {}
     if ((argc != 3 && argc != 4) || (argc == 4 && strcmp(argv[3], kv_types[kv].name))) {
-        fprintf(stderr, "usage: wtype_ref MODEL.gguf NAME [f32|f16|bf16|q8_0|q4_0] [--long]\n");
+        fprintf(stderr, "usage: wtype_ref MODEL.gguf NAME [f32|f16|bf16|q8_0|q4_0] [--long] "
+                        "[--lora ADAPTER.gguf]\n");
         return 2;
     }
     llama_log_set(quiet, NULL);
@@ -42,6 +50,9 @@ int main(int argc, char **argv) {
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) return 1;
+    struct llama_adapter_lora *lora = lora_path ? llama_adapter_lora_init(model, lora_path) : NULL;
+    float lora_scale = 1.0f;
+    if (lora_path && !lora) return 1;
     const struct llama_vocab *vocab = llama_model_get_vocab(model);
     int n_vocab = llama_vocab_n_tokens(vocab);
     static const int short_lens[3] = {6, 18, 41}, long_lens[3] = {6, 41, 100};
@@ -59,6 +70,7 @@ int main(int argc, char **argv) {
         cp.flash_attn_type = kv ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
         struct llama_context *ctx = llama_init_from_model(model, cp);
         if (!ctx) return 1;
+        if (lora && llama_set_adapters_lora(ctx, &lora, 1, &lora_scale)) return 1;
         llama_token prompt[128], gen[N_GEN];
         prompt[0] = 1;
         for (int i = 1; i < lens[c]; i++) {

@@ -24,6 +24,8 @@ int pl_bench_throughput(int argc, char **argv);
 int pl_bench_serve(int argc, char **argv);
 int pl_cmd_serve(int argc, char **argv);
 int pl_cmd_mkmodel(int argc, char **argv);
+/* mkmodel with --lora-of: a random LoRA adapter of a base model (mkmodel_lora.c) */
+int pl_cmd_mkmodel_lora(int argc, char **argv);
 int pl_cmd_chat_template(int argc, char **argv);
 
 /* Resolve a model argument: an existing path is used as is; a bare name is looked up as NAME and

@@ -182,6 +182,9 @@ static void usage(FILE *f) {
             "usage: pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L --heads H\n"
             "                       --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]\n"
             "       pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --shape NAME [--type T] ...\n"
+            "       pagellm mkmodel OUT.gguf --lora-of BASE.gguf [--lora-rank R] [--lora-alpha A]\n"
+            "                       [--lora-targets attn_q,attn_v,...] [--type f32|f16] [--seed S]\n"
+            "         (a random LoRA adapter of BASE, as convert_lora_to_gguf.py lays it out)\n"
             "  writes a random-weight Llama with FILE's tokenizer (for tests and benchmarks)\n"
             "  --vocab-from FILE   GGUF whose tokenizer.* metadata is copied\n"
             "  --shape NAME        the benchmark tables' shapes: 110m (dim 768, 12 layers, 12\n"
@@ -960,6 +963,8 @@ static pl_status build(builder *b, const mk_opts *o) {
 }
 
 int pl_cmd_mkmodel(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--lora-of", 9)) return pl_cmd_mkmodel_lora(argc, argv);
     mk_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;

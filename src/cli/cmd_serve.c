@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *C = "serve";
 
@@ -50,6 +51,15 @@ static void usage(FILE *f) {
             "                                 final-normed hidden states pooled (as llama.cpp's\n"
             "                                 --pooling); an embedding model (bert) pools as its\n"
             "                                 GGUF says unless this is given\n"
+            "      --lora NAME=PATH           serve a LoRA adapter (GGUF, as llama.cpp's\n"
+            "                                 convert_lora_to_gguf.py writes it) as model NAME;\n"
+            "                                 repeatable; also vLLM's --lora-modules NAME=PATH\n"
+            "                                 [NAME=PATH ...]\n"
+            "      --enable-lora              allow adapters (implied by --lora)\n"
+            "      --max-lora-rank N          the largest adapter rank (default 16)\n"
+            "      --allow-runtime-lora-updating  POST /v1/load_lora_adapter and\n"
+            "                                 /v1/unload_lora_adapter (also\n"
+            "                                 VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)\n"
             );
     pl_engine_flags_help(f);
 }
@@ -59,10 +69,14 @@ typedef struct {
     pl_server_config srv;
     pl_engine_config eng;
     uint64_t max_request_bytes;
+    const char *lora[64];          /* --lora NAME=PATH, as given */
+    int n_lora, enable_lora;
+    int32_t max_lora_rank;
 } serve_opts;
 
 enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI,
-       O_CHATTPL, O_POOLING, O_REASONING };
+       O_CHATTPL, O_POOLING, O_REASONING, O_LORA, O_ENABLE_LORA, O_MAX_LORA_RANK,
+       O_RUNTIME_LORA };
 
 static int parse(int argc, char **argv, serve_opts *o) {
     static const struct option own[] = {
@@ -79,6 +93,11 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"chat-template", required_argument, 0, O_CHATTPL},
         {"reasoning-parser", required_argument, 0, O_REASONING},
         {"pooling", required_argument, 0, O_POOLING},
+        {"lora", required_argument, 0, O_LORA},
+        {"lora-modules", required_argument, 0, O_LORA},
+        {"enable-lora", no_argument, 0, O_ENABLE_LORA},
+        {"max-lora-rank", required_argument, 0, O_MAX_LORA_RANK},
+        {"allow-runtime-lora-updating", no_argument, 0, O_RUNTIME_LORA},
         {"seed", required_argument, 0, PL_OPT_IGNORED}, /* vLLM's global seed: per request here */
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
@@ -145,18 +164,47 @@ static int parse(int argc, char **argv, serve_opts *o) {
                 return 2;
             }
             break;
+        case O_LORA: {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || !eq[1] || eq - optarg > 127) {
+                fprintf(stderr, "pagellm serve: --lora: '%s' is not NAME=PATH (a name of 1 to 127 "
+                        "bytes)\n", optarg);
+                return 2;
+            }
+            if (o->n_lora == 64) {
+                fprintf(stderr, "pagellm serve: --lora: at most 64 adapters at start\n");
+                return 2;
+            }
+            o->lora[o->n_lora++] = optarg;
+            break;
+        }
+        case O_ENABLE_LORA: o->enable_lora = 1; break;
+        case O_RUNTIME_LORA: o->srv.allow_runtime_lora = 1; break;
+        case O_MAX_LORA_RANK:
+            if (pl_arg_i32(C, "--max-lora-rank", optarg, 1, 1024, &o->max_lora_rank)) return 2;
+            break;
         case 'h': usage(stdout); return -1;
         default:
             if (pl_engine_opt_tail(C, c, argv, longopts, &o->eng, usage, 1)) return 2;
             break;
         }
     }
-    if (optind < argc && !o->model) o->model = argv[optind++];
-    if (optind < argc) {
-        fprintf(stderr, "pagellm serve: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return 2;
+    /* vLLM's --lora-modules takes several NAME=PATH after one flag: getopt leaves the others here */
+    for (; optind < argc; optind++) {
+        if (o->n_lora && o->n_lora < 64 && strchr(argv[optind], '=') > argv[optind])
+            o->lora[o->n_lora++] = argv[optind];
+        else if (!o->model)
+            o->model = argv[optind];
+        else {
+            fprintf(stderr, "pagellm serve: unexpected argument '%s'\n", argv[optind]);
+            usage(stderr);
+            return 2;
+        }
     }
+    const char *rt = getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+    if (rt && (!strcmp(rt, "1") || !strcasecmp(rt, "true"))) o->srv.allow_runtime_lora = 1;
+    if (o->n_lora || o->enable_lora || o->srv.allow_runtime_lora || o->max_lora_rank)
+        o->eng.max_lora_rank = o->max_lora_rank ? o->max_lora_rank : 16; /* vLLM's default */
     if (!o->model) {
         fprintf(stderr, "pagellm serve: no model given (-m MODEL)\n");
         usage(stderr);
@@ -196,6 +244,20 @@ int pl_cmd_serve(int argc, char **argv) {
 
     pl_engine *e;
     if (pl_cli_engine_create(C, &o.eng, 0, &e) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
+    for (int i = 0; i < o.n_lora; i++) { /* NAME=PATH, checked against the model */
+        char nm[128];
+        const char *eq = strchr(o.lora[i], '=');
+        snprintf(nm, sizeof nm, "%.*s", (int)(eq - o.lora[i]), o.lora[i]);
+        if (!strcmp(nm, o.srv.served_model_name) ||
+            pl_engine_load_lora(e, nm, eq + 1, 1.0f) != PL_OK) {
+            int r = !strcmp(nm, o.srv.served_model_name)
+                        ? pl_cli_fail(C, "--lora %s: the name is the base model's", nm)
+                        : pl_cli_fail(C, "--lora %s: %s", nm, pl_last_error());
+            pl_engine_destroy(e);
+            return r;
+        }
+        printf("LoRA adapter: %s (%s)\n", nm, eq + 1);
+    }
     pl_engine_stats st;
     pl_engine_get_stats(e, &st);
     printf("model: %s (%s), max model length %d, vocabulary %d\n", o.srv.served_model_name, path,

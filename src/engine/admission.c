@@ -169,6 +169,9 @@ pl_status pl_admit(const pl_admission *a, const char *text, const int32_t *ids, 
     if (st == PL_OK) st = check_params(a, &g->params);
     if (st != PL_OK) g->params.n_stop = 0; /* nothing copied yet: pl_group_destroy frees none */
     if (st == PL_OK) st = pl_group_copy_stops(g);
+    if (st == PL_OK && params->lora && !(g->lora = pl_lora_set_acquire(a->loras, params->lora)))
+        st = pl_fail(PL_ERR_NOT_FOUND, "lora: no adapter named '%.200s' is loaded", params->lora);
+    g->params.lora = NULL; /* the caller's: not kept (g->lora is the reference) */
     if (st == PL_OK && g->params.constraint != PL_CONSTRAINT_NONE) {
         /* Compiled here, in the caller's thread, so that a bad one is an error with a message;
          * requests with the same constraint share the compiled automaton and its mask cache. */

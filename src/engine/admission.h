@@ -18,6 +18,7 @@
 #include "constrain/constrain.h"
 #include "engine/request.h"
 #include "kv/cache.h"
+#include "model/lora.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
@@ -32,6 +33,7 @@ typedef struct {
     const char *arch_name;        /* for messages */
     const pl_kv_cache *kv;        /* the fit checks ask it */
     pl_cons_registry *cons;       /* compiled constraints (NULL: structured output refused) */
+    pl_lora_set *loras;           /* LoRA adapters by name (params.lora) */
 } pl_admission;
 
 /* A group for the prompt `text` (NUL-terminated) or, when text is NULL, the token ids ids[n_ids],

@@ -66,6 +66,12 @@ pl_status pl_engine_check_config(const pl_engine_config *c) {
     if (c->tensor_parallel_size < 0 || c->tensor_parallel_size > 4096)
         return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size must be in [1, 4096], got %d",
                        c->tensor_parallel_size);
+    if (c->max_lora_rank < 0 || c->max_lora_rank > 1024)
+        return pl_fail(PL_ERR_INVALID_ARG, "max-lora-rank must be in [1, 1024], got %d",
+                       c->max_lora_rank);
+    if (c->max_lora_rank > 0 && c->tensor_parallel_size > 1)
+        return pl_fail(PL_ERR_UNSUPPORTED, "LoRA adapters (--lora, --enable-lora) do not run "
+                       "with --tensor-parallel-size %d > 1 yet", c->tensor_parallel_size);
     return pl_kv_cache_check_config(c);
 }
 

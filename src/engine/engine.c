@@ -79,6 +79,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     if (!e) return pl_fail(PL_ERR_NOMEM, "out of memory");
     e->cfg = *c;
     pl_inbox_init(&e->inbox);
+    pl_lora_set_init(&e->loras, NULL, c->max_lora_rank);
     pthread_mutex_init(&e->stats_mu, NULL);
     const char *fs = getenv("PAGELLM_FAIL_STEP"); /* for tests: fail this step (1-based) */
     if (fs) e->steps.fail_step = strtoull(fs, NULL, 10);
@@ -128,8 +129,10 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
             .max_tokens = c->max_num_batched_tokens, .max_items = c->max_num_seqs + 1,
             .max_logit_rows = max_logit_rows, .max_blocks = pl_kv_cache_max_blocks_per_seq(e->kv),
             .groups = pl_kv_cache_grouped(e->kv), .dist = e->dist != 0,
+            .max_lora_rank = c->max_lora_rank,
         };
         st = pl_runner_init(&e->runner, &rc);
+        e->loras.model = e->model;
     }
     if (st == PL_OK) {
         pl_decoder_config dc = {
@@ -157,7 +160,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
             .max_num_seqs = c->max_num_seqs, .max_num_batched_tokens = c->max_num_batched_tokens,
             .k_spec = e->cfg.num_speculative_tokens, .pooling = pl_engine_pooling(e),
             .embedding_model = hp->pooling != PL_POOL_NONE, .arch_name = hp->arch_name,
-            .kv = e->kv, .cons = e->decoder.cons,
+            .kv = e->kv, .cons = e->decoder.cons, .loras = &e->loras,
         };
     }
     if (e->dist) {
@@ -201,6 +204,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_decoder_destroy(&e->decoder);
     pl_spec_destroy(&e->spec);
     pl_threadpool_destroy(e->tp);
+    pl_lora_set_destroy(&e->loras); /* the groups gave theirs back above */
     pl_model_destroy(e->model);
     pl_inbox_destroy(&e->inbox);
     pthread_mutex_destroy(&e->stats_mu);
@@ -397,6 +401,7 @@ void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
     pthread_mutex_unlock(&e->stats_mu);
     s->waiting += pl_inbox_waiting_locked(&e->inbox);
     pl_inbox_unlock(&e->inbox);
+    s->lora_adapters = pl_lora_set_list(&e->loras, NULL, 0, &s->lora_requests);
 }
 
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e) { return e->model->tok; }

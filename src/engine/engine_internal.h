@@ -20,6 +20,7 @@
 #include "engine/scheduler.h"
 #include "engine/spec.h"
 #include "kv/cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 #include <pthread.h>
@@ -53,6 +54,7 @@ struct pl_engine {
     pl_engine_stats snapshot;
     pl_engine_kv_samples snapshot_samples; /* with `snapshot`, under stats_mu */
     pl_kv_view kv_view;         /* block states for monitoring (engine/kv_view.h) */
+    pl_lora_set loras;          /* LoRA adapters by name (engine_lora.c; any thread) */
 };
 
 

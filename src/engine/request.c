@@ -4,6 +4,7 @@
 
 #include "base/status.h"
 #include "engine/output.h"
+#include "model/lora.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,7 @@ void pl_group_destroy(pl_seq_group *g) {
                 g->prompt_top);
     if (g->chan) pl_out_channel_unref(g->chan);
     if (g->cons) pl_cons_release(g->cons_reg, g->cons);
+    pl_lora_unref(g->lora);
     free(g);
 }
 

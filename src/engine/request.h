@@ -78,6 +78,7 @@ struct pl_seq_group {
     int32_t *force_copy;        /* force_end's open ++ close ids */
     pl_cons *cons;              /* structured output's compiled constraint (a reference), or NULL */
     pl_cons_registry *cons_reg; /* where cons came from */
+    struct pl_lora *lora;       /* its LoRA adapter (a reference, model/lora.h), or NULL */
     int32_t *prompt;            /* [n_prompt] */
     int32_t n_prompt;
     pl_seq **seqs;              /* [n_seqs] live and finished sequences */

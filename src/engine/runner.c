@@ -3,6 +3,7 @@
 #include "base/buf.h"
 
 #include "base/status.h"
+#include "model/lora.h"
 #include "parallel/parallel.h"
 
 #include <stdlib.h>
@@ -39,7 +40,8 @@ pl_status pl_runner_init(pl_runner *r, const pl_runner_config *c) {
     r->logits = malloc((embeds_only ? 1 : (size_t)max_logit_rows * V) * sizeof(float));
     r->embd = malloc(S * (size_t)m->hp.dim * sizeof(float));
     r->pooled = malloc(S * sizeof(int32_t));
-    if (!r->embd || !r->pooled || !r->tokens || !r->pos || !r->slots || !r->rows ||
+    r->seq_lora = malloc(S * sizeof *r->seq_lora);
+    if (!r->seq_lora || !r->embd || !r->pooled || !r->tokens || !r->pos || !r->slots || !r->rows ||
         !r->seq_start || !r->ctx || !r->item_row || !r->tables || !r->logits) {
         pl_runner_destroy(r);
         return pl_fail(PL_ERR_NOMEM, "out of memory for the step buffers (%d tokens, vocab %zu)",
@@ -47,6 +49,8 @@ pl_status pl_runner_init(pl_runner *r, const pl_runner_config *c) {
     }
     pl_status st = pl_forward_ctx_create(m, max_tokens, max_logit_rows, c->tp, &r->fwd);
     if (st == PL_OK && c->groups) st = enable_groups(r);
+    if (st == PL_OK && c->max_lora_rank > 0)
+        st = pl_forward_lora_enable(r->fwd, c->max_lora_rank);
     if (st != PL_OK) pl_runner_destroy(r);
     return st;
 }
@@ -55,7 +59,7 @@ void pl_runner_destroy(pl_runner *r) {
     pl_forward_ctx_destroy(r->fwd);
     PL_FREE_ALL(r->tables_w, r->slots_w);
     PL_FREE_ALL(r->tokens, r->pos, r->slots, r->rows, r->seq_start, r->ctx, r->item_row, r->tables,
-                r->logits, r->embd, r->pooled);
+                r->logits, r->embd, r->pooled, r->seq_lora);
     memset(r, 0, sizeof *r);
 }
 
@@ -106,7 +110,7 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
     PL_ASSERT(so->n_items <= r->max_items && so->n_tokens <= r->max_tokens);
     if (r->model->hp.pooling != PL_POOL_NONE) return execute_embed(r, so);
     const int32_t max_blocks = r->max_blocks;
-    int32_t t = 0, rows = 0, n_pooled = 0;
+    int32_t t = 0, rows = 0, n_pooled = 0, n_lora = 0;
     for (int32_t i = 0; i < so->n_items; i++) {
         const pl_sched_item *it = &so->items[i];
         const pl_seq *q = it->seq;
@@ -121,6 +125,8 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
         if (embed) r->pooled[n_pooled++] = i;
         r->seq_start[i] = t;
         r->ctx[i] = it->start + it->n;
+        r->seq_lora[i] = r->draft ? NULL : q->group->lora; /* a draft model runs bare */
+        n_lora += r->seq_lora[i] != NULL;
         memcpy(r->tables + (size_t)i * max_blocks, tab->blocks, (size_t)tab->n_blocks * sizeof(int32_t));
         const pl_block_table *tw = r->tables_w && !r->draft ? &q->table_w : NULL;
         if (tw) {
@@ -145,6 +151,7 @@ pl_status pl_runner_execute(pl_runner *r, const pl_sched_output *so) {
         .n_logits = rows, .logit_rows = r->rows,
         .slot_mapping_w = r->tables_w && !r->draft ? r->slots_w : NULL,
         .block_tables_w = r->tables_w && !r->draft ? r->tables_w : NULL,
+        .seq_lora = n_lora ? (const struct pl_lora *const *)r->seq_lora : NULL,
     };
     if (r->dist) { /* the workers apply the same copies and run the same batch (if any) */
         pl_dist_copies cp = {so->swap_out, so->swap_in, so->cow, so->n_swap_out, so->n_swap_in,

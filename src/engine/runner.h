@@ -41,6 +41,7 @@ typedef struct {
                                items (item i's at row item_row[i]) */
     int32_t *pooled;        /* [max_items] the step's embedding items */
     int32_t pooling;        /* pl_pooling for embedding items (0: the model's own), from init */
+    const struct pl_lora **seq_lora; /* [max_items] the step's items' LoRA adapters */
 } pl_runner;
 
 /* A runner's options, all given at init. */
@@ -55,6 +56,7 @@ typedef struct {
                                    sequence's window table (pl_seq.table_w) for the window layers */
     int draft;                  /* a draft model's runner (reads the draft tables; no groups) */
     int dist;                   /* tensor parallel rank 0 (see pl_runner.dist) */
+    int32_t max_lora_rank;      /* > 0: LoRA adapters up to this rank may join a step */
 } pl_runner_config;
 
 /* Buffers for steps of up to max_tokens tokens, max_items items, max_logit_rows logits rows and

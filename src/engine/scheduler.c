@@ -1,6 +1,7 @@
 /* engine/scheduler — see scheduler.h for the policy. */
 #include "engine/scheduler.h"
 #include "base/buf.h"
+#include "model/lora.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -496,7 +497,7 @@ static pl_status schedule_waiting(pl_scheduler *s, budget *b) {
             if (!admitted) break;
             continue;
         }
-        uint64_t key = g->params.cache_salt;
+        uint64_t key = g->params.cache_salt ^ pl_lora_cache_key(g->lora); /* adapters share no KV */
         if ((g->params.prompt_logprobs >= 0 && !g->prefilled) || g->embed)
             key = 0x8000000000000000ull | g->id; /* private: every prompt row must be computed */
         /* Lazy prefill (sliding window): slots for the cached tokens the window reaches and a

@@ -18,6 +18,7 @@
  *            w_e * Wdown_e (silu(Wgate_e h) * Wup_e h)   (moe_ffn below)
  *            (gpt-oss: router and experts with biases, w = softmax over the top-k logits, the
  *             clamped SwiGLU swiglu_oai)
+ *   (LoRA: a sequence's adapter adds scale B (A h) to each adapted W h on its rows: lora.h)
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)   (gemma2: cap * tanh(logits / cap))
  *
  * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows, so Wo a
@@ -35,6 +36,7 @@
 
 #include "kernels/attention.h"
 #include "model/forward_internal.h"
+#include "model/lora.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -130,7 +132,8 @@ void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
     PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
                 c->scores, c->lg, c->moe_probs, c->moe_sel, c->moe_w, c->moe_start, c->moe_tok,
-                c->moe_tw, c->moe_x, c->moe_acc, c);
+                c->moe_tw, c->moe_x, c->moe_acc, c->lora_r, c->lora_y, c->lora_x,
+                c->lora_mm, c);
 }
 
 void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp) { c->tpc = *tp; }
@@ -306,6 +309,9 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         const pl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->k, c->v};
         pl_matmul_multi(c->tp, qkv, qkv_out, 3, c->h, T, c->mm_scratch);
+        pl_lora_apply(c, b, l, PL_LORA_Q, c->h, dim, c->q, qd); /* each adapter on its rows */
+        pl_lora_apply(c, b, l, PL_LORA_K, c->h, dim, c->k, kvd);
+        pl_lora_apply(c, b, l, PL_LORA_V, c->h, dim, c->v, kvd);
         if (L->bq) pl_add_bias(c->q, L->bq, T, qd);
         if (L->bk) pl_add_bias(c->k, L->bk, T, kvd);
         if (L->bv) pl_add_bias(c->v, L->bv, T, kvd);
@@ -328,6 +334,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
                                      b->n_tokens, &attn));
 
         matmul(c, &L->wo, c->att, T, c->h);
+        pl_lora_apply(c, b, l, PL_LORA_O, c->att, qd, c->h, dim);
         if (L->bo) pl_add_bias(c->h, L->bo, T, dim); /* gpt-oss */
         if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's heads */
         if (L->attn_post_norm)
@@ -343,11 +350,14 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         const pl_weight *gate_up[2] = {&L->w_gate, &L->w_up};
         float *gate_up_out[2] = {c->gate, c->up};
         pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->h, T, c->mm_scratch);
+        pl_lora_apply(c, b, l, PL_LORA_GATE, c->h, dim, c->gate, hp->ffn_dim);
+        pl_lora_apply(c, b, l, PL_LORA_UP, c->h, dim, c->up, hp->ffn_dim);
         if (pl_arch_is_gemma(hp->arch))
             pl_geglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         else
             pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         matmul(c, &L->w_down, c->gate, T, c->h);
+        pl_lora_apply(c, b, l, PL_LORA_DOWN, c->gate, hp->ffn_dim, c->h, dim);
         if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's FFN */
         if (L->ffn_post_norm)
             pl_rmsnorm(c->tp, c->h, c->h, L->ffn_post_norm, T, dim, hp->norm_eps);

@@ -32,6 +32,12 @@ struct pl_forward_ctx {
     float *moe_tw;       /* [max_tokens * n_expert_used] their weights */
     float *moe_x;        /* [max_tokens][dim] one expert's gathered input rows */
     float *moe_acc;      /* [max_tokens][dim] the weighted sum of the experts' outputs */
+    /* LoRA adapters (model/lora.h; NULL until pl_forward_lora_enable) */
+    int32_t lora_max_rank;
+    float *lora_r;       /* [max_tokens][lora_max_rank] A x */
+    float *lora_y;       /* [max_tokens][max(dim, n_heads*hd, ffn)] B (A x) */
+    float *lora_x;       /* [max_tokens][the same] one adapter's input rows, gathered */
+    void *lora_mm;       /* their activations converted for matmul */
 };
 
 /* Pool rows x[0..n)[dim] (mean, first or last) into out[dim] and L2-normalize it (forward_bert.c). */

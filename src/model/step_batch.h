@@ -32,6 +32,8 @@ typedef struct {
      * layer and the i-th window layer share tensor i (a block id belongs to one group). */
     const int64_t *slot_mapping_w;
     const int32_t *block_tables_w;
+    /* LoRA (model/lora.h): each sequence's adapter (NULL: the base model), or NULL: none. */
+    const struct pl_lora *const *seq_lora; /* [n_seqs] */
 } pl_step_batch;
 
 #endif

@@ -316,6 +316,8 @@ static int submit(gen_job *j, pl_server_error *err) {
             return pl_server_fail(err, 400, param, "invalid_value", "%s", pl_last_error());
         }
         if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
+        if (st == PL_ERR_NOT_FOUND) /* its adapter was unloaded since the model was resolved */
+            return pl_server_fail(err, 404, "model", "model_not_found", "%s", pl_last_error());
         if (st != PL_OK)
             return pl_server_fail(err, 500, NULL, "internal_error", "%s", pl_last_error());
         if (pl_srv_track(j->s, j->ids[i])) { /* a stop could not abort it: take it back now */
@@ -352,15 +354,14 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
         pl_server_fail(err, 503, NULL, "shutting_down", "the server is shutting down");
         goto fail;
     }
-    if (j->req.model && strcmp(j->req.model, s->model_name)) {
-        pl_srv_model_not_found(s, j->req.model, "model", err);
-        goto fail;
-    }
+    if (pl_srv_resolve_model(s, j->req.model, &j->req.params.lora, "model", err))
+        goto fail; /* a LoRA adapter's name runs the request under it (vLLM) */
+    const char *model = j->req.params.lora ? j->req.params.lora : s->model_name;
     make_id(j->id, sizeof j->id, api == PL_API_RESPONSES   ? "resp_"
                                  : api == PL_API_ANTHROPIC ? "msg_"
                                  : chat                    ? "chatcmpl-"
                                                            : "cmpl-");
-    j->rx = (pl_server_resp_ctx){.id = j->id, .model = s->model_name, .created = (int64_t)time(NULL),
+    j->rx = (pl_server_resp_ctx){.id = j->id, .model = model, .created = (int64_t)time(NULL),
                                  .tok = s->tok, .chat = chat, .logprobs = j->req.logprobs >= 0};
     if (chat) {
         j->pcfg.reasoning = s->reasoning;
@@ -378,7 +379,7 @@ static gen_job *job_create(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *
     if (tokenize_prompts(j, err) || force_call(j, err) || thinking_budget(j, err) ||
         check_lengths(j, err) || submit(j, err))
         goto fail;
-    j->cx = (pl_server_compat){.api = api, .id = j->id, .model = s->model_name,
+    j->cx = (pl_server_compat){.api = api, .id = j->id, .model = model,
                                .created = j->rx.created, .echo = j->resp_echo,
                                .input_tokens = (int64_t)j->n_prompt[0]};
     return j;

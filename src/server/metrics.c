@@ -277,6 +277,10 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
                   (unsigned long long)m->finished[r]);
     metric(&b, "pagellm_http_requests_total", "counter", "HTTP requests received.", labels,
            (double)m->http_requests);
+    metric(&b, "pagellm_lora_adapters", "gauge", "LoRA adapters loaded.", labels,
+           (double)s->lora_adapters);
+    metric(&b, "pagellm_lora_requests_total", "counter", "Requests admitted under a LoRA adapter.",
+           labels, (double)s->lora_requests);
     hist(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
          labels, &m->ttft);
     hist(&b, "vllm:time_per_output_token_seconds",

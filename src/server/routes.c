@@ -25,8 +25,12 @@ static json_t *model_json(pl_server *s) {
 
 enum MHD_Result pl_srv_models(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
     (void)x;
-    return pl_srv_send_json(c, MHD_HTTP_OK,
-                            json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s)));
+    json_t *o = json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s));
+    if (o && pl_srv_lora_models(s, json_object_get(o, "data"))) { /* then the adapters */
+        json_decref(o);
+        o = NULL;
+    }
+    return pl_srv_send_json(c, MHD_HTTP_OK, o);
 }
 
 int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,
@@ -38,6 +42,8 @@ int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,
 
 /* GET /v1/models/{id}: the model object, or 404 model_not_found. */
 enum MHD_Result pl_srv_model(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    json_t *lora = strcmp(x->arg, s->model_name) ? pl_srv_lora_model(s, x->arg) : NULL;
+    if (lora) return pl_srv_send_json(c, MHD_HTTP_OK, lora);
     if (strcmp(x->arg, s->model_name)) {
         pl_server_error err;
         pl_srv_model_not_found(s, x->arg, NULL, &err);
@@ -94,14 +100,14 @@ int pl_srv_render_chat(pl_server *s, const pl_server_request *r, int add_gen, ch
     return 0;
 }
 
+/* The served model or a LoRA adapter's name (same tokenizer and template), else a 404. */
 static int check_model(pl_server *s, json_t *o, pl_server_error *err) {
     json_t *m = json_object_get(o, "model");
     if (!m || json_is_null(m)) return 0;
     if (!json_is_string(m))
         return pl_server_fail(err, 400, "model", "invalid_type", "'model' must be a string");
-    if (strcmp(json_string_value(m), s->model_name))
-        return pl_srv_model_not_found(s, json_string_value(m), "model", err);
-    return 0;
+    const char *lora;
+    return pl_srv_resolve_model(s, json_string_value(m), &lora, "model", err);
 }
 
 static int opt_bool(json_t *o, const char *key, int *out, pl_server_error *err) {
@@ -345,9 +351,9 @@ enum MHD_Result pl_srv_count_tokens(pl_server *s, struct MHD_Connection *c, pl_c
     if (pl_server_parse_api_request(PL_API_ANTHROPIC, x->body ? x->body : "", x->len,
                                     s->cfg.max_logprobs, 1, &r, NULL, &err))
         return pl_srv_send_error_as(c, &err, PL_API_ANTHROPIC);
-    int rc = r.model && strcmp(r.model, s->model_name)
-                 ? pl_srv_model_not_found(s, r.model, "model", &err)
-                 : render_count(s, &r, 1, &text, &n, &err);
+    const char *lora;
+    int rc = pl_srv_resolve_model(s, r.model, &lora, "model", &err) ||
+             render_count(s, &r, 1, &text, &n, &err);
     pl_server_request_destroy(&r);
     free(text);
     if (rc) return pl_srv_send_error_as(c, &err, PL_API_ANTHROPIC);

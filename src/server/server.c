@@ -127,6 +127,8 @@ static const struct {
     {"POST", "/v1/messages", pl_srv_messages, 0, 0},
     {"POST", "/v1/messages/count_tokens", pl_srv_count_tokens, 0, 0},
     {"POST", "/apply-template", pl_srv_chat_render, 0, 1},
+    {"POST", "/v1/load_lora_adapter", pl_srv_load_lora, 0, 0},
+    {"POST", "/v1/unload_lora_adapter", pl_srv_unload_lora, 0, 0},
 };
 
 /* Anthropic's routes answer errors in its shape, the others in OpenAI's. */

@@ -44,6 +44,8 @@ typedef struct {
     int no_webui;                  /* 1: no web page (GET / and its assets answer 404) */
     const char *chat_template_path; /* Jinja file to use instead of the GGUF's template, or NULL */
     const char *reasoning_parser;  /* --reasoning-parser NAME, or NULL: from the template's tags */
+    int allow_runtime_lora;        /* 1: POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+                                      (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING); 0: they 404 */
 } pl_server_config;
 
 void pl_server_config_default(pl_server_config *c);
@@ -301,6 +303,12 @@ const char *pl_server_param_of(const char *engine_message);
 
 /* Parse a body into a JSON object (400 for malformed JSON, invalid UTF-8, not an object). */
 json_t *pl_server_parse_json(const char *body, size_t len, pl_server_error *err);
+/* POST /v1/load_lora_adapter (need_path) and /v1/unload_lora_adapter bodies, vLLM's:
+ * `lora_name` (a string of 1 to 127 bytes) and `lora_path` (a non-empty string); other fields
+ * are ignored, as vLLM ignores them. Returns the object (the caller decrefs it; *name and *path
+ * point into it), or NULL with a 400 naming the field (lora_routes.c). */
+json_t *pl_server_parse_lora_body(const char *body, size_t len, int need_path, const char **name,
+                                  const char **path, pl_server_error *err);
 
 /* ---- responses ---- */
 

@@ -94,6 +94,15 @@ int pl_srv_render_chat(pl_server *s, const pl_server_request *r, int add_gen, ch
                        pl_server_error *err);
 
 /* 404 model_not_found, OpenAI's body, for a model name this server does not serve. */
+/* LoRA adapters (lora_routes.c): append the adapters' model objects to data (-1: no memory);
+ * one adapter's object or NULL; resolve a request's model name: the base model (*lora NULL),
+ * an adapter (*lora = name) or a 404 naming it. */
+int pl_srv_lora_models(pl_server *s, json_t *data);
+json_t *pl_srv_lora_model(pl_server *s, const char *name);
+int pl_srv_resolve_model(pl_server *s, const char *name, const char **lora, const char *param,
+                         pl_server_error *err);
+enum MHD_Result pl_srv_load_lora(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
+enum MHD_Result pl_srv_unload_lora(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 int pl_srv_model_not_found(pl_server *s, const char *name, const char *param,
                            pl_server_error *err);
 

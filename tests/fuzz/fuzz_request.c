@@ -6,7 +6,8 @@
  * /v1/messages/count_tokens body. A refusal must be a 400 with a message and an error body that
  * is valid JSON carrying that message (OpenAI's, and Anthropic's for its routes); an accepted
  * request must hold what the handlers rely on (prompts or messages present, strings set, n /
- * best_of / logprobs in range, sampling parameters valid) and free cleanly. */
+ * best_of / logprobs in range, sampling parameters valid) and free cleanly. Every body also goes
+ * through the LoRA routes' parser (pl_server_parse_lora_body; bit 0: with lora_path). */
 #include "base/status.h"
 #include "server/server.h"
 
@@ -89,6 +90,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (r.logprobs > MAX_LOGPROBS || p->logprobs > MAX_LOGPROBS) abort();
         if (pl_sampling_params_validate(&p->sampling) != PL_OK) abort();
         pl_server_request_destroy(&r);
+    }
+    /* The LoRA load / unload bodies. */
+    memset(&e, 0, sizeof e);
+    const char *ln = NULL, *lp = NULL;
+    json_t *lo = pl_server_parse_lora_body(body, size - 1, data[0] & 1, &ln, &lp, &e);
+    if (lo) {
+        if (!ln || !*ln || strlen(ln) > 127 || ((data[0] & 1) && (!lp || !*lp))) abort();
+        json_decref(lo);
+    } else {
+        check_error(&e);
     }
     /* The JSON front door on its own. */
     memset(&e, 0, sizeof e);

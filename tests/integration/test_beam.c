@@ -53,7 +53,7 @@ static void last_logprobs(const int32_t *tokens, int32_t n, float *lp) {
         slots[i] = i;
         table[i] = i;
     }
-    pl_step_batch b = {n, tokens, pos, slots, 1, seq, &ctx, table, MAXLEN, 1, rows, NULL, NULL};
+    pl_step_batch b = {n, tokens, pos, slots, 1, seq, &ctx, table, MAXLEN, 1, rows, NULL, NULL, NULL};
     assert_int_equal(pl_model_forward(fwd, &kv, &b, logits), PL_OK);
     pl_log_softmax(logits, lp, model->hp.n_vocab);
 }

@@ -112,7 +112,7 @@ static void run(const char *path, float *out, int32_t *n_vocab) {
     assert_int_equal(pl_kv_store_init(&kv, &l, m->hp.n_layers, NULL), PL_OK);
     pl_forward_ctx *f;
     assert_int_equal(pl_forward_ctx_create(m, n, n, NULL, &f), PL_OK);
-    pl_step_batch b = {n, toks, pos, slots, 1, seq, &ctx, table, 1, n, rows, NULL, NULL};
+    pl_step_batch b = {n, toks, pos, slots, 1, seq, &ctx, table, 1, n, rows, NULL, NULL, NULL};
     assert_int_equal(pl_model_forward(f, &kv, &b, out), PL_OK);
     *n_vocab = m->hp.n_vocab;
     pl_forward_ctx_destroy(f);

@@ -136,7 +136,29 @@ static const struct {
     {"gpt-oss", "mxfp4", 1e-4, 2e-5},
 };
 
+/* LoRA adapters (issue 36; scripts/make_arch_refs.sh: keep its ADAPTERS the same): an f32
+ * `mkmodel ARCH_BASE base` and `mkmodel --lora-of` it with `lora`, against
+ * tests/data/lora/NAME.json (llama.cpp with the adapter at scale 1). Bounds: f32 the issue's
+ * 1e-4 (mean 2e-5, as the architectures; measured 1.3e-6); an f16 adapter (its activations
+ * rounded to f16 as llama.cpp's are) 1e-3, mean 2e-4 (measured 4.7e-4, mean 8e-5). */
+typedef struct {
+    const char *name, *base, *lora;
+} lora_case;
+static const lora_case LORAS[] = {
+    {"all-r8.f32", "", "--lora-rank 8 --lora-alpha 16 --seed 3"},
+    {"qv-up-r4.f32", "", "--lora-rank 4 --lora-alpha 8 --lora-targets attn_q,attn_v,ffn_up --seed 5"},
+    {"all-r8.f16", "", "--lora-rank 8 --lora-alpha 16 --seed 3 --type f16"},
+    /* GeGLU, post-norms, a window layer; the default alpha 16 */
+    {"gemma3.f32", "--arch gemma3 --swa-pattern 2 --head-dim 48 --sliding-window 16",
+     "--lora-rank 8 --seed 7"},
+    /* the attention of a MoE model (its experts cannot be adapted) */
+    {"qwen3moe-attn.f32", "--arch qwen3moe --head-dim 48 --experts 8 --experts-used 3 --expert-ffn 128",
+     "--lora-rank 8 --lora-targets attn_q,attn_k,attn_v,attn_output --seed 9"},
+};
+
 enum { TOP = 20, MAX_SEQ = 256 };
+
+static const char *g_lora; /* the adapter teacher_forced runs under (loaded as "a"), or NULL */
 
 static int32_t ints(json_t *arr, int32_t *out, int32_t cap) {
     size_t i;
@@ -156,6 +178,7 @@ static pl_token_logprob *teacher_forced(pl_engine *e, const int32_t *ids, int32_
     p.max_tokens = 1;
     p.ignore_eos = 1;
     p.prompt_logprobs = TOP;
+    p.lora = g_lora ? "a" : NULL;
     uint64_t id;
     if (pl_engine_add_request(e, NULL, ids, (size_t)n, &p, &id) != PL_OK)
         fail_msg("add_request: %s", pl_last_error());
@@ -194,8 +217,11 @@ static pl_engine *engine_for(const char *model, pl_kv_cache_dtype dt) {
     cfg.kv_cache_dtype = dt;
     cfg.kv_cache_memory = 32u << 20;
     cfg.threads = 2;
+    cfg.max_lora_rank = g_lora ? 16 : 0;
     pl_engine *e;
     if (pl_engine_create(&cfg, &e) != PL_OK) fail_msg("engine %s: %s", model, pl_last_error());
+    if (g_lora && pl_engine_load_lora(e, "a", g_lora, 1.0f) != PL_OK)
+        fail_msg("lora %s: %s", g_lora, pl_last_error());
     return e;
 }
 
@@ -364,11 +390,39 @@ static void test_archs_against_llama_cpp(void **state) {
     rmdir(dir);
 }
 
+static void test_lora_against_llama_cpp(void **state) {
+    (void)state;
+    char dir[] = "/tmp/pl_lora_XXXXXX", base[1024], cmd[4096];
+    assert_non_null(mkdtemp(dir));
+    snprintf(base, sizeof base, "%s/base.gguf", dir);
+    for (size_t i = 0; i < sizeof LORAS / sizeof LORAS[0]; i++) {
+        const lora_case *a = &LORAS[i];
+        char adapter[1024], ref[1024], name[64];
+        snprintf(adapter, sizeof adapter, "%s/%s.gguf", dir, a->name);
+        snprintf(ref, sizeof ref, "%s/tests/data/lora/%s.json", PL_SOURCE_DIR, a->name);
+        snprintf(name, sizeof name, "lora %s", a->name);
+        snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' "
+                 ARCH_BASE " %s >/dev/null && '%s' mkmodel '%s' --lora-of '%s' %s >/dev/null",
+                 PL_BINARY, base, PL_SHARED_DIR, a->base, PL_BINARY, adapter, base, a->lora);
+        if (system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
+        const int f16 = strstr(a->name, "f16") != NULL;
+        compare_opts o = {.name = name, .tol = f16 ? 1e-3 : 1e-4, .mean = f16 ? 2e-4 : 2e-5,
+                          .dt = PL_KV_CACHE_F32};
+        g_lora = adapter;
+        compare(&o, base, ref);
+        g_lora = NULL;
+        unlink(adapter);
+        unlink(base);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wtypes_against_llama_cpp),
         cmocka_unit_test(test_kv_types_against_llama_cpp),
         cmocka_unit_test(test_archs_against_llama_cpp),
+        cmocka_unit_test(test_lora_against_llama_cpp),
     };
     return isa_run_group_tests(tests, NULL, NULL);
 }

@@ -211,7 +211,7 @@ static void *run_rank(void *arg) {
     int32_t pos[T], seq_start[2] = {0, T}, ctx[1] = {T}, table[NBLK] = {0, 1, 2, 3}, row = T - 1;
     int64_t slots[T];
     for (int32_t t = 0; t < T; t++) pos[t] = t, slots[t] = t;
-    pl_step_batch b = {T, r->fed, pos, slots, 1, seq_start, ctx, table, NBLK, 1, &row, NULL, NULL};
+    pl_step_batch b = {T, r->fed, pos, slots, 1, seq_start, ctx, table, NBLK, 1, &row, NULL, NULL, NULL};
     r->st = pl_model_forward(r->fwd, &r->kv, &b, r->ud.rank == 0 ? r->logits : NULL);
     for (int32_t s = 0; s < STEPS && r->st == PL_OK; s++) {
         if (r->ud.rank == 0) {
@@ -224,7 +224,7 @@ static void *run_rank(void *arg) {
         pthread_barrier_wait(&r->ud.ex->bar);
         int32_t p = T + s, one_seq[2] = {0, 1}, c1[1] = {T + s + 1}, r0 = 0;
         int64_t slot = p;
-        pl_step_batch d = {1, r->fed + p, &p, &slot, 1, one_seq, c1, table, NBLK, 1, &r0, NULL, NULL};
+        pl_step_batch d = {1, r->fed + p, &p, &slot, 1, one_seq, c1, table, NBLK, 1, &r0, NULL, NULL, NULL};
         r->st = pl_model_forward(r->fwd, &r->kv, &d,
                                  r->ud.rank == 0 ? r->logits + (size_t)(s + 1) * V : NULL);
     }

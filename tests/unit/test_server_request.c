@@ -392,8 +392,43 @@ static void test_structured(void **state) {
            "structured_outputs", "not supported");
 }
 
+/* The LoRA routes' bodies (vLLM's load / unload_lora_adapter): each refusal a 400 naming its
+ * field; other fields ignored. */
+static void test_lora_bodies(void **state) {
+    (void)state;
+    static const struct { const char *body; int path; const char *param; } bad[] = {
+        {"{\"lora_path\": \"x\"}", 1, "lora_name"},
+        {"{\"lora_name\": 3, \"lora_path\": \"x\"}", 1, "lora_name"},
+        {"{\"lora_name\": \"\", \"lora_path\": \"x\"}", 1, "lora_name"},
+        {"{\"lora_name\": \"a\\u0000b\", \"lora_path\": \"x\"}", 1, "lora_name"},
+        {"{\"lora_name\": \"a\"}", 1, "lora_path"},
+        {"{\"lora_name\": \"a\", \"lora_path\": [\"x\"]}", 1, "lora_path"},
+        {"[1]", 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pl_server_error e;
+        const char *n, *p;
+        json_t *o = pl_server_parse_lora_body(bad[i].body, strlen(bad[i].body), bad[i].path, &n,
+                                              &p, &e);
+        if (o || e.status != 400 || (bad[i].param ? !e.param || strcmp(e.param, bad[i].param) : !!e.param))
+            fail_msg("%s: accepted or the wrong param", bad[i].body);
+    }
+    char name128[160];
+    snprintf(name128, sizeof name128, "{\"lora_name\": \"%0128d\"}", 0);
+    pl_server_error e;
+    const char *n = NULL, *p = NULL;
+    assert_null(pl_server_parse_lora_body(name128, strlen(name128), 0, &n, &p, &e));
+    const char *ok = "{\"lora_name\": \"sql\", \"lora_path\": \"/a.gguf\", \"lora_int_id\": 1}";
+    json_t *o = pl_server_parse_lora_body(ok, strlen(ok), 1, &n, &p, &e);
+    assert_non_null(o);
+    assert_string_equal(n, "sql");
+    assert_string_equal(p, "/a.gguf");
+    json_decref(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lora_bodies),
         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_structured),
         cmocka_unit_test(test_prompt_forms),
