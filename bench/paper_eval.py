@@ -142,11 +142,23 @@ def main():
               "sequences hold), median (min–max) over every rate and repetition\n")
         print("| decoding | width | memory saved % | Orca baselines |")
         print("|---|---:|---:|---:|")
+        plots = []
         for kind, label in (("n", "parallel sampling"), ("beam", "beam search")):
-            for w in (2, 4, 6):
-                v = [d["sharing_saved_pct"] for d in of_width(samp, kind, w) if d["label"] == "paged"]
-                if v:
-                    print("| %s | %d | %s | 0 (one reservation per sequence) |" % (label, w, cell(v, "%.1f")))
+            dat = os.path.join(tmp, "saved_%s.dat" % kind)
+            with open(dat, "w") as f:
+                for w in (2, 4, 6):
+                    v = [d["sharing_saved_pct"] for d in of_width(samp, kind, w) if d["label"] == "paged"]
+                    if v:
+                        print("| %s | %d | %s | 0 (one reservation per sequence) |" % (label, w, cell(v, "%.1f")))
+                        f.write("%d %.3f %.3f %.3f\n" % ((w,) + spread(v)))
+            plots.append('"%s" using 1:2:3:4 with yerrorlines lw 2 pt %d title "%s"'
+                         % (dat, 7 if kind == "n" else 5, label))
+        if charts:
+            gnuplot(SVG + '\nset output "%s/eval_sharing.svg"\n' % charts +
+                    'set title "KV memory saved by sharing during the online runs (paged, Alpaca-like)"\n'
+                    'set xlabel "parallel samples n / beam width"\nset ylabel "memory saved (%)"\n'
+                    'set xrange [1:7]\nset yrange [0:100]\nset grid\nset key left top\nplot ' +
+                    ", ".join(plots) + "\n")
         if charts and panels:
             multiplot(charts, "eval_sampling", "1200,720", "2,3", panels)
 
