@@ -51,7 +51,8 @@ static int usage(FILE *f) {
             "                        every block size (256)\n"
             "      --reps R          repetitions, each over every block size in turn (5)\n"
             "  -t, --threads N       worker threads of the forward pass (1)\n"
-            "      --clock wall|cpu  time on the wall clock (default) or this thread's CPU time\n");
+            "      --clock wall|cpu  time on the wall clock (default) or this thread's CPU time\n"
+            "                        (with -t 1)\n");
     return f == stderr ? 2 : 0;
 }
 
@@ -100,6 +101,11 @@ static int parse(int argc, char **argv, pp_opts *o, char *path, size_t cap) {
     if (optind < argc || !o->model) {
         fprintf(stderr, "pagellm %s: need -m MODEL\n", C);
         return usage(stderr);
+    }
+    if (o->cpu_clock && o->threads != 1) {
+        fprintf(stderr, "pagellm %s: --clock cpu needs -t 1: it counts this thread's CPU time "
+                "only, not the other threads'\n", C);
+        return 2;
     }
     if (!o->sizes) {
         o->n_sizes = (int)(sizeof defaults / sizeof *defaults);

@@ -60,7 +60,8 @@ static void usage(FILE *f) {
             "      --request-rate R     online: Poisson arrivals per second (or inf), latency\n"
             "                           from arrival; chat: conversations per second\n"
             "      --clock wall|cpu     online: time on the wall clock (default) or on the engine\n"
-            "                           thread's CPU time, which other processes do not stretch\n"
+            "                           thread's CPU time (with -t 1), which other processes do\n"
+            "                           not stretch\n"
             "      --seed S             dataset seed (0)\n"
             "      --n N                parallel samples per request (1)\n"
             "      --beam-width W       beam search with W beams instead\n"
@@ -147,6 +148,11 @@ static int parse(int argc, char **argv, tp_opts *o) {
     if (o->cpu_clock && o->rate == 0 && strcmp(o->dataset, "chat")) {
         fprintf(stderr, "pagellm %s: --clock: only for an online run (--request-rate or --dataset "
                 "chat)\n", C);
+        return 2;
+    }
+    if (o->cpu_clock && o->eng.threads != 1) {
+        fprintf(stderr, "pagellm %s: --clock cpu needs -t 1: it counts the engine thread's CPU "
+                "time only, not the other threads'\n", C);
         return 2;
     }
     if (o->beam && o->n > 1) {

@@ -140,6 +140,8 @@ assert d['elapsed_s'] > 2 and d['e2e_ms']['n'] == 12 and d['e2e_ms']['p50'] > 0,
 check "bad --clock exits 2 naming it" grep -q -- "--clock: 'gpu'" "$TMP/e"
 "$PL_BINARY" bench throughput -m "$MODEL" --clock cpu >/dev/null 2>"$TMP/e"
 check "--clock offline is refused" grep -q -- "only for an online run" "$TMP/e"
+"$PL_BINARY" bench throughput -m "$MODEL" --request-rate 5 --clock cpu -t 2 >/dev/null 2>"$TMP/e"
+check "--clock cpu with 2 threads is refused" grep -q -- "--clock cpu needs -t 1" "$TMP/e"
 "$PL_BINARY" bench throughput -m "$MODEL" --request-rate -1 >/dev/null 2>"$TMP/e"
 check "bad --request-rate exits 2 naming it" grep -q -- "--request-rate" "$TMP/e"
 "$PL_BINARY" bench serve --base-url http://127.0.0.1:1 --model x --dataset chat >/dev/null 2>"$TMP/e"
