@@ -87,14 +87,15 @@ def write_dat(tmp, name, rates, g, cfg):
     return path
 
 
-def plot_panel(tmp, name, rates, cfgs, g, title, xlabel):
+def plot_panel(tmp, name, rates, cfgs, g, title, xlabel, ylabel="normalized latency (ms/token)",
+               scale="set logscale y"):
     lines = []
     for i, c in enumerate(cfgs):
         p = write_dat(tmp, name, rates, g, c)
         lines.append('"%s" using 1:2:3:4 with yerrorlines lw 2 pt %d title "%s"' % (p, 5 + 2 * i, NAMES[c]))
-    return ('set title "%s"\nset xlabel "%s"\nset ylabel "normalized latency (ms/token)"\n'
-            'set logscale y\nset grid\nset key left top\nset xrange [0:*]\nplot %s\n'
-            % (title, xlabel, ", ".join(lines)))
+    return ('set title "%s"\nset xlabel "%s"\nset ylabel "%s"\n%s\n'
+            'set grid\nset key left top\nset xrange [0:*]\nplot %s\n'
+            % (title, xlabel, ylabel, scale, ", ".join(lines)))
 
 
 def gnuplot(script):
@@ -164,16 +165,20 @@ def main():
 
     pre = load(os.path.join(src, "prefix.jsonl"))
     if pre:
-        panels = []
+        panels, tput = [], []
         for p, label in ((80, "one-shot (80-token prefix)"), (341, "five-shot (341-token prefix)")):
             rows = [d for d in pre if d["shared_prefix"] == p]
             if not rows:
                 continue
             rates, cfgs, g = latency_table(rows, "Shared prefix, %s (Figure 16)" % label, CONFIGS,
                                            ("Throughput, requests/s completed", lambda d: d["requests_per_s"], "%.1f"))
-            panels.append(plot_panel(tmp, "prefix%d" % p, rates, cfgs, g, label, "requests / s"))
+            panels.append(plot_panel(tmp, "prefix%d" % p, rates, cfgs, g, label, "offered requests / s"))
+            gt = group(rows, lambda d: (d["request_rate"], d["label"]), lambda d: d["requests_per_s"])
+            tput.append(plot_panel(tmp, "prefix_tput%d" % p, rates, cfgs, gt, label + ": throughput",
+                                   "offered requests / s", "completed requests / s",
+                                   "unset logscale y\nset yrange [0:*]"))
         if charts and panels:
-            multiplot(charts, "eval_prefix", "1100,420", "1,2", panels)
+            multiplot(charts, "eval_prefix", "1100,780", "2,2", panels + tput)
 
     pp = load(os.path.join(src, "preempt.jsonl"))
     if pp:
