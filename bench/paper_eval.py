@@ -180,6 +180,21 @@ def main():
         if charts and panels:
             multiplot(charts, "eval_prefix", "1100,780", "2,2", panels + tput)
 
+    cross = load(os.path.join(src, "cross_110m.jsonl"))
+    if cross:
+        print("\nCross-check with the 110M F16 model: parallel sampling n = 4, 16 Alpaca-like requests "
+              "at once, KV 24M; median (min–max) of %d repetitions\n"
+              % max(len(v) for v in group(cross, lambda d: d["label"], lambda d: 0).values()))
+        print("| layout | CPU seconds | requests / CPU s | normalized latency (ms/token) | peak batch |")
+        print("|---|---:|---:|---:|---:|")
+        for c in CONFIGS:
+            rows = [d for d in cross if d["label"] == c]
+            if rows:
+                print("| %s | %s | %s | %s | %s |" % (
+                    NAMES[c], cell([d["elapsed_s"] for d in rows], "%.1f"),
+                    cell([d["requests_per_s"] for d in rows], "%.2f"), cell([nl_ms(d) for d in rows], "%.0f"),
+                    cell([d["peak_batch_seqs"] for d in rows], "%d")))
+
     pp = load(os.path.join(src, "preempt.jsonl"))
     if pp:
         print("\nSwap against recompute of one block (Figure 19a), µs per block, median (min–max) "

@@ -7,7 +7,7 @@
 #
 #   bash bench/paper_eval.sh [parts]      then   python3 bench/paper_eval.py $OUT [CHART_DIR]
 #
-# parts: any of chat sampling prefix preempt (default: all). Every repetition runs every rate
+# parts: any of chat sampling prefix preempt cross (default: all). Every repetition runs every rate
 # and configuration in turn (interleaved: a slow moment of the shared machine hits them alike);
 # repetition r draws workload seed r, the same for every configuration. Latencies are on the
 # engine thread's CPU time (--clock cpu, -t 1): the other developers' load on this shared machine
@@ -16,7 +16,7 @@
 # after each repetition, at the end) to $OUT/machine.txt. Environment:
 #   MODEL      the scheduler experiments' model (../shared/models/stories260K.gguf: its steps
 #              cost little, so the KV memory, not the kernels, decides how many requests run)
-#   PRE_MODEL  bench preempt's model (a 110M F16 Llama: `pagellm mkmodel $PRE_MODEL --vocab-from
+#   PRE_MODEL  bench preempt's and the cross-check's model (a 110M F16 Llama: `pagellm mkmodel $PRE_MODEL --vocab-from
 #              ../shared/testdata/vocab/ggml-vocab-llama-spm.gguf --shape 110m --type f16`)
 #   PL         the pagellm binary (build/pagellm);   OUT  (bench/results/eval)
 #   REPS       repetitions (3);   THREADS  (1)
@@ -28,7 +28,7 @@ PL=${PL:-build/pagellm}
 OUT=${OUT:-bench/results/eval}
 REPS=${REPS:-3}
 THREADS=${THREADS:-1}
-PARTS=${*:-chat sampling prefix preempt}
+PARTS=${*:-chat sampling prefix preempt cross}
 mkdir -p "$OUT"
 [ -x "$PL" ] || { echo "paper_eval: no pagellm binary at $PL (build first)" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "paper_eval: no model at $MODEL" >&2; exit 1; }
@@ -121,5 +121,17 @@ if [[ " $PARTS " == *" preempt "* ]]; then
     [ -f "$PRE_MODEL" ] || { echo "paper_eval: preempt needs PRE_MODEL (a 110M F16 model)" >&2; exit 1; }
     "$PL" bench preempt -m "$PRE_MODEL" -t "$THREADS" --context 256 --reps "$((REPS + 2))" --clock cpu \
         >>"$OUT/preempt.jsonl" 2>>"$OUT/errors.log" || echo "paper_eval: bench preempt failed" >&2
+fi
+# ---- cross-check where batching pays (the 110M model): parallel sampling n = 4, all at once ----
+if [[ " $PARTS " == *" cross "* ]]; then
+    [ -f "$PRE_MODEL" ] || { echo "paper_eval: cross needs PRE_MODEL (a 110M F16 model)" >&2; exit 1; }
+    for rep in $(seq 1 "$REPS"); do
+        for cfg in paged oracle max; do
+            # shellcheck disable=SC2046
+            MODEL=$PRE_MODEL run cross_110m.jsonl "$cfg" "$rep" --dataset alpaca --num-prompts 16 \
+                --n 4 --request-rate inf --kv-cache-memory 24M $(layout_flags "$cfg")
+        done
+        note "cross repetition $rep done"
+    done
 fi
 echo "uptime at the end: $(uptime)" >>"$OUT/machine.txt"
