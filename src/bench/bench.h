@@ -31,7 +31,7 @@
 
 struct pl_tokenizer;
 
-typedef enum { PL_DS_SHAREGPT = 0, PL_DS_ALPACA, PL_DS_FIXED, PL_DS_FILE } pl_dataset_kind;
+typedef enum { PL_DS_SHAREGPT = 0, PL_DS_ALPACA, PL_DS_FIXED, PL_DS_FILE, PL_DS_CHAT } pl_dataset_kind;
 
 typedef struct {
     pl_dataset_kind kind;
@@ -66,7 +66,8 @@ typedef struct {
     int32_t lo, hi;               /* clamp */
 } pl_length_dist;
 
-/* "sharegpt", "alpaca", "fixed:IN:OUT" or a path ending in .json. */
+/* "sharegpt", "alpaca", "fixed:IN:OUT", "chat" (conversations: pl_chat_make; pl_dataset_make
+ * refuses it) or a path ending in .json. */
 pl_status pl_dataset_parse(const char *s, pl_dataset_spec *out);
 /* The input and output length distributions of a synthetic kind (with opts' clamps). */
 void pl_dataset_dists(pl_dataset_kind kind, const pl_dataset_opts *o, pl_length_dist *in,
@@ -77,6 +78,42 @@ double pl_length_dist_mu(const pl_length_dist *d);
 pl_status pl_dataset_make(const pl_dataset_spec *spec, int32_t n, uint64_t seed,
                           const pl_dataset_opts *o, pl_dataset *out);
 void pl_dataset_destroy(pl_dataset *d);
+
+/* Chatbot conversations (the PagedAttention paper's Figure 17). A conversation is n_turns user
+ * turns, each with the length of the answer to generate for it. Turn k's prompt is the history
+ * (turn 0's user ids, the answer the model actually gave, turn 1's user ids, ...) plus user turn
+ * k, truncated at the front to its last max_prompt tokens, so a turn is only known once the
+ * previous answer is: turns arrive after the previous answer (no think time). Lengths (seeded,
+ * clamped log-normals as above): user turns mean 40, sigma 0.8, in [4, 256]; answers mean 80,
+ * sigma 0.8, in [4, 256] (and <= opts.max_out); 2 to 6 turns, uniform. User ids are uniform as
+ * in the synthetic datasets. Invariants: 1 <= n_turns, every length >= 1. */
+typedef struct {
+    int32_t n_turns;
+    int32_t *user_len, *out_len;  /* [n_turns] */
+    int32_t **user;               /* [n_turns][user_len[k]] token ids */
+} pl_conversation;
+
+typedef struct {
+    int32_t n;
+    pl_conversation *conv;        /* [n] */
+} pl_chat_dataset;
+
+/* A conversation's history: the ids of every user turn and answer so far, untruncated. */
+typedef struct {
+    int32_t *ids;
+    int32_t n, cap;
+} pl_chat_history;
+
+pl_status pl_chat_make(int32_t n_conv, uint64_t seed, const pl_dataset_opts *o,
+                       pl_chat_dataset *out);
+void pl_chat_destroy(pl_chat_dataset *d);
+/* Append user turn k of c to h and point *prompt at the prompt of that turn: the last
+ * min(h->n, max_prompt) ids of h (valid until h changes). max_prompt >= 1. */
+pl_status pl_chat_turn(pl_chat_history *h, const pl_conversation *c, int32_t k,
+                       int32_t max_prompt, const int32_t **prompt, int32_t *n_prompt);
+/* Append the answer the model gave to h. */
+pl_status pl_chat_answer(pl_chat_history *h, const int32_t *ids, int32_t n);
+void pl_chat_history_free(pl_chat_history *h);
 
 /* Arrival times in seconds from the start, non-decreasing: t[0] is the first gap. rate <= 0 or
  * infinite: all 0. */

@@ -41,14 +41,18 @@ pl_status pl_dataset_parse(const char *s, pl_dataset_spec *out) {
         out->fixed_out = (int32_t)o;
         return PL_OK;
     }
+    if (!strcmp(s, "chat")) {
+        out->kind = PL_DS_CHAT;
+        return PL_OK;
+    }
     size_t n = strlen(s);
     if (n > 5 && !strcmp(s + n - 5, ".json")) {
         out->kind = PL_DS_FILE;
         out->path = s;
         return PL_OK;
     }
-    return pl_fail(PL_ERR_INVALID_ARG, "--dataset: '%s' is not sharegpt, alpaca, fixed:IN:OUT or a "
-                   "FILE.json", s);
+    return pl_fail(PL_ERR_INVALID_ARG, "--dataset: '%s' is not sharegpt, alpaca, fixed:IN:OUT, chat "
+                   "or a FILE.json", s);
 }
 
 /* ---- length distributions ---- */
@@ -238,6 +242,9 @@ pl_status pl_dataset_make(const pl_dataset_spec *spec, int32_t n, uint64_t seed,
     if (o->max_total > 0 && o->shared_prefix >= o->max_total)
         return pl_fail(PL_ERR_INVALID_ARG, "dataset: a %d-token shared prefix leaves no room "
                        "within %d tokens", o->shared_prefix, o->max_total);
+    if (spec->kind == PL_DS_CHAT)
+        return pl_fail(PL_ERR_INVALID_ARG, "--dataset chat: conversations wait for each answer, "
+                       "which only bench throughput does (with --request-rate)");
     if (spec->kind == PL_DS_FILE) return make_from_file(spec, n, seed, o, out);
     return make_synthetic(spec, n, seed, o, out);
 }
@@ -246,4 +253,92 @@ void pl_dataset_destroy(pl_dataset *d) {
     for (int32_t i = 0; d->req && i < d->n; i++) free(d->req[i].prompt);
     free(d->req);
     memset(d, 0, sizeof *d);
+}
+
+/* ---- chatbot conversations ---- */
+
+enum { CHAT_MIN_TURNS = 2, CHAT_MAX_TURNS = 6, CHAT_MAX_LEN = 256 };
+
+pl_status pl_chat_make(int32_t n_conv, uint64_t seed, const pl_dataset_opts *o,
+                       pl_chat_dataset *out) {
+    memset(out, 0, sizeof *out);
+    if (n_conv < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "dataset chat: need at least 1 conversation, got %d",
+                       n_conv);
+    if (o->n_vocab <= o->first_id)
+        return pl_fail(PL_ERR_INVALID_ARG, "dataset chat: vocabulary of %d ids leaves none above %d",
+                       o->n_vocab, o->first_id);
+    int32_t hi_out = o->max_out > 0 && o->max_out < CHAT_MAX_LEN ? o->max_out : CHAT_MAX_LEN;
+    pl_length_dist du = {40, 0.8, MIN_LEN, CHAT_MAX_LEN}, da = {80, 0.8, MIN_LEN, hi_out};
+    if (da.hi < da.lo) da.lo = da.hi;
+    double mu_u = pl_length_dist_mu(&du), mu_a = pl_length_dist_mu(&da);
+    pl_rng rl, ri;
+    pl_rng_seed(&rl, seed);
+    pl_rng_seed(&ri, seed ^ 0xc4a7ull);
+    if (!(out->conv = calloc((size_t)n_conv, sizeof *out->conv)))
+        return pl_fail(PL_ERR_NOMEM, "dataset chat: out of memory for %d conversations", n_conv);
+    out->n = n_conv;
+    for (int32_t i = 0; i < n_conv; i++) {
+        pl_conversation *c = &out->conv[i];
+        int32_t t = CHAT_MIN_TURNS + (int32_t)pl_rng_below(&rl, CHAT_MAX_TURNS - CHAT_MIN_TURNS + 1);
+        c->user_len = calloc((size_t)t, sizeof *c->user_len);
+        c->out_len = calloc((size_t)t, sizeof *c->out_len);
+        c->user = calloc((size_t)t, sizeof *c->user);
+        if (!c->user_len || !c->out_len || !c->user) goto nomem;
+        c->n_turns = t;
+        for (int32_t k = 0; k < t; k++) {
+            c->user_len[k] = draw_len(&rl, &du, mu_u);
+            c->out_len[k] = draw_len(&rl, &da, mu_a);
+            if (!(c->user[k] = malloc((size_t)c->user_len[k] * sizeof **c->user))) goto nomem;
+            fill_random(&ri, c->user[k], c->user_len[k], o->first_id, o->n_vocab);
+        }
+    }
+    return PL_OK;
+nomem:
+    pl_chat_destroy(out);
+    return pl_fail(PL_ERR_NOMEM, "dataset chat: out of memory");
+}
+
+void pl_chat_destroy(pl_chat_dataset *d) {
+    for (int32_t i = 0; d->conv && i < d->n; i++) {
+        pl_conversation *c = &d->conv[i];
+        for (int32_t k = 0; c->user && k < c->n_turns; k++) free(c->user[k]);
+        free(c->user);
+        free(c->user_len);
+        free(c->out_len);
+    }
+    free(d->conv);
+    memset(d, 0, sizeof *d);
+}
+
+pl_status pl_chat_answer(pl_chat_history *h, const int32_t *ids, int32_t n) {
+    if (n < 0) return pl_fail(PL_ERR_INVALID_ARG, "chat history: negative length");
+    if (h->n + n > h->cap) {
+        int32_t cap = h->cap ? h->cap : 256;
+        while (cap < h->n + n) cap *= 2;
+        int32_t *p = realloc(h->ids, (size_t)cap * sizeof *p);
+        if (!p) return pl_fail(PL_ERR_NOMEM, "chat history: out of memory for %d tokens", cap);
+        h->ids = p;
+        h->cap = cap;
+    }
+    if (n) memcpy(h->ids + h->n, ids, (size_t)n * sizeof *ids);
+    h->n += n;
+    return PL_OK;
+}
+
+pl_status pl_chat_turn(pl_chat_history *h, const pl_conversation *c, int32_t k,
+                       int32_t max_prompt, const int32_t **prompt, int32_t *n_prompt) {
+    if (k < 0 || k >= c->n_turns || max_prompt < 1)
+        return pl_fail(PL_ERR_INVALID_ARG, "chat: turn %d of %d, prompt limit %d", k, c->n_turns,
+                       max_prompt);
+    PL_TRY(pl_chat_answer(h, c->user[k], c->user_len[k])); /* the user turn joins the history */
+    int32_t n = h->n < max_prompt ? h->n : max_prompt;
+    *prompt = h->ids + (h->n - n);
+    *n_prompt = n;
+    return PL_OK;
+}
+
+void pl_chat_history_free(pl_chat_history *h) {
+    free(h->ids);
+    memset(h, 0, sizeof *h);
 }

@@ -158,3 +158,21 @@ const char *pl_arg_flag_written(char **argv, int optind, const char *optarg) {
     if (optind >= 2 && optarg && optarg == argv[optind - 1]) return argv[optind - 2];
     return argv[optind - 1];
 }
+
+int pl_arg_int_list_in(const char *cmd, const char *flag, const char *s, int32_t lo, int32_t hi,
+                       int max_n, int32_t **out, int *n) {
+    free(*out);
+    *out = NULL;
+    if (pl_arg_int_list(cmd, flag, s, out, n)) return -1;
+    if (*n > max_n) {
+        fprintf(stderr, "pagellm %s: %s: give 1 to %d values\n", cmd, flag, max_n);
+        return -1;
+    }
+    for (int i = 0; i < *n; i++)
+        if ((*out)[i] < lo || (*out)[i] > hi) {
+            fprintf(stderr, "pagellm %s: %s: %d is out of range [%d, %d]\n", cmd, flag, (*out)[i],
+                    lo, hi);
+            return -1;
+        }
+    return 0;
+}

@@ -29,5 +29,8 @@ const char *pl_arg_flag_written(char **argv, int optind, const char *optarg);
 
 /* A comma-separated list of ints (e.g. token ids); *out malloc'ed. */
 int pl_arg_int_list(const char *cmd, const char *flag, const char *s, int32_t **out, int *n);
+/* The same with 1 to max_n values, each in [lo, hi] (*out replaced: the old list is freed). */
+int pl_arg_int_list_in(const char *cmd, const char *flag, const char *s, int32_t lo, int32_t hi,
+                       int max_n, int32_t **out, int *n);
 
 #endif

@@ -288,19 +288,9 @@ static int parse(int argc, char **argv, bm_opts *o, char *path, size_t cap) {
         case 'r': if (pl_arg_int(cmd, "--reps", optarg, 1, MAX_REPS, &o->reps)) return 2; break;
         case 't': if (pl_arg_int(cmd, "--threads", optarg, 1, 512, &o->threads)) return 2; break;
         case 'b':
-            free(o->batches);
-            o->batches = NULL;
-            if (pl_arg_int_list(cmd, "-b", optarg, &o->batches, &o->n_batches)) return 2;
-            if (o->n_batches < 1 || o->n_batches > MAX_BATCHES) {
-                fprintf(stderr, "pagellm %s: -b: give 1 to %d batch sizes\n", cmd, MAX_BATCHES);
+            if (pl_arg_int_list_in(cmd, "-b", optarg, 1, 4096, MAX_BATCHES, &o->batches,
+                                   &o->n_batches))
                 return 2;
-            }
-            for (int i = 0; i < o->n_batches; i++)
-                if (o->batches[i] < 1 || o->batches[i] > 4096) {
-                    fprintf(stderr, "pagellm %s: -b: batch size %d is out of range [1, 4096]\n",
-                            cmd, o->batches[i]);
-                    return 2;
-                }
             break;
         case 'j': o->json = 1; break;
         case 'k': {

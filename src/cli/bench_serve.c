@@ -277,15 +277,7 @@ static void finish_request(CURL *h, CURLcode rc, flight *f, int32_t *mismatches)
 static int write_line(const sv_opts *o, json_t *j) {
     char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
     if (!line) return pl_cli_fail(C, "out of memory");
-    printf("%s\n", line);
-    fflush(stdout);
-    int rc = 0;
-    if (o->output) {
-        FILE *f = fopen(o->output, "a");
-        int bad = !f || fprintf(f, "%s\n", line) < 0;
-        if (f && fclose(f)) bad = 1;
-        if (bad) rc = pl_cli_fail(C, "cannot append to %s", o->output);
-    }
+    int rc = pl_cli_emit_line(C, line, o->output);
     free(line);
     return rc;
 }

@@ -2,7 +2,20 @@
  * 0 (the PagedAttention paper's throughput and memory figures). Prompts go in as token ids with
  * ignore_eos, so each request generates exactly its drawn output length. Prints one JSON line:
  * requests/s, total and output tokens/s, KV usage and waste sampled at every step, preemptions,
- * memory saved by sharing (parallel sampling, beams) and the prefix-cache hit rate. */
+ * memory saved by sharing (parallel sampling, beams) and the prefix-cache hit rate.
+ *
+ * Online (--request-rate R, or --dataset chat): requests arrive by a Poisson process of rate R
+ * (chat: conversations do, and each later turn arrives when the previous answer is complete) and
+ * are added to the engine between steps, as a server's inbox would; the latency of a request runs
+ * from its arrival (not from when the engine took it) to its last token, and the paper's
+ * normalized latency is its mean over requests of latency / output length (the paper's Figures
+ * 14, 16, 17 without HTTP in between). A layout that cannot share (the contiguous Orca baselines)
+ * runs a group of n samples or W beams as n (W) requests of one sequence with the same prompt,
+ * each with its own reservation, as Orca holds them; the group's latency is its slowest one.
+ * --clock cpu times the online run on the engine thread's CPU time instead of the wall clock
+ * (with -t 1 the engine thread does all the work): other processes on a shared machine then no
+ * longer stretch the latencies; waiting for the next arrival with nothing to run skips ahead to
+ * it. Token and finish times are taken when the benchmark sees them, right after each step. */
 #include "cli/args.h"
 #include "engine/kv_samples.h"
 #include "kv/cache.h"
@@ -15,6 +28,7 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +42,8 @@ typedef struct {
     char *schema_text;
     int64_t num_prompts, seed, n, beam, shared_prefix, max_in, max_out;
     double temperature;
+    double rate;                 /* --request-rate: arrivals per second; 0 = offline */
+    int cpu_clock;               /* --clock cpu: online times on the engine thread's CPU time */
     int verbose;
     pl_engine_config eng;
 } tp_opts;
@@ -37,9 +53,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: pagellm bench throughput -m MODEL [--dataset D] [--num-prompts N] [options]\n"
             "  -m, --model MODEL        GGUF path or bare name\n"
-            "      --dataset D          sharegpt (default), alpaca, fixed:IN:OUT or FILE.json\n"
-            "                           (a ShareGPT file, tokenized with the model's tokenizer)\n"
-            "      --num-prompts N      requests, all sent at time 0 (100)\n"
+            "      --dataset D          sharegpt (default), alpaca, fixed:IN:OUT, FILE.json (a\n"
+            "                           ShareGPT file, tokenized with the model's tokenizer) or\n"
+            "                           chat (multi-turn conversations; online)\n"
+            "      --num-prompts N      requests, all sent at time 0 (100); chat: conversations\n"
+            "      --request-rate R     online: Poisson arrivals per second (or inf), latency\n"
+            "                           from arrival; chat: conversations per second\n"
+            "      --clock wall|cpu     online: time on the wall clock (default) or on the engine\n"
+            "                           thread's CPU time (with -t 1), which other processes do\n"
+            "                           not stretch\n"
             "      --seed S             dataset seed (0)\n"
             "      --n N                parallel samples per request (1)\n"
             "      --beam-width W       beam search with W beams instead\n"
@@ -54,7 +76,8 @@ static void usage(FILE *f) {
     pl_engine_flags_help(f);
 }
 
-enum { O_DS = 256, O_NP, O_SEED, O_N, O_BEAM, O_TEMP, O_PREFIX, O_MAXIN, O_MAXOUT, O_LABEL, O_OUT, O_SCHEMA };
+enum { O_DS = 256, O_NP, O_SEED, O_N, O_BEAM, O_TEMP, O_PREFIX, O_MAXIN, O_MAXOUT, O_LABEL, O_OUT,
+       O_SCHEMA, O_RATE, O_CLOCK };
 
 static int parse(int argc, char **argv, tp_opts *o) {
     static const struct option own[] = {
@@ -66,6 +89,8 @@ static int parse(int argc, char **argv, tp_opts *o) {
         {"max-input", required_argument, 0, O_MAXIN}, {"max-output", required_argument, 0, O_MAXOUT},
         {"label", required_argument, 0, O_LABEL},    {"output", required_argument, 0, O_OUT},
         {"json-schema", required_argument, 0, O_SCHEMA},
+        {"request-rate", required_argument, 0, O_RATE},
+        {"clock", required_argument, 0, O_CLOCK},
         {"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const struct option *longopts = pl_engine_longopts(own);
@@ -94,6 +119,17 @@ static int parse(int argc, char **argv, tp_opts *o) {
         case O_LABEL: o->label = optarg; break;
         case O_OUT: o->output = optarg; break;
         case O_SCHEMA: o->json_schema = optarg; break;
+        case O_RATE:
+            if (!strcmp(optarg, "inf")) o->rate = INFINITY;
+            else bad = pl_arg_float(C, "--request-rate", optarg, 1e-6, 1e9, &o->rate);
+            break;
+        case O_CLOCK:
+            if (!strcmp(optarg, "cpu") || !strcmp(optarg, "wall")) o->cpu_clock = optarg[0] == 'c';
+            else {
+                fprintf(stderr, "pagellm %s: --clock: '%s' is not wall or cpu\n", C, optarg);
+                bad = 1;
+            }
+            break;
         case 'v': o->verbose = 1; break;
         case 'h': usage(stdout); exit(0);
         default: bad = pl_engine_opt_tail(C, c, argv, longopts, &o->eng, usage, 0); break;
@@ -109,6 +145,16 @@ static int parse(int argc, char **argv, tp_opts *o) {
         usage(stderr);
         return 2;
     }
+    if (o->cpu_clock && o->rate == 0 && strcmp(o->dataset, "chat")) {
+        fprintf(stderr, "pagellm %s: --clock: only for an online run (--request-rate or --dataset "
+                "chat)\n", C);
+        return 2;
+    }
+    if (o->cpu_clock && o->eng.threads != 1) {
+        fprintf(stderr, "pagellm %s: --clock cpu needs -t 1: it counts the engine thread's CPU "
+                "time only, not the other threads'\n", C);
+        return 2;
+    }
     if (o->beam && o->n > 1) {
         fprintf(stderr, "pagellm %s: --n and --beam-width exclude each other\n", C);
         return 2;
@@ -118,11 +164,11 @@ static int parse(int argc, char **argv, tp_opts *o) {
 
 /* The JSON line: configuration, then the measurements. */
 static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engine_kv_samples *ks,
-                      double elapsed,
+                      double elapsed, int32_t n_requests,
                       int64_t in_tokens, int64_t out_tokens, int32_t errors, pl_summary *ttft,
                       pl_summary *tpot) {
     double d = elapsed > 0 ? elapsed : 1e-9;
-    int32_t done = (int32_t)o->num_prompts - errors;
+    int32_t done = n_requests - errors;
     json_t *j = json_object();
     json_object_set_new(j, "bench", json_string("throughput"));
     if (o->label) json_object_set_new(j, "label", json_string(o->label));
@@ -225,6 +271,285 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     return j;
 }
 
+/* The JSON line on stdout, and appended to --output. */
+static int print_line(const tp_opts *o, json_t *j) {
+    char *line = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+    if (!line) return pl_cli_fail(C, "out of memory");
+    int rc = pl_cli_emit_line(C, line, o->output);
+    free(line);
+    return rc;
+}
+
+/* The parameters of request i: its output length forced by ignore_eos, the sampling, n or beam
+ * search (single: one sequence, for a layout that cannot share). */
+static void request_params(const tp_opts *o, int32_t out_len, uint64_t i, int single,
+                           pl_request_params *p) {
+    pl_request_params_default(p);
+    p->max_tokens = out_len;
+    p->ignore_eos = 1;
+    p->n = single ? 1 : (int32_t)o->n;
+    p->sampling.temperature = (float)o->temperature;
+    p->has_seed = 1;
+    p->seed = (uint64_t)o->seed * 1000003u + i;
+    if (o->schema_text) {
+        p->constraint = PL_CONSTRAINT_JSON_SCHEMA;
+        p->constraint_text = o->schema_text;
+    }
+    if (o->beam && !single) {
+        p->use_beam_search = 1;
+        p->best_of = (int32_t)o->beam;
+        p->n = 1;
+    }
+}
+
+/* ---- online: arrivals over time (--request-rate, chat) ---- */
+
+enum { MAX_COPIES = 64 };
+
+/* One request of the workload as the benchmark sees it. */
+typedef struct {
+    double arrive;               /* seconds after the start (the run's clock); INFINITY until
+                                    known (a chat turn) */
+    const int32_t *prompt;       /* [in_len]; a chat turn's is set when it arrives */
+    int32_t in_len, out_len;
+    int32_t conv, turn;          /* chat: its conversation and turn; -1 otherwise */
+    int state;                   /* 0 not arrived, 1 in the engine, 2 finished */
+    int32_t copies, done;        /* engine requests standing for it, finished ones */
+    int error;
+    double first, finish;        /* first token, last (the run's clock; 0: not yet) */
+    uint64_t ids[MAX_COPIES];
+} job;
+
+typedef struct {
+    pl_engine *e;
+    const tp_opts *o;
+    job *jobs;
+    int32_t n, finished, errors;
+    const pl_chat_dataset *chat;
+    pl_chat_history *hist;       /* [chat->n] */
+    int32_t max_prompt_total;    /* chat: prompt + output limit (the model length) */
+    int64_t in_tokens, out_tokens;
+    double t0;                   /* the clock at the start */
+    double skipped;              /* cpu clock: idle time skipped to the next arrival */
+} online;
+
+/* Seconds since the start on the run's clock: wall, or this (the engine's) thread's CPU time
+ * plus the idle waits skipped. */
+static double run_clock(const online *r) {
+    return r->o->cpu_clock ? pl_clock_thread_cpu() - r->t0 + r->skipped : pl_clock_now() - r->t0;
+}
+
+static int submit(online *r, int32_t j) {
+    job *b = &r->jobs[j];
+    if (b->conv >= 0) {
+        int32_t lim = r->max_prompt_total - b->out_len;
+        if (r->o->max_in > 0 && r->o->max_in < lim) lim = (int32_t)r->o->max_in;
+        if (pl_chat_turn(&r->hist[b->conv], &r->chat->conv[b->conv], b->turn, lim, &b->prompt,
+                         &b->in_len) != PL_OK)
+            return pl_cli_fail(C, "%s", pl_last_error());
+    }
+    for (int32_t k = 0; k < b->copies; k++) {
+        pl_request_params p;
+        request_params(r->o, b->out_len, (uint64_t)j * MAX_COPIES + (uint64_t)k, b->copies > 1, &p);
+        if (pl_engine_add_request(r->e, NULL, b->prompt, (size_t)b->in_len, &p, &b->ids[k]) != PL_OK)
+            return pl_cli_fail(C, "request %d (%d prompt tokens, %d output): %s", j, b->in_len,
+                               b->out_len, pl_last_error());
+    }
+    r->in_tokens += (int64_t)b->in_len * b->copies;
+    b->state = 1;
+    return 0;
+}
+
+/* Take what a job's engine requests produced; a finished chat turn lets the next one arrive. */
+static int poll_job(online *r, int32_t j) {
+    job *b = &r->jobs[j];
+    for (int32_t k = 0; k < b->copies; k++) {
+        pl_request_output *out;
+        while (b->ids[k] && pl_engine_poll(r->e, b->ids[k], 0, &out) == PL_OK) {
+            double now = run_clock(r);
+            for (int32_t d = 0; d < out->n_deltas; d++) {
+                const pl_completion_delta *dl = &out->deltas[d];
+                b->error |= dl->finish == PL_FINISH_ERROR;
+                if (dl->n_tokens > 0 && b->first == 0) b->first = now;
+                if (b->conv >= 0 && k == 0 && dl->index == 0 &&
+                    pl_chat_answer(&r->hist[b->conv], dl->token_ids, dl->n_tokens) != PL_OK)
+                    b->error = 1;
+            }
+            int fin = out->finished;
+            if (fin) {
+                b->error |= out->error != NULL;
+                r->out_tokens += out->n_output_tokens;
+                if (b->first == 0) b->first = now;
+                b->finish = now; /* the copies finish in order: the last one's time stays */
+                b->ids[k] = 0;
+                b->done++;
+            }
+            pl_request_output_destroy(out);
+            if (fin) break;
+        }
+    }
+    if (b->done < b->copies) return 0;
+    b->state = 2;
+    r->finished++;
+    r->errors += b->error;
+    if (b->conv >= 0 && b->turn + 1 < r->chat->conv[b->conv].n_turns) {
+        r->jobs[j + 1].arrive = b->finish; /* the next turn: the user answers at once */
+    }
+    return 0;
+}
+
+/* Step the engine, adding each job when its time comes, until every job finished. */
+static int run_online(online *r, int verbose) {
+    r->t0 = r->o->cpu_clock ? pl_clock_thread_cpu() : pl_clock_now();
+    int32_t next_scan = 0; /* jobs before it have all arrived */
+    uint64_t last_report = 0;
+    while (r->finished < r->n) {
+        double t = run_clock(r), next = INFINITY;
+        for (int32_t j = next_scan; j < r->n; j++) {
+            job *b = &r->jobs[j];
+            if (b->state == 0 && b->arrive <= t) {
+                int rc = submit(r, j);
+                if (rc) return rc;
+            }
+            if (b->state == 0 && b->arrive < next) next = b->arrive;
+        }
+        while (next_scan < r->n && r->jobs[next_scan].state != 0) next_scan++;
+        if (!pl_engine_has_work(r->e)) {
+            if (isinf(next)) return pl_cli_fail(C, "online: nothing runs and nothing will arrive");
+            double wait = next - run_clock(r);
+            if (wait > 0 && r->o->cpu_clock) r->skipped += wait;
+            else if (wait > 0) {
+                struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
+                nanosleep(&ts, NULL);
+            }
+            continue;
+        }
+        if (pl_engine_step(r->e) != PL_OK) return pl_cli_fail(C, "engine step: %s", pl_last_error());
+        for (int32_t j = 0; j < r->n; j++)
+            if (r->jobs[j].state == 1) poll_job(r, j);
+        if (verbose) {
+            pl_engine_stats s;
+            pl_engine_get_stats(r->e, &s);
+            if (s.steps >= last_report + 50) {
+                last_report = s.steps;
+                fprintf(stderr, "\r%s: step %llu, %d/%d done, %d running, kv %.0f%%   ", C,
+                        (unsigned long long)s.steps, r->finished, r->n, s.running, 100 * s.kv_usage);
+            }
+        }
+    }
+    if (verbose) fputc('\n', stderr);
+    return 0;
+}
+
+/* The jobs of the workload: one per request, or per conversation turn (chat). */
+static int make_jobs(online *r, const pl_dataset *ds, int32_t copies) {
+    int32_t n = ds ? ds->n : 0;
+    if (r->chat)
+        for (int32_t c = 0; c < r->chat->n; c++) n += r->chat->conv[c].n_turns;
+    r->jobs = calloc((size_t)n, sizeof *r->jobs);
+    int32_t n_start = r->chat ? r->chat->n : n;
+    double *arr = malloc((size_t)n_start * sizeof *arr);
+    if (!r->jobs || !arr) {
+        free(arr);
+        return pl_cli_fail(C, "out of memory");
+    }
+    r->n = n;
+    double rate = isinf(r->o->rate) ? 0 : r->o->rate;
+    pl_poisson_arrivals(rate, n_start, (uint64_t)r->o->seed ^ 0xa5a5a5a5ull, arr);
+    for (int32_t j = 0, c = 0; j < n; c++) {
+        if (r->chat) {
+            const pl_conversation *cv = &r->chat->conv[c];
+            for (int32_t k = 0; k < cv->n_turns; k++, j++)
+                r->jobs[j] = (job){.arrive = k ? INFINITY : arr[c], .out_len = cv->out_len[k],
+                                   .conv = c, .turn = k, .copies = copies};
+        } else {
+            r->jobs[j] = (job){.arrive = arr[j], .prompt = ds->req[j].prompt,
+                               .in_len = ds->req[j].in_len, .out_len = ds->req[j].out_len,
+                               .conv = -1, .turn = -1, .copies = copies};
+            j++;
+        }
+    }
+    free(arr);
+    return 0;
+}
+
+/* Latency from arrival: normalized (per output token), end to end, first token, per token. */
+static void online_latency(const online *r, json_t *j, pl_summary *ttft, pl_summary *tpot) {
+    double *e2e = calloc((size_t)r->n + 1, sizeof *e2e), *norm = calloc((size_t)r->n + 1, sizeof *norm);
+    double *ft = calloc((size_t)r->n + 1, sizeof *ft), *pt = calloc((size_t)r->n + 1, sizeof *pt);
+    int32_t m = 0, mp = 0;
+    for (int32_t i = 0; e2e && norm && ft && pt && i < r->n; i++) {
+        const job *b = &r->jobs[i];
+        if (b->error || b->finish <= 0) continue;
+        double arrive = b->arrive;
+        e2e[m] = b->finish - arrive;
+        norm[m] = e2e[m] / b->out_len;
+        ft[m] = b->first > 0 ? b->first - arrive : e2e[m];
+        if (b->out_len > 1 && b->first > 0) pt[mp++] = (b->finish - b->first) / (b->out_len - 1);
+        m++;
+    }
+    pl_summary se, sn;
+    pl_summarize(e2e, m, &se);
+    pl_summarize(norm, m, &sn);
+    pl_summarize(ft, m, ttft);
+    pl_summarize(pt, mp, tpot);
+    json_object_set_new(j, "request_rate", isinf(r->o->rate) ? json_string("inf") : json_real(r->o->rate));
+    json_object_set_new(j, "requests", json_integer(r->n));
+    json_object_set_new(j, "copies_per_request", json_integer(r->jobs[0].copies));
+    json_object_set_new(j, "clock", json_string(r->o->cpu_clock ? "cpu" : "wall"));
+    if (r->chat) json_object_set_new(j, "conversations", json_integer(r->chat->n));
+    json_object_set_new(j, "normalized_latency_s_per_token", json_real(sn.mean));
+    json_object_set_new(j, "normalized_latency_p50", json_real(sn.p50));
+    json_object_set_new(j, "e2e_ms", pl_summary_json(&se, 1e3));
+    free(e2e);
+    free(norm);
+    free(ft);
+    free(pt);
+}
+
+/* The online benchmark on engine e: the JSON line into *out. */
+static int bench_online(const tp_opts *o, pl_engine *e, const pl_dataset_spec *spec,
+                        const pl_dataset_opts *dopt, json_t **out) {
+    online r = {.e = e, .o = o, .max_prompt_total = dopt->max_total};
+    pl_dataset ds = {0};
+    pl_chat_dataset chat = {0};
+    int rc = 0;
+    int single = !pl_kv_layout_mode_shares(o->eng.kv_layout) && (o->n > 1 || o->beam > 1);
+    int32_t copies = single ? (int32_t)(o->beam > 1 ? o->beam : o->n) : 1;
+    if (spec->kind == PL_DS_CHAT) {
+        if (o->shared_prefix) return pl_cli_fail(C, "--shared-prefix: not with --dataset chat");
+        if (pl_chat_make((int32_t)o->num_prompts, (uint64_t)o->seed, dopt, &chat) != PL_OK)
+            return pl_cli_fail(C, "%s", pl_last_error());
+        r.chat = &chat;
+        r.hist = calloc((size_t)chat.n, sizeof *r.hist);
+        if (!r.hist) rc = pl_cli_fail(C, "out of memory");
+    } else if (pl_dataset_make(spec, (int32_t)o->num_prompts, (uint64_t)o->seed, dopt, &ds) != PL_OK) {
+        return pl_cli_fail(C, "%s", pl_last_error());
+    }
+    if (!rc) rc = make_jobs(&r, r.chat ? NULL : &ds, copies);
+    if (!rc) rc = run_online(&r, o->verbose);
+    if (!rc) {
+        double elapsed = run_clock(&r);
+        pl_engine_stats st;
+        pl_engine_kv_samples ks;
+        pl_engine_get_stats(e, &st);
+        pl_engine_get_kv_samples(e, &ks);
+        json_t *lat = json_object();
+        pl_summary ttft, tpot;
+        online_latency(&r, lat, &ttft, &tpot);
+        *out = report(o, &st, &ks, elapsed, r.n, r.in_tokens, r.out_tokens, r.errors, &ttft, &tpot);
+        if (!*out || !lat) rc = pl_cli_fail(C, "out of memory");
+        else json_object_update(*out, lat);
+        json_decref(lat);
+    }
+    for (int32_t c = 0; r.hist && c < chat.n; c++) pl_chat_history_free(&r.hist[c]);
+    free(r.hist);
+    free(r.jobs);
+    pl_chat_destroy(&chat);
+    pl_dataset_destroy(&ds);
+    return rc;
+}
+
 /* Collect every request's outputs: tokens, errors, time to first token. */
 static void drain(pl_engine *e, const uint64_t *ids, int32_t n, int64_t *out_tokens,
                   int32_t *errors, double *ttft, int32_t *n_ttft, double *tpot, int32_t *n_tpot) {
@@ -275,6 +600,24 @@ int pl_bench_throughput(int argc, char **argv) {
         .max_out = (int32_t)o.max_out, .max_total = pl_engine_max_model_len(e),
         .shared_prefix = (int32_t)o.shared_prefix, .tok = pl_engine_tokenizer(e),
     };
+    o.eng.kv_cache_memory = pl_engine_get_config(e)->kv_cache_memory; /* the resolved budget */
+    o.eng.kv_page_size = pl_engine_get_config(e)->kv_page_size;
+    o.eng.block_size = pl_engine_get_config(e)->block_size; /* vattention: tokens per page */
+    if (o.rate > 0 || spec.kind == PL_DS_CHAT) {
+        if (o.rate == 0) o.rate = INFINITY;
+        json_t *j = NULL;
+        rc = bench_online(&o, e, &spec, &dopt, &j);
+        if (!rc) rc = print_line(&o, j);
+        if (!rc && json_integer_value(json_object_get(j, "errors")))
+            rc = pl_cli_fail(C, "%lld requests failed",
+                             (long long)json_integer_value(json_object_get(j, "errors")));
+        json_decref(j);
+        free(o.schema_text);
+        pl_cli_dist_probe(e);
+        pl_cli_dist_report(1);
+        pl_engine_destroy(e);
+        return rc;
+    }
     pl_dataset ds;
     if (pl_dataset_make(&spec, (int32_t)o.num_prompts, (uint64_t)o.seed, &dopt, &ds) != PL_OK) {
         rc = pl_cli_fail(C, "%s", pl_last_error());
@@ -293,22 +636,7 @@ int pl_bench_throughput(int argc, char **argv) {
     double t0 = pl_clock_now();
     for (int32_t i = 0; i < n; i++) {
         pl_request_params p;
-        pl_request_params_default(&p);
-        p.max_tokens = ds.req[i].out_len;
-        p.ignore_eos = 1;
-        p.n = (int32_t)o.n;
-        p.sampling.temperature = (float)o.temperature;
-        p.has_seed = 1;
-        p.seed = (uint64_t)o.seed * 1000003u + (uint64_t)i;
-        if (o.schema_text) {
-            p.constraint = PL_CONSTRAINT_JSON_SCHEMA;
-            p.constraint_text = o.schema_text;
-        }
-        if (o.beam) {
-            p.use_beam_search = 1;
-            p.best_of = (int32_t)o.beam;
-            p.n = 1;
-        }
+        request_params(&o, ds.req[i].out_len, (uint64_t)i, 0, &p);
         if (pl_engine_add_request(e, NULL, ds.req[i].prompt, (size_t)ds.req[i].in_len, &p,
                                   &ids[i]) != PL_OK) {
             rc = pl_cli_fail(C, "request %d (%d prompt tokens, %d output): %s", i,
@@ -344,25 +672,9 @@ int pl_bench_throughput(int argc, char **argv) {
     pl_summary s_ttft, s_tpot;
     pl_summarize(ttft, n_ttft, &s_ttft);
     pl_summarize(tpot, n_tpot, &s_tpot);
-    o.eng.kv_cache_memory = pl_engine_get_config(e)->kv_cache_memory; /* the resolved budget */
-    o.eng.kv_page_size = pl_engine_get_config(e)->kv_page_size;
-    o.eng.block_size = pl_engine_get_config(e)->block_size; /* vattention: tokens per page */
-    json_t *j = report(&o, &st, &ks, elapsed, in_tokens, out_tokens, errors, &s_ttft, &s_tpot);
-    char *line = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+    json_t *j = report(&o, &st, &ks, elapsed, n, in_tokens, out_tokens, errors, &s_ttft, &s_tpot);
+    rc = print_line(&o, j);
     json_decref(j);
-    if (!line) {
-        rc = pl_cli_fail(C, "out of memory");
-        goto done;
-    }
-    printf("%s\n", line);
-    fflush(stdout);
-    if (o.output) {
-        FILE *f = fopen(o.output, "a");
-        int bad = !f || fprintf(f, "%s\n", line) < 0;
-        if (f && fclose(f)) bad = 1;
-        if (bad) rc = pl_cli_fail(C, "cannot append to %s", o.output);
-    }
-    free(line);
     if (!rc && errors) rc = pl_cli_fail(C, "%d of %d requests failed", errors, n);
 done:
     free(o.schema_text);

@@ -22,6 +22,7 @@ int pl_bench_model(int argc, char **argv);
 int pl_bench_vattn(int argc, char **argv);
 int pl_bench_throughput(int argc, char **argv);
 int pl_bench_serve(int argc, char **argv);
+int pl_bench_preempt(int argc, char **argv);
 int pl_cmd_serve(int argc, char **argv);
 int pl_cmd_mkmodel(int argc, char **argv);
 /* mkmodel with --lora-of: a random LoRA adapter of a base model (mkmodel_lora.c) */
@@ -36,6 +37,10 @@ int pl_cli_resolve_model(const char *arg, char *out, size_t cap);
 /* A whole file, malloc'ed and NUL-terminated (*len bytes before the NUL; len may be NULL);
  * NULL when it cannot be read or memory runs out. */
 char *pl_cli_read_file(const char *path, size_t *len);
+
+/* A benchmark's result line: printed on stdout (flushed) and, when output is not NULL, appended
+ * to that file. 0, or 1 after "pagellm CMD: cannot append to FILE" on stderr. */
+int pl_cli_emit_line(const char *cmd, const char *line, const char *output);
 
 /* pl_engine_create, and under --tensor-parallel-size N > 1 first joining the MPI job
  * (parallel/parallel.h): rank 0 returns with the engine; every other rank runs as a worker until

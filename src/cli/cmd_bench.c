@@ -14,6 +14,7 @@ static const struct {
     {"model", pl_bench_model, "prefill and decode tokens/s of a model at several batch sizes"},
     {"throughput", pl_bench_throughput, "offline engine throughput on a dataset (paper Fig. 12)"},
     {"serve", pl_bench_serve, "an OpenAI-compatible server under Poisson arrivals"},
+    {"preempt", pl_bench_preempt, "swap vs recompute of one KV block per block size (paper Fig. 19a)"},
     {"vattn", pl_bench_vattn, "kv-layout vattention: page map/unmap cost, contiguous attention"},
 };
 

@@ -130,3 +130,13 @@ pl_status pl_cli_engine_create(const char *cmd, const pl_engine_config *c, int r
     }
     return pl_engine_create(c, e);
 }
+
+int pl_cli_emit_line(const char *cmd, const char *line, const char *output) {
+    printf("%s\n", line);
+    fflush(stdout);
+    if (!output) return 0;
+    FILE *f = fopen(output, "a");
+    int bad = !f || fprintf(f, "%s\n", line) < 0;
+    if (f && fclose(f)) bad = 1;
+    return bad ? pl_cli_fail(cmd, "cannot append to %s", output) : 0;
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end checks of `pagellm bench throughput` and `pagellm bench serve` with stories260K:
+# End-to-end checks of `pagellm bench throughput` (offline and online), `pagellm bench serve` and
+# `pagellm bench preempt` with stories260K:
 # the JSON lines carry every field the docs promise, workloads are honoured (output tokens =
 # the drawn lengths), each KV layout runs, and usage errors exit 2. Never checks speed.
 source "$(dirname "$0")/server_lib.sh"
@@ -99,6 +100,77 @@ fi
 check "parallel sampling saves memory" python3 -c "
 import json; d = json.load(open('$TMP/n.out'))
 assert d['sharing_saved_pct'] > 30 and d['generated_tokens'] == 4 * 4 * 8, d"
+
+# online: Poisson arrivals in process, latency from arrival, the paper's normalized latency
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:20:12 --num-prompts 12 -t 1 \
+    --kv-cache-memory 2M --request-rate 200 --seed 4 >"$TMP/on.out" 2>"$TMP/on.err"
+check "online run: every request, latency from arrival" python3 -c "
+import json; d = json.load(open('$TMP/on.out'))
+assert d['request_rate'] == 200 and d['requests'] == 12 and d['completed'] == 12, d
+assert d['output_tokens'] == 144 and d['errors'] == 0 and d['copies_per_request'] == 1, d
+e = d['e2e_ms']; assert e['n'] == 12 and 0 < e['p50'] <= e['max'], e
+# normalized latency = mean over requests of e2e / 12 tokens = mean e2e / 12
+n = d['normalized_latency_s_per_token'] * 1e3 * 12
+assert abs(n - e['mean']) <= 1e-3 * e['mean'], (n, e)"
+# an Orca baseline cannot share: n = 3 runs as 3 one-sequence requests, each its own reservation
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:20:12 --num-prompts 4 -t 1 --n 3 \
+    --kv-cache-memory 2M --max-model-len 256 --kv-layout contiguous --reserve oracle \
+    --request-rate inf >"$TMP/oc.out" 2>"$TMP/oc.err"
+check "contiguous n = 3: three copies per request" python3 -c "
+import json; d = json.load(open('$TMP/oc.out'))
+assert d['copies_per_request'] == 3 and d['requests'] == 4 and d['errors'] == 0, d
+assert d['output_tokens'] == 4 * 3 * 12 and d['input_tokens'] == 4 * 3 * 20, d"
+# chat: later turns carry the history, so prompts grow and the prefix cache hits them
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset chat --num-prompts 4 -t 1 \
+    --kv-cache-memory 4M --request-rate 100 --seed 5 >"$TMP/ch.out" 2>"$TMP/ch.err"
+check "chat: every turn of 4 conversations, history hits the prefix cache" python3 -c "
+import json; d = json.load(open('$TMP/ch.out'))
+assert d['conversations'] == 4 and 8 <= d['requests'] <= 24 and d['errors'] == 0, d
+assert d['completed'] == d['requests'] and d['prefix_hit_pct'] > 20, d
+assert d['input_tokens'] > d['output_tokens'], d"
+# the engine thread's CPU clock: idle waits are skipped ahead (the run's clock still spans the
+# arrivals, about 6 s for 12 requests at 2/s) and every request is timed on it
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:20:12 --num-prompts 12 -t 1 \
+    --kv-cache-memory 2M --request-rate 2 --clock cpu --seed 4 >"$TMP/cc.out" 2>"$TMP/cc.err"
+check "cpu clock: idle skipped, every request timed" python3 -c "
+import json; d = json.load(open('$TMP/cc.out'))
+assert d['clock'] == 'cpu' and d['completed'] == 12 and d['errors'] == 0, d
+assert d['elapsed_s'] > 2 and d['e2e_ms']['n'] == 12 and d['e2e_ms']['p50'] > 0, d"
+"$PL_BINARY" bench throughput -m "$MODEL" --request-rate 5 --clock gpu >/dev/null 2>"$TMP/e"
+check "bad --clock exits 2 naming it" grep -q -- "--clock: 'gpu'" "$TMP/e"
+"$PL_BINARY" bench throughput -m "$MODEL" --clock cpu >/dev/null 2>"$TMP/e"
+check "--clock offline is refused" grep -q -- "only for an online run" "$TMP/e"
+"$PL_BINARY" bench throughput -m "$MODEL" --request-rate 5 --clock cpu -t 2 >/dev/null 2>"$TMP/e"
+check "--clock cpu with 2 threads is refused" grep -q -- "--clock cpu needs -t 1" "$TMP/e"
+"$PL_BINARY" bench throughput -m "$MODEL" --request-rate -1 >/dev/null 2>"$TMP/e"
+check "bad --request-rate exits 2 naming it" grep -q -- "--request-rate" "$TMP/e"
+"$PL_BINARY" bench serve --base-url http://127.0.0.1:1 --model x --dataset chat >/dev/null 2>"$TMP/e"
+check "bench serve refuses chat, saying why" grep -q "conversations" "$TMP/e"
+
+# ---- bench preempt: swap and recompute of one block per block size ----
+"$PL_BINARY" bench preempt -m "$MODEL" --block-sizes 1,4,16 --context 32 --reps 2 --clock cpu \
+    >"$TMP/pp.out" 2>"$TMP/pp.err"
+check "preempt: one line per block size, per block = per token x block size" python3 - "$TMP/pp.out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["block_size"] for r in rows] == [1, 4, 16], rows
+for r in rows:
+    B = r["block_size"]
+    assert r["clock"] == "cpu" and r["reps"] == 2, r
+    # stories260K: 5 layers x K+V x 4 KV heads x 8 dims x 2 bytes (f16) per token
+    assert r["blocks"] == 32 // B and r["bytes_per_block"] == 5 * 2 * 4 * 8 * 2 * B, r
+    for k in ("recompute", "swap_out", "swap_in"):
+        b, t = r[k + "_us_per_block"], r[k + "_us_per_token"]
+        assert 0 < b["min"] <= b["median"] <= b["max"], r
+        assert abs(b["median"] - t["median"] * B) <= 1e-3 + 1e-3 * b["median"], r
+PY
+"$PL_BINARY" bench preempt -m "$MODEL" --block-sizes 16 --context 40 >/dev/null 2>"$TMP/e"
+check "preempt: a context not a multiple of the block exits 2 naming --context" \
+    grep -q -- "--context 40" "$TMP/e"
+"$PL_BINARY" bench preempt -m "$MODEL" --block-sizes 0 >/dev/null 2>"$TMP/e"
+check "preempt: a bad block size names --block-sizes" grep -q -- "--block-sizes" "$TMP/e"
+"$PL_BINARY" bench preempt -m "$MODEL" --clock gpu >/dev/null 2>"$TMP/e"
+check "preempt: a bad --clock exits 2 naming it" grep -q -- "--clock: 'gpu'" "$TMP/e"
 
 "$PL_BINARY" bench throughput --dataset alpaca >/dev/null 2>&1
 check "throughput without -m exits 2" test $? -eq 2

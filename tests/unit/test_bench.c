@@ -45,8 +45,10 @@ static void test_parse(void **state) {
     assert_int_equal(pl_dataset_parse("/x/ShareGPT_V3.json", &s), PL_OK);
     assert_int_equal(s.kind, PL_DS_FILE);
     assert_string_equal(s.path, "/x/ShareGPT_V3.json");
+    assert_int_equal(pl_dataset_parse("chat", &s), PL_OK);
+    assert_int_equal(s.kind, PL_DS_CHAT);
     const char *bad[] = {"", "fixed:", "fixed:1", "fixed:1:", "fixed:0:5", "fixed:5:-1",
-                         "fixed:a:b", "fixed:1:2:3", "sharegptx", "data.txt"};
+                         "fixed:a:b", "fixed:1:2:3", "sharegptx", "data.txt", "chat:3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_int_equal(pl_dataset_parse(bad[i], &s), PL_ERR_INVALID_ARG);
         assert_non_null(strstr(pl_last_error(), "--dataset"));
@@ -319,6 +321,94 @@ static void test_serve_report(void **state) {
     json_decref(j);
 }
 
+/* Conversations: seeded, turns and lengths within their bounds, the stated means, and refused
+ * where a fixed list of requests is made (bench serve). */
+static void test_chat_make(void **state) {
+    (void)state;
+    pl_dataset_opts o = opts();
+    o.max_out = 100;
+    pl_chat_dataset a, b;
+    assert_int_equal(pl_chat_make(2000, 7, &o, &a), PL_OK);
+    assert_int_equal(pl_chat_make(2000, 7, &o, &b), PL_OK);
+    double su = 0, nt = 0;
+    int seen[7] = {0};
+    for (int32_t i = 0; i < a.n; i++) {
+        const pl_conversation *c = &a.conv[i], *d = &b.conv[i];
+        assert_in_range(c->n_turns, 2, 6);
+        seen[c->n_turns] = 1;
+        assert_int_equal(c->n_turns, d->n_turns);
+        for (int32_t k = 0; k < c->n_turns; k++) {
+            assert_in_range(c->user_len[k], 4, 256);
+            assert_in_range(c->out_len[k], 4, 100);
+            assert_int_equal(c->user_len[k], d->user_len[k]);
+            assert_int_equal(c->out_len[k], d->out_len[k]);
+            assert_memory_equal(c->user[k], d->user[k], (size_t)c->user_len[k] * sizeof(int32_t));
+            for (int32_t t = 0; t < c->user_len[k]; t++) assert_in_range(c->user[k][t], 3, 31999);
+            su += c->user_len[k];
+            nt++;
+        }
+    }
+    for (int t = 2; t <= 6; t++) assert_true(seen[t]);
+    assert_true(fabs(su / nt - 40) < 2.0); /* mean 40 within 5 % */
+    pl_chat_destroy(&b);
+    assert_int_equal(pl_chat_make(3, 8, &o, &b), PL_OK);
+    assert_true(b.conv[0].n_turns != a.conv[0].n_turns || b.conv[0].user_len[0] != a.conv[0].user_len[0]
+                || b.conv[1].user_len[0] != a.conv[1].user_len[0]);
+    pl_chat_destroy(&a);
+    pl_chat_destroy(&b);
+    assert_int_equal(pl_chat_make(0, 1, &o, &a), PL_ERR_INVALID_ARG);
+    pl_dataset_spec s;
+    pl_dataset d;
+    assert_int_equal(pl_dataset_parse("chat", &s), PL_OK);
+    assert_int_equal(pl_dataset_make(&s, 4, 1, &o, &d), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "chat"));
+}
+
+/* Turn k's prompt is the history (user turns and the answers given) plus user turn k, cut at
+ * the front to the limit: each untruncated prompt extends the previous prompt and its answer. */
+static void test_chat_turns(void **state) {
+    (void)state;
+    pl_dataset_opts o = opts();
+    pl_chat_dataset a;
+    assert_int_equal(pl_chat_make(50, 3, &o, &a), PL_OK);
+    const pl_conversation *c = NULL;
+    for (int32_t i = 0; i < a.n && !c; i++)
+        if (a.conv[i].n_turns >= 3) c = &a.conv[i];
+    assert_non_null(c);
+    pl_chat_history h = {0};
+    int32_t prev[4096], n_prev = 0, answer[300];
+    for (int32_t k = 0; k < c->n_turns; k++) {
+        const int32_t *p;
+        int32_t n;
+        assert_int_equal(pl_chat_turn(&h, c, k, 1 << 20, &p, &n), PL_OK);
+        assert_int_equal(n, n_prev + c->user_len[k]);
+        assert_memory_equal(p, prev, (size_t)n_prev * sizeof *p);
+        assert_memory_equal(p + n_prev, c->user[k], (size_t)c->user_len[k] * sizeof *p);
+        assert_int_equal(h.n, n);
+        memcpy(prev, p, (size_t)n * sizeof *p);
+        for (int32_t t = 0; t < c->out_len[k]; t++) answer[t] = 1000 + k * 300 + t;
+        assert_int_equal(pl_chat_answer(&h, answer, c->out_len[k]), PL_OK);
+        memcpy(prev + n, answer, (size_t)c->out_len[k] * sizeof *answer);
+        n_prev = n + c->out_len[k];
+    }
+    pl_chat_history_free(&h);
+    /* Truncation keeps the newest tokens. */
+    pl_chat_history g = {0};
+    const int32_t *p;
+    int32_t n;
+    assert_int_equal(pl_chat_turn(&g, c, 0, 1 << 20, &p, &n), PL_OK);
+    assert_int_equal(pl_chat_answer(&g, answer, 50), PL_OK);
+    assert_int_equal(pl_chat_turn(&g, c, 1, 10, &p, &n), PL_OK);
+    int32_t m = c->user_len[1] < 10 ? c->user_len[1] : 10;
+    assert_int_equal(n, 10);
+    assert_memory_equal(p + 10 - m, c->user[1] + c->user_len[1] - m, (size_t)m * sizeof *p);
+    if (m < 10) assert_int_equal(p[10 - m - 1], answer[49]);
+    assert_int_equal(pl_chat_turn(&g, c, c->n_turns, 10, &p, &n), PL_ERR_INVALID_ARG);
+    assert_int_equal(pl_chat_turn(&g, c, 0, 0, &p, &n), PL_ERR_INVALID_ARG);
+    pl_chat_history_free(&g);
+    pl_chat_destroy(&a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),         cmocka_unit_test(test_fitted_mu),
@@ -326,6 +416,7 @@ int main(void) {
         cmocka_unit_test(test_seeded),        cmocka_unit_test(test_fixed_and_prefix),
         cmocka_unit_test(test_sharegpt_file), cmocka_unit_test(test_poisson),
         cmocka_unit_test(test_percentiles),   cmocka_unit_test(test_serve_report),
+        cmocka_unit_test(test_chat_make),     cmocka_unit_test(test_chat_turns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
