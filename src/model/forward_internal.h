@@ -32,6 +32,10 @@ struct pl_forward_ctx {
     float *moe_tw;       /* [max_tokens * n_expert_used] their weights */
     float *moe_x;        /* [max_tokens][dim] one expert's gathered input rows */
     float *moe_acc;      /* [max_tokens][dim] the weighted sum of the experts' outputs */
+    /* gemma4's per-layer embeddings (hp.per_layer_dim > 0) */
+    float *ple;          /* [max_tokens][n_layers * pld] every layer's input of every token */
+    float *ple_tok;      /* [n_layers * pld] one token's per_layer_token_embd row */
+    float *ple_g;        /* [max_tokens][pld] the gate of one layer */
 };
 
 /* Pool rows x[0..n)[dim] (mean, first or last) into out[dim] and L2-normalize it (forward_bert.c). */
