@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # when one of the knobs is in the environment.
 export CI=true
 weakening="PL_REF_MEASURE PL_REF_DUMP PL_KV_OPS PL_KV_SEED WSTART NOPC PAGELLM_ISA PL_TEST_FILTER
-           PL_FUZZ_TARGETS FAULT_SECONDS PL_FAULT_SEED PL_FAULT_EVERY PL_FAULT_ONLY"
+           PL_FUZZ_TARGETS FAULT_SECONDS PL_FAULT_SEED PL_FAULT_EVERY PL_FAULT_ONLY PL_ARCH_ONLY"
 for v in $weakening; do
   if [ -n "${!v+set}" ]; then
     echo "test.sh: $v=${!v} is set; it weakens the tests and is refused under CI=true" >&2

@@ -152,7 +152,8 @@ static pl_status run_open(bm_run *r, const bm_opts *o, int32_t max_b) {
     pl_kv_layout l = {.dtype = o->kv, .block_size = BLOCK, .n_kv_heads = r->m->hp.n_kv_heads,
                       .head_dim = r->m->hp.head_dim,
                       .num_blocks = (int64_t)max_b * r->max_blocks};
-    PL_TRY(pl_kv_store_init(&r->kv, &l, r->m->hp.n_layers, NULL));
+    PL_TRY(pl_kv_store_init_shaped(&r->kv, &l, pl_model_kv_tensors(&r->m->hp),
+                                   pl_model_kv_shapes(&r->m->hp), NULL));
     size_t T = (size_t)r->max_tokens;
     r->table = malloc((size_t)max_b * r->max_blocks * sizeof *r->table);
     r->logits = malloc((size_t)max_b * r->m->hp.n_vocab * sizeof *r->logits);

@@ -109,10 +109,30 @@ typedef struct {
     int64_t experts, experts_used; /* MoE (qwen3moe; llama: Mixtral): expert_count,
                                       expert_used_count (0: a dense FFN) */
     int64_t expert_ffn;     /* qwen3moe: expert_feed_forward_length (llama's is --ffn) */
+    /* gemma4: the window layers' head size (key_length_swa; head_dim is the full layers'), the
+     * full layers' KV heads (kv_heads: the window layers'), the layers that reuse an earlier
+     * layer's KV, the per-layer embedding size, the FFN width of the shared-KV layers (0: ffn) */
+    int64_t head_dim_swa, kv_heads_full, shared_kv, per_layer_dim, ffn_wide;
 } mk_opts;
 
 static int is_arch(const mk_opts *o, const char *a) { return !strcmp(o->arch, a); }
-static int is_gemma(const mk_opts *o) { return is_arch(o, "gemma2") || is_arch(o, "gemma3"); }
+static int is_gemma(const mk_opts *o) {
+    return is_arch(o, "gemma2") || is_arch(o, "gemma3") || is_arch(o, "gemma4");
+}
+/* gemma4: does layer l use the window (--swa-pattern N: l % N < N - 1), does it own its KV */
+static int g4_window(const mk_opts *o, int64_t l) {
+    return o->swa_pattern == 0 || l % o->swa_pattern < o->swa_pattern - 1;
+}
+static int g4_own_kv(const mk_opts *o, int64_t l) { return l < o->layers - o->shared_kv; }
+static int64_t g4_head_dim(const mk_opts *o, int64_t l) {
+    return g4_window(o, l) ? o->head_dim_swa : o->head_dim;
+}
+static int64_t g4_kv_heads(const mk_opts *o, int64_t l) {
+    return g4_window(o, l) ? o->kv_heads : o->kv_heads_full;
+}
+static int64_t g4_ffn(const mk_opts *o, int64_t l) {
+    return o->ffn_wide && !g4_own_kv(o, l) ? o->ffn_wide : o->ffn;
+}
 
 /* The writable matrix types and their general.file_type values. */
 static const struct {
@@ -155,6 +175,14 @@ typedef struct {
     int64_t experts, experts_used, expert_ffn; /* MoE (0: dense) */
 } mk_shape;
 
+/* The gemma4 shapes' own settings: --head-dim-swa, --kv-heads-full, --shared-kv-layers,
+ * --per-layer-dim, --ffn-wide, --swa-pattern, --final-softcap. */
+typedef struct {
+    const char *name;
+    int64_t head_dim_swa, kv_heads_full, shared_kv, per_layer_dim, ffn_wide, swa_pattern;
+    double final_softcap;
+} mk_shape_g4;
+
 /* Sizes of real models (their Hugging Face configs), for benchmarks at the real shapes. */
 static const mk_shape shapes[] = {
     {"110m", 768, 12, 12, 4, 2048, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0},
@@ -173,9 +201,20 @@ static const mk_shape shapes[] = {
      128, 8, 768},
     {"gpt-oss-20b", 2880, 24, 64, 8, 2880, "gpt-oss", 64, 128, 131072, 150000, 0, 0, "yarn", 32,
      4096, 32, 4, 2880},
+    /* Gemma 4 31B: 5 window layers (16 KV heads of 256) to 1 full (4 KV heads of 512) */
+    {"gemma4-31b", 5376, 60, 32, 16, 21504, "gemma4", 512, 1024, 262144, 1e6, 1e4, 0, NULL, 0,
+     0, 0, 0, 0},
+    /* Gemma 4 E2B: per-layer embeddings of 256, the last 20 of 35 layers share KV and have a
+     * double-wide FFN, 4 window layers to 1 full */
+    {"gemma4-e2b", 1536, 35, 8, 1, 6144, "gemma4", 512, 512, 131072, 1e6, 1e4, 0, NULL, 0, 0, 0,
+     0, 0},
+};
+static const mk_shape_g4 shapes_g4[] = {
+    {"gemma4-31b", 256, 4, 0, 0, 0, 6, 30},
+    {"gemma4-e2b", 256, 1, 20, 256, 12288, 5, 30},
 };
 #define SHAPE_NAMES "110m, 1b, 3b, qwen3-0.6b, qwen3-8b, mistral3-3b, mistral3-8b, gemma3-1b, " \
-                    "gemma3-4b, qwen3-30b-a3b, gpt-oss-20b"
+                    "gemma3-4b, qwen3-30b-a3b, gpt-oss-20b, gemma4-31b, gemma4-e2b"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -224,7 +263,18 @@ static void usage(FILE *f) {
             "                      yarn's --yarn-beta-fast/--yarn-beta-slow/--yarn-log-mul keys\n"
             "  --arch gemma3       Gemma 3 text: gemma2's layout plus Q/K norms, window on 5 of 6\n"
             "                      layers (default 1024), --rope-base-swa, no attention soft-capping\n"
-            "  --rope-base-swa B   gemma3 rope.freq_base_swa (llama.cpp's default 10000)\n"
+            "  --rope-base-swa B   gemma3/4 rope.freq_base_swa (llama.cpp's default 10000)\n"
+            "  --arch gemma4       Gemma 4 text: gemma3's layout with window and full layers of\n"
+            "                      their own head sizes (--head-dim full, --head-dim-swa window)\n"
+            "                      and KV heads (--kv-heads window, --kv-heads-full), the pattern\n"
+            "                      as an array (--swa-pattern N, default 6), V normed, rope_freqs\n"
+            "                      for the full layers, layer_output_scale; (default window 512)\n"
+            "  --head-dim-swa N    gemma4 attention.key_length_swa (default --head-dim)\n"
+            "  --kv-heads-full K   gemma4 the full layers' KV heads (default --kv-heads)\n"
+            "  --shared-kv-layers N  gemma4: the last N layers reuse an earlier layer's KV\n"
+            "  --per-layer-dim P   gemma4 per-layer token embeddings of P values per layer\n"
+            "  --ffn-wide F        gemma4 the shared-KV layers' FFN width (feed_forward_length\n"
+            "                      becomes an array; default --ffn)\n"
             "  --attn-temp-scale S mistral3 attention.temperature_scale (Llama 4's beta)\n"
             "  --yarn-beta-fast F, --yarn-beta-slow F, --yarn-log-mul M  mistral3\n"
             "                      rope.scaling.yarn_* keys (written only when given)\n"
@@ -296,6 +346,9 @@ static int parse(int argc, char **argv, mk_opts *o) {
         {"yarn-log-mul", required_argument, 0, 17},
         {"experts", required_argument, 0, 18}, {"experts-used", required_argument, 0, 19},
         {"expert-ffn", required_argument, 0, 20},
+        {"head-dim-swa", required_argument, 0, 21}, {"kv-heads-full", required_argument, 0, 22},
+        {"shared-kv-layers", required_argument, 0, 23},
+        {"per-layer-dim", required_argument, 0, 24}, {"ffn-wide", required_argument, 0, 25},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->ctx = -1;
@@ -350,9 +403,10 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 'a':
             if (strcmp(optarg, "llama") && strcmp(optarg, "bert") && strcmp(optarg, "gemma2") &&
                 strcmp(optarg, "phi3") && strcmp(optarg, "qwen3") && strcmp(optarg, "mistral3") &&
-                strcmp(optarg, "gemma3") && strcmp(optarg, "qwen3moe") && strcmp(optarg, "gpt-oss"))
+                strcmp(optarg, "gemma3") && strcmp(optarg, "qwen3moe") &&
+                strcmp(optarg, "gpt-oss") && strcmp(optarg, "gemma4"))
                 return usage_error("--arch: '%s' is not llama, qwen3, qwen3moe, gpt-oss, mistral3, "
-                                   "gemma2, gemma3, phi3 or bert", optarg);
+                                   "gemma2, gemma3, gemma4, phi3 or bert", optarg);
             o->arch = optarg;
             o->bert = !strcmp(optarg, "bert");
             break;
@@ -384,6 +438,11 @@ static int parse(int argc, char **argv, mk_opts *o) {
         case 18: if (int_flag("--experts", 1, 1 << 16, &o->experts)) return 2; break;
         case 19: if (int_flag("--experts-used", 1, 1 << 16, &o->experts_used)) return 2; break;
         case 20: if (int_flag("--expert-ffn", 1, 1 << 20, &o->expert_ffn)) return 2; break;
+        case 21: if (int_flag("--head-dim-swa", 2, 1024, &o->head_dim_swa)) return 2; break;
+        case 22: if (int_flag("--kv-heads-full", 1, 1024, &o->kv_heads_full)) return 2; break;
+        case 23: if (int_flag("--shared-kv-layers", 1, 1024, &o->shared_kv)) return 2; break;
+        case 24: if (int_flag("--per-layer-dim", 1, 1 << 16, &o->per_layer_dim)) return 2; break;
+        case 25: if (int_flag("--ffn-wide", 1, 1 << 20, &o->ffn_wide)) return 2; break;
         case 'p':
             if (!strcmp(optarg, "mean")) o->pooling = 1;
             else if (!strcmp(optarg, "cls")) o->pooling = 2;
@@ -417,6 +476,17 @@ static int parse(int argc, char **argv, mk_opts *o) {
             if (!o->experts) o->experts = sh->experts;
             if (!o->experts_used) o->experts_used = sh->experts_used;
             if (!o->expert_ffn) o->expert_ffn = sh->expert_ffn;
+            for (size_t i = 0; i < sizeof shapes_g4 / sizeof *shapes_g4; i++) {
+                const mk_shape_g4 *g = &shapes_g4[i];
+                if (strcmp(g->name, sh->name)) continue;
+                if (!o->head_dim_swa) o->head_dim_swa = g->head_dim_swa;
+                if (!o->kv_heads_full) o->kv_heads_full = g->kv_heads_full;
+                if (!o->shared_kv) o->shared_kv = g->shared_kv;
+                if (!o->per_layer_dim) o->per_layer_dim = g->per_layer_dim;
+                if (!o->ffn_wide) o->ffn_wide = g->ffn_wide;
+                if (!o->swa_pattern) o->swa_pattern = g->swa_pattern;
+                if (o->final_softcap < 0) o->final_softcap = g->final_softcap;
+            }
             if (!o->rope_scaling && sh->rope_scaling) {
                 o->rope_scaling = sh->rope_scaling;
                 if (o->rope_factor < 0) o->rope_factor = sh->rope_factor;
@@ -433,13 +503,28 @@ static int parse(int argc, char **argv, mk_opts *o) {
     const int gemma = is_gemma(o);
     const int gptoss = is_arch(o, "gpt-oss");
     if (o->window < 0)
-        o->window = is_arch(o, "gemma2") ? 4096 : is_arch(o, "gemma3") ? 1024 : gptoss ? 128 : 0;
+        o->window = is_arch(o, "gemma2")   ? 4096
+                    : is_arch(o, "gemma3") ? 1024
+                    : is_arch(o, "gemma4") ? 512
+                    : gptoss               ? 128
+                                           : 0;
     if (gptoss && !o->window)
         return usage_error("--sliding-window: gpt-oss needs a window (llama.cpp requires the key)");
+    const int g4 = is_arch(o, "gemma4");
+    if ((o->head_dim_swa || o->kv_heads_full || o->shared_kv || o->per_layer_dim || o->ffn_wide) &&
+        !g4)
+        return usage_error("--head-dim-swa, --kv-heads-full, --shared-kv-layers, --per-layer-dim "
+                           "and --ffn-wide are for --arch gemma4");
+    if (g4) {
+        if (!o->swa_pattern) o->swa_pattern = 6;
+        if (!o->head_dim_swa) o->head_dim_swa = o->head_dim;
+        if (!o->kv_heads_full) o->kv_heads_full = o->kv_heads;
+    }
     if (o->final_softcap < 0 && is_arch(o, "gemma2")) o->final_softcap = 30;
-    if (o->swa_pattern && !gemma) return usage_error("--swa-pattern is for --arch gemma2 or gemma3");
-    if (o->rope_base_swa && !is_arch(o, "gemma3"))
-        return usage_error("--rope-base-swa is for --arch gemma3");
+    if (o->swa_pattern && !gemma)
+        return usage_error("--swa-pattern is for --arch gemma2, gemma3 or gemma4");
+    if (o->rope_base_swa && !is_arch(o, "gemma3") && !g4)
+        return usage_error("--rope-base-swa is for --arch gemma3 or gemma4");
     if ((o->attn_temp || o->beta_fast >= 0 || o->beta_slow >= 0 || o->log_mul >= 0) &&
         !is_arch(o, "mistral3"))
         return usage_error("--attn-temp-scale and --yarn-* are for --arch mistral3");
@@ -496,6 +581,19 @@ static int parse(int argc, char **argv, mk_opts *o) {
                            (long long)o->ffn, (long long)bs, type_name);
     if (is_arch(o, "qwen3moe") && !o->expert_ffn) o->expert_ffn = o->ffn / 2;
     if (gptoss && !o->expert_ffn) o->expert_ffn = o->ffn;
+    if (g4 && o->window < 1) return usage_error("--arch gemma4 needs a --sliding-window");
+    if (g4 && o->shared_kv && o->layers - o->shared_kv < 2)
+        return usage_error("--shared-kv-layers %lld leaves fewer than 2 layers with their own KV",
+                           (long long)o->shared_kv);
+    if (g4 && o->heads % o->kv_heads_full)
+        return usage_error("--heads %lld is not a multiple of --kv-heads-full %lld",
+                           (long long)o->heads, (long long)o->kv_heads_full);
+    if (g4 && o->head_dim_swa % 2)
+        return usage_error("--head-dim-swa %lld is odd", (long long)o->head_dim_swa);
+    if (o->ffn_wide % bs || o->per_layer_dim % bs)
+        return usage_error("--ffn-wide %lld and --per-layer-dim %lld must be multiples of %lld, "
+                           "the block size of %s", (long long)o->ffn_wide,
+                           (long long)o->per_layer_dim, (long long)bs, type_name);
     if (o->expert_ffn % bs)
         return usage_error("--expert-ffn %lld is not a multiple of %lld, the block size of %s",
                            (long long)o->expert_ffn, (long long)bs, type_name);
@@ -597,6 +695,46 @@ static const char *akey(const mk_opts *o, const char *key) {
     return buf;
 }
 
+/* gemma4's own keys: per-layer arrays where layers differ (feed_forward_length with --ffn-wide,
+ * head_count_kv with --kv-heads-full), the window pattern as an array of bools, the window
+ * layers' head size and rotated dims, shared_kv_layers, embedding_length_per_layer_input. */
+static pl_status add_gemma4_hparams(builder *b, const mk_opts *o) {
+    pl_gguf_writer *w = b->w;
+    const int64_t n = o->layers;
+    int32_t *ffn = keep(b, (size_t)n * sizeof *ffn), *kvh = keep(b, (size_t)n * sizeof *kvh);
+    uint8_t *swa = keep(b, (size_t)n);
+    if (!ffn || !kvh || !swa) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0; l < n; l++) {
+        ffn[l] = (int32_t)g4_ffn(o, l);
+        kvh[l] = (int32_t)g4_kv_heads(o, l);
+        swa[l] = (uint8_t)g4_window(o, l);
+    }
+    if (o->ffn_wide)
+        PL_TRY(pl_gguf_writer_add_arr(w, akey(o, "feed_forward_length"), PL_GGUF_INT32, ffn,
+                                      (size_t)n));
+    else
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "feed_forward_length"), (uint32_t)o->ffn));
+    if (o->kv_heads_full != o->kv_heads)
+        PL_TRY(pl_gguf_writer_add_arr(w, akey(o, "attention.head_count_kv"), PL_GGUF_INT32, kvh,
+                                      (size_t)n));
+    else
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.head_count_kv"),
+                                      (uint32_t)o->kv_heads));
+    PL_TRY(pl_gguf_writer_add_arr(w, akey(o, "attention.sliding_window_pattern"), PL_GGUF_BOOL,
+                                  swa, (size_t)n));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.key_length_swa"),
+                                  (uint32_t)o->head_dim_swa));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.value_length_swa"),
+                                  (uint32_t)o->head_dim_swa));
+    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "rope.dimension_count_swa"),
+                                  (uint32_t)o->head_dim_swa));
+    if (o->shared_kv)
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.shared_kv_layers"),
+                                      (uint32_t)o->shared_kv));
+    return pl_gguf_writer_add_u32(w, akey(o, "embedding_length_per_layer_input"),
+                                  (uint32_t)o->per_layer_dim);
+}
+
 static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
     char name[128];
     /* Only llama's name says the architecture: llama.cpp changes a vocabulary's token attributes
@@ -610,14 +748,19 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "context_length"), (uint32_t)o->ctx));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "embedding_length"), (uint32_t)o->dim));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "block_count"), (uint32_t)o->layers));
-    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "feed_forward_length"), (uint32_t)o->ffn));
+    if (is_arch(o, "gemma4")) {
+        PL_TRY(add_gemma4_hparams(b, o));
+    } else {
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "feed_forward_length"), (uint32_t)o->ffn));
+        PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.head_count_kv"),
+                                      (uint32_t)o->kv_heads));
+    }
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.head_count"), (uint32_t)o->heads));
-    PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.head_count_kv"), (uint32_t)o->kv_heads));
     PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "attention.layer_norm_rms_epsilon"),
                                   is_gemma(o) ? 1e-6f : 1e-5f));
     PL_TRY(pl_gguf_writer_add_f32(w, akey(o, "rope.freq_base"), (float)o->rope_base));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "rope.dimension_count"), (uint32_t)o->head_dim));
-    if (o->head_dim != o->dim / o->heads) {
+    if (o->head_dim != o->dim / o->heads || is_arch(o, "gemma4")) {
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.key_length"), (uint32_t)o->head_dim));
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.value_length"),
                                       (uint32_t)o->head_dim));
@@ -634,7 +777,7 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
                                       (float)o->rope_attn_factor));
     if (o->window > 0)
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.sliding_window"), (uint32_t)o->window));
-    if (o->swa_pattern)
+    if (o->swa_pattern && !is_arch(o, "gemma4"))
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "attention.sliding_window_pattern"),
                                       (uint32_t)o->swa_pattern));
     if (is_arch(o, "gemma2"))
@@ -706,9 +849,9 @@ static pl_status add_arch_norm(builder *b, const mk_opts *o, const char *name, i
 static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
     const double std = 0.02, out_std = std / sqrt(2.0 * (double)o->layers);
     const int gemma = is_gemma(o), phi3 = is_arch(o, "phi3");
-    const int qk_norm = is_arch(o, "qwen3") || is_arch(o, "qwen3moe") || is_arch(o, "gemma3");
-    int64_t dim = o->dim, q_dim = o->head_dim * o->heads, kv_dim = o->head_dim * o->kv_heads;
-    int64_t ffn = o->ffn;
+    const int g4 = is_arch(o, "gemma4");
+    const int qk_norm = is_arch(o, "qwen3") || is_arch(o, "qwen3moe") || is_arch(o, "gemma3") || g4;
+    const int64_t dim = o->dim, pld = o->per_layer_dim;
     const int gptoss = is_arch(o, "gpt-oss"), mx = o->type == PL_DT_MXFP4;
     const pl_dtype dt = mx ? PL_DT_F32 : o->type; /* the matrices that are not experts */
     PL_TRY(add_matrix(b, "token_embd.weight", dt, dim, n_vocab, std));
@@ -721,17 +864,31 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
                           (o->rope_factor - 1) / 4));
         PL_TRY(add_vector(b, "rope_factors_short.weight", o->head_dim / 2, 1.1, 0.05));
     }
+    if (g4) /* the full layers' proportional RoPE: per-pair divisors */
+        PL_TRY(add_vector(b, "rope_freqs.weight", o->head_dim / 2, 2.0, 0.5));
+    if (g4 && pld) { /* the per-layer embeddings */
+        PL_TRY(add_matrix(b, "per_layer_token_embd.weight", o->type, pld * o->layers, n_vocab,
+                          std * 10));
+        PL_TRY(add_matrix(b, "per_layer_model_proj.weight", o->type, dim, pld * o->layers, std));
+        PL_TRY(add_arch_norm(b, o, "per_layer_proj_norm.weight", pld));
+    }
     for (int64_t l = 0; l < o->layers; l++) {
         char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
         PL_TRY(add_arch_norm(b, o, NAME("attn_norm.weight"), dim));
         pl_dtype mt = more_bits(l, o->layers) ? o->more : dt;
+        const int64_t hd = g4 ? g4_head_dim(o, l) : o->head_dim;
+        const int64_t q_dim = hd * o->heads, kv_dim = hd * (g4 ? g4_kv_heads(o, l) : o->kv_heads);
+        const int64_t ffn = g4 ? g4_ffn(o, l) : o->ffn;
+        const int own_kv = !g4 || g4_own_kv(o, l);
         if (phi3) {
             PL_TRY(add_matrix(b, NAME("attn_qkv.weight"), o->type, dim, q_dim + 2 * kv_dim, std));
         } else {
             PL_TRY(add_matrix(b, NAME("attn_q.weight"), dt, dim, q_dim, std));
-            PL_TRY(add_matrix(b, NAME("attn_k.weight"), dt, dim, kv_dim, std));
-            PL_TRY(add_matrix(b, NAME("attn_v.weight"), mt, dim, kv_dim, std));
+            if (own_kv) {
+                PL_TRY(add_matrix(b, NAME("attn_k.weight"), dt, dim, kv_dim, std));
+                PL_TRY(add_matrix(b, NAME("attn_v.weight"), mt, dim, kv_dim, std));
+            }
         }
         PL_TRY(add_matrix(b, NAME("attn_output.weight"), dt, q_dim, dim, out_std));
         if (gptoss) { /* biases, the sinks (mean 1: a sink weighs as a few positions) */
@@ -742,8 +899,8 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
             PL_TRY(add_vector(b, NAME("attn_sinks.weight"), o->heads, 1.0, 1.0));
         }
         if (qk_norm) { /* llama.cpp's order: the output, then K's norm, then Q's */
-            PL_TRY(add_arch_norm(b, o, NAME("attn_k_norm.weight"), o->head_dim));
-            PL_TRY(add_arch_norm(b, o, NAME("attn_q_norm.weight"), o->head_dim));
+            if (own_kv) PL_TRY(add_arch_norm(b, o, NAME("attn_k_norm.weight"), hd));
+            PL_TRY(add_arch_norm(b, o, NAME("attn_q_norm.weight"), hd));
         }
         if (gemma || gptoss) PL_TRY(add_arch_norm(b, o, NAME("post_attention_norm.weight"), dim));
         if (!gptoss) PL_TRY(add_arch_norm(b, o, NAME("ffn_norm.weight"), dim));
@@ -768,6 +925,12 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
         }
         if (!o->experts) PL_TRY(add_matrix(b, NAME("ffn_down.weight"), mt, ffn, dim, out_std));
         if (gemma) PL_TRY(add_arch_norm(b, o, NAME("post_ffw_norm.weight"), dim));
+        if (g4 && pld) {
+            PL_TRY(add_matrix(b, NAME("inp_gate.weight"), o->type, dim, pld, std * 4));
+            PL_TRY(add_matrix(b, NAME("proj.weight"), o->type, pld, dim, out_std));
+            PL_TRY(add_arch_norm(b, o, NAME("post_norm.weight"), dim));
+        }
+        if (g4) PL_TRY(add_vector(b, NAME("layer_output_scale.weight"), 1, 0.9, 0.05));
 #undef NAME
     }
     return PL_OK;
@@ -955,7 +1118,10 @@ static pl_status build(builder *b, const mk_opts *o) {
     }
     int64_t widest = o->dim > o->ffn ? o->dim : o->ffn;
     if (o->head_dim * o->heads > widest) widest = o->head_dim * o->heads;
+    if (o->head_dim_swa * o->heads > widest) widest = o->head_dim_swa * o->heads;
     if (o->expert_ffn > widest) widest = o->expert_ffn;
+    if (o->ffn_wide > widest) widest = o->ffn_wide;
+    if (o->per_layer_dim * o->layers > widest) widest = o->per_layer_dim * o->layers;
     b->row = malloc((size_t)widest * sizeof *b->row);
     if (!b->row) return pl_fail(PL_ERR_NOMEM, "out of memory");
     PL_TRY(o->bert ? add_bert_tensors(b, o, n_vocab) : add_tensors(b, o, n_vocab));

@@ -43,7 +43,7 @@ const char *pl_kv_layout_problem(const pl_kv_layout *l) {
         !is_quantized(l->dtype))
         return "the KV cache dtype must be f32, f16, bf16, q8_0 or q4_0";
     if (l->head_dim <= 0 || l->head_dim % 4 != 0 || l->head_dim > PL_ATTN_MAX_HEAD_DIM)
-        return "head_dim must be a multiple of 4 in 4..256";
+        return "head_dim must be a multiple of 4 in 4..512";
     if (is_quantized(l->dtype) && l->head_dim % PL_QK != 0)
         return "a q8_0 or q4_0 KV cache quantizes each head's K and V rows in groups of 32 "
                "elements: head_dim must be a multiple of 32 (use f16, bf16 or f32)";

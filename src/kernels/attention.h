@@ -29,7 +29,7 @@
  * sequence's first query of the step (such entries may name blocks already returned to the
  * pool, kv/manager.h): the caller may leave anything there.
  *
- * Supported: head_dim a multiple of 4 up to 256 (of 32 for q8_0 / q4_0), any block size, any GQA ratio
+ * Supported: head_dim a multiple of 4 up to 512 (of 32 for q8_0 / q4_0), any block size, any GQA ratio
  * (n_heads a multiple of n_kv_heads). Inputs from the engine (slots and block ids in range,
  * q_len <= context_len <= max_blocks * block_size) are checked with PL_ASSERT.
  *

@@ -36,7 +36,7 @@
 enum {
     PL_ATTN_KT = 32,         /* cache positions per tile */
     PL_ATTN_MAXQ = 32,       /* query vectors per chunk */
-    PL_ATTN_MAX_HEAD_DIM = 256,
+    PL_ATTN_MAX_HEAD_DIM = 512, /* Gemma 4's full layers */
 };
 
 /* How a cache row is stored (the tile functions are compiled once per kind). Quantized rows are

@@ -62,7 +62,7 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
     pl_kv_layout l = *lay;
     const int groups = c->mgr.cfg.kv_groups == 2; /* decided by create */
     const int32_t tensors = groups ? sh->n_layers / 2 : sh->n_layers; /* a block: one group's */
-    size_t per_block = pl_kv_bytes_per_block(&l, tensors);
+    size_t per_block = pl_kv_bytes_per_block_shaped(&l, tensors, sh->layer_shapes);
     uint64_t nb = budget / per_block;
     /* An embedding model keeps nothing between steps (its attention reads the step's own K/V):
      * the pool is a nominal two blocks, so the rest of the engine stays one code path. */
@@ -74,7 +74,7 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
                        (unsigned long long)nb, per_block);
     if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
     l.num_blocks = (int64_t)nb;
-    PL_TRY(pl_kv_store_init(&c->store, &l, tensors, NULL));
+    PL_TRY(pl_kv_store_init_shaped(&c->store, &l, tensors, sh->layer_shapes, NULL));
     int32_t n_swap = 0;
     static const pl_kv_policy policy[] = {PL_KV_POLICY_MAX, PL_KV_POLICY_POW2, PL_KV_POLICY_ORACLE};
     int contig = cfg->kv_layout == PL_KV_LAYOUT_CONTIGUOUS;
@@ -92,7 +92,8 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
         if (ns > INT32_MAX / 2) ns = INT32_MAX / 2;
         pl_kv_layout sl = l;
         sl.num_blocks = (int64_t)ns;
-        PL_TRY(pl_kv_store_init(&c->swap, &sl, tensors, cfg->swap_path));
+        PL_TRY(pl_kv_store_init_shaped(&c->swap, &sl, tensors, sh->layer_shapes,
+                                       cfg->swap_path));
         c->has_swap = 1;
         n_swap = (int32_t)ns;
     }
@@ -267,6 +268,10 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     if (sh->embedding)
         return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention serves generation models; this "
                        "is an embedding model (architecture %s)", sh->arch_name);
+    if (sh->layer_shapes)
+        return pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention needs one KV shape for every "
+                       "layer; the layers of this %s model differ (use kv-layout paged)",
+                       sh->arch_name);
     size_t page = cfg->kv_page_size ? (size_t)cfg->kv_page_size : 4096;
     cfg->kv_page_size = page;
     size_t head_row = pl_kv_row_bytes(l); /* one token of one KV head */
@@ -467,7 +472,7 @@ static int groups_for(const pl_engine_config *c, const pl_kv_cache_shape *sh, in
 
 size_t pl_kv_cache_bytes_per_block(const pl_engine_config *c, const pl_kv_cache_shape *sh) {
     pl_kv_layout l = layout_of(c, sh);
-    return pl_kv_bytes_per_block(&l, sh->n_layers);
+    return pl_kv_bytes_per_block_shaped(&l, sh->n_layers, sh->layer_shapes);
 }
 
 pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *sh,
@@ -482,7 +487,7 @@ pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *sh,
     const int groups = groups_for(cfg, sh, single);
     c->mgr.cfg.kv_groups = groups ? 2 : 1;
     const int32_t tensors = groups ? sh->n_layers / 2 : sh->n_layers;
-    size_t per_block = pl_kv_bytes_per_block(&l, tensors);
+    size_t per_block = pl_kv_bytes_per_block_shaped(&l, tensors, sh->layer_shapes);
     uint64_t budget = cfg->kv_cache_memory;
     if (draft_bytes_per_block) { /* the draft's share: both caches hold as many tokens */
         size_t dpb = draft_bytes_per_block;

@@ -40,7 +40,10 @@ typedef struct pl_kv_cache pl_kv_cache;
 
 /* The model's shape as the cache needs it. */
 typedef struct {
-    int32_t n_layers, n_kv_heads, head_dim;
+    int32_t n_layers, n_kv_heads, head_dim; /* n_layers: the layers that keep K/V (gemma4's
+                                               shared-KV layers keep none) */
+    const pl_kv_shape *layer_shapes; /* [n_layers] each layer's KV heads and head size when
+                                        they differ (gemma4), else NULL: n_kv_heads, head_dim */
     int32_t kv_window;       /* every layer windowed: the window (model.h pl_model_kv_window) */
     int32_t mixed_window;    /* a mixed model, as many windowed layers as global ones: their
                                 window (KV cache groups on the paged layout), else 0 */

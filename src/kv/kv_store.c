@@ -31,6 +31,29 @@ size_t pl_kv_bytes_per_block(const pl_kv_layout *l, int32_t n_layers) {
 
 static const char *dtype_label(pl_dtype t) { return pl_dtype_name((uint32_t)t); }
 
+/* l with shape sh (NULL: l itself). */
+static pl_kv_layout with_shape(const pl_kv_layout *l, const pl_kv_shape *sh) {
+    pl_kv_layout r = *l;
+    if (sh) {
+        r.n_kv_heads = sh->n_kv_heads;
+        r.head_dim = sh->head_dim;
+    }
+    return r;
+}
+
+size_t pl_kv_bytes_per_block_shaped(const pl_kv_layout *l, int32_t n_layers,
+                                    const pl_kv_shape *shapes) {
+    if (!shapes) return pl_kv_bytes_per_block(l, n_layers);
+    if (n_layers <= 0) return 0;
+    size_t sum = 0;
+    for (int32_t i = 0; i < n_layers; i++) {
+        pl_kv_layout li = with_shape(l, &shapes[i]);
+        size_t b = pl_kv_bytes_per_block(&li, 1);
+        if (!b || __builtin_add_overflow(sum, b, &sum)) return 0;
+    }
+    return sum;
+}
+
 pl_status pl_kv_layout_check(const pl_kv_layout *l) {
     const char *why = pl_kv_layout_problem(l);
     if (why)
@@ -57,10 +80,23 @@ static pl_status check_layout(const pl_kv_layout *l, int32_t n_layers) {
 
 pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
                            const char *path) {
+    return pl_kv_store_init_shaped(s, layout, n_layers, NULL, path);
+}
+
+pl_status pl_kv_store_init_shaped(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
+                                  const pl_kv_shape *shapes, const char *path) {
     memset(s, 0, sizeof *s);
     PL_TRY(check_layout(layout, n_layers));
+    for (int32_t i = 0; shapes && i < n_layers; i++) {
+        pl_kv_layout li = with_shape(layout, &shapes[i]);
+        pl_status st = check_layout(&li, n_layers);
+        if (st != PL_OK) {
+            pl_error_prefix("KV cache layer %d", i);
+            return st;
+        }
+    }
     const size_t block_bytes = pl_kv_block_bytes(layout);
-    const size_t per_block = pl_kv_bytes_per_block(layout, n_layers);
+    const size_t per_block = pl_kv_bytes_per_block_shaped(layout, n_layers, shapes);
     size_t total = per_block ? mul_checked(per_block, (size_t)layout->num_blocks) : 0;
     if (total == 0 || (uint64_t)total > (uint64_t)INT64_MAX)
         return pl_fail(PL_ERR_NOMEM,
@@ -106,46 +142,77 @@ pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n
     s->base = base;
     s->mapped_bytes = total;
     s->file_backed = path != NULL;
+    if (shapes) {
+        s->shapes = malloc((size_t)n_layers * sizeof *s->shapes);
+        s->layer_off = malloc((size_t)n_layers * sizeof *s->layer_off);
+        if (!s->shapes || !s->layer_off) {
+            pl_kv_store_destroy(s);
+            return pl_fail(PL_ERR_NOMEM, "KV cache: out of memory for %d layer shapes", n_layers);
+        }
+        memcpy(s->shapes, shapes, (size_t)n_layers * sizeof *s->shapes);
+        size_t off = 0;
+        for (int32_t i = 0; i < n_layers; i++) {
+            pl_kv_layout li = with_shape(layout, &shapes[i]);
+            s->layer_off[i] = off;
+            off += 2 * pl_kv_block_bytes(&li) * (size_t)layout->num_blocks;
+        }
+    }
     return PL_OK;
 }
 
 void pl_kv_store_destroy(pl_kv_store *s) {
     if (s->base && s->mapped_bytes) munmap(s->base, s->mapped_bytes);
     free(s->seq_kv);
+    free(s->shapes);
+    free(s->layer_off);
     memset(s, 0, sizeof *s);
+}
+
+pl_kv_layout pl_kv_store_layer_layout(const pl_kv_store *s, int32_t layer) {
+    PL_ASSERT(layer >= 0 && layer < s->n_layers);
+    return with_shape(&s->layout, s->shapes ? &s->shapes[layer] : NULL);
 }
 
 void *pl_kv_store_k(const pl_kv_store *s, int32_t layer) {
     PL_ASSERT(s->base && layer >= 0 && layer < s->n_layers);
+    if (s->shapes) return (char *)s->base + s->layer_off[layer];
     return (char *)s->base + (size_t)layer * 2 * s->layer_bytes;
 }
 
 void *pl_kv_store_v(const pl_kv_store *s, int32_t layer) {
     PL_ASSERT(s->base && layer >= 0 && layer < s->n_layers);
+    if (s->shapes) {
+        pl_kv_layout li = pl_kv_store_layer_layout(s, layer);
+        return (char *)s->base + s->layer_off[layer] +
+               pl_kv_block_bytes(&li) * (size_t)s->layout.num_blocks;
+    }
     return (char *)s->base + ((size_t)layer * 2 + 1) * s->layer_bytes;
 }
 
 void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
                       const int32_t *dst_blocks, int32_t n) {
     PL_ASSERT(src->n_layers == dst->n_layers && !src->head_major && !dst->head_major);
-    for (int32_t layer = 0; layer < src->n_layers; layer++)
-        pl_kv_copy_blocks_between(&src->layout, pl_kv_store_k(src, layer),
-                                  pl_kv_store_v(src, layer), &dst->layout,
-                                  pl_kv_store_k(dst, layer), pl_kv_store_v(dst, layer),
+    for (int32_t layer = 0; layer < src->n_layers; layer++) {
+        pl_kv_layout sl = pl_kv_store_layer_layout(src, layer);
+        pl_kv_layout dl = pl_kv_store_layer_layout(dst, layer);
+        pl_kv_copy_blocks_between(&sl, pl_kv_store_k(src, layer), pl_kv_store_v(src, layer),
+                                  &dl, pl_kv_store_k(dst, layer), pl_kv_store_v(dst, layer),
                                   src_blocks, dst_blocks, n);
+    }
 }
 
-/* The head-major view of a layer: one block holding every slot of the store. */
-static pl_kv_layout one_block(const pl_kv_store *s) {
-    pl_kv_layout l = s->layout;
-    l.block_size = (int32_t)(s->layout.num_blocks * s->layout.block_size);
-    l.num_blocks = 1;
-    return l;
+/* The head-major view of a layer of layout l: one block holding every slot of the store. */
+static pl_kv_layout one_block(const pl_kv_layout *l) {
+    pl_kv_layout o = *l;
+    o.block_size = (int32_t)(l->num_blocks * l->block_size);
+    o.num_blocks = 1;
+    return o;
 }
 
-/* Sequence i's K and V tensors of a head-major layer: KV head 0's rows from its first slot. */
-static pl_status seq_tensors(pl_kv_store *s, const pl_attn_args *a, const char *kc,
-                             const char *vc) {
+/* Sequence i's K and V tensors of a head-major layer of layout l: KV head 0's rows from its
+ * first slot. */
+static pl_status seq_tensors(pl_kv_store *s, const pl_kv_layout *l, const pl_attn_args *a,
+                             const char *kc, const char *vc) {
     if (a->n_seqs > s->seq_kv_cap) {
         const void **p = realloc(s->seq_kv, 2 * (size_t)a->n_seqs * sizeof *p);
         if (!p) return pl_fail(PL_ERR_NOMEM, "kv store: out of memory for %d sequences",
@@ -153,14 +220,14 @@ static pl_status seq_tensors(pl_kv_store *s, const pl_attn_args *a, const char *
         s->seq_kv = p;
         s->seq_kv_cap = a->n_seqs;
     }
-    const int32_t bs = s->layout.block_size;
-    const size_t rb = pl_kv_row_bytes(&s->layout);
+    const int32_t bs = l->block_size;
+    const size_t rb = pl_kv_row_bytes(l);
     for (int32_t i = 0; i < a->n_seqs; i++) {
         const int32_t *btab = a->block_tables + (size_t)i * (size_t)a->max_blocks;
         const int32_t nb = (a->context_lens[i] + bs - 1) / bs;
         s->seq_kv[i] = s->seq_kv[a->n_seqs + i] = NULL;
         if (nb == 0) continue;
-        PL_ASSERT(nb <= a->max_blocks && btab[0] >= 0 && btab[nb - 1] < s->layout.num_blocks);
+        PL_ASSERT(nb <= a->max_blocks && btab[0] >= 0 && btab[nb - 1] < l->num_blocks);
         if (btab[nb - 1] != btab[0] + nb - 1) /* e.g. a contiguous reservation outgrown */
             return pl_fail(PL_ERR_INTERNAL, "kv store: sequence %d's %d blocks are not one run "
                            "(%d .. %d): a head-major layout reads one array per sequence",
@@ -175,23 +242,24 @@ pl_status pl_kv_store_attention(pl_threadpool *tp, pl_kv_store *s, int32_t tenso
                                 const float *k, const float *v, const int64_t *slot_mapping,
                                 int32_t n_tokens, pl_attn_args *a) {
     void *kc = pl_kv_store_k(s, tensor), *vc = pl_kv_store_v(s, tensor);
+    const pl_kv_layout l = pl_kv_store_layer_layout(s, tensor); /* the tensor's own shape */
     a->k_cache = kc;
     a->v_cache = vc;
     if (!s->head_major) {
-        pl_kv_write(&s->layout, kc, vc, k, v, slot_mapping, n_tokens);
-        pl_paged_attention(tp, &s->layout, a);
+        if (k) pl_kv_write(&l, kc, vc, k, v, slot_mapping, n_tokens);
+        pl_paged_attention(tp, &l, a);
         return PL_OK;
     }
-    const pl_kv_layout one = one_block(s); /* the same slot numbers, the same write */
-    pl_kv_write(&one, kc, vc, k, v, slot_mapping, n_tokens);
-    PL_TRY(seq_tensors(s, a, kc, vc));
-    const size_t rb = pl_kv_row_bytes(&s->layout);
+    const pl_kv_layout one = one_block(&l); /* the same slot numbers, the same write */
+    if (k) pl_kv_write(&one, kc, vc, k, v, slot_mapping, n_tokens);
+    PL_TRY(seq_tensors(s, &l, a, kc, vc));
+    const size_t rb = pl_kv_row_bytes(&l);
     pl_contig_attn_args ca = {
         .q = a->q, .out = a->out, .n_heads = a->n_heads, .scale = a->scale, .n_seqs = a->n_seqs,
         .seq_start = a->seq_start, .context_lens = a->context_lens, .k = s->seq_kv,
         .v = s->seq_kv + a->n_seqs, .window = a->window, .softcap = a->softcap, .sinks = a->sinks,
         .head_stride = (size_t)one.block_size * rb, .token_stride = rb,
     };
-    pl_contig_attention(tp, &s->layout, &ca);
+    pl_contig_attention(tp, &l, &ca);
     return PL_OK;
 }

@@ -24,6 +24,11 @@
  *               reservation, a slot's pages) is, for each KV head, one run of rows starting at
  *               its first slot, read by the contiguous kernel (kernels/attention_contig.h)
  *               without its block table. Blocks are not byte ranges there: no block copies.
+ *
+ * Per-layer shapes (Gemma 4: window and full layers with their own KV heads and head sizes): a
+ * store made with `shapes` gives layer i the layout's dtype, block size and block count with
+ * shapes[i]'s n_kv_heads and head_dim, and its K and V arrays exactly that layer's size; a block
+ * id still names the same slot of every layer. Without shapes every layer has the layout's.
  */
 #ifndef PL_KV_KV_STORE_H
 #define PL_KV_KV_STORE_H
@@ -34,16 +39,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* One layer's K/V shape when layers differ. */
+typedef struct {
+    int32_t n_kv_heads, head_dim;
+} pl_kv_shape;
+
 typedef struct {
     pl_kv_layout layout;   /* dtype, block_size, n_kv_heads, head_dim, num_blocks */
     int32_t n_layers;
-    size_t layer_bytes;    /* bytes of K (or V) of one layer: num_blocks × block bytes */
+    size_t layer_bytes;    /* bytes of K (or V) of one layer: num_blocks × block bytes (a
+                              store with shapes: unused) */
     void *base;            /* one mapping holding every layer's K then V */
     size_t mapped_bytes;
     int file_backed;
     int head_major;        /* 1: [kv_head][slot][row], attended by the contiguous kernel */
     const void **seq_kv;   /* head-major: scratch for the sequences' K and V tensors */
     int32_t seq_kv_cap;    /* sequences seq_kv holds */
+    pl_kv_shape *shapes;   /* [n_layers] per-layer shapes (owned), or NULL: all the layout's */
+    size_t *layer_off;     /* with shapes: [n_layers] byte offset of each layer's K array */
 } pl_kv_store;
 
 /* PL_ERR_UNSUPPORTED with a message naming the dtype and head_dim when the kernels cannot serve
@@ -52,15 +65,24 @@ pl_status pl_kv_layout_check(const pl_kv_layout *l);
 /* Bytes one block costs across all layers, K and V (0 if that overflows or the layout is not
  * served). The dtype sets it: per 32 values f32 128 bytes, f16/bf16 64, q8_0 34, q4_0 18. */
 size_t pl_kv_bytes_per_block(const pl_kv_layout *l, int32_t n_layers);
+/* The same with per-layer shapes (NULL: pl_kv_bytes_per_block). */
+size_t pl_kv_bytes_per_block_shaped(const pl_kv_layout *l, int32_t n_layers,
+                                    const pl_kv_shape *shapes);
 /* num_blocks in layout is taken as given; path NULL = anonymous memory. */
 pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
                            const char *path);
+/* pl_kv_store_init with per-layer shapes ([n_layers], copied; NULL: the layout's). */
+pl_status pl_kv_store_init_shaped(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
+                                  const pl_kv_shape *shapes, const char *path);
+/* Layer `layer`'s layout (the store's, with that layer's shape). */
+pl_kv_layout pl_kv_store_layer_layout(const pl_kv_store *s, int32_t layer);
 void pl_kv_store_destroy(pl_kv_store *s);
 void *pl_kv_store_k(const pl_kv_store *s, int32_t layer);
 void *pl_kv_store_v(const pl_kv_store *s, int32_t layer);
 /* One layer's attention of a step (`tensor`: the store's layer): writes the step's K/V rows
- * (k, v: [n_tokens][n_kv_heads][head_dim]) to their slots, then attends a->q over the cache
- * into a->out. A paged store runs pl_paged_attention with a's block tables; a head-major one
+ * (k, v: [n_tokens][n_kv_heads][head_dim], the tensor's own shape; k NULL: nothing written,
+ * a layer reading an earlier layer's KV, Gemma 4) to their slots, then attends a->q over the
+ * cache into a->out. A paged store runs pl_paged_attention with a's block tables; a head-major one
  * takes each sequence's tensor at its first block and runs pl_contig_attention (PL_ERR_INTERNAL
  * naming the sequence if its blocks are not one consecutive run). a->k_cache and a->v_cache are
  * set here. PL_ERR_NOMEM if the sequences' scratch cannot grow. */

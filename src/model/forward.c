@@ -19,6 +19,12 @@
  *            (gpt-oss: router and experts with biases, w = softmax over the top-k logits, the
  *             clamped SwiGLU swiglu_oai)
  *   (LoRA: a sequence's adapter adds scale B (A h) to each adapted W h on its rows: lora.h)
+ *       gemma4: layers of two kinds (window, full) with their own head sizes and KV heads;
+ *       v = rmsnorm(v) without weight; queries not scaled; the last shared_kv_layers compute
+ *       only q and attend to an earlier layer's cache; after the FFN, with per-layer
+ *       embeddings, x += rmsnorm(Wproj (gelu(Wgate x) * ple[l])) * post_norm, where ple[l] is
+ *       the layer's slice of (rmsnorm(Wple x0 / sqrt(dim)) + tok_ple * sqrt(pld)) / sqrt(2);
+ *       then x *= layer_output_scale when present
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)   (gemma2: cap * tanh(logits / cap))
  *
  * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows, so Wo a
@@ -45,10 +51,14 @@
 static size_t max_scratch(const pl_model *m, int64_t B) {
     const pl_model_hparams *hp = &m->hp;
     size_t s = pl_matmul_scratch_size(m->output.type, hp->dim, B);
+    if (m->ple_model_proj.data) {
+        size_t z = pl_matmul_scratch_size(m->ple_model_proj.type, hp->dim, B);
+        if (z > s) s = z;
+    }
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const pl_layer_weights *L = &m->layers[l];
         const pl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                 &L->w_down};
+                                 &L->w_down, &L->ple_gate, &L->ple_proj};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
             if (!ws[i]->data) continue;
             size_t z = pl_matmul_scratch_size(ws[i]->type, ws[i]->cols, B);
@@ -105,9 +115,21 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
                            max_tokens);
         }
     }
-    /* the window layers' own angles follow the shared ones (gemma3's rope_swa) */
-    c->rope_cs = malloc(T * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) *
-                        (hp->has_rope_swa ? 2 : 1) * sizeof(float));
+    /* the window layers' own angles follow the shared ones (gemma3's, gemma4's rope_swa) */
+    c->rope_cs = malloc(T * (size_t)((hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) +
+                                     (hp->has_rope_swa ? hp->rope_swa.n_rot : 0)) *
+                        sizeof(float));
+    if (hp->per_layer_dim > 0) {
+        const size_t n = (size_t)hp->n_layers * (size_t)hp->per_layer_dim;
+        c->ple = malloc(T * n * sizeof(float));
+        c->ple_tok = malloc(n * sizeof(float));
+        c->ple_g = malloc(T * (size_t)hp->per_layer_dim * sizeof(float));
+        if (!c->ple || !c->ple_tok || !c->ple_g) {
+            pl_forward_ctx_destroy(c);
+            return pl_fail(PL_ERR_NOMEM, "forward: out of memory for %d tokens of per-layer "
+                           "embeddings", max_tokens);
+        }
+    }
     c->mm_scratch = malloc(max_scratch(m, max_tokens) + 64);
     if (m->shard.size > 1 &&
         !(c->lg = malloc((size_t)max_logits * (size_t)m->shard.n_vocab * sizeof(float)))) {
@@ -133,7 +155,7 @@ void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
                 c->scores, c->lg, c->moe_probs, c->moe_sel, c->moe_w, c->moe_start, c->moe_tok,
                 c->moe_tw, c->moe_x, c->moe_acc, c->lora_r, c->lora_y, c->lora_x,
-                c->lora_mm, c);
+                c->lora_mm, c->ple, c->ple_tok, c->ple_g, c);
 }
 
 void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp) { c->tpc = *tp; }
@@ -151,13 +173,20 @@ static pl_status check_batch(const pl_forward_ctx *c, const pl_kv_store *kv,
     if (b->n_logits < 0 || b->n_logits > c->max_logits)
         return pl_fail(PL_ERR_INVALID_ARG, "forward: %d logit rows (capacity %d)", b->n_logits,
                        c->max_logits);
-    int32_t tensors = b->block_tables_w ? hp->n_layers / 2 : hp->n_layers;
-    if (b->block_tables_w && (!b->slot_mapping_w || hp->n_layers % 2))
-        return pl_fail(PL_ERR_INVALID_ARG, "forward: KV cache groups need window slots and an "
-                       "even layer count");
-    if (kv->n_layers != tensors || kv->layout.n_kv_heads != hp->n_kv_heads ||
-        kv->layout.head_dim != hp->head_dim)
+    int32_t tensors = b->block_tables_w ? hp->n_layers / 2 : pl_model_kv_tensors(hp);
+    if (b->block_tables_w && (!b->slot_mapping_w || hp->n_layers % 2 || hp->kv_shaped))
+        return pl_fail(PL_ERR_INVALID_ARG, "forward: KV cache groups need window slots, an even "
+                       "layer count and one KV shape for all layers");
+    if (kv->n_layers != tensors)
         return pl_fail(PL_ERR_INVALID_ARG, "forward: KV store shape does not match the model");
+    for (int32_t t = 0; t < tensors; t++) {
+        const pl_kv_layout lay = pl_kv_store_layer_layout(kv, t);
+        const pl_kv_shape want = pl_model_layer_shape(hp, t);
+        if (lay.n_kv_heads != want.n_kv_heads || lay.head_dim != want.head_dim)
+            return pl_fail(PL_ERR_INVALID_ARG, "forward: KV store layer %d has %d KV heads of "
+                           "%d, the model %d of %d", t, lay.n_kv_heads, lay.head_dim,
+                           want.n_kv_heads, want.head_dim);
+    }
     for (int32_t t = 0; t < b->n_tokens; t++)
         if (b->token_ids[t] < 0 || b->token_ids[t] >= hp->n_vocab)
             return pl_fail(PL_ERR_INVALID_ARG, "token id %d is out of range [0, %d)",
@@ -264,6 +293,45 @@ static void moe_ffn(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T) {
     }
 }
 
+/* gemma4's per-layer inputs of the step's tokens into c->ple (llama.cpp's
+ * project_per_layer_inputs): the scaled embeddings x projected by per_layer_model_proj and
+ * scaled by 1/sqrt(dim), each layer's slice RMS-normed with per_layer_proj_norm, plus the
+ * token's per_layer_token_embd row times sqrt(pld), all times 1/sqrt(2). */
+static void ple_inputs(pl_forward_ctx *c, const pl_step_batch *b, int64_t T) {
+    const pl_model *m = c->m;
+    const pl_model_hparams *hp = &m->hp;
+    const int64_t pld = hp->per_layer_dim, n = hp->n_layers * pld;
+    matmul(c, &m->ple_model_proj, c->x, T, c->ple);
+    const float ps = 1.0f / sqrtf((float)hp->dim), es = sqrtf((float)pld);
+    const float is = 1.0f / sqrtf(2.0f);
+    for (int64_t i = 0; i < T * n; i++) c->ple[i] *= ps;
+    pl_rmsnorm(c->tp, c->ple, c->ple, m->ple_proj_norm, T * hp->n_layers, pld, hp->norm_eps);
+    const size_t row = pl_dtype_row_size(m->ple_embd.type, n);
+    for (int64_t t = 0; t < T; t++) {
+        pl_dequantize_row(m->ple_embd.type,
+                          (const char *)m->ple_embd.data + (size_t)b->token_ids[t] * row,
+                          c->ple_tok, n);
+        float *p = c->ple + t * n;
+        for (int64_t i = 0; i < n; i++) p[i] = (p[i] + c->ple_tok[i] * es) * is;
+    }
+}
+
+/* gemma4's per-layer embedding of layer l, added to the residual x (after the FFN). */
+static void ple_layer(pl_forward_ctx *c, const pl_layer_weights *L, int32_t l, int64_t T) {
+    const pl_model_hparams *hp = &c->m->hp;
+    const int64_t pld = hp->per_layer_dim, n = hp->n_layers * pld;
+    matmul(c, &L->ple_gate, c->x, T, c->ple_g);
+    pl_gelu(c->tp, c->ple_g, T * pld);
+    for (int64_t t = 0; t < T; t++) {
+        const float *p = c->ple + t * n + (int64_t)l * pld;
+        float *g = c->ple_g + t * pld;
+        for (int64_t i = 0; i < pld; i++) g[i] *= p[i];
+    }
+    matmul(c, &L->ple_proj, c->ple_g, T, c->h);
+    pl_rmsnorm(c->tp, c->h, c->h, L->ple_post_norm, T, hp->dim, hp->norm_eps);
+    pl_add(c->x, c->h, T * hp->dim);
+}
+
 pl_status pl_model_forward(pl_forward_ctx *c, pl_kv_store *kv, const pl_step_batch *b,
                            float *logits) {
     return pl_model_forward_pooled(c, kv, b, logits, NULL);
@@ -277,8 +345,6 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
     const pl_model *m = c->m;
     const pl_model_hparams *hp = &m->hp;
     const int64_t T = b->n_tokens, dim = hp->dim;
-    const int64_t qd = (int64_t)hp->n_heads * hp->head_dim;
-    const int64_t kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
 
     for (int64_t t = 0; t < T; t++)
         pl_dequantize_row(m->tok_embd.type,
@@ -289,6 +355,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         const float s = sqrtf((float)dim);
         for (int64_t i = 0; i < T * dim; i++) c->x[i] *= s;
     }
+    if (hp->per_layer_dim > 0) ple_inputs(c, b, T);
     float *rope_cs_swa = c->rope_cs + T * hp->rope.n_rot;
     pl_rope_cache(&hp->rope, b->positions, T, c->rope_cs);
     if (hp->has_rope_swa) pl_rope_cache(&hp->rope_swa, b->positions, T, rope_cs_swa);
@@ -304,32 +371,43 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         const pl_layer_weights *L = &m->layers[l];
         const int32_t window = pl_model_layer_window(hp, l);
         const int grouped_w = b->block_tables_w && window > 0;
-        const int32_t tensor = !b->block_tables_w ? l : window > 0 ? n_win++ : n_glob++;
+        const int32_t tensor = !b->block_tables_w ? pl_model_kv_tensor(hp, l)
+                               : window > 0 ? n_win++ : n_glob++;
+        const pl_kv_shape shp = pl_model_layer_shape(hp, l);
+        const int32_t hd = shp.head_dim, nkv = shp.n_kv_heads;
+        const int64_t qd = (int64_t)hp->n_heads * hd, kvd = (int64_t)nkv * hd;
+        const int own_kv = l < pl_model_kv_tensors(hp); /* gemma4's shared layers: Q only */
         pl_rmsnorm(c->tp, c->h, c->x, L->attn_norm, T, dim, hp->norm_eps);
         const pl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->k, c->v};
-        pl_matmul_multi(c->tp, qkv, qkv_out, 3, c->h, T, c->mm_scratch);
+        pl_matmul_multi(c->tp, qkv, qkv_out, !own_kv ? 1 : L->wv.data ? 3 : 2, c->h, T,
+                        c->mm_scratch);
         pl_lora_apply(c, b, l, PL_LORA_Q, c->h, dim, c->q, qd); /* each adapter on its rows */
-        pl_lora_apply(c, b, l, PL_LORA_K, c->h, dim, c->k, kvd);
-        pl_lora_apply(c, b, l, PL_LORA_V, c->h, dim, c->v, kvd);
+        if (own_kv) {
+            pl_lora_apply(c, b, l, PL_LORA_K, c->h, dim, c->k, kvd);
+            if (L->wv.data) pl_lora_apply(c, b, l, PL_LORA_V, c->h, dim, c->v, kvd);
+            else memcpy(c->v, c->k, (size_t)(T * kvd) * sizeof(float)); /* gemma4: V = K */
+        }
         if (L->bq) pl_add_bias(c->q, L->bq, T, qd);
         if (L->bk) pl_add_bias(c->k, L->bk, T, kvd);
         if (L->bv) pl_add_bias(c->v, L->bv, T, kvd);
-        if (L->q_norm) pl_rmsnorm(c->tp, c->q, c->q, L->q_norm, T * hp->n_heads, hp->head_dim,
+        if (L->q_norm) pl_rmsnorm(c->tp, c->q, c->q, L->q_norm, T * hp->n_heads, hd,
                                   hp->norm_eps);
-        if (L->k_norm) pl_rmsnorm(c->tp, c->k, c->k, L->k_norm, T * hp->n_kv_heads, hp->head_dim,
-                                  hp->norm_eps);
+        if (L->k_norm) pl_rmsnorm(c->tp, c->k, c->k, L->k_norm, T * nkv, hd, hp->norm_eps);
+        if (own_kv && hp->arch == PL_ARCH_GEMMA4) /* V: an RMSNorm without weight */
+            pl_rmsnorm(c->tp, c->v, c->v, m->ones, T * nkv, hd, hp->norm_eps);
         const int rope_swa = hp->has_rope_swa && hp->swa_layers[l];
         const pl_rope_params *rope = rope_swa ? &hp->rope_swa : &hp->rope;
         const float *cs = rope_swa ? rope_cs_swa : c->rope_cs;
-        pl_rope_apply(rope, cs, c->q, T, hp->n_heads, hp->head_dim);
-        pl_rope_apply(rope, cs, c->k, T, hp->n_kv_heads, hp->head_dim);
+        pl_rope_apply(rope, cs, c->q, T, hp->n_heads, hd);
+        if (own_kv) pl_rope_apply(rope, cs, c->k, T, nkv, hd);
         if (hp->attn_temp_scale != 0) scale_queries_by_position(hp, b->positions, c->q, T);
 
         attn.block_tables = grouped_w ? b->block_tables_w : b->block_tables;
         attn.window = window;
         attn.sinks = L->attn_sinks;
-        PL_TRY(pl_kv_store_attention(c->tp, kv, tensor, c->k, c->v,
+        /* a layer that shares an earlier layer's KV (gemma4) writes nothing, only attends */
+        PL_TRY(pl_kv_store_attention(c->tp, kv, tensor, own_kv ? c->k : NULL, c->v,
                                      grouped_w ? b->slot_mapping_w : b->slot_mapping,
                                      b->n_tokens, &attn));
 
@@ -350,18 +428,21 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         const pl_weight *gate_up[2] = {&L->w_gate, &L->w_up};
         float *gate_up_out[2] = {c->gate, c->up};
         pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->h, T, c->mm_scratch);
-        pl_lora_apply(c, b, l, PL_LORA_GATE, c->h, dim, c->gate, hp->ffn_dim);
-        pl_lora_apply(c, b, l, PL_LORA_UP, c->h, dim, c->up, hp->ffn_dim);
-        if (pl_arch_is_gemma(hp->arch))
-            pl_geglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
+        pl_lora_apply(c, b, l, PL_LORA_GATE, c->h, dim, c->gate, L->w_up.rows);
+        pl_lora_apply(c, b, l, PL_LORA_UP, c->h, dim, c->up, L->w_up.rows);
+        if (pl_arch_is_gemma(hp->arch)) /* the layer's width: gemma4's may vary */
+            pl_geglu(c->tp, c->gate, c->up, T, L->w_up.rows);
         else
             pl_swiglu(c->tp, c->gate, c->up, T, hp->ffn_dim);
         matmul(c, &L->w_down, c->gate, T, c->h);
-        pl_lora_apply(c, b, l, PL_LORA_DOWN, c->gate, hp->ffn_dim, c->h, dim);
+        pl_lora_apply(c, b, l, PL_LORA_DOWN, c->gate, L->w_up.rows, c->h, dim);
         if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's FFN */
         if (L->ffn_post_norm)
             pl_rmsnorm(c->tp, c->h, c->h, L->ffn_post_norm, T, dim, hp->norm_eps);
         pl_add(c->x, c->h, T * dim);
+        if (hp->per_layer_dim > 0) ple_layer(c, L, l, T);
+        if (L->out_scale)
+            for (int64_t i = 0; i < T * dim; i++) c->x[i] *= L->out_scale[0];
     }
 
     if (b->n_logits > 0 && (logits || c->tpc.gather)) { /* a rank without logits skips them */

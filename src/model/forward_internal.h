@@ -38,6 +38,10 @@ struct pl_forward_ctx {
     float *lora_y;       /* [max_tokens][max(dim, n_heads*hd, ffn)] B (A x) */
     float *lora_x;       /* [max_tokens][the same] one adapter's input rows, gathered */
     void *lora_mm;       /* their activations converted for matmul */
+    /* gemma4's per-layer embeddings (hp.per_layer_dim > 0) */
+    float *ple;          /* [max_tokens][n_layers * pld] every layer's input of every token */
+    float *ple_tok;      /* [n_layers * pld] one token's per_layer_token_embd row */
+    float *ple_g;        /* [max_tokens][pld] the gate of one layer */
 };
 
 /* Pool rows x[0..n)[dim] (mean, first or last) into out[dim] and L2-normalize it (forward_bert.c). */

@@ -263,6 +263,147 @@ static pl_status read_gemma3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     return PL_OK;
 }
 
+/* "<arch>.<key>" as one integer per layer: an array of n_layers integers, or one value for
+ * every layer; `def` < 0 means required. */
+static pl_status get_arch_ints(const pl_gguf *g, const char *arch, const char *key, int64_t def,
+                               int64_t lo, int64_t hi, int32_t n, int32_t *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    int64_t ki = pl_gguf_find_key(g, full);
+    if (ki < 0 || pl_gguf_type_at(g, ki) != PL_GGUF_ARRAY) {
+        int32_t v;
+        PL_TRY(get_arch_int(g, arch, key, def, lo, hi, &v));
+        for (int32_t l = 0; l < n; l++) out[l] = v;
+        return PL_OK;
+    }
+    pl_gguf_arr arr;
+    PL_TRY(pl_gguf_get_arr(g, full, &arr));
+    if (arr.count != (uint64_t)n || arr.type == PL_GGUF_STRING || arr.type == PL_GGUF_ARRAY ||
+        arr.type == PL_GGUF_FLOAT32 || arr.type == PL_GGUF_FLOAT64 || arr.type == PL_GGUF_BOOL)
+        return pl_fail(PL_ERR_FORMAT, "'%s' must be one integer or %d integers (one per layer)",
+                       full, n);
+    for (int32_t l = 0; l < n; l++) {
+        int64_t v = pl_gguf_arr_int(&arr, (uint64_t)l);
+        if (v < lo || v > hi)
+            return pl_fail(PL_ERR_FORMAT, "metadata '%s'[%d] = %lld is out of range [%lld, %lld]",
+                           full, l, (long long)v, (long long)lo, (long long)hi);
+        out[l] = (int32_t)v;
+    }
+    return PL_OK;
+}
+
+/* gemma4 as llama.cpp reads it. Per layer (an array or one value): feed_forward_length and
+ * attention.head_count_kv; attention.head_count must be the same on every layer. The window
+ * `attention.sliding_window` on the layers of the array `attention.sliding_window_pattern`
+ * (required, one bool per layer); the window layers have their own head size
+ * (attention.key_length_swa), rotated dims (rope.dimension_count_swa, default the full layers')
+ * and base (rope.freq_base_swa, default 10000, no scaling); the full layers rotate with
+ * rope_freqs.weight. The last `attention.shared_kv_layers` layers reuse the K/V of the last
+ * earlier layer of their kind (which must exist and have their shape). Queries are not
+ * scaled (llama.cpp's f_attention_scale 1); V gets an RMSNorm without weight.
+ * `embedding_length_per_layer_input` (required, 0: none) sizes the per-layer embeddings. The
+ * logits are soft-capped by final_logit_softcapping, 30 when absent (llama.cpp's default). The
+ * mixture-of-experts variant (expert_count > 0) is refused. */
+static pl_status read_gemma4_hparams(const pl_gguf *g, pl_model_hparams *hp) {
+    const char *a = hp->arch_name;
+    const int32_t n = hp->n_layers;
+    int32_t ffn[PL_MAX_LAYERS], heads[PL_MAX_LAYERS], kvh[PL_MAX_LAYERS];
+    PL_TRY(get_arch_ints(g, a, "feed_forward_length", -1, 1, 1 << 20, n, ffn));
+    PL_TRY(get_arch_ints(g, a, "attention.head_count", -1, 1, 1024, n, heads));
+    hp->n_heads = heads[0];
+    for (int32_t l = 0; l < n; l++)
+        if (heads[l] != hp->n_heads)
+            return pl_fail(PL_ERR_UNSUPPORTED, "'%s.attention.head_count' differs between layers "
+                           "0 and %d (%d, %d): not supported", a, l, hp->n_heads, heads[l]);
+    PL_TRY(get_arch_ints(g, a, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads, n, kvh));
+    PL_TRY(get_arch_int(g, a, "context_length", 2048, 1, 1 << 24, &hp->n_ctx_train));
+    int32_t expert = 0;
+    PL_TRY(get_arch_int(g, a, "expert_count", 0, 0, 1 << 16, &expert));
+    if (expert)
+        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.expert_count' = %d: the mixture-of-experts "
+                       "Gemma 4 is not supported", a, expert);
+    /* head sizes: the full layers' and the window layers' (K and V alike) */
+    int32_t hd = 0, hd_swa = 0, v_len = 0;
+    PL_TRY(get_arch_int(g, a, "attention.key_length", hp->dim / hp->n_heads, 4, 1024, &hd));
+    PL_TRY(get_arch_int(g, a, "attention.value_length", hd, 1, 1024, &v_len));
+    if (v_len != hd)
+        return pl_fail(PL_ERR_FORMAT, "'%s.attention.value_length' %d differs from the key length "
+                       "%d (Gemma 4 needs them equal)", a, v_len, hd);
+    PL_TRY(get_arch_int(g, a, "attention.key_length_swa", -1, 4, 1024, &hd_swa));
+    PL_TRY(get_arch_int(g, a, "attention.value_length_swa", hd_swa, 1, 1024, &v_len));
+    if (v_len != hd_swa)
+        return pl_fail(PL_ERR_FORMAT, "'%s.attention.value_length_swa' %d differs from "
+                       "key_length_swa %d (Gemma 4 needs them equal)", a, v_len, hd_swa);
+    if (hd % 4 || hd_swa % 4)
+        return pl_fail(PL_ERR_UNSUPPORTED, "head sizes %d / %d (full / window layers) must be "
+                       "multiples of 4", hd, hd_swa);
+    /* the window and its layers */
+    PL_TRY(get_arch_int(g, a, "attention.sliding_window", -1, 1, 1 << 24, &hp->sliding_window));
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+    int64_t ki = pl_gguf_find_key(g, key);
+    if (ki < 0) return pl_fail(PL_ERR_FORMAT, "missing metadata key '%s'", key);
+    if (pl_gguf_type_at(g, ki) != PL_GGUF_ARRAY)
+        return pl_fail(PL_ERR_FORMAT, "'%s' must be an array of %d booleans (one per layer)",
+                       key, n);
+    PL_TRY(read_swa_pattern(g, hp, 0));
+    /* per-layer shapes; the scratch is sized by the largest */
+    hp->kv_shaped = 1;
+    hp->ffn_dim = hp->head_dim = hp->n_kv_heads = 0;
+    for (int32_t l = 0; l < n; l++) {
+        if (hp->n_heads % kvh[l])
+            return pl_fail(PL_ERR_FORMAT, "layer %d: %d attention heads are not a multiple of "
+                           "'%s.attention.head_count_kv' %d", l, hp->n_heads, a, kvh[l]);
+        hp->kv_shapes[l] = (pl_kv_shape){kvh[l], hp->swa_layers[l] ? hd_swa : hd};
+        if (kvh[l] > hp->n_kv_heads) hp->n_kv_heads = kvh[l];
+        if (ffn[l] > hp->ffn_dim) hp->ffn_dim = ffn[l];
+    }
+    hp->head_dim = hd > hd_swa ? hd : hd_swa;
+    /* layers that reuse an earlier layer's K/V */
+    PL_TRY(get_arch_int(g, a, "attention.shared_kv_layers", 0, 0, n, &hp->n_kv_shared));
+    if (hp->n_kv_shared > 0 && n - hp->n_kv_shared < 2)
+        return pl_fail(PL_ERR_FORMAT, "'%s.attention.shared_kv_layers' = %d leaves %d layers with "
+                       "their own KV (at least 2: the last window and the last full layer)", a,
+                       hp->n_kv_shared, n - hp->n_kv_shared);
+    for (int32_t l = n - hp->n_kv_shared; l < n; l++) {
+        const int32_t src = pl_model_kv_tensor(hp, l);
+        if (hp->swa_layers[src] != hp->swa_layers[l])
+            return pl_fail(PL_ERR_FORMAT, "'%s' and '%s.attention.shared_kv_layers' = %d are "
+                           "inconsistent: layer %d (%s) would reuse the KV of layer %d (%s)",
+                           key, a, hp->n_kv_shared, l, hp->swa_layers[l] ? "window" : "full",
+                           src, hp->swa_layers[src] ? "window" : "full");
+        if (hp->kv_shapes[src].n_kv_heads != hp->kv_shapes[l].n_kv_heads)
+            return pl_fail(PL_ERR_FORMAT, "'%s.attention.head_count_kv': layer %d has %d KV heads "
+                           "but reuses the KV of layer %d, which has %d", a, l,
+                           hp->kv_shapes[l].n_kv_heads, src, hp->kv_shapes[src].n_kv_heads);
+    }
+    PL_TRY(get_arch_int(g, a, "embedding_length_per_layer_input", -1, 0, 1 << 16,
+                        &hp->per_layer_dim));
+    PL_TRY(get_arch_float(g, a, "attention.layer_norm_rms_epsilon", 1e-6, 0, 1, &hp->norm_eps));
+    /* RoPE: NEOX; the full layers' dims, base and scaling; the window layers' own */
+    hp->rope.mode = PL_ROPE_NEOX;
+    PL_TRY(get_arch_int(g, a, "rope.dimension_count", hd, 2, hd, &hp->rope.n_rot));
+    PL_TRY(get_arch_float(g, a, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope.freq_base));
+    PL_TRY(read_rope_scaling(g, hp));
+    hp->has_rope_swa = 1;
+    hp->rope_swa = hp->rope;
+    PL_TRY(get_arch_int(g, a, "rope.dimension_count_swa", hp->rope.n_rot, 2, hd_swa,
+                        &hp->rope_swa.n_rot));
+    if (hp->rope.n_rot % 2 || hp->rope_swa.n_rot % 2)
+        return pl_fail(PL_ERR_FORMAT, "'%s.rope.dimension_count' %d / _swa %d must be even", a,
+                       hp->rope.n_rot, hp->rope_swa.n_rot);
+    PL_TRY(get_arch_float(g, a, "rope.freq_base_swa", 10000.0, 1e-3, 1e12,
+                          &hp->rope_swa.freq_base));
+    hp->rope_swa.freq_scale = 1.0f;
+    if (hp->rope_swa.ext_factor != 0)
+        pl_rope_yarn_corr_dims(hp->rope_swa.n_rot, hp->n_ctx_orig, hp->rope_swa.freq_base, 32.0f,
+                               1.0f, hp->rope_swa.corr_dims);
+    /* absent: llama.cpp's default of 30 (gemma4 reads the key as optional over it) */
+    PL_TRY(get_arch_float(g, a, "final_logit_softcapping", 30.0, 0, 1e9, &hp->final_softcap));
+    hp->attn_scale = 1.0f;
+    return PL_OK;
+}
+
 /* mistral3: Llama 4's attention temperature (`attention.temperature_scale`, its floor the
  * original context), llama.cpp's yarn_* keys (read_rope_scaling), no sliding window. */
 static pl_status read_mistral3_hparams(const pl_gguf *g, pl_model_hparams *hp) {
@@ -319,14 +460,17 @@ static pl_status read_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     else if (pl_gguf_str_eq(arch, "gemma3")) hp->arch = PL_ARCH_GEMMA3;
     else if (pl_gguf_str_eq(arch, "qwen3moe")) hp->arch = PL_ARCH_QWEN3MOE;
     else if (pl_gguf_str_eq(arch, "gpt-oss")) hp->arch = PL_ARCH_GPT_OSS;
+    else if (pl_gguf_str_eq(arch, "gemma4")) hp->arch = PL_ARCH_GEMMA4;
     else
         return pl_fail(PL_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: "
-                       "llama, qwen2, qwen3, qwen3moe, gpt-oss, mistral3, gemma2, gemma3, phi3, "
+                       "llama, qwen2, qwen3, qwen3moe, gpt-oss, mistral3, gemma2, gemma3, gemma4, "
+                       "phi3, "
                        "bert)",
                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     const char *a = hp->arch_name;
     PL_TRY(get_arch_int(g, a, "embedding_length", -1, 1, 1 << 16, &hp->dim));
     PL_TRY(get_arch_int(g, a, "block_count", -1, 1, PL_MAX_LAYERS, &hp->n_layers));
+    if (hp->arch == PL_ARCH_GEMMA4) return read_gemma4_hparams(g, hp);
     PL_TRY(get_arch_int(g, a, "feed_forward_length", -1, 1, 1 << 20, &hp->ffn_dim));
     PL_TRY(get_arch_int(g, a, "attention.head_count", -1, 1, 1024, &hp->n_heads));
     PL_TRY(get_arch_int(g, a, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads,
@@ -629,6 +773,71 @@ static pl_status bind_bert_weights(pl_model *m) {
     return hp->pooling == PL_POOL_RANK ? bind_bert_cls_head(m) : PL_OK;
 }
 
+/* gemma4: every layer with its own shape (model.h), K/V only for the layers that compute them
+ * (attn_v optional: V is then K), Q/K norms, the post-attention and post-FFN norms, the
+ * optional layer_output_scale, the FFN of the layer's width, rope_freqs for the full layers,
+ * and with per_layer_dim > 0 the per-layer embedding tensors. */
+static pl_status bind_gemma4_weights(pl_model *m) {
+    const pl_gguf *g = m->file;
+    pl_model_hparams *hp = &m->hp;
+    const int32_t n = hp->n_layers, pld = hp->per_layer_dim;
+    const int64_t dim = hp->dim;
+    int32_t ffn[PL_MAX_LAYERS];
+    PL_TRY(get_arch_ints(g, hp->arch_name, "feed_forward_length", -1, 1, 1 << 20, n, ffn));
+    if (pld > 0) {
+        PL_TRY(bind_weight(g, "per_layer_token_embd.weight", (int64_t)n * pld, hp->n_vocab,
+                           &m->ple_embd));
+        PL_TRY(bind_weight(g, "per_layer_model_proj.weight", dim, (int64_t)n * pld,
+                           &m->ple_model_proj));
+        PL_TRY(load_vector(g, "per_layer_proj_norm.weight", pld, 0, &m->ple_proj_norm));
+    }
+    if (!(m->ones = malloc((size_t)hp->head_dim * sizeof *m->ones)))
+        return pl_fail(PL_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; i < hp->head_dim; i++) m->ones[i] = 1.0f;
+    for (int32_t l = 0; l < n && !m->rope_freqs; l++) /* the full layers' proportional RoPE */
+        if (!hp->swa_layers[l])
+            PL_TRY(load_vector(g, "rope_freqs.weight", hp->kv_shapes[l].head_dim / 2, 0,
+                               &m->rope_freqs));
+    hp->rope.freq_factors = m->rope_freqs;
+    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
+    if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", n);
+    for (int32_t l = 0; l < n; l++) {
+        pl_layer_weights *L = &m->layers[l];
+        const int64_t hd = hp->kv_shapes[l].head_dim, q_dim = (int64_t)hp->n_heads * hd;
+        const int64_t kv_dim = (int64_t)hp->kv_shapes[l].n_kv_heads * hd;
+        const int own_kv = l < pl_model_kv_tensors(hp);
+        char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+        if (pl_gguf_find_tensor(g, NAME("attn_qkv.weight")))
+            return pl_fail(PL_ERR_UNSUPPORTED, "tensor '%s' (a fused QKV) is not supported for "
+                           "gemma4", nm);
+        PL_TRY(load_vector(g, NAME("attn_norm.weight"), dim, 0, &L->attn_norm));
+        PL_TRY(bind_weight(g, NAME("attn_q.weight"), dim, q_dim, &L->wq));
+        PL_TRY(load_vector(g, NAME("attn_q_norm.weight"), hd, 0, &L->q_norm));
+        if (own_kv) {
+            PL_TRY(bind_weight(g, NAME("attn_k.weight"), dim, kv_dim, &L->wk));
+            if (pl_gguf_find_tensor(g, NAME("attn_v.weight")))
+                PL_TRY(bind_weight(g, nm, dim, kv_dim, &L->wv));
+            PL_TRY(load_vector(g, NAME("attn_k_norm.weight"), hd, 0, &L->k_norm));
+        }
+        PL_TRY(bind_weight(g, NAME("attn_output.weight"), q_dim, dim, &L->wo));
+        PL_TRY(load_vector(g, NAME("post_attention_norm.weight"), dim, 0, &L->attn_post_norm));
+        PL_TRY(load_vector(g, NAME("layer_output_scale.weight"), 1, 1, &L->out_scale));
+        PL_TRY(load_vector(g, NAME("ffn_norm.weight"), dim, 0, &L->ffn_norm));
+        PL_TRY(bind_weight(g, NAME("ffn_gate.weight"), dim, ffn[l], &L->w_gate));
+        PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, ffn[l], &L->w_up));
+        PL_TRY(bind_weight(g, NAME("ffn_down.weight"), ffn[l], dim, &L->w_down));
+        PL_TRY(load_vector(g, NAME("post_ffw_norm.weight"), dim, 0, &L->ffn_post_norm));
+        if (pld > 0) {
+            PL_TRY(bind_weight(g, NAME("inp_gate.weight"), dim, pld, &L->ple_gate));
+            PL_TRY(bind_weight(g, NAME("proj.weight"), pld, dim, &L->ple_proj));
+            PL_TRY(load_vector(g, NAME("post_norm.weight"), dim, 0, &L->ple_post_norm));
+        }
+#undef NAME
+    }
+    return PL_OK;
+}
+
 static pl_status bind_weights(pl_model *m) {
     const pl_gguf *g = m->file;
     pl_model_hparams *hp = &m->hp;
@@ -651,6 +860,7 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(bind_weight(g, "output.weight", dim, hp->n_vocab, &m->output));
     else
         m->output = m->tok_embd; /* tied embeddings (gemma2: always, as llama.cpp) */
+    if (hp->arch == PL_ARCH_GEMMA4) return bind_gemma4_weights(m);
     if (hp->arch == PL_ARCH_PHI3) {
         /* LongRoPE (Phi-3 128k): llama.cpp uses rope_factors_long when its per-sequence context
          * exceeds original_context_length, else rope_factors_short; pagellm's sequences may
@@ -831,12 +1041,13 @@ void pl_model_destroy(pl_model *m) {
             PL_FREE_ALL(L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->b_up, L->b_down,
                         L->attn_out_norm, L->attn_out_norm_b, L->out_norm, L->out_norm_b,
                         L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm, L->exp_gate,
-                        L->gate_inp_b, L->exp_gate_b, L->exp_up_b, L->exp_down_b, L->attn_sinks);
+                        L->gate_inp_b, L->exp_gate_b, L->exp_up_b, L->exp_down_b, L->attn_sinks,
+                        L->ple_post_norm, L->out_scale);
         }
         free(m->layers);
     }
     for (int32_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
-    PL_FREE_ALL(m->cls_b, m->cls_out_b);
+    PL_FREE_ALL(m->cls_b, m->cls_out_b, m->ple_proj_norm, m->ones);
     PL_FREE_ALL(m->output_norm, m->rope_freqs, m->type_embd, m->embd_norm, m->embd_norm_b,
                 m->owned);
     pl_tokenizer_destroy(m->tok);

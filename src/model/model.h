@@ -14,7 +14,12 @@
  * embeddings), `gemma3` (gemma2's layout without attention soft-capping, plus per-head Q/K
  * RMSNorms; the window on the layers of sliding_window_pattern, five of six by default, which
  * rotate with rope.freq_base_swa and no scaling; output.weight when present; the final
- * soft-cap only when its key is), `qwen3` (per-head Q/K RMSNorms before NEOX RoPE, no biases),
+ * soft-cap only when its key is), `gemma4` (gemma3's layout with window and full layers of
+ * their own head sizes and KV heads (per-layer arrays), the pattern from its array, V RMS-normed
+ * without weight, unscaled queries, rope_freqs on the full layers, layer_output_scale, the final
+ * soft-cap 30 unless the key says; the small variants' per-layer token embeddings and the
+ * shared-KV layers that read an earlier layer's cache: see pl_model_kv_tensor),
+ * `qwen3` (per-head Q/K RMSNorms before NEOX RoPE, no biases),
  * `qwen3moe` (qwen3's attention, a mixture-of-experts FFN), llama with `llama.expert_count` > 0
  * (Mixtral: llama's attention, the same MoE FFN),
  * `gpt-oss` (OpenAI's open-weight MoE: Q/K/V and output biases, attention sinks, the window on
@@ -55,7 +60,7 @@ enum { PL_MAX_LAYERS = 1024 }; /* block_count above this is refused at load */
 typedef enum {
     PL_ARCH_LLAMA = 1, PL_ARCH_QWEN2 = 2, PL_ARCH_BERT = 3, PL_ARCH_GEMMA2 = 4, PL_ARCH_PHI3 = 5,
     PL_ARCH_QWEN3 = 6, PL_ARCH_MISTRAL3 = 7, PL_ARCH_GEMMA3 = 8, PL_ARCH_QWEN3MOE = 9,
-    PL_ARCH_GPT_OSS = 10
+    PL_ARCH_GPT_OSS = 10, PL_ARCH_GEMMA4 = 11
 } pl_arch;
 
 /* qwen3 and qwen3moe share the attention: per-head Q/K RMSNorms, NEOX RoPE, no biases. */
@@ -63,7 +68,9 @@ static inline int pl_arch_is_qwen3(pl_arch a) { return a == PL_ARCH_QWEN3 || a =
 
 /* The Gemma families' shared traits: embeddings scaled by sqrt(dim), GeGLU, RMSNorms after the
  * attention and FFN outputs. */
-static inline int pl_arch_is_gemma(pl_arch a) { return a == PL_ARCH_GEMMA2 || a == PL_ARCH_GEMMA3; }
+static inline int pl_arch_is_gemma(pl_arch a) {
+    return a == PL_ARCH_GEMMA2 || a == PL_ARCH_GEMMA3 || a == PL_ARCH_GEMMA4;
+}
 
 /* How an embedding model turns its last hidden states into one vector (llama.cpp's numbering
  * of `<arch>.pooling_type`). NONE: a generation model (no embeddings). */
@@ -116,6 +123,17 @@ typedef struct {
      * [-limit, limit], out = g sigmoid(alpha g) (up + 1), alpha 1.702, limit 7. */
     int32_t moe_softmax_weight;
     float swiglu_alpha, swiglu_limit; /* limit 0: the plain SwiGLU */
+    /* gemma4 (0 elsewhere). Its window and full layers have their own KV heads and head sizes
+     * (kv_shaped: layer l's are kv_shapes[l]; n_kv_heads / head_dim are then the largest, which
+     * size the scratch), the window layers their own rotated dims (rope_swa.n_rot). The last
+     * n_kv_shared layers compute no K/V: they read the store tensor of pl_model_kv_tensor (the
+     * last earlier layer of their kind), so the KV store has n_layers - n_kv_shared tensors.
+     * per_layer_dim > 0: the small variants' per-layer token embeddings, that many values per
+     * layer and token. ffn_dim is the widest layer's (the FFN width may vary per layer). */
+    int32_t kv_shaped;
+    int32_t n_kv_shared;
+    int32_t per_layer_dim;
+    pl_kv_shape kv_shapes[PL_MAX_LAYERS];
 } pl_model_hparams;
 
 /* The attention window of layer l: hp->sliding_window if the layer uses it, else 0 (full). */
@@ -126,6 +144,30 @@ static inline int32_t pl_model_layer_window(const pl_model_hparams *hp, int32_t 
 /* The smallest window over all layers if every layer has one, else 0: a block whose tokens all
  * left it is read by no layer again (the KV manager may free it). */
 int32_t pl_model_kv_window(const pl_model_hparams *hp);
+
+/* Layer l's KV heads and head size (gemma4's differ by layer kind). */
+static inline pl_kv_shape pl_model_layer_shape(const pl_model_hparams *hp, int32_t l) {
+    return hp->kv_shaped ? hp->kv_shapes[l] : (pl_kv_shape){hp->n_kv_heads, hp->head_dim};
+}
+
+/* The shapes of the store tensors (pl_kv_store_init_shaped), or NULL when every layer has
+ * n_kv_heads heads of head_dim. */
+static inline const pl_kv_shape *pl_model_kv_shapes(const pl_model_hparams *hp) {
+    return hp->kv_shaped ? hp->kv_shapes : NULL;
+}
+
+/* The KV store tensors the model needs: one per layer that computes K/V. */
+static inline int32_t pl_model_kv_tensors(const pl_model_hparams *hp) {
+    return hp->n_layers - hp->n_kv_shared;
+}
+
+/* The store tensor layer l reads (without KV cache groups): its own, or for a gemma4 layer that
+ * shares KV the last layer of its kind that has its own (llama.cpp's reuse rule: the last KV
+ * layer for a full layer, the one before it for a window layer; the loader checks the kinds). */
+static inline int32_t pl_model_kv_tensor(const pl_model_hparams *hp, int32_t l) {
+    const int32_t n = pl_model_kv_tensors(hp);
+    return l < n ? l : n - (hp->swa_layers[l] ? 2 : 1);
+}
 
 typedef struct {
     float *attn_norm;                 /* [dim] */
@@ -141,6 +183,12 @@ typedef struct {
     float *out_norm, *out_norm_b;     /* [dim] x2 */
     /* gemma2, gemma3 (NULL otherwise): RMSNorms of the attention and FFN outputs. */
     float *attn_post_norm, *ffn_post_norm; /* [dim] x2 */
+    /* gemma4's per-layer embedding (hp.per_layer_dim > 0, else unbound): the gate
+     * [pld x dim], the projection [dim x pld] and its norm [dim]; its optional output scale
+     * (1 value, or NULL). */
+    pl_weight ple_gate, ple_proj;
+    float *ple_post_norm;
+    float *out_scale;
     /* MoE (hp.n_expert > 0; w_gate/w_up/w_down unused): the router [n_expert x dim] and each
      * expert's matrices, slices of the GGUF 3-D tensors ffn_{gate,up,down}_exps: exp_gate[e],
      * exp_up[e] [expert_ffn x dim], exp_down[e] [dim x expert_ffn] (one allocation of 3
@@ -186,6 +234,13 @@ typedef struct {
     pl_weight output;           /* [n_vocab x dim]; = tok_embd when tied; a shard's vocabulary
                                    rows only (shard.n_vocab) */
     float *rope_freqs;          /* [n_rot/2] or NULL */
+    /* gemma4 with per-layer embeddings (hp.per_layer_dim > 0): per_layer_token_embd
+     * [n_vocab x n_layers * pld] (rows dequantized on lookup), per_layer_model_proj
+     * [n_layers * pld x dim], per_layer_proj_norm [pld]. ones: [head_dim] of 1 (gemma4's V
+     * RMSNorm has no weight). */
+    pl_weight ple_embd, ple_model_proj;
+    float *ple_proj_norm;
+    float *ones;
     pl_layer_weights *layers;   /* [n_layers] */
     /* bert only: */
     pl_weight pos_embd;         /* [n_ctx_train x dim] absolute position embeddings */

@@ -123,6 +123,16 @@ static const arch_case ARCHS[] = {
     {"gpt-oss", "--arch gpt-oss --head-dim 48 --sliding-window 32 --experts 8 --experts-used 3 "
                 "--expert-ffn 128 --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 "
                 "--rope-base 150000"},
+    /* issue 33, gemma4: window layers 0 and 2 (4 KV heads of 32 dims, base 1e4), full
+     * layers 1 and 3 (2 KV heads of 64, base 1e6, rope_freqs), V normed, layer_output_scale */
+    {"gemma4", "--arch gemma4 --layers 2 --swa-pattern 2 --head-dim 64 --head-dim-swa 32 "
+               "--kv-heads-full 2 --sliding-window 16 --rope-base 1000000 --rope-base-swa 10000 "
+               "--final-softcap 3"},
+    /* the small variants' layout: per-layer embeddings of 32, layers 0 1 window, 2 full own
+     * their KV; 3 4 (window) reuse layer 1's, 5 (full) layer 2's, with a double-wide FFN */
+    {"gemma4-ple", "--arch gemma4 --layers 4 --swa-pattern 2 --head-dim 64 --head-dim-swa 32 "
+                   "--kv-heads 2 --kv-heads-full 1 --sliding-window 16 --shared-kv-layers 2 "
+                   "--per-layer-dim 32 --ffn 256 --ffn-wide 512"},
 };
 
 /* Files of other types than f32 and f16 for some of ARCHS (the script's third field), with
@@ -208,6 +218,8 @@ typedef struct {
     double tol, mean;      /* bounds against the reference */
     double tol32;          /* > 0: also run with an f32 cache and bound |Δ| to it */
     pl_kv_cache_dtype dt;  /* our KV cache */
+    int again;             /* also generate each case after a request that cached its prompt:
+                              the prompt's full blocks are prefix hits */
 } compare_opts;
 
 static pl_engine *engine_for(const char *model, pl_kv_cache_dtype dt) {
@@ -231,6 +243,65 @@ static double logprob_of(const pl_token_logprob *row, int32_t id) {
     return NAN;
 }
 
+/* A request of ids[0..n) for one token: its full blocks stay in the prefix cache. */
+static void cache_prompt(pl_engine *e, const int32_t *ids, int32_t n) {
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.sampling.temperature = 0;
+    p.max_tokens = 1;
+    uint64_t id;
+    if (pl_engine_add_request(e, NULL, ids, (size_t)n, &p, &id) != PL_OK)
+        fail_msg("add_request: %s", pl_last_error());
+    for (int finished = 0; !finished;) {
+        pl_request_output *o;
+        while (!finished && pl_engine_poll(e, id, 0, &o) == PL_OK) {
+            finished = o->finished;
+            pl_request_output_destroy(o);
+        }
+        if (!finished && pl_engine_step(e) != PL_OK) fail_msg("step: %s", pl_last_error());
+    }
+}
+
+/* Greedy generation of n tokens after ids[0..np) into gen[n], with the top TOP log-probabilities
+ * of each: rows [n][TOP + 1] as teacher_forced's (the caller frees); *n_cached the prompt
+ * tokens the prefix cache gave. */
+static pl_token_logprob *generated(pl_engine *e, const int32_t *ids, int32_t np, int32_t n,
+                                   int32_t *gen, int32_t *n_cached) {
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.sampling.temperature = 0;
+    p.max_tokens = n;
+    p.ignore_eos = 1;
+    p.logprobs = TOP;
+    uint64_t id;
+    if (pl_engine_add_request(e, NULL, ids, (size_t)np, &p, &id) != PL_OK)
+        fail_msg("add_request: %s", pl_last_error());
+    pl_token_logprob *rows = calloc((size_t)n * (TOP + 1), sizeof *rows);
+    assert_non_null(rows);
+    int32_t got = 0;
+    for (int finished = 0; !finished;) {
+        pl_request_output *o;
+        while (!finished && pl_engine_poll(e, id, 0, &o) == PL_OK) {
+            if (o->error) fail_msg("request failed: %s", o->error);
+            *n_cached = o->n_cached_tokens;
+            for (int32_t i = 0; i < o->n_deltas; i++) {
+                const pl_completion_delta *d = &o->deltas[i];
+                assert_int_equal(d->n_top, TOP);
+                for (int32_t t = 0; t < d->n_tokens && got < n; t++, got++) {
+                    gen[got] = d->token_ids[t];
+                    memcpy(rows + (size_t)got * (TOP + 1), d->top + (size_t)t * (TOP + 1),
+                           (TOP + 1) * sizeof *rows);
+                }
+            }
+            finished = o->finished;
+            pl_request_output_destroy(o);
+        }
+        if (!finished && pl_engine_step(e) != PL_OK) fail_msg("step: %s", pl_last_error());
+    }
+    assert_int_equal(got, n);
+    return rows;
+}
+
 /* Teacher-forced log-probabilities of `model` with cache o->dt against the reference `ref`. */
 static void compare(const compare_opts *o, const char *model, const char *ref) {
     const int judge = !test_env("PL_REF_MEASURE");
@@ -248,11 +319,25 @@ static void compare(const compare_opts *o, const char *model, const char *ref) {
         int32_t ng = ints(json_object_get(c, "greedy_tokens"), seq + np, MAX_SEQ - np);
         json_t *steps = json_object_get(c, "steps");
         assert_int_equal((int32_t)json_array_size(steps), ng);
-        pl_token_logprob *rows = teacher_forced(e, seq, np + ng);
-        pl_token_logprob *rows32 = e32 ? teacher_forced(e32, seq, np + ng) : NULL;
+        for (int pass = 0; pass <= o->again; pass++) {
+        /* pass 1: the prompt cached by a first request, then generated greedily with the top
+         * log-probabilities of each token (prompt_logprobs would compute the whole prompt) */
+        int32_t gen[MAX_SEQ], n_cached = 0;
+        pl_token_logprob *rows, *rows32 = NULL;
+        if (pass) {
+            cache_prompt(e, seq, np);
+            rows = generated(e, seq, np, ng, gen, &n_cached);
+            if (n_cached != np / 16 * 16) /* 16: the default block size */
+                fail_msg("%s case %zu: %d of the %d prompt tokens were cached, not every full "
+                         "block's", o->name, ci, n_cached, np);
+        } else {
+            rows = teacher_forced(e, seq, np + ng);
+            rows32 = e32 ? teacher_forced(e32, seq, np + ng) : NULL;
+        }
+        const int32_t off = pass ? 0 : np;
         for (int32_t j = 0; j < ng; j++) {
             json_t *st = json_array_get(steps, (size_t)j);
-            const pl_token_logprob *row = rows + (size_t)(np + j) * (TOP + 1);
+            const pl_token_logprob *row = rows + (size_t)(off + j) * (TOP + 1);
             for (size_t k = 0; k < json_array_size(json_object_get(st, "top")); k++) {
                 int32_t id = (int32_t)json_integer_value(json_array_get(top_at(st, k), 0));
                 double want = json_real_value(json_array_get(top_at(st, k), 1));
@@ -282,9 +367,11 @@ static void compare(const compare_opts *o, const char *model, const char *ref) {
             if (judge && gap > 2 * o->tol && row[0].id != seq[np + j])
                 fail_msg("%s case %zu step %d: our top-1 %d, reference %d (gap %.3f)", o->name,
                          ci, j, row[0].id, seq[np + j], gap);
+            if (pass && gen[j] != seq[np + j]) break; /* a near tie: the contexts part here */
         }
         free(rows);
         free(rows32);
+        }
     }
     double mean = n_err ? sum_err / (double)n_err : 0;
     print_message("%-20s max |Δ| %.2e  mean %.2e  (%ld log-probabilities)", o->name, max_err,
@@ -364,6 +451,9 @@ static void test_archs_against_llama_cpp(void **state) {
     assert_non_null(mkdtemp(dir));
     const size_t n_archs = sizeof ARCHS / sizeof ARCHS[0];
     const size_t n_extra = sizeof ARCH_TYPES / sizeof ARCH_TYPES[0];
+    const char *only = test_env("PL_ARCH_ONLY"); /* measuring knob: NAME[,NAME...] */
+    char want[512];
+    snprintf(want, sizeof want, ",%s,", only ? only : "");
     for (size_t i = 0; i < n_archs + n_extra; i++)
         for (int f16 = 0; f16 < (i < n_archs ? 2 : 1); f16++) {
             const arch_case *a = &ARCHS[i < n_archs ? i : 0];
@@ -375,6 +465,9 @@ static void test_archs_against_llama_cpp(void **state) {
                 tol = ARCH_TYPES[i - n_archs].tol;
                 mean = ARCH_TYPES[i - n_archs].mean;
             }
+            char key[80];
+            snprintf(key, sizeof key, ",%s,", a->name);
+            if (only && !strstr(want, key)) continue;
             char model[1024], ref[1024], name[64], cmd[4096];
             snprintf(model, sizeof model, "%s/%s.%s.gguf", dir, a->name, t);
             snprintf(ref, sizeof ref, "%s/tests/data/archs/%s.%s.json", PL_SOURCE_DIR, a->name, t);
@@ -383,7 +476,13 @@ static void test_archs_against_llama_cpp(void **state) {
                      "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' " ARCH_BASE
                      " %s --type %s >/dev/null", PL_BINARY, model, PL_SHARED_DIR, a->flags, t);
             if (system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
-            compare_opts o = {.name = name, .tol = tol, .mean = mean, .dt = PL_KV_CACHE_F32};
+            /* gemma4: GeGLU's f16 table flips grow faster with depth under its unscaled
+             * attention (docs/ACCURACY.md): 2 layers within 1e-4 but for one step at one
+             * level (2.9e-4), 4 layers max 6e-4, mean 9e-5 */
+            const int g4 = !strncmp(a->name, "gemma4", 6);
+            if (g4 && !f16) tol = 1e-3, mean = 1.5e-4;
+            compare_opts o = {.name = name, .tol = tol, .mean = mean, .dt = PL_KV_CACHE_F32,
+                              .again = g4};
             compare(&o, model, ref);
             unlink(model);
         }

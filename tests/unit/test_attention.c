@@ -3,7 +3,7 @@
  * unused bytes are NaN (a read of any slot the kernel must not see poisons the output).
  *
  * Error bounds. With f32 KV the kernel and the dense reference see the same numbers; the kernel's
- * f32 rounding (dots over <= 256 terms, sums over <= 4096 probabilities <= 1, outputs |o| <= 1)
+ * f32 rounding (dots over <= 512 terms, sums over <= 4096 probabilities <= 1, outputs |o| <= 1)
  * stays far below 1e-5. With f16 KV the kernel widens the stored halves to f32 exactly, so against
  * the dense reference computed on the f16-ROUNDED K/V it makes the same f32 rounding errors and no
  * others: the same 1e-5 bound holds. Against the unrounded K/V the f16 storage itself adds an
@@ -81,8 +81,8 @@ static int quantized(pl_dtype dt) { return dt == PL_DT_Q8_0 || dt == PL_DT_Q4_0;
 /* What the cache holds for a head row x, in f32: rounded or quantized and dequantized with the
  * library's llama.cpp-compatible quantizers (test_kv_write_readback pins the bytes). */
 static void stored_row(pl_dtype dt, const float *x, float *y, int32_t hd) {
-    pl_block_q8_0 q8[256 / PL_QK];
-    pl_block_q4_0 q4[256 / PL_QK];
+    pl_block_q8_0 q8[512 / PL_QK];
+    pl_block_q4_0 q4[512 / PL_QK];
     switch (dt) {
     case PL_DT_F16: for (int32_t d = 0; d < hd; d++) y[d] = round_f16(x[d]); return;
     case PL_DT_BF16: for (int32_t d = 0; d < hd; d++) y[d] = pl_bf16_to_f32(pl_f32_to_bf16(x[d])); return;
@@ -95,7 +95,7 @@ static void stored_row(pl_dtype dt, const float *x, float *y, int32_t hd) {
 /* The query as the kernel uses it with this cache (as llama.cpp's flash attention): bf16-rounded
  * for bf16 keys, quantized to q8_0 (and back) for q8_0 / q4_0 keys; as is otherwise. */
 static void query_as_kernel(pl_dtype dt, float *q, int32_t hd) {
-    pl_block_q8_0 q8[256 / PL_QK];
+    pl_block_q8_0 q8[512 / PL_QK];
     if (dt == PL_DT_BF16) stored_row(dt, q, q, hd);
     if (quantized(dt)) {
         pl_quantize_q8_0_act(q, q8, hd);
@@ -261,7 +261,7 @@ static void dense_ref(const acase *c, int rounded, double *out) {
             const int32_t pos = c->ctx[i] - q_len + r;
             for (int32_t h = 0; h < c->n_heads; h++) {
                 const size_t row = ((size_t)(c->seq_start[i] + r) * c->n_heads + h) * hd;
-                float q[256];
+                float q[512];
                 memcpy(q, c->q + row, sizeof(float) * (size_t)hd);
                 if (rounded) query_as_kernel(c->l.dtype, q, hd);
                 double mx = -INFINITY, sum = 0;
@@ -395,13 +395,13 @@ static void test_explicit_cases(void **state) {
         {PL_DT_F16, 16, 1, 2, 36, 1, {100}, {100}},            /* a whole prompt, tails */
         {PL_DT_F32, 2, 2, 1, 44, 2, {70, 33}, {70, 5}},        /* head_dim 12 mod 16 */
         {PL_DT_F16, 32, 1, 4, 4, 2, {65, 3}, {9, 1}},          /* head_dim 4: tail only */
-        {PL_DT_F32, 16, 1, 2, 256, 2, {300, 17}, {40, 1}},     /* largest head_dim */
+        {PL_DT_F32, 16, 1, 2, 512, 2, {300, 17}, {40, 1}},     /* largest head_dim (Gemma 4) */
         {PL_DT_F16, 16, 1, 40, 64, 1, {50}, {3}},              /* group > chunk size */
         {PL_DT_F32, 32, 2, 8, 128, 4, {1, 32, 33, 257}, {1, 32, 1, 20}},
         {PL_DT_Q8_0, 1, 1, 8, 32, 2, {1, 70}, {1, 70}},        /* quantized, one-token blocks */
         {PL_DT_Q4_0, 16, 2, 4, 64, 2, {100, 33}, {40, 1}},
         {PL_DT_Q8_0, 256, 1, 4, 128, 1, {2000}, {1}},          /* long decode, big blocks */
-        {PL_DT_Q4_0, 1, 1, 2, 256, 2, {300, 17}, {40, 1}},     /* largest head_dim */
+        {PL_DT_Q4_0, 1, 1, 2, 512, 2, {300, 17}, {40, 1}},     /* largest head_dim (Gemma 4) */
         {PL_DT_BF16, 16, 1, 2, 36, 2, {100, 65}, {100, 1}},    /* bf16 with tails */
         {PL_DT_BF16, 2, 2, 1, 44, 1, {70}, {7}},               /* head_dim 12 mod 16 */
         {PL_DT_Q8_0, 16, 1, 40, 96, 1, {50}, {3}},             /* group > chunk size */
