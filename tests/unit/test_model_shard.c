@@ -11,7 +11,8 @@
  *    inputs, so the logits must be bitwise equal and the greedy ids the same. A wrong slice of
  *    any weight, a head or a vocabulary row out of place, or a skipped reduce fails at the
  *    first reduction it touches, on every weight type; also for random mixtures of experts
- *    (qwen3moe; gpt-oss in f32 and with mxfp4 experts), whose experts' weighted sum is the
+ *    (qwen3moe in f32 and q8_0 (down cut on 32-value blocks), Mixtral; gpt-oss in f32 and
+ *    with mxfp4 experts), whose experts' weighted sum is the
  *    second reduction of a layer (a bias added on both ranks, a sink of another head, a
  *    router that differs between ranks fail there too);
  *  - free-running (f32 weights and cache): logits within 1e-4, greedy ids equal, and two runs
@@ -45,11 +46,11 @@
 
 enum { T = 12, BS = 16, NBLK = 4, STEPS = 6 };
 
-/* Small random mixtures of experts (issue 34) of stories260K's vocabulary: qwen3moe, and gpt-oss
- * (biases, sinks, a window of 8 on layer 0, YaRN; its experts 64 wide, so that a rank's 32
- * columns of down are a whole mxfp4 block). */
+/* Small random mixtures of experts (issue 34) of stories260K's vocabulary: qwen3moe, Mixtral
+ * (llama's layout), and gpt-oss (biases, sinks, a window of 8 on layer 0, YaRN); experts 64
+ * wide, so that a rank's 32 columns of down are a whole q8_0 or mxfp4 block. */
 #define MOE_BASE "--dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --ffn 64 --seed 5 "
-#define QWEN3MOE "--arch qwen3moe --experts 4 --experts-used 2 --expert-ffn 32"
+#define QWEN3MOE "--arch qwen3moe --experts 4 --experts-used 2 --expert-ffn 64"
 #define GPT_OSS "--arch gpt-oss --sliding-window 8 --experts 4 --experts-used 2 --expert-ffn 64 " \
                 "--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64"
 
@@ -360,14 +361,14 @@ static double max_diff(const float *a, const float *b, size_t n) {
 }
 
 /* the shared models, then the mixtures of experts made by test_sharded_forward */
-enum { N_MOE = 3 };
+enum { N_MOE = 5 };
 static const char *LOCKSTEP_MODELS[4 + N_MOE] = {
     STORIES, Q8, PL_SHARED_DIR "/models/synth-tiny-f16.gguf",
     PL_SHARED_DIR "/models/synth-tiny-q4_0.gguf"};
 
 static const char *const MODEL_NAMES[4 + N_MOE] = {
     "stories260K", "synth-tiny-q8_0", "synth-tiny-f16", "synth-tiny-q4_0", "qwen3moe f32",
-    "gpt-oss f32", "gpt-oss mxfp4 experts"};
+    "qwen3moe q8_0", "mixtral f32", "gpt-oss f32", "gpt-oss mxfp4 experts"};
 
 /* The checks at the top of the file at the current kernel level. */
 static void sharded_forward_at_level(void) {
@@ -410,7 +411,9 @@ static void sharded_forward_at_level(void) {
 
 static void test_sharded_forward(void **state) {
     (void)state;
-    static const char *const moe_flags[N_MOE] = {QWEN3MOE, GPT_OSS, GPT_OSS " --type mxfp4"};
+    static const char *const moe_flags[N_MOE] = {
+        QWEN3MOE, QWEN3MOE " --type q8_0", "--experts 4 --experts-used 2", GPT_OSS,
+        GPT_OSS " --type mxfp4"};
     char moe[N_MOE][64];
     for (int i = 0; i < N_MOE; i++) {
         mkmoe(moe[i], moe_flags[i]);
