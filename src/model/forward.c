@@ -27,8 +27,9 @@
  *       then x *= layer_output_scale when present
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)   (gemma2: cap * tanh(logits / cap))
  *
- * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows, so Wo a
- * and Wdown(...) are partial sums that the reduce hook adds up over ranks before the residual
+ * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows (MoE:
+ * some rows of every expert, the router whole), so Wo a, Wdown(...) and the experts' weighted
+ * sum are partial sums that the reduce hook adds up over ranks before the residual
  * add (and before gemma2's post-norms, which are not linear); x is then the same on every rank.
  * Each rank computes the logits of its vocabulary rows, which the gather hook assembles on
  * rank 0 (where gemma2's final soft-capping is applied).
@@ -422,6 +423,8 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         pl_rmsnorm(c->tp, c->h, c->x, L->ffn_norm, T, dim, hp->norm_eps);
         if (L->exp_gate) {
             moe_ffn(c, L, T);
+            if (c->tpc.reduce) /* every rank's rows of the experts */
+                PL_TRY(c->tpc.reduce(c->tpc.ud, c->moe_acc, T * dim));
             pl_add(c->x, c->moe_acc, T * dim);
             continue;
         }

@@ -702,6 +702,23 @@ static void slice_vector(float *v, int64_t off, int64_t n) {
     if (v) memmove(v, v + off, (size_t)n * sizeof(float));
 }
 
+/* This rank's part of every expert of layer L, cut as a dense FFN: rows of gate and up (and of
+ * their gpt-oss biases, packed to [n_expert][local width]), the same columns of down (`name`,
+ * for errors). */
+static pl_status shard_experts(pl_model *m, pl_layer_weights *L, const char *name) {
+    const int64_t ef = m->shard.expert_ffn, loc = m->hp.expert_ffn, c0 = m->shard.rank * loc;
+    for (int32_t e = 0; e < m->hp.n_expert; e++) {
+        L->exp_gate[e] = weight_rows(&L->exp_gate[e], c0, loc);
+        L->exp_up[e] = weight_rows(&L->exp_up[e], c0, loc);
+        PL_TRY(slice_cols(m, name, &L->exp_down[e], c0, loc));
+        float *const biases[2] = {L->exp_gate_b, L->exp_up_b};
+        for (int k = 0; k < 2; k++) /* [e] moves to its packed place, left of where it was */
+            if (biases[k]) memmove(biases[k] + e * loc, biases[k] + e * ef + c0,
+                                   (size_t)loc * sizeof(float));
+    }
+    return PL_OK;
+}
+
 /* bert with pooling rank: the classification head (llama.cpp's cls / cls.output tensors, both
  * optional, at least one present); n_cls_out from cls.output.weight's rows, else dim. */
 static pl_status bind_bert_cls_head(pl_model *m) {
@@ -925,7 +942,7 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(load_vector(g, gptoss ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"),
                            dim, 0, &L->ffn_norm));
         if (hp->n_expert > 0) { /* the router and the experts' 3-D tensors */
-            const int64_t ne = hp->n_expert, ef = hp->expert_ffn;
+            const int64_t ne = hp->n_expert, ef = sh->expert_ffn;
             PL_TRY(bind_weight(g, NAME("ffn_gate_inp.weight"), dim, ne, &L->gate_inp));
             if (!(L->exp_gate = calloc((size_t)(3 * ne), sizeof *L->exp_gate)))
                 return pl_fail(PL_ERR_NOMEM, "out of memory for %lld experts", (long long)ne);
@@ -970,9 +987,20 @@ static pl_status bind_weights(pl_model *m) {
             slice_vector(L->bk, r * kv_loc, kv_loc);
             slice_vector(L->bv, r * kv_loc, kv_loc);
             PL_TRY(slice_cols(m, NAME("attn_output.weight"), &L->wo, r * q_loc, q_loc));
-            L->w_gate = weight_rows(&L->w_gate, r * ff_loc, ff_loc);
-            L->w_up = weight_rows(&L->w_up, r * ff_loc, ff_loc);
-            PL_TRY(slice_cols(m, NAME("ffn_down.weight"), &L->w_down, r * ff_loc, ff_loc));
+            if (hp->n_expert > 0) {
+                PL_TRY(shard_experts(m, L, NAME("ffn_down_exps.weight")));
+            } else {
+                L->w_gate = weight_rows(&L->w_gate, r * ff_loc, ff_loc);
+                L->w_up = weight_rows(&L->w_up, r * ff_loc, ff_loc);
+                PL_TRY(slice_cols(m, NAME("ffn_down.weight"), &L->w_down, r * ff_loc, ff_loc));
+            }
+            slice_vector(L->attn_sinks, r * hp->n_heads, hp->n_heads); /* gpt-oss: per head */
+            if (r > 0) { /* added once (rank 0) to the sum of the ranks' partial outputs */
+                free(L->bo);
+                L->bo = NULL;
+                free(L->exp_down_b);
+                L->exp_down_b = NULL;
+            }
         }
 #undef NAME
     }
@@ -983,25 +1011,29 @@ static pl_status bind_weights(pl_model *m) {
 static pl_status shard_hparams(pl_model *m, int32_t rank, int32_t size) {
     pl_model_hparams *hp = &m->hp;
     m->shard = (pl_model_shard){.rank = rank, .size = size, .n_heads = hp->n_heads,
-                                .n_kv_heads = hp->n_kv_heads, .ffn_dim = hp->ffn_dim};
+                                .n_kv_heads = hp->n_kv_heads, .ffn_dim = hp->ffn_dim,
+                                .expert_ffn = hp->expert_ffn};
     if (size == 1) return PL_OK;
-    if (hp->n_expert > 0)
-        return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism does not support mixture-of-experts "
-                       "models yet ('%s' has %d experts): run it with tensor-parallel-size 1",
-                       hp->arch_name, hp->n_expert);
-    if (hp->arch != PL_ARCH_LLAMA && hp->arch != PL_ARCH_QWEN2)
-        return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism supports the llama and qwen2 "
-                       "architectures, not '%s'", hp->arch_name);
+    if (hp->arch != PL_ARCH_LLAMA && hp->arch != PL_ARCH_QWEN2 && hp->arch != PL_ARCH_QWEN3MOE &&
+        hp->arch != PL_ARCH_GPT_OSS)
+        return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism supports the llama, qwen2, qwen3moe "
+                       "and gpt-oss architectures, not '%s'", hp->arch_name);
     if (hp->n_kv_heads % size)
         return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d does not divide the model's "
                        "%d KV heads (each rank holds whole KV heads: use a divisor of %d)", size,
                        hp->n_kv_heads, hp->n_kv_heads);
-    if (hp->ffn_dim % size)
+    /* a mixture of experts has no dense FFN: each expert is cut as one (pl_model_shard) */
+    const int moe = hp->n_expert > 0;
+    if ((moe ? hp->expert_ffn : hp->ffn_dim) % size)
         return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d does not divide the model's "
-                       "FFN width %d", size, hp->ffn_dim);
+                       "%s width %d", size, moe ? "experts'" : "FFN",
+                       moe ? hp->expert_ffn : hp->ffn_dim);
     hp->n_heads /= size;
     hp->n_kv_heads /= size;
-    hp->ffn_dim /= size;
+    if (moe)
+        hp->expert_ffn /= size;
+    else
+        hp->ffn_dim /= size;
     return PL_OK;
 }
 

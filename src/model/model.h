@@ -210,11 +210,16 @@ typedef struct {
  * norms and the token embeddings are whole (a lookup touches only the rows it reads). hp then counts the LOCAL heads and FFN width (so scratch, the KV
  * layout and attention follow it unchanged); the full counts are kept here. Row slices are
  * views into the mapping; column slices are copied once (rows are contiguous in GGUF) and the
- * mapped pages of the whole tensor released, so a rank's resident weights are its slices. */
+ * mapped pages of the whole tensor released, so a rank's resident weights are its slices.
+ * Mixtures of experts (issue 34) shard every expert as a dense FFN: each rank holds all experts,
+ * rows [rank * ef/size, ...) of each one's gate/up (and their biases) and the same columns of
+ * its down; the router is whole on every rank (each routes every token alike), and an expert's
+ * down bias and gpt-oss's attention output bias are added once, on rank 0 (NULL elsewhere);
+ * gpt-oss's attention sinks follow their heads. hp.expert_ffn is then the local width too. */
 typedef struct {
     int32_t rank, size;            /* 0, 1 when not sharded */
     int32_t n_heads, n_kv_heads;   /* the model's full counts */
-    int32_t ffn_dim;
+    int32_t ffn_dim, expert_ffn;
     int32_t vocab0, n_vocab;       /* this rank's rows of the output layer (all of them when
                                       PAGELLM_TP_OUTPUT=rank0: a benchmark of the alternative,
                                       rank 0 alone computing whole logits rows) */
@@ -256,8 +261,9 @@ typedef struct {
 pl_status pl_model_load(const char *path, pl_model **out);
 /* Load shard `rank` of `size` (see pl_model_shard; size 1 = pl_model_load). Refuses, naming the
  * numbers, a size that does not divide the KV heads or the FFN width, a column slice that does
- * not fall on the weight type's quantization blocks, architectures other than llama and qwen2,
- * and mixture-of-experts models (not sharded yet: every rank would hold whole experts). */
+ * not fall on the weight type's quantization blocks (an expert's down columns too), and
+ * architectures other than llama (Mixtral-style MoE included), qwen2, qwen3moe and gpt-oss; a
+ * mixture of experts also needs size to divide its experts' width. */
 pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_model **out);
 void pl_model_destroy(pl_model *m);
 

@@ -8,6 +8,7 @@
 #   - refusals: N that does not divide the KV heads, a column slice off the quantization blocks
 #     (q4_K), a world size that differs from N, a rank that cannot load its shard;
 #   - TP = 4 (one KV head per rank) against TP = 1, and two TP = 4 runs bit for bit;
+#   - a mixture of experts (a random gpt-oss, f32) at TP = 2 against TP = 1;
 #   - faults: a rank killed mid-run ends the job within seconds (generate: rank 1, rank 0; serve,
 #     whose request in flight gets an error); a rank stopped (SIGSTOP) ends it at the
 #     collectives' deadline.
@@ -106,6 +107,19 @@ timeout 120 "${MPIRUN[@]}" -np 4 "$PL_BINARY" generate -m "$S" --input "$tmp/one
     --output "$tmp/tp4.again" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 4 2>/dev/null >/dev/null
 if python3 "$HERE/tp_compare.py" "$tmp/tp4.4" "$tmp/tp4.again" 0 0 --exact --min-compared 64 >/dev/null 2>&1; then ok
 else bad "TP=4: two runs differ"; fi
+
+# ---- a mixture of experts (issue 34): gpt-oss, f32 (router and biases, sinks, a window) ----
+# every expert cut as a dense FFN over the ranks; 2 greedy requests against TP = 1
+"$PL_BINARY" mkmodel "$tmp/moe.gguf" --vocab-from "$S" --arch gpt-oss --dim 64 --layers 2 \
+    --heads 4 --kv-heads 2 --head-dim 16 --ffn 64 --sliding-window 8 --experts 4 --experts-used 2 \
+    --expert-ffn 64 --seed 5 >/dev/null
+head -2 "$tmp/greedy.jsonl" >"$tmp/two.jsonl"
+"$PL_BINARY" generate -m "$tmp/moe.gguf" --input "$tmp/two.jsonl" --output "$tmp/moe.1" -t 1 \
+    --kv-cache-dtype f32 2>/dev/null >/dev/null
+if timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$tmp/moe.gguf" --input "$tmp/two.jsonl" \
+        --output "$tmp/moe.2" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 2 2>"$tmp/moe.err" >/dev/null &&
+   python3 "$HERE/tp_compare.py" "$tmp/moe.1" "$tmp/moe.2" 1e-4 0.02 --min-compared 64 >"$tmp/moe.cmp" 2>&1
+then ok; echo "MoE TP=2: $(cat "$tmp/moe.cmp")"; else bad "MoE TP=2: $(tail -2 "$tmp/moe.err" "$tmp/moe.cmp")"; fi
 
 # ---- seeded sampling: two TP = 2 runs agree bit for bit ----
 for i in 0 1 2 3; do

@@ -10,6 +10,7 @@
 #include "engine_util.h"
 
 #include "engine/engine_internal.h"
+#include "engine_pool.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -46,11 +47,7 @@ static pl_engine *make_engine(uint64_t kv_bytes, int32_t block_size, pl_preempti
 }
 
 static void assert_pool_free(pl_engine *e) {
-    pl_engine_stats s;
-    pl_engine_get_stats(e, &s);
-    assert_int_equal(s.blocks_used, 0);
-    assert_int_equal(s.running + s.waiting + s.swapped, 0);
-    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+    assert_engine_pool_free(e);
 }
 
 static void greedy_params(pl_request_params *p, int32_t max_tokens) {

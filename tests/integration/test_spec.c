@@ -10,6 +10,7 @@
 #include "engine_util.h"
 
 #include "engine/engine_internal.h"
+#include "engine_pool.h"
 #include "gguf/gguf.h"
 
 #include <math.h>
@@ -59,11 +60,7 @@ static pl_engine *make(const char *model, spec_kind kind, const char *draft, uin
 }
 
 static void assert_pool_free(pl_engine *e) {
-    pl_engine_stats s;
-    pl_engine_get_stats(e, &s);
-    assert_int_equal(s.blocks_used, 0);
-    assert_int_equal(s.running + s.waiting + s.swapped, 0);
-    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+    assert_engine_pool_free(e);
     if (e->spec.ready) {
         pl_kv_stats k;
         pl_kv_get_stats(&e->spec.mgr, &k);

@@ -1,5 +1,5 @@
-/* model shards (tensor parallelism, issue 13) without MPI: shapes and refusals of
- * pl_model_load_shard, and the sharded forward pass of N = 2 ranks run as two threads whose
+/* model shards (tensor parallelism, issue 13; mixtures of experts, issue 34) without MPI: shapes
+ * and refusals of pl_model_load_shard (gpt-oss's experts, biases and sinks), and the sharded forward pass of N = 2 ranks run as two threads whose
  * reduce hook sums through a barrier in rank order (and whose gather hook assembles the logits
  * of both ranks' vocabulary rows on rank 0), against the whole model, at every kernel level the
  * CPU has:
@@ -10,7 +10,11 @@
  *    the whole model's bits. Everything between two reductions is then computed from the same
  *    inputs, so the logits must be bitwise equal and the greedy ids the same. A wrong slice of
  *    any weight, a head or a vocabulary row out of place, or a skipped reduce fails at the
- *    first reduction it touches, on every weight type;
+ *    first reduction it touches, on every weight type; also for random mixtures of experts
+ *    (qwen3moe in f32 and q8_0 (down cut on 32-value blocks), Mixtral; gpt-oss in f32 and
+ *    with mxfp4 experts), whose experts' weighted sum is the
+ *    second reduction of a layer (a bias added on both ranks, a sink of another head, a
+ *    router that differs between ranks fail there too);
  *  - free-running (f32 weights and cache): logits within 1e-4, greedy ids equal, and two runs
  *    of the sharded pass bitwise equal. Not possible to fake: a shard whose reduce is skipped
  *    gives logits off by O(1).
@@ -41,6 +45,26 @@
 #define Q4K PL_SHARED_DIR "/models/synth-tiny-q4_k_m.gguf"
 
 enum { T = 12, BS = 16, NBLK = 4, STEPS = 6 };
+
+/* Small random mixtures of experts (issue 34) of stories260K's vocabulary: qwen3moe, Mixtral
+ * (llama's layout), and gpt-oss (biases, sinks, a window of 8 on layer 0, YaRN); experts 64
+ * wide, so that a rank's 32 columns of down are a whole q8_0 or mxfp4 block. */
+#define MOE_BASE "--dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --ffn 64 --seed 5 "
+#define QWEN3MOE "--arch qwen3moe --experts 4 --experts-used 2 --expert-ffn 64"
+#define GPT_OSS "--arch gpt-oss --sliding-window 8 --experts 4 --experts-used 2 --expert-ffn 64 " \
+                "--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64"
+
+/* `pagellm mkmodel` MOE_BASE flags into a new temporary file, whose path goes to `path` [64]. */
+static void mkmoe(char *path, const char *flags) {
+    snprintf(path, 64, "/tmp/pl_shard_moe_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s' " MOE_BASE "%s >/dev/null",
+             PL_BINARY, path, STORIES, flags);
+    if (system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
+}
 
 static void test_shapes_and_refusals(void **state) {
     (void)state;
@@ -78,21 +102,56 @@ static void test_shapes_and_refusals(void **state) {
     /* q4_K: 8 heads of 32 cut into 128-column slices of 256-value blocks. */
     assert_int_equal(pl_model_load_shard(Q4K, 0, 2, &m), PL_ERR_UNSUPPORTED);
     assert_non_null(strstr(pl_last_error(), "not a whole number of quantization blocks"));
-    /* mixtures of experts are not sharded (issue 34): refused, saying so */
-    char moe[] = "/tmp/pl_shard_moe_XXXXXX";
-    int fd = mkstemp(moe);
-    assert_true(fd >= 0);
-    close(fd);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s' --dim 64 --layers 1 --heads 4 "
-             "--kv-heads 2 --ffn 64 --experts 4 --experts-used 2 >/dev/null", PL_BINARY, moe,
-             STORIES);
-    assert_int_equal(system(cmd), 0);
-    assert_int_equal(pl_model_load_shard(moe, 0, 2, &m), PL_ERR_UNSUPPORTED);
-    assert_non_null(strstr(pl_last_error(), "does not support mixture-of-experts"));
-    assert_int_equal(pl_model_load_shard(moe, 0, 1, &m), PL_OK);
-    pl_model_destroy(m);
+    /* a mixture of experts whose experts' width N does not divide (Mixtral-style: --ffn 65) */
+    char moe[64];
+    mkmoe(moe, "--experts 4 --experts-used 2 --ffn 65 --layers 1");
+    assert_int_equal(pl_model_load_shard(moe, 0, 2, &m), PL_ERR_INVALID_ARG);
+    assert_null(m);
+    assert_non_null(strstr(pl_last_error(), "does not divide the model's experts' width 65"));
     unlink(moe);
+}
+
+/* gpt-oss's rank 1: every expert's second half of gate/up rows (and biases) and of down columns;
+ * the router and its bias whole; the sinks of its heads; the biases added after the experts'
+ * and heads' sums (down's, attn_output's) on rank 0 only. */
+static void test_moe_shapes(void **state) {
+    (void)state;
+    char path[64];
+    mkmoe(path, GPT_OSS " --layers 1");
+    pl_model *full, *s0, *s1;
+    assert_int_equal(pl_model_load(path, &full), PL_OK);
+    assert_int_equal(pl_model_load_shard(path, 0, 2, &s0), PL_OK);
+    assert_int_equal(pl_model_load_shard(path, 1, 2, &s1), PL_OK);
+    const pl_layer_weights *F = &full->layers[0], *L0 = &s0->layers[0], *L1 = &s1->layers[0];
+    const int64_t ef = full->hp.expert_ffn, loc = s1->hp.expert_ffn, dim = full->hp.dim;
+    assert_int_equal(loc * 2, ef);
+    assert_int_equal(s1->shard.expert_ffn, ef);
+    assert_int_equal(L1->gate_inp.rows, full->hp.n_expert);
+    assert_memory_equal(L1->gate_inp_b, F->gate_inp_b, (size_t)full->hp.n_expert * sizeof(float));
+    assert_memory_equal(L1->attn_sinks, F->attn_sinks + s1->hp.n_heads,
+                        (size_t)s1->hp.n_heads * sizeof(float));
+    assert_non_null(L0->bo);
+    assert_non_null(L0->exp_down_b);
+    assert_null(L1->bo);
+    assert_null(L1->exp_down_b);
+    for (int32_t e = 0; e < full->hp.n_expert; e++) {
+        assert_int_equal(L1->exp_up[e].rows, loc);
+        assert_int_equal(L1->exp_down[e].cols, loc);
+        assert_memory_equal(L1->exp_gate_b + e * loc, F->exp_gate_b + e * ef + loc,
+                            (size_t)loc * sizeof(float));
+        assert_memory_equal(L1->exp_up_b + e * loc, F->exp_up_b + e * ef + loc,
+                            (size_t)loc * sizeof(float));
+        /* (f32: the weights are not repacked) */
+        const float *up = F->exp_up[e].data, *up1 = L1->exp_up[e].data;
+        assert_memory_equal(up1, up + loc * dim, (size_t)(loc * dim) * sizeof(float));
+        const float *dn = F->exp_down[e].data, *dn1 = L1->exp_down[e].data;
+        for (int64_t r = 0; r < dim; r++)
+            assert_memory_equal(dn1 + r * loc, dn + r * ef + loc, (size_t)loc * sizeof(float));
+    }
+    pl_model_destroy(s1);
+    pl_model_destroy(s0);
+    pl_model_destroy(full);
+    unlink(path);
 }
 
 /* ---- two ranks as two threads ---- */
@@ -301,8 +360,15 @@ static double max_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-static const char *const LOCKSTEP_MODELS[] = {STORIES, Q8, PL_SHARED_DIR "/models/synth-tiny-f16.gguf",
-                                               PL_SHARED_DIR "/models/synth-tiny-q4_0.gguf"};
+/* the shared models, then the mixtures of experts made by test_sharded_forward */
+enum { N_MOE = 5 };
+static const char *LOCKSTEP_MODELS[4 + N_MOE] = {
+    STORIES, Q8, PL_SHARED_DIR "/models/synth-tiny-f16.gguf",
+    PL_SHARED_DIR "/models/synth-tiny-q4_0.gguf"};
+
+static const char *const MODEL_NAMES[4 + N_MOE] = {
+    "stories260K", "synth-tiny-q8_0", "synth-tiny-f16", "synth-tiny-q4_0", "qwen3moe f32",
+    "qwen3moe q8_0", "mixtral f32", "gpt-oss f32", "gpt-oss mxfp4 experts"};
 
 /* The checks at the top of the file at the current kernel level. */
 static void sharded_forward_at_level(void) {
@@ -331,7 +397,7 @@ static void sharded_forward_at_level(void) {
         one = run_tp(path, 1, 0, fed1, &tp, NULL, NULL);
         two = run_tp(path, 2, 0, fed2, NULL, &tp, &worst);
         print_message("%s %s lockstep: %d reductions, the ranks' sums within %.3g of the whole "
-                      "model's (of the largest entry)\n", isa, strrchr(path, '/') + 1, tp.count, worst);
+                      "model's (of the largest entry)\n", isa, MODEL_NAMES[mi], tp.count, worst);
         pl_model *m;
         assert_int_equal(pl_model_load(path, &m), PL_OK);
         assert_int_equal(tp.count, 2 * m->hp.n_layers * (STEPS + 1)); /* 2 per layer and step */
@@ -345,6 +411,14 @@ static void sharded_forward_at_level(void) {
 
 static void test_sharded_forward(void **state) {
     (void)state;
+    static const char *const moe_flags[N_MOE] = {
+        QWEN3MOE, QWEN3MOE " --type q8_0", "--experts 4 --experts-used 2", GPT_OSS,
+        GPT_OSS " --type mxfp4"};
+    char moe[N_MOE][64];
+    for (int i = 0; i < N_MOE; i++) {
+        mkmoe(moe[i], moe_flags[i]);
+        LOCKSTEP_MODELS[4 + i] = moe[i];
+    }
     unsigned ran = 0;
     for (int level = PL_ISA_SCALAR; level <= (int)pl_cpu_max_isa(); level++) {
         pl_cpu_force_isa((pl_isa)level);
@@ -352,12 +426,14 @@ static void test_sharded_forward(void **state) {
         sharded_forward_at_level();
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
+    for (int i = 0; i < N_MOE; i++) unlink(moe[i]);
     isa_coverage_check("sharded forward", ran);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes_and_refusals),
+        cmocka_unit_test(test_moe_shapes),
         cmocka_unit_test(test_sharded_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
