@@ -432,32 +432,25 @@ static int parse_messages(const json_t *o, pl_server_request *r, pl_server_error
 
 static int parse_stop(const json_t *o, pl_server_request *r, pl_server_error *err) {
     json_t *s = json_object_get(o, "stop");
-    if (s && !json_is_null(s)) {
-        if (json_is_string(s)) {
-            r->stop = calloc(1, sizeof *r->stop);
-            if (!r->stop) return pl_server_nomem(err);
-            if (json_string_length(s) && !(r->stop[r->params.n_stop++] = strdup(json_string_value(s))))
-                return pl_server_nomem(err);
-        } else if (json_is_array(s)) {
-            if (json_array_size(s) > PL_MAX_STOP_STRINGS)
-                return pl_server_fail(err, 400, "stop", "invalid_value",
-                                      "'stop' has %zu strings, at most %d are allowed",
-                                      json_array_size(s), PL_MAX_STOP_STRINGS);
-            r->stop = calloc(json_array_size(s) + 1, sizeof *r->stop);
-            if (!r->stop) return pl_server_nomem(err);
-            size_t i;
-            json_t *v;
-            json_array_foreach(s, i, v) {
-                if (!json_is_string(v))
-                    return pl_server_fail(err, 400, "stop", "invalid_type",
-                                          "'stop[%zu]' must be a string", i);
-                if (json_string_length(v) &&
-                    !(r->stop[r->params.n_stop++] = strdup(json_string_value(v))))
-                    return pl_server_nomem(err);
-            }
-        } else {
+    if (s && !json_is_null(s)) { /* a string, or a list of them; empty strings are dropped */
+        if (!json_is_string(s) && !json_is_array(s))
             return pl_server_fail(err, 400, "stop", "invalid_type",
                                   "'stop' must be a string or a list of strings");
+        size_t n = json_is_array(s) ? json_array_size(s) : 1;
+        if (n > PL_MAX_STOP_STRINGS)
+            return pl_server_fail(err, 400, "stop", "invalid_value",
+                                  "'stop' has %zu strings, at most %d are allowed", n,
+                                  PL_MAX_STOP_STRINGS);
+        r->stop = calloc(n + 1, sizeof *r->stop);
+        if (!r->stop) return pl_server_nomem(err);
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_is_array(s) ? json_array_get(s, i) : s;
+            if (!json_is_string(v))
+                return pl_server_fail(err, 400, "stop", "invalid_type",
+                                      "'stop[%zu]' must be a string", i);
+            if (json_string_length(v) &&
+                !(r->stop[r->params.n_stop++] = strdup(json_string_value(v))))
+                return pl_server_nomem(err);
         }
     }
     r->params.stop = (const char *const *)r->stop;

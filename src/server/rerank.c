@@ -236,11 +236,28 @@ static json_t *score_answer(const pl_server *s, const float *scores, size_t n, i
     return out;
 }
 
-enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+/* A scoring request's own fields and answer: rc as respond takes it, *out the answer when 0. */
+typedef int (*score_fn)(pl_server *s, struct MHD_Connection *c, json_t *o, json_t **out,
+                        pl_server_error *err);
+
+/* Every scoring request: the JSON body, common_checks, then fn; counted active meanwhile. */
+static enum MHD_Result serve_scoring(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x,
+                                     score_fn fn) {
     pl_server_error err;
     json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
     if (!o) return pl_srv_send_error(c, &err);
     active(s, 1);
+    json_t *out = NULL;
+    int rc = common_checks(s, o, &err);
+    if (!rc) rc = fn(s, c, o, &out, &err);
+    enum MHD_Result res = respond(c, rc, &err, rc ? NULL : out);
+    json_decref(o);
+    active(s, -1);
+    return res;
+}
+
+static int rerank(pl_server *s, struct MHD_Connection *c, json_t *o, json_t **out,
+                  pl_server_error *err) {
     const char *query = NULL, **docs = NULL;
     size_t n = 0;
     json_int_t top_n = 0;
@@ -248,53 +265,50 @@ enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ct
     float *scores = NULL;
     int64_t tokens = 0;
     json_t *tn = json_object_get(o, "top_n"), *rd = json_object_get(o, "return_documents");
-    int rc = common_checks(s, o, &err);
-    if (!rc) rc = get_text(json_object_get(o, "query"), "query", "query", &query, &err);
-    if (!rc) rc = get_texts(json_object_get(o, "documents"), "documents", 1, 0, &docs, &n, &err);
+    int rc = get_text(json_object_get(o, "query"), "query", "query", &query, err);
+    if (!rc) rc = get_texts(json_object_get(o, "documents"), "documents", 1, 0, &docs, &n, err);
     if (!rc && tn && !json_is_null(tn)) {
         if (!json_is_integer(tn) || json_integer_value(tn) < 1)
-            rc = pl_server_fail(&err, 400, "top_n", json_is_integer(tn) ? "invalid_value"
+            rc = pl_server_fail(err, 400, "top_n", json_is_integer(tn) ? "invalid_value"
                                 : "invalid_type", "'top_n' must be a positive integer");
         else top_n = json_integer_value(tn);
     }
     if (!rc && rd && !json_is_null(rd)) {
         if (!json_is_boolean(rd))
-            rc = pl_server_fail(&err, 400, "return_documents", "invalid_type",
+            rc = pl_server_fail(err, 400, "return_documents", "invalid_type",
                                 "'return_documents' must be a boolean");
         else return_docs = json_is_true(rd);
     }
-    if (!rc) rc = score_pairs(s, c, &query, 1, docs, n, &scores, &tokens, &err);
-    enum MHD_Result res =
-        respond(c, rc, &err, rc ? NULL : rerank_answer(s, docs, n, scores, tokens, top_n,
-                                                       return_docs));
+    if (!rc) rc = score_pairs(s, c, &query, 1, docs, n, &scores, &tokens, err);
+    if (!rc) *out = rerank_answer(s, docs, n, scores, tokens, top_n, return_docs);
     free(scores);
     free(docs);
-    json_decref(o);
-    active(s, -1);
-    return res;
+    return rc;
 }
 
-enum MHD_Result pl_srv_score(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    pl_server_error err;
-    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
-    if (!o) return pl_srv_send_error(c, &err);
-    active(s, 1);
+static int score(pl_server *s, struct MHD_Connection *c, json_t *o, json_t **out,
+                 pl_server_error *err) {
     const char **t1 = NULL, **t2 = NULL;
     size_t n1 = 0, n2 = 0;
     float *scores = NULL;
     int64_t tokens = 0;
-    int rc = common_checks(s, o, &err);
-    if (!rc) rc = get_texts(json_object_get(o, "text_1"), "text_1", 0, 1, &t1, &n1, &err);
-    if (!rc) rc = get_texts(json_object_get(o, "text_2"), "text_2", 0, 1, &t2, &n2, &err);
+    int rc = get_texts(json_object_get(o, "text_1"), "text_1", 0, 1, &t1, &n1, err);
+    if (!rc) rc = get_texts(json_object_get(o, "text_2"), "text_2", 0, 1, &t2, &n2, err);
     if (!rc && n1 != 1 && n1 != n2)
-        rc = pl_server_fail(&err, 400, "text_2", "invalid_value", "'text_1' has %zu items and "
+        rc = pl_server_fail(err, 400, "text_2", "invalid_value", "'text_1' has %zu items and "
                             "'text_2' %zu: they must be as many, or 'text_1' one text", n1, n2);
-    if (!rc) rc = score_pairs(s, c, t1, n1, t2, n2, &scores, &tokens, &err);
-    enum MHD_Result res = respond(c, rc, &err, rc ? NULL : score_answer(s, scores, n2, tokens));
+    if (!rc) rc = score_pairs(s, c, t1, n1, t2, n2, &scores, &tokens, err);
+    if (!rc) *out = score_answer(s, scores, n2, tokens);
     free(scores);
     free(t1);
     free(t2);
-    json_decref(o);
-    active(s, -1);
-    return res;
+    return rc;
+}
+
+enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return serve_scoring(s, c, x, rerank);
+}
+
+enum MHD_Result pl_srv_score(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return serve_scoring(s, c, x, score);
 }

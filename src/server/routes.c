@@ -138,6 +138,16 @@ static json_t *piece_json(const pl_server *s, int32_t id) {
     return json_pack("{s:i, s:o}", "id", id, "piece", piece);
 }
 
+/* pl_tokenize for an answer: 0, or -1 with err set (out of memory, or a 400 naming `field`). */
+static int tokenize(pl_server *s, const char *text, size_t len, int add_special,
+                    int parse_special, const char *field, int32_t **ids, size_t *n,
+                    pl_server_error *err) {
+    pl_status st = pl_tokenize(s->tok, text, len, add_special, parse_special, ids, n);
+    if (st == PL_OK) return 0;
+    if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
+    return pl_server_fail(err, 400, field, "invalid_value", "%s", pl_last_error());
+}
+
 /* llama-server's {"content", "add_special" (false), "parse_special" (true), "with_pieces"
  * (false)} -> {"tokens": [ids]} or, with pieces, {"tokens": [{"id", "piece"}]}. */
 static enum MHD_Result tokenize_llama(pl_server *s, struct MHD_Connection *c, json_t *o) {
@@ -154,13 +164,9 @@ static enum MHD_Result tokenize_llama(pl_server *s, struct MHD_Connection *c, js
         pl_server_fail(&err, 400, "content", "invalid_type", "'content' must be a string");
         goto fail;
     }
-    pl_status st = pl_tokenize(s->tok, json_string_value(content), json_string_length(content),
-                               add_special, parse_special, &ids, &n);
-    if (st != PL_OK) {
-        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
-        else pl_server_fail(&err, 400, "content", "invalid_value", "%s", pl_last_error());
+    if (tokenize(s, json_string_value(content), json_string_length(content), add_special,
+                 parse_special, "content", &ids, &n, &err))
         goto fail;
-    }
     json_t *tokens = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(tokens, pieces ? piece_json(s, ids[i]) : json_integer(ids[i]));
@@ -209,12 +215,7 @@ enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_
             goto fail;
         }
     }
-    pl_status st = pl_tokenize(s->tok, text, strlen(text), add_special, 1, &ids, &n);
-    if (st != PL_OK) {
-        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
-        else pl_server_fail(&err, 400, "prompt", "invalid_value", "%s", pl_last_error());
-        goto fail;
-    }
+    if (tokenize(s, text, strlen(text), add_special, 1, "prompt", &ids, &n, &err)) goto fail;
     json_t *tokens = json_array(), *strs = want_strs ? json_array() : json_null();
     for (size_t i = 0; i < n; i++) {
         json_array_append_new(tokens, json_integer(ids[i]));
@@ -296,13 +297,13 @@ static int render_count(pl_server *s, const pl_server_request *r, int add_gen, c
                         size_t *n, pl_server_error *err) {
     int32_t *ids = NULL;
     if (pl_srv_render_chat(s, r, add_gen, text, err)) return -1;
-    pl_status st = pl_tokenize(s->tok, *text, strlen(*text), 0, 1, &ids, n);
+    int rc = tokenize(s, *text, strlen(*text), 0, 1, "messages", &ids, n, err);
     free(ids);
-    if (st == PL_OK) return 0;
-    free(*text);
-    *text = NULL;
-    if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
-    return pl_server_fail(err, 400, "messages", "invalid_value", "%s", pl_last_error());
+    if (rc) {
+        free(*text);
+        *text = NULL;
+    }
+    return rc;
 }
 
 /* POST /v1/chat/render and llama-server's POST /apply-template: {"messages",
