@@ -177,10 +177,9 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
         return pl_fail(PL_ERR_NOMEM, "out of memory (KV snapshot)");
     }
     memcpy(out->states, f->states, n);
-    if (f->has_tables) {
+    if (f->n_seqs) /* tables of no sequence: a buffer that never held one has no arrays */
         memcpy(out->seqs, f->seqs, (size_t)f->n_seqs * sizeof *out->seqs);
-        memcpy(out->block_ids, f->ids, (size_t)f->n_ids * sizeof *out->block_ids);
-    }
+    if (f->n_ids) memcpy(out->block_ids, f->ids, (size_t)f->n_ids * sizeof *out->block_ids);
     pthread_mutex_unlock(&v->mu);
     return PL_OK;
 }
