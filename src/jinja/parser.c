@@ -522,6 +522,15 @@ static jj_node *tuple_expr(ps *P, int with_cond) {
 static jj_node *body(ps *P, const char *const *ends, const char **which);
 static jj_node *body_hard(ps *P, const char *const *ends, const char **which);
 
+/* The body of a block up to its one end tag (`end`), that tag's %} consumed. */
+static jj_node *body_until(ps *P, const char *end) {
+    const char *const ends[] = {end, NULL};
+    const char *which;
+    jj_node *b = body_hard(P, ends, &which);
+    expect_block_end(P);
+    return b;
+}
+
 static const char **names_of(ps *P, int *count, int allow_attr, const char **attr) {
     const char **v = NULL;
     int n = 0, cap = 0;
@@ -615,9 +624,7 @@ static jj_node *stmt(ps *P) {
             n = mk(P, N_SETBLOCK);
             n->c = more_filters(P, NULL);
             expect_block_end(P);
-            static const char *const ends[] = {"endset", NULL};
-            n->b = body_hard(P, ends, &which);
-            expect_block_end(P);
+            n->b = body_until(P, "endset");
         }
         n->line = line;
         n->names = names;
@@ -662,9 +669,7 @@ static jj_node *stmt(ps *P) {
         n->line = line;
         n->c = more_filters(P, filter_one(P, NULL));
         expect_block_end(P);
-        static const char *const ends[] = {"endfilter", NULL};
-        n->b = body_hard(P, ends, &which);
-        expect_block_end(P);
+        n->b = body_until(P, "endfilter");
     } else if (is_name(kw, "with")) {
         P->i++;
         n = mk(P, N_WITH);
@@ -684,9 +689,7 @@ static jj_node *stmt(ps *P) {
         n->nnames = cnt;
         n->kids = vals.v;
         n->nkids = vals.n;
-        static const char *const ends[] = {"endwith", NULL};
-        n->b = body_hard(P, ends, &which);
-        expect_block_end(P);
+        n->b = body_until(P, "endwith");
     } else if (is_name(kw, "generation")) {
         P->i++;
         expect_block_end(P);
