@@ -79,26 +79,22 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Sleep while *word == expected (returns at once if it differs, may return spuriously). */
-static void futex_wait(void *word, unsigned expected) {
+/* FUTEX_SLEEP: sleep while *word == val (returns at once if it differs, may return spuriously);
+ * FUTEX_WAKEUP: wake up to val sleepers. Elsewhere than Linux a sleep is a short nap. */
+enum { FUTEX_SLEEP, FUTEX_WAKEUP };
+static void futex(void *word, int op, unsigned val) {
 #if defined(__linux__)
-    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+    syscall(SYS_futex, word, op == FUTEX_SLEEP ? FUTEX_WAIT_PRIVATE : FUTEX_WAKE_PRIVATE, val,
+            NULL, NULL, 0);
 #else
     (void)word;
-    (void)expected;
-    struct timespec ts = {0, 50000};
-    nanosleep(&ts, NULL);
+    (void)val;
+    if (op == FUTEX_SLEEP) nanosleep(&(struct timespec){0, 50000}, NULL);
 #endif
 }
 
-static void futex_wake(void *word, int n) {
-#if defined(__linux__)
-    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
-#else
-    (void)word;
-    (void)n;
-#endif
-}
+static void futex_wait(void *word, unsigned expected) { futex(word, FUTEX_SLEEP, expected); }
+static void futex_wake(void *word, int n) { futex(word, FUTEX_WAKEUP, (unsigned)n); }
 
 /* Spin until `*word != value` or `spin_ns` have passed (checking the clock now and then);
  * returns whether the word changed. */

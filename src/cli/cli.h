@@ -10,6 +10,7 @@
 #include "pagellm.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 int pl_cmd_generate(int argc, char **argv);
 int pl_cmd_tokenize(int argc, char **argv);
@@ -53,6 +54,19 @@ void pl_cli_dist_report(int always);
 /* Under tensor parallelism, time the reduction of 1 and of 32 tokens' hidden states with every
  * rank in the loop (parallel.h: pl_dist_probe_reduce) and print it on stderr. */
 void pl_cli_dist_probe(pl_engine *e);
+
+/* A dispatch table's row: `pagellm` commands (main.c) and `pagellm bench` benchmarks. */
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} pl_cli_command;
+
+/* Run the row named argv[0] with (argc, argv) and return 1 with its exit code in *rc, or return
+ * 0 when no row has that name. */
+int pl_cli_dispatch(const pl_cli_command *rows, size_t n, int argc, char **argv, int *rc);
+/* Each row as "  NAME HELP", the names padded to `width`. */
+void pl_cli_list_commands(FILE *f, const pl_cli_command *rows, size_t n, int width);
 
 /* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */
 int pl_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -10,12 +10,14 @@
 #include "cli/cli.h"
 #include "parallel/parallel.h"
 #include "cli/engine_flags.h"
+#include "cli/flags.h"
 #include "kv/cache.h"
 
 #include "pagellm.h"
 #include "server/server.h"
 
-#include <getopt.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,86 +26,137 @@
 
 static const char *C = "serve";
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagellm serve -m MODEL [options]\n"
-            "  -m, --model MODEL              GGUF path or bare name (./models, $PAGELLM_MODELS,\n"
-            "                                 ../shared/models); also accepted as the first\n"
-            "                                 positional argument, as `vllm serve MODEL`\n"
-            "      --host HOST                bind address (default 127.0.0.1)\n"
-            "      --port PORT                TCP port (default 8000; 0 = any free port)\n"
-            "      --served-model-name NAME   the model's name in the API (default: MODEL)\n"
-            "      --api-key KEY              require 'Authorization: Bearer KEY' on /v1/*\n"
-            "                                 (or set PAGELLM_API_KEY)\n"
-            "      --max-request-bytes B      largest request body, e.g. 1M (default 4M)\n"
-            "      --max-logprobs N           bound of logprobs/top_logprobs (0..20, default 20)\n"
-            "      --max-waiting N            queue bound; beyond it requests get 503\n"
-            "                                 (default 1024, 0 = unbounded)\n"
-            "      --shutdown-timeout S       seconds in-flight requests may finish on SIGINT/\n"
-            "                                 SIGTERM before they are aborted (default 10)\n"
-            "      --no-webui                 no web page at / (chat playground, KV cache view)\n"
-            "      --reasoning-parser NAME    split the thinking into reasoning_content: qwen3,\n"
-            "                                 deepseek_r1, mistral, gpt_oss, gemma4, none (default:\n"
-            "                                 from the chat template's tags)\n"
-            "      --chat-template FILE       Jinja chat template to use instead of the model's\n"
-            "                                 (tokenizer.chat_template; ChatML when it has none)\n"
-            "      --pooling mean|cls|last    POST /v1/embeddings from a generation model: its\n"
-            "                                 final-normed hidden states pooled (as llama.cpp's\n"
-            "                                 --pooling); an embedding model (bert) pools as its\n"
-            "                                 GGUF says unless this is given\n"
-            "      --lora NAME=PATH           serve a LoRA adapter (GGUF, as llama.cpp's\n"
-            "                                 convert_lora_to_gguf.py writes it) as model NAME;\n"
-            "                                 repeatable; also vLLM's --lora-modules NAME=PATH\n"
-            "                                 [NAME=PATH ...]\n"
-            "      --enable-lora              allow adapters (implied by --lora)\n"
-            "      --max-lora-rank N          the largest adapter rank (default 16)\n"
-            "      --allow-runtime-lora-updating  POST /v1/load_lora_adapter and\n"
-            "                                 /v1/unload_lora_adapter (also\n"
-            "                                 VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)\n"
-            );
-    pl_engine_flags_help(f);
-}
+enum { MAX_LORA = 64 };
 
 typedef struct {
     const char *model;
     pl_server_config srv;
     pl_engine_config eng;
-    uint64_t max_request_bytes;
-    const char *lora[64];          /* --lora NAME=PATH, as given */
+    const char *lora[MAX_LORA];    /* --lora NAME=PATH, as given */
     int n_lora, enable_lora;
     int32_t max_lora_rank;
 } serve_opts;
 
-enum { O_HOST = 256, O_PORT, O_NAME, O_KEY, O_MAXREQ, O_MAXLP, O_MAXWAIT, O_GRACE, O_NOWEBUI,
-       O_CHATTPL, O_POOLING, O_REASONING, O_LORA, O_ENABLE_LORA, O_MAX_LORA_RANK,
-       O_RUNTIME_LORA };
+static int set_max_request_bytes(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    serve_opts *o = opts;
+    uint64_t b;
+    (void)f;
+    if (pl_arg_bytes(cmd, "--max-request-bytes", arg, &b)) return 2;
+    if (b < 64 || b > (1ull << 32)) {
+        fprintf(stderr, "pagellm %s: --max-request-bytes: must be in [64, 4G]\n", cmd);
+        return 2;
+    }
+    o->srv.max_request_bytes = (size_t)b;
+    return 0;
+}
+
+static int set_shutdown_timeout(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    (void)f;
+    return pl_arg_float(cmd, "--shutdown-timeout", arg, 0, 3600,
+                        &((serve_opts *)opts)->srv.shutdown_grace) ? 2 : 0;
+}
+
+static int set_reasoning_parser(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    pl_reasoning_format rf;
+    (void)f;
+    if (pl_reasoning_parser_by_name(arg, &rf)) {
+        fprintf(stderr, "pagellm %s: --reasoning-parser: unknown parser '%s' (qwen3, deepseek_r1, "
+                "mistral, gpt_oss, gemma4, none)\n", cmd, arg);
+        return 2;
+    }
+    ((serve_opts *)opts)->srv.reasoning_parser = arg;
+    return 0;
+}
+
+static int set_pooling(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    static const char *const names[] = {"mean", "cls", "last"}; /* pooling 1, 2, 3 */
+    (void)f;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(arg, names[i])) {
+            ((serve_opts *)opts)->eng.pooling = i + 1;
+            return 0;
+        }
+    fprintf(stderr, "pagellm %s: --pooling: '%s' is not mean, cls or last\n", cmd, arg);
+    return 2;
+}
+
+/* --lora NAME=PATH and vLLM's --lora-modules NAME=PATH (its further values: see parse). */
+static int add_lora(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    serve_opts *o = opts;
+    const char *eq = strchr(arg, '=');
+    (void)f;
+    if (!eq || eq == arg || !eq[1] || eq - arg > 127) {
+        fprintf(stderr, "pagellm %s: --lora: '%s' is not NAME=PATH (a name of 1 to 127 bytes)\n",
+                cmd, arg);
+        return 2;
+    }
+    if (o->n_lora == MAX_LORA) {
+        fprintf(stderr, "pagellm %s: --lora: at most %d adapters at start\n", cmd, MAX_LORA);
+        return 2;
+    }
+    o->lora[o->n_lora++] = arg;
+    return 0;
+}
+
+/* vLLM's global --seed: seeds are per request here, so it is accepted and ignored (warning). */
+static int ignore_seed(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    (void)f;
+    serve_opts *o = opts;
+    return pl_engine_flag_apply_named(cmd, "--seed", PL_OPT_IGNORED, arg, &o->eng);
+}
+
+static const pl_flag SERVE_FLAGS[] = {
+    PL_FLAG_ROW_STR(serve_opts, "model", 'm', model, "MODEL",
+     "GGUF path or bare name (./models, $PAGELLM_MODELS,\n../shared/models); also accepted as "
+     "the first\npositional argument, as `vllm serve MODEL`"),
+    PL_FLAG_ROW_STR(serve_opts, "host", 0, srv.host, "HOST", "bind address (default 127.0.0.1)"),
+    PL_FLAG_ROW_I32(serve_opts, "port", 0, srv.port, 0, 65535, "PORT",
+     "TCP port (default 8000; 0 = any free port)"),
+    PL_FLAG_ROW_STR(serve_opts, "served-model-name", 0, srv.served_model_name, "NAME",
+     "the model's name in the API (default: MODEL)"),
+    PL_FLAG_ROW_STR(serve_opts, "api-key", 0, srv.api_key, "KEY",
+     "require 'Authorization: Bearer KEY' on /v1/*\n(or set PAGELLM_API_KEY)"),
+    PL_FLAG_ROW_FN("max-request-bytes", 0, set_max_request_bytes, 0, "B",
+     "largest request body, e.g. 1M (default 4M)"),
+    PL_FLAG_ROW_I32(serve_opts, "max-logprobs", 0, srv.max_logprobs, 0, PL_MAX_LOGPROBS, "N",
+     "bound of logprobs/top_logprobs (0..20, default 20)"),
+    PL_FLAG_ROW_I32(serve_opts, "max-waiting", 0, eng.max_waiting, 0, INT32_MAX, "N",
+     "queue bound; beyond it requests get 503\n(default 1024, 0 = unbounded)"),
+    PL_FLAG_ROW_FN("shutdown-timeout", 0, set_shutdown_timeout, 0, "S",
+     "seconds in-flight requests may finish on SIGINT/\nSIGTERM before they are aborted "
+     "(default 10)"),
+    PL_FLAG_ROW_SET(serve_opts, "no-webui", 0, srv.no_webui,
+     "no web page at / (chat playground, KV cache view)"),
+    PL_FLAG_ROW_FN("reasoning-parser", 0, set_reasoning_parser, 0, "NAME",
+     "split the thinking into reasoning_content: qwen3,\ndeepseek_r1, mistral, gpt_oss, gemma4, "
+     "none (default:\nfrom the chat template's tags)"),
+    PL_FLAG_ROW_STR(serve_opts, "chat-template", 0, srv.chat_template_path, "FILE",
+     "Jinja chat template to use instead of the model's\n(tokenizer.chat_template; ChatML when "
+     "it has none)"),
+    PL_FLAG_ROW_FN("pooling", 0, set_pooling, 0, "mean|cls|last",
+     "POST /v1/embeddings from a generation model: its\nfinal-normed hidden states pooled (as "
+     "llama.cpp's\n--pooling); an embedding model (bert) pools as its\nGGUF says unless this is "
+     "given"),
+    PL_FLAG_ROW_FN("lora", 0, add_lora, 0, "NAME=PATH",
+     "serve a LoRA adapter (GGUF, as llama.cpp's\nconvert_lora_to_gguf.py writes it) as model "
+     "NAME;\nrepeatable; also vLLM's --lora-modules NAME=PATH\n[NAME=PATH ...]"),
+    PL_FLAG_ROW_FN("lora-modules", 0, add_lora, 0, "NAME=PATH", NULL),
+    PL_FLAG_ROW_SET(serve_opts, "enable-lora", 0, enable_lora,
+     "allow adapters (implied by --lora)"),
+    PL_FLAG_ROW_I32(serve_opts, "max-lora-rank", 0, max_lora_rank, 1, 1024, "N",
+     "the largest adapter rank (default 16)"),
+    PL_FLAG_ROW_SET(serve_opts, "allow-runtime-lora-updating", 0, srv.allow_runtime_lora,
+     "POST /v1/load_lora_adapter and\n/v1/unload_lora_adapter (also\n"
+     "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)"),
+    PL_FLAG_ROW_FN("seed", 0, ignore_seed, 0, "N", NULL),
+};
+
+static const pl_flag_cmd SERVE = {
+    "serve", "usage: pagellm serve -m MODEL [options]\n", NULL, SERVE_FLAGS,
+    sizeof SERVE_FLAGS / sizeof SERVE_FLAGS[0], offsetof(serve_opts, eng),
+    1 << 20 /* the model, and --lora-modules' further values: checked below */};
 
 static int parse(int argc, char **argv, serve_opts *o) {
-    static const struct option own[] = {
-        {"model", required_argument, 0, 'm'},
-        {"host", required_argument, 0, O_HOST},
-        {"port", required_argument, 0, O_PORT},
-        {"served-model-name", required_argument, 0, O_NAME},
-        {"api-key", required_argument, 0, O_KEY},
-        {"max-request-bytes", required_argument, 0, O_MAXREQ},
-        {"max-logprobs", required_argument, 0, O_MAXLP},
-        {"max-waiting", required_argument, 0, O_MAXWAIT},
-        {"shutdown-timeout", required_argument, 0, O_GRACE},
-        {"no-webui", no_argument, 0, O_NOWEBUI},
-        {"chat-template", required_argument, 0, O_CHATTPL},
-        {"reasoning-parser", required_argument, 0, O_REASONING},
-        {"pooling", required_argument, 0, O_POOLING},
-        {"lora", required_argument, 0, O_LORA},
-        {"lora-modules", required_argument, 0, O_LORA},
-        {"enable-lora", no_argument, 0, O_ENABLE_LORA},
-        {"max-lora-rank", required_argument, 0, O_MAX_LORA_RANK},
-        {"allow-runtime-lora-updating", no_argument, 0, O_RUNTIME_LORA},
-        {"seed", required_argument, 0, PL_OPT_IGNORED}, /* vLLM's global seed: per request here */
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const struct option *longopts = pl_engine_longopts(own);
-    int64_t iv;
-    double dv;
     memset(o, 0, sizeof *o);
     pl_server_config_default(&o->srv);
     pl_engine_config_default(&o->eng);
@@ -112,92 +165,17 @@ static int parse(int argc, char **argv, serve_opts *o) {
      * default; --gpu-memory-utilization), unless --kv-cache-memory(-bytes) gives a size. */
     o->eng.kv_cache_memory_fraction = 0.5;
     o->srv.api_key = getenv("PAGELLM_API_KEY");
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":m:t:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case O_HOST: o->srv.host = optarg; break;
-        case O_PORT:
-            if (pl_arg_int(C, "--port", optarg, 0, 65535, &iv)) return 2;
-            o->srv.port = (int)iv;
-            break;
-        case O_NAME: o->srv.served_model_name = optarg; break;
-        case O_CHATTPL: o->srv.chat_template_path = optarg; break;
-        case O_REASONING: {
-            pl_reasoning_format rf;
-            if (pl_reasoning_parser_by_name(optarg, &rf)) {
-                fprintf(stderr, "pagellm serve: --reasoning-parser: unknown parser '%s' (qwen3, "
-                        "deepseek_r1, mistral, gpt_oss, gemma4, none)\n", optarg);
-                return 2;
-            }
-            o->srv.reasoning_parser = optarg;
-            break;
-        }
-        case O_KEY: o->srv.api_key = optarg; break;
-        case O_MAXREQ:
-            if (pl_arg_bytes(C, "--max-request-bytes", optarg, &o->max_request_bytes)) return 2;
-            if (o->max_request_bytes < 64 || o->max_request_bytes > (1ull << 32)) {
-                fprintf(stderr, "pagellm serve: --max-request-bytes: must be in [64, 4G]\n");
-                return 2;
-            }
-            o->srv.max_request_bytes = (size_t)o->max_request_bytes;
-            break;
-        case O_MAXLP:
-            if (pl_arg_i32(C, "--max-logprobs", optarg, 0, PL_MAX_LOGPROBS, &o->srv.max_logprobs)) return 2;
-            break;
-        case O_MAXWAIT:
-            if (pl_arg_i32(C, "--max-waiting", optarg, 0, INT32_MAX, &o->eng.max_waiting)) return 2;
-            break;
-        case O_GRACE:
-            if (pl_arg_float(C, "--shutdown-timeout", optarg, 0, 3600, &dv)) return 2;
-            o->srv.shutdown_grace = dv;
-            break;
-        case O_NOWEBUI: o->srv.no_webui = 1; break;
-        case O_POOLING:
-            if (!strcmp(optarg, "mean")) o->eng.pooling = 1;
-            else if (!strcmp(optarg, "cls")) o->eng.pooling = 2;
-            else if (!strcmp(optarg, "last")) o->eng.pooling = 3;
-            else {
-                fprintf(stderr, "pagellm serve: --pooling: '%s' is not mean, cls or last\n", optarg);
-                return 2;
-            }
-            break;
-        case O_LORA: {
-            const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || !eq[1] || eq - optarg > 127) {
-                fprintf(stderr, "pagellm serve: --lora: '%s' is not NAME=PATH (a name of 1 to 127 "
-                        "bytes)\n", optarg);
-                return 2;
-            }
-            if (o->n_lora == 64) {
-                fprintf(stderr, "pagellm serve: --lora: at most 64 adapters at start\n");
-                return 2;
-            }
-            o->lora[o->n_lora++] = optarg;
-            break;
-        }
-        case O_ENABLE_LORA: o->enable_lora = 1; break;
-        case O_RUNTIME_LORA: o->srv.allow_runtime_lora = 1; break;
-        case O_MAX_LORA_RANK:
-            if (pl_arg_i32(C, "--max-lora-rank", optarg, 1, 1024, &o->max_lora_rank)) return 2;
-            break;
-        case 'h': usage(stdout); return -1;
-        default:
-            if (pl_engine_opt_tail(C, c, argv, longopts, &o->eng, usage, 1)) return 2;
-            break;
-        }
-    }
+    int i, rc = pl_flags_parse(&SERVE, argc, argv, o, &i);
+    if (rc) return rc;
     /* vLLM's --lora-modules takes several NAME=PATH after one flag: getopt leaves the others here */
-    for (; optind < argc; optind++) {
-        if (o->n_lora && o->n_lora < 64 && strchr(argv[optind], '=') > argv[optind])
-            o->lora[o->n_lora++] = argv[optind];
+    for (; i < argc; i++) {
+        if (o->n_lora && o->n_lora < MAX_LORA && strchr(argv[i], '=') > argv[i])
+            o->lora[o->n_lora++] = argv[i];
         else if (!o->model)
-            o->model = argv[optind];
+            o->model = argv[i];
         else {
-            fprintf(stderr, "pagellm serve: unexpected argument '%s'\n", argv[optind]);
-            usage(stderr);
+            fprintf(stderr, "pagellm serve: unexpected argument '%s'\n", argv[i]);
+            pl_flags_usage(&SERVE, stderr);
             return 2;
         }
     }
@@ -207,7 +185,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         o->eng.max_lora_rank = o->max_lora_rank ? o->max_lora_rank : 16; /* vLLM's default */
     if (!o->model) {
         fprintf(stderr, "pagellm serve: no model given (-m MODEL)\n");
-        usage(stderr);
+        pl_flags_usage(&SERVE, stderr);
         return 2;
     }
     return 0;
@@ -216,7 +194,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
 int pl_cmd_serve(int argc, char **argv) {
     serve_opts o;
     int rc = parse(argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
+    if (rc) return rc == PL_FLAGS_HELP ? 0 : rc;
     char path[4096];
     if (pl_cli_resolve_model(o.model, path, sizeof path)) return 1;
     o.eng.model_path = path;

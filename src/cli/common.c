@@ -1,4 +1,4 @@
-/* cli/common — model lookup and error printing shared by the subcommands. */
+/* cli/common — model lookup, command dispatch and error printing shared by the subcommands. */
 #include "cli/cli.h"
 
 #include "parallel/parallel.h"
@@ -73,6 +73,19 @@ char *pl_cli_read_file(const char *path, size_t *len) {
     buf[n] = 0; /* n < cap: the loop grows the buffer when it fills */
     if (len) *len = n;
     return buf;
+}
+
+int pl_cli_dispatch(const pl_cli_command *rows, size_t n, int argc, char **argv, int *rc) {
+    for (size_t i = 0; argc > 0 && i < n; i++)
+        if (!strcmp(argv[0], rows[i].name)) {
+            *rc = rows[i].fn(argc, argv);
+            return 1;
+        }
+    return 0;
+}
+
+void pl_cli_list_commands(FILE *f, const pl_cli_command *rows, size_t n, int width) {
+    for (size_t i = 0; i < n; i++) fprintf(f, "  %-*s %s\n", width, rows[i].name, rows[i].help);
 }
 
 int pl_cli_fail(const char *cmd, const char *fmt, ...) {

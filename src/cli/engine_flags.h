@@ -2,8 +2,8 @@
  * bench), with vLLM's names. A command builds its getopt_long table with pl_engine_longopts,
  * prints pl_engine_flags_help in its --help and hands the codes it does not know to
  * pl_engine_flag_or_unknown; all three come from one table of flags. A command whose flags are
- * a cli/flags.h table (generate) gets all of this from pl_flags_parse (pl_flag_cmd.engine);
- * serve and bench still call these three themselves until they move to such a table.
+ * a cli/flags.h table (generate, serve) gets all of this from pl_flags_parse
+ * (pl_flag_cmd.engine); bench throughput still calls these three itself until it moves to one.
  *
  * vLLM launch lines work unchanged: its engine flags that mean something on a CPU are mapped
  * (--dtype, --gpu-memory-utilization, --kv-cache-memory-bytes, --tensor-parallel-size), and

@@ -4,13 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct {
-    const char *name;
-    int (*fn)(int, char **);
-    const char *help;
-} command;
-
-static const command commands[] = {
+static const pl_cli_command commands[] = {
     {"generate", pl_cmd_generate, "generate text from a prompt"},
     {"tokenize", pl_cmd_tokenize, "print the token ids of a text as a JSON array"},
     {"detokenize", pl_cmd_detokenize, "print the text of token ids"},
@@ -21,10 +15,11 @@ static const command commands[] = {
     {"mkmodel", pl_cmd_mkmodel, "write a random-weight Llama GGUF (tests, benchmarks)"},
 };
 
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
 static void usage(FILE *f) {
     fprintf(f, "usage: pagellm COMMAND [options]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    pl_cli_list_commands(f, commands, N_COMMANDS, 12);
     fprintf(f, "\n'pagellm COMMAND --help' describes a command's options.\n");
 }
 
@@ -41,8 +36,8 @@ int main(int argc, char **argv) {
         printf("pagellm 0.1.0\n");
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    int rc;
+    if (pl_cli_dispatch(commands, N_COMMANDS, argc - 1, argv + 1, &rc)) return rc;
     fprintf(stderr, "pagellm: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -152,7 +152,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
                                                                                  : (pl_spec_hook){0}};
         st = pl_scheduler_init(&e->sched, &sc, e->kv);
     }
-    if (st == PL_OK) st = pl_kv_view_init(&e->kv_view, e->kv);
+    if (st == PL_OK) st = pl_kv_view_init(&e->kv_view, e->kv, NULL);
     if (st == PL_OK) {
         const pl_model_hparams *hp = &e->model->hp;
         e->adm = (pl_admission){

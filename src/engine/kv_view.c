@@ -10,13 +10,18 @@
 #include <string.h>
 #include <time.h>
 
-static long long now_ms(void) {
+static long long monotonic_ms(void *ctx) {
+    (void)ctx;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv) {
+static long long now_ms(const pl_kv_view *v) {
+    return v->cfg.now_ms(v->cfg.clock_ctx);
+}
+
+pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv, const pl_kv_view_config *cfg) {
     const pl_kv_manager *m = pl_kv_cache_manager_c(kv);
     pl_kv_stats k;
     pl_kv_get_stats(m, &k);
@@ -33,7 +38,9 @@ pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv) {
     pthread_mutex_init(&v->mu, NULL);
     pthread_cond_init(&v->cv, NULL);
     atomic_store(&v->stale, 1);
-    v->min_interval_ms = PL_KV_VIEW_MIN_INTERVAL_MS;
+    if (cfg) v->cfg = *cfg;
+    else v->cfg.min_interval_ms = PL_KV_VIEW_MIN_INTERVAL_MS;
+    if (!v->cfg.now_ms) v->cfg.now_ms = monotonic_ms;
     v->inited = 1;
     return PL_OK;
 }
@@ -101,9 +108,9 @@ void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_cache *kv, const pl_schedu
         atomic_store(&v->stale, 1);
         return;
     }
-    long long now = now_ms();
+    long long now = now_ms(v);
     if (now >= until ||
-        (now - v->last_ms < v->min_interval_ms && !atomic_load(&v->reader_waits))) {
+        (now - v->last_ms < v->cfg.min_interval_ms && !atomic_load(&v->reader_waits))) {
         atomic_store(&v->stale, 1);
         return;
     }
@@ -112,7 +119,7 @@ void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_cache *kv, const pl_schedu
 
 void pl_kv_view_idle(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
                      uint64_t steps, int force) {
-    long long now = now_ms();
+    long long now = now_ms(v);
     if (now >= atomic_load(&v->want_until_ms)) return;
     int tables = now < atomic_load(&v->tables_until_ms);
     int need = force || atomic_load(&v->stale);
@@ -130,7 +137,7 @@ void pl_kv_view_stats(const pl_kv_view *v, pl_engine_stats *s) {
 }
 
 int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen) {
-    long long until = now_ms() + PL_KV_VIEW_WANT_MS;
+    long long until = now_ms(v) + PL_KV_VIEW_WANT_MS;
     atomic_store(&v->want_until_ms, until);
     if (with_tables) atomic_store(&v->tables_until_ms, until);
     pthread_mutex_lock(&v->mu);
@@ -155,12 +162,9 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
             if (pthread_cond_timedwait(&v->cv, &v->mu, &dl) == ETIMEDOUT) break;
     }
     const pl_kv_view_buf *f = &v->buf[v->front];
-    out->version = f->version;
-    out->steps = f->steps;
-    out->block_size = v->block_size;
-    out->n_blocks = v->n_blocks;
-    out->n_swap_blocks = v->n_swap;
-    out->has_tables = f->has_tables;
+    *out = (pl_kv_snapshot){.version = f->version, .steps = f->steps,
+                            .block_size = v->block_size, .n_blocks = v->n_blocks,
+                            .n_swap_blocks = v->n_swap, .has_tables = f->has_tables};
     out->states = malloc(n ? n : 1);
     if (f->has_tables) {
         out->n_seqs = f->n_seqs;
@@ -173,10 +177,9 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
         return pl_fail(PL_ERR_NOMEM, "out of memory (KV snapshot)");
     }
     memcpy(out->states, f->states, n);
-    if (f->has_tables) {
+    if (f->n_seqs) /* tables of no sequence: a buffer that never held one has no arrays */
         memcpy(out->seqs, f->seqs, (size_t)f->n_seqs * sizeof *out->seqs);
-        memcpy(out->block_ids, f->ids, (size_t)f->n_ids * sizeof *out->block_ids);
-    }
+    if (f->n_ids) memcpy(out->block_ids, f->ids, (size_t)f->n_ids * sizeof *out->block_ids);
     pthread_mutex_unlock(&v->mu);
     return PL_OK;
 }

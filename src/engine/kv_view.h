@@ -30,6 +30,14 @@
  * enough for a reader. */
 enum { PL_KV_VIEW_WANT_MS = 2000, PL_KV_VIEW_MIN_INTERVAL_MS = 40, PL_KV_VIEW_FRESH_MS = 100 };
 
+/* Its options at init (NULL: the defaults, as the engine runs it). */
+typedef struct {
+    int min_interval_ms;            /* PL_KV_VIEW_MIN_INTERVAL_MS; 0: every step while watched */
+    long long (*now_ms)(void *ctx); /* the monotonic clock in ms (NULL: CLOCK_MONOTONIC); a test
+                                       drives time with its own */
+    void *clock_ctx;
+} pl_kv_view_config;
+
 typedef struct {
     uint64_t version, steps;
     uint8_t *states;             /* [n_blocks + n_swap] */
@@ -56,11 +64,11 @@ typedef struct {
     atomic_int reader_waits;     /* a reader waits for a picture: publish after the next step */
     long long last_ms;           /* engine thread: monotonic ms of the last publication */
     long long front_ms;          /* under mu: when the front picture was taken */
-    int min_interval_ms;         /* PL_KV_VIEW_MIN_INTERVAL_MS (tests set 0: every step) */
+    pl_kv_view_config cfg;       /* as given at init, now_ms set */
     double publish_seconds;      /* engine thread: time spent publishing (version = count) */
 } pl_kv_view;
 
-pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv);
+pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv, const pl_kv_view_config *cfg);
 void pl_kv_view_destroy(pl_kv_view *v);
 
 /* Engine thread, after every step: publish if someone is watching (and the last picture is

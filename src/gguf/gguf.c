@@ -678,50 +678,39 @@ pl_status pl_gguf_value_arr(const pl_gguf *g, int64_t i, pl_gguf_arr *out) {
     return PL_OK;
 }
 
-pl_status pl_gguf_get_int(const pl_gguf *g, const char *key, int64_t *out) {
-    int64_t i;
-    PL_TRY(lookup(g, key, &i));
-    return pl_gguf_value_int(g, i, out);
-}
-
-pl_status pl_gguf_get_uint(const pl_gguf *g, const char *key, uint64_t *out) {
-    int64_t i;
-    PL_TRY(lookup(g, key, &i));
+static pl_status value_uint(const pl_gguf *g, int64_t i, uint64_t *out) {
     const gguf_kv *kv = &g->kvs[i];
     if (!is_int_type(kv->type)) return wrong_type(g, i, "a non-negative integer");
     int64_t v = elem_int(kv->type, g->base + kv->val_off);
-    if (kv->type != PL_GGUF_UINT64 && v < 0)
+    if (kv->type != PL_GGUF_UINT64 && v < 0) {
+        char buf[96];
         return pl_fail(PL_ERR_FORMAT, "metadata key '%s' is %lld, expected a non-negative integer",
-                       key, (long long)v);
+                       show(buf, sizeof buf, kv->key.ptr, (size_t)kv->key.len), (long long)v);
+    }
     *out = (uint64_t)v;
     return PL_OK;
 }
 
-pl_status pl_gguf_get_float(const pl_gguf *g, const char *key, double *out) {
-    int64_t i;
-    PL_TRY(lookup(g, key, &i));
-    return pl_gguf_value_float(g, i, out);
-}
-
-pl_status pl_gguf_get_bool(const pl_gguf *g, const char *key, int *out) {
-    int64_t i;
-    PL_TRY(lookup(g, key, &i));
+static pl_status value_bool(const pl_gguf *g, int64_t i, int *out) {
     if (g->kvs[i].type != PL_GGUF_BOOL) return wrong_type(g, i, "bool");
     *out = g->base[g->kvs[i].val_off] != 0;
     return PL_OK;
 }
 
-pl_status pl_gguf_get_str(const pl_gguf *g, const char *key, pl_gguf_str *out) {
-    int64_t i;
-    PL_TRY(lookup(g, key, &i));
-    return pl_gguf_value_str(g, i, out);
-}
-
-pl_status pl_gguf_get_arr(const pl_gguf *g, const char *key, pl_gguf_arr *out) {
-    int64_t i;
-    PL_TRY(lookup(g, key, &i));
-    return pl_gguf_value_arr(g, i, out);
-}
+/* Each pl_gguf_get_*: the key's index (or "missing key"), then the typed value at it. */
+#define GET_BY_KEY(fn, type, value_at)                                    \
+    pl_status fn(const pl_gguf *g, const char *key, type *out) {         \
+        int64_t i;                                                        \
+        PL_TRY(lookup(g, key, &i));                                       \
+        return value_at(g, i, out);                                       \
+    }
+GET_BY_KEY(pl_gguf_get_int, int64_t, pl_gguf_value_int)
+GET_BY_KEY(pl_gguf_get_uint, uint64_t, value_uint)
+GET_BY_KEY(pl_gguf_get_float, double, pl_gguf_value_float)
+GET_BY_KEY(pl_gguf_get_bool, int, value_bool)
+GET_BY_KEY(pl_gguf_get_str, pl_gguf_str, pl_gguf_value_str)
+GET_BY_KEY(pl_gguf_get_arr, pl_gguf_arr, pl_gguf_value_arr)
+#undef GET_BY_KEY
 
 /* ---- array elements ---- */
 

@@ -125,27 +125,46 @@ static jj_node *lit(ps *P, jj_val v) {
     return n;
 }
 
+/* In a bracketed list of which n items are read: 1 when another item follows (its comma
+ * consumed), 0 at `close` (a trailing comma is allowed). */
+static int next_item(ps *P, int n, const char *close) {
+    if (is_op(cur(P), close)) return 0;
+    if (n) expect_op(P, ",");
+    return !is_op(cur(P), close);
+}
+
+/* Set (*v)[n] = name, growing the arena array *v (capacity *cap) first when it is full. */
+static void name_push(ps *P, const char ***v, int n, int *cap, const char *name) {
+    if (n == *cap) {
+        *cap = *cap ? *cap * 2 : 4;
+        const char **nv = jj_alloc(P->c, (size_t)*cap * sizeof *nv);
+        if (n) memcpy(nv, *v, (size_t)n * sizeof *nv);
+        *v = nv;
+    }
+    (*v)[n] = name;
+}
+
+/* A node of `kind` whose kids are items. */
+static jj_node *mk_items(ps *P, int kind, nvec items) {
+    jj_node *n = mk(P, kind);
+    n->kids = items.v;
+    n->nkids = items.n;
+    return n;
+}
+
 /* Call arguments after '(': positional into kids, keywords into names/kids2. */
 static void call_args(ps *P, jj_node *n) {
     nvec pos = {0}, kw = {0};
     const char **kwn = NULL;
     int kcap = 0;
     expect_op(P, "(");
-    while (!is_op(cur(P), ")")) {
-        if (pos.n || kw.n) expect_op(P, ",");
-        if (is_op(cur(P), ")")) break;
+    while (next_item(P, pos.n + kw.n, ")")) {
         if (is_op(cur(P), "*") || is_op(cur(P), "**"))
             jj_fail(P->c, "line %d: *args and **kwargs are not supported", cur(P)->line);
         if (cur(P)->t == TK_NAME && is_op(nxt(P), "=")) {
             const char *k = take_name(P);
             P->i++;
-            if (kw.n == kcap) {
-                kcap = kcap ? kcap * 2 : 4;
-                const char **nk = jj_alloc(P->c, (size_t)kcap * sizeof *nk);
-                if (kw.n) memcpy(nk, kwn, (size_t)kw.n * sizeof *nk);
-                kwn = nk;
-            }
-            kwn[kw.n] = k;
+            name_push(P, &kwn, kw.n, &kcap, k);
             nv_push(P, &kw, expr(P, 1));
         } else {
             if (kw.n) jj_fail(P->c, "line %d: positional argument after keyword argument", cur(P)->line);
@@ -202,39 +221,25 @@ static jj_node *primary(ps *P) {
             nv_push(P, &items, expr(P, 1));
         }
         expect_op(P, ")");
-        n = mk(P, E_TUPLE);
-        n->kids = items.v;
-        n->nkids = items.n;
-        return n;
+        return mk_items(P, E_TUPLE, items);
     }
     if (is_op(t, "[")) {
         P->i++;
         nvec items = {0};
-        while (!is_op(cur(P), "]")) {
-            if (items.n) expect_op(P, ",");
-            if (is_op(cur(P), "]")) break;
-            nv_push(P, &items, expr(P, 1));
-        }
+        while (next_item(P, items.n, "]")) nv_push(P, &items, expr(P, 1));
         P->i++;
-        n = mk(P, E_LIST);
-        n->kids = items.v;
-        n->nkids = items.n;
-        return n;
+        return mk_items(P, E_LIST, items);
     }
     if (is_op(t, "{")) {
         P->i++;
         nvec ks = {0}, vs = {0};
-        while (!is_op(cur(P), "}")) {
-            if (ks.n) expect_op(P, ",");
-            if (is_op(cur(P), "}")) break;
+        while (next_item(P, ks.n, "}")) {
             nv_push(P, &ks, expr(P, 1));
             expect_op(P, ":");
             nv_push(P, &vs, expr(P, 1));
         }
         P->i++;
-        n = mk(P, E_DICT);
-        n->kids = ks.v;
-        n->nkids = ks.n;
+        n = mk_items(P, E_DICT, ks);
         n->kids2 = vs.v;
         n->nkids2 = vs.n;
         return n;
@@ -517,18 +522,22 @@ static jj_node *tuple_expr(ps *P, int with_cond) {
 static jj_node *body(ps *P, const char *const *ends, const char **which);
 static jj_node *body_hard(ps *P, const char *const *ends, const char **which);
 
+/* The body of a block up to its one end tag (`end`), that tag's %} consumed. */
+static jj_node *body_until(ps *P, const char *end) {
+    const char *const ends[] = {end, NULL};
+    const char *which;
+    jj_node *b = body_hard(P, ends, &which);
+    expect_block_end(P);
+    return b;
+}
+
 static const char **names_of(ps *P, int *count, int allow_attr, const char **attr) {
     const char **v = NULL;
     int n = 0, cap = 0;
     do {
         if (n) P->i++;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 4;
-            const char **nv = jj_alloc(P->c, (size_t)cap * sizeof *nv);
-            if (n) memcpy(nv, v, (size_t)n * sizeof *nv);
-            v = nv;
-        }
-        v[n++] = take_name(P);
+        name_push(P, &v, n, &cap, take_name(P));
+        n++;
         if (allow_attr && n == 1 && is_op(cur(P), ".")) {
             P->i++;
             *attr = take_name(P);
@@ -615,9 +624,7 @@ static jj_node *stmt(ps *P) {
             n = mk(P, N_SETBLOCK);
             n->c = more_filters(P, NULL);
             expect_block_end(P);
-            static const char *const ends[] = {"endset", NULL};
-            n->b = body_hard(P, ends, &which);
-            expect_block_end(P);
+            n->b = body_until(P, "endset");
         }
         n->line = line;
         n->names = names;
@@ -632,16 +639,9 @@ static jj_node *stmt(ps *P) {
         nvec defs = {0};
         const char **params = NULL;
         int np = 0, cap = 0;
-        while (!is_op(cur(P), ")")) {
-            if (np) expect_op(P, ",");
-            if (is_op(cur(P), ")")) break;
-            if (np == cap) {
-                cap = cap ? cap * 2 : 4;
-                const char **nv = jj_alloc(P->c, (size_t)cap * sizeof *nv);
-                if (np) memcpy(nv, params, (size_t)np * sizeof *nv);
-                params = nv;
-            }
-            params[np++] = take_name(P);
+        while (next_item(P, np, ")")) {
+            name_push(P, &params, np, &cap, take_name(P));
+            np++;
             jj_node *d = NULL;
             if (is_op(cur(P), "=")) {
                 P->i++;
@@ -669,9 +669,7 @@ static jj_node *stmt(ps *P) {
         n->line = line;
         n->c = more_filters(P, filter_one(P, NULL));
         expect_block_end(P);
-        static const char *const ends[] = {"endfilter", NULL};
-        n->b = body_hard(P, ends, &which);
-        expect_block_end(P);
+        n->b = body_until(P, "endfilter");
     } else if (is_name(kw, "with")) {
         P->i++;
         n = mk(P, N_WITH);
@@ -681,13 +679,8 @@ static jj_node *stmt(ps *P) {
         int cnt = 0, cap = 0;
         while (cur(P)->t != TK_BLOCK_END) {
             if (cnt) expect_op(P, ",");
-            if (cnt == cap) {
-                cap = cap ? cap * 2 : 4;
-                const char **nv = jj_alloc(P->c, (size_t)cap * sizeof *nv);
-                if (cnt) memcpy(nv, names, (size_t)cnt * sizeof *nv);
-                names = nv;
-            }
-            names[cnt++] = take_name(P);
+            name_push(P, &names, cnt, &cap, take_name(P));
+            cnt++;
             expect_op(P, "=");
             nv_push(P, &vals, expr(P, 1));
         }
@@ -696,9 +689,7 @@ static jj_node *stmt(ps *P) {
         n->nnames = cnt;
         n->kids = vals.v;
         n->nkids = vals.n;
-        static const char *const ends[] = {"endwith", NULL};
-        n->b = body_hard(P, ends, &which);
-        expect_block_end(P);
+        n->b = body_until(P, "endwith");
     } else if (is_name(kw, "generation")) {
         P->i++;
         expect_block_end(P);

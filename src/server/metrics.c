@@ -13,6 +13,7 @@
 #include "server/server.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,134 @@ static void hist(pl_strbuf *b, const char *name, const char *help, const char *l
               (unsigned long long)h->count);
 }
 
+/* The gauges and counters read from pl_engine_stats at scrape time, in the order written. */
+typedef enum { STAT_I32, STAT_I64, STAT_U64, STAT_F64, STAT_SWAP_USAGE } stat_kind;
+typedef struct {
+    const char *name, *type, *help;
+    size_t offset; /* of the field in pl_engine_stats */
+    stat_kind kind;
+} stat_metric;
+
+#define STAT_KIND(field)                                                                      \
+    _Generic(((pl_engine_stats *)0)->field, int32_t: STAT_I32, int64_t: STAT_I64,               \
+             uint64_t: STAT_U64, double: STAT_F64)
+#define STAT(name, type, field, help) \
+    {name, type, help, offsetof(pl_engine_stats, field), STAT_KIND(field)}
+#define GAUGE(name, field, help) STAT(name, "gauge", field, help)
+#define COUNTER(name, field, help) STAT(name, "counter", field, help)
+
+static const stat_metric STAT_METRICS[] = {
+    GAUGE("vllm:num_requests_running", running, "Number of requests in model execution batches."),
+    GAUGE("vllm:num_requests_waiting", waiting, "Number of requests waiting to be processed."),
+    GAUGE("vllm:num_requests_swapped", swapped, "Number of requests swapped to CPU."),
+    GAUGE("vllm:gpu_cache_usage_perc", kv_usage,
+        "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use)."),
+    GAUGE("vllm:kv_cache_usage_perc", kv_usage,
+        "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use)."),
+    {"vllm:cpu_cache_usage_perc", "gauge", /* swap_used / swap_total */
+     "Swap-pool usage (vLLM v0's CPU cache). 1 means 100 percent usage.", 0, STAT_SWAP_USAGE},
+    GAUGE("pagellm_kv_swap_blocks_total", swap_total, "KV blocks in the swap pool."),
+    GAUGE("pagellm_kv_swap_blocks_used", swap_used, "Swap-pool blocks holding swapped-out KV."),
+    COUNTER("pagellm_swap_out_total", swaps_out,
+        "Requests preempted by swapping their KV out to the swap pool."),
+    GAUGE("pagellm_kv_cache_usage_perc", kv_usage,
+        "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use)."),
+    GAUGE("pagellm_kv_blocks_total", blocks_total, "KV blocks in the pool."),
+    GAUGE("pagellm_kv_blocks_used", blocks_used, "KV blocks referenced by sequences."),
+    GAUGE("pagellm_kv_blocks_cached", blocks_cached,
+        "Free KV blocks still holding prefix-cache contents."),
+    GAUGE("pagellm_kv_cache_waste_perc", waste, "1 - tokens stored / capacity of the used blocks."),
+    COUNTER("vllm:prefix_cache_queries_total", prefix_queries,
+        "Prefix cache queries, in terms of number of queried tokens."),
+    COUNTER("vllm:prefix_cache_hits_total", prefix_hits,
+        "Prefix cache hits, in terms of number of cached tokens."),
+    COUNTER("vllm:num_preemptions_total", preemptions, "Cumulative number of preemptions."),
+    COUNTER("pagellm_kv_window_freed_blocks_total", window_freed_blocks,
+        "KV blocks returned to the pool because their tokens left the sliding window."),
+    COUNTER("vllm:prompt_tokens_total", prompt_tokens, "Number of prefill tokens processed."),
+    COUNTER("vllm:generation_tokens_total", generation_tokens,
+        "Number of generation tokens processed."),
+    COUNTER("vllm:spec_decode_num_drafts_total", spec_drafts,
+        "Number of spec decoding drafts (sequence-steps that verified proposals)."),
+    COUNTER("vllm:spec_decode_num_draft_tokens_total", spec_draft_tokens,
+        "Number of draft tokens."),
+    COUNTER("vllm:spec_decode_num_accepted_tokens_total", spec_accepted_tokens,
+        "Number of accepted tokens."),
+    COUNTER("pagellm_engine_steps_total", steps, "Engine steps run."),
+    COUNTER("pagellm_engine_step_seconds_total", step_seconds,
+        "Wall time of the engine steps that ran the model (KV pictures included)."),
+    COUNTER("pagellm_engine_step_cpu_seconds_total", step_cpu_seconds,
+        "The engine thread's CPU time in those steps (worker threads not counted)."),
+    COUNTER("pagellm_kv_pictures_total", kv_pictures,
+        "KV pictures the engine thread published for GET /v1/kv/blocks."),
+    COUNTER("pagellm_kv_picture_seconds_total", kv_picture_seconds,
+        "Engine-thread time spent publishing KV pictures."),
+    /* kv-layout vattention (0 in the other layouts): where physical pages were mapped. */
+    COUNTER("pagellm_vattn_pages_mapped_sync_total", vattn_pages_mapped_sync,
+        "vattention: pages mapped on the step's critical path."),
+    COUNTER("pagellm_vattn_pages_mapped_background_total", vattn_pages_mapped_bg,
+        "vattention: pages mapped by the background mapper thread."),
+    COUNTER("pagellm_vattn_pages_unmapped_total", vattn_pages_unmapped,
+        "vattention: pages unmapped (given back to the system)."),
+    GAUGE("pagellm_vattn_pages_committed", vattn_pages_committed,
+        "vattention: pages mapped now (needed by requests + cached for reuse)."),
+    COUNTER("pagellm_vattn_slots_acquired_total", vattn_slots_acquired,
+        "vattention: requests given a slot."),
+    COUNTER("pagellm_vattn_slots_reused_total", vattn_slots_reused,
+        "vattention: of those, slots that still had pages mapped."),
+    COUNTER("pagellm_vattn_map_seconds_total", vattn_map_seconds,
+        "vattention: engine-thread time mapping and unmapping pages inside steps."),
+};
+
+#undef STAT
+#undef GAUGE
+#undef COUNTER
+
+static double stat_value(const pl_engine_stats *s, const stat_metric *r) {
+    const char *f = (const char *)s + r->offset;
+    switch (r->kind) {
+    case STAT_I32: return *(const int32_t *)f;
+    case STAT_I64: return (double)*(const int64_t *)f;
+    case STAT_U64: return (double)*(const uint64_t *)f;
+    case STAT_F64: return *(const double *)f;
+    case STAT_SWAP_USAGE: break;
+    }
+    return s->swap_total ? (double)s->swap_used / s->swap_total : 0.0;
+}
+
+/* The histograms, in the order written. */
+static const struct {
+    const char *name, *help;
+    size_t offset; /* of the pl_server_hist in pl_server_metrics */
+} HISTS[] = {
+#define HIST(name, field, help) {name, help, offsetof(pl_server_metrics, field)}
+    HIST("vllm:time_to_first_token_seconds", ttft,
+         "Histogram of time to first token in seconds."),
+    HIST("vllm:time_per_output_token_seconds", tpot,
+         "Histogram of time per output token in seconds."),
+    HIST("vllm:e2e_request_latency_seconds", e2e,
+         "Histogram of end to end request latency in seconds."),
+    HIST("vllm:request_queue_time_seconds", queue,
+         "Histogram of time spent in WAITING phase for request."),
+    HIST("vllm:request_prefill_time_seconds", prefill,
+         "Histogram of time spent in PREFILL phase for request."),
+    HIST("vllm:request_decode_time_seconds", decode,
+         "Histogram of time spent in DECODE phase for request."),
+    HIST("vllm:request_inference_time_seconds", inference,
+         "Histogram of time spent in RUNNING phase for request."),
+    HIST("vllm:request_prompt_tokens", prompt_tokens,
+         "Number of prefill tokens processed."),
+    HIST("vllm:request_generation_tokens", generation_tokens,
+         "Number of generation tokens processed."),
+    HIST("vllm:iteration_tokens_total", iteration_tokens,
+         "Histogram of number of tokens per engine_step."),
+    HIST("vllm:request_params_n", params_n,
+         "Histogram of the n request parameter."),
+    HIST("vllm:request_params_max_tokens", params_max_tokens,
+         "Histogram of the max_tokens request parameter."),
+#undef HIST
+};
+
 char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
                                const pl_engine_config *c, const char *model_name) {
     pl_strbuf b = {0};
@@ -178,95 +307,10 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
     }
     snprintf(labels + j, sizeof labels - j, "\"");
 
-    metric(&b, "vllm:num_requests_running", "gauge",
-           "Number of requests in model execution batches.", labels, s->running);
-    metric(&b, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-           labels, s->waiting);
-    metric(&b, "vllm:num_requests_swapped", "gauge", "Number of requests swapped to CPU.", labels,
-           s->swapped);
-    metric(&b, "vllm:gpu_cache_usage_perc", "gauge",
-           "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use).", labels,
-           s->kv_usage);
-    metric(&b, "vllm:kv_cache_usage_perc", "gauge",
-           "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use).", labels,
-           s->kv_usage);
-    metric(&b, "vllm:cpu_cache_usage_perc", "gauge",
-           "Swap-pool usage (vLLM v0's CPU cache). 1 means 100 percent usage.", labels,
-           s->swap_total ? (double)s->swap_used / s->swap_total : 0.0);
-    metric(&b, "pagellm_kv_swap_blocks_total", "gauge", "KV blocks in the swap pool.", labels,
-           s->swap_total);
-    metric(&b, "pagellm_kv_swap_blocks_used", "gauge", "Swap-pool blocks holding swapped-out KV.",
-           labels, s->swap_used);
-    metric(&b, "pagellm_swap_out_total", "counter",
-           "Requests preempted by swapping their KV out to the swap pool.", labels,
-           (double)s->swaps_out);
-    metric(&b, "pagellm_kv_cache_usage_perc", "gauge",
-           "KV-cache usage. 1 means 100 percent usage (the fraction of KV blocks in use).", labels,
-           s->kv_usage);
-    metric(&b, "pagellm_kv_blocks_total", "gauge", "KV blocks in the pool.", labels,
-           s->blocks_total);
-    metric(&b, "pagellm_kv_blocks_used", "gauge", "KV blocks referenced by sequences.", labels,
-           s->blocks_used);
-    metric(&b, "pagellm_kv_blocks_cached", "gauge",
-           "Free KV blocks still holding prefix-cache contents.", labels, s->blocks_cached);
-    metric(&b, "pagellm_kv_cache_waste_perc", "gauge",
-           "1 - tokens stored / capacity of the used blocks.", labels, s->waste);
-    metric(&b, "vllm:prefix_cache_queries_total", "counter",
-           "Prefix cache queries, in terms of number of queried tokens.", labels,
-           (double)s->prefix_queries);
-    metric(&b, "vllm:prefix_cache_hits_total", "counter",
-           "Prefix cache hits, in terms of number of cached tokens.", labels,
-           (double)s->prefix_hits);
-    metric(&b, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
-           labels, (double)s->preemptions);
-    metric(&b, "pagellm_kv_window_freed_blocks_total", "counter",
-           "KV blocks returned to the pool because their tokens left the sliding window.",
-           labels, (double)s->window_freed_blocks);
-    metric(&b, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-           labels, (double)s->prompt_tokens);
-    metric(&b, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-           labels, (double)s->generation_tokens);
-    metric(&b, "vllm:spec_decode_num_drafts_total", "counter",
-           "Number of spec decoding drafts (sequence-steps that verified proposals).", labels,
-           (double)s->spec_drafts);
-    metric(&b, "vllm:spec_decode_num_draft_tokens_total", "counter",
-           "Number of draft tokens.", labels, (double)s->spec_draft_tokens);
-    metric(&b, "vllm:spec_decode_num_accepted_tokens_total", "counter",
-           "Number of accepted tokens.", labels, (double)s->spec_accepted_tokens);
-    metric(&b, "pagellm_engine_steps_total", "counter", "Engine steps run.", labels,
-           (double)s->steps);
-    metric(&b, "pagellm_engine_step_seconds_total", "counter",
-           "Wall time of the engine steps that ran the model (KV pictures included).", labels,
-           s->step_seconds);
-    metric(&b, "pagellm_engine_step_cpu_seconds_total", "counter",
-           "The engine thread's CPU time in those steps (worker threads not counted).", labels,
-           s->step_cpu_seconds);
-    metric(&b, "pagellm_kv_pictures_total", "counter",
-           "KV pictures the engine thread published for GET /v1/kv/blocks.", labels,
-           (double)s->kv_pictures);
-    metric(&b, "pagellm_kv_picture_seconds_total", "counter",
-           "Engine-thread time spent publishing KV pictures.", labels, s->kv_picture_seconds);
-    /* kv-layout vattention (0 in the other layouts): where physical pages were mapped. */
-    metric(&b, "pagellm_vattn_pages_mapped_sync_total", "counter",
-           "vattention: pages mapped on the step's critical path.", labels,
-           (double)s->vattn_pages_mapped_sync);
-    metric(&b, "pagellm_vattn_pages_mapped_background_total", "counter",
-           "vattention: pages mapped by the background mapper thread.", labels,
-           (double)s->vattn_pages_mapped_bg);
-    metric(&b, "pagellm_vattn_pages_unmapped_total", "counter",
-           "vattention: pages unmapped (given back to the system).", labels,
-           (double)s->vattn_pages_unmapped);
-    metric(&b, "pagellm_vattn_pages_committed", "gauge",
-           "vattention: pages mapped now (needed by requests + cached for reuse).", labels,
-           (double)s->vattn_pages_committed);
-    metric(&b, "pagellm_vattn_slots_acquired_total", "counter",
-           "vattention: requests given a slot.", labels, (double)s->vattn_slots_acquired);
-    metric(&b, "pagellm_vattn_slots_reused_total", "counter",
-           "vattention: of those, slots that still had pages mapped.", labels,
-           (double)s->vattn_slots_reused);
-    metric(&b, "pagellm_vattn_map_seconds_total", "counter",
-           "vattention: engine-thread time mapping and unmapping pages inside steps.", labels,
-           s->vattn_map_seconds);
+    for (size_t i = 0; i < sizeof STAT_METRICS / sizeof STAT_METRICS[0]; i++) {
+        const stat_metric *r = &STAT_METRICS[i];
+        metric(&b, r->name, r->type, r->help, labels, stat_value(s, r));
+    }
 
     pthread_mutex_lock(&m->mu);
     pl_strbuf_printf(&b, "# HELP vllm:request_success_total Count of finished requests by reason.\n"
@@ -281,30 +325,9 @@ char *pl_server_metrics_render(pl_server_metrics *m, const pl_engine_stats *s,
            (double)s->lora_adapters);
     metric(&b, "pagellm_lora_requests_total", "counter", "Requests admitted under a LoRA adapter.",
            labels, (double)s->lora_requests);
-    hist(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-         labels, &m->ttft);
-    hist(&b, "vllm:time_per_output_token_seconds",
-         "Histogram of time per output token in seconds.", labels, &m->tpot);
-    hist(&b, "vllm:e2e_request_latency_seconds",
-         "Histogram of end to end request latency in seconds.", labels, &m->e2e);
-    hist(&b, "vllm:request_queue_time_seconds",
-         "Histogram of time spent in WAITING phase for request.", labels, &m->queue);
-    hist(&b, "vllm:request_prefill_time_seconds",
-         "Histogram of time spent in PREFILL phase for request.", labels, &m->prefill);
-    hist(&b, "vllm:request_decode_time_seconds",
-         "Histogram of time spent in DECODE phase for request.", labels, &m->decode);
-    hist(&b, "vllm:request_inference_time_seconds",
-         "Histogram of time spent in RUNNING phase for request.", labels, &m->inference);
-    hist(&b, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", labels,
-         &m->prompt_tokens);
-    hist(&b, "vllm:request_generation_tokens", "Number of generation tokens processed.", labels,
-         &m->generation_tokens);
-    hist(&b, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-         labels, &m->iteration_tokens);
-    hist(&b, "vllm:request_params_n", "Histogram of the n request parameter.", labels,
-         &m->params_n);
-    hist(&b, "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
-         labels, &m->params_max_tokens);
+    for (size_t i = 0; i < sizeof HISTS / sizeof HISTS[0]; i++)
+        hist(&b, HISTS[i].name, HISTS[i].help, labels,
+             (const pl_server_hist *)((const char *)m + HISTS[i].offset));
     pthread_mutex_unlock(&m->mu);
     if (c) /* an info metric: a gauge fixed at 1 whose labels are the cache configuration */
         pl_strbuf_printf(&b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"

@@ -202,6 +202,21 @@ static const char *skip_json(const char *p, const char *e, int *bad) {
 
 /* A call object {"name": "...", "arguments": {...}} at p ('{'): the name's and arguments' spans
  * so far. Returns the end after '}', or NULL while open; *bad when it is no call object. */
+/* Scanning a JSON object or array: p past whitespace and separating commas, at the next item;
+ * NULL when the text ends first; past `close` with *closed set when the object or array ends. */
+static const char *skip_to_item(const char *p, const char *e, char close, int *closed) {
+    *closed = 0;
+    for (;; p++) {
+        p = skip_ws(p, e);
+        if (p >= e) return NULL;
+        if (*p == close) {
+            *closed = 1;
+            return p + 1;
+        }
+        if (*p != ',') return p;
+    }
+}
+
 typedef struct {
     const char *name0, *name1, *a0, *a1; /* a1 NULL: the arguments are still open */
 } call_obj;
@@ -215,13 +230,8 @@ static const char *scan_call_obj(const char *p, const char *e, call_obj *o, int 
     }
     p++;
     for (;;) {
-        p = skip_ws(p, e);
-        if (p >= e) return NULL;
-        if (*p == '}') return p + 1;
-        if (*p == ',') {
-            p++;
-            continue;
-        }
+        int closed;
+        if (!(p = skip_to_item(p, e, '}', &closed)) || closed) return p;
         const char *k0 = p, *k1 = skip_json(p, e, bad);
         if (*bad || (k1 && *k0 != '"')) {
             *bad = 1;
@@ -504,13 +514,8 @@ static const char *calls_section(parser *ps, int marker, const char *p, int *bad
         if (b >= e) return NULL;
         if (*b == '[') { /* [TOOL_CALLS][{...}, ...] */
             for (b++;;) {
-                b = skip_ws(b, e);
-                if (b >= e) return NULL;
-                if (*b == ']') return b + 1;
-                if (*b == ',') {
-                    b++;
-                    continue;
-                }
+                int closed;
+                if (!(b = skip_to_item(b, e, ']', &closed)) || closed) return b;
                 const char *end = call_from_obj(ps, b, bad);
                 if (!end) return NULL;
                 b = end;

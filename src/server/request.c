@@ -132,24 +132,53 @@ static int set_string(pl_server_request *r, const char *field, pl_constraint_kin
     return set_constraint(r, field, kind, json_string_value(v), err);
 }
 
+/* The strings of v (a list, or v itself when it is one string) strdup'ed into *out, which gets a
+ * slot for each and a NULL after; empty ones are dropped when drop_empty. 0, or -1 with *err set
+ * (an item that is not a string, named after `field`; out of memory). */
+static int dup_strings(const json_t *v, const char *field, int drop_empty, char ***out,
+                       int32_t *n, pl_server_error *err) {
+    size_t count = json_is_array(v) ? json_array_size(v) : 1;
+    if (!(*out = calloc(count + 1, sizeof **out))) return pl_server_nomem(err);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_string(x))
+            return pl_server_fail(err, 400, field, "invalid_type", "'%s[%zu]' must be a string",
+                                  field, i);
+        if (drop_empty && !json_string_length(x)) continue;
+        if (!((*out)[(*n)++] = strdup(json_string_value(x)))) return pl_server_nomem(err);
+    }
+    return 0;
+}
+
 static int set_choice(pl_server_request *r, const char *field, const json_t *v,
                       pl_server_error *err) {
     if (!json_is_array(v) || json_array_size(v) == 0)
         return pl_server_fail(err, 400, field, "invalid_type",
                               "'%s' must be a non-empty list of strings", field);
-    if (set_constraint(r, field, PL_CONSTRAINT_CHOICE, NULL, err)) return -1;
-    r->choices = calloc(json_array_size(v), sizeof *r->choices);
-    if (!r->choices) return pl_server_nomem(err);
-    size_t i;
-    json_t *c;
-    json_array_foreach(v, i, c) {
-        if (!json_is_string(c))
-            return pl_server_fail(err, 400, field, "invalid_type", "'%s[%zu]' must be a string", field, i);
-        if (!(r->choices[r->n_choices++] = strdup(json_string_value(c)))) return pl_server_nomem(err);
-    }
+    if (set_constraint(r, field, PL_CONSTRAINT_CHOICE, NULL, err) ||
+        dup_strings(v, field, 0, &r->choices, &r->n_choices, err))
+        return -1;
     r->params.constraint_choices = (const char *const *)r->choices;
     r->params.n_constraint_choices = r->n_choices;
     return 0;
+}
+
+/* vLLM's guided_* fields and the same constraints in its structured_outputs object. */
+static const struct {
+    const char *field, *key; /* "guided_json"; its key in structured_outputs ("json") */
+    pl_constraint_kind kind;
+} GUIDED[] = {
+    {"guided_json", "json", PL_CONSTRAINT_JSON_SCHEMA},
+    {"guided_regex", "regex", PL_CONSTRAINT_REGEX},
+    {"guided_choice", "choice", PL_CONSTRAINT_CHOICE},
+    {"guided_grammar", "grammar", PL_CONSTRAINT_GRAMMAR},
+};
+
+static int set_guided(pl_server_request *r, const char *field, pl_constraint_kind kind,
+                      const json_t *v, pl_server_error *err) {
+    if (kind == PL_CONSTRAINT_JSON_SCHEMA) return set_schema(r, field, v, err);
+    if (kind == PL_CONSTRAINT_CHOICE) return set_choice(r, field, v, err);
+    return set_string(r, field, kind, v, err);
 }
 
 static int parse_structured(const json_t *o, pl_server_request *r, pl_server_error *err) {
@@ -180,18 +209,10 @@ static int parse_structured(const json_t *o, pl_server_request *r, pl_server_err
                                   "text, json_object or json_schema", type);
         }
     }
-    if ((v = json_object_get(o, "guided_json")) && !json_is_null(v) &&
-        set_schema(r, "guided_json", v, err))
-        return -1;
-    if ((v = json_object_get(o, "guided_regex")) && !json_is_null(v) &&
-        set_string(r, "guided_regex", PL_CONSTRAINT_REGEX, v, err))
-        return -1;
-    if ((v = json_object_get(o, "guided_choice")) && !json_is_null(v) &&
-        set_choice(r, "guided_choice", v, err))
-        return -1;
-    if ((v = json_object_get(o, "guided_grammar")) && !json_is_null(v) &&
-        set_string(r, "guided_grammar", PL_CONSTRAINT_GRAMMAR, v, err))
-        return -1;
+    for (size_t i = 0; i < sizeof GUIDED / sizeof GUIDED[0]; i++)
+        if ((v = json_object_get(o, GUIDED[i].field)) && !json_is_null(v) &&
+            set_guided(r, GUIDED[i].field, GUIDED[i].kind, v, err))
+            return -1;
     json_t *so = json_object_get(o, "structured_outputs");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
@@ -201,10 +222,10 @@ static int parse_structured(const json_t *o, pl_server_request *r, pl_server_err
         json_object_foreach(so, key, v) {
             if (json_is_null(v)) continue;
             int rc = 0;
-            if (!strcmp(key, "json")) rc = set_schema(r, "structured_outputs", v, err);
-            else if (!strcmp(key, "regex")) rc = set_string(r, "structured_outputs", PL_CONSTRAINT_REGEX, v, err);
-            else if (!strcmp(key, "choice")) rc = set_choice(r, "structured_outputs", v, err);
-            else if (!strcmp(key, "grammar")) rc = set_string(r, "structured_outputs", PL_CONSTRAINT_GRAMMAR, v, err);
+            size_t g = 0;
+            while (g < sizeof GUIDED / sizeof GUIDED[0] && strcmp(key, GUIDED[g].key)) g++;
+            if (g < sizeof GUIDED / sizeof GUIDED[0])
+                rc = set_guided(r, "structured_outputs", GUIDED[g].kind, v, err);
             else if (!strcmp(key, "json_object")) rc = json_is_true(v) ? set_constraint(r, "structured_outputs", PL_CONSTRAINT_JSON_OBJECT, NULL, err) : 0;
             else if (strcmp(key, "disable_fallback") && strcmp(key, "disable_any_whitespace") &&
                      strcmp(key, "disable_additional_properties") && strcmp(key, "whitespace_pattern"))
@@ -432,33 +453,16 @@ static int parse_messages(const json_t *o, pl_server_request *r, pl_server_error
 
 static int parse_stop(const json_t *o, pl_server_request *r, pl_server_error *err) {
     json_t *s = json_object_get(o, "stop");
-    if (s && !json_is_null(s)) {
-        if (json_is_string(s)) {
-            r->stop = calloc(1, sizeof *r->stop);
-            if (!r->stop) return pl_server_nomem(err);
-            if (json_string_length(s) && !(r->stop[r->params.n_stop++] = strdup(json_string_value(s))))
-                return pl_server_nomem(err);
-        } else if (json_is_array(s)) {
-            if (json_array_size(s) > PL_MAX_STOP_STRINGS)
-                return pl_server_fail(err, 400, "stop", "invalid_value",
-                                      "'stop' has %zu strings, at most %d are allowed",
-                                      json_array_size(s), PL_MAX_STOP_STRINGS);
-            r->stop = calloc(json_array_size(s) + 1, sizeof *r->stop);
-            if (!r->stop) return pl_server_nomem(err);
-            size_t i;
-            json_t *v;
-            json_array_foreach(s, i, v) {
-                if (!json_is_string(v))
-                    return pl_server_fail(err, 400, "stop", "invalid_type",
-                                          "'stop[%zu]' must be a string", i);
-                if (json_string_length(v) &&
-                    !(r->stop[r->params.n_stop++] = strdup(json_string_value(v))))
-                    return pl_server_nomem(err);
-            }
-        } else {
+    if (s && !json_is_null(s)) { /* a string, or a list of them; empty strings are dropped */
+        if (!json_is_string(s) && !json_is_array(s))
             return pl_server_fail(err, 400, "stop", "invalid_type",
                                   "'stop' must be a string or a list of strings");
-        }
+        size_t n = json_is_array(s) ? json_array_size(s) : 1;
+        if (n > PL_MAX_STOP_STRINGS)
+            return pl_server_fail(err, 400, "stop", "invalid_value",
+                                  "'stop' has %zu strings, at most %d are allowed", n,
+                                  PL_MAX_STOP_STRINGS);
+        if (dup_strings(s, "stop", 1, &r->stop, &r->params.n_stop, err)) return -1;
     }
     r->params.stop = (const char *const *)r->stop;
     json_t *ids = json_object_get(o, "stop_token_ids");

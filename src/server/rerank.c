@@ -173,17 +173,6 @@ static void active(pl_server *s, int d) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* What a scoring request gets: nothing when the client went away (rc 2), the error (rc 1), or
- * the answer built (out, taken; NULL or a build jansson flagged: 503 out_of_memory). */
-static enum MHD_Result respond(struct MHD_Connection *c, int rc, pl_server_error *err,
-                               json_t *out) {
-    if (rc == 2) return MHD_NO;
-    if (!rc && out && !pl_server_json_failed()) return pl_srv_send_json(c, MHD_HTTP_OK, out);
-    json_decref(out);
-    if (!rc) pl_server_nomem(err);
-    return pl_srv_send_error(c, err);
-}
-
 /* /v1/rerank's answer: the documents by score, the top_n first (all when 0); NULL without
  * memory. */
 static json_t *rerank_answer(const pl_server *s, const char **docs, size_t n, const float *scores,
@@ -236,11 +225,10 @@ static json_t *score_answer(const pl_server *s, const float *scores, size_t n, i
     return out;
 }
 
-enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    pl_server_error err;
-    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
-    if (!o) return pl_srv_send_error(c, &err);
-    active(s, 1);
+/* The fields of /v1/rerank (and /rerank, /v2/rerank) and its answer. */
+static int rerank(pl_server *s, struct MHD_Connection *c, const pl_conn_ctx *x, json_t *o,
+                  json_t **out, pl_server_error *err) {
+    (void)x;
     const char *query = NULL, **docs = NULL;
     size_t n = 0;
     json_int_t top_n = 0;
@@ -248,53 +236,63 @@ enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ct
     float *scores = NULL;
     int64_t tokens = 0;
     json_t *tn = json_object_get(o, "top_n"), *rd = json_object_get(o, "return_documents");
-    int rc = common_checks(s, o, &err);
-    if (!rc) rc = get_text(json_object_get(o, "query"), "query", "query", &query, &err);
-    if (!rc) rc = get_texts(json_object_get(o, "documents"), "documents", 1, 0, &docs, &n, &err);
+    int rc = common_checks(s, o, err);
+    if (!rc) rc = get_text(json_object_get(o, "query"), "query", "query", &query, err);
+    if (!rc) rc = get_texts(json_object_get(o, "documents"), "documents", 1, 0, &docs, &n, err);
     if (!rc && tn && !json_is_null(tn)) {
         if (!json_is_integer(tn) || json_integer_value(tn) < 1)
-            rc = pl_server_fail(&err, 400, "top_n", json_is_integer(tn) ? "invalid_value"
+            rc = pl_server_fail(err, 400, "top_n", json_is_integer(tn) ? "invalid_value"
                                 : "invalid_type", "'top_n' must be a positive integer");
         else top_n = json_integer_value(tn);
     }
     if (!rc && rd && !json_is_null(rd)) {
         if (!json_is_boolean(rd))
-            rc = pl_server_fail(&err, 400, "return_documents", "invalid_type",
+            rc = pl_server_fail(err, 400, "return_documents", "invalid_type",
                                 "'return_documents' must be a boolean");
         else return_docs = json_is_true(rd);
     }
-    if (!rc) rc = score_pairs(s, c, &query, 1, docs, n, &scores, &tokens, &err);
-    enum MHD_Result res =
-        respond(c, rc, &err, rc ? NULL : rerank_answer(s, docs, n, scores, tokens, top_n,
-                                                       return_docs));
+    if (!rc) rc = score_pairs(s, c, &query, 1, docs, n, &scores, &tokens, err);
+    if (!rc) *out = rerank_answer(s, docs, n, scores, tokens, top_n, return_docs);
     free(scores);
     free(docs);
-    json_decref(o);
-    active(s, -1);
-    return res;
+    return rc;
 }
 
-enum MHD_Result pl_srv_score(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    pl_server_error err;
-    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
-    if (!o) return pl_srv_send_error(c, &err);
-    active(s, 1);
+/* The fields of /v1/score and its answer. */
+static int score(pl_server *s, struct MHD_Connection *c, const pl_conn_ctx *x, json_t *o,
+                 json_t **out, pl_server_error *err) {
+    (void)x;
     const char **t1 = NULL, **t2 = NULL;
     size_t n1 = 0, n2 = 0;
     float *scores = NULL;
     int64_t tokens = 0;
-    int rc = common_checks(s, o, &err);
-    if (!rc) rc = get_texts(json_object_get(o, "text_1"), "text_1", 0, 1, &t1, &n1, &err);
-    if (!rc) rc = get_texts(json_object_get(o, "text_2"), "text_2", 0, 1, &t2, &n2, &err);
+    int rc = common_checks(s, o, err);
+    if (!rc) rc = get_texts(json_object_get(o, "text_1"), "text_1", 0, 1, &t1, &n1, err);
+    if (!rc) rc = get_texts(json_object_get(o, "text_2"), "text_2", 0, 1, &t2, &n2, err);
     if (!rc && n1 != 1 && n1 != n2)
-        rc = pl_server_fail(&err, 400, "text_2", "invalid_value", "'text_1' has %zu items and "
+        rc = pl_server_fail(err, 400, "text_2", "invalid_value", "'text_1' has %zu items and "
                             "'text_2' %zu: they must be as many, or 'text_1' one text", n1, n2);
-    if (!rc) rc = score_pairs(s, c, t1, n1, t2, n2, &scores, &tokens, &err);
-    enum MHD_Result res = respond(c, rc, &err, rc ? NULL : score_answer(s, scores, n2, tokens));
+    if (!rc) rc = score_pairs(s, c, t1, n1, t2, n2, &scores, &tokens, err);
+    if (!rc) *out = score_answer(s, scores, n2, tokens);
     free(scores);
     free(t1);
     free(t2);
-    json_decref(o);
+    return rc;
+}
+
+/* Each scoring request counts as active (a draining server waits for it) while it runs. */
+static enum MHD_Result serve_scoring(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x,
+                                     pl_srv_json_fn fn) {
+    active(s, 1);
+    enum MHD_Result res = pl_srv_answer_json(s, c, x, fn);
     active(s, -1);
     return res;
+}
+
+enum MHD_Result pl_srv_rerank(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return serve_scoring(s, c, x, rerank);
+}
+
+enum MHD_Result pl_srv_score(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return serve_scoring(s, c, x, score);
 }

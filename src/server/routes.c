@@ -138,83 +138,77 @@ static json_t *piece_json(const pl_server *s, int32_t id) {
     return json_pack("{s:i, s:o}", "id", id, "piece", piece);
 }
 
+/* pl_tokenize for an answer: 0, or -1 with err set (out of memory, or a 400 naming `field`). */
+static int tokenize(pl_server *s, const char *text, size_t len, int add_special,
+                    int parse_special, const char *field, int32_t **ids, size_t *n,
+                    pl_server_error *err) {
+    pl_status st = pl_tokenize(s->tok, text, len, add_special, parse_special, ids, n);
+    if (st == PL_OK) return 0;
+    if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
+    return pl_server_fail(err, 400, field, "invalid_value", "%s", pl_last_error());
+}
+
 /* llama-server's {"content", "add_special" (false), "parse_special" (true), "with_pieces"
  * (false)} -> {"tokens": [ids]} or, with pieces, {"tokens": [{"id", "piece"}]}. */
-static enum MHD_Result tokenize_llama(pl_server *s, struct MHD_Connection *c, json_t *o) {
-    pl_server_error err;
+static int tokenize_llama(pl_server *s, json_t *o, json_t **out, pl_server_error *err) {
     int add_special = 0, parse_special = 1, pieces = 0;
     json_t *content = json_object_get(o, "content");
     int32_t *ids = NULL;
     size_t n = 0;
-    if (opt_bool(o, "add_special", &add_special, &err) ||
-        opt_bool(o, "parse_special", &parse_special, &err) ||
-        opt_bool(o, "with_pieces", &pieces, &err))
-        goto fail;
-    if (!json_is_string(content)) {
-        pl_server_fail(&err, 400, "content", "invalid_type", "'content' must be a string");
-        goto fail;
-    }
-    pl_status st = pl_tokenize(s->tok, json_string_value(content), json_string_length(content),
-                               add_special, parse_special, &ids, &n);
-    if (st != PL_OK) {
-        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
-        else pl_server_fail(&err, 400, "content", "invalid_value", "%s", pl_last_error());
-        goto fail;
-    }
+    if (opt_bool(o, "add_special", &add_special, err) ||
+        opt_bool(o, "parse_special", &parse_special, err) ||
+        opt_bool(o, "with_pieces", &pieces, err))
+        return -1;
+    if (!json_is_string(content))
+        return pl_server_fail(err, 400, "content", "invalid_type", "'content' must be a string");
+    if (tokenize(s, json_string_value(content), json_string_length(content), add_special,
+                 parse_special, "content", &ids, &n, err))
+        return -1;
     json_t *tokens = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(tokens, pieces ? piece_json(s, ids[i]) : json_integer(ids[i]));
     free(ids);
-    json_decref(o);
-    return pl_srv_send_json(c, MHD_HTTP_OK, json_pack("{s:o}", "tokens", tokens));
-fail:
-    json_decref(o);
-    return pl_srv_send_error(c, &err);
+    *out = json_pack("{s:o}", "tokens", tokens);
+    return 0;
 }
 
 /* {"prompt": str} or {"messages": [...]} -> {"count", "max_model_len", "tokens", "token_strs"};
  * llama-server's {"content": str} -> {"tokens"} (tokenize_llama). */
-enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    pl_server_error err;
-    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
-    if (!o) return pl_srv_send_error(c, &err);
+static int tokenize_answer(pl_server *s, struct MHD_Connection *c, const pl_conn_ctx *x,
+                           json_t *o, json_t **out, pl_server_error *err) {
+    (void)c;
     if (json_object_get(o, "content") && !json_object_get(o, "prompt") &&
         !json_object_get(o, "messages"))
-        return tokenize_llama(s, c, o);
+        return tokenize_llama(s, o, out, err);
     char *text = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
     int is_chat = json_object_get(o, "messages") != NULL, add_special = !is_chat, add_gen = 1,
         want_strs = 0;
-    if (check_model(s, o, &err) || opt_bool(o, "add_special_tokens", &add_special, &err) ||
-        opt_bool(o, "add_generation_prompt", &add_gen, &err) ||
-        opt_bool(o, "return_token_strs", &want_strs, &err))
-        goto fail;
+    if (check_model(s, o, err) || opt_bool(o, "add_special_tokens", &add_special, err) ||
+        opt_bool(o, "add_generation_prompt", &add_gen, err) ||
+        opt_bool(o, "return_token_strs", &want_strs, err))
+        return -1;
     if (is_chat) {
         /* Reuse the chat request parser for the messages. */
         pl_server_request r;
-        if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
-        int rc = pl_srv_render_chat(s, &r, add_gen, &text, &err);
+        if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, err)) return -1;
+        int rc = pl_srv_render_chat(s, &r, add_gen, &text, err);
         pl_server_request_destroy(&r);
-        if (rc) goto fail;
+        if (rc) {
+            free(text);
+            return -1;
+        }
     } else {
         json_t *p = json_object_get(o, "prompt");
-        if (!json_is_string(p)) {
-            pl_server_fail(&err, 400, "prompt", "invalid_type",
-                           "'prompt' (a string) or 'messages' is required");
-            goto fail;
-        }
-        if (!(text = strdup(json_string_value(p)))) {
-            pl_server_nomem(&err);
-            goto fail;
-        }
+        if (!json_is_string(p))
+            return pl_server_fail(err, 400, "prompt", "invalid_type",
+                                  "'prompt' (a string) or 'messages' is required");
+        if (!(text = strdup(json_string_value(p)))) return pl_server_nomem(err);
     }
-    pl_status st = pl_tokenize(s->tok, text, strlen(text), add_special, 1, &ids, &n);
-    if (st != PL_OK) {
-        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
-        else pl_server_fail(&err, 400, "prompt", "invalid_value", "%s", pl_last_error());
-        goto fail;
-    }
+    int rc = tokenize(s, text, strlen(text), add_special, 1, "prompt", &ids, &n, err);
+    free(text);
+    if (rc) return -1;
     json_t *tokens = json_array(), *strs = want_strs ? json_array() : json_null();
     for (size_t i = 0; i < n; i++) {
         json_array_append_new(tokens, json_integer(ids[i]));
@@ -230,65 +224,55 @@ enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_
         }
     }
     free(ids);
-    free(text);
-    json_decref(o);
-    return pl_srv_send_json(c, MHD_HTTP_OK,
-                            json_pack("{s:I, s:i, s:o, s:o}", "count", (json_int_t)n,
-                                      "max_model_len", s->max_model_len, "tokens", tokens,
-                                      "token_strs", strs));
-fail:
-    free(text);
-    json_decref(o);
-    return pl_srv_send_error(c, &err);
+    *out = json_pack("{s:I, s:i, s:o, s:o}", "count", (json_int_t)n, "max_model_len",
+                     s->max_model_len, "tokens", tokens, "token_strs", strs);
+    return 0;
+}
+
+enum MHD_Result pl_srv_tokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return pl_srv_answer_json(s, c, x, tokenize_answer);
 }
 
 /* {"tokens": [ids]} -> {"prompt": text, "content": text} (vLLM's name, llama-server's) */
-enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    pl_server_error err;
-    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
-    if (!o) return pl_srv_send_error(c, &err);
+static int detokenize_answer(pl_server *s, struct MHD_Connection *c, const pl_conn_ctx *x,
+                             json_t *o, json_t **out, pl_server_error *err) {
+    (void)c;
+    (void)x;
     json_t *t = json_object_get(o, "tokens");
-    int32_t *ids = NULL;
-    if (check_model(s, o, &err)) goto fail;
-    if (!json_is_array(t)) {
-        pl_server_fail(&err, 400, "tokens", "invalid_type", "'tokens' must be a list of token ids");
-        goto fail;
-    }
+    if (check_model(s, o, err)) return -1;
+    if (!json_is_array(t))
+        return pl_server_fail(err, 400, "tokens", "invalid_type",
+                              "'tokens' must be a list of token ids");
     size_t n = json_array_size(t);
-    ids = malloc((n ? n : 1) * sizeof *ids);
-    if (!ids) {
-        pl_server_nomem(&err);
-        goto fail;
-    }
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (!ids) return pl_server_nomem(err);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(t, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) >= s->n_vocab) {
-            pl_server_fail(&err, 400, "tokens", "invalid_value",
-                           "'tokens[%zu]' is not a token id in [0, %d)", i, s->n_vocab);
-            goto fail;
+            free(ids);
+            return pl_server_fail(err, 400, "tokens", "invalid_value",
+                                  "'tokens[%zu]' is not a token id in [0, %d)", i, s->n_vocab);
         }
         ids[i] = (int32_t)json_integer_value(v);
     }
     char *text;
     size_t len;
     pl_status st = pl_detokenize(s->tok, ids, n, 0, &text, &len);
-    if (st != PL_OK) {
-        if (st == PL_ERR_NOMEM) pl_server_nomem(&err);
-        else pl_server_fail(&err, 400, "tokens", "invalid_value", "%s", pl_last_error());
-        goto fail;
-    }
+    free(ids);
+    if (st != PL_OK)
+        return st == PL_ERR_NOMEM
+                   ? pl_server_nomem(err)
+                   : pl_server_fail(err, 400, "tokens", "invalid_value", "%s", pl_last_error());
     char *clean = pl_server_utf8_sanitize(text, len, &len);
     free(text);
-    free(ids);
-    json_decref(o);
-    json_t *r = json_pack("{s:s%, s:s%}", "prompt", clean, len, "content", clean, len);
+    *out = json_pack("{s:s%, s:s%}", "prompt", clean, len, "content", clean, len);
     free(clean);
-    return pl_srv_send_json(c, MHD_HTTP_OK, r);
-fail:
-    free(ids);
-    json_decref(o);
-    return pl_srv_send_error(c, &err);
+    return 0;
+}
+
+enum MHD_Result pl_srv_detokenize(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return pl_srv_answer_json(s, c, x, detokenize_answer);
 }
 
 /* The template's text for a chat request and its token count. */
@@ -296,13 +280,13 @@ static int render_count(pl_server *s, const pl_server_request *r, int add_gen, c
                         size_t *n, pl_server_error *err) {
     int32_t *ids = NULL;
     if (pl_srv_render_chat(s, r, add_gen, text, err)) return -1;
-    pl_status st = pl_tokenize(s->tok, *text, strlen(*text), 0, 1, &ids, n);
+    int rc = tokenize(s, *text, strlen(*text), 0, 1, "messages", &ids, n, err);
     free(ids);
-    if (st == PL_OK) return 0;
-    free(*text);
-    *text = NULL;
-    if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
-    return pl_server_fail(err, 400, "messages", "invalid_value", "%s", pl_last_error());
+    if (rc) {
+        free(*text);
+        *text = NULL;
+    }
+    return rc;
 }
 
 /* POST /v1/chat/render and llama-server's POST /apply-template: {"messages",
@@ -310,35 +294,32 @@ static int render_count(pl_server *s, const pl_server_request *r, int add_gen, c
  * tokens, "template": where the template came from ("gguf", the --chat-template file,
  * "chatml")}. What a chat request with these messages would feed the model (the web UI shows
  * it). */
-enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
-    pl_server_error err;
-    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
-    if (!o) return pl_srv_send_error(c, &err);
+static int chat_render_answer(pl_server *s, struct MHD_Connection *c, const pl_conn_ctx *x,
+                              json_t *o, json_t **out, pl_server_error *err) {
+    (void)c;
     char *text = NULL;
     size_t n = 0;
     int add_gen = 1;
-    if (check_model(s, o, &err) || opt_bool(o, "add_generation_prompt", &add_gen, &err)) goto fail;
-    if (!json_is_array(json_object_get(o, "messages"))) {
-        pl_server_fail(&err, 400, "messages", "invalid_type", "'messages' (a list) is required");
-        goto fail;
-    }
+    if (check_model(s, o, err) || opt_bool(o, "add_generation_prompt", &add_gen, err)) return -1;
+    if (!json_is_array(json_object_get(o, "messages")))
+        return pl_server_fail(err, 400, "messages", "invalid_type",
+                              "'messages' (a list) is required");
     pl_server_request r;
-    if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, &err)) goto fail;
-    int rc = render_count(s, &r, add_gen, &text, &n, &err);
+    if (pl_server_parse_request(x->body, x->len, 1, s->cfg.max_logprobs, &r, err)) return -1;
+    int rc = render_count(s, &r, add_gen, &text, &n, err);
     pl_server_request_destroy(&r);
-    if (rc) goto fail;
+    if (rc) return -1;
     size_t len;
     char *clean = pl_server_utf8_sanitize(text, strlen(text), &len);
     free(text);
-    json_decref(o);
-    json_t *res = json_pack("{s:s%, s:I, s:s}", "prompt", clean, len, "count", (json_int_t)n,
-                            "template", pl_chat_template_origin(s->chat));
+    *out = json_pack("{s:s%, s:I, s:s}", "prompt", clean, len, "count", (json_int_t)n,
+                     "template", pl_chat_template_origin(s->chat));
     free(clean);
-    return pl_srv_send_json(c, MHD_HTTP_OK, res);
-fail:
-    free(text);
-    json_decref(o);
-    return pl_srv_send_error(c, &err);
+    return 0;
+}
+
+enum MHD_Result pl_srv_chat_render(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x) {
+    return pl_srv_answer_json(s, c, x, chat_render_answer);
 }
 
 /* POST /v1/messages/count_tokens (Anthropic): a Messages request without max_tokens ->

@@ -72,6 +72,21 @@ enum MHD_Result pl_srv_send_json(struct MHD_Connection *c, unsigned status, json
     return pl_srv_send_text(c, status, "application/json", s);
 }
 
+enum MHD_Result pl_srv_answer_json(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x,
+                                   pl_srv_json_fn fn) {
+    pl_server_error err;
+    json_t *o = pl_server_parse_json(x->body ? x->body : "", x->len, &err);
+    if (!o) return pl_srv_send_error(c, &err);
+    json_t *out = NULL;
+    int rc = fn(s, c, x, o, &out, &err);
+    json_decref(o);
+    if (rc == PL_SRV_CLIENT_GONE) {
+        json_decref(out);
+        return MHD_NO;
+    }
+    return rc ? pl_srv_send_error(c, &err) : pl_srv_send_json(c, MHD_HTTP_OK, out);
+}
+
 enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_error *e) {
     return pl_srv_send_error_as(c, e, PL_API_OPENAI);
 }

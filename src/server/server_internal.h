@@ -53,6 +53,15 @@ enum MHD_Result pl_srv_send_error(struct MHD_Connection *c, const pl_server_erro
 enum MHD_Result pl_srv_send_error_as(struct MHD_Connection *c, const pl_server_error *e,
                                      pl_server_api api);
 
+/* A POST whose body is a JSON object, answered by fn: 0 with *out (sent with 200; NULL or a
+ * build jansson flagged: 503 out_of_memory), PL_SRV_CLIENT_GONE (nothing sent), else the error
+ * in *err. */
+enum { PL_SRV_CLIENT_GONE = 2 };
+typedef int (*pl_srv_json_fn)(pl_server *s, struct MHD_Connection *c, const pl_conn_ctx *x,
+                              json_t *body, json_t **out, pl_server_error *err);
+enum MHD_Result pl_srv_answer_json(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x,
+                                   pl_srv_json_fn fn);
+
 /* Route handlers (routes.c). */
 enum MHD_Result pl_srv_health(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);
 enum MHD_Result pl_srv_version(pl_server *s, struct MHD_Connection *c, pl_conn_ctx *x);

@@ -10,6 +10,7 @@ set -u
 # serve_kv FLAGS...: start a server with these flags only (no --kv-cache-memory), print its
 # "KV cache:" line, stop it. Its stderr is in $TMP/kv.err.
 serve_kv() {
+    : >"$TMP/kv.out" # as start_server: else the loop may read the previous server's lines
     "$PL_BINARY" serve -m "$MODEL" --port 0 --threads 1 "$@" >"$TMP/kv.out" 2>"$TMP/kv.err" &
     local pid=$!
     for _ in $(seq 1 1200); do # up to 60 s: an ASan build on a loaded machine starts slowly

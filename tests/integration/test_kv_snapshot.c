@@ -4,7 +4,8 @@
  *  - pl_server_kv_blocks_json writes exactly those states, the counts and the block tables;
  *  - the engine publishes the picture only while someone watches, and what it publishes equals
  *    the pool and the sequences' block tables between steps (n = 2 shares its prompt blocks),
- *    and every block is free once the request ends. */
+ *    and every block is free once the request ends (when and how often it publishes:
+ *    tests/unit/test_kv_view.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -218,17 +219,17 @@ static void test_engine_publishes_while_watched(void **state) {
     p.seed = 7;
     assert_int_equal(pl_engine_add_request(e, prompt, NULL, 0, &p, &id), PL_OK);
     for (int i = 0; i < 3; i++) assert_int_equal(pl_engine_step(e), PL_OK);
-    assert_int_equal(e->kv_view.version, 0);
     pl_kv_snapshot k;
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* asks; nothing yet */
     assert_int_equal(k.version, 0);
     assert_int_equal(k.n_blocks, pl_kv_pool_blocks(pl_kv_cache_manager(e->kv)));
     for (int32_t i = 0; i < k.n_blocks; i++) assert_int_equal(k.states[i], 0);
     pl_kv_snapshot_destroy(&k);
-    /* Now watched: the next step publishes, tables included; n = 2 shares its prompt. */
+    /* Now watched: the next step publishes (a reader waits for the first picture), tables
+     * included; n = 2 shares its prompt. */
     assert_int_equal(pl_engine_step(e), PL_OK);
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
-    assert_true(k.version >= 1);
+    assert_int_equal(k.version, 1);
     assert_true(k.has_tables);
     assert_int_equal(k.n_seqs, 2);
     check_snapshot_matches(e, &k);
@@ -239,23 +240,18 @@ static void test_engine_publishes_while_watched(void **state) {
     }
     assert_true(shared > 0);
     assert_true(used > 0);
+    uint64_t last = k.version;
     pl_kv_snapshot_destroy(&k);
-    /* Every step while watched: the picture follows (here at every step; the server's engine
-     * publishes at most every PL_KV_VIEW_MIN_INTERVAL_MS unless a reader waits). */
-    e->kv_view.min_interval_ms = 0;
-    for (int i = 0; i < 5; i++) {
-        uint64_t v = e->kv_view.version;
-        assert_int_equal(pl_engine_step(e), PL_OK);
-        assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
-        assert_int_equal(k.version, v + 1);
-        check_snapshot_matches(e, &k);
-        pl_kv_snapshot_destroy(&k);
-    }
-    /* Run to the end (the request finishes in a step, which publishes the freed pool). */
+    /* Run to the end while watched. The engine publishes after a step at most every
+     * PL_KV_VIEW_MIN_INTERVAL_MS unless a reader waits (tests/unit/test_kv_view.c drives that
+     * with a fake clock); a picture published by this thread's last step equals the pool now. */
     pl_request_output *o;
     while (pl_engine_has_work(e)) {
         assert_int_equal(pl_engine_step(e), PL_OK);
-        assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
+        assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+        assert_true(k.version >= last);
+        if (k.version > last) check_snapshot_matches(e, &k);
+        last = k.version;
         pl_kv_snapshot_destroy(&k);
     }
     while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
@@ -263,72 +259,14 @@ static void test_engine_publishes_while_watched(void **state) {
         pl_request_output_destroy(o);
         if (fin) break;
     }
-    assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
-    check_snapshot_matches(e, &k);
-    for (int32_t i = 0; i < k.n_blocks; i++)
-        assert_true(k.states[i] == PL_KV_BLOCK_FREE || k.states[i] == PL_KV_BLOCK_CACHED);
-    pl_kv_snapshot_destroy(&k);
-    /* Rate limited: steps within min_interval_ms publish nothing but mark the picture stale;
-     * a reader that finds it stale and old asks for one, and the next step publishes. */
-    e->kv_view.min_interval_ms = 1000000;
-    e->kv_view.last_ms = 1LL << 50;
-    assert_int_equal(pl_engine_add_request(e, "The sun was shining", NULL, 0, &p, &id), PL_OK);
-    uint64_t v0 = e->kv_view.version;
-    assert_int_equal(pl_engine_step(e), PL_OK);
-    assert_int_equal(e->kv_view.version, v0);
-    assert_true(atomic_load(&e->kv_view.stale));
-    pthread_mutex_lock(&e->kv_view.mu);
-    e->kv_view.front_ms = 0; /* the front picture is old */
-    pthread_mutex_unlock(&e->kv_view.mu);
+    /* Idle and watched: the wait for work publishes the freed pool unless the last step did. */
+    pl_engine_wait_for_work(e, 0);
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
-    pl_kv_snapshot_destroy(&k);
-    assert_int_equal(pl_engine_step(e), PL_OK);
-    assert_int_equal(e->kv_view.version, v0 + 1);
-    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
-    check_snapshot_matches(e, &k);
-    pl_kv_snapshot_destroy(&k);
-    pl_engine_abort(e, id);
-    while (pl_engine_has_work(e)) assert_int_equal(pl_engine_step(e), PL_OK);
-    while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
-        int fin = o->finished;
-        pl_request_output_destroy(o);
-        if (fin) break;
-    }
-    e->kv_view.min_interval_ms = 0;
-    /* An idle engine publishes when poked (the server's engine thread waits in wait_for_work):
-     * a step that nobody watched marks the picture stale; the idle wait refreshes it. */
-    atomic_store(&e->kv_view.want_until_ms, 0);
-    assert_int_equal(pl_engine_add_request(e, "The sun was shining", NULL, 0, &p, &id), PL_OK);
-    assert_int_equal(pl_engine_step(e), PL_OK);
-    uint64_t v = e->kv_view.version;
-    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* stale: pokes */
-    assert_int_equal(k.version, v);
-    pl_kv_snapshot_destroy(&k);
-    pl_engine_abort(e, id);
-    pl_engine_wait_for_work(e, 0); /* the abort is work: returns at once, no picture */
-    assert_int_equal(pl_engine_step(e), PL_OK); /* aborts; watched: publishes the freed pool */
-    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
-    assert_true(k.version > v);
     check_snapshot_matches(e, &k);
     assert_int_equal(k.n_seqs, 0);
-    pl_kv_snapshot_destroy(&k);
-    while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
-        int fin = o->finished;
-        pl_request_output_destroy(o);
-        if (fin) break;
-    }
-    /* Idle: a stale picture is refreshed by the idle wait, not by a step. */
-    atomic_store(&e->kv_view.want_until_ms, 0);
-    assert_int_equal(pl_engine_step(e), PL_OK); /* nothing to run; unwatched: stale */
-    v = e->kv_view.version;
-    assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
-    assert_int_equal(k.version, v);
-    pl_kv_snapshot_destroy(&k);
-    assert_false(pl_engine_has_work(e));
-    pl_engine_wait_for_work(e, 10);
-    assert_int_equal(pl_engine_kv_snapshot(e, 0, 0, &k), PL_OK);
-    assert_int_equal(k.version, v + 1);
-    check_snapshot_matches(e, &k);
+    for (int32_t i = 0; i < k.n_blocks; i++)
+        assert_true(k.states[i] == PL_KV_BLOCK_FREE || k.states[i] == PL_KV_BLOCK_CACHED);
+    assert_true(k.version >= 2); /* taken after the run, by its last step or by the wait */
     pl_kv_snapshot_destroy(&k);
     pl_engine_destroy(e);
 }
