@@ -207,6 +207,11 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     }
 }
 
+int pl_mm_x16_fast(pl_dtype t) {
+    pl_isa isa = pl_cpu_isa();
+    return isa >= PL_ISA_AVX512 || (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K));
+}
+
 void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar) {
     k->gemm = NULL;
     k->tr = 16;
