@@ -14,7 +14,7 @@
 
 /* Ordered: a level has every kernel of the levels below it. AVX-VNNI is AVX2 + FMA + F16C with
  * the VEX vpdpbusd / vpdpwssd on ymm (Intel client cores from Alder Lake, AMD Zen 4+); its own
- * kernels are the x16 layouts' integer tiles, everything else runs AVX2's. */
+ * kernels are the x16 layouts' VNNI tiles (q8_0, q4_0, iq4_nl, q4_K, q6_K), everything else runs AVX2's. */
 typedef enum { PL_ISA_SCALAR = 0, PL_ISA_AVX2 = 1, PL_ISA_AVXVNNI = 2, PL_ISA_AVX512 = 3 } pl_isa;
 
 typedef struct {

@@ -24,6 +24,7 @@
 #define PL_KERNELS_X16_KQ_YMM_H
 
 #include "kernels/matmul_kernels.h"
+#include "kernels/matmul_tile.h"
 #include "kernels/quant.h"
 
 #include "kernels/simd.h"
@@ -222,16 +223,8 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
         _mm256_storeu_ps(y + (size_t)b * ldy + 8 * h, acc[h][b]);
 }
 
-#define Y_TILE(name, Q6)                                                                           \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,     \
-                     int64_t cols, float *y, int64_t ldy) {                                        \
-        (void)ws;                                                                                  \
-        (void)nr;                                                                                  \
-        if (nb == 2) y_body(w, a, as, cols, y, ldy, 2, Q6);                                        \
-        else if (nb == 1) y_body(w, a, as, cols, y, ldy, 1, Q6);                                   \
-    }
-Y_TILE(y_tile_q4_K, 0)
-Y_TILE(y_tile_q6_K, 1)
+PL_X16_TILE_NB2(y_tile_q4_K, y_body, 0)
+PL_X16_TILE_NB2(y_tile_q6_K, y_body, 1)
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
