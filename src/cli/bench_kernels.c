@@ -96,7 +96,7 @@ static void bench_matmuls(pl_threadpool *tp, const out_ctx *o) {
         /* GGUF's rows; then the x16 layout the model loader repacks to on AVX-512, with AMX
          * (where the machine has it and the type has an AMX kernel) and without */
         pl_weight probe = {.type = t, .rows = 2048, .cols = cols};
-        int x16 = pl_matmul_repack_wanted() && pl_matmul_repack_size(&probe) > 0;
+        int x16 = pl_matmul_repack_wanted(t) && pl_matmul_repack_size(&probe) > 0;
         int amx = pl_cpu_amx() && t != PL_DT_F16;
         out_ctx oi = *o; /* integer types: GOP/s, against the int8 VNNI peak */
         if (t != PL_DT_F32 && t != PL_DT_F16 && t != PL_DT_BF16 && o->vnni > 0) oi.peak = o->vnni;

@@ -92,6 +92,7 @@ static size_t row_offset(const pl_kv_layout *l, int64_t block, int32_t head, int
 static void f32_to_f16_row(const float *x, uint16_t *y, int32_t n) {
     switch (pl_cpu_isa()) {
     case PL_ISA_AVX512: pl_attn_f32_to_f16_avx512(x, y, n); return;
+    case PL_ISA_AVXVNNI:
     case PL_ISA_AVX2: pl_attn_f32_to_f16_avx2(x, y, n); return;
     case PL_ISA_SCALAR: break;
     }
@@ -486,6 +487,7 @@ void pl_paged_attention_ref(const pl_kv_layout *l, const pl_attn_args *a) {
 pl_attn_tile_fn pl_attn_tile_for_isa(void) {
     switch (pl_cpu_isa()) {
     case PL_ISA_AVX512: return pl_attn_tile_avx512;
+    case PL_ISA_AVXVNNI:
     case PL_ISA_AVX2: return pl_attn_tile_avx2;
     case PL_ISA_SCALAR: break;
     }

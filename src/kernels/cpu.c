@@ -70,6 +70,8 @@ static void init(void) {
     if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni &&
         f->avx512bf16 && f->fma && f->f16c)
         max_isa = PL_ISA_AVX512;
+    else if (f->avx2 && f->fma && f->f16c && f->avxvnni)
+        max_isa = PL_ISA_AVXVNNI;
     else if (f->avx2 && f->fma && f->f16c)
         max_isa = PL_ISA_AVX2;
     else
@@ -79,8 +81,9 @@ static void init(void) {
     env_level = PL_ISA_AVX512;
     if (s && !strcmp(s, "scalar")) env_level = PL_ISA_SCALAR;
     else if (s && !strcmp(s, "avx2")) env_level = PL_ISA_AVX2;
+    else if (s && !strcmp(s, "avxvnni")) env_level = PL_ISA_AVXVNNI;
     else if (s && *s && strcmp(s, "avx512")) /* a typo must not pass silently for "scalar" */
-        PL_WARN("PAGELLM_ISA='%s' is not scalar, avx2 or avx512; ignored (kernels use %s)", s,
+        PL_WARN("PAGELLM_ISA='%s' is not scalar, avx2, avxvnni or avx512; ignored (kernels use %s)", s,
                 pl_isa_name(max_isa));
     const char *amx = getenv("PAGELLM_AMX");
     if (amx && !strcmp(amx, "0")) env_amx = 0;
@@ -126,6 +129,7 @@ const char *pl_isa_name(pl_isa isa) {
     switch (isa) {
     case PL_ISA_SCALAR: return "scalar";
     case PL_ISA_AVX2: return "avx2";
+    case PL_ISA_AVXVNNI: return "avxvnni";
     case PL_ISA_AVX512: return "avx512";
     }
     return "?";

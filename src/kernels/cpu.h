@@ -1,7 +1,7 @@
 /* kernels/cpu — CPU feature detection and the choice of kernel instruction set.
  *
  * The level is detected once from CPUID (and XGETBV for OS support of the vector state) and can
- * be lowered, never raised, with the environment variable PAGELLM_ISA=scalar|avx2|avx512 or with
+ * be lowered, never raised, with the environment variable PAGELLM_ISA=scalar|avx2|avxvnni|avx512 or with
  * pl_cpu_force_isa() (tests use it to run every path the machine has).
  *
  * AMX (the int8 tiles) is a separate switch on top of the AVX-512 level: usable when CPUID has
@@ -12,7 +12,10 @@
 #ifndef PL_KERNELS_CPU_H
 #define PL_KERNELS_CPU_H
 
-typedef enum { PL_ISA_SCALAR = 0, PL_ISA_AVX2 = 1, PL_ISA_AVX512 = 2 } pl_isa;
+/* Ordered: a level has every kernel of the levels below it. AVX-VNNI is AVX2 + FMA + F16C with
+ * the VEX vpdpbusd / vpdpwssd on ymm (Intel client cores from Alder Lake, AMD Zen 4+); its own
+ * kernels are the x16 layouts' VNNI tiles (q8_0, q4_0, iq4_nl, q4_K, q6_K), everything else runs AVX2's. */
+typedef enum { PL_ISA_SCALAR = 0, PL_ISA_AVX2 = 1, PL_ISA_AVXVNNI = 2, PL_ISA_AVX512 = 3 } pl_isa;
 
 typedef struct {
     int avx2, fma, f16c;

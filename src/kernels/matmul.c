@@ -74,9 +74,9 @@ size_t pl_matmul_repack_size(const pl_weight *w) {
     return (size_t)w->rows * pl_mm_x16_row_bytes(w->type, w->cols);
 }
 
-int pl_matmul_repack_wanted(void) {
+int pl_matmul_repack_wanted(pl_dtype t) {
     const char *e = getenv("PAGELLM_REPACK");
-    return pl_cpu_isa() >= PL_ISA_AVX512 && !(e && !strcmp(e, "0"));
+    return pl_mm_x16_fast(t) && !(e && !strcmp(e, "0"));
 }
 
 void pl_matmul_repack(pl_weight *w, void *dst) {

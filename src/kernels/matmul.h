@@ -55,11 +55,12 @@ void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const 
  * and those kernels (one order per type), but summed in another order than the rows layout
  * (docs/ACCURACY.md). pl_matmul_repack_size: bytes of w repacked (iq4_xs: 138 per 256 columns
  * instead of 136; the others as GGUF), or 0 if w has no such layout.
- * pl_matmul_repack_wanted: 1 on AVX-512 unless PAGELLM_REPACK=0. pl_matmul_repack: copy w into dst
+ * pl_matmul_repack_wanted: 1 where this kernel level has SIMD x16 kernels for t (AVX-512: every
+ * type above; AVX2: f16, q4_K and q6_K; AVX-VNNI: also q8_0, q4_0, iq4_nl; issue 35) unless PAGELLM_REPACK=0. pl_matmul_repack: copy w into dst
  * (64-byte aligned, that many bytes) and point w at it. Views of rows (weight_rows) must be taken
  * before repacking. */
 size_t pl_matmul_repack_size(const pl_weight *w);
-int pl_matmul_repack_wanted(void);
+int pl_matmul_repack_wanted(pl_dtype t);
 void pl_matmul_repack(pl_weight *w, void *dst);
 
 /* Single-threaded scalar reference with the same activation conversion (for tests). */

@@ -1,4 +1,4 @@
-/* kernels/matmul_tile — the tile entry points of the ISA matmul files (internal to
+/* kernels/matmul_tile — the tile entry points of the ISA matmul files (internal to the x16 ymm tiles,
  * matmul_avx2.c, matmul_kq_avx2.c, matmul_wt_avx2.c, matmul_avx512.c, matmul_wt_avx512.c).
  *
  * A body is an always_inline function body(w, ws, a, as, cols, y, ldy, NR, NB) that computes an
@@ -39,5 +39,16 @@
 #define PL_MM_TILE_4x4(name, body)                                                          \
     PL_MM_TILE_FN(name, PL_MM_ROW_CASES4(body, 1) PL_MM_ROW_CASES4(body, 2)                 \
                         PL_MM_ROW_CASES4(body, 3) PL_MM_ROW_CASES4(body, 4))
+
+/* The 256-bit x16 tiles (x16_kq_ymm.h, matmul_x16_avxvnni.c): one 16-row group by nb (1, 2)
+ * activation rows, body(w, a, as, cols, y, ldy, NB, ARG) with NB a constant. */
+#define PL_X16_TILE_NB2(name, body, ARG)                                                    \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb, \
+                     int64_t cols, float *y, int64_t ldy) {                                 \
+        (void)ws;                                                                           \
+        (void)nr;                                                                           \
+        if (nb == 2) body(w, a, as, cols, y, ldy, 2, ARG);                                  \
+        else if (nb == 1) body(w, a, as, cols, y, ldy, 1, ARG);                             \
+    }
 
 #endif

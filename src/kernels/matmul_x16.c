@@ -207,6 +207,13 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     }
 }
 
+int pl_mm_x16_fast(pl_dtype t) {
+    pl_isa isa = pl_cpu_isa();
+    return isa >= PL_ISA_AVX512 ||
+           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16)) ||
+           (isa >= PL_ISA_AVXVNNI && (t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL));
+}
+
 void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar) {
     k->gemm = NULL;
     k->tr = 16;
@@ -225,6 +232,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
             if (pl_cpu_amx()) k->gemm = pl_mm_gemm_x16_amx;
             return;
         }
+        if (pl_cpu_isa() >= PL_ISA_AVXVNNI && pl_mm_kernel_x16_avxvnni(t, k)) return;
         k->fn = tile_x16_scalar;
         return;
     case PL_DT_Q4_K:
@@ -233,6 +241,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_Q2_K: pl_mm_kernel_x16_q2_K(k); return;
     case PL_DT_F16:
         if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_f16_avx512(k)) return;
+        if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_f16_avx2(k)) return;
         k->fn = tile_f16_scalar;
         return;
     case PL_DT_Q4_0: pl_mm_kernel_x16_q4_0(k); return;

@@ -21,6 +21,7 @@ typedef struct {
 static float read_part(const float *p, size_t n) {
     switch (pl_cpu_isa()) {
     case PL_ISA_AVX512: return pl_roofline_read_avx512(p, n);
+    case PL_ISA_AVXVNNI:
     case PL_ISA_AVX2: return pl_roofline_read_avx2(p, n);
     case PL_ISA_SCALAR: break;
     }
@@ -63,6 +64,7 @@ double pl_roofline_read_gbs(pl_threadpool *tp, int n_threads, size_t bytes, int 
 static float fma_part(int64_t iters, float seed, int *lanes) {
     switch (pl_cpu_isa()) {
     case PL_ISA_AVX512: *lanes = 16; return pl_roofline_fma_avx512(iters, seed);
+    case PL_ISA_AVXVNNI:
     case PL_ISA_AVX2: *lanes = 8; return pl_roofline_fma_avx2(iters, seed);
     case PL_ISA_SCALAR: break;
     }

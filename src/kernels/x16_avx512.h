@@ -5,6 +5,7 @@
 #define PL_KERNELS_X16_AVX512_H
 
 #include "kernels/simd.h"
+#include "kernels/x16_prefetch.h"
 
 #include <immintrin.h>
 
@@ -32,20 +33,6 @@ AI void pl_x16_q6_quad(const uint8_t *p, __m512i q[4]) {
 AI __m512i pl_x16_dpbusd_bc(__m512i acc, __m512i q, const void *p) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(q), "m"(*(const int32_t *)p));
     return acc;
-}
-
-/* Line l of the super-block two ahead of o (group bytes gsz) into L2, and of the bytes
- * PL_X16_PF_FAR ahead into L3. The hardware prefetchers alone leave the K-quant tiles at ~70 % of
- * the read bandwidth when the weights stream from DRAM (their vector work per byte, ~3x q8_0's,
- * keeps fewer loads in flight); the near prefetch gives ~87 %, both ~95 % (docs/BENCHMARKS.md,
- * issue 22). The tiles call it once per line, spread among their loads (one or two per chunk),
- * not a part's lines in a burst: 1B Q4_K_M decode 40.3 -> 43.1 tok/s, q2_K and iq4_xs +4-8 %.
- * Past the thread's last super-block they read what the other thread will (or nothing: a
- * prefetch does not fault). */
-enum { PL_X16_PF_FAR = 36 * 1024 };
-AI void pl_x16_prefetch_line(const uint8_t *o, size_t gsz, int l) {
-    _mm_prefetch((const char *)o + 2 * gsz + 64 * l, _MM_HINT_T1);
-    _mm_prefetch((const char *)o + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);
 }
 
 /* q4_K's x16 layout (matmul_x16_kq.c): of units 2p and 2p + 1, the 16 lanes' 6-bit scales (int32

@@ -617,12 +617,12 @@ static void release_pages(const void *p, size_t n) {
 }
 
 /* w in the layout the matmul kernels prefer on this machine, if it has one (kernels/matmul.h):
- * f16, q8_0, q4_0, iq4_nl, q5_0, q4_1, q5_1, q2_K, q4_K, q6_K and iq4_xs on AVX-512, 16 rows
- * interleaved. What
+ * f16, q8_0, q4_0, iq4_nl, q5_0, q4_1, q5_1, q2_K, q4_K, q6_K and iq4_xs on AVX-512, f16, q4_K
+ * and q6_K on AVX2 (with AVX-VNNI also q8_0, q4_0, iq4_nl), 16 rows interleaved. What
  * it was copied from is let go: a buffer of its own (a column slice) is freed, mapped pages
  * released. */
 static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
-    size_t bytes = pl_matmul_repack_size(w);
+    size_t bytes = pl_matmul_repack_wanted(w->type) ? pl_matmul_repack_size(w) : 0;
     if (!bytes) return PL_OK;
     /* What it is copied from has GGUF's size, which the x16 layout need not have (iq4_xs: 138
      * bytes per row and super-block, GGUF 136): releasing the layout's size past the end of the
@@ -645,7 +645,6 @@ static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
 }
 
 static pl_status repack_weights(pl_model *m) {
-    if (!pl_matmul_repack_wanted()) return PL_OK;
     int32_t n = 0;
     for (int32_t l = 0; l < m->hp.n_layers; l++) {
         pl_layer_weights *L = &m->layers[l];

@@ -4,7 +4,7 @@
  * down) would shrink them silently to scalar and every test would stay green. The loops record
  * pl_cpu_isa() once per level with isa_ran(); isa_coverage_check() prints the levels tested and
  * fails when /proc/cpuinfo (the kernel's view, independent of the code under test) lists all the
- * features of a level the AVX-512 / AVX2 kernels are built for (see CMakeLists.txt and
+ * features of a level the AVX-512 / AVX-VNNI / AVX2 kernels are built for (see CMakeLists.txt and
  * kernels/cpu.c) but that level never ran. isa_run_group_tests() does the same for a whole cmocka
  * group (the tests of models, caches and engines whose results depend on the level). Include after
  * <cmocka.h> and "kernels/cpu.h". */
@@ -45,7 +45,10 @@ static inline int isa_cpuinfo_level(void) {
             for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
                 has512 &= isa_flag(line, avx512[i]);
             for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++) has2 &= isa_flag(line, avx2[i]);
-            level = has512 ? PL_ISA_AVX512 : has2 ? PL_ISA_AVX2 : PL_ISA_SCALAR;
+            level = has512                               ? PL_ISA_AVX512
+                    : has2 && isa_flag(line, "avx_vnni") ? PL_ISA_AVXVNNI
+                    : has2                               ? PL_ISA_AVX2
+                                                         : PL_ISA_SCALAR;
             break;
         }
     fclose(f);

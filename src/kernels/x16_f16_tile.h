@@ -1,0 +1,73 @@
+/* kernels/x16_f16_tile — the tile of f16's x16 layout (layout and arithmetic: matmul_x16.c), one
+ * skeleton for both vector widths: included by matmul_x16_f16_avx512.c (X_LANES 16: a column of
+ * a 16-row group is one vcvtph2ps) and matmul_x16_f16_avx2.c (X_LANES 8: two, the group's
+ * halves), each defining X_V (the f32 vector), X_CVT(p) (X_LANES halves at p widened), X_SET1,
+ * X_FMA, X_STORE, X_ZERO, X_TB (most activation rows per tile) and X_CASES (the tile's cases).
+ *
+ * Column k of the tile's vectors is multiplied by activation k of each row broadcast, so no lane
+ * is ever summed: each output is one accumulator, column after column, as the scalar reference,
+ * whatever the width. The weights are prefetched PF_DIST ahead.
+ */
+#ifndef PL_KERNELS_X16_F16_TILE_H
+#define PL_KERNELS_X16_F16_TILE_H
+
+#include "kernels/matmul_kernels.h"
+
+#include "kernels/simd.h"
+
+#include <immintrin.h>
+
+#define UNROLL16 _Pragma("GCC unroll 16")
+
+enum { X_HALVES = 16 / X_LANES }; /* vectors per 16-row group and column */
+/* Each group's weights are asked for 4 KB ahead into L1 (one prefetch per 64-byte line): the
+ * stream that starts a tile call, and every decode's, waited on memory with the hardware
+ * prefetchers alone. 110M F16, same hour, A/B: decode B=1 134-139 -> 177-180 tok/s, B=32
+ * 956-995 -> 1144-1168; 1B F16 prefill 151-153 -> 163-164, decode the same. 8 and 16 KB ahead
+ * measured less at B=32 (1153-1156, 1102-1137). In decode the last 4 KB of a group ask for the
+ * start of the next tile's group of the same index (else each tile call began cold: a 110M
+ * group is 24 KB): 110M F16 decode B=1 156.0 -> 163.5 tok/s (medians of 5, interleaved), 1B
+ * the same; in prefill it measured no gain. (AVX-512 measurements, issue 22.) */
+enum { PF_DIST = 4096 };
+
+AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
+                  int64_t ldy, const int NG, const int NB) {
+    const size_t gs = 16 * ws;
+    const int NV = NG * X_HALVES; /* vector v: group v / X_HALVES, its lanes from 16 v % 16 */
+    const float *x[X_TB];
+    UNROLL16 for (int b = 0; b < NB; b++) x[b] = (const float *)(a + (size_t)b * as);
+    X_V acc[2 * X_HALVES][X_TB];
+    UNROLL16 for (int v = 0; v < NV; v++) UNROLL16 for (int b = 0; b < NB; b++) acc[v][b] = X_ZERO();
+    for (int64_t k = 0; k < cols; k++) {
+        X_V wv[2 * X_HALVES];
+        if ((k & 1) == 0) { /* 32 bytes per column and group: a line every second column */
+            /* decode (1-2 rows: the weights stream once): past its group's end, into the next
+             * tile's group of the same index, where this thread goes next */
+            const size_t off = (size_t)k * 32 + PF_DIST,
+                         skip = NB <= 2 && off >= gs ? (size_t)(NG - 1) * gs : 0;
+            UNROLL16 for (int g = 0; g < NG; g++)
+                _mm_prefetch((const char *)(w + (size_t)g * gs + off + skip), _MM_HINT_T0);
+        }
+        UNROLL16 for (int v = 0; v < NV; v++)
+            wv[v] = X_CVT(w + (size_t)(v / X_HALVES) * gs + (size_t)k * 32 + (size_t)(v % X_HALVES) * 2 * X_LANES);
+        UNROLL16 for (int b = 0; b < NB; b++) {
+            const X_V xb = X_SET1(x[b][k]);
+            UNROLL16 for (int v = 0; v < NV; v++) acc[v][b] = X_FMA(wv[v], xb, acc[v][b]);
+        }
+    }
+    UNROLL16 for (int v = 0; v < NV; v++) UNROLL16 for (int b = 0; b < NB; b++)
+        X_STORE(y + (size_t)b * ldy + X_LANES * v, acc[v][b]);
+}
+
+#define F16X_CASE(G, B)                                                                            \
+    case G * 16 + B: f16x_body(w, ws, a, as, cols, y, ldy, G, B); break;
+
+static void tile_f16_x16(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
+                         int64_t cols, float *y, int64_t ldy) {
+    switch ((nr / 16) * 16 + nb) {
+        X_CASES
+    default: break;
+    }
+}
+
+#endif

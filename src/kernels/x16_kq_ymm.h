@@ -1,0 +1,236 @@
+/* kernels/x16_kq_ymm — the 256-bit tiles of q4_K's and q6_K's x16 layouts (issue 35; layouts
+ * and arithmetic: matmul_x16_kq.c), one skeleton for two kernel levels: included once by
+ * matmul_x16_kq_avx2.c with X16_VNNI 0 and once by matmul_x16_kq_avxvnni.c with X16_VNNI 1,
+ * each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
+ *
+ * A 64-byte chunk of 16 lanes is two ymm halves of 8 outputs; a tile is one 16-row group by one
+ * or two activation rows, done half after half inside each super-block (so a half's integer
+ * chains, its scales and both activations' float accumulators fit AVX2's 16 registers), the
+ * quants unpacked once per chunk half and used for both activation rows.
+ *
+ * The integer sums are exact either way, so both levels give the bits of the scalar tile:
+ *  - AVX-VNNI (VEX vpdpbusd on ymm): as the AVX-512 tiles, a vpdpbusd chain per unit (q4_K) or
+ *    16-column group (q6_K) with the activation's 4 bytes broadcast, times its scale per lane
+ *    (vpmulld); mins and q6_K's -32 through vpdpwssd against the activations' pair sums.
+ *  - AVX2: vpmaddubsw (unsigned quants x signed activations) into int16 sums that cannot
+ *    saturate and are then widened by vpmaddwd against the scale duplicated in both int16
+ *    halves of a lane, which multiplies and widens in one instruction: q4_K adds a unit's 8
+ *    chunks in int16 (|sum| <= 8 x 2 x 15 x 128 = 30720), q6_K two chunks
+ *    (2 x 2 x 63 x 128 = 32256); mins and the -32 with vpmaddwd against the pair sums.
+ * The float step is the scalar tile's: acc = fma((float)S, d * dx, acc) (q4_K: then
+ * fma((float)-M, dmin * dx, acc)), super-blocks in order.
+ */
+#ifndef PL_KERNELS_X16_KQ_YMM_H
+#define PL_KERNELS_X16_KQ_YMM_H
+
+#include "kernels/matmul_kernels.h"
+#include "kernels/matmul_tile.h"
+#include "kernels/quant.h"
+
+#include "kernels/simd.h"
+#include "kernels/x16_prefetch.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+enum { YQ4K_GSZ = 16 * 144, YQ6K_GSZ = 16 * 210 };
+
+AI __m256i y_bc32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+AI __m256i y_load(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* acc + a . b with VNNI's instruction, or AVX2's multiply-add and then add (acc's lanes
+ * int32, or int16 for vpmaddubsw's pair sums) */
+#if X16_VNNI
+#define Y_DOT(vnni, mul, add, acc, a, b) vnni(acc, a, b)
+#else
+#define Y_DOT(vnni, mul, add, acc, a, b) add(acc, mul(a, b))
+#endif
+
+/* acc + a . b on int16 pairs per int32 lane (exact) */
+AI __m256i y_dot16(__m256i acc, __m256i a, __m256i b) {
+    return Y_DOT(_mm256_dpwssd_avx_epi32, _mm256_madd_epi16, _mm256_add_epi32, acc, a, b);
+}
+
+/* The chain of one chunk half, unsigned u by signed s: VNNI int32 sums, AVX2 int16 pair sums. */
+AI __m256i y_dot8(__m256i acc, __m256i u, __m256i s) {
+    return Y_DOT(_mm256_dpbusd_avx_epi32, _mm256_maddubs_epi16, _mm256_add_epi16, acc, u, s);
+}
+
+/* acc + chain x scale per lane (sc: the scale in each lane's low int16, sign-extended; AVX2
+ * copies it into the high int16 and multiplies the chain's two int16 sums by it). */
+AI __m256i y_scale(__m256i acc, __m256i chain, __m256i sc) {
+#if X16_VNNI
+    return _mm256_add_epi32(acc, _mm256_mullo_epi32(chain, sc));
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(chain, _mm256_blend_epi16(sc, _mm256_slli_epi32(sc, 16), 0xAA)));
+#endif
+}
+
+/* Half h (lanes 8h..8h + 7) of q4_K's pair p words: scales of units 2p, 2p + 1 (int32 lanes)
+ * and the mins as int16 pairs (matmul_x16_kq.c's layout). */
+AI void y_q4_K_scales(const uint8_t *o, int p, int h, __m256i *sa, __m256i *sb, __m256i *m) {
+    __m256i v;
+    if (p < 3) {
+        v = y_load(o + 64 + 64 * p + 32 * h); /* bits 24-31 belong to pair 3: never read */
+    } else {
+        const __m256i w0 = y_load(o + 64 + 32 * h), w1 = y_load(o + 128 + 32 * h),
+                      w2 = y_load(o + 192 + 32 * h);
+        v = _mm256_or_si256(_mm256_srli_epi32(w0, 24),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 16), _mm256_set1_epi32(0xFF00)),
+                                            _mm256_and_si256(_mm256_srli_epi32(w2, 8), _mm256_set1_epi32(0xFF0000))));
+    }
+    const __m256i six = _mm256_set1_epi32(63);
+    *sa = _mm256_and_si256(v, six);
+    *sb = _mm256_and_si256(_mm256_srli_epi32(v, 6), six);
+    *m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 12), six),
+                         _mm256_and_si256(_mm256_srli_epi32(v, 2), _mm256_set1_epi32(63 << 16)));
+}
+
+/* Half h of super-block s of a group (o) against NB activation rows: acc[b] updated. */
+AI void y_q4_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, int64_t nsb,
+                  __m256 *acc, const int NB) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256i S[2], M[2];
+    UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        /* the first half prefetches the 36 lines as the AVX-512 tile does */
+        if (h == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 32 + p);
+        __m256i A[2], Bv[2];
+        UNROLL for (int b = 0; b < NB; b++) A[b] = Bv[b] = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 8; c++) {
+            if (h == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
+            const __m256i v = y_load(o + 256 + 64 * (8 * p + c) + 32 * h);
+            const __m256i lo = _mm256_and_si256(v, low4);
+#if X16_VNNI
+            const __m256i hi = _mm256_andnot_si256(low4, v); /* 16 x the high nibbles */
+#else
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+#endif
+            UNROLL for (int b = 0; b < NB; b++) {
+                const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
+                A[b] = y_dot8(A[b], lo, y_bc32(q));
+                Bv[b] = y_dot8(Bv[b], hi, y_bc32(q + 32));
+            }
+        }
+        __m256i sa, sb, mv;
+        y_q4_K_scales(o, p, h, &sa, &sb, &mv);
+        UNROLL for (int b = 0; b < NB; b++) {
+#if X16_VNNI
+            Bv[b] = _mm256_srai_epi32(Bv[b], 4); /* a multiple of 16, |16 x sum| < 2^24 */
+#endif
+            S[b] = y_scale(y_scale(S[b], A[b], sa), Bv[b], sb);
+            M[b] = y_dot16(M[b], mv, y_bc32((const int32_t *)(x[b] + nsb) + 4 * s + p));
+        }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h)));
+    UNROLL for (int b = 0; b < NB; b++) {
+        const __m256 vx = _mm256_set1_ps(x[b][s].d);
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[b]), _mm256_mul_ps(d, vx), acc[b]);
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), M[b])),
+                                 _mm256_mul_ps(dmin, vx), acc[b]);
+    }
+}
+
+/* q6_K's 16-column group: its four chunks' half h from the three stored ones (X, Y, Z; chunks
+ * 0-2 their low 6 bits, chunk 3 their top 2 bits, X's lowest). The 16-bit shifts move each
+ * byte's top bits in place; what the high byte pushes into its neighbour is masked away. */
+AI void y_q6_quad(const uint8_t *p, __m256i q[4]) {
+    const __m256i m3f = _mm256_set1_epi8(0x3F);
+    const __m256i X = y_load(p), Y = y_load(p + 64), Z = y_load(p + 128);
+    q[0] = _mm256_and_si256(X, m3f);
+    q[1] = _mm256_and_si256(Y, m3f);
+    q[2] = _mm256_and_si256(Z, m3f);
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(X, 6), _mm256_set1_epi8(0x03)),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(Y, 4), _mm256_set1_epi8(0x0C)),
+                                           _mm256_and_si256(_mm256_srli_epi16(Z, 2), _mm256_set1_epi8(0x30))));
+}
+
+/* Of int16 pairs (even, odd group's scale) per lane: the even (E 1) or odd (E 0) one, in the
+ * lane's low int16 (sign-extended for VNNI's vpmulld; AVX2's y_scale reads the low int16 only). */
+AI __m256i y_pick16(__m256i v, const int E) {
+    return E ? _mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16) : _mm256_srai_epi32(v, 16);
+}
+
+AI void y_q6_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, int64_t nsb,
+                  __m256 *acc, const int NB) {
+    (void)nsb;
+    __m256i S[2], O[2];
+    UNROLL for (int b = 0; b < NB; b++) S[b] = O[b] = _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) { /* groups 4p .. 4p + 3 (64 columns) */
+        const __m256i pa = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 32 + 64 * p + 16 * h)));
+        const __m256i pb = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 64 + 64 * p + 16 * h)));
+        UNROLL for (int g = 0; g < 4; g++) {
+            const int k = 4 * p + g;
+            if (h == 0) { /* the 53 lines, as the AVX-512 tile */
+                pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k);
+                pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k + 1);
+                pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k + 2);
+                if (k < 5) pl_x16_prefetch_line(o, YQ6K_GSZ, 48 + k);
+            }
+            const __m256i sc = y_pick16(g < 2 ? pa : pb, g % 2 == 0);
+            __m256i q[4];
+            y_q6_quad(o + 288 + 192 * k + 32 * h, q);
+            UNROLL for (int b = 0; b < NB; b++) {
+                const int8_t *xq = x[b][s].qs + 16 * k;
+#if X16_VNNI
+                __m256i G = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q[0], y_bc32(xq));
+                G = _mm256_dpbusd_avx_epi32(G, q[1], y_bc32(xq + 4));
+                G = _mm256_dpbusd_avx_epi32(G, q[2], y_bc32(xq + 8));
+                G = _mm256_dpbusd_avx_epi32(G, q[3], y_bc32(xq + 12));
+                S[b] = y_scale(S[b], G, sc);
+#else
+                const __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], y_bc32(xq)),
+                                                    _mm256_maddubs_epi16(q[1], y_bc32(xq + 4)));
+                const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], y_bc32(xq + 8)),
+                                                    _mm256_maddubs_epi16(q[3], y_bc32(xq + 12)));
+                S[b] = y_scale(y_scale(S[b], t0, sc), t1, sc);
+#endif
+            }
+        }
+        UNROLL for (int b = 0; b < NB; b++) {
+            O[b] = y_dot16(O[b], pa, y_bc32(x[b][s].bsums + 4 * p));
+            O[b] = y_dot16(O[b], pb, y_bc32(x[b][s].bsums + 4 * p + 2));
+        }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+    UNROLL for (int b = 0; b < NB; b++) {
+        const __m256i t = _mm256_sub_epi32(S[b], _mm256_slli_epi32(O[b], 5));
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)), acc[b]);
+    }
+}
+
+/* One 16-row group by NB (1, 2) activation rows: super-blocks in order, each half after half. */
+AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
+               const int NB, const int Q6) {
+    const int64_t nsb = cols / PL_QK_K;
+    const pl_block_q8_K *x[2];
+    UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
+    __m256 acc[2][2];
+    UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            if (Q6) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, x, s, nsb, acc[h], NB);
+            else y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, h, x, s, nsb, acc[h], NB);
+        }
+    }
+    UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++)
+        _mm256_storeu_ps(y + (size_t)b * ldy + 8 * h, acc[h][b]);
+}
+
+PL_X16_TILE_NB2(y_tile_q4_K, y_body, 0)
+PL_X16_TILE_NB2(y_tile_q6_K, y_body, 1)
+
+int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
+    k->tr = 16;
+    k->tb = 2;
+    k->fn = t == PL_DT_Q4_K ? y_tile_q4_K : y_tile_q6_K;
+    return t == PL_DT_Q4_K || t == PL_DT_Q6_K;
+}
+
+#endif

@@ -1,0 +1,26 @@
+/* kernels/x16_prefetch — the software prefetch of the x16 K-quant tiles, the same for every
+ * vector width (included by x16_avx512.h and x16_kq_ymm.h; SSE's prefetch only). */
+#ifndef PL_KERNELS_X16_PREFETCH_H
+#define PL_KERNELS_X16_PREFETCH_H
+
+#include "kernels/simd.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Line l of the super-block two ahead of o (group bytes gsz) into L2, and of the bytes
+ * PL_X16_PF_FAR ahead into L3. The hardware prefetchers alone leave the K-quant tiles at ~70 % of
+ * the read bandwidth when the weights stream from DRAM (their vector work per byte, ~3x q8_0's,
+ * keeps fewer loads in flight); the near prefetch gives ~87 %, both ~95 % (docs/BENCHMARKS.md,
+ * issue 22). The tiles call it once per line, spread among their loads (one or two per chunk),
+ * not a part's lines in a burst: 1B Q4_K_M decode 40.3 -> 43.1 tok/s, q2_K and iq4_xs +4-8 %.
+ * Past the thread's last super-block they read what the other thread will (or nothing: a
+ * prefetch does not fault). */
+enum { PL_X16_PF_FAR = 36 * 1024 };
+AI void pl_x16_prefetch_line(const uint8_t *o, size_t gsz, int l) {
+    _mm_prefetch((const char *)o + 2 * gsz + 64 * l, _MM_HINT_T1);
+    _mm_prefetch((const char *)o + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);
+}
+
+#endif
