@@ -363,9 +363,7 @@ static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_tabl
 /* The manager counts a shared page once: it learns how many of its blocks are shared from the
  * slots' reference counts after every change. */
 static void vattn_sync_shared(pl_kv_cache *c) {
-    pl_vattn_stats v;
-    pl_vattn_get_stats(c->va, &v);
-    c->mgr.shared_pages = (int32_t)v.rows_shared;
+    c->mgr.shared_pages = (int32_t)pl_vattn_shared_rows(c->va);
 }
 
 static void vattn_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {

@@ -544,6 +544,13 @@ pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos) {
 
 int pl_vattn_shares(const pl_vattn *va) { return va->fd >= 0; }
 
+int64_t pl_vattn_shared_rows(pl_vattn *va) {
+    pthread_mutex_lock(&va->mu);
+    int64_t n = va->n_alias;
+    pthread_mutex_unlock(&va->mu);
+    return n;
+}
+
 pl_status pl_vattn_prepare_step(pl_vattn *va) {
     pthread_mutex_lock(&va->mu);
     uint64_t t0 = now_ns();
