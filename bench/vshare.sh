@@ -35,8 +35,8 @@ for rep in $(seq 1 "$REPS"); do
         # shellcheck disable=SC2086
         "$PL" bench throughput -m "$MODEL" -t "$THREADS" --clock cpu --dataset alpaca \
             --num-prompts 32 --request-rate inf --kv-cache-memory $mem --max-model-len 1024 \
-            $width $layout --seed "$rep" 2>>"$OUT/errors.txt" >>"$OUT/sharing.jsonl" ||
-          echo "vshare.sh: failed: $mem $width $layout" >&2
+            $width $layout --seed "$rep" 2>"$TMP/err" >>"$OUT/sharing.jsonl" ||
+          { echo "vshare.sh: failed: $mem $width $layout" >&2; cat "$TMP/err" >&2; }
       done
     done
   done

@@ -792,9 +792,22 @@ pl_status pl_kv_cache_prepare_step(pl_kv_cache *c) { return c->ops->prepare_step
 
 /* ---- statistics ---- */
 
+/* The manager's stats; with pages shared (vAttention) a shared page's tokens counted once (the
+ * manager counts its virtual blocks, one per sharer). */
+static void kv_stats(const pl_kv_cache *c, pl_kv_stats *k) {
+    pl_kv_get_stats(&c->mgr, k);
+    if (!c->va || c->mgr.shared_pages == 0) return;
+    int64_t tokens = pl_vattn_tokens_stored(c->va);
+    if (tokens < 0) return;
+    k->tokens_stored = tokens;
+    k->waste = k->blocks_used > 0
+                   ? 1.0 - (double)tokens / ((double)k->blocks_used * c->mgr.cfg.block_size)
+                   : 0.0;
+}
+
 void pl_kv_cache_stats(const pl_kv_cache *c, pl_engine_stats *s) {
     pl_kv_stats k;
-    pl_kv_get_stats(&c->mgr, &k);
+    kv_stats(c, &k);
     s->blocks_total = k.blocks_total;
     s->blocks_used = k.blocks_used;
     s->blocks_cached = k.blocks_cached;
@@ -812,7 +825,7 @@ void pl_kv_cache_stats(const pl_kv_cache *c, pl_engine_stats *s) {
 
 void pl_kv_cache_sample(pl_kv_cache *c, int32_t n_seqs) {
     pl_kv_stats k;
-    pl_kv_get_stats(&c->mgr, &k);
+    kv_stats(c, &k);
     double usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
     double slots = (double)k.blocks_used * c->mgr.cfg.block_size;
     int64_t refs = pl_kv_block_refs(&c->mgr);

@@ -544,6 +544,34 @@ pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos) {
 
 int pl_vattn_shares(const pl_vattn *va) { return va->fd >= 0; }
 
+int64_t pl_vattn_tokens_stored(pl_vattn *va) {
+    pthread_mutex_lock(&va->mu);
+    const pl_vattn_config *c = &va->cfg;
+    int64_t n = 0;
+    int32_t *most = va->n_alias ? calloc((size_t)c->phys_rows, sizeof *most) : NULL;
+    for (int32_t s = 0; s < c->n_slots; s++) {
+        if (!va->used[s]) continue;
+        if (!most) { /* nothing shared: every slot's tokens are its own */
+            n += va->need_tokens[s];
+            continue;
+        }
+        for (int32_t j = 0; j < va->need[s]; j++) {
+            int32_t fill = va->need_tokens[s] - j * c->tokens_per_row;
+            if (fill > c->tokens_per_row) fill = c->tokens_per_row;
+            if (j >= va->mapped[s]) { /* to be mapped: a fresh page of its own */
+                n += fill;
+                continue;
+            }
+            int32_t row = va->row_of[(size_t)s * c->rows_per_slot + j];
+            if (fill > most[row]) n += fill - most[row], most[row] = fill;
+        }
+    }
+    if (va->n_alias && !most) n = -1;
+    free(most);
+    pthread_mutex_unlock(&va->mu);
+    return n;
+}
+
 int64_t pl_vattn_shared_rows(pl_vattn *va) {
     pthread_mutex_lock(&va->mu);
     int64_t n = va->n_alias;

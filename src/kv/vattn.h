@@ -138,6 +138,9 @@ int pl_vattn_row_shared(pl_vattn *va, int32_t slot, int32_t pos);
 pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos);
 /* Pages can be shared (the MEMFD backend). */
 int pl_vattn_shares(const pl_vattn *va);
+/* Tokens the used slots store (their needs), a shared page's once (its fullest mapping's); -1 if
+ * out of memory. O(slots x rows) when something is shared. */
+int64_t pl_vattn_tokens_stored(pl_vattn *va);
 /* Positions mapping a row another position maps too (pl_vattn_stats.rows_shared), O(1). */
 int64_t pl_vattn_shared_rows(pl_vattn *va);
 /* One unit of background work as the mapper thread does it (for tests without the thread):

@@ -537,6 +537,7 @@ static void test_sharing_lifecycle(void **state) {
     pl_vattn_get_stats(va, &st);
     assert_int_equal(st.rows_needed, 3);
     assert_int_equal(st.rows_shared, 3);
+    assert_int_equal(pl_vattn_tokens_stored(va), 2 * TPR + 3); /* a shared page's tokens once */
     for (int32_t j = 0; j < 3; j++)
         for (int32_t r = 0; r < REGIONS; r++) {
             assert_int_equal(*word_at(va, SLOTS, r, k, j), 100 * j + r);
@@ -549,6 +550,7 @@ static void test_sharing_lifecycle(void **state) {
     assert_int_equal(pl_vattn_unshare(va, k, 2), PL_OK);
     check_ok(va);
     assert_int_equal(pl_vattn_resident_pages(va), 4 * REGIONS);
+    assert_int_equal(pl_vattn_tokens_stored(va), 2 * TPR + 6); /* the copied page's too */
     *word_at(va, SLOTS, 1, k, 2) = -1;
     assert_int_equal(*word_at(va, SLOTS, 1, p, 2), 201);
     assert_int_equal(*word_at(va, SLOTS, 2, k, 2), 202);
