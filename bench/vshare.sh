@@ -6,7 +6,9 @@
 # one with head_dim 128 (made here with mkmodel, never committed), so a 4K page of a KV head
 # holds 16 f16 tokens: vAttention's pages and the paged layout's blocks (16 tokens) have the
 # same size and the counts compare one to one. Writes JSON lines into $OUT/sharing.jsonl
-# (roomy: 64M, nothing preempted, the memory the workload takes; tight: 4M) and machine.txt.
+# (roomy: 64M, nothing preempted, the memory the workload takes; tight: 4M), prefix.jsonl (the
+# shared-prefix workload of Figure 16: 80- and 341-token prefixes, 48 requests at 40 and 160
+# requests/s, 8M; vattention hits only pages that running requests hold) and machine.txt.
 #
 #   bash bench/vshare.sh
 #
@@ -37,6 +39,21 @@ for rep in $(seq 1 "$REPS"); do
             --num-prompts 32 --request-rate inf --kv-cache-memory $mem --max-model-len 1024 \
             $width $layout --seed "$rep" 2>"$TMP/err" >>"$OUT/sharing.jsonl" ||
           { echo "vshare.sh: failed: $mem $width $layout" >&2; cat "$TMP/err" >&2; }
+      done
+    done
+  done
+done
+: >"$OUT/prefix.jsonl"
+for rep in $(seq 1 "$REPS"); do
+  for prefix in 80 341; do
+    for rate in 40 160; do
+      for layout in "--kv-layout paged" "--kv-layout vattention --vattn-share" \
+                    "--kv-layout vattention"; do
+        # shellcheck disable=SC2086
+        "$PL" bench throughput -m "$MODEL" -t "$THREADS" --clock cpu --dataset alpaca \
+            --shared-prefix $prefix --num-prompts 48 --request-rate $rate --kv-cache-memory 8M \
+            --max-model-len 1024 $layout --seed "$rep" 2>"$TMP/err" >>"$OUT/prefix.jsonl" ||
+          { echo "vshare.sh: failed: prefix $prefix rate $rate $layout" >&2; cat "$TMP/err" >&2; }
       done
     done
   done

@@ -39,6 +39,11 @@ struct pl_kv_cache {
     int has_swap, has_mgr;
     pl_kv_manager mgr;          /* who holds which block */
     struct pl_vattn *va;        /* vAttention: the slots and page pool, else NULL */
+    /* vAttention prefix hits (--vattn-share with prefix caching): each slot's leading full
+     * computed pages' tokens, the key they were computed under, how many */
+    int32_t *vp_tokens;         /* [n_slots x rows x tokens per page] */
+    uint64_t *vp_key;           /* [n_slots] */
+    int32_t *vp_n;              /* [n_slots] */
     uint64_t draft_bytes;       /* the draft model's share of the budget */
     /* Memory samples (pl_kv_cache_sample). */
     uint64_t samples;
@@ -326,7 +331,8 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     c->store.base = pl_vattn_base(c->va);
     c->store.mapped_bytes = 0; /* the vattn owns the reservation */
     c->store.head_major = 1;
-    cfg->enable_prefix_caching = 0; /* no prefix cache (forks share with --vattn-share) */
+    /* prefix hits on the pages running sequences hold, with --vattn-share */
+    cfg->enable_prefix_caching = cfg->enable_prefix_caching && cfg->vattn_share;
     cfg->block_size = tpr; /* a block is a page: pl_engine_get_config says how many tokens */
     pl_kv_manager_config mc = {
         .block_size = tpr, .num_blocks = (int32_t)phys, .max_blocks_per_seq = rows,
@@ -335,28 +341,15 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     };
     PL_TRY(pl_kv_manager_init(&c->mgr, &mc));
     c->has_mgr = 1;
-    return PL_OK;
-}
-
-/* A free slot (deferred reclamation: the one with most pages still mapped), its first blocks,
- * and the slot told its need. */
-static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
-                                const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
-                                int32_t final_tokens, int32_t *n_cached) {
-    (void)w, (void)key, (void)max_new, (void)final_tokens;
-    if (!c->va) { /* bookkeeping only (pl_kv_cache_create_blocks): the first free slot */
-        int32_t first = pl_kv_first_fit(&c->mgr, 1);
-        return pl_kv_allocate_slot(&c->mgr, t, tokens, n,
-                                   first < 0 ? -1 : first / c->mgr.cfg.max_blocks_per_seq, n_cached);
+    if (cfg->enable_prefix_caching) {
+        size_t ns = (size_t)vc.n_slots;
+        c->vp_tokens = malloc(ns * (size_t)rows * (size_t)tpr * sizeof *c->vp_tokens);
+        c->vp_key = calloc(ns, sizeof *c->vp_key);
+        c->vp_n = calloc(ns, sizeof *c->vp_n);
+        if (!c->vp_tokens || !c->vp_key || !c->vp_n)
+            return pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot allocate the prefix "
+                           "tokens of %d slots", (int)vc.n_slots);
     }
-    int32_t slot = pl_vattn_acquire(c->va);
-    if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
-    pl_status st = pl_kv_allocate_slot(&c->mgr, t, tokens, n, slot, n_cached);
-    if (st != PL_OK) {
-        pl_vattn_release(c->va, slot);
-        return st;
-    }
-    pl_vattn_set_need(c->va, slot, n);
     return PL_OK;
 }
 
@@ -366,26 +359,19 @@ static void vattn_sync_shared(pl_kv_cache *c) {
     c->mgr.shared_pages = (int32_t)pl_vattn_shared_rows(c->va);
 }
 
-static void vattn_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {
-    if (!c->va || !t->live) return;
-    const int32_t slot = pl_kv_slot_of(&c->mgr, t);
-    if (freeing) pl_vattn_release(c->va, slot);
-    else pl_vattn_set_need(c->va, slot, t->n_tokens);
-    vattn_sync_shared(c);
-}
-
-/* --vattn-share: t in a free slot for n tokens, its first n_shared pages those of `from` mapped
- * into it. */
-static pl_status vattn_share(pl_kv_cache *c, const pl_block_table *from, pl_block_table *t,
-                             int32_t n, int32_t n_shared) {
+/* --vattn-share: t in a free slot for n tokens, its first n_shared pages those of slot `from`
+ * mapped into it. */
+static pl_status vattn_share(pl_kv_cache *c, int32_t from, pl_block_table *t, int32_t n,
+                             int32_t n_shared) {
     int32_t slot = pl_vattn_acquire(c->va);
     if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv fork: every request slot is in use");
     pl_status st = pl_kv_allocate_slot_shared(&c->mgr, t, n, slot, n_shared);
     if (st == PL_OK)
-        st = pl_vattn_share(c->va, pl_kv_slot_of(&c->mgr, from), slot, n_shared);
+        st = pl_vattn_share(c->va, from, slot, n_shared);
     if (st == PL_OK) {
         pl_vattn_set_need(c->va, slot, n);
         vattn_sync_shared(c);
+        if (c->vp_n) c->vp_key[slot] = c->vp_key[from], c->vp_n[slot] = 0;
         return PL_OK;
     }
     pl_vattn_release(c->va, slot);
@@ -394,9 +380,77 @@ static pl_status vattn_share(pl_kv_cache *c, const pl_block_table *from, pl_bloc
     return st;
 }
 
+/* vAttention prefix hits: the most leading full pages of tokens[n] (at most (n - 1) / page, so
+ * the last token is computed) that a used slot holds computed under the same key, and *from
+ * that slot; 0 when prefix caching is off. Tokens compared one by one (no hash to trust). */
+static int32_t vattn_probe(const pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
+                           int32_t *from) {
+    if (!c->vp_n || !tokens || n < 2) return 0;
+    const int32_t tpr = c->mgr.cfg.block_size, rows = c->mgr.cfg.max_blocks_per_seq;
+    const int32_t most = (n - 1) / tpr, slots = c->mgr.cfg.n_slots;
+    int32_t best = 0;
+    for (int32_t s = 0; s < slots && best < most; s++) {
+        if (c->vp_n[s] <= best || c->vp_key[s] != key) continue;
+        const int32_t *held = c->vp_tokens + (size_t)s * rows * tpr;
+        int32_t m = 0, upto = c->vp_n[s] < most ? c->vp_n[s] : most;
+        while (m < upto && !memcmp(held + (size_t)m * tpr, tokens + (size_t)m * tpr,
+                                   (size_t)tpr * sizeof *tokens))
+            m++;
+        if (m > best) best = m, *from = s;
+    }
+    return best;
+}
+
+/* A free slot (deferred reclamation: the one with most pages still mapped), its first blocks,
+ * and the slot told its need. */
+static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
+                                const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
+                                int32_t final_tokens, int32_t *n_cached) {
+    (void)w, (void)max_new, (void)final_tokens;
+    if (!c->va) { /* bookkeeping only (pl_kv_cache_create_blocks): the first free slot */
+        int32_t first = pl_kv_first_fit(&c->mgr, 1);
+        return pl_kv_allocate_slot(&c->mgr, t, tokens, n,
+                                   first < 0 ? -1 : first / c->mgr.cfg.max_blocks_per_seq, n_cached);
+    }
+    int32_t from = -1, hit = vattn_probe(c, tokens, n, key, &from);
+    if (c->vp_n) {
+        c->mgr.prefix_queries += (uint64_t)n;
+        c->mgr.prefix_hits += (uint64_t)hit * (uint64_t)c->mgr.cfg.block_size;
+    }
+    if (hit > 0) { /* a running sequence's computed pages: mapped, not computed again */
+        PL_TRY(vattn_share(c, from, t, n, hit));
+        c->vp_key[pl_kv_slot_of(&c->mgr, t)] = key;
+        if (n_cached) *n_cached = hit * c->mgr.cfg.block_size;
+        return PL_OK;
+    }
+    int32_t slot = pl_vattn_acquire(c->va);
+    if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
+    if (c->vp_n) c->vp_key[slot] = key, c->vp_n[slot] = 0;
+    pl_status st = pl_kv_allocate_slot(&c->mgr, t, tokens, n, slot, n_cached);
+    if (st != PL_OK) {
+        pl_vattn_release(c->va, slot);
+        return st;
+    }
+    pl_vattn_set_need(c->va, slot, n);
+    return PL_OK;
+}
+
+static void vattn_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {
+    if (!c->va || !t->live) return;
+    const int32_t slot = pl_kv_slot_of(&c->mgr, t);
+    if (freeing) pl_vattn_release(c->va, slot);
+    else pl_vattn_set_need(c->va, slot, t->n_tokens);
+    vattn_sync_shared(c);
+    if (c->vp_n) { /* pages rolled back or freed are no prefix to hit any more */
+        int32_t full = freeing ? 0 : t->n_tokens / c->mgr.cfg.block_size;
+        if (c->vp_n[slot] > full) c->vp_n[slot] = full;
+    }
+}
+
 static int32_t vattn_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
                                   int32_t first, int32_t final_tokens, int32_t n_given) {
-    return contig_admit_blocks(c, tokens, n, key, first, final_tokens, 0) - n_given;
+    int32_t from, hit = n_given ? 0 : vattn_probe(c, tokens, n, key, &from);
+    return contig_admit_blocks(c, tokens, n, key, first, final_tokens, 0) - n_given - hit;
 }
 
 /* One sequence: its slot's pages for its whole length. More (n, best_of, beam, shared): the
@@ -573,6 +627,9 @@ void pl_kv_cache_destroy(pl_kv_cache *c) {
     }
     pl_kv_store_destroy(&c->store);
     if (c->has_swap) pl_kv_store_destroy(&c->swap);
+    free(c->vp_tokens);
+    free(c->vp_key);
+    free(c->vp_n);
     free(c);
 }
 
@@ -640,6 +697,8 @@ pl_alloc_status pl_kv_cache_can_admit(const pl_kv_cache *c, int32_t need) {
 }
 
 int32_t pl_kv_cache_probe(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key) {
+    int32_t from;
+    if (c->vp_n) return vattn_probe(c, tokens, n, key, &from) * c->mgr.cfg.block_size;
     int32_t a = pl_kv_probe_prefix(&c->mgr, tokens, n, key);
     if (!grouped(c)) return a;
     int32_t b = pl_kv_probe_prefix(&c->mgr, tokens, n, key ^ PL_KV_WINDOW_KEY);
@@ -678,7 +737,7 @@ pl_status pl_kv_cache_allocate_shared(pl_kv_cache *c, const pl_block_table *lead
             (int64_t)n_shared * c->mgr.cfg.block_size > lead->n_tokens)
             return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: %d shared pages of a %d-token "
                            "lead for %d tokens", (int)n_shared, (int)lead->n_tokens, (int)n);
-        return vattn_share(c, lead, t, n, n_shared);
+        return vattn_share(c, pl_kv_slot_of(&c->mgr, lead), t, n, n_shared);
     }
     return pl_kv_allocate_shared(&c->mgr, lead, n_shared, t, n);
 }
@@ -746,6 +805,16 @@ pl_status pl_kv_cache_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table
 pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                              const int32_t *tokens, int32_t n_computed) {
     PL_TRY(pl_kv_commit(&c->mgr, t, tokens, n_computed));
+    if (c->vp_n && t->live) { /* vAttention: the full computed pages become hits */
+        const int32_t tpr = c->mgr.cfg.block_size, slot = pl_kv_slot_of(&c->mgr, t);
+        int32_t full = (n_computed < t->n_tokens ? n_computed : t->n_tokens) / tpr;
+        int32_t *held = c->vp_tokens + (size_t)slot * c->mgr.cfg.max_blocks_per_seq * tpr;
+        if (full > c->vp_n[slot]) {
+            memcpy(held + (size_t)c->vp_n[slot] * tpr, tokens + (size_t)c->vp_n[slot] * tpr,
+                   (size_t)(full - c->vp_n[slot]) * tpr * sizeof *tokens);
+            c->vp_n[slot] = full;
+        }
+    }
     return grouped(c) ? pl_kv_commit(&c->mgr, w, tokens, n_computed) : PL_OK;
 }
 
@@ -756,7 +825,7 @@ pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_bl
         if (!pt->live || t->live || pt == t)
             return pl_fail(PL_ERR_INVALID_ARG, "kv fork: the parent table is empty or the "
                            "child's in use");
-        return vattn_share(c, pt, t, pt->n_tokens, pt->n_blocks);
+        return vattn_share(c, pl_kv_slot_of(&c->mgr, pt), t, pt->n_tokens, pt->n_blocks);
     }
     PL_TRY(pl_kv_fork(&c->mgr, pt, t));
     if (!grouped(c)) return PL_OK;

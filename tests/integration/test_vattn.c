@@ -399,6 +399,78 @@ static void test_sharing_equal_to_paged(void **state) {
     }
 }
 
+/* Prefix hits with --vattn-share: requests whose prompts begin with a running request's
+ * computed pages map them instead of computing them (pages held by running sequences only:
+ * nothing is kept for later requests once the holder ends). A first request with a 300-token
+ * prompt, then, once it is computed, five more with its first 260 tokens and suffixes of their
+ * own: bitwise the paged layout's outputs (with its prefix cache), the hits counted, the
+ * invariants and mincore checked after every step. */
+static void run_prefix(pl_engine *e, result *res, int check) {
+    static int32_t prompts[6][320];
+    uint64_t x = 0x2545f4914f6cdd1dull, ids[6];
+    for (int r = 0; r < 6; r++) {
+        int32_t len = r == 0 ? 300 : 260 + 10 * r;
+        for (int32_t i = 0; i < len; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            prompts[r][i] = i == 0 ? 1 : r > 0 && i < 260 ? prompts[0][i] : 3 + (int32_t)(x % 500);
+        }
+        pl_request_params p;
+        pl_request_params_default(&p);
+        p.max_tokens = 40;
+        p.ignore_eos = 1;
+        p.sampling.temperature = 0.9f;
+        p.has_seed = 1;
+        p.seed = 900 + (uint64_t)r;
+        memset(&res[r], 0, sizeof res[r]);
+        if (pl_engine_add_request(e, NULL, prompts[r], (size_t)len, &p, &ids[r]) != PL_OK)
+            fail_msg("request %d: %s", r, pl_last_error());
+        if (r == 0) /* its prompt computed before the others arrive */
+            for (int k = 0; k < 4; k++) assert_int_equal(pl_engine_step(e), PL_OK);
+    }
+    struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
+    while (pl_engine_has_work(e)) {
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        for (int r = 0; r < 6; r++) collect(e, ids[r], &res[r]);
+        if (!check) continue;
+        if (pl_kv_cache_check(e->kv) != PL_OK) fail_msg("after a step: %s", pl_last_error());
+        pl_vattn_stats v;
+        pl_vattn_get_stats(va, &v);
+        assert_int_equal(pl_vattn_resident_pages(va),
+                         v.rows_committed * pl_vattn_get_config(va)->n_regions);
+    }
+}
+
+static void test_prefix_hits_equal_to_paged(void **state) {
+    (void)state;
+    static result ref[6], got[6];
+    pl_engine_config c;
+    base_config(&c, PL_KV_LAYOUT_PAGED, 64u << 20);
+    c.max_model_len = 512;
+    c.enable_prefix_caching = 1;
+    pl_engine *e = make(&c);
+    run_prefix(e, ref, 0);
+    pl_engine_destroy(e);
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 64u << 20);
+    c.max_model_len = 512;
+    c.enable_prefix_caching = 1;
+    c.vattn_share = 1;
+    e = make(&c);
+    assert_true(pl_engine_get_config(e)->enable_prefix_caching);
+    run_prefix(e, got, 1);
+    for (int r = 0; r < 6; r++) {
+        assert_string_equal(got[r].error, "");
+        assert_int_equal(ref[r].n_ids[0], got[r].n_ids[0]);
+        assert_memory_equal(ref[r].ids[0], got[r].ids[0],
+                            (size_t)ref[r].n_ids[0] * sizeof(int32_t));
+        if (r > 0) assert_int_equal(got[r].n_cached, 256); /* two pages of 128 tokens */
+    }
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    assert_int_equal(s.prefix_hits, 5 * 256);
+    assert_all_free(e);
+    pl_engine_destroy(e);
+}
+
 static void expect_create_error(const pl_engine_config *c, const char *needle) {
     pl_engine *e = NULL;
     pl_status st = pl_engine_create(c, &e);
@@ -464,6 +536,7 @@ int main(void) {
         cmocka_unit_test(test_speculative_equal_to_paged),
         cmocka_unit_test(test_techniques_in_engine),
         cmocka_unit_test(test_sharing_equal_to_paged),
+        cmocka_unit_test(test_prefix_hits_equal_to_paged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
