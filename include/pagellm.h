@@ -189,6 +189,9 @@ typedef struct {
     int vattn_no_deferred_reclaim;   /* step's pages in the background / keeping a finished */
     int vattn_no_eager;              /* request's pages for the next one / pre-mapping a free
                                         slot before a request arrives */
+    int vattn_share;                 /* vattention: pages of a memfd, so a request's sequences
+                                        (n, best_of, beam) map their common pages once (slower
+                                        mapping, one memory map per page) */
     int kv_groups_off;               /* 1: a mixed model (some layers with a sliding window)
                                         keeps every block, as one table per sequence; 0: its
                                         window layers' blocks are released (KV cache groups) */

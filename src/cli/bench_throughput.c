@@ -229,6 +229,7 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
         json_object_set_new(j, "vattn_overlap", json_boolean(!o->eng.vattn_no_overlap));
         json_object_set_new(j, "vattn_deferred_reclaim", json_boolean(!o->eng.vattn_no_deferred_reclaim));
         json_object_set_new(j, "vattn_eager", json_boolean(!o->eng.vattn_no_eager));
+        json_object_set_new(j, "vattn_share", json_boolean(o->eng.vattn_share));
         json_object_set_new(j, "vattn_pages_mapped_sync", json_integer((json_int_t)s->vattn_pages_mapped_sync));
         json_object_set_new(j, "vattn_pages_mapped_bg", json_integer((json_int_t)s->vattn_pages_mapped_bg));
         json_object_set_new(j, "vattn_pages_unmapped", json_integer((json_int_t)s->vattn_pages_unmapped));
@@ -514,7 +515,9 @@ static int bench_online(const tp_opts *o, pl_engine *e, const pl_dataset_spec *s
     pl_dataset ds = {0};
     pl_chat_dataset chat = {0};
     int rc = 0;
-    int single = !pl_kv_layout_mode_shares(o->eng.kv_layout) && (o->n > 1 || o->beam > 1);
+    int shares = pl_kv_layout_mode_shares(o->eng.kv_layout) ||
+                 (pl_kv_layout_mode_maps_pages(o->eng.kv_layout) && o->eng.vattn_share);
+    int single = !shares && (o->n > 1 || o->beam > 1);
     int32_t copies = single ? (int32_t)(o->beam > 1 ? o->beam : o->n) : 1;
     if (spec->kind == PL_DS_CHAT) {
         if (o->shared_prefix) return pl_cli_fail(C, "--shared-prefix: not with --dataset chat");

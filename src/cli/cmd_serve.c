@@ -267,10 +267,11 @@ int pl_cmd_serve(int argc, char **argv) {
                ec->enable_prefix_caching ? "on" : "off");
         if (pl_kv_layout_mode_maps_pages(ec->kv_layout))
             printf("KV layout vattention: %d request slots, pages of %llu bytes (a block is a "
-                   "page), mapper thread: overlap %s, deferred reclamation %s, eager %s\n",
+                   "page), mapper thread: overlap %s, deferred reclamation %s, eager %s, "
+                   "sharing %s\n",
                    ec->max_num_seqs, (unsigned long long)ec->kv_page_size,
                    ec->vattn_no_overlap ? "off" : "on", ec->vattn_no_deferred_reclaim ? "off" : "on",
-                   ec->vattn_no_eager ? "off" : "on");
+                   ec->vattn_no_eager ? "off" : "on", ec->vattn_share ? "on" : "off");
     }
     if (pl_dist_active())
         printf("tensor parallel: %d processes, each holding 1/%d of every layer and of the KV "

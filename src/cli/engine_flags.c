@@ -75,6 +75,10 @@ static const pl_engine_flag FLAGS[] = {
      "reusing a finished request's pages, pre-mapping a free slot"},
     {"vattn-no-deferred-reclaim", N, PL_OPT_VATTN_NO_DEFER, 0, NULL, NULL, NULL},
     {"vattn-no-eager", N, PL_OPT_VATTN_NO_EAGER, 0, NULL, NULL, NULL},
+    {"vattn-share", N, PL_OPT_VATTN_SHARE, 0, NULL, NULL,
+     "vattention: pages of a shared-memory file, so the\n"
+     "sequences of a request (n, best_of, beam) map their common\n"
+     "pages once (slower to map; one memory map per page)"},
     {"reserve", R, PL_OPT_RESERVE, 0, "R", NULL,
      "contiguous: max (model length, default), pow2 (next\n"
      "power of two of prompt + max tokens) or oracle (exact)"},
@@ -340,6 +344,7 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
     case PL_OPT_VATTN_NO_OVERLAP: c->vattn_no_overlap = 1; return 0;
     case PL_OPT_VATTN_NO_DEFER: c->vattn_no_deferred_reclaim = 1; return 0;
     case PL_OPT_VATTN_NO_EAGER: c->vattn_no_eager = 1; return 0;
+    case PL_OPT_VATTN_SHARE: c->vattn_share = 1; return 0;
     case PL_OPT_RESERVE:
         if (pl_kv_reserve_parse(arg, &c->reserve)) {
             fprintf(stderr, "pagellm %s: --reserve: '%s' is not max, pow2 or oracle\n", cmd, arg);

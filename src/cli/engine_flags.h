@@ -49,6 +49,7 @@ enum {
     PL_OPT_VATTN_NO_OVERLAP,
     PL_OPT_VATTN_NO_DEFER,
     PL_OPT_VATTN_NO_EAGER,
+    PL_OPT_VATTN_SHARE,  /* --vattn-share (vattention: memfd pages, shared by forks) */
     PL_OPT_IGNORED,      /* a vLLM-only flag with a value: accepted, ignored with a warning */
     PL_OPT_IGNORED_BOOL, /* the same without a value */
     PL_ENGINE_OPT_END,

@@ -36,7 +36,8 @@ static pl_status check_params(const pl_admission *a, pl_request_params *p) {
         return pl_fail(PL_ERR_INVALID_ARG, "max_tokens must be at least 1, got %d", p->max_tokens);
     if (!pl_kv_cache_shares(a->kv) && (p->best_of > 1 || p->use_beam_search))
         return pl_fail(PL_ERR_INVALID_ARG, "kv-layout %s holds one sequence per request "
-                       "(no sharing): n, best_of and beam search need kv-layout paged",
+                       "(no sharing): n, best_of and beam search need kv-layout paged "
+                       "(or vattention with --vattn-share)",
                        pl_kv_cache_layout_name(a->kv));
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return pl_fail(PL_ERR_INVALID_ARG, "min_tokens must be in [0, max_tokens], got %d",

@@ -39,6 +39,11 @@ struct pl_kv_cache {
     int has_swap, has_mgr;
     pl_kv_manager mgr;          /* who holds which block */
     struct pl_vattn *va;        /* vAttention: the slots and page pool, else NULL */
+    /* vAttention prefix hits (--vattn-share with prefix caching): each slot's leading full
+     * computed pages' tokens, the key they were computed under, how many */
+    int32_t *vp_tokens;         /* [n_slots x rows x tokens per page] */
+    uint64_t *vp_key;           /* [n_slots] */
+    int32_t *vp_n;              /* [n_slots] */
     uint64_t draft_bytes;       /* the draft model's share of the budget */
     /* Memory samples (pl_kv_cache_sample). */
     uint64_t samples;
@@ -230,27 +235,40 @@ static int64_t contig_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int
 
 /* ---- the vAttention layout (kv/vattn.h) ---- */
 
-/* mprotect/madvise on anonymous memory for 4K and 64K pages, a hugetlb memfd for 2M (docs/
- * DESIGN.md says why); PAGELLM_VATTN_BACKEND=memfd forces the memfd (benchmarks). */
-static pl_vattn_backend backend_for(size_t page) {
+/* mprotect/madvise on anonymous memory for 4K and 64K pages, a memfd for 2M (hugetlb) and for
+ * --vattn-share (a page mapped at several addresses) (docs/DESIGN.md says why);
+ * PAGELLM_VATTN_BACKEND=memfd forces the memfd (benchmarks). */
+static pl_vattn_backend backend_for(const pl_engine_config *cfg, size_t page) {
     const char *b = getenv("PAGELLM_VATTN_BACKEND");
-    if (page == (2u << 20) || (b && !strcmp(b, "memfd"))) return PL_VATTN_MEMFD;
+    if (page == (2u << 20) || cfg->vattn_share || (b && !strcmp(b, "memfd")))
+        return PL_VATTN_MEMFD;
     return PL_VATTN_ANON;
 }
 
-/* Anonymous memory keeps a region of a used slot as two mappings (its mapped pages, the rest):
- * refuse up front a configuration whose slots could need more than the kernel allows a process
- * (vm.max_map_count), rather than fail a step's mapping later. */
-static pl_status check_map_count(const pl_engine_config *cfg, int64_t regions, size_t page) {
-    if (backend_for(page) != PL_VATTN_ANON) return PL_OK;
+/* Anonymous memory keeps a region of a used slot as two mappings (its mapped pages, the rest);
+ * the memfd one per mapped page and one per run of unmapped ones: refuse up front a
+ * configuration whose slots could need more than the kernel allows a process
+ * (vm.max_map_count), rather than fail a step's mapping later. With sharing the bound counts
+ * every page of the pool mapped once and a hole between each two (sharing adds mappings
+ * without memory: docs/DESIGN.md says where that stops). */
+static pl_status check_map_count(const pl_engine_config *cfg, int64_t regions, size_t page,
+                                 int64_t phys) {
     long max = 65530;
     FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
     if (f) {
         if (fscanf(f, "%ld", &max) != 1) max = 65530;
         fclose(f);
     }
-    const int64_t need = 2 * regions * cfg->max_num_seqs + 4096; /* + the rest of the process */
+    const int anon = backend_for(cfg, page) == PL_VATTN_ANON;
+    const int64_t need = 4096 + regions * (anon ? 2 * (int64_t)cfg->max_num_seqs
+                                                : 2 * phys + cfg->max_num_seqs);
     if (need <= max) return PL_OK;
+    if (!anon)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention with a memfd (--vattn-share or "
+                       "2M pages): %lld pages x %lld regions (layers x K/V x KV heads) can need "
+                       "%lld memory mappings, more than vm.max_map_count %ld: lower "
+                       "kv-cache-memory, use a larger kv-page-size, or raise vm.max_map_count",
+                       (long long)phys, (long long)regions, (long long)need, max);
     int64_t seqs = (max - 4096) / (2 * regions);
     return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention: %d slots (max-num-seqs) x %lld "
                    "regions (layers x K/V x KV heads) can need %lld memory mappings, more than "
@@ -292,12 +310,15 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
                        "per layer, K/V and KV head (%d layers x 2 x %d heads x %zu bytes = %llu "
                        "bytes)", (unsigned long long)budget, (int)sh->n_layers,
                        (int)sh->n_kv_heads, page, (unsigned long long)row_bytes);
-    PL_TRY(check_map_count(cfg, regions, page));
     if (phys > INT32_MAX / 4) phys = INT32_MAX / 4;
+    PL_TRY(check_map_count(cfg, regions, page, (int64_t)phys));
     pl_vattn_config vc = {
-        .page_size = page, .n_regions = (int32_t)regions, .n_slots = cfg->max_num_seqs,
+        /* sharing: a beam step forks its new beams before it drops the parents they leave,
+         * so up to twice the sequences hold a slot for a moment */
+        .page_size = page, .n_regions = (int32_t)regions,
+        .n_slots = cfg->max_num_seqs * (cfg->vattn_share ? 2 : 1),
         .rows_per_slot = rows, .tokens_per_row = tpr, .phys_rows = (int64_t)phys,
-        .backend = backend_for(page), .overlap = !cfg->vattn_no_overlap,
+        .backend = backend_for(cfg, page), .overlap = !cfg->vattn_no_overlap,
         .deferred_reclaim = !cfg->vattn_no_deferred_reclaim, .eager = !cfg->vattn_no_eager,
         .start_thread = 1, .reclaim_threshold = 0.10,
     };
@@ -315,7 +336,8 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     c->store.base = pl_vattn_base(c->va);
     c->store.mapped_bytes = 0; /* the vattn owns the reservation */
     c->store.head_major = 1;
-    cfg->enable_prefix_caching = 0; /* nothing is shared */
+    /* prefix hits on the pages running sequences hold, with --vattn-share */
+    cfg->enable_prefix_caching = cfg->enable_prefix_caching && cfg->vattn_share;
     cfg->block_size = tpr; /* a block is a page: pl_engine_get_config says how many tokens */
     pl_kv_manager_config mc = {
         .block_size = tpr, .num_blocks = (int32_t)phys, .max_blocks_per_seq = rows,
@@ -324,7 +346,64 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     };
     PL_TRY(pl_kv_manager_init(&c->mgr, &mc));
     c->has_mgr = 1;
+    if (cfg->enable_prefix_caching) {
+        size_t ns = (size_t)vc.n_slots;
+        c->vp_tokens = malloc(ns * (size_t)rows * (size_t)tpr * sizeof *c->vp_tokens);
+        c->vp_key = calloc(ns, sizeof *c->vp_key);
+        c->vp_n = calloc(ns, sizeof *c->vp_n);
+        if (!c->vp_tokens || !c->vp_key || !c->vp_n)
+            return pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot allocate the prefix "
+                           "tokens of %d slots", (int)vc.n_slots);
+    }
     return PL_OK;
+}
+
+/* The manager counts a shared page once: it learns how many of its blocks are shared from the
+ * slots' reference counts after every change. */
+static void vattn_sync_shared(pl_kv_cache *c) {
+    c->mgr.shared_pages = (int32_t)pl_vattn_shared_rows(c->va);
+}
+
+/* --vattn-share: t in a free slot for n tokens, its first n_shared pages those of slot `from`
+ * mapped into it. */
+static pl_status vattn_share(pl_kv_cache *c, int32_t from, pl_block_table *t, int32_t n,
+                             int32_t n_shared) {
+    int32_t slot = pl_vattn_acquire(c->va);
+    if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv fork: every request slot is in use");
+    pl_status st = pl_kv_allocate_slot_shared(&c->mgr, t, n, slot, n_shared);
+    if (st == PL_OK)
+        st = pl_vattn_share(c->va, from, slot, n_shared);
+    if (st == PL_OK) {
+        pl_vattn_set_need(c->va, slot, n);
+        vattn_sync_shared(c);
+        if (c->vp_n) c->vp_key[slot] = c->vp_key[from], c->vp_n[slot] = 0;
+        return PL_OK;
+    }
+    pl_vattn_release(c->va, slot);
+    pl_kv_free_table(&c->mgr, t);
+    vattn_sync_shared(c);
+    return st;
+}
+
+/* vAttention prefix hits: the most leading full pages of tokens[n] (at most (n - 1) / page, so
+ * the last token is computed) that a used slot holds computed under the same key, and *from
+ * that slot; 0 when prefix caching is off. Tokens compared one by one (no hash to trust). */
+static int32_t vattn_probe(const pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
+                           int32_t *from) {
+    if (!c->vp_n || !tokens || n < 2) return 0;
+    const int32_t tpr = c->mgr.cfg.block_size, rows = c->mgr.cfg.max_blocks_per_seq;
+    const int32_t most = (n - 1) / tpr, slots = c->mgr.cfg.n_slots;
+    int32_t best = 0;
+    for (int32_t s = 0; s < slots && best < most; s++) {
+        if (c->vp_n[s] <= best || c->vp_key[s] != key) continue;
+        const int32_t *held = c->vp_tokens + (size_t)s * rows * tpr;
+        int32_t m = 0, upto = c->vp_n[s] < most ? c->vp_n[s] : most;
+        while (m < upto && !memcmp(held + (size_t)m * tpr, tokens + (size_t)m * tpr,
+                                   (size_t)tpr * sizeof *tokens))
+            m++;
+        if (m > best) best = m, *from = s;
+    }
+    return best;
 }
 
 /* A free slot (deferred reclamation: the one with most pages still mapped), its first blocks,
@@ -332,14 +411,26 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
 static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                 const int32_t *tokens, int32_t n, uint64_t key, int32_t max_new,
                                 int32_t final_tokens, int32_t *n_cached) {
-    (void)w, (void)key, (void)max_new, (void)final_tokens;
+    (void)w, (void)max_new, (void)final_tokens;
     if (!c->va) { /* bookkeeping only (pl_kv_cache_create_blocks): the first free slot */
         int32_t first = pl_kv_first_fit(&c->mgr, 1);
         return pl_kv_allocate_slot(&c->mgr, t, tokens, n,
                                    first < 0 ? -1 : first / c->mgr.cfg.max_blocks_per_seq, n_cached);
     }
+    int32_t from = -1, hit = vattn_probe(c, tokens, n, key, &from);
+    if (c->vp_n) {
+        c->mgr.prefix_queries += (uint64_t)n;
+        c->mgr.prefix_hits += (uint64_t)hit * (uint64_t)c->mgr.cfg.block_size;
+    }
+    if (hit > 0) { /* a running sequence's computed pages: mapped, not computed again */
+        PL_TRY(vattn_share(c, from, t, n, hit));
+        c->vp_key[pl_kv_slot_of(&c->mgr, t)] = key;
+        if (n_cached) *n_cached = hit * c->mgr.cfg.block_size;
+        return PL_OK;
+    }
     int32_t slot = pl_vattn_acquire(c->va);
     if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
+    if (c->vp_n) c->vp_key[slot] = key, c->vp_n[slot] = 0;
     pl_status st = pl_kv_allocate_slot(&c->mgr, t, tokens, n, slot, n_cached);
     if (st != PL_OK) {
         pl_vattn_release(c->va, slot);
@@ -354,12 +445,25 @@ static void vattn_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {
     const int32_t slot = pl_kv_slot_of(&c->mgr, t);
     if (freeing) pl_vattn_release(c->va, slot);
     else pl_vattn_set_need(c->va, slot, t->n_tokens);
+    vattn_sync_shared(c);
+    if (c->vp_n) { /* pages rolled back or freed are no prefix to hit any more */
+        int32_t full = freeing ? 0 : t->n_tokens / c->mgr.cfg.block_size;
+        if (c->vp_n[slot] > full) c->vp_n[slot] = full;
+    }
 }
 
+static int32_t vattn_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
+                                  int32_t first, int32_t final_tokens, int32_t n_given) {
+    int32_t from, hit = n_given ? 0 : vattn_probe(c, tokens, n, key, &from);
+    return contig_admit_blocks(c, tokens, n, key, first, final_tokens, 0) - n_given - hit;
+}
+
+/* One sequence: its slot's pages for its whole length. More (n, best_of, beam, shared): the
+ * prompt's pages once, then each sequence's own pages and a copied partial one, as paged. */
 static int64_t vattn_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
                                     int64_t seqs, int32_t k_spec) {
-    (void)seqs, (void)k_spec;
-    return pl_kv_blocks_for(&c->mgr, n_prompt + max_tokens);
+    if (seqs <= 1) return pl_kv_blocks_for(&c->mgr, n_prompt + max_tokens);
+    return paged_request_blocks(c, n_prompt, max_tokens, seqs, k_spec);
 }
 
 static pl_status vattn_prepare(pl_kv_cache *c) {
@@ -389,7 +493,7 @@ static const kv_ops PAGED = {"paged", 1, 0, setup_blocks, paged_admit_blocks, pa
 static const kv_ops CONTIGUOUS = {"contiguous", 0, 0, setup_blocks, contig_admit_blocks,
                                   run_has_place, contig_allocate, contig_request_blocks,
                                   no_prepare, no_stats, no_truncate, no_follow};
-static const kv_ops VATTENTION = {"vattention", 0, 1, vattn_setup, contig_admit_blocks,
+static const kv_ops VATTENTION = {"vattention", 0, 1, vattn_setup, vattn_admit_blocks,
                                   run_has_place, vattn_allocate, vattn_request_blocks,
                                   vattn_prepare, vattn_stats, paged_truncate, vattn_follow};
 
@@ -528,6 +632,9 @@ void pl_kv_cache_destroy(pl_kv_cache *c) {
     }
     pl_kv_store_destroy(&c->store);
     if (c->has_swap) pl_kv_store_destroy(&c->swap);
+    free(c->vp_tokens);
+    free(c->vp_key);
+    free(c->vp_n);
     free(c);
 }
 
@@ -553,7 +660,11 @@ int32_t pl_kv_cache_max_blocks_per_seq(const pl_kv_cache *c) {
 int32_t pl_kv_cache_window(const pl_kv_cache *c) { return c->mgr.cfg.sliding_window; }
 int pl_kv_cache_grouped(const pl_kv_cache *c) { return grouped(c); }
 int pl_kv_cache_lazy_prefill(const pl_kv_cache *c) { return lazy(c); }
-int pl_kv_cache_shares(const pl_kv_cache *c) { return c->ops->shares; }
+/* The paged layout, or vattention with --vattn-share (its forks map the same pages). */
+static int shares(const pl_kv_cache *c) {
+    return c->ops->shares || (c->va && pl_vattn_shares(c->va));
+}
+int pl_kv_cache_shares(const pl_kv_cache *c) { return shares(c); }
 const char *pl_kv_cache_layout_name(const pl_kv_cache *c) { return c->ops->name; }
 
 /* ---- admission ---- */
@@ -591,6 +702,8 @@ pl_alloc_status pl_kv_cache_can_admit(const pl_kv_cache *c, int32_t need) {
 }
 
 int32_t pl_kv_cache_probe(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key) {
+    int32_t from;
+    if (c->vp_n) return vattn_probe(c, tokens, n, key, &from) * c->mgr.cfg.block_size;
     int32_t a = pl_kv_probe_prefix(&c->mgr, tokens, n, key);
     if (!grouped(c)) return a;
     int32_t b = pl_kv_probe_prefix(&c->mgr, tokens, n, key ^ PL_KV_WINDOW_KEY);
@@ -621,15 +734,30 @@ static pl_status unshared(const pl_kv_cache *c, const char *what) {
 
 pl_status pl_kv_cache_allocate_shared(pl_kv_cache *c, const pl_block_table *lead,
                                       int32_t n_shared, pl_block_table *t, int32_t n) {
-    if (!c->ops->shares) return unshared(c, "allocate_shared");
+    if (!shares(c)) return unshared(c, "allocate_shared");
     if (grouped(c))
         return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: not with KV cache groups");
+    if (c->va) {
+        if (!lead->live || n_shared < 1 || (int64_t)n_shared * c->mgr.cfg.block_size >= n ||
+            (int64_t)n_shared * c->mgr.cfg.block_size > lead->n_tokens)
+            return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_shared: %d shared pages of a %d-token "
+                           "lead for %d tokens", (int)n_shared, (int)lead->n_tokens, (int)n);
+        return vattn_share(c, pl_kv_slot_of(&c->mgr, lead), t, n, n_shared);
+    }
     return pl_kv_allocate_shared(&c->mgr, lead, n_shared, t, n);
+}
+
+/* vattention: t's partly filled last page is shared (a fork's), so its next token copies it
+ * first (a page the manager does not see: its virtual blocks are never shared). */
+static int32_t vattn_cow(const pl_kv_cache *c, const pl_block_table *t, int32_t n_new) {
+    const int32_t bs = c->mgr.cfg.block_size;
+    if (!c->va || !t->live || n_new <= 0 || t->n_tokens % bs == 0) return 0;
+    return pl_vattn_row_shared(c->va, pl_kv_slot_of(&c->mgr, t), t->n_tokens / bs);
 }
 
 int32_t pl_kv_cache_append_needed(const pl_kv_cache *c, const pl_block_table *t,
                                   const pl_block_table *w, int32_t n_new) {
-    int32_t need = pl_kv_append_blocks_needed(&c->mgr, t, n_new);
+    int32_t need = pl_kv_append_blocks_needed(&c->mgr, t, n_new) + vattn_cow(c, t, n_new);
     if (grouped(c)) need += pl_kv_append_blocks_needed(&c->mgr, w, n_new);
     return need;
 }
@@ -637,15 +765,25 @@ int32_t pl_kv_cache_append_needed(const pl_kv_cache *c, const pl_block_table *t,
 bool pl_kv_cache_can_append(const pl_kv_cache *c, const pl_block_table *t,
                             const pl_block_table *w, int32_t n_new) {
     if (!pl_kv_can_append(&c->mgr, t, n_new)) return false;
-    if (!grouped(c)) return true;
-    return pl_kv_can_append(&c->mgr, w, n_new) &&
-           pl_kv_cache_append_needed(c, t, w, n_new) <= c->mgr.pool.n_free;
+    if (!grouped(c) && !vattn_cow(c, t, n_new)) return true;
+    return (!grouped(c) || pl_kv_can_append(&c->mgr, w, n_new)) &&
+           pl_kv_cache_append_needed(c, t, w, n_new) <= pl_kv_num_free(&c->mgr);
 }
 
 pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                              int32_t n_new, pl_block_copy cow[2]) {
     cow[0] = cow[1] = (pl_block_copy){-1, -1};
     if (!grouped(c)) {
+        if (vattn_cow(c, t, n_new)) { /* copy-on-write of the shared partial page, all or none */
+            if (!pl_kv_cache_can_append(c, t, w, n_new))
+                return pl_fail(PL_ERR_CAPACITY, "kv append: %d tokens need %d pages, %d free",
+                               (int)n_new, (int)pl_kv_cache_append_needed(c, t, w, n_new),
+                               (int)pl_kv_num_free(&c->mgr));
+            const int32_t bs = c->mgr.cfg.block_size;
+            pl_status st = pl_vattn_unshare(c->va, pl_kv_slot_of(&c->mgr, t), t->n_tokens / bs);
+            vattn_sync_shared(c);
+            PL_TRY(st);
+        }
         PL_TRY(pl_kv_append_slots(&c->mgr, t, n_new, &cow[0]));
         c->ops->follow(c, t, 0);
         return PL_OK;
@@ -672,12 +810,28 @@ pl_status pl_kv_cache_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table
 pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                              const int32_t *tokens, int32_t n_computed) {
     PL_TRY(pl_kv_commit(&c->mgr, t, tokens, n_computed));
+    if (c->vp_n && t->live) { /* vAttention: the full computed pages become hits */
+        const int32_t tpr = c->mgr.cfg.block_size, slot = pl_kv_slot_of(&c->mgr, t);
+        int32_t full = (n_computed < t->n_tokens ? n_computed : t->n_tokens) / tpr;
+        int32_t *held = c->vp_tokens + (size_t)slot * c->mgr.cfg.max_blocks_per_seq * tpr;
+        if (full > c->vp_n[slot]) {
+            memcpy(held + (size_t)c->vp_n[slot] * tpr, tokens + (size_t)c->vp_n[slot] * tpr,
+                   (size_t)(full - c->vp_n[slot]) * tpr * sizeof *tokens);
+            c->vp_n[slot] = full;
+        }
+    }
     return grouped(c) ? pl_kv_commit(&c->mgr, w, tokens, n_computed) : PL_OK;
 }
 
 pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
                            pl_block_table *t, pl_block_table *w) {
-    if (!c->ops->shares) return unshared(c, "fork");
+    if (!shares(c)) return unshared(c, "fork");
+    if (c->va) { /* every page of the parent mapped; the partial one copied at the next write */
+        if (!pt->live || t->live || pt == t)
+            return pl_fail(PL_ERR_INVALID_ARG, "kv fork: the parent table is empty or the "
+                           "child's in use");
+        return vattn_share(c, pl_kv_slot_of(&c->mgr, pt), t, pt->n_tokens, pt->n_blocks);
+    }
     PL_TRY(pl_kv_fork(&c->mgr, pt, t));
     if (!grouped(c)) return PL_OK;
     pl_status st = pl_kv_fork(&c->mgr, pw, w);
@@ -712,9 +866,22 @@ pl_status pl_kv_cache_prepare_step(pl_kv_cache *c) { return c->ops->prepare_step
 
 /* ---- statistics ---- */
 
+/* The manager's stats; with pages shared (vAttention) a shared page's tokens counted once (the
+ * manager counts its virtual blocks, one per sharer). */
+static void kv_stats(const pl_kv_cache *c, pl_kv_stats *k) {
+    pl_kv_get_stats(&c->mgr, k);
+    if (!c->va || c->mgr.shared_pages == 0) return;
+    int64_t tokens = pl_vattn_tokens_stored(c->va);
+    if (tokens < 0) return;
+    k->tokens_stored = tokens;
+    k->waste = k->blocks_used > 0
+                   ? 1.0 - (double)tokens / ((double)k->blocks_used * c->mgr.cfg.block_size)
+                   : 0.0;
+}
+
 void pl_kv_cache_stats(const pl_kv_cache *c, pl_engine_stats *s) {
     pl_kv_stats k;
-    pl_kv_get_stats(&c->mgr, &k);
+    kv_stats(c, &k);
     s->blocks_total = k.blocks_total;
     s->blocks_used = k.blocks_used;
     s->blocks_cached = k.blocks_cached;
@@ -732,7 +899,7 @@ void pl_kv_cache_stats(const pl_kv_cache *c, pl_engine_stats *s) {
 
 void pl_kv_cache_sample(pl_kv_cache *c, int32_t n_seqs) {
     pl_kv_stats k;
-    pl_kv_get_stats(&c->mgr, &k);
+    kv_stats(c, &k);
     double usage = k.blocks_total ? (double)k.blocks_used / k.blocks_total : 0;
     double slots = (double)k.blocks_used * c->mgr.cfg.block_size;
     int64_t refs = pl_kv_block_refs(&c->mgr);

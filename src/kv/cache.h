@@ -151,7 +151,8 @@ int32_t pl_kv_cache_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_t 
 /* Can `need` blocks (from pl_kv_cache_admit_blocks) be admitted: OK now (keeping the
  * watermark, and with a place for a contiguous run or a vAttention slot), LATER, or NEVER. */
 pl_alloc_status pl_kv_cache_can_admit(const pl_kv_cache *c, int32_t need);
-/* Prompt tokens cached for every table of a sequence (the smaller hit of two groups). */
+/* Prompt tokens cached for every table of a sequence (the smaller hit of two groups; vAttention:
+ * the full pages a running slot holds, with --vattn-share). */
 int32_t pl_kv_cache_probe(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key);
 
 /* A sequence's tables. */

@@ -42,7 +42,8 @@ static bool vattn(const pl_kv_manager *m) { return m->cfg.policy == PL_KV_POLICY
 
 /* Blocks that can still be taken: the free queue, or (vattention) the physical pages not held. */
 static int32_t free_blocks(const pl_kv_manager *m) {
-    return vattn(m) ? m->cfg.num_blocks - (m->pool.num_blocks - m->pool.n_free) : m->pool.n_free;
+    return vattn(m) ? m->cfg.num_blocks - (m->pool.num_blocks - m->pool.n_free - m->shared_pages)
+                    : m->pool.n_free;
 }
 
 /* vattention: the table's slot, and its i-th (virtual) block taken off the free queue. */
@@ -258,14 +259,25 @@ static pl_status check_prompt(const pl_kv_manager *m, const pl_block_table *t,
 pl_status pl_kv_allocate_slot(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                               int32_t n, int32_t slot, int32_t *n_cached) {
     PL_TRY(check_prompt(m, t, token_ids, n));
+    if (n_cached) *n_cached = 0;
+    return pl_kv_allocate_slot_shared(m, t, n, slot, 0);
+}
+
+pl_status pl_kv_allocate_slot_shared(pl_kv_manager *m, pl_block_table *t, int32_t n, int32_t slot,
+                                     int32_t n_shared) {
     int32_t bs = m->cfg.block_size, need = pl_kv_blocks_for(m, n);
+    if (!vattn(m) || t->live || n < 1 || need > m->cfg.max_blocks_per_seq || n_shared < 0 ||
+        n_shared > need)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_slot: %d tokens, %d of their pages "
+                       "shared, a table of %d pages (vattention, empty table)", (int)n,
+                       (int)n_shared, (int)m->cfg.max_blocks_per_seq);
     if (slot < 0 || slot >= m->cfg.n_slots ||
         m->pool.blocks[slot * m->cfg.max_blocks_per_seq].ref != 0)
         return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: request slot %d is not free",
                        (int)slot);
-    if (need > free_blocks(m))
+    if (need - n_shared > free_blocks(m))
         return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: %d tokens need %d pages per layer, "
-                       "%d free", (int)n, (int)need, (int)free_blocks(m));
+                       "%d free", (int)n, (int)(need - n_shared), (int)free_blocks(m));
     PL_TRY(table_arrays(m, t));
     for (int32_t i = 0; i < need; i++) {
         t->blocks[i] = vattn_block(m, slot, i);
@@ -275,7 +287,7 @@ pl_status pl_kv_allocate_slot(pl_kv_manager *m, pl_block_table *t, const int32_t
     t->n_tokens = n;
     t->live = 1;
     m->n_tables++;
-    if (n_cached) *n_cached = 0;
+    m->shared_pages += n_shared; /* kv/cache.c sets the count from the slots after the mapping */
     return PL_OK;
 }
 

@@ -85,11 +85,12 @@
  * are virtual: the pool has cfg.n_slots × max_blocks_per_seq blocks, and a table in slot s
  * holds blocks s × max_blocks_per_seq + i (consecutive, so the kernel reads one contiguous
  * array). cfg.num_blocks is the physical capacity (page rows of the budget): admission, append
- * and the stats count blocks against it, so free = num_blocks - blocks held. The manager knows
- * nothing of the pages: kv/cache.c's vAttention operations take the slot from the slots
- * (kv/vattn.h), tell it its need after every allocation, append and truncate, and give it back
- * before the table is freed. Sharing and swapping are refused as in the contiguous layouts;
- * pl_kv_first_fit answers whether a slot is free.
+ * and the stats count blocks against it, so free = num_blocks - (blocks held - shared_pages),
+ * shared_pages being the held blocks whose page another table maps too (--vattn-share). The
+ * manager knows nothing of the pages: kv/cache.c's vAttention operations take the slot from the
+ * slots (kv/vattn.h), tell it its need after every allocation, append and truncate, and give it
+ * back before the table is freed. Swapping and prefix caching are refused as in the contiguous
+ * layouts; pl_kv_first_fit answers whether a slot is free.
  */
 #ifndef PL_KV_MANAGER_H
 #define PL_KV_MANAGER_H
@@ -197,6 +198,9 @@ typedef struct {
     int64_t reserved_future;  /* sum of the live tables' reserved_future */
     uint64_t window_released; /* see pl_kv_stats */
     uint64_t window_freed;
+    int32_t shared_pages;     /* VATTN: blocks held that map a page another table maps too
+                                 (kv/cache.c sets it from the slots' reference counts); they
+                                 are counted once against num_blocks */
 } pl_kv_manager;
 
 pl_status pl_kv_manager_init(pl_kv_manager *m, const pl_kv_manager_config *cfg);
@@ -245,6 +249,11 @@ pl_status pl_kv_allocate_reserved(pl_kv_manager *m, pl_block_table *t, const int
  * when pages run out or the slot is not free. */
 pl_status pl_kv_allocate_slot(pl_kv_manager *m, pl_block_table *t, const int32_t *token_ids,
                               int32_t n, int32_t slot, int32_t *n_cached);
+/* The same for a table of n tokens whose first n_shared pages are another table's (mapped into
+ * the slot by kv/cache.c: a fork, a recomputed group's prompt): only need - n_shared pages are
+ * counted as taken (shared_pages grows by n_shared). No token ids: nothing is hashed. */
+pl_status pl_kv_allocate_slot_shared(pl_kv_manager *m, pl_block_table *t, int32_t n, int32_t slot,
+                                     int32_t n_shared);
 /* The vAttention slot of a live table. */
 int32_t pl_kv_slot_of(const pl_kv_manager *m, const pl_block_table *t);
 /* The same for the paged layout, with slots for the cached tokens and at most max_new (>= 1)

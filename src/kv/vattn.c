@@ -33,6 +33,8 @@ struct pl_vattn {
     void *raw;            /* what mmap returned (may start below base) */
     size_t raw_bytes, reserved, slot_bytes;
     int fd;               /* memfd (MEMFD backend), else -1 */
+    void *view;           /* MEMFD: the whole memfd mapped once, read-only, for mincore */
+    size_t view_bytes;
     int huge;             /* 2 MiB pages through hugetlb: never punched */
     int populate;         /* MADV_POPULATE_WRITE works here (cleared at its first EINVAL) */
     pthread_mutex_t mu;
@@ -46,7 +48,9 @@ struct pl_vattn {
     int32_t *mapped;      /* [n_slots] rows mapped: positions [0, mapped) */
     int32_t *row_of;      /* [n_slots × rows_per_slot] physical row at each position, or -1 */
     int32_t *free_rows;   /* stack of free row ids */
+    int32_t *ref;         /* [phys_rows] (slot, position) mappings of each row; 0 = free */
     int64_t n_free, need_sum;
+    int64_t n_alias;      /* Σ (ref - 1) over mapped rows: positions that share another's page */
     int32_t eager_rows;   /* rows the eager slot is pre-mapped to (largest prompt seen) */
     pl_vattn_stats st;
 };
@@ -63,9 +67,10 @@ static char *page_at(const pl_vattn *va, int32_t region, int32_t slot, int32_t p
 
 /* ---- mapping one row (lock held) ------------------------------------------------------------ */
 
-static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
+/* Map physical row `row` at position pos of slot's every region (over what is there: MAP_FIXED
+ * replaces an earlier mapping in place). */
+static int map_at(pl_vattn *va, int32_t slot, int32_t pos, int32_t row) {
     size_t P = va->cfg.page_size;
-    int32_t pos = va->mapped[slot];
     for (int32_t r = 0; r < va->cfg.n_regions; r++) {
         char *p = page_at(va, r, slot, pos);
         if (va->fd >= 0) {
@@ -82,7 +87,15 @@ static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
             va->populate = 0;
         }
     }
+    return 0;
+}
+
+/* A fresh row at the slot's next position. */
+static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
+    int32_t pos = va->mapped[slot];
+    if (map_at(va, slot, pos, row) != 0) return -1;
     va->row_of[(size_t)slot * va->cfg.rows_per_slot + pos] = row;
+    va->ref[row] = 1;
     va->mapped[slot] = pos + 1;
     uint64_t pages = (uint64_t)va->cfg.n_regions;
     if (bg) va->st.pages_mapped_bg += pages;
@@ -90,9 +103,27 @@ static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
     return 0;
 }
 
-/* Unmap the slot's last mapped row and put it on the free list. The reservation is restored
- * (PROT_NONE) and the memory given back. Failure here would leave a page we cannot account
- * for, so it is asserted (the calls only fail on bad arguments). */
+/* A position let go of its row: one user less; the last one's going frees it (the memory goes
+ * back to the system). */
+static void drop_row(pl_vattn *va, int32_t row) {
+    PL_ASSERT(va->ref[row] > 0);
+    if (--va->ref[row] > 0) {
+        va->n_alias--;
+        return;
+    }
+    if (va->fd >= 0 && !va->huge) {
+        size_t P = va->cfg.page_size;
+        off_t off = (off_t)row * va->cfg.n_regions * (off_t)P;
+        int rc = fallocate(va->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+                           (off_t)P * va->cfg.n_regions);
+        PL_ASSERT(rc == 0);
+    }
+    va->free_rows[va->n_free++] = row;
+}
+
+/* Unmap the slot's last mapped row; the row goes back to the free list when no other position
+ * maps it. The reservation is restored (PROT_NONE). Failure here would leave a page we cannot
+ * account for, so it is asserted (the calls only fail on bad arguments). */
 static void unmap_last(pl_vattn *va, int32_t slot, int bg) {
     size_t P = va->cfg.page_size;
     int32_t pos = va->mapped[slot] - 1;
@@ -111,18 +142,20 @@ static void unmap_last(pl_vattn *va, int32_t slot, int bg) {
             PL_ASSERT(rc == 0);
         }
     }
-    if (va->fd >= 0 && !va->huge) {
-        off_t off = (off_t)row * va->cfg.n_regions * (off_t)P;
-        int rc = fallocate(va->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
-                           (off_t)P * va->cfg.n_regions);
-        PL_ASSERT(rc == 0);
-    }
     va->row_of[k] = -1;
     va->mapped[slot] = pos;
-    va->free_rows[va->n_free++] = row;
+    drop_row(va, row);
     uint64_t pages = (uint64_t)va->cfg.n_regions;
     if (bg) va->st.pages_unmapped_bg += pages;
     else va->st.pages_unmapped_sync += pages;
+}
+
+/* Does the slot map a row another position maps too (at positions >= from)? */
+static int shares_from(const pl_vattn *va, int32_t slot, int32_t from) {
+    const int32_t *rows = va->row_of + (size_t)slot * va->cfg.rows_per_slot;
+    for (int32_t j = from; j < va->mapped[slot]; j++)
+        if (va->ref[rows[j]] > 1) return 1;
+    return 0;
 }
 
 /* The free slot with the fewest (> 0) or the most rows mapped; -1 if none has any. */
@@ -250,6 +283,14 @@ static pl_status setup_memory(pl_vattn *va) {
             return pl_fail(PL_ERR_UNSUPPORTED, "kv-page-size 2M: the system cannot provide %lld "
                            "MiB of 2 MiB huge pages (%s); reserve them (vm.nr_hugepages) or use "
                            "kv-page-size 4K or 64K", (long long)(bytes >> 20), strerror(errno));
+        /* mincore of the file's pages (a shared page once, however often it is mapped) */
+        va->view = mmap(NULL, (size_t)bytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, va->fd, 0);
+        if (va->view == MAP_FAILED) {
+            va->view = NULL;
+            return pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot map the page pool's view: "
+                           "%s", strerror(errno));
+        }
+        va->view_bytes = (size_t)bytes;
     } else if (va->huge) {
         return pl_fail(PL_ERR_UNSUPPORTED, "kv-page-size 2M needs the memfd backend (hugetlb)");
     }
@@ -308,9 +349,10 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
     va->mapped = calloc(ns, sizeof *va->mapped);
     va->row_of = malloc(npos * sizeof *va->row_of);
     va->free_rows = malloc((size_t)c->phys_rows * sizeof *va->free_rows);
+    va->ref = calloc((size_t)c->phys_rows, sizeof *va->ref);
     pl_status st = PL_OK;
     if (!va->used || !va->fresh || !va->need || !va->need_tokens || !va->mapped || !va->row_of ||
-        !va->free_rows)
+        !va->free_rows || !va->ref)
         st = pl_fail(PL_ERR_NOMEM, "vattn: cannot allocate bookkeeping for %d slots", (int)ns);
     if (st == PL_OK) {
         for (size_t i = 0; i < npos; i++) va->row_of[i] = -1;
@@ -342,6 +384,7 @@ void pl_vattn_destroy(pl_vattn *va) {
         pthread_join(va->thread, NULL);
     }
     if (va->raw) munmap(va->raw, va->raw_bytes);
+    if (va->view) munmap(va->view, va->view_bytes);
     if (va->fd >= 0) close(va->fd);
     pthread_mutex_destroy(&va->mu);
     pthread_cond_destroy(&va->cv);
@@ -352,6 +395,7 @@ void pl_vattn_destroy(pl_vattn *va) {
     free(va->mapped);
     free(va->row_of);
     free(va->free_rows);
+    free(va->ref);
     free(va);
 }
 
@@ -385,7 +429,9 @@ void pl_vattn_release(pl_vattn *va, int32_t slot) {
     va->used[slot] = va->fresh[slot] = 0;
     va->need_sum -= va->need[slot];
     va->need[slot] = va->need_tokens[slot] = 0;
-    if (!va->cfg.deferred_reclaim && va->mapped[slot] > 0) {
+    /* A slot sharing pages gives up all of them (the next request would write over the shared
+     * ones, and its mapped rows stay a prefix), so a free slot's rows are always its own. */
+    if ((!va->cfg.deferred_reclaim || shares_from(va, slot, 0)) && va->mapped[slot] > 0) {
         uint64_t t0 = now_ns();
         while (va->mapped[slot] > 0) unmap_last(va, slot, 0);
         va->st.map_ns_in_step += now_ns() - t0;
@@ -398,15 +444,139 @@ void pl_vattn_set_need(pl_vattn *va, int32_t slot, int32_t n_tokens) {
     pthread_mutex_lock(&va->mu);
     PL_ASSERT(slot >= 0 && slot < va->cfg.n_slots && va->used[slot] && n_tokens >= 0);
     int32_t rows = rows_for(va, n_tokens);
+    /* a shared page is only ever needed: one above the new need is let go now (rolled back
+     * below a fork point), with the rows mapped after it */
+    if (rows < va->mapped[slot] && shares_from(va, slot, rows)) {
+        uint64_t t0 = now_ns();
+        while (va->mapped[slot] > rows && shares_from(va, slot, rows)) unmap_last(va, slot, 0);
+        va->st.map_ns_in_step += now_ns() - t0;
+    }
     va->need_sum += rows - va->need[slot];
-    PL_ASSERT(va->need_sum <= va->cfg.phys_rows);
     va->need[slot] = rows;
     va->need_tokens[slot] = n_tokens;
+    PL_ASSERT(va->need_sum - va->n_alias <= va->cfg.phys_rows);
     if (va->fresh[slot] && rows > 0) {
         va->fresh[slot] = 0;
         if (rows > va->eager_rows) va->eager_rows = rows;
     }
     pthread_mutex_unlock(&va->mu);
+}
+
+pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows) {
+    pthread_mutex_lock(&va->mu);
+    const pl_vattn_config *c = &va->cfg;
+    PL_ASSERT(from >= 0 && from < c->n_slots && to >= 0 && to < c->n_slots && from != to &&
+              va->used[from] && va->used[to] && n_rows >= 0 && n_rows <= c->rows_per_slot);
+    pl_status st = PL_OK;
+    uint64_t t0 = now_ns();
+    errno = 0;
+    int32_t *src = va->row_of + (size_t)from * c->rows_per_slot;
+    int32_t *dst = va->row_of + (size_t)to * c->rows_per_slot;
+    if (va->fd < 0) {
+        st = pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: sharing pages needs the memfd "
+                     "backend (--vattn-share)");
+        goto out;
+    }
+    /* from's pages first (a lead just admitted may have none mapped yet) */
+    while (va->mapped[from] < n_rows)
+        if (map_next(va, from, 1, 0) != 0) goto nomem;
+    for (int32_t j = 0; j < n_rows; j++) {
+        if (j < va->mapped[to] && dst[j] == src[j]) continue;
+        if (map_at(va, to, j, src[j]) != 0) goto nomem;
+        va->ref[src[j]]++;
+        va->n_alias++;
+        va->st.pages_shared += (uint64_t)c->n_regions;
+        if (j < va->mapped[to]) drop_row(va, dst[j]); /* the slot's own page, replaced */
+        else va->mapped[to] = j + 1;
+        dst[j] = src[j];
+    }
+    goto out;
+nomem:
+    st = pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot map %d shared pages of slot %d into "
+                 "slot %d: %s", (int)n_rows, (int)from, (int)to,
+                 errno ? strerror(errno) : "no page left");
+out:
+    va->st.map_ns_in_step += now_ns() - t0;
+    pthread_mutex_unlock(&va->mu);
+    return st;
+}
+
+int pl_vattn_row_shared(pl_vattn *va, int32_t slot, int32_t pos) {
+    pthread_mutex_lock(&va->mu);
+    int shared = pos >= 0 && pos < va->mapped[slot] &&
+                 va->ref[va->row_of[(size_t)slot * va->cfg.rows_per_slot + pos]] > 1;
+    pthread_mutex_unlock(&va->mu);
+    return shared;
+}
+
+pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos) {
+    pthread_mutex_lock(&va->mu);
+    const pl_vattn_config *c = &va->cfg;
+    const size_t R = (size_t)c->rows_per_slot;
+    PL_ASSERT(slot >= 0 && slot < c->n_slots && va->used[slot] && pos >= 0 &&
+              pos < va->mapped[slot] && va->ref[va->row_of[slot * R + pos]] > 1);
+    uint64_t t0 = now_ns();
+    pl_status st = PL_OK;
+    int32_t old = va->row_of[slot * R + pos], other = -1;
+    /* a shared row sits at the same position in every slot that maps it: copy from another */
+    for (int32_t s = 0; s < c->n_slots && other < 0; s++)
+        if (s != slot && pos < va->mapped[s] && va->row_of[s * R + pos] == old) other = s;
+    PL_ASSERT(other >= 0);
+    errno = 0;
+    int32_t row = take_row(va, slot, 1, 0);
+    if (row < 0 || map_at(va, slot, pos, row) != 0) {
+        if (row >= 0) va->free_rows[va->n_free++] = row;
+        st = pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot copy a shared page of slot %d: "
+                     "%s", (int)slot, errno ? strerror(errno) : "no page left");
+    } else {
+        for (int32_t r = 0; r < c->n_regions; r++)
+            memcpy(page_at(va, r, slot, pos), page_at(va, r, other, pos), c->page_size);
+        va->row_of[slot * R + pos] = row;
+        va->ref[row] = 1;
+        drop_row(va, old);
+        va->st.pages_copied += (uint64_t)c->n_regions;
+        va->st.pages_mapped_sync += (uint64_t)c->n_regions;
+    }
+    va->st.map_ns_in_step += now_ns() - t0;
+    pthread_mutex_unlock(&va->mu);
+    return st;
+}
+
+int pl_vattn_shares(const pl_vattn *va) { return va->fd >= 0; }
+
+int64_t pl_vattn_tokens_stored(pl_vattn *va) {
+    pthread_mutex_lock(&va->mu);
+    const pl_vattn_config *c = &va->cfg;
+    int64_t n = 0;
+    int32_t *most = va->n_alias ? calloc((size_t)c->phys_rows, sizeof *most) : NULL;
+    for (int32_t s = 0; s < c->n_slots; s++) {
+        if (!va->used[s]) continue;
+        if (!most) { /* nothing shared: every slot's tokens are its own */
+            n += va->need_tokens[s];
+            continue;
+        }
+        for (int32_t j = 0; j < va->need[s]; j++) {
+            int32_t fill = va->need_tokens[s] - j * c->tokens_per_row;
+            if (fill > c->tokens_per_row) fill = c->tokens_per_row;
+            if (j >= va->mapped[s]) { /* to be mapped: a fresh page of its own */
+                n += fill;
+                continue;
+            }
+            int32_t row = va->row_of[(size_t)s * c->rows_per_slot + j];
+            if (fill > most[row]) n += fill - most[row], most[row] = fill;
+        }
+    }
+    if (va->n_alias && !most) n = -1;
+    free(most);
+    pthread_mutex_unlock(&va->mu);
+    return n;
+}
+
+int64_t pl_vattn_shared_rows(pl_vattn *va) {
+    pthread_mutex_lock(&va->mu);
+    int64_t n = va->n_alias;
+    pthread_mutex_unlock(&va->mu);
+    return n;
 }
 
 pl_status pl_vattn_prepare_step(pl_vattn *va) {
@@ -444,22 +614,28 @@ void pl_vattn_get_stats(pl_vattn *va, pl_vattn_stats *s) {
     pthread_mutex_lock(&va->mu);
     *s = va->st;
     s->rows_free = va->n_free;
-    s->rows_needed = va->need_sum;
+    s->rows_needed = va->need_sum - va->n_alias;
+    s->rows_shared = va->n_alias;
     s->rows_committed = 0;
     s->slots_used = 0;
     for (int32_t i = 0; i < va->cfg.n_slots; i++) {
         s->rows_committed += va->mapped[i];
         s->slots_used += va->used[i];
     }
+    s->rows_committed -= va->n_alias; /* a shared row once */
     pthread_mutex_unlock(&va->mu);
 }
 
 int64_t pl_vattn_resident_pages(const pl_vattn *va) {
-    size_t np = va->reserved / 4096;
+    /* MEMFD: the pool's own pages (a page mapped at several addresses is one); ANON: the
+     * reservation's (nothing is shared there) */
+    char *at = va->view ? va->view : va->base;
+    size_t bytes = va->view ? va->view_bytes : va->reserved;
+    size_t np = bytes / 4096;
     unsigned char *v = malloc(np ? np : 1);
     if (!v) return -1;
     int64_t n = -1;
-    if (mincore(va->base, va->reserved, v) == 0) {
+    if (mincore(at, bytes, v) == 0) {
         n = 0;
         for (size_t i = 0; i < np; i++) n += v[i] & 1;
     }
@@ -476,7 +652,13 @@ pl_status pl_vattn_check(pl_vattn *va) {
         pthread_mutex_unlock(&va->mu);
         return pl_fail(PL_ERR_NOMEM, "vattn check: out of memory");
     }
-    int64_t mapped = 0, need = 0;
+    int64_t mapped = 0, need = 0, distinct = 0, alias = 0;
+    int32_t *refs = calloc((size_t)c->phys_rows, sizeof *refs);
+    if (!refs) {
+        free(seen);
+        pthread_mutex_unlock(&va->mu);
+        return pl_fail(PL_ERR_NOMEM, "vattn check: out of memory");
+    }
 #define BAD(...) do { st = pl_fail(PL_ERR_INTERNAL, __VA_ARGS__); goto done; } while (0)
     for (int64_t i = 0; i < va->n_free; i++) {
         int32_t r = va->free_rows[i];
@@ -495,20 +677,35 @@ pl_status pl_vattn_check(pl_vattn *va) {
                                  (int)j, (int)va->mapped[s], (int)r);
                 continue;
             }
-            if (r < 0 || r >= c->phys_rows || seen[r])
-                BAD("row %d at slot %d position %d is mapped twice or also free", (int)r, (int)s, (int)j);
-            seen[r] = 1;
+            if (r < 0 || r >= c->phys_rows || seen[r] == 1)
+                BAD("row %d at slot %d position %d is out of range or also free", (int)r, (int)s,
+                    (int)j);
+            if (!seen[r]) distinct++;
+            else alias++;
+            seen[r] = 2;
+            refs[r]++;
+            /* a shared page is needed wherever it is mapped (and so never in a free slot) */
+            if (va->ref[r] > 1 && j >= va->need[s])
+                BAD("shared row %d at slot %d position %d is above the slot's need %d", (int)r,
+                    (int)s, (int)j, (int)va->need[s]);
         }
     }
-    if (va->n_free + mapped != c->phys_rows)
-        BAD("%lld free + %lld mapped rows != %lld in the pool", (long long)va->n_free,
-            (long long)mapped, (long long)c->phys_rows);
-    if (need != va->need_sum || need > c->phys_rows)
+    for (int64_t r = 0; r < c->phys_rows; r++)
+        if (refs[r] != va->ref[r])
+            BAD("row %lld: %d mappings, reference count %d", (long long)r, (int)refs[r],
+                (int)va->ref[r]);
+    if (va->n_free + distinct != c->phys_rows || alias != va->n_alias)
+        BAD("%lld free + %lld mapped rows != %lld in the pool, or %lld shared mappings != %lld "
+            "recorded", (long long)va->n_free, (long long)distinct, (long long)c->phys_rows,
+            (long long)alias, (long long)va->n_alias);
+    (void)mapped;
+    if (need != va->need_sum || need - alias > c->phys_rows)
         BAD("needs sum to %lld, recorded %lld, pool %lld", (long long)need, (long long)va->need_sum,
             (long long)c->phys_rows);
 #undef BAD
 done:
     free(seen);
+    free(refs);
     pthread_mutex_unlock(&va->mu);
     return st;
 }

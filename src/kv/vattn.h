@@ -10,7 +10,7 @@
  * per layer, the reservation is the head-major pl_kv_store order whose "blocks" are page rows,
  * slot s's being the consecutive blocks s × rows_per_slot + j.
  *
- * The engine uses ANON for 4K and 64K pages and MEMFD for 2M (docs/DESIGN.md: ANON maps in a
+ * The engine uses ANON for 4K and 64K pages, MEMFD for 2M and --vattn-share (ANON maps in a
  * quarter of the time and keeps two mappings per region and slot, where MEMFD makes one per
  * page and runs into vm.max_map_count).
  *
@@ -27,6 +27,18 @@
  *          Row ids are bookkeeping only. Both backends commit a mapped page at once
  *          (MADV_POPULATE_WRITE), so the thread that maps it also takes its page faults.
  *
+ * Sharing (issue 37, MEMFD only: a page of the memfd can be mapped at several virtual
+ * addresses). pl_vattn_share maps one slot's first rows into another slot at the same positions
+ * (the same physical pages: n / best_of / beam forks, a partly filled last page included, and a
+ * recomputed group's prompt); before a slot writes into a shared row, pl_vattn_unshare gives it
+ * a private copy (copy-on-write: a fresh page, the bytes copied). Each row counts its mappings
+ * (ref); unmapping a position drops one, and the row goes back to the pool only with its last
+ * mapping. A slot that shares anything gives up all its rows at release (deferred reclamation
+ * keeps only private rows, since the next request writes its rows from position 0), and a
+ * shared row above a slot's need (a rollback below the fork point) is unmapped at once, so
+ * shared rows are always needed rows of used slots: the rows in use are Σ need - shared
+ * mappings.
+ *
  * Slot states: FREE or USED. A used slot has a need (rows its tokens take); the engine sets it
  * (pl_vattn_set_need) and, before each forward step, pl_vattn_prepare_step maps synchronously
  * every row a used slot needs and lacks (the "critical path"). The three techniques of the
@@ -39,10 +51,10 @@
  *   eager            the mapper keeps the free slot the next request will take pre-mapped for
  *                    the largest prompt seen so far, while free rows stay above the threshold.
  *
- * Invariants (pl_vattn_check): free rows + Σ mapped rows = phys_rows; every row is on the free
- * list or mapped at exactly one (slot, position), never both; a free slot has need 0; Σ need over
- * used slots <= phys_rows (the KV manager admits by it); committed (mapped) rows = needed rows
- * present + cached rows (mapped beyond the need).
+ * Invariants (pl_vattn_check): free rows + distinct mapped rows = phys_rows; every row is on the
+ * free list or mapped at exactly ref (slot, position)s, never both; a row with ref > 1 sits below
+ * the need of every slot that maps it; a free slot has need 0; Σ need over used slots - shared
+ * mappings (Σ ref - 1) <= phys_rows (the KV manager admits by it).
  *
  * Thread safety: one mutex guards all state; every function may be called from the engine
  * thread while the mapper runs. The mapper never unmaps a used slot's rows, so the forward pass
@@ -80,8 +92,11 @@ typedef struct {
     uint64_t slots_reused;        /* of those, slots that still had rows mapped */
     uint64_t map_ns_in_step;      /* nanoseconds the engine thread spent mapping / unmapping */
     uint64_t steps;               /* pl_vattn_prepare_step calls */
-    int64_t rows_committed;       /* rows mapped now */
-    int64_t rows_needed;          /* Σ need of used slots */
+    uint64_t pages_shared;        /* mappings of another slot's page made (pl_vattn_share) */
+    uint64_t pages_copied;        /* shared pages copied before a write (copy-on-write) */
+    int64_t rows_committed;       /* distinct rows mapped now (a shared row once) */
+    int64_t rows_needed;          /* distinct rows the used slots need (Σ need - rows_shared) */
+    int64_t rows_shared;          /* positions mapping a row another position maps too */
     int64_t rows_free;            /* rows on the free list */
     int32_t slots_used;
 } pl_vattn_stats;
@@ -111,14 +126,33 @@ void pl_vattn_set_need(pl_vattn *va, int32_t slot, int32_t n_tokens);
  * cached rows of free slots, else the excess of used ones), timed; then wake the mapper for
  * step i + 1. PL_ERR_NOMEM with the system call's error if the kernel refuses a mapping. */
 pl_status pl_vattn_prepare_step(pl_vattn *va);
+/* Used slot `to` (just acquired, need not set) maps used slot `from`'s rows [0, n_rows) at the
+ * same positions (from's missing ones are mapped first; to's own rows there are let go). The
+ * caller then sets to's need (>= n_rows rows). PL_ERR_UNSUPPORTED on the ANON backend,
+ * PL_ERR_NOMEM if a mapping fails (what was mapped stays, consistent). */
+pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows);
+/* The row at the slot's position pos is mapped somewhere else too. */
+int pl_vattn_row_shared(pl_vattn *va, int32_t slot, int32_t pos);
+/* Copy-on-write: the used slot's shared row at pos is replaced by a fresh private row holding
+ * a copy of its bytes (the shared row loses one user). PL_ERR_NOMEM if no row can be had. */
+pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos);
+/* Pages can be shared (the MEMFD backend). */
+int pl_vattn_shares(const pl_vattn *va);
+/* Tokens the used slots store (their needs), a shared page's once (its fullest mapping's); -1 if
+ * out of memory. O(slots x rows) when something is shared. */
+int64_t pl_vattn_tokens_stored(pl_vattn *va);
+/* Positions mapping a row another position maps too (pl_vattn_stats.rows_shared), O(1). */
+int64_t pl_vattn_shared_rows(pl_vattn *va);
 /* One unit of background work as the mapper thread does it (for tests without the thread):
  * returns 1 if it did something. */
 int pl_vattn_background_once(pl_vattn *va);
 
 int32_t pl_vattn_mapped_rows(pl_vattn *va, int32_t slot);
 void pl_vattn_get_stats(pl_vattn *va, pl_vattn_stats *s);
-/* 4 KiB pages of the reservation the kernel holds in memory now (mincore), -1 on error: what the
- * layout actually commits, for tests and benchmarks (O(reserved bytes / 4 KiB)). */
+/* 4 KiB pages the kernel holds in memory now (mincore), -1 on error: what the layout actually
+ * commits, for tests and benchmarks. ANON: the reservation's (O(reserved bytes / 4 KiB)); MEMFD:
+ * the memfd's own pages through a read-only view of it, so a page mapped into several slots
+ * counts once (O(pool bytes / 4 KiB)). */
 int64_t pl_vattn_resident_pages(const pl_vattn *va);
 /* The invariants above (O(slots × rows)). */
 pl_status pl_vattn_check(pl_vattn *va);

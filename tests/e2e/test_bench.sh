@@ -86,6 +86,13 @@ assert d['vattn_slots_acquired'] >= 12 and d['kv_page_size'] == 4096 and 'tpot_m
 "$PL_BINARY" bench throughput -m "$MODEL" --num-prompts 2 --kv-layout vattention --n 2 \
     >/dev/null 2>"$TMP/e"
 check "vattention refuses n > 1 naming the layout" grep -q "kv-layout vattention" "$TMP/e"
+"$PL_BINARY" bench throughput -m "$MODEL" --dataset alpaca --num-prompts 6 -t 1 --n 2 \
+    --kv-cache-memory 2M --max-model-len 256 --kv-layout vattention --vattn-share \
+    >"$TMP/vs.out" 2>"$TMP/e"
+check "vattention --vattn-share runs n = 2 as groups" python3 -c "
+import json; d = json.load(open('$TMP/vs.out'))
+assert d['vattn_share'] is True and d['errors'] == 0 and d['completed'] == 6, d
+assert d['n'] == 2 and d['peak_batch_seqs'] >= 2, d"
 "$PL_BINARY" bench throughput -m "$MODEL" --kv-layout vattention --kv-page-size 8K >/dev/null 2>&1
 check "bad --kv-page-size exits 2" test $? -eq 2
 "$PL_BINARY" generate -m "$MODEL" -p "Once upon a time" -n 8 --kv-layout vattention \

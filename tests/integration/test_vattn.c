@@ -5,7 +5,8 @@
  * move as the techniques say, and each technique does its job in the engine (no mapping on the
  * critical path in steady decode, a finished slot reused without unmapping, the next request's
  * pages mapped ahead); bad settings and sharing requests get clear errors naming the
- * layout. The mapper thread runs in every engine here (CI runs this under
+ * layout; with --vattn-share, n, best_of and beam groups share pages and give the paged
+ * layout's outputs bitwise. The mapper thread runs in every engine here (CI runs this under
  * TSan). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -285,6 +286,191 @@ static void test_techniques_in_engine(void **state) {
     }
 }
 
+/* ---- sharing (issue 37, --vattn-share): n, best_of and beam groups map their common pages ----
+ * A mix of groups, token-id prompts (one longer than a page, so a full page is shared at the
+ * fork; beams share full pages as they grow past one), seeded: every output of every request is
+ * bitwise the paged layout's, roomy and in a pool that preempts (a recomputed group's prompt
+ * shared again), with the techniques on and off. After every step the invariants hold (pl_kv_
+ * cache_check: reference counts, a shared page only below its slots' needs), mincore of the
+ * memfd says the resident pages are the distinct pages mapped (a shared page once), and with
+ * the techniques off exactly the pages the stored tokens need. */
+typedef struct {
+    int32_t prompt_len, max_tokens, n, best_of, beam;
+} group_spec;
+
+static const group_spec GROUPS[] = {
+    {180, 50, 3, 3, 0},  /* n 3 after a prompt of more than a page */
+    {20, 140, 2, 4, 0},  /* best_of 4, n 2, outputs crossing a page */
+    {30, 140, 3, 3, 1},  /* beam width 3, beams crossing a page */
+    {40, 100, 1, 1, 0},  /* a single request beside them */
+    {150, 90, 4, 4, 0},  /* n 4, youngest: preempted first, its prompt page shared again */
+};
+enum { N_GROUPS = sizeof GROUPS / sizeof GROUPS[0] };
+static int32_t group_prompts[N_GROUPS][200];
+
+static void run_groups(pl_engine *e, result *res, int exact) {
+    uint64_t x = 0x9e3779b97f4a7c15ull, ids[N_GROUPS];
+    for (int g = 0; g < N_GROUPS; g++) {
+        group_prompts[g][0] = 1; /* BOS */
+        for (int32_t i = 1; i < GROUPS[g].prompt_len; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            group_prompts[g][i] = 3 + (int32_t)(x % 500); /* stories260K: 512 ids */
+        }
+        pl_request_params p;
+        pl_request_params_default(&p);
+        p.max_tokens = GROUPS[g].max_tokens;
+        p.ignore_eos = 1;
+        p.n = GROUPS[g].n;
+        p.best_of = GROUPS[g].best_of;
+        p.use_beam_search = GROUPS[g].beam;
+        p.sampling.temperature = GROUPS[g].beam ? 0.0f : 0.9f;
+        p.sampling.top_p = 0.95f;
+        p.has_seed = 1;
+        p.seed = 700 + (uint64_t)g;
+        memset(&res[g], 0, sizeof res[g]);
+        if (pl_engine_add_request(e, NULL, group_prompts[g], (size_t)GROUPS[g].prompt_len, &p,
+                                  &ids[g]) != PL_OK)
+            fail_msg("request %d: %s", g, pl_last_error());
+    }
+    struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
+    while (pl_engine_has_work(e)) {
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        for (int g = 0; g < N_GROUPS; g++) collect(e, ids[g], &res[g]);
+        if (!va) continue;
+        if (pl_kv_cache_check(e->kv) != PL_OK) fail_msg("after a step: %s", pl_last_error());
+        pl_vattn_stats v;
+        pl_vattn_get_stats(va, &v);
+        const int64_t regions = pl_vattn_get_config(va)->n_regions;
+        assert_int_equal(pl_vattn_resident_pages(va), v.rows_committed * regions);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        /* a shared page's tokens once: never more tokens than the pages in use hold */
+        assert_true(s.tokens_stored <= (int64_t)s.blocks_used * TPR && s.waste >= 0);
+        if (exact) assert_int_equal(v.rows_committed, s.blocks_used);
+    }
+}
+
+static void assert_groups_same(const result *a, const result *b) {
+    for (int g = 0; g < N_GROUPS; g++) {
+        assert_string_equal(a[g].error, "");
+        assert_string_equal(b[g].error, "");
+        for (int k = 0; k < GROUPS[g].n; k++) {
+            assert_int_equal(a[g].n_ids[k], b[g].n_ids[k]);
+            assert_true(a[g].n_ids[k] > 0);
+            assert_memory_equal(a[g].ids[k], b[g].ids[k], (size_t)a[g].n_ids[k] * sizeof(int32_t));
+        }
+    }
+}
+
+static void test_sharing_equal_to_paged(void **state) {
+    (void)state;
+    static result ref[N_GROUPS], got[N_GROUPS];
+    pl_engine_config c;
+    base_config(&c, PL_KV_LAYOUT_PAGED, 64u << 20);
+    c.max_model_len = 512;
+    pl_engine *e = make(&c);
+    run_groups(e, ref, 0);
+    pl_engine_destroy(e);
+    /* 0: roomy, every technique; 1: 16 page rows (preempts), every technique; 2: the same
+     * budget, the techniques off (resident = needed, exactly) */
+    for (int v = 0; v < 3; v++) {
+        base_config(&c, PL_KV_LAYOUT_VATTENTION, v == 0 ? 64u << 20 : 16 * ROW_BYTES);
+        c.max_model_len = 512;
+        c.vattn_share = 1;
+        c.vattn_no_overlap = c.vattn_no_eager = c.vattn_no_deferred_reclaim = v == 2;
+        e = make(&c);
+        run_groups(e, got, v == 2);
+        assert_groups_same(ref, got);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        pl_vattn_stats vs;
+        pl_vattn_get_stats(pl_kv_cache_vattn(e->kv), &vs);
+        print_message("vattention sharing variant %d: %llu preemptions, %llu pages mapped shared, "
+                      "%llu copied (copy-on-write), %llu mapped\n", v,
+                      (unsigned long long)s.preemptions, (unsigned long long)vs.pages_shared,
+                      (unsigned long long)vs.pages_copied,
+                      (unsigned long long)(vs.pages_mapped_sync + vs.pages_mapped_bg));
+        assert_true(vs.pages_shared > 0 && vs.pages_copied > 0);
+        if (v > 0) assert_true(s.preemptions > 0);
+        else assert_int_equal(s.preemptions, 0);
+        assert_all_free(e);
+        if (v == 2) assert_int_equal(pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv)), 0);
+        pl_engine_destroy(e);
+    }
+}
+
+/* Prefix hits with --vattn-share: requests whose prompts begin with a running request's
+ * computed pages map them instead of computing them (pages held by running sequences only:
+ * nothing is kept for later requests once the holder ends). A first request with a 300-token
+ * prompt, then, once it is computed, five more with its first 260 tokens and suffixes of their
+ * own: bitwise the paged layout's outputs (with its prefix cache), the hits counted, the
+ * invariants and mincore checked after every step. */
+static void run_prefix(pl_engine *e, result *res, int check) {
+    static int32_t prompts[6][320];
+    uint64_t x = 0x2545f4914f6cdd1dull, ids[6];
+    for (int r = 0; r < 6; r++) {
+        int32_t len = r == 0 ? 300 : 260 + 10 * r;
+        for (int32_t i = 0; i < len; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            prompts[r][i] = i == 0 ? 1 : r > 0 && i < 260 ? prompts[0][i] : 3 + (int32_t)(x % 500);
+        }
+        pl_request_params p;
+        pl_request_params_default(&p);
+        p.max_tokens = 40;
+        p.ignore_eos = 1;
+        p.sampling.temperature = 0.9f;
+        p.has_seed = 1;
+        p.seed = 900 + (uint64_t)r;
+        memset(&res[r], 0, sizeof res[r]);
+        if (pl_engine_add_request(e, NULL, prompts[r], (size_t)len, &p, &ids[r]) != PL_OK)
+            fail_msg("request %d: %s", r, pl_last_error());
+        if (r == 0) /* its prompt computed before the others arrive */
+            for (int k = 0; k < 4; k++) assert_int_equal(pl_engine_step(e), PL_OK);
+    }
+    struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
+    while (pl_engine_has_work(e)) {
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        for (int r = 0; r < 6; r++) collect(e, ids[r], &res[r]);
+        if (!check) continue;
+        if (pl_kv_cache_check(e->kv) != PL_OK) fail_msg("after a step: %s", pl_last_error());
+        pl_vattn_stats v;
+        pl_vattn_get_stats(va, &v);
+        assert_int_equal(pl_vattn_resident_pages(va),
+                         v.rows_committed * pl_vattn_get_config(va)->n_regions);
+    }
+}
+
+static void test_prefix_hits_equal_to_paged(void **state) {
+    (void)state;
+    static result ref[6], got[6];
+    pl_engine_config c;
+    base_config(&c, PL_KV_LAYOUT_PAGED, 64u << 20);
+    c.max_model_len = 512;
+    c.enable_prefix_caching = 1;
+    pl_engine *e = make(&c);
+    run_prefix(e, ref, 0);
+    pl_engine_destroy(e);
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 64u << 20);
+    c.max_model_len = 512;
+    c.enable_prefix_caching = 1;
+    c.vattn_share = 1;
+    e = make(&c);
+    assert_true(pl_engine_get_config(e)->enable_prefix_caching);
+    run_prefix(e, got, 1);
+    for (int r = 0; r < 6; r++) {
+        assert_string_equal(got[r].error, "");
+        assert_int_equal(ref[r].n_ids[0], got[r].n_ids[0]);
+        assert_memory_equal(ref[r].ids[0], got[r].ids[0],
+                            (size_t)ref[r].n_ids[0] * sizeof(int32_t));
+        if (r > 0) assert_int_equal(got[r].n_cached, 256); /* two pages of 128 tokens */
+    }
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    assert_int_equal(s.prefix_hits, 5 * 256);
+    assert_all_free(e);
+    pl_engine_destroy(e);
+}
+
 static void expect_create_error(const pl_engine_config *c, const char *needle) {
     pl_engine *e = NULL;
     pl_status st = pl_engine_create(c, &e);
@@ -306,6 +492,9 @@ static void test_bad_settings(void **state) {
     base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
     c.max_num_seqs = c.max_num_batched_tokens = 4096; /* x 40 regions x 2 mappings: 327680 */
     expect_create_error(&c, "vm.max_map_count");
+    base_config(&c, PL_KV_LAYOUT_VATTENTION, 256u << 20); /* 1638 rows x 40 regions, x 2 */
+    c.vattn_share = 1; /* the memfd: a mapping per page */
+    expect_create_error(&c, "with a memfd (--vattn-share or 2M pages)");
     base_config(&c, PL_KV_LAYOUT_VATTENTION, 4u << 20);
     c.swap_space = 1u << 20;
     expect_create_error(&c, "kv-layout vattention preempts by recompute only");
@@ -324,6 +513,7 @@ static void test_bad_settings(void **state) {
     uint64_t id;
     assert_int_equal(pl_engine_add_request(e, "Once", NULL, 0, &p, &id), PL_ERR_INVALID_ARG);
     assert_non_null(strstr(pl_last_error(), "kv-layout vattention holds one sequence"));
+    assert_non_null(strstr(pl_last_error(), "--vattn-share"));
     pl_request_params_default(&p);
     p.best_of = 2;
     p.use_beam_search = 1;
@@ -345,6 +535,8 @@ int main(void) {
         cmocka_unit_test(test_memory_tracks_tokens),
         cmocka_unit_test(test_speculative_equal_to_paged),
         cmocka_unit_test(test_techniques_in_engine),
+        cmocka_unit_test(test_sharing_equal_to_paged),
+        cmocka_unit_test(test_prefix_hits_equal_to_paged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

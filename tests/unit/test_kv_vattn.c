@@ -3,7 +3,7 @@
  * (both backends, each technique on and off), committed memory tracking the tokens stored (read
  * back with mincore), the mapper thread mapping ahead of the step (run under TSan in CI), and
  * each of the three latency-hiding techniques doing its job (and the counters moving without
- * it). */
+ * it), and pages shared between slots (issue 37: reference counts, copy-on-write, mincore). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +76,18 @@ static void verify(pl_vattn *va, int32_t slot, int32_t rows) {
         }
 }
 
+/* Every used slot given back: nothing needed, nothing leaked. */
+static void release_all(pl_vattn *va, int32_t slots, const int *used, int64_t phys,
+                        pl_vattn_stats *st) {
+    for (int32_t i = 0; i < slots; i++)
+        if (used[i]) pl_vattn_release(va, i);
+    check_ok(va);
+    pl_vattn_get_stats(va, st);
+    assert_int_equal(st->rows_needed, 0);
+    assert_int_equal(st->slots_used, 0);
+    assert_int_equal(st->rows_free + st->rows_committed, phys);
+}
+
 static void run_property(pl_vattn_backend b, int overlap, int deferred, int eager, uint64_t seed) {
     const int64_t phys = 20;
     pl_vattn_config c = base_cfg(b, phys);
@@ -142,14 +154,8 @@ static void run_property(pl_vattn_backend b, int overlap, int deferred, int eage
         }
         check_ok(va);
     }
-    for (int i = 0; i < SLOTS; i++)
-        if (used[i]) pl_vattn_release(va, i);
-    check_ok(va);
     pl_vattn_stats st;
-    pl_vattn_get_stats(va, &st);
-    assert_int_equal(st.rows_needed, 0);
-    assert_int_equal(st.slots_used, 0);
-    assert_int_equal(st.rows_free + st.rows_committed, phys); /* nothing leaked */
+    release_all(va, SLOTS, used, phys, &st);
     if (!deferred && !eager) assert_int_equal(st.rows_committed, 0);
     if (deferred) assert_true(st.slots_reused > 0);
     if (!deferred && !eager) assert_int_equal(st.slots_reused, 0);
@@ -384,6 +390,194 @@ static void test_eager_premaps_next_request(void **state) {
     next_request_premapped(0);
 }
 
+/* ---- sharing (issue 37): one physical page at several virtual addresses ----------------------
+ *
+ * A model of what every slot's pages must read: exp[slot][pos] is the word each region's page at
+ * that position starts with. Sequences arrive, fork (every page of the parent mapped into the
+ * child), grow (a shared partial page copied before the write, as kv/cache.c does), roll back,
+ * finish and step, in random order; after every operation: the invariants (reference counts,
+ * shared rows only below a need), mincore's resident pages = the distinct rows in use, every
+ * slot reads what was written into it (a write into a page still shared would show in another
+ * slot), and a shared page is the same bytes through every mapping. */
+
+static int32_t exp_word[2 * SLOTS][ROWS];
+
+static int32_t *word_at(pl_vattn *va, int32_t slots, int32_t r, int32_t slot, int32_t pos) {
+    char *base = pl_vattn_base(va);
+    size_t sb = pl_vattn_slot_bytes(va);
+    return (int32_t *)(base + ((size_t)r * slots + slot) * sb + (size_t)pos * 4096);
+}
+
+static void write_word(pl_vattn *va, int32_t slots, int32_t slot, int32_t pos, int32_t v) {
+    assert_false(pl_vattn_row_shared(va, slot, pos)); /* never written while shared */
+    for (int32_t r = 0; r < REGIONS; r++) *word_at(va, slots, r, slot, pos) = v + r;
+    exp_word[slot][pos] = v;
+}
+
+static void check_shared(pl_vattn *va, int32_t slots, const int *used, const int32_t *written) {
+    check_ok(va);
+    pl_vattn_stats st;
+    pl_vattn_get_stats(va, &st);
+    assert_int_equal(pl_vattn_resident_pages(va), st.rows_committed * REGIONS);
+    assert_true(st.rows_needed <= 12);
+    for (int32_t s = 0; s < slots; s++) {
+        if (!used[s]) continue;
+        for (int32_t j = 0; j < (written[s] + TPR - 1) / TPR; j++)
+            for (int32_t r = 0; r < REGIONS; r++)
+                assert_int_equal(*word_at(va, slots, r, s, j), exp_word[s][j] + r);
+    }
+}
+
+static void run_sharing(int deferred, uint64_t seed) {
+    const int32_t slots = 2 * SLOTS;
+    pl_vattn_config c = base_cfg(PL_VATTN_MEMFD, 12);
+    c.n_slots = slots, c.deferred_reclaim = deferred, c.overlap = 1, c.eager = 1;
+    pl_vattn *va;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_OK);
+    int used[2 * SLOTS] = {0};
+    int32_t tokens[2 * SLOTS] = {0}, written[2 * SLOTS] = {0}, next = 1;
+    uint64_t forks = 0, cows = 0;
+    pl_rng rng;
+    pl_rng_seed(&rng, seed);
+    for (int op = 0; op < 2000; op++) {
+        int kind = (int)((uint32_t)pl_rng_next(&rng) % 7);
+        int32_t s = (int32_t)((uint32_t)pl_rng_next(&rng) % slots);
+        pl_vattn_stats st;
+        pl_vattn_get_stats(va, &st);
+        if (kind == 0) { /* arrival */
+            int32_t n = 1 + (int32_t)((uint32_t)pl_rng_next(&rng) % (2 * TPR));
+            if (st.rows_needed + (n + TPR - 1) / TPR > 12) continue;
+            int32_t got = pl_vattn_acquire(va);
+            if (got < 0) continue;
+            used[got] = 1, tokens[got] = n, written[got] = 0;
+            pl_vattn_set_need(va, got, n);
+        } else if (kind == 1 && used[s] && written[s] == tokens[s]) { /* fork a computed one */
+            int32_t got = pl_vattn_acquire(va);
+            if (got < 0) continue;
+            int32_t rows = (tokens[s] + TPR - 1) / TPR;
+            assert_int_equal(pl_vattn_share(va, s, got, rows), PL_OK);
+            pl_vattn_set_need(va, got, tokens[s]);
+            used[got] = 1, tokens[got] = written[got] = tokens[s];
+            memcpy(exp_word[got], exp_word[s], sizeof exp_word[s]);
+            for (int32_t j = 0; j < rows; j++) assert_true(pl_vattn_row_shared(va, got, j));
+            forks++;
+        } else if (kind == 2 && used[s] && written[s] == tokens[s]) { /* grow */
+            int32_t n = tokens[s] + 1 + (int32_t)((uint32_t)pl_rng_next(&rng) % TPR);
+            if (n > ROWS * TPR) continue;
+            int cow = tokens[s] % TPR && pl_vattn_row_shared(va, s, tokens[s] / TPR);
+            int32_t d = (n + TPR - 1) / TPR - (tokens[s] + TPR - 1) / TPR;
+            if (st.rows_needed + d + cow > 12) continue;
+            if (cow) {
+                int32_t before = exp_word[s][tokens[s] / TPR];
+                assert_int_equal(pl_vattn_unshare(va, s, tokens[s] / TPR), PL_OK);
+                assert_false(pl_vattn_row_shared(va, s, tokens[s] / TPR));
+                for (int32_t r = 0; r < REGIONS; r++) /* the copy holds the bytes */
+                    assert_int_equal(*word_at(va, slots, r, s, tokens[s] / TPR), before + r);
+                cows++;
+            }
+            tokens[s] = n;
+            pl_vattn_set_need(va, s, n);
+        } else if (kind == 3 && used[s] && tokens[s] > 1) { /* roll back */
+            int32_t n = 1 + (int32_t)((uint32_t)pl_rng_next(&rng) % (uint32_t)tokens[s]);
+            tokens[s] = n;
+            if (written[s] > n) written[s] = n;
+            pl_vattn_set_need(va, s, n);
+        } else if (kind == 4 && used[s]) { /* finish */
+            pl_vattn_release(va, s);
+            used[s] = 0;
+        } else if (kind == 5) { /* a step: map what is needed, write the new tokens' pages */
+            assert_int_equal(pl_vattn_prepare_step(va), PL_OK);
+            check_shared(va, slots, used, written);
+            for (int32_t i = 0; i < slots; i++) {
+                if (!used[i] || written[i] == tokens[i]) continue;
+                for (int32_t j = written[i] / TPR; j < (tokens[i] + TPR - 1) / TPR; j++)
+                    write_word(va, slots, i, j, next++ * 16);
+                written[i] = tokens[i];
+            }
+        } else if (kind == 6) {
+            pl_vattn_background_once(va);
+        }
+        check_shared(va, slots, used, written);
+    }
+    assert_true(forks > 20 && cows > 5);
+    pl_vattn_stats st;
+    release_all(va, slots, used, 12, &st);
+    assert_int_equal(st.rows_shared, 0);
+    assert_true(st.pages_shared > 0 && st.pages_copied > 0);
+    pl_vattn_destroy(va);
+}
+
+static void test_sharing_property(void **state) {
+    (void)state;
+    run_sharing(1, 91);
+    run_sharing(0, 92);
+}
+
+/* The life of one shared page, step by step: mapped into a second slot it costs no memory and
+ * reads the same bytes; a write through it needs a copy first; the parent's going unmaps it
+ * there but the child keeps it; the child's going frees it. The anonymous backend refuses. */
+static void test_sharing_lifecycle(void **state) {
+    (void)state;
+    pl_vattn_config c = base_cfg(PL_VATTN_MEMFD, 8);
+    c.overlap = c.deferred_reclaim = c.eager = 0;
+    pl_vattn *va;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_OK);
+    int32_t p = pl_vattn_acquire(va);
+    pl_vattn_set_need(va, p, 2 * TPR + 3); /* two full pages and a partial one */
+    assert_int_equal(pl_vattn_prepare_step(va), PL_OK);
+    for (int32_t j = 0; j < 3; j++)
+        for (int32_t r = 0; r < REGIONS; r++) *word_at(va, SLOTS, r, p, j) = 100 * j + r;
+    assert_int_equal(pl_vattn_resident_pages(va), 3 * REGIONS);
+    int32_t k = pl_vattn_acquire(va);
+    assert_int_equal(pl_vattn_share(va, p, k, 3), PL_OK);
+    pl_vattn_set_need(va, k, 2 * TPR + 3);
+    check_ok(va);
+    assert_int_equal(pl_vattn_resident_pages(va), 3 * REGIONS); /* no new memory */
+    pl_vattn_stats st;
+    pl_vattn_get_stats(va, &st);
+    assert_int_equal(st.rows_needed, 3);
+    assert_int_equal(st.rows_shared, 3);
+    assert_int_equal(pl_vattn_tokens_stored(va), 2 * TPR + 3); /* a shared page's tokens once */
+    for (int32_t j = 0; j < 3; j++)
+        for (int32_t r = 0; r < REGIONS; r++) {
+            assert_int_equal(*word_at(va, SLOTS, r, k, j), 100 * j + r);
+            assert_ptr_not_equal(word_at(va, SLOTS, r, k, j), word_at(va, SLOTS, r, p, j));
+        }
+    *word_at(va, SLOTS, 0, p, 0) = 7; /* one page: a write shows through both addresses */
+    assert_int_equal(*word_at(va, SLOTS, 0, k, 0), 7);
+    /* the child's next token goes into the partial page: copied first */
+    assert_true(pl_vattn_row_shared(va, k, 2));
+    assert_int_equal(pl_vattn_unshare(va, k, 2), PL_OK);
+    check_ok(va);
+    assert_int_equal(pl_vattn_resident_pages(va), 4 * REGIONS);
+    assert_int_equal(pl_vattn_tokens_stored(va), 2 * TPR + 6); /* the copied page's too */
+    *word_at(va, SLOTS, 1, k, 2) = -1;
+    assert_int_equal(*word_at(va, SLOTS, 1, p, 2), 201);
+    assert_int_equal(*word_at(va, SLOTS, 2, k, 2), 202);
+    /* the parent goes: its private page is freed, the shared ones stay the child's */
+    pl_vattn_release(va, p);
+    check_ok(va);
+    assert_int_equal(pl_vattn_mapped_rows(va, p), 0);
+    assert_int_equal(pl_vattn_resident_pages(va), 3 * REGIONS);
+    assert_int_equal(*word_at(va, SLOTS, 0, k, 0), 7);
+    assert_int_equal(*word_at(va, SLOTS, 3, k, 1), 103);
+    assert_false(pl_vattn_row_shared(va, k, 0));
+    pl_vattn_release(va, k);
+    check_ok(va);
+    assert_int_equal(pl_vattn_resident_pages(va), 0);
+    pl_vattn_get_stats(va, &st);
+    assert_int_equal(st.rows_free, 8);
+    pl_vattn_destroy(va);
+    c.backend = PL_VATTN_ANON;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_OK);
+    p = pl_vattn_acquire(va);
+    k = pl_vattn_acquire(va);
+    pl_vattn_set_need(va, p, 1);
+    assert_int_equal(pl_vattn_share(va, p, k, 1), PL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pl_last_error(), "memfd"));
+    pl_vattn_destroy(va);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_settings),
@@ -393,6 +587,8 @@ int main(void) {
         cmocka_unit_test(test_overlap_hides_mapping),
         cmocka_unit_test(test_deferred_reclaim_reuses_slot),
         cmocka_unit_test(test_eager_premaps_next_request),
+        cmocka_unit_test(test_sharing_lifecycle),
+        cmocka_unit_test(test_sharing_property),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
