@@ -124,7 +124,14 @@ try {
     return { n: k.blocks.length, total: k.num_blocks, shared: k.blocks.filter((s) => s === 3).length };
   });
   check('the grid covers every block of the pool', grid.n === grid.total && grid.total > 0, JSON.stringify(grid));
-  await page.hover('#seq-list li[data-key]');
+  // The list is redrawn with every KV picture (a few a second): an item found a moment ago may
+  // be gone when the mouse reaches it, so hover again on a fresh one.
+  for (let i = 0; ; i++) {
+    try { await page.hover('#seq-list li[data-key]'); break; } catch (e) {
+      if (i >= 10 || !/detached|not attached|No node/i.test(String(e))) throw e;
+      await sleep(50);
+    }
+  }
   check('hovering a sequence highlights it', await page.evaluate(() => window.pagellm.hotSeq !== null));
   await sleep(600); // let the chart and grid catch a few pictures
   await page.screenshot({ path: outDir + '/webui-kv.png' });
