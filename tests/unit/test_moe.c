@@ -3,7 +3,7 @@
  * experts per thread) must give the same bits whatever the thread count, and a token's logits
  * must not depend on the other tokens of the step (a prompt of 520 tokens goes through two
  * passes of the MoE FFN; its first rows equal those of a 3-token prompt). Models: qwen3moe with
- * q4_k_m experts (the K-quants), gpt-oss with mxfp4 experts and biases,
+ * q4_k_m experts (the K-quants, repacked at AVX-512 like its attention's q4_K), gpt-oss with mxfp4 experts and biases,
  * Mixtral in f32; at every kernel level. (The values against llama.cpp: test_wtype_reference.) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -72,6 +72,9 @@ static void check_model(int i) {
     }
     pl_model *m;
     if (pl_model_load(path, &m) != PL_OK) fail_msg("%s: %s", path, pl_last_error());
+    /* the experts are repacked as any matrix of their type and shape (qwen3moe: q4_K experts
+     * and attn_q of 256 x 256; their layout was once left uninitialized) */
+    if (i == 0) assert_int_equal(m->layers[0].exp_gate[0].layout, m->layers[0].wq.layout);
     int32_t ids[LONG];
     for (int32_t t = 0; t < LONG; t++) ids[t] = (int32_t)((t * 7919u + 13u) % (uint32_t)m->hp.n_vocab);
     const size_t V = (size_t)m->hp.n_vocab;
