@@ -3,22 +3,26 @@
 # same GGUF files, 2 threads, every row's programs interleaved, REPS repetitions each, medians
 # (docs/BENCHMARKS.md, "Mixtures of experts"). Prints the peers' commits, the machine, its load,
 # then one markdown row per (model, test).
-#   LLAMA_CPP=<dir> [IK_LLAMA_CPP=<dir>] bash bench/moe.sh MODEL.gguf... [BUILD_DIR via PL]
-# Tests: prefill 512 (llama-bench pp512), decode B=1 of 32 tokens from an empty context
-# (tg32), decode B=16 of 32 steps over 128-token contexts (llama-batched-bench's S_TG).
-# REPS (3), PL (build/pagellm), OLD_PL (another pagellm binary to compare, optional).
+#   LLAMA_CPP=<dir> [IK_LLAMA_CPP=<dir>] bash bench/moe.sh MODEL.gguf...
+# Tests: prefill 512 (llama-bench pp512), decode B=1 of N1 tokens from an empty context
+# (tgN1), decode B=16 of N16 steps over 16-token contexts (llama-batched-bench's S_TG).
+# REPS (3), N1 (32), N16 (32), PL (build/pagellm), OLD_PL (another pagellm binary, optional).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PL=${PL:-build/pagellm}
+PL=$(realpath "${PL:-build/pagellm}")
 L=${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp checkout (binaries in build/bin)}/build/bin
 IK=${IK_LLAMA_CPP:+$IK_LLAMA_CPP/build/bin}
-REPS=${REPS:-3}
+REPS=${REPS:-3} N1=${N1:-32} N16=${N16:-32}
 [ $# -ge 1 ] || { echo "usage: LLAMA_CPP=<dir> bash bench/moe.sh MODEL.gguf..." >&2; exit 2; }
 commit() { git -C "$1/../.." log -1 --format='%h, commit date %cd' --date=short 2>/dev/null || echo '(no git metadata)'; }
 echo "llama.cpp: $(commit "$L")${IK:+; ik_llama.cpp: $(commit "$IK")}"
 echo "pagellm: $(git log -1 --format='%h, %cd' --date=short 2>/dev/null)${OLD_PL:+; old: $OLD_PL}"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; $(grep -o -w -E 'avx2|fma|f16c|avx_vnni|avx512f|avx512bw|avx512vl|avx512dq|avx512_vnni|avx512_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "load: $(uptime | sed 's/.*load/load/'); $(date -u +%FT%TZ)"
+
+models=(); for f in "$@"; do models+=("$(realpath "$f")"); done
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+cd "$work" # the peers write llama.log where they run
 
 pl_run() { # binary file test batch args... -> tokens/s
   local b=$1 f=$2 test=$3 batch=$4; shift 4
@@ -31,12 +35,14 @@ for l in sys.stdin:
         if r["test"] == test and (test == "prefill" or r["batch"] == batch): print(r["tokens_per_s"])' "$test" "$batch"
 }
 lb_run() { # bin-dir file p n -> tokens/s of the one test llama-bench runs
-  "$1/llama-bench" -m "$2" -t 2 -p "$3" -n "$4" -r 1 -o csv 2>/dev/null | tr -d '"' |
-    awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next} {print $c["avg_ts"]}'
+  "$1/llama-bench" -m "$2" -t 2 -p "$3" -n "$4" -r 1 -o json 2>/dev/null | python3 -c '
+import json, sys
+for r in json.load(sys.stdin): print(r["avg_ts"])' # (ik_llama.cpp has no jsonl)
 }
-bb_run() { # bin-dir file -> S_TG tokens/s of 16 sequences, 128-token prompts, 32 steps
-  "$1/llama-batched-bench" -m "$2" -t 2 -c 4096 -b 2048 -ub 512 -npp 128 -ntg 32 -npl 16 \
-      2>/dev/null | awk -F'|' '$2 ~ /^ *128 *$/ && $4 ~ /^ *16 *$/ {gsub(/ /, "", $9); print $9}'
+bb_run() { # bin-dir file -> S_TG tokens/s of 16 sequences, 16-token prompts, N16 steps
+  # (the table: ik_llama.cpp prints it on stderr)
+  "$1/llama-batched-bench" -m "$2" -t 2 -c 4096 -b 2048 -ub 512 -npp 16 -ntg "$N16" -npl 16 \
+      2>&1 | awk -F'|' '$2 ~ /^ *16 *$/ && $4 ~ /^ *16 *$/ {gsub(/ /, "", $9); print $9}'
 }
 row() { # name, then one command per program: REPS interleaved rounds, medians
   local name=$1 i c; shift
@@ -60,14 +66,14 @@ npeers=1; [ -n "$IK" ] && npeers=2
 hdr="| row | pagellm"; [ -n "${OLD_PL:-}" ] && hdr="$hdr | pagellm (old)"
 hdr="$hdr | llama.cpp"; [ -n "$IK" ] && hdr="$hdr | ik_llama.cpp"
 echo; echo "$hdr | pagellm / best peer |"
-echo "|$(echo "$hdr" | sed 's/[^|]//g; s/|/ --- |/g' | cut -c3-)"
-for f in "$@"; do
+echo "| --- |$(echo "$hdr" | sed 's/[^|]//g; s/|/ ---: |/g')"
+for f in "${models[@]}"; do
   n=$(basename "$f" .gguf)
   for t in prefill512 decode1 decode16; do
     case $t in
       prefill512) p="prefill 0 -p 512 -n 0"; l="512 0" ;;
-      decode1) p="decode 1 -p 0 -n 32 -b 1 --ctx 0"; l="0 32" ;;
-      decode16) p="decode 16 -p 0 -n 32 -b 16 --ctx 128"; l="" ;;
+      decode1) p="decode 1 -p 0 -n $N1 -b 1 --ctx 0"; l="0 $N1" ;;
+      decode16) p="decode 16 -p 0 -n $N16 -b 16 --ctx 16"; l="" ;;
     esac
     cmds=("pl_run $PL $f $p")
     [ -n "${OLD_PL:-}" ] && cmds+=("pl_run $OLD_PL $f $p")
