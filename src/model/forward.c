@@ -15,7 +15,7 @@
  *       h = rmsnorm(x) * ffn_norm
  *       x += Wdown (silu(Wgate h) * Wup h)   (gemma2: gelu; rmsnorm(...) * ffn_post_norm)
  *            MoE (qwen3moe, Mixtral): x += sum over the token's top-k experts e of
- *            w_e * Wdown_e (silu(Wgate_e h) * Wup_e h)   (moe_ffn below)
+ *            w_e * Wdown_e (silu(Wgate_e h) * Wup_e h)   (model/moe.c)
  *            (gpt-oss: router and experts with biases, w = softmax over the top-k logits, the
  *             clamped SwiGLU swiglu_oai)
  *   (LoRA: a sequence's adapter adds scale B (A h) to each adapted W h on its rows: lora.h)
@@ -99,23 +99,6 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     const size_t ffn = (size_t)(hp->expert_ffn > hp->ffn_dim ? hp->expert_ffn : hp->ffn_dim);
     c->gate = malloc(T * ffn * sizeof(float));
     c->up = malloc(T * ffn * sizeof(float));
-    if (hp->n_expert > 0) {
-        const size_t ne = (size_t)hp->n_expert, k = (size_t)hp->n_expert_used;
-        c->moe_probs = malloc(T * ne * sizeof(float));
-        c->moe_sel = malloc(T * k * sizeof(int32_t));
-        c->moe_w = malloc(T * k * sizeof(float));
-        c->moe_start = malloc((ne + 1) * sizeof(int32_t));
-        c->moe_tok = malloc(T * k * sizeof(int32_t));
-        c->moe_tw = malloc(T * k * sizeof(float));
-        c->moe_x = malloc(T * hp->dim * sizeof(float));
-        c->moe_acc = malloc(T * hp->dim * sizeof(float));
-        if (!c->moe_probs || !c->moe_sel || !c->moe_w || !c->moe_start || !c->moe_tok ||
-            !c->moe_tw || !c->moe_x || !c->moe_acc) {
-            pl_forward_ctx_destroy(c);
-            return pl_fail(PL_ERR_NOMEM, "forward: out of memory for %d tokens of MoE scratch",
-                           max_tokens);
-        }
-    }
     /* the window layers' own angles follow the shared ones (gemma3's, gemma4's rope_swa) */
     c->rope_cs = malloc(T * (size_t)((hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) +
                                      (hp->has_rope_swa ? hp->rope_swa.n_rot : 0)) *
@@ -141,6 +124,13 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
     c->n_parts = pl_threadpool_size(tp);
     if (hp->pooling != PL_POOL_NONE)
         c->scores = malloc((size_t)c->n_parts * T * sizeof(float));
+    if (hp->n_expert > 0) {
+        pl_status st = pl_moe_scratch_alloc(c); /* model/moe.c */
+        if (st != PL_OK) {
+            pl_forward_ctx_destroy(c);
+            return st;
+        }
+    }
     if (!c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
         !c->rope_cs || !c->mm_scratch || (hp->pooling != PL_POOL_NONE && !c->scores)) {
         pl_forward_ctx_destroy(c);
@@ -153,10 +143,10 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
 
 void pl_forward_ctx_destroy(pl_forward_ctx *c) {
     if (!c) return;
+    pl_moe_scratch_free(c);
     PL_FREE_ALL(c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->rope_cs, c->mm_scratch,
-                c->scores, c->lg, c->moe_probs, c->moe_sel, c->moe_w, c->moe_start, c->moe_tok,
-                c->moe_tw, c->moe_x, c->moe_acc, c->lora_r, c->lora_y, c->lora_x,
-                c->lora_mm, c->ple, c->ple_tok, c->ple_g, c);
+                c->scores, c->lg, c->lora_r, c->lora_y, c->lora_x, c->lora_mm, c->ple, c->ple_tok,
+                c->ple_g, c);
 }
 
 void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp) { c->tpc = *tp; }
@@ -208,89 +198,6 @@ static void scale_queries_by_position(const pl_model_hparams *hp, const int32_t 
         const float s = (float)(log(floor((float)positions[t] / (float)hp->attn_temp_floor) + 1.0) *
                                     hp->attn_temp_scale + 1.0);
         for (int64_t i = 0; i < qd; i++) q[t * qd + i] *= s;
-    }
-}
-
-/* Routing, as llama.cpp's build_moe_ffn with softmax gating and norm_w: probabilities =
- * softmax(router logits); the k highest (the lower expert id first on a tie); their weights
- * divided by their sum (clamped below at 2^-14, GGML's guard). gpt-oss (softmax_weight): the k
- * highest logits, their weights the softmax over those k. Then the tokens are grouped by
- * expert (counting sort: within an expert, tokens in batch order) into moe_start / moe_tok /
- * moe_tw. */
-static void moe_route(pl_forward_ctx *c, int64_t T) {
-    const pl_model_hparams *hp = &c->m->hp;
-    const int32_t ne = hp->n_expert, k = hp->n_expert_used;
-    const int sw = hp->moe_softmax_weight;
-    for (int64_t t = 0; t < T; t++) {
-        float *p = c->moe_probs + t * ne;
-        float mx = p[0], sum = 0;
-        for (int32_t e = 1; e < ne; e++) mx = p[e] > mx ? p[e] : mx;
-        for (int32_t e = 0; !sw && e < ne; e++) sum += (p[e] = expf(p[e] - mx));
-        for (int32_t e = 0; !sw && e < ne; e++) p[e] /= sum;
-        int32_t *sel = c->moe_sel + t * k;
-        float *w = c->moe_w + t * k, wsum = 0;
-        for (int32_t j = 0; j < k; j++) { /* k small: selection by repeated scans */
-            int32_t best = -1;
-            for (int32_t e = 0; e < ne; e++) {
-                int taken = 0;
-                for (int32_t i = 0; i < j && !taken; i++) taken = sel[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[j] = best;
-            wsum += (w[j] = sw ? expf(p[best] - mx) : p[best]); /* sw: mx is the first chosen */
-        }
-        if (!sw && wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;
-        for (int32_t j = 0; j < k; j++) w[j] /= wsum;
-    }
-    int32_t *start = c->moe_start;
-    memset(start, 0, (size_t)(ne + 1) * sizeof *start);
-    for (int64_t i = 0; i < T * k; i++) start[c->moe_sel[i] + 1]++;
-    for (int32_t e = 0; e < ne; e++) start[e + 1] += start[e];
-    for (int64_t i = 0; i < T * k; i++) { /* start[e] advances to its end, then shifts back */
-        int32_t e = c->moe_sel[i], at = start[e]++;
-        c->moe_tok[at] = (int32_t)(i / k);
-        c->moe_tw[at] = c->moe_w[i];
-    }
-    for (int32_t e = ne; e > 0; e--) start[e] = start[e - 1];
-    start[0] = 0;
-}
-
-/* The MoE FFN of layer L on the normed rows c->h[T][dim], into c->moe_acc[T][dim]: route every
- * token, then for each expert some token chose, gather its tokens' rows, one matmul per weight
- * over all of them (each active expert's weights are read once per step; at batch 1 only the
- * k chosen experts are read at all), SwiGLU, and add each output row, times its weight, to its
- * token's sum (experts in id order: a token's sum does not depend on the other tokens). */
-static void moe_ffn(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T) {
-    const pl_model_hparams *hp = &c->m->hp;
-    const int64_t dim = hp->dim, ef = hp->expert_ffn;
-    matmul(c, &L->gate_inp, c->h, T, c->moe_probs);
-    if (L->gate_inp_b) pl_add_bias(c->moe_probs, L->gate_inp_b, T, hp->n_expert);
-    moe_route(c, T);
-    memset(c->moe_acc, 0, (size_t)(T * dim) * sizeof(float));
-    for (int32_t e = 0; e < hp->n_expert; e++) {
-        const int32_t s0 = c->moe_start[e], n = c->moe_start[e + 1] - s0;
-        if (n == 0) continue;
-        for (int32_t i = 0; i < n; i++)
-            memcpy(c->moe_x + (int64_t)i * dim, c->h + (int64_t)c->moe_tok[s0 + i] * dim,
-                   (size_t)dim * sizeof(float));
-        const pl_weight *gate_up[2] = {&L->exp_gate[e], &L->exp_up[e]};
-        float *gate_up_out[2] = {c->gate, c->up};
-        pl_matmul_multi(c->tp, gate_up, gate_up_out, 2, c->moe_x, n, c->mm_scratch);
-        if (L->exp_gate_b) { /* gpt-oss: the experts' biases */
-            pl_add_bias(c->gate, L->exp_gate_b + e * ef, n, ef);
-            pl_add_bias(c->up, L->exp_up_b + e * ef, n, ef);
-        }
-        if (hp->swiglu_limit > 0)
-            pl_swiglu_oai(c->gate, c->up, n * ef, hp->swiglu_alpha, hp->swiglu_limit);
-        else
-            pl_swiglu(c->tp, c->gate, c->up, n, ef);
-        matmul(c, &L->exp_down[e], c->gate, n, c->moe_x);
-        if (L->exp_down_b) pl_add_bias(c->moe_x, L->exp_down_b + e * dim, n, dim);
-        for (int32_t i = 0; i < n; i++) {
-            float *acc = c->moe_acc + (int64_t)c->moe_tok[s0 + i] * dim;
-            const float *y = c->moe_x + (int64_t)i * dim, w = c->moe_tw[s0 + i];
-            for (int64_t d = 0; d < dim; d++) acc[d] += w * y[d];
-        }
     }
 }
 
@@ -422,7 +329,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
 
         pl_rmsnorm(c->tp, c->h, c->x, L->ffn_norm, T, dim, hp->norm_eps);
         if (L->exp_gate) {
-            moe_ffn(c, L, T);
+            pl_moe_ffn(c, L, T); /* model/moe.c */
             if (c->tpc.reduce) /* every rank's rows of the experts */
                 PL_TRY(c->tpc.reduce(c->tpc.ud, c->moe_acc, T * dim));
             pl_add(c->x, c->moe_acc, T * dim);

@@ -585,7 +585,7 @@ static pl_status bind_experts(const pl_gguf *g, const char *name, int64_t cols, 
                        "[%lld, %lld, %lld]", name, (long long)t->ne[0], (long long)t->ne[1],
                        (long long)t->ne[2], (long long)t->ne[3], (long long)cols,
                        (long long)rows, (long long)n);
-    pl_weight all;
+    pl_weight all = {0}; /* rows layout: the experts are repacked (or not) one by one */
     PL_TRY(bind_weight(g, name, cols, rows * n, &all));
     for (int64_t e = 0; e < n; e++) out[e] = weight_rows(&all, e * rows, rows);
     return PL_OK;
