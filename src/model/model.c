@@ -534,10 +534,10 @@ static pl_status bind_weight(const pl_gguf *g, const char *name, int64_t cols, i
         return pl_fail(PL_ERR_UNSUPPORTED, "tensor '%s' has type %s, which pagellm cannot compute "
                        "(supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
                        name, pl_dtype_name(t->type));
-    w->data = t->data;
-    w->type = t->type;
-    w->rows = rows;
-    w->cols = cols;
+    /* every field: a weight bound on the stack (phi3's fused qkv and gate/up, sliced into row
+     * views) must not carry a garbage layout into the kernels */
+    *w = (pl_weight){.data = t->data, .type = t->type, .rows = rows, .cols = cols,
+                     .layout = PL_WLAYOUT_ROWS};
     return PL_OK;
 }
 
