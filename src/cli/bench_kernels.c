@@ -14,7 +14,7 @@
  *
  * Prints a table, or JSON lines with --json. A measurement, never a test.
  */
-#include "cli/args.h"
+#include "cli/flags.h"
 #include "base/clock.h"
 #include "cli/cli.h"
 
@@ -27,7 +27,6 @@
 #include "kernels/ops.h"
 #include "kernels/roofline.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,45 +221,39 @@ static void bench_ops(pl_threadpool *tp, const out_ctx *o) {
     free(pos);
 }
 
-static int usage(FILE *f) {
-    fprintf(f, "usage: pagellm bench kernels [--threads N] [--json] [--quick] [--only WHAT] [--type T]\n"
-               "  --threads N  pool size (default: one per online core)\n"
-               "  --json       one JSON object per line instead of the table\n"
-               "  --quick      fewer and smaller repetitions (noisier)\n"
-               "  --only WHAT  limits | matmul | attention | ops (the limits always run)\n"
-               "  --type T     only the matmuls of weight type T (f32, f16, bf16, q8_0, q4_0,\n"
-               "               q4_K, q5_K, q6_K, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, iq4_xs,\n"
-               "               mxfp4)\n");
-    return f == stderr ? 2 : 0;
-}
+typedef struct {
+    int32_t threads;
+    const char *only;
+    out_ctx out;
+} kernels_opts;
+
+static const pl_flag KERNELS_FLAGS[] = {
+    PL_FLAG_ROW_I32(kernels_opts, "threads", 't', threads, 1, 512, "N",
+     "pool size (default: one per online core)"),
+    PL_FLAG_ROW_SET(kernels_opts, "json", 'j', out.json,
+     "one JSON object per line instead of the table"),
+    PL_FLAG_ROW_SET(kernels_opts, "quick", 'q', out.quick,
+     "fewer and smaller repetitions (noisier)"),
+    PL_FLAG_ROW_STR(kernels_opts, "only", 'o', only, "WHAT",
+     "limits | matmul | attention | ops (the limits always run)"),
+    PL_FLAG_ROW_STR(kernels_opts, "type", 'y', out.type, "T",
+     "only the matmuls of weight type T (f32, f16, bf16, q8_0,\n"
+     "q4_0, q4_K, q5_K, q6_K, q4_1, q5_0, q5_1, iq4_nl, q2_K,\n"
+     "q3_K, iq4_xs, mxfp4)"),
+};
+
+static const pl_flag_cmd KERNELS = {
+    "bench kernels",
+    "usage: pagellm bench kernels [--threads N] [--json] [--quick] [--only WHAT] [--type T]\n",
+    NULL, KERNELS_FLAGS, sizeof KERNELS_FLAGS / sizeof KERNELS_FLAGS[0], -1, 0};
 
 int pl_bench_kernels(int argc, char **argv) {
-    static const struct option opts[] = {{"threads", required_argument, 0, 't'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"quick", no_argument, 0, 'q'},
-                                         {"only", required_argument, 0, 'o'},
-                                         {"type", required_argument, 0, 'y'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int64_t threads = 0;
-    const char *only = NULL;
-    out_ctx o = {0};
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "t:jqo:y:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 't':
-            if (pl_arg_int("bench kernels", "--threads", optarg, 1, 512, &threads)) return 2;
-            break;
-        case 'j': o.json = 1; break;
-        case 'q': o.quick = 1; break;
-        case 'o': only = optarg; break;
-        case 'y': o.type = optarg; break;
-        case 'h': return usage(stdout);
-        default: return usage(stderr);
-        }
-    }
-    if (optind < argc) return usage(stderr);
+    kernels_opts ko = {0};
+    int first, rc = pl_flags_parse(&KERNELS, argc, argv, &ko, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? 0 : rc;
+    const char *only = ko.only;
+    out_ctx o = ko.out;
+    int32_t threads = ko.threads;
     if (only && strcmp(only, "limits") && strcmp(only, "matmul") && strcmp(only, "attention") &&
         strcmp(only, "ops")) {
         fprintf(stderr, "pagellm bench kernels: --only: '%s' is not limits, matmul, attention "

@@ -19,6 +19,7 @@
  * (float matrices only), %bw the read bandwidth.
  */
 #include "cli/args.h"
+#include "cli/flags.h"
 #include "base/buf.h"
 #include "base/clock.h"
 #include "cli/cli.h"
@@ -30,7 +31,6 @@
 #include "kernels/roofline.h"
 #include "model/model.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +40,7 @@ enum { MAX_BATCHES = 16, MAX_REPS = 20, BLOCK = 16 };
 
 typedef struct {
     const char *model;
-    int64_t p, n, ctx, reps, threads;
+    int32_t p, n, ctx, reps, threads;
     int32_t *batches;
     int n_batches;
     int json;
@@ -255,62 +255,56 @@ static const char *pct(char *buf, size_t cap, double v) {
     return buf;
 }
 
-static int usage(FILE *f) {
-    fprintf(f,
-            "usage: pagellm bench model -m FILE [-p N] [-n N] [-b B1,B2,..] [--ctx N]\n"
-            "                           [--threads N] [--reps N] [--kv-cache-dtype T] [--json]\n"
-            "  -m, --model FILE  a GGUF model (path or name, as for generate)\n"
-            "  -p N              prompt tokens of the prefill test (512; 0 skips it)\n"
-            "  -n N              decode steps per batch size (128; 0 skips decode)\n"
-            "  -b LIST           decode batch sizes (1,8,32)\n"
-            "      --ctx N       tokens already in each sequence's cache before decoding (128)\n"
-            "  -t, --threads N   worker threads (default: one per online core)\n"
-            "      --reps N      repetitions of every measurement (3)\n"
-            "      --kv-cache-dtype T  f16 (default), f32, bf16, q8_0 or q4_0\n"
-            "      --json        also print one JSON object per measurement\n");
-    return f == stderr ? 2 : 0;
+static int set_batches(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    bm_opts *o = opts;
+    (void)f;
+    return pl_arg_int_list_in(cmd, "-b", arg, 1, 4096, MAX_BATCHES, &o->batches, &o->n_batches)
+               ? 2
+               : 0;
 }
 
+static int set_kv(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    static const pl_dtype kv[] = {PL_DT_F16, PL_DT_F32, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
+    (void)f;
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(arg, pl_dtype_name(kv[i]))) {
+            ((bm_opts *)opts)->kv = kv[i];
+            return 0;
+        }
+    fprintf(stderr, "pagellm %s: --kv-cache-dtype: '%s' is not one of f16, f32, bf16, q8_0, "
+            "q4_0\n", cmd, arg);
+    return 2;
+}
+
+static const pl_flag MODEL_FLAGS[] = {
+    PL_FLAG_ROW_STR(bm_opts, "model", 'm', model, "FILE",
+     "a GGUF model (path or name, as for generate)"),
+    PL_FLAG_ROW_I32(bm_opts, "n-prompt", 'p', p, 0, 1 << 16, "N",
+     "prompt tokens of the prefill test (512; 0 skips it)"),
+    PL_FLAG_ROW_I32(bm_opts, "n-gen", 'n', n, 0, 1 << 16, "N",
+     "decode steps per batch size (128; 0 skips decode)"),
+    PL_FLAG_ROW_FN("batch-size", 'b', set_batches, 0, "LIST", "decode batch sizes (1,8,32)"),
+    PL_FLAG_ROW_I32(bm_opts, "ctx", 0, ctx, 0, 1 << 16, "N",
+     "tokens already in each sequence's cache before decoding (128)"),
+    PL_FLAG_ROW_I32(bm_opts, "threads", 't', threads, 1, 512, "N",
+     "worker threads (default: one per online core)"),
+    PL_FLAG_ROW_I32(bm_opts, "reps", 0, reps, 1, MAX_REPS, "N",
+     "repetitions of every measurement (3)"),
+    PL_FLAG_ROW_FN("kv-cache-dtype", 0, set_kv, 0, "T", "f16 (default), f32, bf16, q8_0 or q4_0"),
+    PL_FLAG_ROW_SET(bm_opts, "json", 0, json, "also print one JSON object per measurement"),
+};
+
+static const pl_flag_cmd MODEL = {
+    "bench model",
+    "usage: pagellm bench model -m FILE [-p N] [-n N] [-b B1,B2,..] [--ctx N]\n"
+    "                           [--threads N] [--reps N] [--kv-cache-dtype T] [--json]\n",
+    NULL, MODEL_FLAGS, sizeof MODEL_FLAGS / sizeof MODEL_FLAGS[0], -1, 0};
+
 static int parse(int argc, char **argv, bm_opts *o, char *path, size_t cap) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
-        {"ctx", required_argument, 0, 'c'},   {"reps", required_argument, 0, 'r'},
-        {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},
-        {"kv-cache-dtype", required_argument, 0, 'k'}, {0, 0, 0, 0}};
-    const char *cmd = "bench model";
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:b:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'p': if (pl_arg_int(cmd, "-p", optarg, 0, 1 << 16, &o->p)) return 2; break;
-        case 'n': if (pl_arg_int(cmd, "-n", optarg, 0, 1 << 16, &o->n)) return 2; break;
-        case 'c': if (pl_arg_int(cmd, "--ctx", optarg, 0, 1 << 16, &o->ctx)) return 2; break;
-        case 'r': if (pl_arg_int(cmd, "--reps", optarg, 1, MAX_REPS, &o->reps)) return 2; break;
-        case 't': if (pl_arg_int(cmd, "--threads", optarg, 1, 512, &o->threads)) return 2; break;
-        case 'b':
-            if (pl_arg_int_list_in(cmd, "-b", optarg, 1, 4096, MAX_BATCHES, &o->batches,
-                                   &o->n_batches))
-                return 2;
-            break;
-        case 'j': o->json = 1; break;
-        case 'k': {
-            static const pl_dtype kv[] = {PL_DT_F16, PL_DT_F32, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
-            int found = 0;
-            for (int i = 0; i < 5 && !found; i++)
-                if (!strcmp(optarg, pl_dtype_name(kv[i]))) o->kv = kv[i], found = 1;
-            if (!found) {
-                fprintf(stderr, "pagellm %s: --kv-cache-dtype: '%s' is not one of f16, f32, "
-                        "bf16, q8_0, q4_0\n", cmd, optarg);
-                return 2;
-            }
-            break;
-        }
-        case 'h': return usage(stdout) + 100;
-        default: return usage(stderr);
-        }
-    }
-    if (optind < argc || !o->model) return usage(stderr);
+    const char *cmd = MODEL.name;
+    int first, rc = pl_flags_parse(&MODEL, argc, argv, o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? 100 : rc;
+    if (!o->model) return pl_flags_need(&MODEL, "-m FILE");
     if (o->p == 0 && o->n == 0) {
         fprintf(stderr, "pagellm %s: -p 0 and -n 0: nothing to measure\n", cmd);
         return 2;

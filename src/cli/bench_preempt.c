@@ -16,6 +16,7 @@
  * times on this thread's CPU time instead of the wall clock (with -t 1 the forward pass runs on
  * it): a shared machine's other load then does not stretch the figures. */
 #include "cli/args.h"
+#include "cli/flags.h"
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/rng.h"
@@ -25,7 +26,6 @@
 #include "kv/kv_store.h"
 #include "model/model.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,70 +38,48 @@ typedef struct {
     const char *model;
     int32_t *sizes;
     int n_sizes;
-    int64_t context, reps, threads;
+    int32_t context, reps, threads;
     int cpu_clock;
 } pp_opts;
 
-static int usage(FILE *f) {
-    fprintf(f,
-            "usage: pagellm bench preempt -m MODEL [--block-sizes LIST] [--context L] [--reps R]\n"
-            "  -m, --model MODEL     GGUF path or bare name\n"
-            "      --block-sizes LIST  block sizes in tokens (1,2,4,8,16,32,64,128,256)\n"
-            "      --context L       tokens of the sequence swapped or recomputed, a multiple of\n"
-            "                        every block size (256)\n"
-            "      --reps R          repetitions, each over every block size in turn (5)\n"
-            "  -t, --threads N       worker threads of the forward pass (1)\n"
-            "      --clock wall|cpu  time on the wall clock (default) or this thread's CPU time\n"
-            "                        (with -t 1)\n");
-    return f == stderr ? 2 : 0;
+static int set_sizes(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    pp_opts *o = opts;
+    (void)f;
+    return pl_arg_int_list_in(cmd, "--block-sizes", arg, 1, 4096, MAX_SIZES, &o->sizes,
+                              &o->n_sizes)
+               ? 2
+               : 0;
 }
 
+static const pl_flag PREEMPT_FLAGS[] = {
+    PL_FLAG_ROW_STR(pp_opts, "model", 'm', model, "MODEL", "GGUF path or bare name"),
+    PL_FLAG_ROW_FN("block-sizes", 0, set_sizes, 0, "LIST",
+     "block sizes in tokens (1,2,4,8,16,32,64,128,256)"),
+    PL_FLAG_ROW_I32(pp_opts, "context", 0, context, 1, 1 << 16, "L",
+     "tokens of the sequence swapped or recomputed, a multiple\n"
+     "of every block size (256)"),
+    PL_FLAG_ROW_I32(pp_opts, "reps", 0, reps, 1, MAX_REPS, "R",
+     "repetitions, each over every block size in turn (5)"),
+    PL_FLAG_ROW_I32(pp_opts, "threads", 't', threads, 1, 512, "N",
+     "worker threads of the forward pass (1)"),
+    PL_FLAG_ROW_CHOICE(pp_opts, "clock", 0, cpu_clock, "wall|cpu",
+     "time on the wall clock (default) or this thread's CPU\ntime (with -t 1)"),
+};
+
+static const pl_flag_cmd PREEMPT = {
+    "bench preempt",
+    "usage: pagellm bench preempt -m MODEL [--block-sizes LIST] [--context L] [--reps R]\n",
+    NULL, PREEMPT_FLAGS, sizeof PREEMPT_FLAGS / sizeof PREEMPT_FLAGS[0], -1, 0};
+
 static int parse(int argc, char **argv, pp_opts *o, char *path, size_t cap) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},       {"block-sizes", required_argument, 0, 'b'},
-        {"context", required_argument, 0, 'c'},     {"reps", required_argument, 0, 'r'},
-        {"threads", required_argument, 0, 't'},     {"help", no_argument, 0, 'h'},
-        {"clock", required_argument, 0, 'k'},
-        {0, 0, 0, 0}};
     static int32_t defaults[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     memset(o, 0, sizeof *o);
     o->context = 256;
     o->reps = 5;
     o->threads = 1;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":m:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'b':
-            if (pl_arg_int_list_in(C, "--block-sizes", optarg, 1, 4096, MAX_SIZES, &o->sizes,
-                                   &o->n_sizes))
-                return 2;
-            break;
-        case 'c': if (pl_arg_int(C, "--context", optarg, 1, 1 << 16, &o->context)) return 2; break;
-        case 'r': if (pl_arg_int(C, "--reps", optarg, 1, MAX_REPS, &o->reps)) return 2; break;
-        case 't': if (pl_arg_int(C, "--threads", optarg, 1, 512, &o->threads)) return 2; break;
-        case 'k':
-            if (strcmp(optarg, "wall") && strcmp(optarg, "cpu")) {
-                fprintf(stderr, "pagellm %s: --clock: '%s' is not wall or cpu\n", C, optarg);
-                return 2;
-            }
-            o->cpu_clock = optarg[0] == 'c';
-            break;
-        case 'h': return usage(stdout) + 100;
-        case ':':
-            fprintf(stderr, "pagellm %s: %s needs a value\n", C, argv[optind - 1]);
-            return 2;
-        default:
-            fprintf(stderr, "pagellm %s: unknown option '%s'\n", C, argv[optind - 1]);
-            return usage(stderr);
-        }
-    }
-    if (optind < argc || !o->model) {
-        fprintf(stderr, "pagellm %s: need -m MODEL\n", C);
-        return usage(stderr);
-    }
+    int first, rc = pl_flags_parse(&PREEMPT, argc, argv, o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? 100 : rc;
+    if (!o->model) return pl_flags_need(&PREEMPT, "-m MODEL");
     if (o->cpu_clock && o->threads != 1) {
         fprintf(stderr, "pagellm %s: --clock cpu needs -t 1: it counts this thread's CPU time "
                 "only, not the other threads'\n", C);

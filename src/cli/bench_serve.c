@@ -6,6 +6,7 @@
  * that speaks the OpenAI completions API with token-id prompts and ignore_eos (pagellm serve,
  * vLLM, llama.cpp's llama-server). Prints one JSON line (bench/bench.h: pl_bench_serve_report). */
 #include "cli/args.h"
+#include "cli/flags.h"
 #include "base/clock.h"
 #include "cli/cli.h"
 
@@ -14,7 +15,6 @@
 #include "tokenizer/tokenizer.h"
 
 #include <curl/curl.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,48 +47,44 @@ typedef struct {
 } flight;
 
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagellm bench serve --base-url URL --model NAME [options]\n"
-            "      --base-url URL       server root, e.g. http://127.0.0.1:8000\n"
-            "      --model NAME         the model name sent in each request\n"
-            "      --endpoint PATH      (/v1/completions)\n"
-            "      --dataset D          sharegpt (default), alpaca, fixed:IN:OUT or FILE.json\n"
-            "      --num-prompts N      requests (100)\n"
-            "      --request-rate R     Poisson arrivals per second, or inf (all at once; default)\n"
-            "      --max-concurrency N  at most N requests in flight (0 = no limit)\n"
-            "      --seed S             dataset and arrival seed (0)\n"
-            "      --tokenizer GGUF     the model's tokenizer: FILE datasets, vocabulary size\n"
-            "      --vocab-size N       prompt ids are drawn below N (32000, or the tokenizer's)\n"
-            "      --max-total N        prompt + output limit, the server's context (2048)\n"
-            "      --max-input N  --max-output N   clamp the drawn lengths (1024 each)\n"
-            "      --shared-prefix N    every prompt starts with the same N tokens\n"
-            "      --temperature T      (0)\n"
-            "      --timeout S          per request (600)\n"
-            "      --api-key KEY        sent as a bearer token\n"
-            "      --label S            copied into the JSON line\n"
-            "      --output FILE        also append the JSON line to FILE\n");
-}
-
-enum {
-    O_URL = 256, O_MODEL, O_EP, O_DS, O_NP, O_RATE, O_CONC, O_SEED, O_TOK, O_VOCAB, O_TOTAL,
-    O_MAXIN, O_MAXOUT, O_PREFIX, O_TEMP, O_TIMEOUT, O_KEY, O_LABEL, O_OUT,
+#define STR(name, field, meta, help) PL_FLAG_ROW_STR(sv_opts, name, 0, field, meta, help)
+#define I64(name, field, lo, hi, meta, help) \
+    PL_FLAG_ROW_I64(sv_opts, name, 0, field, lo, hi, meta, help)
+#define F64(name, field, lo, hi, meta, help) \
+    PL_FLAG_ROW_F64(sv_opts, name, 0, field, lo, hi, meta, help)
+static const pl_flag SERVE_FLAGS[] = {
+    STR("base-url", base_url, "URL", "server root, e.g. http://127.0.0.1:8000"),
+    STR("model", model, "NAME", "the model name sent in each request"),
+    STR("endpoint", endpoint, "PATH", "(/v1/completions)"),
+    STR("dataset", dataset, "D", "sharegpt (default), alpaca, fixed:IN:OUT or FILE.json"),
+    I64("num-prompts", num_prompts, 1, 1000000, "N", "requests (100)"),
+    PL_FLAG_ROW_FN("request-rate", 0, pl_cli_flag_rate, offsetof(sv_opts, rate), "R",
+     "Poisson arrivals per second, or inf (all at once;\ndefault)"),
+    I64("max-concurrency", max_conc, 0, 100000, "N", "at most N requests in flight (0 = no limit)"),
+    I64("seed", seed, 0, 0x1p63, "S", "dataset and arrival seed (0)"),
+    STR("tokenizer", tokenizer, "GGUF", "the model's tokenizer: FILE datasets, vocabulary size"),
+    I64("vocab-size", vocab, 4, INT32_MAX, "N",
+     "prompt ids are drawn below N (32000, or the tokenizer's)"),
+    I64("max-total", max_total, 2, 1 << 24, "N",
+     "prompt + output limit, the server's context (2048)"),
+    I64("max-input", max_in, 1, 1 << 24, "N", "clamp the drawn prompt lengths (1024)"),
+    I64("max-output", max_out, 1, 1 << 24, "N", "clamp the drawn output lengths (1024)"),
+    I64("shared-prefix", shared_prefix, 0, 1 << 24, "N", "every prompt starts with the same N tokens"),
+    F64("temperature", temperature, 0, 2, "T", "(0)"),
+    F64("timeout", timeout, 0.001, 1e6, "S", "per request (600)"),
+    STR("api-key", api_key, "KEY", "sent as a bearer token"),
+    STR("label", label, "S", "copied into the JSON line"),
+    STR("output", output, "FILE", "also append the JSON line to FILE"),
 };
+#undef STR
+#undef I64
+#undef F64
+
+static const pl_flag_cmd SERVE = {
+    "bench serve", "usage: pagellm bench serve --base-url URL --model NAME [options]\n", NULL,
+    SERVE_FLAGS, sizeof SERVE_FLAGS / sizeof SERVE_FLAGS[0], -1, 0};
 
 static int parse(int argc, char **argv, sv_opts *o) {
-    static const struct option longopts[] = {
-        {"base-url", required_argument, 0, O_URL},   {"model", required_argument, 0, O_MODEL},
-        {"endpoint", required_argument, 0, O_EP},    {"dataset", required_argument, 0, O_DS},
-        {"num-prompts", required_argument, 0, O_NP}, {"request-rate", required_argument, 0, O_RATE},
-        {"max-concurrency", required_argument, 0, O_CONC}, {"seed", required_argument, 0, O_SEED},
-        {"tokenizer", required_argument, 0, O_TOK},  {"vocab-size", required_argument, 0, O_VOCAB},
-        {"max-total", required_argument, 0, O_TOTAL}, {"max-input", required_argument, 0, O_MAXIN},
-        {"max-output", required_argument, 0, O_MAXOUT},
-        {"shared-prefix", required_argument, 0, O_PREFIX},
-        {"temperature", required_argument, 0, O_TEMP}, {"timeout", required_argument, 0, O_TIMEOUT},
-        {"api-key", required_argument, 0, O_KEY},    {"label", required_argument, 0, O_LABEL},
-        {"output", required_argument, 0, O_OUT},     {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->endpoint = "/v1/completions";
     o->dataset = "sharegpt";
@@ -96,50 +92,9 @@ static int parse(int argc, char **argv, sv_opts *o) {
     o->rate = INFINITY;
     o->max_total = 2048;
     o->timeout = 600;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case O_URL: o->base_url = optarg; break;
-        case O_MODEL: o->model = optarg; break;
-        case O_EP: o->endpoint = optarg; break;
-        case O_DS: o->dataset = optarg; break;
-        case O_NP: bad = pl_arg_int(C, "--num-prompts", optarg, 1, 1000000, &o->num_prompts); break;
-        case O_RATE:
-            if (!strcmp(optarg, "inf")) o->rate = INFINITY;
-            else bad = pl_arg_float(C, "--request-rate", optarg, 1e-6, 1e9, &o->rate);
-            break;
-        case O_CONC: bad = pl_arg_int(C, "--max-concurrency", optarg, 0, 100000, &o->max_conc); break;
-        case O_SEED: bad = pl_arg_int(C, "--seed", optarg, 0, INT64_MAX, &o->seed); break;
-        case O_TOK: o->tokenizer = optarg; break;
-        case O_VOCAB: bad = pl_arg_int(C, "--vocab-size", optarg, 4, INT32_MAX, &o->vocab); break;
-        case O_TOTAL: bad = pl_arg_int(C, "--max-total", optarg, 2, 1 << 24, &o->max_total); break;
-        case O_MAXIN: bad = pl_arg_int(C, "--max-input", optarg, 1, 1 << 24, &o->max_in); break;
-        case O_MAXOUT: bad = pl_arg_int(C, "--max-output", optarg, 1, 1 << 24, &o->max_out); break;
-        case O_PREFIX: bad = pl_arg_int(C, "--shared-prefix", optarg, 0, 1 << 24, &o->shared_prefix); break;
-        case O_TEMP: bad = pl_arg_float(C, "--temperature", optarg, 0, 2, &o->temperature); break;
-        case O_TIMEOUT: bad = pl_arg_float(C, "--timeout", optarg, 0.001, 1e6, &o->timeout); break;
-        case O_KEY: o->api_key = optarg; break;
-        case O_LABEL: o->label = optarg; break;
-        case O_OUT: o->output = optarg; break;
-        case 'h': usage(stdout); exit(0);
-        case ':':
-            fprintf(stderr, "pagellm %s: %s needs a value\n", C, argv[optind - 1]);
-            return 2;
-        default:
-            pl_arg_unknown(C, argv[optind - 1], longopts);
-            usage(stderr);
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    if (optind < argc || !o->base_url || !o->model) {
-        fprintf(stderr, "pagellm %s: need --base-url and --model\n", C);
-        usage(stderr);
-        return 2;
-    }
+    int first, rc = pl_flags_parse(&SERVE, argc, argv, o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? -1 : rc;
+    if (!o->base_url || !o->model) return pl_flags_need(&SERVE, "--base-url and --model");
     return 0;
 }
 
@@ -363,7 +318,7 @@ out:
 int pl_bench_serve(int argc, char **argv) {
     sv_opts o;
     int rc = parse(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc; /* -1: --help */
     pl_dataset_spec spec;
     if (pl_dataset_parse(o.dataset, &spec) != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
     pl_gguf *g = NULL;

@@ -17,6 +17,7 @@
  * longer stretch the latencies; waiting for the next arrival with nothing to run skips ahead to
  * it. Token and finish times are taken when the benchmark sees them, right after each step. */
 #include "cli/args.h"
+#include "cli/flags.h"
 #include "engine/kv_samples.h"
 #include "kv/cache.h"
 #include "base/clock.h"
@@ -26,7 +27,6 @@
 #include "bench/bench.h"
 #include "pagellm.h"
 
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,102 +49,58 @@ typedef struct {
 } tp_opts;
 
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagellm bench throughput -m MODEL [--dataset D] [--num-prompts N] [options]\n"
-            "  -m, --model MODEL        GGUF path or bare name\n"
-            "      --dataset D          sharegpt (default), alpaca, fixed:IN:OUT, FILE.json (a\n"
-            "                           ShareGPT file, tokenized with the model's tokenizer) or\n"
-            "                           chat (multi-turn conversations; online)\n"
-            "      --num-prompts N      requests, all sent at time 0 (100); chat: conversations\n"
-            "      --request-rate R     online: Poisson arrivals per second (or inf), latency\n"
-            "                           from arrival; chat: conversations per second\n"
-            "      --clock wall|cpu     online: time on the wall clock (default) or on the engine\n"
-            "                           thread's CPU time (with -t 1), which other processes do\n"
-            "                           not stretch\n"
-            "      --seed S             dataset seed (0)\n"
-            "      --n N                parallel samples per request (1)\n"
-            "      --beam-width W       beam search with W beams instead\n"
-            "      --temperature T      sampling temperature (1.0)\n"
-            "      --shared-prefix N    every prompt starts with the same N tokens\n"
-            "      --max-input N  --max-output N   clamp the drawn lengths (1024 each)\n"
-            "      --json-schema FILE   constrain every output to this JSON schema (structured\n"
-            "                           output; reports the masking time per step)\n"
-            "      --label S            copied into the JSON line\n"
-            "      --output FILE        also append the JSON line to FILE\n"
-            "  -v, --verbose            progress on stderr\n");
-    pl_engine_flags_help(f);
-}
+#define STR(name, field, meta, help) PL_FLAG_ROW_STR(tp_opts, name, 0, field, meta, help)
+#define I64(name, field, lo, hi, meta, help) \
+    PL_FLAG_ROW_I64(tp_opts, name, 0, field, lo, hi, meta, help)
+static const pl_flag THROUGHPUT_FLAGS[] = {
+    PL_FLAG_ROW_STR(tp_opts, "model", 'm', model, "MODEL", "GGUF path or bare name"),
+    STR("dataset", dataset, "D",
+     "sharegpt (default), alpaca, fixed:IN:OUT, FILE.json (a\n"
+     "ShareGPT file, tokenized with the model's tokenizer) or\n"
+     "chat (multi-turn conversations; online)"),
+    I64("num-prompts", num_prompts, 1, 1000000, "N",
+     "requests, all sent at time 0 (100); chat: conversations"),
+    PL_FLAG_ROW_FN("request-rate", 0, pl_cli_flag_rate, offsetof(tp_opts, rate), "R",
+     "online: Poisson arrivals per second (or inf), latency\n"
+     "from arrival; chat: conversations per second"),
+    PL_FLAG_ROW_CHOICE(tp_opts, "clock", 0, cpu_clock, "wall|cpu",
+     "online: time on the wall clock (default) or on the\n"
+     "engine thread's CPU time (with -t 1), which other\n"
+     "processes do not stretch"),
+    I64("seed", seed, 0, 0x1p63, "S", "dataset seed (0)"),
+    I64("n", n, 1, 64, "N", "parallel samples per request (1)"),
+    I64("beam-width", beam, 1, 64, "W", "beam search with W beams instead"),
+    PL_FLAG_ROW_F64(tp_opts, "temperature", 0, temperature, 0, 100, "T",
+     "sampling temperature (1.0)"),
+    I64("shared-prefix", shared_prefix, 0, 1 << 24, "N", "every prompt starts with the same N tokens"),
+    I64("max-input", max_in, 1, 1 << 24, "N", "clamp the drawn prompt lengths (1024)"),
+    I64("max-output", max_out, 1, 1 << 24, "N", "clamp the drawn output lengths (1024)"),
+    STR("json-schema", json_schema, "FILE",
+     "constrain every output to this JSON schema (structured\n"
+     "output; reports the masking time per step)"),
+    STR("label", label, "S", "copied into the JSON line"),
+    STR("output", output, "FILE", "also append the JSON line to FILE"),
+    PL_FLAG_ROW_SET(tp_opts, "verbose", 'v', verbose, "progress on stderr"),
+};
+#undef STR
+#undef I64
 
-enum { O_DS = 256, O_NP, O_SEED, O_N, O_BEAM, O_TEMP, O_PREFIX, O_MAXIN, O_MAXOUT, O_LABEL, O_OUT,
-       O_SCHEMA, O_RATE, O_CLOCK };
+static const pl_flag_cmd THROUGHPUT = {
+    "bench throughput",
+    "usage: pagellm bench throughput -m MODEL [--dataset D] [--num-prompts N] [options]\n", NULL,
+    THROUGHPUT_FLAGS, sizeof THROUGHPUT_FLAGS / sizeof THROUGHPUT_FLAGS[0], offsetof(tp_opts, eng),
+    0};
 
 static int parse(int argc, char **argv, tp_opts *o) {
-    static const struct option own[] = {
-        {"model", required_argument, 0, 'm'},        {"dataset", required_argument, 0, O_DS},
-        {"num-prompts", required_argument, 0, O_NP}, {"seed", required_argument, 0, O_SEED},
-        {"n", required_argument, 0, O_N},            {"beam-width", required_argument, 0, O_BEAM},
-        {"temperature", required_argument, 0, O_TEMP},
-        {"shared-prefix", required_argument, 0, O_PREFIX},
-        {"max-input", required_argument, 0, O_MAXIN}, {"max-output", required_argument, 0, O_MAXOUT},
-        {"label", required_argument, 0, O_LABEL},    {"output", required_argument, 0, O_OUT},
-        {"json-schema", required_argument, 0, O_SCHEMA},
-        {"request-rate", required_argument, 0, O_RATE},
-        {"clock", required_argument, 0, O_CLOCK},
-        {"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const struct option *longopts = pl_engine_longopts(own);
     memset(o, 0, sizeof *o);
     pl_engine_config_default(&o->eng);
     o->dataset = "sharegpt";
     o->num_prompts = 100;
     o->n = 1;
     o->temperature = 1.0;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":m:t:vh", longopts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case O_DS: o->dataset = optarg; break;
-        case O_NP: bad = pl_arg_int(C, "--num-prompts", optarg, 1, 1000000, &o->num_prompts); break;
-        case O_SEED: bad = pl_arg_int(C, "--seed", optarg, 0, INT64_MAX, &o->seed); break;
-        case O_N: bad = pl_arg_int(C, "--n", optarg, 1, 64, &o->n); break;
-        case O_BEAM: bad = pl_arg_int(C, "--beam-width", optarg, 1, 64, &o->beam); break;
-        case O_TEMP: bad = pl_arg_float(C, "--temperature", optarg, 0, 100, &o->temperature); break;
-        case O_PREFIX: bad = pl_arg_int(C, "--shared-prefix", optarg, 0, 1 << 24, &o->shared_prefix); break;
-        case O_MAXIN: bad = pl_arg_int(C, "--max-input", optarg, 1, 1 << 24, &o->max_in); break;
-        case O_MAXOUT: bad = pl_arg_int(C, "--max-output", optarg, 1, 1 << 24, &o->max_out); break;
-        case O_LABEL: o->label = optarg; break;
-        case O_OUT: o->output = optarg; break;
-        case O_SCHEMA: o->json_schema = optarg; break;
-        case O_RATE:
-            if (!strcmp(optarg, "inf")) o->rate = INFINITY;
-            else bad = pl_arg_float(C, "--request-rate", optarg, 1e-6, 1e9, &o->rate);
-            break;
-        case O_CLOCK:
-            if (!strcmp(optarg, "cpu") || !strcmp(optarg, "wall")) o->cpu_clock = optarg[0] == 'c';
-            else {
-                fprintf(stderr, "pagellm %s: --clock: '%s' is not wall or cpu\n", C, optarg);
-                bad = 1;
-            }
-            break;
-        case 'v': o->verbose = 1; break;
-        case 'h': usage(stdout); exit(0);
-        default: bad = pl_engine_opt_tail(C, c, argv, longopts, &o->eng, usage, 0); break;
-        }
-        if (bad) return 2;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "pagellm %s: unexpected argument '%s'\n", C, argv[optind]);
-        return 2;
-    }
-    if (!o->model) {
-        fprintf(stderr, "pagellm %s: need -m MODEL\n", C);
-        usage(stderr);
-        return 2;
-    }
+    int first, rc = pl_flags_parse(&THROUGHPUT, argc, argv, o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? -1 : rc;
+    if (!o->model) return pl_flags_need(&THROUGHPUT, "-m MODEL");
     if (o->cpu_clock && o->rate == 0 && strcmp(o->dataset, "chat")) {
         fprintf(stderr, "pagellm %s: --clock: only for an online run (--request-rate or --dataset "
                 "chat)\n", C);
@@ -583,7 +539,7 @@ static void drain(pl_engine *e, const uint64_t *ids, int32_t n, int64_t *out_tok
 int pl_bench_throughput(int argc, char **argv) {
     tp_opts o;
     int rc = parse(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc; /* -1: --help */
     char path[4096];
     if (pl_cli_resolve_model(o.model, path, sizeof path)) return 1;
     pl_dataset_spec spec;

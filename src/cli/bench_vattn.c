@@ -14,7 +14,7 @@
  *
  * One JSON object per line. A measurement, never a test.
  */
-#include "cli/args.h"
+#include "cli/flags.h"
 #include "cli/cli.h"
 
 #include "base/clock.h"
@@ -24,7 +24,6 @@
 #include "kernels/attention_contig.h"
 #include "kv/vattn.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,34 +275,37 @@ done:
     free(out);
 }
 
+typedef struct {
+    int32_t reps, threads;
+    const char *only, *seqs;
+} vattn_opts;
+
+static const pl_flag VATTN_FLAGS[] = {
+    PL_FLAG_ROW_STR(vattn_opts, "only", 0, only, "map|attention",
+     "map: map / first touch / unmap ns per page, per page size\n"
+     "and backend; attention: decode attention latency over\n"
+     "context length, for each batch size of --seqs: paged\n"
+     "kernel vs contiguous kernel"),
+    PL_FLAG_ROW_I32(vattn_opts, "reps", 'r', reps, 1, 1000, "N", "repetitions (7)"),
+    PL_FLAG_ROW_STR(vattn_opts, "seqs", 0, seqs, "N[,N...]", "attention batch sizes, 1..64 (8)"),
+    PL_FLAG_ROW_I32(vattn_opts, "threads", 't', threads, 1, 512, "N",
+     "worker threads (default: one per online core)"),
+};
+
+static const pl_flag_cmd VATTN = {
+    "bench vattn",
+    "usage: pagellm bench vattn [--only map|attention] [--reps N] [--seqs N[,N...]] "
+    "[--threads N]\n",
+    NULL, VATTN_FLAGS, sizeof VATTN_FLAGS / sizeof VATTN_FLAGS[0], -1, 0};
+
 int pl_bench_vattn(int argc, char **argv) {
-    int64_t reps = 7, threads = 0;
-    const char *only = NULL, *seqs = "8";
-    static const struct option longopts[] = {
-        {"reps", required_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
-        {"seqs", required_argument, 0, 's'}, {"only", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "r:t:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'r': if (pl_arg_int(C, "--reps", optarg, 1, 1000, &reps)) return 2; break;
-        case 't': if (pl_arg_int(C, "--threads", optarg, 1, 512, &threads)) return 2; break;
-        case 's': seqs = optarg; break;
-        case 'o': only = optarg; break;
-        case 'h':
-        default:
-            fprintf(c == 'h' ? stdout : stderr,
-                    "usage: pagellm bench vattn [--only map|attention] [--reps N] [--seqs N[,N...]] "
-                    "[--threads N]\n"
-                    "  map: map / first touch / unmap ns per page, per page size and backend\n"
-                    "  attention: decode attention latency over context length, for each batch\n"
-                    "             size of --seqs (1..64): paged kernel vs contiguous kernel\n");
-            return c == 'h' ? 0 : 2;
-        }
-    }
+    vattn_opts vo = {.reps = 7, .seqs = "8"};
+    int first, rc = pl_flags_parse(&VATTN, argc, argv, &vo, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? 0 : rc;
+    const char *only = vo.only, *seqs = vo.seqs;
+    int32_t reps = vo.reps, threads = vo.threads;
     if (only && strcmp(only, "map") && strcmp(only, "attention")) {
-        fprintf(stderr, "%s: --only: '%s' is not map or attention\n", C, only);
+        fprintf(stderr, "pagellm %s: --only: '%s' is not map or attention\n", C, only);
         return 2;
     }
     int32_t batch[MAX_SEQS];
@@ -313,8 +315,8 @@ int pl_bench_vattn(int argc, char **argv) {
         long n = strtol(p, &end, 10);
         if (end == p || n < 1 || n > MAX_SEQS || (*end && (*end != ',' || !end[1])) ||
             n_batch == MAX_SEQS) {
-            fprintf(stderr, "%s: --seqs: '%s' is not a list of at most %d batch sizes in 1..%d\n",
-                    C, seqs, MAX_SEQS, MAX_SEQS);
+            fprintf(stderr, "pagellm %s: --seqs: '%s' is not a list of at most %d batch sizes "
+                    "in 1..%d\n", C, seqs, MAX_SEQS, MAX_SEQS);
             return 2;
         }
         batch[n_batch++] = (int32_t)n;

@@ -68,6 +68,11 @@ int pl_cli_dispatch(const pl_cli_command *rows, size_t n, int argc, char **argv,
 /* Each row as "  NAME HELP", the names padded to `width`. */
 void pl_cli_list_commands(FILE *f, const pl_cli_command *rows, size_t n, int width);
 
+/* A cli/flags.h PL_FLAG_FN action for --request-rate R: Poisson arrivals per second in [1e-6,
+ * 1e9], or inf, into the double at byte offset aux of the options. */
+struct pl_flag;
+int pl_cli_flag_rate(const char *cmd, const struct pl_flag *f, const char *arg, void *opts);
+
 /* Runtime error helper: prints "pagellm CMD: MESSAGE" to stderr and returns 1. */
 int pl_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

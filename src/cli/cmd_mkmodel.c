@@ -65,7 +65,7 @@
  * heads % kv-heads, odd head size, dim or ffn not a multiple of the type's block size), 1 for
  * runtime errors (unreadable vocabulary file, out of memory, write failure).
  */
-#include "cli/args.h"
+#include "cli/flags.h"
 #include "base/buf.h"
 #include "cli/cli.h"
 
@@ -73,7 +73,6 @@
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -113,6 +112,8 @@ typedef struct {
      * full layers' KV heads (kv_heads: the window layers'), the layers that reuse an earlier
      * layer's KV, the per-layer embedding size, the FFN width of the shared-KV layers (0: ffn) */
     int64_t head_dim_swa, kv_heads_full, shared_kv, per_layer_dim, ffn_wide;
+    int shape;              /* --shape: an index into shapes, or -1 */
+    const char *type_name;  /* --type as the types table spells it */
 } mk_opts;
 
 static int is_arch(const mk_opts *o, const char *a) { return !strcmp(o->arch, a); }
@@ -216,88 +217,188 @@ static const mk_shape_g4 shapes_g4[] = {
 #define SHAPE_NAMES "110m, 1b, 3b, qwen3-0.6b, qwen3-8b, mistral3-3b, mistral3-8b, gemma3-1b, " \
                     "gemma3-4b, qwen3-30b-a3b, gpt-oss-20b, gemma4-31b, gemma4-e2b"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L --heads H\n"
-            "                       --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]\n"
-            "       pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --shape NAME [--type T] ...\n"
-            "       pagellm mkmodel OUT.gguf --lora-of BASE.gguf [--lora-rank R] [--lora-alpha A]\n"
-            "                       [--lora-targets attn_q,attn_v,...] [--type f32|f16] [--seed S]\n"
-            "         (a random LoRA adapter of BASE, as convert_lora_to_gguf.py lays it out)\n"
-            "  writes a random-weight Llama with FILE's tokenizer (for tests and benchmarks)\n"
-            "  --vocab-from FILE   GGUF whose tokenizer.* metadata is copied\n"
-            "  --shape NAME        the benchmark tables' shapes: 110m (dim 768, 12 layers, 12\n"
-            "                      heads, 4 KV heads, ffn 2048), 1b (2048, 16, 32, 8, 8192),\n"
-            "                      3b (3072, 28, 24, 8, 8192); real models' sizes, layouts and\n"
-            "                      RoPE settings: qwen3-0.6b, qwen3-8b, mistral3-3b (Ministral 3),\n"
-            "                      mistral3-8b, gemma3-1b, gemma3-4b; the flags override a shape\n"
-            "  --dim D             embedding size (a multiple of --heads and of the type's block)\n"
-            "  --layers L          transformer blocks\n"
-            "  --heads H           attention heads (dim / heads must be even)\n"
-            "  --kv-heads K        key/value heads (divides --heads)\n"
-            "  --ffn F             feed-forward size (a multiple of the type's block)\n"
-            "  --type T            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q6_k,\n"
-            "                      q4_k_m (q4_K, with q6_K for output and some attn_v/ffn_down),\n"
-            "                      q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs (every matrix)\n"
-            "  --seed S            random seed (default 1)\n"
-            "  --ctx N             llama.context_length (default 2048; bert 512)\n"
-            "  --arch A            llama (default) or bert (a random BERT embedding model and a\n"
-            "                      WordPiece vocabulary built from FILE's pieces; no --kv-heads)\n"
-            "  --pooling P         bert: mean (default), cls, last or rank (a reranker: a\n"
-            "                      classification head on [CLS] query [SEP] document [SEP])\n"
-            "  --arch gemma2       Gemma 2 layout: post-attention/FFW norms, GeGLU, tied output,\n"
-            "                      soft-capping, sliding window on even layers (norms 1 + noise)\n"
-            "  --arch phi3         Phi-3 layout: fused attn_qkv and gate/up ffn_up (norms 1 + noise)\n"
-            "  --arch qwen3        Qwen3: attn_q_norm / attn_k_norm per head, NEOX RoPE, no biases\n"
-            "  --arch qwen3moe     Qwen3-MoE: qwen3's attention, a mixture-of-experts FFN\n"
-            "                      (default --experts 8 --experts-used 2 --expert-ffn F/2)\n"
-            "  --arch gpt-oss      gpt-oss: biases, attention sinks, window on even layers\n"
-            "                      (default 128), MoE with biased experts and the clamped SwiGLU\n"
-            "                      (default --experts 8 --experts-used 2 --expert-ffn F);\n"
-            "                      --type mxfp4 writes its experts in mxfp4, the rest in f32\n"
-            "  --experts N         MoE (qwen3moe, llama = Mixtral): N experts per layer, the\n"
-            "                      router ffn_gate_inp (f32) and ffn_{gate,up,down}_exps\n"
-            "  --experts-used K    experts per token (default 2)\n"
-            "  --expert-ffn F      qwen3moe expert_feed_forward_length (llama's experts: --ffn)\n"
-            "  --arch mistral3     Mistral 3 / Ministral 3 text: llama's layout; --attn-temp-scale,\n"
-            "                      yarn's --yarn-beta-fast/--yarn-beta-slow/--yarn-log-mul keys\n"
-            "  --arch gemma3       Gemma 3 text: gemma2's layout plus Q/K norms, window on 5 of 6\n"
-            "                      layers (default 1024), --rope-base-swa, no attention soft-capping\n"
-            "  --rope-base-swa B   gemma3/4 rope.freq_base_swa (llama.cpp's default 10000)\n"
-            "  --arch gemma4       Gemma 4 text: gemma3's layout with window and full layers of\n"
-            "                      their own head sizes (--head-dim full, --head-dim-swa window)\n"
-            "                      and KV heads (--kv-heads window, --kv-heads-full), the pattern\n"
-            "                      as an array (--swa-pattern N, default 6), V normed, rope_freqs\n"
-            "                      for the full layers, layer_output_scale; (default window 512)\n"
-            "  --head-dim-swa N    gemma4 attention.key_length_swa (default --head-dim)\n"
-            "  --kv-heads-full K   gemma4 the full layers' KV heads (default --kv-heads)\n"
-            "  --shared-kv-layers N  gemma4: the last N layers reuse an earlier layer's KV\n"
-            "  --per-layer-dim P   gemma4 per-layer token embeddings of P values per layer\n"
-            "  --ffn-wide F        gemma4 the shared-KV layers' FFN width (feed_forward_length\n"
-            "                      becomes an array; default --ffn)\n"
-            "  --attn-temp-scale S mistral3 attention.temperature_scale (Llama 4's beta)\n"
-            "  --yarn-beta-fast F, --yarn-beta-slow F, --yarn-log-mul M  mistral3\n"
-            "                      rope.scaling.yarn_* keys (written only when given)\n"
-            "  --head-dim N        attention.key_length (default dim / heads)\n"
-            "  --sliding-window W  attention.sliding_window: llama every layer attends to its\n"
-            "                      last W positions; gemma2 its even layers (default 4096); phi3\n"
-            "                      writes it (llama.cpp and pagellm ignore it); default none\n"
-            "  --attn-softcap C    gemma2 attn_logit_softcapping (default 50)\n"
-            "  --final-softcap C   gemma2 final_logit_softcapping (default 30); gemma3: written\n"
-            "                      only when given\n"
-            "  --swa-pattern N     gemma2/3 attention.sliding_window_pattern: layer l is local\n"
-            "                      when l %% N < N - 1 (not written by default: llama.cpp's\n"
-            "                      defaults, 2 and 6)\n"
-            "  --rope-base B       rope.freq_base (default 10000)\n"
-            "  --rope-scaling S    none (default), linear, yarn (rope.scaling.* keys) or llama3\n"
-            "                      (Llama 3.1: the rope_freqs.weight tensor, as llama.cpp's converter)\n"
-            "                      or, for phi3, longrope (rope_factors_long/short tensors: long ones\n"
-            "                      of mean (1 + factor) / 2, short ones near 1.1)\n"
-            "  --rope-factor F     scaling factor (default 8 for llama3, else 4)\n"
-            "  --rope-orig-ctx N   yarn original_context_length / llama3 original context (8192)\n"
-            "  --rope-attn-factor A  rope.scaling.attn_factor (written only when given)\n"
-            "  --rope-low-freq F, --rope-high-freq F  llama3 factors (default 1 and 4)\n");
+/* --type: a row of types */
+static int set_type(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    mk_opts *o = opts;
+    size_t i = 0, n = sizeof types / sizeof types[0];
+    (void)f;
+    while (i < n && strcasecmp(arg, types[i].name)) i++; /* GGML writes Q4_K_M, q3_K */
+    if (i == n) {
+        fprintf(stderr, "pagellm %s: --type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q6_k, "
+                "q4_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs, mxfp4 (any case)\n", cmd,
+                arg);
+        return 2;
+    }
+    o->type = types[i].type;
+    o->more = types[i].more;
+    o->ftype = types[i].ftype;
+    o->type_name = types[i].name;
+    return 0;
 }
+
+/* --shape, --arch, --rope-scaling and --pooling: one of a list of names (aux says which) */
+enum { NAME_SHAPE, NAME_ARCH, NAME_ROPE_SCALING, NAME_POOLING };
+static int set_name(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    static const char *const archs[] = {"llama", "bert", "gemma2", "phi3", "qwen3", "mistral3",
+                                        "gemma3", "qwen3moe", "gpt-oss", "gemma4", NULL};
+    static const char *const scalings[] = {"none", "linear", "yarn", "llama3", "longrope", NULL};
+    static const char *const poolings[] = {"mean", "cls", "last", "rank", NULL};
+    mk_opts *o = opts;
+    int i = 0;
+    switch (f->aux) {
+    case NAME_SHAPE: {
+        int n = (int)(sizeof shapes / sizeof shapes[0]);
+        while (i < n && strcmp(arg, shapes[i].name)) i++;
+        if (i < n) return o->shape = i, 0;
+        fprintf(stderr, "pagellm %s: --shape: '%s' is not one of " SHAPE_NAMES "\n", cmd, arg);
+        return 2;
+    }
+    case NAME_ARCH:
+        while (archs[i] && strcmp(arg, archs[i])) i++;
+        if (archs[i]) return o->arch = arg, o->bert = !strcmp(arg, "bert"), 0;
+        fprintf(stderr, "pagellm %s: --arch: '%s' is not llama, qwen3, qwen3moe, gpt-oss, "
+                "mistral3, gemma2, gemma3, gemma4, phi3 or bert\n", cmd, arg);
+        return 2;
+    case NAME_ROPE_SCALING:
+        while (scalings[i] && strcmp(arg, scalings[i])) i++;
+        if (scalings[i]) return o->rope_scaling = arg, 0;
+        fprintf(stderr, "pagellm %s: --rope-scaling: '%s' is not none, linear, yarn, llama3 or "
+                "longrope\n", cmd, arg);
+        return 2;
+    default:
+        while (poolings[i] && strcmp(arg, poolings[i])) i++;
+        if (poolings[i]) return o->pooling = i + 1, 0; /* llama.cpp's pooling_type */
+        fprintf(stderr, "pagellm %s: --pooling: '%s' is not mean, cls, last or rank\n", cmd, arg);
+        return 2;
+    }
+}
+
+/* --lora-of is mkmodel_lora.c's (pl_cmd_mkmodel hands it the whole command line): listed here */
+static int lora_elsewhere(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    (void)f, (void)arg, (void)opts;
+    fprintf(stderr, "pagellm %s: --lora-of: not after the flags of a model\n", cmd);
+    return 2;
+}
+
+#define I64(name, field, lo, hi, meta, help) PL_FLAG_ROW_I64(mk_opts, name, 0, field, lo, hi, meta, help)
+#define F64(name, field, lo, hi, meta, help) PL_FLAG_ROW_F64(mk_opts, name, 0, field, lo, hi, meta, help)
+static const pl_flag MKMODEL_FLAGS[] = {
+    PL_FLAG_ROW_STR(mk_opts, "vocab-from", 0, vocab_from, "FILE",
+     "GGUF whose tokenizer.* metadata is copied"),
+    PL_FLAG_ROW_FN("shape", 0, set_name, NAME_SHAPE, "NAME",
+     "the benchmark tables' shapes: 110m (dim 768, 12 layers,\n"
+     "12 heads, 4 KV heads, ffn 2048), 1b (2048, 16, 32, 8,\n"
+     "8192), 3b (3072, 28, 24, 8, 8192); real models' sizes,\n"
+     "layouts and RoPE settings: qwen3-0.6b, qwen3-8b,\n"
+     "mistral3-3b (Ministral 3), mistral3-8b, gemma3-1b,\n"
+     "gemma3-4b, qwen3-30b-a3b, gpt-oss-20b, gemma4-31b,\n"
+     "gemma4-e2b; the flags override a shape"),
+    I64("dim", dim, 1, 1 << 16, "D", "embedding size (a multiple of --heads and of the type's\nblock)"),
+    I64("layers", layers, 1, 1024, "L", "transformer blocks"),
+    I64("heads", heads, 1, 1024, "H", "attention heads (dim / heads must be even)"),
+    I64("kv-heads", kv_heads, 1, 1024, "K", "key/value heads (divides --heads)"),
+    I64("ffn", ffn, 1, 1 << 20, "F", "feed-forward size (a multiple of the type's block)"),
+    PL_FLAG_ROW_FN("type", 0, set_type, 0, "T",
+     "matrix type: f32 (default), f16, bf16, q8_0, q4_0, q6_k,\n"
+     "q4_k_m (q4_K, with q6_K for output and some\n"
+     "attn_v/ffn_down), q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k,\n"
+     "iq4_xs (every matrix), mxfp4 (a MoE model's experts)"),
+    I64("seed", seed, 0, 0x1p63, "S", "random seed (default 1)"),
+    I64("ctx", ctx, 1, 1 << 24, "N", "llama.context_length (default 2048; bert 512)"),
+    PL_FLAG_ROW_FN("arch", 0, set_name, NAME_ARCH, "A",
+     "llama (default), qwen3, qwen3moe, gpt-oss, mistral3,\n"
+     "gemma2, gemma3, gemma4, phi3 or bert (below)"),
+    PL_FLAG_ROW_FN("pooling", 0, set_name, NAME_POOLING, "P",
+     "bert: mean (default), cls, last or rank (a reranker: a\n"
+     "classification head on [CLS] query [SEP] document [SEP])"),
+    I64("experts", experts, 1, 1 << 16, "N",
+     "MoE (qwen3moe, gpt-oss, llama = Mixtral): N experts per\n"
+     "layer, the router ffn_gate_inp (f32) and\nffn_{gate,up,down}_exps"),
+    I64("experts-used", experts_used, 1, 1 << 16, "K", "experts per token (default 2)"),
+    I64("expert-ffn", expert_ffn, 1, 1 << 20, "F",
+     "qwen3moe / gpt-oss expert_feed_forward_length (llama's\nexperts: --ffn)"),
+    F64("rope-base-swa", rope_base_swa, 1, 1e12, "B",
+     "gemma3/4 rope.freq_base_swa (llama.cpp's default 10000)"),
+    I64("head-dim-swa", head_dim_swa, 2, 1024, "N",
+     "gemma4 attention.key_length_swa (default --head-dim)"),
+    I64("kv-heads-full", kv_heads_full, 1, 1024, "K",
+     "gemma4 the full layers' KV heads (default --kv-heads)"),
+    I64("shared-kv-layers", shared_kv, 1, 1024, "N",
+     "gemma4: the last N layers reuse an earlier layer's KV"),
+    I64("per-layer-dim", per_layer_dim, 1, 1 << 16, "P",
+     "gemma4 per-layer token embeddings of P values per layer"),
+    I64("ffn-wide", ffn_wide, 1, 1 << 20, "F",
+     "gemma4 the shared-KV layers' FFN width\n(feed_forward_length becomes an array; default --ffn)"),
+    F64("attn-temp-scale", attn_temp, 1e-6, 1e3, "S",
+     "mistral3 attention.temperature_scale (Llama 4's beta)"),
+    F64("yarn-beta-fast", beta_fast, 1e-3, 1e3, "F",
+     "mistral3 rope.scaling.yarn_beta_fast (written only when\ngiven)"),
+    F64("yarn-beta-slow", beta_slow, 1e-3, 1e3, "F", "mistral3 rope.scaling.yarn_beta_slow (likewise)"),
+    F64("yarn-log-mul", log_mul, 1e-3, 1e3, "M", "mistral3 rope.scaling.yarn_log_multiplier (likewise)"),
+    I64("head-dim", head_dim, 2, 1024, "N", "attention.key_length (default dim / heads)"),
+    I64("sliding-window", window, 0, 1 << 24, "W",
+     "attention.sliding_window: llama every layer attends to\n"
+     "its last W positions; gemma2 its even layers (default\n"
+     "4096); phi3 writes it (llama.cpp and pagellm ignore it);\ndefault none"),
+    F64("attn-softcap", attn_softcap, 1e-3, 1e6, "C", "gemma2 attn_logit_softcapping (default 50)"),
+    F64("final-softcap", final_softcap, 1e-3, 1e6, "C",
+     "gemma2 final_logit_softcapping (default 30); gemma3:\nwritten only when given"),
+    I64("swa-pattern", swa_pattern, 1, 1 << 20, "N",
+     "gemma2/3 attention.sliding_window_pattern: layer l is\n"
+     "local when l % N < N - 1 (not written by default:\n"
+     "llama.cpp's defaults, 2 and 6); gemma4 (default 6)"),
+    F64("rope-base", rope_base, 1, 1e12, "B", "rope.freq_base (default 10000)"),
+    PL_FLAG_ROW_FN("rope-scaling", 0, set_name, NAME_ROPE_SCALING, "S",
+     "none (default), linear, yarn (rope.scaling.* keys) or\n"
+     "llama3 (Llama 3.1: the rope_freqs.weight tensor, as\n"
+     "llama.cpp's converter) or, for phi3, longrope\n"
+     "(rope_factors_long/short tensors: long ones of mean\n"
+     "(1 + factor) / 2, short ones near 1.1)"),
+    F64("rope-factor", rope_factor, 1e-3, 1e6, "F", "scaling factor (default 8 for llama3, else 4)"),
+    I64("rope-orig-ctx", rope_orig_ctx, 1, 1 << 24, "N",
+     "yarn original_context_length / llama3 original context\n(8192)"),
+    F64("rope-attn-factor", rope_attn_factor, 1e-3, 1e3, "A",
+     "rope.scaling.attn_factor (written only when given)"),
+    F64("rope-low-freq", low_freq, 1e-3, 1e3, "F", "llama3 low_freq_factor (default 1)"),
+    F64("rope-high-freq", high_freq, 1e-3, 1e3, "F", "llama3 high_freq_factor (default 4)"),
+    PL_FLAG_ROW_FN("lora-of", 0, lora_elsewhere, 0, "BASE.gguf",
+     "a random LoRA adapter of BASE instead (--lora-rank R,\n"
+     "--lora-alpha A, --lora-targets LIST, --type f32|f16,\n--seed S)"),
+};
+#undef I64
+#undef F64
+
+static const pl_flag_cmd MKMODEL = {
+    "mkmodel",
+    "usage: pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --dim D --layers L --heads H\n"
+    "                       --kv-heads K --ffn F [--type T] [--seed S] [--ctx N]\n"
+    "       pagellm mkmodel OUT.gguf --vocab-from FILE.gguf --shape NAME [--type T] ...\n"
+    "       pagellm mkmodel OUT.gguf --lora-of BASE.gguf [--lora-rank R] [--lora-alpha A]\n"
+    "                       [--lora-targets attn_q,attn_v,...] [--type f32|f16] [--seed S]\n"
+    "         (a random LoRA adapter of BASE, as convert_lora_to_gguf.py lays it out)\n"
+    "  writes a random-weight Llama with FILE's tokenizer (for tests and benchmarks)\n",
+    "architectures (--arch):\n"
+    "  bert      a random BERT embedding model and a WordPiece vocabulary built from FILE's\n"
+    "            pieces; no --kv-heads\n"
+    "  gemma2    post-attention/FFW norms, GeGLU, tied output, soft-capping, sliding window\n"
+    "            on even layers (norms 1 + noise)\n"
+    "  phi3      fused attn_qkv and gate/up ffn_up (norms 1 + noise)\n"
+    "  qwen3     attn_q_norm / attn_k_norm per head, NEOX RoPE, no biases\n"
+    "  qwen3moe  qwen3's attention, a mixture-of-experts FFN (default --experts 8\n"
+    "            --experts-used 2 --expert-ffn F/2)\n"
+    "  gpt-oss   biases, attention sinks, window on even layers (default 128), MoE with\n"
+    "            biased experts and the clamped SwiGLU (default --experts 8 --experts-used 2\n"
+    "            --expert-ffn F); --type mxfp4 writes its experts in mxfp4, the rest in f32\n"
+    "  mistral3  Mistral 3 / Ministral 3 text: llama's layout; --attn-temp-scale, yarn's\n"
+    "            --yarn-beta-fast/--yarn-beta-slow/--yarn-log-mul keys\n"
+    "  gemma3    Gemma 3 text: gemma2's layout plus Q/K norms, window on 5 of 6 layers\n"
+    "            (default 1024), --rope-base-swa, no attention soft-capping\n"
+    "  gemma4    Gemma 4 text: gemma3's layout with window and full layers of their own head\n"
+    "            sizes (--head-dim full, --head-dim-swa window) and KV heads (--kv-heads\n"
+    "            window, --kv-heads-full), the pattern as an array (--swa-pattern N, default\n"
+    "            6), V normed, rope_freqs for the full layers, layer_output_scale (default\n"
+    "            window 512)\n",
+    MKMODEL_FLAGS, sizeof MKMODEL_FLAGS / sizeof MKMODEL_FLAGS[0], -1, 1};
 
 /* Prints "pagellm mkmodel: MESSAGE" and the usage to stderr; returns exit code 2. */
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -308,53 +409,19 @@ static int usage_error(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n");
-    usage(stderr);
+    pl_flags_usage(&MKMODEL, stderr);
     return 2;
 }
 
-/* An integer flag's value (optarg) in [lo, hi]; on a bad value prints why and the usage. */
-static int int_flag(const char *flag, int64_t lo, int64_t hi, int64_t *out) {
-    if (pl_arg_int(C, flag, optarg, lo, hi, out) == 0) return 0;
-    usage(stderr);
-    return 1;
-}
-
-static int float_flag(const char *flag, double lo, double hi, double *out) {
-    if (pl_arg_float(C, flag, optarg, lo, hi, out) == 0) return 0;
-    usage(stderr);
-    return 1;
-}
-
-/* Returns 0 when the options are complete and consistent, else the exit code. */
+/* Returns 0 when the options are complete and consistent, else the exit code (-1: --help). */
 static int parse(int argc, char **argv, mk_opts *o) {
-    static const struct option longopts[] = {
-        {"vocab-from", required_argument, 0, 'v'}, {"dim", required_argument, 0, 'd'},
-        {"layers", required_argument, 0, 'l'},     {"heads", required_argument, 0, 'H'},
-        {"kv-heads", required_argument, 0, 'k'},   {"ffn", required_argument, 0, 'f'},
-        {"type", required_argument, 0, 't'},       {"seed", required_argument, 0, 's'},
-        {"ctx", required_argument, 0, 'c'},        {"help", no_argument, 0, 'h'},
-        {"arch", required_argument, 0, 'a'},       {"pooling", required_argument, 0, 'p'},
-        {"head-dim", required_argument, 0, 1},     {"sliding-window", required_argument, 0, 2},
-        {"attn-softcap", required_argument, 0, 3}, {"final-softcap", required_argument, 0, 4},
-        {"rope-base", required_argument, 0, 5},    {"rope-scaling", required_argument, 0, 6},
-        {"rope-factor", required_argument, 0, 7},  {"rope-orig-ctx", required_argument, 0, 8},
-        {"rope-attn-factor", required_argument, 0, 9}, {"rope-low-freq", required_argument, 0, 10},
-        {"rope-high-freq", required_argument, 0, 11}, {"swa-pattern", required_argument, 0, 12},
-        {"shape", required_argument, 0, 'S'},
-        {"rope-base-swa", required_argument, 0, 13}, {"attn-temp-scale", required_argument, 0, 14},
-        {"yarn-beta-fast", required_argument, 0, 15}, {"yarn-beta-slow", required_argument, 0, 16},
-        {"yarn-log-mul", required_argument, 0, 17},
-        {"experts", required_argument, 0, 18}, {"experts-used", required_argument, 0, 19},
-        {"expert-ffn", required_argument, 0, 20},
-        {"head-dim-swa", required_argument, 0, 21}, {"kv-heads-full", required_argument, 0, 22},
-        {"shared-kv-layers", required_argument, 0, 23},
-        {"per-layer-dim", required_argument, 0, 24}, {"ffn-wide", required_argument, 0, 25},
-        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->ctx = -1;
     o->pooling = 1;
     o->seed = 1;
     o->type = o->more = PL_DT_F32;
+    o->type_name = "f32";
+    o->shape = -1;
     o->arch = NULL;
     o->window = -1;
     o->rope_base = 0;
@@ -366,100 +433,12 @@ static int parse(int argc, char **argv, mk_opts *o) {
     o->high_freq = 4;
     o->attn_softcap = 50;
     o->final_softcap = -1;
-    const char *type_name = "f32";
-    int shape = -1;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'v': o->vocab_from = optarg; break;
-        case 'd': if (int_flag("--dim", 1, 1 << 16, &o->dim)) return 2; break;
-        case 'l': if (int_flag("--layers", 1, 1024, &o->layers)) return 2; break;
-        case 'H': if (int_flag("--heads", 1, 1024, &o->heads)) return 2; break;
-        case 'k': if (int_flag("--kv-heads", 1, 1024, &o->kv_heads)) return 2; break;
-        case 'f': if (int_flag("--ffn", 1, 1 << 20, &o->ffn)) return 2; break;
-        case 'c': if (int_flag("--ctx", 1, 1 << 24, &o->ctx)) return 2; break;
-        case 's': if (int_flag("--seed", 0, INT64_MAX, &o->seed)) return 2; break;
-        case 't': {
-            size_t i = 0, n = sizeof types / sizeof types[0];
-            while (i < n && strcasecmp(optarg, types[i].name)) i++; /* GGML writes Q4_K_M, q3_K */
-            if (i == n)
-                return usage_error("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q6_k, "
-                                   "q4_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs, mxfp4 "
-                                   "(any case)", optarg);
-            o->type = types[i].type;
-            o->more = types[i].more;
-            o->ftype = types[i].ftype;
-            type_name = types[i].name;
-            break;
-        }
-        case 'S': {
-            int n = (int)(sizeof shapes / sizeof shapes[0]);
-            for (shape = 0; shape < n && strcmp(optarg, shapes[shape].name); shape++) {}
-            if (shape == n) return usage_error("--shape: '%s' is not one of " SHAPE_NAMES, optarg);
-            break;
-        }
-        case 'a':
-            if (strcmp(optarg, "llama") && strcmp(optarg, "bert") && strcmp(optarg, "gemma2") &&
-                strcmp(optarg, "phi3") && strcmp(optarg, "qwen3") && strcmp(optarg, "mistral3") &&
-                strcmp(optarg, "gemma3") && strcmp(optarg, "qwen3moe") &&
-                strcmp(optarg, "gpt-oss") && strcmp(optarg, "gemma4"))
-                return usage_error("--arch: '%s' is not llama, qwen3, qwen3moe, gpt-oss, mistral3, "
-                                   "gemma2, gemma3, gemma4, phi3 or bert", optarg);
-            o->arch = optarg;
-            o->bert = !strcmp(optarg, "bert");
-            break;
-        case 1: if (int_flag("--head-dim", 2, 1024, &o->head_dim)) return 2; break;
-        case 2: if (int_flag("--sliding-window", 0, 1 << 24, &o->window)) return 2; break;
-        case 3: if (float_flag("--attn-softcap", 1e-3, 1e6, &o->attn_softcap)) return 2; break;
-        case 4: if (float_flag("--final-softcap", 1e-3, 1e6, &o->final_softcap)) return 2; break;
-        case 5: if (float_flag("--rope-base", 1, 1e12, &o->rope_base)) return 2; break;
-        case 6:
-            if (strcmp(optarg, "none") && strcmp(optarg, "linear") && strcmp(optarg, "yarn") &&
-                strcmp(optarg, "llama3") && strcmp(optarg, "longrope"))
-                return usage_error("--rope-scaling: '%s' is not none, linear, yarn, llama3 or "
-                                   "longrope", optarg);
-            o->rope_scaling = optarg;
-            break;
-        case 7: if (float_flag("--rope-factor", 1e-3, 1e6, &o->rope_factor)) return 2; break;
-        case 8: if (int_flag("--rope-orig-ctx", 1, 1 << 24, &o->rope_orig_ctx)) return 2; break;
-        case 9:
-            if (float_flag("--rope-attn-factor", 1e-3, 1e3, &o->rope_attn_factor)) return 2;
-            break;
-        case 10: if (float_flag("--rope-low-freq", 1e-3, 1e3, &o->low_freq)) return 2; break;
-        case 11: if (float_flag("--rope-high-freq", 1e-3, 1e3, &o->high_freq)) return 2; break;
-        case 12: if (int_flag("--swa-pattern", 1, 1 << 20, &o->swa_pattern)) return 2; break;
-        case 13: if (float_flag("--rope-base-swa", 1, 1e12, &o->rope_base_swa)) return 2; break;
-        case 14: if (float_flag("--attn-temp-scale", 1e-6, 1e3, &o->attn_temp)) return 2; break;
-        case 15: if (float_flag("--yarn-beta-fast", 1e-3, 1e3, &o->beta_fast)) return 2; break;
-        case 16: if (float_flag("--yarn-beta-slow", 1e-3, 1e3, &o->beta_slow)) return 2; break;
-        case 17: if (float_flag("--yarn-log-mul", 1e-3, 1e3, &o->log_mul)) return 2; break;
-        case 18: if (int_flag("--experts", 1, 1 << 16, &o->experts)) return 2; break;
-        case 19: if (int_flag("--experts-used", 1, 1 << 16, &o->experts_used)) return 2; break;
-        case 20: if (int_flag("--expert-ffn", 1, 1 << 20, &o->expert_ffn)) return 2; break;
-        case 21: if (int_flag("--head-dim-swa", 2, 1024, &o->head_dim_swa)) return 2; break;
-        case 22: if (int_flag("--kv-heads-full", 1, 1024, &o->kv_heads_full)) return 2; break;
-        case 23: if (int_flag("--shared-kv-layers", 1, 1024, &o->shared_kv)) return 2; break;
-        case 24: if (int_flag("--per-layer-dim", 1, 1 << 16, &o->per_layer_dim)) return 2; break;
-        case 25: if (int_flag("--ffn-wide", 1, 1 << 20, &o->ffn_wide)) return 2; break;
-        case 'p':
-            if (!strcmp(optarg, "mean")) o->pooling = 1;
-            else if (!strcmp(optarg, "cls")) o->pooling = 2;
-            else if (!strcmp(optarg, "last")) o->pooling = 3;
-            else if (!strcmp(optarg, "rank")) o->pooling = 4;
-            else return usage_error("--pooling: '%s' is not mean, cls, last or rank", optarg);
-            break;
-        case 'h': usage(stdout); return -1;
-        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind >= argc) return usage_error("no output file given");
-    if (optind + 1 < argc) return usage_error("unexpected argument '%s'", argv[optind + 1]);
-    o->out = argv[optind];
-    if (shape >= 0) { /* the shape fills what the flags left unset */
-        const mk_shape *sh = &shapes[shape];
+    int first, rc = pl_flags_parse(&MKMODEL, argc, argv, o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? -1 : rc;
+    if (first >= argc) return usage_error("no output file given");
+    o->out = argv[first];
+    if (o->shape >= 0) { /* the shape fills what the flags left unset */
+        const mk_shape *sh = &shapes[o->shape];
         if (!o->dim) o->dim = sh->dim;
         if (!o->layers) o->layers = sh->layers;
         if (!o->heads) o->heads = sh->heads;
@@ -575,10 +554,10 @@ static int parse(int argc, char **argv, mk_opts *o) {
     int64_t bs = pl_dtype_block_size(o->type);
     if (o->dim % bs)
         return usage_error("--dim %lld is not a multiple of %lld, the block size of %s",
-                           (long long)o->dim, (long long)bs, type_name);
+                           (long long)o->dim, (long long)bs, o->type_name);
     if (o->ffn % bs)
         return usage_error("--ffn %lld is not a multiple of %lld, the block size of %s",
-                           (long long)o->ffn, (long long)bs, type_name);
+                           (long long)o->ffn, (long long)bs, o->type_name);
     if (is_arch(o, "qwen3moe") && !o->expert_ffn) o->expert_ffn = o->ffn / 2;
     if (gptoss && !o->expert_ffn) o->expert_ffn = o->ffn;
     if (g4 && o->window < 1) return usage_error("--arch gemma4 needs a --sliding-window");
@@ -593,10 +572,10 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->ffn_wide % bs || o->per_layer_dim % bs)
         return usage_error("--ffn-wide %lld and --per-layer-dim %lld must be multiples of %lld, "
                            "the block size of %s", (long long)o->ffn_wide,
-                           (long long)o->per_layer_dim, (long long)bs, type_name);
+                           (long long)o->per_layer_dim, (long long)bs, o->type_name);
     if (o->expert_ffn % bs)
         return usage_error("--expert-ffn %lld is not a multiple of %lld, the block size of %s",
-                           (long long)o->expert_ffn, (long long)bs, type_name);
+                           (long long)o->expert_ffn, (long long)bs, o->type_name);
     return 0;
 }
 

@@ -1,8 +1,12 @@
 /* cli/common — model lookup, command dispatch and error printing shared by the subcommands. */
 #include "cli/cli.h"
 
+#include "cli/args.h"
+#include "cli/flags.h"
+
 #include "parallel/parallel.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -152,4 +156,11 @@ int pl_cli_emit_line(const char *cmd, const char *line, const char *output) {
     int bad = !f || fprintf(f, "%s\n", line) < 0;
     if (f && fclose(f)) bad = 1;
     return bad ? pl_cli_fail(cmd, "cannot append to %s", output) : 0;
+}
+
+int pl_cli_flag_rate(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    double *rate = (double *)((char *)opts + f->aux);
+    if (!strcmp(arg, "inf")) *rate = INFINITY;
+    else if (pl_arg_float(cmd, "--request-rate", arg, 1e-6, 1e9, rate)) return 2;
+    return 0;
 }

@@ -174,18 +174,6 @@ int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const stru
     return -1;
 }
 
-int pl_engine_opt_tail(const char *cmd, int code, char **argv, const struct option *opts,
-                       pl_engine_config *c, void (*usage)(FILE *), int usage_on_missing) {
-    if (code == ':') {
-        fprintf(stderr, "pagellm %s: %s needs a value\n", cmd, argv[optind - 1]);
-        if (usage_on_missing) usage(stderr);
-        return 2;
-    }
-    int rc = pl_engine_flag_or_unknown(cmd, code, argv, opts, c);
-    if (rc < 0) usage(stderr);
-    return rc ? 2 : 0;
-}
-
 int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_config *c) {
     return pl_engine_flag_apply_named(cmd, NULL, code, arg, c);
 }

@@ -1,9 +1,8 @@
 /* cli/engine_flags — the engine flags every engine-running command accepts (generate, serve,
- * bench), with vLLM's names. A command builds its getopt_long table with pl_engine_longopts,
- * prints pl_engine_flags_help in its --help and hands the codes it does not know to
- * pl_engine_flag_or_unknown; all three come from one table of flags. A command whose flags are
- * a cli/flags.h table (generate, serve) gets all of this from pl_flags_parse
- * (pl_flag_cmd.engine); bench throughput still calls these three itself until it moves to one.
+ * bench throughput), with vLLM's names. pl_flags_parse (cli/flags.h) builds such a command's
+ * getopt_long table with pl_engine_longopts, prints pl_engine_flags_help in its --help and hands
+ * the codes its own rows do not take to pl_engine_flag_or_unknown, when the command's
+ * pl_flag_cmd.engine says where its pl_engine_config is; all three come from one table of flags.
  *
  * vLLM launch lines work unchanged: its engine flags that mean something on a CPU are mapped
  * (--dtype, --gpu-memory-utilization, --kv-cache-memory-bytes, --tensor-parallel-size), and
@@ -78,12 +77,6 @@ const char *pl_engine_shortopts(void);
  * message), anything else is reported as unknown, naming the closest known flag (-1). */
 int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const struct option *opts,
                               pl_engine_config *c);
-/* The end of an engine-running command's getopt switch, for the codes it does not handle itself:
- * a flag missing its value (':': "pagellm CMD: FLAG needs a value", then the usage
- * on stderr if usage_on_missing) and everything pl_engine_flag_or_unknown takes (an unknown flag
- * is followed by the usage on stderr). Returns 0 to go on, or 2 after printing why. */
-int pl_engine_opt_tail(const char *cmd, int code, char **argv, const struct option *opts,
-                       pl_engine_config *c, void (*usage)(FILE *), int usage_on_missing);
 
 /* Apply one engine flag. Returns 0, or 2 after printing "pagellm CMD: FLAG: problem". `flag` is
  * the flag as written (argv[optind - 1]), used to name an ignored vLLM flag in its warning. */

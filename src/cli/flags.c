@@ -37,6 +37,12 @@ void pl_flags_usage(const pl_flag_cmd *cmd, FILE *f) {
     fprintf(f, "%s(pagellm %s --help lists every flag)\n", cmd->usage, cmd->name);
 }
 
+int pl_flags_need(const pl_flag_cmd *cmd, const char *what) {
+    fprintf(stderr, "pagellm %s: need %s\n", cmd->name, what);
+    pl_flags_usage(cmd, stderr);
+    return 2;
+}
+
 void pl_flags_help(const pl_flag_cmd *cmd, FILE *f) {
     fputs(cmd->usage, f);
     for (size_t i = 0; i < cmd->n_flags; i++) {
@@ -50,6 +56,26 @@ void pl_flags_help(const pl_flag_cmd *cmd, FILE *f) {
     pl_flags_help_row(f, 'h', "--help", "this help");
     if (cmd->engine >= 0) pl_engine_flags_help(f);
     if (cmd->about) fputs(cmd->about, f);
+}
+
+/* A PL_FLAG_CHOICE row: the index of arg among the row's names, or 2 after "pagellm CMD: --FLAG:
+ * 'X' is not A, B or C". */
+static int choose(const pl_flag_cmd *cmd, const pl_flag *f, const char *arg, int *out) {
+    int i = 0;
+    for (const char *p = f->meta;; i++) {
+        size_t len = strcspn(p, "|");
+        if (strlen(arg) == len && !strncmp(p, arg, len)) return *out = i, 0;
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    fprintf(stderr, "pagellm %s: --%s: '%s' is not ", cmd->name, f->name, arg);
+    for (const char *p = f->meta; *p; i--) {
+        size_t len = strcspn(p, "|");
+        fprintf(stderr, "%s%.*s", p == f->meta ? "" : i == 0 ? " or " : ", ", (int)len, p);
+        p += len + (p[len] != '\0');
+    }
+    fputc('\n', stderr);
+    return 2;
 }
 
 /* Store one row's value (arg NULL for a flag without one): 0, or 2 after printing why. */
@@ -73,6 +99,17 @@ static int apply(const pl_flag_cmd *cmd, const pl_flag *f, const char *arg, void
     case PL_FLAG_F32:
         PL_ASSERT(f->size == sizeof(float));
         return pl_arg_f32(cmd->name, flag, arg, f->lo, f->hi, (float *)at) ? 2 : 0;
+    case PL_FLAG_I64: {
+        PL_ASSERT(f->size == sizeof(int64_t));
+        int64_t hi = f->hi >= 0x1p63 ? INT64_MAX : (int64_t)f->hi;
+        return pl_arg_int(cmd->name, flag, arg, (int64_t)f->lo, hi, (int64_t *)at) ? 2 : 0;
+    }
+    case PL_FLAG_F64:
+        PL_ASSERT(f->size == sizeof(double));
+        return pl_arg_float(cmd->name, flag, arg, f->lo, f->hi, (double *)at) ? 2 : 0;
+    case PL_FLAG_CHOICE:
+        PL_ASSERT(f->size == sizeof(int));
+        return choose(cmd, f, arg, (int *)at);
     case PL_FLAG_FN:
         return f->fn(cmd->name, f, arg, opts);
     }
@@ -117,7 +154,10 @@ int pl_flags_parse(const pl_flag_cmd *cmd, int argc, char **argv, void *opts, in
             if (cmd->flags[i].short_name == c) f = &cmd->flags[i];
         if (f) {
             int rc = apply(cmd, f, has_value(f) ? optarg : NULL, opts);
-            if (rc) return rc;
+            if (rc) {
+                pl_flags_usage(cmd, stderr);
+                return rc;
+            }
         } else if (c == 'h') {
             pl_flags_help(cmd, stdout);
             return PL_FLAGS_HELP;
@@ -128,8 +168,10 @@ int pl_flags_parse(const pl_flag_cmd *cmd, int argc, char **argv, void *opts, in
         } else {
             int rc = eng ? pl_engine_flag_or_unknown(cmd->name, c, argv, longopts, eng) : -1;
             if (rc < 0 && !eng) pl_arg_unknown(cmd->name, argv[optind - 1], longopts);
-            if (rc < 0) pl_flags_usage(cmd, stderr);
-            if (rc) return 2;
+            if (rc) {
+                pl_flags_usage(cmd, stderr);
+                return 2;
+            }
         }
     }
     if (argc - optind > cmd->max_args) {

@@ -7,11 +7,12 @@
  * command (pl_flag_cmd) is its rows, its usage lines and, if it runs the engine, where its
  * pl_engine_config is: then every engine flag of engine_flags.h is accepted and listed too.
  *
- * Errors, each "pagellm CMD: ..." on stderr and exit code 2: an unknown flag (naming the closest
- * known one, then the usage), a flag missing its value (then the usage), a value that is not a
- * number or is out of range (naming the flag and the range), an unexpected argument.
+ * Errors, each "pagellm CMD: ..." on stderr and exit code 2, then the usage: an unknown flag
+ * (naming the closest known one), a flag missing its value, a value that is not a number or is
+ * out of range (naming the flag and the range) or that a PL_FLAG_FN row refused, an unexpected
+ * argument.
  *
- * Adopting it in another command (serve, mkmodel, bench ...): turn its getopt_long table, switch
+ * Adopting it in a new command: turn its getopt_long table, switch
  * and usage text into pl_flag rows (plain values by kind; anything with more logic, a repeatable
  * flag or one that sets two fields, as PL_FLAG_FN), then call pl_flags_parse and read the
  * positional arguments from argv[*first_arg ..]. tests/unit/test_cli_flags.c shows the contract.
@@ -27,6 +28,10 @@ typedef enum {
     PL_FLAG_STR, /* the value as given: a const char * (argv's own string) */
     PL_FLAG_I32, /* an int32_t in [lo, hi] */
     PL_FLAG_F32, /* a float in [lo, hi] */
+    PL_FLAG_I64, /* an int64_t in [lo, hi] (hi >= 2^63: up to INT64_MAX) */
+    PL_FLAG_F64, /* a double in [lo, hi] */
+    PL_FLAG_CHOICE, /* one of meta's '|'-separated names ("wall|cpu"): the int at the offset
+                       becomes its index */
     PL_FLAG_FN,  /* fn does it (with a value when meta is set, without when it is NULL) */
 } pl_flag_kind;
 
@@ -40,7 +45,7 @@ struct pl_flag {
     pl_flag_kind kind;
     size_t offset, size;  /* where the value goes in the options struct, and its size (checked
                              against the kind): PL_FLAG_AT(type, field); 0, 0 for PL_FLAG_FN */
-    double lo, hi;        /* PL_FLAG_I32 / PL_FLAG_F32: the accepted range */
+    double lo, hi;        /* the numeric kinds: the accepted range */
     const char *meta;     /* the value's name in the help ("N"); NULL for a flag without one */
     const char *help;     /* the help text: lines after the first are indented to the help
                              column; NULL: accepted but not listed */
@@ -58,6 +63,12 @@ struct pl_flag {
     {name, sh, PL_FLAG_I32, PL_FLAG_AT(T, field), lo, hi, meta, help, NULL, 0}
 #define PL_FLAG_ROW_F32(T, name, sh, field, lo, hi, meta, help) \
     {name, sh, PL_FLAG_F32, PL_FLAG_AT(T, field), lo, hi, meta, help, NULL, 0}
+#define PL_FLAG_ROW_I64(T, name, sh, field, lo, hi, meta, help) \
+    {name, sh, PL_FLAG_I64, PL_FLAG_AT(T, field), lo, hi, meta, help, NULL, 0}
+#define PL_FLAG_ROW_F64(T, name, sh, field, lo, hi, meta, help) \
+    {name, sh, PL_FLAG_F64, PL_FLAG_AT(T, field), lo, hi, meta, help, NULL, 0}
+#define PL_FLAG_ROW_CHOICE(T, name, sh, field, names, help) \
+    {name, sh, PL_FLAG_CHOICE, PL_FLAG_AT(T, field), 0, 0, names, help, NULL, 0}
 #define PL_FLAG_ROW_FN(name, sh, fn, aux, meta, help) \
     {name, sh, PL_FLAG_FN, 0, 0, 0, 0, meta, help, fn, aux}
 
@@ -82,6 +93,9 @@ int pl_flags_parse(const pl_flag_cmd *cmd, int argc, char **argv, void *opts, in
 void pl_flags_help(const pl_flag_cmd *cmd, FILE *f);
 /* The usage lines and where to find the rest (after a usage error). */
 void pl_flags_usage(const pl_flag_cmd *cmd, FILE *f);
+/* "pagellm CMD: need WHAT" and the usage on stderr (a required flag or argument is missing):
+ * returns 2. */
+int pl_flags_need(const pl_flag_cmd *cmd, const char *what);
 /* One flag's help: "  -s, LABEL" (or six spaces and LABEL) padded to the help column, then the
  * help text, its later lines at the help column (engine_flags.c lists the engine flags with it). */
 void pl_flags_help_row(FILE *f, char short_name, const char *label, const char *help);

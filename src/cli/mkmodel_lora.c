@@ -6,12 +6,13 @@
  * of standard deviation 0.05 (a trained adapter's B is not zero either), so the adapter moves the
  * logits visibly. The same flags and seed always give the same bytes. */
 #include "cli/cli.h"
+#include "cli/flags.h"
 
 #include "base/rng.h"
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 
-#include <getopt.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,65 +26,49 @@ enum { N_TARGETS = 7 };
 
 typedef struct {
     const char *out, *base, *targets;
-    long rank, seed;
+    int64_t rank, seed;
     double alpha;
     pl_dtype type;
 } lora_opts;
 
-static int usage(void) {
-    fprintf(stderr, "usage: pagellm mkmodel OUT.gguf --lora-of BASE.gguf [--lora-rank R (8)] "
-                    "[--lora-alpha A (16)]\n       [--lora-targets attn_q,attn_k,attn_v,"
-                    "attn_output,ffn_gate,ffn_up,ffn_down (all)] [--type f32|f16] [--seed S]\n");
-    return 2;
+static int set_type(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    lora_opts *o = opts;
+    (void)f;
+    if (!strcmp(arg, "f32")) o->type = PL_DT_F32;
+    else if (!strcmp(arg, "f16")) o->type = PL_DT_F16;
+    else {
+        fprintf(stderr, "pagellm %s: --type for an adapter is f32 or f16, got '%s'\n", cmd, arg);
+        return 2;
+    }
+    return 0;
 }
 
+static const pl_flag LORA_FLAGS[] = {
+    PL_FLAG_ROW_STR(lora_opts, "lora-of", 0, base, "BASE.gguf", "the base model"),
+    PL_FLAG_ROW_I64(lora_opts, "lora-rank", 0, rank, 1, 1024, "R", "the adapter's rank (8)"),
+    PL_FLAG_ROW_F64(lora_opts, "lora-alpha", 0, alpha, -DBL_MAX, DBL_MAX, "A",
+     "adapter.lora.alpha (16)"),
+    PL_FLAG_ROW_STR(lora_opts, "lora-targets", 0, targets, "LIST",
+     "of attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up,\nffn_down (all)"),
+    PL_FLAG_ROW_FN("type", 0, set_type, 0, "f32|f16", "the matrices' type (f32)"),
+    PL_FLAG_ROW_I64(lora_opts, "seed", 0, seed, -0x1p63, 0x1p63, "S", "random seed (1)"),
+};
+
+static const pl_flag_cmd LORA = {
+    "mkmodel",
+    "usage: pagellm mkmodel OUT.gguf --lora-of BASE.gguf [--lora-rank R (8)] [--lora-alpha A (16)]\n"
+    "       [--lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down (all)]\n"
+    "       [--type f32|f16] [--seed S]\n",
+    NULL, LORA_FLAGS, sizeof LORA_FLAGS / sizeof LORA_FLAGS[0], -1, 1};
+
 static int parse(int argc, char **argv, lora_opts *o) {
-    static const struct option longopts[] = {
-        {"lora-of", required_argument, 0, 'b'}, {"lora-rank", required_argument, 0, 'r'},
-        {"lora-alpha", required_argument, 0, 'a'}, {"lora-targets", required_argument, 0, 'T'},
-        {"type", required_argument, 0, 't'}, {"seed", required_argument, 0, 's'},
-        {0, 0, 0, 0}};
     *o = (lora_opts){.rank = 8, .alpha = 16, .seed = 1, .type = PL_DT_F32,
                      .targets = "attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down"};
-    optind = 1;
-    opterr = 0;
-    int c;
-    char *end;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'b': o->base = optarg; break;
-        case 'T': o->targets = optarg; break;
-        case 'r':
-            o->rank = strtol(optarg, &end, 10);
-            if (*end || o->rank < 1 || o->rank > 1024) {
-                fprintf(stderr, "pagellm mkmodel: --lora-rank must be in [1, 1024], got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'a':
-            o->alpha = strtod(optarg, &end);
-            if (*end || !isfinite(o->alpha)) {
-                fprintf(stderr, "pagellm mkmodel: --lora-alpha: '%s' is not a number\n", optarg);
-                return 2;
-            }
-            break;
-        case 's': o->seed = strtol(optarg, &end, 10); if (*end) return usage(); break;
-        case 't':
-            if (!strcmp(optarg, "f32")) o->type = PL_DT_F32;
-            else if (!strcmp(optarg, "f16")) o->type = PL_DT_F16;
-            else {
-                fprintf(stderr, "pagellm mkmodel: --type for an adapter is f32 or f16, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        default:
-            fprintf(stderr, "pagellm mkmodel: with --lora-of, '%s' is not a known flag or lacks its "
-                            "value\n", argv[optind - 1]);
-            return usage();
-        }
-    }
-    if (optind + 1 != argc || !o->base) return usage();
-    o->out = argv[optind];
+    int first, rc = pl_flags_parse(&LORA, argc, argv, o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? -1 : rc;
+    if (first >= argc || !o->base)
+        return pl_flags_need(&LORA, "OUT.gguf and --lora-of BASE.gguf");
+    o->out = argv[first];
     return 0;
 }
 
@@ -154,7 +139,7 @@ static pl_status build(const lora_opts *o, pl_gguf *base, pl_gguf_writer *w, voi
 int pl_cmd_mkmodel_lora(int argc, char **argv) {
     lora_opts o;
     int rc = parse(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     pl_gguf *base = NULL;
     pl_status st = pl_gguf_open(o.base, &base);
     if (st != PL_OK) return pl_cli_fail(C, "--lora-of: %s", pl_last_error());
@@ -168,7 +153,8 @@ int pl_cmd_mkmodel_lora(int argc, char **argv) {
     pl_gguf_writer_destroy(w);
     pl_gguf_close(base);
     if (st != PL_OK) return pl_cli_fail(C, "%s", pl_last_error());
-    printf("wrote %s: LoRA adapter of %s, rank %ld, alpha %g, %s\n", o.out, o.base, o.rank,
+    printf("wrote %s: LoRA adapter of %s, rank %lld, alpha %g, %s\n", o.out, o.base,
+           (long long)o.rank,
            o.alpha, o.targets);
     return 0;
 }

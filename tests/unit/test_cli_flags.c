@@ -19,6 +19,9 @@ typedef struct {
     int quiet;
     int32_t count;
     float scale;
+    int64_t big;
+    double ratio;
+    int pick;
     int calls, last_aux;
     const char *last_arg;
     pl_engine_config eng;
@@ -41,6 +44,9 @@ static const pl_flag FLAGS[] = {
     PL_FLAG_ROW_SET(opts, "quiet", 'q', quiet, "say less"),
     PL_FLAG_ROW_I32(opts, "count", 'c', count, 1, 10, "N", "how many, 1..10\nsecond line"),
     PL_FLAG_ROW_F32(opts, "scale", 0, scale, 0, 2, "F", "a factor"),
+    PL_FLAG_ROW_I64(opts, "big", 0, big, -0x1p63, 0x1p63, "N", "any int64_t"),
+    PL_FLAG_ROW_F64(opts, "ratio", 0, ratio, 1e-3, 1e12, "R", "a double"),
+    PL_FLAG_ROW_CHOICE(opts, "pick", 0, pick, "one|two|three", "a name, stored as its index"),
     PL_FLAG_ROW_FN("note", 0, note, 7, "X", "calls note (repeatable)"),
     PL_FLAG_ROW_FN("mark", 'k', note, 9, NULL, "calls note without a value"),
     PL_FLAG_ROW_SET(opts, "hidden", 0, quiet, NULL),
@@ -101,6 +107,16 @@ static void test_values_go_where_the_table_says(void **state) {
     assert_int_equal(o.count, 10);
     assert_int_equal(o.last_aux, 7);
     assert_string_equal(o.last_arg, "b");
+    assert_int_equal(PARSE(&PLAIN, &o, &first, "--big", "9223372036854775807", "--ratio",
+                           "1e-3"), 0);
+    assert_true(o.big == INT64_MAX);
+    assert_true(o.ratio == 1e-3); /* the double as parsed, not a float's rounding */
+    assert_int_equal(PARSE(&PLAIN, &o, &first, "--big", "-9223372036854775808"), 0);
+    assert_true(o.big == INT64_MIN);
+    assert_int_equal(PARSE(&PLAIN, &o, &first, "--pick", "three"), 0);
+    assert_int_equal(o.pick, 2);
+    assert_int_equal(PARSE(&PLAIN, &o, &first, "--pick", "one"), 0);
+    assert_int_equal(o.pick, 0);
 }
 
 static void test_errors_name_the_flag(void **state) {
@@ -119,6 +135,13 @@ static void test_errors_name_the_flag(void **state) {
     assert_non_null(strstr(captured, "--count: 'many' is not an integer"));
     assert_int_equal(PARSE(&PLAIN, &o, &first, "-c", "11"), 2);
     assert_non_null(strstr(captured, "--count: 11 is out of range [1, 10]"));
+    assert_non_null(strstr(captured, "usage: pagellm demo")); /* a bad value: the usage too */
+    assert_int_equal(PARSE(&PLAIN, &o, &first, "--big", "9223372036854775808"), 2);
+    assert_non_null(strstr(captured, "--big: "));
+    assert_int_equal(PARSE(&PLAIN, &o, &first, "--ratio", "1e13"), 2);
+    assert_non_null(strstr(captured, "--ratio: 1e+13 is out of range"));
+    assert_int_equal(PARSE(&PLAIN, &o, &first, "--pick", "tw"), 2); /* whole names only */
+    assert_non_null(strstr(captured, "pagellm demo: --pick: 'tw' is not one, two or three\n"));
     assert_int_equal(PARSE(&PLAIN, &o, &first, "--scale", "2.5"), 2);
     assert_non_null(strstr(captured, "--scale: 2.5 is out of range"));
     assert_int_equal(PARSE(&PLAIN, &o, &first, "--scale", "nan"), 2);
