@@ -1,4 +1,4 @@
-/* kernels/ops — see ops.h. Plain C, with RMSNorm and SwiGLU rows in AVX-512 (ops_avx512.c)
+/* kernels/ops — see ops.h. Plain C, with RMSNorm, SwiGLU and GELU rows in AVX-512 (ops_avx512.c)
  * when pl_cpu_isa() allows; the heavy kernels live in matmul*.c and attention*.c. */
 #include "kernels/ops.h"
 
@@ -6,6 +6,7 @@
 #include "base/fp16.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 
 /* The rows of RMSNorm and LayerNorm (b: LayerNorm's bias, NULL for RMSNorm). */
@@ -160,30 +161,48 @@ void pl_layernorm(pl_threadpool *tp, float *y, const float *x, const float *w, c
     pl_threadpool_run_n(tp, n >= 4 ? pl_threadpool_size(tp) : 1, layernorm_rows, &j);
 }
 
-static float gelu_one(float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    float h = pl_f16_to_f32(pl_f32_to_f16(x));
+/* GELU as GGML's CPU backend computes it on f32: x <= -10 -> 0, x >= 10 -> x, otherwise the
+ * tanh approximation of x rounded to f16, rounded to f16 (GGML's lookup table). Every value of
+ * the middle case depends only on x's f16 bits, so it is read from a table of the 65,536 results
+ * (filled once, like GGML's), which is what makes Gemma's GeGLU cheap. */
+static float gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_fill(void) {
     const float c = 0.79788456080286535587989211986876f; /* sqrt(2 / pi) */
-    float g = 0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h)));
-    return pl_f16_to_f32(pl_f32_to_f16(g));
+    for (uint32_t i = 0; i < 1u << 16; i++) {
+        float h = pl_f16_to_f32((pl_f16)i);
+        float g = 0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h)));
+        gelu_table[i] = pl_f16_to_f32(pl_f32_to_f16(g));
+    }
 }
 
 static void gelu_part(void *p, int ith, int nth) {
     elem_job *j = p;
     int64_t i0, i1;
     pl_split_range(j->len, ith, nth, 64, &i0, &i1);
-    for (int64_t i = i0; i < i1; i++) j->g[i] = gelu_one(j->g[i]);
+    if (pl_cpu_isa() >= PL_ISA_AVX512) {
+        pl_geglu_avx512(j->g + i0, j->u ? j->u + i0 : NULL, i1 - i0, gelu_table);
+        return;
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const float x = j->g[i];
+        float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_table[pl_f32_to_f16(x)];
+        j->g[i] = j->u ? y * j->u[i] : y;
+    }
 }
 
-void pl_gelu(pl_threadpool *tp, float *x, int64_t len) {
-    elem_job j = {x, NULL, len};
+/* GELU (u NULL) or GeGLU over len elements of g, threaded once there is enough of it. */
+static void gelu_run(pl_threadpool *tp, float *g, const float *u, int64_t len) {
+    pthread_once(&gelu_once, gelu_fill);
+    elem_job j = {g, u, len};
     pl_threadpool_run_n(tp, len >= 4096 ? pl_threadpool_size(tp) : 1, gelu_part, &j);
 }
 
+void pl_gelu(pl_threadpool *tp, float *x, int64_t len) { gelu_run(tp, x, NULL, len); }
+
 void pl_geglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim) {
-    pl_gelu(tp, g, n * dim);
-    for (int64_t i = 0; i < n * dim; i++) g[i] *= u[i];
+    gelu_run(tp, g, u, n * dim);
 }
 
 void pl_add(float *x, const float *y, int64_t len) {

@@ -68,9 +68,12 @@ void pl_add(float *x, const float *y, int64_t len);
 /* x[r][i] += b[i] for n rows of dim (biases). */
 void pl_add_bias(float *x, const float *b, int64_t n, int64_t dim);
 
-/* AVX-512 rows behind pl_rmsnorm / pl_swiglu (ops_avx512.c; callers check pl_cpu_isa()). */
+/* AVX-512 rows behind pl_rmsnorm / pl_swiglu / pl_gelu (ops_avx512.c; callers check pl_cpu_isa()). */
 void pl_rmsnorm_row_avx512(float *y, const float *x, const float *w, int64_t dim, float eps);
 void pl_swiglu_avx512(float *g, const float *u, int64_t n);
+/* g[i] = gelu(g[i]) (* u[i] when u is not NULL) over n elements, the middle range's values
+ * looked up in table[f16 bits of g[i]] (pl_gelu's table). */
+void pl_geglu_avx512(float *g, const float *u, int64_t n, const float *table);
 
 /* out[i] = x[i] - logsumexp(x) (in double, then rounded). Returns logsumexp. */
 double pl_log_softmax(const float *x, float *out, int64_t n);

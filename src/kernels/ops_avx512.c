@@ -1,4 +1,4 @@
-/* kernels/ops_avx512 — RMSNorm and SwiGLU rows with AVX-512 (dispatched from ops.c).
+/* kernels/ops_avx512 — RMSNorm, SwiGLU and GELU rows with AVX-512 (dispatched from ops.c).
  *
  * Both treat every row (RMSNorm) or element (SwiGLU) with operations that depend only on the row
  * length, never on where a thread's range starts or ends (tails are masked vectors, not scalar
@@ -9,6 +9,8 @@
  *            differ only in the order of the double additions.
  *   swiglu : silu(g) = g / (1 + e^-g) with e^x from a degree-7 polynomial after range reduction
  *            (relative error ~1e-7), scaled by 2^n with vscalefps.
+ *   gelu   : GGML's f16 table, gathered by the vcvtps2ph bits of x (round to nearest even, as
+ *            pl_f32_to_f16): bitwise the scalar path's values.
  */
 #include "kernels/ops.h"
 
@@ -48,5 +50,19 @@ void pl_swiglu_avx512(float *g, const float *u, int64_t n) {
         __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
         __m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
         _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
+void pl_geglu_avx512(float *g, const float *u, int64_t n, const float *table) {
+    const __m512 lo = _mm512_set1_ps(-10.0f), hi = _mm512_set1_ps(10.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = mask_of(n - i);
+        __m512 x = _mm512_maskz_loadu_ps(m, g + i);
+        __m512i idx = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        __m512 y = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, table, 4);
+        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x);
+        y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLE_UQ), y); /* x <= -10: 0 */
+        if (u) y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(m, u + i));
+        _mm512_mask_storeu_ps(g + i, m, y);
     }
 }

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "base/fp16.h"
 #include "base/rng.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
@@ -170,6 +171,57 @@ static void test_ops_isas_threads(void **state) {
     pl_threadpool_destroy(tp2);
 }
 
+/* GELU and GeGLU on every ISA (scalar forced too), 1 and 2 threads: bitwise GGML's definition
+ * computed here directly (x <= -10 -> 0, x >= 10 -> x, else the tanh approximation of x rounded
+ * to f16, rounded to f16), on every f16 value, on floats between them (rounding ties and the
+ * edges at +-10), infinities, and a length whose tail is not a whole vector. */
+static float gelu_ref(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    float h = pl_f16_to_f32(pl_f32_to_f16(x));
+    const float c = 0.79788456080286535587989211986876f;
+    float g = 0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h)));
+    return pl_f16_to_f32(pl_f32_to_f16(g));
+}
+
+static void test_gelu_isas_threads(void **state) {
+    (void)state;
+    enum { NH = 1 << 16, NR = 4099, N = NH + NR + 8 };
+    float *x = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
+    float *y = malloc(N * sizeof(float)), *ref = malloc(N * sizeof(float));
+    int64_t n = 0;
+    for (uint32_t i = 0; i < NH; i++) { /* every f16 value but NaNs */
+        float v = pl_f16_to_f32((pl_f16)i);
+        if (v == v) x[n++] = v;
+    }
+    pl_rng r;
+    pl_rng_seed(&r, 11);
+    for (int i = 0; i < NR; i++) x[n++] = (float)(pl_rng_uniform(&r) * 24 - 12);
+    const float edges[] = {10.0f, -10.0f, nextafterf(10.0f, 0), nextafterf(-10.0f, 0),
+                           9.998f, -9.998f, INFINITY, -INFINITY};
+    for (int i = 0; i < 8; i++) x[n++] = edges[i];
+    for (int64_t i = 0; i < n; i++) u[i] = (float)(pl_rng_uniform(&r) * 4 - 2);
+    pl_threadpool *tp[2] = {pl_threadpool_create(1), pl_threadpool_create(2)};
+    unsigned ran = 0;
+    for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
+        pl_cpu_force_isa((pl_isa)isa);
+        isa_ran(&ran);
+        for (int t = 0; t < 2; t++) {
+            for (int64_t i = 0; i < n; i++) y[i] = x[i], ref[i] = gelu_ref(x[i]);
+            pl_gelu(tp[t], y, n);
+            assert_memory_equal(y, ref, (size_t)n * sizeof(float));
+            for (int64_t i = 0; i < n; i++) y[i] = x[i], ref[i] *= u[i];
+            pl_geglu(tp[t], y, u, 1, n);
+            assert_memory_equal(y, ref, (size_t)n * sizeof(float));
+        }
+    }
+    pl_cpu_force_isa(PL_ISA_AVX512);
+    isa_coverage_check("gelu", ran);
+    pl_threadpool_destroy(tp[0]);
+    pl_threadpool_destroy(tp[1]);
+    free(x), free(u), free(y), free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),
@@ -177,6 +229,7 @@ int main(void) {
         cmocka_unit_test(test_rope_yarn),
         cmocka_unit_test(test_swiglu_softmax),
         cmocka_unit_test(test_ops_isas_threads),
+        cmocka_unit_test(test_gelu_isas_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
