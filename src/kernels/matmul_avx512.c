@@ -18,26 +18,11 @@
 #include "kernels/matmul_tile.h"
 #include "kernels/quant.h"
 
+#include "kernels/matmul_avx512.h"
 #include "kernels/simd.h"
 
 #include <immintrin.h>
 #include <string.h>
-
-
-/* The f16 values at pa and pb spread over the lanes by idx (0 -> *pa, 1 -> *pb). */
-AI __m512 lanes_of_two_f16(const __m512i idx, const uint8_t *pa, const uint8_t *pb) {
-    pl_f16 ha, hb;
-    memcpy(&ha, pa, sizeof ha);
-    memcpy(&hb, pb, sizeof hb);
-    __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | ((uint32_t)hb << 16))));
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
-}
-
-AI __m512 lanes_of_two(const __m512i idx, const float *d) {
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d))));
-}
-
-AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512(), v, 0); }
 
 /* Store the lane sums of acc[r][b] to y[b * ldy + r]. */
 #define STORE_TILE(acc)                                                                     \
@@ -312,15 +297,8 @@ AI void k45_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
     STORE_TILE(acc);
 }
 
-AI void q4_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NR, const int NB) {
-    k45_body(w, ws, a, as, cols, y, ldy, NR, NB, 0);
-}
-
-AI void q5_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NR, const int NB) {
-    k45_body(w, ws, a, as, cols, y, ldy, NR, NB, 1);
-}
+PL_MM_BODY_T(q4_K_body, k45_body, 0)
+PL_MM_BODY_T(q5_K_body, k45_body, 1)
 
 /* int16 lane -> sub-block (of the 4 a 64-quant vector spans) */
 static const int16_t q6_idx[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,

@@ -17,7 +17,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-
 #define Q8K(b, i) ((const pl_block_q8_K *)(a + (b) * as) + (i))
 
 /* q4_K (HIGH5 = 0) and q5_K (HIGH5 = 1). */
@@ -79,15 +78,8 @@ AI void k45_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
     UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) y[b * ldy + r] = hsum8(acc[r][b]);
 }
 
-AI void q4_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NR, const int NB) {
-    k45_body(w, ws, a, as, cols, y, ldy, NR, NB, 0);
-}
-
-AI void q5_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NR, const int NB) {
-    k45_body(w, ws, a, as, cols, y, ldy, NR, NB, 1);
-}
+PL_MM_BODY_T(q4_K_body, k45_body, 0)
+PL_MM_BODY_T(q5_K_body, k45_body, 1)
 
 AI void q6_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
                   int64_t ldy, const int NR, const int NB) {

@@ -1,5 +1,6 @@
 /* kernels/matmul_tile — the tile entry points of the ISA matmul files (internal to the x16 ymm tiles,
- * matmul_avx2.c, matmul_kq_avx2.c, matmul_wt_avx2.c, matmul_avx512.c, matmul_wt_avx512.c).
+ * matmul_avx2.c, matmul_kq_avx2.c, matmul_wt_avx2.c, matmul_avx512.c, matmul_wt_avx512.c,
+ * matmul_wt_tiles.h).
  *
  * A body is an always_inline function body(w, ws, a, as, cols, y, ldy, NR, NB) that computes an
  * NR x NB tile (weight rows x activation rows) with NR and NB compile-time constants, so each
@@ -39,6 +40,14 @@
 #define PL_MM_TILE_4x4(name, body)                                                          \
     PL_MM_TILE_FN(name, PL_MM_ROW_CASES4(body, 1) PL_MM_ROW_CASES4(body, 2)                 \
                         PL_MM_ROW_CASES4(body, 3) PL_MM_ROW_CASES4(body, 4))
+
+/* A body of one weight type out of a family body that takes the type as its last argument
+ * (a compile-time constant: the branches on it fold away). */
+#define PL_MM_BODY_T(name, body, T)                                                         \
+    AI void name(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y, \
+                 int64_t ldy, const int NR, const int NB) {                                 \
+        body(w, ws, a, as, cols, y, ldy, NR, NB, T);                                        \
+    }
 
 /* The 256-bit x16 tiles (x16_kq_ymm.h, matmul_x16_avxvnni.c): one 16-row group by nb (1, 2)
  * activation rows, body(w, a, as, cols, y, ldy, NB, ARG) with NB a constant. */

@@ -202,38 +202,11 @@ AI void iq4_xs_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, in
     UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) y[b * ldy + r] = hsum8(acc[r][b]);
 }
 
-#define BODY_T(name, body, T)                                                                \
-    AI void name(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y, \
-                 int64_t ldy, const int NR, const int NB) {                                 \
-        body(w, ws, a, as, cols, y, ldy, NR, NB, T);                                        \
-    }
-
-BODY_T(q4_1_body, b32_body, T_Q4_1)
-BODY_T(q5_1_body, b32_body, T_Q5_1)
-BODY_T(q5_0_body, b32_body, T_Q5_0)
-BODY_T(iq4_nl_body, b32_body, T_IQ4_NL)
-BODY_T(q2_K_body, k23_body, 0)
-BODY_T(q3_K_body, k23_body, 1)
-
-PL_MM_TILE_2x2(tile_q4_1, q4_1_body)
-PL_MM_TILE_2x2(tile_q5_1, q5_1_body)
-PL_MM_TILE_2x2(tile_q5_0, q5_0_body)
-PL_MM_TILE_2x2(tile_iq4_nl, iq4_nl_body)
-PL_MM_TILE_2x2(tile_q2_K, q2_K_body)
-PL_MM_TILE_2x2(tile_q3_K, q3_K_body)
-PL_MM_TILE_2x2(tile_iq4_xs, iq4_xs_body)
-
-int pl_mm_kernel_avx2_wt(pl_dtype t, pl_mm_kernel *k) {
-    k->tr = 2;
-    k->tb = 2;
-    switch (t) {
-    case PL_DT_Q4_1: k->fn = tile_q4_1; return 1;
-    case PL_DT_Q5_1: k->fn = tile_q5_1; return 1;
-    case PL_DT_Q5_0: k->fn = tile_q5_0; return 1;
-    case PL_DT_IQ4_NL: k->fn = tile_iq4_nl; return 1;
-    case PL_DT_Q2_K: k->fn = tile_q2_K; return 1;
-    case PL_DT_Q3_K: k->fn = tile_q3_K; return 1;
-    case PL_DT_IQ4_XS: k->fn = tile_iq4_xs; return 1;
-    default: return 0;
-    }
-}
+#define PL_WT_KERNEL pl_mm_kernel_avx2_wt
+#define PL_WT_B32_TILE PL_MM_TILE_2x2
+#define PL_WT_B32_TR 2
+#define PL_WT_B32_TB 2
+#define PL_WT_K_TILE PL_MM_TILE_2x2
+#define PL_WT_K_TR 2
+#define PL_WT_K_TB 2
+#include "kernels/matmul_wt_tiles.h"

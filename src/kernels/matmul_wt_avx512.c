@@ -19,6 +19,7 @@
 #include "kernels/quant.h"
 
 #include "kernels/q3_K_simd.h"
+#include "kernels/matmul_avx512.h"
 #include "kernels/simd.h"
 
 #include <immintrin.h>
@@ -38,22 +39,6 @@ AI __m256i nibbles32(const uint8_t *p) {
     __m128i v = _mm_loadu_si128((const __m128i *)p);
     __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
     return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
-}
-
-AI __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-AI __m512i zext256(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512(), v, 0); }
-
-/* The f16 values at pa and pb spread over the lanes by idx (0 -> *pa, 1 -> *pb). */
-AI __m512 lanes_of_two_f16(const __m512i idx, const uint8_t *pa, const uint8_t *pb) {
-    pl_f16 ha, hb;
-    memcpy(&ha, pa, sizeof ha);
-    memcpy(&hb, pb, sizeof hb);
-    __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | ((uint32_t)hb << 16))));
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
-}
-
-AI __m512 lanes_of_two(const __m512i idx, const float *d) {
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d))));
 }
 
 /* The unsigned weight bytes of one block (element order). */
@@ -263,43 +248,11 @@ AI void iq4_xs_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, in
     UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) y[b * ldy + r] = _mm512_reduce_add_ps(acc[r][b]);
 }
 
-#define BODY_T(name, body, T)                                                                \
-    AI void name(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y, \
-                 int64_t ldy, const int NR, const int NB) {                                 \
-        body(w, ws, a, as, cols, y, ldy, NR, NB, T);                                        \
-    }
-
-BODY_T(q4_1_body, b32_body, T_Q4_1)
-BODY_T(q5_1_body, b32_body, T_Q5_1)
-BODY_T(q5_0_body, b32_body, T_Q5_0)
-BODY_T(iq4_nl_body, b32_body, T_IQ4_NL)
-BODY_T(q2_K_body, k23_body, 0)
-BODY_T(q3_K_body, k23_body, 1)
-
-PL_MM_TILE_4x3(tile_q4_1, q4_1_body)
-PL_MM_TILE_4x3(tile_q5_1, q5_1_body)
-PL_MM_TILE_4x3(tile_q5_0, q5_0_body)
-PL_MM_TILE_4x3(tile_iq4_nl, iq4_nl_body)
-PL_MM_TILE_2x4(tile_q2_K, q2_K_body)
-PL_MM_TILE_2x4(tile_q3_K, q3_K_body)
-PL_MM_TILE_2x4(tile_iq4_xs, iq4_xs_body)
-
-int pl_mm_kernel_avx512_wt(pl_dtype t, pl_mm_kernel *k) {
-    k->tr = 4;
-    k->tb = 3;
-    switch (t) {
-    case PL_DT_Q4_1: k->fn = tile_q4_1; return 1;
-    case PL_DT_Q5_1: k->fn = tile_q5_1; return 1;
-    case PL_DT_Q5_0: k->fn = tile_q5_0; return 1;
-    case PL_DT_IQ4_NL: k->fn = tile_iq4_nl; return 1;
-    default: break;
-    }
-    k->tr = 2;
-    k->tb = 4;
-    switch (t) {
-    case PL_DT_Q2_K: k->fn = tile_q2_K; return 1;
-    case PL_DT_Q3_K: k->fn = tile_q3_K; return 1;
-    case PL_DT_IQ4_XS: k->fn = tile_iq4_xs; return 1;
-    default: return 0;
-    }
-}
+#define PL_WT_KERNEL pl_mm_kernel_avx512_wt
+#define PL_WT_B32_TILE PL_MM_TILE_4x3
+#define PL_WT_B32_TR 4
+#define PL_WT_B32_TB 3
+#define PL_WT_K_TILE PL_MM_TILE_2x4
+#define PL_WT_K_TR 2
+#define PL_WT_K_TB 4
+#include "kernels/matmul_wt_tiles.h"

@@ -148,6 +148,12 @@ typedef struct {
     uint8_t qs[PL_QK / 2];   /* indices into kvalues_mxfp4, nibbles as q4_0 */
 } pl_block_mxfp4;
 
+static_assert(sizeof(pl_block_q8_0) == 34, "q8_0 block is 34 bytes");
+static_assert(sizeof(pl_block_q4_0) == 18, "q4_0 block is 18 bytes");
+static_assert(sizeof(pl_block_q4_K) == 144, "q4_K block is 144 bytes");
+static_assert(sizeof(pl_block_q5_K) == 176, "q5_K block is 176 bytes");
+static_assert(sizeof(pl_block_q6_K) == 210, "q6_K block is 210 bytes");
+static_assert(sizeof(pl_block_q8_K) == 292, "q8_K block is 292 bytes");
 static_assert(sizeof(pl_block_mxfp4) == 17, "mxfp4 block is 17 bytes");
 static_assert(sizeof(pl_block_q4_1) == 20, "q4_1 block is 20 bytes");
 static_assert(sizeof(pl_block_q5_0) == 22, "q5_0 block is 22 bytes");
@@ -182,13 +188,6 @@ static inline void pl_q3_K_scales(const uint8_t s[12], int8_t out[16]) {
 static inline int pl_iq4_xs_scale(const pl_block_iq4_xs *b, int ib) {
     return (((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((b->scales_h >> 2 * ib) & 3) << 4)) - 32;
 }
-
-static_assert(sizeof(pl_block_q8_0) == 34, "q8_0 block is 34 bytes");
-static_assert(sizeof(pl_block_q4_0) == 18, "q4_0 block is 18 bytes");
-static_assert(sizeof(pl_block_q4_K) == 144, "q4_K block is 144 bytes");
-static_assert(sizeof(pl_block_q5_K) == 176, "q5_K block is 176 bytes");
-static_assert(sizeof(pl_block_q6_K) == 210, "q6_K block is 210 bytes");
-static_assert(sizeof(pl_block_q8_K) == 292, "q8_K block is 292 bytes");
 
 /* The 6-bit scale and min of sub-block j (0..7) of a q4_K / q5_K block. */
 static inline void pl_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {

@@ -135,24 +135,25 @@ void pl_dequant_iq4_xs(const pl_block_iq4_xs *x, float *y, int64_t n) {
 
 /* ---- q4_1 / q5_0 / q5_1: llama.cpp's reference rounding ---------------------------------- */
 
-/* The min and max of a 32-block, in llama.cpp's order (q4_1 / q5_1). */
-static inline void minmax32(const float *x, float *pmin, float *pmax) {
+/* q4_1 / q5_1's affine scale of a 32-block over levels 0..nmax: the min and max in llama.cpp's
+ * order, d = (max - min) / nmax and the min stored as f16 in *d and *m; returns the min in *pmin
+ * and 1 / d (0 for a flat block). */
+static inline float affine32(const float *x, float nmax, pl_f16 *d, pl_f16 *m, float *pmin) {
     float min = FLT_MAX, max = -FLT_MAX;
     for (int j = 0; j < PL_QK; j++) {
         min = x[j] < min ? x[j] : min;
         max = x[j] > max ? x[j] : max;
     }
+    float dd = (max - min) / nmax;
+    *d = pl_f32_to_f16(dd);
+    *m = pl_f32_to_f16(min);
     *pmin = min;
-    *pmax = max;
+    return dd != 0.0f ? 1.0f / dd : 0.0f;
 }
 
 void pl_quantize_q4_1_ref(const float *x, pl_block_q4_1 *y, int64_t n) {
     for (int64_t i = 0; i < n / PL_QK; i++, x += PL_QK) {
-        float min, max;
-        minmax32(x, &min, &max);
-        float d = (max - min) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = pl_f32_to_f16(d);
-        y[i].m = pl_f32_to_f16(min);
+        float min, id = affine32(x, 15.0f, &y[i].d, &y[i].m, &min);
         for (int j = 0; j < PL_QK / 2; j++) { /* llama.cpp: MIN(15, (int8_t)(v + 0.5f)) */
             int lo = qclamp(floorf((x[j] - min) * id + 0.5f), 0, 15);
             int hi = qclamp(floorf((x[j + 16] - min) * id + 0.5f), 0, 15);
@@ -184,11 +185,7 @@ void pl_quantize_q5_0_ref(const float *x, pl_block_q5_0 *y, int64_t n) {
 
 void pl_quantize_q5_1_ref(const float *x, pl_block_q5_1 *y, int64_t n) {
     for (int64_t i = 0; i < n / PL_QK; i++, x += PL_QK) {
-        float min, max;
-        minmax32(x, &min, &max);
-        float d = (max - min) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = pl_f32_to_f16(d);
-        y[i].m = pl_f32_to_f16(min);
+        float min, id = affine32(x, 31.0f, &y[i].d, &y[i].m, &min);
         uint32_t qh = 0;
         for (int j = 0; j < PL_QK / 2; j++) { /* llama.cpp: (uint8_t)(v + 0.5f), v in [0, 31] */
             int lo = qclamp(floorf((x[j] - min) * id + 0.5f), 0, 31);
