@@ -19,9 +19,8 @@ AI void iq4_xs_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols,
     const __m512i lut = _mm512_broadcast_i32x4(
         _mm_add_epi8(_mm_loadu_si128((const __m128i *)pl_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
     const pl_block_q8_K *x[4];
-    UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
     __m512 acc[4];
-    UNROLL for (int b = 0; b < NB; b++) acc[b] = _mm512_setzero_ps();
+    pl_x16_tile_rows(a, as, NB, x, acc);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *o = w + (size_t)s * 16 * 138;
         __m512i S[4];

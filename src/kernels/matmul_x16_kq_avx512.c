@@ -22,12 +22,9 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8((char)0xF0);
     const pl_block_q8_K *x[4];
     const int32_t *xs[4];
-    UNROLL for (int b = 0; b < NB; b++) {
-        x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
-        xs[b] = (const int32_t *)(x[b] + nsb);
-    }
     __m512 acc[4];
-    UNROLL for (int b = 0; b < NB; b++) acc[b] = _mm512_setzero_ps();
+    pl_x16_tile_rows(a, as, NB, x, acc);
+    UNROLL for (int b = 0; b < NB; b++) xs[b] = (const int32_t *)(x[b] + nsb);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *o = w + (size_t)s * 16 * 144;
         __m512i S[4], M[4];
@@ -72,9 +69,8 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
                   int64_t ldy, const int NB) {
     const int64_t nsb = cols / PL_QK_K;
     const pl_block_q8_K *x[4];
-    UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
     __m512 acc[4];
-    UNROLL for (int b = 0; b < NB; b++) acc[b] = _mm512_setzero_ps();
+    pl_x16_tile_rows(a, as, NB, x, acc);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *o = w + (size_t)s * 16 * 210;
         __m512i S[4], O[4];

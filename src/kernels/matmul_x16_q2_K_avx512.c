@@ -17,9 +17,8 @@ AI void q2_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
     const int64_t nsb = cols / PL_QK_K;
     const __m512i three = _mm512_set1_epi8(3), low4 = _mm512_set1_epi16(0x0F);
     const pl_block_q8_K *x[4];
-    UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
     __m512 acc[4];
-    UNROLL for (int b = 0; b < NB; b++) acc[b] = _mm512_setzero_ps();
+    pl_x16_tile_rows(a, as, NB, x, acc);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *o = w + (size_t)s * 16 * 84;
         __m512i S[4], M[4];

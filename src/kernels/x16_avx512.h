@@ -4,10 +4,20 @@
 #ifndef PL_KERNELS_X16_AVX512_H
 #define PL_KERNELS_X16_AVX512_H
 
+#include "kernels/quant.h"
 #include "kernels/simd.h"
 #include "kernels/x16_prefetch.h"
 
 #include <immintrin.h>
+
+/* A tile's NB activation rows (q8_K, as bytes apart) and their float sums, zeroed. */
+AI void pl_x16_tile_rows(const uint8_t *a, size_t as, const int NB, const pl_block_q8_K *x[4],
+                         __m512 acc[4]) {
+    UNROLL for (int b = 0; b < NB; b++) {
+        x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
+        acc[b] = _mm512_setzero_ps();
+    }
+}
 
 /* q6_K's x16 layout: the four chunks of one 16-column group (chunk j: columns 4j..4j + 3 of the
  * group, 16 lanes x 4 bytes) from its three stored chunks X, Y, Z (p): chunks 0-2 are their low
