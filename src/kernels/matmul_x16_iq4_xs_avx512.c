@@ -56,10 +56,4 @@ AI void iq4_xs_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols,
     UNROLL for (int b = 0; b < NB; b++) _mm512_storeu_ps(y + (size_t)b * ldy, acc[b]);
 }
 
-PL_X16_TILE_NB(tile, iq4_xs_body)
-
-void pl_mm_kernel_x16_iq4_xs_avx512(pl_mm_kernel *k) {
-    k->fn = tile;
-    k->tr = 16;
-    k->tb = 4;
-}
+PL_X16_KERNEL_AVX512(pl_mm_kernel_x16_iq4_xs_avx512, iq4_xs_body)

@@ -92,4 +92,14 @@ AI __m512 pl_x16_sb_fma2(__m512 acc, __m512i S, __m512i M, const uint8_t *o, flo
         }                                                                                          \
     }
 
+/* An x16 body's tile (16-row groups by up to four activation rows) and the kernel function that
+ * selects it. */
+#define PL_X16_KERNEL_AVX512(kernel, body)                                                         \
+    PL_X16_TILE_NB(kernel##_tile, body)                                                            \
+    void kernel(pl_mm_kernel *k) {                                                                 \
+        k->fn = kernel##_tile;                                                                     \
+        k->tr = 16;                                                                                \
+        k->tb = 4;                                                                                 \
+    }
+
 #endif
