@@ -164,19 +164,17 @@ void pl_out_want_abort(pl_out_channel *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-int pl_out_abort_wanted(pl_out_channel *c) {
+/* One flag of c (a field of c), read under its lock. */
+static int flag_locked(pl_out_channel *c, const int *flag) {
     pthread_mutex_lock(&c->mu);
-    int r = c->abort_wanted;
+    int r = *flag;
     pthread_mutex_unlock(&c->mu);
     return r;
 }
 
-int pl_out_released(pl_out_channel *c) {
-    pthread_mutex_lock(&c->mu);
-    int r = c->released;
-    pthread_mutex_unlock(&c->mu);
-    return r;
-}
+int pl_out_abort_wanted(pl_out_channel *c) { return flag_locked(c, &c->abort_wanted); }
+
+int pl_out_released(pl_out_channel *c) { return flag_locked(c, &c->released); }
 
 static int has_news(const pl_out_channel *c) {
     if (c->finished || (c->prompt_ready && !c->prompt_taken)) return 1;
