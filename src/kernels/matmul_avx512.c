@@ -143,11 +143,16 @@ FLOAT_BODIES(bf16, 32, __mmask32, (__mmask32)0xFFFFFFFFu, __m512bh, LD_BF16, LD_
         }                                                                                   \
     }
 
-AI void q8_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NR, const int NB) {
+/* q8_0 (Q4 = 0: bytes ^ 0x80) and q4_0 (Q4 = 1: nibbles, stored + 8), a constant. A pair's q4_0
+ * vector holds A[0..15] B[0..15] A[16..31] B[16..31]. */
+AI void q80_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
+                 int64_t ldy, const int NR, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
-    const __m512i off = _mm512_set1_epi8((char)0x80);
-    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const size_t bsz = Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0);
+    const __m512i off = Q4 ? _mm512_set1_epi8(8) : _mm512_set1_epi8((char)0x80);
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i idx = Q4 ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
+                           : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m512 acc[4][4];
     ZERO_TILE(acc);
     int64_t k = 0;
@@ -155,21 +160,36 @@ AI void q8_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
         __m512i wq[4];
         __m512 dw[4];
         UNROLL for (int r = 0; r < NR; r++) {
-            const uint8_t *p = w + r * ws + k * sizeof(pl_block_q8_0);
-            __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
-            __m256i hi = _mm256_loadu_si256((const __m256i *)(p + 36));
-            wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), off);
-            dw[r] = lanes_of_two_f16(idx, p, p + 34);
+            const uint8_t *p = w + r * ws + k * bsz;
+            if (Q4) {
+                __m256i v = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + 2))),
+                    _mm_loadu_si128((const __m128i *)(p + 20)), 1);
+                wq[r] = _mm512_and_si512(
+                    _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low);
+                dw[r] = lanes_of_two_f16(idx, p, p + 18);
+            } else {
+                __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
+                __m256i hi = _mm256_loadu_si256((const __m256i *)(p + 36));
+                wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), off);
+                dw[r] = lanes_of_two_f16(idx, p, p + 34);
+            }
         }
         Q80_STEP(_mm512_loadu_si512(ab + k * PL_QK), lanes_of_two(idx, (const float *)(ab + cols) + k))
     }
-    if (k < nblk) {
+    if (k < nblk) { /* lone last block, natural order */
         __m512i wq[4];
         __m512 dw[4];
         UNROLL for (int r = 0; r < NR; r++) {
-            const uint8_t *p = w + r * ws + k * sizeof(pl_block_q8_0);
-            __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
-            wq[r] = zext256(_mm256_xor_si256(lo, _mm512_castsi512_si256(off)));
+            const uint8_t *p = w + r * ws + k * bsz;
+            if (Q4) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+                __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+                wq[r] = zext256(_mm256_and_si256(q, _mm512_castsi512_si256(low)));
+            } else {
+                __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
+                wq[r] = zext256(_mm256_xor_si256(lo, _mm512_castsi512_si256(off)));
+            }
             dw[r] = _mm512_set1_ps(f16_at(p));
         }
         Q80_STEP(zext256(_mm256_loadu_si256((const __m256i *)(ab + k * PL_QK))),
@@ -178,45 +198,9 @@ AI void q8_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     STORE_TILE(acc);
 }
 
-AI void q4_0_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NR, const int NB) {
-    const int64_t nblk = cols / PL_QK;
-    const __m512i off = _mm512_set1_epi8(8);
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    /* a pair's vector holds A[0..15] B[0..15] A[16..31] B[16..31] */
-    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
-    __m512 acc[4][4];
-    ZERO_TILE(acc);
-    int64_t k = 0;
-    for (; k + 2 <= nblk; k += 2) {
-        __m512i wq[4];
-        __m512 dw[4];
-        UNROLL for (int r = 0; r < NR; r++) {
-            const uint8_t *p = w + r * ws + k * sizeof(pl_block_q4_0);
-            __m256i v = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + 2))),
-                _mm_loadu_si128((const __m128i *)(p + 20)), 1);
-            wq[r] = _mm512_and_si512(
-                _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low);
-            dw[r] = lanes_of_two_f16(idx, p, p + 18);
-        }
-        Q80_STEP(_mm512_loadu_si512(ab + k * PL_QK), lanes_of_two(idx, (const float *)(ab + cols) + k))
-    }
-    if (k < nblk) { /* lone last block, natural order */
-        __m512i wq[4];
-        __m512 dw[4];
-        UNROLL for (int r = 0; r < NR; r++) {
-            const uint8_t *p = w + r * ws + k * sizeof(pl_block_q4_0);
-            __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
-            __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
-            wq[r] = zext256(_mm256_and_si256(q, _mm512_castsi512_si256(low)));
-            dw[r] = _mm512_set1_ps(f16_at(p));
-        }
-        Q80_STEP(zext256(_mm256_loadu_si256((const __m256i *)(ab + k * PL_QK))),
-                 _mm512_set1_ps(((const float *)(ab + cols))[k]))
-    }
-    STORE_TILE(acc);
-}
+PL_MM_BODY_T(q8_0_body, q80_body, 0)
+PL_MM_BODY_T(q4_0_body, q80_body, 1)
+
 
 /* ---- K-quants against q8_K activations ----------------------------------------------------- */
 
