@@ -45,6 +45,17 @@
 #ifndef PF_AHEAD
 #define PF_AHEAD 2048
 #endif
+/* One chunk (j) of a large tile's partial, its lanes under mask M. */
+#define FLOAT_CHUNK(CW, WT, WLOAD, XLOAD, FMA, M)                                                  \
+    {                                                                                              \
+        const int64_t c = j * CW;                                                                  \
+        WT wv[4];                                                                                  \
+        UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, M);                       \
+        UNROLL for (int b = 0; b < NB; b++) {                                                      \
+            const uint8_t *ab = a + b * as;                                                        \
+            UNROLL for (int r = 0; r < NR; r++) acc[r][b] = FMA(acc[r][b], wv[r], XLOAD(ab, c, M)); \
+        }                                                                                          \
+    }
 #define FLOAT_BODIES(NAME, CW, MASK_T, FULL, WT, WLOAD, XLOAD, FMA)                                \
     AI void NAME##_small(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols,   \
                          float *y, int64_t ldy, const int NB) {                                    \
@@ -87,24 +98,10 @@
         UNROLL for (int p = 0; p < 4; p++) {                                                       \
             ZERO_TILE(acc);                                                                        \
             int64_t j = p;                                                                         \
-            for (; j < nfull; j += 4) { /* full chunks: plain loads */                             \
-                const int64_t c = j * CW;                                                          \
-                WT wv[4];                                                                          \
-                UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, FULL);            \
-                UNROLL for (int b = 0; b < NB; b++) {                                              \
-                    const uint8_t *ab = a + b * as;                                                \
-                    UNROLL for (int r = 0; r < NR; r++) acc[r][b] = FMA(acc[r][b], wv[r], XLOAD(ab, c, FULL)); \
-                }                                                                                  \
-            }                                                                                      \
-            if (j < n) { /* the masked last chunk, if it falls in this partial */                  \
-                const int64_t c = j * CW;                                                          \
-                WT wv[4];                                                                          \
-                UNROLL for (int r = 0; r < NR; r++) wv[r] = WLOAD(w + r * ws, c, tail);            \
-                UNROLL for (int b = 0; b < NB; b++) {                                              \
-                    const uint8_t *ab = a + b * as;                                                \
-                    UNROLL for (int r = 0; r < NR; r++) acc[r][b] = FMA(acc[r][b], wv[r], XLOAD(ab, c, tail)); \
-                }                                                                                  \
-            }                                                                                      \
+            for (; j < nfull; j += 4) /* full chunks: plain loads */                               \
+                FLOAT_CHUNK(CW, WT, WLOAD, XLOAD, FMA, FULL)                                       \
+            if (j < n) /* the masked last chunk, if it falls in this partial */                    \
+                FLOAT_CHUNK(CW, WT, WLOAD, XLOAD, FMA, tail)                                       \
             UNROLL for (int r = 0; r < NR; r++) UNROLL for (int b = 0; b < NB; b++) {             \
                 if (p == 0) lo[r][b] = acc[r][b];                                                  \
                 if (p == 1) hi[r][b] = acc[r][b];                                                  \
