@@ -10,7 +10,7 @@
 # ratios are medians of each rep's own ratio (the two programs ran back to back in it).
 #   LLAMA_CPP=<llama.cpp dir> MODELS=<dir> bash bench/families.sh [BUILD_DIR]
 # LLAMA_CPP: the peer (binaries in build/bin: llama-bench, llama-quantize). MODELS: a folder for
-# the models (default /work/models-fam; made when missing, never inside the repository).
+# the models (required; made when missing, never inside the repository).
 # FAMILIES (default "qwen3-8b gemma3-4b mistral3-3b"), DEPTH (4), REPS (3), PROMPT (512),
 # DECODE (64 steps), VOCAB (the 32,000-token llama-spm vocabulary of the other tables).
 set -euo pipefail
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 PL=$build/pagellm
 L=${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp checkout (binaries in build/bin)}/build/bin
-M=${MODELS:-/work/models-fam}
+M=${MODELS:?set MODELS to a folder for the models, outside the repository}
 FAMILIES=${FAMILIES:-qwen3-8b gemma3-4b mistral3-3b}
 DEPTH=${DEPTH:-4}
 REPS=${REPS:-3}
