@@ -147,8 +147,11 @@ static void *worker_main(void *p) {
             while (atomic_load(&tp->generation) == seen) futex_wait(&tp->generation, seen);
             atomic_fetch_sub(&tp->sleepers, 1);
         }
-        if (atomic_load(&tp->stop)) return NULL;
+        /* the generation first, then stop: read the other way round, a destroy landing between
+         * the two (stop = 1, generation + 1, wake) left `seen` equal to the final generation, and
+         * the worker slept through its only wake-up (pl_threadpool_destroy hung in the join) */
         seen = atomic_load_explicit(&tp->generation, memory_order_acquire);
+        if (atomic_load(&tp->stop)) return NULL;
         run_parts(tp, atomic_load_explicit(&tp->claim, memory_order_acquire) >> 32);
     }
 }
