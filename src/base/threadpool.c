@@ -47,6 +47,13 @@
  * ~4 us. */
 enum { WORKER_SPIN_NS = 20000, CALLER_SPIN_NS = 50000 };
 
+/* A pause between a worker's read of the generation and its read of the stop flag, so that a
+ * destroy can land between the two: only tests/unit/test_threadpool_destroy.c, which compiles
+ * this file itself, defines it; elsewhere it is nothing. */
+#ifndef PL_THREADPOOL_TEST_GAP
+#define PL_THREADPOOL_TEST_GAP() ((void)0)
+#endif
+
 struct pl_threadpool {
     int n;                     /* threads including the caller */
     pthread_t *threads;        /* n - 1 workers */
@@ -151,6 +158,7 @@ static void *worker_main(void *p) {
          * the two (stop = 1, generation + 1, wake) left `seen` equal to the final generation, and
          * the worker slept through its only wake-up (pl_threadpool_destroy hung in the join) */
         seen = atomic_load_explicit(&tp->generation, memory_order_acquire);
+        PL_THREADPOOL_TEST_GAP();
         if (atomic_load(&tp->stop)) return NULL;
         run_parts(tp, atomic_load_explicit(&tp->claim, memory_order_acquire) >> 32);
     }

@@ -154,6 +154,14 @@ void pl_arg_unknown(const char *cmd, const char *given, const struct option *opt
         fprintf(stderr, "pagellm %s: unknown option '%s'\n", cmd, given);
 }
 
+void pl_arg_refused(const char *cmd, char **argv, const struct option *opts) {
+    /* getopt_long sets optopt to the letter it did not know (no long name is near one letter),
+     * 0 for an unknown long option; inside a group ("-xy") optind has not moved on, so
+     * argv[optind - 1] is the argument before */
+    if (optopt) fprintf(stderr, "pagellm %s: unknown option '-%c'\n", cmd, optopt);
+    else pl_arg_unknown(cmd, argv[optind - 1], opts);
+}
+
 const char *pl_arg_flag_written(char **argv, int optind, const char *optarg) {
     if (optind >= 2 && optarg && optarg == argv[optind - 1]) return argv[optind - 2];
     return argv[optind - 1];

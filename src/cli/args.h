@@ -23,6 +23,9 @@ int pl_arg_bytes(const char *cmd, const char *flag, const char *s, uint64_t *out
 const char *pl_arg_closest(const char *given, const struct option *opts);
 /* Print "pagellm CMD: unknown option 'X' (did you mean --Y?)". */
 void pl_arg_unknown(const char *cmd, const char *given, const struct option *opts);
+/* The same for the option getopt_long just refused ('?'): "-x" (no suggestion) for a letter it
+ * does not know, also inside a group such as -xy; else the argument as written. */
+void pl_arg_refused(const char *cmd, char **argv, const struct option *opts);
 /* The flag as written on the command line for the option getopt_long just returned: argv[optind
  * - 1], or the one before it when the value was a separate argument. */
 const char *pl_arg_flag_written(char **argv, int optind, const char *optarg);

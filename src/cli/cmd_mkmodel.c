@@ -438,32 +438,34 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (first >= argc) return usage_error("no output file given");
     o->out = argv[first];
     if (o->shape >= 0) { /* the shape fills what the flags left unset */
+/* a field the flags left 0 takes the shape's */
+#define UNSET(f, from) do { if (!o->f) o->f = (from)->f; } while (0)
         const mk_shape *sh = &shapes[o->shape];
-        if (!o->dim) o->dim = sh->dim;
-        if (!o->layers) o->layers = sh->layers;
-        if (!o->heads) o->heads = sh->heads;
-        if (!o->kv_heads) o->kv_heads = sh->kv_heads;
-        if (!o->ffn) o->ffn = sh->ffn;
+        UNSET(dim, sh);
+        UNSET(layers, sh);
+        UNSET(heads, sh);
+        UNSET(kv_heads, sh);
+        UNSET(ffn, sh);
         if (!o->arch && sh->arch) o->arch = sh->arch;
         if (!o->arch || !sh->arch || !strcmp(o->arch, sh->arch)) { /* its own layout's keys */
-            if (!o->head_dim) o->head_dim = sh->head_dim;
+            UNSET(head_dim, sh);
             if (o->window < 0 && sh->window) o->window = sh->window;
             if (o->ctx < 0 && sh->ctx) o->ctx = sh->ctx;
-            if (!o->rope_base) o->rope_base = sh->rope_base;
-            if (!o->rope_base_swa) o->rope_base_swa = sh->rope_base_swa;
-            if (!o->attn_temp) o->attn_temp = sh->attn_temp;
-            if (!o->experts) o->experts = sh->experts;
-            if (!o->experts_used) o->experts_used = sh->experts_used;
-            if (!o->expert_ffn) o->expert_ffn = sh->expert_ffn;
+            UNSET(rope_base, sh);
+            UNSET(rope_base_swa, sh);
+            UNSET(attn_temp, sh);
+            UNSET(experts, sh);
+            UNSET(experts_used, sh);
+            UNSET(expert_ffn, sh);
             for (size_t i = 0; i < sizeof shapes_g4 / sizeof *shapes_g4; i++) {
                 const mk_shape_g4 *g = &shapes_g4[i];
                 if (strcmp(g->name, sh->name)) continue;
-                if (!o->head_dim_swa) o->head_dim_swa = g->head_dim_swa;
-                if (!o->kv_heads_full) o->kv_heads_full = g->kv_heads_full;
-                if (!o->shared_kv) o->shared_kv = g->shared_kv;
-                if (!o->per_layer_dim) o->per_layer_dim = g->per_layer_dim;
-                if (!o->ffn_wide) o->ffn_wide = g->ffn_wide;
-                if (!o->swa_pattern) o->swa_pattern = g->swa_pattern;
+                UNSET(head_dim_swa, g);
+                UNSET(kv_heads_full, g);
+                UNSET(shared_kv, g);
+                UNSET(per_layer_dim, g);
+                UNSET(ffn_wide, g);
+                UNSET(swa_pattern, g);
                 if (o->final_softcap < 0) o->final_softcap = g->final_softcap;
             }
             if (!o->rope_scaling && sh->rope_scaling) {
@@ -472,6 +474,7 @@ static int parse(int argc, char **argv, mk_opts *o) {
                 if (o->rope_orig_ctx < 0 && sh->rope_orig_ctx) o->rope_orig_ctx = sh->rope_orig_ctx;
             }
         }
+#undef UNSET
     }
     if (!o->arch) o->arch = "llama";
     if (!o->rope_scaling) o->rope_scaling = "none";

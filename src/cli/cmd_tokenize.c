@@ -6,6 +6,7 @@
 
 #include "tokenizer/tokenizer.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,9 +77,13 @@ typedef struct {
     int add_special, parse_special;
 } tokenize_opts;
 
+/* -m MODEL, the same in both commands */
+#define MODEL_ROW(T)                                                                      \
+    PL_FLAG_ROW_STR(T, "model", 'm', model, "MODEL",                                      \
+                    "GGUF path or bare name (./models, $PAGELLM_MODELS,\n../shared/models)")
+
 static const pl_flag TOKENIZE_FLAGS[] = {
-    PL_FLAG_ROW_STR(tokenize_opts, "model", 'm', model, "MODEL",
-     "GGUF path or bare name (./models, $PAGELLM_MODELS,\n../shared/models)"),
+    MODEL_ROW(tokenize_opts),
     PL_FLAG_ROW_STR(tokenize_opts, "file", 'f', file, "F",
      "tokenize this file's text instead of TEXT"),
     PL_FLAG_ROW_SET(tokenize_opts, "add-special", 0, add_special,
@@ -117,39 +122,75 @@ int pl_cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
+typedef struct {
+    const char *model;
+} detokenize_opts;
+
+static const pl_flag DETOKENIZE_FLAGS[] = {MODEL_ROW(detokenize_opts)};
+
+static const pl_flag_cmd DETOKENIZE = {
+    "detokenize", "usage: pagellm detokenize -m MODEL ID...\n",
+    "The ids may be given as 1 2 3, 1,2,3 or [1, 2, 3].\n", DETOKENIZE_FLAGS,
+    sizeof DETOKENIZE_FLAGS / sizeof DETOKENIZE_FLAGS[0], -1, INT_MAX};
+
+/* The ids in args[0 .. n), each one or more comma-separated ids with brackets and spaces around
+ * them ignored: the count, or -1 after printing which one is not an id. */
+static int parse_ids(char **args, int n, int32_t **out) {
+    size_t cap = 0;
+    for (int i = 0; i < n; i++)
+        for (const char *p = args[i]; *p; p++) cap += *p == ',';
+    int32_t *ids = malloc((cap + (size_t)n) * sizeof *ids);
+    if (!ids) {
+        pl_cli_fail("detokenize", "out of memory");
+        return -1;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        for (char *s = args[i], *next; s; s = next) {
+            next = strchr(s, ',');
+            if (next) *next++ = '\0';
+            while (*s == '[' || *s == ' ') s++;
+            size_t l = strlen(s);
+            while (l && (s[l - 1] == ']' || s[l - 1] == ' ')) s[--l] = '\0';
+            if (!*s) continue; /* "1," "2": the comma's empty side */
+            int64_t v;
+            if (pl_arg_int("detokenize", "ID", s, 0, INT32_MAX, &v)) {
+                free(ids);
+                return -1;
+            }
+            ids[k++] = (int32_t)v;
+        }
+    *out = ids;
+    return k;
+}
+
 int pl_cmd_detokenize(int argc, char **argv) {
-    const char *model = NULL;
-    int first = 1;
-    for (; first < argc; first++) {
-        if ((!strcmp(argv[first], "-m") || !strcmp(argv[first], "--model")) && first + 1 < argc)
-            model = argv[++first];
-        else if (!strcmp(argv[first], "-h") || !strcmp(argv[first], "--help")) {
-            printf("usage: pagellm detokenize -m MODEL ID...\n");
-            return 0;
-        } else
-            break;
-    }
-    if (!model || first >= argc) {
-        fprintf(stderr, "usage: pagellm detokenize -m MODEL ID...\n");
-        return 2;
-    }
-    int n = argc - first;
-    int32_t *ids = malloc((size_t)n * sizeof *ids);
-    for (int i = 0; i < n; i++) {
-        int64_t v;
-        /* Accept "1 2 3", "1,2,3" and "[1, 2, 3]" forms alike. */
-        char *s = argv[first + i];
-        while (*s == '[') s++;
-        size_t l = strlen(s);
-        while (l && (s[l - 1] == ']' || s[l - 1] == ',')) s[--l] = '\0';
-        if (pl_arg_int("detokenize", "ID", s, INT32_MIN, INT32_MAX, &v)) {
-            free(ids);
+    /* a negative number would reach getopt as a flag ("-5": unknown option '-5', "-12": '-1'):
+     * name it as the id it was meant to be */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) i++;
+        else if (argv[i][0] == '-' && argv[i][1] >= '0' && argv[i][1] <= '9') {
+            fprintf(stderr, "pagellm detokenize: ID: '%s' is negative: token ids are 0 or more\n",
+                    argv[i]);
+            pl_flags_usage(&DETOKENIZE, stderr);
             return 2;
         }
-        ids[i] = (int32_t)v;
+    }
+    detokenize_opts o = {0};
+    int first, rc = pl_flags_parse(&DETOKENIZE, argc, argv, &o, &first);
+    if (rc) return rc == PL_FLAGS_HELP ? 0 : rc;
+    if (!o.model || first >= argc)
+        return pl_flags_need(&DETOKENIZE, !o.model ? "-m MODEL" : "one or more IDs");
+    int32_t *ids = NULL;
+    int n = parse_ids(argv + first, argc - first, &ids);
+    if (n < 0) return 2;
+    if (n == 0) {
+        free(ids);
+        return pl_flags_need(&DETOKENIZE, "one or more IDs");
     }
     detokenize_job job = {ids, (size_t)n};
-    int rc = with_tokenizer("detokenize", model, run_detokenize, &job);
+    rc = with_tokenizer("detokenize", o.model, run_detokenize, &job);
     free(ids);
     return rc;
 }

@@ -170,7 +170,7 @@ int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const stru
     if (code >= PL_ENGINE_OPT_BASE && code < PL_ENGINE_OPT_END)
         return pl_engine_flag_apply_named(cmd, pl_arg_flag_written(argv, optind, optarg), code,
                                           optarg, c);
-    pl_arg_unknown(cmd, argv[optind - 1], opts);
+    pl_arg_refused(cmd, argv, opts);
     return -1;
 }
 

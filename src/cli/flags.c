@@ -144,7 +144,7 @@ int pl_flags_parse(const pl_flag_cmd *cmd, int argc, char **argv, void *opts, in
         ns += strlen(es);
     }
     shorts[ns] = '\0';
-    optind = 1;
+    optind = 0; /* not 1: glibc then also forgets a group (-xy) a refused parse left half read */
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
@@ -167,7 +167,7 @@ int pl_flags_parse(const pl_flag_cmd *cmd, int argc, char **argv, void *opts, in
             return 2;
         } else {
             int rc = eng ? pl_engine_flag_or_unknown(cmd->name, c, argv, longopts, eng) : -1;
-            if (rc < 0 && !eng) pl_arg_unknown(cmd->name, argv[optind - 1], longopts);
+            if (rc < 0 && !eng) pl_arg_refused(cmd->name, argv, longopts);
             if (rc) {
                 pl_flags_usage(cmd, stderr);
                 return 2;

@@ -8,9 +8,9 @@
  * pl_engine_config is: then every engine flag of engine_flags.h is accepted and listed too.
  *
  * Errors, each "pagellm CMD: ..." on stderr and exit code 2, then the usage: an unknown flag
- * (naming the closest known one), a flag missing its value, a value that is not a number or is
- * out of range (naming the flag and the range) or that a PL_FLAG_FN row refused, an unexpected
- * argument.
+ * as given (a long one with the closest known name), a flag missing its value, a value that is
+ * not a number or is out of range (naming the flag and the range) or that a PL_FLAG_FN row
+ * refused, an unexpected argument.
  *
  * Adopting it in a new command: turn its getopt_long table, switch
  * and usage text into pl_flag rows (plain values by kind; anything with more logic, a repeatable

@@ -23,8 +23,6 @@
 enum { PROMPT_LOGPROB_ROWS = 256 };
 
 
-static void take_snapshot(pl_engine *e);
-
 /* ---- create / destroy ---- */
 
 static pl_status setup_kv(pl_engine *e) {
@@ -174,7 +172,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         pl_engine_destroy(e);
         return st;
     }
-    take_snapshot(e);
+    pl_engine_snapshot_stats(e);
     *out = e;
     return PL_OK;
 }
@@ -268,22 +266,16 @@ static void drain_inbox(pl_engine *e) {
 
 static pl_status step(pl_engine *e);
 
-static double thread_cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 pl_status pl_engine_step(pl_engine *e) {
-    double t0 = pl_clock_now(), c0 = thread_cpu_now();
+    double t0 = pl_clock_now(), c0 = pl_clock_thread_cpu();
     uint64_t steps0 = e->steps.n;
     pl_status st = step(e);
     pl_kv_view_after_step(&e->kv_view, e->kv, &e->sched, e->steps.n);
     if (e->steps.n != steps0) {
         e->steps.seconds += pl_clock_now() - t0;
-        e->steps.cpu_seconds += thread_cpu_now() - c0;
+        e->steps.cpu_seconds += pl_clock_thread_cpu() - c0;
     }
-    take_snapshot(e);
+    pl_engine_snapshot_stats(e);
     if (e->steps.delay_ms && e->steps.n != steps0)
         nanosleep(&(struct timespec){e->steps.delay_ms / 1000, (e->steps.delay_ms % 1000) * 1000000L},
                   NULL);
@@ -361,47 +353,6 @@ pl_status pl_engine_kv_snapshot(pl_engine *e, int with_tables, int timeout_ms,
     if (need) pl_inbox_poke(&e->inbox); /* wake an idle engine thread (a busy one publishes
                                            after its step) */
     return pl_kv_view_read(&e->kv_view, need, seen, timeout_ms, out);
-}
-
-/* Engine thread: refresh the snapshot other threads read. */
-static void take_snapshot(pl_engine *e) {
-    pl_engine_stats s;
-    memset(&s, 0, sizeof s);
-    pl_scheduler_stats(&e->sched, &s);
-    pl_decoder_stats(&e->decoder, &s);
-    pl_kv_cache_stats(e->kv, &s);
-    pl_kv_view_stats(&e->kv_view, &s);
-    s.steps = e->steps.n;
-    s.step_seconds = e->steps.seconds;
-    s.step_cpu_seconds = e->steps.cpu_seconds;
-    pl_engine_kv_samples ks;
-    pl_kv_cache_samples(e->kv, &ks);
-    pl_inbox_lock(&e->inbox); /* the groups taken since the last snapshot are in it now */
-    pthread_mutex_lock(&e->stats_mu);
-    e->snapshot = s;
-    e->snapshot_samples = ks;
-    pl_inbox_reset_taken_locked(&e->inbox);
-    pthread_mutex_unlock(&e->stats_mu);
-    pl_inbox_unlock(&e->inbox);
-}
-
-void pl_engine_get_kv_samples(pl_engine *e, pl_engine_kv_samples *out) {
-    pthread_mutex_lock(&e->stats_mu);
-    *out = e->snapshot_samples;
-    pthread_mutex_unlock(&e->stats_mu);
-}
-
-/* Any thread: the snapshot of the last step, plus requests still in the inbox or taken since.
- * Both read under the inbox lock (then stats_mu, as take_snapshot), so a request moving from
- * the inbox to the scheduler is counted once, never zero times. */
-void pl_engine_get_stats(pl_engine *e, pl_engine_stats *s) {
-    pl_inbox_lock(&e->inbox);
-    pthread_mutex_lock(&e->stats_mu);
-    *s = e->snapshot;
-    pthread_mutex_unlock(&e->stats_mu);
-    s->waiting += pl_inbox_waiting_locked(&e->inbox);
-    pl_inbox_unlock(&e->inbox);
-    s->lora_adapters = pl_lora_set_list(&e->loras, NULL, 0, &s->lora_requests);
 }
 
 const struct pl_tokenizer *pl_engine_tokenizer(const pl_engine *e) { return e->model->tok; }

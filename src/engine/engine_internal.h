@@ -1,6 +1,7 @@
-/* engine/engine_internal — the engine struct (engine.c: lifecycle, inbox, step loop). The three
- * stages own their state: the scheduler (scheduler.h) and its output, the runner (runner.h), the
- * decoder (decoder.h); the engine holds them, the KV bytes and manager, and the registries. */
+/* engine/engine_internal — the engine struct (engine.c: lifecycle, inbox, step loop;
+ * engine_stats.c: the stats snapshot). The three stages own their state: the scheduler
+ * (scheduler.h) and its output, the runner (runner.h), the decoder (decoder.h); the engine holds
+ * them, the KV bytes and manager, and the registries. */
 #ifndef PL_ENGINE_ENGINE_INTERNAL_H
 #define PL_ENGINE_ENGINE_INTERNAL_H
 
@@ -63,6 +64,10 @@ struct pl_engine {
  * what they need to build the same pools, agrees, and hooks the runner (e->dist = 2). */
 pl_status pl_engine_tp_load(pl_engine *e);
 pl_status pl_engine_tp_start(pl_engine *e, int ok);
+
+/* engine_stats.c, engine thread: refresh the stats snapshot other threads read (after every
+ * step, and once at creation). */
+void pl_engine_snapshot_stats(pl_engine *e);
 
 /* engine.c: end a group now (the decoder emits its last outputs; the engine frees it). */
 void pl_group_finish(pl_engine *e, pl_seq_group *g, pl_finish_reason why, const char *error);

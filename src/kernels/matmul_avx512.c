@@ -213,6 +213,16 @@ AI void kscales8(const uint8_t *scales, uint64_t *sc, uint64_t *m) {
 
 #define Q8K(b, i) ((const pl_block_q8_K *)(a + (b) * as) + (i))
 
+/* The K-quant bodies' inner step: iacc[r][b] += row r's 64 quants q[r] times the 64 quants at
+ * qs_off of activation row b's super-block i, the pairs' sums weighted by the scales scv[r] (a
+ * macro: as an inline function it changed the tiles' register allocation and FMA forms). */
+#define K_DOT64(qs_off)                                                                          \
+    UNROLL for (int b = 0; b < NB; b++) {                                                        \
+        __m512i xv = _mm512_loadu_si512(Q8K(b, i)->qs + (qs_off));                               \
+        UNROLL for (int r = 0; r < NR; r++)                                                      \
+            iacc[r][b] = _mm512_dpwssd_epi32(iacc[r][b], _mm512_maddubs_epi16(q[r], xv), scv[r]); \
+    }
+
 /* q4_K (HIGH5 = 0) and q5_K (HIGH5 = 1): same scales and mins, q5_K adds a 5th bit. */
 AI void k45_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
                  int64_t ldy, const int NR, const int NB, const int HIGH5) {
@@ -259,11 +269,7 @@ AI void k45_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                 }
                 scv[r] = _mm512_permutexvar_epi16(idx, sc16[r]);
             }
-            UNROLL for (int b = 0; b < NB; b++) {
-                __m512i xv = _mm512_loadu_si512(Q8K(b, i)->qs + 64 * g);
-                UNROLL for (int r = 0; r < NR; r++)
-                    iacc[r][b] = _mm512_dpwssd_epi32(iacc[r][b], _mm512_maddubs_epi16(q[r], xv), scv[r]);
-            }
+            K_DOT64(64 * g)
         }
         UNROLL for (int b = 0; b < NB; b++) {
             __m512 dx = _mm512_set1_ps(Q8K(b, i)->d);
@@ -324,11 +330,7 @@ AI void q6_K_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
                                                _mm512_and_si512(qh[r], c30));
                     scv[r] = _mm512_permutexvar_epi16(idx, sc16[r]);
                 }
-                UNROLL for (int b = 0; b < NB; b++) {
-                    __m512i xv = _mm512_loadu_si512(Q8K(b, i)->qs + 128 * half + 64 * part);
-                    UNROLL for (int r = 0; r < NR; r++)
-                        iacc[r][b] = _mm512_dpwssd_epi32(iacc[r][b], _mm512_maddubs_epi16(q[r], xv), scv[r]);
-                }
+                K_DOT64(128 * half + 64 * part)
             }
         }
         UNROLL for (int b = 0; b < NB; b++) {

@@ -17,29 +17,49 @@ typedef struct {
     float eps;
 } norm_job;
 
-static void rmsnorm_rows(void *p, int ith, int nth) {
+static void rmsnorm_row(float *y, const float *x, const norm_job *j) {
+    double ss = 0;
+    for (int64_t i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
+    float scale = 1.0f / sqrtf((float)(ss / (double)j->dim) + j->eps);
+    for (int64_t i = 0; i < j->dim; i++) y[i] = x[i] * scale * j->w[i];
+}
+
+static void layernorm_row(float *y, const float *x, const norm_job *j) {
+    double sum = 0;
+    for (int64_t i = 0; i < j->dim; i++) sum += x[i];
+    float mean = (float)(sum / (double)j->dim);
+    double var = 0;
+    for (int64_t i = 0; i < j->dim; i++) {
+        float v = x[i] - mean;
+        y[i] = v;
+        var += (double)(v * v);
+    }
+    float scale = 1.0f / sqrtf((float)(var / (double)j->dim) + j->eps);
+    for (int64_t i = 0; i < j->dim; i++) y[i] = y[i] * scale * j->w[i] + j->b[i];
+}
+
+/* A part's rows; RMSNorm in AVX-512 when the CPU has it. */
+static void norm_rows(void *p, int ith, int nth) {
     norm_job *j = p;
     int64_t r0, r1;
     pl_split_range(j->n, ith, nth, 1, &r0, &r1);
-    const int vec = pl_cpu_isa() >= PL_ISA_AVX512;
+    const int vec = !j->b && pl_cpu_isa() >= PL_ISA_AVX512;
     for (int64_t r = r0; r < r1; r++) {
         const float *x = j->x + r * j->dim;
         float *y = j->y + r * j->dim;
-        if (vec) {
-            pl_rmsnorm_row_avx512(y, x, j->w, j->dim, j->eps);
-            continue;
-        }
-        double ss = 0;
-        for (int64_t i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
-        float scale = 1.0f / sqrtf((float)(ss / (double)j->dim) + j->eps);
-        for (int64_t i = 0; i < j->dim; i++) y[i] = x[i] * scale * j->w[i];
+        if (vec) pl_rmsnorm_row_avx512(y, x, j->w, j->dim, j->eps);
+        else if (j->b) layernorm_row(y, x, j);
+        else rmsnorm_row(y, x, j);
     }
+}
+
+static void norm_run(pl_threadpool *tp, norm_job j) {
+    pl_threadpool_run_n(tp, j.n >= 4 ? pl_threadpool_size(tp) : 1, norm_rows, &j);
 }
 
 void pl_rmsnorm(pl_threadpool *tp, float *y, const float *x, const float *w, int64_t n,
                 int64_t dim, float eps) {
-    norm_job j = {y, x, w, NULL, n, dim, eps};
-    pl_threadpool_run_n(tp, n >= 4 ? pl_threadpool_size(tp) : 1, rmsnorm_rows, &j);
+    norm_run(tp, (norm_job){y, x, w, NULL, n, dim, eps});
 }
 
 static float yarn_corr_dim(int32_t n_rot, int32_t n_ctx_orig, float rot, float base) {
@@ -100,25 +120,34 @@ void pl_rope_apply(const pl_rope_params *p, const float *cs, float *x, int64_t n
     }
 }
 
-/* An element-wise pass over len floats of g (SwiGLU: times u; GELU: no u). */
+/* An element-wise pass over len floats of g (SwiGLU: times u; GELU: times u unless u is NULL). */
 typedef struct {
     float *g;
     const float *u;
     int64_t len;
+    int gelu;
 } elem_job;
 
-static void swiglu_part(void *p, int ith, int nth) {
+static void swiglu_span(float *g, const float *u, int64_t len) {
+    if (pl_cpu_isa() >= PL_ISA_AVX512) {
+        pl_swiglu_avx512(g, u, len);
+        return;
+    }
+    for (int64_t i = 0; i < len; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void gelu_span(float *g, const float *u, int64_t len);
+
+static void elem_part(void *p, int ith, int nth) {
     elem_job *j = p;
     int64_t i0, i1;
     pl_split_range(j->len, ith, nth, 64, &i0, &i1);
-    if (pl_cpu_isa() >= PL_ISA_AVX512) {
-        pl_swiglu_avx512(j->g + i0, j->u + i0, i1 - i0);
-        return;
-    }
-    for (int64_t i = i0; i < i1; i++) {
-        float g = j->g[i];
-        j->g[i] = g / (1.0f + expf(-g)) * j->u[i];
-    }
+    (j->gelu ? gelu_span : swiglu_span)(j->g + i0, j->u ? j->u + i0 : NULL, i1 - i0);
+}
+
+/* Threaded once there is enough of it. */
+static void elem_run(pl_threadpool *tp, elem_job j) {
+    pl_threadpool_run_n(tp, j.len >= 4096 ? pl_threadpool_size(tp) : 1, elem_part, &j);
 }
 
 void pl_swiglu_oai(float *g, const float *u, int64_t len, float alpha, float limit) {
@@ -130,35 +159,12 @@ void pl_swiglu_oai(float *g, const float *u, int64_t len, float alpha, float lim
 }
 
 void pl_swiglu(pl_threadpool *tp, float *g, const float *u, int64_t n, int64_t dim) {
-    elem_job j = {g, u, n * dim};
-    pl_threadpool_run_n(tp, j.len >= 4096 ? pl_threadpool_size(tp) : 1, swiglu_part, &j);
-}
-
-static void layernorm_rows(void *p, int ith, int nth) {
-    norm_job *j = p;
-    int64_t r0, r1;
-    pl_split_range(j->n, ith, nth, 1, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const float *x = j->x + r * j->dim;
-        float *y = j->y + r * j->dim;
-        double sum = 0;
-        for (int64_t i = 0; i < j->dim; i++) sum += x[i];
-        float mean = (float)(sum / (double)j->dim);
-        double var = 0;
-        for (int64_t i = 0; i < j->dim; i++) {
-            float v = x[i] - mean;
-            y[i] = v;
-            var += (double)(v * v);
-        }
-        float scale = 1.0f / sqrtf((float)(var / (double)j->dim) + j->eps);
-        for (int64_t i = 0; i < j->dim; i++) y[i] = y[i] * scale * j->w[i] + j->b[i];
-    }
+    elem_run(tp, (elem_job){g, u, n * dim, 0});
 }
 
 void pl_layernorm(pl_threadpool *tp, float *y, const float *x, const float *w, const float *b,
                   int64_t n, int64_t dim, float eps) {
-    norm_job j = {y, x, w, b, n, dim, eps};
-    pl_threadpool_run_n(tp, n >= 4 ? pl_threadpool_size(tp) : 1, layernorm_rows, &j);
+    norm_run(tp, (norm_job){y, x, w, b, n, dim, eps});
 }
 
 /* GELU as GGML's CPU backend computes it on f32: x <= -10 -> 0, x >= 10 -> x, otherwise the
@@ -180,26 +186,22 @@ static void gelu_fill(void) {
     }
 }
 
-static void gelu_part(void *p, int ith, int nth) {
-    elem_job *j = p;
-    int64_t i0, i1;
-    pl_split_range(j->len, ith, nth, 64, &i0, &i1);
+static void gelu_span(float *g, const float *u, int64_t len) {
     if (pl_cpu_isa() >= PL_ISA_AVX512) {
-        pl_geglu_avx512(j->g + i0, j->u ? j->u + i0 : NULL, i1 - i0, gelu_table);
+        pl_geglu_avx512(g, u, len, gelu_table);
         return;
     }
-    for (int64_t i = i0; i < i1; i++) {
-        const float x = j->g[i];
+    for (int64_t i = 0; i < len; i++) {
+        const float x = g[i];
         float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_table[pl_f32_to_f16(x)];
-        j->g[i] = j->u ? y * j->u[i] : y;
+        g[i] = u ? y * u[i] : y;
     }
 }
 
-/* GELU (u NULL) or GeGLU over len elements of g, threaded once there is enough of it. */
+/* GELU (u NULL) or GeGLU over len elements of g. */
 static void gelu_run(pl_threadpool *tp, float *g, const float *u, int64_t len) {
     pthread_once(&gelu_once, gelu_fill);
-    elem_job j = {g, u, len};
-    pl_threadpool_run_n(tp, len >= 4096 ? pl_threadpool_size(tp) : 1, gelu_part, &j);
+    elem_run(tp, (elem_job){g, u, len, 1});
 }
 
 void pl_gelu(pl_threadpool *tp, float *x, int64_t len) { gelu_run(tp, x, NULL, len); }

@@ -720,6 +720,13 @@ static pl_status shard_experts(pl_model *m, pl_layer_weights *L, const char *nam
 
 /* bert with pooling rank: the classification head (llama.cpp's cls / cls.output tensors, both
  * optional, at least one present); n_cls_out from cls.output.weight's rows, else dim. */
+/* The model's hp.n_layers layer records, zeroed (the three binders fill them). */
+static pl_status alloc_layers(pl_model *m) {
+    m->layers = calloc((size_t)m->hp.n_layers, sizeof *m->layers);
+    return m->layers ? PL_OK
+                     : pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", m->hp.n_layers);
+}
+
 static pl_status bind_bert_cls_head(pl_model *m) {
     const pl_gguf *g = m->file;
     const int64_t dim = m->hp.dim;
@@ -762,8 +769,7 @@ static pl_status bind_bert_weights(pl_model *m) {
     }
     PL_TRY(load_vector(g, "token_embd_norm.weight", dim, 0, &m->embd_norm));
     PL_TRY(load_vector(g, "token_embd_norm.bias", dim, 0, &m->embd_norm_b));
-    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
-    if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", hp->n_layers);
+    PL_TRY(alloc_layers(m));
     for (int32_t l = 0; l < hp->n_layers; l++) {
         pl_layer_weights *L = &m->layers[l];
         char n[96];
@@ -815,8 +821,7 @@ static pl_status bind_gemma4_weights(pl_model *m) {
             PL_TRY(load_vector(g, "rope_freqs.weight", hp->kv_shapes[l].head_dim / 2, 0,
                                &m->rope_freqs));
     hp->rope.freq_factors = m->rope_freqs;
-    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
-    if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", n);
+    PL_TRY(alloc_layers(m));
     for (int32_t l = 0; l < n; l++) {
         pl_layer_weights *L = &m->layers[l];
         const int64_t hd = hp->kv_shapes[l].head_dim, q_dim = (int64_t)hp->n_heads * hd;
@@ -907,8 +912,7 @@ static pl_status bind_weights(pl_model *m) {
                              : hp->n_vocab;
     if (split) m->output = weight_rows(&m->output, m->shard.vocab0, m->shard.n_vocab);
 
-    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
-    if (!m->layers) return pl_fail(PL_ERR_NOMEM, "out of memory for %d layers", hp->n_layers);
+    PL_TRY(alloc_layers(m));
     for (int32_t l = 0; l < hp->n_layers; l++) {
         pl_layer_weights *L = &m->layers[l];
         char n[96];

@@ -141,6 +141,17 @@ expect "PAGELLM_ISA=bogus: one warning naming it" "$(grep -c "PAGELLM_ISA='bogus
 expect "tokenize" "$("$PL_BINARY" tokenize -m "$M" "Once upon a time")" "[403, 407, 261, 378]"
 expect "tokenize --add-special" "$("$PL_BINARY" tokenize -m "$M" --add-special "Once upon a time")" "[1, 403, 407, 261, 378]"
 expect "detokenize" "$("$PL_BINARY" detokenize -m "$M" 403 407 261 378)" "Once upon a time"
+# the flag table: -m after the ids, ids as 1,2 or [1, 2]; a negative id named as an id, not
+# read as a flag; a bad id or a missing one is a usage error (2)
+expect "detokenize ids before -m" "$("$PL_BINARY" detokenize 403,407 261 -m "$M")" "Once upon a"
+expect "detokenize [a, b]" "$("$PL_BINARY" detokenize -m "$M" "[403," "407]")" "Once upon"
+for args in "403 -5" "-12" "x" "" "403 --bogus"; do
+    # shellcheck disable=SC2086
+    "$PL_BINARY" detokenize -m "$M" $args >/dev/null 2>"$tmp/err"
+    expect "detokenize $args: usage error" "$?" 2
+done
+"$PL_BINARY" detokenize -m "$M" 403 -5 >/dev/null 2>"$tmp/err"
+grep -q "ID: '-5' is negative" "$tmp/err" && ok || bad "detokenize -5 names the id: $(cat "$tmp/err")"
 
 # ---- control tokens' text in the prompt: plain text unless --parse-special ----
 # stories260K: "<s>" is id 1 (CONTROL, BOS), "</s>" id 2 (CONTROL, EOS), "▁Once" 403.

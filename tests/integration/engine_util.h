@@ -88,6 +88,32 @@ static inline void run_all(pl_engine *e, const uint64_t *ids, result *res, int n
     }
 }
 
+/* Greedy decoding of max_tokens tokens, EOS ignored: the engine tests' usual request. */
+static inline void greedy_params(pl_request_params *p, int32_t max_tokens) {
+    pl_request_params_default(p);
+    p->sampling.temperature = 0;
+    p->max_tokens = max_tokens;
+    p->ignore_eos = 1;
+}
+
+/* n requests (parameters p) of the token prompts[n][len], run to the end in e: their results
+ * (the caller frees them). */
+static inline result *run_prompt_ids(pl_engine *e, const int32_t *prompts, int32_t n, int32_t len,
+                                     const pl_request_params *p) {
+    result *res = calloc((size_t)n, sizeof *res);
+    uint64_t *ids = calloc((size_t)n, sizeof *ids);
+    if (!res || !ids) abort();
+    for (int32_t r = 0; r < n; r++)
+        if (pl_engine_add_request(e, NULL, prompts + (size_t)r * len, (size_t)len, p, &ids[r]) !=
+            PL_OK) {
+            fprintf(stderr, "add_request %d: %s\n", (int)r, pl_last_error());
+            abort();
+        }
+    run_all(e, ids, res, n);
+    free(ids);
+    return res;
+}
+
 /* The batch the engine tests share: request i is prompts[i % n_prompts] with max_tokens
  * 40 + 7 (i % 5), EOS ignored, greedy or (sampled) seeded with 1000 + i at temperature 0.9,
  * top_p 0.95; runs them all to completion in e. */

@@ -50,13 +50,6 @@ static void assert_pool_free(pl_engine *e) {
     assert_engine_pool_free(e);
 }
 
-static void greedy_params(pl_request_params *p, int32_t max_tokens) {
-    pl_request_params_default(p);
-    p->sampling.temperature = 0;
-    p->max_tokens = max_tokens;
-    p->ignore_eos = 1;
-}
-
 static void test_reference_text(void **state) {
     (void)state;
     pl_engine *e = make_engine(64 << 20, 16, PL_PREEMPT_RECOMPUTE, 0, 1);

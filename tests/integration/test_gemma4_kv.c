@@ -124,20 +124,6 @@ static void test_shared_layers_take_no_blocks(void **state) {
     pl_engine_destroy(own);
 }
 
-/* n requests of prompts[n][len], run to the end (caller frees). */
-static result *run(pl_engine *e, const int32_t *prompts, int32_t n, int32_t len,
-                   const pl_request_params *p) {
-    result *res = calloc((size_t)n, sizeof *res);
-    uint64_t *ids = calloc((size_t)n, sizeof *ids);
-    assert_true(res && ids);
-    for (int32_t r = 0; r < n; r++)
-        assert_int_equal(pl_engine_add_request(e, NULL, prompts + (size_t)r * len, (size_t)len,
-                                               p, &ids[r]), PL_OK);
-    run_all(e, ids, res, n);
-    free(ids);
-    return res;
-}
-
 /* Preemption (recompute, swap) and prefix hits in a small pool give the tokens of a pool that
  * holds everything, and the pool is whole at the end. */
 static void test_blocks_freed(void **state) {
@@ -148,12 +134,9 @@ static void test_blocks_freed(void **state) {
         for (int32_t i = 0; i < PROMPT; i++)
             prompts[r][i] = 3 + (int32_t)((7 * (r == 1 ? 0 : r) + 13 * i + i * i) % (V - 3));
     pl_request_params p;
-    pl_request_params_default(&p);
-    p.sampling.temperature = 0;
-    p.max_tokens = GEN;
-    p.ignore_eos = 1;
+    greedy_params(&p, GEN);
     pl_engine *big = make_engine(shared_path, 64 * block_bytes, PL_PREEMPT_RECOMPUTE, 0, 0);
-    result *ref = run(big, &prompts[0][0], NREQ, PROMPT, &p);
+    result *ref = run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
     pl_engine_destroy(big);
     static const struct {
         pl_preemption_mode mode;
@@ -162,7 +145,7 @@ static void test_blocks_freed(void **state) {
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         /* a request ends with 100 tokens: 7 blocks; 12 blocks hold fewer than two */
         pl_engine *e = make_engine(shared_path, 12 * block_bytes, runs[k].mode, runs[k].swap, 1);
-        result *res = run(e, &prompts[0][0], NREQ, PROMPT, &p);
+        result *res = run_prompt_ids(e, &prompts[0][0], NREQ, PROMPT, &p);
         for (int32_t r = 0; r < NREQ; r++) {
             if (res[r].error[0]) fail_msg("run %zu request %d: %s", k, (int)r, res[r].error);
             assert_int_equal(res[r].n_ids[0], GEN);

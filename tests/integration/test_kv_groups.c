@@ -102,20 +102,6 @@ static void test_mixed_model(void **state) {
     pl_engine_destroy(off);
 }
 
-/* n requests (parameters p) of prompts[n][len], run to the end (caller frees). */
-static result *run(pl_engine *e, const int32_t *prompts, int32_t n, int32_t len,
-                   const pl_request_params *p) {
-    result *res = calloc((size_t)n, sizeof *res);
-    uint64_t *ids = calloc((size_t)n, sizeof *ids);
-    assert_true(res && ids);
-    for (int32_t r = 0; r < n; r++)
-        assert_int_equal(pl_engine_add_request(e, NULL, prompts + (size_t)r * len, (size_t)len,
-                                               p, &ids[r]), PL_OK);
-    run_all(e, ids, res, n);
-    free(ids);
-    return res;
-}
-
 static void same_results(const result *a, const result *b, int32_t n, int32_t n_out,
                          int32_t per_req, const char *what) {
     for (int32_t r = 0; r < n; r++) {
@@ -166,12 +152,9 @@ static void test_greedy_equal(void **state) {
     int32_t prompts[NREQ][PROMPT];
     make_prompts(prompts);
     pl_request_params p;
-    pl_request_params_default(&p);
-    p.sampling.temperature = 0;
-    p.max_tokens = GEN;
-    p.ignore_eos = 1;
+    greedy_params(&p, GEN);
     pl_engine *ref_e = make_engine(NREQ * 14 + 4, PL_PREEMPT_RECOMPUTE, 0, 0, 1);
-    result *ref = run(ref_e, &prompts[0][0], NREQ, PROMPT, &p);
+    result *ref = run_prompt_ids(ref_e, &prompts[0][0], NREQ, PROMPT, &p);
     pl_engine_stats rs;
     pl_engine_get_stats(ref_e, &rs);
     assert_int_equal(rs.window_freed_blocks, 0); /* one table per sequence: nothing released */
@@ -183,7 +166,7 @@ static void test_greedy_equal(void **state) {
         spec_ngram = runs[k].spec; /* speculation rolls both tables back (truncate) */
         pl_engine *e = make_engine(20, runs[k].mode, runs[k].swap, runs[k].cache, 0);
         spec_ngram = 0;
-        result *res = run(e, &prompts[0][0], NREQ, PROMPT, &p);
+        result *res = run_prompt_ids(e, &prompts[0][0], NREQ, PROMPT, &p);
         char what[64];
         snprintf(what, sizeof what, "greedy run %d", (int)k);
         same_results(res, ref, NREQ, GEN, 1, what);
@@ -221,10 +204,10 @@ static void test_n_and_beam_equal(void **state) {
             p.seed = 1234;
         }
         pl_engine *ref_e = make_engine(N_REQ * 3 * 8 + 8, PL_PREEMPT_RECOMPUTE, 0, 1, 1);
-        result *ref = run(ref_e, &prompts[0][0], N_REQ, PROMPT, &p);
+        result *ref = run_prompt_ids(ref_e, &prompts[0][0], N_REQ, PROMPT, &p);
         pl_engine_destroy(ref_e);
         pl_engine *e = make_engine(24, PL_PREEMPT_RECOMPUTE, 0, 1, 0);
-        result *res = run(e, &prompts[0][0], N_REQ, PROMPT, &p);
+        result *res = run_prompt_ids(e, &prompts[0][0], N_REQ, PROMPT, &p);
         same_results(res, ref, N_REQ, OUT, 3, beam ? "beam" : "n = 3");
         check_released(e, 0, beam ? "beam" : "n = 3");
         free(res);
@@ -243,16 +226,13 @@ static void test_prefix_hits(void **state) {
     int32_t prompt[N];
     for (int32_t i = 0; i < N; i++) prompt[i] = 3 + (int32_t)((5 + 11 * i + 3 * i * i) % (V - 3));
     pl_request_params p;
-    pl_request_params_default(&p);
-    p.sampling.temperature = 0;
-    p.max_tokens = OUT;
-    p.ignore_eos = 1;
+    greedy_params(&p, OUT);
     pl_engine *ref_e = make_engine(40, PL_PREEMPT_RECOMPUTE, 0, 0, 1);
-    result *ref = run(ref_e, prompt, 1, N, &p);
+    result *ref = run_prompt_ids(ref_e, prompt, 1, N, &p);
     pl_engine_destroy(ref_e);
     pl_engine *e = make_engine(40, PL_PREEMPT_RECOMPUTE, 0, 1, 0);
     for (int k = 0; k < 2; k++) {
-        result *res = run(e, prompt, 1, N, &p);
+        result *res = run_prompt_ids(e, prompt, 1, N, &p);
         same_results(res, ref, 1, OUT, 1, k ? "cached prompt" : "first prompt");
         free(res);
     }

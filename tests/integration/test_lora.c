@@ -82,10 +82,7 @@ static pl_engine *engine(int prefix_caching) { return engine_spec(prefix_caching
 
 static uint64_t add(pl_engine *e, const char *prompt, const char *lora, int32_t max_tokens) {
     pl_request_params p;
-    pl_request_params_default(&p);
-    p.sampling.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = 1;
+    greedy_params(&p, max_tokens);
     p.logprobs = 0;
     p.lora = lora;
     uint64_t id;

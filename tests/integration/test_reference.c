@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "../ci_env.h"
+#include "engine_util.h"
 #include "pagellm.h"
 
 #include <jansson.h>
@@ -81,10 +82,7 @@ static void run_request(pl_engine *e, const int32_t *ids, int32_t n, int32_t max
                         int prompt_lp, outcome *out) {
     memset(out, 0, sizeof *out);
     pl_request_params p;
-    pl_request_params_default(&p);
-    p.sampling.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = 1;
+    greedy_params(&p, max_tokens);
     p.logprobs = 0;
     p.prompt_logprobs = prompt_lp ? TOP : -1;
     uint64_t id;

@@ -129,6 +129,11 @@ static void test_errors_name_the_flag(void **state) {
     assert_non_null(strstr(captured, "pagellm demo: unknown option '--counts' (did you mean "
                                      "--count?)"));
     assert_non_null(strstr(captured, "usage: pagellm demo"));
+    /* an unknown letter is named, also inside a group and after a flag's value */
+    assert_int_equal(PARSE(&PLAIN, &o, &first, "--note", "b", "-qxz"), 2); /* -q is --quiet */
+    assert_non_null(strstr(captured, "pagellm demo: unknown option '-x'\n"));
+    assert_int_equal(PARSE(&ENGINE, &o, &first, "-c", "2", "-9"), 2);
+    assert_non_null(strstr(captured, "pagellm demo: unknown option '-9'\n"));
     assert_int_equal(PARSE(&PLAIN, &o, &first, "--count"), 2);
     assert_non_null(strstr(captured, "pagellm demo: --count needs a value"));
     assert_int_equal(PARSE(&PLAIN, &o, &first, "--count", "many"), 2);
