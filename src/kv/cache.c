@@ -810,6 +810,27 @@ pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_bl
     return st;
 }
 
+pl_status pl_kv_cache_refork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
+                             pl_block_table *t, pl_block_table *w) {
+    if (!c->va || !pt->live || !t->live || pt == t) {
+        pl_kv_cache_free(c, t, w);
+        return pl_kv_cache_fork(c, pt, pw, t, w);
+    }
+    /* the slot stays taken: the manager's table is made again over it, the slots map what
+     * differs (beams share most of their history) */
+    const int32_t slot = pl_kv_slot_of(&c->mgr, t);
+    pl_kv_free_table(&c->mgr, t);
+    pl_status st = pl_kv_allocate_slot_shared(&c->mgr, t, pt->n_tokens, slot, pt->n_blocks);
+    if (st == PL_OK) st = pl_vattn_share(c->va, pl_kv_slot_of(&c->mgr, pt), slot, pt->n_blocks);
+    if (st == PL_OK) pl_vattn_set_need(c->va, slot, pt->n_tokens);
+    else {
+        pl_vattn_release(c->va, slot);
+        pl_kv_free_table(&c->mgr, t);
+    }
+    vattn_sync_shared(c);
+    return st;
+}
+
 void pl_kv_cache_free(pl_kv_cache *c, pl_block_table *t, pl_block_table *w) {
     c->ops->follow(c, t, 1);
     pl_kv_free_table(&c->mgr, t);

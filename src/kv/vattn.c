@@ -556,6 +556,7 @@ pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows)
     while (va->mapped[from] < n_rows)
         if (map_next(va, from, 1, 0) != 0) goto nomem;
     va->extra[to] = va->extra[from]; /* same tokens: its pages hash under the same key */
+    forget_walk(va, to);
     if (map_rows_into(va, to, va->row_of + (size_t)from * c->rows_per_slot, n_rows) != 0)
         goto nomem;
     goto out;

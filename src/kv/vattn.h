@@ -144,9 +144,10 @@ void pl_vattn_set_need(pl_vattn *va, int32_t slot, int32_t n_tokens);
  * cached rows of free slots, else the excess of used ones), timed; then wake the mapper for
  * step i + 1. PL_ERR_NOMEM with the system call's error if the kernel refuses a mapping. */
 pl_status pl_vattn_prepare_step(pl_vattn *va);
-/* Used slot `to` (just acquired, need not set) maps used slot `from`'s rows [0, n_rows) at the
- * same positions (from's missing ones are mapped first; to's own rows there are let go). The
- * caller then sets to's need (>= n_rows rows). PL_ERR_UNSUPPORTED on the ANON backend,
+/* Used slot `to` (just acquired, need not set; or a used slot taken over for a fork) maps used
+ * slot `from`'s rows [0, n_rows) at the same positions (from's missing ones are mapped first;
+ * to's rows there that are not from's already are let go, the others cost nothing). The caller
+ * then sets to's need (>= n_rows rows). PL_ERR_UNSUPPORTED on the ANON backend,
  * PL_ERR_NOMEM if a mapping fails (what was mapped stays, consistent). */
 pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows);
 /* The row at the slot's position pos is mapped somewhere else too. */
