@@ -386,13 +386,19 @@ static void test_sharing_equal_to_paged(void **state) {
         pl_vattn_stats vs;
         pl_vattn_get_stats(pl_kv_cache_vattn(e->kv), &vs);
         print_message("vattention sharing variant %d: %llu preemptions, %llu pages mapped shared, "
-                      "%llu copied (copy-on-write), %llu mapped\n", v,
+                      "%llu copied (copy-on-write), %llu mapped, %llu slots acquired\n", v,
                       (unsigned long long)s.preemptions, (unsigned long long)vs.pages_shared,
                       (unsigned long long)vs.pages_copied,
-                      (unsigned long long)(vs.pages_mapped_sync + vs.pages_mapped_bg));
+                      (unsigned long long)(vs.pages_mapped_sync + vs.pages_mapped_bg),
+                      (unsigned long long)vs.slots_acquired);
         assert_true(vs.pages_shared > 0 && vs.pages_copied > 0);
         if (v > 0) assert_true(s.preemptions > 0);
         else assert_int_equal(s.preemptions, 0);
+        /* unpreempted, every sequence takes a slot once: a beam step's fork takes the slot of
+         * a beam it drops (remapping only what differs), never a fresh one */
+        int64_t seqs = 0;
+        for (int g = 0; g < N_GROUPS; g++) seqs += GROUPS[g].best_of;
+        if (v == 0) assert_int_equal(vs.slots_acquired, seqs);
         assert_all_free(e);
         if (v == 2) assert_int_equal(pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv)), 0);
         pl_engine_destroy(e);
