@@ -557,8 +557,22 @@ pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows)
         if (map_next(va, from, 1, 0) != 0) goto nomem;
     va->extra[to] = va->extra[from]; /* same tokens: its pages hash under the same key */
     forget_walk(va, to);
-    if (map_rows_into(va, to, va->row_of + (size_t)from * c->rows_per_slot, n_rows) != 0)
-        goto nomem;
+    const int32_t *src = va->row_of + (size_t)from * c->rows_per_slot;
+    const int32_t last = n_rows - 1, own = last >= 0 && last < va->mapped[to]
+                                                 ? va->row_of[(size_t)to * c->rows_per_slot + last]
+                                                 : -1;
+    /* from's partly filled last page over a private page `to` has there (a beam step's fork
+     * into a dropped beam's slot): copy the bytes in place rather than map the page and copy it
+     * at the next write */
+    int copy = own >= 0 && own != src[last] && n_rows == va->need[from] &&
+               va->need_tokens[from] % c->tokens_per_row != 0 && ref_of(va, own) == 1 &&
+               !va->pool.blocks[own].hashed;
+    if (map_rows_into(va, to, src, copy ? last : n_rows) != 0) goto nomem;
+    if (copy) {
+        for (int32_t r = 0; r < c->n_regions; r++)
+            memcpy(page_at(va, r, to, last), page_at(va, r, from, last), c->page_size);
+        va->st.pages_copied += (uint64_t)c->n_regions;
+    }
     goto out;
 nomem:
     st = pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot map %d shared pages of slot %d into "
