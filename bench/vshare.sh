@@ -8,7 +8,8 @@
 # same size and the counts compare one to one. Writes JSON lines into $OUT/sharing.jsonl
 # (roomy: 64M, nothing preempted, the memory the workload takes; tight: 4M), prefix.jsonl (the
 # shared-prefix workload of Figure 16: 80- and 341-token prefixes, 48 requests at 40 and 160
-# requests/s, 8M; vattention hits only pages that running requests hold) and machine.txt.
+# requests/s, 8M; vattention hits the pages running requests hold and those finished ones left
+# in its prefix cache) and machine.txt.
 #
 #   bash bench/vshare.sh
 #

@@ -141,8 +141,11 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "blocks_total", json_integer(s->blocks_total));
     json_object_set_new(j, "preemption_mode", json_string(o->eng.preemption_mode == PL_PREEMPT_SWAP
                                                               ? "swap" : "recompute"));
-    json_object_set_new(j, "prefix_caching", json_boolean(o->eng.enable_prefix_caching &&
-                                                          pl_kv_layout_mode_shares(o->eng.kv_layout)));
+    json_object_set_new(j, "prefix_caching",
+                        json_boolean(o->eng.enable_prefix_caching &&
+                                     (pl_kv_layout_mode_shares(o->eng.kv_layout) ||
+                                      (o->eng.kv_layout == PL_KV_LAYOUT_VATTENTION &&
+                                       o->eng.vattn_share))));
     json_object_set_new(j, "n", json_integer(o->n));
     json_object_set_new(j, "beam_width", json_integer(o->beam));
     json_object_set_new(j, "shared_prefix", json_integer(o->shared_prefix));

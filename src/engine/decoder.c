@@ -420,6 +420,18 @@ static void beam_done_add(pl_decoder *d, pl_seq_group *g, pl_seq *q) {
     while (g->n_beam_done > W) pl_seq_destroy(g->beam_done[--g->n_beam_done]);
 }
 
+/* A running beam with tables that no kept child continues (it is dropped at the end of the
+ * step), or NULL. */
+static pl_seq *dropped_beam(pl_seq_group *g, const beam_cand *run, int32_t keep) {
+    for (int32_t i = 0; i < g->n_seqs; i++) {
+        pl_seq *q = g->seqs[i];
+        int kept = 0;
+        for (int32_t j = 0; j < keep && !kept; j++) kept = run[j].parent == q;
+        if (!kept && q->table.live) return q;
+    }
+    return NULL;
+}
+
 static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
     const int32_t V = d->n_vocab;
     const pl_request_params *p = &g->params;
@@ -498,9 +510,11 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
     int32_t keep = stop ? 0 : (n_run < W ? n_run : W);
 
     /* Materialise the kept children: the first child of a parent takes over the parent; later
-     * children fork it before it appends (sharing every block). Nothing of the group changes
-     * until every fork exists: a failure undoes the forks and fails the step (the engine then
-     * ends the step's requests with the error). */
+     * children fork it before it appends (sharing every block), into the tables of a beam no
+     * kept child continues when there is one (vAttention then remaps only the pages that differ,
+     * where a fresh fork maps the whole history and the dropped beam unmaps it). Nothing else of
+     * the group changes until every fork exists: a failure undoes the forks and fails the step
+     * (the engine then ends the step's requests with the error). */
     pl_seq **next = scratch(d, SCR_NEXT, (size_t)(keep > 0 ? keep : 1) * sizeof *next);
     uint8_t *used = scratch(d, SCR_USED, (size_t)(rank > 0 ? rank : 1));
     if (!next || !used) return pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
@@ -519,8 +533,14 @@ static pl_status beam_step(pl_decoder *d, pl_seq_group *g) {
             st = pl_fail(PL_ERR_NOMEM, "beam search: out of memory");
             break;
         }
-        if ((st = pl_kv_cache_fork(d->kv, &c->parent->table, &c->parent->table_w, &f->table,
-                                    &f->table_w)) != PL_OK) {
+        pl_seq *gone = dropped_beam(g, run, keep);
+        if (gone) { /* its tables move to f (it is dropped below, holding none) */
+            f->table = gone->table, f->table_w = gone->table_w;
+            memset(&gone->table, 0, sizeof gone->table);
+            memset(&gone->table_w, 0, sizeof gone->table_w);
+        }
+        if ((st = (gone ? pl_kv_cache_refork : pl_kv_cache_fork)(
+                 d->kv, &c->parent->table, &c->parent->table_w, &f->table, &f->table_w)) != PL_OK) {
             pl_seq_destroy(f);
             break;
         }

@@ -39,11 +39,9 @@ struct pl_kv_cache {
     int has_swap, has_mgr;
     pl_kv_manager mgr;          /* who holds which block */
     struct pl_vattn *va;        /* vAttention: the slots and page pool, else NULL */
-    /* vAttention prefix hits (--vattn-share with prefix caching): each slot's leading full
-     * computed pages' tokens, the key they were computed under, how many */
-    int32_t *vp_tokens;         /* [n_slots x rows x tokens per page] */
-    uint64_t *vp_key;           /* [n_slots] */
-    int32_t *vp_n;              /* [n_slots] */
+    /* vAttention prefix caching (--vattn-share): the slots hash computed pages and keep them
+     * cached after their holder (kv/vattn.h's prefix cache) */
+    int vp_cache;
     uint64_t draft_bytes;       /* the draft model's share of the budget */
     /* Memory samples (pl_kv_cache_sample). */
     uint64_t samples;
@@ -312,6 +310,9 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
                        (int)sh->n_kv_heads, page, (unsigned long long)row_bytes);
     if (phys > INT32_MAX / 4) phys = INT32_MAX / 4;
     PL_TRY(check_map_count(cfg, regions, page, (int64_t)phys));
+    /* prefix hits on the pages running and finished sequences computed, with --vattn-share */
+    cfg->enable_prefix_caching = cfg->enable_prefix_caching && cfg->vattn_share;
+    c->vp_cache = cfg->enable_prefix_caching;
     pl_vattn_config vc = {
         /* sharing: a beam step forks its new beams before it drops the parents they leave,
          * so up to twice the sequences hold a slot for a moment */
@@ -320,7 +321,7 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
         .rows_per_slot = rows, .tokens_per_row = tpr, .phys_rows = (int64_t)phys,
         .backend = backend_for(cfg, page), .overlap = !cfg->vattn_no_overlap,
         .deferred_reclaim = !cfg->vattn_no_deferred_reclaim, .eager = !cfg->vattn_no_eager,
-        .start_thread = 1, .reclaim_threshold = 0.10,
+        .start_thread = 1, .reclaim_threshold = 0.10, .prefix_cache = c->vp_cache,
     };
     PL_TRY(pl_vattn_create(&vc, &c->va));
     /* The store view: a layer's K (V) is its KV heads' regions, each n_slots x rows pages; a
@@ -336,8 +337,6 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     c->store.base = pl_vattn_base(c->va);
     c->store.mapped_bytes = 0; /* the vattn owns the reservation */
     c->store.head_major = 1;
-    /* prefix hits on the pages running sequences hold, with --vattn-share */
-    cfg->enable_prefix_caching = cfg->enable_prefix_caching && cfg->vattn_share;
     cfg->block_size = tpr; /* a block is a page: pl_engine_get_config says how many tokens */
     pl_kv_manager_config mc = {
         .block_size = tpr, .num_blocks = (int32_t)phys, .max_blocks_per_seq = rows,
@@ -346,15 +345,6 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     };
     PL_TRY(pl_kv_manager_init(&c->mgr, &mc));
     c->has_mgr = 1;
-    if (cfg->enable_prefix_caching) {
-        size_t ns = (size_t)vc.n_slots;
-        c->vp_tokens = malloc(ns * (size_t)rows * (size_t)tpr * sizeof *c->vp_tokens);
-        c->vp_key = calloc(ns, sizeof *c->vp_key);
-        c->vp_n = calloc(ns, sizeof *c->vp_n);
-        if (!c->vp_tokens || !c->vp_key || !c->vp_n)
-            return pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot allocate the prefix "
-                           "tokens of %d slots", (int)vc.n_slots);
-    }
     return PL_OK;
 }
 
@@ -376,7 +366,6 @@ static pl_status vattn_share(pl_kv_cache *c, int32_t from, pl_block_table *t, in
     if (st == PL_OK) {
         pl_vattn_set_need(c->va, slot, n);
         vattn_sync_shared(c);
-        if (c->vp_n) c->vp_key[slot] = c->vp_key[from], c->vp_n[slot] = 0;
         return PL_OK;
     }
     pl_vattn_release(c->va, slot);
@@ -386,24 +375,14 @@ static pl_status vattn_share(pl_kv_cache *c, int32_t from, pl_block_table *t, in
 }
 
 /* vAttention prefix hits: the most leading full pages of tokens[n] (at most (n - 1) / page, so
- * the last token is computed) that a used slot holds computed under the same key, and *from
- * that slot; 0 when prefix caching is off. Tokens compared one by one (no hash to trust). */
+ * the last token is computed) whose K/V rows hold under the same key, mapped by running
+ * sequences or cached after finished ones (verified token for token); *mapped of them mapped
+ * now (they cost no page); 0 when prefix caching is off. */
 static int32_t vattn_probe(const pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
-                           int32_t *from) {
-    if (!c->vp_n || !tokens || n < 2) return 0;
-    const int32_t tpr = c->mgr.cfg.block_size, rows = c->mgr.cfg.max_blocks_per_seq;
-    const int32_t most = (n - 1) / tpr, slots = c->mgr.cfg.n_slots;
-    int32_t best = 0;
-    for (int32_t s = 0; s < slots && best < most; s++) {
-        if (c->vp_n[s] <= best || c->vp_key[s] != key) continue;
-        const int32_t *held = c->vp_tokens + (size_t)s * rows * tpr;
-        int32_t m = 0, upto = c->vp_n[s] < most ? c->vp_n[s] : most;
-        while (m < upto && !memcmp(held + (size_t)m * tpr, tokens + (size_t)m * tpr,
-                                   (size_t)tpr * sizeof *tokens))
-            m++;
-        if (m > best) best = m, *from = s;
-    }
-    return best;
+                           int32_t *mapped) {
+    *mapped = 0;
+    if (!c->vp_cache || !tokens || n < 2) return 0;
+    return pl_vattn_prefix_probe(c->va, tokens, (n - 1) / c->mgr.cfg.block_size, key, mapped);
 }
 
 /* A free slot (deferred reclamation: the one with most pages still mapped), its first blocks,
@@ -417,26 +396,27 @@ static pl_status vattn_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_tabl
         return pl_kv_allocate_slot(&c->mgr, t, tokens, n,
                                    first < 0 ? -1 : first / c->mgr.cfg.max_blocks_per_seq, n_cached);
     }
-    int32_t from = -1, hit = vattn_probe(c, tokens, n, key, &from);
-    if (c->vp_n) {
+    int32_t mapped, hit = vattn_probe(c, tokens, n, key, &mapped);
+    int32_t slot = pl_vattn_acquire(c->va);
+    if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
+    /* hits: computed pages of running or finished sequences, mapped, not computed again (the
+     * manager counts those mapped now once) */
+    pl_status st = hit > 0 ? pl_kv_allocate_slot_shared(&c->mgr, t, n, slot, mapped)
+                           : pl_kv_allocate_slot(&c->mgr, t, tokens, n, slot, n_cached);
+    if (st == PL_OK && c->vp_cache) {
+        st = pl_vattn_map_prefix(c->va, slot, tokens, hit, key, &hit);
         c->mgr.prefix_queries += (uint64_t)n;
         c->mgr.prefix_hits += (uint64_t)hit * (uint64_t)c->mgr.cfg.block_size;
     }
-    if (hit > 0) { /* a running sequence's computed pages: mapped, not computed again */
-        PL_TRY(vattn_share(c, from, t, n, hit));
-        c->vp_key[pl_kv_slot_of(&c->mgr, t)] = key;
-        if (n_cached) *n_cached = hit * c->mgr.cfg.block_size;
-        return PL_OK;
-    }
-    int32_t slot = pl_vattn_acquire(c->va);
-    if (slot < 0) return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt: every request slot is in use");
-    if (c->vp_n) c->vp_key[slot] = key, c->vp_n[slot] = 0;
-    pl_status st = pl_kv_allocate_slot(&c->mgr, t, tokens, n, slot, n_cached);
     if (st != PL_OK) {
         pl_vattn_release(c->va, slot);
+        if (t->live) pl_kv_free_table(&c->mgr, t);
+        vattn_sync_shared(c);
         return st;
     }
     pl_vattn_set_need(c->va, slot, n);
+    vattn_sync_shared(c);
+    if (n_cached) *n_cached = hit * c->mgr.cfg.block_size;
     return PL_OK;
 }
 
@@ -446,16 +426,14 @@ static void vattn_follow(pl_kv_cache *c, const pl_block_table *t, int freeing) {
     if (freeing) pl_vattn_release(c->va, slot);
     else pl_vattn_set_need(c->va, slot, t->n_tokens);
     vattn_sync_shared(c);
-    if (c->vp_n) { /* pages rolled back or freed are no prefix to hit any more */
-        int32_t full = freeing ? 0 : t->n_tokens / c->mgr.cfg.block_size;
-        if (c->vp_n[slot] > full) c->vp_n[slot] = full;
-    }
 }
 
 static int32_t vattn_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key,
                                   int32_t first, int32_t final_tokens, int32_t n_given) {
-    int32_t from, hit = n_given ? 0 : vattn_probe(c, tokens, n, key, &from);
-    return contig_admit_blocks(c, tokens, n, key, first, final_tokens, 0) - n_given - hit;
+    /* hits on pages mapped now take none; cached ones take theirs back from the free pages */
+    int32_t mapped = 0;
+    if (!n_given) vattn_probe(c, tokens, n, key, &mapped);
+    return contig_admit_blocks(c, tokens, n, key, first, final_tokens, 0) - n_given - mapped;
 }
 
 /* One sequence: its slot's pages for its whole length. More (n, best_of, beam, shared): the
@@ -482,6 +460,7 @@ static void vattn_stats(const pl_kv_cache *c, pl_engine_stats *s) {
     s->vattn_slots_reused = v.slots_reused;
     s->vattn_map_seconds = (double)v.map_ns_in_step * 1e-9;
     s->vattn_pages_committed = v.rows_committed * (int64_t)regions;
+    s->blocks_cached = v.rows_cached; /* --vattn-share's prefix cache: unmapped pages kept */
 }
 
 /* A vattention rollback (paged_truncate: no groups there) lowers the sequence's length: its slot
@@ -632,9 +611,6 @@ void pl_kv_cache_destroy(pl_kv_cache *c) {
     }
     pl_kv_store_destroy(&c->store);
     if (c->has_swap) pl_kv_store_destroy(&c->swap);
-    free(c->vp_tokens);
-    free(c->vp_key);
-    free(c->vp_n);
     free(c);
 }
 
@@ -702,8 +678,8 @@ pl_alloc_status pl_kv_cache_can_admit(const pl_kv_cache *c, int32_t need) {
 }
 
 int32_t pl_kv_cache_probe(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint64_t key) {
-    int32_t from;
-    if (c->vp_n) return vattn_probe(c, tokens, n, key, &from) * c->mgr.cfg.block_size;
+    int32_t mapped;
+    if (c->vp_cache) return vattn_probe(c, tokens, n, key, &mapped) * c->mgr.cfg.block_size;
     int32_t a = pl_kv_probe_prefix(&c->mgr, tokens, n, key);
     if (!grouped(c)) return a;
     int32_t b = pl_kv_probe_prefix(&c->mgr, tokens, n, key ^ PL_KV_WINDOW_KEY);
@@ -810,15 +786,10 @@ pl_status pl_kv_cache_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table
 pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                              const int32_t *tokens, int32_t n_computed) {
     PL_TRY(pl_kv_commit(&c->mgr, t, tokens, n_computed));
-    if (c->vp_n && t->live) { /* vAttention: the full computed pages become hits */
-        const int32_t tpr = c->mgr.cfg.block_size, slot = pl_kv_slot_of(&c->mgr, t);
-        int32_t full = (n_computed < t->n_tokens ? n_computed : t->n_tokens) / tpr;
-        int32_t *held = c->vp_tokens + (size_t)slot * c->mgr.cfg.max_blocks_per_seq * tpr;
-        if (full > c->vp_n[slot]) {
-            memcpy(held + (size_t)c->vp_n[slot] * tpr, tokens + (size_t)c->vp_n[slot] * tpr,
-                   (size_t)(full - c->vp_n[slot]) * tpr * sizeof *tokens);
-            c->vp_n[slot] = full;
-        }
+    if (c->vp_cache && t->live) { /* vAttention: the full computed pages become hits */
+        int32_t full = (n_computed < t->n_tokens ? n_computed : t->n_tokens) /
+                       c->mgr.cfg.block_size;
+        pl_vattn_register(c->va, pl_kv_slot_of(&c->mgr, t), tokens, full);
     }
     return grouped(c) ? pl_kv_commit(&c->mgr, w, tokens, n_computed) : PL_OK;
 }
@@ -836,6 +807,27 @@ pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_bl
     if (!grouped(c)) return PL_OK;
     pl_status st = pl_kv_fork(&c->mgr, pw, w);
     if (st != PL_OK) pl_kv_free_table(&c->mgr, t);
+    return st;
+}
+
+pl_status pl_kv_cache_refork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
+                             pl_block_table *t, pl_block_table *w) {
+    if (!c->va || !pt->live || !t->live || pt == t) {
+        pl_kv_cache_free(c, t, w);
+        return pl_kv_cache_fork(c, pt, pw, t, w);
+    }
+    /* the slot stays taken: the manager's table is made again over it, the slots map what
+     * differs (beams share most of their history) */
+    const int32_t slot = pl_kv_slot_of(&c->mgr, t);
+    pl_kv_free_table(&c->mgr, t);
+    pl_status st = pl_kv_allocate_slot_shared(&c->mgr, t, pt->n_tokens, slot, pt->n_blocks);
+    if (st == PL_OK) st = pl_vattn_share(c->va, pl_kv_slot_of(&c->mgr, pt), slot, pt->n_blocks);
+    if (st == PL_OK) pl_vattn_set_need(c->va, slot, pt->n_tokens);
+    else {
+        pl_vattn_release(c->va, slot);
+        pl_kv_free_table(&c->mgr, t);
+    }
+    vattn_sync_shared(c);
     return st;
 }
 

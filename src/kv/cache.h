@@ -181,6 +181,11 @@ pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *
                              const int32_t *tokens, int32_t n_computed);
 pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
                            pl_block_table *t, pl_block_table *w);
+/* Live tables t/w, about to be dropped, become a fork of pt/pw instead (a beam step's child
+ * takes a dropped beam's tables): vAttention keeps t's slot and remaps only the pages that are
+ * not pt's already; the paged layout frees t and forks. On failure t is freed. */
+pl_status pl_kv_cache_refork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
+                             pl_block_table *t, pl_block_table *w);
 void pl_kv_cache_free(pl_kv_cache *c, pl_block_table *t, pl_block_table *w);
 
 /* Swapping a group's live tables (manager.h). */

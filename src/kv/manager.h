@@ -90,7 +90,7 @@
  * manager knows nothing of the pages: kv/cache.c's vAttention operations take the slot from the
  * slots (kv/vattn.h), tell it its need after every allocation, append and truncate, and give it
  * back before the table is freed. Swapping and prefix caching are refused as in the contiguous
- * layouts; pl_kv_first_fit answers whether a slot is free.
+ * layouts (with --vattn-share the slots keep a prefix cache of their own, kv/vattn.h); pl_kv_first_fit answers whether a slot is free.
  */
 #ifndef PL_KV_MANAGER_H
 #define PL_KV_MANAGER_H

@@ -2,6 +2,7 @@
 #include "kv/vattn.h"
 
 #include "base/clock.h"
+#include "kv/block_pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,9 +48,16 @@ struct pl_vattn {
     int32_t *need_tokens; /* [n_slots] */
     int32_t *mapped;      /* [n_slots] rows mapped: positions [0, mapped) */
     int32_t *row_of;      /* [n_slots × rows_per_slot] physical row at each position, or -1 */
-    int32_t *free_rows;   /* stack of free row ids */
-    int32_t *ref;         /* [phys_rows] (slot, position) mappings of each row; 0 = free */
-    int64_t n_free, need_sum;
+    /* the physical rows: a block per row (ref = its (slot, position) mappings); the free queue
+     * holds plain free rows at its head and the prefix cache's unmapped rows (hashed, ref 0) in
+     * LRU order behind them */
+    pl_block_pool pool;
+    int32_t *hit_rows;    /* [rows_per_slot] scratch of a prefix walk */
+    uint64_t *extra;      /* [n_slots] the prefix key the slot's pages are hashed under */
+    int32_t *reg_n;       /* [n_slots] leading pages walked by pl_vattn_register */
+    int32_t *reg_parent;  /* [n_slots] the hashed row that holds page reg_n - 1, or -1 */
+    pl_block_hash *reg_hash; /* [n_slots] the chain's hash after reg_n pages */
+    int64_t need_sum;
     int64_t n_alias;      /* Σ (ref - 1) over mapped rows: positions that share another's page */
     int32_t eager_rows;   /* rows the eager slot is pre-mapped to (largest prompt seen) */
     pl_vattn_stats st;
@@ -66,6 +74,22 @@ static char *page_at(const pl_vattn *va, int32_t region, int32_t slot, int32_t p
 }
 
 /* ---- mapping one row (lock held) ------------------------------------------------------------ */
+
+static int32_t ref_of(const pl_vattn *va, int32_t row) { return va->pool.blocks[row].ref; }
+/* Free rows that hold nothing (the prefix cache's rows are free too, but hold a prefix). */
+static int64_t plain_free(const pl_vattn *va) {
+    return (int64_t)va->pool.n_free - va->pool.n_free_cached;
+}
+
+/* Give a row's memory back to the system (a hugetlb pool keeps its pages). */
+static void punch(pl_vattn *va, int32_t row) {
+    if (va->fd < 0 || va->huge) return;
+    size_t P = va->cfg.page_size;
+    off_t off = (off_t)row * va->cfg.n_regions * (off_t)P;
+    int rc = fallocate(va->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+                       (off_t)P * va->cfg.n_regions);
+    PL_ASSERT(rc == 0);
+}
 
 /* Map physical row `row` at position pos of slot's every region (over what is there: MAP_FIXED
  * replaces an earlier mapping in place). */
@@ -95,7 +119,6 @@ static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
     int32_t pos = va->mapped[slot];
     if (map_at(va, slot, pos, row) != 0) return -1;
     va->row_of[(size_t)slot * va->cfg.rows_per_slot + pos] = row;
-    va->ref[row] = 1;
     va->mapped[slot] = pos + 1;
     uint64_t pages = (uint64_t)va->cfg.n_regions;
     if (bg) va->st.pages_mapped_bg += pages;
@@ -104,21 +127,12 @@ static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
 }
 
 /* A position let go of its row: one user less; the last one's going frees it (the memory goes
- * back to the system). */
+ * back to the system) or, if it holds a prefix, moves it to the prefix cache's LRU tail with its
+ * memory. */
 static void drop_row(pl_vattn *va, int32_t row) {
-    PL_ASSERT(va->ref[row] > 0);
-    if (--va->ref[row] > 0) {
-        va->n_alias--;
-        return;
-    }
-    if (va->fd >= 0 && !va->huge) {
-        size_t P = va->cfg.page_size;
-        off_t off = (off_t)row * va->cfg.n_regions * (off_t)P;
-        int rc = fallocate(va->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
-                           (off_t)P * va->cfg.n_regions);
-        PL_ASSERT(rc == 0);
-    }
-    va->free_rows[va->n_free++] = row;
+    pl_block_pool_release(&va->pool, row);
+    if (ref_of(va, row) > 0) va->n_alias--;
+    else if (!va->pool.blocks[row].hashed) punch(va, row);
 }
 
 /* Unmap the slot's last mapped row; the row goes back to the free list when no other position
@@ -150,11 +164,13 @@ static void unmap_last(pl_vattn *va, int32_t slot, int bg) {
     else va->st.pages_unmapped_sync += pages;
 }
 
-/* Does the slot map a row another position maps too (at positions >= from)? */
-static int shares_from(const pl_vattn *va, int32_t slot, int32_t from) {
+/* Does the slot map, at positions >= from, a row another position maps too or one that holds a
+ * prefix (the prefix cache may map it elsewhere any time)? Such rows are never left in a free
+ * slot nor above a need. */
+static int common_from(const pl_vattn *va, int32_t slot, int32_t from) {
     const int32_t *rows = va->row_of + (size_t)slot * va->cfg.rows_per_slot;
     for (int32_t j = from; j < va->mapped[slot]; j++)
-        if (va->ref[rows[j]] > 1) return 1;
+        if (ref_of(va, rows[j]) > 1 || va->pool.blocks[rows[j]].hashed) return 1;
     return 0;
 }
 
@@ -169,29 +185,37 @@ static int32_t free_slot_with_rows(const pl_vattn *va, int most) {
     return best;
 }
 
-/* A row for `slot`: a free one, else reclaimed from a free slot (the fewest mapped first: big
- * cached slots are the ones worth reusing), else (excess) from a used slot's rows beyond its
- * need. -1 if none. */
-static int32_t take_row(pl_vattn *va, int32_t slot, int excess, int bg) {
-    if (va->n_free == 0) {
+/* A row for `slot` (ref 1): a plain free one, else reclaimed from a free slot (the fewest mapped
+ * first: big cached slots are the ones worth reusing), else (on the engine thread) the prefix
+ * cache's least recently used row, else (excess) from a used slot's rows beyond its need. -1 if
+ * none. The mapper thread never evicts the prefix cache, so what a prefix walk found on the
+ * engine thread is still there when it maps it. */
+static int32_t take_row(pl_vattn *va, int excess, int bg) {
+    if (plain_free(va) == 0) {
         int32_t victim = free_slot_with_rows(va, 0);
-        if (victim < 0 && excess)
+        if (victim < 0 && (bg || va->pool.n_free_cached == 0) && excess)
             for (int32_t s = 0; s < va->cfg.n_slots; s++)
-                if (s != slot && va->used[s] && va->mapped[s] > va->need[s]) {
+                if (va->used[s] && va->mapped[s] > va->need[s]) { /* slot too: above pos */
                     victim = s;
                     break;
                 }
-        if (victim < 0) return -1;
-        unmap_last(va, victim, bg);
+        if (victim >= 0) unmap_last(va, victim, bg);
+        else if (bg || va->pool.n_free_cached == 0) return -1;
     }
-    return va->free_rows[--va->n_free];
+    int evict = va->pool.blocks[va->pool.free_head].hashed;
+    int32_t row = pl_block_pool_alloc(&va->pool);
+    if (evict) { /* its old bytes go: the new user starts from zeroed memory, as from a free row */
+        punch(va, row);
+        va->st.rows_evicted++;
+    }
+    return row;
 }
 
 static int map_next(pl_vattn *va, int32_t slot, int excess, int bg) {
-    int32_t row = take_row(va, slot, excess, bg);
+    int32_t row = take_row(va, excess, bg);
     if (row < 0) return 1;
     if (map_row(va, slot, row, bg) != 0) {
-        va->free_rows[va->n_free++] = row;
+        drop_row(va, row);
         return -1;
     }
     return 0;
@@ -211,14 +235,14 @@ static int background_locked(pl_vattn *va) {
             if (va->mapped[s] < rows_for(va, (int64_t)va->need_tokens[s] + 1))
                 return map_next(va, s, 0, 1) == 0;
         }
-    if (c->deferred_reclaim && va->n_free < keep_free(va)) {
+    if (c->deferred_reclaim && va->pool.n_free < keep_free(va)) {
         int32_t victim = free_slot_with_rows(va, 0);
         if (victim >= 0) {
             unmap_last(va, victim, 1);
             return 1;
         }
     }
-    if (c->eager && va->eager_rows > 0 && va->n_free - 1 >= keep_free(va)) {
+    if (c->eager && va->eager_rows > 0 && plain_free(va) - 1 >= keep_free(va)) {
         int32_t target = -1;
         for (int32_t s = 0; s < c->n_slots; s++)
             if (!va->used[s] && (target < 0 || va->mapped[s] > va->mapped[target])) target = s;
@@ -348,19 +372,31 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
     va->need_tokens = calloc(ns, sizeof *va->need_tokens);
     va->mapped = calloc(ns, sizeof *va->mapped);
     va->row_of = malloc(npos * sizeof *va->row_of);
-    va->free_rows = malloc((size_t)c->phys_rows * sizeof *va->free_rows);
-    va->ref = calloc((size_t)c->phys_rows, sizeof *va->ref);
+    va->hit_rows = malloc((size_t)c->rows_per_slot * sizeof *va->hit_rows);
+    va->extra = calloc(ns, sizeof *va->extra);
+    va->reg_n = calloc(ns, sizeof *va->reg_n);
+    va->reg_parent = calloc(ns, sizeof *va->reg_parent);
+    va->reg_hash = calloc(ns, sizeof *va->reg_hash);
     pl_status st = PL_OK;
     if (!va->used || !va->fresh || !va->need || !va->need_tokens || !va->mapped || !va->row_of ||
-        !va->free_rows || !va->ref)
+        !va->hit_rows || !va->extra || !va->reg_n || !va->reg_parent || !va->reg_hash)
         st = pl_fail(PL_ERR_NOMEM, "vattn: cannot allocate bookkeeping for %d slots", (int)ns);
+    if (st == PL_OK && c->prefix_cache && c->backend != PL_VATTN_MEMFD)
+        st = pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a prefix cache maps a page at "
+                     "several addresses and needs the memfd backend (--vattn-share)");
+    if (st == PL_OK && c->prefix_cache && c->tokens_per_row > 4096)
+        st = pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a page of %d tokens is too long "
+                     "for the prefix cache (at most 4096): use a smaller kv-page-size",
+                     (int)c->tokens_per_row);
     if (st == PL_OK) {
         for (size_t i = 0; i < npos; i++) va->row_of[i] = -1;
-        /* Lowest row ids on top of the stack: a fresh pool maps the memfd front to back. */
-        for (int64_t i = 0; i < c->phys_rows; i++) va->free_rows[i] = (int32_t)(c->phys_rows - 1 - i);
-        va->n_free = c->phys_rows;
-        st = setup_memory(va);
+        /* Lowest row ids first: a fresh pool maps the memfd front to back. Without a prefix
+         * cache the pool holds no tokens (its block size is nominal). */
+        st = pl_block_pool_init(&va->pool, (int32_t)c->phys_rows,
+                                c->prefix_cache ? c->tokens_per_row : 1, c->prefix_cache,
+                                0x9e3779b97f4a7c15ULL);
     }
+    if (st == PL_OK) st = setup_memory(va);
     if (st == PL_OK && c->start_thread && (c->overlap || c->eager || c->deferred_reclaim)) {
         if (pthread_create(&va->thread, NULL, mapper_main, va) != 0)
             st = pl_fail(PL_ERR_NOMEM, "vattn: cannot start the mapper thread");
@@ -394,8 +430,12 @@ void pl_vattn_destroy(pl_vattn *va) {
     free(va->need_tokens);
     free(va->mapped);
     free(va->row_of);
-    free(va->free_rows);
-    free(va->ref);
+    pl_block_pool_destroy(&va->pool);
+    free(va->hit_rows);
+    free(va->extra);
+    free(va->reg_n);
+    free(va->reg_parent);
+    free(va->reg_hash);
     free(va);
 }
 
@@ -406,6 +446,34 @@ const pl_vattn_config *pl_vattn_get_config(const pl_vattn *va) { return &va->cfg
 
 /* ---- slots ---------------------------------------------------------------------------------- */
 
+/* pl_vattn_register starts over at the slot's first page. */
+static void forget_walk(pl_vattn *va, int32_t slot) {
+    va->reg_n[slot] = 0;
+    va->reg_parent[slot] = -1;
+    va->reg_hash[slot] = pl_block_hash_root;
+}
+
+/* Map rows[0, n) (each mapped elsewhere or in the prefix cache) at the used slot's positions
+ * [0, n); the slot's own rows there are let go. */
+static int map_rows_into(pl_vattn *va, int32_t to, const int32_t *rows, int32_t n) {
+    int32_t *dst = va->row_of + (size_t)to * va->cfg.rows_per_slot;
+    for (int32_t j = 0; j < n; j++) {
+        if (j < va->mapped[to] && dst[j] == rows[j]) continue;
+        if (map_at(va, to, j, rows[j]) != 0) return -1;
+        if (ref_of(va, rows[j]) > 0) {
+            va->n_alias++;
+            va->st.pages_shared += (uint64_t)va->cfg.n_regions;
+        } else {
+            va->st.rows_from_cache++;
+        }
+        pl_block_pool_touch(&va->pool, rows[j]);
+        if (j < va->mapped[to]) drop_row(va, dst[j]); /* the slot's own page, replaced */
+        else va->mapped[to] = j + 1;
+        dst[j] = rows[j];
+    }
+    return 0;
+}
+
 int32_t pl_vattn_acquire(pl_vattn *va) {
     pthread_mutex_lock(&va->mu);
     int32_t best = -1;
@@ -415,6 +483,8 @@ int32_t pl_vattn_acquire(pl_vattn *va) {
         va->used[best] = 1;
         va->fresh[best] = 1;
         va->need[best] = va->need_tokens[best] = 0;
+        va->extra[best] = 0;
+        forget_walk(va, best);
         va->st.slots_acquired++;
         if (va->mapped[best] > 0) va->st.slots_reused++;
         wake(va); /* eager: pre-map the next free slot */
@@ -431,7 +501,7 @@ void pl_vattn_release(pl_vattn *va, int32_t slot) {
     va->need[slot] = va->need_tokens[slot] = 0;
     /* A slot sharing pages gives up all of them (the next request would write over the shared
      * ones, and its mapped rows stay a prefix), so a free slot's rows are always its own. */
-    if ((!va->cfg.deferred_reclaim || shares_from(va, slot, 0)) && va->mapped[slot] > 0) {
+    if ((!va->cfg.deferred_reclaim || common_from(va, slot, 0)) && va->mapped[slot] > 0) {
         uint64_t t0 = now_ns();
         while (va->mapped[slot] > 0) unmap_last(va, slot, 0);
         va->st.map_ns_in_step += now_ns() - t0;
@@ -446,10 +516,17 @@ void pl_vattn_set_need(pl_vattn *va, int32_t slot, int32_t n_tokens) {
     int32_t rows = rows_for(va, n_tokens);
     /* a shared page is only ever needed: one above the new need is let go now (rolled back
      * below a fork point), with the rows mapped after it */
-    if (rows < va->mapped[slot] && shares_from(va, slot, rows)) {
+    if (rows < va->mapped[slot] && common_from(va, slot, rows)) {
         uint64_t t0 = now_ns();
-        while (va->mapped[slot] > rows && shares_from(va, slot, rows)) unmap_last(va, slot, 0);
+        while (va->mapped[slot] > rows && common_from(va, slot, rows)) unmap_last(va, slot, 0);
         va->st.map_ns_in_step += now_ns() - t0;
+    }
+    /* a page the slot no longer fills holds no prefix any more: it will be written again */
+    const int32_t full = n_tokens / va->cfg.tokens_per_row;
+    if (full < va->reg_n[slot]) forget_walk(va, slot);
+    for (int32_t j = full; va->cfg.prefix_cache && j < va->mapped[slot] && j < rows; j++) {
+        int32_t r = va->row_of[(size_t)slot * va->cfg.rows_per_slot + j];
+        if (ref_of(va, r) == 1) pl_block_pool_evict(&va->pool, r); /* shared: copied first */
     }
     va->need_sum += rows - va->need[slot];
     va->need[slot] = rows;
@@ -470,8 +547,6 @@ pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows)
     pl_status st = PL_OK;
     uint64_t t0 = now_ns();
     errno = 0;
-    int32_t *src = va->row_of + (size_t)from * c->rows_per_slot;
-    int32_t *dst = va->row_of + (size_t)to * c->rows_per_slot;
     if (va->fd < 0) {
         st = pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: sharing pages needs the memfd "
                      "backend (--vattn-share)");
@@ -480,15 +555,23 @@ pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows)
     /* from's pages first (a lead just admitted may have none mapped yet) */
     while (va->mapped[from] < n_rows)
         if (map_next(va, from, 1, 0) != 0) goto nomem;
-    for (int32_t j = 0; j < n_rows; j++) {
-        if (j < va->mapped[to] && dst[j] == src[j]) continue;
-        if (map_at(va, to, j, src[j]) != 0) goto nomem;
-        va->ref[src[j]]++;
-        va->n_alias++;
-        va->st.pages_shared += (uint64_t)c->n_regions;
-        if (j < va->mapped[to]) drop_row(va, dst[j]); /* the slot's own page, replaced */
-        else va->mapped[to] = j + 1;
-        dst[j] = src[j];
+    va->extra[to] = va->extra[from]; /* same tokens: its pages hash under the same key */
+    forget_walk(va, to);
+    const int32_t *src = va->row_of + (size_t)from * c->rows_per_slot;
+    const int32_t last = n_rows - 1, own = last >= 0 && last < va->mapped[to]
+                                                 ? va->row_of[(size_t)to * c->rows_per_slot + last]
+                                                 : -1;
+    /* from's partly filled last page over a private page `to` has there (a beam step's fork
+     * into a dropped beam's slot): copy the bytes in place rather than map the page and copy it
+     * at the next write */
+    int copy = own >= 0 && own != src[last] && n_rows == va->need[from] &&
+               va->need_tokens[from] % c->tokens_per_row != 0 && ref_of(va, own) == 1 &&
+               !va->pool.blocks[own].hashed;
+    if (map_rows_into(va, to, src, copy ? last : n_rows) != 0) goto nomem;
+    if (copy) {
+        for (int32_t r = 0; r < c->n_regions; r++)
+            memcpy(page_at(va, r, to, last), page_at(va, r, from, last), c->page_size);
+        va->st.pages_copied += (uint64_t)c->n_regions;
     }
     goto out;
 nomem:
@@ -504,7 +587,7 @@ out:
 int pl_vattn_row_shared(pl_vattn *va, int32_t slot, int32_t pos) {
     pthread_mutex_lock(&va->mu);
     int shared = pos >= 0 && pos < va->mapped[slot] &&
-                 va->ref[va->row_of[(size_t)slot * va->cfg.rows_per_slot + pos]] > 1;
+                 ref_of(va, va->row_of[(size_t)slot * va->cfg.rows_per_slot + pos]) > 1;
     pthread_mutex_unlock(&va->mu);
     return shared;
 }
@@ -514,7 +597,7 @@ pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos) {
     const pl_vattn_config *c = &va->cfg;
     const size_t R = (size_t)c->rows_per_slot;
     PL_ASSERT(slot >= 0 && slot < c->n_slots && va->used[slot] && pos >= 0 &&
-              pos < va->mapped[slot] && va->ref[va->row_of[slot * R + pos]] > 1);
+              pos < va->mapped[slot] && ref_of(va, va->row_of[slot * R + pos]) > 1);
     uint64_t t0 = now_ns();
     pl_status st = PL_OK;
     int32_t old = va->row_of[slot * R + pos], other = -1;
@@ -523,16 +606,15 @@ pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos) {
         if (s != slot && pos < va->mapped[s] && va->row_of[s * R + pos] == old) other = s;
     PL_ASSERT(other >= 0);
     errno = 0;
-    int32_t row = take_row(va, slot, 1, 0);
+    int32_t row = take_row(va, 1, 0);
     if (row < 0 || map_at(va, slot, pos, row) != 0) {
-        if (row >= 0) va->free_rows[va->n_free++] = row;
+        if (row >= 0) drop_row(va, row);
         st = pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot copy a shared page of slot %d: "
                      "%s", (int)slot, errno ? strerror(errno) : "no page left");
     } else {
         for (int32_t r = 0; r < c->n_regions; r++)
             memcpy(page_at(va, r, slot, pos), page_at(va, r, other, pos), c->page_size);
         va->row_of[slot * R + pos] = row;
-        va->ref[row] = 1;
         drop_row(va, old);
         va->st.pages_copied += (uint64_t)c->n_regions;
         va->st.pages_mapped_sync += (uint64_t)c->n_regions;
@@ -543,6 +625,100 @@ pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos) {
 }
 
 int pl_vattn_shares(const pl_vattn *va) { return va->fd >= 0; }
+
+/* ---- the prefix cache ----------------------------------------------------------------------- */
+
+/* The leading pages of tokens (at most n_pages) whose rows hold that prefix under `extra`, into
+ * va->hit_rows; *mapped counts those mapped now (the rest are in the prefix cache). */
+static int32_t walk(pl_vattn *va, const int32_t *tokens, int32_t n_pages, uint64_t extra,
+                    int32_t *mapped) {
+    const int32_t tpr = va->cfg.tokens_per_row;
+    pl_block_hash h = pl_block_hash_root;
+    int32_t j = 0, parent = -1;
+    if (mapped) *mapped = 0;
+    if (!va->cfg.prefix_cache || !tokens) return 0;
+    if (n_pages > va->cfg.rows_per_slot) n_pages = va->cfg.rows_per_slot;
+    for (; j < n_pages; j++) {
+        const int32_t *tok = tokens + (size_t)j * tpr;
+        h = pl_block_pool_hash(&va->pool, h, extra, tok);
+        int32_t r = pl_block_pool_lookup(&va->pool, h, parent, extra, tok);
+        if (r < 0) break;
+        va->hit_rows[j] = parent = r;
+        if (mapped && ref_of(va, r) > 0) ++*mapped;
+    }
+    return j;
+}
+
+int32_t pl_vattn_prefix_probe(pl_vattn *va, const int32_t *tokens, int32_t n_pages,
+                              uint64_t extra, int32_t *n_mapped) {
+    pthread_mutex_lock(&va->mu);
+    int32_t hits = walk(va, tokens, n_pages, extra, n_mapped);
+    pthread_mutex_unlock(&va->mu);
+    return hits;
+}
+
+pl_status pl_vattn_map_prefix(pl_vattn *va, int32_t slot, const int32_t *tokens, int32_t n_pages,
+                              uint64_t extra, int32_t *n_hit) {
+    pthread_mutex_lock(&va->mu);
+    PL_ASSERT(slot >= 0 && slot < va->cfg.n_slots && va->used[slot] && va->need[slot] == 0);
+    uint64_t t0 = now_ns();
+    pl_status st = PL_OK;
+    errno = 0;
+    int32_t hits = walk(va, tokens, n_pages, extra, NULL);
+    va->extra[slot] = extra;
+    forget_walk(va, slot);
+    if (map_rows_into(va, slot, va->hit_rows, hits) != 0) {
+        st = pl_fail(PL_ERR_NOMEM, "kv-layout vattention: cannot map %d cached prefix pages into "
+                     "slot %d: %s", (int)hits, (int)slot, strerror(errno));
+        hits = 0;
+        while (hits < va->mapped[slot] && va->row_of[(size_t)slot * va->cfg.rows_per_slot + hits] ==
+                                              va->hit_rows[hits])
+            hits++;
+    }
+    *n_hit = hits;
+    va->st.map_ns_in_step += now_ns() - t0;
+    pthread_mutex_unlock(&va->mu);
+    return st;
+}
+
+void pl_vattn_register(pl_vattn *va, int32_t slot, const int32_t *tokens, int32_t n_pages) {
+    pthread_mutex_lock(&va->mu);
+    const int32_t tpr = va->cfg.tokens_per_row;
+    PL_ASSERT(slot >= 0 && slot < va->cfg.n_slots && va->used[slot]);
+    if (n_pages > va->need[slot]) n_pages = va->need[slot];
+    if (n_pages > va->mapped[slot]) n_pages = va->mapped[slot];
+    int32_t j = va->reg_n[slot], parent = va->reg_parent[slot];
+    pl_block_hash h = va->reg_hash[slot];
+    const int32_t *rows = va->row_of + (size_t)slot * va->cfg.rows_per_slot;
+    for (; va->cfg.prefix_cache && j < n_pages; j++) {
+        const int32_t *tok = tokens + (size_t)j * tpr;
+        pl_block_hash hj = pl_block_pool_hash(&va->pool, h, va->extra[slot], tok);
+        const pl_block *b = &va->pool.blocks[rows[j]];
+        int32_t holder = rows[j];
+        if (b->hashed) { /* mapped from another slot or the cache: that prefix already */
+            if (b->hash.lo != hj.lo || b->hash.hi != hj.hi) break;
+        } else {
+            int32_t dup = pl_block_pool_lookup(&va->pool, hj, parent, va->extra[slot], tok);
+            if (dup >= 0) { /* computed twice at once: the chain goes on through the first */
+                holder = dup;
+            } else {
+                int32_t old = pl_block_pool_find(&va->pool, hj);
+                if (!pl_block_pool_register(&va->pool, rows[j], hj, parent, va->extra[slot], tok))
+                    break;
+                /* a stale cached entry the map dropped for it: its memory goes */
+                if (old >= 0 && old != rows[j] && ref_of(va, old) == 0 &&
+                    !va->pool.blocks[old].hashed)
+                    punch(va, old);
+            }
+        }
+        h = hj;
+        parent = holder;
+    }
+    va->reg_n[slot] = j;
+    va->reg_parent[slot] = parent;
+    va->reg_hash[slot] = h;
+    pthread_mutex_unlock(&va->mu);
+}
 
 int64_t pl_vattn_tokens_stored(pl_vattn *va) {
     pthread_mutex_lock(&va->mu);
@@ -613,7 +789,8 @@ int32_t pl_vattn_mapped_rows(pl_vattn *va, int32_t slot) {
 void pl_vattn_get_stats(pl_vattn *va, pl_vattn_stats *s) {
     pthread_mutex_lock(&va->mu);
     *s = va->st;
-    s->rows_free = va->n_free;
+    s->rows_free = plain_free(va);
+    s->rows_cached = va->pool.n_free_cached;
     s->rows_needed = va->need_sum - va->n_alias;
     s->rows_shared = va->n_alias;
     s->rows_committed = 0;
@@ -660,11 +837,9 @@ pl_status pl_vattn_check(pl_vattn *va) {
         return pl_fail(PL_ERR_NOMEM, "vattn check: out of memory");
     }
 #define BAD(...) do { st = pl_fail(PL_ERR_INTERNAL, __VA_ARGS__); goto done; } while (0)
-    for (int64_t i = 0; i < va->n_free; i++) {
-        int32_t r = va->free_rows[i];
-        if (r < 0 || r >= c->phys_rows || seen[r]) BAD("free row %d out of range or listed twice", (int)r);
-        seen[r] = 1;
-    }
+    st = pl_block_pool_check(&va->pool); /* queue, counts, ref 0 = free, hash map */
+    if (st != PL_OK) goto done;
+    for (int64_t r = 0; r < c->phys_rows; r++) seen[r] = va->pool.blocks[r].in_free;
     for (int32_t s = 0; s < c->n_slots; s++) {
         if (va->mapped[s] < 0 || va->mapped[s] > c->rows_per_slot) BAD("slot %d: %d rows mapped", (int)s, (int)va->mapped[s]);
         if (!va->used[s] && va->need[s] != 0) BAD("free slot %d needs %d rows", (int)s, (int)va->need[s]);
@@ -684,19 +859,21 @@ pl_status pl_vattn_check(pl_vattn *va) {
             else alias++;
             seen[r] = 2;
             refs[r]++;
-            /* a shared page is needed wherever it is mapped (and so never in a free slot) */
-            if (va->ref[r] > 1 && j >= va->need[s])
-                BAD("shared row %d at slot %d position %d is above the slot's need %d", (int)r,
-                    (int)s, (int)j, (int)va->need[s]);
+            /* a shared page, and one holding a prefix, is needed wherever it is mapped (and
+             * so never in a free slot) */
+            if ((ref_of(va, r) > 1 || va->pool.blocks[r].hashed) && j >= va->need[s])
+                BAD("shared or prefix row %d at slot %d position %d is above the slot's need %d",
+                    (int)r, (int)s, (int)j, (int)va->need[s]);
         }
     }
     for (int64_t r = 0; r < c->phys_rows; r++)
-        if (refs[r] != va->ref[r])
+        if (refs[r] != ref_of(va, (int32_t)r))
             BAD("row %lld: %d mappings, reference count %d", (long long)r, (int)refs[r],
-                (int)va->ref[r]);
-    if (va->n_free + distinct != c->phys_rows || alias != va->n_alias)
-        BAD("%lld free + %lld mapped rows != %lld in the pool, or %lld shared mappings != %lld "
-            "recorded", (long long)va->n_free, (long long)distinct, (long long)c->phys_rows,
+                (int)ref_of(va, (int32_t)r));
+    if (va->pool.n_free + distinct != c->phys_rows || alias != va->n_alias)
+        BAD("%lld free (%lld of them cached) + %lld mapped rows != %lld in the pool, or %lld "
+            "shared mappings != %lld recorded", (long long)va->pool.n_free,
+            (long long)va->pool.n_free_cached, (long long)distinct, (long long)c->phys_rows,
             (long long)alias, (long long)va->n_alias);
     (void)mapped;
     if (need != va->need_sum || need - alias > c->phys_rows)

@@ -39,6 +39,19 @@
  * shared rows are always needed rows of used slots: the rows in use are Σ need - shared
  * mappings.
  *
+ * Prefix cache (issue 37, config prefix_cache, MEMFD only). Rows are the blocks of a
+ * pl_block_pool (kv/block_pool.h: its hash chain, token verification and free queue).
+ * pl_vattn_register gives a used slot's full computed pages their prefix hash (the chain of
+ * their tokens under the slot's key); pl_vattn_map_prefix maps the rows that hold a prompt's
+ * leading pages into a just acquired slot, whether other slots map them (shared) or nobody does.
+ * A hashed row whose last mapping goes keeps its memory and joins the pool's free queue at the
+ * LRU tail (cached: ref 0, unmapped); plain free rows sit at the head. take_row reclaims, when
+ * no plain row is free, a free slot's rows, then (engine thread only) the LRU cached row (its
+ * hash dropped, its memory punched), then a used slot's excess: so cached rows count against the
+ * budget as free ones do, and the mapper thread never evicts what the engine just looked up. A
+ * hashed row is like a shared one: never left in a free slot nor above a need (release and
+ * rollback unmap it into the cache).
+ *
  * Slot states: FREE or USED. A used slot has a need (rows its tokens take); the engine sets it
  * (pl_vattn_set_need) and, before each forward step, pl_vattn_prepare_step maps synchronously
  * every row a used slot needs and lacks (the "critical path"). The three techniques of the
@@ -51,9 +64,10 @@
  *   eager            the mapper keeps the free slot the next request will take pre-mapped for
  *                    the largest prompt seen so far, while free rows stay above the threshold.
  *
- * Invariants (pl_vattn_check): free rows + distinct mapped rows = phys_rows; every row is on the
- * free list or mapped at exactly ref (slot, position)s, never both; a row with ref > 1 sits below
- * the need of every slot that maps it; a free slot has need 0; Σ need over used slots - shared
+ * Invariants (pl_vattn_check): free rows (cached ones included) + distinct mapped rows =
+ * phys_rows; every row is on the free queue or mapped at exactly ref (slot, position)s, never
+ * both; the pool's own invariants (pl_block_pool_check); a row with ref > 1 or a prefix hash sits
+ * below the need of every slot that maps it; resident memory = distinct mapped + cached rows; a free slot has need 0; Σ need over used slots - shared
  * mappings (Σ ref - 1) <= phys_rows (the KV manager admits by it).
  *
  * Thread safety: one mutex guards all state; every function may be called from the engine
@@ -81,6 +95,7 @@ typedef struct {
     int overlap, deferred_reclaim, eager; /* the techniques (1 = on) */
     int start_thread;           /* 1: run the mapper thread (if overlap or eager or deferred) */
     double reclaim_threshold;   /* fraction of rows kept free by background reclamation (0.10) */
+    int prefix_cache;           /* 1: hash computed pages, keep them cached after their holder */
 } pl_vattn_config;
 
 typedef struct {
@@ -97,7 +112,10 @@ typedef struct {
     int64_t rows_committed;       /* distinct rows mapped now (a shared row once) */
     int64_t rows_needed;          /* distinct rows the used slots need (Σ need - rows_shared) */
     int64_t rows_shared;          /* positions mapping a row another position maps too */
-    int64_t rows_free;            /* rows on the free list */
+    int64_t rows_free;            /* plain free rows (holding nothing) */
+    int64_t rows_cached;          /* unmapped rows the prefix cache holds (resident) */
+    uint64_t rows_from_cache;     /* cached rows mapped again by a prefix hit */
+    uint64_t rows_evicted;        /* cached rows whose prefix was dropped to reuse the row */
     int32_t slots_used;
 } pl_vattn_stats;
 
@@ -126,9 +144,11 @@ void pl_vattn_set_need(pl_vattn *va, int32_t slot, int32_t n_tokens);
  * cached rows of free slots, else the excess of used ones), timed; then wake the mapper for
  * step i + 1. PL_ERR_NOMEM with the system call's error if the kernel refuses a mapping. */
 pl_status pl_vattn_prepare_step(pl_vattn *va);
-/* Used slot `to` (just acquired, need not set) maps used slot `from`'s rows [0, n_rows) at the
- * same positions (from's missing ones are mapped first; to's own rows there are let go). The
- * caller then sets to's need (>= n_rows rows). PL_ERR_UNSUPPORTED on the ANON backend,
+/* Used slot `to` (just acquired, need not set; or a used slot taken over for a fork) maps used
+ * slot `from`'s rows [0, n_rows) at the same positions (from's missing ones are mapped first;
+ * to's rows there that are not from's already are let go, the others cost nothing; from's partly
+ * filled last page is copied into a private page `to` has there instead of mapped). The caller
+ * then sets to's need (>= n_rows rows). PL_ERR_UNSUPPORTED on the ANON backend,
  * PL_ERR_NOMEM if a mapping fails (what was mapped stays, consistent). */
 pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows);
 /* The row at the slot's position pos is mapped somewhere else too. */
@@ -136,6 +156,21 @@ int pl_vattn_row_shared(pl_vattn *va, int32_t slot, int32_t pos);
 /* Copy-on-write: the used slot's shared row at pos is replaced by a fresh private row holding
  * a copy of its bytes (the shared row loses one user). PL_ERR_NOMEM if no row can be had. */
 pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos);
+/* Prefix cache (prefix_cache = 1; else these find nothing and do nothing). Leading full pages
+ * (at most n_pages) of tokens whose K/V some row holds under key `extra`, verified token for
+ * token; *n_mapped (optional) counts those mapped now (the others are cached). */
+int32_t pl_vattn_prefix_probe(pl_vattn *va, const int32_t *tokens, int32_t n_pages,
+                              uint64_t extra, int32_t *n_mapped);
+/* The used slot, just acquired (need not set), maps those rows at positions [0, *n_hit) (its own
+ * rows there are let go) and hashes its later pages under `extra`. PL_ERR_NOMEM if a mapping
+ * fails (*n_hit: the hits mapped before it). */
+pl_status pl_vattn_map_prefix(pl_vattn *va, int32_t slot, const int32_t *tokens, int32_t n_pages,
+                              uint64_t extra, int32_t *n_hit);
+/* The used slot's pages [0, n_pages) hold the K/V of tokens (n_pages × tokens_per_row, computed):
+ * they get their prefix hashes (incrementally: pages hashed by an earlier call are not hashed
+ * again; a rollback below them starts over). A page whose prefix another row holds already
+ * stays unhashed. */
+void pl_vattn_register(pl_vattn *va, int32_t slot, const int32_t *tokens, int32_t n_pages);
 /* Pages can be shared (the MEMFD backend). */
 int pl_vattn_shares(const pl_vattn *va);
 /* Tokens the used slots store (their needs), a shared page's once (its fullest mapping's); -1 if

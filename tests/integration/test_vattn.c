@@ -386,26 +386,33 @@ static void test_sharing_equal_to_paged(void **state) {
         pl_vattn_stats vs;
         pl_vattn_get_stats(pl_kv_cache_vattn(e->kv), &vs);
         print_message("vattention sharing variant %d: %llu preemptions, %llu pages mapped shared, "
-                      "%llu copied (copy-on-write), %llu mapped\n", v,
+                      "%llu copied (copy-on-write), %llu mapped, %llu slots acquired\n", v,
                       (unsigned long long)s.preemptions, (unsigned long long)vs.pages_shared,
                       (unsigned long long)vs.pages_copied,
-                      (unsigned long long)(vs.pages_mapped_sync + vs.pages_mapped_bg));
+                      (unsigned long long)(vs.pages_mapped_sync + vs.pages_mapped_bg),
+                      (unsigned long long)vs.slots_acquired);
         assert_true(vs.pages_shared > 0 && vs.pages_copied > 0);
         if (v > 0) assert_true(s.preemptions > 0);
         else assert_int_equal(s.preemptions, 0);
+        /* unpreempted, every sequence takes a slot once: a beam step's fork takes the slot of
+         * a beam it drops (remapping only what differs), never a fresh one */
+        int64_t seqs = 0;
+        for (int g = 0; g < N_GROUPS; g++) seqs += GROUPS[g].best_of;
+        if (v == 0) assert_int_equal(vs.slots_acquired, seqs);
         assert_all_free(e);
         if (v == 2) assert_int_equal(pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv)), 0);
         pl_engine_destroy(e);
     }
 }
 
-/* Prefix hits with --vattn-share: requests whose prompts begin with a running request's
- * computed pages map them instead of computing them (pages held by running sequences only:
- * nothing is kept for later requests once the holder ends). A first request with a 300-token
- * prompt, then, once it is computed, five more with its first 260 tokens and suffixes of their
- * own: bitwise the paged layout's outputs (with its prefix cache), the hits counted, the
- * invariants and mincore checked after every step. */
-static void run_prefix(pl_engine *e, result *res, int check) {
+/* Prefix hits with --vattn-share: requests whose prompts begin with another request's computed
+ * pages map them instead of computing them, whether the holder still runs (its pages are
+ * mapped) or has finished (its pages wait unmapped in the prefix cache). A first request with a
+ * 300-token prompt, then, once it is computed (done = 0) or once it has finished (done = 1),
+ * five more with its first 260 tokens and suffixes of their own: bitwise the paged layout's
+ * outputs (with its prefix cache), the hits counted, the invariants and mincore (resident =
+ * mapped + cached pages) checked after every step. */
+static void run_prefix(pl_engine *e, result *res, int check, int done) {
     static int32_t prompts[6][320];
     uint64_t x = 0x2545f4914f6cdd1dull, ids[6];
     for (int r = 0; r < 6; r++) {
@@ -424,8 +431,11 @@ static void run_prefix(pl_engine *e, result *res, int check) {
         memset(&res[r], 0, sizeof res[r]);
         if (pl_engine_add_request(e, NULL, prompts[r], (size_t)len, &p, &ids[r]) != PL_OK)
             fail_msg("request %d: %s", r, pl_last_error());
-        if (r == 0) /* its prompt computed before the others arrive */
-            for (int k = 0; k < 4; k++) assert_int_equal(pl_engine_step(e), PL_OK);
+        if (r == 0) /* its prompt computed (or all of it done) before the others arrive */
+            for (int k = 0; done ? pl_engine_has_work(e) : k < 4; k++) {
+                assert_int_equal(pl_engine_step(e), PL_OK);
+                collect(e, ids[0], &res[0]);
+            }
     }
     struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
     while (pl_engine_has_work(e)) {
@@ -436,19 +446,18 @@ static void run_prefix(pl_engine *e, result *res, int check) {
         pl_vattn_stats v;
         pl_vattn_get_stats(va, &v);
         assert_int_equal(pl_vattn_resident_pages(va),
-                         v.rows_committed * pl_vattn_get_config(va)->n_regions);
+                         (v.rows_committed + v.rows_cached) * pl_vattn_get_config(va)->n_regions);
     }
 }
 
-static void test_prefix_hits_equal_to_paged(void **state) {
-    (void)state;
+static void prefix_hits_equal_to_paged(int done) {
     static result ref[6], got[6];
     pl_engine_config c;
     base_config(&c, PL_KV_LAYOUT_PAGED, 64u << 20);
     c.max_model_len = 512;
     c.enable_prefix_caching = 1;
     pl_engine *e = make(&c);
-    run_prefix(e, ref, 0);
+    run_prefix(e, ref, 0, done);
     pl_engine_destroy(e);
     base_config(&c, PL_KV_LAYOUT_VATTENTION, 64u << 20);
     c.max_model_len = 512;
@@ -456,7 +465,7 @@ static void test_prefix_hits_equal_to_paged(void **state) {
     c.vattn_share = 1;
     e = make(&c);
     assert_true(pl_engine_get_config(e)->enable_prefix_caching);
-    run_prefix(e, got, 1);
+    run_prefix(e, got, 1, done);
     for (int r = 0; r < 6; r++) {
         assert_string_equal(got[r].error, "");
         assert_int_equal(ref[r].n_ids[0], got[r].n_ids[0]);
@@ -467,8 +476,19 @@ static void test_prefix_hits_equal_to_paged(void **state) {
     pl_engine_stats s;
     pl_engine_get_stats(e, &s);
     assert_int_equal(s.prefix_hits, 5 * 256);
+    pl_vattn_stats v;
+    pl_vattn_get_stats(pl_kv_cache_vattn(e->kv), &v);
+    /* the finished holder's two prompt pages came back from the cache, once (then shared) */
+    assert_int_equal(v.rows_from_cache, done ? 2 : 0);
+    assert_true(v.rows_cached > 0); /* every request's full pages stay cached after it */
     assert_all_free(e);
     pl_engine_destroy(e);
+}
+
+static void test_prefix_hits_equal_to_paged(void **state) {
+    (void)state;
+    prefix_hits_equal_to_paged(0);
+    prefix_hits_equal_to_paged(1);
 }
 
 static void expect_create_error(const pl_engine_config *c, const char *needle) {
