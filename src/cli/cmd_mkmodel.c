@@ -52,6 +52,14 @@
  * attention.sliding_window (default 128; llama.cpp's pattern puts it on even layers). --type
  * mxfp4 (any MoE layout) writes the experts in mxfp4 and every other matrix in f32.
  *
+ * --arch gemma4 --experts N writes Gemma 4's MoE variant (26B-A4B) as llama.cpp's converter
+ * does: every layer keeps its dense FFN (the shared expert) and adds the router ffn_gate_inp
+ * [dim, N] (f32, std 0.5 sqrt(dim): its input is normed to 1 / sqrt(dim)) with its scale
+ * ffn_gate_inp.scale [dim], the fused ffn_gate_up_exps [dim, 2 F, N] (each expert's gate rows,
+ * then its up rows), ffn_down_exps [F, dim, N] with the per-expert scale ffn_down_exps.scale
+ * [N] (mean 1, std 0.3), and the norms pre_ffw_norm_2, post_ffw_norm_1, post_ffw_norm_2; key
+ * expert_feed_forward_length (--expert-ffn, default --ffn / 2).
+ *
  * --arch bert writes llama.cpp's bert layout (bert.* keys, attention.causal false,
  * pooling_type; token_embd, position_embd [dim, ctx], token_types [dim, 2], token_embd_norm,
  * per layer attn_q/k/v/output with biases, attn_output_norm, ffn_up/ffn_down with biases,
@@ -209,13 +217,19 @@ static const mk_shape shapes[] = {
      * double-wide FFN, 4 window layers to 1 full */
     {"gemma4-e2b", 1536, 35, 8, 1, 6144, "gemma4", 512, 512, 131072, 1e6, 1e4, 0, NULL, 0, 0, 0,
      0, 0},
+    /* Gemma 4 26B-A4B: 5 window layers (8 KV heads of 256) to 1 full (2 KV heads of 512), a
+     * dense FFN of 2112 beside 8 of 128 experts of 704 */
+    {"gemma4-26b-a4b", 2816, 30, 16, 8, 2112, "gemma4", 512, 1024, 262144, 1e6, 1e4, 0, NULL, 0,
+     0, 128, 8, 704},
 };
 static const mk_shape_g4 shapes_g4[] = {
     {"gemma4-31b", 256, 4, 0, 0, 0, 6, 30},
     {"gemma4-e2b", 256, 1, 20, 256, 12288, 5, 30},
+    {"gemma4-26b-a4b", 256, 2, 0, 0, 0, 6, 30},
 };
 #define SHAPE_NAMES "110m, 1b, 3b, qwen3-0.6b, qwen3-8b, mistral3-3b, mistral3-8b, gemma3-1b, " \
-                    "gemma3-4b, qwen3-30b-a3b, gpt-oss-20b, gemma4-31b, gemma4-e2b"
+                    "gemma3-4b, qwen3-30b-a3b, gpt-oss-20b, gemma4-31b, gemma4-e2b, " \
+                    "gemma4-26b-a4b"
 
 /* --type: a row of types */
 static int set_type(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
@@ -292,7 +306,7 @@ static const pl_flag MKMODEL_FLAGS[] = {
      "layouts and RoPE settings: qwen3-0.6b, qwen3-8b,\n"
      "mistral3-3b (Ministral 3), mistral3-8b, gemma3-1b,\n"
      "gemma3-4b, qwen3-30b-a3b, gpt-oss-20b, gemma4-31b,\n"
-     "gemma4-e2b; the flags override a shape"),
+     "gemma4-e2b, gemma4-26b-a4b; the flags override a shape"),
     I64("dim", dim, 1, 1 << 16, "D", "embedding size (a multiple of --heads and of the type's\nblock)"),
     I64("layers", layers, 1, 1024, "L", "transformer blocks"),
     I64("heads", heads, 1, 1024, "H", "attention heads (dim / heads must be even)"),
@@ -397,7 +411,8 @@ static const pl_flag_cmd MKMODEL = {
     "            sizes (--head-dim full, --head-dim-swa window) and KV heads (--kv-heads\n"
     "            window, --kv-heads-full), the pattern as an array (--swa-pattern N, default\n"
     "            6), V normed, rope_freqs for the full layers, layer_output_scale (default\n"
-    "            window 512)\n",
+    "            window 512); --experts N: the MoE variant (26B-A4B), experts beside\n"
+    "            the dense FFN (default --experts-used 2 --expert-ffn F/2)\n",
     MKMODEL_FLAGS, sizeof MKMODEL_FLAGS / sizeof MKMODEL_FLAGS[0], -1, 1};
 
 /* Prints "pagellm mkmodel: MESSAGE" and the usage to stderr; returns exit code 2. */
@@ -513,17 +528,18 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if ((is_arch(o, "qwen3moe") || gptoss) && !o->experts) o->experts = 8;
     if (o->experts && !o->experts_used) o->experts_used = 2;
     if ((o->experts || o->experts_used) && !is_arch(o, "llama") && !is_arch(o, "qwen3moe") &&
-        !gptoss)
-        return usage_error("--experts and --experts-used are for --arch qwen3moe, gpt-oss or llama");
+        !gptoss && !g4)
+        return usage_error("--experts and --experts-used are for --arch qwen3moe, gpt-oss, llama "
+                           "or gemma4");
     if (o->type == PL_DT_MXFP4 && !o->experts)
         return usage_error("--type mxfp4 is for the experts of a mixture of experts (--arch "
                            "qwen3moe, gpt-oss, or --experts N)");
     if (o->experts_used > o->experts)
         return usage_error("--experts-used %lld is more than --experts %lld",
                            (long long)o->experts_used, (long long)o->experts);
-    if (o->expert_ffn && !is_arch(o, "qwen3moe") && !gptoss)
-        return usage_error("--expert-ffn is for --arch qwen3moe or gpt-oss (llama's experts are "
-                           "--ffn wide)");
+    if (o->expert_ffn && !is_arch(o, "qwen3moe") && !gptoss && !(g4 && o->experts))
+        return usage_error("--expert-ffn is for --arch qwen3moe, gpt-oss or gemma4 --experts N "
+                           "(llama's experts are --ffn wide)");
     if (o->bert && o->window)
         return usage_error("--sliding-window: bert attends bidirectionally, without a window");
     if (o->rope_factor < 0) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8 : 4;
@@ -561,7 +577,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->ffn % bs)
         return usage_error("--ffn %lld is not a multiple of %lld, the block size of %s",
                            (long long)o->ffn, (long long)bs, o->type_name);
-    if (is_arch(o, "qwen3moe") && !o->expert_ffn) o->expert_ffn = o->ffn / 2;
+    if ((is_arch(o, "qwen3moe") || (g4 && o->experts)) && !o->expert_ffn)
+        o->expert_ffn = o->ffn / 2;
     if (gptoss && !o->expert_ffn) o->expert_ffn = o->ffn;
     if (g4 && o->window < 1) return usage_error("--arch gemma4 needs a --sliding-window");
     if (g4 && o->shared_kv && o->layers - o->shared_kv < 2)
@@ -784,7 +801,7 @@ static pl_status add_hparams(builder *b, const mk_opts *o, int64_t n_vocab) {
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_count"), (uint32_t)o->experts));
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_used_count"), (uint32_t)o->experts_used));
     }
-    if (is_arch(o, "qwen3moe") || is_arch(o, "gpt-oss"))
+    if (is_arch(o, "qwen3moe") || is_arch(o, "gpt-oss") || (is_arch(o, "gemma4") && o->experts))
         PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "expert_feed_forward_length"),
                                       (uint32_t)o->expert_ffn));
     PL_TRY(pl_gguf_writer_add_u32(w, akey(o, "vocab_size"), (uint32_t)n_vocab));
@@ -826,6 +843,24 @@ static pl_status add_llama3_rope_freqs(builder *b, const mk_opts *o) {
  * the newer layouts so that a norm read from the wrong tensor shows. */
 static pl_status add_arch_norm(builder *b, const mk_opts *o, const char *name, int64_t n) {
     return is_arch(o, "llama") ? add_norm(b, name, n) : add_vector(b, name, n, 1.0, 0.1);
+}
+
+/* gemma4's MoE tensors of layer l (the file comment); down in `down_type`. */
+static pl_status add_gemma4_experts(builder *b, const mk_opts *o, int64_t l, pl_dtype down_type) {
+    const int64_t dim = o->dim, ne = o->experts, ef = o->expert_ffn;
+    const double std = 0.02, out_std = std / sqrt(2.0 * (double)o->layers);
+    char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
+    PL_TRY(add_matrix(b, NAME("ffn_gate_inp.weight"), PL_DT_F32, dim, ne, 0.5 * sqrt((double)dim)));
+    PL_TRY(add_arch_norm(b, o, NAME("ffn_gate_inp.scale"), dim));
+    PL_TRY(add_matrices(b, NAME("ffn_gate_up_exps.weight"), o->type, dim, 2 * ef, ne, std));
+    PL_TRY(add_matrices(b, NAME("ffn_down_exps.weight"), down_type, ef, dim, ne, out_std));
+    PL_TRY(add_vector(b, NAME("ffn_down_exps.scale"), ne, 1.0, 0.3));
+    PL_TRY(add_arch_norm(b, o, NAME("pre_ffw_norm_2.weight"), dim));
+    PL_TRY(add_arch_norm(b, o, NAME("post_ffw_norm_1.weight"), dim));
+    PL_TRY(add_arch_norm(b, o, NAME("post_ffw_norm_2.weight"), dim));
+#undef NAME
+    return PL_OK;
 }
 
 static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
@@ -886,7 +921,7 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
         }
         if (gemma || gptoss) PL_TRY(add_arch_norm(b, o, NAME("post_attention_norm.weight"), dim));
         if (!gptoss) PL_TRY(add_arch_norm(b, o, NAME("ffn_norm.weight"), dim));
-        if (o->experts) { /* the router in f32, as llama.cpp's converter and quantizer keep it */
+        if (o->experts && !g4) { /* the router in f32, as llama.cpp's converter and quantizer keep it */
             const int64_t ne = o->experts, ef = o->expert_ffn ? o->expert_ffn : ffn;
             PL_TRY(add_matrix(b, NAME("ffn_gate_inp.weight"), PL_DT_F32, dim, ne, 0.5));
             PL_TRY(add_matrices(b, NAME("ffn_gate_exps.weight"), o->type, dim, ef, ne, std));
@@ -905,8 +940,9 @@ static pl_status add_tensors(builder *b, const mk_opts *o, int64_t n_vocab) {
             PL_TRY(add_matrix(b, NAME("ffn_gate.weight"), o->type, dim, ffn, std));
             PL_TRY(add_matrix(b, NAME("ffn_up.weight"), o->type, dim, ffn, std));
         }
-        if (!o->experts) PL_TRY(add_matrix(b, NAME("ffn_down.weight"), mt, ffn, dim, out_std));
+        if (!o->experts || g4) PL_TRY(add_matrix(b, NAME("ffn_down.weight"), mt, ffn, dim, out_std));
         if (gemma) PL_TRY(add_arch_norm(b, o, NAME("post_ffw_norm.weight"), dim));
+        if (g4 && o->experts) PL_TRY(add_gemma4_experts(b, o, l, mt));
         if (g4 && pld) {
             PL_TRY(add_matrix(b, NAME("inp_gate.weight"), o->type, dim, pld, std * 4));
             PL_TRY(add_matrix(b, NAME("proj.weight"), o->type, pld, dim, out_std));

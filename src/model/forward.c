@@ -24,7 +24,10 @@
  *       only q and attend to an earlier layer's cache; after the FFN, with per-layer
  *       embeddings, x += rmsnorm(Wproj (gelu(Wgate x) * ple[l])) * post_norm, where ple[l] is
  *       the layer's slice of (rmsnorm(Wple x0 / sqrt(dim)) + tok_ple * sqrt(pld)) / sqrt(2);
- *       then x *= layer_output_scale when present
+ *       then x *= layer_output_scale when present. Its MoE variant: the FFN is the sum of
+ *       rmsnorm(dense FFN(rmsnorm(x) * ffn_norm)) * post_ffw_norm_1 and
+ *       rmsnorm(experts(rmsnorm(x) * pre_ffw_norm_2)) * post_ffw_norm_2 (GeGLU experts, each
+ *       output times its down scale, routed on rmsnorm(x) * router scale / sqrt(dim))
  *   logits = Wout (rmsnorm(x[logit rows]) * output_norm)   (gemma2: cap * tanh(logits / cap))
  *
  * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows (MoE:
@@ -327,8 +330,10 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
             pl_rmsnorm(c->tp, c->h, c->h, L->attn_post_norm, T, dim, hp->norm_eps);
         pl_add(c->x, c->h, T * dim);
 
+        const int shexp = L->exp_gate && L->w_down.data; /* gemma4: experts and a dense FFN */
+        if (shexp) pl_moe_ffn(c, L, T); /* from x, through its own norms: model/moe.c */
         pl_rmsnorm(c->tp, c->h, c->x, L->ffn_norm, T, dim, hp->norm_eps);
-        if (L->exp_gate) {
+        if (L->exp_gate && !shexp) {
             pl_moe_ffn(c, L, T); /* model/moe.c */
             if (c->tpc.reduce) /* every rank's rows of the experts */
                 PL_TRY(c->tpc.reduce(c->tpc.ud, c->moe_acc, T * dim));
@@ -347,6 +352,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         matmul(c, &L->w_down, c->gate, T, c->h);
         pl_lora_apply(c, b, l, PL_LORA_DOWN, c->gate, L->w_up.rows, c->h, dim);
         if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's FFN */
+        if (shexp) pl_moe_add_shared(c, L, T);
         if (L->ffn_post_norm)
             pl_rmsnorm(c->tp, c->h, c->h, L->ffn_post_norm, T, dim, hp->norm_eps);
         pl_add(c->x, c->h, T * dim);

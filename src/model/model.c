@@ -303,7 +303,9 @@ static pl_status get_arch_ints(const pl_gguf *g, const char *arch, const char *k
  * scaled (llama.cpp's f_attention_scale 1); V gets an RMSNorm without weight.
  * `embedding_length_per_layer_input` (required, 0: none) sizes the per-layer embeddings. The
  * logits are soft-capped by final_logit_softcapping, 30 when absent (llama.cpp's default). The
- * mixture-of-experts variant (expert_count > 0) is refused. */
+ * mixture-of-experts variant: expert_count > 0, expert_used_count in [1, expert_count] and
+ * expert_feed_forward_length (one width on every layer) required; a layer with the router
+ * tensor has experts beside its dense FFN (bind_gemma4_weights). */
 static pl_status read_gemma4_hparams(const pl_gguf *g, pl_model_hparams *hp) {
     const char *a = hp->arch_name;
     const int32_t n = hp->n_layers;
@@ -317,11 +319,20 @@ static pl_status read_gemma4_hparams(const pl_gguf *g, pl_model_hparams *hp) {
                            "0 and %d (%d, %d): not supported", a, l, hp->n_heads, heads[l]);
     PL_TRY(get_arch_ints(g, a, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads, n, kvh));
     PL_TRY(get_arch_int(g, a, "context_length", 2048, 1, 1 << 24, &hp->n_ctx_train));
-    int32_t expert = 0;
-    PL_TRY(get_arch_int(g, a, "expert_count", 0, 0, 1 << 16, &expert));
-    if (expert)
-        return pl_fail(PL_ERR_UNSUPPORTED, "'%s.expert_count' = %d: the mixture-of-experts "
-                       "Gemma 4 is not supported", a, expert);
+    PL_TRY(get_arch_int(g, a, "expert_count", 0, 0, 1 << 16, &hp->n_expert));
+    if (hp->n_expert > 0) { /* the MoE variant (e.g. 26B-A4B): GeGLU experts */
+        int32_t ef[PL_MAX_LAYERS];
+        PL_TRY(get_arch_int(g, a, "expert_used_count", -1, 1, hp->n_expert,
+                            &hp->n_expert_used));
+        PL_TRY(get_arch_ints(g, a, "expert_feed_forward_length", -1, 1, 1 << 20, n, ef));
+        for (int32_t l = 0; l < n; l++)
+            if (ef[l] != ef[0])
+                return pl_fail(PL_ERR_UNSUPPORTED, "'%s.expert_feed_forward_length' differs "
+                               "between layers 0 and %d (%d, %d): not supported", a, l, ef[0],
+                               ef[l]);
+        hp->expert_ffn = ef[0];
+        hp->moe_geglu = 1;
+    }
     /* head sizes: the full layers' and the window layers' (K and V alike) */
     int32_t hd = 0, hd_swa = 0, v_len = 0;
     PL_TRY(get_arch_int(g, a, "attention.key_length", hp->dim / hp->n_heads, 4, 1024, &hd));
@@ -591,6 +602,38 @@ static pl_status bind_experts(const pl_gguf *g, const char *name, int64_t cols, 
     return PL_OK;
 }
 
+/* Layer l's router ffn_gate_inp [dim, ne] and its ne experts of width ef: ffn_gate_exps,
+ * ffn_up_exps [dim, ef, ne] or the two fused in ffn_gate_up_exps [dim, 2 ef, ne] (each
+ * expert's gate rows, then its up rows: llama.cpp's merged layout), and ffn_down_exps
+ * [ef, dim, ne]; with separate gate / up, their optional per-expert scales .scale [ne], and
+ * down's (one allocation of 3 ne weights at exp_gate). */
+static pl_status bind_moe(const pl_gguf *g, pl_layer_weights *L, int32_t l, int64_t dim,
+                          int64_t ne, int64_t ef) {
+    char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    PL_TRY(bind_weight(g, NAME("ffn_gate_inp.weight"), dim, ne, &L->gate_inp));
+    if (!(L->exp_gate = calloc((size_t)(3 * ne), sizeof *L->exp_gate)))
+        return pl_fail(PL_ERR_NOMEM, "out of memory for %lld experts", (long long)ne);
+    L->exp_up = L->exp_gate + ne;
+    L->exp_down = L->exp_up + ne;
+    if (pl_gguf_find_tensor(g, NAME("ffn_gate_up_exps.weight"))) {
+        PL_TRY(bind_experts(g, nm, dim, 2 * ef, ne, L->exp_gate));
+        for (int64_t e = 0; e < ne; e++) {
+            L->exp_up[e] = weight_rows(&L->exp_gate[e], ef, ef);
+            L->exp_gate[e] = weight_rows(&L->exp_gate[e], 0, ef);
+        }
+    } else {
+        PL_TRY(bind_experts(g, NAME("ffn_gate_exps.weight"), dim, ef, ne, L->exp_gate));
+        PL_TRY(bind_experts(g, NAME("ffn_up_exps.weight"), dim, ef, ne, L->exp_up));
+        PL_TRY(load_vector(g, NAME("ffn_gate_exps.scale"), ne, 1, &L->exp_gate_s));
+        PL_TRY(load_vector(g, NAME("ffn_up_exps.scale"), ne, 1, &L->exp_up_s));
+    }
+    PL_TRY(bind_experts(g, NAME("ffn_down_exps.weight"), ef, dim, ne, L->exp_down));
+    PL_TRY(load_vector(g, NAME("ffn_down_exps.scale"), ne, 1, &L->exp_down_s));
+#undef NAME
+    return PL_OK;
+}
+
 /* ---- weights copied out of the mapping: tensor-parallel slices, repacked layouts ---- */
 
 /* A 64-byte aligned buffer of `bytes` that the model owns (freed with it). */
@@ -849,6 +892,18 @@ static pl_status bind_gemma4_weights(pl_model *m) {
         PL_TRY(bind_weight(g, NAME("ffn_up.weight"), dim, ffn[l], &L->w_up));
         PL_TRY(bind_weight(g, NAME("ffn_down.weight"), ffn[l], dim, &L->w_down));
         PL_TRY(load_vector(g, NAME("post_ffw_norm.weight"), dim, 0, &L->ffn_post_norm));
+        if (pl_gguf_find_tensor(g, NAME("ffn_gate_inp.weight"))) {
+            /* the MoE variant: experts beside the dense FFN, their norms and router scale */
+            if (hp->n_expert == 0)
+                return pl_fail(PL_ERR_FORMAT, "tensor '%s' is a router, but '%s.expert_count' "
+                               "is 0 or absent", nm, hp->arch_name);
+            PL_TRY(bind_moe(g, L, l, dim, hp->n_expert, hp->expert_ffn));
+            PL_TRY(load_vector(g, NAME("ffn_gate_inp.scale"), dim, 0, &L->gate_inp_s));
+            for (int64_t i = 0; i < dim; i++) L->gate_inp_s[i] /= sqrtf((float)dim);
+            PL_TRY(load_vector(g, NAME("pre_ffw_norm_2.weight"), dim, 0, &L->moe_pre_norm));
+            PL_TRY(load_vector(g, NAME("post_ffw_norm_1.weight"), dim, 0, &L->shexp_post_norm));
+            PL_TRY(load_vector(g, NAME("post_ffw_norm_2.weight"), dim, 0, &L->moe_post_norm));
+        }
         if (pld > 0) {
             PL_TRY(bind_weight(g, NAME("inp_gate.weight"), dim, pld, &L->ple_gate));
             PL_TRY(bind_weight(g, NAME("proj.weight"), pld, dim, &L->ple_proj));
@@ -946,14 +1001,7 @@ static pl_status bind_weights(pl_model *m) {
                            dim, 0, &L->ffn_norm));
         if (hp->n_expert > 0) { /* the router and the experts' 3-D tensors */
             const int64_t ne = hp->n_expert, ef = sh->expert_ffn;
-            PL_TRY(bind_weight(g, NAME("ffn_gate_inp.weight"), dim, ne, &L->gate_inp));
-            if (!(L->exp_gate = calloc((size_t)(3 * ne), sizeof *L->exp_gate)))
-                return pl_fail(PL_ERR_NOMEM, "out of memory for %lld experts", (long long)ne);
-            L->exp_up = L->exp_gate + ne;
-            L->exp_down = L->exp_up + ne;
-            PL_TRY(bind_experts(g, NAME("ffn_gate_exps.weight"), dim, ef, ne, L->exp_gate));
-            PL_TRY(bind_experts(g, NAME("ffn_up_exps.weight"), dim, ef, ne, L->exp_up));
-            PL_TRY(bind_experts(g, NAME("ffn_down_exps.weight"), ef, dim, ne, L->exp_down));
+            PL_TRY(bind_moe(g, L, l, dim, ne, ef));
             if (gptoss) {
                 PL_TRY(load_vector(g, NAME("ffn_gate_inp.bias"), ne, 0, &L->gate_inp_b));
                 PL_TRY(load_vectors(g, NAME("ffn_gate_exps.bias"), ef, ne, 0, &L->exp_gate_b));
@@ -1077,7 +1125,9 @@ void pl_model_destroy(pl_model *m) {
                         L->attn_out_norm, L->attn_out_norm_b, L->out_norm, L->out_norm_b,
                         L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm, L->exp_gate,
                         L->gate_inp_b, L->exp_gate_b, L->exp_up_b, L->exp_down_b, L->attn_sinks,
-                        L->ple_post_norm, L->out_scale);
+                        L->ple_post_norm, L->out_scale, L->exp_gate_s, L->exp_up_s,
+                        L->exp_down_s, L->shexp_post_norm, L->moe_pre_norm, L->moe_post_norm,
+                        L->gate_inp_s);
         }
         free(m->layers);
     }

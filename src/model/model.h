@@ -123,6 +123,8 @@ typedef struct {
      * [-limit, limit], out = g sigmoid(alpha g) (up + 1), alpha 1.702, limit 7. */
     int32_t moe_softmax_weight;
     float swiglu_alpha, swiglu_limit; /* limit 0: the plain SwiGLU */
+    /* gemma4's MoE variant: the experts' GeGLU (not SwiGLU); see pl_layer_weights' shared FFN */
+    int32_t moe_geglu;
     /* gemma4 (0 elsewhere). Its window and full layers have their own KV heads and head sizes
      * (kv_shaped: layer l's are kv_shapes[l]; n_kv_heads / head_dim are then the largest, which
      * size the scratch), the window layers their own rotated dims (rope_swa.n_rot). The last
@@ -200,6 +202,15 @@ typedef struct {
      * attention sinks [n_heads]; its attention output bias is bo. */
     float *gate_inp_b, *exp_gate_b, *exp_up_b, *exp_down_b;
     float *attn_sinks;
+    /* Per-expert scales [n_expert] (NULL: 1): each expert's gate / up / down output times its
+     * value (llama.cpp's ffn_{gate,up,down}_exps.scale; gemma4 has down's). */
+    float *exp_gate_s, *exp_up_s, *exp_down_s;
+    /* A dense FFN beside the experts (gemma4's MoE layers: w_gate/w_up/w_down bound with
+     * exp_gate): h = rmsnorm(x) * ffn_norm through the dense FFN, normed by shexp_post_norm;
+     * the experts take rmsnorm(x) * moe_pre_norm, their sum normed by moe_post_norm; the FFN's
+     * output is the sum of the two. The router then reads rmsnorm(x) * gate_inp_s (gemma4's
+     * router scale [dim], already divided by sqrt(dim)) instead of the experts' input. */
+    float *shexp_post_norm, *moe_pre_norm, *moe_post_norm, *gate_inp_s;
 } pl_layer_weights;
 
 /* Tensor parallelism (issue 13): which slice of every layer this process holds. A shard of

@@ -9,8 +9,10 @@
  *   group    counting sort of the (token, choice) pairs by expert           (serial, O(T k + E))
  *   gather   each pair's row of h into the expert's contiguous block of x   (parallel by pair)
  *   gate/up  one flat list of units (expert, rows [r0, r1) of its gate and up) over all active
- *            experts; then each unit's bias and SwiGLU on its rows          (work stealing)
- *   down     the same list over the down matrices' rows, into x             (work stealing)
+ *            experts; then each unit's per-expert scale, bias and SwiGLU (gemma4: GeGLU)
+ *            on its rows                                                    (work stealing)
+ *   down     the same list over the down matrices' rows, into x (times the per-expert scale,
+ *            + bias)                                                        (work stealing)
  *   sum      acc[t] = sum over t's experts in id order of w * y             (parallel by token)
  * The parts claim units from their own contiguous share of the list and steal the back half of
  * the fullest other share when theirs is done (pl_steal_next), so no thread idles behind one
@@ -24,7 +26,9 @@
  * or the thread that ran them (kernels/matmul.h: results do not depend on the rows a call covers
  * or on B), the SwiGLU and biases are elementwise, and a token's sum has one order; so the
  * output is bitwise the same for any thread count and any other tokens in the step.
- * All scratch is allocated in pl_moe_scratch_alloc; a pass allocates nothing.
+ * All scratch is allocated in pl_moe_scratch_alloc; a pass allocates nothing. Gemma 4's layers
+ * (experts beside a dense FFN, model.h) route on an input of their own, kept in moe_acc's rows
+ * until their pass's sum overwrites them.
  */
 #include "model/forward_internal.h"
 
@@ -198,8 +202,15 @@ static pl_weight weight_rows(const pl_weight *w, int64_t r0, int64_t r1) {
     return v;
 }
 
+/* Rows [r0, r0 + w) of the n outputs y (stride `stride`) times expert e's scale s[e] (s NULL:
+ * none; llama.cpp's per-expert scale multiplies the expert's matmul output). */
+static void scale_rows(const float *s, int64_t e, float *y, int64_t n, int64_t stride, int64_t w) {
+    for (int64_t i = 0; s && i < n; i++)
+        for (int64_t r = 0; r < w; r++) y[i * stride + r] *= s[e];
+}
+
 /* Unit u of the gate/up phase: expert e's gate and up rows [r0, r1) over its tokens, then the
- * biases (gpt-oss) and the SwiGLU on those rows. */
+ * per-expert scales, the biases (gpt-oss) and the SwiGLU (gemma4: GeGLU) on those rows. */
 static void gate_up_unit(const moe_job *j, const pl_moe_unit *u, void *act) {
     pl_forward_ctx *c = j->c;
     const pl_layer_weights *L = j->L;
@@ -220,6 +231,8 @@ static void gate_up_unit(const moe_job *j, const pl_moe_unit *u, void *act) {
     }
     /* elementwise: the rows' values do not depend on how they are cut */
     const int64_t rows = w == ef ? 1 : n, len = w == ef ? n * ef : w;
+    scale_rows(L->exp_gate_s, e, g + r0, n, ef, w);
+    scale_rows(L->exp_up_s, e, up + r0, n, ef, w);
     for (int64_t i = 0; L->exp_gate_b && i < n; i++) { /* gpt-oss: the experts' biases */
         pl_add_bias(g + i * ef + r0, L->exp_gate_b + e * ef + r0, 1, w);
         pl_add_bias(up + i * ef + r0, L->exp_up_b + e * ef + r0, 1, w);
@@ -228,12 +241,15 @@ static void gate_up_unit(const moe_job *j, const pl_moe_unit *u, void *act) {
         float *gi = g + i * ef + r0, *ui = up + i * ef + r0;
         if (hp->swiglu_limit > 0)
             pl_swiglu_oai(gi, ui, len, hp->swiglu_alpha, hp->swiglu_limit);
+        else if (hp->moe_geglu)
+            pl_geglu(NULL, gi, ui, 1, len);
         else
             pl_swiglu(NULL, gi, ui, 1, len);
     }
 }
 
-/* Unit u of the down phase: expert e's down rows [r0, r1) over its tokens into x (+ bias). */
+/* Unit u of the down phase: expert e's down rows [r0, r1) over its tokens into x (times its
+ * scale, + bias). */
 static void down_unit(const moe_job *j, const pl_moe_unit *u, void *act) {
     pl_forward_ctx *c = j->c;
     const pl_layer_weights *L = j->L;
@@ -242,6 +258,7 @@ static void down_unit(const moe_job *j, const pl_moe_unit *u, void *act) {
     float *y = c->moe_x + s0 * dim;
     pl_weight dv = weight_rows(&L->exp_down[e], r0, u->r1);
     pl_matmul(NULL, &dv, c->moe_g + s0 * ef, n, y + r0, dim, act);
+    scale_rows(L->exp_down_s, e, y + r0, n, dim, u->r1 - r0);
     for (int64_t i = 0; L->exp_down_b && i < n; i++)
         pl_add_bias(y + i * dim + r0, L->exp_down_b + e * dim + r0, 1, u->r1 - r0);
 }
@@ -298,14 +315,15 @@ static void run_phase(pl_forward_ctx *c, moe_job *j, pl_job_fn fn) {
     pl_threadpool_run(c->tp, fn, j);
 }
 
-/* A pass over tokens [t0, t0 + n) of c->h into c->moe_acc. */
-static void moe_pass(pl_forward_ctx *c, const pl_layer_weights *L, int64_t t0, int64_t n) {
+/* A pass over tokens [t0, t0 + n) of c->h into c->moe_acc, the router reading route[n][dim]. */
+static void moe_pass(pl_forward_ctx *c, const pl_layer_weights *L, const float *route,
+                     int64_t t0, int64_t n) {
     const pl_model_hparams *hp = &c->m->hp;
     const int64_t dim = hp->dim;
     const int nth = pl_threadpool_size(c->tp);
     pl_threadpool *small = n <= SMALL_T ? NULL : c->tp; /* a few tokens: inline */
     moe_job j = {.c = c, .L = L, .h = c->h + t0 * dim, .acc = c->moe_acc + t0 * dim, .n = n};
-    pl_matmul(c->tp, &L->gate_inp, j.h, n, c->moe_probs, hp->n_expert, c->mm_scratch);
+    pl_matmul(c->tp, &L->gate_inp, route, n, c->moe_probs, hp->n_expert, c->mm_scratch);
     if (L->gate_inp_b) pl_add_bias(c->moe_probs, L->gate_inp_b, n, hp->n_expert);
     pl_threadpool_run(small, route_job, &j);
     group_by_expert(c, n);
@@ -318,6 +336,23 @@ static void moe_pass(pl_forward_ctx *c, const pl_layer_weights *L, int64_t t0, i
 }
 
 void pl_moe_ffn(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T) {
+    const pl_model_hparams *hp = &c->m->hp;
+    const int64_t dim = hp->dim;
+    const float *route = c->h;
+    if (L->gate_inp_s) { /* gemma4: the router reads x through its own scale, kept in moe_acc:
+                            a pass reads its rows there before its sum overwrites them */
+        pl_rmsnorm(c->tp, c->moe_acc, c->x, L->gate_inp_s, T, dim, hp->norm_eps);
+        route = c->moe_acc;
+    }
+    if (L->moe_pre_norm) pl_rmsnorm(c->tp, c->h, c->x, L->moe_pre_norm, T, dim, hp->norm_eps);
     for (int64_t t0 = 0; t0 < T; t0 += MOE_CHUNK)
-        moe_pass(c, L, t0, T - t0 < MOE_CHUNK ? T - t0 : MOE_CHUNK);
+        moe_pass(c, L, route + t0 * dim, t0, T - t0 < MOE_CHUNK ? T - t0 : MOE_CHUNK);
+    if (L->moe_post_norm)
+        pl_rmsnorm(c->tp, c->moe_acc, c->moe_acc, L->moe_post_norm, T, dim, hp->norm_eps);
+}
+
+void pl_moe_add_shared(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T) {
+    const pl_model_hparams *hp = &c->m->hp;
+    pl_rmsnorm(c->tp, c->h, c->h, L->shexp_post_norm, T, hp->dim, hp->norm_eps);
+    pl_add(c->h, c->moe_acc, T * hp->dim);
 }

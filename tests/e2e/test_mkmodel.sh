@@ -188,8 +188,9 @@ ARCH_FLAGS=("--arch gemma2 --head-dim 24 --sliding-window 8" "--arch phi3 --slid
             "--arch gemma3 --layers 6 --sliding-window 8 --rope-base-swa 10000"
             "--arch qwen3moe --head-dim 24 --experts 4 --experts-used 2 --expert-ffn 32"
             "--experts 4 --experts-used 2"
-            "--arch gpt-oss --head-dim 24 --sliding-window 8 --experts 4 --experts-used 2 --expert-ffn 32")
-for i in 0 1 2 3 4 5 6 7 8 9; do
+            "--arch gpt-oss --head-dim 24 --sliding-window 8 --experts 4 --experts-used 2 --expert-ffn 32"
+            "--arch gemma4 --sliding-window 8 --swa-pattern 2 --experts 4 --experts-used 2 --expert-ffn 32")
+for i in 0 1 2 3 4 5 6 7 8 9 10; do
     # shellcheck disable=SC2206
     f=(${ARCH_FLAGS[$i]})
     "$PL_BINARY" mkmodel "$tmp/a$i.gguf" "${TINY[@]}" "${f[@]}" --type f16 >/dev/null 2>"$tmp/err"
@@ -230,6 +231,19 @@ assert qm["blk.0.attn_q_norm.weight"][0] == [24] and "blk.0.ffn_gate.weight" not
 assert mx["blk.0.ffn_up_exps.weight"][0] == [64, 128, 4] and "blk.0.ffn_down.weight" not in mx, mx
 EOF2
 then ok; else bad "qwen3moe / mixtral tensor layout"; fi
+# gemma4's MoE variant: the dense FFN kept, experts beside it with fused gate/up
+python3 "$tmp/gguf_table.py" "$tmp/a10.gguf" >"$tmp/g4m.json"
+if python3 - "$tmp/g4m.json" <<'EOF2'
+import json, sys
+m = dict((t[0], t[1:]) for t in json.load(open(sys.argv[1]))["tensors"])
+assert m["blk.1.ffn_gate_inp.weight"] == [[64, 4], 0] and m["blk.1.ffn_gate_inp.scale"][0] == [64], m
+assert m["blk.1.ffn_gate_up_exps.weight"][0] == [64, 64, 4] and "blk.1.ffn_gate_exps.weight" not in m, m
+assert m["blk.0.ffn_down_exps.weight"][0] == [32, 64, 4] and m["blk.0.ffn_down_exps.scale"][0] == [4], m
+assert m["blk.0.ffn_down.weight"][0] == [128, 64] and m["blk.0.ffn_gate.weight"][0] == [64, 128], m
+for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
+    assert m["blk.1.%s.weight" % n][0] == [64], (n, m)
+EOF2
+then ok; else bad "gemma4 MoE tensor layout"; fi
 # gpt-oss: biases, sinks, post_attention_norm as its FFN norm; --type mxfp4: the experts only
 "$PL_BINARY" mkmodel "$tmp/go.gguf" "${TINY[@]}" ${ARCH_FLAGS[9]} --type mxfp4 >/dev/null 2>"$tmp/err"
 check "gpt-oss mxfp4: exit 0 ($(head -c 300 "$tmp/err"))" test $? -eq 0

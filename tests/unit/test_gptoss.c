@@ -1,8 +1,9 @@
 /* Unit tests for gpt-oss's parts (issue 34): the attention sinks at every kernel level against a
  * direct double-precision softmax with the sink in its denominator, the clamped SwiGLU against
- * GGML's formula, and the loader's refusals of a gpt-oss file with a bad router or expert
- * tensor, a missing bias or sink, an expert count or top-k out of range: each a clear error
- * naming the tensor or key. (Its numbers end to end: test_wtype_reference's gpt-oss models.) */
+ * GGML's formula, and the loader's refusals of a gpt-oss file (and of a Gemma 4 MoE file) with a
+ * bad router or expert tensor, a missing bias, sink or norm, an expert count or top-k out of
+ * range: each a clear error naming the tensor or key. (Their numbers end to end:
+ * test_wtype_reference's gpt-oss and gemma4-moe models.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,13 +124,13 @@ static void test_swiglu_oai(void **state) {
 
 static char dir[64];
 
-/* A tiny gpt-oss file (2 layers, 4 experts of which 2 used). */
-static void make_model(const char *path) {
+/* A tiny file of `flags` (2 layers, 4 experts of which 2 used, 32 wide). */
+static void make_model(const char *path, const char *flags) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' "
-             "--arch gpt-oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 64 --experts 4 "
-             "--experts-used 2 --expert-ffn 32 --sliding-window 8 --type mxfp4 >/dev/null",
-             PL_BINARY, path, PL_SHARED_DIR);
+             "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 64 --experts 4 --experts-used 2 "
+             "--expert-ffn 32 --sliding-window 8 %s >/dev/null", PL_BINARY, path, PL_SHARED_DIR,
+             flags);
     assert_int_equal(system(cmd), 0);
 }
 
@@ -190,7 +191,7 @@ static void test_bad_files(void **state) {
     (void)state;
     char src[128];
     snprintf(src, sizeof src, "%s/ok.gguf", dir);
-    make_model(src);
+    make_model(src, "--arch gpt-oss --type mxfp4");
     pl_model *m;
     assert_int_equal(pl_model_load(src, &m), PL_OK); /* the unedited file loads */
     assert_int_equal(m->hp.arch, PL_ARCH_GPT_OSS);
@@ -229,6 +230,52 @@ static void test_bad_files(void **state) {
     unlink(src);
 }
 
+/* Gemma 4's MoE variant: the fused gate/up experts bound as views, GeGLU experts; a router,
+ * router scale, expert tensor or per-expert scale of the wrong shape or type, a missing norm,
+ * counts out of range or not matching the tensors: refused, naming the tensor or key. */
+static void test_gemma4_moe_bad_files(void **state) {
+    (void)state;
+    char src[128];
+    snprintf(src, sizeof src, "%s/ok.gguf", dir);
+    make_model(src, "--arch gemma4 --swa-pattern 2");
+    pl_model *m;
+    assert_int_equal(pl_model_load(src, &m), PL_OK);
+    const pl_layer_weights *L = &m->layers[1];
+    assert_true(m->hp.n_expert == 4 && m->hp.n_expert_used == 2 && m->hp.expert_ffn == 32);
+    assert_true(m->hp.moe_geglu && L->exp_down_s && L->gate_inp_s && L->w_down.data);
+    if (L->exp_up[3].layout == PL_WLAYOUT_ROWS) /* expert 3's up rows follow its gate rows */
+        assert_ptr_equal(L->exp_up[3].data, (const char *)L->exp_gate[3].data +
+                         32 * pl_dtype_row_size(L->exp_gate[3].type, 64));
+    pl_model_destroy(m);
+    expect_refused(src, &(edit){.key = "gemma4.expert_used_count", .val = 5},
+                   "gemma4.expert_used_count", "out of range");
+    expect_refused(src, &(edit){.key = "gemma4.expert_used_count", .val = 0},
+                   "gemma4.expert_used_count", "out of range");
+    expect_refused(src, &(edit){.key = "gemma4.expert_count", .val = 3},
+                   "blk.0.ffn_gate_inp.weight", "shape");
+    expect_refused(src, &(edit){.key = "gemma4.expert_count", .val = 0},
+                   "blk.0.ffn_gate_inp.weight", "gemma4.expert_count");
+    expect_refused(src, &(edit){.key = "gemma4.expert_count", .val = 70000},
+                   "gemma4.expert_count", "out of range");
+    expect_refused(src, &(edit){.drop = "gemma4.expert_feed_forward_length"},
+                   "gemma4.expert_feed_forward_length", "missing");
+    expect_refused(src, &(edit){.tname = "blk.1.ffn_gate_inp.weight", .t = PL_DT_F32, .n_dims = 2, .ne = {64, 3}},
+                   "blk.1.ffn_gate_inp.weight", "shape");
+    expect_refused(src, &(edit){.tname = "blk.0.ffn_gate_inp.weight", .t = PL_DT_I32, .n_dims = 2, .ne = {64, 4}},
+                   "blk.0.ffn_gate_inp.weight", "i32");
+    expect_refused(src, &(edit){.tname = "blk.0.ffn_gate_inp.scale", .t = PL_DT_F32, .n_dims = 1, .ne = {32}},
+                   "blk.0.ffn_gate_inp.scale", "shape");
+    expect_refused(src, &(edit){.tname = "blk.1.ffn_gate_up_exps.weight", .t = PL_DT_F32, .n_dims = 3, .ne = {64, 32, 4}},
+                   "blk.1.ffn_gate_up_exps.weight", "shape");
+    expect_refused(src, &(edit){.tname = "blk.0.ffn_down_exps.weight", .t = PL_DT_I8, .n_dims = 3, .ne = {32, 64, 4}},
+                   "blk.0.ffn_down_exps.weight", "i8");
+    expect_refused(src, &(edit){.tname = "blk.1.ffn_down_exps.scale", .t = PL_DT_F32, .n_dims = 1, .ne = {3}},
+                   "blk.1.ffn_down_exps.scale", "shape");
+    expect_refused(src, &(edit){.drop = "blk.1.pre_ffw_norm_2.weight"}, "blk.1.pre_ffw_norm_2.weight", "missing");
+    expect_refused(src, &(edit){.drop = "blk.0.post_ffw_norm_1.weight"}, "blk.0.post_ffw_norm_1.weight", "missing");
+    unlink(src);
+}
+
 static int setup(void **state) {
     (void)state;
     snprintf(dir, sizeof dir, "/tmp/pl_gptoss_XXXXXX");
@@ -245,6 +292,7 @@ int main(void) {
         cmocka_unit_test(test_attention_sinks),
         cmocka_unit_test(test_swiglu_oai),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_gemma4_moe_bad_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

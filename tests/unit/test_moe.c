@@ -4,7 +4,8 @@
  * must not depend on the other tokens of the step (a prompt of 520 tokens goes through two
  * passes of the MoE FFN; its first rows equal those of a 3-token prompt). Models: qwen3moe with
  * q4_k_m experts (the K-quants, repacked at AVX-512 like its attention's q4_K), gpt-oss with mxfp4 experts and biases,
- * Mixtral in f32; at every kernel level. (The values against llama.cpp: test_wtype_reference.) */
+ * Mixtral in f32, Gemma 4's MoE variant in q8_0 (its router reads its own input, kept in the
+ * output rows a later pass has not written yet); at every kernel level. (The values against llama.cpp: test_wtype_reference.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +33,8 @@ static const struct {
     {"gpt-oss", "--arch gpt-oss --dim 64 --heads 4 --kv-heads 2 --ffn 64 --experts 4 "
                 "--experts-used 2 --expert-ffn 96 --sliding-window 8 --type mxfp4"},
     {"mixtral", "--dim 64 --heads 4 --kv-heads 2 --ffn 160 --experts 4 --experts-used 2"},
+    {"gemma4-moe", "--arch gemma4 --dim 64 --heads 4 --kv-heads 2 --ffn 64 --experts 4 "
+                   "--experts-used 2 --expert-ffn 96 --sliding-window 8 --swa-pattern 2 --type q8_0"},
 };
 enum { N_MODELS = sizeof MODELS / sizeof MODELS[0] };
 
