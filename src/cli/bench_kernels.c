@@ -69,7 +69,7 @@ static void bench_limits(pl_threadpool *tp, out_ctx *o) {
                    "\"vnni_gop_s\":%.2f,\"amx_gop_s\":%.2f}\n", t, bw, pk, vnni, amx);
         else
             printf("threads %-3d read bandwidth %8.1f GB/s   f32 FMA peak %8.1f GFLOP/s   "
-                   "int8 VNNI %8.1f GOP/s   AMX %8.1f GOP/s (negative: none)\n", t, bw, pk, vnni,
+                   "int8 %8.1f GOP/s   AMX %8.1f GOP/s (negative: none)\n", t, bw, pk, vnni,
                    amx);
         if (t == n) {
             o->bw = bw;
@@ -78,7 +78,7 @@ static void bench_limits(pl_threadpool *tp, out_ctx *o) {
         }
     }
     if (!o->json)
-        printf("\n(quantized matmuls: GOP/s of integer dot products, of the int8 VNNI peak)\n"
+        printf("\n(quantized matmuls: GOP/s of integer dot products, of the int8 peak)\n"
                "%-22s %-26s %9s %7s %10s %7s\n", "kernel", "shape", "GB/s", "of bw", "GFLOP/s",
                "of peak");
 }
@@ -97,7 +97,7 @@ static void bench_matmuls(pl_threadpool *tp, const out_ctx *o) {
         pl_weight probe = {.type = t, .rows = 2048, .cols = cols};
         int x16 = pl_matmul_repack_wanted(t) && pl_matmul_repack_size(&probe) > 0;
         int amx = pl_cpu_amx() && t != PL_DT_F16;
-        out_ctx oi = *o; /* integer types: GOP/s, against the int8 VNNI peak */
+        out_ctx oi = *o; /* integer types: GOP/s, against the int8 peak */
         if (t != PL_DT_F32 && t != PL_DT_F16 && t != PL_DT_BF16 && o->vnni > 0) oi.peak = o->vnni;
         for (int v = 0; v < (x16 ? (amx ? 3 : 2) : 1); v++) {
             char name[64], shape[64];

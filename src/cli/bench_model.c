@@ -127,7 +127,7 @@ static bm_rates rates_of(const bm_work *w, double flops, double bytes, double to
     r.ops = flops / t / 1e9;
     r.gbs = bytes / t / 1e9;
     (void)w;
-    r.peak_pct = peak > 0 ? 100.0 * r.ops / peak : -1; /* FMA peak, or int8 (VNNI) for integers */
+    r.peak_pct = peak > 0 ? 100.0 * r.ops / peak : -1; /* FMA peak, or the int8 peak for integers */
     r.bw_pct = bw_peak > 0 ? 100.0 * r.gbs / bw_peak : -1;
     return r;
 }
@@ -352,7 +352,7 @@ int pl_bench_model(int argc, char **argv) {
             int nt = pl_threadpool_size(r.tp);
             double bw_peak = pl_roofline_read_gbs(r.tp, nt, (size_t)256 << 20, 2);
             double fma_peak = pl_roofline_fma_gflops(r.tp, nt, 2000000, 3);
-            /* integer matrices: % of the int8 VNNI peak (AMX's, larger, is printed beside) */
+            /* integer matrices: % of the level's int8 peak (AMX's, larger, is printed beside) */
             double int8_peak = w.integer ? pl_roofline_int8_gops(r.tp, nt, 2000000, 3, 0) : -1;
             double amx_peak = w.integer ? pl_roofline_int8_gops(r.tp, nt, 2000000, 3, 1) : -1;
             printf("model %s: dim %d, %d layers, %d heads (%d KV), ffn %d, vocab %d; "
@@ -361,10 +361,11 @@ int pl_bench_model(int argc, char **argv) {
                    hp->n_vocab, nt, pl_isa_name(pl_cpu_isa()));
             printf("limits: f32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s; matrices %s "
                    "(%s)\n", fma_peak, bw_peak, pl_dtype_name(r.m->layers[0].wq.type),
-                   w.integer ? "integer dot products: GOP/s, %peak of the int8 VNNI peak"
+                   w.integer ? "integer dot products: GOP/s, %peak of the int8 peak"
                              : "GFLOP/s, %peak of the FMA peak");
             if (int8_peak > 0)
-                printf("int8 peak: VNNI %.1f GOP/s%s", int8_peak, amx_peak > 0 ? "" : "\n");
+                printf("int8 peak: %s %.1f GOP/s%s", pl_cpu_isa() >= PL_ISA_AVXVNNI ? "VNNI" : "AVX2",
+                       int8_peak, amx_peak > 0 ? "" : "\n");
             if (amx_peak > 0) printf(", AMX %.1f GOP/s (K = 32 tiles)\n", amx_peak);
             printf("\n");
             const double peak = w.integer ? int8_peak : fma_peak;

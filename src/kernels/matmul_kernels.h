@@ -81,8 +81,10 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
 int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k);             /* matmul_x16_f16_avx512.c */
 int pl_mm_kernel_x16_f16_avx2(pl_mm_kernel *k);               /* matmul_x16_f16_avx2.c */
-/* q8_0, q4_0 and iq4_nl with AVX-VNNI (matmul_x16_avxvnni.c); 0 for the other types */
+/* q8_0, q4_0 and iq4_nl's 256-bit tiles (x16_q8_ymm.h, issue 35): 16 x 2, AVX-VNNI
+ * (matmul_x16_avxvnni.c) and AVX2 (matmul_x16_q8_avx2.c); 0 for the other types */
 int pl_mm_kernel_x16_avxvnni(pl_dtype t, pl_mm_kernel *k);
+int pl_mm_kernel_x16_q8_avx2(pl_dtype t, pl_mm_kernel *k);
 /* q4_K and q6_K (matmul_x16_kq.c, matmul_x16_kq_avx512.c) */
 size_t pl_mm_x16_kq_row_bytes(pl_dtype t, int64_t cols);
 void pl_mm_x16_kq_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows,
@@ -95,7 +97,7 @@ int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avx2(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avxvnni(pl_dtype t, pl_mm_kernel *k);
 /* 1 if the current level has a SIMD x16 kernel for t (AVX-512: every x16 type; AVX2 and
- * AVX-VNNI: f16, q4_K and q6_K, AVX-VNNI also q8_0, q4_0, iq4_nl), so that repacking t pays */
+ * AVX-VNNI: f16, q4_K, q6_K, q8_0, q4_0, iq4_nl), so that repacking t pays */
 int pl_mm_x16_fast(pl_dtype t);
 void pl_mm_x16_q6_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy);

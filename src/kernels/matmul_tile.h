@@ -49,7 +49,7 @@
         body(w, ws, a, as, cols, y, ldy, NR, NB, T);                                        \
     }
 
-/* The 256-bit x16 tiles (x16_kq_ymm.h, matmul_x16_avxvnni.c): one 16-row group by nb (1, 2)
+/* The 256-bit x16 tiles (x16_kq_ymm.h, x16_q8_ymm.h): one 16-row group by nb (1, 2)
  * activation rows, body(w, a, as, cols, y, ldy, NB, ARG) with NB a constant. */
 #define PL_X16_TILE_NB2(name, body, ARG)                                                    \
     static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb, \

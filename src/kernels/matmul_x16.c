@@ -210,8 +210,8 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
 int pl_mm_x16_fast(pl_dtype t) {
     pl_isa isa = pl_cpu_isa();
     return isa >= PL_ISA_AVX512 ||
-           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16)) ||
-           (isa >= PL_ISA_AVXVNNI && (t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL));
+           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_Q8_0 ||
+                                   t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL));
 }
 
 void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar) {
@@ -233,6 +233,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
             return;
         }
         if (pl_cpu_isa() >= PL_ISA_AVXVNNI && pl_mm_kernel_x16_avxvnni(t, k)) return;
+        if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_q8_avx2(t, k)) return;
         k->fn = tile_x16_scalar;
         return;
     case PL_DT_Q4_K:

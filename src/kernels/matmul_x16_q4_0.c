@@ -208,8 +208,9 @@ static void choose(pl_mm_kernel *k, int kind) {
     k->fn = scalar[kind];
     k->tr = 16;
     k->tb = 4;
-    if (pl_cpu_isa() >= PL_ISA_AVXVNNI && kind < 2) /* q4_0, iq4_nl */
-        pl_mm_kernel_x16_avxvnni(kind ? PL_DT_IQ4_NL : PL_DT_Q4_0, k);
+    if (kind < 2 && pl_cpu_isa() >= PL_ISA_AVX2) /* q4_0, iq4_nl: 256-bit tiles */
+        (pl_cpu_isa() >= PL_ISA_AVXVNNI ? pl_mm_kernel_x16_avxvnni : pl_mm_kernel_x16_q8_avx2)(
+            kind ? PL_DT_IQ4_NL : PL_DT_Q4_0, k);
 }
 
 void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k) { choose(k, 0); }

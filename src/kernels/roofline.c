@@ -112,17 +112,23 @@ typedef struct {
 static void int8_part(void *ctx, int ith, int nth) {
     (void)nth;
     int8_job *j = ctx;
-    j->sink[ith & 63] += (uint32_t)(j->amx ? pl_roofline_tiles_amx(j->iters)
-                                           : pl_roofline_vnni_avx512(j->iters, ith));
+    pl_isa isa = pl_cpu_isa();
+    j->sink[ith & 63] += (uint32_t)(j->amx                   ? pl_roofline_tiles_amx(j->iters)
+                                    : isa >= PL_ISA_AVX512  ? pl_roofline_int8_avx512(j->iters, ith)
+                                    : isa >= PL_ISA_AVXVNNI ? pl_roofline_int8_avxvnni(j->iters, ith)
+                                                            : pl_roofline_int8_avx2(j->iters, ith));
 }
 
 double pl_roofline_int8_gops(pl_threadpool *tp, int n_threads, int64_t iters, int reps, int amx) {
-    if (pl_cpu_isa() < PL_ISA_AVX512 || (amx && !pl_cpu_amx())) return -1;
+    if (pl_cpu_isa() < PL_ISA_AVX2 || (amx && (pl_cpu_isa() < PL_ISA_AVX512 || !pl_cpu_amx()))) return -1;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > pl_threadpool_size(tp)) n_threads = pl_threadpool_size(tp);
     /* multiply-adds per iteration: AMX 4 tiles of 16 x 16 outputs over K = 32 (the kernels'
-     * 32-byte activation tiles); VNNI PL_ROOF_FMA_CHAINS vectors of 64 */
-    const double macs = amx ? 4.0 * 16 * 16 * 32 : (double)PL_ROOF_FMA_CHAINS * 64;
+     * 32-byte activation tiles); else the chains' vectors of 64 bytes (AVX-512) or 32 */
+    const double macs = amx ? 4.0 * 16 * 16 * 32
+                      : pl_cpu_isa() >= PL_ISA_AVX512  ? (double)PL_ROOF_FMA_CHAINS * 64
+                      : pl_cpu_isa() >= PL_ISA_AVXVNNI ? (double)PL_ROOF_FMA_CHAINS * 32
+                                                       : (double)PL_ROOF_INT8_CHAINS_AVX2 * 32;
     if (amx) iters /= 8;
     int8_job j = {.iters = iters, .amx = amx};
     double best = 0;

@@ -24,13 +24,19 @@ double pl_roofline_read_gbs(pl_threadpool *tp, int n_threads, size_t bytes, int 
 double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps);
 
 /* int8 dot-product GOP/s (2 ops per multiply-add) with n_threads threads: independent chains of
- * AVX-512 vpdpbusd; with amx != 0, AMX tdpbsud on 16 x 16 x 64 tiles instead (the int8 kernels
- * use both, kernels/matmul.h). Returns a negative value when the machine (or the current ISA
- * level) has no such instruction. */
+ * the current level's dot product of 4 bytes per int32 lane (AVX-512 and AVX-VNNI vpdpbusd,
+ * AVX2 vpmaddubsw + vpmaddwd + vpaddd, as the int8 tiles of each level); with amx != 0, AMX
+ * tdpbsud on 16 x 16 x 64 tiles instead (the int8 kernels use both, kernels/matmul.h). Returns
+ * a negative value when the machine (or the current ISA level) has no such instruction
+ * (scalar; AMX without AMX or below AVX-512). */
 double pl_roofline_int8_gops(pl_threadpool *tp, int n_threads, int64_t iters, int reps, int amx);
 
 /* Per-ISA inner loops (roofline_avx512.c, roofline_avx2.c, roofline_amx.c). */
-int32_t pl_roofline_vnni_avx512(int64_t iters, int32_t seed); /* PL_ROOF_FMA_CHAINS x 64 MACs */
+/* PL_ROOF_FMA_CHAINS x 64 (avx512) or x 32 (avxvnni), PL_ROOF_INT8_CHAINS_AVX2 x 32 (avx2) MACs
+ * per iteration */
+int32_t pl_roofline_int8_avx512(int64_t iters, int32_t seed);
+int32_t pl_roofline_int8_avxvnni(int64_t iters, int32_t seed);
+int32_t pl_roofline_int8_avx2(int64_t iters, int32_t seed);
 int32_t pl_roofline_tiles_amx(int64_t iters);                 /* 4 x 16 x 16 x 64 MACs */
 float pl_roofline_read_avx512(const float *p, size_t n);
 float pl_roofline_fma_avx512(int64_t iters, float seed);
@@ -39,5 +45,9 @@ float pl_roofline_fma_avx2(int64_t iters, float seed);
 /* Independent FMA chains per thread: one iteration does this many vector FMAs (12 covers a
  * 4-cycle latency on 2 FMA pipes with room to spare). */
 enum { PL_ROOF_FMA_CHAINS = 12 };
+/* AVX2's int8 chains: each needs a product register beside its sum, so fewer than the FMA
+ * chains; 10 keep two multiply pipes busy through a chain's vpmaddubsw, vpmaddwd, vpaddd
+ * latency (7 cycles on Zen, 11 on Intel cores: 20 multiplies per 11 cycles). */
+enum { PL_ROOF_INT8_CHAINS_AVX2 = 10 };
 
 #endif

@@ -47,7 +47,7 @@ check "bench model, quantized matrices: GOP/s and % of the int8 peak" python3 - 
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]
 assert r["gops_per_s"] > 0 and "gflops_per_s" not in r and "fma_peak_gflops" not in r, r
-if r["int8_peak_gops"] > 0:  # AVX-512 VNNI: % of its peak; else no int8 peak, no %
+if r["int8_peak_gops"] > 0:  # AVX2 and up: % of the level's int8 peak; scalar: none, no %
     assert abs(r["peak_pct"] - 100 * r["gops_per_s"] / r["int8_peak_gops"]) < 0.2, r
 else:
     assert r["peak_pct"] is None, r
