@@ -10,6 +10,7 @@
  * (engine/output.h), found in the inbox's channel registry.
  */
 #include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "base/clock.h"
 
 #include "base/log.h"
@@ -365,3 +366,8 @@ int32_t pl_engine_pooling(const pl_engine *e) {
 int32_t pl_engine_n_embd(const pl_engine *e) { return pl_model_embed_dim(e->model); }
 int pl_engine_embedding_only(const pl_engine *e) { return e->model->hp.pooling != PL_POOL_NONE; }
 const pl_engine_config *pl_engine_get_config(const pl_engine *e) { return &e->cfg; }
+
+pl_kv_cache *pl_engine_kv_cache(const pl_engine *e) { return e->kv; }
+const pl_scheduler *pl_engine_scheduler(const pl_engine *e) { return &e->sched; }
+const pl_spec *pl_engine_spec(const pl_engine *e) { return &e->spec; }
+const pl_model *pl_engine_model(const pl_engine *e) { return e->model; }

@@ -1,7 +1,8 @@
 /* engine/engine_internal — the engine struct (engine.c: lifecycle, inbox, step loop;
  * engine_stats.c: the stats snapshot). The three stages own their state: the scheduler
  * (scheduler.h) and its output, the runner (runner.h), the decoder (decoder.h); the engine holds
- * them, the KV bytes and manager, and the registries. */
+ * them, the KV bytes and manager, and the registries. Only src/engine includes this header:
+ * tests and tools read the engine's parts through engine/engine_parts.h. */
 #ifndef PL_ENGINE_ENGINE_INTERNAL_H
 #define PL_ENGINE_ENGINE_INTERNAL_H
 

@@ -83,6 +83,15 @@ int pl_scheduler_has_work(const pl_scheduler *s) {
     return s->waiting.n + s->running.n + s->swapped.n > 0;
 }
 
+const pl_group_queue *pl_scheduler_queue(const pl_scheduler *s, pl_seq_status which) {
+    switch (which) {
+    case PL_SEQ_WAITING: return &s->waiting;
+    case PL_SEQ_RUNNING: return &s->running;
+    case PL_SEQ_SWAPPED: return &s->swapped;
+    default: return NULL;
+    }
+}
+
 /* ---- per-step bookkeeping ---- */
 
 typedef struct {

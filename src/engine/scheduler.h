@@ -117,6 +117,9 @@ void pl_scheduler_remove(pl_scheduler *s, pl_seq_group *g);
  * out's arrays. */
 pl_status pl_scheduler_schedule(pl_scheduler *s, pl_sched_output *out);
 int pl_scheduler_has_work(const pl_scheduler *s);
+/* The queue of groups in state `which` (PL_SEQ_WAITING, RUNNING or SWAPPED; else NULL), to read:
+ * its groups in order from head through next. */
+const pl_group_queue *pl_scheduler_queue(const pl_scheduler *s, pl_seq_status which);
 /* Its fields of the engine's stats: queue lengths, preemptions, speculation-off steps. */
 void pl_scheduler_stats(const pl_scheduler *s, pl_engine_stats *out);
 /* Sequences a group may hold at once (best_of, beam width, or its live sequences). */

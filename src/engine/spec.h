@@ -85,5 +85,7 @@ pl_status pl_spec_draft_run(pl_spec *sp, pl_sched_output *so, pl_kv_cache *targe
  * preempted, swapped) and gives its draft blocks back; ctx is the pl_spec (a draft proposer's
  * once set up; otherwise nothing to do). */
 void pl_spec_drop(void *ctx, pl_seq *q);
+/* The draft model's block manager once set up (mode DRAFT), else NULL: to read and check. */
+const pl_kv_manager *pl_spec_draft_manager(const pl_spec *sp);
 
 #endif

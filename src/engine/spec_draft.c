@@ -100,6 +100,10 @@ void pl_spec_drop(void *ctx, pl_seq *q) {
     q->draft_computed = 0;
 }
 
+const pl_kv_manager *pl_spec_draft_manager(const pl_spec *sp) {
+    return sp->ready ? &sp->mgr : NULL;
+}
+
 /* Target item i proposes k tokens now instead of its n_spec: shrink the item and roll back the
  * target slots the scheduler appended for the rest. */
 static pl_status shrink(pl_sched_output *so, int32_t i, int32_t k, pl_kv_cache *target_kv) {

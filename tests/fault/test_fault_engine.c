@@ -15,7 +15,7 @@
  *    before.
  * Prints the figures (calls failed, requests ended with an error) and "N passed, N failed". */
 #include "base/fault.h"
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "pagellm.h"
 
 #include <stdio.h>
@@ -250,7 +250,8 @@ static void under_load(uint64_t seed, int spec) {
     /* Whatever was released or aborted is dropped at the next step. */
     for (int s = 0; s < 10 && pl_engine_has_work(e); s++) pl_engine_step(e);
     pl_engine_step(e);
-    CHECK(pl_kv_cache_check(e->kv) == PL_OK, "KV pool check: %s", pl_last_error());
+    CHECK(pl_kv_cache_check(pl_engine_kv_cache(e)) == PL_OK, "KV pool check: %s",
+          pl_last_error());
     pl_engine_stats st;
     pl_engine_get_stats(e, &st);
     CHECK(st.blocks_used == 0 && st.swap_used == 0, "blocks still used: %d, swap %d",

@@ -9,7 +9,7 @@
 #include "../ci_env.h"
 #include "engine_util.h"
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "engine_pool.h"
 
 #include <math.h>

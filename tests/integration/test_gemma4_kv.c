@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "engine_util.h"
 #include "kernels/cpu.h"
 #include "../unit/isa_coverage.h"
@@ -109,7 +109,8 @@ static void test_shared_layers_take_no_blocks(void **state) {
 
     pl_engine *sh = make_engine(shared_path, 64 * block_bytes, PL_PREEMPT_RECOMPUTE, 0, 1);
     pl_engine *own = make_engine(own_path, 64 * block_bytes, PL_PREEMPT_RECOMPUTE, 0, 1);
-    const pl_kv_store *ss = pl_kv_cache_store(sh->kv), *os = pl_kv_cache_store(own->kv);
+    pl_kv_cache *sh_kv = pl_engine_kv_cache(sh), *own_kv = pl_engine_kv_cache(own);
+    const pl_kv_store *ss = pl_kv_cache_store(sh_kv), *os = pl_kv_cache_store(own_kv);
     assert_int_equal(ss->n_layers, LAYERS - SHARED);
     assert_int_equal(os->n_layers, LAYERS);
     for (int32_t t = 0; t < ss->n_layers; t++) {
@@ -117,8 +118,8 @@ static void test_shared_layers_take_no_blocks(void **state) {
         assert_int_equal(lt.head_dim, pl_model_layer_shape(&model->hp, t).head_dim);
         assert_int_equal(lt.n_kv_heads, pl_model_layer_shape(&model->hp, t).n_kv_heads);
     }
-    assert_int_equal(pl_kv_cache_manager(sh->kv)->cfg.num_blocks, 64);
-    assert_int_equal(pl_kv_cache_manager(own->kv)->cfg.num_blocks, 32);
+    assert_int_equal(pl_kv_cache_manager(sh_kv)->cfg.num_blocks, 64);
+    assert_int_equal(pl_kv_cache_manager(own_kv)->cfg.num_blocks, 32);
     assert_int_equal(ss->mapped_bytes, 64 * block_bytes);
     pl_engine_destroy(sh);
     pl_engine_destroy(own);
@@ -161,7 +162,7 @@ static void test_blocks_freed(void **state) {
         if (runs[k].mode == PL_PREEMPT_RECOMPUTE) assert_true(s.prefix_hits > 0); /* recomputed
                                                                    prompts hit their blocks */
         assert_int_equal(s.blocks_used, 0);
-        assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+        assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
         free(res);
         pl_engine_destroy(e);
     }

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "engine_util.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
@@ -91,10 +91,12 @@ static void test_mixed_model(void **state) {
     assert_int_equal(pl_model_kv_window(&model->hp), 0);
     pl_engine *on = make_engine(8, PL_PREEMPT_RECOMPUTE, 0, 1, 0);
     pl_engine *off = make_engine(8, PL_PREEMPT_RECOMPUTE, 0, 1, 1);
-    const pl_kv_manager *mon = pl_kv_cache_manager(on->kv), *moff = pl_kv_cache_manager(off->kv);
+    pl_kv_cache *on_kv = pl_engine_kv_cache(on);
+    const pl_kv_manager *mon = pl_kv_cache_manager(on_kv);
+    const pl_kv_manager *moff = pl_kv_cache_manager(pl_engine_kv_cache(off));
     assert_int_equal(mon->cfg.kv_groups, 2);
     assert_int_equal(mon->cfg.sliding_window, W);
-    assert_int_equal(pl_kv_cache_store(on->kv)->n_layers, LAYERS / 2);
+    assert_int_equal(pl_kv_cache_store(on_kv)->n_layers, LAYERS / 2);
     assert_int_equal(mon->cfg.num_blocks, 2 * moff->cfg.num_blocks); /* half-size blocks */
     assert_int_equal(moff->cfg.kv_groups, 1);
     assert_int_equal(moff->cfg.sliding_window, 0);
@@ -129,7 +131,7 @@ static void check_released(pl_engine *e, int want_preemption, const char *what) 
     assert_true(s.window_freed_blocks > 0);
     if (want_preemption) assert_true(s.preemptions > 0);
     assert_int_equal(s.blocks_used, 0);
-    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+    assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
 }
 
 static void make_prompts(int32_t prompts[NREQ][PROMPT]) {

@@ -18,7 +18,7 @@
 
 #include "engine_util.h"
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 
 #include <math.h>
 #include "kernels/cpu.h"
@@ -129,7 +129,7 @@ static void test_preemption_cow_prefix_bitwise(void **state) {
         else assert_true(cached >= 32);
         assert_same(ref, got, pl_kv_cache_dtype_name(dt));
         assert_int_equal(s.blocks_used, 0);
-        assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+        assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
         pl_engine_destroy(e);
     }
 }

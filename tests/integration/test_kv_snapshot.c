@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "kv/manager.h"
 #include "server/server.h"
 
@@ -171,14 +171,15 @@ static void test_json_shape(void **state) {
 
 /* The published picture equals the engine's pool and tables right now (between steps). */
 static void check_snapshot_matches(pl_engine *e, const pl_kv_snapshot *k) {
-    const pl_kv_manager *m = pl_kv_cache_manager(e->kv);
+    const pl_kv_manager *m = pl_kv_cache_manager(pl_engine_kv_cache(e));
     assert_int_equal(k->n_blocks, m->pool.num_blocks);
     assert_int_equal(k->n_swap_blocks, m->swap.num_blocks);
     for (int32_t i = 0; i < k->n_blocks; i++)
         assert_int_equal(k->states[i], expected_state(&m->pool, i, 0));
     if (!k->has_tables) return;
     int32_t n = 0;
-    for (const pl_seq_group *g = e->sched.running.head; g; g = g->next)
+    const pl_group_queue *running = pl_scheduler_queue(pl_engine_scheduler(e), PL_SEQ_RUNNING);
+    for (const pl_seq_group *g = running->head; g; g = g->next)
         for (int32_t i = 0; i < g->n_seqs; i++) {
             const pl_block_table *t = &g->seqs[i]->table;
             if (!t->live) continue;
@@ -222,7 +223,7 @@ static void test_engine_publishes_while_watched(void **state) {
     pl_kv_snapshot k;
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* asks; nothing yet */
     assert_int_equal(k.version, 0);
-    assert_int_equal(k.n_blocks, pl_kv_pool_blocks(pl_kv_cache_manager(e->kv)));
+    assert_int_equal(k.n_blocks, pl_kv_pool_blocks(pl_kv_cache_manager(pl_engine_kv_cache(e))));
     for (int32_t i = 0; i < k.n_blocks; i++) assert_int_equal(k.states[i], 0);
     pl_kv_snapshot_destroy(&k);
     /* Now watched: the next step publishes (a reader waits for the first picture), tables

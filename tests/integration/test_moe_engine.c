@@ -19,7 +19,7 @@
 
 #include "engine_util.h"
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "engine_pool.h"
 
 #include <jansson.h>

@@ -18,15 +18,13 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 static void stuck_dump(pl_engine *e);
 #define RUN_ALL_STUCK_HOOK stuck_dump
 #include "engine_util.h"
 
 #include <stdlib.h>
 #include <unistd.h>
-
-#include "engine/engine_internal.h"
 
 static const char *model = PL_SHARED_DIR "/models/stories260K.gguf"; /* the one of this test */
 
@@ -133,7 +131,7 @@ static void assert_pool_free(pl_engine *e) {
     if (s.blocks_used != 0 || s.running + s.waiting + s.swapped != 0)
         fail_msg("after the run: %d blocks used, %d running, %d waiting, %d swapped",
                  (int)s.blocks_used, (int)s.running, (int)s.waiting, (int)s.swapped);
-    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+    assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
 }
 
 /* Request r completed with exactly the reference's completions. */
@@ -274,7 +272,7 @@ static void test_vattention(void **state) {
         pl_engine_get_stats(e, &s);
         preemptions += s.preemptions;
         assert_int_equal(s.blocks_used, 0);
-        assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+        assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
         pl_engine_destroy(e);
     }
     kv_dtype = PL_KV_CACHE_F16;
@@ -381,7 +379,7 @@ int main(void) {
     return cmocka_run_group_tests(tests, setup, NULL);
 }
 
-static void dump_q(const char *name, pl_seq_group *g) {
+static void dump_q(const char *name, const pl_seq_group *g) {
     for (; g; g = g->next) {
         fprintf(stderr, "%s group %llu n_seqs %d prefilled %d lead %p:", name, (unsigned long long)g->id, g->n_seqs, g->prefilled, (void*)g->lead);
         for (int i = 0; i < g->n_seqs; i++) {
@@ -392,7 +390,8 @@ static void dump_q(const char *name, pl_seq_group *g) {
     }
 }
 static void stuck_dump(pl_engine *e) {
-    dump_q("running", e->sched.running.head);
-    dump_q("waiting", e->sched.waiting.head);
-    dump_q("swapped", e->sched.swapped.head);
+    const pl_scheduler *s = pl_engine_scheduler(e);
+    dump_q("running", pl_scheduler_queue(s, PL_SEQ_RUNNING)->head);
+    dump_q("waiting", pl_scheduler_queue(s, PL_SEQ_WAITING)->head);
+    dump_q("swapped", pl_scheduler_queue(s, PL_SEQ_SWAPPED)->head);
 }

@@ -9,7 +9,7 @@
 
 #include "engine_util.h"
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "engine_pool.h"
 #include "gguf/gguf.h"
 
@@ -56,17 +56,20 @@ static pl_engine *make(const char *model, spec_kind kind, const char *draft, uin
     c.speculative_max_batch = -1; /* speculate in every batch: that is what is tested */
     pl_engine *e;
     if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
+    /* Only a draft proposer has a KV manager of its own (assert_pool_free checks it). */
+    assert_int_equal(pl_spec_draft_manager(pl_engine_spec(e)) != NULL, kind == SPEC_DRAFT);
     return e;
 }
 
 static void assert_pool_free(pl_engine *e) {
     assert_engine_pool_free(e);
-    if (e->spec.ready) {
+    const pl_kv_manager *draft = pl_spec_draft_manager(pl_engine_spec(e));
+    if (draft) {
         pl_kv_stats k;
-        pl_kv_get_stats(&e->spec.mgr, &k);
+        pl_kv_get_stats(draft, &k);
         assert_int_equal(k.blocks_used, 0);
         assert_int_equal(k.n_tables, 0);
-        assert_int_equal(pl_kv_manager_check(&e->spec.mgr), PL_OK);
+        assert_int_equal(pl_kv_manager_check(draft), PL_OK);
     }
 }
 

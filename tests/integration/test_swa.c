@@ -21,7 +21,7 @@
 #include <cmocka.h>
 
 #include "base/threadpool.h"
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "engine_util.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
@@ -262,7 +262,7 @@ static void test_engine_greedy(void **state) {
         }
         assert_memory_equal(res[0].ids[0], res[1].ids[0], sizeof(int32_t) * GEN);
         assert_int_equal(s.blocks_used, 0);
-        assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+        assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
         free(res);
         pl_engine_destroy(e);
     }
@@ -290,7 +290,7 @@ static void test_recompute_small_pool(void **state) {
         assert_int_equal(res[r].n_ids[0], OUT);
         check_greedy(prompts[r], N, res[r].ids[0], OUT);
     }
-    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+    assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
     free(res);
     pl_engine_destroy(e);
 }
@@ -321,7 +321,7 @@ static void test_prefix_hit_behind_window(void **state) {
     assert_int_equal(res[1].n_ids[0], OUT);
     assert_memory_equal(res[0].ids[0], res[1].ids[0], sizeof(int32_t) * OUT);
     check_greedy(prompt, N, res[1].ids[0], OUT);
-    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+    assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
     pl_engine_destroy(e);
 }
 
@@ -365,7 +365,7 @@ static void test_spec_fork_beam(void **state) {
         pl_engine_get_stats(e, &s);
         assert_true(s.window_freed_blocks > 0);
         assert_int_equal(s.blocks_used, 0);
-        assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
+        assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
         for (int k = 0; k < 3; k++) assert_true(r.n_ids[k] > 0);
         if (!beam) /* every sample ran to max_tokens (ignore_eos) */
             for (int k = 0; k < 3; k++) assert_int_equal(r.n_ids[k], OUT);

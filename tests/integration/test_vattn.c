@@ -15,7 +15,7 @@
 
 #include "engine_util.h"
 
-#include "engine/engine_internal.h"
+#include "engine/engine_parts.h"
 #include "kv/vattn.h"
 
 
@@ -86,8 +86,8 @@ static void assert_all_free(pl_engine *e) {
     pl_engine_get_stats(e, &s);
     assert_int_equal(s.blocks_used, 0);
     assert_int_equal(s.running + s.waiting, 0);
-    assert_int_equal(pl_kv_cache_check(e->kv), PL_OK);
-    assert_int_equal(pl_vattn_check(pl_kv_cache_vattn(e->kv)), PL_OK);
+    assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
+    assert_int_equal(pl_vattn_check(pl_kv_cache_vattn(pl_engine_kv_cache(e))), PL_OK);
 }
 
 static void test_equal_to_paged(void **state) {
@@ -147,7 +147,8 @@ static void test_memory_tracks_tokens(void **state) {
     c.vattn_no_overlap = c.vattn_no_deferred_reclaim = c.vattn_no_eager = 1;
     pl_engine *e = make(&c);
     const int32_t tpr = pl_engine_get_config(e)->block_size;
-    const int32_t regions = 2 * e->model->hp.n_layers * e->model->hp.n_kv_heads;
+    const pl_model_hparams *hp = &pl_engine_model(e)->hp;
+    const int32_t regions = 2 * hp->n_layers * hp->n_kv_heads;
     assert_int_equal(tpr, TPR);
     uint64_t ids[6];
     result res[6];
@@ -164,7 +165,7 @@ static void test_memory_tracks_tokens(void **state) {
         assert_int_equal(pl_engine_step(e), PL_OK);
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
-        int64_t resident = pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv));
+        int64_t resident = pl_vattn_resident_pages(pl_kv_cache_vattn(pl_engine_kv_cache(e)));
         /* blocks_used = pages per region the live sequences' tokens need */
         assert_int_equal(resident, (int64_t)s.blocks_used * regions);
         assert_int_equal(s.vattn_pages_committed, resident);
@@ -174,7 +175,7 @@ static void test_memory_tracks_tokens(void **state) {
         for (int i = 0; i < 6; i++) collect(e, ids[i], &res[i]);
     }
     assert_true(peak >= 6 * regions); /* six requests of a page row at least each */
-    assert_int_equal(pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv)), 0);
+    assert_int_equal(pl_vattn_resident_pages(pl_kv_cache_vattn(pl_engine_kv_cache(e))), 0);
     pl_engine_destroy(e);
 }
 
@@ -228,7 +229,7 @@ static void test_speculative_equal_to_paged(void **state) {
  * (nothing unmapped); eager (deferred off): the next request's prompt pages are mapped before
  * it arrives. After every step the reservation's resident pages are the pages mapped. */
 static uint64_t step_and_drain(pl_engine *e, const uint64_t *ids, result *res, int n) {
-    struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
+    struct pl_vattn *va = pl_kv_cache_vattn(pl_engine_kv_cache(e));
     assert_int_equal(pl_engine_step(e), PL_OK);
     while (pl_vattn_background_once(va)) {}
     pl_vattn_stats s; /* live (the engine's stats are a snapshot of the step's end) */
@@ -332,12 +333,13 @@ static void run_groups(pl_engine *e, result *res, int exact) {
                                   &ids[g]) != PL_OK)
             fail_msg("request %d: %s", g, pl_last_error());
     }
-    struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
+    pl_kv_cache *kv = pl_engine_kv_cache(e);
+    struct pl_vattn *va = pl_kv_cache_vattn(kv);
     while (pl_engine_has_work(e)) {
         assert_int_equal(pl_engine_step(e), PL_OK);
         for (int g = 0; g < N_GROUPS; g++) collect(e, ids[g], &res[g]);
         if (!va) continue;
-        if (pl_kv_cache_check(e->kv) != PL_OK) fail_msg("after a step: %s", pl_last_error());
+        if (pl_kv_cache_check(kv) != PL_OK) fail_msg("after a step: %s", pl_last_error());
         pl_vattn_stats v;
         pl_vattn_get_stats(va, &v);
         const int64_t regions = pl_vattn_get_config(va)->n_regions;
@@ -384,7 +386,8 @@ static void test_sharing_equal_to_paged(void **state) {
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
         pl_vattn_stats vs;
-        pl_vattn_get_stats(pl_kv_cache_vattn(e->kv), &vs);
+        struct pl_vattn *va = pl_kv_cache_vattn(pl_engine_kv_cache(e));
+        pl_vattn_get_stats(va, &vs);
         print_message("vattention sharing variant %d: %llu preemptions, %llu pages mapped shared, "
                       "%llu copied (copy-on-write), %llu mapped, %llu slots acquired\n", v,
                       (unsigned long long)s.preemptions, (unsigned long long)vs.pages_shared,
@@ -400,7 +403,7 @@ static void test_sharing_equal_to_paged(void **state) {
         for (int g = 0; g < N_GROUPS; g++) seqs += GROUPS[g].best_of;
         if (v == 0) assert_int_equal(vs.slots_acquired, seqs);
         assert_all_free(e);
-        if (v == 2) assert_int_equal(pl_vattn_resident_pages(pl_kv_cache_vattn(e->kv)), 0);
+        if (v == 2) assert_int_equal(pl_vattn_resident_pages(va), 0);
         pl_engine_destroy(e);
     }
 }
@@ -437,12 +440,13 @@ static void run_prefix(pl_engine *e, result *res, int check, int done) {
                 collect(e, ids[0], &res[0]);
             }
     }
-    struct pl_vattn *va = pl_kv_cache_vattn(e->kv);
+    pl_kv_cache *kv = pl_engine_kv_cache(e);
+    struct pl_vattn *va = pl_kv_cache_vattn(kv);
     while (pl_engine_has_work(e)) {
         assert_int_equal(pl_engine_step(e), PL_OK);
         for (int r = 0; r < 6; r++) collect(e, ids[r], &res[r]);
         if (!check) continue;
-        if (pl_kv_cache_check(e->kv) != PL_OK) fail_msg("after a step: %s", pl_last_error());
+        if (pl_kv_cache_check(kv) != PL_OK) fail_msg("after a step: %s", pl_last_error());
         pl_vattn_stats v;
         pl_vattn_get_stats(va, &v);
         assert_int_equal(pl_vattn_resident_pages(va),

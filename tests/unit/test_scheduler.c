@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "engine/engine_internal.h"
+#include "engine/scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +189,14 @@ static void test_fcfs_admission(void **state) {
     world w;
     world_init(&w, 64, 0, 4, 2, 64, PL_PREEMPT_RECOMPUTE); /* two sequences at a time */
     for (int i = 0; i < 5; i++) add_group(&w, i, 6, 3, 1);
+    /* pl_scheduler_queue, which the engine tests read the queues through, names each of them. */
+    const pl_group_queue *waiting = pl_scheduler_queue(&w.s, PL_SEQ_WAITING);
+    assert_ptr_equal(waiting, &w.s.waiting);
+    assert_ptr_equal(pl_scheduler_queue(&w.s, PL_SEQ_RUNNING), &w.s.running);
+    assert_ptr_equal(pl_scheduler_queue(&w.s, PL_SEQ_SWAPPED), &w.s.swapped);
+    assert_null(pl_scheduler_queue(&w.s, PL_SEQ_FINISHED));
+    assert_int_equal(waiting->n, 5);
+    assert_ptr_equal(waiting->head, w.groups[0]);
     run_to_end(&w);
     /* First come, first served: they finish in arrival order, two at a time. */
     for (int i = 1; i < 5; i++) assert_true(w.done[i] >= w.done[i - 1]);
