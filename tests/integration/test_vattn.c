@@ -481,7 +481,7 @@ static void prefix_hits_equal_to_paged(int done) {
     pl_engine_get_stats(e, &s);
     assert_int_equal(s.prefix_hits, 5 * 256);
     pl_vattn_stats v;
-    pl_vattn_get_stats(pl_kv_cache_vattn(e->kv), &v);
+    pl_vattn_get_stats(pl_kv_cache_vattn(pl_engine_kv_cache(e)), &v);
     /* the finished holder's two prompt pages came back from the cache, once (then shared) */
     assert_int_equal(v.rows_from_cache, done ? 2 : 0);
     assert_true(v.rows_cached > 0); /* every request's full pages stay cached after it */
