@@ -23,14 +23,7 @@ AI void xv_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, flo
     const __m256i m4 = _mm256_set1_epi8(15);
     const __m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)pl_kvalues_iq4nl), _mm_set1_epi8((char)0x80));
     const __m256i lut = _mm256_set_m128i(t, t);
-    const float *dx[2];
-    const int32_t *seed[2];
-    UNROLL for (int b = 0; b < NB; b++) {
-        dx[b] = (const float *)(a + (size_t)b * as + cols);
-        seed[b] = (const int32_t *)(dx[b] + nblk);
-    }
-    __m256 acc[2][2];
-    UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
+    PL_X16_YMM_Q8_0_ROWS(a, as, cols, NB, dx, seed, acc);
     for (int64_t k = 0; k < nblk; k++) {
         const uint8_t *wb = w + (size_t)k * blk;
         UNROLL for (int h = 0; h < 2; h++) {
