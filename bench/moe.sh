@@ -7,8 +7,15 @@
 # Tests: prefill 512 (llama-bench pp512), decode B=1 of N1 tokens from an empty context
 # (tgN1), decode B=16 of N16 steps over 16-token contexts (llama-batched-bench's S_TG).
 # REPS (3), N1 (32), N16 (32), PL (build/pagellm), OLD_PL (another pagellm binary, optional).
+# SERVE=1 adds a serving row per model (issue 34's serving target): N_SERVE (32) ShareGPT-like
+# requests sent at once to `pagellm serve` and to llama-server with the same KV memory (KV_MEM,
+# 256M: pagellm's --kv-cache-memory, llama-server's -c in tokens of an f16 cache, one unified
+# cache (-kvu) for -np N_SERVE slots), prompts/outputs clamped to MAX_IN (512) / MAX_OUT (128);
+# output tokens/s of `pagellm bench serve`, REPS rounds, and whether every output was complete.
+# SERVE_ONLY=1 skips the other rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/serve_lib.sh # kv_tokens, wait_http (they call $PL)
 PL=$(realpath "${PL:-build/pagellm}")
 L=${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp checkout (binaries in build/bin)}/build/bin
 IK=${IK_LLAMA_CPP:+$IK_LLAMA_CPP/build/bin}
@@ -63,12 +70,49 @@ PY
 }
 
 npeers=1; [ -n "$IK" ] && npeers=2
+
+KV_MEM=${KV_MEM:-256M} N_SERVE=${N_SERVE:-32} MAX_IN=${MAX_IN:-512} MAX_OUT=${MAX_OUT:-128}
+srv_pid=""
+stop_srv() { [ -z "$srv_pid" ] || { kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; srv_pid=""; }; }
+trap 'stop_srv; rm -rf "$work"' EXIT
+sv_run() { # pagellm|llama file -> output tokens/s (with a * when some output was incomplete)
+  local port=$((20000 + RANDOM % 20000)) tok ready
+  if [ "$1" = pagellm ]; then
+    "$PL" serve -m "$2" --host 127.0.0.1 --port "$port" --served-model-name m -t 2 \
+        --kv-cache-memory "$KV_MEM" >"$work/serve.log" 2>&1 & srv_pid=$!
+    ready="/v1/models"
+  else
+    read -r tok _ < <(kv_tokens "$2" "$KV_MEM")
+    "$L/llama-server" -m "$2" --host 127.0.0.1 --port "$port" -t 2 -tb 2 -c "$tok" \
+        -np "$N_SERVE" -kvu -cb >"$work/serve.log" 2>&1 & srv_pid=$!
+    ready="/health"
+  fi
+  if wait_http "http://127.0.0.1:$port$ready" "$srv_pid"; then
+    "$PL" bench serve --base-url "http://127.0.0.1:$port" --model m --dataset sharegpt \
+        --num-prompts "$N_SERVE" --request-rate inf --seed 2 --tokenizer "$2" \
+        --max-input "$MAX_IN" --max-output "$MAX_OUT" 2>/dev/null | tail -1 | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+ok = d.get("errors", 1) == 0 and d.get("length_mismatches", 1) == 0
+print(str(d["output_throughput"]) + ("" if ok else "*"))'
+  fi
+  stop_srv
+}
 hdr="| row | pagellm"; [ -n "${OLD_PL:-}" ] && hdr="$hdr | pagellm (old)"
 hdr="$hdr | llama.cpp"; [ -n "$IK" ] && hdr="$hdr | ik_llama.cpp"
 echo; echo "$hdr | pagellm / best peer |"
 echo "| --- |$(echo "$hdr" | sed 's/[^|]//g; s/|/ ---: |/g')"
 for f in "${models[@]}"; do
   n=$(basename "$f" .gguf)
+  if [ "${SERVE:-0}" = 1 ]; then # columns: pagellm, llama.cpp (no ik_llama.cpp server row)
+    vals=("" "")
+    for ((i = 0; i < REPS; i++)); do
+      vals[0]="${vals[0]} $(sv_run pagellm "$f" || echo nan)"
+      vals[1]="${vals[1]} $(sv_run llama "$f" || echo nan)"
+    done
+    echo "| $n serve $N_SERVE x sharegpt, KV $KV_MEM | pagellm:${vals[0]} | llama-server:${vals[1]} | (* = an output incomplete) |"
+  fi
+  [ "${SERVE_ONLY:-0}" = 1 ] && continue
   for t in prefill512 decode1 decode16; do
     case $t in
       prefill512) p="prefill 0 -p 512 -n 0"; l="512 0" ;;

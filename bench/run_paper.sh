@@ -61,18 +61,7 @@ trap cleanup EXIT INT TERM
 tp() { "$PL" bench throughput -m "$MODEL" -t "$THREADS" --kv-cache-memory "$KV_MEM" "$@"; }
 
 # KV tokens of the budget and the model length, from `pagellm inspect` (K and V, f16, per layer)
-kv_tokens() {
-    "$PL" inspect "$MODEL" | awk -v mem="$KV_MEM" '
-        $1 == "context_length" {ctx = $2} $1 == "embedding_length" {d = $2}
-        $1 == "block_count" {l = $2} $1 == "attention.head_count" {h = $2}
-        $1 == "attention.head_count_kv" {kh = $2}
-        END {
-            u = toupper(substr(mem, length(mem))); b = mem + 0
-            if (u == "K") b *= 1024; else if (u == "M") b *= 1048576; else if (u == "G") b *= 1073741824
-            if (!kh) kh = h
-            print int(b / (2 * l * kh * (d / h) * 2)), ctx
-        }'
-}
+source bench/serve_lib.sh # kv_tokens, wait_http
 
 # ---- 1. memory and throughput per KV layout (paper Fig. 2 and 12/13, offline) ----
 if [[ " $PARTS " == *" layouts "* ]]; then
@@ -87,14 +76,6 @@ if [[ " $PARTS " == *" layouts "* ]]; then
 fi
 
 # ---- 2. serving: normalized latency against request rate, pagellm and llama-server ----
-wait_http() { # wait_http URL PID
-    for _ in $(seq 1 600); do
-        curl -sf "$1" >/dev/null 2>&1 && return 0
-        kill -0 "$2" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
 serve_sweep() { # serve_sweep SYSTEM PORT
     for rate in $RATES; do
         "$PL" bench serve --base-url "http://127.0.0.1:$2" --model m --dataset sharegpt \
@@ -105,7 +86,7 @@ serve_sweep() { # serve_sweep SYSTEM PORT
 if [[ " $PARTS " == *" serve "* ]]; then
   for MEM in ${SERVE_MEM:-$KV_MEM}; do
     : >"$OUT/serve_$MEM.jsonl"
-    read -r TOK CTX < <(KV_MEM=$MEM kv_tokens)
+    read -r TOK CTX < <(kv_tokens "$MODEL" "$MEM")
     PORT=$((20000 + RANDOM % 20000))
     "$PL" serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name m -t "$THREADS" \
         --kv-cache-memory "$MEM" >"$OUT/pagellm_serve_$MEM.log" 2>&1 &

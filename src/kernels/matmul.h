@@ -48,7 +48,7 @@ enum { PL_MATMUL_MAX_MULTI = 4 };
 void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const *y, int n,
                      const float *x, int64_t B, void *scratch);
 /* Repacking at load time (issue 22). f16, q8_0, q4_0, iq4_nl, q5_0, q4_1, q5_1, q2_K, q4_K, q6_K
- * and iq4_xs weights whose rows are a multiple of 16 have an interleaved layout ("x16",
+ * iq4_xs and mxfp4 weights whose rows are a multiple of 16 have an interleaved layout ("x16",
  * kernels/matmul_x16*.c: 16 rows side by side, a vector's 16 lanes are 16 outputs, so no lane
  * sums) that the AVX-512 kernels (FMA for f16, VNNI for the integer types at any batch size, AMX
  * for larger batches) multiply faster. Results are deterministic across batch sizes, thread counts
@@ -56,7 +56,7 @@ void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const 
  * (docs/ACCURACY.md). pl_matmul_repack_size: bytes of w repacked (iq4_xs: 138 per 256 columns
  * instead of 136; the others as GGUF), or 0 if w has no such layout.
  * pl_matmul_repack_wanted: 1 where this kernel level has SIMD x16 kernels for t (AVX-512: every
- * type above; AVX2: f16, q4_K and q6_K; AVX-VNNI: also q8_0, q4_0, iq4_nl; issue 35) unless PAGELLM_REPACK=0. pl_matmul_repack: copy w into dst
+ * type above; AVX2: f16, q4_K, q6_K and mxfp4; AVX-VNNI: also q8_0, q4_0, iq4_nl; issue 35) unless PAGELLM_REPACK=0. pl_matmul_repack: copy w into dst
  * (64-byte aligned, that many bytes) and point w at it. Views of rows (weight_rows) must be taken
  * before repacking. */
 size_t pl_matmul_repack_size(const pl_weight *w);

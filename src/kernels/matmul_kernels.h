@@ -97,7 +97,7 @@ int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avx2(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avxvnni(pl_dtype t, pl_mm_kernel *k);
 /* 1 if the current level has a SIMD x16 kernel for t (AVX-512: every x16 type; AVX2 and
- * AVX-VNNI: f16, q4_K, q6_K, q8_0, q4_0, iq4_nl), so that repacking t pays */
+ * AVX-VNNI: f16, q4_K, q6_K, q8_0, q4_0, iq4_nl, mxfp4), so that repacking t pays */
 int pl_mm_x16_fast(pl_dtype t);
 void pl_mm_x16_q6_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy);
@@ -163,5 +163,14 @@ void pl_mm_x16_tile_q4_1_avx512(const uint8_t *w, size_t ws, int nr, const uint8
                                 int nb, int64_t cols, float *y, int64_t ldy);
 void pl_mm_x16_tile_q5_1_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy);
+/* mxfp4 (matmul_x16_mxfp4.c: layout, repack, scalar tile, kernel choice; VNNI tiles in
+ * matmul_x16_avx512.c, 256-bit tiles in x16_mxfp4_ymm.h) */
+void pl_mm_x16_repack_mxfp4(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+void pl_mm_kernel_x16_mxfp4(pl_mm_kernel *k);
+void pl_mm_kernel_x16_mxfp4_avx512(pl_mm_kernel *k);
+void pl_mm_kernel_x16_mxfp4_avxvnni(pl_mm_kernel *k);
+void pl_mm_kernel_x16_mxfp4_avx2(pl_mm_kernel *k);
+void pl_mm_x16_tile_mxfp4_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                 int nb, int64_t cols, float *y, int64_t ldy);
 
 #endif

@@ -49,6 +49,7 @@ int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     case PL_DT_Q4_K:
     case PL_DT_Q6_K:
     case PL_DT_IQ4_XS: /* matmul_x16_iq4_xs.c */
+    case PL_DT_MXFP4:  /* matmul_x16_mxfp4.c */
     case PL_DT_Q2_K: return 1; /* matmul_x16_q2_K.c */
     default: return 0;
     }
@@ -128,6 +129,7 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
     case PL_DT_Q6_K: pl_mm_x16_kq_repack(t, src, dst, rows, cols); break;
     case PL_DT_IQ4_XS: pl_mm_x16_repack_iq4_xs(src, dst, rows, cols); break;
     case PL_DT_Q2_K: pl_mm_x16_repack_q2_K(src, dst, rows, cols); break;
+    case PL_DT_MXFP4: pl_mm_x16_repack_mxfp4(src, dst, rows, cols); break;
     default: break;
     }
 }
@@ -203,6 +205,7 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     case PL_DT_Q5_1: pl_act_convert_row(t, x, dst, cols); break;
     case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break; /* q8_0's row, -8 * block sums */
     case PL_DT_Q5_0: act_q8_0(x, dst, cols, 16); break;
+    case PL_DT_MXFP4: act_q8_0(x, dst, cols, 12); break; /* levels + 12 */
     default: act_q8_0(x, dst, cols, 128); break; /* q8_0 and iq4_nl: weights stored + 128 */
     }
 }
@@ -211,7 +214,7 @@ int pl_mm_x16_fast(pl_dtype t) {
     pl_isa isa = pl_cpu_isa();
     return isa >= PL_ISA_AVX512 ||
            (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_Q8_0 ||
-                                   t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL));
+                                   t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL || t == PL_DT_MXFP4));
 }
 
 void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar) {
@@ -250,6 +253,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_Q5_0: pl_mm_kernel_x16_q5_0(k); return;
     case PL_DT_Q4_1: pl_mm_kernel_x16_q4_1(k); return;
     case PL_DT_Q5_1: pl_mm_kernel_x16_q5_1(k); return;
+    case PL_DT_MXFP4: pl_mm_kernel_x16_mxfp4(k); return;
     default: PL_ASSERT(!"pl_mm_kernel_x16: type has no x16 layout");
     }
 }

@@ -5,7 +5,8 @@
  * outputs and no lane sum is needed. q8_0 loads its 8 chunks of a block; q4_0 loads 4 and takes
  * two chunks out of each (low nibbles: chunk j, high nibbles: chunk j + 4); iq4_nl too, looking
  * its levels up (vpshufb); q5_0 too, adding 16 under its fifth-bit masks; q4_1 and q5_1 as q4_0
- * and q5_0, with a second FMA per block for the offsets (m_w times q8_1's s_x).
+ * and q5_0, with a second FMA per block for the offsets (m_w times q8_1's s_x); mxfp4 as iq4_nl
+ * with its levels + 12 and its E8M0 exponents made floats (matmul_x16_mxfp4.c).
  * Each (group, activation) pair sums a block in two integer chains (q8_0: even and odd chunks,
  * q4_0: low and high nibbles, the high ones as 16 x h with no shift and that sum shifted back,
  * exactly; added at the end) so that a decode step's one-row tiles still have independent
@@ -26,22 +27,38 @@ static inline __m512i iq4nl_lut(void) {
     return _mm512_broadcast_i32x4(t);
 }
 
+/* mxfp4's 16 levels + 12 (0..24) in each 128-bit lane. */
+static inline __m512i mxfp4_lut(void) {
+    const __m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)pl_kvalues_mxfp4), _mm_set1_epi8(12));
+    return _mm512_broadcast_i32x4(t);
+}
+
+/* The 16 rows' E8M0 exponents at p as floats, pl_e8m0_half's bits: (e - 1) << 23, or the
+ * subnormals 0x00200000 << e for e < 2. */
+AI __m512 e8m0_half16(const uint8_t *p) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    const __m512i n = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    return _mm512_castsi512_ps(_mm512_mask_sllv_epi32(n, _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)),
+                                                      _mm512_set1_epi32(0x00200000), e));
+}
+
 /* Q4: 1 = the weights are q4_0's x16 layout, 2 = iq4_nl's (the same blocks), 3 = q5_0's,
  * 4 = q4_1's, 5 = q5_1's (q4_0's and q5_0's with offsets m: q8_1 activations, no seeds),
- * 0 = q8_0's. */
+ * 6 = mxfp4's (q4_0's chunks after 16 exponents), 0 = q8_0's. */
 AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
                  int64_t ldy, const int NG, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
     const size_t gs = 16 * ws;
-    const size_t blk = 16 * (Q4 == 5   ? sizeof(pl_block_q5_1)
+    const size_t blk = 16 * (Q4 == 6   ? sizeof(pl_block_mxfp4)
+                             : Q4 == 5 ? sizeof(pl_block_q5_1)
                              : Q4 == 4 ? sizeof(pl_block_q4_1)
                              : Q4 == 3 ? sizeof(pl_block_q5_0)
                              : Q4      ? sizeof(pl_block_q4_0)
                                        : sizeof(pl_block_q8_0));
-    const int NIB = Q4 == 1 || Q4 == 4, FIFTH = Q4 == 3 || Q4 == 5, WITH_M = Q4 >= 4;
-    const size_t hdr = WITH_M ? 64 : 32; /* the chunks follow d (and m) */
+    const int NIB = Q4 == 1 || Q4 == 4, FIFTH = Q4 == 3 || Q4 == 5, WITH_M = Q4 == 4 || Q4 == 5;
+    const size_t hdr = Q4 == 6 ? 16 : WITH_M ? 64 : 32; /* the chunks follow d (and m), or e */
     const __m512i m4 = _mm512_set1_epi8(15), m4h = _mm512_set1_epi8((char)0xF0);
-    const __m512i lut = Q4 == 2 ? iq4nl_lut() : m4, c16 = _mm512_set1_epi8(16);
+    const __m512i lut = Q4 == 2 ? iq4nl_lut() : Q4 == 6 ? mxfp4_lut() : m4, c16 = _mm512_set1_epi8(16);
     const float *dx[4];
     const int32_t *seed[4];
     const float *sx[4];
@@ -58,7 +75,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
         __m512 dw[2];
         UNROLL for (int g = 0; g < NG; g++) {
             wb[g] = w + (size_t)g * gs + (size_t)k * blk;
-            dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wb[g]));
+            dw[g] = Q4 == 6 ? e8m0_half16(wb[g]) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wb[g]));
         }
         __m512i s0[2][4], s1[2][4];
         UNROLL for (int b = 0; b < NB; b++) UNROLL for (int g = 0; g < NG; g++) {
@@ -83,8 +100,8 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                     w0[g] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(m0), lo, c16);
                     w1[g] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(m1), hi, c16);
-                } else if (Q4 == 2) { /* iq4_nl: the levels + 128 */
-                    const __m512i v = _mm512_loadu_si512(wb[g] + 32 + 64 * j);
+                } else if (Q4 == 2 || Q4 == 6) { /* iq4_nl, mxfp4: the levels + 128, + 12 */
+                    const __m512i v = _mm512_loadu_si512(wb[g] + hdr + 64 * j);
                     w0[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
                     w1[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
                 } else if (NIB) {
@@ -141,6 +158,13 @@ X16_TILE(pl_mm_x16_tile_iq4_nl_avx512, 2)
 X16_TILE(pl_mm_x16_tile_q5_0_avx512, 3)
 X16_TILE(pl_mm_x16_tile_q4_1_avx512, 4)
 X16_TILE(pl_mm_x16_tile_q5_1_avx512, 5)
+X16_TILE(pl_mm_x16_tile_mxfp4_avx512, 6)
+
+void pl_mm_kernel_x16_mxfp4_avx512(pl_mm_kernel *k) {
+    k->fn = pl_mm_x16_tile_mxfp4_avx512;
+    k->tr = 32;
+    k->tb = 4;
+}
 
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k) {
     k->fn = pl_mm_x16_tile_avx512;

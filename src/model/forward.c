@@ -68,12 +68,11 @@ static size_t max_scratch(const pl_model *m, int64_t B) {
             size_t z = pl_matmul_scratch_size(ws[i]->type, ws[i]->cols, B);
             if (z > s) s = z;
         }
+        /* MoE: only the router multiplies through this scratch; the experts convert their
+         * gathered rows into each part's own (moe.c, pl_moe_scratch_alloc) */
         if (!L->exp_gate) continue;
-        const pl_weight *es[] = {&L->gate_inp, &L->exp_gate[0], &L->exp_up[0], &L->exp_down[0]};
-        for (size_t i = 0; i < sizeof es / sizeof es[0]; i++) {
-            size_t z = pl_matmul_scratch_size(es[i]->type, es[i]->cols, B);
-            if (z > s) s = z;
-        }
+        size_t z = pl_matmul_scratch_size(L->gate_inp.type, L->gate_inp.cols, B);
+        if (z > s) s = z;
     }
     return s;
 }

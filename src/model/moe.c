@@ -39,7 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MOE_CHUNK = 512 }; /* tokens per pass: bounds the gathered rows' scratch */
+/* tokens per pass: bounds the gathered rows' scratch; 1024 and 2048 measured no faster for a
+ * 2048-token prefill (docs/BENCHMARKS.md, "Mixtures of experts") */
+enum { MOE_CHUNK = 512 };
 enum { SMALL_T = 4 };     /* passes of at most this many tokens route, gather and sum inline */
 enum { MAX_SPLIT = 16 };  /* row blocks per expert at most */
 enum { ROW_ALIGN = 32 };  /* row blocks start at multiples of this (repacked weights: 16) */

@@ -1,5 +1,5 @@
-/* Unit tests for the x16 layouts of f16, q8_0, q4_0, q4_K and q6_K weights (kernels/matmul_x16*.c, issue
- * 22 item 3):
+/* Unit tests for the x16 layouts of f16, q8_0, the 4- and 5-bit types, the K-quants and mxfp4
+ * (kernels/matmul_x16*.c, issue 22 item 3; mxfp4: issue 34):
  *  - every x16 kernel (scalar, AVX-512 VNNI tiles, AMX batches where the machine has AMX) gives
  *    bitwise the same value for every output, whatever the batch size and thread count: B = 1
  *    calls on one thread with the scalar kernel are the reference;
@@ -176,6 +176,7 @@ static void test_kernels_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_Q5_0, shapes, sizeof shapes / sizeof shapes[0], 23);
     agree_bitwise(PL_DT_Q4_1, shapes, sizeof shapes / sizeof shapes[0], 37);
     agree_bitwise(PL_DT_Q5_1, shapes, sizeof shapes / sizeof shapes[0], 41);
+    agree_bitwise(PL_DT_MXFP4, shapes, sizeof shapes / sizeof shapes[0], 43);
 }
 
 /* f16 (one accumulator per output, column by column): any column count. */
@@ -239,6 +240,7 @@ static void test_values_match_reference(void **state) {
     values_match_reference(PL_DT_IQ4_XS);
     values_match_reference(PL_DT_Q2_K);
     values_match_reference(PL_DT_F16);
+    values_match_reference(PL_DT_MXFP4);
 }
 
 /* pl_matmul_multi of ws (in a pool of `threads`) equals one pl_matmul per weight on one thread. */
@@ -320,6 +322,8 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 20);
     w.type = PL_DT_Q5_1; /* as GGUF */
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 24);
+    w.type = PL_DT_MXFP4; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 2 * 17);
     w.rows = 40;
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.rows = 32;
