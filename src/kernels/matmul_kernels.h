@@ -81,8 +81,10 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
 int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k);             /* matmul_x16_f16_avx512.c */
 int pl_mm_kernel_x16_f16_avx2(pl_mm_kernel *k);               /* matmul_x16_f16_avx2.c */
+int pl_mm_kernel_x16_bf16_avx2(pl_mm_kernel *k);              /* matmul_x16_f16_avx2.c */
 /* q8_0, q4_0 and iq4_nl's 256-bit tiles (x16_q8_ymm.h, issue 35): 16 x 2, AVX-VNNI
- * (matmul_x16_avxvnni.c) and AVX2 (matmul_x16_q8_avx2.c); 0 for the other types */
+ * (matmul_x16_avxvnni.c, also q5_0, q4_1 and q5_1) and AVX2 (matmul_x16_q8_avx2.c); 0 for the
+ * other types */
 int pl_mm_kernel_x16_avxvnni(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_q8_avx2(pl_dtype t, pl_mm_kernel *k);
 /* q4_K and q6_K (matmul_x16_kq.c, matmul_x16_kq_avx512.c) */
@@ -93,11 +95,13 @@ size_t pl_mm_x16_kq_act_bytes(int64_t cols);
 void pl_mm_x16_kq_act_row(const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
-/* their 256-bit tiles (x16_kq_ymm.h, issue 35): 16 x 2, AVX2 and AVX-VNNI */
+/* their 256-bit tiles and q2_K's and iq4_xs's (x16_kq_ymm.h, issue 35): 16 x 2, AVX2 and
+ * AVX-VNNI; 0 for the other types */
 int pl_mm_kernel_x16_kq_avx2(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avxvnni(pl_dtype t, pl_mm_kernel *k);
-/* 1 if the current level has a SIMD x16 kernel for t (AVX-512: every x16 type; AVX2 and
- * AVX-VNNI: f16, q4_K, q6_K, q8_0, q4_0, iq4_nl, mxfp4), so that repacking t pays */
+/* 1 if the current level has a SIMD x16 kernel for t (AVX-512: every x16 type but bf16; AVX2
+ * and AVX-VNNI: f16, bf16, q4_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl and mxfp4, AVX-VNNI
+ * also q5_0, q4_1, q5_1), so that repacking t pays */
 int pl_mm_x16_fast(pl_dtype t);
 void pl_mm_x16_q6_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                 int nb, int64_t cols, float *y, int64_t ldy);
@@ -115,6 +119,17 @@ int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t w_stride, int64_t nrows, co
                             size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 int pl_mm_gemm_x16_amx(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
                        size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
+/* Bytes of a 32-column block of a 16-row group in the x16 layouts of q8_0 (kind 0) and
+ * matmul_x16_q4_0.c (1 q4_0, 2 iq4_nl, 3 q5_0, 4 q4_1, 5 q5_1, 6 mxfp4): the kinds of the VNNI
+ * tiles. */
+static inline size_t pl_mm_x16_block_bytes(int kind) {
+    return 16 * (kind == 6   ? sizeof(pl_block_mxfp4)
+                 : kind == 5 ? sizeof(pl_block_q5_1)
+                 : kind == 4 ? sizeof(pl_block_q4_1)
+                 : kind == 3 ? sizeof(pl_block_q5_0)
+                 : kind      ? sizeof(pl_block_q4_0)
+                             : sizeof(pl_block_q8_0));
+}
 /* q4_0's x16 layout (matmul_x16_q4_0.c: layout, repack, scalar tile, kernel choice; VNNI tiles
  * and the AMX batches in matmul_x16_q4_0_avx512.c) */
 void pl_mm_x16_repack_q4_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
@@ -132,8 +147,9 @@ typedef float (*pl_mm_x16_sb_fn)(const uint8_t *o, int i, const pl_block_q8_K *x
 void pl_mm_x16_sb_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
                          int64_t cols, float *y, int64_t ldy, size_t gsz, pl_mm_x16_sb_fn sb);
 /* Kernel choice of the x16 types without AMX: avx512 on AVX-512 machines (it sets fn, tr, tb),
- * else the scalar tile with 16 x 4 tiles; no gemm. */
-void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar);
+ * else the 256-bit tiles of x16_kq_ymm.h (AVX-VNNI, AVX2), else the scalar tile with 16 x 4
+ * tiles; no gemm. */
+void pl_mm_x16_choose(pl_dtype t, pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar);
 /* iq4_xs (matmul_x16_iq4_xs.c: layout, repack, scalar tile; VNNI tiles in its _avx512.c) */
 size_t pl_mm_x16_iq4_xs_row_bytes(int64_t cols);
 void pl_mm_x16_repack_iq4_xs(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);

@@ -40,6 +40,7 @@ int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     if (rows <= 0 || rows % 16 || cols <= 0 || cols % pl_dtype_block_size(t)) return 0;
     switch (t) {
     case PL_DT_F16:
+    case PL_DT_BF16: /* f16's layout: below, its AVX2 tile in matmul_x16_f16_avx2.c */
     case PL_DT_Q8_0:
     case PL_DT_Q4_0: /* matmul_x16_q4_0.c, with iq4_nl and q5_0 */
     case PL_DT_IQ4_NL:
@@ -85,7 +86,8 @@ static void repack_q8_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t 
     }
 }
 
-/* f16: column k of a group is 16 halves, row 0's first (32 bytes); a group is 32 x cols bytes. */
+/* f16 (and bf16): column k of a group is 16 halves, row 0's first (32 bytes); a group is 32 x
+ * cols bytes. */
 static void repack_f16(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
     const size_t ws = (size_t)cols * sizeof(pl_f16);
     for (int64_t g = 0; g < rows / 16; g++) {
@@ -98,9 +100,10 @@ static void repack_f16(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t c
     }
 }
 
-/* The f16 reference: acc = fma(w, x, acc) column after column, from +0.0f. */
-static void tile_f16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
-                            int nb, int64_t cols, float *y, int64_t ldy) {
+/* The f16 and bf16 reference: acc = fma(w, x, acc) column after column, from +0.0f (x: the
+ * activation rounded to the weights' type, as f32). */
+static void tile_half_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                             int nb, int64_t cols, float *y, int64_t ldy, int bf16) {
     for (int r = 0; r < nr; r++) {
         const uint8_t *grp = w + (size_t)(r / 16) * 16 * ws;
         for (int b = 0; b < nb; b++) {
@@ -109,17 +112,28 @@ static void tile_f16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *
             for (int64_t k = 0; k < cols; k++) {
                 pl_f16 h;
                 memcpy(&h, grp + (size_t)k * 32 + 2 * (r % 16), sizeof h);
-                acc = fmaf(pl_f16_to_f32(h), x[k], acc);
+                acc = fmaf(bf16 ? pl_bf16_to_f32(h) : pl_f16_to_f32(h), x[k], acc);
             }
             y[(size_t)b * ldy + r] = acc;
         }
     }
 }
 
+static void tile_f16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                            int nb, int64_t cols, float *y, int64_t ldy) {
+    tile_half_scalar(w, ws, nr, a, as, nb, cols, y, ldy, 0);
+}
+
+static void tile_bf16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                             int nb, int64_t cols, float *y, int64_t ldy) {
+    tile_half_scalar(w, ws, nr, a, as, nb, cols, y, ldy, 1);
+}
+
 void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols) {
     switch (t) {
     case PL_DT_Q8_0: repack_q8_0(src, dst, rows, cols); break;
-    case PL_DT_F16: repack_f16(src, dst, rows, cols); break;
+    case PL_DT_F16:
+    case PL_DT_BF16: repack_f16(src, dst, rows, cols); break;
     case PL_DT_Q4_0:
     case PL_DT_IQ4_NL: pl_mm_x16_repack_q4_0(src, dst, rows, cols); break; /* the same blocks */
     case PL_DT_Q5_0: pl_mm_x16_repack_q5_0(src, dst, rows, cols); break;
@@ -142,6 +156,8 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     case PL_DT_IQ4_XS:
     case PL_DT_Q2_K: return pl_mm_x16_kq_act_bytes(cols);
     case PL_DT_F16: /* as the rows layout: f16-rounded f32 */
+    case PL_DT_BF16: /* f32 too (rounded to bf16; the rows layout keeps the bf16) */
+        return pl_act_row_bytes(PL_DT_F16, cols);
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: return pl_act_row_bytes(t, cols); /* q8_1, as the rows layout */
     default: /* q8_0: qs, d, seed */
@@ -203,6 +219,9 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     case PL_DT_F16:
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: pl_act_convert_row(t, x, dst, cols); break;
+    case PL_DT_BF16:
+        for (int64_t c = 0; c < cols; c++) ((float *)dst)[c] = pl_bf16_to_f32(pl_f32_to_bf16(x[c]));
+        break;
     case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break; /* q8_0's row, -8 * block sums */
     case PL_DT_Q5_0: act_q8_0(x, dst, cols, 16); break;
     case PL_DT_MXFP4: act_q8_0(x, dst, cols, 12); break; /* levels + 12 */
@@ -212,17 +231,22 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
 
 int pl_mm_x16_fast(pl_dtype t) {
     pl_isa isa = pl_cpu_isa();
+    if (t == PL_DT_BF16) return isa >= PL_ISA_AVX2 && isa < PL_ISA_AVX512; /* AVX-512: vdpbf16ps rows */
     return isa >= PL_ISA_AVX512 ||
-           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_Q8_0 ||
-                                   t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL || t == PL_DT_MXFP4));
+           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_Q2_K ||
+                                   t == PL_DT_IQ4_XS || t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL ||
+                                   t == PL_DT_MXFP4)) ||
+           (isa >= PL_ISA_AVXVNNI && (t == PL_DT_Q5_0 || t == PL_DT_Q4_1 || t == PL_DT_Q5_1));
 }
 
-void pl_mm_x16_choose(pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar) {
+void pl_mm_x16_choose(pl_dtype t, pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar) {
     k->gemm = NULL;
     k->tr = 16;
     k->tb = 4;
     if (pl_cpu_isa() >= PL_ISA_AVX512) avx512(k);
-    else k->fn = scalar;
+    else if (!(pl_cpu_isa() >= PL_ISA_AVXVNNI && pl_mm_kernel_x16_kq_avxvnni(t, k)) &&
+             !(pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_kq_avx2(t, k)))
+        k->fn = scalar;
 }
 
 void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
@@ -247,6 +271,10 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
         if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_f16_avx512(k)) return;
         if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_f16_avx2(k)) return;
         k->fn = tile_f16_scalar;
+        return;
+    case PL_DT_BF16:
+        if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_bf16_avx2(k)) return;
+        k->fn = tile_bf16_scalar;
         return;
     case PL_DT_Q4_0: pl_mm_kernel_x16_q4_0(k); return;
     case PL_DT_IQ4_NL: pl_mm_kernel_x16_iq4_nl(k); return;

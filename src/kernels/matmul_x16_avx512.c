@@ -49,12 +49,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                  int64_t ldy, const int NG, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
     const size_t gs = 16 * ws;
-    const size_t blk = 16 * (Q4 == 6   ? sizeof(pl_block_mxfp4)
-                             : Q4 == 5 ? sizeof(pl_block_q5_1)
-                             : Q4 == 4 ? sizeof(pl_block_q4_1)
-                             : Q4 == 3 ? sizeof(pl_block_q5_0)
-                             : Q4      ? sizeof(pl_block_q4_0)
-                                       : sizeof(pl_block_q8_0));
+    const size_t blk = pl_mm_x16_block_bytes(Q4);
     const int NIB = Q4 == 1 || Q4 == 4, FIFTH = Q4 == 3 || Q4 == 5, WITH_M = Q4 == 4 || Q4 == 5;
     const size_t hdr = Q4 == 6 ? 16 : WITH_M ? 64 : 32; /* the chunks follow d (and m), or e */
     const __m512i m4 = _mm512_set1_epi8(15), m4h = _mm512_set1_epi8((char)0xF0);

@@ -1,12 +1,23 @@
-/* kernels/matmul_x16_f16_avx2 — the x16 layout of f16 weights with AVX2 + F16C (issue 35; layout
- * and arithmetic: matmul_x16.c; the tile: x16_f16_tile.h, shared with AVX-512). A column of a
- * 16-row group is two vcvtph2ps (its halves of 8 rows), so one group by up to 6 activation rows
- * keeps 12 accumulators, 2 weight vectors and the broadcast in AVX2's 16 registers: 12 FMAs per
- * 2 conversions, the same bits as the scalar tile and the AVX-512 one.
+/* kernels/matmul_x16_f16_avx2 — the x16 layout of f16 and bf16 weights with AVX2 + F16C (issue
+ * 35; layout and arithmetic: matmul_x16.c; the tile: x16_f16_tile.h, shared with AVX-512). A
+ * column of a 16-row group is two vcvtph2ps (its halves of 8 rows), so one group by up to 6
+ * activation rows keeps 12 accumulators, 2 weight vectors and the broadcast in AVX2's 16
+ * registers: 12 FMAs per 2 conversions, the same bits as the scalar tile and the AVX-512 one.
+ * bf16 widens exactly by a 16-bit shift (vpmovzxwd + vpslld) where f16 has vcvtph2ps; the rest,
+ * and the bits (its scalar tile's), are f16's. AVX-512 keeps bf16 in rows (vdpbf16ps does two
+ * columns per FMA): no twin there.
  */
+#include <immintrin.h>
+
+/* 8 halves at p as f32: bf16 (BF) shifted into place, or f16 converted */
+static inline __m256 x_cvt(const void *p, int BF) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return BF ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+}
+
 #define X_LANES 8
 #define X_V __m256
-#define X_CVT(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define X_CVT x_cvt
 #define X_SET1 _mm256_set1_ps
 #define X_FMA _mm256_fmadd_ps
 #define X_STORE _mm256_storeu_ps
@@ -16,9 +27,18 @@
     F16X_CASE(1, 1) F16X_CASE(1, 2) F16X_CASE(1, 3) F16X_CASE(1, 4) F16X_CASE(1, 5) F16X_CASE(1, 6)
 #include "kernels/x16_f16_tile.h"
 
+X16_HALF_TILE(tile_f16_x16, 0)
+X16_HALF_TILE(tile_bf16_x16, 1)
+
 int pl_mm_kernel_x16_f16_avx2(pl_mm_kernel *k) {
     k->fn = tile_f16_x16;
     k->tr = 16;
     k->tb = X_TB;
+    return 1;
+}
+
+int pl_mm_kernel_x16_bf16_avx2(pl_mm_kernel *k) {
+    pl_mm_kernel_x16_f16_avx2(k);
+    k->fn = tile_bf16_x16;
     return 1;
 }

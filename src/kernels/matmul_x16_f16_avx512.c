@@ -5,7 +5,7 @@
  */
 #define X_LANES 16
 #define X_V __m512
-#define X_CVT(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define X_CVT(p, BF) ((void)(BF), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))) /* f16 only */
 #define X_SET1 _mm512_set1_ps
 #define X_FMA _mm512_fmadd_ps
 #define X_STORE _mm512_storeu_ps
@@ -17,6 +17,8 @@
     F16X_CASE(G, 11) F16X_CASE(G, 12)
 #define X_CASES F16X_ROW(1) F16X_ROW(2)
 #include "kernels/x16_f16_tile.h"
+
+X16_HALF_TILE(tile_f16_x16, 0)
 
 int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k) {
     k->fn = tile_f16_x16;

@@ -77,5 +77,5 @@ static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, s
 }
 
 void pl_mm_kernel_x16_q2_K(pl_mm_kernel *k) {
-    pl_mm_x16_choose(k, pl_mm_kernel_x16_q2_K_avx512, tile_scalar);
+    pl_mm_x16_choose(PL_DT_Q2_K, k, pl_mm_kernel_x16_q2_K_avx512, tile_scalar);
 }

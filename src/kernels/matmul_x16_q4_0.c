@@ -208,9 +208,9 @@ static void choose(pl_mm_kernel *k, int kind) {
     k->fn = scalar[kind];
     k->tr = 16;
     k->tb = 4;
-    if (kind < 2 && pl_cpu_isa() >= PL_ISA_AVX2) /* q4_0, iq4_nl: 256-bit tiles */
-        (pl_cpu_isa() >= PL_ISA_AVXVNNI ? pl_mm_kernel_x16_avxvnni : pl_mm_kernel_x16_q8_avx2)(
-            kind ? PL_DT_IQ4_NL : PL_DT_Q4_0, k);
+    static const pl_dtype type[] = {PL_DT_Q4_0, PL_DT_IQ4_NL, PL_DT_Q5_0, PL_DT_Q4_1, PL_DT_Q5_1};
+    if (pl_cpu_isa() >= PL_ISA_AVXVNNI) pl_mm_kernel_x16_avxvnni(type[kind], k);
+    else if (kind < 2 && pl_cpu_isa() >= PL_ISA_AVX2) pl_mm_kernel_x16_q8_avx2(type[kind], k); /* q4_0, iq4_nl */
 }
 
 void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k) { choose(k, 0); }

@@ -1,8 +1,9 @@
-/* kernels/x16_f16_tile — the tile of f16's x16 layout (layout and arithmetic: matmul_x16.c), one
- * skeleton for both vector widths: included by matmul_x16_f16_avx512.c (X_LANES 16: a column of
- * a 16-row group is one vcvtph2ps) and matmul_x16_f16_avx2.c (X_LANES 8: two, the group's
- * halves), each defining X_V (the f32 vector), X_CVT(p) (X_LANES halves at p widened), X_SET1,
- * X_FMA, X_STORE, X_ZERO, X_TB (most activation rows per tile) and X_CASES (the tile's cases).
+/* kernels/x16_f16_tile — the tile of f16's and bf16's x16 layout (layout and arithmetic:
+ * matmul_x16.c), one skeleton for both vector widths: included by matmul_x16_f16_avx512.c
+ * (X_LANES 16: a column of a 16-row group is one vcvtph2ps) and matmul_x16_f16_avx2.c (X_LANES 8:
+ * two, the group's halves; bf16 too), each defining X_V (the f32 vector), X_CVT(p, BF) (X_LANES
+ * halves at p widened, bf16 ones if BF), X_SET1, X_FMA, X_STORE, X_ZERO, X_TB (most activation
+ * rows per tile) and X_CASES (the tile's cases), and making its tiles with X16_HALF_TILE.
  *
  * Column k of the tile's vectors is multiplied by activation k of each row broadcast, so no lane
  * is ever summed: each output is one accumulator, column after column, as the scalar reference,
@@ -31,7 +32,7 @@ enum { X_HALVES = 16 / X_LANES }; /* vectors per 16-row group and column */
 enum { PF_DIST = 4096 };
 
 AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NG, const int NB) {
+                  int64_t ldy, const int NG, const int NB, const int BF) {
     const size_t gs = 16 * ws;
     const int NV = NG * X_HALVES; /* vector v: group v / X_HALVES, its lanes from 16 v % 16 */
     const float *x[X_TB];
@@ -49,7 +50,7 @@ AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
                 _mm_prefetch((const char *)(w + (size_t)g * gs + off + skip), _MM_HINT_T0);
         }
         UNROLL16 for (int v = 0; v < NV; v++)
-            wv[v] = X_CVT(w + (size_t)(v / X_HALVES) * gs + (size_t)k * 32 + (size_t)(v % X_HALVES) * 2 * X_LANES);
+            wv[v] = X_CVT(w + (size_t)(v / X_HALVES) * gs + (size_t)k * 32 + (size_t)(v % X_HALVES) * 2 * X_LANES, BF);
         UNROLL16 for (int b = 0; b < NB; b++) {
             const X_V xb = X_SET1(x[b][k]);
             UNROLL16 for (int v = 0; v < NV; v++) acc[v][b] = X_FMA(wv[v], xb, acc[v][b]);
@@ -60,14 +61,17 @@ AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
 }
 
 #define F16X_CASE(G, B)                                                                            \
-    case G * 16 + B: f16x_body(w, ws, a, as, cols, y, ldy, G, B); break;
+    case G * 16 + B: f16x_body(w, ws, a, as, cols, y, ldy, G, B, x_bf); break;
 
-static void tile_f16_x16(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
-                         int64_t cols, float *y, int64_t ldy) {
-    switch ((nr / 16) * 16 + nb) {
-        X_CASES
-    default: break;
+/* name: the tile of f16 (BF 0) or bf16 (BF 1) weights */
+#define X16_HALF_TILE(name, BF)                                                                    \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,    \
+                     int64_t cols, float *y, int64_t ldy) {                                       \
+        const int x_bf = BF;                                                                       \
+        switch ((nr / 16) * 16 + nb) {                                                             \
+            X_CASES                                                                                \
+        default: break;                                                                            \
+        }                                                                                          \
     }
-}
 
 #endif

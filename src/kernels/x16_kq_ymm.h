@@ -1,5 +1,6 @@
-/* kernels/x16_kq_ymm — the 256-bit tiles of q4_K's and q6_K's x16 layouts (issue 35; layouts
- * and arithmetic: matmul_x16_kq.c), one skeleton for two kernel levels: included once by
+/* kernels/x16_kq_ymm — the 256-bit tiles of the super-block x16 layouts, q4_K, q6_K, q2_K and
+ * iq4_xs (issue 35; layouts and arithmetic: matmul_x16_kq.c, matmul_x16_q2_K.c,
+ * matmul_x16_iq4_xs.c), one skeleton for two kernel levels: included once by
  * matmul_x16_kq_avx2.c with X16_VNNI 0 and once by matmul_x16_kq_avxvnni.c with X16_VNNI 1,
  * each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
  *
@@ -16,7 +17,8 @@
  *    saturate and are then widened by vpmaddwd against the scale duplicated in both int16
  *    halves of a lane, which multiplies and widens in one instruction: q4_K adds a unit's 8
  *    chunks in int16 (|sum| <= 8 x 2 x 15 x 128 = 30720), q6_K two chunks
- *    (2 x 2 x 63 x 128 = 32256); mins and the -32 with vpmaddwd against the pair sums.
+ *    (2 x 2 x 63 x 128 = 32256); mins and the -32 with vpmaddwd against the pair sums. q2_K and
+ *    iq4_xs: at their functions.
  * The float step is the scalar tile's: acc = fma((float)S, d * dx, acc) (q4_K: then
  * fma((float)-M, dmin * dx, acc)), super-blocks in order.
  */
@@ -33,7 +35,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-enum { YQ4K_GSZ = 16 * 144, YQ6K_GSZ = 16 * 210 };
+enum { YQ4K_GSZ = 16 * 144, YQ6K_GSZ = 16 * 210, YQ2K_GSZ = 16 * 84, YIQ4XS_GSZ = 16 * 138 };
 
 AI __m256i y_bc32(const void *p) {
     int32_t v;
@@ -69,6 +71,20 @@ AI __m256i y_scale(__m256i acc, __m256i chain, __m256i sc) {
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(chain, _mm256_blend_epi16(sc, _mm256_slli_epi32(sc, 16), 0xAA)));
 #endif
+}
+
+/* The float step of q4_K and q2_K (d at o, dmin at o + 32, f16 per row):
+ * acc = fma((float)S, d * dx, acc); acc = fma((float)-M, dmin * dx, acc). */
+AI void y_fma_dmin(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, const __m256i *S,
+                   const __m256i *M, __m256 *acc, const int NB) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h)));
+    UNROLL for (int b = 0; b < NB; b++) {
+        const __m256 vx = _mm256_set1_ps(x[b][s].d);
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[b]), _mm256_mul_ps(d, vx), acc[b]);
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), M[b])),
+                                 _mm256_mul_ps(dmin, vx), acc[b]);
+    }
 }
 
 /* Half h (lanes 8h..8h + 7) of q4_K's pair p words: scales of units 2p, 2p + 1 (int32 lanes)
@@ -127,14 +143,7 @@ AI void y_q4_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_
             M[b] = y_dot16(M[b], mv, y_bc32((const int32_t *)(x[b] + nsb) + 4 * s + p));
         }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h)));
-    UNROLL for (int b = 0; b < NB; b++) {
-        const __m256 vx = _mm256_set1_ps(x[b][s].d);
-        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[b]), _mm256_mul_ps(d, vx), acc[b]);
-        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), M[b])),
-                                 _mm256_mul_ps(dmin, vx), acc[b]);
-    }
+    y_fma_dmin(o, h, x, s, S, M, acc, NB);
 }
 
 /* q6_K's 16-column group: its four chunks' half h from the three stored ones (X, Y, Z; chunks
@@ -205,9 +214,105 @@ AI void y_q6_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_
     }
 }
 
-/* One 16-row group by NB (1, 2) activation rows: super-blocks in order, each half after half. */
+/* q2_K (matmul_x16_q2_K.c): per half super-block n, chunk c's 2-bit fields j are sub-block
+ * 8n + 2j (c < 4) or the next one (c >= 4); a sub-block's chain (four chunks: AVX2's int16 sums
+ * <= 4 x 2 x 3 x 128) times its scale per lane, the mins with the 16-column sums. */
+AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, int64_t nsb,
+                  __m256 *acc, const int NB) {
+    (void)nsb;
+    const __m256i three = _mm256_set1_epi8(3), low4 = _mm256_set1_epi16(0x0F);
+    __m256i S[2], M[2];
+    UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm256_setzero_si256();
+    for (int n = 0; n < 2; n++) {
+        __m256i v[8];
+        UNROLL for (int c = 0; c < 8; c++) v[c] = y_load(o + 320 + 64 * (8 * n + c) + 32 * h);
+        UNROLL for (int j = 0; j < 4; j++) { /* sub-blocks k = 8n + 2j, k + 1 */
+            if (h == 0) /* the group's 21 lines, as the AVX-512 tile */
+                for (int l = 4 * n + j; l < 21; l += 8) pl_x16_prefetch_line(o, YQ2K_GSZ, l);
+            const int k = 8 * n + 2 * j;
+            __m256i G0[2], G1[2];
+            UNROLL for (int b = 0; b < NB; b++) G0[b] = G1[b] = _mm256_setzero_si256();
+            UNROLL for (int c = 0; c < 8; c++) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v[c], 2 * j), three);
+                UNROLL for (int b = 0; b < NB; b++) {
+                    const __m256i xb = y_bc32(x[b][s].qs + 128 * n + 32 * j + 4 * c);
+                    if (c < 4) G0[b] = y_dot8(G0[b], q, xb);
+                    else G1[b] = y_dot8(G1[b], q, xb);
+                }
+            }
+            /* the scale bytes of sub-blocks k, k + 1 as int16 pairs per lane */
+            const __m256i pr = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(o + 64 + 16 * k + 16 * h)));
+            const __m256i sc = _mm256_and_si256(pr, low4), mn = _mm256_and_si256(_mm256_srli_epi16(pr, 4), low4);
+            const __m256i sc0 = y_pick16(sc, 1), sc1 = y_pick16(sc, 0);
+            UNROLL for (int b = 0; b < NB; b++) {
+                S[b] = y_scale(y_scale(S[b], G0[b], sc0), G1[b], sc1);
+                M[b] = y_dot16(M[b], mn, y_bc32(x[b][s].bsums + k));
+            }
+        }
+    }
+    y_fma_dmin(o, h, x, s, S, M, acc, NB);
+}
+
+/* iq4_xs (matmul_x16_iq4_xs.c): unit j's four chunks, nibbles looked up. VNNI as the AVX-512
+ * tile (levels + 128 against the seed -128 x the unit's activation sum); AVX2's vpmaddubsw would
+ * saturate on levels + 128, so it takes |level| against the activation signed by the level
+ * (q8_K's quants are -127..127: the sign never overflows; a pair <= 2 x 127 x 127) and widens
+ * each chunk half's pair sums by the scale with vpmaddwd. */
+AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, int64_t nsb,
+                    __m256 *acc, const int NB) {
+    (void)nsb;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m128i lv = _mm_loadu_si128((const __m128i *)pl_kvalues_iq4nl);
+#if X16_VNNI
+    const __m128i l8 = _mm_add_epi8(lv, _mm_set1_epi8((char)0x80));
+#else
+    const __m128i l8 = lv;
+#endif
+    const __m256i lut = _mm256_set_m128i(l8, l8);
+    __m256i S[2];
+    UNROLL for (int b = 0; b < NB; b++) S[b] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        if (h == 0 && j < 3) pl_x16_prefetch_line(o, YIQ4XS_GSZ, 32 + j); /* 35 lines */
+        const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(o + 32 + 16 * j + 8 * h)));
+#if X16_VNNI
+        __m256i A[2], Bv[2];
+        UNROLL for (int b = 0; b < NB; b++) {
+            A[b] = _mm256_set1_epi32(-128 * (x[b][s].bsums[2 * j] + x[b][s].bsums[2 * j + 1]));
+            Bv[b] = _mm256_setzero_si256();
+        }
+#endif
+        UNROLL for (int c = 0; c < 4; c++) {
+            if (h == 0) pl_x16_prefetch_line(o, YIQ4XS_GSZ, 4 * j + c);
+            const __m256i v = y_load(o + 160 + 256 * j + 64 * c + 32 * h);
+            const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+            const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+#if !X16_VNNI
+            const __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
+#endif
+            UNROLL for (int b = 0; b < NB; b++) {
+                const int8_t *q = x[b][s].qs + 32 * j + 4 * c;
+#if X16_VNNI
+                A[b] = _mm256_dpbusd_avx_epi32(A[b], lo, y_bc32(q));
+                Bv[b] = _mm256_dpbusd_avx_epi32(Bv[b], hi, y_bc32(q + 16));
+#else
+                S[b] = y_scale(S[b], _mm256_maddubs_epi16(alo, _mm256_sign_epi8(y_bc32(q), lo)), sc);
+                S[b] = y_scale(S[b], _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(y_bc32(q + 16), hi)), sc);
+#endif
+            }
+        }
+#if X16_VNNI
+        UNROLL for (int b = 0; b < NB; b++) S[b] = y_scale(S[b], _mm256_add_epi32(A[b], Bv[b]), sc);
+#endif
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+    UNROLL for (int b = 0; b < NB; b++)
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[b]), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)), acc[b]);
+}
+
+/* One 16-row group by NB (1, 2) activation rows: super-blocks in order, each half after half
+ * (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs). */
 AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
-               const int NB, const int Q6) {
+               const int NB, const int KIND) {
     const int64_t nsb = cols / PL_QK_K;
     const pl_block_q8_K *x[2];
     UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
@@ -215,7 +320,9 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         UNROLL for (int h = 0; h < 2; h++) {
-            if (Q6) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, x, s, nsb, acc[h], NB);
+            if (KIND == 1) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, x, s, nsb, acc[h], NB);
+            else if (KIND == 2) y_q2_K_sb(w + (size_t)s * YQ2K_GSZ, h, x, s, nsb, acc[h], NB);
+            else if (KIND == 3) y_iq4_xs_sb(w + (size_t)s * YIQ4XS_GSZ, h, x, s, nsb, acc[h], NB);
             else y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, h, x, s, nsb, acc[h], NB);
         }
     }
@@ -225,12 +332,17 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
 
 PL_X16_TILE_NB2(y_tile_q4_K, y_body, 0)
 PL_X16_TILE_NB2(y_tile_q6_K, y_body, 1)
+PL_X16_TILE_NB2(y_tile_q2_K, y_body, 2)
+PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
     k->tb = 2;
-    k->fn = t == PL_DT_Q4_K ? y_tile_q4_K : y_tile_q6_K;
-    return t == PL_DT_Q4_K || t == PL_DT_Q6_K;
+    k->fn = t == PL_DT_Q4_K    ? y_tile_q4_K
+            : t == PL_DT_Q6_K  ? y_tile_q6_K
+            : t == PL_DT_Q2_K  ? y_tile_q2_K
+                               : y_tile_iq4_xs;
+    return t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_Q2_K || t == PL_DT_IQ4_XS;
 }
 
 #endif

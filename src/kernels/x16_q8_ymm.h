@@ -30,6 +30,7 @@
 #include "kernels/simd.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 /* acc + w . x, x an activation's 4 bytes broadcast: VNNI's unsigned w (aw unused); AVX2 with
  * S (signed w, aw = |w|) into int32 lanes, else (w unsigned 0..15) into int16 pair sums. */
@@ -45,12 +46,28 @@ AI __m256i xq_dot(__m256i acc, __m256i w, __m256i aw, __m256i x, const int S) {
 #endif
 }
 
+#if X16_VNNI
+/* The 32 bits at p as 32 bytes, 0xFF where the bit is set (byte i: bit i). */
+AI __m256i xq_bits(const uint8_t *p) {
+    int32_t m;
+    memcpy(&m, p, sizeof m);
+    const __m256i idx = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(m), idx), bit), bit);
+}
+#endif
+
 /* Half h (rows 8h..8h + 7) of block k against NB activation rows: acc[b] updated.
- * Q4: 0 q8_0, 1 q4_0, 2 iq4_nl (q4_0's blocks, the nibbles' levels looked up). */
+ * Q4: 0 q8_0, 1 q4_0, 2 iq4_nl (q4_0's blocks, the nibbles' levels looked up); AVX-VNNI only:
+ * 3 q5_0, 4 q4_1, 5 q5_1 (q4_0's and q5_0's with offsets m: q8_1 activations, no seeds; the
+ * fifth-bit masks, AVX-512's k-masks, as bytes by vpshufb + vpcmpeqb). */
 AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, int64_t k, int h,
                  __m256 *acc, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
-    const size_t blk = 16 * (Q4 ? sizeof(pl_block_q4_0) : sizeof(pl_block_q8_0));
+    const size_t blk = pl_mm_x16_block_bytes(Q4);
+    const int NIB = Q4 == 1 || Q4 == 4, FIFTH = Q4 == 3 || Q4 == 5, WITH_M = Q4 >= 4;
+    (void)FIFTH; /* AVX2 has no q5_0 / q5_1 tile */
+    const size_t hdr = WITH_M ? 64 : 32; /* the chunks follow d (and m) */
     const __m256i m4 = _mm256_set1_epi8(15);
     /* the signed arithmetic (AVX2's q8_0 and iq4_nl) */
     const int S = !X16_VNNI && Q4 != 1;
@@ -64,7 +81,7 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
     UNROLL for (int b = 0; b < NB; b++) {
         dx[b] = (const float *)(a + (size_t)b * as + cols);
         seed[b] = (const int32_t *)(dx[b] + nblk);
-        s0[b] = X16_VNNI ? _mm256_set1_epi32(seed[b][k]) : _mm256_setzero_si256();
+        s0[b] = X16_VNNI && !WITH_M ? _mm256_set1_epi32(seed[b][k]) : _mm256_setzero_si256();
         s1[b] = _mm256_setzero_si256();
     }
     UNROLL for (int j = 0; j < 4; j++) {
@@ -75,13 +92,20 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
                 _mm_prefetch((const char *)wb + 2 * blk + 64 * l, _MM_HINT_T1);
         __m256i w0, w1;
         if (Q4) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(wb + 32 + 64 * j + 32 * h));
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(wb + hdr + 64 * j + 32 * h));
             const __m256i lo = _mm256_and_si256(v, m4);
-            /* VNNI's q4_0 takes 16 x the high nibbles (one instruction less) */
-            const __m256i hi = X16_VNNI && Q4 == 1 ? _mm256_andnot_si256(m4, v)
-                                                   : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            /* VNNI's q4_0 and q4_1 take 16 x the high nibbles (one instruction less) */
+            const __m256i hi = X16_VNNI && NIB ? _mm256_andnot_si256(m4, v)
+                                               : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             w0 = Q4 == 2 ? _mm256_shuffle_epi8(lut, lo) : lo;
             w1 = Q4 == 2 ? _mm256_shuffle_epi8(lut, hi) : hi;
+#if X16_VNNI
+            if (FIFTH) { /* q5_0, q5_1: the nibbles + 16 where the fifth-bit masks say */
+                const __m256i c16 = _mm256_set1_epi8(16);
+                w0 = _mm256_add_epi8(w0, _mm256_and_si256(xq_bits(wb + hdr + 256 + 8 * j + 4 * h), c16));
+                w1 = _mm256_add_epi8(w1, _mm256_and_si256(xq_bits(wb + hdr + 256 + 8 * (j + 4) + 4 * h), c16));
+            }
+#endif
         } else {
             w0 = _mm256_loadu_si256((const __m256i *)(wb + 32 + 64 * j0 + 32 * h));
             w1 = _mm256_loadu_si256((const __m256i *)(wb + 32 + 64 * j1 + 32 * h));
@@ -100,12 +124,15 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wb + 16 * h)));
     UNROLL for (int b = 0; b < NB; b++) {
         __m256i isum;
-        if (X16_VNNI) isum = _mm256_add_epi32(s0[b], Q4 == 1 ? _mm256_srai_epi32(s1[b], 4) : s1[b]);
+        if (X16_VNNI) isum = _mm256_add_epi32(s0[b], NIB ? _mm256_srai_epi32(s1[b], 4) : s1[b]);
         else if (Q4 == 1) /* the int16 pair sums of the block, widened, and the seed */
             isum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(s0[b], s1[b]), _mm256_set1_epi16(1)),
                                     _mm256_set1_epi32(seed[b][k]));
         else isum = _mm256_add_epi32(s0[b], s1[b]);
         acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(dx[b][k])), acc[b]);
+        if (WITH_M) /* m_w times q8_1's s_x, after d_x's block sums */
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wb + 32 + 16 * h))),
+                                     _mm256_set1_ps(dx[b][nblk + k]), acc[b]);
     }
 }
 
@@ -131,12 +158,23 @@ AI void xq_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, flo
 PL_X16_TILE_NB2(tile_q8_0, xq_body, 0)
 PL_X16_TILE_NB2(tile_q4_0, xq_body, 1)
 PL_X16_TILE_NB2(tile_iq4_nl, xq_body, 2)
+#if X16_VNNI
+PL_X16_TILE_NB2(tile_q5_0, xq_body, 3)
+PL_X16_TILE_NB2(tile_q4_1, xq_body, 4)
+PL_X16_TILE_NB2(tile_q5_1, xq_body, 5)
+#endif
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
     k->tb = 2;
     k->gemm = NULL;
     k->fn = t == PL_DT_Q8_0 ? tile_q8_0 : t == PL_DT_Q4_0 ? tile_q4_0 : tile_iq4_nl;
+#if X16_VNNI
+    if (t == PL_DT_Q5_0) k->fn = tile_q5_0;
+    if (t == PL_DT_Q4_1) k->fn = tile_q4_1;
+    if (t == PL_DT_Q5_1) k->fn = tile_q5_1;
+    if (t == PL_DT_Q5_0 || t == PL_DT_Q4_1 || t == PL_DT_Q5_1) return 1;
+#endif
     return t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL;
 }
 

@@ -660,10 +660,10 @@ static void release_pages(const void *p, size_t n) {
 }
 
 /* w in the layout the matmul kernels prefer on this machine, if it has one (kernels/matmul.h):
- * f16, q8_0, q4_0, iq4_nl, q5_0, q4_1, q5_1, q2_K, q4_K, q6_K, iq4_xs and mxfp4 on AVX-512,
- * f16, q4_K, q6_K and mxfp4 on AVX2 (with AVX-VNNI also q8_0, q4_0, iq4_nl), 16 rows interleaved.
- * What it was copied from is let go: a buffer of its own (a column slice) is freed, mapped pages
- * released. */
+ * f16, q8_0, q4_0, iq4_nl, q5_0, q4_1, q5_1, q2_K, q4_K, q6_K, iq4_xs and mxfp4 on AVX-512, f16,
+ * bf16, q4_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl and mxfp4 on AVX2 (with AVX-VNNI also q5_0,
+ * q4_1, q5_1), 16 rows interleaved. What it was copied from is let go: a buffer of its own (a
+ * column slice) is freed, mapped pages released. */
 static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
     size_t bytes = pl_matmul_repack_wanted(w->type) ? pl_matmul_repack_size(w) : 0;
     if (!bytes) return PL_OK;

@@ -1,5 +1,5 @@
-/* Unit tests for the x16 layouts of f16, q8_0, the 4- and 5-bit types, the K-quants and mxfp4
- * (kernels/matmul_x16*.c, issue 22 item 3; mxfp4: issue 34):
+/* Unit tests for the x16 layouts of f16, bf16, q8_0, the 4- and 5-bit types, the K-quants and
+ * mxfp4 (kernels/matmul_x16*.c, issue 22 item 3; mxfp4: issue 34; bf16: issue 35):
  *  - every x16 kernel (scalar, AVX-512 VNNI tiles, AMX batches where the machine has AMX) gives
  *    bitwise the same value for every output, whatever the batch size and thread count: B = 1
  *    calls on one thread with the scalar kernel are the reference;
@@ -179,11 +179,13 @@ static void test_kernels_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_MXFP4, shapes, sizeof shapes / sizeof shapes[0], 43);
 }
 
-/* f16 (one accumulator per output, column by column): any column count. */
+/* f16 and bf16 (one accumulator per output, column by column): any column count. */
 static void test_f16_agree_bitwise(void **state) {
     (void)state;
     static const int64_t shapes[][2] = {{16, 8}, {48, 100}, {32, 768}, {64, 2048}, {16, 8192}};
     agree_bitwise(PL_DT_F16, shapes, sizeof shapes / sizeof shapes[0], 17);
+    static const int64_t bf16_shapes[][2] = {{16, 8}, {48, 100}, {64, 2048}}; /* f16's tile */
+    agree_bitwise(PL_DT_BF16, bf16_shapes, sizeof bf16_shapes / sizeof bf16_shapes[0], 43);
 }
 
 /* The same for the K-quants' layouts (super-blocks of 256 columns). */
@@ -241,6 +243,7 @@ static void test_values_match_reference(void **state) {
     values_match_reference(PL_DT_Q2_K);
     values_match_reference(PL_DT_F16);
     values_match_reference(PL_DT_MXFP4);
+    values_match_reference(PL_DT_BF16);
 }
 
 /* pl_matmul_multi of ws (in a pool of `threads`) equals one pl_matmul per weight on one thread. */
@@ -343,8 +346,8 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.type = PL_DT_F16; /* as GGUF */
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 128 * 2);
-    w.type = PL_DT_BF16;
-    assert_int_equal(pl_matmul_repack_size(&w), 0);
+    w.type = PL_DT_BF16; /* f16's layout */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 128 * 2);
     w = (pl_weight){.data = buf, .type = PL_DT_Q8_0, .rows = 32, .cols = 64,
                     .layout = PL_WLAYOUT_X16};
     assert_int_equal(pl_matmul_repack_size(&w), 0);
