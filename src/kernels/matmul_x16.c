@@ -269,11 +269,11 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_Q2_K: pl_mm_kernel_x16_q2_K(k); return;
     case PL_DT_F16:
         if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_f16_avx512(k)) return;
-        if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_f16_avx2(k)) return;
+        if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_half_avx2(t, k)) return;
         k->fn = tile_f16_scalar;
         return;
     case PL_DT_BF16:
-        if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_bf16_avx2(k)) return;
+        if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_half_avx2(t, k)) return;
         k->fn = tile_bf16_scalar;
         return;
     case PL_DT_Q4_0: pl_mm_kernel_x16_q4_0(k); return;

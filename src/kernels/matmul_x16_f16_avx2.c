@@ -30,15 +30,10 @@ static inline __m256 x_cvt(const void *p, int BF) {
 X16_HALF_TILE(tile_f16_x16, 0)
 X16_HALF_TILE(tile_bf16_x16, 1)
 
-int pl_mm_kernel_x16_f16_avx2(pl_mm_kernel *k) {
-    k->fn = tile_f16_x16;
+/* f16's tile, or bf16's (the same layout and skeleton; the 16-bit shift for the conversion) */
+int pl_mm_kernel_x16_half_avx2(pl_dtype t, pl_mm_kernel *k) {
+    k->fn = t == PL_DT_BF16 ? tile_bf16_x16 : tile_f16_x16;
     k->tr = 16;
     k->tb = X_TB;
-    return 1;
-}
-
-int pl_mm_kernel_x16_bf16_avx2(pl_mm_kernel *k) {
-    pl_mm_kernel_x16_f16_avx2(k);
-    k->fn = tile_bf16_x16;
-    return 1;
+    return t == PL_DT_F16 || t == PL_DT_BF16;
 }
