@@ -5,7 +5,7 @@
  * each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
  *
  * A 64-byte chunk of 16 lanes is two ymm halves of 8 outputs; a tile is one 16-row group by one
- * or two activation rows, done half after half inside each super-block (so a half's integer
+ * or two activation rows (q4_K, q6_K: up to four), done half after half inside each super-block (so a half's integer
  * chains, its scales and both activations' float accumulators fit AVX2's 16 registers), the
  * quants unpacked once per chunk half and used for both activation rows; with one activation
  * row (decode) q4_K and q6_K take both halves at once, each chunk read whole and in order.
@@ -161,14 +161,14 @@ AI __m256i y_scale2(__m256i acc, __m256i chain, __m256i sc) {
  * (NB x NH <= 2: two activation rows a half at a time, or one row both halves at once, so each
  * 64-byte chunk is read whole, in order): acc[h][b] updated. */
 AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *const *x, int64_t s,
-                  int64_t nsb, __m256 (*acc)[2], const int NB) {
+                  int64_t nsb, __m256 (*acc)[4], const int NB) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256i S[2][2], M[2][2];
+    __m256i S[2][4], M[2][4];
     UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) S[h][b] = M[h][b] = _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) {
         /* the first half prefetches the 36 lines as the AVX-512 tile does */
         if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 32 + p);
-        __m256i A[2][2], Bv[2][2];
+        __m256i A[2][4], Bv[2][4];
         UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) A[h][b] = Bv[h][b] = _mm256_setzero_si256();
         Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
             if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
@@ -224,8 +224,8 @@ AI __m256i y_pick16(__m256i v, const int E) {
 
 /* Halves h0 .. h0 + NH - 1 (as y_q4_K_sb) of a q6_K super-block. */
 AI void y_q6_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *const *x, int64_t s,
-                  __m256 (*acc)[2], const int NB) {
-    __m256i S[2][2], O[2][2];
+                  __m256 (*acc)[4], const int NB) {
+    __m256i S[2][4], O[2][4];
     UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) S[h][b] = O[h][b] = _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) { /* groups 4p .. 4p + 3 (64 columns) */
         __m256i pa[2], pb[2];
@@ -377,38 +377,53 @@ AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int6
         acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[b]), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)), acc[b]);
 }
 
-/* One 16-row group by NB (1, 2) activation rows: super-blocks in order, each half after half
- * (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs). */
+/* One 16-row group by NB (1, 2; q4_K and q6_K up to 4) activation rows: super-blocks in order,
+ * each half after half (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs). */
 AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
                const int NB, const int KIND) {
     const int64_t nsb = cols / PL_QK_K;
-    const pl_block_q8_K *x[2];
+    const pl_block_q8_K *x[4];
     UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
-    __m256 acc[2][2];
+    __m256 acc[2][4];
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
-        UNROLL for (int h = 0; h < 2; h++) {
-            if (KIND == 1 && NB == 2) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, 1, x, s, acc, NB);
-            else if (KIND == 2) y_q2_K_sb(w + (size_t)s * YQ2K_GSZ, h, x, s, nsb, acc[h], NB);
-            else if (KIND == 3) y_iq4_xs_sb(w + (size_t)s * YIQ4XS_GSZ, h, x, s, nsb, acc[h], NB);
-            else if (NB == 2) y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, h, 1, x, s, nsb, acc, NB);
+        if (KIND <= 1 && NB == 1) { /* one activation row: both halves at once */
+            if (KIND == 0) y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, 0, 2, x, s, nsb, acc, 1);
+            else y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, 0, 2, x, s, acc, 1);
+            continue;
         }
-        /* one activation row: both halves at once */
-        if (KIND == 0 && NB == 1) y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, 0, 2, x, s, nsb, acc, 1);
-        if (KIND == 1 && NB == 1) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, 0, 2, x, s, acc, 1);
+        UNROLL for (int h = 0; h < 2; h++) {
+            if (KIND == 0) y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, h, 1, x, s, nsb, acc, NB);
+            else if (KIND == 1) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, 1, x, s, acc, NB);
+            else if (KIND == 2) y_q2_K_sb(w + (size_t)s * YQ2K_GSZ, h, x, s, nsb, acc[h], NB);
+            else y_iq4_xs_sb(w + (size_t)s * YIQ4XS_GSZ, h, x, s, nsb, acc[h], NB);
+        }
     }
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++)
         _mm256_storeu_ps(y + (size_t)b * ldy + 8 * h, acc[h][b]);
 }
 
-PL_X16_TILE_NB2(y_tile_q4_K, y_body, 0)
-PL_X16_TILE_NB2(y_tile_q6_K, y_body, 1)
+/* q4_K's and q6_K's tiles: up to 4 activation rows (3: 2 + 1) */
+#define Y_TILE_NB4(name, ARG)                                                                      \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,     \
+                     int64_t cols, float *y, int64_t ldy) {                                        \
+        (void)ws;                                                                                  \
+        (void)nr;                                                                                  \
+        if (nb == 4) y_body(w, a, as, cols, y, ldy, 4, ARG);                                       \
+        else {                                                                                     \
+            if (nb >= 2) y_body(w, a, as, cols, y, ldy, 2, ARG);                                   \
+            if (nb & 1) y_body(w, a + (size_t)(nb - 1) * as, as, cols, y + (nb - 1) * ldy, ldy, 1, ARG); \
+        }                                                                                          \
+    }
+
+Y_TILE_NB4(y_tile_q4_K, 0)
+Y_TILE_NB4(y_tile_q6_K, 1)
 PL_X16_TILE_NB2(y_tile_q2_K, y_body, 2)
 PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
-    k->tb = 2;
+    k->tb = t == PL_DT_Q4_K || t == PL_DT_Q6_K ? 4 : 2;
     k->fn = t == PL_DT_Q4_K    ? y_tile_q4_K
             : t == PL_DT_Q6_K  ? y_tile_q6_K
             : t == PL_DT_Q2_K  ? y_tile_q2_K
