@@ -204,6 +204,7 @@ static void act_q8_0(const float *x, uint8_t *dst, int64_t cols, int q4_order) {
 
 void pl_act_convert_row(pl_dtype wtype, const float *x, void *dst, int64_t cols) {
     if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_act_convert_row_avx512(wtype, x, dst, cols)) return;
+    if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_cpu_isa() < PL_ISA_AVX512 && pl_act_convert_row_avx2(wtype, x, dst, cols)) return;
     switch (wtype) {
     case PL_DT_F16: {
         float *o = dst;

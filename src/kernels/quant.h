@@ -252,6 +252,8 @@ size_t pl_act_row_bytes(pl_dtype wtype, int64_t cols);
 void pl_act_convert_row(pl_dtype wtype, const float *x, void *dst, int64_t cols);
 /* The same with AVX-512 (quant_avx512.c), bitwise equal; returns 0 where it defers to scalar. */
 int pl_act_convert_row_avx512(pl_dtype wtype, const float *x, void *dst, int64_t cols);
+/* Below AVX-512, q8_K (quant_avx2.c), bitwise equal; 0 for the other layouts. */
+int pl_act_convert_row_avx2(pl_dtype wtype, const float *x, void *dst, int64_t cols);
 /* Position in the q4_0 activation layout of element c of a row of nb blocks. */
 static inline int64_t pl_act_q4_0_pos(int64_t c, int64_t nb) {
     int64_t blk = c / PL_QK, j = c % PL_QK;

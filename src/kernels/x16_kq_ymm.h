@@ -5,9 +5,10 @@
  * each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
  *
  * A 64-byte chunk of 16 lanes is two ymm halves of 8 outputs; a tile is one 16-row group by one
- * or two activation rows, done half after half inside each super-block (so a half's integer
+ * or two activation rows (q4_K, q6_K: up to four), done half after half inside each super-block (so a half's integer
  * chains, its scales and both activations' float accumulators fit AVX2's 16 registers), the
- * quants unpacked once per chunk half and used for both activation rows.
+ * quants unpacked once per chunk half and used for both activation rows; with one activation
+ * row (decode) q4_K and q6_K take both halves at once, each chunk read whole and in order.
  *
  * The integer sums are exact either way, so both levels give the bits of the scalar tile:
  *  - AVX-VNNI (VEX vpdpbusd on ymm): as the AVX-512 tiles, a vpdpbusd chain per unit (q4_K) or
@@ -44,6 +45,15 @@ AI __m256i y_bc32(const void *p) {
 }
 
 AI __m256i y_load(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* The chunk loops unrolled by half only: fully unrolled, GCC hoists all the loads and
+ * multiplies of a part ahead of its additions and spills their results (~20 stack stores per
+ * part); by 4, the 1B q4_K tile at B=1 runs ~18 % faster from L2 (B=2 ~25 %). */
+#if X16_VNNI
+#define Y_UNROLL_HALF _Pragma("GCC unroll 8") /* VNNI's fewer instructions fit unrolled */
+#else
+#define Y_UNROLL_HALF _Pragma("GCC unroll 4")
+#endif
 
 /* acc + a . b with VNNI's instruction, or AVX2's multiply-add and then add (acc's lanes
  * int32, or int16 for vpmaddubsw's pair sums) */
@@ -87,9 +97,24 @@ AI void y_fma_dmin(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64
     }
 }
 
-/* Half h (lanes 8h..8h + 7) of q4_K's pair p words: scales of units 2p, 2p + 1 (int32 lanes)
- * and the mins as int16 pairs (matmul_x16_kq.c's layout). */
+#if !X16_VNNI
+enum { Z = 0x80 }; /* a vpshufb index that writes zero */
+/* The vpshufb control that puts bytes a, b, c, d of each int32 lane's word in its bytes 0-3. */
+AI __m256i y_bytes(int a, int b, int c, int d) {
+    const __m256i pat = _mm256_set1_epi32((int)((uint32_t)a | (uint32_t)b << 8 | (uint32_t)c << 16 | (uint32_t)d << 24));
+    return _mm256_add_epi8(pat, _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808,
+                                                  0x0C0C0C0C));
+}
+#endif
+
+/* Half h (lanes 8h..8h + 7) of q4_K's pair p words: the 24 bits of units 2p, 2p + 1 in each
+ * int32 lane (bits 0-5, 6-11 their scales, 12-17, 18-23 their mins; pair 3's in the words' top
+ * bytes: matmul_x16_kq.c's layout). VNNI: the scales as int32 lanes, the mins as int16 pairs.
+ * AVX2: each scale copied into both int16 halves of a lane (vpmaddwd's widening multiply), the
+ * mins as int16 pairs, from two byte shuffles of the word(s) (bytes 0,1,0,1 and 1,2,2,-). */
 AI void y_q4_K_scales(const uint8_t *o, int p, int h, __m256i *sa, __m256i *sb, __m256i *m) {
+#if X16_VNNI
+    const __m256i six = _mm256_set1_epi32(63);
     __m256i v;
     if (p < 3) {
         v = y_load(o + 64 + 64 * p + 32 * h); /* bits 24-31 belong to pair 3: never read */
@@ -100,50 +125,81 @@ AI void y_q4_K_scales(const uint8_t *o, int p, int h, __m256i *sa, __m256i *sb, 
                             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 16), _mm256_set1_epi32(0xFF00)),
                                             _mm256_and_si256(_mm256_srli_epi32(w2, 8), _mm256_set1_epi32(0xFF0000))));
     }
-    const __m256i six = _mm256_set1_epi32(63);
     *sa = _mm256_and_si256(v, six);
     *sb = _mm256_and_si256(_mm256_srli_epi32(v, 6), six);
     *m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 12), six),
                          _mm256_and_si256(_mm256_srli_epi32(v, 2), _mm256_set1_epi32(63 << 16)));
+#else
+    const __m256i six2 = _mm256_set1_epi16(63);
+    __m256i W, Mv; /* bytes 0,1,0,1 and 1,2,2,- of each lane's word */
+    if (p < 3) {
+        const __m256i v = y_load(o + 64 + 64 * p + 32 * h);
+        W = _mm256_shuffle_epi8(v, y_bytes(0, 1, 0, 1));
+        Mv = _mm256_shuffle_epi8(v, y_bytes(1, 2, 2, Z));
+    } else { /* pair 3: byte 3 of the three words */
+        const __m256i w0 = y_load(o + 64 + 32 * h), w1 = y_load(o + 128 + 32 * h),
+                      w2 = y_load(o + 192 + 32 * h);
+        W = _mm256_or_si256(_mm256_shuffle_epi8(w0, y_bytes(3, Z, 3, Z)), _mm256_shuffle_epi8(w1, y_bytes(Z, 3, Z, 3)));
+        Mv = _mm256_or_si256(_mm256_shuffle_epi8(w1, y_bytes(3, Z, Z, Z)), _mm256_shuffle_epi8(w2, y_bytes(Z, 3, 3, Z)));
+    }
+    *sa = _mm256_and_si256(W, six2);
+    *sb = _mm256_and_si256(_mm256_srli_epi16(W, 6), six2);
+    *m = _mm256_and_si256(_mm256_mulhi_epu16(Mv, _mm256_set1_epi32(1 << 12 | 1 << 30)), six2);
+#endif
 }
 
-/* Half h of super-block s of a group (o) against NB activation rows: acc[b] updated. */
-AI void y_q4_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, int64_t nsb,
-                  __m256 *acc, const int NB) {
+/* acc + chain x the scale copied in both int16 halves of each lane (AVX2), or in int32 (VNNI) */
+AI __m256i y_scale2(__m256i acc, __m256i chain, __m256i sc) {
+#if X16_VNNI
+    return _mm256_add_epi32(acc, _mm256_mullo_epi32(chain, sc));
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(chain, sc));
+#endif
+}
+
+/* Halves h0 .. h0 + NH - 1 of super-block s of a group (o) against NB activation rows
+ * (NB x NH <= 2: two activation rows a half at a time, or one row both halves at once, so each
+ * 64-byte chunk is read whole, in order): acc[h][b] updated. */
+AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *const *x, int64_t s,
+                  int64_t nsb, __m256 (*acc)[4], const int NB) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256i S[2], M[2];
-    UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm256_setzero_si256();
+    __m256i S[2][4], M[2][4];
+    UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) S[h][b] = M[h][b] = _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) {
         /* the first half prefetches the 36 lines as the AVX-512 tile does */
-        if (h == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 32 + p);
-        __m256i A[2], Bv[2];
-        UNROLL for (int b = 0; b < NB; b++) A[b] = Bv[b] = _mm256_setzero_si256();
-        UNROLL for (int c = 0; c < 8; c++) {
-            if (h == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
-            const __m256i v = y_load(o + 256 + 64 * (8 * p + c) + 32 * h);
-            const __m256i lo = _mm256_and_si256(v, low4);
+        if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 32 + p);
+        __m256i A[2][4], Bv[2][4];
+        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) A[h][b] = Bv[h][b] = _mm256_setzero_si256();
+        Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
+            if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
+            UNROLL for (int h = 0; h < NH; h++) {
+                const __m256i v = y_load(o + 256 + 64 * (8 * p + c) + 32 * (h0 + h));
+                const __m256i lo = _mm256_and_si256(v, low4);
 #if X16_VNNI
-            const __m256i hi = _mm256_andnot_si256(low4, v); /* 16 x the high nibbles */
+                const __m256i hi = _mm256_andnot_si256(low4, v); /* 16 x the high nibbles */
 #else
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
 #endif
-            UNROLL for (int b = 0; b < NB; b++) {
-                const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
-                A[b] = y_dot8(A[b], lo, y_bc32(q));
-                Bv[b] = y_dot8(Bv[b], hi, y_bc32(q + 32));
+                UNROLL for (int b = 0; b < NB; b++) {
+                    const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
+                    A[h][b] = y_dot8(A[h][b], lo, y_bc32(q));
+                    Bv[h][b] = y_dot8(Bv[h][b], hi, y_bc32(q + 32));
+                }
             }
         }
-        __m256i sa, sb, mv;
-        y_q4_K_scales(o, p, h, &sa, &sb, &mv);
-        UNROLL for (int b = 0; b < NB; b++) {
+        UNROLL for (int h = 0; h < NH; h++) {
+            __m256i sa, sb, mv;
+            y_q4_K_scales(o, p, h0 + h, &sa, &sb, &mv);
+            UNROLL for (int b = 0; b < NB; b++) {
 #if X16_VNNI
-            Bv[b] = _mm256_srai_epi32(Bv[b], 4); /* a multiple of 16, |16 x sum| < 2^24 */
+                Bv[h][b] = _mm256_srai_epi32(Bv[h][b], 4); /* a multiple of 16, |16 x sum| < 2^24 */
 #endif
-            S[b] = y_scale(y_scale(S[b], A[b], sa), Bv[b], sb);
-            M[b] = y_dot16(M[b], mv, y_bc32((const int32_t *)(x[b] + nsb) + 4 * s + p));
+                S[h][b] = y_scale2(y_scale2(S[h][b], A[h][b], sa), Bv[h][b], sb);
+                M[h][b] = y_dot16(M[h][b], mv, y_bc32((const int32_t *)(x[b] + nsb) + 4 * s + p));
+            }
         }
     }
-    y_fma_dmin(o, h, x, s, S, M, acc, NB);
+    UNROLL for (int h = 0; h < NH; h++) y_fma_dmin(o, h0 + h, x, s, S[h], M[h], acc[h0 + h], NB);
 }
 
 /* q6_K's 16-column group: its four chunks' half h from the three stored ones (X, Y, Z; chunks
@@ -166,51 +222,63 @@ AI __m256i y_pick16(__m256i v, const int E) {
     return E ? _mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16) : _mm256_srai_epi32(v, 16);
 }
 
-AI void y_q6_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, int64_t nsb,
-                  __m256 *acc, const int NB) {
-    (void)nsb;
-    __m256i S[2], O[2];
-    UNROLL for (int b = 0; b < NB; b++) S[b] = O[b] = _mm256_setzero_si256();
+/* Halves h0 .. h0 + NH - 1 (as y_q4_K_sb) of a q6_K super-block. */
+AI void y_q6_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *const *x, int64_t s,
+                  __m256 (*acc)[4], const int NB) {
+    __m256i S[2][4], O[2][4];
+    UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) S[h][b] = O[h][b] = _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) { /* groups 4p .. 4p + 3 (64 columns) */
-        const __m256i pa = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 32 + 64 * p + 16 * h)));
-        const __m256i pb = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 64 + 64 * p + 16 * h)));
+        __m256i pa[2], pb[2];
+        UNROLL for (int h = 0; h < NH; h++) {
+            pa[h] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 32 + 64 * p + 16 * (h0 + h))));
+            pb[h] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 64 + 64 * p + 16 * (h0 + h))));
+        }
         UNROLL for (int g = 0; g < 4; g++) {
             const int k = 4 * p + g;
-            if (h == 0) { /* the 53 lines, as the AVX-512 tile */
+            if (h0 == 0) { /* the 53 lines, as the AVX-512 tile */
                 pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k);
                 pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k + 1);
                 pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k + 2);
                 if (k < 5) pl_x16_prefetch_line(o, YQ6K_GSZ, 48 + k);
             }
-            const __m256i sc = y_pick16(g < 2 ? pa : pb, g % 2 == 0);
-            __m256i q[4];
-            y_q6_quad(o + 288 + 192 * k + 32 * h, q);
-            UNROLL for (int b = 0; b < NB; b++) {
-                const int8_t *xq = x[b][s].qs + 16 * k;
+            UNROLL for (int h = 0; h < NH; h++) {
 #if X16_VNNI
-                __m256i G = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q[0], y_bc32(xq));
-                G = _mm256_dpbusd_avx_epi32(G, q[1], y_bc32(xq + 4));
-                G = _mm256_dpbusd_avx_epi32(G, q[2], y_bc32(xq + 8));
-                G = _mm256_dpbusd_avx_epi32(G, q[3], y_bc32(xq + 12));
-                S[b] = y_scale(S[b], G, sc);
-#else
-                const __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], y_bc32(xq)),
-                                                    _mm256_maddubs_epi16(q[1], y_bc32(xq + 4)));
-                const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], y_bc32(xq + 8)),
-                                                    _mm256_maddubs_epi16(q[3], y_bc32(xq + 12)));
-                S[b] = y_scale(y_scale(S[b], t0, sc), t1, sc);
+                const __m256i sc = y_pick16(g < 2 ? pa[h] : pb[h], g % 2 == 0);
+#else /* the scale in both int16 halves, for y_scale2 */
+                const __m256i sc = _mm256_shuffle_epi8(g < 2 ? pa[h] : pb[h], g % 2 == 0 ? y_bytes(0, 1, 0, 1) : y_bytes(2, 3, 2, 3));
 #endif
+                __m256i q[4];
+                y_q6_quad(o + 288 + 192 * k + 32 * (h0 + h), q);
+                UNROLL for (int b = 0; b < NB; b++) {
+                    const int8_t *xq = x[b][s].qs + 16 * k;
+#if X16_VNNI
+                    __m256i G = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q[0], y_bc32(xq));
+                    G = _mm256_dpbusd_avx_epi32(G, q[1], y_bc32(xq + 4));
+                    G = _mm256_dpbusd_avx_epi32(G, q[2], y_bc32(xq + 8));
+                    G = _mm256_dpbusd_avx_epi32(G, q[3], y_bc32(xq + 12));
+                    S[h][b] = y_scale2(S[h][b], G, sc);
+#else
+                    const __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], y_bc32(xq)),
+                                                        _mm256_maddubs_epi16(q[1], y_bc32(xq + 4)));
+                    const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], y_bc32(xq + 8)),
+                                                        _mm256_maddubs_epi16(q[3], y_bc32(xq + 12)));
+                    S[h][b] = y_scale2(y_scale2(S[h][b], t0, sc), t1, sc);
+#endif
+                }
             }
         }
-        UNROLL for (int b = 0; b < NB; b++) {
-            O[b] = y_dot16(O[b], pa, y_bc32(x[b][s].bsums + 4 * p));
-            O[b] = y_dot16(O[b], pb, y_bc32(x[b][s].bsums + 4 * p + 2));
+        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) {
+            O[h][b] = y_dot16(O[h][b], pa[h], y_bc32(x[b][s].bsums + 4 * p));
+            O[h][b] = y_dot16(O[h][b], pb[h], y_bc32(x[b][s].bsums + 4 * p + 2));
         }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
-    UNROLL for (int b = 0; b < NB; b++) {
-        const __m256i t = _mm256_sub_epi32(S[b], _mm256_slli_epi32(O[b], 5));
-        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)), acc[b]);
+    UNROLL for (int h = 0; h < NH; h++) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * (h0 + h))));
+        UNROLL for (int b = 0; b < NB; b++) {
+            const __m256i t = _mm256_sub_epi32(S[h][b], _mm256_slli_epi32(O[h][b], 5));
+            acc[h0 + h][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)),
+                                             acc[h0 + h][b]);
+        }
     }
 }
 
@@ -309,35 +377,53 @@ AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int6
         acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[b]), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)), acc[b]);
 }
 
-/* One 16-row group by NB (1, 2) activation rows: super-blocks in order, each half after half
- * (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs). */
+/* One 16-row group by NB (1, 2; q4_K and q6_K up to 4) activation rows: super-blocks in order,
+ * each half after half (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs). */
 AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
                const int NB, const int KIND) {
     const int64_t nsb = cols / PL_QK_K;
-    const pl_block_q8_K *x[2];
+    const pl_block_q8_K *x[4];
     UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
-    __m256 acc[2][2];
+    __m256 acc[2][4];
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
+        if (KIND <= 1 && NB == 1) { /* one activation row: both halves at once */
+            if (KIND == 0) y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, 0, 2, x, s, nsb, acc, 1);
+            else y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, 0, 2, x, s, acc, 1);
+            continue;
+        }
         UNROLL for (int h = 0; h < 2; h++) {
-            if (KIND == 1) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, x, s, nsb, acc[h], NB);
+            if (KIND == 0) y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, h, 1, x, s, nsb, acc, NB);
+            else if (KIND == 1) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, 1, x, s, acc, NB);
             else if (KIND == 2) y_q2_K_sb(w + (size_t)s * YQ2K_GSZ, h, x, s, nsb, acc[h], NB);
-            else if (KIND == 3) y_iq4_xs_sb(w + (size_t)s * YIQ4XS_GSZ, h, x, s, nsb, acc[h], NB);
-            else y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, h, x, s, nsb, acc[h], NB);
+            else y_iq4_xs_sb(w + (size_t)s * YIQ4XS_GSZ, h, x, s, nsb, acc[h], NB);
         }
     }
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++)
         _mm256_storeu_ps(y + (size_t)b * ldy + 8 * h, acc[h][b]);
 }
 
-PL_X16_TILE_NB2(y_tile_q4_K, y_body, 0)
-PL_X16_TILE_NB2(y_tile_q6_K, y_body, 1)
+/* q4_K's and q6_K's tiles: up to 4 activation rows (3: 2 + 1) */
+#define Y_TILE_NB4(name, ARG)                                                                      \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,     \
+                     int64_t cols, float *y, int64_t ldy) {                                        \
+        (void)ws;                                                                                  \
+        (void)nr;                                                                                  \
+        if (nb == 4) y_body(w, a, as, cols, y, ldy, 4, ARG);                                       \
+        else {                                                                                     \
+            if (nb >= 2) y_body(w, a, as, cols, y, ldy, 2, ARG);                                   \
+            if (nb & 1) y_body(w, a + (size_t)(nb - 1) * as, as, cols, y + (nb - 1) * ldy, ldy, 1, ARG); \
+        }                                                                                          \
+    }
+
+Y_TILE_NB4(y_tile_q4_K, 0)
+Y_TILE_NB4(y_tile_q6_K, 1)
 PL_X16_TILE_NB2(y_tile_q2_K, y_body, 2)
 PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
-    k->tb = 2;
+    k->tb = t == PL_DT_Q4_K || t == PL_DT_Q6_K ? 4 : 2;
     k->fn = t == PL_DT_Q4_K    ? y_tile_q4_K
             : t == PL_DT_Q6_K  ? y_tile_q6_K
             : t == PL_DT_Q2_K  ? y_tile_q2_K
