@@ -170,6 +170,10 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
 /* q8_0 activations in natural order, then seed[k] = -zero * sum of block k's quants, zero being
  * the weights' offset (128 for q8_0's q + 128, 8 for q4_0's nibbles). */
 static void act_q8_0(const float *x, uint8_t *dst, int64_t cols, int32_t zero) {
+    if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_cpu_isa() < PL_ISA_AVX512) {
+        pl_act_q8_0_seeds_avx2(x, dst, cols, zero);
+        return;
+    }
     pl_act_convert_row(PL_DT_Q8_0, x, dst, cols);
     const int64_t nb = cols / PL_QK;
     const int8_t *qs = (const int8_t *)dst;

@@ -252,8 +252,16 @@ size_t pl_act_row_bytes(pl_dtype wtype, int64_t cols);
 void pl_act_convert_row(pl_dtype wtype, const float *x, void *dst, int64_t cols);
 /* The same with AVX-512 (quant_avx512.c), bitwise equal; returns 0 where it defers to scalar. */
 int pl_act_convert_row_avx512(pl_dtype wtype, const float *x, void *dst, int64_t cols);
-/* Below AVX-512, q8_K (quant_avx2.c), bitwise equal; 0 for the other layouts. */
+/* The weight types whose activations are q8_K blocks. */
+static inline int pl_act_is_q8_K(pl_dtype t) {
+    return t == PL_DT_Q2_K || t == PL_DT_Q3_K || t == PL_DT_Q4_K || t == PL_DT_Q5_K || t == PL_DT_Q6_K ||
+           t == PL_DT_IQ4_XS;
+}
+/* Below AVX-512, q8_0, q8_1 and q8_K (quant_avx2.c), bitwise equal; 0 for f16 and bf16. */
 int pl_act_convert_row_avx2(pl_dtype wtype, const float *x, void *dst, int64_t cols);
+/* The x16 layouts' q8_0 row with AVX2 (matmul_x16.c's act_q8_0, bitwise): q8_0's qs[cols] and
+ * d[cols / 32], then seed[k] = -zero * the sum of block k's quants. */
+void pl_act_q8_0_seeds_avx2(const float *x, uint8_t *dst, int64_t cols, int32_t zero);
 /* Position in the q4_0 activation layout of element c of a row of nb blocks. */
 static inline int64_t pl_act_q4_0_pos(int64_t c, int64_t nb) {
     int64_t blk = c / PL_QK, j = c % PL_QK;

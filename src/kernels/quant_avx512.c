@@ -115,16 +115,10 @@ int pl_act_convert_row_avx512(pl_dtype wtype, const float *x, void *dst, int64_t
         }
         return 1;
     }
-    case PL_DT_Q2_K:
-    case PL_DT_Q3_K:
-    case PL_DT_Q4_K:
-    case PL_DT_Q5_K:
-    case PL_DT_Q6_K:
-    case PL_DT_IQ4_XS: {
-        pl_block_q8_K *y = dst;
-        for (int64_t b = 0; b < cols / PL_QK_K; b++) act_q8_K_block(x + b * PL_QK_K, y + b);
-        return 1;
+    default: break;
     }
-    default: return 0;
-    }
+    if (!pl_act_is_q8_K(wtype)) return 0;
+    pl_block_q8_K *y = dst;
+    for (int64_t b = 0; b < cols / PL_QK_K; b++) act_q8_K_block(x + b * PL_QK_K, y + b);
+    return 1;
 }

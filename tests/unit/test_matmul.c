@@ -265,8 +265,8 @@ static void test_act_convert_isas(void **state) {
     for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.5f; /* exact halves: ties */
     for (int i = 256; i < 288; i++) x[i] = 0.0f;
     x[300] = -40.0f, x[310] = 40.0f; /* equal magnitudes: the first one's sign wins */
-    const pl_dtype types[] = {PL_DT_F16,  PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0,
-                              PL_DT_Q4_K, PL_DT_Q4_1, PL_DT_Q5_0, PL_DT_IQ4_XS};
+    const pl_dtype types[] = {PL_DT_F16,  PL_DT_BF16, PL_DT_Q8_0,   PL_DT_Q4_0,  PL_DT_Q4_K, PL_DT_Q4_1,
+                              PL_DT_Q5_0, PL_DT_Q5_1, PL_DT_IQ4_XS, PL_DT_IQ4_NL, PL_DT_MXFP4};
     const int64_t cols[] = {N, N - 32, 256};
     static uint8_t a[4 * N + 64], b[4 * N + 64];
     unsigned ran = 0;
