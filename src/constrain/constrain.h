@@ -46,6 +46,10 @@ pl_status pl_cons_to_gbnf(pl_constraint_kind kind, const char *text, const char 
                           int32_t n_choices, char **gbnf);
 /* Parts of it, for tests and the fuzz target. */
 pl_status pl_schema_to_gbnf(const char *schema_json, char **gbnf);
+/* The schema's grammar in another syntax than JSON's: PL_SCHEMA_GEMMA is Gemma 4's tool-call
+ * arguments (bare keys, strings between <|"|> marks, no whitespace; a string holds no '<'). */
+typedef enum { PL_SCHEMA_JSON, PL_SCHEMA_GEMMA } pl_schema_dialect;
+pl_status pl_schema_to_gbnf_dialect(const char *schema_json, pl_schema_dialect dialect, char **gbnf);
 /* The regex as a GBNF expression (no rule around it). json_string: it is a JSON string's
  * `pattern`: `"` and `\` match their escapes and classes never produce control characters. */
 pl_status pl_regex_to_gbnf(const char *regex, int json_string, char **expr);

@@ -12,6 +12,9 @@
  * (multipleOf, uniqueItems, other bounds on numbers, ...) are refused with a message naming
  * them, so an answer never silently breaks its schema.
  *
+ * Dialects: JSON's, and Gemma 4's call arguments (pl_schema_to_gbnf_dialect): the same rules
+ * with bare keys, strings between <|"|> marks and no whitespace.
+ *
  * Termination: whitespace between tokens is at most one space or a newline and 16 blanks, numbers
  * have at most 16 integer digits, 16 fraction digits and 3 exponent digits, so only strings without
  * maxLength and arrays without maxItems can grow without bound.
@@ -26,17 +29,27 @@
 
 enum { MAX_SCHEMA_DEPTH = 64, MAX_REFS = 256 };
 
-static const char COMMON[] =
-    "ws ::= ( \" \" | \"\\n\" [ \\t]{0,16} )?\n"
-    "jchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
-    "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"
+/* The rules every schema's grammar can use, in each dialect. JSON's keys are strings; Gemma 4's
+ * call arguments (its chat template's format_argument) have bare keys, strings between <|"|>
+ * marks, no whitespace, and the rest as JSON. */
+static const char COMMON_VALUES[] =
     "jint ::= \"-\"? ( [0-9] | [1-9] [0-9]{1,15} )\n"
     "jnumber ::= jint ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
     "jbool ::= \"true\" | \"false\"\n"
     "jnull ::= \"null\"\n"
     "jvalue ::= jobject | jarray | jstring | jnumber | jbool | jnull\n"
-    "jobject ::= \"{\" ws ( jstring ws \":\" ws jvalue ws ( \",\" ws jstring ws \":\" ws jvalue ws )* )? \"}\"\n"
+    "jobject ::= \"{\" ws ( jkey ws \":\" ws jvalue ws ( \",\" ws jkey ws \":\" ws jvalue ws )* )? \"}\"\n"
     "jarray ::= \"[\" ws ( jvalue ws ( \",\" ws jvalue ws )* )? \"]\"\n";
+static const char COMMON_JSON[] =
+    "ws ::= ( \" \" | \"\\n\" [ \\t]{0,16} )?\n"
+    "jchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"
+    "jkey ::= jstring\n";
+static const char COMMON_GEMMA[] =
+    "ws ::= \"\"\n"
+    "jchar ::= [^<]\n" /* a string never holds its closing mark (nor any '<': a subset) */
+    "jstring ::= \"<|\\\"|>\" jchar* \"<|\\\"|>\"\n"
+    "jkey ::= [A-Za-z_] [A-Za-z0-9_]{0,63}\n";
 
 typedef struct {
     pl_strbuf out;          /* the rules made so far */
@@ -46,6 +59,7 @@ typedef struct {
     int ref_rule[MAX_REFS];
     int n_refs;
     int depth;
+    pl_schema_dialect dialect;
 } sg;
 
 #define SFAIL(...) pl_cons_fail(__VA_ARGS__)
@@ -68,6 +82,56 @@ static int put_json_literal(pl_strbuf *b, const json_t *v) {
     if (!s) return pl_fail(PL_ERR_NOMEM, "json_schema: out of memory"), -1;
     put_literal(b, s, strlen(s));
     free(s);
+    return 0;
+}
+
+/* A string's opening and closing mark as a GBNF literal. */
+static const char *quote(const sg *g) {
+    return g->dialect == PL_SCHEMA_GEMMA ? "\"<|\\\"|>\"" : "\"\\\"\"";
+}
+
+/* v in Gemma's argument syntax (the template's format_argument): strings between <|"|> marks,
+ * bare keys, no whitespace, the rest as JSON. */
+static int gemma_text(pl_strbuf *b, const json_t *v) {
+    if (json_is_string(v)) return pl_strbuf_printf(b, "<|\"|>%s<|\"|>", json_string_value(v));
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        int first = 1;
+        pl_strbuf_putc(b, '{');
+        json_object_foreach((json_t *)v, k, x) {
+            pl_strbuf_printf(b, "%s%s:", first ? "" : ",", k);
+            first = 0;
+            if (gemma_text(b, x)) return -1;
+        }
+        return pl_strbuf_putc(b, '}');
+    }
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        pl_strbuf_putc(b, '[');
+        json_array_foreach(v, i, x) {
+            if (i) pl_strbuf_putc(b, ',');
+            if (gemma_text(b, x)) return -1;
+        }
+        return pl_strbuf_putc(b, ']');
+    }
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    int rc = !s || pl_strbuf_puts(b, s);
+    free(s);
+    return rc ? -1 : 0;
+}
+
+/* A const or enum value as a literal of the grammar's dialect. */
+static int put_value_literal(const sg *g, pl_strbuf *b, const json_t *v) {
+    if (g->dialect != PL_SCHEMA_GEMMA) return put_json_literal(b, v);
+    pl_strbuf t = {0};
+    if (gemma_text(&t, v) || t.failed) {
+        pl_strbuf_destroy(&t);
+        return pl_fail(PL_ERR_NOMEM, "json_schema: out of memory"), -1;
+    }
+    put_literal(b, t.p, t.len);
+    pl_strbuf_destroy(&t);
     return 0;
 }
 
@@ -117,20 +181,19 @@ static int gen_string(sg *g, json_t *s, const char *path, pl_strbuf *b) {
             return SFAIL("json_schema: at '%s': 'pattern' together with minLength/maxLength is "
                          "not supported", path);
         char *expr;
-        if (pl_regex_to_gbnf(json_string_value(pat), 1, &expr) != PL_OK) {
+        if (pl_regex_to_gbnf(json_string_value(pat), g->dialect == PL_SCHEMA_JSON, &expr) != PL_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", pl_last_error());
             return SFAIL("json_schema: at '%s': pattern: %s", path, msg);
         }
-        pl_strbuf_printf(b, "\"\\\"\" %s \"\\\"\"", expr);
+        pl_strbuf_printf(b, "%s %s %s", quote(g), expr, quote(g));
         free(expr);
-        (void)g;
         return 0;
     }
     if (!has_lo && !has_hi) return pl_strbuf_puts(b, "jstring"), 0;
-    pl_strbuf_puts(b, "\"\\\"\" jchar");
+    pl_strbuf_printf(b, "%s jchar", quote(g));
     put_repeat(b, lo, has_hi ? hi : -1);
-    pl_strbuf_puts(b, " \"\\\"\"");
+    pl_strbuf_printf(b, " %s", quote(g));
     return 0;
 }
 
@@ -174,7 +237,7 @@ static int gen_object(sg *g, json_t *s, const char *path, pl_strbuf *b) {
             snprintf(sub, sizeof sub, "%.500s/additionalProperties", path);
             int r = gen(g, addl, sub);
             if (r < 0) return -1;
-            pl_strbuf_printf(b, "\"{\" ws ( jstring ws \":\" ws r%d ws ( \",\" ws jstring ws \":\" "
+            pl_strbuf_printf(b, "\"{\" ws ( jkey ws \":\" ws r%d ws ( \",\" ws jkey ws \":\" "
                              "ws r%d ws )* )? \"}\"", r, r);
         } else if (addl && json_is_false(addl)) {
             pl_strbuf_puts(b, "\"{\" ws \"}\"");
@@ -212,9 +275,13 @@ static int gen_object(sg *g, json_t *s, const char *path, pl_strbuf *b) {
         /* the member rule: "key" ws ":" ws value ws */
         int m = g->n_rules++;
         pl_strbuf_printf(&g->out, "r%d ::= ", m);
-        json_t *ks = json_string(key);
-        if (!ks || put_json_literal(&g->out, ks)) rc = -1;
-        json_decref(ks);
+        if (g->dialect == PL_SCHEMA_GEMMA) {
+            put_literal(&g->out, key, strlen(key));
+        } else {
+            json_t *ks = json_string(key);
+            if (!ks || put_json_literal(&g->out, ks)) rc = -1;
+            json_decref(ks);
+        }
         pl_strbuf_printf(&g->out, " ws \":\" ws r%d ws\n", r);
         kv[k++] = m;
     }
@@ -358,7 +425,7 @@ static int gen(sg *g, json_t *s, const char *path) {
         if (t < 0) goto out;
         pl_strbuf_printf(&b, "r%d", t);
     } else if ((v = json_object_get(s, "const"))) {
-        if (put_json_literal(&b, v)) goto out;
+        if (put_value_literal(g, &b, v)) goto out;
     } else if ((v = json_object_get(s, "enum"))) {
         if (!json_is_array(v) || !json_array_size(v)) {
             SFAIL("json_schema: at '%s': 'enum' must be a non-empty list", path);
@@ -368,7 +435,7 @@ static int gen(sg *g, json_t *s, const char *path) {
         json_t *e;
         json_array_foreach(v, i, e) {
             if (i) pl_strbuf_puts(&b, " | ");
-            if (put_json_literal(&b, e)) goto out;
+            if (put_value_literal(g, &b, e)) goto out;
         }
     } else if ((v = json_object_get(s, "anyOf")) || (v = json_object_get(s, "oneOf")) ||
                (v = json_object_get(s, "allOf"))) {
@@ -425,14 +492,19 @@ out:
 }
 
 pl_status pl_schema_to_gbnf(const char *schema_json, char **gbnf) {
+    return pl_schema_to_gbnf_dialect(schema_json, PL_SCHEMA_JSON, gbnf);
+}
+
+pl_status pl_schema_to_gbnf_dialect(const char *schema_json, pl_schema_dialect dialect, char **gbnf) {
     *gbnf = NULL;
     json_error_t je;
     json_t *s = json_loads(schema_json, JSON_DECODE_ANY, &je);
     if (!s) return pl_fail(PL_ERR_INVALID_ARG, "json_schema: not valid JSON: %s (line %d, column %d)",
                            je.text, je.line, je.column);
-    sg g = {.root = s};
+    sg g = {.root = s, .dialect = dialect};
     pl_strbuf_init(&g.out);
-    pl_strbuf_puts(&g.out, COMMON);
+    pl_strbuf_puts(&g.out, dialect == PL_SCHEMA_GEMMA ? COMMON_GEMMA : COMMON_JSON);
+    pl_strbuf_puts(&g.out, COMMON_VALUES);
     int r = gen(&g, s, "#");
     if (r >= 0) pl_strbuf_printf(&g.out, "root ::= r%d\n", r);
     json_decref(s);

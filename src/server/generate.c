@@ -206,7 +206,7 @@ static int force_call(gen_job *j, pl_server_error *err) {
     pl_server_request *r = &j->req;
     pl_tool_format f = j->s->tool_format;
     if (!r->chat || !r->tool_force) return 0;
-    if (r->tool_force == 2 && (f == PL_TOOLS_NONE || f == PL_TOOLS_GEMMA4)) return 0;
+    if (r->tool_force == 2 && f == PL_TOOLS_NONE) return 0;
     if (!r->tools)
         return pl_server_fail(err, 400, "tool_choice", "invalid_value",
                               "'tool_choice' asks for a call but 'tools' is empty");

@@ -173,12 +173,12 @@ static void gbnf_lit(pl_strbuf *b, const char *s) {
 
 /* The schema's grammar as rules prefixed `prefix` (its start: prefix + "root"). */
 static int schema_rules(pl_strbuf *b, const json_t *schema, const char *prefix, size_t i,
-                        pl_server_error *err) {
+                        pl_schema_dialect d, pl_server_error *err) {
     json_t *obj = schema ? NULL : json_pack("{s:s}", "type", "object"); /* no parameters: {} */
     char *text = json_dumps(schema ? schema : obj, JSON_COMPACT), *g = NULL;
     json_decref(obj);
     if (!text) return pl_server_nomem(err);
-    pl_status st = pl_schema_to_gbnf(text, &g);
+    pl_status st = pl_schema_to_gbnf_dialect(text, d, &g);
     free(text);
     if (st == PL_ERR_NOMEM) return pl_server_nomem(err);
     if (st != PL_OK)
@@ -207,6 +207,8 @@ int pl_server_tool_grammar(pl_tool_format f, const char *tools_json, const char 
         /* parameters as text: per parameter kopen K kclose V vclose */
         {PL_TOOLS_QWEN3_CODER, "<tool_call>\n<function=", ">\n", "</function>\n</tool_call>"},
         {PL_TOOLS_GLM45, "<tool_call>", "\n", "</tool_call>"},
+        /* arguments in Gemma's own syntax (bare keys, <|"|> strings) */
+        {PL_TOOLS_GEMMA4, "<|tool_call>call:", "", "<tool_call|>"},
     };
     int k = -1;
     for (int i = 0; i < (int)(sizeof FMT / sizeof *FMT); i++)
@@ -215,7 +217,7 @@ int pl_server_tool_grammar(pl_tool_format f, const char *tools_json, const char 
         return pl_server_fail(err, 400, "tool_choice", "unsupported_parameter",
                               "'tool_choice' \"required\" or a named function needs a chat template "
                               "whose tool-call format this server can constrain (Hermes, Qwen3-Coder, "
-                              "GLM, Mistral, Llama 3, DeepSeek V3.1, Kimi K2, gpt-oss)");
+                              "GLM, Mistral, Llama 3, DeepSeek V3.1, Kimi K2, gpt-oss, Gemma 4)");
     json_t *tools = json_loads(tools_json, 0, NULL);
     if (!tools) return pl_server_nomem(err);
     pl_strbuf b = {0};
@@ -225,6 +227,7 @@ int pl_server_tool_grammar(pl_tool_format f, const char *tools_json, const char 
     for (size_t i = 0; i < json_array_size(tools); i++) pl_strbuf_printf(&b, "%st%zu-call ", i ? "| " : "", i);
     pl_strbuf_puts(&b, ")\n");
     int xml = f == PL_TOOLS_QWEN3_CODER || f == PL_TOOLS_GLM45, rc = 0;
+    pl_schema_dialect dialect = f == PL_TOOLS_GEMMA4 ? PL_SCHEMA_GEMMA : PL_SCHEMA_JSON;
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
@@ -239,7 +242,7 @@ int pl_server_tool_grammar(pl_tool_format f, const char *tools_json, const char 
             pl_strbuf_printf(&b, "t%zu-root ", i);
             gbnf_lit(&b, FMT[k].post);
             pl_strbuf_putc(&b, '\n');
-            if ((rc = schema_rules(&b, params, prefix, i, err))) break;
+            if ((rc = schema_rules(&b, params, prefix, i, dialect, err))) break;
             continue;
         }
         /* the required parameters, in order, each as text (a string) or as JSON */
@@ -261,7 +264,7 @@ int pl_server_tool_grammar(pl_tool_format f, const char *tools_json, const char 
                 char pp[48];
                 snprintf(pp, sizeof pp, "t%zu-p%zu-", i, q);
                 pl_strbuf_printf(&b, "t%zu-p%zu-root ", i, q);
-                if ((rc = schema_rules(&rules, ps, pp, i, err))) break;
+                if ((rc = schema_rules(&rules, ps, pp, i, dialect, err))) break;
             }
             gbnf_lit(&b, f == PL_TOOLS_GLM45 ? "</arg_value>\n" : "\n</parameter>\n");
         }

@@ -246,7 +246,8 @@ static void test_detect(void **state) {
 static void test_tool_grammar(void **state) {
     (void)state;
     static const pl_tool_format F[] = {PL_TOOLS_HERMES, PL_TOOLS_LLAMA3, PL_TOOLS_MISTRAL, PL_TOOLS_DEEPSEEK_V31,
-                                       PL_TOOLS_KIMI_K2, PL_TOOLS_HARMONY, PL_TOOLS_QWEN3_CODER, PL_TOOLS_GLM45};
+                                       PL_TOOLS_KIMI_K2, PL_TOOLS_HARMONY, PL_TOOLS_QWEN3_CODER, PL_TOOLS_GLM45,
+                                       PL_TOOLS_GEMMA4};
     const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
                         "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": "
                         "{\"type\": \"integer\"}}, \"required\": [\"city\", \"days\"]}}}, {\"type\": \"function\", "
@@ -260,6 +261,7 @@ static void test_tool_grammar(void **state) {
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"P\", \"days\": 1}<|call|>",
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
         "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+        "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:2}<tool_call|>",
     };
     for (size_t i = 0; i < sizeof F / sizeof *F; i++) {
         char *g = NULL;
@@ -276,7 +278,8 @@ static void test_tool_grammar(void **state) {
         pl_gstate_free(&st);
         assert_int_equal(pl_gstate_start(gr, sc, &st), PL_OK);
         const char *bad = F[i] == PL_TOOLS_HERMES ? "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": \"x\""
-                                                  : "nothing like a call";
+                          : F[i] == PL_TOOLS_GEMMA4 ? "<|tool_call>call:get_weather{\"city\":" /* JSON's keys */
+                                                    : "nothing like a call";
         assert_int_equal(pl_gstate_advance(gr, sc, &st, (const uint8_t *)bad, strlen(bad)), 0);
         pl_gstate_free(&st);
         pl_gscratch_destroy(sc);
@@ -293,8 +296,54 @@ static void test_tool_grammar(void **state) {
     assert_int_equal(e.status, 400);
     assert_string_equal(e.param, "tools");
     assert_non_null(strstr(e.message, "tools[0]"));
-    assert_int_equal(pl_server_tool_grammar(PL_TOOLS_GEMMA4, "[]", NULL, &g, &e), -1);
+    assert_int_equal(pl_server_tool_grammar(PL_TOOLS_NONE, "[]", NULL, &g, &e), -1);
     assert_string_equal(e.param, "tool_choice");
+}
+
+/* Gemma 4's arguments: bare keys, <|"|> strings, enum and const values in that syntax, nothing
+ * between the parts; what the grammar accepts, the parser turns into the JSON arguments. */
+static void test_tool_grammar_gemma(void **state) {
+    (void)state;
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                        "{\"type\": \"object\", \"properties\": {\"city\": {\"enum\": [\"Paris\", \"London\"]}, "
+                        "\"opt\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}, "
+                        "\"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\", \"maxLength\": 3}}}}, "
+                        "\"k\": {\"const\": {\"a\": [true, null]}}}, \"required\": [\"city\", \"k\"]}}}]";
+    char *g = NULL;
+    pl_server_error e;
+    if (pl_server_tool_grammar(PL_TOOLS_GEMMA4, tools, NULL, &g, &e)) fail_msg("%s", e.message);
+    pl_grammar *gr;
+    if (pl_grammar_parse(g, &gr) != PL_OK) fail_msg("%s\n%s", pl_last_error(), g);
+    pl_gscratch *sc = pl_gscratch_create();
+    static const struct { const char *text; int ok; } T[] = {
+        {"<|tool_call>call:f{city:<|\"|>London<|\"|>,opt:{n:-3,tags:[<|\"|>ab<|\"|>]},k:{a:[true,null]}}<tool_call|>", 1},
+        {"<|tool_call>call:f{city:<|\"|>Paris<|\"|>,k:{a:[true,null]}}<tool_call|>", 1},
+        {"<|tool_call>call:f{city:<|\"|>Rome<|\"|>", 0},                     /* not in the enum */
+        {"<|tool_call>call:f{city:\"Paris\"", 0},                             /* JSON's string */
+        {"<|tool_call>call:f{city: <|\"|>Paris", 0},                          /* whitespace */
+        {"<|tool_call>call:f{city:<|\"|>Paris<|\"|>,opt:{tags:[<|\"|>abcd", 0}, /* maxLength */
+        {"<|tool_call>call:f{city:<|\"|>Paris<|\"|>}", 0},                    /* k is required */
+    };
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
+        pl_gstate st = {0};
+        assert_int_equal(pl_gstate_start(gr, sc, &st), PL_OK);
+        int ok = pl_gstate_advance(gr, sc, &st, (const uint8_t *)T[i].text, strlen(T[i].text));
+        if (T[i].ok && ok == 1) ok = pl_gstate_accepting(&st);
+        if ((ok == 1) != T[i].ok) fail_msg("[%s]: %d, want %d\n%s", T[i].text, ok, T[i].ok, g);
+        pl_gstate_free(&st);
+    }
+    /* the accepted call parses into JSON arguments */
+    pl_parse_cfg cfg = {.tools = PL_TOOLS_GEMMA4};
+    pl_parsed out = {0};
+    const char *text = T[0].text;
+    assert_int_equal(pl_parse_text(&cfg, text, strlen(text), 1, &out), 0);
+    assert_int_equal(out.n_calls, 1);
+    assert_string_equal(out.calls[0].name, "f");
+    assert_string_equal(out.calls[0].args.p, "{\"city\":\"London\",\"opt\":{\"n\":-3,\"tags\":[\"ab\"]},\"k\":{\"a\":[true,null]}}");
+    pl_parsed_destroy(&out);
+    pl_gscratch_destroy(sc);
+    pl_grammar_destroy(gr);
+    free(g);
 }
 
 int main(void) {
@@ -302,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_detect),
         cmocka_unit_test(test_tool_grammar),
+        cmocka_unit_test(test_tool_grammar_gemma),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
