@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end: thinking and tool calls parsed out of the generated text (src/server/parse.c),
-# through the official `openai` npm client (reasoning_clients.mjs) and the Anthropic one. The
-# server runs Qwen3's chat template (its qwen3 reasoning parser and Hermes tool calls are picked
-# from the template's tags); stories260K writes neither by itself, so the tags are forced with
-# structured_outputs regexes, and tool_choice "required" with the grammar the server builds from
-# the tools, so the parsing path is the one a real Qwen3 answer takes. Then the refusals: an
+# through the official `openai` npm client (reasoning_clients.mjs) and the Anthropic one, once
+# per family: the server runs Qwen3's, Ministral 3 Reasoning's, Gemma 4's and gpt-oss's chat
+# templates (each one's reasoning parser and tool-call format are picked from the template's
+# tags); stories260K writes neither by itself, so the tags are forced with structured_outputs
+# regexes, and tool_choice "required" with the grammar the server builds from the tools, so the
+# parsing path is the one a real answer of that family takes. Then the refusals: an
 # unknown --reasoning-parser, a kwarg of the wrong type, a tool schema the automaton cannot
 # compile; the server keeps serving. Under ASan (PL_SANITIZE) the server's log must stay clean.
 set -u
@@ -18,9 +19,16 @@ rc=$?
 check "--reasoning-parser nope: exit 2 naming it (got $rc $(cat "$TMP/out"))" \
     test "$rc/$(grep -c "unknown parser 'nope'" "$TMP/out")" = 2/1
 
-# no --reasoning-parser: qwen3 is picked from the template (the answers below show it)
+# no --reasoning-parser: each family's parser is picked from its template (the answers show it)
+T26="$PL_SHARED_DIR/testdata/chat-templates-2026"
+for fam in mistral3:mistralai-Ministral-3-14B-Reasoning-2512 gemma4:google-gemma-4-31B-it \
+           gpt_oss:openai-gpt-oss-120b; do
+    start_server --chat-template "$T26/${fam#*:}.jinja"
+    node_run "reasoning ${fam%%:*}" "$DIR/reasoning_clients.mjs" "$BASE" "${fam%%:*}"
+    stop_clean "reasoning ${fam%%:*}"
+done
 start_server --chat-template "$TPL"
-node_run reasoning "$DIR/reasoning_clients.mjs" "$BASE"
+node_run "reasoning qwen3" "$DIR/reasoning_clients.mjs" "$BASE" qwen3
 
 http POST /v1/chat/completions -d '{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": "no"}}'
 check "a kwarg of the wrong type: 400 naming it (got $STATUS $BODY)" \
