@@ -13,6 +13,9 @@
 # the models (required; made when missing, never inside the repository).
 # FAMILIES (default "qwen3-8b gemma3-4b mistral3-3b"), DEPTH (4), REPS (3), PROMPT (512),
 # DECODE (64 steps), VOCAB (the 32,000-token llama-spm vocabulary of the other tables).
+# TWIN_<shape> ("dim layers heads kv_heads ffn head_dim", the shape's name with - and . as _):
+# the twin's sizes when the file has per-layer sizes (gemma4: FFN widths and head sizes per
+# layer) that one llama model cannot have; say in the table which sizes were chosen.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -54,7 +57,9 @@ for s in $FAMILIES; do
   [ -f "$f16" ] || "$PL" mkmodel "$f16" --vocab-from "$VOCAB" --shape "$s" --layers "$DEPTH" \
       --type f16 >/dev/null
   quantize "$f16" "$q4"
-  read -r dim layers heads kv ffn hd < <(sizes "$f16")
+  tv="TWIN_${s//[-.]/_}"
+  if [ -n "${!tv:-}" ]; then read -r dim layers heads kv ffn hd <<<"${!tv}"
+  else read -r dim layers heads kv ffn hd < <(sizes "$f16"); fi
   t16="$M/llama-$s-L$DEPTH-f16.gguf" t4="$M/llama-$s-L$DEPTH-q4_k_m.gguf"
   [ -f "$t16" ] || "$PL" mkmodel "$t16" --vocab-from "$VOCAB" --dim "$dim" --layers "$layers" \
       --heads "$heads" --kv-heads "$kv" --ffn "$ffn" --head-dim "$hd" --type f16 >/dev/null
