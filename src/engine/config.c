@@ -3,6 +3,7 @@
  * config.h. */
 #include "engine/config.h"
 #include "base/log.h"
+#include "base/meminfo.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,19 +76,6 @@ pl_status pl_engine_check_config(const pl_engine_config *c) {
     return pl_kv_cache_check_config(c);
 }
 
-/* MemAvailable of /proc/meminfo in bytes, or 0 when it cannot be read. */
-static uint64_t mem_available(void) {
-    const char *path = getenv("PAGELLM_MEMINFO"); /* tests point it at a fake file */
-    FILE *f = fopen(path ? path : "/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
-
 /* The KV budget in bytes: given, or a fraction of the memory available after the weights (the
  * weights are memory-mapped: their pages count as available until touched, so the whole file
  * is taken off), or the default. */
@@ -97,7 +85,7 @@ pl_status pl_engine_resolve_kv_budget(pl_engine_config *c, uint64_t weights) {
         c->kv_cache_memory = DEFAULT_KV_BYTES;
         return PL_OK;
     }
-    uint64_t avail = mem_available();
+    uint64_t avail = pl_mem_available();
     if (!avail)
         return pl_fail(PL_ERR_IO, "gpu-memory-utilization: cannot read MemAvailable from "
                        "/proc/meminfo; give the KV budget with --kv-cache-memory");

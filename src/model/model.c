@@ -3,6 +3,7 @@
 #include "model/model.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "base/meminfo.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -687,20 +688,53 @@ static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
     return PL_OK;
 }
 
+/* The bytes w's repacked copy takes (0: it keeps its rows). */
+static size_t repack_bytes(const pl_weight *w) {
+    return w->data && pl_matmul_repack_wanted(w->type) ? pl_matmul_repack_size(w) : 0;
+}
+
+/* The weights a layer repacks: its dense matrices (bert: no gate; MoE: no dense FFN). */
+static void layer_matrices(pl_layer_weights *L, pl_weight *ws[7]) {
+    pl_weight *all[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    memcpy(ws, all, sizeof all);
+}
+
+/* Repacked copies are anonymous memory the process keeps, while the file's pages they replace
+ * are page cache the kernel can drop and read again. So copies that would not fit in 3/4 of the
+ * memory available are not made: the experts keep the file's layout first (a step reads only
+ * the chosen ones), then every matrix does, and a model larger than the machine's free memory
+ * runs from the memory map (slowly: pages are read back as they are needed) instead of being
+ * killed for its copies. */
 static pl_status repack_weights(pl_model *m) {
+    size_t dense = repack_bytes(&m->output), experts = 0;
+    for (int32_t l = 0; l < m->hp.n_layers; l++) {
+        pl_layer_weights *L = &m->layers[l];
+        pl_weight *ws[7];
+        layer_matrices(L, ws);
+        for (int i = 0; i < 7; i++) dense += repack_bytes(ws[i]);
+        for (int32_t e = 0; L->exp_gate && e < 3 * m->hp.n_expert; e++) experts += repack_bytes(&L->exp_gate[e]);
+    }
+    const uint64_t avail = pl_mem_available(), fit = avail / 4 * 3;
+    const int do_experts = !avail || dense + experts <= fit, do_dense = !avail || dense <= fit;
+    if (!do_experts)
+        PL_WARN("the repacked weights (%.1f MiB) would not fit in 3/4 of the memory available "
+                "(%.1f MiB): %s keep the file's layout and are read from its memory map",
+                (double)(dense + experts) / (1 << 20), (double)avail / (1 << 20),
+                do_dense ? "the experts" : "all weights");
     int32_t n = 0;
     for (int32_t l = 0; l < m->hp.n_layers; l++) {
         pl_layer_weights *L = &m->layers[l];
-        pl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
-            if (!ws[i]->data) continue; /* bert: no gate; MoE: experts */
+        pl_weight *ws[7];
+        layer_matrices(L, ws);
+        for (int i = 0; i < 7 && do_dense; i++) {
+            if (!ws[i]->data) continue;
             char name[64];
-            snprintf(name, sizeof name, "blk.%d matrix %zu", l, i);
+            snprintf(name, sizeof name, "blk.%d matrix %d", l, i);
             PL_TRY(repack_weight(m, name, ws[i]));
             n += ws[i]->layout == PL_WLAYOUT_X16;
         }
         /* each expert on its own: a step reads only the experts its tokens chose */
-        for (int32_t e = 0; L->exp_gate && e < 3 * m->hp.n_expert; e++) {
+        for (int32_t e = 0; L->exp_gate && do_experts && e < 3 * m->hp.n_expert; e++) {
             char name[64];
             snprintf(name, sizeof name, "blk.%d expert matrix %d", l, e);
             PL_TRY(repack_weight(m, name, &L->exp_gate[e]));
@@ -708,7 +742,7 @@ static pl_status repack_weights(pl_model *m) {
         }
     }
     /* the output layer, also when tied: token lookups keep reading tok_embd's rows */
-    if (m->output.data) PL_TRY(repack_weight(m, "output", &m->output));
+    if (m->output.data && do_dense) PL_TRY(repack_weight(m, "output", &m->output));
     n += m->output.layout == PL_WLAYOUT_X16;
     if (n) PL_INFO("repacked %d matrices into the x16 layout (16 rows interleaved; PAGELLM_REPACK=0 keeps the rows)", n);
     return PL_OK;
