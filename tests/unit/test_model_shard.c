@@ -62,7 +62,8 @@ enum { T = 12, BS = 16, NBLK = 4, STEPS = 6 };
  * caps, window 8 on even layers), gemma3 (Q/K norms, window 8 with its own RoPE base, the final
  * soft-cap), gemma4 (window layers of 2 KV heads of 8, full ones of 2 of 16; layers 2 and 3
  * reuse layers 0 and 1's KV; per-layer embeddings of 8; the shared-KV layers' FFN 128 wide) and
- * gemma4's MoE variant (the experts beside the dense FFN: 3 reductions per layer); and phi3
+ * gemma4's MoE variant (the experts beside the dense FFN: 3 reductions per layer), all of gemma4's
+ * parts at once in q8_0 (head sizes of 16: every cut on 32-value blocks); and phi3
  * (its fused attn_qkv and gate/up ffn_up, cut as views of views; LongRoPE's long factors). */
 #define GEMMA4 "--arch gemma4 --swa-pattern 2 --head-dim 16 --head-dim-swa 8 --kv-heads-full 2 " \
                "--sliding-window 8 --final-softcap 3 "
@@ -71,7 +72,10 @@ enum { T = 12, BS = 16, NBLK = 4, STEPS = 6 };
     "--attn-temp-scale 0.1", "--arch gemma2 --sliding-window 8 --attn-softcap 0.5 "               \
     "--final-softcap 3", "--arch gemma3 --swa-pattern 2 --sliding-window 8 --rope-base-swa 5000 " \
     "--final-softcap 3", GEMMA4 "--layers 4 --shared-kv-layers 2 --per-layer-dim 8 --ffn-wide 128", \
-    GEMMA4 "--experts 4 --experts-used 2 --expert-ffn 64", "--arch phi3 --rope-scaling longrope --rope-orig-ctx 8 --ctx 64"
+    GEMMA4 "--experts 4 --experts-used 2 --expert-ffn 64",                                      \
+    "--arch gemma4 --swa-pattern 2 --kv-heads-full 2 --sliding-window 8 --layers 4 "              \
+    "--shared-kv-layers 2 --per-layer-dim 32 --experts 4 --experts-used 2 --expert-ffn 64 "       \
+    "--type q8_0", "--arch phi3 --rope-scaling longrope --rope-orig-ctx 8 --ctx 64"
 
 /* `pagellm mkmodel` MOE_BASE flags into a new temporary file, whose path goes to `path` [64]. */
 static void mkmoe(char *path, const char *flags) {
@@ -426,7 +430,7 @@ static double max_diff(const float *a, const float *b, size_t n) {
 
 /* the shared models, then the mixtures of experts and issue 33's families made by
  * test_sharded_forward */
-enum { N_MOE = 5, N_MADE = N_MOE + 7 };
+enum { N_MOE = 5, N_MADE = N_MOE + 8 };
 static const char *LOCKSTEP_MODELS[4 + N_MADE] = {
     STORIES, Q8, PL_SHARED_DIR "/models/synth-tiny-f16.gguf",
     PL_SHARED_DIR "/models/synth-tiny-q4_0.gguf"};
@@ -435,7 +439,8 @@ static const char *const MODEL_NAMES[4 + N_MADE] = {
     "stories260K", "synth-tiny-q8_0", "synth-tiny-f16", "synth-tiny-q4_0", "qwen3moe f32",
     "qwen3moe q8_0", "mixtral f32", "gpt-oss f32", "gpt-oss mxfp4 experts", "qwen3 f32",
     "mistral3 f32", "gemma2 f32", "gemma3 f32", "gemma4 f32 (per-layer embeddings, shared KV)",
-    "gemma4-moe f32", "phi3 f32 (fused QKV and gate/up, LongRoPE)"};
+    "gemma4-moe f32", "gemma4 q8_0 (MoE, per-layer embeddings, shared KV)",
+    "phi3 f32 (fused QKV and gate/up, LongRoPE)"};
 
 /* The reductions of one step: 2 per layer, 3 for a layer with experts beside a dense FFN. */
 static int reductions_per_step(const char *path) {
