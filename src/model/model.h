@@ -286,7 +286,8 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
                                 pl_threadpool *tp, pl_forward_ctx **out);
 /* A sharded model's collectives (all ranks call them in the same order; a failure, a rank gone,
  * fails the step):
- *  - reduce: after the attention output projection and after the FFN down projection, x[n]
+ *  - reduce: after the attention output projection and after the FFN down projection (and
+ *    the experts' weighted sum: in gemma4's MoE layers, beside the dense FFN's, apart), x[n]
  *    (n = tokens x dim) becomes the sum of every rank's x (the same bits on every rank: parallel/
  *    sums in rank order);
  *  - gather: part[rows][shard.n_vocab] are this rank's logits columns; rank 0 receives the whole
