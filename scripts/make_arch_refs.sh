@@ -38,6 +38,7 @@ MODELS=(
   "gpt-oss|--arch gpt-oss --head-dim 48 --sliding-window 32 --experts 8 --experts-used 3 --expert-ffn 128 --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64 --rope-base 150000|f32 f16 mxfp4"
   "gemma4|--arch gemma4 --layers 2 --swa-pattern 2 --head-dim 64 --head-dim-swa 32 --kv-heads-full 2 --sliding-window 16 --rope-base 1000000 --rope-base-swa 10000 --final-softcap 3"
   "gemma4-moe|--arch gemma4 --layers 2 --swa-pattern 2 --head-dim 64 --head-dim-swa 32 --kv-heads-full 2 --sliding-window 16 --rope-base 1000000 --rope-base-swa 10000 --final-softcap 3 --ffn 256 --experts 8 --experts-used 3 --expert-ffn 256|f32 q8_0 q4_k_m"
+  "gemma4-moe-split|--arch gemma4 --layers 2 --swa-pattern 2 --head-dim 64 --head-dim-swa 32 --kv-heads-full 2 --sliding-window 16 --rope-base 1000000 --rope-base-swa 10000 --final-softcap 3 --ffn 256 --experts 8 --experts-used 3 --expert-ffn 256 --split-experts|f32"
   "gemma4-ple|--arch gemma4 --layers 4 --swa-pattern 2 --head-dim 64 --head-dim-swa 32 --kv-heads 2 --kv-heads-full 1 --sliding-window 16 --shared-kv-layers 2 --per-layer-dim 32 --ffn 256 --ffn-wide 512"
 )
 # ONLY=NAME[,NAME...] makes just those (the others' JSON stays as committed)

@@ -58,7 +58,10 @@
  * ffn_gate_inp.scale [dim], the fused ffn_gate_up_exps [dim, 2 F, N] (each expert's gate rows,
  * then its up rows), ffn_down_exps [F, dim, N] with the per-expert scale ffn_down_exps.scale
  * [N] (mean 1, std 0.3), and the norms pre_ffw_norm_2, post_ffw_norm_1, post_ffw_norm_2; key
- * expert_feed_forward_length (--expert-ffn, default --ffn / 2).
+ * expert_feed_forward_length (--expert-ffn, default --ffn / 2). --split-experts writes gate and
+ * up apart, ffn_gate_exps / ffn_up_exps [dim, F, N], each with its per-expert scale
+ * ffn_gate_exps.scale / ffn_up_exps.scale [N] (mean 1, std 0.3), which llama.cpp reads and
+ * applies for that layout (it has none for the fused one).
  *
  * --arch bert writes llama.cpp's bert layout (bert.* keys, attention.causal false,
  * pooling_type; token_embd, position_embd [dim, ctx], token_types [dim, 2], token_embd_norm,
@@ -120,6 +123,8 @@ typedef struct {
      * full layers' KV heads (kv_heads: the window layers'), the layers that reuse an earlier
      * layer's KV, the per-layer embedding size, the FFN width of the shared-KV layers (0: ffn) */
     int64_t head_dim_swa, kv_heads_full, shared_kv, per_layer_dim, ffn_wide;
+    int split_experts;      /* gemma4 --experts: ffn_gate_exps / ffn_up_exps apart, each with its
+                               per-expert .scale (--split-experts) */
     int shape;              /* --shape: an index into shapes, or -1 */
     const char *type_name;  /* --type as the types table spells it */
 } mk_opts;
@@ -341,6 +346,9 @@ static const pl_flag MKMODEL_FLAGS[] = {
      "gemma4: the last N layers reuse an earlier layer's KV"),
     I64("per-layer-dim", per_layer_dim, 1, 1 << 16, "P",
      "gemma4 per-layer token embeddings of P values per layer"),
+    PL_FLAG_ROW_SET(mk_opts, "split-experts", 0, split_experts,
+     "gemma4 --experts: ffn_gate_exps and ffn_up_exps apart\n(not fused), each with a per-expert "
+     "scale [N]"),
     I64("ffn-wide", ffn_wide, 1, 1 << 20, "F",
      "gemma4 the shared-KV layers' FFN width\n(feed_forward_length becomes an array; default --ffn)"),
     F64("attn-temp-scale", attn_temp, 1e-6, 1e3, "S",
@@ -540,6 +548,8 @@ static int parse(int argc, char **argv, mk_opts *o) {
     if (o->expert_ffn && !is_arch(o, "qwen3moe") && !gptoss && !(g4 && o->experts))
         return usage_error("--expert-ffn is for --arch qwen3moe, gpt-oss or gemma4 --experts N "
                            "(llama's experts are --ffn wide)");
+    if (o->split_experts && !(g4 && o->experts))
+        return usage_error("--split-experts is for --arch gemma4 --experts N");
     if (o->bert && o->window)
         return usage_error("--sliding-window: bert attends bidirectionally, without a window");
     if (o->rope_factor < 0) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8 : 4;
@@ -853,7 +863,14 @@ static pl_status add_gemma4_experts(builder *b, const mk_opts *o, int64_t l, pl_
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
     PL_TRY(add_matrix(b, NAME("ffn_gate_inp.weight"), PL_DT_F32, dim, ne, 0.5 * sqrt((double)dim)));
     PL_TRY(add_arch_norm(b, o, NAME("ffn_gate_inp.scale"), dim));
-    PL_TRY(add_matrices(b, NAME("ffn_gate_up_exps.weight"), o->type, dim, 2 * ef, ne, std));
+    if (o->split_experts) { /* llama.cpp's unfused layout, which reads their scales too */
+        PL_TRY(add_matrices(b, NAME("ffn_gate_exps.weight"), o->type, dim, ef, ne, std));
+        PL_TRY(add_vector(b, NAME("ffn_gate_exps.scale"), ne, 1.0, 0.3));
+        PL_TRY(add_matrices(b, NAME("ffn_up_exps.weight"), o->type, dim, ef, ne, std));
+        PL_TRY(add_vector(b, NAME("ffn_up_exps.scale"), ne, 1.0, 0.3));
+    } else {
+        PL_TRY(add_matrices(b, NAME("ffn_gate_up_exps.weight"), o->type, dim, 2 * ef, ne, std));
+    }
     PL_TRY(add_matrices(b, NAME("ffn_down_exps.weight"), down_type, ef, dim, ne, out_std));
     PL_TRY(add_vector(b, NAME("ffn_down_exps.scale"), ne, 1.0, 0.3));
     PL_TRY(add_arch_norm(b, o, NAME("pre_ffw_norm_2.weight"), dim));

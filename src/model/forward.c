@@ -33,7 +33,9 @@
  * Tensor parallel (a sharded model, model.h): each rank holds some heads and FFN rows (MoE:
  * some rows of every expert, the router whole), so Wo a, Wdown(...) and the experts' weighted
  * sum are partial sums that the reduce hook adds up over ranks before the residual
- * add (and before gemma2's post-norms, which are not linear); x is then the same on every rank.
+ * add (and before the Gemma post-norms, which are not linear: gemma4's MoE layers reduce the dense
+ * FFN and the experts apart, each before its own norm); x is then the same on every rank.
+ * gemma4's per-layer embeddings are whole on every rank, computed alike from the same x.
  * Each rank computes the logits of its vocabulary rows, which the gather hook assembles on
  * rank 0 (where gemma2's final soft-capping is applied).
  *   pooled = l2normalize(pool(rmsnorm(x[a whole input's rows]) * output_norm))   (embeddings)
@@ -351,6 +353,8 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         matmul(c, &L->w_down, c->gate, T, c->h);
         pl_lora_apply(c, b, l, PL_LORA_DOWN, c->gate, L->w_up.rows, c->h, dim);
         if (c->tpc.reduce) PL_TRY(c->tpc.reduce(c->tpc.ud, c->h, T * dim)); /* every rank's FFN */
+        if (shexp && c->tpc.reduce) /* ... and experts, before their norm */
+            PL_TRY(c->tpc.reduce(c->tpc.ud, c->moe_acc, T * dim));
         if (shexp) pl_moe_add_shared(c, L, T);
         if (L->ffn_post_norm)
             pl_rmsnorm(c->tp, c->h, c->h, L->ffn_post_norm, T, dim, hp->norm_eps);

@@ -56,9 +56,9 @@ pl_status pl_moe_scratch_alloc(pl_forward_ctx *c);
 void pl_moe_scratch_free(pl_forward_ctx *c);
 void pl_moe_ffn(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T);
 /* A layer with a dense FFN beside its experts (gemma4; model.h): pl_moe_ffn reads c->x itself
- * (the experts through moe_pre_norm, the router through gate_inp_s) and norms its sum by
- * moe_post_norm; then, with the dense FFN's output in c->h, c->h = rmsnorm(c->h) *
- * shexp_post_norm + c->moe_acc. */
+ * (the experts through moe_pre_norm, the router through gate_inp_s); then, with the dense
+ * FFN's output in c->h, c->h = rmsnorm(c->h) * shexp_post_norm + rmsnorm(c->moe_acc) *
+ * moe_post_norm (the norms here, after the tensor-parallel reduce of both sums). */
 void pl_moe_add_shared(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T);
 
 /* Pool rows x[0..n)[dim] (mean, first or last) into out[dim] and L2-normalize it (forward_bert.c). */

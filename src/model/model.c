@@ -795,6 +795,42 @@ static pl_status shard_experts(pl_model *m, pl_layer_weights *L, const char *nam
     return PL_OK;
 }
 
+/* This rank's slice of layer L (shard size > 1), whose full widths are q_dim (query heads x
+ * head size), kv_dim (KV heads x head size; gemma4's shared-KV layers have no K/V) and ff (the
+ * dense FFN's; 0 without one): rows of wq, wk, wv and their biases, the matching columns of
+ * wo, the FFN's rows of gate / up and columns of down, every expert cut as a dense FFN, the
+ * sinks of its heads. Per-head norms (q_norm, k_norm) and per-expert scales apply to any slice
+ * whole; gemma4's per-layer embedding matrices stay whole (every rank computes them alike). */
+static pl_status shard_layer(pl_model *m, pl_layer_weights *L, int32_t l, int64_t q_dim,
+                             int64_t kv_dim, int64_t ff) {
+    const int64_t r = m->shard.rank, size = m->shard.size;
+    const int64_t q_loc = q_dim / size, kv_loc = kv_dim / size, ff_loc = ff / size;
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+    L->wq = weight_rows(&L->wq, r * q_loc, q_loc);
+    if (L->wk.data) L->wk = weight_rows(&L->wk, r * kv_loc, kv_loc);
+    if (L->wv.data) L->wv = weight_rows(&L->wv, r * kv_loc, kv_loc);
+    slice_vector(L->bq, r * q_loc, q_loc);
+    slice_vector(L->bk, r * kv_loc, kv_loc);
+    slice_vector(L->bv, r * kv_loc, kv_loc);
+    PL_TRY(slice_cols(m, NAME("attn_output.weight"), &L->wo, r * q_loc, q_loc));
+    if (L->exp_gate) PL_TRY(shard_experts(m, L, NAME("ffn_down_exps.weight")));
+    if (L->w_down.data) { /* a dense FFN (gemma4's MoE layers have one beside the experts) */
+        L->w_gate = weight_rows(&L->w_gate, r * ff_loc, ff_loc);
+        L->w_up = weight_rows(&L->w_up, r * ff_loc, ff_loc);
+        PL_TRY(slice_cols(m, NAME("ffn_down.weight"), &L->w_down, r * ff_loc, ff_loc));
+    }
+#undef NAME
+    slice_vector(L->attn_sinks, r * m->hp.n_heads, m->hp.n_heads); /* gpt-oss: per head */
+    if (r > 0) { /* added once (rank 0) to the sum of the ranks' partial outputs */
+        free(L->bo);
+        L->bo = NULL;
+        free(L->exp_down_b);
+        L->exp_down_b = NULL;
+    }
+    return PL_OK;
+}
+
 /* bert with pooling rank: the classification head (llama.cpp's cls / cls.output tensors, both
  * optional, at least one present); n_cls_out from cls.output.weight's rows, else dim. */
 /* The model's hp.n_layers layer records, zeroed (the three binders fill them). */
@@ -899,11 +935,17 @@ static pl_status bind_gemma4_weights(pl_model *m) {
                                &m->rope_freqs));
     hp->rope.freq_factors = m->rope_freqs;
     PL_TRY(alloc_layers(m));
+    const pl_model_shard *sh = &m->shard;
     for (int32_t l = 0; l < n; l++) {
         pl_layer_weights *L = &m->layers[l];
-        const int64_t hd = hp->kv_shapes[l].head_dim, q_dim = (int64_t)hp->n_heads * hd;
-        const int64_t kv_dim = (int64_t)hp->kv_shapes[l].n_kv_heads * hd;
+        /* the full widths as stored (hp counts a shard's local heads: shard_hparams) */
+        const int64_t hd = hp->kv_shapes[l].head_dim, q_dim = (int64_t)sh->n_heads * hd;
+        const int64_t kv_dim = (int64_t)hp->kv_shapes[l].n_kv_heads * sh->size * hd;
         const int own_kv = l < pl_model_kv_tensors(hp);
+        if (ffn[l] % sh->size)
+            return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d does not divide layer "
+                           "%d's FFN width %d ('%s.feed_forward_length')", sh->size, l, ffn[l],
+                           hp->arch_name);
         char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
         if (pl_gguf_find_tensor(g, NAME("attn_qkv.weight")))
@@ -931,7 +973,7 @@ static pl_status bind_gemma4_weights(pl_model *m) {
             if (hp->n_expert == 0)
                 return pl_fail(PL_ERR_FORMAT, "tensor '%s' is a router, but '%s.expert_count' "
                                "is 0 or absent", nm, hp->arch_name);
-            PL_TRY(bind_moe(g, L, l, dim, hp->n_expert, hp->expert_ffn));
+            PL_TRY(bind_moe(g, L, l, dim, hp->n_expert, sh->expert_ffn));
             PL_TRY(load_vector(g, NAME("ffn_gate_inp.scale"), dim, 0, &L->gate_inp_s));
             for (int64_t i = 0; i < dim; i++) L->gate_inp_s[i] /= sqrtf((float)dim);
             PL_TRY(load_vector(g, NAME("pre_ffw_norm_2.weight"), dim, 0, &L->moe_pre_norm));
@@ -944,6 +986,7 @@ static pl_status bind_gemma4_weights(pl_model *m) {
             PL_TRY(load_vector(g, NAME("post_norm.weight"), dim, 0, &L->ple_post_norm));
         }
 #undef NAME
+        if (sh->size > 1) PL_TRY(shard_layer(m, L, l, q_dim, own_kv ? kv_dim : 0, ffn[l]));
     }
     return PL_OK;
 }
@@ -955,8 +998,6 @@ static pl_status bind_weights(pl_model *m) {
     /* Full shapes as stored, and this rank's slice of heads and FFN rows (all of them at 1). */
     const int64_t dim = hp->dim, q_dim = (int64_t)sh->n_heads * hp->head_dim;
     const int64_t kv_dim = (int64_t)sh->n_kv_heads * hp->head_dim, ff = sh->ffn_dim;
-    const int64_t q_loc = q_dim / sh->size, kv_loc = kv_dim / sh->size, ff_loc = ff / sh->size;
-    const int64_t r = sh->rank;
 
     const pl_gguf_tensor *emb = pl_gguf_find_tensor(g, "token_embd.weight");
     if (!emb) return pl_fail(PL_ERR_FORMAT, "missing tensor 'token_embd.weight'");
@@ -970,6 +1011,15 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(bind_weight(g, "output.weight", dim, hp->n_vocab, &m->output));
     else
         m->output = m->tok_embd; /* tied embeddings (gemma2: always, as llama.cpp) */
+    /* PAGELLM_TP_OUTPUT=rank0 (benchmarks): the output layer stays whole, for rank 0 alone */
+    const char *how = getenv("PAGELLM_TP_OUTPUT");
+    int split = sh->size > 1 && !(how && !strcmp(how, "rank0"));
+    m->shard.vocab0 = split ? (int32_t)((int64_t)hp->n_vocab * sh->rank / sh->size) : 0;
+    m->shard.n_vocab = split ? (int32_t)((int64_t)hp->n_vocab * (sh->rank + 1) / sh->size) -
+                                   m->shard.vocab0
+                             : hp->n_vocab;
+    if (split) m->output = weight_rows(&m->output, m->shard.vocab0, m->shard.n_vocab);
+
     if (hp->arch == PL_ARCH_GEMMA4) return bind_gemma4_weights(m);
     if (hp->arch == PL_ARCH_PHI3) {
         /* LongRoPE (Phi-3 128k): llama.cpp uses rope_factors_long when its per-sequence context
@@ -992,15 +1042,6 @@ static pl_status bind_weights(pl_model *m) {
         PL_TRY(load_vector(g, "rope_freqs.weight", hp->rope.n_rot / 2, 1, &m->rope_freqs));
     }
     hp->rope.freq_factors = m->rope_freqs;
-    /* PAGELLM_TP_OUTPUT=rank0 (benchmarks): the output layer stays whole, for rank 0 alone */
-    const char *how = getenv("PAGELLM_TP_OUTPUT");
-    int split = sh->size > 1 && !(how && !strcmp(how, "rank0"));
-    m->shard.vocab0 = split ? (int32_t)((int64_t)hp->n_vocab * r / sh->size) : 0;
-    m->shard.n_vocab = split ? (int32_t)((int64_t)hp->n_vocab * (r + 1) / sh->size) -
-                                   m->shard.vocab0
-                             : hp->n_vocab;
-    if (split) m->output = weight_rows(&m->output, m->shard.vocab0, m->shard.n_vocab);
-
     PL_TRY(alloc_layers(m));
     for (int32_t l = 0; l < hp->n_layers; l++) {
         pl_layer_weights *L = &m->layers[l];
@@ -1064,29 +1105,7 @@ static pl_status bind_weights(pl_model *m) {
             if (pl_gguf_find_tensor(g, (snprintf(n, sizeof n, "blk.%d.%s", l, biases[i]), n)))
                 return pl_fail(PL_ERR_UNSUPPORTED, "tensor '%s' (mistral3's optional output and "
                                "FFN biases) is not supported", n);
-        if (sh->size > 1) {
-            L->wq = weight_rows(&L->wq, r * q_loc, q_loc);
-            L->wk = weight_rows(&L->wk, r * kv_loc, kv_loc);
-            L->wv = weight_rows(&L->wv, r * kv_loc, kv_loc);
-            slice_vector(L->bq, r * q_loc, q_loc);
-            slice_vector(L->bk, r * kv_loc, kv_loc);
-            slice_vector(L->bv, r * kv_loc, kv_loc);
-            PL_TRY(slice_cols(m, NAME("attn_output.weight"), &L->wo, r * q_loc, q_loc));
-            if (hp->n_expert > 0) {
-                PL_TRY(shard_experts(m, L, NAME("ffn_down_exps.weight")));
-            } else {
-                L->w_gate = weight_rows(&L->w_gate, r * ff_loc, ff_loc);
-                L->w_up = weight_rows(&L->w_up, r * ff_loc, ff_loc);
-                PL_TRY(slice_cols(m, NAME("ffn_down.weight"), &L->w_down, r * ff_loc, ff_loc));
-            }
-            slice_vector(L->attn_sinks, r * hp->n_heads, hp->n_heads); /* gpt-oss: per head */
-            if (r > 0) { /* added once (rank 0) to the sum of the ranks' partial outputs */
-                free(L->bo);
-                L->bo = NULL;
-                free(L->exp_down_b);
-                L->exp_down_b = NULL;
-            }
-        }
+        if (sh->size > 1) PL_TRY(shard_layer(m, L, l, q_dim, kv_dim, ff));
 #undef NAME
     }
     return PL_OK;
@@ -1099,26 +1118,32 @@ static pl_status shard_hparams(pl_model *m, int32_t rank, int32_t size) {
                                 .n_kv_heads = hp->n_kv_heads, .ffn_dim = hp->ffn_dim,
                                 .expert_ffn = hp->expert_ffn};
     if (size == 1) return PL_OK;
-    if (hp->arch != PL_ARCH_LLAMA && hp->arch != PL_ARCH_QWEN2 && hp->arch != PL_ARCH_QWEN3MOE &&
-        hp->arch != PL_ARCH_GPT_OSS)
-        return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism supports the llama, qwen2, qwen3moe "
-                       "and gpt-oss architectures, not '%s'", hp->arch_name);
-    if (hp->n_kv_heads % size)
+    if (hp->arch == PL_ARCH_BERT)
+        return pl_fail(PL_ERR_UNSUPPORTED, "tensor parallelism supports the llama, qwen2, qwen3, "
+                       "qwen3moe, gpt-oss, mistral3, gemma2, gemma3, gemma4 and phi3 "
+                       "architectures, not '%s' (an embedding model runs on one process)",
+                       hp->arch_name);
+    for (int32_t l = 0; l < hp->n_layers; l++) { /* gemma4: every layer's own KV heads */
+        const int32_t kvh = pl_model_layer_shape(hp, l).n_kv_heads;
+        if (kvh % size)
+            return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d does not divide the "
+                           "model's %d KV heads%s (each rank holds whole KV heads: use a divisor "
+                           "of %d)", size, kvh, hp->kv_shaped ? " of a layer" : "", kvh);
+    }
+    /* each expert is cut as a dense FFN (pl_model_shard); a mixture of experts has no dense FFN
+     * but gemma4's, which keeps one beside its experts (each layer's width: bind_gemma4_weights) */
+    const int moe = hp->n_expert > 0, dense = !moe || hp->arch == PL_ARCH_GEMMA4;
+    if (moe && hp->expert_ffn % size)
         return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d does not divide the model's "
-                       "%d KV heads (each rank holds whole KV heads: use a divisor of %d)", size,
-                       hp->n_kv_heads, hp->n_kv_heads);
-    /* a mixture of experts has no dense FFN: each expert is cut as one (pl_model_shard) */
-    const int moe = hp->n_expert > 0;
-    if ((moe ? hp->expert_ffn : hp->ffn_dim) % size)
+                       "experts' width %d", size, hp->expert_ffn);
+    if (dense && hp->ffn_dim % size)
         return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d does not divide the model's "
-                       "%s width %d", size, moe ? "experts'" : "FFN",
-                       moe ? hp->expert_ffn : hp->ffn_dim);
+                       "FFN width %d", size, hp->ffn_dim);
     hp->n_heads /= size;
     hp->n_kv_heads /= size;
-    if (moe)
-        hp->expert_ffn /= size;
-    else
-        hp->ffn_dim /= size;
+    for (int32_t l = 0; hp->kv_shaped && l < hp->n_layers; l++) hp->kv_shapes[l].n_kv_heads /= size;
+    if (moe) hp->expert_ffn /= size;
+    if (dense) hp->ffn_dim /= size;
     return PL_OK;
 }
 

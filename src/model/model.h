@@ -273,8 +273,9 @@ pl_status pl_model_load(const char *path, pl_model **out);
 /* Load shard `rank` of `size` (see pl_model_shard; size 1 = pl_model_load). Refuses, naming the
  * numbers, a size that does not divide the KV heads or the FFN width, a column slice that does
  * not fall on the weight type's quantization blocks (an expert's down columns too), and
- * architectures other than llama (Mixtral-style MoE included), qwen2, qwen3moe and gpt-oss; a
- * mixture of experts also needs size to divide its experts' width. */
+ * bert (an embedding model); a mixture of experts also needs size to divide its experts'
+ * width, gemma4 every layer's KV heads and FFN width (hp.kv_shapes then hold the local KV
+ * heads). gemma4's per-layer embedding matrices stay whole on every rank. */
 pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_model **out);
 void pl_model_destroy(pl_model *m);
 
@@ -285,7 +286,8 @@ pl_status pl_forward_ctx_create(const pl_model *m, int32_t max_tokens, int32_t m
                                 pl_threadpool *tp, pl_forward_ctx **out);
 /* A sharded model's collectives (all ranks call them in the same order; a failure, a rank gone,
  * fails the step):
- *  - reduce: after the attention output projection and after the FFN down projection, x[n]
+ *  - reduce: after the attention output projection and after the FFN down projection (and
+ *    the experts' weighted sum: in gemma4's MoE layers, beside the dense FFN's, apart), x[n]
  *    (n = tokens x dim) becomes the sum of every rank's x (the same bits on every rank: parallel/
  *    sums in rank order);
  *  - gather: part[rows][shard.n_vocab] are this rank's logits columns; rank 0 receives the whole

@@ -349,12 +349,11 @@ void pl_moe_ffn(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T) {
     if (L->moe_pre_norm) pl_rmsnorm(c->tp, c->h, c->x, L->moe_pre_norm, T, dim, hp->norm_eps);
     for (int64_t t0 = 0; t0 < T; t0 += MOE_CHUNK)
         moe_pass(c, L, route + t0 * dim, t0, T - t0 < MOE_CHUNK ? T - t0 : MOE_CHUNK);
-    if (L->moe_post_norm)
-        pl_rmsnorm(c->tp, c->moe_acc, c->moe_acc, L->moe_post_norm, T, dim, hp->norm_eps);
 }
 
 void pl_moe_add_shared(pl_forward_ctx *c, const pl_layer_weights *L, int64_t T) {
     const pl_model_hparams *hp = &c->m->hp;
+    pl_rmsnorm(c->tp, c->moe_acc, c->moe_acc, L->moe_post_norm, T, hp->dim, hp->norm_eps);
     pl_rmsnorm(c->tp, c->h, c->h, L->shexp_post_norm, T, hp->dim, hp->norm_eps);
     pl_add(c->h, c->moe_acc, T * hp->dim);
 }

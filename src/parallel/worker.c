@@ -40,11 +40,14 @@ static pl_status worker_setup(worker *w, const pl_engine_config *c, const pl_dis
     pl_kv_layout l = {.dtype = (pl_dtype)su->kv_dtype, .block_size = su->block_size,
                       .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
                       .num_blocks = su->num_blocks};
-    PL_TRY(pl_kv_store_init(&w->kv, &l, hp->n_layers, NULL));
+    /* one tensor per layer with its own KV, of its (local) shape: gemma4's differ by layer */
+    const int32_t tensors = pl_model_kv_tensors(hp);
+    PL_TRY(pl_kv_store_init_shaped(&w->kv, &l, tensors, pl_model_kv_shapes(hp), NULL));
     w->has_kv = 1;
     if (su->num_swap_blocks > 0) {
         l.num_blocks = su->num_swap_blocks;
-        PL_TRY(pl_kv_store_init(&w->swap, &l, hp->n_layers, NULL)); /* RAM on workers */
+        PL_TRY(pl_kv_store_init_shaped(&w->swap, &l, tensors, pl_model_kv_shapes(hp),
+                                       NULL)); /* RAM on workers */
         w->has_swap = 1;
     }
     w->tables = calloc((size_t)su->max_seqs * (size_t)su->max_blocks, sizeof(int32_t));

@@ -244,6 +244,20 @@ for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm
     assert m["blk.1.%s.weight" % n][0] == [64], (n, m)
 EOF2
 then ok; else bad "gemma4 MoE tensor layout"; fi
+# --split-experts: gate and up apart, each with a per-expert scale (llama.cpp's unfused layout)
+"$PL_BINARY" mkmodel "$tmp/g4s.gguf" "${TINY[@]}" ${ARCH_FLAGS[10]} --split-experts >/dev/null 2>"$tmp/err"
+check "gemma4 --split-experts: exit 0 ($(head -c 300 "$tmp/err"))" test $? -eq 0
+python3 "$tmp/gguf_table.py" "$tmp/g4s.gguf" >"$tmp/g4s.json"
+if python3 - "$tmp/g4s.json" <<'EOF2'
+import json, sys
+m = dict((t[0], t[1:]) for t in json.load(open(sys.argv[1]))["tensors"])
+assert "blk.1.ffn_gate_up_exps.weight" not in m, m
+for n in ("gate", "up"):
+    assert m["blk.1.ffn_%s_exps.weight" % n][0] == [64, 32, 4], (n, m)
+    assert m["blk.1.ffn_%s_exps.scale" % n][0] == [4], (n, m)
+assert m["blk.0.ffn_down_exps.scale"][0] == [4], m
+EOF2
+then ok; else bad "gemma4 --split-experts tensor layout"; fi
 # gpt-oss: biases, sinks, post_attention_norm as its FFN norm; --type mxfp4: the experts only
 "$PL_BINARY" mkmodel "$tmp/go.gguf" "${TINY[@]}" ${ARCH_FLAGS[9]} --type mxfp4 >/dev/null 2>"$tmp/err"
 check "gpt-oss mxfp4: exit 0 ($(head -c 300 "$tmp/err"))" test $? -eq 0
@@ -337,6 +351,8 @@ usage_error "unknown arch" "is not llama, qwen3, qwen3moe, gpt-oss, mistral3, ge
     "${TINY[@]}" --arch gpt2
 usage_error "temperature on llama" "--attn-temp-scale and --yarn-\* are for --arch mistral3" "$B" \
     "${TINY[@]}" --attn-temp-scale 0.1
+usage_error "split experts without gemma4's experts" "--split-experts is for --arch gemma4 --experts N" \
+    "$B" "${TINY[@]}" --arch gemma4 --split-experts
 usage_error "swa base on gemma2" "--rope-base-swa is for --arch gemma3" "$B" "${TINY[@]}" \
     --arch gemma2 --rope-base-swa 10000
 usage_error "unknown rope scaling" "is not none, linear, yarn, llama3 or longrope" "$B" \

@@ -9,6 +9,8 @@
 #     (q4_K), a world size that differs from N, a rank that cannot load its shard;
 #   - TP = 4 (one KV head per rank) against TP = 1, and two TP = 4 runs bit for bit;
 #   - a mixture of experts (a random gpt-oss, f32) at TP = 2 against TP = 1;
+#   - issue 33's families (gemma3, gemma4 with per-layer embeddings and shared KV, gemma4's MoE)
+#     at TP = 2 against TP = 1;
 #   - faults: a rank killed mid-run ends the job within seconds (generate: rank 1, rank 0; serve,
 #     whose request in flight gets an error); a rank stopped (SIGSTOP) ends it at the
 #     collectives' deadline.
@@ -120,6 +122,29 @@ if timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$tmp/moe.gguf" --i
         --output "$tmp/moe.2" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 2 2>"$tmp/moe.err" >/dev/null &&
    python3 "$HERE/tp_compare.py" "$tmp/moe.1" "$tmp/moe.2" 1e-4 0.02 --min-compared 64 >"$tmp/moe.cmp" 2>&1
 then ok; echo "MoE TP=2: $(cat "$tmp/moe.cmp")"; else bad "MoE TP=2: $(tail -2 "$tmp/moe.err" "$tmp/moe.cmp")"; fi
+
+# ---- issue 33's families: gemma3 (window layers with their own RoPE base, Q/K norms, soft-cap),
+# gemma4 with per-layer embeddings and shared-KV layers (the workers' KV store of per-layer
+# shapes), gemma4's MoE (dense FFN and experts reduced apart); 2 greedy requests each against
+# TP = 1, within each family's f32 bound of docs/ACCURACY.md (gemma4 1e-3, its MoE 2.8e-4; the
+# Gemma post-norms amplify the regrouped sums) ----
+fam_base=(--vocab-from "$S" --dim 64 --heads 4 --kv-heads 2 --head-dim 16 --ffn 64 --seed 5)
+g4=(--arch gemma4 --swa-pattern 2 --head-dim 16 --head-dim-swa 8 --kv-heads-full 2 --sliding-window 8
+    --final-softcap 3)
+family() { # family NAME BOUND MKMODEL_FLAGS...
+    local name=$1 bound=$2
+    shift 2
+    "$PL_BINARY" mkmodel "$tmp/$name.gguf" "${fam_base[@]}" "$@" >/dev/null || { bad "$name: mkmodel"; return; }
+    "$PL_BINARY" generate -m "$tmp/$name.gguf" --input "$tmp/two.jsonl" --output "$tmp/$name.1" -t 1 \
+        --kv-cache-dtype f32 2>/dev/null >/dev/null
+    if timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$tmp/$name.gguf" --input "$tmp/two.jsonl" \
+            --output "$tmp/$name.2" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 2 2>"$tmp/$name.err" >/dev/null &&
+       python3 "$HERE/tp_compare.py" "$tmp/$name.1" "$tmp/$name.2" "$bound" 0.02 --min-compared 64 >"$tmp/$name.cmp" 2>&1
+    then ok; echo "$name TP=2: $(cat "$tmp/$name.cmp")"; else bad "$name TP=2: $(tail -2 "$tmp/$name.err" "$tmp/$name.cmp")"; fi
+}
+family gemma3 1e-4 --layers 2 --arch gemma3 --swa-pattern 2 --sliding-window 8 --final-softcap 3
+family gemma4 1e-3 --layers 4 "${g4[@]}" --shared-kv-layers 2 --per-layer-dim 8 --ffn-wide 128
+family gemma4-moe 2.8e-4 --layers 2 "${g4[@]}" --experts 4 --experts-used 2 --expert-ffn 64
 
 # ---- seeded sampling: two TP = 2 runs agree bit for bit ----
 for i in 0 1 2 3; do

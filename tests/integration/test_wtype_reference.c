@@ -135,6 +135,12 @@ static const arch_case ARCHS[] = {
                    "--kv-heads-full 2 --sliding-window 16 --rope-base 1000000 "
                    "--rope-base-swa 10000 --final-softcap 3 --ffn 256 --experts 8 "
                    "--experts-used 3 --expert-ffn 256"},
+    /* the same with gate and up experts apart (llama.cpp's unfused layout), each with its
+     * per-expert scale (ffn_{gate,up}_exps.scale: each expert's gate / up output times it) */
+    {"gemma4-moe-split", "--arch gemma4 --layers 2 --swa-pattern 2 --head-dim 64 --head-dim-swa 32 "
+                         "--kv-heads-full 2 --sliding-window 16 --rope-base 1000000 "
+                         "--rope-base-swa 10000 --final-softcap 3 --ffn 256 --experts 8 "
+                         "--experts-used 3 --expert-ffn 256 --split-experts"},
     /* the small variants' layout: per-layer embeddings of 32, layers 0 1 window, 2 full own
      * their KV; 3 4 (window) reuse layer 1's, 5 (full) layer 2's, with a double-wide FFN */
     {"gemma4-ple", "--arch gemma4 --layers 4 --swa-pattern 2 --head-dim 64 --head-dim-swa 32 "
@@ -143,7 +149,7 @@ static const arch_case ARCHS[] = {
 };
 
 /* ARCHS made without f16 (f32 and their ARCH_TYPES only): the suite's time. */
-static int no_f16(const char *name) { return !strcmp(name, "gemma4-moe"); }
+static int no_f16(const char *name) { return !strncmp(name, "gemma4-moe", 10); }
 
 /* Files of other types than f32 and f16 for some of ARCHS (the script's third field), with
  * their bounds (docs/ACCURACY.md). gpt-oss's mxfp4: its experts in mxfp4, the rest f32; both

@@ -23,7 +23,10 @@
  * and the q8_0 activation rounding of the next matmul turns a last bit at a rounding boundary
  * into a whole quant step, which the layers amplify (synth q8_0: 0.087 in the logits at the
  * AVX2 level; the whole model alone differs by 0.108 between the scalar and AVX-512 levels).
- * The lockstep run removes that amplification and keeps every check exact. */
+ * The lockstep run removes that amplification and keeps every check exact.
+ * Issue 33's families (qwen3, mistral3, gemma2, gemma3, gemma4 with per-layer embeddings and
+ * shared-KV layers, gemma4's MoE) and phi3 run the lockstep too, f32; test_gemma4_shapes checks gemma4's
+ * per-layer cuts and its refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,6 +56,26 @@ enum { T = 12, BS = 16, NBLK = 4, STEPS = 6 };
 #define QWEN3MOE "--arch qwen3moe --experts 4 --experts-used 2 --expert-ffn 64"
 #define GPT_OSS "--arch gpt-oss --sliding-window 8 --experts 4 --experts-used 2 --expert-ffn 64 " \
                 "--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64"
+
+/* Issue 33's families, tiny, of the same base: qwen3 (per-head Q/K norms), mistral3 (the
+ * attention temperature: original context 4, so it grows along the 18 positions), gemma2 (soft-
+ * caps, window 8 on even layers), gemma3 (Q/K norms, window 8 with its own RoPE base, the final
+ * soft-cap), gemma4 (window layers of 2 KV heads of 8, full ones of 2 of 16; layers 2 and 3
+ * reuse layers 0 and 1's KV; per-layer embeddings of 8; the shared-KV layers' FFN 128 wide) and
+ * gemma4's MoE variant (the experts beside the dense FFN: 3 reductions per layer), all of gemma4's
+ * parts at once in q8_0 (head sizes of 16: every cut on 32-value blocks); and phi3
+ * (its fused attn_qkv and gate/up ffn_up, cut as views of views; LongRoPE's long factors). */
+#define GEMMA4 "--arch gemma4 --swa-pattern 2 --head-dim 16 --head-dim-swa 8 --kv-heads-full 2 " \
+               "--sliding-window 8 --final-softcap 3 "
+#define FAMILIES                                                                                  \
+    "--arch qwen3", "--arch mistral3 --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 4 "      \
+    "--attn-temp-scale 0.1", "--arch gemma2 --sliding-window 8 --attn-softcap 0.5 "               \
+    "--final-softcap 3", "--arch gemma3 --swa-pattern 2 --sliding-window 8 --rope-base-swa 5000 " \
+    "--final-softcap 3", GEMMA4 "--layers 4 --shared-kv-layers 2 --per-layer-dim 8 --ffn-wide 128", \
+    GEMMA4 "--experts 4 --experts-used 2 --expert-ffn 64",                                      \
+    "--arch gemma4 --swa-pattern 2 --kv-heads-full 2 --sliding-window 8 --layers 4 "              \
+    "--shared-kv-layers 2 --per-layer-dim 32 --experts 4 --experts-used 2 --expert-ffn 64 "       \
+    "--type q8_0", "--arch phi3 --rope-scaling longrope --rope-orig-ctx 8 --ctx 64"
 
 /* `pagellm mkmodel` MOE_BASE flags into a new temporary file, whose path goes to `path` [64]. */
 static void mkmoe(char *path, const char *flags) {
@@ -152,6 +175,49 @@ static void test_moe_shapes(void **state) {
     pl_model_destroy(s0);
     pl_model_destroy(full);
     unlink(path);
+}
+
+/* gemma4's rank 1 (issue 33): each layer's own KV heads halved, the shared-KV layers without
+ * K/V, each layer's FFN rows of its own width, the per-layer embedding matrices whole; and the
+ * refusals: a layer whose KV heads N does not divide (full layers of 1 KV head), an
+ * architecture TP does not cut (bert). */
+static void test_gemma4_shapes(void **state) {
+    (void)state;
+    static const char *const flags[3] = {
+        GEMMA4 "--layers 4 --shared-kv-layers 2 --per-layer-dim 8 --ffn-wide 128",
+        GEMMA4 "--layers 2 --kv-heads-full 1", "--arch bert --layers 1"};
+    char path[3][64];
+    for (int i = 0; i < 3; i++) mkmoe(path[i], flags[i]);
+    pl_model *full, *s1, *m = NULL;
+    assert_int_equal(pl_model_load(path[0], &full), PL_OK);
+    assert_int_equal(pl_model_load_shard(path[0], 1, 2, &s1), PL_OK);
+    for (int32_t l = 0; l < full->hp.n_layers; l++) {
+        const pl_layer_weights *F = &full->layers[l], *L1 = &s1->layers[l];
+        assert_int_equal(s1->hp.kv_shapes[l].n_kv_heads * 2, full->hp.kv_shapes[l].n_kv_heads);
+        assert_int_equal(s1->hp.kv_shapes[l].head_dim, full->hp.kv_shapes[l].head_dim);
+        assert_int_equal(L1->wq.rows * 2, F->wq.rows);
+        assert_int_equal(L1->wk.rows * 2, F->wk.rows);
+        assert_true((L1->wk.data == NULL) == (l >= 2)); /* layers 2, 3 reuse KV */
+        assert_int_equal(L1->w_up.rows * 2, F->w_up.rows); /* 64 and 128 wide */
+        assert_int_equal(L1->w_down.cols * 2, F->w_down.cols);
+        assert_int_equal(L1->ple_gate.rows, F->ple_gate.rows);
+        assert_int_equal(L1->ple_proj.cols, F->ple_proj.cols);
+        assert_memory_equal(L1->ple_proj.data, F->ple_proj.data,
+                            (size_t)(F->ple_proj.rows * F->ple_proj.cols) * sizeof(float));
+        /* rank 1's K rows: the second half (f32, not repacked) */
+        if (F->wk.data)
+            assert_memory_equal(L1->wk.data, (const float *)F->wk.data + L1->wk.rows * F->wk.cols,
+                                (size_t)(L1->wk.rows * F->wk.cols) * sizeof(float));
+    }
+    assert_int_equal(s1->hp.ffn_dim * 2, full->hp.ffn_dim);
+    pl_model_destroy(s1);
+    pl_model_destroy(full);
+    assert_int_equal(pl_model_load_shard(path[1], 0, 2, &m), PL_ERR_INVALID_ARG);
+    assert_null(m);
+    assert_non_null(strstr(pl_last_error(), "does not divide the model's 1 KV heads of a layer"));
+    assert_int_equal(pl_model_load_shard(path[2], 0, 2, &m), PL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pl_last_error(), "not 'bert'"));
+    for (int i = 0; i < 3; i++) unlink(path[i]);
 }
 
 /* ---- two ranks as two threads ---- */
@@ -294,8 +360,10 @@ static void setup_rank(rank_run *r, const char *path, int rank, int size) {
     assert_int_equal(size == 1 ? pl_model_load(path, &r->m) : pl_model_load_shard(path, rank, size, &r->m),
                      PL_OK);
     r->tp = pl_threadpool_create(1);
-    pl_kv_layout l = {PL_DT_F32, BS, r->m->hp.n_kv_heads, r->m->hp.head_dim, NBLK};
-    assert_int_equal(pl_kv_store_init(&r->kv, &l, r->m->hp.n_layers, NULL), PL_OK);
+    const pl_model_hparams *hp = &r->m->hp;
+    pl_kv_layout l = {PL_DT_F32, BS, hp->n_kv_heads, hp->head_dim, NBLK};
+    assert_int_equal(pl_kv_store_init_shaped(&r->kv, &l, pl_model_kv_tensors(hp),
+                                             pl_model_kv_shapes(hp), NULL), PL_OK);
     assert_int_equal(pl_forward_ctx_create(r->m, T, 1, r->tp, &r->fwd), PL_OK);
     r->logits = calloc((size_t)(STEPS + 1) * r->m->hp.n_vocab, sizeof(float));
 }
@@ -360,15 +428,30 @@ static double max_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-/* the shared models, then the mixtures of experts made by test_sharded_forward */
-enum { N_MOE = 5 };
-static const char *LOCKSTEP_MODELS[4 + N_MOE] = {
+/* the shared models, then the mixtures of experts and issue 33's families made by
+ * test_sharded_forward */
+enum { N_MOE = 5, N_MADE = N_MOE + 8 };
+static const char *LOCKSTEP_MODELS[4 + N_MADE] = {
     STORIES, Q8, PL_SHARED_DIR "/models/synth-tiny-f16.gguf",
     PL_SHARED_DIR "/models/synth-tiny-q4_0.gguf"};
 
-static const char *const MODEL_NAMES[4 + N_MOE] = {
+static const char *const MODEL_NAMES[4 + N_MADE] = {
     "stories260K", "synth-tiny-q8_0", "synth-tiny-f16", "synth-tiny-q4_0", "qwen3moe f32",
-    "qwen3moe q8_0", "mixtral f32", "gpt-oss f32", "gpt-oss mxfp4 experts"};
+    "qwen3moe q8_0", "mixtral f32", "gpt-oss f32", "gpt-oss mxfp4 experts", "qwen3 f32",
+    "mistral3 f32", "gemma2 f32", "gemma3 f32", "gemma4 f32 (per-layer embeddings, shared KV)",
+    "gemma4-moe f32", "gemma4 q8_0 (MoE, per-layer embeddings, shared KV)",
+    "phi3 f32 (fused QKV and gate/up, LongRoPE)"};
+
+/* The reductions of one step: 2 per layer, 3 for a layer with experts beside a dense FFN. */
+static int reductions_per_step(const char *path) {
+    pl_model *m;
+    assert_int_equal(pl_model_load(path, &m), PL_OK);
+    int n = 0;
+    for (int32_t l = 0; l < m->hp.n_layers; l++)
+        n += m->layers[l].exp_gate && m->layers[l].w_down.data ? 3 : 2;
+    pl_model_destroy(m);
+    return n;
+}
 
 /* The checks at the top of the file at the current kernel level. */
 static void sharded_forward_at_level(void) {
@@ -398,10 +481,7 @@ static void sharded_forward_at_level(void) {
         two = run_tp(path, 2, 0, fed2, NULL, &tp, &worst);
         print_message("%s %s lockstep: %d reductions, the ranks' sums within %.3g of the whole "
                       "model's (of the largest entry)\n", isa, MODEL_NAMES[mi], tp.count, worst);
-        pl_model *m;
-        assert_int_equal(pl_model_load(path, &m), PL_OK);
-        assert_int_equal(tp.count, 2 * m->hp.n_layers * (STEPS + 1)); /* 2 per layer and step */
-        pl_model_destroy(m);
+        assert_int_equal(tp.count, reductions_per_step(path) * (STEPS + 1));
         assert_memory_equal(one, two, n * sizeof(float));
         assert_memory_equal(fed1, fed2, sizeof fed1);
         free(one), free(two);
@@ -411,11 +491,11 @@ static void sharded_forward_at_level(void) {
 
 static void test_sharded_forward(void **state) {
     (void)state;
-    static const char *const moe_flags[N_MOE] = {
+    static const char *const moe_flags[N_MADE] = {
         QWEN3MOE, QWEN3MOE " --type q8_0", "--experts 4 --experts-used 2", GPT_OSS,
-        GPT_OSS " --type mxfp4"};
-    char moe[N_MOE][64];
-    for (int i = 0; i < N_MOE; i++) {
+        GPT_OSS " --type mxfp4", FAMILIES};
+    char moe[N_MADE][64];
+    for (int i = 0; i < N_MADE; i++) {
         mkmoe(moe[i], moe_flags[i]);
         LOCKSTEP_MODELS[4 + i] = moe[i];
     }
@@ -426,7 +506,7 @@ static void test_sharded_forward(void **state) {
         sharded_forward_at_level();
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
-    for (int i = 0; i < N_MOE; i++) unlink(moe[i]);
+    for (int i = 0; i < N_MADE; i++) unlink(moe[i]);
     isa_coverage_check("sharded forward", ran);
 }
 
@@ -434,6 +514,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes_and_refusals),
         cmocka_unit_test(test_moe_shapes),
+        cmocka_unit_test(test_gemma4_shapes),
         cmocka_unit_test(test_sharded_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
