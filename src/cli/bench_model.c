@@ -15,7 +15,8 @@
  * kernels/roofline (as `bench kernels` does): GFLOP/s (GOP/s when the matrices are quantized:
  * integer dot products) = 2 x (matrix parameters x tokens + output matrix x logit rows +
  * attention's QK and AV multiply-adds over the keys each token sees) / time, and GB/s = (every
- * matrix once per step + the K and V each sequence reads) / time. %peak is the f32 FMA peak
+ * matrix once per step + the K and V each sequence reads) / time, a MoE layer's experts only those
+ * the step's tokens chose, each once (pl_forward_moe_bytes counts them). %peak is the f32 FMA peak
  * (float matrices only), %bw the read bandwidth.
  */
 #include "cli/args.h"
@@ -65,6 +66,7 @@ typedef struct {
 /* The work of one forward step (see the top comment): FLOPs and bytes read. */
 typedef struct {
     double layer_params, layer_bytes; /* all layers' matrices */
+    double expert_bytes;              /* of which one token's experts (in layer_bytes) */
     double out_params, out_bytes;     /* the output matrix */
     double kv_bytes_per_key;          /* K and V of one position, every layer */
     double attn_flops_per_key;        /* QK + AV of one query against one key, every layer */
@@ -82,13 +84,15 @@ static void work_of(const pl_model *m, pl_dtype kv, bm_work *w) {
             w->layer_params += (double)ws[i]->rows * (double)ws[i]->cols;
             w->layer_bytes += (double)ws[i]->rows * (double)pl_dtype_row_size(ws[i]->type, ws[i]->cols);
         }
-        /* MoE: the router and the experts one token uses (a batch reads more of them: this
-         * counts a decode of one sequence's work) */
+        /* MoE: the router and the experts one token uses (the FLOPs; the bytes of a step are
+         * those of the experts its tokens chose, counted by the forward pass) */
         const pl_weight *es[] = {&L->gate_inp, &L->exp_gate[0], &L->exp_up[0], &L->exp_down[0]};
         for (int i = 0; L->exp_gate && i < 4; i++) {
             double n = i ? hp->n_expert_used : 1;
             w->layer_params += n * (double)es[i]->rows * (double)es[i]->cols;
-            w->layer_bytes += n * (double)es[i]->rows * (double)pl_dtype_row_size(es[i]->type, es[i]->cols);
+            double b = n * (double)es[i]->rows * (double)pl_dtype_row_size(es[i]->type, es[i]->cols);
+            w->layer_bytes += b;
+            if (i) w->expert_bytes += b;
         }
     }
     w->out_params = (double)m->output.rows * (double)m->output.cols;
@@ -99,20 +103,23 @@ static void work_of(const pl_model *m, pl_dtype kv, bm_work *w) {
     w->attn_flops_per_key = 4.0 * hp->n_layers * hp->n_heads * (double)hp->head_dim;
 }
 
-/* FLOPs and bytes of a prefill of p tokens (one sequence, causal, one logit row). */
-static void work_prefill(const bm_work *w, int64_t p, double *flops, double *bytes) {
+/* FLOPs and bytes of a prefill of p tokens (one sequence, causal, one logit row); moe: the
+ * expert bytes the step read (pl_forward_moe_bytes), in place of one token's. */
+static void work_prefill(const bm_work *w, int64_t p, double moe, double *flops, double *bytes) {
     double keys = (double)p * (double)(p + 1) / 2;
     *flops = 2.0 * w->layer_params * (double)p + 2.0 * w->out_params + w->attn_flops_per_key * keys;
-    *bytes = w->layer_bytes + w->out_bytes + w->kv_bytes_per_key * (double)p;
+    *bytes = w->layer_bytes - w->expert_bytes + moe + w->out_bytes + w->kv_bytes_per_key * (double)p;
 }
 
-/* FLOPs and bytes of n decode steps of B sequences that start with ctx tokens each. */
-static void work_decode(const bm_work *w, int32_t B, int64_t n, int64_t ctx, double *flops,
-                        double *bytes) {
+/* FLOPs and bytes of n decode steps of B sequences that start with ctx tokens each; moe: the
+ * expert bytes the n steps read (B > 1 reads more experts than one token's). */
+static void work_decode(const bm_work *w, int32_t B, int64_t n, int64_t ctx, double moe,
+                        double *flops, double *bytes) {
     double keys = (double)B * ((double)n * (double)(ctx + 1) + (double)n * (double)(n - 1) / 2);
     *flops = 2.0 * (w->layer_params + w->out_params) * (double)B * (double)n +
              w->attn_flops_per_key * keys;
-    *bytes = (w->layer_bytes + w->out_bytes) * (double)n + w->kv_bytes_per_key * keys;
+    *bytes = (w->layer_bytes - w->expert_bytes + w->out_bytes) * (double)n + moe +
+             w->kv_bytes_per_key * keys;
 }
 
 /* The rates of one row: work per token (flops/bytes over `tokens`) at `tps` tokens/s. */
@@ -194,15 +201,18 @@ static pl_status step(bm_run *r, int32_t seqs, int32_t q_len, int32_t start) {
     return pl_model_forward(r->fwd, &r->kv, &b, r->logits);
 }
 
-static pl_status measure_prefill(bm_run *r, const bm_opts *o, double *tps) {
+/* tps: tokens/s; moe: the expert bytes the timed steps read */
+static pl_status measure_prefill(bm_run *r, const bm_opts *o, double *tps, double *moe) {
     PL_TRY(step(r, 1, (int32_t)o->p, 0)); /* warm-up: pages, caches, threads */
-    double t0 = pl_clock_now();
+    double t0 = pl_clock_now(), m0 = pl_forward_moe_bytes(r->fwd);
     PL_TRY(step(r, 1, (int32_t)o->p, 0));
     *tps = (double)o->p / (pl_clock_now() - t0);
+    *moe = pl_forward_moe_bytes(r->fwd) - m0;
     return PL_OK;
 }
 
-static pl_status measure_decode(bm_run *r, const bm_opts *o, int32_t B, double *tps) {
+static pl_status measure_decode(bm_run *r, const bm_opts *o, int32_t B, double *tps,
+                                double *moe) {
     /* the contexts: sequence by sequence, untimed, in steps the scratch can hold */
     for (int32_t i = 0; i < B && o->ctx > 0; i++) {
         /* step() fills sequence 0's slots; fake sequence i by shifting the table view */
@@ -213,9 +223,10 @@ static pl_status measure_decode(bm_run *r, const bm_opts *o, int32_t B, double *
         PL_TRY(s);
     }
     PL_TRY(step(r, B, 1, (int32_t)o->ctx)); /* warm-up step, rewritten by the first timed one */
-    double t0 = pl_clock_now();
+    double t0 = pl_clock_now(), m0 = pl_forward_moe_bytes(r->fwd);
     for (int64_t k = 0; k < o->n; k++) PL_TRY(step(r, B, 1, (int32_t)(o->ctx + k)));
     *tps = (double)B * (double)o->n / (pl_clock_now() - t0);
+    *moe = pl_forward_moe_bytes(r->fwd) - m0;
     return PL_OK;
 }
 
@@ -332,13 +343,14 @@ int pl_bench_model(int argc, char **argv) {
     for (int i = 0; i < o.n_batches; i++) max_b = o.batches[i] > max_b ? o.batches[i] : max_b;
 
     double pre[MAX_REPS], dec[MAX_BATCHES][MAX_REPS];
+    double pre_moe = 0, dec_moe[MAX_BATCHES] = {0}; /* expert bytes read (the same tokens every repetition) */
     for (int rep = 0; rep < o.reps; rep++) {
         /* fresh model, pool and cache per repetition, as separate runs would have */
         bm_run r = {0};
         pl_status s = run_open(&r, &o, max_b);
-        if (s == PL_OK && o.p > 0) s = measure_prefill(&r, &o, &pre[rep]);
+        if (s == PL_OK && o.p > 0) s = measure_prefill(&r, &o, &pre[rep], &pre_moe);
         for (int i = 0; s == PL_OK && o.n > 0 && i < o.n_batches; i++)
-            s = measure_decode(&r, &o, o.batches[i], &dec[i][rep]);
+            s = measure_decode(&r, &o, o.batches[i], &dec[i][rep], &dec_moe[i]);
         if (s != PL_OK) {
             run_free(&r);
             free(o.batches);
@@ -377,7 +389,7 @@ int pl_bench_model(int argc, char **argv) {
             bm_rates pre_rt = {0}, dec_rt[MAX_BATCHES];
             if (o.p > 0) {
                 stats(pre, (int)o.reps, &mean, &best);
-                work_prefill(&w, o.p, &flops, &bytes);
+                work_prefill(&w, o.p, pre_moe, &flops, &bytes);
                 pre_rt = rates_of(&w, flops, bytes, (double)o.p, mean, peak, bw_peak);
                 printf("%-8s %6d %7lld %6d %12.1f %12.1f %9.1f %8.1f %6s %6s\n", "prefill", 1,
                        (long long)o.p, 0, mean, best, pre_rt.ops, pre_rt.gbs,
@@ -385,7 +397,7 @@ int pl_bench_model(int argc, char **argv) {
             }
             for (int i = 0; o.n > 0 && i < o.n_batches; i++) {
                 stats(dec[i], (int)o.reps, &mean, &best);
-                work_decode(&w, o.batches[i], o.n, o.ctx, &flops, &bytes);
+                work_decode(&w, o.batches[i], o.n, o.ctx, dec_moe[i], &flops, &bytes);
                 dec_rt[i] = rates_of(&w, flops, bytes, (double)o.batches[i] * (double)o.n, mean,
                                      peak, bw_peak);
                 printf("%-8s %6d %7lld %6lld %12.1f %12.1f %9.1f %8.1f %6s %6s\n", "decode",

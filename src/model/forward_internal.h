@@ -38,6 +38,7 @@ struct pl_forward_ctx {
     struct pl_moe_unit *moe_units; /* [n_expert * MAX_SPLIT] the phase's units */
     void *moe_act;       /* [n_parts][moe_act_bytes] each part's converted activations */
     size_t moe_act_bytes;
+    double moe_bytes;    /* expert weight bytes read so far (pl_forward_moe_bytes) */
     /* LoRA adapters (model/lora.h; NULL until pl_forward_lora_enable) */
     int32_t lora_max_rank;
     float *lora_r;       /* [max_tokens][lora_max_rank] A x */

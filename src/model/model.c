@@ -665,15 +665,15 @@ static void release_pages(const void *p, size_t n) {
  * bf16, q4_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl and mxfp4 on AVX2 (with AVX-VNNI also q5_0,
  * q4_1, q5_1), 16 rows interleaved. What it was copied from is let go: a buffer of its own (a
  * column slice) is freed, mapped pages released. */
-static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
+static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w, void *into) {
     size_t bytes = pl_matmul_repack_wanted(w->type) ? pl_matmul_repack_size(w) : 0;
     if (!bytes) return PL_OK;
     /* What it is copied from has GGUF's size, which the x16 layout need not have (iq4_xs: 138
      * bytes per row and super-block, GGUF 136): releasing the layout's size past the end of the
      * last tensor's mapping zeroed whatever the process had mapped after it. */
     const size_t src_bytes = (size_t)w->rows * pl_dtype_row_size(w->type, w->cols);
-    void *dst;
-    PL_TRY(own_buffer(m, name, bytes, &dst));
+    void *dst = into;
+    if (!dst) PL_TRY(own_buffer(m, name, bytes, &dst));
     const void *src = w->data;
     pl_matmul_repack(w, dst);
     for (int32_t i = 0; i < m->n_owned; i++)
@@ -685,6 +685,21 @@ static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w) {
         }
     release_pages(src, src_bytes);
     m->released_bytes += src_bytes;
+    return PL_OK;
+}
+
+/* The n experts of one tensor (exp[0..n), one shape and type), each repacked on its own (its
+ * source let go before the next: never two copies) into one buffer of the model's: a buffer per
+ * expert (0.9 MB at Qwen3-30B-A3B's shapes) is below the 2 MB of a huge page and got 4 KB pages,
+ * whose TLB misses and prefetch stops at every page held decode at batch 1 to ~60 % of the byte
+ * floor (issue 34). Slices start at multiples of 64 bytes. */
+static pl_status repack_experts(pl_model *m, const char *name, pl_weight *exp, int64_t n) {
+    size_t bytes = pl_matmul_repack_wanted(exp[0].type) ? pl_matmul_repack_size(&exp[0]) : 0;
+    if (!bytes) return PL_OK;
+    const size_t stride = (bytes + 63) / 64 * 64;
+    char *dst;
+    PL_TRY(own_buffer(m, name, stride * (size_t)n, (void **)&dst));
+    for (int64_t e = 0; e < n; e++) PL_TRY(repack_weight(m, name, &exp[e], dst + (size_t)e * stride));
     return PL_OK;
 }
 
@@ -730,19 +745,21 @@ static pl_status repack_weights(pl_model *m) {
             if (!ws[i]->data) continue;
             char name[64];
             snprintf(name, sizeof name, "blk.%d matrix %d", l, i);
-            PL_TRY(repack_weight(m, name, ws[i]));
+            PL_TRY(repack_weight(m, name, ws[i], NULL));
             n += ws[i]->layout == PL_WLAYOUT_X16;
         }
-        /* each expert on its own: a step reads only the experts its tokens chose */
-        for (int32_t e = 0; L->exp_gate && do_experts && e < 3 * m->hp.n_expert; e++) {
+        /* each expert on its own (a step reads only the experts its tokens chose), the
+         * experts of a tensor in one buffer */
+        for (int32_t k = 0; L->exp_gate && do_experts && k < 3; k++) {
             char name[64];
-            snprintf(name, sizeof name, "blk.%d expert matrix %d", l, e);
-            PL_TRY(repack_weight(m, name, &L->exp_gate[e]));
-            n += L->exp_gate[e].layout == PL_WLAYOUT_X16;
+            pl_weight *exp = L->exp_gate + (size_t)k * (size_t)m->hp.n_expert;
+            snprintf(name, sizeof name, "blk.%d experts %s", l, k == 0 ? "gate" : k == 1 ? "up" : "down");
+            PL_TRY(repack_experts(m, name, exp, m->hp.n_expert));
+            for (int32_t e = 0; e < m->hp.n_expert; e++) n += exp[e].layout == PL_WLAYOUT_X16;
         }
     }
     /* the output layer, also when tied: token lookups keep reading tok_embd's rows */
-    if (m->output.data && do_dense) PL_TRY(repack_weight(m, "output", &m->output));
+    if (m->output.data && do_dense) PL_TRY(repack_weight(m, "output", &m->output, NULL));
     n += m->output.layout == PL_WLAYOUT_X16;
     if (n) PL_INFO("repacked %d matrices into the x16 layout (16 rows interleaved; PAGELLM_REPACK=0 keeps the rows)", n);
     return PL_OK;

@@ -300,6 +300,10 @@ typedef struct {
 } pl_forward_tp;
 void pl_forward_set_tp(pl_forward_ctx *c, const pl_forward_tp *tp);
 void pl_forward_ctx_destroy(pl_forward_ctx *c);
+/* Bytes of expert weights (gate, up and down of every active expert, GGUF's sizes) that the
+ * MoE passes of the steps run on c have read since its creation: a step reads only its
+ * tokens' experts, each once per pass (bench model's GB/s at batch > 1). 0 for dense models. */
+double pl_forward_moe_bytes(const pl_forward_ctx *c);
 
 /* Run one step: write every token's K/V into its slot of `kv`, and put the logits of the rows
  * in b->logit_rows into logits[n_logits][n_vocab]. The store's layout must match the model

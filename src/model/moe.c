@@ -171,12 +171,17 @@ static void gather_job(void *ctx, int ith, int nth) {
                (size_t)dim * sizeof(float));
 }
 
+/* Experts with at least one token in the pass (after group_by_expert). */
+static int32_t active_experts(const pl_forward_ctx *c) {
+    int32_t active = 0;
+    for (int32_t e = 0; e < c->m->hp.n_expert; e++) active += c->moe_start[e + 1] > c->moe_start[e];
+    return active;
+}
+
 /* The units of every active expert: whole experts when each thread gets at least two, else
  * each expert cut into `split` blocks of rows (multiples of ROW_ALIGN). */
 static int64_t plan_units(pl_forward_ctx *c, int64_t rows, int nth) {
-    const int32_t ne = c->m->hp.n_expert;
-    int32_t active = 0;
-    for (int32_t e = 0; e < ne; e++) active += c->moe_start[e + 1] > c->moe_start[e];
+    const int32_t ne = c->m->hp.n_expert, active = active_experts(c);
     int64_t split = nth > 1 && active < 2 * nth ? (2 * nth + active - 1) / active : 1;
     if (split > MAX_SPLIT) split = MAX_SPLIT;
     int64_t block = (rows + split - 1) / split;
@@ -317,6 +322,16 @@ static void run_phase(pl_forward_ctx *c, moe_job *j, pl_job_fn fn) {
     pl_threadpool_run(c->tp, fn, j);
 }
 
+/* The weight bytes of the pass's active experts (gate, up, down; GGUF's sizes). */
+static double expert_bytes(const pl_forward_ctx *c, const pl_layer_weights *L) {
+    const pl_weight *w[3] = {&L->exp_gate[0], &L->exp_up[0], &L->exp_down[0]};
+    double per = 0;
+    for (int i = 0; i < 3; i++) per += (double)w[i]->rows * (double)pl_dtype_row_size(w[i]->type, w[i]->cols);
+    return per * active_experts(c);
+}
+
+double pl_forward_moe_bytes(const pl_forward_ctx *c) { return c->moe_bytes; }
+
 /* A pass over tokens [t0, t0 + n) of c->h into c->moe_acc, the router reading route[n][dim]. */
 static void moe_pass(pl_forward_ctx *c, const pl_layer_weights *L, const float *route,
                      int64_t t0, int64_t n) {
@@ -329,6 +344,7 @@ static void moe_pass(pl_forward_ctx *c, const pl_layer_weights *L, const float *
     if (L->gate_inp_b) pl_add_bias(c->moe_probs, L->gate_inp_b, n, hp->n_expert);
     pl_threadpool_run(small, route_job, &j);
     group_by_expert(c, n);
+    c->moe_bytes += expert_bytes(c, L);
     pl_threadpool_run(small, gather_job, &j);
     j.n_units = plan_units(c, hp->expert_ffn, nth);
     run_phase(c, &j, gate_up_job);

@@ -54,6 +54,26 @@ else:
 PY
 check "quantized table header says GOP/s" grep -Eq 'GOP/s +GB/s' "$TMP/bq.out"
 
+# a mixture of experts (f32, 2 layers, 4 experts of 160, top 2): a step's bytes count the experts
+# its tokens chose, so 8 sequences read more experts than one (in each of the 2 steps: 2 a
+# layer at B=1, 2-4 at B=8), a whole number of experts more
+"$PL_BINARY" mkmodel "$TMP/moe.gguf" --vocab-from "$PL_SHARED_DIR/models/stories260K.gguf" \
+    --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 160 --experts 4 --experts-used 2 >/dev/null 2>&1
+"$PL_BINARY" bench model -m "$TMP/moe.gguf" -p 0 -n 2 -b 1,8 --ctx 2 --reps 1 -t 1 --json \
+    >"$TMP/bmoe.out" 2>"$TMP/bmoe.err"
+check "bench model, MoE: bytes of the experts a step's tokens chose" python3 - "$TMP/bmoe.out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert [r["batch"] for r in rows] == [1, 8], rows
+n, layers, k, ne, expert = 2, 2, 2, 4, 3 * 64 * 160 * 4  # f32 gate, up, down of one expert
+kv_key = 2 * layers * 2 * 16 * 2                          # f16 K and V of 2 heads of 16
+def weights(r):  # the bytes of the n steps less the K and V they read
+    keys = r["batch"] * (n * (r["ctx"] + 1) + n * (n - 1) // 2)
+    return r["gb_per_s"] * 1e9 * r["tokens"] * r["batch"] / r["tokens_per_s"] - kv_key * keys
+more = (weights(rows[1]) - weights(rows[0])) / expert  # experts the steps of 8 read beyond 1's
+assert abs(more - round(more)) < 0.05 and 1 <= round(more) <= n * layers * (ne - k), more
+PY
+
 # ---- bench throughput ----
 "$PL_BINARY" bench throughput -m "$MODEL" --dataset fixed:20:12 --num-prompts 16 -t 1 \
     --kv-cache-memory 2M --seed 3 --output "$TMP/tp.jsonl" >"$TMP/tp.out" 2>"$TMP/tp.err"

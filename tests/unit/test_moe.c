@@ -13,6 +13,7 @@
 
 #include "base/threadpool.h"
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 #include "isa_coverage.h"
 
@@ -78,6 +79,16 @@ static void check_model(int i) {
     /* the experts are repacked as any matrix of their type and shape (qwen3moe: q4_K experts
      * and attn_q of 256 x 256; their layout was once left uninitialized) */
     if (i == 0) assert_int_equal(m->layers[0].exp_gate[0].layout, m->layers[0].wq.layout);
+    /* repacked experts: a tensor's experts are slices of one buffer (huge pages at real sizes,
+     * model.c repack_experts), one 64-byte multiple apart, in expert order */
+    for (int32_t k = 0; k < 3 && m->layers[0].exp_gate[0].layout == PL_WLAYOUT_X16; k++) {
+        const pl_weight *e = m->layers[0].exp_gate + (size_t)k * (size_t)m->hp.n_expert;
+        const ptrdiff_t stride = (const char *)e[1].data - (const char *)e[0].data;
+        assert_true(stride > 0 && stride % 64 == 0);
+        assert_true((size_t)stride >= pl_matmul_repack_size(&(pl_weight){.type = e[0].type, .rows = e[0].rows, .cols = e[0].cols}));
+        for (int32_t x = 2; x < m->hp.n_expert; x++)
+            assert_ptr_equal(e[x].data, (const char *)e[0].data + x * stride);
+    }
     int32_t ids[LONG];
     for (int32_t t = 0; t < LONG; t++) ids[t] = (int32_t)((t * 7919u + 13u) % (uint32_t)m->hp.n_vocab);
     const size_t V = (size_t)m->hp.n_vocab;
