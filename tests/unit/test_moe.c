@@ -119,6 +119,7 @@ static void check_model(int i) {
 static void test_qwen3moe(void **state) { (void)state; check_model(0); }
 static void test_gptoss(void **state) { (void)state; check_model(1); }
 static void test_mixtral(void **state) { (void)state; check_model(2); }
+static void test_gemma4_moe(void **state) { (void)state; check_model(3); }
 
 static int group_setup(void **state) {
     (void)state;
@@ -141,6 +142,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_gptoss),
         cmocka_unit_test(test_mixtral),
+        cmocka_unit_test(test_gemma4_moe),
     };
     return isa_run_group_tests(tests, group_setup, group_teardown);
 }
