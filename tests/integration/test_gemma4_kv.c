@@ -213,19 +213,20 @@ static void check_released(pl_engine *e, const char *what) {
     assert_int_equal(pl_kv_cache_check(kv), PL_OK);
 }
 
-/* One model's runs with layer kinds against release off. unit: its bytes per block. */
-static void kinds_equal(const char *path, size_t unit, int32_t V) {
+/* One model's runs with layer kinds against release off (greedy under preemption, or with
+ * forks: seeded n = 3 and beam search). unit: its bytes per block. */
+static void kinds_equal(const char *path, size_t unit, int32_t V, int forks) {
     int32_t prompts[NREQ][PROMPT];
     make_prompts(V, prompts);
     pl_request_params p;
     greedy_params(&p, GEN);
     engine_opts off = {.mode = PL_PREEMPT_RECOMPUTE, .release_off = 1};
-    pl_engine *big = make_engine(path, unit, 64, off);
-    result *ref = run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
-    pl_engine_destroy(big);
+    pl_engine *big = forks ? NULL : make_engine(path, unit, 64, off);
+    result *ref = forks ? NULL : run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
+    if (big) pl_engine_destroy(big);
     static const engine_opts runs[] = {
         {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0}, {PL_PREEMPT_SWAP, 16, 2, 0, 0}};
-    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    for (size_t k = 0; !forks && k < sizeof runs / sizeof runs[0]; k++) {
         /* a request ends with 180 tokens: 12 blocks; two of them fill more than the full pool
          * (gemma4: 14 blocks; gemma3: 20), which every layer full (10 blocks) cannot hold */
         pl_engine *e = make_engine(path, unit, 10, runs[k]);
@@ -243,7 +244,7 @@ static void kinds_equal(const char *path, size_t unit, int32_t V) {
     free(ref);
     /* seeded n = 3 (forks, copy-on-write) and beam search of width 3 */
     enum { N_REQ = 1, OUT = 48 };
-    for (int beam = 0; beam < 2; beam++) {
+    for (int beam = 0; forks && beam < 2; beam++) {
         three_params(&p, OUT, beam);
         pl_engine *r_e = make_engine(path, unit, 64, off);
         ref = run_prompt_ids(r_e, &prompts[0][0], N_REQ, PROMPT, &p);
@@ -261,7 +262,12 @@ static void kinds_equal(const char *path, size_t unit, int32_t V) {
 
 static void test_gemma4_kinds(void **state) {
     (void)state;
-    kinds_equal(shared_path, block_bytes, model->hp.n_vocab);
+    kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 0);
+}
+
+static void test_gemma4_kinds_forks(void **state) {
+    (void)state;
+    kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 1);
 }
 
 /* Gemma 3's real pattern: five window layers, then a global one. */
@@ -278,7 +284,8 @@ static void test_gemma3_kinds(void **state) {
     size_t unit = pl_kv_bytes_per_block(&l, m->hp.n_layers);
     int32_t V = m->hp.n_vocab;
     pl_model_destroy(m);
-    kinds_equal(g3_path, unit, V);
+    kinds_equal(g3_path, unit, V, 0);
+    kinds_equal(g3_path, unit, V, 1);
 }
 
 /* The shared model rewritten: tensor `drop` left out, tensor `reshape` with its rows halved,
@@ -339,8 +346,9 @@ static void test_bad_files(void **state) {
 }
 
 int main(void) {
-    /* gemma4's forward (shared KV, shapes by kind) at every kernel level; the sizing and the
-     * gemma3 runs test the cache, at the default level (as test_kv_groups) */
+    /* gemma4's forward (shared KV, shapes by kind) under preemption at every kernel level; the
+     * sizing, the forks and the gemma3 runs test the cache, at the default level (as
+     * test_kv_groups) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_layers_take_no_blocks),
         cmocka_unit_test(test_gemma4_kinds),
@@ -348,6 +356,7 @@ int main(void) {
     };
     const struct CMUnitTest once[] = {
         cmocka_unit_test(test_kinds_sizing),
+        cmocka_unit_test(test_gemma4_kinds_forks),
         cmocka_unit_test(test_gemma3_kinds),
     };
     int failed = isa_run_group_tests(tests, setup, teardown);
