@@ -85,6 +85,7 @@ typedef struct {
     pl_preemption_mode mode;
     int32_t swap_blocks, max_seqs;
     int prefix_cache, release_off;
+    int spec; /* n-gram speculation of 4 tokens (rolled back in both pools) */
 } engine_opts;
 
 /* bytes and swap_blocks in blocks of `unit` bytes (a block of every layer that keeps KV) */
@@ -99,6 +100,8 @@ static pl_engine *make_engine(const char *path, size_t unit, int32_t blocks, eng
     c.preemption_mode = o.mode;
     c.enable_prefix_caching = o.prefix_cache;
     c.kv_groups_off = o.release_off;
+    c.speculative_ngram = o.spec;
+    c.num_speculative_tokens = o.spec ? 4 : 0;
     c.threads = 2;
     c.max_num_seqs = o.max_seqs ? o.max_seqs : 8;
     c.max_num_batched_tokens = 32; /* the prompts take two chunks */
@@ -213,9 +216,10 @@ static void check_released(pl_engine *e, const char *what) {
     assert_int_equal(pl_kv_cache_check(kv), PL_OK);
 }
 
-/* One model's runs with layer kinds against release off (greedy under preemption, or with
- * forks: seeded n = 3 and beam search). unit: its bytes per block. */
-static void kinds_equal(const char *path, size_t unit, int32_t V, int forks) {
+/* One model's runs with layer kinds against release off: greedy under preemption (the first
+ * n_greedy of recompute, swap, recompute with n-gram speculation), or with forks: seeded n = 3
+ * and beam search. unit: its bytes per block. */
+static void kinds_equal(const char *path, size_t unit, int32_t V, int forks, size_t n_greedy) {
     int32_t prompts[NREQ][PROMPT];
     make_prompts(V, prompts);
     pl_request_params p;
@@ -225,19 +229,22 @@ static void kinds_equal(const char *path, size_t unit, int32_t V, int forks) {
     result *ref = forks ? NULL : run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
     if (big) pl_engine_destroy(big);
     static const engine_opts runs[] = {
-        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0}, {PL_PREEMPT_SWAP, 16, 2, 0, 0}};
-    for (size_t k = 0; !forks && k < sizeof runs / sizeof runs[0]; k++) {
+        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0}, {PL_PREEMPT_SWAP, 16, 2, 0, 0, 0},
+        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 1}};
+    static const char *const names[] = {"recompute", "swap", "speculation"};
+    for (size_t k = 0; !forks && k < n_greedy && k < sizeof runs / sizeof runs[0]; k++) {
         /* a request ends with 180 tokens: 12 blocks; two of them fill more than the full pool
          * (gemma4: 14 blocks; gemma3: 20), which every layer full (10 blocks) cannot hold */
         pl_engine *e = make_engine(path, unit, 10, runs[k]);
         result *res = run_prompt_ids(e, &prompts[0][0], NREQ, PROMPT, &p);
-        same(res, ref, NREQ, 1, GEN, k ? "swap" : "recompute");
-        check_released(e, k ? "swap" : "recompute");
+        same(res, ref, NREQ, 1, GEN, names[k]);
+        check_released(e, names[k]);
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
         assert_true(s.preemptions > 0);
         if (runs[k].mode == PL_PREEMPT_SWAP) assert_true(s.swaps_out > 0);
         else assert_true(s.prefix_hits > 0); /* request 1 and recomputed prompts hit */
+        if (runs[k].spec) assert_true(s.spec_draft_tokens > 0);
         free(res);
         pl_engine_destroy(e);
     }
@@ -262,12 +269,12 @@ static void kinds_equal(const char *path, size_t unit, int32_t V, int forks) {
 
 static void test_gemma4_kinds(void **state) {
     (void)state;
-    kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 0);
+    kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 0, 2);
 }
 
 static void test_gemma4_kinds_forks(void **state) {
     (void)state;
-    kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 1);
+    kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 1, 0);
 }
 
 /* Gemma 3's real pattern: five window layers, then a global one. */
@@ -284,8 +291,8 @@ static void test_gemma3_kinds(void **state) {
     size_t unit = pl_kv_bytes_per_block(&l, m->hp.n_layers);
     int32_t V = m->hp.n_vocab;
     pl_model_destroy(m);
-    kinds_equal(g3_path, unit, V, 0);
-    kinds_equal(g3_path, unit, V, 1);
+    kinds_equal(g3_path, unit, V, 0, 3);
+    kinds_equal(g3_path, unit, V, 1, 0);
 }
 
 /* The shared model rewritten: tensor `drop` left out, tensor `reshape` with its rows halved,
