@@ -84,8 +84,8 @@ static int64_t window_pool_blocks(const pl_engine_config *cfg, int32_t W, int32_
 static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_cache_shape *sh,
                               const pl_kv_layout *lay, uint64_t budget, int32_t max_model_len) {
     pl_kv_layout l = *lay;
-    const int groups = c->mgr.cfg.kv_groups == 2; /* decided by create */
-    const int kinds = groups && c->kinds;
+    int groups = c->mgr.cfg.kv_groups == 2; /* decided by create */
+    int kinds = groups && c->kinds;
     const int32_t tensors = groups && !kinds ? sh->n_layers / 2 : sh->n_layers; /* a block: one
                                                                                   group's */
     size_t per_block = pl_kv_bytes_per_block_shaped(&l, tensors, sh->layer_shapes);
@@ -108,6 +108,14 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
         nbw = (uint64_t)window_pool_blocks(cfg, sh->kinds_window, l.block_size);
         nb = nbw * per_w < budget ? (budget - nbw * per_w) / per_f : 0;
         if (nbw > INT32_MAX / 2) nbw = INT32_MAX / 2;
+        if (nb <= (uint64_t)c->blocks_all_full) { /* the budget left to this cache (a draft
+                                                     model's share taken) gains nothing */
+            kinds = groups = c->kinds = 0;
+            c->mgr.cfg.kv_groups = 1;
+            c->blocks_all_full = 0;
+            nb = budget / per_block;
+            nbw = 0;
+        }
     }
     /* An embedding model keeps nothing between steps (its attention reads the step's own K/V):
      * the pool is a nominal two blocks, so the rest of the engine stays one code path. */
