@@ -194,7 +194,8 @@ typedef struct {
                                         mapping, one memory map per page) */
     int kv_groups_off;               /* 1: a mixed model (some layers with a sliding window)
                                         keeps every block, as one table per sequence; 0: its
-                                        window layers' blocks are released (KV cache groups) */
+                                        window layers' blocks are released (KV cache groups,
+                                        or gemma3 / gemma4's layer kinds: a pool per kind) */
     /* Speculative decoding (vLLM's flags): one proposer, or none. */
     const char *speculative_model;   /* draft GGUF sharing the target's vocabulary (NULL: none) */
     int speculative_ngram;           /* 1: prompt-lookup proposals (n-gram match in the
@@ -360,9 +361,15 @@ typedef struct {
     int64_t tokens_stored;
     uint64_t prefix_queries, prefix_hits;/* prompt tokens */
     uint64_t preemptions, swaps_out;     /* swaps_out: groups swapped out to the swap pool */
-    int32_t sliding_window;              /* the KV manager's window (every layer windowed), or 0 */
+    int32_t sliding_window;              /* the window behind which blocks are released (every
+                                            layer windowed, KV cache groups, layer kinds), or 0 */
     uint64_t window_freed_blocks;        /* blocks returned to the pool because their tokens
-                                            left the sliding window of every layer */
+                                            left the sliding window of every layer (layer kinds:
+                                            of the window layers) */
+    int32_t window_blocks_total;         /* layer kinds (Gemma 3 / 4): the window layers' own
+                                            pool (blocks_total is the full layers'), else 0 */
+    int32_t blocks_all_full;             /* layer kinds: the blocks the same budget holds with
+                                            every layer keeping every block, else 0 */
     uint64_t prompt_tokens, generation_tokens; /* computed / generated so far */
     uint64_t requests_finished, steps;
     double step_seconds;                 /* wall time spent in pl_engine_step that ran the model

@@ -177,6 +177,17 @@ static json_t *report(const tp_opts *o, const pl_engine_stats *s, const pl_engin
     json_object_set_new(j, "swaps_out", json_integer((json_int_t)s->swaps_out));
     json_object_set_new(j, "sliding_window", json_integer(s->sliding_window));
     json_object_set_new(j, "window_freed_blocks", json_integer((json_int_t)s->window_freed_blocks));
+    if (s->window_blocks_total > 0) { /* layer kinds: the tokens the full pool holds, against
+                                         the same budget with every layer keeping every block */
+        json_object_set_new(j, "window_blocks_total", json_integer(s->window_blocks_total));
+        json_object_set_new(j, "blocks_all_full", json_integer(s->blocks_all_full));
+        json_object_set_new(j, "tokens_fit", json_integer((json_int_t)s->blocks_total *
+                                                          o->eng.block_size));
+        json_object_set_new(j, "tokens_fit_all_full", json_integer((json_int_t)s->blocks_all_full *
+                                                                   o->eng.block_size));
+        json_object_set_new(j, "tokens_fit_gain", json_real(s->blocks_all_full
+            ? (double)s->blocks_total / (double)s->blocks_all_full : 0));
+    }
     json_object_set_new(j, "sharing_saved_pct", json_real(100 * ks->mean_sharing_saved));
     json_object_set_new(j, "prefix_hit_pct", json_real(s->prefix_queries ? 100.0 * (double)s->prefix_hits /
                                                        (double)s->prefix_queries : 0));

@@ -104,17 +104,20 @@ pl_status pl_engine_resolve_kv_budget(pl_engine_config *c, uint64_t weights) {
 
 /* The model's shape as the KV cache needs it. A mixed model (some layers windowed, as many
  * as the others; the i-th of each kind share store tensor i) can use KV cache groups, unless
- * its layers have shapes of their own (gemma4). Layers that share another layer's KV
+ * its layers have shapes of their own (gemma4); any other mixed model layer kinds (two pools,
+ * kv/cache.h). Layers that share another layer's KV
  * (gemma4's shared_kv_layers) get no store tensor: the cache sizes blocks by the others. */
 pl_kv_cache_shape pl_engine_kv_shape(const pl_model_hparams *hp) {
     int32_t win = 0;
     for (int32_t l = 0; l < hp->n_layers; l++) win += pl_model_layer_window(hp, l) > 0;
-    int mixed = hp->sliding_window > 0 && pl_model_kv_window(hp) <= 0 && win > 0 &&
-                2 * win == hp->n_layers && !hp->kv_shaped;
+    const int any_mix = hp->sliding_window > 0 && pl_model_kv_window(hp) <= 0 && win > 0;
+    int mixed = any_mix && 2 * win == hp->n_layers && !hp->kv_shaped;
     return (pl_kv_cache_shape){
         .n_layers = pl_model_kv_tensors(hp), .n_kv_heads = hp->n_kv_heads,
         .head_dim = hp->head_dim, .layer_shapes = pl_model_kv_shapes(hp),
         .kv_window = pl_model_kv_window(hp), .mixed_window = mixed ? hp->sliding_window : 0,
+        .kinds_window = any_mix && !mixed ? hp->sliding_window : 0,
+        .tensor_window = hp->swa_layers, /* store tensor i is layer i */
         .embedding = hp->pooling != PL_POOL_NONE, .arch_name = hp->arch_name,
     };
 }

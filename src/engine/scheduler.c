@@ -586,7 +586,7 @@ static pl_status schedule(pl_scheduler *s) {
  * manager would have moved blocks whose copies nobody performs). */
 static pl_status reserve_output(pl_scheduler *s, pl_sched_output *o) {
     size_t items = (size_t)s->cfg.max_num_batched_tokens + (size_t)s->cfg.max_num_seqs;
-    size_t blocks = (size_t)pl_kv_cache_num_blocks(s->kv);
+    size_t blocks = (size_t)pl_kv_cache_copy_blocks(s->kv); /* every pool's */
     if (pl_array_reserve(&o->items, &o->items_cap, items, sizeof *o->items) ||
         pl_array_reserve(&o->cow, &o->cap_cow, 2 * items, sizeof *o->cow) || /* 2 groups */
         pl_array_reserve(&o->swap_out, &o->cap_swap_out, blocks, sizeof *o->swap_out) ||

@@ -37,7 +37,13 @@ struct pl_kv_cache {
     pl_kv_store store;          /* primary KV bytes (vAttention: a view of the slots) */
     pl_kv_store swap;           /* swap pool bytes */
     int has_swap, has_mgr;
-    pl_kv_manager mgr;          /* who holds which block */
+    pl_kv_manager mgr;          /* who holds which block (layer kinds: the full layers') */
+    /* Layer kinds (Gemma 3 / 4): the window layers' own pool, mgr_w, with its blocks behind the
+     * window released; mw is &mgr_w then, else &mgr (KV cache groups over one pool, or a
+     * window on every layer). The window tables (pl_seq.table_w) live in *mw. */
+    pl_kv_manager mgr_w, *mw;
+    int kinds, has_mgr_w;
+    int32_t blocks_all_full;    /* layer kinds: the blocks the budget holds without release */
     struct pl_vattn *va;        /* vAttention: the slots and page pool, else NULL */
     /* vAttention prefix caching (--vattn-share): the slots hash computed pages and keep them
      * cached after their holder (kv/vattn.h's prefix cache) */
@@ -56,17 +62,61 @@ static const pl_dtype KV_DTYPES[] = {PL_DT_F16, PL_DT_F32, PL_DT_BF16, PL_DT_Q8_
 
 static int grouped(const pl_kv_cache *c) { return c->mgr.cfg.kv_groups == 2; }
 static int lazy(const pl_kv_cache *c) {
-    return c->mgr.cfg.sliding_window > 0 && c->mgr.cfg.policy == PL_KV_POLICY_PAGED;
+    return c->mw->cfg.sliding_window > 0 && c->mgr.cfg.policy == PL_KV_POLICY_PAGED;
+}
+
+/* Layer kinds: the window pool's blocks. Its sequences can never hold more at once: at most
+ * S = max_num_seqs tables run (the scheduler's sequence budget, forks included; swapped ones
+ * hold swap blocks), and after a step's commit each holds the blocks of positions
+ * [computed - W + 1, computed + k) for its k uncomputed slots, fewer than (W - 1 + k) / bs + 2
+ * blocks, where the k of all tables sum to at most a step's tokens B (prefill chunks, decodes
+ * and proposals) plus one held back per sequence: ceil((S W + B) / bs) + 2 S. Admission
+ * therefore counts the full pool only and the window pool never decides; should it lack (a
+ * case outside that sum, e.g. prompt log-probabilities holding back a chunk's rows), allocation
+ * answers PL_ERR_CAPACITY and append_needed "not now", so the scheduler waits or preempts. */
+static int64_t window_pool_blocks(const pl_engine_config *cfg, int32_t W, int32_t bs) {
+    int64_t S = cfg->max_num_seqs > 1 ? cfg->max_num_seqs : 1;
+    int64_t B = cfg->max_num_batched_tokens > 1 ? cfg->max_num_batched_tokens : 1;
+    return (S * W + B + bs - 1) / bs + 2 * S;
 }
 
 /* Pool and manager of the paged and contiguous layouts. */
 static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_cache_shape *sh,
                               const pl_kv_layout *lay, uint64_t budget, int32_t max_model_len) {
     pl_kv_layout l = *lay;
-    const int groups = c->mgr.cfg.kv_groups == 2; /* decided by create */
-    const int32_t tensors = groups ? sh->n_layers / 2 : sh->n_layers; /* a block: one group's */
+    int groups = c->mgr.cfg.kv_groups == 2; /* decided by create */
+    int kinds = groups && c->kinds;
+    const int32_t tensors = groups && !kinds ? sh->n_layers / 2 : sh->n_layers; /* a block: one
+                                                                                  group's */
     size_t per_block = pl_kv_bytes_per_block_shaped(&l, tensors, sh->layer_shapes);
-    uint64_t nb = budget / per_block;
+    uint64_t nb = budget / per_block, nbw = 0;
+    uint8_t kind[PL_KV_MAX_TENSORS];
+    size_t per_w = 0, per_f = per_block;
+    if (kinds && tensors > PL_KV_MAX_TENSORS)
+        return pl_fail(PL_ERR_INVALID_ARG, "KV cache: %d KV tensors, at most %d", (int)tensors,
+                       PL_KV_MAX_TENSORS);
+    if (kinds) { /* the window pool for what its sequences hold at once, the rest full */
+        per_f = 0;
+        for (int32_t i = 0; i < tensors; i++) {
+            kind[i] = sh->tensor_window[i] != 0;
+            pl_kv_layout li = l;
+            if (sh->layer_shapes) li.n_kv_heads = sh->layer_shapes[i].n_kv_heads,
+                                  li.head_dim = sh->layer_shapes[i].head_dim;
+            *(kind[i] ? &per_w : &per_f) += pl_kv_bytes_per_block(&li, 1);
+        }
+        c->blocks_all_full = (int32_t)(nb < INT32_MAX / 2 ? nb : INT32_MAX / 2);
+        nbw = (uint64_t)window_pool_blocks(cfg, sh->kinds_window, l.block_size);
+        nb = nbw * per_w < budget ? (budget - nbw * per_w) / per_f : 0;
+        if (nbw > INT32_MAX / 2) nbw = INT32_MAX / 2;
+        if (nb <= (uint64_t)c->blocks_all_full) { /* the budget left to this cache (a draft
+                                                     model's share taken) gains nothing */
+            kinds = groups = c->kinds = 0;
+            c->mgr.cfg.kv_groups = 1;
+            c->blocks_all_full = 0;
+            nb = budget / per_block;
+            nbw = 0;
+        }
+    }
     /* An embedding model keeps nothing between steps (its attention reads the step's own K/V):
      * the pool is a nominal two blocks, so the rest of the engine stays one code path. */
     if (sh->embedding) nb = 2;
@@ -77,8 +127,9 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
                        (unsigned long long)nb, per_block);
     if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
     l.num_blocks = (int64_t)nb;
-    PL_TRY(pl_kv_store_init_shaped(&c->store, &l, tensors, sh->layer_shapes, NULL));
-    int32_t n_swap = 0;
+    PL_TRY(pl_kv_store_init_kinds(&c->store, &l, tensors, sh->layer_shapes, kinds ? kind : NULL,
+                                  (int64_t)nbw, NULL));
+    int32_t n_swap = 0, n_swap_w = 0;
     static const pl_kv_policy policy[] = {PL_KV_POLICY_MAX, PL_KV_POLICY_POW2, PL_KV_POLICY_ORACLE};
     int contig = cfg->kv_layout == PL_KV_LAYOUT_CONTIGUOUS;
     /* a reservation is one run of blocks: per KV head one run of rows, the contiguous kernel's */
@@ -88,17 +139,25 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
                        "2^31 token slots; lower kv-cache-memory", (unsigned long long)nb,
                        (int)l.block_size);
     if (cfg->swap_space) {
-        uint64_t ns = cfg->swap_space / per_block;
+        uint64_t ns = cfg->swap_space / per_block, nsw = 0;
+        if (kinds) { /* split as the primary pools are, at least a block each */
+            double fw = (double)(nbw * per_w) / (double)(nbw * per_w + nb * per_f);
+            nsw = (uint64_t)((double)cfg->swap_space * fw / (double)per_w);
+            ns = (uint64_t)((double)cfg->swap_space * (1 - fw) / (double)per_f);
+            if (nsw < 1) nsw = 1;
+            if (nsw > INT32_MAX / 2) nsw = INT32_MAX / 2;
+        }
         if (ns < 1)
             return pl_fail(PL_ERR_INVALID_ARG, "swap-space %llu bytes holds no block of %zu bytes",
                            (unsigned long long)cfg->swap_space, per_block);
         if (ns > INT32_MAX / 2) ns = INT32_MAX / 2;
         pl_kv_layout sl = l;
         sl.num_blocks = (int64_t)ns;
-        PL_TRY(pl_kv_store_init_shaped(&c->swap, &sl, tensors, sh->layer_shapes,
-                                       cfg->swap_path));
+        PL_TRY(pl_kv_store_init_kinds(&c->swap, &sl, tensors, sh->layer_shapes,
+                                      kinds ? kind : NULL, (int64_t)nsw, cfg->swap_path));
         c->has_swap = 1;
         n_swap = (int32_t)ns;
+        n_swap_w = (int32_t)nsw;
     }
     pl_kv_manager_config mc = {
         .block_size = l.block_size, .num_blocks = (int32_t)nb, .num_swap_blocks = n_swap,
@@ -110,12 +169,21 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
         .policy = contig ? policy[cfg->reserve] : PL_KV_POLICY_PAGED,
         .max_seq_tokens = max_model_len,
         /* blocks behind the window are released only when no layer reads them again */
-        .sliding_window = contig ? 0 : groups ? sh->mixed_window : sh->kv_window,
+        .sliding_window = contig || kinds ? 0 : groups ? sh->mixed_window : sh->kv_window,
         .kv_groups = groups ? 2 : 1,
     };
     if (contig) cfg->enable_prefix_caching = 0; /* a contiguous layout shares nothing */
     PL_TRY(pl_kv_manager_init(&c->mgr, &mc));
     c->has_mgr = 1;
+    if (!kinds) return PL_OK;
+    pl_kv_manager_config mw = mc; /* sized for its sequences: no watermark */
+    mw.num_blocks = (int32_t)nbw;
+    mw.num_swap_blocks = n_swap_w;
+    mw.watermark = 0.0;
+    mw.sliding_window = sh->kinds_window;
+    PL_TRY(pl_kv_manager_init(&c->mgr_w, &mw));
+    c->has_mgr_w = 1;
+    c->mw = &c->mgr_w;
     return PL_OK;
 }
 
@@ -128,7 +196,8 @@ static int32_t paged_admit_blocks(pl_kv_cache *c, const int32_t *tokens, int32_t
      * sequences in that then preempt each other as their later chunks arrive */
     int32_t hit = pl_kv_cache_probe(c, tokens, n, key);
     int32_t upto = n - hit > first ? hit + first : n;
-    int32_t window = pl_kv_blocks_for(&c->mgr, upto) - pl_kv_behind_window(&c->mgr, hit);
+    int32_t window = pl_kv_blocks_for(c->mw, upto) - pl_kv_behind_window(c->mw, hit);
+    if (c->kinds) return pl_kv_blocks_for(&c->mgr, n); /* the window pool is sized for it */
     return grouped(c) ? window + pl_kv_blocks_for(&c->mgr, n) : window;
 }
 
@@ -143,18 +212,23 @@ static pl_status paged_allocate(pl_kv_cache *c, pl_block_table *t, pl_block_tabl
                                 int32_t final_tokens, int32_t *n_cached) {
     (void)final_tokens;
     if (grouped(c))
-        return pl_kv_allocate_prompt_pair(&c->mgr, t, w, tokens, n, key, key ^ PL_KV_WINDOW_KEY,
-                                          max_new, n_cached);
+        return pl_kv_allocate_prompt_pair(&c->mgr, c->mw, t, w, tokens, n, key,
+                                          key ^ PL_KV_WINDOW_KEY, max_new, n_cached);
     if (lazy(c)) return pl_kv_allocate_prompt_part(&c->mgr, t, tokens, n, key, max_new, n_cached);
     return pl_kv_allocate_prompt(&c->mgr, t, tokens, n, key, n_cached);
 }
 
 static int64_t paged_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int32_t max_tokens,
                                     int64_t seqs, int32_t k_spec) {
-    const pl_kv_manager *m = &c->mgr;
+    const pl_kv_manager *m = c->mw;
     const int32_t bs = m->cfg.block_size, total = n_prompt + max_tokens;
     /* with a sliding window a sequence holds only its window's blocks past the prompt */
     int64_t out_blocks = (max_tokens + bs - 1) / bs;
+    if (c->kinds) { /* the full pool's blocks: the window pool is sized for its sequences */
+        int64_t full = (n_prompt + bs - 1) / bs + seqs * (out_blocks + 1);
+        int64_t again = seqs * ((total + bs - 1) / bs); /* recomputed one by one, as below */
+        return seqs > 1 && again > full ? again : full;
+    }
     int64_t win = pl_kv_held_blocks_max(m, total, k_spec);
     /* and its prompt is prefilled chunk by chunk behind the window (engine/scheduler.c: a first
      * chunk of one window, later ones as blocks free up) */
@@ -179,7 +253,7 @@ static int64_t paged_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int3
 static pl_status paged_truncate(pl_kv_cache *c, pl_block_table *t, pl_block_table *w,
                                 int32_t n_keep) {
     PL_TRY(pl_kv_truncate(&c->mgr, t, n_keep));
-    return grouped(c) ? pl_kv_truncate(&c->mgr, w, n_keep) : PL_OK;
+    return grouped(c) ? pl_kv_truncate(c->mw, w, n_keep) : PL_OK;
 }
 
 static pl_status unshared(const pl_kv_cache *c, const char *what);
@@ -548,9 +622,17 @@ static pl_kv_layout layout_of(const pl_engine_config *c, const pl_kv_cache_shape
     };
 }
 
-static int groups_for(const pl_engine_config *c, const pl_kv_cache_shape *sh, int single) {
-    return !c->kv_groups_off && single && !sh->embedding && sh->mixed_window > 0 &&
-           c->kv_layout == PL_KV_LAYOUT_PAGED;
+/* 1: KV cache groups over one pool (gemma2's equal halves); 2: layer kinds, two pools (any
+ * other mix of window and full layers), when its window pool is smaller than the pool the
+ * budget gives every layer (else nothing would be saved); 0: one table per sequence. */
+static int groups_for(const pl_engine_config *c, const pl_kv_cache_shape *sh, int single,
+                      size_t per_block, uint64_t budget) {
+    if (c->kv_groups_off || !single || sh->embedding || c->kv_layout != PL_KV_LAYOUT_PAGED)
+        return 0;
+    if (sh->mixed_window > 0) return 1;
+    if (sh->kinds_window <= 0 || !sh->tensor_window || c->block_size <= 0) return 0;
+    return (uint64_t)window_pool_blocks(c, sh->kinds_window, c->block_size) < budget / per_block
+               ? 2 : 0;
 }
 
 size_t pl_kv_cache_bytes_per_block(const pl_engine_config *c, const pl_kv_cache_shape *sh) {
@@ -567,11 +649,13 @@ pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *sh,
     pl_kv_cache *c = calloc(1, sizeof *c);
     if (!c) return pl_fail(PL_ERR_NOMEM, "out of memory");
     c->ops = ops_of(cfg->kv_layout);
-    const int groups = groups_for(cfg, sh, single);
-    c->mgr.cfg.kv_groups = groups ? 2 : 1;
-    const int32_t tensors = groups ? sh->n_layers / 2 : sh->n_layers;
-    size_t per_block = pl_kv_bytes_per_block_shaped(&l, tensors, sh->layer_shapes);
+    c->mw = &c->mgr;
+    size_t per_block = pl_kv_bytes_per_block_shaped(&l, sh->n_layers, sh->layer_shapes);
     uint64_t budget = cfg->kv_cache_memory;
+    const int groups = per_block ? groups_for(cfg, sh, single, per_block, budget) : 0;
+    c->mgr.cfg.kv_groups = groups ? 2 : 1;
+    c->kinds = groups == 2;
+    if (groups == 1) per_block = pl_kv_bytes_per_block_shaped(&l, sh->n_layers / 2, NULL);
     if (draft_bytes_per_block) { /* the draft's share: both caches hold as many tokens */
         size_t dpb = draft_bytes_per_block;
         c->draft_bytes = (uint64_t)((double)budget * (double)dpb / (double)(dpb + per_block));
@@ -590,6 +674,7 @@ pl_status pl_kv_cache_create_blocks(const pl_kv_manager_config *mc, pl_kv_cache 
     *out = NULL;
     pl_kv_cache *c = calloc(1, sizeof *c);
     if (!c) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    c->mw = &c->mgr;
     c->ops = mc->policy == PL_KV_POLICY_PAGED   ? &PAGED
              : mc->policy == PL_KV_POLICY_VATTN ? &VATTENTION : &CONTIGUOUS;
     pl_status st = pl_kv_manager_init(&c->mgr, mc);
@@ -605,6 +690,7 @@ pl_status pl_kv_cache_create_blocks(const pl_kv_manager_config *mc, pl_kv_cache 
 void pl_kv_cache_destroy(pl_kv_cache *c) {
     if (!c) return;
     if (c->has_mgr) pl_kv_manager_destroy(&c->mgr);
+    if (c->has_mgr_w) pl_kv_manager_destroy(&c->mgr_w);
     if (c->va) {
         c->store.base = NULL; /* a view: the reservation goes with the slots */
         pl_vattn_destroy(c->va);
@@ -625,6 +711,7 @@ uint64_t pl_kv_cache_draft_bytes(const pl_kv_cache *c) { return c->draft_bytes; 
 
 pl_status pl_kv_cache_check(const pl_kv_cache *c) {
     PL_TRY(pl_kv_manager_check(&c->mgr));
+    if (c->has_mgr_w) PL_TRY(pl_kv_manager_check(&c->mgr_w));
     return c->va ? pl_vattn_check(c->va) : PL_OK;
 }
 
@@ -633,7 +720,11 @@ int32_t pl_kv_cache_num_blocks(const pl_kv_cache *c) { return c->mgr.cfg.num_blo
 int32_t pl_kv_cache_max_blocks_per_seq(const pl_kv_cache *c) {
     return c->mgr.cfg.max_blocks_per_seq;
 }
-int32_t pl_kv_cache_window(const pl_kv_cache *c) { return c->mgr.cfg.sliding_window; }
+int32_t pl_kv_cache_window(const pl_kv_cache *c) { return c->mw->cfg.sliding_window; }
+int32_t pl_kv_cache_copy_blocks(const pl_kv_cache *c) {
+    return c->mgr.cfg.num_blocks + (c->kinds ? c->mgr_w.cfg.num_blocks : 0);
+}
+const pl_kv_manager *pl_kv_cache_window_manager_c(const pl_kv_cache *c) { return c->mw; }
 int pl_kv_cache_grouped(const pl_kv_cache *c) { return grouped(c); }
 int pl_kv_cache_lazy_prefill(const pl_kv_cache *c) { return lazy(c); }
 /* The paged layout, or vattention with --vattn-share (its forks map the same pages). */
@@ -682,7 +773,7 @@ int32_t pl_kv_cache_probe(pl_kv_cache *c, const int32_t *tokens, int32_t n, uint
     if (c->vp_cache) return vattn_probe(c, tokens, n, key, &mapped) * c->mgr.cfg.block_size;
     int32_t a = pl_kv_probe_prefix(&c->mgr, tokens, n, key);
     if (!grouped(c)) return a;
-    int32_t b = pl_kv_probe_prefix(&c->mgr, tokens, n, key ^ PL_KV_WINDOW_KEY);
+    int32_t b = pl_kv_probe_prefix(c->mw, tokens, n, key ^ PL_KV_WINDOW_KEY);
     return a < b ? a : b;
 }
 
@@ -734,14 +825,18 @@ static int32_t vattn_cow(const pl_kv_cache *c, const pl_block_table *t, int32_t 
 int32_t pl_kv_cache_append_needed(const pl_kv_cache *c, const pl_block_table *t,
                                   const pl_block_table *w, int32_t n_new) {
     int32_t need = pl_kv_append_blocks_needed(&c->mgr, t, n_new) + vattn_cow(c, t, n_new);
-    if (grouped(c)) need += pl_kv_append_blocks_needed(&c->mgr, w, n_new);
-    return need;
+    if (!grouped(c)) return need;
+    int32_t need_w = pl_kv_append_blocks_needed(c->mw, w, n_new);
+    if (!c->kinds) return need + need_w;
+    /* the window pool never decides (window_pool_blocks); should it lack, never now */
+    return need_w <= pl_kv_num_free(c->mw) ? need : c->mgr.cfg.num_blocks + 1;
 }
 
 bool pl_kv_cache_can_append(const pl_kv_cache *c, const pl_block_table *t,
                             const pl_block_table *w, int32_t n_new) {
     if (!pl_kv_can_append(&c->mgr, t, n_new)) return false;
     if (!grouped(c) && !vattn_cow(c, t, n_new)) return true;
+    if (c->kinds) return pl_kv_can_append(c->mw, w, n_new); /* each pool its own */
     return (!grouped(c) || pl_kv_can_append(&c->mgr, w, n_new)) &&
            pl_kv_cache_append_needed(c, t, w, n_new) <= pl_kv_num_free(&c->mgr);
 }
@@ -771,8 +866,12 @@ pl_status pl_kv_cache_append(pl_kv_cache *c, pl_block_table *t, pl_block_table *
                        "groups, %d free", (int)n_new,
                        (int)pl_kv_cache_append_needed(c, t, w, n_new), (int)c->mgr.pool.n_free);
     PL_TRY(pl_kv_append_slots(&c->mgr, t, n_new, &cow[0]));
-    pl_status st = pl_kv_append_slots(&c->mgr, w, n_new, &cow[1]);
+    pl_status st = pl_kv_append_slots(c->mw, w, n_new, &cow[1]);
     PL_ASSERT(st == PL_OK);
+    if (c->kinds && cow[1].src >= 0) { /* the store names window blocks after the full ones */
+        cow[1].src += c->mgr.cfg.num_blocks;
+        cow[1].dst += c->mgr.cfg.num_blocks;
+    }
     return st;
 }
 
@@ -791,7 +890,7 @@ pl_status pl_kv_cache_commit(pl_kv_cache *c, pl_block_table *t, pl_block_table *
                        c->mgr.cfg.block_size;
         pl_vattn_register(c->va, pl_kv_slot_of(&c->mgr, t), tokens, full);
     }
-    return grouped(c) ? pl_kv_commit(&c->mgr, w, tokens, n_computed) : PL_OK;
+    return grouped(c) ? pl_kv_commit(c->mw, w, tokens, n_computed) : PL_OK;
 }
 
 pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_block_table *pw,
@@ -805,7 +904,7 @@ pl_status pl_kv_cache_fork(pl_kv_cache *c, const pl_block_table *pt, const pl_bl
     }
     PL_TRY(pl_kv_fork(&c->mgr, pt, t));
     if (!grouped(c)) return PL_OK;
-    pl_status st = pl_kv_fork(&c->mgr, pw, w);
+    pl_status st = pl_kv_fork(c->mw, pw, w);
     if (st != PL_OK) pl_kv_free_table(&c->mgr, t);
     return st;
 }
@@ -834,24 +933,76 @@ pl_status pl_kv_cache_refork(pl_kv_cache *c, const pl_block_table *pt, const pl_
 void pl_kv_cache_free(pl_kv_cache *c, pl_block_table *t, pl_block_table *w) {
     c->ops->follow(c, t, 1);
     pl_kv_free_table(&c->mgr, t);
-    pl_kv_free_table(&c->mgr, w); /* no-op when empty */
+    pl_kv_free_table(c->mw, w); /* no-op when empty */
+}
+
+/* Layer kinds: a group's tables split by pool, the window tables (global == 0) in *mw. */
+static int32_t split_tables(pl_block_table *const *tables, int32_t n, pl_block_table **full,
+                            pl_block_table **win, int32_t *n_win) {
+    int32_t nf = 0;
+    *n_win = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (tables[i]->global) full[nf++] = tables[i];
+        else win[(*n_win)++] = tables[i];
+    }
+    return nf;
+}
+
+/* Both pools' answers: NEVER if either's, OK if both's, else LATER. */
+static pl_alloc_status both(pl_alloc_status a, pl_alloc_status b) {
+    if (a == PL_ALLOC_NEVER || b == PL_ALLOC_NEVER) return PL_ALLOC_NEVER;
+    return a == PL_ALLOC_OK && b == PL_ALLOC_OK ? PL_ALLOC_OK : PL_ALLOC_LATER;
+}
+
+static pl_alloc_status can_swap(const pl_kv_cache *c, pl_block_table *const *tables, int32_t n,
+                                int out) {
+    pl_alloc_status (*can)(const pl_kv_manager *, pl_block_table *const *, int32_t) =
+        out ? pl_kv_can_swap_out : pl_kv_can_swap_in;
+    if (!c->kinds) return can(&c->mgr, tables, n);
+    pl_block_table *full[n > 0 ? n : 1], *win[n > 0 ? n : 1];
+    int32_t nw, nf = split_tables(tables, n, full, win, &nw);
+    return both(can(&c->mgr, full, nf), can(c->mw, win, nw));
+}
+
+/* Swap out (out = 1) or in; layer kinds: each pool its tables, the window pairs named after
+ * the full blocks of each store (pl_kv_store_copy). */
+static pl_status swap(pl_kv_cache *c, pl_block_table *const *tables, int32_t n,
+                      pl_block_copy *map, int32_t cap, int32_t *n_map, int out) {
+    pl_status (*op)(pl_kv_manager *, pl_block_table *const *, int32_t, pl_block_copy *, int32_t,
+                    int32_t *) = out ? pl_kv_swap_out : pl_kv_swap_in;
+    if (!c->kinds) return op(&c->mgr, tables, n, map, cap, n_map);
+    if (can_swap(c, tables, n, out) != PL_ALLOC_OK)
+        return pl_fail(PL_ERR_CAPACITY, "kv swap %s: a pool of the two layer kinds lacks blocks",
+                       out ? "out" : "in");
+    pl_block_table *full[n > 0 ? n : 1], *win[n > 0 ? n : 1];
+    int32_t nw, nf = split_tables(tables, n, full, win, &nw), kf = 0, kw = 0;
+    PL_TRY(op(&c->mgr, full, nf, map, cap, &kf));
+    pl_status st = op(c->mw, win, nw, map + kf, cap - kf, &kw);
+    PL_ASSERT(st == PL_OK); /* checked first: the full pool's pairs must reach the engine */
+    const int32_t np = c->mgr.cfg.num_blocks, ns = c->mgr.cfg.num_swap_blocks;
+    for (int32_t i = kf; i < kf + kw; i++) {
+        map[i].src += out ? np : ns;
+        map[i].dst += out ? ns : np;
+    }
+    *n_map = kf + kw;
+    return st;
 }
 
 pl_alloc_status pl_kv_cache_can_swap_out(const pl_kv_cache *c, pl_block_table *const *tables,
                                          int32_t n) {
-    return pl_kv_can_swap_out(&c->mgr, tables, n);
+    return can_swap(c, tables, n, 1);
 }
 pl_alloc_status pl_kv_cache_can_swap_in(const pl_kv_cache *c, pl_block_table *const *tables,
                                         int32_t n) {
-    return pl_kv_can_swap_in(&c->mgr, tables, n);
+    return can_swap(c, tables, n, 0);
 }
 pl_status pl_kv_cache_swap_out(pl_kv_cache *c, pl_block_table *const *tables, int32_t n,
                                pl_block_copy *map, int32_t cap, int32_t *n_map) {
-    return pl_kv_swap_out(&c->mgr, tables, n, map, cap, n_map);
+    return swap(c, tables, n, map, cap, n_map, 1);
 }
 pl_status pl_kv_cache_swap_in(pl_kv_cache *c, pl_block_table *const *tables, int32_t n,
                               pl_block_copy *map, int32_t cap, int32_t *n_map) {
-    return pl_kv_swap_in(&c->mgr, tables, n, map, cap, n_map);
+    return swap(c, tables, n, map, cap, n_map, 0);
 }
 
 pl_status pl_kv_cache_prepare_step(pl_kv_cache *c) { return c->ops->prepare_step(c); }
@@ -884,8 +1035,17 @@ void pl_kv_cache_stats(const pl_kv_cache *c, pl_engine_stats *s) {
     s->tokens_stored = k.tokens_stored;
     s->prefix_queries = k.prefix_queries;
     s->prefix_hits = k.prefix_hits;
-    s->sliding_window = c->mgr.cfg.sliding_window;
+    s->sliding_window = c->mw->cfg.sliding_window;
     s->window_freed_blocks = k.window_freed;
+    if (c->kinds) {
+        pl_kv_stats w;
+        pl_kv_get_stats(c->mw, &w);
+        s->window_freed_blocks = w.window_freed;
+        s->window_blocks_total = w.blocks_total;
+        s->blocks_all_full = c->blocks_all_full;
+        s->prefix_queries += w.prefix_queries; /* both tables, as with groups over one pool */
+        s->prefix_hits += w.prefix_hits;
+    }
     c->ops->stats(c, s);
 }
 

@@ -11,6 +11,18 @@
  * Sequences. A sequence holds one block table, or with KV cache groups (a mixed model whose
  * layers are half windowed, half global, paged layout, one process) two over the one pool: t for
  * the global layers (never released) and w for the window layers (released behind the window).
+ *
+ * Layer kinds (any other mixed model: gemma3's five window layers to one global, gemma4's
+ * kinds with shapes of their own; paged, one process): two pools of one block size, as
+ * llama.cpp's iswa cache. The window pool has ceil((S W + B) / block_size) + 2 S blocks (S =
+ * max_num_seqs, B = max_num_batched_tokens: what its sequences can hold at once, each its last
+ * W positions and its uncomputed tokens; cache.c says why), and the rest of the budget goes to
+ * the full pool, when that window pool is smaller than what the budget would give every layer
+ * (else one table per sequence, nothing released). t lives in the full pool, w in the window
+ * pool, under the same protocol. Every scalar question (admit blocks, headroom, free, capacity,
+ * request blocks, append needed) is answered in the full pool's blocks: the window pool never
+ * decides (should it lack, allocation answers PL_ERR_CAPACITY and append_needed "not now").
+ * Block copies name a window-pool block b as the store's full block count + b (kv_store.h).
  * Every sequence call takes both (w unused without groups) and keeps them in step following the
  * protocol of manager.h: allocated together with one cached length, appended all or none,
  * committed, truncated, forked, freed and swapped together. The window group hashes with its own
@@ -35,6 +47,7 @@
 #include <stdint.h>
 
 #define PL_KV_WINDOW_KEY 0x5f3759df9e3779b9ull
+#define PL_KV_MAX_TENSORS 1024 /* store tensors with layer kinds (the model's PL_MAX_LAYERS) */
 
 typedef struct pl_kv_cache pl_kv_cache;
 
@@ -47,6 +60,10 @@ typedef struct {
     int32_t kv_window;       /* every layer windowed: the window (model.h pl_model_kv_window) */
     int32_t mixed_window;    /* a mixed model, as many windowed layers as global ones: their
                                 window (KV cache groups on the paged layout), else 0 */
+    int32_t kinds_window;    /* any other mixed model (gemma3's 5 : 1, gemma4's kinds of their
+                                own shapes): the window (layer kinds on the paged layout), else 0 */
+    const uint8_t *tensor_window; /* [n_layers] with kinds_window: 1 where store tensor i is a
+                                     window layer's */
     int embedding;           /* an embedding model: nothing kept between steps (2 nominal blocks) */
     const char *arch_name;   /* for messages */
 } pl_kv_cache_shape;
@@ -123,6 +140,10 @@ int32_t pl_kv_cache_num_blocks(const pl_kv_cache *c);      /* primary blocks (ph
 int32_t pl_kv_cache_max_blocks_per_seq(const pl_kv_cache *c);
 int32_t pl_kv_cache_window(const pl_kv_cache *c);          /* sliding window (0: none) */
 int pl_kv_cache_grouped(const pl_kv_cache *c);             /* two tables per sequence */
+/* The most block copies one swap can produce: the primary blocks of every pool. */
+int32_t pl_kv_cache_copy_blocks(const pl_kv_cache *c);
+/* The manager of the window tables (layer kinds: the window pool's; else the one manager). */
+const pl_kv_manager *pl_kv_cache_window_manager_c(const pl_kv_cache *c);
 /* Prefill is lazy (slots chunk by chunk: a sliding window on the paged layout). */
 int pl_kv_cache_lazy_prefill(const pl_kv_cache *c);
 /* Sequences may share blocks (fork, prefix cache, swap, a recomputed group's prompt). */

@@ -83,10 +83,19 @@ pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n
     return pl_kv_store_init_shaped(s, layout, n_layers, NULL, path);
 }
 
-pl_status pl_kv_store_init_shaped(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
-                                  const pl_kv_shape *shapes, const char *path) {
+/* The blocks of layer i: num_blocks, or a window-kind tensor's num_blocks_w. */
+static int64_t layer_blocks(const pl_kv_layout *l, const uint8_t *kinds, int64_t nbw, int32_t i) {
+    return kinds && kinds[i] ? nbw : l->num_blocks;
+}
+
+static pl_status init_all(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
+                          const pl_kv_shape *shapes, const uint8_t *kinds, int64_t nbw,
+                          const char *path) {
     memset(s, 0, sizeof *s);
     PL_TRY(check_layout(layout, n_layers));
+    if (kinds && nbw <= 0)
+        return pl_fail(PL_ERR_INVALID_ARG, "KV cache: the window kind's num_blocks must be > 0, "
+                       "found %lld", (long long)nbw);
     for (int32_t i = 0; shapes && i < n_layers; i++) {
         pl_kv_layout li = with_shape(layout, &shapes[i]);
         pl_status st = check_layout(&li, n_layers);
@@ -98,6 +107,15 @@ pl_status pl_kv_store_init_shaped(pl_kv_store *s, const pl_kv_layout *layout, in
     const size_t block_bytes = pl_kv_block_bytes(layout);
     const size_t per_block = pl_kv_bytes_per_block_shaped(layout, n_layers, shapes);
     size_t total = per_block ? mul_checked(per_block, (size_t)layout->num_blocks) : 0;
+    if (kinds) { /* each tensor its kind's blocks */
+        total = 0;
+        for (int32_t i = 0; i < n_layers && (i == 0 || total); i++) {
+            pl_kv_layout li = with_shape(layout, shapes ? &shapes[i] : NULL);
+            size_t b = mul_checked(pl_kv_bytes_per_block(&li, 1),
+                                   (size_t)layer_blocks(layout, kinds, nbw, i));
+            if (!b || __builtin_add_overflow(total, b, &total)) total = 0;
+        }
+    }
     if (total == 0 || (uint64_t)total > (uint64_t)INT64_MAX)
         return pl_fail(PL_ERR_NOMEM,
                        "KV cache budget: %lld blocks x %d layers x K+V x %zu bytes per block "
@@ -142,22 +160,37 @@ pl_status pl_kv_store_init_shaped(pl_kv_store *s, const pl_kv_layout *layout, in
     s->base = base;
     s->mapped_bytes = total;
     s->file_backed = path != NULL;
-    if (shapes) {
+    if (shapes || kinds) {
         s->shapes = malloc((size_t)n_layers * sizeof *s->shapes);
         s->layer_off = malloc((size_t)n_layers * sizeof *s->layer_off);
-        if (!s->shapes || !s->layer_off) {
+        s->kinds = kinds ? malloc((size_t)n_layers) : NULL;
+        if (!s->shapes || !s->layer_off || (kinds && !s->kinds)) {
             pl_kv_store_destroy(s);
             return pl_fail(PL_ERR_NOMEM, "KV cache: out of memory for %d layer shapes", n_layers);
         }
-        memcpy(s->shapes, shapes, (size_t)n_layers * sizeof *s->shapes);
+        if (kinds) memcpy(s->kinds, kinds, (size_t)n_layers);
+        s->num_blocks_w = kinds ? nbw : 0;
         size_t off = 0;
         for (int32_t i = 0; i < n_layers; i++) {
-            pl_kv_layout li = with_shape(layout, &shapes[i]);
+            s->shapes[i] = shapes ? shapes[i]
+                                  : (pl_kv_shape){layout->n_kv_heads, layout->head_dim};
+            pl_kv_layout li = with_shape(layout, &s->shapes[i]);
             s->layer_off[i] = off;
-            off += 2 * pl_kv_block_bytes(&li) * (size_t)layout->num_blocks;
+            off += 2 * pl_kv_block_bytes(&li) * (size_t)layer_blocks(layout, kinds, nbw, i);
         }
     }
     return PL_OK;
+}
+
+pl_status pl_kv_store_init_shaped(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
+                                  const pl_kv_shape *shapes, const char *path) {
+    return init_all(s, layout, n_layers, shapes, NULL, 0, path);
+}
+
+pl_status pl_kv_store_init_kinds(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
+                                 const pl_kv_shape *shapes, const uint8_t *kinds,
+                                 int64_t num_blocks_w, const char *path) {
+    return init_all(s, layout, n_layers, shapes, kinds, num_blocks_w, path);
 }
 
 void pl_kv_store_destroy(pl_kv_store *s) {
@@ -165,12 +198,15 @@ void pl_kv_store_destroy(pl_kv_store *s) {
     free(s->seq_kv);
     free(s->shapes);
     free(s->layer_off);
+    free(s->kinds);
     memset(s, 0, sizeof *s);
 }
 
 pl_kv_layout pl_kv_store_layer_layout(const pl_kv_store *s, int32_t layer) {
     PL_ASSERT(layer >= 0 && layer < s->n_layers);
-    return with_shape(&s->layout, s->shapes ? &s->shapes[layer] : NULL);
+    pl_kv_layout l = with_shape(&s->layout, s->shapes ? &s->shapes[layer] : NULL);
+    l.num_blocks = layer_blocks(&s->layout, s->kinds, s->num_blocks_w, layer);
+    return l;
 }
 
 void *pl_kv_store_k(const pl_kv_store *s, int32_t layer) {
@@ -184,20 +220,46 @@ void *pl_kv_store_v(const pl_kv_store *s, int32_t layer) {
     if (s->shapes) {
         pl_kv_layout li = pl_kv_store_layer_layout(s, layer);
         return (char *)s->base + s->layer_off[layer] +
-               pl_kv_block_bytes(&li) * (size_t)s->layout.num_blocks;
+               pl_kv_block_bytes(&li) * (size_t)li.num_blocks;
     }
     return (char *)s->base + ((size_t)layer * 2 + 1) * s->layer_bytes;
 }
 
-void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
-                      const int32_t *dst_blocks, int32_t n) {
-    PL_ASSERT(src->n_layers == dst->n_layers && !src->head_major && !dst->head_major);
+/* Copy pairs in the layers of one kind (kind < 0: every layer). */
+static void copy_layers(const pl_kv_store *src, pl_kv_store *dst, int kind,
+                        const int32_t *src_blocks, const int32_t *dst_blocks, int32_t n) {
     for (int32_t layer = 0; layer < src->n_layers; layer++) {
+        if (kind >= 0 && src->kinds[layer] != kind) continue;
         pl_kv_layout sl = pl_kv_store_layer_layout(src, layer);
         pl_kv_layout dl = pl_kv_store_layer_layout(dst, layer);
         pl_kv_copy_blocks_between(&sl, pl_kv_store_k(src, layer), pl_kv_store_v(src, layer),
                                   &dl, pl_kv_store_k(dst, layer), pl_kv_store_v(dst, layer),
                                   src_blocks, dst_blocks, n);
+    }
+}
+
+void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
+                      const int32_t *dst_blocks, int32_t n) {
+    PL_ASSERT(src->n_layers == dst->n_layers && !src->head_major && !dst->head_major);
+    PL_ASSERT(!src->kinds == !dst->kinds);
+    if (!src->kinds) {
+        copy_layers(src, dst, -1, src_blocks, dst_blocks, n);
+        return;
+    }
+    /* two pools: an id at or past the store's num_blocks is a window-kind block, less that */
+    const int64_t ns = src->layout.num_blocks, nd = dst->layout.num_blocks;
+    int32_t s[2][64], d[2][64], k[2] = {0, 0};
+    for (int32_t i = 0; i <= n; i++) {
+        for (int kind = 0; kind < 2; kind++)
+            if (k[kind] && (i == n || k[kind] == 64)) {
+                copy_layers(src, dst, kind, s[kind], d[kind], k[kind]);
+                k[kind] = 0;
+            }
+        if (i == n) break;
+        const int w = src_blocks[i] >= ns;
+        PL_ASSERT(w == (dst_blocks[i] >= nd));
+        s[w][k[w]] = (int32_t)(src_blocks[i] - (w ? ns : 0));
+        d[w][k[w]++] = (int32_t)(dst_blocks[i] - (w ? nd : 0));
     }
 }
 

@@ -29,6 +29,10 @@
  * store made with `shapes` gives layer i the layout's dtype, block size and block count with
  * shapes[i]'s n_kv_heads and head_dim, and its K and V arrays exactly that layer's size; a block
  * id still names the same slot of every layer. Without shapes every layer has the layout's.
+ *
+ * Two pools (pl_kv_store_init_kinds, Gemma 3 / 4 with their window layers' blocks released):
+ * the window-kind tensors have a block count of their own, and a block id names a slot of
+ * every tensor of its kind only.
  */
 #ifndef PL_KV_KV_STORE_H
 #define PL_KV_KV_STORE_H
@@ -57,6 +61,9 @@ typedef struct {
     int32_t seq_kv_cap;    /* sequences seq_kv holds */
     pl_kv_shape *shapes;   /* [n_layers] per-layer shapes (owned), or NULL: all the layout's */
     size_t *layer_off;     /* with shapes: [n_layers] byte offset of each layer's K array */
+    uint8_t *kinds;        /* two pools (layer kinds): [n_layers] 1 = a window-kind tensor of
+                              num_blocks_w blocks, 0 = layout.num_blocks; NULL: one pool */
+    int64_t num_blocks_w;
 } pl_kv_store;
 
 /* PL_ERR_UNSUPPORTED with a message naming the dtype and head_dim when the kernels cannot serve
@@ -74,7 +81,13 @@ pl_status pl_kv_store_init(pl_kv_store *s, const pl_kv_layout *layout, int32_t n
 /* pl_kv_store_init with per-layer shapes ([n_layers], copied; NULL: the layout's). */
 pl_status pl_kv_store_init_shaped(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
                                   const pl_kv_shape *shapes, const char *path);
-/* Layer `layer`'s layout (the store's, with that layer's shape). */
+/* The same with two pools of one block size (kv/cache.h's layer kinds): tensor i has
+ * num_blocks_w blocks where kinds[i] (the window kind's pool), layout->num_blocks elsewhere.
+ * Block copies (pl_kv_store_copy) then name a window-kind block b as num_blocks + b. */
+pl_status pl_kv_store_init_kinds(pl_kv_store *s, const pl_kv_layout *layout, int32_t n_layers,
+                                 const pl_kv_shape *shapes, const uint8_t *kinds,
+                                 int64_t num_blocks_w, const char *path);
+/* Layer `layer`'s layout (the store's, with that layer's shape and block count). */
 pl_kv_layout pl_kv_store_layer_layout(const pl_kv_store *s, int32_t layer);
 void pl_kv_store_destroy(pl_kv_store *s);
 void *pl_kv_store_k(const pl_kv_store *s, int32_t layer);
@@ -91,7 +104,8 @@ pl_status pl_kv_store_attention(pl_threadpool *tp, pl_kv_store *s, int32_t tenso
                                 int32_t n_tokens, pl_attn_args *a);
 /* Copy block pairs in every layer (copy-on-write within a store, or swap between stores whose
  * layouts differ at most in num_blocks; ids are checked against each store's own count). Paged
- * stores only. */
+ * stores only. Two pools: a pair of ids >= each store's layout.num_blocks is a window-kind
+ * pair (less those counts), copied in the window-kind tensors; the others in the rest. */
 void pl_kv_store_copy(const pl_kv_store *src, pl_kv_store *dst, const int32_t *src_blocks,
                       const int32_t *dst_blocks, int32_t n);
 

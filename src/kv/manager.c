@@ -431,41 +431,46 @@ static pl_status allocate(pl_kv_manager *m, pl_block_table *t, const int32_t *to
     return PL_OK;
 }
 
-pl_status pl_kv_allocate_prompt_pair(pl_kv_manager *m, pl_block_table *global,
+pl_status pl_kv_allocate_prompt_pair(pl_kv_manager *m, pl_kv_manager *mw, pl_block_table *global,
                                      pl_block_table *window, const int32_t *token_ids, int32_t n,
                                      uint64_t key_global, uint64_t key_window, int32_t max_new,
                                      int32_t *n_cached) {
-    if (max_new < 1 || global == window || key_global == key_window)
-        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_pair: two tables, two extra keys "
-                       "and max_new >= 1 only (got %d)", (int)max_new);
+    if (max_new < 1 || global == window || key_global == key_window ||
+        m->cfg.block_size != mw->cfg.block_size)
+        return pl_fail(PL_ERR_INVALID_ARG, "kv allocate_prompt_pair: two tables, two extra keys, "
+                       "one block size and max_new >= 1 only (got %d)", (int)max_new);
     PL_TRY(check_prompt(m, global, token_ids, n));
-    PL_TRY(check_prompt(m, window, token_ids, n));
+    PL_TRY(check_prompt(mw, window, token_ids, n));
     int32_t bs = m->cfg.block_size;
     int32_t a = prefix_walk(m, token_ids, n, key_global, NULL, NULL, NULL);
-    int32_t b = prefix_walk(m, token_ids, n, key_window, NULL, NULL, NULL);
+    int32_t b = prefix_walk(mw, token_ids, n, key_window, NULL, NULL, NULL);
     int32_t cap = (a < b ? a : b) * bs;
     global->global = 1;
     window->global = 0;
     prompt_plan pg, pw;
     PL_TRY(plan_prompt(m, global, token_ids, n, key_global, max_new, cap, &pg));
-    pl_status st = plan_prompt(m, window, token_ids, n, key_window, max_new, cap, &pw);
+    pl_status st = plan_prompt(mw, window, token_ids, n, key_window, max_new, cap, &pw);
     if (st != PL_OK) {
         table_arrays_free(global);
         return st;
     }
     PL_ASSERT(pg.hits == pw.hits && pg.n_slots == pw.n_slots);
-    /* distinct keys: no block is a hit of both */
-    int32_t fresh = pg.need - pg.hits + pw.need - pw.hits, avail = m->pool.n_free - pg.hits_free - pw.hits_free;
-    if (avail < fresh) {
+    /* distinct keys: no block is a hit of both; one pool or two (kv/cache.h's layer kinds) */
+    int32_t fresh_g = pg.need - pg.hits, fresh_w = pw.need - pw.hits;
+    int32_t avail_g = m->pool.n_free - pg.hits_free, avail_w = mw->pool.n_free - pw.hits_free;
+    int ok = m == mw ? avail_g - pw.hits_free >= fresh_g + fresh_w
+                     : avail_g >= fresh_g && avail_w >= fresh_w;
+    if (!ok) {
         table_arrays_free(global);
         table_arrays_free(window);
-        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt_pair: %d tokens need %d new blocks, "
-                       "%d free", (int)n, (int)fresh, (int)avail);
+        return pl_fail(PL_ERR_CAPACITY, "kv allocate_prompt_pair: %d tokens need %d + %d new "
+                       "blocks, %d + %d free", (int)n, (int)fresh_g, (int)fresh_w, (int)avail_g,
+                       (int)avail_w);
     }
     take_hits(m, global, &pg); /* both tables' hits before any new block */
-    take_hits(m, window, &pw);
+    take_hits(mw, window, &pw);
     finish_prompt(m, global, n, key_global, &pg);
-    finish_prompt(m, window, n, key_window, &pw);
+    finish_prompt(mw, window, n, key_window, &pw);
     if (n_cached) *n_cached = pg.hits * bs;
     return PL_OK;
 }

@@ -68,7 +68,9 @@
  * allocated together with the same cached length (pl_kv_allocate_prompt_pair), then get the
  * same appends (all or none: check both first, or roll the grown one back with pl_kv_truncate),
  * commits, truncates and forks, are freed together and swap in one group. test_kv_property
- * plays exactly this protocol; kv/cache.h is the engine.s implementation of it.
+ * plays exactly this protocol; kv/cache.h is the engine.s implementation of it. With layer kinds
+ * (kv/cache.h: Gemma 3 / 4) the window tables live in a second manager of the same block size,
+ * the window kind's pool, under the same protocol (each call goes to its table's manager).
  *
  * Contiguous layouts (the PagedAttention paper's Orca baselines, for benchmarks; kv/reserve.c).
  * With policy != PL_KV_POLICY_PAGED every table holds ONE run of consecutive block ids, reserved
@@ -265,14 +267,17 @@ pl_status pl_kv_allocate_prompt_part(pl_kv_manager *m, pl_block_table *t, const 
                                      int32_t *n_cached);
 
 /* allocate_prompt_part for a sequence's two tables of KV cache groups at once: `global`
- * becomes a global group's table and `window` a window group's (their `global` flags are set),
- * with the distinct extra keys key_global != key_window. Both take the same cached length, the
- * smaller of the two groups' hits (*n_cached), and every hit of both is taken before either
- * takes a new block (one could evict the other's hit), so the free count drops by at most
+ * becomes a global group's table in m and `window` a window group's in mw (their `global` flags
+ * are set), with the distinct extra keys key_global != key_window. mw is m for groups over one
+ * pool (gemma2) or the window kind's own manager (kv/cache.h's layer kinds: two pools of one
+ * block size). Both take the same cached length, the smaller of the two groups' hits
+ * (*n_cached), and every hit of both is taken before either takes a new block (one could evict
+ * the other's hit), so one pool's free count drops by at most
  * 2 * blocks_for(upto) - behind_window(*n_cached) for upto = min(n, *n_cached + max_new)
- * slots: an admission check counting that, as the scheduler does for one table, holds.
- * PL_ERR_CAPACITY (both untouched) if the free blocks do not suffice. */
-pl_status pl_kv_allocate_prompt_pair(pl_kv_manager *m, pl_block_table *global,
+ * slots (two pools: blocks_for(upto) in m, that less behind_window in mw): an admission check
+ * counting that, as the scheduler does for one table, holds. PL_ERR_CAPACITY (both untouched)
+ * if the free blocks do not suffice. */
+pl_status pl_kv_allocate_prompt_pair(pl_kv_manager *m, pl_kv_manager *mw, pl_block_table *global,
                                      pl_block_table *window, const int32_t *token_ids, int32_t n,
                                      uint64_t key_global, uint64_t key_window, int32_t max_new,
                                      int32_t *n_cached);

@@ -168,8 +168,13 @@ static pl_status check_batch(const pl_forward_ctx *c, const pl_kv_store *kv,
     if (b->n_logits < 0 || b->n_logits > c->max_logits)
         return pl_fail(PL_ERR_INVALID_ARG, "forward: %d logit rows (capacity %d)", b->n_logits,
                        c->max_logits);
-    int32_t tensors = b->block_tables_w ? hp->n_layers / 2 : pl_model_kv_tensors(hp);
-    if (b->block_tables_w && (!b->slot_mapping_w || hp->n_layers % 2 || hp->kv_shaped))
+    /* KV cache groups pair the i-th window and global layer in tensor i; layer kinds (a store
+     * of two pools) keep a tensor per layer */
+    const int pairs = b->block_tables_w && !kv->kinds;
+    int32_t tensors = pairs ? hp->n_layers / 2 : pl_model_kv_tensors(hp);
+    if (b->block_tables_w && !b->slot_mapping_w)
+        return pl_fail(PL_ERR_INVALID_ARG, "forward: KV cache groups need window slots");
+    if (pairs && (hp->n_layers % 2 || hp->kv_shaped))
         return pl_fail(PL_ERR_INVALID_ARG, "forward: KV cache groups need window slots, an even "
                        "layer count and one KV shape for all layers");
     if (kv->n_layers != tensors)
@@ -283,7 +288,7 @@ pl_status pl_model_forward_pooled(pl_forward_ctx *c, pl_kv_store *kv, const pl_s
         const pl_layer_weights *L = &m->layers[l];
         const int32_t window = pl_model_layer_window(hp, l);
         const int grouped_w = b->block_tables_w && window > 0;
-        const int32_t tensor = !b->block_tables_w ? pl_model_kv_tensor(hp, l)
+        const int32_t tensor = !b->block_tables_w || kv->kinds ? pl_model_kv_tensor(hp, l)
                                : window > 0 ? n_win++ : n_glob++;
         const pl_kv_shape shp = pl_model_layer_shape(hp, l);
         const int32_t hd = shp.head_dim, nkv = shp.n_kv_heads;

@@ -98,6 +98,24 @@ static inline void greedy_params(pl_request_params *p, int32_t max_tokens) {
 
 /* n requests (parameters p) of the token prompts[n][len], run to the end in e: their results
  * (the caller frees them). */
+/* Three completions of max_tokens each, ignoring EOS: beam search of width 3 (beam), or
+ * seeded sampling with n = 3 at temperature 0.9 (forked tables, copy-on-write). */
+static inline void three_params(pl_request_params *p, int32_t max_tokens, int beam) {
+    pl_request_params_default(p);
+    p->max_tokens = max_tokens;
+    p->ignore_eos = 1;
+    p->n = 3;
+    if (beam) {
+        p->use_beam_search = 1;
+        p->best_of = 3;
+        p->sampling.temperature = 0;
+    } else {
+        p->sampling.temperature = 0.9f;
+        p->has_seed = 1;
+        p->seed = 1234;
+    }
+}
+
 static inline result *run_prompt_ids(pl_engine *e, const int32_t *prompts, int32_t n, int32_t len,
                                      const pl_request_params *p) {
     result *res = calloc((size_t)n, sizeof *res);
@@ -139,6 +157,33 @@ static inline void run_prompt_batch(pl_engine *e, const char *const *prompts, in
         }
     }
     run_all(e, ids, res, count < 64 ? count : 64);
+}
+
+/* 0 when requests a[n] and b[n] both completed per_req completions of exactly n_out tokens
+ * each, the same ids; else 1 with what differs first in msg. */
+static inline int results_differ(const result *a, const result *b, int32_t n, int32_t per_req,
+                                 int32_t n_out, char *msg, size_t cap) {
+    for (int32_t r = 0; r < n; r++) {
+        if (a[r].error[0] || b[r].error[0]) {
+            snprintf(msg, cap, "request %d failed: %.100s%.100s", (int)r, a[r].error,
+                     b[r].error);
+            return 1;
+        }
+        for (int32_t k = 0; k < per_req; k++) {
+            if (a[r].n_ids[k] != n_out || b[r].n_ids[k] != n_out) {
+                snprintf(msg, cap, "request %d completion %d has %d and %d tokens, not %d",
+                         (int)r, (int)k, (int)a[r].n_ids[k], (int)b[r].n_ids[k], (int)n_out);
+                return 1;
+            }
+            for (int32_t i = 0; i < n_out; i++)
+                if (a[r].ids[k][i] != b[r].ids[k][i]) {
+                    snprintf(msg, cap, "request %d completion %d token %d: %d, %d", (int)r,
+                             (int)k, (int)i, (int)a[r].ids[k][i], (int)b[r].ids[k][i]);
+                    return 1;
+                }
+        }
+    }
+    return 0;
 }
 
 #endif

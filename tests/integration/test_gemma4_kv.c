@@ -1,13 +1,18 @@
-/* Gemma 4's KV cache (issue 33): a random-weight gemma4 written by `pagellm mkmodel --arch
- * gemma4` whose last layers reuse an earlier layer's K/V (attention.shared_kv_layers) and whose
- * window and full layers have their own KV heads and head sizes, run through the engine:
+/* Gemma 4's and Gemma 3's KV cache (issue 33): random-weight models written by `pagellm mkmodel`,
+ * run through the engine:
  *
- *   - the store has tensors only for the layers that compute K/V, each of its own shape, and a
- *     block costs only their bytes: from the same budget the pool holds twice the blocks of the
- *     same model with every layer keeping its own KV (3 of 6 layers share);
- *   - greedy generations in a pool small enough to preempt (by recompute and by swap, with
- *     prefix-cache hits on a shared prompt) give the tokens of a pool that holds everything,
- *     and every block is back in the pool at the end (pl_kv_cache_check);
+ *   - gemma4 whose last layers reuse an earlier layer's K/V (attention.shared_kv_layers) and
+ *     whose window and full layers have their own KV heads and head sizes: the store has
+ *     tensors only for the layers that compute K/V, each of its own shape, and a block costs
+ *     only their bytes (with release off: twice the blocks of the same model with every layer
+ *     keeping its own KV, 3 of 6 layers share);
+ *   - layer kinds (kv/cache.h), for that gemma4 and a gemma3 of five window layers to one
+ *     global (its real pattern, 6): the window layers' blocks live in a pool of their own,
+ *     released behind the window, and the full pool holds more blocks than every layer full
+ *     would; greedy generations preempted by recompute (with prefix-cache hits on a shared
+ *     prompt) and by swap, seeded n = 3 and beam search of width 3 give bitwise the tokens of
+ *     the same engine with release off (--no-kv-groups) in a pool that holds everything, and
+ *     every block of both pools is back at the end (pl_kv_cache_check);
  *   - bad files: a missing or mis-shaped per-layer tensor, a pattern array of the wrong length
  *     or inconsistent with the shared layers, a missing key: load errors naming the tensor or
  *     the key.
@@ -30,20 +35,22 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { BSZ = 16, LAYERS = 6, SHARED = 3, NREQ = 4, PROMPT = 40, GEN = 60 };
+enum { BSZ = 16, LAYERS = 6, SHARED = 3, NREQ = 4, PROMPT = 40, GEN = 140 };
 
 #define FLAGS "--arch gemma4 --dim 64 --layers 6 --heads 4 --kv-heads 2 --kv-heads-full 1 " \
               "--head-dim 32 --head-dim-swa 16 --ffn 128 --swa-pattern 3 --sliding-window 16 " \
               "--per-layer-dim 16 --ctx 1024 --seed 5"
+#define GEMMA3 "--arch gemma3 --dim 64 --layers 6 --heads 4 --kv-heads 2 --head-dim 16 " \
+               "--ffn 128 --sliding-window 16 --ctx 1024 --seed 7"
 
-static char shared_path[512], own_path[512], bad_path[512];
+static char shared_path[512], own_path[512], bad_path[512], g3_path[512];
 static pl_model *model;  /* the shared-KV one */
 static size_t block_bytes; /* its bytes per block, f32 */
 
-static int mk(const char *path, const char *extra) {
+static int mk(const char *path, const char *flags, const char *extra) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' "
-             FLAGS " %s >/dev/null", PL_BINARY, path, PL_SHARED_DIR, extra);
+             "%s %s >/dev/null", PL_BINARY, path, PL_SHARED_DIR, flags, extra);
     return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -53,7 +60,10 @@ static int setup(void **state) {
     snprintf(shared_path, sizeof shared_path, "/tmp/pl_test_gemma4_shared_%d.gguf", pid);
     snprintf(own_path, sizeof own_path, "/tmp/pl_test_gemma4_own_%d.gguf", pid);
     snprintf(bad_path, sizeof bad_path, "/tmp/pl_test_gemma4_bad_%d.gguf", pid);
-    if (mk(shared_path, "--shared-kv-layers 3 --ffn-wide 256") || mk(own_path, "")) return -1;
+    snprintf(g3_path, sizeof g3_path, "/tmp/pl_test_gemma3_kinds_%d.gguf", pid);
+    if (mk(shared_path, FLAGS, "--shared-kv-layers 3 --ffn-wide 256") ||
+        mk(own_path, FLAGS, "") || mk(g3_path, GEMMA3, ""))
+        return -1;
     if (pl_model_load(shared_path, &model) != PL_OK) return -1;
     pl_kv_layout l = {.dtype = PL_DT_F32, .block_size = BSZ};
     block_bytes = pl_kv_bytes_per_block_shaped(&l, pl_model_kv_tensors(&model->hp),
@@ -67,30 +77,41 @@ static int teardown(void **state) {
     unlink(shared_path);
     unlink(own_path);
     unlink(bad_path);
+    unlink(g3_path);
     return 0;
 }
 
-static pl_engine *make_engine(const char *path, uint64_t bytes, pl_preemption_mode mode,
-                              int32_t swap_blocks, int prefix_cache) {
+typedef struct {
+    pl_preemption_mode mode;
+    int32_t swap_blocks, max_seqs;
+    int prefix_cache, release_off;
+    int spec; /* n-gram speculation of 4 tokens (rolled back in both pools) */
+} engine_opts;
+
+/* bytes and swap_blocks in blocks of `unit` bytes (a block of every layer that keeps KV) */
+static pl_engine *make_engine(const char *path, size_t unit, int32_t blocks, engine_opts o) {
     pl_engine_config c;
     pl_engine_config_default(&c);
     c.model_path = path;
     c.kv_cache_dtype = PL_KV_CACHE_F32;
     c.block_size = BSZ;
-    c.kv_cache_memory = bytes;
-    c.swap_space = (uint64_t)swap_blocks * block_bytes;
-    c.preemption_mode = mode;
-    c.enable_prefix_caching = prefix_cache;
+    c.kv_cache_memory = (uint64_t)blocks * unit;
+    c.swap_space = (uint64_t)o.swap_blocks * unit;
+    c.preemption_mode = o.mode;
+    c.enable_prefix_caching = o.prefix_cache;
+    c.kv_groups_off = o.release_off;
+    c.speculative_ngram = o.spec;
+    c.num_speculative_tokens = o.spec ? 4 : 0;
     c.threads = 2;
-    c.max_num_seqs = 8;
-    c.max_num_batched_tokens = 64;
+    c.max_num_seqs = o.max_seqs ? o.max_seqs : 8;
+    c.max_num_batched_tokens = 32; /* the prompts take two chunks */
     pl_engine *e;
     if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
     return e;
 }
 
 /* The shared layers own no store tensor and cost no bytes: twice the blocks of the same model
- * with every layer's own KV, from one budget. */
+ * with every layer's own KV, from one budget (release off: one pool). */
 static void test_shared_layers_take_no_blocks(void **state) {
     (void)state;
     const pl_model_hparams *hp = &model->hp;
@@ -107,8 +128,9 @@ static void test_shared_layers_take_no_blocks(void **state) {
      * K and V, 3 layers */
     assert_int_equal(block_bytes, 3 * 2 * BSZ * 32 * 4);
 
-    pl_engine *sh = make_engine(shared_path, 64 * block_bytes, PL_PREEMPT_RECOMPUTE, 0, 1);
-    pl_engine *own = make_engine(own_path, 64 * block_bytes, PL_PREEMPT_RECOMPUTE, 0, 1);
+    engine_opts off = {.mode = PL_PREEMPT_RECOMPUTE, .prefix_cache = 1, .release_off = 1};
+    pl_engine *sh = make_engine(shared_path, block_bytes, 64, off);
+    pl_engine *own = make_engine(own_path, block_bytes, 64, off);
     pl_kv_cache *sh_kv = pl_engine_kv_cache(sh), *own_kv = pl_engine_kv_cache(own);
     const pl_kv_store *ss = pl_kv_cache_store(sh_kv), *os = pl_kv_cache_store(own_kv);
     assert_int_equal(ss->n_layers, LAYERS - SHARED);
@@ -121,52 +143,156 @@ static void test_shared_layers_take_no_blocks(void **state) {
     assert_int_equal(pl_kv_cache_manager(sh_kv)->cfg.num_blocks, 64);
     assert_int_equal(pl_kv_cache_manager(own_kv)->cfg.num_blocks, 32);
     assert_int_equal(ss->mapped_bytes, 64 * block_bytes);
+    assert_null(ss->kinds);
     pl_engine_destroy(sh);
     pl_engine_destroy(own);
 }
 
-/* Preemption (recompute, swap) and prefix hits in a small pool give the tokens of a pool that
- * holds everything, and the pool is whole at the end. */
-static void test_blocks_freed(void **state) {
+/* Layer kinds sized as kv/cache.c says: a window pool of ceil((S W + B) / 16) + 2 S = 8
+ * blocks for S = 2 sequences, W = 16 and a step of B = 32 tokens, the rest of the budget full
+ * blocks, within the budget; a window pool as large as the budget's blocks falls back to one
+ * pool. */
+static void test_kinds_sizing(void **state) {
     (void)state;
-    int32_t prompts[NREQ][PROMPT];
-    const int32_t V = model->hp.n_vocab;
+    engine_opts on = {.mode = PL_PREEMPT_RECOMPUTE, .max_seqs = 2, .prefix_cache = 1};
+    /* gemma4: per block 2 units of window layers (layers 0, 1), 1 of the full layer 2 */
+    pl_engine *e = make_engine(shared_path, block_bytes, 10, on);
+    pl_kv_cache *kv = pl_engine_kv_cache(e);
+    const pl_kv_store *st = pl_kv_cache_store(kv);
+    assert_non_null(st->kinds);
+    assert_int_equal(st->kinds[0], 1);
+    assert_int_equal(st->kinds[1], 1);
+    assert_int_equal(st->kinds[2], 0);
+    assert_int_equal(st->num_blocks_w, 8);
+    assert_int_equal(pl_kv_cache_window_manager_c(kv)->cfg.num_blocks, 8);
+    assert_int_equal(pl_kv_cache_window_manager_c(kv)->cfg.sliding_window, 16);
+    assert_int_equal(pl_kv_cache_manager(kv)->cfg.sliding_window, 0);
+    /* 30 units - 8 x 2 = 14 full blocks */
+    assert_int_equal(pl_kv_cache_num_blocks(kv), 14);
+    assert_true(st->mapped_bytes <= 10 * block_bytes);
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    assert_int_equal(s.blocks_total, 14);
+    assert_int_equal(s.window_blocks_total, 8);
+    assert_int_equal(s.blocks_all_full, 10);
+    pl_engine_destroy(e);
+    e = make_engine(shared_path, block_bytes, 8, on); /* 8 blocks in all: nothing to gain */
+    assert_null(pl_kv_cache_store(pl_engine_kv_cache(e))->kinds);
+    assert_int_equal(pl_kv_cache_num_blocks(pl_engine_kv_cache(e)), 8);
+    pl_engine_destroy(e);
+}
+
+static void make_prompts(int32_t V, int32_t prompts[NREQ][PROMPT]) {
     for (int32_t r = 0; r < NREQ; r++) /* requests 0 and 1 share their prompt */
         for (int32_t i = 0; i < PROMPT; i++)
             prompts[r][i] = 3 + (int32_t)((7 * (r == 1 ? 0 : r) + 13 * i + i * i) % (V - 3));
+}
+
+static void same(const result *a, const result *b, int32_t n, int32_t per_req, int32_t n_out,
+                 const char *what) {
+    char msg[256];
+    if (results_differ(a, b, n, per_req, n_out, msg, sizeof msg))
+        fail_msg("%s: %s (first: layer kinds, second: release off)", what, msg);
+}
+
+/* Layer kinds were on, released window blocks and hold no block of either pool. */
+static void check_released(pl_engine *e, const char *what) {
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    print_message("%s: %d full + %d window blocks (%d every layer full), %llu released, %llu "
+                  "preemptions, %llu swapped out, prefix hits %llu tokens\n", what,
+                  (int)s.blocks_total, (int)s.window_blocks_total, (int)s.blocks_all_full,
+                  (unsigned long long)s.window_freed_blocks, (unsigned long long)s.preemptions,
+                  (unsigned long long)s.swaps_out, (unsigned long long)s.prefix_hits);
+    assert_true(s.window_blocks_total > 0);
+    assert_true(s.blocks_total > s.blocks_all_full);
+    assert_true(s.window_freed_blocks > 0);
+    assert_int_equal(s.blocks_used, 0);
+    pl_kv_cache *kv = pl_engine_kv_cache(e);
+    pl_kv_stats w;
+    pl_kv_get_stats(pl_kv_cache_window_manager_c(kv), &w);
+    assert_int_equal(w.blocks_used, 0);
+    assert_int_equal(w.swap_used, 0);
+    assert_int_equal(pl_kv_cache_check(kv), PL_OK);
+}
+
+/* One model's runs with layer kinds against release off: greedy under preemption (the first
+ * n_greedy of recompute, swap, recompute with n-gram speculation), or with forks: seeded n = 3
+ * and beam search. unit: its bytes per block. */
+static void kinds_equal(const char *path, size_t unit, int32_t V, int forks, size_t n_greedy) {
+    int32_t prompts[NREQ][PROMPT];
+    make_prompts(V, prompts);
     pl_request_params p;
     greedy_params(&p, GEN);
-    pl_engine *big = make_engine(shared_path, 64 * block_bytes, PL_PREEMPT_RECOMPUTE, 0, 0);
-    result *ref = run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
-    pl_engine_destroy(big);
-    static const struct {
-        pl_preemption_mode mode;
-        int32_t swap;
-    } runs[] = {{PL_PREEMPT_RECOMPUTE, 0}, {PL_PREEMPT_SWAP, 16}};
-    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
-        /* a request ends with 100 tokens: 7 blocks; 12 blocks hold fewer than two */
-        pl_engine *e = make_engine(shared_path, 12 * block_bytes, runs[k].mode, runs[k].swap, 1);
+    engine_opts off = {.mode = PL_PREEMPT_RECOMPUTE, .release_off = 1};
+    pl_engine *big = forks ? NULL : make_engine(path, unit, 64, off);
+    result *ref = forks ? NULL : run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
+    if (big) pl_engine_destroy(big);
+    static const engine_opts runs[] = {
+        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0}, {PL_PREEMPT_SWAP, 16, 2, 0, 0, 0},
+        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 1}};
+    static const char *const names[] = {"recompute", "swap", "speculation"};
+    for (size_t k = 0; !forks && k < n_greedy && k < sizeof runs / sizeof runs[0]; k++) {
+        /* a request ends with 180 tokens: 12 blocks; two of them fill more than the full pool
+         * (gemma4: 14 blocks; gemma3: 20), which every layer full (10 blocks) cannot hold */
+        pl_engine *e = make_engine(path, unit, 10, runs[k]);
         result *res = run_prompt_ids(e, &prompts[0][0], NREQ, PROMPT, &p);
-        for (int32_t r = 0; r < NREQ; r++) {
-            if (res[r].error[0]) fail_msg("run %zu request %d: %s", k, (int)r, res[r].error);
-            assert_int_equal(res[r].n_ids[0], GEN);
-            assert_memory_equal(res[r].ids[0], ref[r].ids[0], GEN * sizeof(int32_t));
-        }
+        same(res, ref, NREQ, 1, GEN, names[k]);
+        check_released(e, names[k]);
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
-        print_message("run %zu: %llu preemptions, %llu swapped out, prefix hits %llu tokens\n", k,
-                      (unsigned long long)s.preemptions, (unsigned long long)s.swaps_out,
-                      (unsigned long long)s.prefix_hits);
         assert_true(s.preemptions > 0);
         if (runs[k].mode == PL_PREEMPT_SWAP) assert_true(s.swaps_out > 0);
-        if (runs[k].mode == PL_PREEMPT_RECOMPUTE) assert_true(s.prefix_hits > 0); /* recomputed
-                                                                   prompts hit their blocks */
-        assert_int_equal(s.blocks_used, 0);
-        assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
+        else assert_true(s.prefix_hits > 0); /* request 1 and recomputed prompts hit */
+        if (runs[k].spec) assert_true(s.spec_draft_tokens > 0);
         free(res);
         pl_engine_destroy(e);
     }
     free(ref);
+    /* seeded n = 3 (forks, copy-on-write) and beam search of width 3 */
+    enum { N_REQ = 1, OUT = 48 };
+    for (int beam = 0; forks && beam < 2; beam++) {
+        three_params(&p, OUT, beam);
+        pl_engine *r_e = make_engine(path, unit, 64, off);
+        ref = run_prompt_ids(r_e, &prompts[0][0], N_REQ, PROMPT, &p);
+        pl_engine_destroy(r_e);
+        engine_opts on = {.mode = PL_PREEMPT_RECOMPUTE, .max_seqs = 3, .prefix_cache = 1};
+        pl_engine *e = make_engine(path, unit, 24, on);
+        result *res = run_prompt_ids(e, &prompts[0][0], N_REQ, PROMPT, &p);
+        same(res, ref, N_REQ, 3, OUT, beam ? "beam" : "n = 3");
+        check_released(e, beam ? "beam" : "n = 3");
+        free(res);
+        free(ref);
+        pl_engine_destroy(e);
+    }
+}
+
+static void test_gemma4_kinds(void **state) {
+    (void)state;
+    kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 0, 2);
+}
+
+static void test_gemma4_kinds_forks(void **state) {
+    (void)state;
+    kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 1, 0);
+}
+
+/* Gemma 3's real pattern: five window layers, then a global one. */
+static void test_gemma3_kinds(void **state) {
+    (void)state;
+    pl_model *m;
+    assert_int_equal(pl_model_load(g3_path, &m), PL_OK);
+    int32_t win = 0;
+    for (int32_t l = 0; l < m->hp.n_layers; l++) win += pl_model_layer_window(&m->hp, l) > 0;
+    assert_int_equal(win, 5);
+    assert_int_equal(pl_model_layer_window(&m->hp, 5), 0);
+    pl_kv_layout l = {.dtype = PL_DT_F32, .block_size = BSZ, .n_kv_heads = m->hp.n_kv_heads,
+                      .head_dim = m->hp.head_dim};
+    size_t unit = pl_kv_bytes_per_block(&l, m->hp.n_layers);
+    int32_t V = m->hp.n_vocab;
+    pl_model_destroy(m);
+    kinds_equal(g3_path, unit, V, 0, 3);
+    kinds_equal(g3_path, unit, V, 1, 0);
 }
 
 /* The shared model rewritten: tensor `drop` left out, tensor `reshape` with its rows halved,
@@ -227,10 +353,19 @@ static void test_bad_files(void **state) {
 }
 
 int main(void) {
+    /* gemma4's forward (shared KV, shapes by kind) under preemption at every kernel level; the
+     * sizing, the forks and the gemma3 runs test the cache, at the default level (as
+     * test_kv_groups) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_layers_take_no_blocks),
-        cmocka_unit_test(test_blocks_freed),
+        cmocka_unit_test(test_gemma4_kinds),
         cmocka_unit_test(test_bad_files),
     };
-    return isa_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest once[] = {
+        cmocka_unit_test(test_kinds_sizing),
+        cmocka_unit_test(test_gemma4_kinds_forks),
+        cmocka_unit_test(test_gemma3_kinds),
+    };
+    int failed = isa_run_group_tests(tests, setup, teardown);
+    return failed | cmocka_run_group_tests(once, setup, teardown);
 }

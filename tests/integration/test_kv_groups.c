@@ -106,19 +106,9 @@ static void test_mixed_model(void **state) {
 
 static void same_results(const result *a, const result *b, int32_t n, int32_t n_out,
                          int32_t per_req, const char *what) {
-    for (int32_t r = 0; r < n; r++) {
-        if (a[r].error[0] || b[r].error[0])
-            fail_msg("%s request %d: %s%s", what, (int)r, a[r].error, b[r].error);
-        for (int32_t k = 0; k < per_req; k++) {
-            assert_int_equal(a[r].n_ids[k], n_out);
-            assert_int_equal(b[r].n_ids[k], n_out);
-            for (int32_t i = 0; i < n_out; i++)
-                if (a[r].ids[k][i] != b[r].ids[k][i])
-                    fail_msg("%s request %d completion %d token %d: %d with KV cache groups, %d "
-                             "without", what, (int)r, (int)k, (int)i, (int)a[r].ids[k][i],
-                             (int)b[r].ids[k][i]);
-        }
-    }
+    char msg[256];
+    if (results_differ(a, b, n, per_req, n_out, msg, sizeof msg))
+        fail_msg("%s: %s (first: with KV cache groups, second: without)", what, msg);
 }
 
 /* After a run the grouped engine has released blocks and holds none. */
@@ -192,19 +182,7 @@ static void test_n_and_beam_equal(void **state) {
     make_prompts(prompts);
     for (int beam = 0; beam < 2; beam++) {
         pl_request_params p;
-        pl_request_params_default(&p);
-        p.max_tokens = OUT;
-        p.ignore_eos = 1;
-        p.n = 3;
-        if (beam) {
-            p.use_beam_search = 1;
-            p.best_of = 3;
-            p.sampling.temperature = 0;
-        } else {
-            p.sampling.temperature = 0.9f;
-            p.has_seed = 1;
-            p.seed = 1234;
-        }
+        three_params(&p, OUT, beam);
         pl_engine *ref_e = make_engine(N_REQ * 3 * 8 + 8, PL_PREEMPT_RECOMPUTE, 0, 1, 1);
         result *ref = run_prompt_ids(ref_e, &prompts[0][0], N_REQ, PROMPT, &p);
         pl_engine_destroy(ref_e);

@@ -444,6 +444,55 @@ static void test_caching_disabled(void **state) {
     pl_kv_manager_destroy(&m);
 }
 
+/* Layer kinds (kv/cache.h): the pair over two managers, the window table in a small pool of
+ * its own. A window pool too small refuses the pair and leaves both pools as they were; each
+ * pool gives only its own table's blocks, and the window pool releases behind the window. */
+static void test_allocate_pair_kinds(void **state) {
+    (void)state;
+    pl_kv_manager m, mw;
+    pl_kv_manager_config c = small_cfg(32, 0, 1), cw = small_cfg(3, 0, 1);
+    cw.sliding_window = 5;
+    assert_int_equal(pl_kv_manager_init(&m, &c), PL_OK);
+    assert_int_equal(pl_kv_manager_init(&mw, &cw), PL_OK);
+    pl_block_table g = {0}, w = {0};
+    int32_t tok[20], n_cached = -1;
+    seq_tokens(tok, 20, 3);
+    /* 13 tokens: 4 blocks each, the window pool has 3 */
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &mw, &g, &w, tok, 13, 1, 2, 13, &n_cached),
+                     PL_ERR_CAPACITY);
+    assert_false(g.live || w.live);
+    assert_int_equal(pl_kv_num_free(&m), 32);
+    assert_int_equal(pl_kv_num_free(&mw), 3);
+    /* a first chunk of 8 tokens: 2 blocks from each pool */
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &mw, &g, &w, tok, 13, 1, 2, 8, &n_cached),
+                     PL_OK);
+    assert_int_equal(n_cached, 0);
+    assert_int_equal(pl_kv_num_free(&m), 30);
+    assert_int_equal(pl_kv_num_free(&mw), 1);
+    assert_int_equal(pl_kv_commit(&m, &g, tok, 8), PL_OK);
+    assert_int_equal(pl_kv_commit(&mw, &w, tok, 8), PL_OK);
+    assert_int_equal(w.n_dropped, pl_kv_behind_window(&mw, 8)); /* (8 - 5 + 1) / 4 = 1 */
+    assert_int_equal(w.n_dropped, 1);
+    assert_int_equal(g.n_dropped, 0);
+    /* the rest: 2 more blocks in each pool, the window's from the one it released */
+    pl_block_copy cow;
+    assert_int_equal(pl_kv_append_slots(&m, &g, 5, &cow), PL_OK);
+    assert_int_equal(pl_kv_append_slots(&mw, &w, 5, &cow), PL_OK);
+    assert_int_equal(pl_kv_commit(&m, &g, tok, 13), PL_OK);
+    assert_int_equal(pl_kv_commit(&mw, &w, tok, 13), PL_OK);
+    assert_int_equal(pl_kv_num_free(&m), 28);
+    assert_int_equal(w.n_dropped, 2);
+    assert_int_equal(pl_kv_num_free(&mw), 3 - (w.n_blocks - w.n_dropped));
+    check_ok(&m);
+    check_ok(&mw);
+    pl_kv_free_table(&m, &g);
+    pl_kv_free_table(&mw, &w);
+    assert_int_equal(pl_kv_num_free(&m), 32);
+    assert_int_equal(pl_kv_num_free(&mw), 3);
+    pl_kv_manager_destroy(&m);
+    pl_kv_manager_destroy(&mw);
+}
+
 /* A sequence's pair of group tables: refused arguments, the smaller of the two groups' hits,
  * and the window table releasing behind the window while the global one keeps everything. */
 static void test_allocate_pair(void **state) {
@@ -455,14 +504,14 @@ static void test_allocate_pair(void **state) {
     pl_block_table g = {0}, w = {0}, g2 = {0}, w2 = {0}, solo = {0};
     int32_t tok[20], n_cached = -1;
     seq_tokens(tok, 20, 7);
-    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g, &w, tok, 13, 3, 3, 13, &n_cached),
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &m, &g, &w, tok, 13, 3, 3, 13, &n_cached),
                      PL_ERR_INVALID_ARG); /* one key for both groups */
-    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g, &g, tok, 13, 1, 2, 13, &n_cached),
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &m, &g, &g, tok, 13, 1, 2, 13, &n_cached),
                      PL_ERR_INVALID_ARG);
-    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g, &w, tok, 13, 1, 2, 0, &n_cached),
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &m, &g, &w, tok, 13, 1, 2, 0, &n_cached),
                      PL_ERR_INVALID_ARG);
     assert_false(g.live || w.live);
-    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g, &w, tok, 13, 1, 2, 13, &n_cached), PL_OK);
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &m, &g, &w, tok, 13, 1, 2, 13, &n_cached), PL_OK);
     assert_int_equal(n_cached, 0);
     assert_true(g.global && !w.global);
     assert_int_equal(pl_kv_commit(&m, &g, tok, 13), PL_OK);
@@ -475,7 +524,7 @@ static void test_allocate_pair(void **state) {
     assert_int_equal(pl_kv_allocate_prompt(&m, &solo, tok, 20, 1, &n_cached), PL_OK);
     assert_int_equal(n_cached, 12);
     assert_int_equal(pl_kv_probe_prefix(&m, tok, 20, 2), 12);
-    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g2, &w2, tok, 20, 1, 2, 4, &n_cached), PL_OK);
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &m, &g2, &w2, tok, 20, 1, 2, 4, &n_cached), PL_OK);
     assert_int_equal(n_cached, 12);
     assert_int_equal(g2.n_tokens, 16); /* max_new 4 */
     assert_int_equal(w2.n_tokens, 16);
@@ -484,7 +533,7 @@ static void test_allocate_pair(void **state) {
     pl_kv_free_table(&m, &g2);
     pl_kv_free_table(&m, &w2);
     /* ... and with a different salt on the window key nothing is cached there: no hit at all. */
-    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &g2, &w2, tok, 20, 1, 9, 20, &n_cached), PL_OK);
+    assert_int_equal(pl_kv_allocate_prompt_pair(&m, &m, &g2, &w2, tok, 20, 1, 9, 20, &n_cached), PL_OK);
     assert_int_equal(n_cached, 0);
     check_ok(&m);
     pl_kv_free_table(&m, &g2);
@@ -571,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_caching_disabled),
         cmocka_unit_test(test_allocate_pair),
+        cmocka_unit_test(test_allocate_pair_kinds),
         cmocka_unit_test(test_allocate_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

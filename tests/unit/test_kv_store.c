@@ -135,6 +135,58 @@ static void test_copy_anon_file(void **state) {
     assert_int_equal(unlink(path), 0); /* the store leaves its file to whoever named it */
 }
 
+/* Two pools (layer kinds): tensors 0 and 2 of the window kind with 5 blocks, tensor 1 full with
+ * 12, each its own shape; a copy list naming window blocks after the full ones copies each pair
+ * in its kind's tensors only, also between stores of other counts (swap: 4 full, 3 window). */
+static void test_kinds(void **state) {
+    (void)state;
+    static const uint8_t kinds[3] = {1, 0, 1};
+    static const pl_kv_shape shapes[3] = {{2, 16}, {1, 32}, {2, 16}};
+    pl_kv_layout l = {.dtype = PL_DT_F32, .block_size = 4, .n_kv_heads = 2, .head_dim = 16,
+                      .num_blocks = 12};
+    pl_kv_store a, b;
+    assert_int_equal(pl_kv_store_init_kinds(&a, &l, 3, shapes, kinds, 5, NULL), PL_OK);
+    const size_t bb = 4 * 2 * 16 * 4; /* every tensor: 4 tokens x 32 floats */
+    assert_int_equal(a.mapped_bytes, 2 * bb * (5 + 12 + 5));
+    for (int32_t t = 0; t < 3; t++) {
+        pl_kv_layout lt = pl_kv_store_layer_layout(&a, t);
+        assert_int_equal(lt.num_blocks, kinds[t] ? 5 : 12);
+        assert_int_equal(lt.n_kv_heads, shapes[t].n_kv_heads);
+        assert_int_equal((char *)pl_kv_store_v(&a, t) - (char *)pl_kv_store_k(&a, t),
+                         (ptrdiff_t)(bb * (size_t)lt.num_blocks));
+    }
+    assert_ptr_equal(pl_kv_store_k(&a, 1), (char *)pl_kv_store_v(&a, 0) + 5 * bb);
+    pl_kv_layout sl = l;
+    sl.num_blocks = 4;
+    assert_int_equal(pl_kv_store_init_kinds(&b, &sl, 3, shapes, kinds, 0, NULL),
+                     PL_ERR_INVALID_ARG); /* a window pool of no block */
+    assert_null(b.base);
+    assert_int_equal(pl_kv_store_init_kinds(&b, &sl, 3, shapes, kinds, 3, NULL), PL_OK);
+    pl_rng rng;
+    pl_rng_seed(&rng, 9);
+    fill(&a, &rng);
+    /* full 11 -> 3, window 4 -> 2 (named 12 + 4 -> 4 + 2), full 0 -> 0 */
+    int32_t src[] = {11, 12 + 4, 0}, dst[] = {3, 4 + 2, 0};
+    pl_kv_store_copy(&a, &b, src, dst, 3);
+    for (int32_t t = 0; t < 3; t++) {
+        char *ka = pl_kv_store_k(&a, t), *va = pl_kv_store_v(&a, t);
+        char *kb = pl_kv_store_k(&b, t), *vb = pl_kv_store_v(&b, t);
+        const int32_t nb = kinds[t] ? 3 : 4;
+        for (int32_t blk = 0; blk < nb; blk++) {
+            int32_t from = kinds[t] ? (blk == 2 ? 4 : -1) : (blk == 3 ? 11 : blk == 0 ? 0 : -1);
+            for (size_t i = 0; i < bb; i++) {
+                char wk = from < 0 ? 0 : ka[(size_t)from * bb + i];
+                char wv = from < 0 ? 0 : va[(size_t)from * bb + i];
+                if (kb[(size_t)blk * bb + i] != wk || vb[(size_t)blk * bb + i] != wv)
+                    fail_msg("tensor %d block %d byte %zu: not block %d's", (int)t, (int)blk, i,
+                             (int)from);
+            }
+        }
+    }
+    pl_kv_store_destroy(&a);
+    pl_kv_store_destroy(&b);
+}
+
 static int cleanup(void **state) {
     (void)state;
     if (path[0]) unlink(path);
@@ -211,6 +263,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_and_pointers),
         cmocka_unit_test(test_copy_anon_file),
+        cmocka_unit_test(test_kinds),
         cmocka_unit_test(test_bad_budgets),
         cmocka_unit_test(test_head_major_attention),
     };
