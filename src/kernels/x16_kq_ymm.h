@@ -403,21 +403,8 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
         _mm256_storeu_ps(y + (size_t)b * ldy + 8 * h, acc[h][b]);
 }
 
-/* q4_K's and q6_K's tiles: up to 4 activation rows (3: 2 + 1) */
-#define Y_TILE_NB4(name, ARG)                                                                      \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,     \
-                     int64_t cols, float *y, int64_t ldy) {                                        \
-        (void)ws;                                                                                  \
-        (void)nr;                                                                                  \
-        if (nb == 4) y_body(w, a, as, cols, y, ldy, 4, ARG);                                       \
-        else {                                                                                     \
-            if (nb >= 2) y_body(w, a, as, cols, y, ldy, 2, ARG);                                   \
-            if (nb & 1) y_body(w, a + (size_t)(nb - 1) * as, as, cols, y + (nb - 1) * ldy, ldy, 1, ARG); \
-        }                                                                                          \
-    }
-
-Y_TILE_NB4(y_tile_q4_K, 0)
-Y_TILE_NB4(y_tile_q6_K, 1)
+PL_X16_TILE_NB4(y_tile_q4_K, y_body, 0)
+PL_X16_TILE_NB4(y_tile_q6_K, y_body, 1)
 PL_X16_TILE_NB2(y_tile_q2_K, y_body, 2)
 PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
 
