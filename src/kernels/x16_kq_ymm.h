@@ -170,6 +170,19 @@ AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
         if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 32 + p);
         __m256i A[2][4], Bv[2][4];
         UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) A[h][b] = Bv[h][b] = _mm256_setzero_si256();
+        if (NB > 2 && !X16_VNNI) {
+            /* AVX2 x 4: the low nibbles' chains over the 8 chunks, then the high ones' (the
+             * chunks again, from L1), so that 4 int16 chains are live, not 8: +8-10 % a thread */
+            Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
+                if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
+                const __m256i lo = _mm256_and_si256(y_load(o + 256 + 64 * (8 * p + c) + 32 * h0), low4);
+                UNROLL for (int b = 0; b < NB; b++) A[0][b] = y_dot8(A[0][b], lo, y_bc32(x[b][s].qs + 64 * p + 4 * c));
+            }
+            Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(y_load(o + 256 + 64 * (8 * p + c) + 32 * h0), 4), low4);
+                UNROLL for (int b = 0; b < NB; b++) Bv[0][b] = y_dot8(Bv[0][b], hi, y_bc32(x[b][s].qs + 64 * p + 4 * c + 32));
+            }
+        } else
         Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
             if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
             UNROLL for (int h = 0; h < NH; h++) {
@@ -263,6 +276,9 @@ AI void y_q6_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
                     const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], y_bc32(xq + 8)),
                                                         _mm256_maddubs_epi16(q[3], y_bc32(xq + 12)));
                     S[h][b] = y_scale2(y_scale2(S[h][b], t0, sc), t1, sc);
+                    /* the chain as written: GCC would reassociate the group's products into a
+                     * tree and spill them (prefill x 4: ~13 stack stores a group; +9 % a thread) */
+                    __asm__("" : "+x"(S[h][b]));
 #endif
                 }
             }
