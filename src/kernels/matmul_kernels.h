@@ -81,7 +81,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
 int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k);             /* matmul_x16_f16_avx512.c */
 int pl_mm_kernel_x16_half_avx2(pl_dtype t, pl_mm_kernel *k); /* f16 or bf16: matmul_x16_f16_avx2.c */
-/* q8_0, q4_0 and iq4_nl's 256-bit tiles (x16_q8_ymm.h, issue 35): 16 x 2, AVX-VNNI
+/* q8_0, q4_0 and iq4_nl's 256-bit tiles (x16_q8_ymm.h, issue 35): 16 x 4, AVX-VNNI
  * (matmul_x16_avxvnni.c, also q5_0, q4_1 and q5_1) and AVX2 (matmul_x16_q8_avx2.c); 0 for the
  * other types */
 int pl_mm_kernel_x16_avxvnni(pl_dtype t, pl_mm_kernel *k);

@@ -60,6 +60,20 @@
         else if (nb == 1) body(w, a, as, cols, y, ldy, 1, ARG);                             \
     }
 
+/* The same with up to 4 activation rows (3: 2 + 1): the ymm tiles whose unpacked weights serve
+ * four rows (q4_K, q6_K, q8_0, q4_0, iq4_nl). */
+#define PL_X16_TILE_NB4(name, body, ARG)                                                    \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb, \
+                     int64_t cols, float *y, int64_t ldy) {                                 \
+        (void)ws;                                                                           \
+        (void)nr;                                                                           \
+        if (nb == 4) body(w, a, as, cols, y, ldy, 4, ARG);                                  \
+        else {                                                                              \
+            if (nb >= 2) body(w, a, as, cols, y, ldy, 2, ARG);                              \
+            if (nb & 1) body(w, a + (size_t)(nb - 1) * as, as, cols, y + (nb - 1) * ldy, ldy, 1, ARG); \
+        }                                                                                   \
+    }
+
 /* The 256-bit x16 tiles' q8_0 activation rows (matmul_x16.c: qs, d[cols / 32], seed[cols / 32]):
  * of the NB rows as bytes apart, the scales and seeds, and the 2 x NB float accumulators zeroed. */
 #define PL_X16_YMM_Q8_0_ROWS(a, as, cols, NB, dx, seed, acc)                                \

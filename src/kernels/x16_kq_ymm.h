@@ -170,6 +170,19 @@ AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
         if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 32 + p);
         __m256i A[2][4], Bv[2][4];
         UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) A[h][b] = Bv[h][b] = _mm256_setzero_si256();
+        if (NB > 2 && !X16_VNNI) {
+            /* AVX2 x 4: the low nibbles' chains over the 8 chunks, then the high ones' (the
+             * chunks again, from L1), so that 4 int16 chains are live, not 8: +8-10 % a thread */
+            Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
+                if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
+                const __m256i lo = _mm256_and_si256(y_load(o + 256 + 64 * (8 * p + c) + 32 * h0), low4);
+                UNROLL for (int b = 0; b < NB; b++) A[0][b] = y_dot8(A[0][b], lo, y_bc32(x[b][s].qs + 64 * p + 4 * c));
+            }
+            Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(y_load(o + 256 + 64 * (8 * p + c) + 32 * h0), 4), low4);
+                UNROLL for (int b = 0; b < NB; b++) Bv[0][b] = y_dot8(Bv[0][b], hi, y_bc32(x[b][s].qs + 64 * p + 4 * c + 32));
+            }
+        } else
         Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
             if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
             UNROLL for (int h = 0; h < NH; h++) {
@@ -263,6 +276,9 @@ AI void y_q6_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
                     const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], y_bc32(xq + 8)),
                                                         _mm256_maddubs_epi16(q[3], y_bc32(xq + 12)));
                     S[h][b] = y_scale2(y_scale2(S[h][b], t0, sc), t1, sc);
+                    /* the chain as written: GCC would reassociate the group's products into a
+                     * tree and spill them (prefill x 4: ~13 stack stores a group; +9 % a thread) */
+                    __asm__("" : "+x"(S[h][b]));
 #endif
                 }
             }
@@ -403,21 +419,8 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
         _mm256_storeu_ps(y + (size_t)b * ldy + 8 * h, acc[h][b]);
 }
 
-/* q4_K's and q6_K's tiles: up to 4 activation rows (3: 2 + 1) */
-#define Y_TILE_NB4(name, ARG)                                                                      \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,     \
-                     int64_t cols, float *y, int64_t ldy) {                                        \
-        (void)ws;                                                                                  \
-        (void)nr;                                                                                  \
-        if (nb == 4) y_body(w, a, as, cols, y, ldy, 4, ARG);                                       \
-        else {                                                                                     \
-            if (nb >= 2) y_body(w, a, as, cols, y, ldy, 2, ARG);                                   \
-            if (nb & 1) y_body(w, a + (size_t)(nb - 1) * as, as, cols, y + (nb - 1) * ldy, ldy, 1, ARG); \
-        }                                                                                          \
-    }
-
-Y_TILE_NB4(y_tile_q4_K, 0)
-Y_TILE_NB4(y_tile_q6_K, 1)
+PL_X16_TILE_NB4(y_tile_q4_K, y_body, 0)
+PL_X16_TILE_NB4(y_tile_q6_K, y_body, 1)
 PL_X16_TILE_NB2(y_tile_q2_K, y_body, 2)
 PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
 

@@ -3,10 +3,14 @@
  * included once by matmul_x16_q8_avx2.c with X16_VNNI 0 and once by matmul_x16_avxvnni.c with
  * X16_VNNI 1, each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
  *
- * A 64-byte chunk is two ymm halves (rows 0-7, 8-15) done one after the other inside each block,
- * so the two integer chains per activation row (q8_0: even and odd chunks; q4_0, iq4_nl: low and
- * high nibbles) and both halves' accumulators of two activation rows fit 16 registers: tiles of
- * 16 rows x 2 activations. The two levels differ only in how a block's integer sum is formed,
+ * A 64-byte chunk is two ymm halves (rows 0-7, 8-15). Tiles are 16 rows x up to 4 activations
+ * (3: 2 + 1): with one or two activation rows (decode) a block's halves are done one after the
+ * other, two integer chains per row (q8_0: even and odd chunks; q4_0, iq4_nl: low and high
+ * nibbles); with four (prefill) one half's blocks, then the other's, one chain per row, so that
+ * the 4 chains, the 4 float accumulators and the unpacked weights fit 16 registers and each
+ * unpacked chunk half serves four rows (1B Q8_0 shapes: AVX2 q8_0 +13-15 % a thread, q4_0
+ * +33 %, iq4_nl +17 %; AVX-VNNI +12-24 %, q5_0 and q5_1 +46 %; no stack stores in the block
+ * loop, see xq_block). The two levels differ only in how a block's integer sum is formed,
  * and it is exact either way, so both give the scalar tile's bits (test_matmul_x16):
  *  - AVX-VNNI: the AVX-512 VNNI tile's arithmetic, vpdpbusd on the stored unsigned quants (q8_0
  *    q + 128, q4_0 the nibbles, iq4_nl the levels + 128) with the activation's 4 bytes broadcast,
@@ -60,12 +64,17 @@ AI __m256i xq_bits(const uint8_t *p) {
 /* Half h (rows 8h..8h + 7) of block k against NB activation rows: acc[b] updated.
  * Q4: 0 q8_0, 1 q4_0, 2 iq4_nl (q4_0's blocks, the nibbles' levels looked up); AVX-VNNI only:
  * 3 q5_0, 4 q4_1, 5 q5_1 (q4_0's and q5_0's with offsets m: q8_1 activations, no seeds; the
- * fifth-bit masks, AVX-512's k-masks, as bytes by vpshufb + vpcmpeqb). */
+ * fifth-bit masks, AVX-512's k-masks, as bytes by vpshufb + vpcmpeqb).
+ * Up to 2 activation rows, two integer chains per row (q8_0: even and odd chunks; the others:
+ * low and high nibbles); more rows (ONE) take one chain each, so that 4 rows' chains and float
+ * accumulators fit the registers beside the unpacked weights (VNNI's q4_0 and q4_1 then take
+ * the high nibbles shifted down, not 16 x them; AVX2's q4_0 sums all 8 products of a block in
+ * int16: at most 8 x 2 x 15 x 127 = 30480). */
 AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, int64_t k, int h,
                  __m256 *acc, const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
     const size_t blk = pl_mm_x16_block_bytes(Q4);
-    const int NIB = Q4 == 1 || Q4 == 4, FIFTH = Q4 == 3 || Q4 == 5, WITH_M = Q4 >= 4;
+    const int NIB = Q4 == 1 || Q4 == 4, FIFTH = Q4 == 3 || Q4 == 5, WITH_M = Q4 >= 4, ONE = NB > 2;
     (void)FIFTH; /* AVX2 has no q5_0 / q5_1 tile */
     const size_t hdr = WITH_M ? 64 : 32; /* the chunks follow d (and m) */
     const __m256i m4 = _mm256_set1_epi8(15);
@@ -75,9 +84,9 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
     const __m128i t = X16_VNNI ? _mm_add_epi8(lv, _mm_set1_epi8((char)0x80)) : lv;
     const __m256i lut = _mm256_set_m128i(t, t);
     const uint8_t *wb = w + (size_t)k * blk;
-    const float *dx[2];
-    const int32_t *seed[2];
-    __m256i s0[2], s1[2];
+    const float *dx[4];
+    const int32_t *seed[4];
+    __m256i s0[4], s1[4];
     UNROLL for (int b = 0; b < NB; b++) {
         dx[b] = (const float *)(a + (size_t)b * as + cols);
         seed[b] = (const int32_t *)(dx[b] + nblk);
@@ -95,8 +104,8 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
             const __m256i v = _mm256_loadu_si256((const __m256i *)(wb + hdr + 64 * j + 32 * h));
             const __m256i lo = _mm256_and_si256(v, m4);
             /* VNNI's q4_0 and q4_1 take 16 x the high nibbles (one instruction less) */
-            const __m256i hi = X16_VNNI && NIB ? _mm256_andnot_si256(m4, v)
-                                               : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            const __m256i hi = X16_VNNI && NIB && !ONE ? _mm256_andnot_si256(m4, v)
+                                                       : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             w0 = Q4 == 2 ? _mm256_shuffle_epi8(lut, lo) : lo;
             w1 = Q4 == 2 ? _mm256_shuffle_epi8(lut, hi) : hi;
 #if X16_VNNI
@@ -118,17 +127,25 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
         UNROLL for (int b = 0; b < NB; b++) {
             const int32_t *xq = (const int32_t *)(a + (size_t)b * as + k * PL_QK);
             s0[b] = xq_dot(s0[b], w0, aw0, _mm256_set1_epi32(xq[j0]), S);
-            s1[b] = xq_dot(s1[b], w1, aw1, _mm256_set1_epi32(xq[j1]), S);
+            if (!ONE) s1[b] = xq_dot(s1[b], w1, aw1, _mm256_set1_epi32(xq[j1]), S);
         }
+        if (ONE)
+            UNROLL for (int b = 0; b < NB; b++) {
+                const int32_t *xq = (const int32_t *)(a + (size_t)b * as + k * PL_QK);
+                s0[b] = xq_dot(s0[b], w1, aw1, _mm256_set1_epi32(xq[j1]), S);
+                /* the chain as written: reassociated into a tree, GCC computes all 8 x NB
+                 * products first and spills them */
+                __asm__("" : "+x"(s0[b]));
+            }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wb + 16 * h)));
     UNROLL for (int b = 0; b < NB; b++) {
         __m256i isum;
-        if (X16_VNNI) isum = _mm256_add_epi32(s0[b], NIB ? _mm256_srai_epi32(s1[b], 4) : s1[b]);
-        else if (Q4 == 1) /* the int16 pair sums of the block, widened, and the seed */
-            isum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(s0[b], s1[b]), _mm256_set1_epi16(1)),
-                                    _mm256_set1_epi32(seed[b][k]));
-        else isum = _mm256_add_epi32(s0[b], s1[b]);
+        if (ONE) isum = s0[b];
+        else if (X16_VNNI) isum = _mm256_add_epi32(s0[b], NIB ? _mm256_srai_epi32(s1[b], 4) : s1[b]);
+        else isum = Q4 == 1 ? _mm256_add_epi16(s0[b], s1[b]) : _mm256_add_epi32(s0[b], s1[b]);
+        if (!X16_VNNI && Q4 == 1) /* the int16 pair sums of the block, widened, and the seed */
+            isum = _mm256_add_epi32(_mm256_madd_epi16(isum, _mm256_set1_epi16(1)), _mm256_set1_epi32(seed[b][k]));
         acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(dx[b][k])), acc[b]);
         if (WITH_M) /* m_w times q8_1's s_x, after d_x's block sums */
             acc[b] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wb + 32 + 16 * h))),
@@ -136,18 +153,19 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
     }
 }
 
-/* One 16-row group by NB (1, 2) activation rows, block after block, both halves of a block
- * together (decode streams the weights once). AVX2's q4_0 with two activation rows does one
- * half's blocks, then the other's (the group is in L2 by then), so that only that half's two
- * accumulators are live beside the int16 chains: 151 -> 185 GOP/s a thread (512 x 2048, B = 64,
- * best of 60); q8_0, iq4_nl and the VNNI tiles measured no better that way (VNNI 2-3 % worse).
- * Each output sums its blocks in order either way. */
+/* One 16-row group by NB (1..4) activation rows. One row (decode), and two but for AVX2's
+ * q4_0, take a block's halves together (decode streams the weights once); more rows, and
+ * AVX2's q4_0 with two, do one half's blocks, then the other's (the group is in L2 by then, and
+ * in L1 for the 1B shapes' 2048 columns), so that only that half's accumulators are live beside
+ * the chains and the unpacked weights serve every row: AVX2's q4_0 x 2 151 -> 185 GOP/s a
+ * thread (512 x 2048, B = 64, best of 60); q8_0, iq4_nl and the VNNI tiles x 2 measured no
+ * better that way (VNNI 2-3 % worse). Each output sums its blocks in order either way. */
 AI void xq_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
                 const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
-    __m256 acc[2][2];
+    __m256 acc[2][4];
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
-    if (NB == 1 || X16_VNNI || Q4 != 1)
+    if (NB == 1 || (NB == 2 && (X16_VNNI || Q4 != 1)))
         for (int64_t k = 0; k < nblk; k++) UNROLL for (int h = 0; h < 2; h++) xq_block(w, a, as, cols, k, h, acc[h], NB, Q4);
     else
         UNROLL for (int h = 0; h < 2; h++) for (int64_t k = 0; k < nblk; k++) xq_block(w, a, as, cols, k, h, acc[h], NB, Q4);
@@ -155,18 +173,18 @@ AI void xq_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, flo
         _mm256_storeu_ps(y + (size_t)b * ldy + 8 * h, acc[h][b]);
 }
 
-PL_X16_TILE_NB2(tile_q8_0, xq_body, 0)
-PL_X16_TILE_NB2(tile_q4_0, xq_body, 1)
-PL_X16_TILE_NB2(tile_iq4_nl, xq_body, 2)
+PL_X16_TILE_NB4(tile_q8_0, xq_body, 0)
+PL_X16_TILE_NB4(tile_q4_0, xq_body, 1)
+PL_X16_TILE_NB4(tile_iq4_nl, xq_body, 2)
 #if X16_VNNI
-PL_X16_TILE_NB2(tile_q5_0, xq_body, 3)
-PL_X16_TILE_NB2(tile_q4_1, xq_body, 4)
-PL_X16_TILE_NB2(tile_q5_1, xq_body, 5)
+PL_X16_TILE_NB4(tile_q5_0, xq_body, 3)
+PL_X16_TILE_NB4(tile_q4_1, xq_body, 4)
+PL_X16_TILE_NB4(tile_q5_1, xq_body, 5)
 #endif
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
-    k->tb = 2;
+    k->tb = 4;
     k->gemm = NULL;
     k->fn = t == PL_DT_Q8_0 ? tile_q8_0 : t == PL_DT_Q4_0 ? tile_q4_0 : tile_iq4_nl;
 #if X16_VNNI
