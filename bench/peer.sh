@@ -9,6 +9,8 @@
 #   LLAMA_CPP=<llama.cpp dir> [IK_LLAMA_CPP=<dir>] MODELS=<dir> bash bench/peer.sh [BUILD_DIR]
 # An AVX2 table on an AVX-512 machine: PAGELLM_ISA=avx2 (pagellm reads it) and peers built with
 # -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF.
+# PAGELLM_F16_WEIGHTS=bf16 runs pagellm's F16 rows with --f16-weights bf16 (AVX-512 BF16 only;
+# what ik_llama.cpp's -rtr 1 does with F16; lossy: docs/ACCURACY.md).
 # LLAMA_CPP: the peer built by ../shared/peer/build-llama-cpp.sh (binaries under build/bin).
 # MODELS: where llama110m-T.gguf and llama1b-T.gguf are (made with `pagellm mkmodel --shape` and
 # the llama-spm vocabulary when missing). ROWS picks rows by name (default: all), REPS (3).
@@ -35,7 +37,7 @@ echo "peer: llama.cpp $(git -C "$L/../.." log -1 --format='%h, commit date %cd' 
 [ -z "$IK" ] || echo "peer: ik_llama.cpp $(git -C "$IK/../.." log -1 --format='%h, commit date %cd' --date=short 2>/dev/null || echo '(no git metadata)')"
 echo "pagellm: $(git log -1 --format='%h, %cd' --date=short 2>/dev/null)"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; load at start $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
-echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx_vnni|avx512f|avx512bw|avx512vl|avx512dq|avx512_vnni|avx512_bf16|amx_int8)$' | tr '\n' ' ')PAGELLM_ISA=${PAGELLM_ISA:-native}"
+echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx_vnni|avx512f|avx512bw|avx512vl|avx512dq|avx512_vnni|avx512_bf16|amx_int8)$' | tr '\n' ' ')PAGELLM_ISA=${PAGELLM_ISA:-native} PAGELLM_F16_WEIGHTS=${PAGELLM_F16_WEIGHTS:-f16}"
 echo
 echo "| test | pagellm tok/s | llama.cpp tok/s | ratio | ik_llama.cpp tok/s | ratio | pagellm % of peak |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"

@@ -149,6 +149,17 @@ typedef enum {
     PL_KV_CACHE_Q4_0 = 4,
 } pl_kv_cache_dtype;
 
+/* How F16 weight matrices are kept at load (--f16-weights). BF16: each rounded to the nearest
+ * bf16 (3 of f16's 10 mantissa bits dropped; lossy, docs/ACCURACY.md) so that prefill runs
+ * AVX-512 BF16's vdpbf16ps, twice the f32 FMA rate; needs the avx512 kernel level (a CPU with
+ * AVX512-BF16), refused otherwise. The token embedding lookup keeps its f16 rows. DEFAULT: as
+ * the environment variable PAGELLM_F16_WEIGHTS says (f16 or bf16; unset: f16). */
+typedef enum {
+    PL_F16_WEIGHTS_DEFAULT = 0,
+    PL_F16_WEIGHTS_F16 = 1,
+    PL_F16_WEIGHTS_BF16 = 2,
+} pl_f16_weights;
+
 /* "f16", "f32", "bf16", "q8_0", "q4_0"; NULL for an unknown value. */
 const char *pl_kv_cache_dtype_name(pl_kv_cache_dtype t);
 
@@ -170,6 +181,8 @@ typedef struct {
                                         (vLLM's --gpu-memory-utilization on a CPU); used only when
                                         kv_cache_memory is 0 (0: off) */
     pl_kv_cache_dtype kv_cache_dtype; /* f16 (default), f32, bf16, q8_0 or q4_0 */
+    pl_f16_weights f16_weights;      /* F16 matrices kept as f16 or converted to bf16 (above);
+                                        the draft model's too */
     int kv_cache_f32;                /* 1: f32 KV whatever kv_cache_dtype says (older name) */
     uint64_t swap_space;             /* swap pool bytes (0 = none) */
     const char *swap_path;           /* swap pool file (NULL = anonymous memory) */

@@ -60,4 +60,9 @@ static inline pl_bf16 pl_f32_to_bf16(float f) {
     return (pl_bf16)(x >> 16);
 }
 
+/* An f16 value as the nearest bf16 (even on a tie; f16 -> f32 is exact): 3 of its 10 mantissa
+ * bits go, the range grows (65504 rounds to 65536, subnormals become normal); +-0, +-inf kept,
+ * a NaN stays a NaN of the same sign. The --f16-weights bf16 conversion (issue 35). */
+static inline pl_bf16 pl_f16_to_bf16(pl_f16 h) { return pl_f32_to_bf16(pl_f16_to_f32(h)); }
+
 #endif

@@ -40,6 +40,7 @@ typedef struct {
     double bw;    /* GB/s with all threads */
     double peak;  /* GFLOP/s with all threads */
     double vnni;  /* int8 GOP/s with all threads (<= 0: none); quantized matmuls' peak */
+    double bf16;  /* vdpbf16ps GFLOP/s with all threads (<= 0: none); bf16 matmuls' peak */
 } out_ctx;
 
 
@@ -64,21 +65,25 @@ static void bench_limits(pl_threadpool *tp, out_ctx *o) {
         double pk = pl_roofline_fma_gflops(tp, t, o->quick ? 2000000 : 20000000, 3);
         double vnni = pl_roofline_int8_gops(tp, t, o->quick ? 2000000 : 20000000, 3, 0);
         double amx = pl_roofline_int8_gops(tp, t, o->quick ? 2000000 : 20000000, 3, 1);
+        double bf = pl_roofline_bf16_gflops(tp, t, o->quick ? 2000000 : 20000000, 3);
         if (o->json)
             printf("{\"limit\":\"machine\",\"threads\":%d,\"read_gb_s\":%.2f,\"fma_gflop_s\":%.2f,"
-                   "\"vnni_gop_s\":%.2f,\"amx_gop_s\":%.2f}\n", t, bw, pk, vnni, amx);
+                   "\"vnni_gop_s\":%.2f,\"amx_gop_s\":%.2f,\"bf16_gflop_s\":%.2f}\n", t, bw, pk,
+                   vnni, amx, bf);
         else
             printf("threads %-3d read bandwidth %8.1f GB/s   f32 FMA peak %8.1f GFLOP/s   "
-                   "int8 %8.1f GOP/s   AMX %8.1f GOP/s (negative: none)\n", t, bw, pk, vnni,
-                   amx);
+                   "int8 %8.1f GOP/s   AMX %8.1f GOP/s   bf16 %8.1f GFLOP/s (negative: none)\n",
+                   t, bw, pk, vnni, amx, bf);
         if (t == n) {
             o->bw = bw;
             o->peak = pk;
             o->vnni = vnni;
+            o->bf16 = bf;
         }
     }
     if (!o->json)
-        printf("\n(quantized matmuls: GOP/s of integer dot products, of the int8 peak)\n"
+        printf("\n(quantized matmuls: GOP/s of integer dot products, of the int8 peak; bf16: of the "
+               "vdpbf16ps peak where the level has it)\n"
                "%-22s %-26s %9s %7s %10s %7s\n", "kernel", "shape", "GB/s", "of bw", "GFLOP/s",
                "of peak");
 }
@@ -99,6 +104,7 @@ static void bench_matmuls(pl_threadpool *tp, const out_ctx *o) {
         int amx = pl_cpu_amx() && t != PL_DT_F16;
         out_ctx oi = *o; /* integer types: GOP/s, against the int8 peak */
         if (t != PL_DT_F32 && t != PL_DT_F16 && t != PL_DT_BF16 && o->vnni > 0) oi.peak = o->vnni;
+        if (t == PL_DT_BF16 && o->bf16 > 0) oi.peak = o->bf16; /* vdpbf16ps: rows and x16 */
         for (int v = 0; v < (x16 ? (amx ? 3 : 2) : 1); v++) {
             char name[64], shape[64];
             snprintf(name, sizeof name, "matmul %s%s", pl_dtype_name(t),

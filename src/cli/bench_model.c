@@ -20,6 +20,7 @@
  * (float matrices only), %bw the read bandwidth.
  */
 #include "cli/args.h"
+#include "cli/engine_flags.h"
 #include "cli/flags.h"
 #include "base/buf.h"
 #include "base/clock.h"
@@ -46,6 +47,7 @@ typedef struct {
     int n_batches;
     int json;
     pl_dtype kv;       /* KV cache type (f16) */
+    pl_f16_weights f16; /* --f16-weights (default: PAGELLM_F16_WEIGHTS, else f16) */
 } bm_opts;
 
 typedef struct {
@@ -71,6 +73,7 @@ typedef struct {
     double kv_bytes_per_key;          /* K and V of one position, every layer */
     double attn_flops_per_key;        /* QK + AV of one query against one key, every layer */
     int integer;                      /* quantized matrices: integer dot products */
+    int bf16;                         /* bf16 matrices at avx512 (vdpbf16ps; --f16-weights bf16) */
 } bm_work;
 
 static void work_of(const pl_model *m, pl_dtype kv, bm_work *w) {
@@ -99,6 +102,7 @@ static void work_of(const pl_model *m, pl_dtype kv, bm_work *w) {
     w->out_bytes = (double)m->output.rows * (double)pl_dtype_row_size(m->output.type, m->output.cols);
     pl_dtype t = m->layers[0].wq.type;
     w->integer = t != PL_DT_F32 && t != PL_DT_F16 && t != PL_DT_BF16;
+    w->bf16 = t == PL_DT_BF16 && pl_cpu_isa() >= PL_ISA_AVX512;
     w->kv_bytes_per_key = 2.0 * hp->n_layers * hp->n_kv_heads * (double)pl_dtype_row_size(kv, hp->head_dim);
     w->attn_flops_per_key = 4.0 * hp->n_layers * hp->n_heads * (double)hp->head_dim;
 }
@@ -148,7 +152,7 @@ static void run_free(bm_run *r) {
 }
 
 static pl_status run_open(bm_run *r, const bm_opts *o, int32_t max_b) {
-    PL_TRY(pl_model_load(o->model, &r->m));
+    PL_TRY(pl_model_load_with(o->model, 0, 1, o->f16, &r->m));
     r->tp = pl_threadpool_create((int)o->threads);
     if (!r->tp) return pl_fail(PL_ERR_NOMEM, "could not create the thread pool");
     int64_t ctx_max = o->ctx + o->n > o->p ? o->ctx + o->n : o->p;
@@ -253,7 +257,7 @@ static void print_json(const bm_opts *o, const bm_run *r, const char *test, int3
     for (int i = 0; i < n; i++) printf("%s%.2f", i ? "," : "", v[i]);
     printf("],\"%s\":%.2f,\"gb_per_s\":%.2f,\"%s\":%.1f,\"read_peak_gb_per_s\":%.1f,",
            w->integer ? "gops_per_s" : "gflops_per_s", rt->ops, rt->gbs,
-           w->integer ? "int8_peak_gops" : "fma_peak_gflops", fma_peak, bw_peak);
+           w->integer ? "int8_peak_gops" : w->bf16 ? "bf16_peak_gflops" : "fma_peak_gflops", fma_peak, bw_peak);
     if (rt->peak_pct >= 0) printf("\"peak_pct\":%.1f,", rt->peak_pct);
     else printf("\"peak_pct\":null,");
     printf("\"bandwidth_pct\":%.1f}\n", rt->bw_pct);
@@ -287,6 +291,11 @@ static int set_kv(const char *cmd, const pl_flag *f, const char *arg, void *opts
     return 2;
 }
 
+static int set_f16(const char *cmd, const pl_flag *f, const char *arg, void *opts) {
+    (void)f;
+    return pl_arg_f16_weights(cmd, arg, &((bm_opts *)opts)->f16) ? 2 : 0;
+}
+
 static const pl_flag MODEL_FLAGS[] = {
     PL_FLAG_ROW_STR(bm_opts, "model", 'm', model, "FILE",
      "a GGUF model (path or name, as for generate)"),
@@ -302,13 +311,16 @@ static const pl_flag MODEL_FLAGS[] = {
     PL_FLAG_ROW_I32(bm_opts, "reps", 0, reps, 1, MAX_REPS, "N",
      "repetitions of every measurement (3)"),
     PL_FLAG_ROW_FN("kv-cache-dtype", 0, set_kv, 0, "T", "f16 (default), f32, bf16, q8_0 or q4_0"),
+    PL_FLAG_ROW_FN("f16-weights", 0, set_f16, 0, "T",
+     "f16 (default) or bf16: F16 matrices rounded to bf16 at load\n(AVX-512 BF16 only; as serve's)"),
     PL_FLAG_ROW_SET(bm_opts, "json", 0, json, "also print one JSON object per measurement"),
 };
 
 static const pl_flag_cmd MODEL = {
     "bench model",
     "usage: pagellm bench model -m FILE [-p N] [-n N] [-b B1,B2,..] [--ctx N]\n"
-    "                           [--threads N] [--reps N] [--kv-cache-dtype T] [--json]\n",
+    "                           [--threads N] [--reps N] [--kv-cache-dtype T] [--f16-weights T]\n"
+    "                           [--json]\n",
     NULL, MODEL_FLAGS, sizeof MODEL_FLAGS / sizeof MODEL_FLAGS[0], -1, 0};
 
 static int parse(int argc, char **argv, bm_opts *o, char *path, size_t cap) {
@@ -367,6 +379,8 @@ int pl_bench_model(int argc, char **argv) {
             /* integer matrices: % of the level's int8 peak (AMX's, larger, is printed beside) */
             double int8_peak = w.integer ? pl_roofline_int8_gops(r.tp, nt, 2000000, 3, 0) : -1;
             double amx_peak = w.integer ? pl_roofline_int8_gops(r.tp, nt, 2000000, 3, 1) : -1;
+            /* bf16 matrices at avx512: % of the vdpbf16ps peak (twice the FMA peak) */
+            double bf16_peak = w.bf16 ? pl_roofline_bf16_gflops(r.tp, nt, 2000000, 3) : -1;
             printf("model %s: dim %d, %d layers, %d heads (%d KV), ffn %d, vocab %d; "
                    "%d threads, %s\n",
                    o.model, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->ffn_dim,
@@ -374,13 +388,15 @@ int pl_bench_model(int argc, char **argv) {
             printf("limits: f32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s; matrices %s "
                    "(%s)\n", fma_peak, bw_peak, pl_dtype_name(r.m->layers[0].wq.type),
                    w.integer ? "integer dot products: GOP/s, %peak of the int8 peak"
+                   : w.bf16  ? "GFLOP/s, %peak of the bf16 peak"
                              : "GFLOP/s, %peak of the FMA peak");
+            if (bf16_peak > 0) printf("bf16 peak: vdpbf16ps %.1f GFLOP/s\n", bf16_peak);
             if (int8_peak > 0)
                 printf("int8 peak: %s %.1f GOP/s%s", pl_cpu_isa() >= PL_ISA_AVXVNNI ? "VNNI" : "AVX2",
                        int8_peak, amx_peak > 0 ? "" : "\n");
             if (amx_peak > 0) printf(", AMX %.1f GOP/s (K = 32 tiles)\n", amx_peak);
             printf("\n");
-            const double peak = w.integer ? int8_peak : fma_peak;
+            const double peak = w.integer ? int8_peak : w.bf16 ? bf16_peak : fma_peak;
             printf("%-8s %6s %7s %6s %12s %12s %9s %8s %6s %6s\n", "test", "batch", "tokens", "ctx",
                    "tokens/s", "best tok/s", w.integer ? "GOP/s" : "GFLOP/s", "GB/s", "%peak",
                    "%bw");

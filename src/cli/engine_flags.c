@@ -36,6 +36,11 @@ static const pl_engine_flag FLAGS[] = {
      "cache to f16, bf16 or f32 (auto: f16); activations are f32\n"
      "and weights as stored whatever is asked; of --dtype and\n"
      "--kv-cache-dtype the later wins"},
+    {"f16-weights", R, PL_OPT_F16_WEIGHTS, 0, "T", NULL,
+     "f16 (default) or bf16: F16 matrices rounded to bf16 at\n"
+     "load for AVX-512 BF16 (vdpbf16ps: 1.5-2x F16 prefill; lossy,\n"
+     "docs/ACCURACY.md); refused below the avx512 level\n"
+     "(default: PAGELLM_F16_WEIGHTS, else f16)"},
     {"tensor-parallel-size", R, PL_OPT_TP, 0, "N", NULL,
      "shards every layer over the N processes of an MPI job:\n"
      "mpirun -np N pagellm CMD ... (docs/DISTRIBUTED.md); N\n"
@@ -174,6 +179,16 @@ int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const stru
     return -1;
 }
 
+int pl_arg_f16_weights(const char *cmd, const char *arg, pl_f16_weights *out) {
+    if (!strcmp(arg, "f16") || !strcmp(arg, "float16")) *out = PL_F16_WEIGHTS_F16;
+    else if (!strcmp(arg, "bf16") || !strcmp(arg, "bfloat16")) *out = PL_F16_WEIGHTS_BF16;
+    else {
+        fprintf(stderr, "pagellm %s: --f16-weights: '%s' is not f16 or bf16\n", cmd, arg);
+        return -1;
+    }
+    return 0;
+}
+
 int pl_engine_flag_apply(const char *cmd, int code, const char *arg, pl_engine_config *c) {
     return pl_engine_flag_apply_named(cmd, NULL, code, arg, c);
 }
@@ -210,6 +225,9 @@ int pl_engine_flag_apply_named(const char *cmd, const char *flag, int code, cons
                     "float32 or float\n", cmd, arg);
             return 2;
         }
+        return 0;
+    case PL_OPT_F16_WEIGHTS:
+        if (pl_arg_f16_weights(cmd, arg, &c->f16_weights)) return 2;
         return 0;
     case PL_OPT_TP:
         if (pl_arg_int(cmd, "--tensor-parallel-size", arg, 1, 4096, &v)) return 2;

@@ -49,6 +49,7 @@ enum {
     PL_OPT_VATTN_NO_DEFER,
     PL_OPT_VATTN_NO_EAGER,
     PL_OPT_VATTN_SHARE,  /* --vattn-share (vattention: memfd pages, shared by forks) */
+    PL_OPT_F16_WEIGHTS,  /* --f16-weights f16|bf16 (issue 35) */
     PL_OPT_IGNORED,      /* a vLLM-only flag with a value: accepted, ignored with a warning */
     PL_OPT_IGNORED_BOOL, /* the same without a value */
     PL_ENGINE_OPT_END,
@@ -77,6 +78,10 @@ const char *pl_engine_shortopts(void);
  * message), anything else is reported as unknown, naming the closest known flag (-1). */
 int pl_engine_flag_or_unknown(const char *cmd, int code, char **argv, const struct option *opts,
                               pl_engine_config *c);
+
+/* --f16-weights T (engine flag and bench model's): f16 or bf16 into *out; 0, or -1 after
+ * printing "pagellm CMD: --f16-weights: ..." (the CPU check is the model loader's). */
+int pl_arg_f16_weights(const char *cmd, const char *arg, pl_f16_weights *out);
 
 /* Apply one engine flag. Returns 0, or 2 after printing "pagellm CMD: FLAG: problem". `flag` is
  * the flag as written (argv[optind - 1]), used to name an ignored vLLM flag in its warning. */

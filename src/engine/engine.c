@@ -92,7 +92,7 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     pl_status st = c->tensor_parallel_size > 1 ? pl_engine_tp_load(e) : PL_OK;
     if (st == PL_OK) st = pl_spec_init(&e->spec, c);
     if (st == PL_OK && !e->model) {
-        st = pl_model_load(c->model_path, &e->model);
+        st = pl_model_load_with(c->model_path, 0, 1, c->f16_weights, &e->model);
         pl_dist_note_loaded(c->model_path, 0); /* for the benchmarks' memory report */
     }
     if (st == PL_OK) {

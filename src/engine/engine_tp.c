@@ -12,7 +12,7 @@ pl_status pl_engine_tp_load(pl_engine *e) {
     if (!pl_dist_active() || pl_dist_size() != n || pl_dist_rank() != 0)
         return pl_fail(PL_ERR_INVALID_ARG, "tensor-parallel-size %d: the engine must run on rank "
                        "0 of an MPI job of %d processes started with pl_dist_init", n, n);
-    pl_status st = pl_model_load_shard(e->cfg.model_path, 0, n, &e->model);
+    pl_status st = pl_model_load_with(e->cfg.model_path, 0, n, e->cfg.f16_weights, &e->model);
     st = pl_dist_agree(st, "could not load its shard");
     pl_dist_note_loaded(e->cfg.model_path, e->model ? e->model->owned_bytes : 0);
     if (st == PL_OK) e->dist = 1;

@@ -21,7 +21,7 @@
 
 pl_status pl_spec_draft_load(pl_spec *sp, const pl_engine_config *c, const pl_model *target,
                              int32_t max_model_len) {
-    PL_TRY(pl_model_load(c->speculative_model, &sp->draft));
+    PL_TRY(pl_model_load_with(c->speculative_model, 0, 1, c->f16_weights, &sp->draft));
     const pl_tokenizer *a = target->tok, *b = sp->draft->tok;
     int32_t na = pl_tokenizer_n_vocab(a), nb = pl_tokenizer_n_vocab(b);
     if (na != nb || target->hp.n_vocab != sp->draft->hp.n_vocab)

@@ -86,6 +86,23 @@ void pl_matmul_repack(pl_weight *w, void *dst) {
     w->layout = PL_WLAYOUT_X16;
 }
 
+void pl_matmul_f16_to_bf16(pl_weight *w, void *dst) {
+    PL_ASSERT(w->type == PL_DT_F16 && w->layout == PL_WLAYOUT_ROWS && ((uintptr_t)dst & 63) == 0);
+    const size_t n = (size_t)w->rows * (size_t)w->cols;
+    pl_weight b = *w;
+    b.type = PL_DT_BF16;
+    if (pl_matmul_repack_wanted(PL_DT_BF16) && pl_matmul_repack_size(&b)) {
+        pl_mm_x16_repack(PL_DT_F16, w->data, dst, w->rows, w->cols); /* bf16's layout is f16's */
+        b.layout = PL_WLAYOUT_X16;
+    } else {
+        memcpy(dst, w->data, n * sizeof(pl_f16));
+    }
+    pl_f16 *h = dst;
+    for (size_t i = 0; i < n; i++) h[i] = pl_f16_to_bf16(h[i]);
+    b.data = dst;
+    *w = b;
+}
+
 static void pick_kernel(const pl_weight *w, pl_mm_kernel *k) {
     pl_dtype t = w->type;
     pl_isa isa = pl_cpu_isa();

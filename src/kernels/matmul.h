@@ -56,11 +56,16 @@ void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const 
  * (docs/ACCURACY.md). pl_matmul_repack_size: bytes of w repacked (iq4_xs: 138 per 256 columns
  * instead of 136; the others as GGUF), or 0 if w has no such layout.
  * pl_matmul_repack_wanted: 1 where this kernel level has SIMD x16 kernels for t (AVX-512: every
- * type above but bf16; AVX2: f16, bf16, q4_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl and mxfp4;
+ * type above and bf16, whose tile is vdpbf16ps'; AVX2: f16, bf16, q4_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl and mxfp4;
  * AVX-VNNI: also q5_0, q4_1, q5_1; issue 35) unless PAGELLM_REPACK=0. pl_matmul_repack: copy w into dst
  * (64-byte aligned, that many bytes) and point w at it. Views of rows (weight_rows) must be taken
  * before repacking. */
 size_t pl_matmul_repack_size(const pl_weight *w);
+/* An f16 weight in GGUF's rows as bf16 (issue 35, --f16-weights bf16): each value rounded to the
+ * nearest bf16 (pl_f16_to_bf16) into dst (64-byte aligned, rows x cols x 2 bytes, the f16's own
+ * size), laid out as pl_matmul_repack would lay out bf16 at this level (x16 where wanted, else
+ * rows), and w pointed at it. One pass; w's old bytes are only read. */
+void pl_matmul_f16_to_bf16(pl_weight *w, void *dst);
 int pl_matmul_repack_wanted(pl_dtype t);
 void pl_matmul_repack(pl_weight *w, void *dst);
 

@@ -81,6 +81,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
 int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k);             /* matmul_x16_f16_avx512.c */
 int pl_mm_kernel_x16_half_avx2(pl_dtype t, pl_mm_kernel *k); /* f16 or bf16: matmul_x16_f16_avx2.c */
+int pl_mm_kernel_x16_bf16_avx512(pl_mm_kernel *k);            /* vdpbf16ps: matmul_x16_bf16_avx512.c */
 /* q8_0, q4_0 and iq4_nl's 256-bit tiles (x16_q8_ymm.h, issue 35): 16 x 4, AVX-VNNI
  * (matmul_x16_avxvnni.c, also q5_0, q4_1 and q5_1) and AVX2 (matmul_x16_q8_avx2.c); 0 for the
  * other types */
@@ -98,7 +99,7 @@ int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
  * AVX-VNNI; 0 for the other types */
 int pl_mm_kernel_x16_kq_avx2(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avxvnni(pl_dtype t, pl_mm_kernel *k);
-/* 1 if the current level has a SIMD x16 kernel for t (AVX-512: every x16 type but bf16; AVX2
+/* 1 if the current level has a SIMD x16 kernel for t (AVX-512: every x16 type; AVX2
  * and AVX-VNNI: f16, bf16, q4_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl and mxfp4, AVX-VNNI
  * also q5_0, q4_1, q5_1), so that repacking t pays */
 int pl_mm_x16_fast(pl_dtype t);

@@ -40,7 +40,7 @@ int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     if (rows <= 0 || rows % 16 || cols <= 0 || cols % pl_dtype_block_size(t)) return 0;
     switch (t) {
     case PL_DT_F16:
-    case PL_DT_BF16: /* f16's layout: below, its AVX2 tile in matmul_x16_f16_avx2.c */
+    case PL_DT_BF16: /* f16's layout: below; tiles in matmul_x16_f16_avx2.c, matmul_x16_bf16_avx512.c */
     case PL_DT_Q8_0:
     case PL_DT_Q4_0: /* matmul_x16_q4_0.c, with iq4_nl and q5_0 */
     case PL_DT_IQ4_NL:
@@ -156,7 +156,7 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     case PL_DT_IQ4_XS:
     case PL_DT_Q2_K: return pl_mm_x16_kq_act_bytes(cols);
     case PL_DT_F16: /* as the rows layout: f16-rounded f32 */
-    case PL_DT_BF16: /* f32 too (rounded to bf16; the rows layout keeps the bf16) */
+    case PL_DT_BF16: /* f32 too (rounded to bf16); AVX-512: bf16 pairs in the first half */
         return pl_act_row_bytes(PL_DT_F16, cols);
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: return pl_act_row_bytes(t, cols); /* q8_1, as the rows layout */
@@ -224,7 +224,14 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: pl_act_convert_row(t, x, dst, cols); break;
     case PL_DT_BF16:
-        for (int64_t c = 0; c < cols; c++) ((float *)dst)[c] = pl_bf16_to_f32(pl_f32_to_bf16(x[c]));
+        if (pl_cpu_isa() >= PL_ISA_AVX512) { /* vdpbf16ps pairs (high x[c], low x[c + 1]) */
+            pl_bf16 *h = (pl_bf16 *)dst;
+            for (int64_t c = 0; c < cols; c += 2) {
+                h[c] = c + 1 < cols ? pl_f32_to_bf16(x[c + 1]) : 0;
+                h[c + 1] = pl_f32_to_bf16(x[c]);
+            }
+        } else
+            for (int64_t c = 0; c < cols; c++) ((float *)dst)[c] = pl_bf16_to_f32(pl_f32_to_bf16(x[c]));
         break;
     case PL_DT_Q4_0: act_q8_0(x, dst, cols, 8); break; /* q8_0's row, -8 * block sums */
     case PL_DT_Q5_0: act_q8_0(x, dst, cols, 16); break;
@@ -235,9 +242,8 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
 
 int pl_mm_x16_fast(pl_dtype t) {
     pl_isa isa = pl_cpu_isa();
-    if (t == PL_DT_BF16) return isa >= PL_ISA_AVX2 && isa < PL_ISA_AVX512; /* AVX-512: vdpbf16ps rows */
     return isa >= PL_ISA_AVX512 ||
-           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_Q2_K ||
+           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_BF16 || t == PL_DT_Q2_K ||
                                    t == PL_DT_IQ4_XS || t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL ||
                                    t == PL_DT_MXFP4)) ||
            (isa >= PL_ISA_AVXVNNI && (t == PL_DT_Q5_0 || t == PL_DT_Q4_1 || t == PL_DT_Q5_1));
@@ -277,6 +283,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
         k->fn = tile_f16_scalar;
         return;
     case PL_DT_BF16:
+        if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_bf16_avx512(k)) return;
         if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_half_avx2(t, k)) return;
         k->fn = tile_bf16_scalar;
         return;

@@ -4,8 +4,8 @@
  * activation rows keeps 12 accumulators, 2 weight vectors and the broadcast in AVX2's 16
  * registers: 12 FMAs per 2 conversions, the same bits as the scalar tile and the AVX-512 one.
  * bf16 widens exactly by a 16-bit shift (vpmovzxwd + vpslld) where f16 has vcvtph2ps; the rest,
- * and the bits (its scalar tile's), are f16's. AVX-512 keeps bf16 in rows (vdpbf16ps does two
- * columns per FMA): no twin there.
+ * and the bits (its scalar tile's), are f16's. AVX-512's bf16 tile is vdpbf16ps'
+ * (matmul_x16_bf16_avx512.c), with the same bits.
  */
 #include <immintrin.h>
 

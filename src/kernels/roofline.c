@@ -61,14 +61,13 @@ double pl_roofline_read_gbs(pl_threadpool *tp, int n_threads, size_t bytes, int 
     return best;
 }
 
-static float fma_part(int64_t iters, float seed, int *lanes) {
+static float fma_part(int64_t iters, float seed) {
     switch (pl_cpu_isa()) {
-    case PL_ISA_AVX512: *lanes = 16; return pl_roofline_fma_avx512(iters, seed);
+    case PL_ISA_AVX512: return pl_roofline_fma_avx512(iters, seed);
     case PL_ISA_AVXVNNI:
-    case PL_ISA_AVX2: *lanes = 8; return pl_roofline_fma_avx2(iters, seed);
+    case PL_ISA_AVX2: return pl_roofline_fma_avx2(iters, seed);
     case PL_ISA_SCALAR: break;
     }
-    *lanes = 1;
     float a[PL_ROOF_FMA_CHAINS];
     for (int k = 0; k < PL_ROOF_FMA_CHAINS; k++) a[k] = seed + (float)k;
     for (int64_t i = 0; i < iters; i++)
@@ -78,29 +77,43 @@ static float fma_part(int64_t iters, float seed, int *lanes) {
     return s;
 }
 
-static int fma_lanes;
-
 static void fma_job(void *ctx, int ith, int nth) {
     (void)nth;
     roof_job *j = ctx;
-    int lanes;
-    j->sink[ith & 63] += fma_part(j->iters, (float)ith, &lanes);
-    if (ith == 0) fma_lanes = lanes;
+    j->sink[ith & 63] += fma_part(j->iters, (float)ith);
 }
 
-double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps) {
+/* Best GFLOP/s of `reps` runs of job on n_threads threads of tp (after a warm-up run), each
+ * thread doing `flops` of work (a run's flops: that times the threads). */
+static double best_gflops(pl_threadpool *tp, int n_threads, void (*job)(void *, int, int),
+                          int64_t iters, int reps, double flops) {
     if (n_threads < 1) n_threads = 1;
     if (n_threads > pl_threadpool_size(tp)) n_threads = pl_threadpool_size(tp);
     roof_job j = {.iters = iters};
     double best = 0;
     for (int r = 0; r <= reps; r++) {
         double t0 = pl_clock_now();
-        pl_threadpool_run_n(tp, n_threads, fma_job, &j);
+        pl_threadpool_run_n(tp, n_threads, job, &j);
         double dt = pl_clock_now() - t0;
-        double flops = 2.0 * fma_lanes * PL_ROOF_FMA_CHAINS * (double)iters * n_threads;
-        if (r > 0 && flops / dt / 1e9 > best) best = flops / dt / 1e9;
+        if (r > 0 && flops * n_threads / dt / 1e9 > best) best = flops * n_threads / dt / 1e9;
     }
     return best;
+}
+
+double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps) {
+    const int lanes = pl_cpu_isa() >= PL_ISA_AVX512 ? 16 : pl_cpu_isa() >= PL_ISA_AVX2 ? 8 : 1; /* fma_part's */
+    return best_gflops(tp, n_threads, fma_job, iters, reps, 2.0 * lanes * PL_ROOF_FMA_CHAINS * (double)iters);
+}
+
+static void bf16_job(void *ctx, int ith, int nth) {
+    (void)nth;
+    roof_job *j = ctx;
+    j->sink[ith & 63] += pl_roofline_bf16_avx512(j->iters, (float)ith);
+}
+
+double pl_roofline_bf16_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps) {
+    if (pl_cpu_isa() < PL_ISA_AVX512) return -1;
+    return best_gflops(tp, n_threads, bf16_job, iters, reps, 2.0 * 32 * PL_ROOF_BF16_CHAINS * (double)iters);
 }
 
 typedef struct {

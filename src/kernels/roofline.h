@@ -31,6 +31,11 @@ double pl_roofline_fma_gflops(pl_threadpool *tp, int n_threads, int64_t iters, i
  * (scalar; AMX without AMX or below AVX-512). */
 double pl_roofline_int8_gops(pl_threadpool *tp, int n_threads, int64_t iters, int reps, int amx);
 
+/* bf16 dot-product GFLOP/s (2 per multiply-add) with n_threads threads: independent chains of
+ * AVX-512 BF16's vdpbf16ps (32 multiply-adds per instruction, twice an f32 FMA's), the peak of
+ * bf16 weights' x16 tile and of --f16-weights bf16. Negative below the avx512 level. */
+double pl_roofline_bf16_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps);
+
 /* Per-ISA inner loops (roofline_avx512.c, roofline_avx2.c, roofline_amx.c). */
 /* PL_ROOF_FMA_CHAINS x 64 (avx512) or x 32 (avxvnni), PL_ROOF_INT8_CHAINS_AVX2 x 32 (avx2) MACs
  * per iteration */
@@ -40,6 +45,7 @@ int32_t pl_roofline_int8_avx2(int64_t iters, int32_t seed);
 int32_t pl_roofline_tiles_amx(int64_t iters);                 /* 4 x 16 x 16 x 64 MACs */
 float pl_roofline_read_avx512(const float *p, size_t n);
 float pl_roofline_fma_avx512(int64_t iters, float seed);
+float pl_roofline_bf16_avx512(int64_t iters, float seed); /* PL_ROOF_BF16_CHAINS x 32 MACs */
 float pl_roofline_read_avx2(const float *p, size_t n);
 float pl_roofline_fma_avx2(int64_t iters, float seed);
 /* Independent FMA chains per thread: one iteration does this many vector FMAs (12 covers a
@@ -49,5 +55,7 @@ enum { PL_ROOF_FMA_CHAINS = 12 };
  * chains; 10 keep two multiply pipes busy through a chain's vpmaddubsw, vpmaddwd, vpaddd
  * latency (7 cycles on Zen, 11 on Intel cores: 20 multiplies per 11 cycles). */
 enum { PL_ROOF_INT8_CHAINS_AVX2 = 10 };
+/* vdpbf16ps chains: 24 measured ~10 % above 12 on the Zen 5 EPYC (a longer latency than FMA's) */
+enum { PL_ROOF_BF16_CHAINS = 24 };
 
 #endif

@@ -21,3 +21,18 @@
 #define RF_ISTORE(p, v) _mm512_storeu_si512(p, v)
 #define RF_IDOT(acc, u, v) _mm512_dpbusd_epi32(acc, u, v)
 #include "kernels/roofline_impl.h"
+
+/* PL_ROOF_BF16_CHAINS independent chains of `iters` vdpbf16ps (AVX-512 BF16: 32 multiply-adds of
+ * bf16 pairs into 16 f32 lanes, the bf16 x16 tile's instruction). */
+float pl_roofline_bf16_avx512(int64_t iters, float seed) {
+    __m512 a[PL_ROOF_BF16_CHAINS];
+    const __m512bh u = (__m512bh)_mm512_set1_epi32(0x3f7f3f7f), v = (__m512bh)_mm512_set1_epi32(0x33d633d6);
+    for (int k = 0; k < PL_ROOF_BF16_CHAINS; k++) a[k] = _mm512_set1_ps(seed + (float)k);
+    for (int64_t i = 0; i < iters; i++) {
+#pragma GCC unroll 32
+        for (int k = 0; k < PL_ROOF_BF16_CHAINS; k++) a[k] = _mm512_dpbf16_ps(a[k], u, v);
+    }
+    __m512 s = a[0];
+    for (int k = 1; k < PL_ROOF_BF16_CHAINS; k++) s = _mm512_add_ps(s, a[k]);
+    return _mm512_reduce_add_ps(s);
+}

@@ -4,6 +4,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/meminfo.h"
+#include "kernels/cpu.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -665,8 +666,10 @@ static void release_pages(const void *p, size_t n) {
  * bf16, q4_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl and mxfp4 on AVX2 (with AVX-VNNI also q5_0,
  * q4_1, q5_1), 16 rows interleaved. What it was copied from is let go: a buffer of its own (a
  * column slice) is freed, mapped pages released. */
+static size_t repack_bytes(const pl_model *m, const pl_weight *w);
 static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w, void *into) {
-    size_t bytes = pl_matmul_repack_wanted(w->type) ? pl_matmul_repack_size(w) : 0;
+    const int to_bf16 = m->f16_as_bf16 && w->type == PL_DT_F16 && w->layout == PL_WLAYOUT_ROWS;
+    size_t bytes = repack_bytes(m, w);
     if (!bytes) return PL_OK;
     /* What it is copied from has GGUF's size, which the x16 layout need not have (iq4_xs: 138
      * bytes per row and super-block, GGUF 136): releasing the layout's size past the end of the
@@ -675,7 +678,8 @@ static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w, void
     void *dst = into;
     if (!dst) PL_TRY(own_buffer(m, name, bytes, &dst));
     const void *src = w->data;
-    pl_matmul_repack(w, dst);
+    if (to_bf16) pl_matmul_f16_to_bf16(w, dst);
+    else pl_matmul_repack(w, dst);
     for (int32_t i = 0; i < m->n_owned; i++)
         if (m->owned[i] == src) {
             free(m->owned[i]);
@@ -688,24 +692,29 @@ static pl_status repack_weight(pl_model *m, const char *name, pl_weight *w, void
     return PL_OK;
 }
 
+/* The bytes w's repacked (or, --f16-weights bf16, converted) copy takes (0: it keeps its rows). */
+static size_t repack_bytes(const pl_model *m, const pl_weight *w) {
+    if (!w->data || w->layout != PL_WLAYOUT_ROWS) return 0;
+    if (m->f16_as_bf16 && w->type == PL_DT_F16) return (size_t)w->rows * pl_dtype_row_size(w->type, w->cols);
+    return pl_matmul_repack_wanted(w->type) ? pl_matmul_repack_size(w) : 0;
+}
+
 /* The n experts of one tensor (exp[0..n), one shape and type), each repacked on its own (its
  * source let go before the next: never two copies) into one buffer of the model's: a buffer per
  * expert (0.9 MB at Qwen3-30B-A3B's shapes) is below the 2 MB of a huge page and got 4 KB pages,
  * whose TLB misses and prefetch stops at every page held decode at batch 1 to ~60 % of the byte
  * floor (issue 34). Slices start at multiples of 64 bytes. */
-static pl_status repack_experts(pl_model *m, const char *name, pl_weight *exp, int64_t n) {
-    size_t bytes = pl_matmul_repack_wanted(exp[0].type) ? pl_matmul_repack_size(&exp[0]) : 0;
+static pl_status repack_experts(pl_model *m, const char *name, pl_weight *exp, int64_t n, int32_t *nbf) {
+    size_t bytes = repack_bytes(m, &exp[0]);
     if (!bytes) return PL_OK;
     const size_t stride = (bytes + 63) / 64 * 64;
     char *dst;
     PL_TRY(own_buffer(m, name, stride * (size_t)n, (void **)&dst));
-    for (int64_t e = 0; e < n; e++) PL_TRY(repack_weight(m, name, &exp[e], dst + (size_t)e * stride));
+    for (int64_t e = 0; e < n; e++) {
+        *nbf += m->f16_as_bf16 && exp[e].type == PL_DT_F16;
+        PL_TRY(repack_weight(m, name, &exp[e], dst + (size_t)e * stride));
+    }
     return PL_OK;
-}
-
-/* The bytes w's repacked copy takes (0: it keeps its rows). */
-static size_t repack_bytes(const pl_weight *w) {
-    return w->data && pl_matmul_repack_wanted(w->type) ? pl_matmul_repack_size(w) : 0;
 }
 
 /* The weights a layer repacks: its dense matrices (bert: no gate; MoE: no dense FFN). */
@@ -721,13 +730,13 @@ static void layer_matrices(pl_layer_weights *L, pl_weight *ws[7]) {
  * runs from the memory map (slowly: pages are read back as they are needed) instead of being
  * killed for its copies. */
 static pl_status repack_weights(pl_model *m) {
-    size_t dense = repack_bytes(&m->output), experts = 0;
+    size_t dense = repack_bytes(m, &m->output), experts = 0;
     for (int32_t l = 0; l < m->hp.n_layers; l++) {
         pl_layer_weights *L = &m->layers[l];
         pl_weight *ws[7];
         layer_matrices(L, ws);
-        for (int i = 0; i < 7; i++) dense += repack_bytes(ws[i]);
-        for (int32_t e = 0; L->exp_gate && e < 3 * m->hp.n_expert; e++) experts += repack_bytes(&L->exp_gate[e]);
+        for (int i = 0; i < 7; i++) dense += repack_bytes(m, ws[i]);
+        for (int32_t e = 0; L->exp_gate && e < 3 * m->hp.n_expert; e++) experts += repack_bytes(m, &L->exp_gate[e]);
     }
     const uint64_t avail = pl_mem_available(), fit = avail / 4 * 3;
     const int do_experts = !avail || dense + experts <= fit, do_dense = !avail || dense <= fit;
@@ -736,7 +745,7 @@ static pl_status repack_weights(pl_model *m) {
                 "(%.1f MiB): %s keep the file's layout and are read from its memory map",
                 (double)(dense + experts) / (1 << 20), (double)avail / (1 << 20),
                 do_dense ? "the experts" : "all weights");
-    int32_t n = 0;
+    int32_t n = 0, nbf = 0;
     for (int32_t l = 0; l < m->hp.n_layers; l++) {
         pl_layer_weights *L = &m->layers[l];
         pl_weight *ws[7];
@@ -745,6 +754,7 @@ static pl_status repack_weights(pl_model *m) {
             if (!ws[i]->data) continue;
             char name[64];
             snprintf(name, sizeof name, "blk.%d matrix %d", l, i);
+            nbf += m->f16_as_bf16 && ws[i]->type == PL_DT_F16;
             PL_TRY(repack_weight(m, name, ws[i], NULL));
             n += ws[i]->layout == PL_WLAYOUT_X16;
         }
@@ -754,13 +764,19 @@ static pl_status repack_weights(pl_model *m) {
             char name[64];
             pl_weight *exp = L->exp_gate + (size_t)k * (size_t)m->hp.n_expert;
             snprintf(name, sizeof name, "blk.%d experts %s", l, k == 0 ? "gate" : k == 1 ? "up" : "down");
-            PL_TRY(repack_experts(m, name, exp, m->hp.n_expert));
+            PL_TRY(repack_experts(m, name, exp, m->hp.n_expert, &nbf));
             for (int32_t e = 0; e < m->hp.n_expert; e++) n += exp[e].layout == PL_WLAYOUT_X16;
         }
     }
     /* the output layer, also when tied: token lookups keep reading tok_embd's rows */
-    if (m->output.data && do_dense) PL_TRY(repack_weight(m, "output", &m->output, NULL));
+    if (m->output.data && do_dense) {
+        nbf += m->f16_as_bf16 && m->output.type == PL_DT_F16;
+        PL_TRY(repack_weight(m, "output", &m->output, NULL));
+    }
     n += m->output.layout == PL_WLAYOUT_X16;
+    if (m->f16_as_bf16)
+        PL_INFO("--f16-weights bf16: %d f16 matrices rounded to bf16 at load (lossy: "
+                "docs/ACCURACY.md; AVX-512 BF16 vdpbf16ps tiles; the token embeddings stay f16)", nbf);
     if (n) PL_INFO("repacked %d matrices into the x16 layout (16 rows interleaved; PAGELLM_REPACK=0 keeps the rows)", n);
     return PL_OK;
 }
@@ -1169,10 +1185,32 @@ pl_status pl_model_load(const char *path, pl_model **out) {
 }
 
 pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_model **out) {
+    return pl_model_load_with(path, rank, size, PL_F16_WEIGHTS_DEFAULT, out);
+}
+
+/* --f16-weights (or PAGELLM_F16_WEIGHTS when it is DEFAULT): 1 to convert, 0 to keep, or an
+ * error naming the flag or variable. */
+static pl_status f16_mode(pl_f16_weights f16, int *bf16) {
+    const char *e = getenv("PAGELLM_F16_WEIGHTS");
+    if (f16 == PL_F16_WEIGHTS_DEFAULT && e && *e && strcmp(e, "f16") && strcmp(e, "bf16"))
+        return pl_fail(PL_ERR_INVALID_ARG, "PAGELLM_F16_WEIGHTS: '%s' is not f16 or bf16", e);
+    *bf16 = f16 == PL_F16_WEIGHTS_BF16 || (f16 == PL_F16_WEIGHTS_DEFAULT && e && !strcmp(e, "bf16"));
+    if (*bf16 && pl_cpu_isa() < PL_ISA_AVX512)
+        return pl_fail(PL_ERR_UNSUPPORTED, "--f16-weights bf16 (PAGELLM_F16_WEIGHTS) needs the "
+                       "avx512 kernel level (a CPU with AVX512-BF16: vdpbf16ps); the level here "
+                       "is %s: use --f16-weights f16", pl_isa_name(pl_cpu_isa()));
+    return PL_OK;
+}
+
+pl_status pl_model_load_with(const char *path, int32_t rank, int32_t size, pl_f16_weights f16,
+                             pl_model **out) {
     *out = NULL;
     PL_ASSERT(size >= 1 && rank >= 0 && rank < size);
+    int bf16;
+    PL_TRY(f16_mode(f16, &bf16));
     pl_model *m = calloc(1, sizeof *m);
     if (!m) return pl_fail(PL_ERR_NOMEM, "out of memory");
+    m->f16_as_bf16 = bf16;
     pl_status st = pl_gguf_open(path, &m->file);
     if (st == PL_OK) st = read_hparams(m->file, &m->hp);
     if (st == PL_OK) st = shard_hparams(m, rank, size);

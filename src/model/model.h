@@ -46,6 +46,7 @@
 #ifndef PL_MODEL_MODEL_H
 #define PL_MODEL_MODEL_H
 
+#include "pagellm.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
@@ -244,6 +245,7 @@ typedef struct {
     int32_t n_owned;
     size_t owned_bytes;            /* their total size */
     size_t released_bytes;         /* mapped tensor bytes let go after their repacking */
+    int f16_as_bf16;               /* F16 matrices converted to bf16 at load (pl_f16_weights) */
     pl_tokenizer *tok;
     pl_weight tok_embd;         /* [n_vocab x dim] rows dequantized on lookup */
     float *output_norm;         /* [dim] */
@@ -277,6 +279,12 @@ pl_status pl_model_load(const char *path, pl_model **out);
  * width, gemma4 every layer's KV heads and FFN width (hp.kv_shapes then hold the local KV
  * heads). gemma4's per-layer embedding matrices stay whole on every rank. */
 pl_status pl_model_load_shard(const char *path, int32_t rank, int32_t size, pl_model **out);
+/* The same with F16 matrices kept or converted to bf16 (pagellm.h's pl_f16_weights; the others
+ * take DEFAULT): each converted in one copy (pl_matmul_f16_to_bf16, x16 where the level repacks
+ * bf16), its mapped pages released before the next, as a repacking. BF16 below the avx512 level,
+ * or a PAGELLM_F16_WEIGHTS that is not f16 / bf16, is refused naming it. */
+pl_status pl_model_load_with(const char *path, int32_t rank, int32_t size, pl_f16_weights f16,
+                             pl_model **out);
 void pl_model_destroy(pl_model *m);
 
 /* Scratch for forward steps of up to max_tokens tokens and max_logits logit rows. */

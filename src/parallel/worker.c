@@ -82,7 +82,7 @@ static pl_status serve_steps(worker *w, const pl_dist_setup *su) {
 pl_status pl_dist_worker_run(const pl_engine_config *c) {
     worker w;
     memset(&w, 0, sizeof w);
-    pl_status st = pl_model_load_shard(c->model_path, pl_dist_rank(), pl_dist_size(), &w.m);
+    pl_status st = pl_model_load_with(c->model_path, pl_dist_rank(), pl_dist_size(), c->f16_weights, &w.m);
     st = pl_dist_agree(st, "could not load its shard");
     pl_dist_note_loaded(c->model_path, w.m ? w.m->owned_bytes : 0);
     pl_dist_setup su = {0};
