@@ -141,13 +141,18 @@ static void multiply_rows(const mm_job *j, int i, int tr, int64_t r0, int64_t r1
     const int64_t ab = ACT_BLOCK / tb * tb; /* whole tiles per block (f16 x16: 12 rows) */
     for (int64_t bb = 0; bb < j->B; bb += ab) {
         int64_t bend = bb + ab < j->B ? bb + ab : j->B;
+        /* the block's rows in as few tiles as tb allows, as even as can be (B = 32 at tb 6:
+         * 6,6,5,5,5,5, not 6,6,6,6,6,2, whose last tile does a third of the FMAs per
+         * weight conversion); a row's bits do not depend on its tile */
+        const int64_t nt = (bend - bb + tb - 1) / tb, base = (bend - bb) / nt, extra = (bend - bb) % nt;
         for (int64_t r = r0; r < r1; r += tr) {
             int nr = (int)(r1 - r < tr ? r1 - r : tr);
             const uint8_t *wt = (const uint8_t *)w->data + (size_t)r * ws;
-            for (int64_t b = bb; b < bend; b += tb) {
-                int nb = (int)(bend - b < tb ? bend - b : tb);
+            for (int64_t t = 0, b = bb; t < nt; t++) {
+                int nb = (int)(base + (t < extra));
                 k->fn(wt, ws, nr, j->act + (size_t)b * j->act_stride, j->act_stride, nb, w->cols,
                         y + b * ldy + r, ldy);
+                b += nb;
             }
         }
     }

@@ -56,8 +56,8 @@ void pl_matmul_multi(pl_threadpool *tp, const pl_weight *const *w, float *const 
  * (docs/ACCURACY.md). pl_matmul_repack_size: bytes of w repacked (iq4_xs: 138 per 256 columns
  * instead of 136; the others as GGUF), or 0 if w has no such layout.
  * pl_matmul_repack_wanted: 1 where this kernel level has SIMD x16 kernels for t (AVX-512: every
- * type above and bf16, whose tile is vdpbf16ps'; AVX2: f16, bf16, q4_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl and mxfp4;
- * AVX-VNNI: also q5_0, q4_1, q5_1; issue 35) unless PAGELLM_REPACK=0. pl_matmul_repack: copy w into dst
+ * type above and bf16, whose tile is vdpbf16ps'; AVX2 and AVX-VNNI: f16, bf16, q4_K, q6_K, q2_K,
+ * iq4_xs, q8_0, q4_0, iq4_nl, mxfp4, q5_0, q4_1 and q5_1; issue 35) unless PAGELLM_REPACK=0. pl_matmul_repack: copy w into dst
  * (64-byte aligned, that many bytes) and point w at it. Views of rows (weight_rows) must be taken
  * before repacking. */
 size_t pl_matmul_repack_size(const pl_weight *w);

@@ -87,6 +87,8 @@ int pl_mm_kernel_x16_bf16_avx512(pl_mm_kernel *k);            /* vdpbf16ps: matm
  * other types */
 int pl_mm_kernel_x16_avxvnni(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_q8_avx2(pl_dtype t, pl_mm_kernel *k);
+/* q5_0, q4_1 and q5_1 with plain AVX2 (matmul_x16_q5_avx2.c); 0 for other types */
+int pl_mm_kernel_x16_q5_avx2(pl_dtype t, pl_mm_kernel *k);
 /* q4_K and q6_K (matmul_x16_kq.c, matmul_x16_kq_avx512.c) */
 size_t pl_mm_x16_kq_row_bytes(pl_dtype t, int64_t cols);
 void pl_mm_x16_kq_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows,

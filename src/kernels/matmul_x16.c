@@ -245,8 +245,7 @@ int pl_mm_x16_fast(pl_dtype t) {
     return isa >= PL_ISA_AVX512 ||
            (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_BF16 || t == PL_DT_Q2_K ||
                                    t == PL_DT_IQ4_XS || t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL ||
-                                   t == PL_DT_MXFP4)) ||
-           (isa >= PL_ISA_AVXVNNI && (t == PL_DT_Q5_0 || t == PL_DT_Q4_1 || t == PL_DT_Q5_1));
+                                   t == PL_DT_MXFP4 || t == PL_DT_Q5_0 || t == PL_DT_Q4_1 || t == PL_DT_Q5_1));
 }
 
 void pl_mm_x16_choose(pl_dtype t, pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *k), pl_mm_tile_fn scalar) {

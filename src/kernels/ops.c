@@ -1,5 +1,6 @@
 /* kernels/ops — see ops.h. Plain C, with RMSNorm, SwiGLU and GELU rows in AVX-512 (ops_avx512.c)
- * when pl_cpu_isa() allows; the heavy kernels live in matmul*.c and attention*.c. */
+ * and RMSNorm and SwiGLU rows in AVX2 (ops_avx2.c) when pl_cpu_isa() allows; the heavy kernels
+ * live in matmul*.c and attention*.c. */
 #include "kernels/ops.h"
 
 #include "kernels/cpu.h"
@@ -38,16 +39,17 @@ static void layernorm_row(float *y, const float *x, const norm_job *j) {
     for (int64_t i = 0; i < j->dim; i++) y[i] = y[i] * scale * j->w[i] + j->b[i];
 }
 
-/* A part's rows; RMSNorm in AVX-512 when the CPU has it. */
+/* A part's rows; RMSNorm in AVX-512 or AVX2 when the CPU has it. */
 static void norm_rows(void *p, int ith, int nth) {
     norm_job *j = p;
     int64_t r0, r1;
     pl_split_range(j->n, ith, nth, 1, &r0, &r1);
-    const int vec = !j->b && pl_cpu_isa() >= PL_ISA_AVX512;
+    const int vec = j->b ? 0 : pl_cpu_isa() >= PL_ISA_AVX512 ? 512 : pl_cpu_isa() >= PL_ISA_AVX2 ? 2 : 0;
     for (int64_t r = r0; r < r1; r++) {
         const float *x = j->x + r * j->dim;
         float *y = j->y + r * j->dim;
-        if (vec) pl_rmsnorm_row_avx512(y, x, j->w, j->dim, j->eps);
+        if (vec == 512) pl_rmsnorm_row_avx512(y, x, j->w, j->dim, j->eps);
+        else if (vec) pl_rmsnorm_row_avx2(y, x, j->w, j->dim, j->eps);
         else if (j->b) layernorm_row(y, x, j);
         else rmsnorm_row(y, x, j);
     }
@@ -131,6 +133,10 @@ typedef struct {
 static void swiglu_span(float *g, const float *u, int64_t len) {
     if (pl_cpu_isa() >= PL_ISA_AVX512) {
         pl_swiglu_avx512(g, u, len);
+        return;
+    }
+    if (pl_cpu_isa() >= PL_ISA_AVX2) {
+        pl_swiglu_avx2(g, u, len);
         return;
     }
     for (int64_t i = 0; i < len; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];

@@ -74,6 +74,9 @@ void pl_swiglu_avx512(float *g, const float *u, int64_t n);
 /* g[i] = gelu(g[i]) (* u[i] when u is not NULL) over n elements, the middle range's values
  * looked up in table[f16 bits of g[i]] (pl_gelu's table). */
 void pl_geglu_avx512(float *g, const float *u, int64_t n, const float *table);
+/* The same RMSNorm and SwiGLU rows with AVX2 + FMA, below AVX-512 (ops_avx2.c). */
+void pl_rmsnorm_row_avx2(float *y, const float *x, const float *w, int64_t dim, float eps);
+void pl_swiglu_avx2(float *g, const float *u, int64_t n);
 
 /* out[i] = x[i] - logsumexp(x) (in double, then rounded). Returns logsumexp. */
 double pl_log_softmax(const float *x, float *out, int64_t n);

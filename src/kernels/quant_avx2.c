@@ -2,6 +2,8 @@
  * (issue 35) with AVX2, bitwise the scalar ones of quant.c / quant_wt.c (test_matmul's
  * test_act_convert_isas and test_matmul_x16 compare them at avx2 and avxvnni):
  *
+ *   f16  : (f16 weights, rows and x16) each value rounded through f16 by vcvtps2ph (round to
+ *          nearest even, as pl_f32_to_f16) and widened back.
  *   q8_0 : (q8_0, q4_0 in its pair order, q5_0, iq4_nl, mxfp4; and the x16 layouts' rows with
  *          their seeds -zero * block sum, pl_act_q8_0_seeds_avx2) amax as the scalar loop (a NaN
  *          never replaces the running maximum), d = f16(amax / 127), q = round-half-even(x *
@@ -129,6 +131,14 @@ void pl_act_q8_0_seeds_avx2(const float *x, uint8_t *dst, int64_t cols, int32_t 
 
 int pl_act_convert_row_avx2(pl_dtype wtype, const float *x, void *dst, int64_t cols) {
     switch (wtype) { /* the layouts of pl_act_convert_row */
+    case PL_DT_F16: { /* rounded through f16 (vcvtps2ph rounds to nearest even, as pl_f32_to_f16) */
+        float *o = dst;
+        int64_t i = 0;
+        for (; i + 8 <= cols; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+        for (; i < cols; i++) o[i] = pl_f16_to_f32(pl_f32_to_f16(x[i]));
+        return 1;
+    }
     case PL_DT_Q8_0:
     case PL_DT_Q5_0:
     case PL_DT_IQ4_NL:
