@@ -74,10 +74,9 @@ AI void q5_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
         else isum = _mm256_madd_epi16(_mm256_add_epi16(s0[b], s1[b]), ones);
         if (!WITH_M) /* q5_0: the seed, -16 x the block sum, after the block scales */
             isum = _mm256_add_epi32(isum, _mm256_set1_epi32(((const int32_t *)(dx[b] + nblk))[k]));
-        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(dx[b][k])), acc[b]);
-        if (WITH_M) /* m_w times q8_1's s_x, after d_x's block scales */
-            acc[b] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wb + 32 + 16 * h))),
-                                     _mm256_set1_ps(dx[b][nblk + k]), acc[b]);
+        /* with a minimum: m_w times q8_1's s_x, after d_x's block scales */
+        acc[b] = x16_block_fma(acc[b], isum, dw, dx[b][k], WITH_M ? wb + 32 + 16 * h : NULL,
+                               WITH_M ? dx[b][nblk + k] : 0.0f);
     }
 }
 

@@ -52,6 +52,17 @@ AI __m256 exp8(__m256 x) {
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* The float step of the 256-bit x16 integer tiles (x16_q8_ymm.h, matmul_x16_q5_avx2.c), the
+ * scalar tile's: acc = fma((float)isum, d_w * d_x, acc), then for the types with a minimum (q4_1,
+ * q5_1) acc = fma(m_w, s_x, acc) with m_w the 8 rows' f16 minimums at mw (NULL: none). */
+AI __m256 x16_block_fma(__m256 acc, __m256i isum, __m256 dw, float dx, const uint8_t *mw, float sx) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc);
+    if (mw) acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mw)), _mm256_set1_ps(sx), acc);
+    return acc;
+}
+#endif
+
 #ifdef __AVX512F__
 /* e^x for x in [-104, 88] (clamped): n = round(x / ln 2), r = x - n ln 2 in two steps, e^r by its
  * Taylor polynomial of degree 7 (truncation < 1e-8 relative on |r| <= ln2/2), times 2^n with

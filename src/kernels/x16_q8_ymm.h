@@ -146,10 +146,9 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
         else isum = Q4 == 1 ? _mm256_add_epi16(s0[b], s1[b]) : _mm256_add_epi32(s0[b], s1[b]);
         if (!X16_VNNI && Q4 == 1) /* the int16 pair sums of the block, widened, and the seed */
             isum = _mm256_add_epi32(_mm256_madd_epi16(isum, _mm256_set1_epi16(1)), _mm256_set1_epi32(seed[b][k]));
-        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(dx[b][k])), acc[b]);
-        if (WITH_M) /* m_w times q8_1's s_x, after d_x's block sums */
-            acc[b] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wb + 32 + 16 * h))),
-                                     _mm256_set1_ps(dx[b][nblk + k]), acc[b]);
+        /* with a minimum: m_w times q8_1's s_x, after d_x's block sums */
+        acc[b] = x16_block_fma(acc[b], isum, dw, dx[b][k], WITH_M ? wb + 32 + 16 * h : NULL,
+                               WITH_M ? dx[b][nblk + k] : 0.0f);
     }
 }
 
