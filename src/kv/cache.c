@@ -1042,6 +1042,8 @@ void pl_kv_cache_stats(const pl_kv_cache *c, pl_engine_stats *s) {
         pl_kv_get_stats(c->mw, &w);
         s->window_freed_blocks = w.window_freed;
         s->window_blocks_total = w.blocks_total;
+        s->window_blocks_used = w.blocks_used;
+        s->window_kv_usage = w.blocks_total ? (double)w.blocks_used / w.blocks_total : 0;
         s->blocks_all_full = c->blocks_all_full;
         s->prefix_queries += w.prefix_queries; /* both tables, as with groups over one pool */
         s->prefix_hits += w.prefix_hits;
