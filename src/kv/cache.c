@@ -725,6 +725,7 @@ int32_t pl_kv_cache_copy_blocks(const pl_kv_cache *c) {
     return c->mgr.cfg.num_blocks + (c->kinds ? c->mgr_w.cfg.num_blocks : 0);
 }
 const pl_kv_manager *pl_kv_cache_window_manager_c(const pl_kv_cache *c) { return c->mw; }
+pl_kv_manager *pl_kv_cache_window_manager(pl_kv_cache *c) { return c->mw; }
 int pl_kv_cache_grouped(const pl_kv_cache *c) { return grouped(c); }
 int pl_kv_cache_lazy_prefill(const pl_kv_cache *c) { return lazy(c); }
 /* The paged layout, or vattention with --vattn-share (its forks map the same pages). */
