@@ -381,6 +381,9 @@ typedef struct {
                                             of the window layers) */
     int32_t window_blocks_total;         /* layer kinds (Gemma 3 / 4): the window layers' own
                                             pool (blocks_total is the full layers'), else 0 */
+    int32_t window_blocks_used;          /* layer kinds: the window pool's blocks referenced by
+                                            sequences (kv_usage is the full pool's), else 0 */
+    double window_kv_usage;              /* window_blocks_used / window_blocks_total, else 0 */
     int32_t blocks_all_full;             /* layer kinds: the blocks the same budget holds with
                                             every layer keeping every block, else 0 */
     uint64_t prompt_tokens, generation_tokens; /* computed / generated so far */

@@ -725,6 +725,7 @@ int32_t pl_kv_cache_copy_blocks(const pl_kv_cache *c) {
     return c->mgr.cfg.num_blocks + (c->kinds ? c->mgr_w.cfg.num_blocks : 0);
 }
 const pl_kv_manager *pl_kv_cache_window_manager_c(const pl_kv_cache *c) { return c->mw; }
+pl_kv_manager *pl_kv_cache_window_manager(pl_kv_cache *c) { return c->mw; }
 int pl_kv_cache_grouped(const pl_kv_cache *c) { return grouped(c); }
 int pl_kv_cache_lazy_prefill(const pl_kv_cache *c) { return lazy(c); }
 /* The paged layout, or vattention with --vattn-share (its forks map the same pages). */
@@ -1042,6 +1043,8 @@ void pl_kv_cache_stats(const pl_kv_cache *c, pl_engine_stats *s) {
         pl_kv_get_stats(c->mw, &w);
         s->window_freed_blocks = w.window_freed;
         s->window_blocks_total = w.blocks_total;
+        s->window_blocks_used = w.blocks_used;
+        s->window_kv_usage = w.blocks_total ? (double)w.blocks_used / w.blocks_total : 0;
         s->blocks_all_full = c->blocks_all_full;
         s->prefix_queries += w.prefix_queries; /* both tables, as with groups over one pool */
         s->prefix_hits += w.prefix_hits;

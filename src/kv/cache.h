@@ -144,6 +144,8 @@ int pl_kv_cache_grouped(const pl_kv_cache *c);             /* two tables per seq
 int32_t pl_kv_cache_copy_blocks(const pl_kv_cache *c);
 /* The manager of the window tables (layer kinds: the window pool's; else the one manager). */
 const pl_kv_manager *pl_kv_cache_window_manager_c(const pl_kv_cache *c);
+/* The same, writable: tests take window blocks through it to drive the window pool short. */
+pl_kv_manager *pl_kv_cache_window_manager(pl_kv_cache *c);
 /* Prefill is lazy (slots chunk by chunk: a sliding window on the paged layout). */
 int pl_kv_cache_lazy_prefill(const pl_kv_cache *c);
 /* Sequences may share blocks (fork, prefix cache, swap, a recomputed group's prompt). */

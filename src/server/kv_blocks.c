@@ -6,7 +6,9 @@
  *    "counts": {"free", "cached", "used", "shared", "swapped"},
  *    "stats": {"running", "waiting", "swapped", "kv_usage", "prefix_queries", "prefix_hits",
  *              "prefix_hit_rate", "preemptions", "swaps_out", "steps", "generation_tokens",
- *              "step_seconds", "window_freed_blocks"},
+ *              "step_seconds", "window_freed_blocks", "window_blocks_total",
+ *              "window_blocks_used", "window_kv_usage"},   (the window_* three: layer kinds'
+ *              window pool, 0 without one; the blocks above are the full pool's)
  *    "tables": [{"request_id", "index", "swapped", "tokens", "blocks": [ids]}]   (?tables=1)}
  * A table's id -1 stands for a block released by the sliding window (kv/manager.h).
  *
@@ -58,10 +60,12 @@ char *pl_server_kv_blocks_json(const pl_kv_snapshot *k, const pl_engine_stats *s
             "\"prefix_queries\":%" PRIu64 ",\"prefix_hits\":%" PRIu64 ",\"prefix_hit_rate\":%.6f,"
             "\"preemptions\":%" PRIu64 ",\"swaps_out\":%" PRIu64 ",\"steps\":%" PRIu64
             ",\"generation_tokens\":%" PRIu64 ",\"step_seconds\":%.6f,\"window_freed_blocks\":%"
-            PRIu64 "}",
+            PRIu64 ",\"window_blocks_total\":%d,\"window_blocks_used\":%d,"
+            "\"window_kv_usage\":%.6f}",
         s->running, s->waiting, s->swapped, s->kv_usage, s->prefix_queries, s->prefix_hits,
         hit_rate, s->preemptions, s->swaps_out, s->steps, s->generation_tokens, s->step_seconds,
-        s->window_freed_blocks);
+        s->window_freed_blocks, s->window_blocks_total, s->window_blocks_used,
+        s->window_kv_usage);
     if (k->has_tables) {
         put(&b, ",\"tables\":[");
         for (int32_t i = 0; i < k->n_seqs; i++) {

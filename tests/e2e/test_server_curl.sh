@@ -237,6 +237,7 @@ metric_is() { # metric_is FILE SERIES VALUE: the line "SERIES VALUE" exactly (SE
 for kv in vllm:num_requests_running=0 vllm:num_requests_waiting=0 vllm:num_requests_swapped=0 \
           vllm:gpu_cache_usage_perc=0 pagellm_kv_cache_usage_perc=0 pagellm_kv_blocks_total=3276 \
           pagellm_kv_blocks_used=0 pagellm_kv_blocks_cached=2 pagellm_kv_cache_waste_perc=0 \
+          pagellm_kv_window_blocks_total=0 pagellm_kv_window_blocks_used=0 \
           vllm:prefix_cache_queries_total=80 vllm:prefix_cache_hits_total=32 \
           vllm:num_preemptions_total=0 vllm:prompt_tokens_total=48 vllm:generation_tokens_total=16 \
           pagellm_engine_steps_total=16 vllm:time_to_first_token_seconds_count=2 \

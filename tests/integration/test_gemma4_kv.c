@@ -13,6 +13,10 @@
  *     prompt) and by swap, seeded n = 3 and beam search of width 3 give bitwise the tokens of
  *     the same engine with release off (--no-kv-groups) in a pool that holds everything, and
  *     every block of both pools is back at the end (pl_kv_cache_check);
+ *   - gemma3 with a draft model: at a budget whose rest after the draft's share keeps the
+ *     kinds, and at one where the cache falls back to one pool (kv/cache.c's setup_blocks);
+ *   - gemma3 with its window pool short (a table outside the engine holds 5 of its 8 blocks):
+ *     the scheduler waits and preempts (recompute, swap), nothing is lost;
  *   - bad files: a missing or mis-shaped per-layer tensor, a pattern array of the wrong length
  *     or inconsistent with the shared layers, a missing key: load errors naming the tensor or
  *     the key.
@@ -35,7 +39,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { BSZ = 16, LAYERS = 6, SHARED = 3, NREQ = 4, PROMPT = 40, GEN = 140 };
+enum { BSZ = 16, LAYERS = 6, SHARED = 3, NREQ = 4, PROMPT = 40, GEN = 140, HOLD = 5 };
 
 #define FLAGS "--arch gemma4 --dim 64 --layers 6 --heads 4 --kv-heads 2 --kv-heads-full 1 " \
               "--head-dim 32 --head-dim-swa 16 --ffn 128 --swa-pattern 3 --sliding-window 16 " \
@@ -43,7 +47,7 @@ enum { BSZ = 16, LAYERS = 6, SHARED = 3, NREQ = 4, PROMPT = 40, GEN = 140 };
 #define GEMMA3 "--arch gemma3 --dim 64 --layers 6 --heads 4 --kv-heads 2 --head-dim 16 " \
                "--ffn 128 --sliding-window 16 --ctx 1024 --seed 7"
 
-static char shared_path[512], own_path[512], bad_path[512], g3_path[512];
+static char shared_path[512], own_path[512], bad_path[512], g3_path[512], draft_path[512];
 static pl_model *model;  /* the shared-KV one */
 static size_t block_bytes; /* its bytes per block, f32 */
 
@@ -61,8 +65,11 @@ static int setup(void **state) {
     snprintf(own_path, sizeof own_path, "/tmp/pl_test_gemma4_own_%d.gguf", pid);
     snprintf(bad_path, sizeof bad_path, "/tmp/pl_test_gemma4_bad_%d.gguf", pid);
     snprintf(g3_path, sizeof g3_path, "/tmp/pl_test_gemma3_kinds_%d.gguf", pid);
+    snprintf(draft_path, sizeof draft_path, "/tmp/pl_test_gemma3_draft_%d.gguf", pid);
     if (mk(shared_path, FLAGS, "--shared-kv-layers 3 --ffn-wide 256") ||
-        mk(own_path, FLAGS, "") || mk(g3_path, GEMMA3, ""))
+        mk(own_path, FLAGS, "") || mk(g3_path, GEMMA3, "") ||
+        mk(draft_path, "--arch gemma3 --dim 32 --layers 2 --heads 2 --kv-heads 1 --head-dim 16 "
+           "--ffn 64 --sliding-window 16 --ctx 1024 --seed 11", ""))
         return -1;
     if (pl_model_load(shared_path, &model) != PL_OK) return -1;
     pl_kv_layout l = {.dtype = PL_DT_F32, .block_size = BSZ};
@@ -78,6 +85,7 @@ static int teardown(void **state) {
     unlink(own_path);
     unlink(bad_path);
     unlink(g3_path);
+    unlink(draft_path);
     return 0;
 }
 
@@ -86,6 +94,7 @@ typedef struct {
     int32_t swap_blocks, max_seqs;
     int prefix_cache, release_off;
     int spec; /* n-gram speculation of 4 tokens (rolled back in both pools) */
+    const char *draft; /* speculation by this draft model instead (4 tokens) */
 } engine_opts;
 
 /* bytes and swap_blocks in blocks of `unit` bytes (a block of every layer that keeps KV) */
@@ -101,7 +110,8 @@ static pl_engine *make_engine(const char *path, size_t unit, int32_t blocks, eng
     c.enable_prefix_caching = o.prefix_cache;
     c.kv_groups_off = o.release_off;
     c.speculative_ngram = o.spec;
-    c.num_speculative_tokens = o.spec ? 4 : 0;
+    c.speculative_model = o.draft;
+    c.num_speculative_tokens = o.spec || o.draft ? 4 : 0;
     c.threads = 2;
     c.max_num_seqs = o.max_seqs ? o.max_seqs : 8;
     c.max_num_batched_tokens = 32; /* the prompts take two chunks */
@@ -229,8 +239,8 @@ static void kinds_equal(const char *path, size_t unit, int32_t V, int forks, siz
     result *ref = forks ? NULL : run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
     if (big) pl_engine_destroy(big);
     static const engine_opts runs[] = {
-        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0}, {PL_PREEMPT_SWAP, 16, 2, 0, 0, 0},
-        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 1}};
+        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0, NULL}, {PL_PREEMPT_SWAP, 16, 2, 0, 0, 0, NULL},
+        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 1, NULL}};
     static const char *const names[] = {"recompute", "swap", "speculation"};
     for (size_t k = 0; !forks && k < n_greedy && k < sizeof runs / sizeof runs[0]; k++) {
         /* a request ends with 180 tokens: 12 blocks; two of them fill more than the full pool
@@ -277,6 +287,32 @@ static void test_gemma4_kinds_forks(void **state) {
     kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 1, 0);
 }
 
+/* gemma3's unit: the bytes of a block of every layer (f32); its vocabulary in *V. */
+static size_t gemma3_unit(int32_t *V) {
+    pl_model *m;
+    assert_int_equal(pl_model_load(g3_path, &m), PL_OK);
+    pl_kv_layout l = {.dtype = PL_DT_F32, .block_size = BSZ, .n_kv_heads = m->hp.n_kv_heads,
+                      .head_dim = m->hp.head_dim};
+    size_t unit = pl_kv_bytes_per_block(&l, m->hp.n_layers);
+    *V = m->hp.n_vocab;
+    pl_model_destroy(m);
+    return unit;
+}
+
+/* gemma3's greedy tokens for the NREQ prompts with release off (one pool holding everything);
+ * the prompts in prompts, its unit in *unit. */
+static result *gemma3_ref(int32_t prompts[NREQ][PROMPT], size_t *unit, pl_request_params *p) {
+    int32_t V;
+    *unit = gemma3_unit(&V);
+    make_prompts(V, prompts);
+    greedy_params(p, GEN);
+    engine_opts off = {.mode = PL_PREEMPT_RECOMPUTE, .release_off = 1};
+    pl_engine *big = make_engine(g3_path, *unit, 64, off);
+    result *ref = run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, p);
+    pl_engine_destroy(big);
+    return ref;
+}
+
 /* Gemma 3's real pattern: five window layers, then a global one. */
 static void test_gemma3_kinds(void **state) {
     (void)state;
@@ -286,13 +322,131 @@ static void test_gemma3_kinds(void **state) {
     for (int32_t l = 0; l < m->hp.n_layers; l++) win += pl_model_layer_window(&m->hp, l) > 0;
     assert_int_equal(win, 5);
     assert_int_equal(pl_model_layer_window(&m->hp, 5), 0);
-    pl_kv_layout l = {.dtype = PL_DT_F32, .block_size = BSZ, .n_kv_heads = m->hp.n_kv_heads,
-                      .head_dim = m->hp.head_dim};
-    size_t unit = pl_kv_bytes_per_block(&l, m->hp.n_layers);
-    int32_t V = m->hp.n_vocab;
     pl_model_destroy(m);
+    int32_t V;
+    size_t unit = gemma3_unit(&V);
     kinds_equal(g3_path, unit, V, 0, 3);
     kinds_equal(g3_path, unit, V, 1, 0);
+}
+
+/* No block of either pool (nor of the draft's) held, and the books agree. */
+static void check_all_back(pl_engine *e) {
+    pl_kv_cache *kv = pl_engine_kv_cache(e);
+    pl_engine_stats s = {0};
+    pl_kv_cache_stats(kv, &s); /* now, not the last step's snapshot */
+    assert_int_equal(s.blocks_used, 0);
+    assert_int_equal(s.window_blocks_used, 0);
+    assert_int_equal(s.swap_used, 0);
+    pl_kv_stats w;
+    pl_kv_get_stats(pl_kv_cache_window_manager_c(kv), &w);
+    assert_int_equal(w.blocks_used, 0);
+    assert_int_equal(pl_kv_cache_check(kv), PL_OK);
+    const pl_kv_manager *d = pl_spec_draft_manager(pl_engine_spec(e));
+    if (d) {
+        pl_kv_get_stats(d, &w);
+        assert_int_equal(w.blocks_used, 0);
+        assert_int_equal(pl_kv_manager_check(d), PL_OK);
+    }
+}
+
+/* Speculative decoding with a draft model (commit ee23497): the draft's cache takes its share of
+ * the budget first; layer kinds are kept when the rest still holds more full blocks than every
+ * layer full would, else the cache falls back to one pool. gemma3 of pattern 6 (its block: 1
+ * unit, 5/6 of it the window layers'), a draft whose block costs 1/6 unit (so 1/7 of the
+ * budget), 8 sequences: a window pool of ceil((8 x 16 + 32) / 16) + 2 x 8 = 26 blocks. 40
+ * units keep the kinds (34 left: 26 x 5/6 window, the rest 75 full blocks > 34); 28 units are
+ * kinds by the whole budget (26 < 28) but fall back once the draft took its share (24 left:
+ * the window pool alone would take 21.7). Both give the greedy tokens of release off without
+ * speculation, with proposals rolled back, and every block back. */
+static void test_gemma3_draft_fallback(void **state) {
+    (void)state;
+    int32_t prompts[NREQ][PROMPT];
+    size_t unit;
+    pl_request_params p;
+    result *ref = gemma3_ref(prompts, &unit, &p);
+    static const int32_t budget[2] = {40, 28};
+    for (int k = 0; k < 2; k++) {
+        engine_opts on = {.mode = PL_PREEMPT_RECOMPUTE, .prefix_cache = 1, .draft = draft_path};
+        pl_engine *e = make_engine(g3_path, unit, budget[k], on);
+        pl_kv_cache *kv = pl_engine_kv_cache(e);
+        uint64_t draft = pl_kv_cache_draft_bytes(kv);
+        assert_true(draft > 0);
+        pl_engine_stats s;
+        pl_engine_get_stats(e, &s);
+        print_message("draft, %d units: %llu bytes to the draft, %d full + %d window blocks (%d "
+                      "every layer full)\n", (int)budget[k], (unsigned long long)draft,
+                      (int)s.blocks_total, (int)s.window_blocks_total, (int)s.blocks_all_full);
+        uint64_t left = (uint64_t)budget[k] * unit - draft;
+        if (k == 0) { /* kinds kept: more full blocks than the rest holds with every layer */
+            assert_non_null(pl_kv_cache_store(kv)->kinds);
+            assert_int_equal(s.window_blocks_total, 26);
+            assert_true(s.blocks_total > s.blocks_all_full);
+            assert_int_equal(s.blocks_all_full, (int32_t)(left / unit));
+        } else { /* fallen back: one pool of every layer's blocks, nothing released */
+            assert_null(pl_kv_cache_store(kv)->kinds);
+            assert_int_equal(s.window_blocks_total, 0);
+            assert_int_equal(s.blocks_all_full, 0);
+            assert_int_equal(s.blocks_total, (int32_t)(left / unit));
+            assert_false(pl_kv_cache_grouped(kv));
+        }
+        result *res = run_prompt_ids(e, &prompts[0][0], NREQ, PROMPT, &p);
+        same(res, ref, NREQ, 1, GEN, k ? "draft, one pool" : "draft, layer kinds");
+        pl_engine_get_stats(e, &s);
+        assert_true(s.spec_draft_tokens > s.spec_accepted_tokens); /* some rolled back */
+        if (k == 0) assert_true(s.window_freed_blocks > 0);
+        else assert_int_equal(s.window_freed_blocks, 0);
+        check_all_back(e);
+        free(res);
+        pl_engine_destroy(e);
+    }
+    free(ref);
+}
+
+/* The window pool short (outside its sizing bound, kv/cache.c's window_pool_blocks): blocks of
+ * it held by a table outside the engine leave room for about one sequence's window. Allocation
+ * answers "capacity" (the group waits), appends "not now" (the scheduler preempts); every request
+ * still completes with the tokens of release off, and every block comes back. The full pool is
+ * large (64 units): only the window pool can make anyone wait. */
+static void test_gemma3_window_pool_short(void **state) {
+    (void)state;
+    int32_t prompts[NREQ][PROMPT];
+    size_t unit;
+    pl_request_params p;
+    result *ref = gemma3_ref(prompts, &unit, &p);
+    static const engine_opts runs[] = {{PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0, NULL},
+                                       {PL_PREEMPT_SWAP, 32, 2, 0, 0, 0, NULL}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        pl_engine *e = make_engine(g3_path, unit, 64, runs[k]);
+        pl_kv_cache *kv = pl_engine_kv_cache(e);
+        pl_kv_manager *mw = pl_kv_cache_window_manager(kv);
+        /* 2 sequences: ceil((2 x 16 + 32) / 16) + 4 = 8 window blocks; HOLD = 5 taken leave
+         * 3: one sequence's window and chunk (a first chunk of 32 tokens: 2 blocks; decoding:
+         * 2, 3 across a block boundary), not two */
+        assert_int_equal(mw->cfg.num_blocks, 8);
+        int32_t toks[HOLD * BSZ];
+        for (int32_t i = 0; i < HOLD * BSZ; i++) toks[i] = 3 + i;
+        pl_block_table hold = {0};
+        assert_int_equal(pl_kv_allocate_prompt(mw, &hold, toks, HOLD * BSZ, 77, NULL), PL_OK);
+        pl_engine_stats s = {0}; /* the cache's now (the engine's are a step's snapshot) */
+        pl_kv_cache_stats(kv, &s);
+        assert_int_equal(s.window_blocks_used, HOLD);
+        assert_float_equal(s.window_kv_usage, HOLD / 8.0, 1e-9);
+        result *res = run_prompt_ids(e, &prompts[0][0], NREQ, PROMPT, &p);
+        same(res, ref, NREQ, 1, GEN, runs[k].mode == PL_PREEMPT_SWAP ? "short, swap"
+                                                                     : "short, recompute");
+        pl_engine_get_stats(e, &s);
+        print_message("window pool short (%s): %d full + %d window blocks, %llu preemptions, "
+                      "%llu swapped out\n", runs[k].mode == PL_PREEMPT_SWAP ? "swap" : "recompute",
+                      (int)s.blocks_total, (int)s.window_blocks_total,
+                      (unsigned long long)s.preemptions, (unsigned long long)s.swaps_out);
+        assert_true(s.preemptions > 0); /* the full pool alone never preempts here */
+        assert_int_equal(s.window_blocks_used, HOLD); /* only the held table's */
+        pl_kv_free_table(mw, &hold);
+        check_all_back(e);
+        free(res);
+        pl_engine_destroy(e);
+    }
+    free(ref);
 }
 
 /* The shared model rewritten: tensor `drop` left out, tensor `reshape` with its rows halved,
@@ -365,6 +519,8 @@ int main(void) {
         cmocka_unit_test(test_kinds_sizing),
         cmocka_unit_test(test_gemma4_kinds_forks),
         cmocka_unit_test(test_gemma3_kinds),
+        cmocka_unit_test(test_gemma3_draft_fallback),
+        cmocka_unit_test(test_gemma3_window_pool_short),
     };
     int failed = isa_run_group_tests(tests, setup, teardown);
     return failed | cmocka_run_group_tests(once, setup, teardown);

@@ -125,6 +125,7 @@ static void test_json_shape(void **state) {
     pl_engine_stats s;
     memset(&s, 0, sizeof s);
     s.running = 1, s.waiting = 2, s.prefix_queries = 40, s.prefix_hits = 10, s.preemptions = 3;
+    s.window_blocks_total = 12, s.window_blocks_used = 3, s.window_kv_usage = 0.25;
     char *txt = pl_server_kv_blocks_json(&k, &s);
     assert_non_null(txt);
     json_error_t err;
@@ -148,6 +149,10 @@ static void test_json_shape(void **state) {
     json_t *stats = json_object_get(j, "stats");
     assert_int_equal(json_integer_value(json_object_get(stats, "waiting")), 2);
     assert_float_equal(json_real_value(json_object_get(stats, "prefix_hit_rate")), 0.25, 1e-9);
+    /* layer kinds: the window pool's own figures (the blocks above are the full pool's) */
+    assert_int_equal(json_integer_value(json_object_get(stats, "window_blocks_total")), 12);
+    assert_int_equal(json_integer_value(json_object_get(stats, "window_blocks_used")), 3);
+    assert_float_equal(json_real_value(json_object_get(stats, "window_kv_usage")), 0.25, 1e-9);
     json_t *t = json_object_get(j, "tables");
     assert_int_equal(json_array_size(t), 2);
     json_t *t1 = json_array_get(t, 1);

@@ -192,7 +192,8 @@ static void test_metrics_text(void **state) {
                          .prefix_hits = 16, .preemptions = 3, .prompt_tokens = 50,
                          .generation_tokens = 70, .swap_total = 8, .swap_used = 2,
                          .swaps_out = 5, .blocks_total = 100, .sliding_window = 64,
-                         .window_freed_blocks = 9};
+                         .window_freed_blocks = 9, .window_blocks_total = 40,
+                         .window_blocks_used = 10, .window_kv_usage = 0.25};
     pl_engine_config c;
     pl_engine_config_default(&c);
     c.kv_cache_memory = 1 << 20;
@@ -209,6 +210,11 @@ static void test_metrics_text(void **state) {
         "vllm:num_preemptions_total{model_name=\"sto\\\"ries\"} 3\n",
         "# TYPE pagellm_kv_window_freed_blocks_total counter\n"
         "pagellm_kv_window_freed_blocks_total{model_name=\"sto\\\"ries\"} 9\n",
+        /* layer kinds: the window pool beside the full one */
+        "# TYPE pagellm_kv_window_blocks_total gauge\n"
+        "pagellm_kv_window_blocks_total{model_name=\"sto\\\"ries\"} 40\n",
+        "pagellm_kv_window_blocks_used{model_name=\"sto\\\"ries\"} 10\n",
+        "pagellm_kv_window_cache_usage_perc{model_name=\"sto\\\"ries\"} 0.25\n",
         "vllm:prompt_tokens_total{model_name=\"sto\\\"ries\"} 50\n",
         "vllm:generation_tokens_total{model_name=\"sto\\\"ries\"} 70\n",
         "vllm:request_success_total{model_name=\"sto\\\"ries\",finished_reason=\"length\"} 1\n",
