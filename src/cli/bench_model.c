@@ -129,6 +129,7 @@ static void work_decode(const bm_work *w, int32_t B, int64_t n, int64_t ctx, dou
 /* The rates of one row: work per token (flops/bytes over `tokens`) at `tps` tokens/s. */
 typedef struct {
     double ops, gbs, peak_pct, bw_pct; /* GFLOP/s or GOP/s; peak_pct < 0: not applicable */
+    double bytes_per_token;            /* the bytes the rate counts, per token (exact: no timing) */
 } bm_rates;
 
 static bm_rates rates_of(const bm_work *w, double flops, double bytes, double tokens, double tps,
@@ -137,6 +138,7 @@ static bm_rates rates_of(const bm_work *w, double flops, double bytes, double to
     double t = tokens / tps;
     r.ops = flops / t / 1e9;
     r.gbs = bytes / t / 1e9;
+    r.bytes_per_token = bytes / tokens;
     (void)w;
     r.peak_pct = peak > 0 ? 100.0 * r.ops / peak : -1; /* FMA peak, or the int8 peak for integers */
     r.bw_pct = bw_peak > 0 ? 100.0 * r.gbs / bw_peak : -1;
@@ -260,7 +262,7 @@ static void print_json(const bm_opts *o, const bm_run *r, const char *test, int3
            w->integer ? "int8_peak_gops" : w->bf16 ? "bf16_peak_gflops" : "fma_peak_gflops", fma_peak, bw_peak);
     if (rt->peak_pct >= 0) printf("\"peak_pct\":%.1f,", rt->peak_pct);
     else printf("\"peak_pct\":null,");
-    printf("\"bandwidth_pct\":%.1f}\n", rt->bw_pct);
+    printf("\"bytes_per_token\":%.1f,\"bandwidth_pct\":%.1f}\n", rt->bytes_per_token, rt->bw_pct);
 }
 
 /* "12.3" or "-" (not applicable) */
