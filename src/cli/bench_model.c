@@ -17,7 +17,10 @@
  * attention's QK and AV multiply-adds over the keys each token sees) / time, and GB/s = (every
  * matrix once per step + the K and V each sequence reads) / time, a MoE layer's experts only those
  * the step's tokens chose, each once (pl_forward_moe_bytes counts them). %peak is the f32 FMA peak
- * (float matrices only), %bw the read bandwidth.
+ * (float matrices only), %bw the read bandwidth: measured just before and just after each timed
+ * run, and each run's GB/s taken over the mean of its two (a shared machine's bandwidth moves by
+ * up to 2x from minute to minute: one figure after the runs put %bw anywhere in 60-110 %); the
+ * row shows the mean of the runs' shares, the JSON each run's bandwidth.
  */
 #include "cli/args.h"
 #include "cli/engine_flags.h"
@@ -145,6 +148,21 @@ static bm_rates rates_of(const bm_work *w, double flops, double bytes, double to
     return r;
 }
 
+/* The read bandwidth now, with the benchmark's own pool (as `bench kernels` --quick). */
+static double read_gbs(bm_run *r) {
+    return pl_roofline_read_gbs(r->tp, pl_threadpool_size(r->tp), (size_t)256 << 20, 2);
+}
+
+/* The mean over the repetitions of each one's bytes/s over the bandwidth measured beside it. */
+static double bw_pct(const bm_rates *rt, const double *tps, const double *bw, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        if (bw[i] <= 0) return -1;
+        s += rt->bytes_per_token * tps[i] / 1e9 / bw[i];
+    }
+    return 100.0 * s / n;
+}
+
 static void run_free(bm_run *r) {
     PL_FREE_ALL(r->table, r->logits, r->tok, r->pos, r->rows, r->seq_start, r->ctx_len, r->slots);
     pl_kv_store_destroy(&r->kv);
@@ -246,10 +264,11 @@ static void stats(const double *v, int n, double *mean, double *best) {
 }
 
 static void print_json(const bm_opts *o, const bm_run *r, const char *test, int32_t B,
-                       int64_t tokens, const double *v, int n, const bm_work *w,
-                       const bm_rates *rt, double fma_peak, double bw_peak) {
-    double mean, best;
+                       int64_t tokens, const double *v, const double *bw, int n,
+                       const bm_work *w, const bm_rates *rt, double fma_peak) {
+    double mean, best, bw_mean = 0;
     stats(v, n, &mean, &best);
+    for (int i = 0; i < n; i++) bw_mean += bw[i] / n; /* this row's, beside its runs */
     printf("{\"model\":\"%s\",\"test\":\"%s\",\"batch\":%d,\"tokens\":%lld,\"ctx\":%lld,"
            "\"threads\":%d,\"isa\":\"%s\",\"kv\":\"%s\",\"tokens_per_s\":%.2f,"
            "\"best_tokens_per_s\":%.2f,\"reps\":[",
@@ -257,9 +276,11 @@ static void print_json(const bm_opts *o, const bm_run *r, const char *test, int3
            pl_threadpool_size(r->tp), pl_isa_name(pl_cpu_isa()), pl_dtype_name(o->kv), mean,
            best);
     for (int i = 0; i < n; i++) printf("%s%.2f", i ? "," : "", v[i]);
+    printf("],\"reps_read_gb_per_s\":[");
+    for (int i = 0; i < n; i++) printf("%s%.3f", i ? "," : "", bw[i]);
     printf("],\"%s\":%.2f,\"gb_per_s\":%.2f,\"%s\":%.1f,\"read_peak_gb_per_s\":%.1f,",
            w->integer ? "gops_per_s" : "gflops_per_s", rt->ops, rt->gbs,
-           w->integer ? "int8_peak_gops" : w->bf16 ? "bf16_peak_gflops" : "fma_peak_gflops", fma_peak, bw_peak);
+           w->integer ? "int8_peak_gops" : w->bf16 ? "bf16_peak_gflops" : "fma_peak_gflops", fma_peak, bw_mean);
     if (rt->peak_pct >= 0) printf("\"peak_pct\":%.1f,", rt->peak_pct);
     else printf("\"peak_pct\":null,");
     printf("\"bytes_per_token\":%.1f,\"bandwidth_pct\":%.1f}\n", rt->bytes_per_token, rt->bw_pct);
@@ -357,14 +378,25 @@ int pl_bench_model(int argc, char **argv) {
     for (int i = 0; i < o.n_batches; i++) max_b = o.batches[i] > max_b ? o.batches[i] : max_b;
 
     double pre[MAX_REPS], dec[MAX_BATCHES][MAX_REPS];
+    /* the read bandwidth beside each timed run (the mean of one just before and one just after):
+     * a shared machine's bandwidth moves by 2x from minute to minute, so each run's %bw is
+     * against its own neighbours' */
+    double pre_bw[MAX_REPS], dec_bw[MAX_BATCHES][MAX_REPS];
     double pre_moe = 0, dec_moe[MAX_BATCHES] = {0}; /* expert bytes read (the same tokens every repetition) */
     for (int rep = 0; rep < o.reps; rep++) {
         /* fresh model, pool and cache per repetition, as separate runs would have */
         bm_run r = {0};
         pl_status s = run_open(&r, &o, max_b);
-        if (s == PL_OK && o.p > 0) s = measure_prefill(&r, &o, &pre[rep], &pre_moe);
-        for (int i = 0; s == PL_OK && o.n > 0 && i < o.n_batches; i++)
+        if (s == PL_OK && o.p > 0) {
+            double b0 = read_gbs(&r);
+            s = measure_prefill(&r, &o, &pre[rep], &pre_moe);
+            pre_bw[rep] = (b0 + read_gbs(&r)) / 2;
+        }
+        for (int i = 0; s == PL_OK && o.n > 0 && i < o.n_batches; i++) {
+            double b0 = read_gbs(&r);
             s = measure_decode(&r, &o, o.batches[i], &dec[i][rep], &dec_moe[i]);
+            dec_bw[i][rep] = (b0 + read_gbs(&r)) / 2;
+        }
         if (s != PL_OK) {
             run_free(&r);
             free(o.batches);
@@ -376,7 +408,17 @@ int pl_bench_model(int argc, char **argv) {
             work_of(r.m, o.kv, &w);
             /* this machine's limits, with the benchmark's own pool (as `bench kernels` --quick) */
             int nt = pl_threadpool_size(r.tp);
-            double bw_peak = pl_roofline_read_gbs(r.tp, nt, (size_t)256 << 20, 2);
+            double bw_peak = 0, bw_lo = 1e30, bw_hi = 0; /* the mean and range beside the runs */
+            int n_bw = 0;
+            for (int k = 0; k < o.reps; k++) {
+                for (int i = -1; i < o.n_batches; i++) {
+                    if (i < 0 ? o.p <= 0 : o.n <= 0) continue;
+                    double b = i < 0 ? pre_bw[k] : dec_bw[i][k];
+                    bw_peak += b, n_bw++;
+                    bw_lo = b < bw_lo ? b : bw_lo, bw_hi = b > bw_hi ? b : bw_hi;
+                }
+            }
+            bw_peak = n_bw ? bw_peak / n_bw : -1;
             double fma_peak = pl_roofline_fma_gflops(r.tp, nt, 2000000, 3);
             /* integer matrices: % of the level's int8 peak (AMX's, larger, is printed beside) */
             double int8_peak = w.integer ? pl_roofline_int8_gops(r.tp, nt, 2000000, 3, 0) : -1;
@@ -387,8 +429,9 @@ int pl_bench_model(int argc, char **argv) {
                    "%d threads, %s\n",
                    o.model, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->ffn_dim,
                    hp->n_vocab, nt, pl_isa_name(pl_cpu_isa()));
-            printf("limits: f32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s; matrices %s "
-                   "(%s)\n", fma_peak, bw_peak, pl_dtype_name(r.m->layers[0].wq.type),
+            printf("limits: f32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s (%.1f-%.1f beside "
+                   "the timed runs; %%bw: each run against its own); matrices %s (%s)\n",
+                   fma_peak, bw_peak, bw_lo, bw_hi, pl_dtype_name(r.m->layers[0].wq.type),
                    w.integer ? "integer dot products: GOP/s, %peak of the int8 peak"
                    : w.bf16  ? "GFLOP/s, %peak of the bf16 peak"
                              : "GFLOP/s, %peak of the FMA peak");
@@ -409,6 +452,7 @@ int pl_bench_model(int argc, char **argv) {
                 stats(pre, (int)o.reps, &mean, &best);
                 work_prefill(&w, o.p, pre_moe, &flops, &bytes);
                 pre_rt = rates_of(&w, flops, bytes, (double)o.p, mean, peak, bw_peak);
+                pre_rt.bw_pct = bw_pct(&pre_rt, pre, pre_bw, (int)o.reps);
                 printf("%-8s %6d %7lld %6d %12.1f %12.1f %9.1f %8.1f %6s %6s\n", "prefill", 1,
                        (long long)o.p, 0, mean, best, pre_rt.ops, pre_rt.gbs,
                        pct(b1, sizeof b1, pre_rt.peak_pct), pct(b2, sizeof b2, pre_rt.bw_pct));
@@ -418,6 +462,7 @@ int pl_bench_model(int argc, char **argv) {
                 work_decode(&w, o.batches[i], o.n, o.ctx, dec_moe[i], &flops, &bytes);
                 dec_rt[i] = rates_of(&w, flops, bytes, (double)o.batches[i] * (double)o.n, mean,
                                      peak, bw_peak);
+                dec_rt[i].bw_pct = bw_pct(&dec_rt[i], dec[i], dec_bw[i], (int)o.reps);
                 printf("%-8s %6d %7lld %6lld %12.1f %12.1f %9.1f %8.1f %6s %6s\n", "decode",
                        o.batches[i], (long long)o.n, (long long)o.ctx, mean, best, dec_rt[i].ops,
                        dec_rt[i].gbs, pct(b1, sizeof b1, dec_rt[i].peak_pct),
@@ -426,11 +471,11 @@ int pl_bench_model(int argc, char **argv) {
             if (o.json) {
                 printf("\n");
                 if (o.p > 0)
-                    print_json(&o, &r, "prefill", 0, o.p, pre, (int)o.reps, &w, &pre_rt,
-                               peak, bw_peak);
+                    print_json(&o, &r, "prefill", 0, o.p, pre, pre_bw, (int)o.reps, &w, &pre_rt,
+                               peak);
                 for (int i = 0; o.n > 0 && i < o.n_batches; i++)
-                    print_json(&o, &r, "decode", o.batches[i], o.n, dec[i], (int)o.reps, &w,
-                               &dec_rt[i], peak, bw_peak);
+                    print_json(&o, &r, "decode", o.batches[i], o.n, dec[i], dec_bw[i], (int)o.reps, &w,
+                               &dec_rt[i], peak);
             }
         }
         run_free(&r);
