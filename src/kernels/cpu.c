@@ -2,6 +2,7 @@
 #include "kernels/cpu.h"
 
 #include "base/log.h"
+#include "kernels/x16_prefetch.h"
 
 #include <cpuid.h>
 #include <pthread.h>
@@ -11,6 +12,8 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+int pl_x16_prefetch_l1; /* x16_prefetch.h; set in init() */
 
 /* Detected once (pthread_once: kernels on every thread ask), then read-only. */
 static pl_cpu_features feats;
@@ -29,6 +32,8 @@ static uint64_t xgetbv0(void) {
 static void detect(void) {
     unsigned a, b, c, d;
     memset(&feats, 0, sizeof feats);
+    if (__get_cpuid(0, &a, &b, &c, &d)) /* "AuthenticAMD" in ebx, edx, ecx */
+        feats.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
     int osxsave = (c >> 27) & 1;
     int avx = (c >> 28) & 1;
@@ -85,6 +90,12 @@ static void init(void) {
     else if (s && *s && strcmp(s, "avx512")) /* a typo must not pass silently for "scalar" */
         PL_WARN("PAGELLM_ISA='%s' is not scalar, avx2, avxvnni or avx512; ignored (kernels use %s)", s,
                 pl_isa_name(max_isa));
+    /* the K-quant tiles' prefetch (x16_prefetch.h): PAGELLM_PREFETCH=l1 or l2l3 for A/B runs */
+    const char *pf = getenv("PAGELLM_PREFETCH");
+    pl_x16_prefetch_l1 = feats.amd;
+    if (pf && !strcmp(pf, "l1")) pl_x16_prefetch_l1 = 1;
+    else if (pf && !strcmp(pf, "l2l3")) pl_x16_prefetch_l1 = 0;
+    else if (pf && *pf) PL_WARN("PAGELLM_PREFETCH='%s' is not l1 or l2l3; ignored", pf);
     const char *amx = getenv("PAGELLM_AMX");
     if (amx && !strcmp(amx, "0")) env_amx = 0;
     else if (amx && *amx && strcmp(amx, "1"))

@@ -27,14 +27,14 @@ AI void iq4_xs_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols,
         UNROLL for (int b = 0; b < NB; b++) S[b] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             /* 35 lines: one per chunk (0-31), the three after them with the first steps */
-            if (j < 3) pl_x16_prefetch_line(o, 16 * 138, 32 + j);
+            if (j < 3) pl_x16_prefetch_kq_line(o, 16 * 138, 32 + j);
             __m512i A[4], Bv[4];
             UNROLL for (int b = 0; b < NB; b++) {
                 A[b] = _mm512_set1_epi32(-128 * (x[b][s].bsums[2 * j] + x[b][s].bsums[2 * j + 1]));
                 Bv[b] = _mm512_setzero_si512();
             }
             UNROLL for (int c = 0; c < 4; c++) {
-                pl_x16_prefetch_line(o, 16 * 138, 4 * j + c);
+                pl_x16_prefetch_kq_line(o, 16 * 138, 4 * j + c);
                 const __m512i v = _mm512_loadu_si512(o + 160 + 256 * j + 64 * c);
                 const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
                 const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));

@@ -31,11 +31,11 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
         UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
             /* 36 lines: one per chunk (0-31), and per part one of the scales (32-35) */
-            pl_x16_prefetch_line(o, 16 * 144, 32 + p);
+            pl_x16_prefetch_kq_line(o, 16 * 144, 32 + p);
             __m512i A[4], Bv[4];
             UNROLL for (int b = 0; b < NB; b++) A[b] = Bv[b] = _mm512_setzero_si512();
             UNROLL for (int c = 0; c < 8; c++) {
-                pl_x16_prefetch_line(o, 16 * 144, 8 * p + c);
+                pl_x16_prefetch_kq_line(o, 16 * 144, 8 * p + c);
                 const __m512i v = _mm512_loadu_si512(o + 256 + 64 * (8 * p + c));
                 const __m512i lo = _mm512_and_si512(v, low4);
                 const __m512i hi16 = _mm512_and_si512(v, high4); /* 16 x the high nibbles */
@@ -83,10 +83,10 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
                 /* 53 lines (3360 bytes from any alignment): three per 16-column group, and the
                  * five after them with the first groups */
                 const int k = 4 * p + g;
-                pl_x16_prefetch_line(o, 16 * 210, 3 * k);
-                pl_x16_prefetch_line(o, 16 * 210, 3 * k + 1);
-                pl_x16_prefetch_line(o, 16 * 210, 3 * k + 2);
-                if (k < 5) pl_x16_prefetch_line(o, 16 * 210, 48 + k);
+                pl_x16_prefetch_kq_line(o, 16 * 210, 3 * k);
+                pl_x16_prefetch_kq_line(o, 16 * 210, 3 * k + 1);
+                pl_x16_prefetch_kq_line(o, 16 * 210, 3 * k + 2);
+                if (k < 5) pl_x16_prefetch_kq_line(o, 16 * 210, 48 + k);
                 __m512i q[4];
                 pl_x16_q6_quad(o + 288 + 192 * (4 * p + g), q);
                 UNROLL for (int b = 0; b < NB; b++) {

@@ -28,7 +28,7 @@ AI void q2_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
             UNROLL for (int c = 0; c < 8; c++) v[c] = _mm512_loadu_si512(o + 320 + 64 * (8 * n + c));
             UNROLL for (int j = 0; j < 4; j++) { /* sub-blocks k = 8n + 2j, 8n + 2j + 1 */
                 /* the group's 21 lines, spread over the 8 steps: t, t + 8, t + 16 */
-                for (int l = 4 * n + j; l < 21; l += 8) pl_x16_prefetch_line(o, 16 * 84, l);
+                for (int l = 4 * n + j; l < 21; l += 8) pl_x16_prefetch_kq_line(o, 16 * 84, l);
                 const int k = 8 * n + 2 * j;
                 __m512i G0[4], G1[4];
                 UNROLL for (int b = 0; b < NB; b++) G0[b] = G1[b] = _mm512_setzero_si512();

@@ -167,14 +167,14 @@ AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
     UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) S[h][b] = M[h][b] = _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) {
         /* the first half prefetches the 36 lines as the AVX-512 tile does */
-        if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 32 + p);
+        if (h0 == 0) pl_x16_prefetch_kq_line(o, YQ4K_GSZ, 32 + p);
         __m256i A[2][4], Bv[2][4];
         UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) A[h][b] = Bv[h][b] = _mm256_setzero_si256();
         if (NB > 2 && !X16_VNNI) {
             /* AVX2 x 4: the low nibbles' chains over the 8 chunks, then the high ones' (the
              * chunks again, from L1), so that 4 int16 chains are live, not 8: +8-10 % a thread */
             Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
-                if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
+                if (h0 == 0) pl_x16_prefetch_kq_line(o, YQ4K_GSZ, 8 * p + c);
                 const __m256i lo = _mm256_and_si256(y_load(o + 256 + 64 * (8 * p + c) + 32 * h0), low4);
                 UNROLL for (int b = 0; b < NB; b++) A[0][b] = y_dot8(A[0][b], lo, y_bc32(x[b][s].qs + 64 * p + 4 * c));
             }
@@ -184,7 +184,7 @@ AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
             }
         } else
         Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
-            if (h0 == 0) pl_x16_prefetch_line(o, YQ4K_GSZ, 8 * p + c);
+            if (h0 == 0) pl_x16_prefetch_kq_line(o, YQ4K_GSZ, 8 * p + c);
             UNROLL for (int h = 0; h < NH; h++) {
                 const __m256i v = y_load(o + 256 + 64 * (8 * p + c) + 32 * (h0 + h));
                 const __m256i lo = _mm256_and_si256(v, low4);
@@ -249,10 +249,10 @@ AI void y_q6_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
         UNROLL for (int g = 0; g < 4; g++) {
             const int k = 4 * p + g;
             if (h0 == 0) { /* the 53 lines, as the AVX-512 tile */
-                pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k);
-                pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k + 1);
-                pl_x16_prefetch_line(o, YQ6K_GSZ, 3 * k + 2);
-                if (k < 5) pl_x16_prefetch_line(o, YQ6K_GSZ, 48 + k);
+                pl_x16_prefetch_kq_line(o, YQ6K_GSZ, 3 * k);
+                pl_x16_prefetch_kq_line(o, YQ6K_GSZ, 3 * k + 1);
+                pl_x16_prefetch_kq_line(o, YQ6K_GSZ, 3 * k + 2);
+                if (k < 5) pl_x16_prefetch_kq_line(o, YQ6K_GSZ, 48 + k);
             }
             UNROLL for (int h = 0; h < NH; h++) {
 #if X16_VNNI
@@ -312,7 +312,7 @@ AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_
         UNROLL for (int c = 0; c < 8; c++) v[c] = y_load(o + 320 + 64 * (8 * n + c) + 32 * h);
         UNROLL for (int j = 0; j < 4; j++) { /* sub-blocks k = 8n + 2j, k + 1 */
             if (h == 0) /* the group's 21 lines, as the AVX-512 tile */
-                for (int l = 4 * n + j; l < 21; l += 8) pl_x16_prefetch_line(o, YQ2K_GSZ, l);
+                for (int l = 4 * n + j; l < 21; l += 8) pl_x16_prefetch_kq_line(o, YQ2K_GSZ, l);
             const int k = 8 * n + 2 * j;
             __m256i G0[2], G1[2];
             UNROLL for (int b = 0; b < NB; b++) G0[b] = G1[b] = _mm256_setzero_si256();
@@ -356,7 +356,7 @@ AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int6
     __m256i S[2];
     UNROLL for (int b = 0; b < NB; b++) S[b] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
-        if (h == 0 && j < 3) pl_x16_prefetch_line(o, YIQ4XS_GSZ, 32 + j); /* 35 lines */
+        if (h == 0 && j < 3) pl_x16_prefetch_kq_line(o, YIQ4XS_GSZ, 32 + j); /* 35 lines */
         const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(o + 32 + 16 * j + 8 * h)));
 #if X16_VNNI
         __m256i A[2], Bv[2];
@@ -366,7 +366,7 @@ AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int6
         }
 #endif
         UNROLL for (int c = 0; c < 4; c++) {
-            if (h == 0) pl_x16_prefetch_line(o, YIQ4XS_GSZ, 4 * j + c);
+            if (h == 0) pl_x16_prefetch_kq_line(o, YIQ4XS_GSZ, 4 * j + c);
             const __m256i v = y_load(o + 160 + 256 * j + 64 * c + 32 * h);
             const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
             const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));

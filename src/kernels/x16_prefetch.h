@@ -23,4 +23,18 @@ AI void pl_x16_prefetch_line(const uint8_t *o, size_t gsz, int l) {
     _mm_prefetch((const char *)o + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);
 }
 
+/* The K-quant tiles' (q4_K, q6_K, q2_K, iq4_xs): pl_x16_prefetch_line, or where
+ * pl_x16_prefetch_l1 is set (AMD: kernels/cpu.c; PAGELLM_PREFETCH=l1 or l2l3 overrides) one
+ * prefetch of line l PL_X16_PF_L1 bytes ahead into L1. On a Zen 5 (2026-11-27, docs/BENCHMARKS.md)
+ * a thread's q4_K tile streamed 32 GB/s with the two levels and 40 with the one (the plain read:
+ * 42), q6_K 34 -> 39; the q8_0 and mxfp4 tiles (x16_body) lost with it and keep the two. */
+extern int pl_x16_prefetch_l1;
+enum { PL_X16_PF_L1 = 8 * 1024 };
+AI void pl_x16_prefetch_kq_line(const uint8_t *o, size_t gsz, int l) {
+    if (pl_x16_prefetch_l1)
+        _mm_prefetch((const char *)o + PL_X16_PF_L1 + 64 * l, _MM_HINT_T0);
+    else
+        pl_x16_prefetch_line(o, gsz, l);
+}
+
 #endif
