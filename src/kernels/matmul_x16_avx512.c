@@ -84,7 +84,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                 /* decode streams the weights: the block two ahead into L2 and the bytes 36 KB
                  * ahead into L3, lines j, j + 4, j + 8 here (spread among the loads; 1B q8_0
                  * decode +3 %; x16_avx512.h says why) */
-                if (NB <= 2 && Q4 == 0 && pl_x16_prefetch_l1)
+                if (NB <= 2 && Q4 == 0 && pl_x16_prefetch_l1) /* AMD: x16_prefetch.h */
                     for (int l = j; 64 * (size_t)l < blk; l += 4)
                         _mm_prefetch((const char *)wb[g] + 4096 + 64 * l, _MM_HINT_T0);
                 else if (NB <= 2)
