@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "parallel/parallel.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,13 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
         long ms = strtol(sd, NULL, 10);
         e->steps.delay_ms = ms < 0 ? 0 : ms > 1000 ? 1000 : (int)ms;
     }
+    /* For benchmarks: a line per step that ran the model (docs/SERVER.md, "Step log"). */
+    const char *sl = getenv("PAGELLM_STEP_LOG");
+    e->steps.log_t0 = pl_clock_now();
+    if (sl && *sl && !(e->steps.log = fopen(sl, "w")))
+        PL_WARN("PAGELLM_STEP_LOG: cannot write '%s' (%s); no step log", sl, strerror(errno));
+    if (e->steps.log)
+        fprintf(e->steps.log, "# start_s seconds items tokens prefill_tokens free_blocks waiting running\n");
     pl_status st = c->tensor_parallel_size > 1 ? pl_engine_tp_load(e) : PL_OK;
     if (st == PL_OK) st = pl_spec_init(&e->spec, c);
     if (st == PL_OK && !e->model) {
@@ -208,6 +216,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_inbox_destroy(&e->inbox);
     pthread_mutex_destroy(&e->stats_mu);
     pl_kv_view_destroy(&e->kv_view);
+    if (e->steps.log) fclose(e->steps.log);
     free(e);
 }
 
@@ -267,14 +276,30 @@ static void drain_inbox(pl_engine *e) {
 
 static pl_status step(pl_engine *e);
 
+/* The step log's line for the step that began at t0 and took dt: its items (sequences), tokens
+ * and, of those, prefill tokens (items computing more than one token that are not speculative
+ * proposals: prompt chunks, recomputation after preemption), then the KV blocks free and the
+ * groups waiting and running after it. */
+static void log_step(pl_engine *e, double t0, double dt) {
+    const pl_sched_output *s = &e->sched_out;
+    int32_t prefill = 0;
+    for (int32_t i = 0; i < s->n_items; i++)
+        if (s->items[i].n > 1 && s->items[i].n_spec == 0) prefill += s->items[i].n;
+    fprintf(e->steps.log, "%.6f %.6f %d %d %d %d %d %d\n", t0 - e->steps.log_t0, dt, s->n_items,
+            s->n_tokens, prefill, pl_kv_cache_blocks_free(e->kv), (int)e->sched.waiting.n,
+            (int)e->sched.running.n);
+}
+
 pl_status pl_engine_step(pl_engine *e) {
     double t0 = pl_clock_now(), c0 = pl_clock_thread_cpu();
     uint64_t steps0 = e->steps.n;
     pl_status st = step(e);
     pl_kv_view_after_step(&e->kv_view, e->kv, &e->sched, e->steps.n);
     if (e->steps.n != steps0) {
-        e->steps.seconds += pl_clock_now() - t0;
+        const double dt = pl_clock_now() - t0;
+        e->steps.seconds += dt;
         e->steps.cpu_seconds += pl_clock_thread_cpu() - c0;
+        if (e->steps.log) log_step(e, t0, dt);
     }
     pl_engine_snapshot_stats(e);
     if (e->steps.delay_ms && e->steps.n != steps0)

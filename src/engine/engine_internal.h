@@ -26,6 +26,7 @@
 #include "model/model.h"
 
 #include <pthread.h>
+#include <stdio.h>
 
 /* The step loop's own counters and test hooks (engine thread). */
 typedef struct {
@@ -34,6 +35,8 @@ typedef struct {
     double cpu_seconds;         /* its CPU time in those steps */
     uint64_t fail_step;         /* PAGELLM_FAIL_STEP: this step fails (tests of error paths) */
     int delay_ms;               /* PAGELLM_STEP_DELAY_MS: sleep after each model step (tests) */
+    FILE *log;                  /* PAGELLM_STEP_LOG: one line per model step (benchmarks) */
+    double log_t0;              /* its time origin: the engine's creation */
 } pl_engine_steps;
 
 struct pl_engine {

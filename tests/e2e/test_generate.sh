@@ -267,5 +267,26 @@ one_line "bad schema" "json_schema: at '#': 'multipleOf' is not supported" "$PL_
 "$PL_BINARY" generate -m "$M" -p x --regex a --choice b >/dev/null 2>"$tmp/err"
 expect "two constraints: usage error" "$?" 2
 
+# ---- PAGELLM_STEP_LOG: one line per model step (docs/SERVER.md, "Step log") ----
+PAGELLM_STEP_LOG="$tmp/steps.log" "$PL_BINARY" generate -m "$M" --prompt-ids 1,403,407,261,378 \
+    -n 6 --temperature 0 >/dev/null 2>"$tmp/err"
+expect "step log: generate exit" "$?" 0
+python3 - "$tmp/steps.log" <<'PY' && ok || bad "step log lines"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines[0].split() == ["#", "start_s", "seconds", "items", "tokens", "prefill_tokens",
+                            "free_blocks", "waiting", "running"], lines[0]
+rows = [[float(v) for v in l.split()] for l in lines[1:]]
+# the 5-token prompt in one step, then one token a step for the 5 tokens after the first
+assert [r[3] for r in rows] == [5, 1, 1, 1, 1, 1], rows
+assert [r[4] for r in rows] == [5, 0, 0, 0, 0, 0], rows
+assert all(r[2] == 1 and r[1] > 0 and r[5] >= 0 for r in rows), rows
+assert all(a[0] < b[0] for a, b in zip(rows, rows[1:])), rows
+assert rows[-1][7] in (0, 1) and rows[0][7] == 1, rows
+PY
+PAGELLM_STEP_LOG="$tmp/no/such/dir/steps.log" "$PL_BINARY" generate -m "$M" -p x -n 2 >/dev/null 2>"$tmp/err"
+expect "step log: an unwritable path still generates" "$?" 0
+grep -q "PAGELLM_STEP_LOG: cannot write" "$tmp/err" && ok || bad "step log: unwritable path warns: $(cat "$tmp/err")"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
