@@ -87,7 +87,7 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                 if (NB <= 2 && Q4 == 0 && pl_x16_prefetch_l1) /* AMD: x16_prefetch.h */
                     for (int l = j; 64 * (size_t)l < blk; l += 4)
                         _mm_prefetch((const char *)wb[g] + 4096 + 64 * l, _MM_HINT_T0);
-                else if (NB <= 2 && Q4 == 6 && pl_x16_prefetch_l1) /* AMD: 2 KB into L1, the far one */
+                else if (NB <= 2 && pl_x16_prefetch_l1) /* AMD, 4-bit: 2 KB into L1, the far one */
                     for (int l = j; 64 * (size_t)l < blk; l += 4) {
                         _mm_prefetch((const char *)wb[g] + 2048 + 64 * l, _MM_HINT_T0);
                         _mm_prefetch((const char *)wb[g] + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);

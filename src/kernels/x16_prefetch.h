@@ -28,8 +28,10 @@ AI void pl_x16_prefetch_line(const uint8_t *o, size_t gsz, int l) {
  * prefetch of line l PL_X16_PF_L1 bytes ahead into L1. On a Zen 5 (2026-11-27, docs/BENCHMARKS.md)
  * a thread's q4_K tile streamed 32 GB/s with the two levels and 40 with the one (the plain read:
  * 42), q6_K 34 -> 39. The q8_0 tile does the same 4 KB ahead (x16_body: 8 KB measured less); the
- * mxfp4 tile lost with either: it takes 2 KB ahead into L1 beside the far one into L3 (its near
- * one, two 272-byte blocks ahead, cost more than it gave: 25-27.5 -> 31-34 GB/s a thread). */
+ * 4-bit ones (mxfp4, q4_0, q4_1, q5_0, q5_1, iq4_nl) lost with either: they take 2 KB ahead
+ * into L1 beside the far one into L3 (their near one, two ~300-byte blocks ahead, cost more than
+ * it gave: a thread's mxfp4 25-27.5 -> 31-34 GB/s, q4_1, q5_0, q5_1, iq4_nl +11-14 %, q4_0 the
+ * same). */
 extern int pl_x16_prefetch_l1;
 enum { PL_X16_PF_L1 = 8 * 1024 };
 AI void pl_x16_prefetch_kq_line(const uint8_t *o, size_t gsz, int l) {
