@@ -424,7 +424,8 @@ void pl_engine_destroy(pl_engine *e);
  * in a build without MPI). Then rank 0 creates its engine with tensor_parallel_size = n and uses
  * it as any engine; every other rank calls pl_tp_worker_run with the same config, which serves
  * rank 0's steps and returns when rank 0's engine is destroyed (or with the failure that ended
- * it). MPI is finalized at exit. */
+ * it). A worker whose f16_weights (or PAGELLM_F16_WEIGHTS) resolves to another mode than rank
+ * 0's refuses, naming both, and every rank fails. MPI is finalized at exit. */
 pl_status pl_tp_init(int32_t n);
 int32_t pl_tp_rank(void);           /* 0 before pl_tp_init */
 pl_status pl_tp_worker_run(const pl_engine_config *c);

@@ -31,6 +31,7 @@ pl_status pl_engine_tp_start(pl_engine *e, int ok) {
         .num_swap_blocks = swap ? (int32_t)swap->layout.num_blocks : 0,
         .max_tokens = e->runner.max_tokens, .max_seqs = e->runner.max_items,
         .max_blocks = e->runner.max_blocks, .max_logits = e->runner.max_logit_rows,
+        .f16_as_bf16 = e->model ? e->model->f16_as_bf16 : 0,
     };
     pl_status st = pl_dist_send_setup(&su);
     if (!ok) return st;

@@ -70,6 +70,8 @@ typedef struct {
     int32_t block_size;
     int32_t num_blocks, num_swap_blocks;
     int32_t max_tokens, max_seqs, max_blocks, max_logits;
+    int32_t f16_as_bf16;       /* rank 0's F16 matrices are bf16 (--f16-weights): every worker
+                                * must hold its own likewise, or refuse (pl_dist_worker_run) */
 } pl_dist_setup;
 pl_status pl_dist_send_setup(const pl_dist_setup *s);
 

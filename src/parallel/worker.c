@@ -90,8 +90,20 @@ pl_status pl_dist_worker_run(const pl_engine_config *c) {
     if (st == PL_OK && !su.ok)
         st = pl_fail(PL_ERR_INTERNAL, "tensor parallel: rank 0 could not start the engine");
     if (st == PL_OK) {
-        st = worker_setup(&w, c, &su);
-        st = pl_dist_agree(st, "could not set up its KV cache and buffers");
+        /* each rank resolved --f16-weights (or PAGELLM_F16_WEIGHTS, which reaches another
+         * machine's ranks only through mpirun -x) on its own: shards of two modes would compute
+         * a model that is neither, silently */
+        const char *what = "could not set up its KV cache and buffers";
+        if (!su.f16_as_bf16 != !w.m->f16_as_bf16) {
+            what = "holds its F16 weights unlike rank 0";
+            st = pl_fail(PL_ERR_INVALID_ARG, "--f16-weights: rank 0 holds its F16 matrices as "
+                         "%s, this rank as %s: give every rank the same --f16-weights "
+                         "(PAGELLM_F16_WEIGHTS reaches the ranks of other machines only with "
+                         "mpirun -x PAGELLM_F16_WEIGHTS)", su.f16_as_bf16 ? "bf16" : "f16",
+                         w.m->f16_as_bf16 ? "bf16" : "f16");
+        }
+        if (st == PL_OK) st = worker_setup(&w, c, &su);
+        st = pl_dist_agree(st, what);
     }
     if (st == PL_OK) st = serve_steps(&w, &su);
     pl_dist_note_done();

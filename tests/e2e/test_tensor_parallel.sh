@@ -11,6 +11,8 @@
 #   - a mixture of experts (a random gpt-oss, f32) at TP = 2 against TP = 1;
 #   - issue 33's families (gemma3, gemma4 with per-layer embeddings and shared KV, gemma4's MoE)
 #     at TP = 2 against TP = 1;
+#   - --f16-weights bf16 (synth-tiny-f16): TP = 2 against TP = 1 in the mode (greedy ids
+#     bitwise), ranks in different modes refused; below the avx512 level the mode's refusal;
 #   - faults: a rank killed mid-run ends the job within seconds (generate: rank 1, rank 0; serve,
 #     whose request in flight gets an error); a rank stopped (SIGSTOP) ends it at the
 #     collectives' deadline.
@@ -103,7 +105,7 @@ head -1 "$tmp/greedy.jsonl" >"$tmp/one.jsonl"
 if timeout 120 "${MPIRUN[@]}" -np 4 "$PL_BINARY" generate -m "$S" --input "$tmp/one.jsonl" \
         --output "$tmp/tp4.4" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 4 2>"$tmp/tp4.err" >/dev/null &&
    python3 "$HERE/tp_compare.py" "$tmp/tp4.1" "$tmp/tp4.4" 1e-4 0.02 --min-compared 32 >"$tmp/tp4.cmp" 2>&1
-then ok; echo "TP=4: $(cat "$tmp/tp4.cmp")"; else bad "TP=4: $(tail -2 "$tmp/tp4.err" "$tmp/tp4.cmp")"; fi
+then ok; echo "TP=4: $(cat "$tmp/tp4.cmp")"; else bad "TP=4: $(tail -n 2 "$tmp/tp4.err" "$tmp/tp4.cmp")"; fi
 # ... and again: above 2 ranks the sums go through a reduce-scatter, in the same fixed order
 timeout 120 "${MPIRUN[@]}" -np 4 "$PL_BINARY" generate -m "$S" --input "$tmp/one.jsonl" \
     --output "$tmp/tp4.again" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 4 2>/dev/null >/dev/null
@@ -121,7 +123,7 @@ head -2 "$tmp/greedy.jsonl" >"$tmp/two.jsonl"
 if timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$tmp/moe.gguf" --input "$tmp/two.jsonl" \
         --output "$tmp/moe.2" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 2 2>"$tmp/moe.err" >/dev/null &&
    python3 "$HERE/tp_compare.py" "$tmp/moe.1" "$tmp/moe.2" 1e-4 0.02 --min-compared 64 >"$tmp/moe.cmp" 2>&1
-then ok; echo "MoE TP=2: $(cat "$tmp/moe.cmp")"; else bad "MoE TP=2: $(tail -2 "$tmp/moe.err" "$tmp/moe.cmp")"; fi
+then ok; echo "MoE TP=2: $(cat "$tmp/moe.cmp")"; else bad "MoE TP=2: $(tail -n 2 "$tmp/moe.err" "$tmp/moe.cmp")"; fi
 
 # ---- issue 33's families: gemma3 (window layers with their own RoPE base, Q/K norms, soft-cap),
 # gemma4 with per-layer embeddings and shared-KV layers (the workers' KV store of per-layer
@@ -140,7 +142,7 @@ family() { # family NAME BOUND MKMODEL_FLAGS...
     if timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$tmp/$name.gguf" --input "$tmp/two.jsonl" \
             --output "$tmp/$name.2" -t 1 --kv-cache-dtype f32 --tensor-parallel-size 2 2>"$tmp/$name.err" >/dev/null &&
        python3 "$HERE/tp_compare.py" "$tmp/$name.1" "$tmp/$name.2" "$bound" 0.02 --min-compared 64 >"$tmp/$name.cmp" 2>&1
-    then ok; echo "$name TP=2: $(cat "$tmp/$name.cmp")"; else bad "$name TP=2: $(tail -2 "$tmp/$name.err" "$tmp/$name.cmp")"; fi
+    then ok; echo "$name TP=2: $(cat "$tmp/$name.cmp")"; else bad "$name TP=2: $(tail -n 2 "$tmp/$name.err" "$tmp/$name.cmp")"; fi
 }
 family gemma3 1e-4 --layers 2 --arch gemma3 --swa-pattern 2 --sliding-window 8 --final-softcap 3
 family gemma4 1e-3 --layers 4 "${g4[@]}" --shared-kv-layers 2 --per-layer-dim 8 --ffn-wide 128
@@ -181,6 +183,41 @@ timeout 60 mpirun --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -np 1 "$PL_BIN
 rc=$?
 if [ "$rc" != 0 ] && grep -q "rank 1 could not load its shard: .*broken.gguf" "$tmp/refuse.out"; then ok
 else bad "shard load failure: exit $rc: $(head -3 "$tmp/refuse.out")"; fi
+
+# ---- --f16-weights bf16 (issue 35): every rank rounds its F16 slices to bf16 at load ----
+# The mode exists only at the avx512 level (AVX512-BF16's vdpbf16ps): below it every rank refuses
+# it, naming the flag. That refusal is checked everywhere (PAGELLM_ISA=avx2 forces the level of an
+# AVX2-only machine); the computation where /proc/cpuinfo has the avx512 level's features.
+F16="$PL_SHARED_DIR/models/synth-tiny-f16.gguf"
+refuse "--f16-weights bf16 (PAGELLM_F16_WEIGHTS) needs the avx512 kernel level" 2 \
+    env PAGELLM_ISA=avx2 "$PL_BINARY" generate -m "$F16" -p hi -n 2 -t 1 --f16-weights bf16 \
+    --tensor-parallel-size 2
+cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has_bf16=1
+for f in avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16 fma f16c; do
+    [[ " $cpu_flags " == *" $f "* ]] || has_bf16=0
+done
+if [ "$has_bf16" = 1 ]; then
+    # TP = 2 against TP = 1 in the mode, greedy: the ids bitwise (tie 0: no parting at all; these
+    # two requests have no near-tie there), log-probabilities within 1.5x the largest difference
+    # measured (2.0e-2: bf16 activations turn the regrouped sums' last bits into bf16 steps, as
+    # f16 ones do into f16 steps: 3.6e-3). A rank holding f16 weights parts request 0 at token 33.
+    "$PL_BINARY" generate -m "$F16" --input "$tmp/two.jsonl" --output "$tmp/bf16.1" -t 1 \
+        --f16-weights bf16 2>/dev/null >/dev/null
+    if timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$F16" --input "$tmp/two.jsonl" \
+            --output "$tmp/bf16.2" -t 1 --f16-weights bf16 --tensor-parallel-size 2 \
+            2>"$tmp/bf16.err" >/dev/null &&
+       python3 "$HERE/tp_compare.py" "$tmp/bf16.1" "$tmp/bf16.2" 3e-2 0 --min-compared 128 >"$tmp/bf16.cmp" 2>&1
+    then ok; echo "f16 weights as bf16 TP=2: $(cat "$tmp/bf16.cmp")"
+    else bad "f16 weights as bf16 TP=2: $(tail -n 2 "$tmp/bf16.err" "$tmp/bf16.cmp")"; fi
+    # ranks in different modes (a remote rank without PAGELLM_F16_WEIGHTS, say) are refused
+    refuse "rank 0 holds its F16 matrices as bf16, this rank as f16" 1 "$PL_BINARY" generate \
+        -m "$F16" -p hi -n 2 -t 1 --f16-weights bf16 --tensor-parallel-size 2 : -np 1 \
+        "$PL_BINARY" generate -m "$F16" -p hi -n 2 -t 1 --f16-weights f16 --tensor-parallel-size 2
+else
+    echo "f16 weights as bf16: no AVX512-BF16 here (/proc/cpuinfo), so the mode is refused (checked" \
+         "above) and TP = 2 against TP = 1 in it was not compared"
+fi
 
 # ---- a rank killed mid-run ends the job within seconds ----
 # run_killed NAME CMD...: ranks write their pid, rank 1 is killed 1.5 s in; the job must be over

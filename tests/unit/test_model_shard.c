@@ -26,7 +26,10 @@
  * The lockstep run removes that amplification and keeps every check exact.
  * Issue 33's families (qwen3, mistral3, gemma2, gemma3, gemma4 with per-layer embeddings and
  * shared-KV layers, gemma4's MoE) and phi3 run the lockstep too, f32; test_gemma4_shapes checks gemma4's
- * per-layer cuts and its refusals. */
+ * per-layer cuts and its refusals. At the avx512 level synth-tiny-f16 runs it once more with
+ * --f16-weights bf16 on both ranks and the whole model (issue 35): each rank's slices rounded
+ * to bf16 compute the whole bf16 model's bits (a rank 1 that kept f16 fails at the first
+ * reduction, 1.6e-3 off). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -356,9 +359,11 @@ static void *run_rank(void *arg) {
     return NULL;
 }
 
+static pl_f16_weights f16_mode; /* --f16-weights of every rank's load (0: the environment's) */
+
 static void setup_rank(rank_run *r, const char *path, int rank, int size) {
-    assert_int_equal(size == 1 ? pl_model_load(path, &r->m) : pl_model_load_shard(path, rank, size, &r->m),
-                     PL_OK);
+    assert_int_equal(pl_model_load_with(path, rank, size, f16_mode, &r->m), PL_OK);
+    if (f16_mode == PL_F16_WEIGHTS_BF16) assert_int_equal(r->m->layers[0].wq.type, PL_DT_BF16);
     r->tp = pl_threadpool_create(1);
     const pl_model_hparams *hp = &r->m->hp;
     pl_kv_layout l = {PL_DT_F32, BS, hp->n_kv_heads, hp->head_dim, NBLK};
@@ -453,6 +458,24 @@ static int reductions_per_step(const char *path) {
     return n;
 }
 
+/* The lockstep of the top of the file for one model at the current kernel level. */
+static void lockstep(const char *path, const char *name) {
+    const size_t n = (size_t)(STEPS + 1) * 512; /* stories260K's and the synth models' vocab */
+    int32_t fed1[T + STEPS], fed2[T + STEPS];
+    tape tp;
+    memset(&tp, 0, sizeof tp);
+    double worst = 0;
+    float *one = run_tp(path, 1, 0, fed1, &tp, NULL, NULL);
+    float *two = run_tp(path, 2, 0, fed2, NULL, &tp, &worst);
+    print_message("%s %s lockstep: %d reductions, the ranks' sums within %.3g of the whole "
+                  "model's (of the largest entry)\n", pl_isa_name(pl_cpu_isa()), name, tp.count, worst);
+    assert_int_equal(tp.count, reductions_per_step(path) * (STEPS + 1));
+    assert_memory_equal(one, two, n * sizeof(float));
+    assert_memory_equal(fed1, fed2, sizeof fed1);
+    free(one), free(two);
+    for (int k = 0; k < tp.count; k++) free(tp.h[k]);
+}
+
 /* The checks at the top of the file at the current kernel level. */
 static void sharded_forward_at_level(void) {
     const size_t n = (size_t)(STEPS + 1) * 512; /* stories260K's and the synth models' vocab */
@@ -472,20 +495,14 @@ static void sharded_forward_at_level(void) {
     free(one), free(two), free(again), free(broken);
 
     /* lockstep, every weight type the cuts allow (q8_0 and q4_0 on 32-value blocks) */
-    for (size_t mi = 0; mi < sizeof LOCKSTEP_MODELS / sizeof *LOCKSTEP_MODELS; mi++) {
-        const char *path = LOCKSTEP_MODELS[mi];
-        tape tp;
-        memset(&tp, 0, sizeof tp);
-        double worst = 0;
-        one = run_tp(path, 1, 0, fed1, &tp, NULL, NULL);
-        two = run_tp(path, 2, 0, fed2, NULL, &tp, &worst);
-        print_message("%s %s lockstep: %d reductions, the ranks' sums within %.3g of the whole "
-                      "model's (of the largest entry)\n", isa, MODEL_NAMES[mi], tp.count, worst);
-        assert_int_equal(tp.count, reductions_per_step(path) * (STEPS + 1));
-        assert_memory_equal(one, two, n * sizeof(float));
-        assert_memory_equal(fed1, fed2, sizeof fed1);
-        free(one), free(two);
-        for (int k = 0; k < tp.count; k++) free(tp.h[k]);
+    for (size_t mi = 0; mi < sizeof LOCKSTEP_MODELS / sizeof *LOCKSTEP_MODELS; mi++)
+        lockstep(LOCKSTEP_MODELS[mi], MODEL_NAMES[mi]);
+    /* --f16-weights bf16 (issue 35; the avx512 level only, which the mode needs): each rank
+     * rounds its own slices to bf16 (wo's and down's column slices copied out first) */
+    if (pl_cpu_isa() >= PL_ISA_AVX512) {
+        f16_mode = PL_F16_WEIGHTS_BF16;
+        lockstep(LOCKSTEP_MODELS[2], "synth-tiny-f16 as bf16 (--f16-weights bf16)");
+        f16_mode = PL_F16_WEIGHTS_DEFAULT;
     }
 }
 
