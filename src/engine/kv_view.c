@@ -29,7 +29,9 @@ pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv, const pl_kv_view
     v->block_size = m->cfg.block_size;
     v->n_blocks = pl_kv_pool_blocks(m);
     v->n_swap = k.swap_total;
-    size_t n = (size_t)v->n_blocks + (size_t)v->n_swap;
+    const pl_kv_manager *mw = pl_kv_cache_window_manager_c(kv); /* m itself without layer kinds */
+    v->n_window = mw != m ? pl_kv_pool_blocks(mw) : 0;
+    size_t n = (size_t)v->n_blocks + (size_t)v->n_swap + (size_t)v->n_window;
     for (int i = 0; i < 2; i++)
         if (!(v->buf[i].states = calloc(n ? n : 1, 1))) {
             free(v->buf[0].states);
@@ -55,37 +57,47 @@ void pl_kv_view_destroy(pl_kv_view *v) {
     v->inited = 0;
 }
 
-/* Append the live tables of queue q to b. 0, or -1 when out of memory (tables then dropped). */
-static int add_tables(pl_kv_view_buf *b, const pl_group_queue *q, int swapped) {
+/* Append the live tables of queue q to b (with a window pool, each sequence's window table's
+ * ids after its own). 0, or -1 when out of memory (tables then dropped). */
+static int add_tables(const pl_kv_view *v, pl_kv_view_buf *b, const pl_group_queue *q,
+                      int swapped) {
     for (const pl_seq_group *g = q->head; g; g = g->next)
         for (int32_t i = 0; i < g->n_seqs; i++) {
-            const pl_block_table *t = &g->seqs[i]->table;
+            const pl_block_table *t = &g->seqs[i]->table, *w = &g->seqs[i]->table_w;
             if (!t->live) continue;
+            int32_t nw = v->n_window && w->live ? w->n_blocks : 0;
             if (pl_array_reserve(&b->seqs, &b->cap_seqs, (size_t)b->n_seqs + 1, sizeof *b->seqs) ||
-                pl_array_reserve(&b->ids, &b->cap_ids, (size_t)(b->n_ids + t->n_blocks),
+                pl_array_reserve(&b->ids, &b->cap_ids, (size_t)(b->n_ids + t->n_blocks + nw),
                                  sizeof *b->ids))
                 return -1;
             b->seqs[b->n_seqs++] = (pl_kv_seq_blocks){
                 .request_id = g->id, .index = g->seqs[i]->index, .swapped = swapped,
-                .n_tokens = t->n_tokens, .n_blocks = t->n_blocks, .first_block = b->n_ids};
+                .n_tokens = t->n_tokens, .n_blocks = t->n_blocks, .first_block = b->n_ids,
+                .n_window_blocks = nw};
             memcpy(b->ids + b->n_ids, t->blocks, (size_t)t->n_blocks * sizeof *t->blocks);
             b->n_ids += t->n_blocks;
+            if (nw) memcpy(b->ids + b->n_ids, w->blocks, (size_t)nw * sizeof *w->blocks);
+            b->n_ids += nw;
         }
     return 0;
 }
 
-static void publish(pl_kv_view *v, const pl_kv_manager *m, const pl_scheduler *s, uint64_t steps,
+static void publish(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s, uint64_t steps,
                     int tables, long long now) {
     double t0 = pl_clock_now();
     /* The back buffer is the engine thread's alone: fill it without a lock. */
     pthread_mutex_lock(&v->mu);
     pl_kv_view_buf *b = &v->buf[1 - v->front];
     pthread_mutex_unlock(&v->mu);
-    pl_kv_block_states(m, b->states, v->n_swap ? b->states + v->n_blocks : NULL);
+    pl_kv_block_states(pl_kv_cache_manager_c(kv), b->states,
+                       v->n_swap ? b->states + v->n_blocks : NULL);
+    if (v->n_window) /* its primary blocks only: its swap pool is not drawn */
+        pl_kv_block_states(pl_kv_cache_window_manager_c(kv), b->states + v->n_blocks + v->n_swap,
+                           NULL);
     b->n_seqs = 0;
     b->n_ids = 0;
     b->has_tables = 0;
-    if (tables && add_tables(b, &s->running, 0) == 0 && add_tables(b, &s->swapped, 1) == 0)
+    if (tables && add_tables(v, b, &s->running, 0) == 0 && add_tables(v, b, &s->swapped, 1) == 0)
         b->has_tables = 1;
     if (!b->has_tables) b->n_seqs = 0, b->n_ids = 0;
     b->steps = steps;
@@ -114,7 +126,7 @@ void pl_kv_view_after_step(pl_kv_view *v, const pl_kv_cache *kv, const pl_schedu
         atomic_store(&v->stale, 1);
         return;
     }
-    publish(v, pl_kv_cache_manager_c(kv), s, steps, now < atomic_load(&v->tables_until_ms), now);
+    publish(v, kv, s, steps, now < atomic_load(&v->tables_until_ms), now);
 }
 
 void pl_kv_view_idle(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
@@ -128,7 +140,7 @@ void pl_kv_view_idle(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s
         need = !v->buf[v->front].has_tables;
         pthread_mutex_unlock(&v->mu);
     }
-    if (need) publish(v, pl_kv_cache_manager_c(kv), s, steps, tables, now);
+    if (need) publish(v, kv, s, steps, tables, now);
 }
 
 void pl_kv_view_stats(const pl_kv_view *v, pl_engine_stats *s) {
@@ -154,7 +166,7 @@ int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen) {
 pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int timeout_ms,
                           pl_kv_snapshot *out) {
     memset(out, 0, sizeof *out);
-    size_t n = (size_t)v->n_blocks + (size_t)v->n_swap;
+    size_t n = (size_t)v->n_blocks + (size_t)v->n_swap + (size_t)v->n_window;
     pthread_mutex_lock(&v->mu);
     if (need_fresh && timeout_ms > 0) {
         struct timespec dl = pl_clock_deadline(timeout_ms);
@@ -164,7 +176,8 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
     const pl_kv_view_buf *f = &v->buf[v->front];
     *out = (pl_kv_snapshot){.version = f->version, .steps = f->steps,
                             .block_size = v->block_size, .n_blocks = v->n_blocks,
-                            .n_swap_blocks = v->n_swap, .has_tables = f->has_tables};
+                            .n_swap_blocks = v->n_swap, .n_window_blocks = v->n_window,
+                            .has_tables = f->has_tables};
     out->states = malloc(n ? n : 1);
     if (f->has_tables) {
         out->n_seqs = f->n_seqs;

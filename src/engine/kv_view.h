@@ -1,8 +1,9 @@
 /* engine/kv_view — the picture of the KV block pool that the engine thread publishes for
  * monitoring (pl_engine_kv_snapshot, GET /v1/kv/blocks, the web UI's grid).
  *
- * What it owns: a double buffer of block states (one byte per primary and swap block) and,
- * on demand, the per-sequence block tables, plus the "someone is watching" deadlines.
+ * What it owns: a double buffer of block states (one byte per primary and swap block, and
+ * with layer kinds per window-pool block) and, on demand, the per-sequence block tables (the
+ * window tables' ids after each sequence's own), plus the "someone is watching" deadlines.
  *
  * Invariants:
  * - Only the engine thread writes, and only the BACK buffer, without a lock; publishing flips
@@ -40,7 +41,7 @@ typedef struct {
 
 typedef struct {
     uint64_t version, steps;
-    uint8_t *states;             /* [n_blocks + n_swap] */
+    uint8_t *states;             /* [n_blocks + n_swap + n_window] */
     pl_kv_seq_blocks *seqs;      /* [n_seqs] when has_tables */
     int32_t n_seqs;
     size_t cap_seqs;
@@ -57,6 +58,7 @@ typedef struct {
     pl_kv_view_buf buf[2];
     int front;
     int32_t block_size, n_blocks, n_swap;
+    int32_t n_window;            /* layer kinds: the window pool's primary blocks, else 0 */
     uint64_t version;            /* engine thread: publications so far */
     atomic_llong want_until_ms;  /* publish while the monotonic clock (ms) is below this */
     atomic_llong tables_until_ms;/* ... and include the block tables while below this */

@@ -4,12 +4,16 @@
  *   {"object": "kv.blocks", "version", "steps", "block_size", "num_blocks", "num_swap_blocks",
  *    "blocks": [state per primary block], "swap_blocks": [state per swap block],
  *    "counts": {"free", "cached", "used", "shared", "swapped"},
+ *    "num_window_blocks", "window_blocks": [state per window-pool block],
+ *    "window_counts": {"free", "cached", "used", "shared"},   (layer kinds' window pool: 0, []
+ *              and zeros without one)
  *    "stats": {"running", "waiting", "swapped", "kv_usage", "prefix_queries", "prefix_hits",
  *              "prefix_hit_rate", "preemptions", "swaps_out", "steps", "generation_tokens",
  *              "step_seconds", "window_freed_blocks", "window_blocks_total",
- *              "window_blocks_used", "window_kv_usage"},   (the window_* three: layer kinds'
- *              window pool, 0 without one; the blocks above are the full pool's)
- *    "tables": [{"request_id", "index", "swapped", "tokens", "blocks": [ids]}]   (?tables=1)}
+ *              "window_blocks_used", "window_kv_usage"},   (the window_* four: layer kinds'
+ *              window pool, 0 without one; "blocks" are then the full pool's)
+ *    "tables": [{"request_id", "index", "swapped", "tokens", "blocks": [ids],
+ *                "window_blocks": [ids of its window table in the window pool]}]   (?tables=1)}
  * A table's id -1 stands for a block released by the sliding window (kv/manager.h).
  *
  * States are pl_kv_block_state: 0 free, 1 free but cached (prefix), 2 used by one sequence,
@@ -40,21 +44,44 @@ static void put_states(buf *b, const uint8_t *st, int32_t n) {
     pl_strbuf_putc(b, ']');
 }
 
+/* Count states[0..n) by state into count[PL_KV_BLOCK_SWAPPED + 1]. */
+static void count_states(const uint8_t *st, int32_t n, int64_t *count) {
+    for (int32_t i = 0; i < n; i++)
+        if (st[i] <= PL_KV_BLOCK_SWAPPED) count[st[i]]++;
+}
+
+/* Append ,"name":{"free","cached","used","shared"[,"swapped"]} from count. */
+static void put_counts(buf *b, const char *name, const int64_t *count, int swapped) {
+    put(b, ",\"%s\":{\"free\":%" PRId64 ",\"cached\":%" PRId64 ",\"used\":%" PRId64
+           ",\"shared\":%" PRId64, name, count[PL_KV_BLOCK_FREE], count[PL_KV_BLOCK_CACHED],
+        count[PL_KV_BLOCK_USED], count[PL_KV_BLOCK_SHARED]);
+    if (swapped) put(b, ",\"swapped\":%" PRId64, count[PL_KV_BLOCK_SWAPPED]);
+    pl_strbuf_putc(b, '}');
+}
+
+/* Append ",\"name\":[id,...]" for ids[0..n). */
+static void put_ids(buf *b, const char *name, const int32_t *ids, int32_t n) {
+    put(b, ",\"%s\":[", name);
+    for (int32_t j = 0; j < n; j++) put(b, "%s%d", j ? "," : "", ids[j]);
+    pl_strbuf_putc(b, ']');
+}
+
 char *pl_server_kv_blocks_json(const pl_kv_snapshot *k, const pl_engine_stats *s) {
     buf b = {0};
-    int64_t count[PL_KV_BLOCK_SWAPPED + 1] = {0};
-    for (int32_t i = 0; i < k->n_blocks + k->n_swap_blocks; i++)
-        if (k->states[i] <= PL_KV_BLOCK_SWAPPED) count[k->states[i]]++;
+    int64_t count[PL_KV_BLOCK_SWAPPED + 1] = {0}, wcount[PL_KV_BLOCK_SWAPPED + 1] = {0};
+    const uint8_t *wst = k->states + k->n_blocks + k->n_swap_blocks;
+    count_states(k->states, k->n_blocks + k->n_swap_blocks, count);
+    count_states(wst, k->n_window_blocks, wcount);
     put(&b, "{\"object\":\"kv.blocks\",\"version\":%" PRIu64 ",\"steps\":%" PRIu64
             ",\"block_size\":%d,\"num_blocks\":%d,\"num_swap_blocks\":%d,\"blocks\":",
         k->version, k->steps, k->block_size, k->n_blocks, k->n_swap_blocks);
     put_states(&b, k->states, k->n_blocks);
     put(&b, ",\"swap_blocks\":");
     put_states(&b, k->states + k->n_blocks, k->n_swap_blocks);
-    put(&b, ",\"counts\":{\"free\":%" PRId64 ",\"cached\":%" PRId64 ",\"used\":%" PRId64
-            ",\"shared\":%" PRId64 ",\"swapped\":%" PRId64 "}",
-        count[PL_KV_BLOCK_FREE], count[PL_KV_BLOCK_CACHED], count[PL_KV_BLOCK_USED],
-        count[PL_KV_BLOCK_SHARED], count[PL_KV_BLOCK_SWAPPED]);
+    put_counts(&b, "counts", count, 1);
+    put(&b, ",\"num_window_blocks\":%d,\"window_blocks\":", k->n_window_blocks);
+    put_states(&b, wst, k->n_window_blocks);
+    put_counts(&b, "window_counts", wcount, 0);
     double hit_rate = s->prefix_queries ? (double)s->prefix_hits / (double)s->prefix_queries : 0;
     put(&b, ",\"stats\":{\"running\":%d,\"waiting\":%d,\"swapped\":%d,\"kv_usage\":%.6f,"
             "\"prefix_queries\":%" PRIu64 ",\"prefix_hits\":%" PRIu64 ",\"prefix_hit_rate\":%.6f,"
@@ -70,12 +97,13 @@ char *pl_server_kv_blocks_json(const pl_kv_snapshot *k, const pl_engine_stats *s
         put(&b, ",\"tables\":[");
         for (int32_t i = 0; i < k->n_seqs; i++) {
             const pl_kv_seq_blocks *q = &k->seqs[i];
-            put(&b, "%s{\"request_id\":%" PRIu64 ",\"index\":%d,\"swapped\":%s,\"tokens\":%d,"
-                    "\"blocks\":[", i ? "," : "", q->request_id, q->index,
-                q->swapped ? "true" : "false", q->n_tokens);
-            for (int32_t j = 0; j < q->n_blocks; j++)
-                put(&b, "%s%d", j ? "," : "", k->block_ids[q->first_block + j]);
-            put(&b, "]}");
+            put(&b, "%s{\"request_id\":%" PRIu64 ",\"index\":%d,\"swapped\":%s,\"tokens\":%d",
+                i ? "," : "", q->request_id, q->index, q->swapped ? "true" : "false",
+                q->n_tokens);
+            put_ids(&b, "blocks", k->block_ids + q->first_block, q->n_blocks);
+            put_ids(&b, "window_blocks", k->block_ids + q->first_block + q->n_blocks,
+                    q->n_window_blocks);
+            pl_strbuf_putc(&b, '}');
         }
         put(&b, "]");
     }

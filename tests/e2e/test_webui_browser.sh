@@ -5,8 +5,10 @@
 # PAGELLM_STEP_DELAY_MS so answers last long enough to be stopped and watched. Checks: the key
 # dialog, streaming, Enter / Shift+Enter, log-probabilities on hover, the rendered prompt, TTFT
 # and tokens/s, stop mid-answer (server running count and used blocks back to 0), the KV view
-# with used and shared blocks for n = 2, then every block free. Screenshots:
-# $PL_BUILD_DIR/webui-chat.png and webui-kv.png (CI artifacts).
+# with used and shared blocks for n = 2, then every block free, and no window pool shown. Then
+# the KV view of a random gemma3 with a window pool (layer kinds): that pool shown beside the
+# full one, following /v1/kv/blocks while a request slides through the window. Screenshots:
+# $PL_BUILD_DIR/webui-chat.png, webui-kv.png and webui-kv-window.png (CI artifacts).
 # Skips (exit 77) only when no chromium is installed (scripts/setup.sh installs it); under CI=true
 # that is a failure.
 set -u
@@ -62,4 +64,14 @@ check "clean exit (got $rc)" test "$rc" -eq 0
 if grep -Eq 'AddressSanitizer|runtime error|LeakSanitizer|ThreadSanitizer' "$TMP/server.err"; then
     bad "sanitizer report"; head -30 "$TMP/server.err"
 else ok; fi
+
+# A gemma3 (5 window layers to 1 global, window 16): its window layers keep a pool of their own.
+G3="$TMP/gemma3.gguf"
+"$PL_BINARY" mkmodel "$G3" --vocab-from "$MODEL" --arch gemma3 --dim 64 --layers 6 --heads 4 \
+    --kv-heads 2 --head-dim 16 --ffn 128 --sliding-window 16 --ctx 1024 --seed 7 >"$TMP/mk.log" 2>&1
+check "mkmodel --arch gemma3 ($(tail -1 "$TMP/mk.log"))" test -s "$G3"
+MODEL="$G3" PAGELLM_STEP_DELAY_MS=${PL_STEP_DELAY_MS:-25} start_server
+node_run browser-window "$DIR/webui_browser.mjs" "$BASE" "" "$OUT" "$CHROMIUM" window
+check "window pool screenshot saved under $OUT" test -s "$OUT/webui-kv-window.png"
+stop_clean gemma3
 finish

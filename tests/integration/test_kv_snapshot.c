@@ -5,19 +5,25 @@
  *  - the engine publishes the picture only while someone watches, and what it publishes equals
  *    the pool and the sequences' block tables between steps (n = 2 shares its prompt blocks),
  *    and every block is free once the request ends (when and how often it publishes:
- *    tests/unit/test_kv_view.c). */
+ *    tests/unit/test_kv_view.c);
+ *  - with layer kinds (a gemma3 made by `pagellm mkmodel`) the picture carries the window pool
+ *    too: its blocks' states and each sequence's window table equal the window pool's, blocks
+ *    leave the window as the request runs, and none is held once it ends. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
 #include "engine/engine_parts.h"
+#include "engine/kv_view.h"
 #include "kv/manager.h"
 #include "server/server.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BS 4
 
@@ -113,15 +119,16 @@ static void test_states_follow_the_pool(void **state) {
 
 static void test_json_shape(void **state) {
     (void)state;
-    uint8_t st[7] = {0, 1, 2, 3, 3, 0, 4}; /* 5 primary, 2 swap */
+    uint8_t st[11] = {0, 1, 2, 3, 3, 0, 4, 2, 0, 1, 2}; /* 5 primary, 2 swap, 4 window */
     pl_kv_seq_blocks seqs[2] = {
-        {.request_id = 9, .index = 0, .n_tokens = 7, .n_blocks = 2, .first_block = 0},
-        {.request_id = 9, .index = 1, .swapped = 1, .n_tokens = 3, .n_blocks = 1, .first_block = 2},
+        {.request_id = 9, .index = 0, .n_tokens = 7, .n_blocks = 2, .first_block = 0,
+         .n_window_blocks = 2},
+        {.request_id = 9, .index = 1, .swapped = 1, .n_tokens = 3, .n_blocks = 1, .first_block = 4},
     };
-    int32_t ids[3] = {3, 4, 1};
+    int32_t ids[5] = {3, 4, -1, 3, 1}; /* seq 0: full 3 4, window -1 (released) 3; seq 1: 1 */
     pl_kv_snapshot k = {.version = 5, .steps = 11, .block_size = 16, .n_blocks = 5,
-                        .n_swap_blocks = 2, .states = st, .n_seqs = 2, .seqs = seqs,
-                        .block_ids = ids, .has_tables = 1};
+                        .n_swap_blocks = 2, .n_window_blocks = 4, .states = st, .n_seqs = 2,
+                        .seqs = seqs, .block_ids = ids, .has_tables = 1};
     pl_engine_stats s;
     memset(&s, 0, sizeof s);
     s.running = 1, s.waiting = 2, s.prefix_queries = 40, s.prefix_hits = 10, s.preemptions = 3;
@@ -146,6 +153,17 @@ static void test_json_shape(void **state) {
     assert_int_equal(json_integer_value(json_object_get(c, "used")), 1);
     assert_int_equal(json_integer_value(json_object_get(c, "shared")), 2);
     assert_int_equal(json_integer_value(json_object_get(c, "swapped")), 1);
+    /* the window pool: its own states and counts (no swap among them) */
+    assert_int_equal(json_integer_value(json_object_get(j, "num_window_blocks")), 4);
+    json_t *wb = json_object_get(j, "window_blocks"), *wc = json_object_get(j, "window_counts");
+    assert_int_equal(json_array_size(wb), 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(json_integer_value(json_array_get(wb, i)), st[7 + i]);
+    assert_int_equal(json_integer_value(json_object_get(wc, "free")), 1);
+    assert_int_equal(json_integer_value(json_object_get(wc, "cached")), 1);
+    assert_int_equal(json_integer_value(json_object_get(wc, "used")), 2);
+    assert_int_equal(json_integer_value(json_object_get(wc, "shared")), 0);
+    assert_null(json_object_get(wc, "swapped"));
     json_t *stats = json_object_get(j, "stats");
     assert_int_equal(json_integer_value(json_object_get(stats, "waiting")), 2);
     assert_float_equal(json_real_value(json_object_get(stats, "prefix_hit_rate")), 0.25, 1e-9);
@@ -158,29 +176,45 @@ static void test_json_shape(void **state) {
     json_t *t1 = json_array_get(t, 1);
     assert_true(json_is_true(json_object_get(t1, "swapped")));
     assert_int_equal(json_integer_value(json_array_get(json_object_get(t1, "blocks"), 0)), 1);
-    assert_int_equal(json_array_size(json_object_get(json_array_get(t, 0), "blocks")), 2);
+    json_t *t0 = json_array_get(t, 0), *t0w = json_object_get(t0, "window_blocks");
+    assert_int_equal(json_array_size(json_object_get(t0, "blocks")), 2);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(t0, "blocks"), 1)), 4);
+    assert_int_equal(json_array_size(t0w), 2);
+    assert_int_equal(json_integer_value(json_array_get(t0w, 0)), -1);
+    assert_int_equal(json_integer_value(json_array_get(t0w, 1)), 3);
+    assert_int_equal(json_array_size(json_object_get(t1, "window_blocks")), 0);
     json_decref(j);
     free(txt);
     /* Without tables: no "tables" key; no block at all is valid too. */
     k.has_tables = 0;
     k.n_blocks = 0;
     k.n_swap_blocks = 0;
+    k.n_window_blocks = 0;
     txt = pl_server_kv_blocks_json(&k, &s);
     j = json_loads(txt, 0, &err);
     assert_non_null(j);
     assert_null(json_object_get(j, "tables"));
     assert_int_equal(json_array_size(json_object_get(j, "blocks")), 0);
+    assert_int_equal(json_integer_value(json_object_get(j, "num_window_blocks")), 0);
+    assert_int_equal(json_array_size(json_object_get(j, "window_blocks")), 0);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "window_counts"),
+                                                        "free")), 0);
     json_decref(j);
     free(txt);
 }
 
 /* The published picture equals the engine's pool and tables right now (between steps). */
 static void check_snapshot_matches(pl_engine *e, const pl_kv_snapshot *k) {
-    const pl_kv_manager *m = pl_kv_cache_manager(pl_engine_kv_cache(e));
+    pl_kv_cache *kv = pl_engine_kv_cache(e);
+    const pl_kv_manager *m = pl_kv_cache_manager(kv), *mw = pl_kv_cache_window_manager_c(kv);
     assert_int_equal(k->n_blocks, m->pool.num_blocks);
     assert_int_equal(k->n_swap_blocks, m->swap.num_blocks);
+    assert_int_equal(k->n_window_blocks, mw != m ? mw->pool.num_blocks : 0);
     for (int32_t i = 0; i < k->n_blocks; i++)
         assert_int_equal(k->states[i], expected_state(&m->pool, i, 0));
+    const uint8_t *wst = k->states + k->n_blocks + k->n_swap_blocks;
+    for (int32_t i = 0; i < k->n_window_blocks; i++)
+        assert_int_equal(wst[i], expected_state(&mw->pool, i, 0));
     if (!k->has_tables) return;
     int32_t n = 0;
     const pl_group_queue *running = pl_scheduler_queue(pl_engine_scheduler(e), PL_SEQ_RUNNING);
@@ -195,8 +229,32 @@ static void check_snapshot_matches(pl_engine *e, const pl_kv_snapshot *k) {
             assert_int_equal(q->n_tokens, t->n_tokens);
             assert_memory_equal(k->block_ids + q->first_block, t->blocks,
                                 (size_t)t->n_blocks * sizeof *t->blocks);
+            const pl_block_table *w = &g->seqs[i]->table_w;
+            assert_int_equal(q->n_window_blocks, k->n_window_blocks ? w->n_blocks : 0);
+            if (q->n_window_blocks)
+                assert_memory_equal(k->block_ids + q->first_block + q->n_blocks, w->blocks,
+                                    (size_t)w->n_blocks * sizeof *w->blocks);
         }
     assert_int_equal(n, k->n_seqs);
+}
+
+/* Request id has ended: take its outputs, then the picture of the idle, watched engine (the wait
+ * for work publishes the freed pools unless the last step did) into *k: it equals the pools,
+ * and no sequence holds any block of any pool. */
+static void picture_after_end(pl_engine *e, uint64_t id, pl_kv_snapshot *k) {
+    pl_request_output *o;
+    while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
+        int fin = o->finished;
+        pl_request_output_destroy(o);
+        if (fin) break;
+    }
+    pl_engine_wait_for_work(e, 0);
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, k), PL_OK);
+    check_snapshot_matches(e, k);
+    assert_int_equal(k->n_seqs, 0);
+    const uint8_t *wst = k->states + k->n_blocks + k->n_swap_blocks;
+    for (int32_t i = 0; i < k->n_blocks; i++) assert_true(k->states[i] <= PL_KV_BLOCK_CACHED);
+    for (int32_t i = 0; i < k->n_window_blocks; i++) assert_true(wst[i] <= PL_KV_BLOCK_CACHED);
 }
 
 static void test_engine_publishes_while_watched(void **state) {
@@ -229,6 +287,7 @@ static void test_engine_publishes_while_watched(void **state) {
     assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* asks; nothing yet */
     assert_int_equal(k.version, 0);
     assert_int_equal(k.n_blocks, pl_kv_pool_blocks(pl_kv_cache_manager(pl_engine_kv_cache(e))));
+    assert_int_equal(k.n_window_blocks, 0); /* a llama: one pool */
     for (int32_t i = 0; i < k.n_blocks; i++) assert_int_equal(k.states[i], 0);
     pl_kv_snapshot_destroy(&k);
     /* Now watched: the next step publishes (a reader waits for the first picture), tables
@@ -251,7 +310,6 @@ static void test_engine_publishes_while_watched(void **state) {
     /* Run to the end while watched. The engine publishes after a step at most every
      * PL_KV_VIEW_MIN_INTERVAL_MS unless a reader waits (tests/unit/test_kv_view.c drives that
      * with a fake clock); a picture published by this thread's last step equals the pool now. */
-    pl_request_output *o;
     while (pl_engine_has_work(e)) {
         assert_int_equal(pl_engine_step(e), PL_OK);
         assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
@@ -260,20 +318,74 @@ static void test_engine_publishes_while_watched(void **state) {
         last = k.version;
         pl_kv_snapshot_destroy(&k);
     }
-    while (pl_engine_poll(e, id, 0, &o) == PL_OK) {
-        int fin = o->finished;
-        pl_request_output_destroy(o);
-        if (fin) break;
-    }
-    /* Idle and watched: the wait for work publishes the freed pool unless the last step did. */
-    pl_engine_wait_for_work(e, 0);
-    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
-    check_snapshot_matches(e, &k);
-    assert_int_equal(k.n_seqs, 0);
-    for (int32_t i = 0; i < k.n_blocks; i++)
-        assert_true(k.states[i] == PL_KV_BLOCK_FREE || k.states[i] == PL_KV_BLOCK_CACHED);
+    picture_after_end(e, id, &k);
     assert_true(k.version >= 2); /* taken after the run, by its last step or by the wait */
     pl_kv_snapshot_destroy(&k);
+    pl_engine_destroy(e);
+}
+
+/* A gemma3 (5 window layers to 1 global, window 16): layer kinds give its window layers a pool
+ * of their own, and the picture carries it. */
+static void test_engine_window_pool(void **state) {
+    (void)state;
+    char path[256], cmd[1024];
+    snprintf(path, sizeof path, "/tmp/pl_test_kv_snapshot_gemma3_%d.gguf", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' "
+             "--arch gemma3 --dim 64 --layers 6 --heads 4 --kv-heads 2 --head-dim 16 --ffn 128 "
+             "--sliding-window 16 --ctx 1024 --seed 7 >/dev/null", PL_BINARY, path, PL_SHARED_DIR);
+    assert_int_equal(system(cmd), 0);
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = path;
+    c.kv_cache_memory = 4 << 20;
+    c.max_num_seqs = 4;
+    c.threads = 2;
+    pl_engine *e;
+    if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
+    unlink(path);
+    const pl_kv_manager *mw = pl_kv_cache_window_manager_c(pl_engine_kv_cache(e));
+    assert_ptr_not_equal(mw, pl_kv_cache_manager(pl_engine_kv_cache(e))); /* two pools */
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.n = 2; /* the forked window tables share their blocks until they diverge */
+    p.max_tokens = 24; /* ~20 prompt tokens and 24 more: two blocks leave the window */
+    p.ignore_eos = 1;
+    p.has_seed = 1;
+    p.seed = 3;
+    uint64_t id;
+    assert_int_equal(pl_engine_add_request(e, "Once upon a time, there was a little girl named "
+                                           "Lily. She liked to play in the park.", NULL, 0, &p,
+                                           &id), PL_OK);
+    pl_kv_snapshot k;
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* from now on watched */
+    pl_kv_snapshot_destroy(&k);
+    uint64_t last = 0;
+    int used = 0, released = 0;
+    while (pl_engine_has_work(e)) {
+        /* a step publishes at most every PL_KV_VIEW_MIN_INTERVAL_MS: wait that long, so that
+         * every step does and the picture sees each block leave the window */
+        usleep((PL_KV_VIEW_MIN_INTERVAL_MS + 2) * 1000);
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+        assert_int_equal(k.n_window_blocks, mw->pool.num_blocks);
+        if (k.version > last) {
+            check_snapshot_matches(e, &k);
+            for (int32_t i = 0; i < k.n_window_blocks; i++)
+                used += k.states[k.n_blocks + k.n_swap_blocks + i] >= PL_KV_BLOCK_USED;
+            for (int32_t i = 0; i < k.n_seqs; i++)
+                released += k.seqs[i].n_window_blocks > 0 &&
+                            k.block_ids[k.seqs[i].first_block + k.seqs[i].n_blocks] < 0;
+        }
+        last = k.version;
+        pl_kv_snapshot_destroy(&k);
+    }
+    assert_true(used > 0);     /* window blocks held while it ran */
+    assert_true(released > 0); /* and its first blocks left the window (-1 in its table) */
+    picture_after_end(e, id, &k);
+    pl_kv_snapshot_destroy(&k);
+    pl_engine_stats st;
+    pl_engine_get_stats(e, &st);
+    assert_true(st.window_freed_blocks > 0);
     pl_engine_destroy(e);
 }
 
@@ -282,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_states_follow_the_pool),
         cmocka_unit_test(test_json_shape),
         cmocka_unit_test(test_engine_publishes_while_watched),
+        cmocka_unit_test(test_engine_window_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,9 @@ const $ = (id) => document.getElementById(id);
 // Block states of GET /v1/kv/blocks (pl_kv_block_state); colours as in style.css.
 const STATE_NAMES = ['free', 'free, cached prefix', 'used by one sequence', 'shared', 'swapped out'];
 const STATE_COLORS = ['#e4e7ec', '#9fd8c4', '#4a8fe7', '#e8833a', '#8e5bd8'];
+// The block grids: canvas, pool letter (holders' keys, hover), field of /v1/kv/blocks, height.
+const GRIDS = [['grid', 'p', 'blocks', 420], ['swap-grid', 's', 'swap_blocks', 160],
+               ['window-grid', 'w', 'window_blocks', 200]];
 const KV_POLL_MS = 250;          // a few pictures a second while the KV view is open
 const CHART_SECONDS = 300;       // the chart shows the last five minutes
 
@@ -372,21 +375,41 @@ function renderKV() {
   $('kv-swaps').textContent = s.swaps_out;
   $('kv-running').textContent = s.running;
   $('kv-waiting').textContent = s.waiting;
+  // Layer kinds (Gemma 3 / 4): the window layers' pool beside the full one.
+  const nw = k.num_window_blocks || 0;
+  $('window-part').classList.toggle('hidden', nw === 0);
+  $('kv-full-title').classList.toggle('hidden', nw === 0);
+  if (nw) {
+    const w = k.window_counts;
+    $('kvw-total').textContent = nw;
+    $('kvw-used').textContent = w.used + w.shared;
+    $('kvw-shared').textContent = w.shared;
+    $('kvw-cached').textContent = w.cached;
+    $('kvw-free').textContent = w.free;
+    $('kvw-released').textContent = s.window_freed_blocks;
+  }
   // who holds each block, for hover
   state.holders = new Map();
   for (const t of k.tables || []) {
-    for (const b of t.blocks) {
-      if (b < 0) continue; // released by the sliding window: nothing held there
-      const key = (t.swapped ? 's' : 'p') + b;
-      if (!state.holders.has(key)) state.holders.set(key, []);
-      state.holders.get(key).push(t);
+    for (const [, pool] of GRIDS) {
+      for (const b of tableBlocks(t, pool) || []) {
+        if (b < 0) continue; // released by the sliding window: nothing held there
+        if (!state.holders.has(pool + b)) state.holders.set(pool + b, []);
+        state.holders.get(pool + b).push(t);
+      }
     }
   }
   renderSeqList();
-  drawGrid($('grid'), k.blocks, 'p', 420);
   $('swap-part').classList.toggle('hidden', k.num_swap_blocks === 0);
-  drawGrid($('swap-grid'), k.swap_blocks, 's', 160);
+  redrawGrids();
   addSample(s.running, s.waiting, s.kv_usage);
+}
+
+// The block ids table t holds in pool 'p' (primary), 's' (swap) or 'w' (window pool; a swapped
+// sequence's window blocks are in that pool's swap, which is not drawn), or null.
+function tableBlocks(t, pool) {
+  if (pool === 'w') return t.swapped ? null : t.window_blocks || [];
+  return (t.swapped ? 's' : 'p') === pool ? t.blocks : null;
 }
 
 // The chart keeps one sample a second, from the KV pictures while the view is open and from
@@ -431,8 +454,10 @@ function renderSeqList() {
   for (const t of tables) {
     const li = document.createElement('li');
     const shared = t.blocks.filter((b) => !t.swapped && state.kv.blocks[b] === 3).length;
+    const window = (t.window_blocks || []).filter((b) => b >= 0).length;
     li.textContent = 'request ' + t.request_id + ' · seq ' + t.index + ' · ' + t.tokens + ' tokens · ' +
-      t.blocks.filter((b) => b >= 0).length + ' blocks' + (shared ? ' (' + shared + ' shared)' : '') + (t.swapped ? ' · swapped' : '');
+      t.blocks.filter((b) => b >= 0).length + ' blocks' + (shared ? ' (' + shared + ' shared)' : '') +
+      (state.kv.num_window_blocks ? ' + ' + window + ' window' : '') + (t.swapped ? ' · swapped' : '');
     li.dataset.key = seqKey(t);
     if (state.hotSeq === li.dataset.key) li.classList.add('hot');
     li.addEventListener('mouseenter', () => { state.hotSeq = li.dataset.key; redrawGrids(); });
@@ -443,8 +468,7 @@ function renderSeqList() {
 
 function redrawGrids() {
   if (!state.kv) return;
-  drawGrid($('grid'), state.kv.blocks, 'p', 420);
-  drawGrid($('swap-grid'), state.kv.swap_blocks, 's', 160);
+  for (const [id, pool, field, maxH] of GRIDS) drawGrid($(id), state.kv[field] || [], pool, maxH);
 }
 
 // Blocks as squares, row-major, sized so the whole pool fits in about maxH pixels.
@@ -466,7 +490,8 @@ function drawGrid(canvas, blocks, pool, maxH) {
   let hot = null;
   if (state.hotSeq) {
     const t = (state.kv.tables || []).find((x) => seqKey(x) === state.hotSeq);
-    if (t && (t.swapped ? 's' : 'p') === pool) hot = new Set(t.blocks);
+    const ids = t && tableBlocks(t, pool);
+    if (ids) hot = new Set(ids.filter((b) => b >= 0));
   }
   const gap = cell > 5 ? 1 : 0;
   for (let i = 0; i < n; i++) {
@@ -494,15 +519,15 @@ function gridHover(canvas, ev) {
   const col = Math.floor((ev.clientX - r.left) / L.cell), row = Math.floor((ev.clientY - r.top) / L.cell);
   const i = row * L.cols + col;
   if (col >= L.cols || i < 0 || i >= L.n) { tip.classList.add('hidden'); return; }
-  const st = (L.pool === 'p' ? state.kv.blocks : state.kv.swap_blocks)[i];
+  const st = state.kv[GRIDS.find((g) => g[1] === L.pool)[2]][i];
   const who = (state.holders && state.holders.get(L.pool + i)) || [];
-  tip.textContent = (L.pool === 'p' ? 'block ' : 'swap block ') + i + ': ' + STATE_NAMES[st] +
+  tip.textContent = { p: 'block ', s: 'swap block ', w: 'window block ' }[L.pool] + i + ': ' + STATE_NAMES[st] +
     who.map((t) => '\n  request ' + t.request_id + ' seq ' + t.index).join('');
   tip.style.left = (ev.clientX + 12) + 'px';
   tip.style.top = (ev.clientY + 12) + 'px';
   tip.classList.remove('hidden');
 }
-for (const id of ['grid', 'swap-grid']) {
+for (const [id] of GRIDS) {
   $(id).addEventListener('mousemove', (ev) => gridHover($(id), ev));
   $(id).addEventListener('mouseleave', () => $('grid-tip').classList.add('hidden'));
 }
