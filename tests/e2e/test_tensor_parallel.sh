@@ -147,6 +147,9 @@ family() { # family NAME BOUND MKMODEL_FLAGS...
 family gemma3 1e-4 --layers 2 --arch gemma3 --swa-pattern 2 --sliding-window 8 --final-softcap 3
 family gemma4 1e-3 --layers 4 "${g4[@]}" --shared-kv-layers 2 --per-layer-dim 8 --ffn-wide 128
 family gemma4-moe 2.8e-4 --layers 2 "${g4[@]}" --experts 4 --experts-used 2 --expert-ffn 64
+# every layer windowed (Mistral-style): blocks behind the window leave the tables (-1 entries in
+# the step message; a worker refused them and the step hung until the collective timed out)
+family all-window 1e-4 --layers 2 --sliding-window 8
 
 # ---- seeded sampling: two TP = 2 runs agree bit for bit ----
 for i in 0 1 2 3; do

@@ -339,7 +339,23 @@ static void test_bad_payload(void **state) {
     EDIT(i32_at(p, l.ctx)[2] = -5, "context -5");
     EDIT(i32_at(p, l.ctx)[1] = 13, "contexts need 7 block ids, its header says 6");
     EDIT(i32_at(p, l.blocks)[3] = SU.num_blocks, "block id 16 (of 16)");
-    EDIT(i32_at(p, l.blocks)[0] = -1, "block id -1");
+    /* a window's dropped entries (PL_KV_NO_BLOCK) lead a table; anywhere else, or the whole
+     * table, they are refused like any id out of the pool */
+    EDIT(i32_at(p, l.blocks)[1] = -1, "block id -1");
+    EDIT(i32_at(p, l.blocks)[0] = -2, "block id -2");
+    EDIT((i32_at(p, l.blocks)[0] = -1, i32_at(p, l.blocks)[1] = -1), "block id -1");
+    EDIT(i32_at(p, l.blocks)[5] = -1, "block id -1");
+    {
+        memcpy(p, p0, n);
+        i32_at(p, l.blocks)[2] = i32_at(p, l.blocks)[3] = -1; /* sequence 1: two of its 3 */
+        int32_t *tables = new_tables();
+        pl_dist_step_view v;
+        assert_int_equal(pl_dist_step_decode(&h, p, n, &SU, tables, &v), PL_OK);
+        assert_int_equal(v.batch.block_tables[SU.max_blocks], -1);
+        assert_int_equal(v.batch.block_tables[SU.max_blocks + 1], -1);
+        assert_int_equal(v.batch.block_tables[SU.max_blocks + 2], i32_at(p0, l.blocks)[4]);
+        free(tables);
+    }
     EDIT(((int64_t *)p)[2] = SU.num_blocks * SU.block_size, "slot 64 (of 64)");
     EDIT(i32_at(p, l.rows)[1] = 8, "logits row 8 (of 8)");
     EDIT(i32_at(p, l.rows)[0] = -1, "logits row -1");
