@@ -107,6 +107,7 @@ static void pick_kernel(const pl_weight *w, pl_mm_kernel *k) {
     pl_dtype t = w->type;
     pl_isa isa = pl_cpu_isa();
     k->gemm = NULL;
+    k->tr_small = 0;
     if (w->layout == PL_WLAYOUT_X16) {
         pl_mm_kernel_x16(t, k);
         return;
@@ -160,9 +161,12 @@ static void multiply_rows(const mm_job *j, int i, int tr, int64_t r0, int64_t r1
 
 /* Rows per tile call: a decode step (B <= SMALL_B) walks one weight row at a time in the rows
  * layout, a single sequential stream per thread, which the hardware prefetchers follow at full
- * bandwidth. */
+ * bandwidth; a repacked weight's tiles are tr_small rows high there where the kernel sets it
+ * (the AVX-512 q8_0 / 4-bit tiles: one 16-row group, one stream, where two groups of 32 rows
+ * read two streams 16 rows apart: gpt-oss decode B=1 +5 %, B=16 +9-20 %, docs/BENCHMARKS.md). */
 static int tile_rows(const mm_job *j, int i) {
-    return j->B <= SMALL_B && j->w[i]->layout == PL_WLAYOUT_ROWS ? 1 : j->k[i].tr;
+    if (j->B > SMALL_B) return j->k[i].tr;
+    return j->w[i]->layout == PL_WLAYOUT_ROWS ? 1 : j->k[i].tr_small ? j->k[i].tr_small : j->k[i].tr;
 }
 
 /* Thread ith's share of weight i: its rows [r0, r1) against all B activation rows. */

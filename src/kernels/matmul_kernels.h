@@ -32,6 +32,7 @@ typedef struct {
     pl_mm_tile_fn fn; /* the tile kernel */
     pl_mm_gemm_fn gemm; /* if not NULL, runs batches in place of the tiles (blocked along K) */
     int tr;           /* most weight rows per call (threads split rows in multiples of it) */
+    int tr_small;     /* the same at B <= 3 (a decode step; a MoE expert's few tokens), 0: tr */
     int tb;           /* most activation rows per call */
 } pl_mm_kernel;
 

@@ -166,12 +166,14 @@ X16_TILE(pl_mm_x16_tile_mxfp4_avx512, 6)
 void pl_mm_kernel_x16_mxfp4_avx512(pl_mm_kernel *k) {
     k->fn = pl_mm_x16_tile_mxfp4_avx512;
     k->tr = 32;
+    k->tr_small = 16; /* decode: one group, one stream a thread (matmul.c, tile_rows) */
     k->tb = 4;
 }
 
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k) {
     k->fn = pl_mm_x16_tile_avx512;
     k->tr = 32;
+    k->tr_small = 16; /* decode: one group, one stream a thread (matmul.c, tile_rows) */
     k->tb = 4;
     return 1;
 }

@@ -86,6 +86,7 @@ void pl_mm_kernel_x16_q5_0_avx512(pl_mm_kernel *k, int amx) {
     k->fn = pl_mm_x16_tile_q5_0_avx512;
     k->gemm = amx ? gemm_amx_q5_0 : NULL;
     k->tr = 32;
+    k->tr_small = 16; /* decode: one group, one stream a thread (matmul.c, tile_rows) */
     k->tb = 4;
 }
 
@@ -93,6 +94,7 @@ void pl_mm_kernel_x16_q4_0_avx512(pl_mm_kernel *k, int amx) {
     k->fn = pl_mm_x16_tile_q4_0_avx512;
     k->gemm = amx ? gemm_amx : NULL;
     k->tr = 32;
+    k->tr_small = 16; /* decode: one group, one stream a thread (matmul.c, tile_rows) */
     k->tb = 4;
 }
 
@@ -101,6 +103,7 @@ static void vnni_only(pl_mm_kernel *k, pl_mm_tile_fn fn) {
     k->fn = fn;
     k->gemm = NULL;
     k->tr = 32;
+    k->tr_small = 16; /* decode: one group, one stream a thread (matmul.c, tile_rows) */
     k->tb = 4;
 }
 
@@ -118,5 +121,6 @@ void pl_mm_kernel_x16_iq4_nl_avx512(pl_mm_kernel *k, int amx) {
     k->fn = pl_mm_x16_tile_iq4_nl_avx512;
     k->gemm = amx ? gemm_amx_iq4_nl : NULL;
     k->tr = 32;
+    k->tr_small = 16; /* decode: one group, one stream a thread (matmul.c, tile_rows) */
     k->tb = 4;
 }
