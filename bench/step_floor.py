@@ -6,9 +6,12 @@ buckets of steps by tokens computed, the time the steps took and the floor they 
 under: per step max(weight bytes / read bandwidth, FLOPs / FMA peak), where FLOPs = 2 x (layer
 matrix parameters x tokens + output matrix parameters x items), each item sampling one row
 (attention is left out: the floor is a lower bound). Peak and bandwidth: `pagellm bench kernels
---only limits` at the level the run used.
+--only limits` at the level the run used. With --kv-bytes-per-token the bytes also count the
+K and V the step's attention reads (the log's context tokens times that), with
+--attn-flops-per-key the FLOPs its attention does over them.
 
 usage: step_floor.py LOG --layer-params N --out-params N --weight-bytes N --fma-peak GFLOPS --bw GBS
+                     [--kv-bytes-per-token N]
 """
 import argparse
 import sys
@@ -22,6 +25,9 @@ def main():
     ap.add_argument("--weight-bytes", type=float, required=True, help="bytes a step reads at least")
     ap.add_argument("--fma-peak", type=float, required=True, help="GFLOP/s")
     ap.add_argument("--bw", type=float, required=True, help="GB/s")
+    ap.add_argument("--kv-bytes-per-token", type=float, default=0, help="K and V, all layers")
+    ap.add_argument("--attn-flops-per-key", type=float, default=0,
+                    help="QK and AV FLOPs per token and key seen (4 x layers x heads x head size)")
     a = ap.parse_args()
     buckets = [(0, "prefill (any prompt tokens)"), (1, "decode 1-6"), (7, "decode 7-16"),
                (17, "decode 17-32"), (33, "decode 33+")]
@@ -30,9 +36,12 @@ def main():
         if line.startswith("#") or not line.strip():
             continue
         f = line.split()
-        secs, items, tokens, prefill = float(f[1]), int(f[2]), int(f[3]), int(f[4])
-        flops = 2 * (a.layer_params * tokens + a.out_params * items)
-        floor = max(a.weight_bytes / (a.bw * 1e9), flops / (a.fma_peak * 1e9))
+        secs, items, tokens, prefill, context = float(f[1]), int(f[2]), int(f[3]), int(f[4]), int(f[5])
+        # attention: each item's context once (a decode token's keys; a prompt chunk's are more,
+        # so this stays a lower bound)
+        flops = 2 * (a.layer_params * tokens + a.out_params * items) + a.attn_flops_per_key * context
+        read = a.weight_bytes + a.kv_bytes_per_token * context
+        floor = max(read / (a.bw * 1e9), flops / (a.fma_peak * 1e9))
         if prefill:
             name = buckets[0][1]
         else:

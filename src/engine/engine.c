@@ -96,7 +96,8 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     if (sl && *sl && !(e->steps.log = fopen(sl, "w")))
         PL_WARN("PAGELLM_STEP_LOG: cannot write '%s' (%s); no step log", sl, strerror(errno));
     if (e->steps.log)
-        fprintf(e->steps.log, "# start_s seconds items tokens prefill_tokens free_blocks waiting running\n");
+        fprintf(e->steps.log, "# start_s seconds items tokens prefill_tokens context_tokens "
+                "free_blocks waiting running\n");
     pl_status st = c->tensor_parallel_size > 1 ? pl_engine_tp_load(e) : PL_OK;
     if (st == PL_OK) st = pl_spec_init(&e->spec, c);
     if (st == PL_OK && !e->model) {
@@ -278,16 +279,20 @@ static pl_status step(pl_engine *e);
 
 /* The step log's line for the step that began at t0 and took dt: its items (sequences), tokens
  * and, of those, prefill tokens (items computing more than one token that are not speculative
- * proposals: prompt chunks, recomputation after preemption), then the KV blocks free and the
- * groups waiting and running after it. */
+ * proposals: prompt chunks, recomputation after preemption) and the context tokens the items'
+ * attention reads (the sum of their contexts), then the KV blocks free and the groups waiting
+ * and running after it. */
 static void log_step(pl_engine *e, double t0, double dt) {
     const pl_sched_output *s = &e->sched_out;
     int32_t prefill = 0;
-    for (int32_t i = 0; i < s->n_items; i++)
+    int64_t context = 0;
+    for (int32_t i = 0; i < s->n_items; i++) {
         if (s->items[i].n > 1 && s->items[i].n_spec == 0) prefill += s->items[i].n;
-    fprintf(e->steps.log, "%.6f %.6f %d %d %d %d %d %d\n", t0 - e->steps.log_t0, dt, s->n_items,
-            s->n_tokens, prefill, pl_kv_cache_blocks_free(e->kv), (int)e->sched.waiting.n,
-            (int)e->sched.running.n);
+        context += s->items[i].start + s->items[i].n;
+    }
+    fprintf(e->steps.log, "%.6f %.6f %d %d %d %lld %d %d %d\n", t0 - e->steps.log_t0, dt,
+            s->n_items, s->n_tokens, prefill, (long long)context, pl_kv_cache_blocks_free(e->kv),
+            (int)e->sched.waiting.n, (int)e->sched.running.n);
 }
 
 pl_status pl_engine_step(pl_engine *e) {

@@ -275,14 +275,15 @@ python3 - "$tmp/steps.log" <<'PY' && ok || bad "step log lines"
 import sys
 lines = open(sys.argv[1]).read().splitlines()
 assert lines[0].split() == ["#", "start_s", "seconds", "items", "tokens", "prefill_tokens",
-                            "free_blocks", "waiting", "running"], lines[0]
+                            "context_tokens", "free_blocks", "waiting", "running"], lines[0]
 rows = [[float(v) for v in l.split()] for l in lines[1:]]
 # the 5-token prompt in one step, then one token a step for the 5 tokens after the first
 assert [r[3] for r in rows] == [5, 1, 1, 1, 1, 1], rows
 assert [r[4] for r in rows] == [5, 0, 0, 0, 0, 0], rows
-assert all(r[2] == 1 and r[1] > 0 and r[5] >= 0 for r in rows), rows
+assert [r[5] for r in rows] == [5, 6, 7, 8, 9, 10], rows
+assert all(r[2] == 1 and r[1] > 0 and r[6] >= 0 for r in rows), rows
 assert all(a[0] < b[0] for a, b in zip(rows, rows[1:])), rows
-assert rows[-1][7] in (0, 1) and rows[0][7] == 1, rows
+assert rows[-1][8] in (0, 1) and rows[0][8] == 1, rows
 PY
 PAGELLM_STEP_LOG="$tmp/no/such/dir/steps.log" "$PL_BINARY" generate -m "$M" -p x -n 2 >/dev/null 2>"$tmp/err"
 expect "step log: an unwritable path still generates" "$?" 0
