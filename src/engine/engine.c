@@ -40,7 +40,7 @@ static pl_status setup_kv(pl_engine *e) {
     size_t dpb = e->spec.mode == PL_SPEC_DRAFT ? pl_spec_draft_bytes_per_block(
                                                      &e->spec, e->cfg.kv_cache_f32, e->cfg.block_size)
                                                : 0;
-    return pl_kv_cache_create(&e->cfg, &shape, e->adm.max_model_len, !e->dist, dpb, &e->kv);
+    return pl_kv_cache_create(&e->cfg, &shape, e->adm.max_model_len, dpb, &e->kv);
 }
 
 /* The groups the decoder finished: the engine, which owns the scheduler, the KV cache and the

@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+_Static_assert(PL_DIST_MAX_TENSORS == PL_KV_MAX_TENSORS, "the setup holds every store tensor's kind");
+
 /* Tensor parallel, rank 0: load shard 0 while every worker loads its own, and agree. */
 pl_status pl_engine_tp_load(pl_engine *e) {
     int32_t n = e->cfg.tensor_parallel_size;
@@ -33,6 +35,14 @@ pl_status pl_engine_tp_start(pl_engine *e, int ok) {
         .max_blocks = e->runner.max_blocks, .max_logits = e->runner.max_logit_rows,
         .f16_as_bf16 = e->model ? e->model->f16_as_bf16 : 0,
     };
+    /* the second tables: KV cache groups (one pool, half the tensors) or layer kinds */
+    if (e->kv && pl_kv_cache_grouped(e->kv)) {
+        su.kv_groups = kv->kinds ? 2 : 1;
+        su.kv_tensors = kv->n_layers;
+        su.num_blocks_w = (int32_t)kv->num_blocks_w;
+        su.num_swap_blocks_w = swap ? (int32_t)swap->num_blocks_w : 0;
+        for (int32_t i = 0; kv->kinds && i < kv->n_layers; i++) su.kinds[i] = kv->kinds[i];
+    }
     pl_status st = pl_dist_send_setup(&su);
     if (!ok) return st;
     if (st == PL_OK)

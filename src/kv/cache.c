@@ -625,9 +625,9 @@ static pl_kv_layout layout_of(const pl_engine_config *c, const pl_kv_cache_shape
 /* 1: KV cache groups over one pool (gemma2's equal halves); 2: layer kinds, two pools (any
  * other mix of window and full layers), when its window pool is smaller than the pool the
  * budget gives every layer (else nothing would be saved); 0: one table per sequence. */
-static int groups_for(const pl_engine_config *c, const pl_kv_cache_shape *sh, int single,
-                      size_t per_block, uint64_t budget) {
-    if (c->kv_groups_off || !single || sh->embedding || c->kv_layout != PL_KV_LAYOUT_PAGED)
+static int groups_for(const pl_engine_config *c, const pl_kv_cache_shape *sh, size_t per_block,
+                      uint64_t budget) {
+    if (c->kv_groups_off || sh->embedding || c->kv_layout != PL_KV_LAYOUT_PAGED)
         return 0;
     if (sh->mixed_window > 0) return 1;
     if (sh->kinds_window <= 0 || !sh->tensor_window || c->block_size <= 0) return 0;
@@ -641,7 +641,7 @@ size_t pl_kv_cache_bytes_per_block(const pl_engine_config *c, const pl_kv_cache_
 }
 
 pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *sh,
-                             int32_t max_model_len, int single, size_t draft_bytes_per_block,
+                             int32_t max_model_len, size_t draft_bytes_per_block,
                              pl_kv_cache **out) {
     *out = NULL;
     pl_kv_layout l = layout_of(cfg, sh);
@@ -652,7 +652,7 @@ pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *sh,
     c->mw = &c->mgr;
     size_t per_block = pl_kv_bytes_per_block_shaped(&l, sh->n_layers, sh->layer_shapes);
     uint64_t budget = cfg->kv_cache_memory;
-    const int groups = per_block ? groups_for(cfg, sh, single, per_block, budget) : 0;
+    const int groups = per_block ? groups_for(cfg, sh, per_block, budget) : 0;
     c->mgr.cfg.kv_groups = groups ? 2 : 1;
     c->kinds = groups == 2;
     if (groups == 1) per_block = pl_kv_bytes_per_block_shaped(&l, sh->n_layers / 2, NULL);

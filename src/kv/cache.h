@@ -9,11 +9,11 @@
  * "later" or "never", as vLLM v1's allocate_slots() answers "blocks or None".
  *
  * Sequences. A sequence holds one block table, or with KV cache groups (a mixed model whose
- * layers are half windowed, half global, paged layout, one process) two over the one pool: t for
+ * layers are half windowed, half global, paged layout) two over the one pool: t for
  * the global layers (never released) and w for the window layers (released behind the window).
  *
  * Layer kinds (any other mixed model: gemma3's five window layers to one global, gemma4's
- * kinds with shapes of their own; paged, one process): two pools of one block size, as
+ * kinds with shapes of their own; paged): two pools of one block size, as
  * llama.cpp's iswa cache. The window pool has ceil((S W + B) / block_size) + 2 S blocks (S =
  * max_num_seqs, B = max_num_batched_tokens: what its sequences can hold at once, each its last
  * W positions and its uncomputed tokens; cache.c says why), and the rest of the budget goes to
@@ -113,10 +113,10 @@ size_t pl_kv_cache_bytes_per_block(const pl_engine_config *c, const pl_kv_cache_
  * gives the draft as many tokens as the cache, pl_kv_cache_draft_bytes says how many bytes).
  * cfg is read for the KV options and receives what the layout decides: block_size (vAttention:
  * tokens per page), kv_page_size, enable_prefix_caching (0 when nothing is shared).
- * max_model_len bounds a sequence; `single` is 1 in one process (KV cache groups need it: the
- * MPI step message carries one table per sequence). */
+ * max_model_len bounds a sequence. (Under tensor parallelism the step message carries both
+ * tables of KV cache groups and layer kinds to the workers: parallel/step_msg.c.) */
 pl_status pl_kv_cache_create(pl_engine_config *cfg, const pl_kv_cache_shape *shape,
-                             int32_t max_model_len, int single, size_t draft_bytes_per_block,
+                             int32_t max_model_len, size_t draft_bytes_per_block,
                              pl_kv_cache **out);
 /* Bookkeeping only, no bytes (tests driving the scheduler and decoder with a fake model): the
  * layout follows mc->policy. */

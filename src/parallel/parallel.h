@@ -62,6 +62,8 @@ void pl_dist_finalize(void);
  * message ("tensor parallel: rank R WHAT: its error") on every rank. */
 pl_status pl_dist_agree(pl_status mine, const char *what);
 
+enum { PL_DIST_MAX_TENSORS = 1024 }; /* kv/cache.h's PL_KV_MAX_TENSORS */
+
 /* What rank 0 resolved at engine creation that the workers need to build the same KV pools and
  * step buffers. ok = 0: rank 0 failed after loading; the workers exit. */
 typedef struct {
@@ -72,6 +74,12 @@ typedef struct {
     int32_t max_tokens, max_seqs, max_blocks, max_logits;
     int32_t f16_as_bf16;       /* rank 0's F16 matrices are bf16 (--f16-weights): every worker
                                 * must hold its own likewise, or refuse (pl_dist_worker_run) */
+    /* The KV cache's tables (kv/cache.h): 0 one a sequence; 1 KV cache groups (a second table
+     * per sequence in the same pool: the store has half the layers' tensors); 2 layer kinds (a
+     * second table in the window layers' own pool of num_blocks_w blocks, swap num_swap_blocks_w;
+     * kinds[i] = 1 for a window-kind tensor). With 1 or 2 every step carries both tables. */
+    int32_t kv_groups, kv_tensors, num_blocks_w, num_swap_blocks_w;
+    uint8_t kinds[PL_DIST_MAX_TENSORS];
 } pl_dist_setup;
 pl_status pl_dist_send_setup(const pl_dist_setup *s);
 

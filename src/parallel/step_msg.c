@@ -2,9 +2,10 @@
  * header and one payload (parallel.h says what is in it), finally stop.
  *
  * Payload, in order (8-byte fields first so every array is aligned in the receive buffer):
- *   slots int64[T] | tokens int32[T] | positions int32[T] | seq_start int32[S+1] |
- *   context_lens int32[S] | block ids int32[sum over seqs of ceil(context_len / block_size)] |
- *   logits rows int32[n_logits] |
+ *   slots int64[T] | (has_w: the second table's slots int64[T]) | tokens int32[T] |
+ *   positions int32[T] | seq_start int32[S+1] | context_lens int32[S] |
+ *   block ids int32[n_table = sum over seqs of ceil(context_len / block_size)] |
+ *   (has_w: the second tables' block ids int32[n_table]) | logits rows int32[n_logits] |
  *   swap-out src int32[n0], dst int32[n0] | swap-in src, dst [n1] | copy-on-write src, dst [n2]
  */
 #include "parallel/step_msg.h"
@@ -56,8 +57,8 @@ static int32_t blocks_of(int32_t ctx, int32_t block_size) {
 
 /* The payload the counts imply; counts are non-negative int32, so no overflow in 64 bits. */
 static int64_t payload_bytes(const pl_dist_msg_header *h) {
-    int64_t T = h->n_tokens, S = h->n_seqs;
-    int64_t n = T * 8 + T * 4 * 2 + (2 * S + 1) * 4 + (int64_t)h->n_table * 4 +
+    int64_t T = h->n_tokens, S = h->n_seqs, w = h->has_w ? 2 : 1;
+    int64_t n = T * 8 * w + T * 4 * 2 + (2 * S + 1) * 4 + (int64_t)h->n_table * 4 * w +
                 (int64_t)h->n_logits * 4;
     for (int j = 0; j < 3; j++) n += (int64_t)h->n_copies[j] * 8;
     return n;
@@ -75,20 +76,24 @@ pl_status pl_dist_step_encode(const pl_dist_copies *cp, const pl_step_batch *b, 
                               .kind = PL_DIST_MSG_STEP, .n_tokens = b->n_tokens,
                               .n_seqs = b->n_seqs,
                               .n_copies = {cp->n_swap_out, cp->n_swap_in, cp->n_cow},
-                              .n_logits = b->n_logits};
+                              .n_logits = b->n_logits, .has_w = b->block_tables_w != NULL};
     for (int32_t i = 0; i < b->n_seqs; i++) h->n_table += blocks_of(b->context_lens[i], block_size);
     h->payload = payload_bytes(h);
     PL_TRY(reserve((size_t)h->payload));
     char *p = g_buf;
     size_t T = (size_t)b->n_tokens, S = (size_t)b->n_seqs;
     p = put(p, b->slot_mapping, T * 8);
+    if (h->has_w) p = put(p, b->slot_mapping_w, T * 8);
     p = put(p, b->token_ids, T * 4);
     p = put(p, b->positions, T * 4);
     p = put(p, b->seq_start, (S + 1) * 4);
     p = put(p, b->context_lens, S * 4);
-    for (size_t i = 0; i < S; i++)
-        p = put(p, b->block_tables + i * (size_t)b->max_blocks,
-                (size_t)blocks_of(b->context_lens[i], block_size) * 4);
+    for (int w = 0; w <= h->has_w; w++) {
+        const int32_t *tables = w ? b->block_tables_w : b->block_tables;
+        for (size_t i = 0; i < S; i++)
+            p = put(p, tables + i * (size_t)b->max_blocks,
+                    (size_t)blocks_of(b->context_lens[i], block_size) * 4);
+    }
     p = put(p, b->logit_rows, (size_t)b->n_logits * 4);
     const pl_block_copy *lists[3] = {cp->swap_out, cp->swap_in, cp->cow};
     for (int j = 0; j < 3; j++) {
@@ -151,7 +156,12 @@ pl_status pl_dist_msg_check(const pl_dist_msg_header *h, const pl_dist_setup *su
     CHECK_RANGE("block ids", h->n_table, (int64_t)su->max_seqs * su->max_blocks);
     static const char *const copy_names[3] = {"swap-out copies", "swap-in copies",
                                               "copy-on-write copies"};
-    for (int j = 0; j < 3; j++) CHECK_RANGE(copy_names[j], h->n_copies[j], su->num_blocks);
+    for (int j = 0; j < 3; j++)
+        CHECK_RANGE(copy_names[j], h->n_copies[j], (int64_t)su->num_blocks + su->num_blocks_w);
+    if (h->has_w != (su->kv_groups != 0))
+        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step %s second block tables, the "
+                       "setup's KV cache %s them", h->has_w ? "with" : "without",
+                       su->kv_groups ? "has" : "has no");
     if (h->payload != payload_bytes(h))
         return pl_fail(PL_ERR_INTERNAL, "tensor parallel: step payload of %lld bytes, expected "
                        "%lld", (long long)h->payload, (long long)payload_bytes(h));
@@ -167,8 +177,42 @@ static pl_status check_ids(const char *what, const int32_t *list, int32_t n, int
     return PL_OK;
 }
 
+/* Slots: each in [0, n_slots) or negative (no slot: written nowhere, pl_kv_write). */
+static pl_status check_slots(const int64_t *slots, int32_t T, int64_t n_slots) {
+    for (int32_t t = 0; t < T; t++)
+        if (slots[t] >= n_slots)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with slot %lld (of "
+                           "%lld)", (long long)slots[t], (long long)n_slots);
+    return PL_OK;
+}
+
+/* The S sequences' tables at *blocks (ceil(ctx / block_size) ids each) into tables
+ * [S][max_blocks], each id in [0, limit) but for a leading run of a sliding window's dropped
+ * entries (PL_KV_NO_BLOCK; never a table's last block, where the step's tokens go); advances
+ * *blocks past them. */
+static pl_status take_tables(const int32_t **blocks, int32_t S, const int32_t *ctx,
+                             const pl_dist_setup *su, int64_t limit, int32_t *tables) {
+    const int32_t *b = *blocks;
+    for (int32_t i = 0; i < S; i++) {
+        int32_t nb = blocks_of(ctx[i], su->block_size), lead = 0;
+        if (nb > su->max_blocks)
+            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a sequence of %d blocks (at most "
+                           "%d)", nb, su->max_blocks);
+        while (lead < nb - 1 && b[lead] == PL_KV_NO_BLOCK) lead++;
+        PL_TRY(check_ids("block id", b + lead, nb - lead, limit));
+        b += nb;
+    }
+    for (int32_t i = 0; i < S; i++) {
+        int32_t nb = blocks_of(ctx[i], su->block_size);
+        memcpy(tables + (size_t)i * (size_t)su->max_blocks, *blocks, (size_t)nb * 4);
+        *blocks += nb;
+    }
+    return PL_OK;
+}
+
 pl_status pl_dist_step_decode(const pl_dist_msg_header *h, const void *payload, size_t bytes,
-                              const pl_dist_setup *su, int32_t *tables, pl_dist_step_view *v) {
+                              const pl_dist_setup *su, int32_t *tables, int32_t *tables_w,
+                              pl_dist_step_view *v) {
     memset(v, 0, sizeof *v);
     PL_ASSERT(su->block_size > 0 && ((uintptr_t)payload & 7) == 0);
     PL_TRY(pl_dist_msg_check(h, su));
@@ -179,8 +223,8 @@ pl_status pl_dist_step_decode(const pl_dist_msg_header *h, const void *payload, 
         return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step payload of %zu bytes, its "
                        "header says %lld", bytes, (long long)h->payload);
     const int32_t T = h->n_tokens, S = h->n_seqs, max_blocks = su->max_blocks;
-    const int64_t *slots = payload;
-    const int32_t *tok = (const int32_t *)(slots + T), *pos = tok + T;
+    const int64_t *slots = payload, *slots_w = h->has_w ? slots + T : NULL;
+    const int32_t *tok = (const int32_t *)(slots + T * (h->has_w ? 2 : 1)), *pos = tok + T;
     const int32_t *seq_start = pos + T, *ctx = seq_start + S + 1, *blocks = ctx + S;
     if (seq_start[0] != 0 || seq_start[S] != T)
         return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step whose sequences span tokens %d "
@@ -196,33 +240,21 @@ pl_status pl_dist_step_decode(const pl_dist_msg_header *h, const void *payload, 
     if (n_table != h->n_table)
         return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step whose contexts need %lld block "
                        "ids, its header says %d", (long long)n_table, h->n_table);
-    const int64_t n_slots = (int64_t)su->num_blocks * su->block_size;
-    for (int32_t t = 0; t < T; t++)
-        if (slots[t] >= n_slots)
-            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a step message with slot %lld (of "
-                           "%lld)", (long long)slots[t], (long long)n_slots);
-    /* a sliding window's dropped entries (PL_KV_NO_BLOCK) lead a table; its last block, where
-     * the step's tokens go, is always held */
-    for (int32_t i = 0, at = 0; i < S; i++) {
-        int32_t nb = blocks_of(ctx[i], su->block_size), lead = 0;
-        while (lead < nb - 1 && blocks[at + lead] == PL_KV_NO_BLOCK) lead++;
-        PL_TRY(check_ids("block id", blocks + at + lead, nb - lead, su->num_blocks));
-        at += nb;
-    }
-    for (int32_t i = 0; i < S; i++) {
-        int32_t nb = blocks_of(ctx[i], su->block_size);
-        if (nb > max_blocks)
-            return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a sequence of %d blocks (at most "
-                           "%d)", nb, max_blocks);
-        memcpy(tables + (size_t)i * (size_t)max_blocks, blocks, (size_t)nb * 4);
-        blocks += nb;
-    }
+    /* the second tables: the same pool (KV cache groups) or the window pool (layer kinds) */
+    const int64_t pool_w = su->kv_groups == 2 ? su->num_blocks_w : su->num_blocks;
+    PL_TRY(check_slots(slots, T, (int64_t)su->num_blocks * su->block_size));
+    if (slots_w) PL_TRY(check_slots(slots_w, T, pool_w * su->block_size));
+    PL_ASSERT(!h->has_w || tables_w);
+    PL_TRY(take_tables(&blocks, S, ctx, su, su->num_blocks, tables));
+    if (h->has_w) PL_TRY(take_tables(&blocks, S, ctx, su, pool_w, tables_w));
     const int32_t *rows = blocks;
     blocks += h->n_logits;
     PL_TRY(check_ids("logits row", rows, h->n_logits, T));
-    /* swap-out: pool -> swap, swap-in: swap -> pool, copy-on-write: pool -> pool */
-    const int64_t src_pool[3] = {su->num_blocks, su->num_swap_blocks, su->num_blocks};
-    const int64_t dst_pool[3] = {su->num_swap_blocks, su->num_blocks, su->num_blocks};
+    /* swap-out: pool -> swap, swap-in: swap -> pool, copy-on-write: pool -> pool; with layer
+     * kinds a window-pool block b is named num_blocks + b (kv/kv_store.h) */
+    const int64_t pool = (int64_t)su->num_blocks + (su->kv_groups == 2 ? su->num_blocks_w : 0);
+    const int64_t swap = (int64_t)su->num_swap_blocks + (su->kv_groups == 2 ? su->num_swap_blocks_w : 0);
+    const int64_t src_pool[3] = {pool, swap, pool}, dst_pool[3] = {swap, pool, pool};
     for (int j = 0; j < 3; j++) {
         v->copy_src[j] = blocks;
         v->copy_dst[j] = blocks + h->n_copies[j];
@@ -236,12 +268,13 @@ pl_status pl_dist_step_decode(const pl_dist_msg_header *h, const void *payload, 
         .n_tokens = T, .token_ids = tok, .positions = pos, .slot_mapping = slots,
         .n_seqs = S, .seq_start = seq_start, .context_lens = ctx,
         .block_tables = tables, .max_blocks = max_blocks, .n_logits = h->n_logits,
-        .logit_rows = rows,
+        .logit_rows = rows, .slot_mapping_w = slots_w, .block_tables_w = h->has_w ? tables_w : NULL,
     };
     return PL_OK;
 }
 
-pl_status pl_dist_recv_step(pl_dist_step_view *v, const pl_dist_setup *su, int32_t *tables) {
+pl_status pl_dist_recv_step(pl_dist_step_view *v, const pl_dist_setup *su, int32_t *tables,
+                            int32_t *tables_w) {
     pl_dist_msg_header h;
     memset(v, 0, sizeof *v);
     PL_TRY(pl_dist_bcast(&h, sizeof h, 1, "waiting for the next step"));
@@ -253,7 +286,7 @@ pl_status pl_dist_recv_step(pl_dist_step_view *v, const pl_dist_setup *su, int32
     if (h.kind != PL_DIST_MSG_STEP) return PL_OK;
     PL_TRY(reserve((size_t)h.payload));
     PL_TRY(pl_dist_bcast(g_buf, (size_t)h.payload, 0, "receiving a step"));
-    PL_TRY(pl_dist_step_decode(&h, g_buf, (size_t)h.payload, su, tables, v));
+    PL_TRY(pl_dist_step_decode(&h, g_buf, (size_t)h.payload, su, tables, tables_w, v));
     pl_dist_counters.steps++;
     pl_dist_counters.step_bytes += sizeof h + (uint64_t)h.payload;
     pl_dist_counters.step_seconds += pl_clock_now() - t0;

@@ -17,7 +17,8 @@ typedef struct {
     int32_t n_table;         /* block ids sent: sum over seqs of ceil(context_len / block_size) */
     int32_t n_logits;
     int64_t payload;         /* bytes */
-    int32_t pad[4];
+    int32_t has_w;           /* 1: the second tables follow (the setup's kv_groups) */
+    int32_t pad[3];
 } pl_dist_msg_header;        /* 64 bytes */
 
 /* A received step: the batch (arrays point into the receive buffer, block tables into the
@@ -32,9 +33,11 @@ typedef struct {
 } pl_dist_step_view;
 
 pl_status pl_dist_recv_setup(pl_dist_setup *s);
-/* Receive the next message into v; tables is the worker's [su->max_seqs][su->max_blocks] array.
+/* Receive the next message into v; tables (and tables_w, with the setup's kv_groups) is the
+ * worker's [su->max_seqs][su->max_blocks] array.
  * A message that does not fit the setup is refused (PL_ERR_INTERNAL, a message naming what). */
-pl_status pl_dist_recv_step(pl_dist_step_view *v, const pl_dist_setup *su, int32_t *tables);
+pl_status pl_dist_recv_step(pl_dist_step_view *v, const pl_dist_setup *su, int32_t *tables,
+                            int32_t *tables_w);
 
 /* Encode a step into the message buffer: fills *h, *payload points at its h->payload bytes
  * (valid until the next encode, receive or pl_dist_msg_free). */
@@ -48,7 +51,8 @@ pl_status pl_dist_msg_check(const pl_dist_msg_header *h, const pl_dist_setup *su
  * starts, block counts against n_table and max_blocks, block and slot ids against the pools,
  * logits rows against the tokens), so a malformed message is refused, never read past. */
 pl_status pl_dist_step_decode(const pl_dist_msg_header *h, const void *payload, size_t bytes,
-                              const pl_dist_setup *su, int32_t *tables, pl_dist_step_view *v);
+                              const pl_dist_setup *su, int32_t *tables, int32_t *tables_w,
+                              pl_dist_step_view *v);
 void pl_dist_msg_free(void);
 /* Both sides of a probe: `iters` reductions of n floats back to back (counters untouched). */
 pl_status pl_dist_probe_loop(int64_t n, int32_t iters, double *us_each);

@@ -21,6 +21,7 @@ typedef struct {
     int has_kv, has_swap;
     pl_forward_ctx *fwd;
     int32_t *tables;   /* [max_seqs][max_blocks] */
+    int32_t *tables_w; /* the same for the second tables (the setup's kv_groups), or NULL */
 } worker;
 
 static void worker_destroy(worker *w) {
@@ -30,6 +31,7 @@ static void worker_destroy(worker *w) {
     pl_threadpool_destroy(w->tp);
     pl_model_destroy(w->m);
     free(w->tables);
+    free(w->tables_w);
     pl_dist_msg_free();
 }
 
@@ -40,18 +42,30 @@ static pl_status worker_setup(worker *w, const pl_engine_config *c, const pl_dis
     pl_kv_layout l = {.dtype = (pl_dtype)su->kv_dtype, .block_size = su->block_size,
                       .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
                       .num_blocks = su->num_blocks};
-    /* one tensor per layer with its own KV, of its (local) shape: gemma4's differ by layer */
-    const int32_t tensors = pl_model_kv_tensors(hp);
-    PL_TRY(pl_kv_store_init_shaped(&w->kv, &l, tensors, pl_model_kv_shapes(hp), NULL));
+    /* one tensor per layer with its own KV, of its (local) shape: gemma4's differ by layer; KV
+     * cache groups: the first half's (a block holds a window and a full layer's); layer kinds:
+     * the window-kind tensors in a pool of their own (kv/cache.c, setup_blocks) */
+    const int32_t tensors = su->kv_groups ? su->kv_tensors : pl_model_kv_tensors(hp);
+    if (su->kv_groups && (tensors < 1 || tensors > pl_model_kv_tensors(hp) ||
+                          tensors > PL_DIST_MAX_TENSORS))
+        return pl_fail(PL_ERR_INTERNAL, "tensor parallel: a KV cache of %d tensors for a model of "
+                       "%d", tensors, pl_model_kv_tensors(hp));
+    const uint8_t *kinds = su->kv_groups == 2 ? su->kinds : NULL;
+    PL_TRY(pl_kv_store_init_kinds(&w->kv, &l, tensors, pl_model_kv_shapes(hp), kinds,
+                                  kinds ? su->num_blocks_w : 0, NULL));
     w->has_kv = 1;
     if (su->num_swap_blocks > 0) {
         l.num_blocks = su->num_swap_blocks;
-        PL_TRY(pl_kv_store_init_shaped(&w->swap, &l, tensors, pl_model_kv_shapes(hp),
-                                       NULL)); /* RAM on workers */
+        PL_TRY(pl_kv_store_init_kinds(&w->swap, &l, tensors, pl_model_kv_shapes(hp), kinds,
+                                      kinds ? su->num_swap_blocks_w : 0,
+                                      NULL)); /* RAM on workers */
         w->has_swap = 1;
     }
-    w->tables = calloc((size_t)su->max_seqs * (size_t)su->max_blocks, sizeof(int32_t));
-    if (!w->tables) return pl_fail(PL_ERR_NOMEM, "out of memory for the block tables");
+    const size_t n_ids = (size_t)su->max_seqs * (size_t)su->max_blocks;
+    w->tables = calloc(n_ids, sizeof(int32_t));
+    w->tables_w = su->kv_groups ? calloc(n_ids, sizeof(int32_t)) : NULL;
+    if (!w->tables || (su->kv_groups && !w->tables_w))
+        return pl_fail(PL_ERR_NOMEM, "out of memory for the block tables");
     PL_TRY(pl_forward_ctx_create(w->m, su->max_tokens, su->max_logits, w->tp, &w->fwd));
     PL_TRY(pl_dist_reserve((int64_t)su->max_tokens * hp->dim, su->max_logits, hp->n_vocab));
     pl_dist_hook(w->fwd, w->m);
@@ -61,7 +75,7 @@ static pl_status worker_setup(worker *w, const pl_engine_config *c, const pl_dis
 static pl_status serve_steps(worker *w, const pl_dist_setup *su) {
     for (;;) {
         pl_dist_step_view v;
-        PL_TRY(pl_dist_recv_step(&v, su, w->tables)); /* checked against the setup */
+        PL_TRY(pl_dist_recv_step(&v, su, w->tables, w->tables_w)); /* checked against the setup */
         if (v.kind == PL_DIST_MSG_STOP) return PL_OK;
         if (v.kind == PL_DIST_MSG_PROBE) {
             double us;

@@ -150,6 +150,17 @@ family gemma4-moe 2.8e-4 --layers 2 "${g4[@]}" --experts 4 --experts-used 2 --ex
 # every layer windowed (Mistral-style): blocks behind the window leave the tables (-1 entries in
 # the step message; a worker refused them and the step hung until the collective timed out)
 family all-window 1e-4 --layers 2 --sliding-window 8
+# KV cache groups (gemma3's halves: two tables, one pool) and layer kinds (gemma4: the window
+# layers' own pool) run under TP too: the step message carries both tables, and the blocks that
+# leave the window return to the pool on every rank as they do alone
+for name in gemma3 gemma4; do
+    alone=$("$PL_BINARY" generate -m "$tmp/$name.gguf" -p "Once upon a time" -n 60 -t 1 -v 2>&1 >/dev/null |
+            grep "blocks returned to the pool")
+    tp=$(timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$tmp/$name.gguf" -p "Once upon a time" \
+            -n 60 -t 1 --tensor-parallel-size 2 -v 2>&1 >/dev/null | grep "blocks returned to the pool" | head -1)
+    if [ -n "$alone" ] && [ "$alone" = "$tp" ]; then ok; echo "$name TP=2: $tp"
+    else bad "$name TP=2 window release: alone [$alone], TP=2 [$tp]"; fi
+done
 
 # ---- seeded sampling: two TP = 2 runs agree bit for bit ----
 for i in 0 1 2 3; do

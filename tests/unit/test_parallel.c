@@ -99,6 +99,17 @@ static int32_t *new_tables(void) {
     return t;
 }
 
+/* The second tables (KV cache groups, layer kinds): a window pool of 6 blocks, swap 3. */
+static pl_dist_setup kinds_setup(void) {
+    pl_dist_setup su = SU;
+    su.kv_groups = 2;
+    su.kv_tensors = 4;
+    su.num_blocks_w = 6;
+    su.num_swap_blocks_w = 3;
+    su.kinds[1] = su.kinds[3] = 1;
+    return su;
+}
+
 /* Encode s, copy the payload to a buffer of its exact size (ASan sees a read past it). */
 static void *encode(const step *s, pl_dist_msg_header *h) {
     const void *payload;
@@ -153,7 +164,7 @@ static void round_trip(const step *s) {
     void *payload = encode(s, &h);
     int32_t *tables = new_tables();
     pl_dist_step_view v;
-    pl_status st = pl_dist_step_decode(&h, payload, (size_t)h.payload, &SU, tables, &v);
+    pl_status st = pl_dist_step_decode(&h, payload, (size_t)h.payload, &SU, tables, NULL, &v);
     if (st != PL_OK) fail_msg("decode: %s", pl_last_error());
     expect_same(s, &v, tables);
     free(tables);
@@ -218,7 +229,7 @@ static void expect_refused(const pl_dist_msg_header *h, const void *payload, siz
     int32_t *tables = new_tables();
     pl_dist_step_view v;
     pl_clear_error();
-    pl_status st = pl_dist_step_decode(h, payload, bytes, &SU, tables, &v);
+    pl_status st = pl_dist_step_decode(h, payload, bytes, &SU, tables, NULL, &v);
     if (st != PL_ERR_INTERNAL) fail_msg("want a refusal with \"%s\", got %s", want, pl_status_name(st));
     if (!strstr(pl_last_error(), want))
         fail_msg("want \"%s\" in the message, got \"%s\"", want, pl_last_error());
@@ -317,6 +328,80 @@ static void test_bad_counts(void **state) {
     free(p);
 }
 
+/* Layer kinds: both tables and both slot lists round-trip, window-pool ids are checked against
+ * the window pool, copies may name window blocks as num_blocks + b, and a step whose second
+ * tables the setup does not expect (or lacks) is refused. */
+static void test_kinds_tables(void **state) {
+    (void)state;
+    const pl_dist_setup su = kinds_setup();
+    const int32_t q[] = {5, 1, 2}, ctx[] = {8, 9, 2};
+    step s;
+    make_step(&s, 3, q, ctx, 3, 1, 1, 1, 2);
+    int32_t tw[8 * 8];
+    int64_t sw[64];
+    for (int32_t i = 0; i < 3 * SU.max_blocks; i++) tw[i] = (i * 5 + 1) % su.num_blocks_w;
+    tw[SU.max_blocks] = PL_KV_NO_BLOCK; /* sequence 1's first window block: dropped */
+    for (int32_t t = 0; t < s.b.n_tokens; t++) sw[t] = (t * 3) % (su.num_blocks_w * su.block_size);
+    s.b.block_tables_w = tw;
+    s.b.slot_mapping_w = sw;
+    s.cow[0] = (pl_block_copy){SU.num_blocks + 5, SU.num_blocks + 2}; /* window blocks 5 -> 2 */
+    pl_dist_msg_header h;
+    void *p = encode(&s, &h);
+    assert_int_equal(h.has_w, 1);
+    int32_t *tables = new_tables(), *tables_w = new_tables();
+    pl_dist_step_view v;
+    if (pl_dist_step_decode(&h, p, (size_t)h.payload, &su, tables, tables_w, &v) != PL_OK)
+        fail_msg("decode: %s", pl_last_error());
+    assert_ptr_equal(v.batch.block_tables_w, tables_w);
+    for (int32_t t = 0; t < s.b.n_tokens; t++) {
+        assert_int_equal(v.batch.slot_mapping[t], s.slots[t]);
+        assert_int_equal(v.batch.slot_mapping_w[t], sw[t]);
+    }
+    for (int32_t i = 0; i < 3; i++)
+        for (int32_t k = 0; k < (ctx[i] + 3) / 4; k++) {
+            assert_int_equal(tables[i * SU.max_blocks + k], s.tables[i * SU.max_blocks + k]);
+            assert_int_equal(tables_w[i * SU.max_blocks + k], tw[i * SU.max_blocks + k]);
+        }
+    assert_int_equal(v.copy_src[2][0], SU.num_blocks + 5);
+    /* without the setup's second tables: refused; a window id past the window pool: refused */
+    pl_dist_step_view v2;
+    assert_int_equal(pl_dist_step_decode(&h, p, (size_t)h.payload, &SU, tables, NULL, &v2),
+                     PL_ERR_INTERNAL);
+    assert_non_null(strstr(pl_last_error(), "with second block tables"));
+    free(p);
+    tw[1] = su.num_blocks_w; /* sequence 0's last window block */
+    p = encode(&s, &h);
+    assert_int_equal(pl_dist_step_decode(&h, p, (size_t)h.payload, &su, tables, tables_w, &v2),
+                     PL_ERR_INTERNAL);
+    assert_non_null(strstr(pl_last_error(), "block id 6 (of 6)"));
+    free(p);
+    tw[1] = 0;
+    sw[1] = su.num_blocks_w * su.block_size;
+    p = encode(&s, &h);
+    assert_int_equal(pl_dist_step_decode(&h, p, (size_t)h.payload, &su, tables, tables_w, &v2),
+                     PL_ERR_INTERNAL);
+    assert_non_null(strstr(pl_last_error(), "slot 24 (of 24)"));
+    free(p);
+    sw[1] = 0;
+    s.cow[0].src = SU.num_blocks + su.num_blocks_w; /* past both pools */
+    p = encode(&s, &h);
+    assert_int_equal(pl_dist_step_decode(&h, p, (size_t)h.payload, &su, tables, tables_w, &v2),
+                     PL_ERR_INTERNAL);
+    assert_non_null(strstr(pl_last_error(), "copy source block 22 (of 22)"));
+    free(p);
+    /* a one-table step where the setup expects two */
+    s.b.block_tables_w = NULL;
+    s.b.slot_mapping_w = NULL;
+    s.cow[0].src = 0;
+    p = encode(&s, &h);
+    assert_int_equal(pl_dist_step_decode(&h, p, (size_t)h.payload, &su, tables, tables_w, &v2),
+                     PL_ERR_INTERNAL);
+    assert_non_null(strstr(pl_last_error(), "without second block tables"));
+    free(p);
+    free(tables);
+    free(tables_w);
+}
+
 static void test_bad_payload(void **state) {
     (void)state;
     make_valid();
@@ -350,7 +435,7 @@ static void test_bad_payload(void **state) {
         i32_at(p, l.blocks)[2] = i32_at(p, l.blocks)[3] = -1; /* sequence 1: two of its 3 */
         int32_t *tables = new_tables();
         pl_dist_step_view v;
-        assert_int_equal(pl_dist_step_decode(&h, p, n, &SU, tables, &v), PL_OK);
+        assert_int_equal(pl_dist_step_decode(&h, p, n, &SU, tables, NULL, &v), PL_OK);
         assert_int_equal(v.batch.block_tables[SU.max_blocks], -1);
         assert_int_equal(v.batch.block_tables[SU.max_blocks + 1], -1);
         assert_int_equal(v.batch.block_tables[SU.max_blocks + 2], i32_at(p0, l.blocks)[4]);
@@ -456,6 +541,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_truncated, teardown),
         cmocka_unit_test_teardown(test_bad_counts, teardown),
         cmocka_unit_test_teardown(test_bad_payload, teardown),
+        cmocka_unit_test_teardown(test_kinds_tables, teardown),
         cmocka_unit_test_teardown(test_too_many_blocks, teardown),
         cmocka_unit_test_teardown(test_probe_and_stop_headers, teardown),
         cmocka_unit_test(test_no_mpi),
