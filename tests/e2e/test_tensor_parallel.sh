@@ -152,12 +152,14 @@ family gemma4-moe 2.8e-4 --layers 2 "${g4[@]}" --experts 4 --experts-used 2 --ex
 family all-window 1e-4 --layers 2 --sliding-window 8
 # KV cache groups (gemma3's halves: two tables, one pool) and layer kinds (gemma4: the window
 # layers' own pool) run under TP too: the step message carries both tables, and the blocks that
-# leave the window return to the pool on every rank as they do alone
+# leave the window return to the pool on every rank as they do alone (greedy, no EOS: the same
+# 60 tokens either way, so the same blocks leave the window; sampled, a run that met EOS early
+# released fewer)
 for name in gemma3 gemma4; do
-    alone=$("$PL_BINARY" generate -m "$tmp/$name.gguf" -p "Once upon a time" -n 60 -t 1 -v 2>&1 >/dev/null |
+    alone=$("$PL_BINARY" generate -m "$tmp/$name.gguf" -p "Once upon a time" -n 60 --temperature 0 --ignore-eos -t 1 -v 2>&1 >/dev/null |
             grep "blocks returned to the pool")
     tp=$(timeout 120 "${MPIRUN[@]}" -np 2 "$PL_BINARY" generate -m "$tmp/$name.gguf" -p "Once upon a time" \
-            -n 60 -t 1 --tensor-parallel-size 2 -v 2>&1 >/dev/null | grep "blocks returned to the pool" | head -1)
+            -n 60 --temperature 0 --ignore-eos -t 1 --tensor-parallel-size 2 -v 2>&1 >/dev/null | grep "blocks returned to the pool" | head -1)
     if [ -n "$alone" ] && [ "$alone" = "$tp" ]; then ok; echo "$name TP=2: $tp"
     else bad "$name TP=2 window release: alone [$alone], TP=2 [$tp]"; fi
 done
