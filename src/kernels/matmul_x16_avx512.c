@@ -84,16 +84,9 @@ AI void x16_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64
                 /* decode streams the weights: the block two ahead into L2 and the bytes 36 KB
                  * ahead into L3, lines j, j + 4, j + 8 here (spread among the loads; 1B q8_0
                  * decode +3 %; x16_avx512.h says why) */
-                if (NB <= 2 && Q4 == 0 && pl_x16_prefetch_l1) /* AMD: x16_prefetch.h */
+                if (NB <= 2)
                     for (int l = j; 64 * (size_t)l < blk; l += 4)
-                        _mm_prefetch((const char *)wb[g] + 4096 + 64 * l, _MM_HINT_T0);
-                else if (NB <= 2 && pl_x16_prefetch_l1) /* AMD, 4-bit: 2 KB into L1, the far one */
-                    for (int l = j; 64 * (size_t)l < blk; l += 4) {
-                        _mm_prefetch((const char *)wb[g] + 2048 + 64 * l, _MM_HINT_T0);
-                        _mm_prefetch((const char *)wb[g] + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);
-                    }
-                else if (NB <= 2)
-                    for (int l = j; 64 * (size_t)l < blk; l += 4) pl_x16_prefetch_line(wb[g], blk, l);
+                        pl_x16_prefetch_blk_line(wb[g], blk, l, Q4 == 0);
                 if (FIFTH) { /* q5_0, q5_1: the nibbles + 16 where the fifth-bit masks say */
                     const __m512i v = _mm512_loadu_si512(wb[g] + hdr + 64 * j);
                     uint64_t m0, m1;

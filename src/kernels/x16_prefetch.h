@@ -41,4 +41,15 @@ AI void pl_x16_prefetch_kq_line(const uint8_t *o, size_t gsz, int l) {
         pl_x16_prefetch_line(o, gsz, l);
 }
 
+/* The same for the q8_0 and 4-bit tiles (x16_body; blk: one block's bytes of the group), as
+ * said above: q8 one prefetch 4 KB ahead into L1, the 4-bit ones 2 KB into L1 and the far one. */
+AI void pl_x16_prefetch_blk_line(const uint8_t *o, size_t blk, int l, int q8) {
+    if (!pl_x16_prefetch_l1) {
+        pl_x16_prefetch_line(o, blk, l);
+        return;
+    }
+    _mm_prefetch((const char *)o + (q8 ? 4096 : 2048) + 64 * l, _MM_HINT_T0);
+    if (!q8) _mm_prefetch((const char *)o + PL_X16_PF_FAR + 64 * l, _MM_HINT_T2);
+}
+
 #endif
