@@ -575,13 +575,22 @@ static void test_f16_as_bf16_against_llama_cpp(void **state) {
     g_f16 = PL_F16_WEIGHTS_DEFAULT;
 }
 
+/* A failed comparison leaves its test by longjmp: the engines' settings start plain in each
+ * test, or one failure would fail every test after it. */
+static int plain_settings(void **state) {
+    (void)state;
+    g_lora = NULL;
+    g_f16 = PL_F16_WEIGHTS_DEFAULT;
+    return 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wtypes_against_llama_cpp),
-        cmocka_unit_test(test_kv_types_against_llama_cpp),
-        cmocka_unit_test(test_archs_against_llama_cpp),
-        cmocka_unit_test(test_lora_against_llama_cpp),
-        cmocka_unit_test(test_f16_as_bf16_against_llama_cpp),
+        cmocka_unit_test_setup(test_wtypes_against_llama_cpp, plain_settings),
+        cmocka_unit_test_setup(test_kv_types_against_llama_cpp, plain_settings),
+        cmocka_unit_test_setup(test_archs_against_llama_cpp, plain_settings),
+        cmocka_unit_test_setup(test_lora_against_llama_cpp, plain_settings),
+        cmocka_unit_test_setup(test_f16_as_bf16_against_llama_cpp, plain_settings),
     };
     return isa_run_group_tests(tests, NULL, NULL);
 }
