@@ -32,6 +32,10 @@ int32_t pl_sample(pl_sampler *s, const pl_sampling_params *p, float *logits,
                   const int32_t *prompt, int32_t n_prompt, const int32_t *output,
                   int32_t n_output, pl_rng *rng);
 
+/* The first index of the largest of x[0..n) (greedy decoding; NaNs never win, but a NaN at 0 is
+ * returned as a plain scan would keep it). 0 when n <= 0. */
+int32_t pl_argmax(const float *x, int32_t n);
+
 /* Top k (id, logprob) of log_softmax(logits), descending by logprob (lower id first on ties);
  * k <= n_vocab. Also returns the logprob of `want` in *want_lp when want >= 0. */
 void pl_top_logprobs(pl_sampler *s, const float *logits, int32_t k, pl_token_logprob *out,

@@ -13,6 +13,7 @@
  * Proposals are the draft's argmax, so q is a point mass whatever the request's sampling: see
  * verify_seq in decoder.c for why that keeps a seeded request's tokens exact.
  */
+#include "engine/sampler.h"
 #include "engine/spec.h"
 #include "kv/cache.h"
 
@@ -116,12 +117,6 @@ static pl_status shrink(pl_sched_output *so, int32_t i, int32_t k, pl_kv_cache *
     return pl_kv_cache_truncate(target_kv, &q->table, &q->table_w, q->n_tokens + k);
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
 /* Draft slots for q's tokens up to n (allocating its table when it has none). */
 static bool draft_slots(pl_spec *sp, pl_seq *q, int32_t n) {
@@ -176,7 +171,7 @@ pl_status pl_spec_draft_run(pl_spec *sp, pl_sched_output *so, pl_kv_cache *targe
         for (int32_t r = 0; r < d->n_items; r++) {
             pl_sched_item *di = &d->items[r];
             if (!di->sample) continue;
-            di->seq->tokens[di->seq->n_tokens + j - 1] = argmax(sp->runner.logits + (size_t)row++ * V, V);
+            di->seq->tokens[di->seq->n_tokens + j - 1] = pl_argmax(sp->runner.logits + (size_t)row++ * V, V);
         }
         d->n_items = d->n_tokens = 0;
         for (int32_t s = 0; s < n; s++) {

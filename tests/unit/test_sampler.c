@@ -34,6 +34,38 @@ static void counts_for(const pl_sampling_params *sp, int draws, uint64_t seed, i
     pl_sampler_destroy(s);
 }
 
+/* One scan keeping the first strictly larger value: pl_argmax's definition. */
+static int32_t argmax_scan(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* pl_argmax equals the plain scan on every length around its 8 lanes, with ties (the first
+ * wins), signed zeros, infinities and NaNs (at 0, where the scan stays, and elsewhere). */
+static void test_argmax(void **state) {
+    (void)state;
+    uint64_t r = 0x243f6a8885a308d3ull;
+    float x[67];
+    for (int trial = 0; trial < 20000; trial++) {
+        const int32_t n = 1 + trial % 67;
+        for (int32_t i = 0; i < n; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            const int k = (int)(r % 16);
+            x[i] = k == 0 ? NAN : k == 1 ? -0.0f : k == 2 ? 0.0f : k == 3 ? INFINITY
+                 : k == 4 ? -INFINITY : (float)((int)(r >> 8) % 7) - 3.0f; /* ties likely */
+        }
+        if (pl_argmax(x, n) != argmax_scan(x, n))
+            fail_msg("n %d trial %d: pl_argmax %d, scan %d", n, trial, pl_argmax(x, n),
+                     argmax_scan(x, n));
+    }
+    const float nan0[3] = {NAN, 1.0f, 2.0f}, alln[3] = {-INFINITY, NAN, NAN};
+    assert_int_equal(pl_argmax(nan0, 3), 0);
+    assert_int_equal(pl_argmax(alln, 3), 0);
+    assert_int_equal(pl_argmax(nan0, 0), 0);
+}
+
 static void test_greedy(void **state) {
     (void)state;
     pl_sampling_params sp;
@@ -294,6 +326,7 @@ static void test_stop_strings(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_greedy),     cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_masks),      cmocka_unit_test(test_mask_frequencies),
         cmocka_unit_test(test_seed_reproducible),
