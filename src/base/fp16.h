@@ -13,18 +13,16 @@ typedef uint16_t pl_bf16;
 static inline float pl_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t pl_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
+/* Without a branch (the scalar kernels widen one per element): exponent and mantissa moved into
+ * place and the exponent rebased by a multiply by 2^112 (exact, subnormals included); inf and
+ * nan keep an all-ones exponent and their payload. Bit casts through a union: memcpy's
+ * addressable locals cost a stack check each under ASan. */
 static inline float pl_f16_to_f32(pl_f16 h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ff;
-    if (exp == 0x1f) return pl_bits_f32(sign | 0x7f800000u | (man << 13)); /* inf / nan */
-    if (exp == 0) {
-        if (man == 0) return pl_bits_f32(sign);
-        /* subnormal: value = man * 2^-24 */
-        float v = (float)man * 5.9604644775390625e-8f;
-        return sign ? -v : v;
-    }
-    return pl_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    union { uint32_t u; float f; } v = {.u = (uint32_t)(h & 0x7fff) << 13};
+    const uint32_t inf_nan = v.u >= (0x7c00u << 13) ? 0x7f800000u : 0;
+    v.f *= 0x1p112f;
+    v.u |= inf_nan | (uint32_t)(h & 0x8000) << 16;
+    return v.f;
 }
 
 static inline pl_f16 pl_f32_to_f16(float f) {

@@ -117,7 +117,6 @@ static pl_status shrink(pl_sched_output *so, int32_t i, int32_t k, pl_kv_cache *
     return pl_kv_cache_truncate(target_kv, &q->table, &q->table_w, q->n_tokens + k);
 }
 
-
 /* Draft slots for q's tokens up to n (allocating its table when it has none). */
 static bool draft_slots(pl_spec *sp, pl_seq *q, int32_t n) {
     pl_block_table *t = &q->draft_table;

@@ -12,10 +12,11 @@
 typedef float (*dot_fn)(const uint8_t *w, const uint8_t *act, int64_t cols);
 
 /* The float types: each product exact in double, into eight partial sums (element i into sum
- * i % 8), added up in a fixed order and rounded to float once: within an ulp or so of the exact
- * dot product, whatever a vector level's order of float sums gives. One running float sum, and
- * f16 widened with a branch per element, made the scalar level's f16 and f32 tiles 55 % of
- * test_wtype_reference's time and that level 5x the time of each vector level. */
+ * i % 8; the last cols % 8 into sum 0), added up in a fixed order and rounded to float once:
+ * within an ulp or so of the exact dot product, whatever a vector level's order of float sums
+ * gives. One running float sum, and f16 widened with a branch per element (pl_f16_to_f32 has
+ * none now), made the scalar level's f16 and f32 tiles 55 % of test_wtype_reference's time and
+ * that level 5x the time of each vector level. */
 #define FLOAT_DOT(name, WT, XT, WCONV, XCONV)                                                     \
     static float name(const uint8_t *w, const uint8_t *act, int64_t cols) {                      \
         const WT *a = (const WT *)w;                                                             \
@@ -32,34 +33,12 @@ typedef float (*dot_fn)(const uint8_t *w, const uint8_t *act, int64_t cols);
             s6 += (double)WCONV(a[i + 6]) * XCONV(x[i + 6]);                                     \
             s7 += (double)WCONV(a[i + 7]) * XCONV(x[i + 7]);                                     \
         }                                                                                        \
-        for (int l = 0; i < cols; i++, l++) { /* the tail's element i + l into sum l */         \
-            const double t = (double)WCONV(a[i]) * XCONV(x[i]);                                  \
-            switch (l) {                                                                         \
-            case 0: s0 += t; break;                                                              \
-            case 1: s1 += t; break;                                                              \
-            case 2: s2 += t; break;                                                              \
-            case 3: s3 += t; break;                                                              \
-            case 4: s4 += t; break;                                                              \
-            case 5: s5 += t; break;                                                              \
-            default: s6 += t; break;                                                             \
-            }                                                                                    \
-        }                                                                                        \
+        for (; i < cols; i++) s0 += (double)WCONV(a[i]) * XCONV(x[i]); /* the tail */       \
         return (float)(((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)));                       \
     }
-/* f16 to f32 without a branch: the exponent and mantissa bits moved into place and the exponent
- * rebased by a multiply by 2^112 (exact, subnormals included); inf and nan keep an all-ones
- * exponent. Bit casts through a union: memcpy's addressable locals cost a stack check each
- * under ASan. */
-static inline float f16_widen(pl_f16 h) {
-    union { uint32_t u; float f; } v = {.u = (uint32_t)(h & 0x7fff) << 13};
-    const uint32_t inf = v.u >= (0x7c00u << 13) ? 0x7f800000u : 0;
-    v.f *= 0x1p112f;
-    v.u |= inf | (uint32_t)(h & 0x8000) << 16;
-    return v.f;
-}
 #define AS_F32(v) (v)
 FLOAT_DOT(dot_f32, float, float, AS_F32, AS_F32)
-FLOAT_DOT(dot_f16, pl_f16, float, f16_widen, AS_F32)
+FLOAT_DOT(dot_f16, pl_f16, float, pl_f16_to_f32, AS_F32)
 FLOAT_DOT(dot_bf16, pl_bf16, pl_bf16, pl_bf16_to_f32, pl_bf16_to_f32)
 
 static float dot_q8_0(const uint8_t *w, const uint8_t *act, int64_t cols) {

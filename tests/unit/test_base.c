@@ -37,6 +37,18 @@ static void test_fp16_roundtrip(void **state) {
         float f = pl_f16_to_f32((pl_f16)h);
         assert_int_equal(pl_f32_to_f16(f), h);
     }
+    /* Every f16 widens to its value (ldexp of its fields), inf and nan to their f32 bits. */
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        const uint32_t sign = (h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        uint32_t want;
+        if (e == 0x1f) {
+            want = sign | 0x7f800000u | m << 13;
+        } else {
+            const float v = ldexpf((float)(e ? m + 1024 : m), e ? (int)e - 25 : -24);
+            want = pl_f32_bits(v) | sign;
+        }
+        assert_int_equal(pl_f32_bits(pl_f16_to_f32((pl_f16)h)), want);
+    }
     assert_true(pl_f16_to_f32(pl_f32_to_f16(1.0f)) == 1.0f);
     assert_true(pl_f16_to_f32(pl_f32_to_f16(65519.0f)) == 65504.0f);
     assert_int_equal(pl_f32_to_f16(65520.0f), 0x7c00); /* overflow to inf */
