@@ -126,10 +126,10 @@ static void check_equal(const qweight *q, const float *x, int64_t B, const float
 }
 
 /* Every kernel the machine has, bitwise the scalar reference, over batch sizes around the AMX
- * tiles (16, 32) and the VNNI tiles (4), row counts that leave one group (16) or pairs, and
- * 1-3 threads. */
+ * tiles (16, 32) and the VNNI tiles (4), AVX2 f16's subtiles taking turns (7: 4 + 3, 12, 15,
+ * 16), row counts that leave one group (16) or pairs, and 1-3 threads. */
 static void agree_bitwise(pl_dtype type, const int64_t (*shapes)[2], size_t nshapes, uint64_t s) {
-    static const int64_t Bs[] = {1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 48, 70};
+    static const int64_t Bs[] = {1, 2, 3, 4, 5, 7, 12, 15, 16, 17, 31, 32, 33, 48, 70};
     unsigned ran = 0;
     for (size_t i = 0; i < nshapes; i++) {
         qweight q;
