@@ -115,7 +115,7 @@ static float softmax_update(const pl_attn_tile *t, int32_t v) {
 /* The operations the tile skeleton (attention_tile.h) runs on: 8 lanes; a last chunk of 4 is
  * loaded zero-extended (tail_t 0) and stored as 4. */
 #define W 8
-#define ATTN_GQA3 0 /* 16 registers: a group of 3 takes the one-vector path */
+#define ATTN_GQA3 1 /* 2 keys x 3 chains, the key chunk and the queries from memory fit 16 registers */
 #define TAIL_FULL 1
 #define HAS_TAIL(hd, tl) ((hd) & 7)
 #define PL_ATTN_TILE_FN pl_attn_tile_avx2
@@ -140,6 +140,10 @@ AI vec v_load_some(const pl_attn_tile *t, int32_t j, int32_t d, tail_t tl, int K
 AI vec acc_load(const float *p, tail_t tl) { return load8(p, 0, tl, PL_KT_F32); }
 AI void acc_store(float *p, vec x, tail_t tl) { store8(p, x, tl); }
 
+/* p·V's chunks at once for NG vectors: 8-12 FMA chains where 16 registers allow */
+#define PV_CH(NG) ((NG) == 1 ? 8 : (NG) <= 3 ? 4 : (NG) == 4 ? 2 : 1)
+#define PV_MAXACC 12
+#define SC_KB(NQ) 2
 #include "kernels/attention_tile.h"
 
 void pl_attn_f32_to_f16_avx2(const float *x, uint16_t *y, int32_t n) {

@@ -141,6 +141,10 @@ AI vec v_load_some(const pl_attn_tile *t, int32_t j, int32_t d, tail_t tl, int K
 AI vec acc_load(const float *p, tail_t tl) { return _mm512_maskz_loadu_ps(tl, p); }
 AI void acc_store(float *p, vec x, tail_t tl) { _mm512_mask_storeu_ps(p, tl, x); }
 
+/* p·V's chunks at once for NG vectors: 8-16 FMA chains (head_dim 64 is 4 chunks) */
+#define PV_CH(NG) ((NG) <= 4 ? 4 : 2)
+#define PV_MAXACC 16
+#define SC_KB(NQ) 4
 #include "kernels/attention_tile.h"
 
 void pl_attn_f32_to_f16_avx512(const float *x, uint16_t *y, int32_t n) {
