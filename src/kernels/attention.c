@@ -307,6 +307,24 @@ static void prefetch_rows(const void *const *rows, int32_t nk, size_t row_bytes)
         for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch((const char *)rows[j] + b);
 }
 
+/* Ask L2 for the rows of KV head g at cache positions [t0, t0 + nk), the tile after next: a
+ * block's rows of one head are one run of bytes, so this is a few streams where prefetch_rows
+ * (one tile ahead, into L1) is a line each. */
+static void prefetch_ahead(const pl_kv_layout *l, const pl_attn_args *a, const int32_t *btab, int32_t g,
+                           int32_t t0, int32_t nk) {
+    const int32_t bs = l->block_size;
+    const size_t rb = row_bytes(l);
+    for (int32_t p = t0, end = t0 + nk; p < end;) {
+        const int32_t off = p % bs, n = bs - off < end - p ? bs - off : end - p;
+        const size_t o = row_offset(l, btab[p / bs], g, off);
+        for (size_t b = 0; b < (size_t)n * rb; b += 64) {
+            __builtin_prefetch((const char *)a->k_cache + o + b, 0, 2);
+            __builtin_prefetch((const char *)a->v_cache + o + b, 0, 2);
+        }
+        p += n;
+    }
+}
+
 /* The first cache position a query at pos sees: pos - W + 1 with a window W, else 0. */
 static int32_t win_start(int32_t W, int32_t pos) {
     return W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
@@ -373,6 +391,8 @@ static void run_item(const attn_ctx *c, int32_t i, int32_t g, int32_t r0, int32_
                 gather_tile(l, a, btab, g, t1, nk1, first, rows[cur ^ 1][0], rows[cur ^ 1][1]);
                 prefetch_rows(rows[cur ^ 1][0], nk1, row_bytes);
                 prefetch_rows(rows[cur ^ 1][1], nk1, row_bytes);
+                if (t1 + PL_ATTN_KT <= last)
+                    prefetch_ahead(l, a, btab, g, t1 + PL_ATTN_KT, tile_len(t1 + PL_ATTN_KT, last));
             }
             for (int32_t v = 0; v < nq; v++) {
                 int32_t n = pos[v] + 1 - t0, lo = win_start(W, pos[v]) - t0;
