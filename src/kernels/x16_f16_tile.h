@@ -30,6 +30,10 @@ enum { X_HALVES = 16 / X_LANES }; /* vectors per 16-row group and column */
  * group is 24 KB): 110M F16 decode B=1 156.0 -> 163.5 tok/s (medians of 5, interleaved), 1B
  * the same; in prefill it measured no gain. (AVX-512 measurements, issue 22.) */
 enum { PF_DIST = 4096 };
+/* AVX2's tile (8 lanes) with 3-6 activation rows asks 8 KB ahead: 110M F16 decode,
+ * PAGELLM_ISA=avx2, interleaved pairs (2026-11-27): B = 4 725-768 -> 755-807 tok/s, B = 6
+ * 933-1016 -> 1033-1039, B = 32 the same within noise; 16 KB no better; B = 1 1-6 % less. */
+enum { PF_DIST_WIDE = X_LANES == 8 ? 8192 : PF_DIST };
 
 AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
                   int64_t ldy, const int NG, const int NB, const int BF) {
@@ -44,7 +48,7 @@ AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
         if ((k & 1) == 0) { /* 32 bytes per column and group: a line every second column */
             /* decode (1-2 rows: the weights stream once): past its group's end, into the next
              * tile's group of the same index, where this thread goes next */
-            const size_t off = (size_t)k * 32 + PF_DIST,
+            const size_t off = (size_t)k * 32 + (NB >= 3 ? PF_DIST_WIDE : PF_DIST),
                          skip = NB <= 2 && off >= gs ? (size_t)(NG - 1) * gs : 0;
             UNROLL16 for (int g = 0; g < NG; g++)
                 _mm_prefetch((const char *)(w + (size_t)g * gs + off + skip), _MM_HINT_T0);
