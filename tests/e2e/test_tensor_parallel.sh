@@ -213,6 +213,9 @@ has_bf16=1
 for f in avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16 fma f16c; do
     [[ " $cpu_flags " == *" $f "* ]] || has_bf16=0
 done
+# a level forced below avx512 (a developer's run as an AVX2 machine; CI refuses the knob) is
+# such a machine here too
+case "${PAGELLM_ISA:-}" in "" | avx512) ;; *) has_bf16=0 ;; esac
 if [ "$has_bf16" = 1 ]; then
     # TP = 2 against TP = 1 in the mode, greedy: the ids bitwise (tie 0: no parting at all; these
     # two requests have no near-tie there), log-probabilities within 1.5x the largest difference
