@@ -307,6 +307,15 @@ static int64_t contig_request_blocks(const pl_kv_cache *c, int32_t n_prompt, int
 
 /* ---- the vAttention layout (kv/vattn.h) ---- */
 
+static size_t gcd_size(size_t a, size_t b) {
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 /* mprotect/madvise on anonymous memory for 4K and 64K pages, a memfd for 2M (hugetlb) and for
  * --vattn-share (a page mapped at several addresses) (docs/DESIGN.md says why);
  * PAGELLM_VATTN_BACKEND=memfd forces the memfd (benchmarks). */
@@ -358,32 +367,59 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     if (sh->embedding)
         return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention serves generation models; this "
                        "is an embedding model (architecture %s)", sh->arch_name);
-    if (sh->layer_shapes)
-        return pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention needs one KV shape for every "
-                       "layer; the layers of this %s model differ (use kv-layout paged)",
-                       sh->arch_name);
     size_t page = cfg->kv_page_size ? (size_t)cfg->kv_page_size : 4096;
     cfg->kv_page_size = page;
-    size_t head_row = pl_kv_row_bytes(l); /* one token of one KV head */
-    if (head_row == 0 || page % head_row != 0)
-        return pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a page of %zu bytes does not "
-                       "hold a whole number of rows of %zu bytes (one KV head of %d dims, %s); "
-                       "use another kv-page-size or kv-cache-dtype", page, head_row,
-                       (int)l->head_dim, pl_kv_cache_dtype_name(cfg->kv_cache_dtype));
     /* A region per layer, K/V and KV head: a slot's rows of one head are one array, head-major
-     * as the contiguous kernel reads them. */
-    const int64_t regions = 2 * (int64_t)sh->n_layers * sh->n_kv_heads;
-    int32_t tpr = (int32_t)(page / head_row);
-    int32_t rows = (max_model_len + tpr - 1) / tpr;
-    uint64_t row_bytes = (uint64_t)page * (uint64_t)regions;
+     * as the contiguous kernel reads them. Every region's row holds the same tokens: the fewest
+     * whose token rows fill whole pages in every layer (a page's worth of the largest where
+     * they divide it; gemma4's window layers, of smaller rows, then take fewer pages a row). */
+    const int32_t nl = sh->n_layers;
+    int64_t tpr = 1, regions = 0, row_pages = 0;
+    for (int32_t i = 0; i < nl; i++) {
+        const pl_kv_shape s1 = sh->layer_shapes ? sh->layer_shapes[i]
+                                                : (pl_kv_shape){l->n_kv_heads, l->head_dim};
+        pl_kv_layout li = *l;
+        li.n_kv_heads = s1.n_kv_heads;
+        li.head_dim = s1.head_dim;
+        const size_t rb = pl_kv_row_bytes(&li);
+        const int64_t t = rb ? (int64_t)(page / gcd_size(page, rb)) : 0;
+        if (t > 0) tpr = tpr / (int64_t)gcd_size((size_t)tpr, (size_t)t) * t;
+        if (t == 0 || (uint64_t)tpr * rb > 64 * (uint64_t)page)
+            return pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a page of %zu bytes does not "
+                           "hold a whole number of rows of %zu bytes (one KV head of %d dims, %s%s) "
+                           "within 64 pages; use another kv-page-size or kv-cache-dtype", page, rb,
+                           (int)s1.head_dim, pl_kv_cache_dtype_name(cfg->kv_cache_dtype),
+                           sh->layer_shapes ? ", and the other layers' rows" : "");
+        regions += 2 * (int64_t)s1.n_kv_heads;
+    }
+    int32_t *region_pages = malloc((size_t)regions * sizeof *region_pages);
+    if (!region_pages) return pl_fail(PL_ERR_NOMEM, "kv-layout vattention: out of memory");
+    for (int32_t i = 0, r = 0; i < nl; i++) {
+        const pl_kv_shape s1 = sh->layer_shapes ? sh->layer_shapes[i]
+                                                : (pl_kv_shape){l->n_kv_heads, l->head_dim};
+        pl_kv_layout li = *l;
+        li.n_kv_heads = s1.n_kv_heads;
+        li.head_dim = s1.head_dim;
+        const int32_t k = (int32_t)((uint64_t)tpr * pl_kv_row_bytes(&li) / page);
+        for (int32_t j = 0; j < 2 * s1.n_kv_heads; j++) region_pages[r++] = k;
+        row_pages += 2 * (int64_t)s1.n_kv_heads * k;
+    }
+    int32_t rows = (int32_t)((max_model_len + tpr - 1) / tpr);
+    uint64_t row_bytes = (uint64_t)page * (uint64_t)row_pages;
     uint64_t phys = budget / row_bytes;
-    if (phys < 1)
+    if (phys < 1) {
+        free(region_pages);
         return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory %llu bytes is smaller than one page "
-                       "per layer, K/V and KV head (%d layers x 2 x %d heads x %zu bytes = %llu "
+                       "per layer, K/V and KV head (%d layers: %lld pages of %zu bytes = %llu "
                        "bytes)", (unsigned long long)budget, (int)sh->n_layers,
-                       (int)sh->n_kv_heads, page, (unsigned long long)row_bytes);
+                       (long long)row_pages, page, (unsigned long long)row_bytes);
+    }
     if (phys > INT32_MAX / 4) phys = INT32_MAX / 4;
-    PL_TRY(check_map_count(cfg, regions, page, (int64_t)phys));
+    pl_status mst = check_map_count(cfg, regions, page, (int64_t)phys);
+    if (mst != PL_OK) {
+        free(region_pages);
+        return mst;
+    }
     /* prefix hits on the pages running and finished sequences computed, with --vattn-share */
     cfg->enable_prefix_caching = cfg->enable_prefix_caching && cfg->vattn_share;
     c->vp_cache = cfg->enable_prefix_caching;
@@ -392,12 +428,15 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
          * so up to twice the sequences hold a slot for a moment */
         .page_size = page, .n_regions = (int32_t)regions,
         .n_slots = cfg->max_num_seqs * (cfg->vattn_share ? 2 : 1),
-        .rows_per_slot = rows, .tokens_per_row = tpr, .phys_rows = (int64_t)phys,
+        .rows_per_slot = rows, .tokens_per_row = (int32_t)tpr, .phys_rows = (int64_t)phys,
+        .region_pages = region_pages,
         .backend = backend_for(cfg, page), .overlap = !cfg->vattn_no_overlap,
         .deferred_reclaim = !cfg->vattn_no_deferred_reclaim, .eager = !cfg->vattn_no_eager,
         .start_thread = 1, .reclaim_threshold = 0.10, .prefix_cache = c->vp_cache,
     };
-    PL_TRY(pl_vattn_create(&vc, &c->va));
+    pl_status vst = pl_vattn_create(&vc, &c->va);
+    free(region_pages);
+    PL_TRY(vst);
     /* The store view: a layer's K (V) is its KV heads' regions, each n_slots x rows pages; a
      * "block" is a page row of tpr tokens, so the head-major order of kv_store.h is exactly
      * [kv_head][slot][page][row]. */
@@ -406,8 +445,18 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     c->store.layout.block_size = tpr;
     c->store.layout.num_blocks = (int64_t)vc.n_slots * rows;
     c->store.n_layers = sh->n_layers;
-    c->store.layer_bytes =
-        (size_t)sh->n_kv_heads * (size_t)vc.n_slots * pl_vattn_slot_bytes(c->va);
+    /* layer 0's K regions end where its V regions start (region n_kv_heads) */
+    c->store.layer_bytes = pl_vattn_region_offset(c->va, l->n_kv_heads);
+    if (sh->layer_shapes) { /* each layer its shape, at its first region */
+        c->store.shapes = malloc((size_t)nl * sizeof *c->store.shapes);
+        c->store.layer_off = malloc((size_t)nl * sizeof *c->store.layer_off);
+        if (!c->store.shapes || !c->store.layer_off)
+            return pl_fail(PL_ERR_NOMEM, "kv-layout vattention: out of memory");
+        for (int32_t i = 0, r = 0; i < nl; r += 2 * sh->layer_shapes[i].n_kv_heads, i++) {
+            c->store.shapes[i] = sh->layer_shapes[i];
+            c->store.layer_off[i] = pl_vattn_region_offset(c->va, r);
+        }
+    }
     c->store.base = pl_vattn_base(c->va);
     c->store.mapped_bytes = 0; /* the vattn owns the reservation */
     c->store.head_major = 1;

@@ -33,6 +33,13 @@ struct pl_vattn {
     char *base;           /* aligned reservation */
     void *raw;            /* what mmap returned (may start below base) */
     size_t raw_bytes, reserved, slot_bytes;
+    /* region r: its row is reg_k[r] pages (1 unless region_pages says), its slots start at
+     * reg_off[r] bytes into the reservation, each reg_slot[r] bytes; in a physical row (row_k
+     * pages) its pages come after reg_row[r] pages of the regions before it */
+    int32_t *reg_k;
+    size_t *reg_off, *reg_slot;
+    int64_t *reg_row;
+    int64_t row_k;
     int fd;               /* memfd (MEMFD backend), else -1 */
     void *view;           /* MEMFD: the whole memfd mapped once, read-only, for mincore */
     size_t view_bytes;
@@ -69,8 +76,13 @@ static int32_t rows_for(const pl_vattn *va, int64_t tokens) {
 }
 
 static char *page_at(const pl_vattn *va, int32_t region, int32_t slot, int32_t pos) {
-    return va->base + ((size_t)region * va->cfg.n_slots + (size_t)slot) * va->slot_bytes +
-           (size_t)pos * va->cfg.page_size;
+    return va->base + va->reg_off[region] + (size_t)slot * va->reg_slot[region] +
+           (size_t)pos * va->reg_k[region] * va->cfg.page_size;
+}
+
+/* Bytes of region r's page of one row (its tokens_per_row rows). */
+static size_t row_page(const pl_vattn *va, int32_t r) {
+    return (size_t)va->reg_k[r] * va->cfg.page_size;
 }
 
 /* ---- mapping one row (lock held) ------------------------------------------------------------ */
@@ -85,20 +97,20 @@ static int64_t plain_free(const pl_vattn *va) {
 static void punch(pl_vattn *va, int32_t row) {
     if (va->fd < 0 || va->huge) return;
     size_t P = va->cfg.page_size;
-    off_t off = (off_t)row * va->cfg.n_regions * (off_t)P;
+    off_t off = (off_t)row * va->row_k * (off_t)P;
     int rc = fallocate(va->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
-                       (off_t)P * va->cfg.n_regions);
+                       (off_t)P * va->row_k);
     PL_ASSERT(rc == 0);
 }
 
 /* Map physical row `row` at position pos of slot's every region (over what is there: MAP_FIXED
  * replaces an earlier mapping in place). */
 static int map_at(pl_vattn *va, int32_t slot, int32_t pos, int32_t row) {
-    size_t P = va->cfg.page_size;
     for (int32_t r = 0; r < va->cfg.n_regions; r++) {
         char *p = page_at(va, r, slot, pos);
+        const size_t P = row_page(va, r);
         if (va->fd >= 0) {
-            off_t off = ((off_t)row * va->cfg.n_regions + r) * (off_t)P;
+            off_t off = ((off_t)row * va->row_k + va->reg_row[r]) * (off_t)va->cfg.page_size;
             if (mmap(p, P, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_SHARED, va->fd, off) == MAP_FAILED)
                 return -1;
         } else if (mprotect(p, P, PROT_READ | PROT_WRITE) != 0) {
@@ -120,7 +132,7 @@ static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
     if (map_at(va, slot, pos, row) != 0) return -1;
     va->row_of[(size_t)slot * va->cfg.rows_per_slot + pos] = row;
     va->mapped[slot] = pos + 1;
-    uint64_t pages = (uint64_t)va->cfg.n_regions;
+    uint64_t pages = (uint64_t)va->row_k;
     if (bg) va->st.pages_mapped_bg += pages;
     else va->st.pages_mapped_sync += pages;
     return 0;
@@ -139,13 +151,13 @@ static void drop_row(pl_vattn *va, int32_t row) {
  * maps it. The reservation is restored (PROT_NONE). Failure here would leave a page we cannot
  * account for, so it is asserted (the calls only fail on bad arguments). */
 static void unmap_last(pl_vattn *va, int32_t slot, int bg) {
-    size_t P = va->cfg.page_size;
     int32_t pos = va->mapped[slot] - 1;
     PL_ASSERT(pos >= 0);
     size_t k = (size_t)slot * va->cfg.rows_per_slot + pos;
     int32_t row = va->row_of[k];
     for (int32_t r = 0; r < va->cfg.n_regions; r++) {
         char *p = page_at(va, r, slot, pos);
+        const size_t P = row_page(va, r);
         if (va->fd >= 0) {
             void *q = mmap(p, P, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                            -1, 0);
@@ -159,7 +171,7 @@ static void unmap_last(pl_vattn *va, int32_t slot, int bg) {
     va->row_of[k] = -1;
     va->mapped[slot] = pos;
     drop_row(va, row);
-    uint64_t pages = (uint64_t)va->cfg.n_regions;
+    uint64_t pages = (uint64_t)va->row_k;
     if (bg) va->st.pages_unmapped_bg += pages;
     else va->st.pages_unmapped_sync += pages;
 }
@@ -298,7 +310,7 @@ static pl_status setup_memory(pl_vattn *va) {
         if (va->fd < 0)
             return pl_fail(PL_ERR_UNSUPPORTED, "kv-page-size %zu: memfd_create%s failed: %s", P,
                            va->huge ? " with MFD_HUGETLB (2 MiB huge pages)" : "", strerror(errno));
-        off_t bytes = (off_t)c->phys_rows * c->n_regions * (off_t)P;
+        off_t bytes = (off_t)c->phys_rows * va->row_k * (off_t)P;
         if (ftruncate(va->fd, bytes) != 0)
             return pl_fail(PL_ERR_NOMEM, "kv-cache-memory: cannot size the page pool to %lld bytes: %s",
                            (long long)bytes, strerror(errno));
@@ -343,26 +355,53 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
         return pl_fail(PL_ERR_INVALID_ARG, "vattn: %d regions, %d slots, %d rows per slot, %d "
                        "tokens per row: each must be >= 1 (regions >= 2)", (int)c->n_regions,
                        (int)c->n_slots, (int)c->rows_per_slot, (int)c->tokens_per_row);
+    int64_t row_k = 0; /* pages of a physical row */
+    for (int32_t r = 0; r < c->n_regions; r++) {
+        const int32_t k = c->region_pages ? c->region_pages[r] : 1;
+        if (k < 1 || k > 4096)
+            return pl_fail(PL_ERR_INVALID_ARG, "vattn: region %d takes %d pages a row (1..4096)",
+                           (int)r, (int)k);
+        row_k += k;
+    }
     if (c->phys_rows < 1 || c->phys_rows > INT32_MAX / 2)
         return pl_fail(PL_ERR_INVALID_ARG, "kv-cache-memory holds %lld pages of %zu bytes per "
-                       "layer K and V; it needs at least one (%d layers x K,V x %zu bytes = %zu "
-                       "bytes)", (long long)c->phys_rows, P, (int)(c->n_regions / 2), P,
-                       (size_t)c->n_regions * P);
+                       "layer K and V; it needs at least one (%d regions, %lld pages of %zu "
+                       "bytes = %llu bytes)", (long long)c->phys_rows, P, (int)c->n_regions,
+                       (long long)row_k, P, (unsigned long long)row_k * P);
     if (!(c->reclaim_threshold >= 0 && c->reclaim_threshold < 1))
         return pl_fail(PL_ERR_INVALID_ARG, "vattn: reclaim threshold must be in [0, 1)");
     uint64_t slot_bytes = (uint64_t)c->rows_per_slot * P;
-    uint64_t total = slot_bytes * (uint64_t)c->n_slots * (uint64_t)c->n_regions;
-    if (total / c->n_regions / c->n_slots != slot_bytes || total > ((uint64_t)1 << 46))
-        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention: %d slots x %d regions x %llu "
-                       "bytes exceed the address space this process may reserve (64 TiB)",
-                       (int)c->n_slots, (int)c->n_regions, (unsigned long long)slot_bytes);
+    uint64_t total = slot_bytes * (uint64_t)c->n_slots * (uint64_t)row_k;
+    if (total / (uint64_t)row_k / c->n_slots != slot_bytes || total > ((uint64_t)1 << 46))
+        return pl_fail(PL_ERR_INVALID_ARG, "kv-layout vattention: %d slots x %lld pages a row "
+                       "(%d regions) x %llu bytes exceed the address space this process may "
+                       "reserve (64 TiB)", (int)c->n_slots, (long long)row_k, (int)c->n_regions,
+                       (unsigned long long)slot_bytes);
     pl_vattn *va = calloc(1, sizeof *va);
     if (!va) return pl_fail(PL_ERR_NOMEM, "vattn: out of memory");
     va->cfg = *c;
+    va->cfg.region_pages = NULL; /* the caller's array: copied into reg_k */
     va->fd = -1;
     va->populate = 1;
     va->slot_bytes = (size_t)slot_bytes;
     va->reserved = (size_t)total;
+    va->row_k = row_k;
+    va->reg_k = malloc((size_t)c->n_regions * sizeof *va->reg_k);
+    va->reg_off = malloc((size_t)c->n_regions * sizeof *va->reg_off);
+    va->reg_slot = malloc((size_t)c->n_regions * sizeof *va->reg_slot);
+    va->reg_row = malloc((size_t)c->n_regions * sizeof *va->reg_row);
+    if (va->reg_k && va->reg_off && va->reg_slot && va->reg_row) {
+        size_t off = 0;
+        int64_t in_row = 0;
+        for (int32_t r = 0; r < c->n_regions; r++) {
+            va->reg_k[r] = c->region_pages ? c->region_pages[r] : 1;
+            va->reg_slot[r] = (size_t)slot_bytes * (size_t)va->reg_k[r];
+            va->reg_off[r] = off;
+            va->reg_row[r] = in_row;
+            off += va->reg_slot[r] * (size_t)c->n_slots;
+            in_row += va->reg_k[r];
+        }
+    }
     pthread_mutex_init(&va->mu, NULL);
     pthread_cond_init(&va->cv, NULL);
     size_t ns = (size_t)c->n_slots, npos = ns * (size_t)c->rows_per_slot;
@@ -379,7 +418,8 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
     va->reg_hash = calloc(ns, sizeof *va->reg_hash);
     pl_status st = PL_OK;
     if (!va->used || !va->fresh || !va->need || !va->need_tokens || !va->mapped || !va->row_of ||
-        !va->hit_rows || !va->extra || !va->reg_n || !va->reg_parent || !va->reg_hash)
+        !va->hit_rows || !va->extra || !va->reg_n || !va->reg_parent || !va->reg_hash ||
+        !va->reg_k || !va->reg_off || !va->reg_slot || !va->reg_row)
         st = pl_fail(PL_ERR_NOMEM, "vattn: cannot allocate bookkeeping for %d slots", (int)ns);
     if (st == PL_OK && c->prefix_cache && c->backend != PL_VATTN_MEMFD)
         st = pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a prefix cache maps a page at "
@@ -436,11 +476,16 @@ void pl_vattn_destroy(pl_vattn *va) {
     free(va->reg_n);
     free(va->reg_parent);
     free(va->reg_hash);
+    free(va->reg_k);
+    free(va->reg_off);
+    free(va->reg_slot);
+    free(va->reg_row);
     free(va);
 }
 
 void *pl_vattn_base(const pl_vattn *va) { return va->base; }
 size_t pl_vattn_slot_bytes(const pl_vattn *va) { return va->slot_bytes; }
+size_t pl_vattn_region_offset(const pl_vattn *va, int32_t r) { return va->reg_off[r]; }
 size_t pl_vattn_reserved_bytes(const pl_vattn *va) { return va->reserved; }
 const pl_vattn_config *pl_vattn_get_config(const pl_vattn *va) { return &va->cfg; }
 
@@ -462,7 +507,7 @@ static int map_rows_into(pl_vattn *va, int32_t to, const int32_t *rows, int32_t 
         if (map_at(va, to, j, rows[j]) != 0) return -1;
         if (ref_of(va, rows[j]) > 0) {
             va->n_alias++;
-            va->st.pages_shared += (uint64_t)va->cfg.n_regions;
+            va->st.pages_shared += (uint64_t)va->row_k;
         } else {
             va->st.rows_from_cache++;
         }
@@ -570,8 +615,8 @@ pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows)
     if (map_rows_into(va, to, src, copy ? last : n_rows) != 0) goto nomem;
     if (copy) {
         for (int32_t r = 0; r < c->n_regions; r++)
-            memcpy(page_at(va, r, to, last), page_at(va, r, from, last), c->page_size);
-        va->st.pages_copied += (uint64_t)c->n_regions;
+            memcpy(page_at(va, r, to, last), page_at(va, r, from, last), row_page(va, r));
+        va->st.pages_copied += (uint64_t)va->row_k;
     }
     goto out;
 nomem:
@@ -613,11 +658,11 @@ pl_status pl_vattn_unshare(pl_vattn *va, int32_t slot, int32_t pos) {
                      "%s", (int)slot, errno ? strerror(errno) : "no page left");
     } else {
         for (int32_t r = 0; r < c->n_regions; r++)
-            memcpy(page_at(va, r, slot, pos), page_at(va, r, other, pos), c->page_size);
+            memcpy(page_at(va, r, slot, pos), page_at(va, r, other, pos), row_page(va, r));
         va->row_of[slot * R + pos] = row;
         drop_row(va, old);
-        va->st.pages_copied += (uint64_t)c->n_regions;
-        va->st.pages_mapped_sync += (uint64_t)c->n_regions;
+        va->st.pages_copied += (uint64_t)va->row_k;
+        va->st.pages_mapped_sync += (uint64_t)va->row_k;
     }
     va->st.map_ns_in_step += now_ns() - t0;
     pthread_mutex_unlock(&va->mu);

@@ -3,8 +3,10 @@
  *
  * The reservation is one mmap(PROT_NONE, MAP_NORESERVE) of
  *     [n_regions][n_slots][slot_bytes]
- * so a slot is, in every region, one virtually contiguous array of rows_per_slot pages (enough
- * for --max-model-len tokens). The engine (kv/cache.c) makes a region per layer, K/V and KV
+ * so a slot is, in every region, one virtually contiguous array of rows_per_slot rows (enough
+ * for --max-model-len tokens), a row being one page, or region_pages[r] pages where a region's
+ * token rows are larger (gemma4's full layers beside its window ones: every region's row holds
+ * the same tokens_per_row tokens). The engine (kv/cache.c) makes a region per layer, K/V and KV
  * head (region (2l + kv) × n_kv_heads + g): slot s's rows of one KV head of a layer's K are one
  * array, which the contiguous attention kernel (kernels/attention_contig.h) reads as is; read
  * per layer, the reservation is the head-major pl_kv_store order whose "blocks" are page rows,
@@ -14,11 +16,12 @@
  * quarter of the time and keeps two mappings per region and slot, where MEMFD makes one per
  * page and runs into vm.max_map_count).
  *
- * Physical memory is counted in page rows: one page in each region (every region of a slot
- * grows in lockstep, token by token). The pool holds phys_rows rows (the
- * --kv-cache-memory budget divided by page_size × regions). A slot's mapped rows are always a
- * prefix of it: rows [0, mapped). Backends:
- *   MEMFD  row p is the memfd's pages [p × regions, (p + 1) × regions); mapping = mmap(MAP_FIXED
+ * Physical memory is counted in page rows: a row's pages in each region (every region of a
+ * slot grows in lockstep, token by token). The pool holds phys_rows rows (the
+ * --kv-cache-memory budget divided by page_size × the pages of a row). A slot's mapped rows are
+ * always a prefix of it: rows [0, mapped). Backends:
+ *   MEMFD  row p is the memfd's pages [p × K, (p + 1) × K) (K pages a row, region after region);
+ *          mapping = mmap(MAP_FIXED
  *          | MAP_SHARED) of each page into its region, unmapping = mmap(PROT_NONE, MAP_FIXED |
  *          MAP_NORESERVE) over it and a PUNCH_HOLE so the memory goes back to the system. 2 MiB
  *          pages use MFD_HUGETLB and are preallocated (a clear error when the system has none).
@@ -89,7 +92,10 @@ typedef struct {
     int32_t n_regions;          /* the engine's: 2 × layers × KV heads */
     int32_t n_slots;            /* request slots (max-num-seqs) */
     int32_t rows_per_slot;      /* virtual pages per region and slot */
-    int32_t tokens_per_row;     /* tokens one page of a region holds */
+    int32_t tokens_per_row;     /* tokens one row of a region holds (its page or pages) */
+    const int32_t *region_pages; /* [n_regions] pages of page_size region r's row takes (a layer
+                                    whose token rows are larger than another's: gemma4), or NULL:
+                                    one each. Read by pl_vattn_create only. */
     int64_t phys_rows;          /* physical page rows of the budget (>= 1) */
     pl_vattn_backend backend;
     int overlap, deferred_reclaim, eager; /* the techniques (1 = on) */
@@ -125,9 +131,12 @@ typedef struct pl_vattn pl_vattn;
 pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out);
 void pl_vattn_destroy(pl_vattn *va);
 
-/* The reservation (region r of slot s starts at base + (r × n_slots + s) × slot_bytes). */
+/* The reservation (region r of slot s starts at base + (r × n_slots + s) × slot_bytes when every
+ * region's row is one page; in general at base + pl_vattn_region_offset(r) + s × slot_bytes ×
+ * region_pages[r]). */
 void *pl_vattn_base(const pl_vattn *va);
 size_t pl_vattn_slot_bytes(const pl_vattn *va);
+size_t pl_vattn_region_offset(const pl_vattn *va, int32_t region);
 size_t pl_vattn_reserved_bytes(const pl_vattn *va);
 const pl_vattn_config *pl_vattn_get_config(const pl_vattn *va);
 

@@ -32,6 +32,7 @@
 #include "kernels/cpu.h"
 #include "../unit/isa_coverage.h"
 #include "kv/kv_store.h"
+#include "kv/vattn.h"
 #include "model/model.h"
 
 #include <stdio.h>
@@ -95,6 +96,7 @@ typedef struct {
     int prefix_cache, release_off;
     int spec; /* n-gram speculation of 4 tokens (rolled back in both pools) */
     const char *draft; /* speculation by this draft model instead (4 tokens) */
+    int vattn;         /* 1: --kv-layout vattention; 2: with --vattn-share (pages of a memfd) */
 } engine_opts;
 
 /* bytes and swap_blocks in blocks of `unit` bytes (a block of every layer that keeps KV) */
@@ -115,6 +117,10 @@ static pl_engine *make_engine(const char *path, size_t unit, int32_t blocks, eng
     c.threads = 2;
     c.max_num_seqs = o.max_seqs ? o.max_seqs : 8;
     c.max_num_batched_tokens = 32; /* the prompts take two chunks */
+    if (o.vattn) {
+        c.kv_layout = PL_KV_LAYOUT_VATTENTION;
+        c.vattn_share = o.vattn == 2;
+    }
     pl_engine *e;
     if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
     return e;
@@ -239,8 +245,8 @@ static void kinds_equal(const char *path, size_t unit, int32_t V, int forks, siz
     result *ref = forks ? NULL : run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
     if (big) pl_engine_destroy(big);
     static const engine_opts runs[] = {
-        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0, NULL}, {PL_PREEMPT_SWAP, 16, 2, 0, 0, 0, NULL},
-        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 1, NULL}};
+        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0, NULL, 0}, {PL_PREEMPT_SWAP, 16, 2, 0, 0, 0, NULL, 0},
+        {PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 1, NULL, 0}};
     static const char *const names[] = {"recompute", "swap", "speculation"};
     for (size_t k = 0; !forks && k < n_greedy && k < sizeof runs / sizeof runs[0]; k++) {
         /* a request ends with 180 tokens: 12 blocks; two of them fill more than the full pool
@@ -285,6 +291,72 @@ static void test_gemma4_kinds(void **state) {
 static void test_gemma4_kinds_forks(void **state) {
     (void)state;
     kinds_equal(shared_path, block_bytes, model->hp.n_vocab, 1, 0);
+}
+
+/* --kv-layout vattention on gemma4, whose window layers' token rows (2 KV heads of 16 dims, f32:
+ * 64 bytes) are half its full layer's (1 of 32: 128 bytes): every region's row holds 64 tokens,
+ * a page in a window layer's regions, two in the full layer's (kv/vattn.h), and the store view
+ * reads each layer with its own shape. Greedy requests preempted (a budget of 8 rows for four
+ * requests of 3), and with --vattn-share seeded n = 3 and beam search (their pages shared and
+ * copied on write, two pages at a time in the full layer), give bitwise the paged layout's
+ * tokens; every page is back at the end. */
+static void test_gemma4_vattention(void **state) {
+    (void)state;
+    int32_t prompts[NREQ][PROMPT];
+    make_prompts(model->hp.n_vocab, prompts);
+    pl_request_params p;
+    greedy_params(&p, GEN);
+    engine_opts off = {.mode = PL_PREEMPT_RECOMPUTE, .release_off = 1};
+    pl_engine *big = make_engine(shared_path, block_bytes, 64, off);
+    result *ref = run_prompt_ids(big, &prompts[0][0], NREQ, PROMPT, &p);
+    pl_engine_destroy(big);
+    /* 8 rows of 64 tokens: 4 blocks of 16 each */
+    engine_opts va = {.mode = PL_PREEMPT_RECOMPUTE, .vattn = 1};
+    pl_engine *e = make_engine(shared_path, block_bytes, 32, va);
+    pl_kv_cache *kv = pl_engine_kv_cache(e);
+    const pl_vattn_config *vc = pl_vattn_get_config(pl_kv_cache_vattn(kv));
+    assert_int_equal(vc->tokens_per_row, 64);
+    assert_int_equal(vc->phys_rows, 8);
+    assert_int_equal(vc->n_regions, 2 * (2 + 2 + 1));
+    const pl_kv_store *st = pl_kv_cache_store(kv);
+    for (int32_t t = 0; t < st->n_layers; t++) {
+        pl_kv_layout lt = pl_kv_store_layer_layout(st, t);
+        assert_int_equal(lt.head_dim, pl_model_layer_shape(&model->hp, t).head_dim);
+        assert_int_equal(lt.n_kv_heads, pl_model_layer_shape(&model->hp, t).n_kv_heads);
+        /* layer t's K starts at its first region; its V after its KV heads' K regions */
+        const size_t k_off = (size_t)((char *)pl_kv_store_k(st, t) - (char *)st->base);
+        const size_t v_off = (size_t)((char *)pl_kv_store_v(st, t) - (char *)st->base);
+        assert_int_equal(v_off - k_off, (size_t)lt.n_kv_heads * vc->n_slots * vc->rows_per_slot *
+                                            (lt.head_dim == 32 ? 2 : 1) * 4096);
+    }
+    result *res = run_prompt_ids(e, &prompts[0][0], NREQ, PROMPT, &p);
+    same(res, ref, NREQ, 1, GEN, "vattention, recompute");
+    pl_engine_stats s;
+    pl_engine_get_stats(e, &s);
+    assert_true(s.preemptions > 0);
+    assert_int_equal(s.blocks_used, 0);
+    assert_int_equal(pl_kv_cache_check(kv), PL_OK);
+    free(res);
+    free(ref);
+    pl_engine_destroy(e);
+    enum { OUT = 48 };
+    for (int beam = 0; beam < 2; beam++) {
+        three_params(&p, OUT, beam);
+        pl_engine *r_e = make_engine(shared_path, block_bytes, 64, off);
+        ref = run_prompt_ids(r_e, &prompts[0][0], 1, PROMPT, &p);
+        pl_engine_destroy(r_e);
+        engine_opts sh = {.mode = PL_PREEMPT_RECOMPUTE, .max_seqs = 3, .vattn = 2};
+        e = make_engine(shared_path, block_bytes, 64, sh);
+        res = run_prompt_ids(e, &prompts[0][0], 1, PROMPT, &p);
+        same(res, ref, 1, 3, OUT, beam ? "vattention, beam" : "vattention, n = 3");
+        pl_vattn_stats vs;
+        pl_vattn_get_stats(pl_kv_cache_vattn(pl_engine_kv_cache(e)), &vs);
+        assert_true(vs.pages_shared > 0);
+        assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
+        free(res);
+        free(ref);
+        pl_engine_destroy(e);
+    }
 }
 
 /* gemma3's unit: the bytes of a block of every layer (f32); its vocabulary in *V. */
@@ -413,8 +485,8 @@ static void test_gemma3_window_pool_short(void **state) {
     size_t unit;
     pl_request_params p;
     result *ref = gemma3_ref(prompts, &unit, &p);
-    static const engine_opts runs[] = {{PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0, NULL},
-                                       {PL_PREEMPT_SWAP, 32, 2, 0, 0, 0, NULL}};
+    static const engine_opts runs[] = {{PL_PREEMPT_RECOMPUTE, 0, 2, 1, 0, 0, NULL, 0},
+                                       {PL_PREEMPT_SWAP, 32, 2, 0, 0, 0, NULL, 0}};
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         pl_engine *e = make_engine(g3_path, unit, 64, runs[k]);
         pl_kv_cache *kv = pl_engine_kv_cache(e);
@@ -521,6 +593,7 @@ int main(void) {
         cmocka_unit_test(test_gemma3_kinds),
         cmocka_unit_test(test_gemma3_draft_fallback),
         cmocka_unit_test(test_gemma3_window_pool_short),
+        cmocka_unit_test(test_gemma4_vattention),
     };
     int failed = isa_run_group_tests(tests, setup, teardown);
     return failed | cmocka_run_group_tests(once, setup, teardown);

@@ -19,11 +19,29 @@
 
 enum { SLOTS = 6, ROWS = 8, REGIONS = 4, TPR = 16 };
 
+/* Region r's row takes g_pages[r] pages (test_region_pages: a model whose layers' token rows
+ * differ, gemma4), or one page each (NULL). */
+static const int32_t *g_pages;
+static int32_t pages_of(int32_t r) { return g_pages ? g_pages[r] : 1; }
+static int64_t row_pages(void) {
+    int64_t n = 0;
+    for (int32_t r = 0; r < REGIONS; r++) n += pages_of(r);
+    return n;
+}
+
+/* Page k of region r's row at position pos of slot (of `slots`). */
+static char *page_addr(pl_vattn *va, int32_t slots, int32_t r, int32_t slot, int32_t pos, int32_t k) {
+    (void)slots;
+    size_t sb = pl_vattn_slot_bytes(va) * (size_t)pages_of(r);
+    return (char *)pl_vattn_base(va) + pl_vattn_region_offset(va, r) + (size_t)slot * sb +
+           ((size_t)pos * (size_t)pages_of(r) + (size_t)k) * 4096;
+}
+
 static pl_vattn_config base_cfg(pl_vattn_backend b, int64_t phys) {
     pl_vattn_config c = {.page_size = 4096, .n_regions = REGIONS, .n_slots = SLOTS,
                          .rows_per_slot = ROWS, .tokens_per_row = TPR, .phys_rows = phys,
                          .backend = b, .overlap = 1, .deferred_reclaim = 1, .eager = 1,
-                         .start_thread = 0, .reclaim_threshold = 0.1};
+                         .start_thread = 0, .reclaim_threshold = 0.1, .region_pages = g_pages};
     return c;
 }
 
@@ -57,23 +75,18 @@ static void test_bad_settings(void **state) {
 
 /* Every used slot's needed pages hold the stamp written when they were first needed. */
 static void stamp(pl_vattn *va, int32_t slot, int32_t from_row, int32_t to_row) {
-    char *base = pl_vattn_base(va);
-    size_t sb = pl_vattn_slot_bytes(va);
     for (int32_t r = 0; r < REGIONS; r++)
-        for (int32_t j = from_row; j < to_row; j++) {
-            int32_t *p = (int32_t *)(base + ((size_t)r * SLOTS + slot) * sb + (size_t)j * 4096);
-            p[0] = slot * 1000 + r * 100 + j;
-        }
+        for (int32_t j = from_row; j < to_row; j++)
+            for (int32_t k = 0; k < pages_of(r); k++)
+                *(int32_t *)page_addr(va, SLOTS, r, slot, j, k) = slot * 1000 + r * 100 + j + 10000 * k;
 }
 
 static void verify(pl_vattn *va, int32_t slot, int32_t rows) {
-    char *base = pl_vattn_base(va);
-    size_t sb = pl_vattn_slot_bytes(va);
     for (int32_t r = 0; r < REGIONS; r++)
-        for (int32_t j = 0; j < rows; j++) {
-            int32_t *p = (int32_t *)(base + ((size_t)r * SLOTS + slot) * sb + (size_t)j * 4096);
-            assert_int_equal(p[0], slot * 1000 + r * 100 + j);
-        }
+        for (int32_t j = 0; j < rows; j++)
+            for (int32_t k = 0; k < pages_of(r); k++)
+                assert_int_equal(*(int32_t *)page_addr(va, SLOTS, r, slot, j, k),
+                                 slot * 1000 + r * 100 + j + 10000 * k);
 }
 
 /* Every used slot given back: nothing needed, nothing leaked. */
@@ -192,10 +205,10 @@ static void tracks_tokens(pl_vattn_backend b) {
         write_tokens(va, s0, t0);
         write_tokens(va, s1, t1);
         int64_t rows = (t0 + TPR - 1) / TPR + (t1 + TPR - 1) / TPR;
-        assert_int_equal(pl_vattn_resident_pages(va), rows * REGIONS);
+        assert_int_equal(pl_vattn_resident_pages(va), rows * row_pages());
     }
     pl_vattn_release(va, s1);
-    assert_int_equal(pl_vattn_resident_pages(va), (int64_t)((t0 + TPR - 1) / TPR) * REGIONS);
+    assert_int_equal(pl_vattn_resident_pages(va), (int64_t)((t0 + TPR - 1) / TPR) * row_pages());
     pl_vattn_release(va, s0);
     assert_int_equal(pl_vattn_resident_pages(va), 0);
     pl_vattn_destroy(va);
@@ -267,7 +280,7 @@ static void check_resident(pl_vattn *va) {
     check_ok(va);
     pl_vattn_stats st;
     pl_vattn_get_stats(va, &st);
-    assert_int_equal(pl_vattn_resident_pages(va), st.rows_committed * REGIONS);
+    assert_int_equal(pl_vattn_resident_pages(va), st.rows_committed * row_pages());
 }
 
 static void mapper_catches_up(pl_vattn *va) {
@@ -296,7 +309,7 @@ static void steady_decode(int overlap) {
     assert_int_equal(pl_vattn_prepare_step(va), PL_OK); /* the prefill: mapped synchronously */
     mapper_catches_up(va);
     const uint64_t warm = pages_sync(va);
-    assert_int_equal(warm, (1 + 1 + 2) * REGIONS);
+    assert_int_equal(warm, (1 + 1 + 2) * row_pages());
     for (int step = 0; step < 4 * TPR; step++) { /* every slot crosses rows several times */
         for (int i = 0; i < 3; i++) pl_vattn_set_need(va, s[i], ++n[i]);
         assert_int_equal(pl_vattn_prepare_step(va), PL_OK);
@@ -304,7 +317,7 @@ static void steady_decode(int overlap) {
         mapper_catches_up(va); /* the step computes */
     }
     if (overlap) assert_int_equal(pages_sync(va), warm); /* the counter stays after warm-up */
-    else assert_int_equal(pages_sync(va), warm + 3 * 4 * REGIONS);
+    else assert_int_equal(pages_sync(va), warm + 3 * 4 * row_pages());
     for (int i = 0; i < 3; i++) pl_vattn_release(va, s[i]);
     check_resident(va);
     pl_vattn_destroy(va);
@@ -352,9 +365,9 @@ static void reuse_after_finish(int deferred) {
         assert_int_equal(after.pages_mapped_sync, before.pages_mapped_sync); /* no new mapping */
         assert_int_equal(pl_vattn_mapped_rows(va, b), 3);
     } else {
-        assert_int_equal(before.pages_unmapped_sync, 3 * REGIONS);
+        assert_int_equal(before.pages_unmapped_sync, 3 * row_pages());
         assert_int_equal(after.slots_reused, 0);
-        assert_int_equal(after.pages_mapped_sync, before.pages_mapped_sync + 3 * REGIONS);
+        assert_int_equal(after.pages_mapped_sync, before.pages_mapped_sync + 3 * row_pages());
     }
     pl_vattn_release(va, b);
     pl_vattn_destroy(va);
@@ -379,7 +392,7 @@ static void next_request_premapped(int eager) {
     pl_vattn_set_need(va, b, 2 * TPR + 9);
     assert_int_equal(pl_vattn_prepare_step(va), PL_OK);
     check_resident(va);
-    assert_int_equal(pages_sync(va), sync + (eager ? 0 : 3 * REGIONS));
+    assert_int_equal(pages_sync(va), sync + (eager ? 0 : 3 * row_pages()));
     pl_vattn_release(va, b);
     pl_vattn_destroy(va);
 }
@@ -417,14 +430,15 @@ static int32_t word_of(const int32_t *t, int32_t end) {
 }
 
 static int32_t *word_at(pl_vattn *va, int32_t slots, int32_t r, int32_t slot, int32_t pos) {
-    char *base = pl_vattn_base(va);
-    size_t sb = pl_vattn_slot_bytes(va);
-    return (int32_t *)(base + ((size_t)r * slots + slot) * sb + (size_t)pos * 4096);
+    return (int32_t *)page_addr(va, slots, r, slot, pos, 0);
 }
 
+/* The word v + r in region r's row, its later pages (if any) v + r + 1000 k. */
 static void write_word(pl_vattn *va, int32_t slots, int32_t slot, int32_t pos, int32_t v) {
     assert_false(pl_vattn_row_shared(va, slot, pos)); /* never written while shared */
-    for (int32_t r = 0; r < REGIONS; r++) *word_at(va, slots, r, slot, pos) = v + r;
+    for (int32_t r = 0; r < REGIONS; r++)
+        for (int32_t k = 0; k < pages_of(r); k++)
+            *(int32_t *)page_addr(va, slots, r, slot, pos, k) = v + r + 1000 * k;
     exp_word[slot][pos] = v;
 }
 
@@ -432,13 +446,15 @@ static void check_shared(pl_vattn *va, int32_t slots, const int *used, const int
     check_ok(va);
     pl_vattn_stats st;
     pl_vattn_get_stats(va, &st);
-    assert_int_equal(pl_vattn_resident_pages(va), (st.rows_committed + st.rows_cached) * REGIONS);
+    assert_int_equal(pl_vattn_resident_pages(va), (st.rows_committed + st.rows_cached) * row_pages());
     assert_true(st.rows_needed <= 12);
     for (int32_t s = 0; s < slots; s++) {
         if (!used[s]) continue;
         for (int32_t j = 0; j < (written[s] + TPR - 1) / TPR; j++)
             for (int32_t r = 0; r < REGIONS; r++)
-                assert_int_equal(*word_at(va, slots, r, s, j), exp_word[s][j] + r);
+                for (int32_t k = 0; k < pages_of(r); k++)
+                    assert_int_equal(*(int32_t *)page_addr(va, slots, r, s, j, k),
+                                     exp_word[s][j] + r + 1000 * k);
     }
 }
 
@@ -510,7 +526,9 @@ static void run_sharing(int deferred, int cache, uint64_t seed) {
                 assert_int_equal(pl_vattn_unshare(va, s, tokens[s] / TPR), PL_OK);
                 assert_false(pl_vattn_row_shared(va, s, tokens[s] / TPR));
                 for (int32_t r = 0; r < REGIONS; r++) /* the copy holds the bytes */
-                    assert_int_equal(*word_at(va, slots, r, s, tokens[s] / TPR), before + r);
+                    for (int32_t k = 0; k < pages_of(r); k++)
+                        assert_int_equal(*(int32_t *)page_addr(va, slots, r, s, tokens[s] / TPR, k),
+                                         before + r + 1000 * k);
                 cows++;
             }
             for (int32_t i = tokens[s]; i < n; i++) /* often what another sequence said next */
@@ -555,6 +573,38 @@ static void run_sharing(int deferred, int cache, uint64_t seed) {
     pl_vattn_destroy(va);
 }
 
+/* Regions whose rows take 1, 2, 1 and 3 pages (a layer's token rows larger than another's,
+ * gemma4): the properties above (a region's every page of a row stamped and read back, the
+ * sharing's copies copying all of them), and memory tracking tokens at 7 pages a row. */
+static void test_region_pages(void **state) {
+    (void)state;
+    static const int32_t pages[REGIONS] = {1, 2, 1, 3};
+    g_pages = pages;
+    pl_vattn *va;
+    pl_vattn_config c = base_cfg(PL_VATTN_MEMFD, 4);
+    assert_int_equal(pl_vattn_create(&c, &va), PL_OK);
+    /* regions back to back, each SLOTS slots of ROWS rows of its pages */
+    size_t off = 0;
+    for (int32_t r = 0; r < REGIONS; r++) {
+        assert_int_equal(pl_vattn_region_offset(va, r), off);
+        off += (size_t)SLOTS * ROWS * pages[r] * 4096;
+    }
+    assert_int_equal(pl_vattn_reserved_bytes(va), off);
+    pl_vattn_destroy(va);
+    static const int32_t bad[REGIONS] = {1, 0, 1, 1};
+    c.region_pages = bad;
+    assert_int_equal(pl_vattn_create(&c, &va), PL_ERR_INVALID_ARG);
+    assert_non_null(strstr(pl_last_error(), "region 1 takes 0 pages"));
+    run_property(PL_VATTN_MEMFD, 1, 1, 1, 401);
+    run_property(PL_VATTN_ANON, 0, 0, 0, 402);
+    run_property(PL_VATTN_ANON, 1, 1, 0, 403);
+    tracks_tokens(PL_VATTN_MEMFD);
+    tracks_tokens(PL_VATTN_ANON);
+    run_sharing(1, 0, 92);
+    run_sharing(0, 1, 95);
+    g_pages = NULL;
+}
+
 static void test_sharing_property(void **state) {
     (void)state;
     run_sharing(1, 0, 91);
@@ -577,12 +627,12 @@ static void test_sharing_lifecycle(void **state) {
     assert_int_equal(pl_vattn_prepare_step(va), PL_OK);
     for (int32_t j = 0; j < 3; j++)
         for (int32_t r = 0; r < REGIONS; r++) *word_at(va, SLOTS, r, p, j) = 100 * j + r;
-    assert_int_equal(pl_vattn_resident_pages(va), 3 * REGIONS);
+    assert_int_equal(pl_vattn_resident_pages(va), 3 * row_pages());
     int32_t k = pl_vattn_acquire(va);
     assert_int_equal(pl_vattn_share(va, p, k, 3), PL_OK);
     pl_vattn_set_need(va, k, 2 * TPR + 3);
     check_ok(va);
-    assert_int_equal(pl_vattn_resident_pages(va), 3 * REGIONS); /* no new memory */
+    assert_int_equal(pl_vattn_resident_pages(va), 3 * row_pages()); /* no new memory */
     pl_vattn_stats st;
     pl_vattn_get_stats(va, &st);
     assert_int_equal(st.rows_needed, 3);
@@ -599,7 +649,7 @@ static void test_sharing_lifecycle(void **state) {
     assert_true(pl_vattn_row_shared(va, k, 2));
     assert_int_equal(pl_vattn_unshare(va, k, 2), PL_OK);
     check_ok(va);
-    assert_int_equal(pl_vattn_resident_pages(va), 4 * REGIONS);
+    assert_int_equal(pl_vattn_resident_pages(va), 4 * row_pages());
     assert_int_equal(pl_vattn_tokens_stored(va), 2 * TPR + 6); /* the copied page's too */
     *word_at(va, SLOTS, 1, k, 2) = -1;
     assert_int_equal(*word_at(va, SLOTS, 1, p, 2), 201);
@@ -608,7 +658,7 @@ static void test_sharing_lifecycle(void **state) {
     pl_vattn_release(va, p);
     check_ok(va);
     assert_int_equal(pl_vattn_mapped_rows(va, p), 0);
-    assert_int_equal(pl_vattn_resident_pages(va), 3 * REGIONS);
+    assert_int_equal(pl_vattn_resident_pages(va), 3 * row_pages());
     assert_int_equal(*word_at(va, SLOTS, 0, k, 0), 7);
     assert_int_equal(*word_at(va, SLOTS, 3, k, 1), 103);
     assert_false(pl_vattn_row_shared(va, k, 0));
@@ -639,6 +689,7 @@ int main(void) {
         cmocka_unit_test(test_eager_premaps_next_request),
         cmocka_unit_test(test_sharing_lifecycle),
         cmocka_unit_test(test_sharing_property),
+        cmocka_unit_test(test_region_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
