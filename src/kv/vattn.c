@@ -63,6 +63,8 @@ struct pl_vattn {
     uint64_t *extra;      /* [n_slots] the prefix key the slot's pages are hashed under */
     int32_t *reg_n;       /* [n_slots] leading pages walked by pl_vattn_register */
     int32_t *reg_parent;  /* [n_slots] the hashed row that holds page reg_n - 1, or -1 */
+    uint32_t *reg_gen;    /* [n_slots] reg_parent's gen then (its hash since dropped or set
+                             again: the walk starts over) */
     pl_block_hash *reg_hash; /* [n_slots] the chain's hash after reg_n pages */
     int64_t need_sum;
     int64_t n_alias;      /* Σ (ref - 1) over mapped rows: positions that share another's page */
@@ -415,10 +417,12 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
     va->extra = calloc(ns, sizeof *va->extra);
     va->reg_n = calloc(ns, sizeof *va->reg_n);
     va->reg_parent = calloc(ns, sizeof *va->reg_parent);
+    va->reg_gen = calloc(ns, sizeof *va->reg_gen);
     va->reg_hash = calloc(ns, sizeof *va->reg_hash);
     pl_status st = PL_OK;
     if (!va->used || !va->fresh || !va->need || !va->need_tokens || !va->mapped || !va->row_of ||
-        !va->hit_rows || !va->extra || !va->reg_n || !va->reg_parent || !va->reg_hash ||
+        !va->hit_rows || !va->extra || !va->reg_n || !va->reg_parent || !va->reg_gen ||
+        !va->reg_hash ||
         !va->reg_k || !va->reg_off || !va->reg_slot || !va->reg_row)
         st = pl_fail(PL_ERR_NOMEM, "vattn: cannot allocate bookkeeping for %d slots", (int)ns);
     if (st == PL_OK && c->prefix_cache && c->backend != PL_VATTN_MEMFD)
@@ -475,6 +479,7 @@ void pl_vattn_destroy(pl_vattn *va) {
     free(va->extra);
     free(va->reg_n);
     free(va->reg_parent);
+    free(va->reg_gen);
     free(va->reg_hash);
     free(va->reg_k);
     free(va->reg_off);
@@ -613,6 +618,15 @@ pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows)
                va->need_tokens[from] % c->tokens_per_row != 0 && ref_of(va, own) == 1 &&
                !va->pool.blocks[own].hashed;
     if (map_rows_into(va, to, src, copy ? last : n_rows) != 0) goto nomem;
+    /* The copy keeps a row of its own that the caller's accounting (and the KV manager's, which
+     * counts every forked page shared) does not expect until the next write: only where the
+     * needs, with to's set to n_rows rows, leave a row for it; else the page is mapped shared
+     * and copied at that write, as any shared last page (pl_vattn_unshare). A fresh slot
+     * reused under deferred reclamation at a full pool otherwise broke the needs' bound. */
+    if (copy && va->need_sum - va->need[to] + n_rows - (va->n_alias + last) > c->phys_rows) {
+        copy = 0;
+        if (map_rows_into(va, to, src, n_rows) != 0) goto nomem;
+    }
     if (copy) {
         for (int32_t r = 0; r < c->n_regions; r++)
             memcpy(page_at(va, r, to, last), page_at(va, r, from, last), row_page(va, r));
@@ -732,6 +746,12 @@ void pl_vattn_register(pl_vattn *va, int32_t slot, const int32_t *tokens, int32_
     PL_ASSERT(slot >= 0 && slot < va->cfg.n_slots && va->used[slot]);
     if (n_pages > va->need[slot]) n_pages = va->need[slot];
     if (n_pages > va->mapped[slot]) n_pages = va->mapped[slot];
+    /* the row holding the walk's last page may have lost its prefix since (another slot's
+     * duplicate, rolled back, or a cached row taken for another use): start over, so the
+     * chain never names a parent that is not hashed as it was */
+    const int32_t last = va->reg_parent[slot];
+    if (last >= 0 && (!va->pool.blocks[last].hashed || va->pool.blocks[last].gen != va->reg_gen[slot]))
+        forget_walk(va, slot);
     int32_t j = va->reg_n[slot], parent = va->reg_parent[slot];
     pl_block_hash h = va->reg_hash[slot];
     const int32_t *rows = va->row_of + (size_t)slot * va->cfg.rows_per_slot;
@@ -761,6 +781,7 @@ void pl_vattn_register(pl_vattn *va, int32_t slot, const int32_t *tokens, int32_
     }
     va->reg_n[slot] = j;
     va->reg_parent[slot] = parent;
+    va->reg_gen[slot] = parent >= 0 ? va->pool.blocks[parent].gen : 0;
     va->reg_hash[slot] = h;
     pthread_mutex_unlock(&va->mu);
 }

@@ -156,7 +156,8 @@ pl_status pl_vattn_prepare_step(pl_vattn *va);
 /* Used slot `to` (just acquired, need not set; or a used slot taken over for a fork) maps used
  * slot `from`'s rows [0, n_rows) at the same positions (from's missing ones are mapped first;
  * to's rows there that are not from's already are let go, the others cost nothing; from's partly
- * filled last page is copied into a private page `to` has there instead of mapped). The caller
+ * filled last page is copied into a private page `to` has there instead of mapped, where the
+ * needs with to's at n_rows rows leave a row for it: the caller counts every page shared). The caller
  * then sets to's need (>= n_rows rows). PL_ERR_UNSUPPORTED on the ANON backend,
  * PL_ERR_NOMEM if a mapping fails (what was mapped stays, consistent). */
 pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows);
