@@ -351,7 +351,9 @@ static void test_gemma4_vattention(void **state) {
         same(res, ref, 1, 3, OUT, beam ? "vattention, beam" : "vattention, n = 3");
         pl_vattn_stats vs;
         pl_vattn_get_stats(pl_kv_cache_vattn(pl_engine_kv_cache(e)), &vs);
-        assert_true(vs.pages_shared > 0);
+        /* the forks mapped the lead's pages, or copied its partly filled last page into a
+         * reused slot's own (which of the two depends on the mapper thread's timing) */
+        assert_true(vs.pages_shared + vs.pages_copied > 0);
         assert_int_equal(pl_kv_cache_check(pl_engine_kv_cache(e)), PL_OK);
         free(res);
         free(ref);
