@@ -55,6 +55,8 @@ struct pl_vattn {
     int32_t *need_tokens; /* [n_slots] */
     int32_t *mapped;      /* [n_slots] rows mapped: positions [0, mapped) */
     int32_t *row_of;      /* [n_slots × rows_per_slot] physical row at each position, or -1 */
+    int32_t *row_pos;     /* [phys_rows] the position a row was last mapped at (a row mapped at
+                             several positions has the same one in every slot) */
     /* the physical rows: a block per row (ref = its (slot, position) mappings); the free queue
      * holds plain free rows at its head and the prefix cache's unmapped rows (hashed, ref 0) in
      * LRU order behind them */
@@ -108,6 +110,7 @@ static void punch(pl_vattn *va, int32_t row) {
 /* Map physical row `row` at position pos of slot's every region (over what is there: MAP_FIXED
  * replaces an earlier mapping in place). */
 static int map_at(pl_vattn *va, int32_t slot, int32_t pos, int32_t row) {
+    va->row_pos[row] = pos;
     for (int32_t r = 0; r < va->cfg.n_regions; r++) {
         char *p = page_at(va, r, slot, pos);
         const size_t P = row_page(va, r);
@@ -140,6 +143,21 @@ static int map_row(pl_vattn *va, int32_t slot, int32_t row, int bg) {
     return 0;
 }
 
+/* A hashed row now mapped at one position only. A slot that rolled back below the end of a
+ * page it shared kept the page's prefix for the others (pl_vattn_set_need evicts only a row of
+ * its own); now that the page is its own, its next write changes it in place and no copy
+ * comes first: if the slot does not fill the page, the prefix goes now. (Without this a later
+ * prefix hit mapped the rewritten page as the old prefix's.) */
+static void unhash_if_unfilled(pl_vattn *va, int32_t row) {
+    const int32_t pos = va->row_pos[row], R = va->cfg.rows_per_slot;
+    for (int32_t s = 0; s < va->cfg.n_slots; s++)
+        if (va->used[s] && pos < va->mapped[s] && va->row_of[(size_t)s * R + pos] == row) {
+            if (va->need_tokens[s] < (pos + 1) * va->cfg.tokens_per_row)
+                pl_block_pool_evict(&va->pool, row);
+            return;
+        }
+}
+
 /* A position let go of its row: one user less; the last one's going frees it (the memory goes
  * back to the system) or, if it holds a prefix, moves it to the prefix cache's LRU tail with its
  * memory. */
@@ -147,6 +165,7 @@ static void drop_row(pl_vattn *va, int32_t row) {
     pl_block_pool_release(&va->pool, row);
     if (ref_of(va, row) > 0) va->n_alias--;
     else if (!va->pool.blocks[row].hashed) punch(va, row);
+    if (ref_of(va, row) == 1 && va->pool.blocks[row].hashed) unhash_if_unfilled(va, row);
 }
 
 /* Unmap the slot's last mapped row; the row goes back to the free list when no other position
@@ -413,6 +432,7 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
     va->need_tokens = calloc(ns, sizeof *va->need_tokens);
     va->mapped = calloc(ns, sizeof *va->mapped);
     va->row_of = malloc(npos * sizeof *va->row_of);
+    va->row_pos = calloc((size_t)c->phys_rows, sizeof *va->row_pos);
     va->hit_rows = malloc((size_t)c->rows_per_slot * sizeof *va->hit_rows);
     va->extra = calloc(ns, sizeof *va->extra);
     va->reg_n = calloc(ns, sizeof *va->reg_n);
@@ -421,6 +441,7 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
     va->reg_hash = calloc(ns, sizeof *va->reg_hash);
     pl_status st = PL_OK;
     if (!va->used || !va->fresh || !va->need || !va->need_tokens || !va->mapped || !va->row_of ||
+        !va->row_pos ||
         !va->hit_rows || !va->extra || !va->reg_n || !va->reg_parent || !va->reg_gen ||
         !va->reg_hash ||
         !va->reg_k || !va->reg_off || !va->reg_slot || !va->reg_row)
@@ -474,6 +495,7 @@ void pl_vattn_destroy(pl_vattn *va) {
     free(va->need_tokens);
     free(va->mapped);
     free(va->row_of);
+    free(va->row_pos);
     pl_block_pool_destroy(&va->pool);
     free(va->hit_rows);
     free(va->extra);
@@ -517,9 +539,10 @@ static int map_rows_into(pl_vattn *va, int32_t to, const int32_t *rows, int32_t 
             va->st.rows_from_cache++;
         }
         pl_block_pool_touch(&va->pool, rows[j]);
-        if (j < va->mapped[to]) drop_row(va, dst[j]); /* the slot's own page, replaced */
-        else va->mapped[to] = j + 1;
+        const int32_t own = j < va->mapped[to] ? dst[j] : -1;
         dst[j] = rows[j];
+        if (own >= 0) drop_row(va, own); /* the slot's own page, replaced */
+        else va->mapped[to] = j + 1;
     }
     return 0;
 }

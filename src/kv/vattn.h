@@ -53,7 +53,9 @@
  * hash dropped, its memory punched), then a used slot's excess: so cached rows count against the
  * budget as free ones do, and the mapper thread never evicts what the engine just looked up. A
  * hashed row is like a shared one: never left in a free slot nor above a need (release and
- * rollback unmap it into the cache).
+ * rollback unmap it into the cache). A slot that no longer fills a hashed page (rolled back
+ * below its end) drops its hash when the page is its own alone, then or later when the other
+ * slots let it go (its next write is in place); while shared it keeps it (the write copies).
  *
  * Slot states: FREE or USED. A used slot has a need (rows its tokens take); the engine sets it
  * (pl_vattn_set_need) and, before each forward step, pl_vattn_prepare_step maps synchronously
