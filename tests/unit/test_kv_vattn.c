@@ -607,27 +607,21 @@ static void test_region_pages(void **state) {
 
 static void test_sharing_property(void **state) {
     (void)state;
-    run_sharing(1, 0, 91);
-    run_sharing(0, 0, 92);
-    run_sharing(1, 1, 93);
-    run_sharing(0, 1, 94);
-    /* seeds that broke the library's own invariants before their fixes: a fork into a reused
-     * slot at a full pool copying its partly filled last page into a row nobody had counted
-     * (304), and a prefix walk continuing from a row whose hash had been dropped since (318:
-     * no deferred reclamation, 319: with it) */
-    run_sharing(1, 0, 304);
-    run_sharing(0, 1, 318);
-    run_sharing(1, 1, 319);
-    /* a slot rolled back below the end of a page it shared, then the others let the page go:
-     * it rewrote the page in place under the old prefix's hash, and a later prompt's hit
-     * mapped it (its words differed: 183, 331, 393, 543), or wrote a page a hit had mapped
-     * since (131, 483) */
-    run_sharing(1, 1, 183);
-    run_sharing(0, 1, 331);
-    run_sharing(1, 1, 393);
-    run_sharing(1, 1, 543);
-    run_sharing(0, 1, 131);
-    run_sharing(1, 1, 483);
+    static const struct { int deferred, cache; uint64_t seed; } runs[] = {
+        {1, 0, 91}, {0, 0, 92}, {1, 1, 93}, {0, 1, 94},
+        /* seeds that broke the library's own invariants before their fixes: a fork into a
+         * reused slot at a full pool copying its partly filled last page into a row nobody had
+         * counted (304), and a prefix walk continuing from a row whose hash had been dropped
+         * since (318: no deferred reclamation, 319: with it) */
+        {1, 0, 304}, {0, 1, 318}, {1, 1, 319},
+        /* a slot rolled back below the end of a page it shared, then the others let the page
+         * go: it rewrote the page in place under the old prefix's hash, and a later prompt's
+         * hit mapped it (its words differed: 183, 331, 393, 543), or wrote a page a hit had
+         * mapped since (131, 483) */
+        {1, 1, 183}, {0, 1, 331}, {1, 1, 393}, {1, 1, 543}, {0, 1, 131}, {1, 1, 483},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+        run_sharing(runs[i].deferred, runs[i].cache, runs[i].seed);
 }
 
 /* The life of one shared page, step by step: mapped into a second slot it costs no memory and
