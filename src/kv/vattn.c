@@ -646,7 +646,7 @@ pl_status pl_vattn_share(pl_vattn *va, int32_t from, int32_t to, int32_t n_rows)
      * needs, with to's set to n_rows rows, leave a row for it; else the page is mapped shared
      * and copied at that write, as any shared last page (pl_vattn_unshare). A fresh slot
      * reused under deferred reclamation at a full pool otherwise broke the needs' bound. */
-    if (copy && va->need_sum - va->need[to] + n_rows - (va->n_alias + last) > c->phys_rows) {
+    if (copy && va->need_sum - va->need[to] + n_rows - va->n_alias > c->phys_rows) {
         copy = 0;
         if (map_rows_into(va, to, src, n_rows) != 0) goto nomem;
     }
