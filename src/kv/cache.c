@@ -56,6 +56,17 @@ struct pl_kv_cache {
     int32_t peak_blocks, peak_seqs;
 };
 
+/* Layer (store tensor) i's layout: l with that layer's KV heads and head size when they differ
+ * (gemma4), else l. */
+static pl_kv_layout layer_layout(const pl_kv_layout *l, const pl_kv_cache_shape *sh, int32_t i) {
+    pl_kv_layout li = *l;
+    if (sh->layer_shapes) {
+        li.n_kv_heads = sh->layer_shapes[i].n_kv_heads;
+        li.head_dim = sh->layer_shapes[i].head_dim;
+    }
+    return li;
+}
+
 static const pl_dtype KV_DTYPES[] = {PL_DT_F16, PL_DT_F32, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0};
 
 /* ---- the paged layout ---- */
@@ -99,9 +110,7 @@ static pl_status setup_blocks(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv
         per_f = 0;
         for (int32_t i = 0; i < tensors; i++) {
             kind[i] = sh->tensor_window[i] != 0;
-            pl_kv_layout li = l;
-            if (sh->layer_shapes) li.n_kv_heads = sh->layer_shapes[i].n_kv_heads,
-                                  li.head_dim = sh->layer_shapes[i].head_dim;
+            const pl_kv_layout li = layer_layout(&l, sh, i);
             *(kind[i] ? &per_w : &per_f) += pl_kv_bytes_per_block(&li, 1);
         }
         c->blocks_all_full = (int32_t)(nb < INT32_MAX / 2 ? nb : INT32_MAX / 2);
@@ -376,11 +385,7 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
     const int32_t nl = sh->n_layers;
     int64_t tpr = 1, regions = 0, row_pages = 0;
     for (int32_t i = 0; i < nl; i++) {
-        const pl_kv_shape s1 = sh->layer_shapes ? sh->layer_shapes[i]
-                                                : (pl_kv_shape){l->n_kv_heads, l->head_dim};
-        pl_kv_layout li = *l;
-        li.n_kv_heads = s1.n_kv_heads;
-        li.head_dim = s1.head_dim;
+        const pl_kv_layout li = layer_layout(l, sh, i);
         const size_t rb = pl_kv_row_bytes(&li);
         const int64_t t = rb ? (int64_t)(page / gcd_size(page, rb)) : 0;
         if (t > 0) tpr = tpr / (int64_t)gcd_size((size_t)tpr, (size_t)t) * t;
@@ -388,21 +393,17 @@ static pl_status vattn_setup(pl_kv_cache *c, pl_engine_config *cfg, const pl_kv_
             return pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a page of %zu bytes does not "
                            "hold a whole number of rows of %zu bytes (one KV head of %d dims, %s%s) "
                            "within 64 pages; use another kv-page-size or kv-cache-dtype", page, rb,
-                           (int)s1.head_dim, pl_kv_cache_dtype_name(cfg->kv_cache_dtype),
+                           (int)li.head_dim, pl_kv_cache_dtype_name(cfg->kv_cache_dtype),
                            sh->layer_shapes ? ", and the other layers' rows" : "");
-        regions += 2 * (int64_t)s1.n_kv_heads;
+        regions += 2 * (int64_t)li.n_kv_heads;
     }
     int32_t *region_pages = malloc((size_t)regions * sizeof *region_pages);
     if (!region_pages) return pl_fail(PL_ERR_NOMEM, "kv-layout vattention: out of memory");
     for (int32_t i = 0, r = 0; i < nl; i++) {
-        const pl_kv_shape s1 = sh->layer_shapes ? sh->layer_shapes[i]
-                                                : (pl_kv_shape){l->n_kv_heads, l->head_dim};
-        pl_kv_layout li = *l;
-        li.n_kv_heads = s1.n_kv_heads;
-        li.head_dim = s1.head_dim;
+        const pl_kv_layout li = layer_layout(l, sh, i);
         const int32_t k = (int32_t)((uint64_t)tpr * pl_kv_row_bytes(&li) / page);
-        for (int32_t j = 0; j < 2 * s1.n_kv_heads; j++) region_pages[r++] = k;
-        row_pages += 2 * (int64_t)s1.n_kv_heads * k;
+        for (int32_t j = 0; j < 2 * li.n_kv_heads; j++) region_pages[r++] = k;
+        row_pages += 2 * (int64_t)li.n_kv_heads * k;
     }
     int32_t rows = (int32_t)((max_model_len + tpr - 1) / tpr);
     uint64_t row_bytes = (uint64_t)page * (uint64_t)row_pages;

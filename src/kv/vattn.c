@@ -34,10 +34,10 @@ struct pl_vattn {
     void *raw;            /* what mmap returned (may start below base) */
     size_t raw_bytes, reserved, slot_bytes;
     /* region r: its row is reg_k[r] pages (1 unless region_pages says), its slots start at
-     * reg_off[r] bytes into the reservation, each reg_slot[r] bytes; in a physical row (row_k
-     * pages) its pages come after reg_row[r] pages of the regions before it */
+     * reg_off[r] bytes into the reservation, each slot_bytes x reg_k[r] bytes; in a physical row
+     * (row_k pages) its pages come after reg_row[r] pages of the regions before it */
     int32_t *reg_k;
-    size_t *reg_off, *reg_slot;
+    size_t *reg_off;
     int64_t *reg_row;
     int64_t row_k;
     int fd;               /* memfd (MEMFD backend), else -1 */
@@ -80,7 +80,7 @@ static int32_t rows_for(const pl_vattn *va, int64_t tokens) {
 }
 
 static char *page_at(const pl_vattn *va, int32_t region, int32_t slot, int32_t pos) {
-    return va->base + va->reg_off[region] + (size_t)slot * va->reg_slot[region] +
+    return va->base + va->reg_off[region] + (size_t)slot * va->slot_bytes * va->reg_k[region] +
            (size_t)pos * va->reg_k[region] * va->cfg.page_size;
 }
 
@@ -409,17 +409,15 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
     va->row_k = row_k;
     va->reg_k = malloc((size_t)c->n_regions * sizeof *va->reg_k);
     va->reg_off = malloc((size_t)c->n_regions * sizeof *va->reg_off);
-    va->reg_slot = malloc((size_t)c->n_regions * sizeof *va->reg_slot);
     va->reg_row = malloc((size_t)c->n_regions * sizeof *va->reg_row);
-    if (va->reg_k && va->reg_off && va->reg_slot && va->reg_row) {
+    if (va->reg_k && va->reg_off && va->reg_row) {
         size_t off = 0;
         int64_t in_row = 0;
         for (int32_t r = 0; r < c->n_regions; r++) {
             va->reg_k[r] = c->region_pages ? c->region_pages[r] : 1;
-            va->reg_slot[r] = (size_t)slot_bytes * (size_t)va->reg_k[r];
             va->reg_off[r] = off;
             va->reg_row[r] = in_row;
-            off += va->reg_slot[r] * (size_t)c->n_slots;
+            off += (size_t)slot_bytes * (size_t)va->reg_k[r] * (size_t)c->n_slots;
             in_row += va->reg_k[r];
         }
     }
@@ -444,7 +442,7 @@ pl_status pl_vattn_create(const pl_vattn_config *c, pl_vattn **out) {
         !va->row_pos ||
         !va->hit_rows || !va->extra || !va->reg_n || !va->reg_parent || !va->reg_gen ||
         !va->reg_hash ||
-        !va->reg_k || !va->reg_off || !va->reg_slot || !va->reg_row)
+        !va->reg_k || !va->reg_off || !va->reg_row)
         st = pl_fail(PL_ERR_NOMEM, "vattn: cannot allocate bookkeeping for %d slots", (int)ns);
     if (st == PL_OK && c->prefix_cache && c->backend != PL_VATTN_MEMFD)
         st = pl_fail(PL_ERR_UNSUPPORTED, "kv-layout vattention: a prefix cache maps a page at "
@@ -505,7 +503,6 @@ void pl_vattn_destroy(pl_vattn *va) {
     free(va->reg_hash);
     free(va->reg_k);
     free(va->reg_off);
-    free(va->reg_slot);
     free(va->reg_row);
     free(va);
 }
