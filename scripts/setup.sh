@@ -9,9 +9,11 @@ PKGS="build-essential cmake ninja-build pkg-config libpcre2-dev libxxhash-dev li
       clang libclang-rt-14-dev
       gnuplot-nox
       chromium
-      openmpi-bin libopenmpi-dev"  # clang + its runtimes: tests/fuzz (libFuzzer); gnuplot:
+      openmpi-bin libopenmpi-dev
+      qemu-user"  # clang + its runtimes: tests/fuzz (libFuzzer); gnuplot:
                  # bench/plot.sh only; chromium: the web page's browser test
-                 # (tests/e2e/test_webui_browser.sh); Open MPI: tensor parallelism (src/dist)
+                 # (tests/e2e/test_webui_browser.sh); Open MPI: tensor parallelism (src/dist);
+                 # qemu-user: the tests on an emulated AVX2-only CPU (scripts/emu_cpu.sh)
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
