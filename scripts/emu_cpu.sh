@@ -18,7 +18,10 @@ command -v qemu-x86_64 >/dev/null || { echo "qemu-x86_64 is missing: apt-get ins
 tests=("$@")
 # default (CI's): every kernel family at the AVX2 level, and models loaded and run as an AVX2
 # machine loads them (repacking chosen by CPUID); about a minute of CPU. Longer ones to pass by
-# name: test_attention test_kv_quant test_engine test_reference test_spec (40-180 s each).
+# name: test_attention test_kv_quant test_engine test_reference test_spec (40-180 s each), and
+# test_wtype_reference test_preempt_groups (7-9 minutes). Not test_vattn and test_kv_vattn: they
+# count resident pages with mincore(2), which qemu-user answers from its own map of the guest and
+# fails (ENOMEM) over the PROT_NONE reservation, where a CPU's kernel answers.
 [ ${#tests[@]} -gt 0 ] || tests=(test_matmul_x16 test_moe test_matmul_gemm test_attention_contig test_matmul test_gptoss
   test_moe_engine test_sampler test_ops test_f16_bf16 test_wtypes test_qwen2 test_lora)
 jobs="${EMU_JOBS:-$(nproc)}"
