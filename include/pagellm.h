@@ -494,8 +494,9 @@ typedef struct {
     int32_t n_tokens;            /* tokens that have a slot */
     int32_t n_blocks;            /* ids at block_ids[first_block ..) of the snapshot */
     int64_t first_block;
-    int32_t n_window_blocks;     /* layer kinds: its window table's ids (in the window pool; -1 where
-                                    released by the window) at block_ids[first_block + n_blocks ..) */
+    int32_t n_window_blocks;     /* layer kinds: its window table's ids (in the window pool, or in
+                                    that pool's swap pool when swapped; -1 where released by the
+                                    window) at block_ids[first_block + n_blocks ..) */
 } pl_kv_seq_blocks;
 
 typedef struct {
@@ -506,8 +507,11 @@ typedef struct {
     int32_t n_window_blocks;     /* layer kinds (Gemma 3 / 4): the window layers' own pool, whose
                                     blocks leave as they slide out of every window; else 0 (the
                                     blocks above are then the full layers' pool) */
-    uint8_t *states;             /* [n_blocks + n_swap_blocks + n_window_blocks] pl_kv_block_state:
-                                    primary, then swap, then the window pool's primary blocks */
+    int32_t n_window_swap_blocks;/* layer kinds: that pool's swap blocks (its share of
+                                    --swap-space), else 0 */
+    uint8_t *states;             /* [n_blocks + n_swap_blocks + n_window_blocks +
+                                    n_window_swap_blocks] pl_kv_block_state: primary, then swap,
+                                    then the window pool's primary and swap blocks */
     int32_t n_seqs;              /* sequences holding blocks (tables asked, else 0) */
     pl_kv_seq_blocks *seqs;      /* [n_seqs] running then swapped, oldest request first */
     int32_t *block_ids;          /* every sequence's block ids, concatenated */

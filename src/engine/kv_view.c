@@ -21,6 +21,11 @@ static long long now_ms(const pl_kv_view *v) {
     return v->cfg.now_ms(v->cfg.clock_ctx);
 }
 
+/* Bytes of a picture's states: primary, swap, then the window pool's primary and swap. */
+static size_t view_bytes(const pl_kv_view *v) {
+    return (size_t)v->n_blocks + (size_t)v->n_swap + (size_t)v->n_window + (size_t)v->n_window_swap;
+}
+
 pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv, const pl_kv_view_config *cfg) {
     const pl_kv_manager *m = pl_kv_cache_manager_c(kv);
     pl_kv_stats k;
@@ -31,7 +36,12 @@ pl_status pl_kv_view_init(pl_kv_view *v, const pl_kv_cache *kv, const pl_kv_view
     v->n_swap = k.swap_total;
     const pl_kv_manager *mw = pl_kv_cache_window_manager_c(kv); /* m itself without layer kinds */
     v->n_window = mw != m ? pl_kv_pool_blocks(mw) : 0;
-    size_t n = (size_t)v->n_blocks + (size_t)v->n_swap + (size_t)v->n_window;
+    if (mw != m) {
+        pl_kv_stats kw;
+        pl_kv_get_stats(mw, &kw);
+        v->n_window_swap = kw.swap_total;
+    }
+    size_t n = view_bytes(v);
     for (int i = 0; i < 2; i++)
         if (!(v->buf[i].states = calloc(n ? n : 1, 1))) {
             free(v->buf[0].states);
@@ -91,9 +101,11 @@ static void publish(pl_kv_view *v, const pl_kv_cache *kv, const pl_scheduler *s,
     pthread_mutex_unlock(&v->mu);
     pl_kv_block_states(pl_kv_cache_manager_c(kv), b->states,
                        v->n_swap ? b->states + v->n_blocks : NULL);
-    if (v->n_window) /* its primary blocks only: its swap pool is not drawn */
-        pl_kv_block_states(pl_kv_cache_window_manager_c(kv), b->states + v->n_blocks + v->n_swap,
-                           NULL);
+    if (v->n_window) {
+        uint8_t *w = b->states + v->n_blocks + v->n_swap;
+        pl_kv_block_states(pl_kv_cache_window_manager_c(kv), w,
+                           v->n_window_swap ? w + v->n_window : NULL);
+    }
     b->n_seqs = 0;
     b->n_ids = 0;
     b->has_tables = 0;
@@ -166,7 +178,7 @@ int pl_kv_view_want(pl_kv_view *v, int with_tables, uint64_t *seen) {
 pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int timeout_ms,
                           pl_kv_snapshot *out) {
     memset(out, 0, sizeof *out);
-    size_t n = (size_t)v->n_blocks + (size_t)v->n_swap + (size_t)v->n_window;
+    size_t n = view_bytes(v);
     pthread_mutex_lock(&v->mu);
     if (need_fresh && timeout_ms > 0) {
         struct timespec dl = pl_clock_deadline(timeout_ms);
@@ -177,6 +189,7 @@ pl_status pl_kv_view_read(pl_kv_view *v, int need_fresh, uint64_t seen, int time
     *out = (pl_kv_snapshot){.version = f->version, .steps = f->steps,
                             .block_size = v->block_size, .n_blocks = v->n_blocks,
                             .n_swap_blocks = v->n_swap, .n_window_blocks = v->n_window,
+                            .n_window_swap_blocks = v->n_window_swap,
                             .has_tables = f->has_tables};
     out->states = malloc(n ? n : 1);
     if (f->has_tables) {

@@ -2,7 +2,7 @@
  * monitoring (pl_engine_kv_snapshot, GET /v1/kv/blocks, the web UI's grid).
  *
  * What it owns: a double buffer of block states (one byte per primary and swap block, and
- * with layer kinds per window-pool block) and, on demand, the per-sequence block tables (the
+ * with layer kinds per window-pool primary and swap block) and, on demand, the per-sequence block tables (the
  * window tables' ids after each sequence's own), plus the "someone is watching" deadlines.
  *
  * Invariants:
@@ -41,7 +41,7 @@ typedef struct {
 
 typedef struct {
     uint64_t version, steps;
-    uint8_t *states;             /* [n_blocks + n_swap + n_window] */
+    uint8_t *states;             /* [n_blocks + n_swap + n_window + n_window_swap] */
     pl_kv_seq_blocks *seqs;      /* [n_seqs] when has_tables */
     int32_t n_seqs;
     size_t cap_seqs;
@@ -59,6 +59,7 @@ typedef struct {
     int front;
     int32_t block_size, n_blocks, n_swap;
     int32_t n_window;            /* layer kinds: the window pool's primary blocks, else 0 */
+    int32_t n_window_swap;       /* ... and its swap blocks */
     uint64_t version;            /* engine thread: publications so far */
     atomic_llong want_until_ms;  /* publish while the monotonic clock (ms) is below this */
     atomic_llong tables_until_ms;/* ... and include the block tables while below this */

@@ -5,15 +5,17 @@
  *    "blocks": [state per primary block], "swap_blocks": [state per swap block],
  *    "counts": {"free", "cached", "used", "shared", "swapped"},
  *    "num_window_blocks", "window_blocks": [state per window-pool block],
- *    "window_counts": {"free", "cached", "used", "shared"},   (layer kinds' window pool: 0, []
- *              and zeros without one)
+ *    "num_window_swap_blocks", "window_swap_blocks": [state per block of its swap pool],
+ *    "window_counts": {"free", "cached", "used", "shared", "swapped"},   (layer kinds' window
+ *              pool: 0, [] and zeros without one)
  *    "stats": {"running", "waiting", "swapped", "kv_usage", "prefix_queries", "prefix_hits",
  *              "prefix_hit_rate", "preemptions", "swaps_out", "steps", "generation_tokens",
  *              "step_seconds", "window_freed_blocks", "window_blocks_total",
  *              "window_blocks_used", "window_kv_usage"},   (the window_* four: layer kinds'
  *              window pool, 0 without one; "blocks" are then the full pool's)
  *    "tables": [{"request_id", "index", "swapped", "tokens", "blocks": [ids],
- *                "window_blocks": [ids of its window table in the window pool]}]   (?tables=1)}
+ *                "window_blocks": [ids of its window table in the window pool, or in that
+ *                pool's swap pool when swapped]}]   (?tables=1)}
  * A table's id -1 stands for a block released by the sliding window (kv/manager.h).
  *
  * States are pl_kv_block_state: 0 free, 1 free but cached (prefix), 2 used by one sequence,
@@ -50,13 +52,13 @@ static void count_states(const uint8_t *st, int32_t n, int64_t *count) {
         if (st[i] <= PL_KV_BLOCK_SWAPPED) count[st[i]]++;
 }
 
-/* Append ,"name":{"free","cached","used","shared"[,"swapped"]} from count. */
-static void put_counts(buf *b, const char *name, const int64_t *count, int swapped) {
+/* Append ,"name":{"free","cached","used","shared","swapped"} from count (a pool's primary and
+ * swap blocks together: "free" counts the free ones of both). */
+static void put_counts(buf *b, const char *name, const int64_t *count) {
     put(b, ",\"%s\":{\"free\":%" PRId64 ",\"cached\":%" PRId64 ",\"used\":%" PRId64
-           ",\"shared\":%" PRId64, name, count[PL_KV_BLOCK_FREE], count[PL_KV_BLOCK_CACHED],
-        count[PL_KV_BLOCK_USED], count[PL_KV_BLOCK_SHARED]);
-    if (swapped) put(b, ",\"swapped\":%" PRId64, count[PL_KV_BLOCK_SWAPPED]);
-    pl_strbuf_putc(b, '}');
+           ",\"shared\":%" PRId64 ",\"swapped\":%" PRId64 "}",
+        name, count[PL_KV_BLOCK_FREE], count[PL_KV_BLOCK_CACHED], count[PL_KV_BLOCK_USED],
+        count[PL_KV_BLOCK_SHARED], count[PL_KV_BLOCK_SWAPPED]);
 }
 
 /* Append ",\"name\":[id,...]" for ids[0..n). */
@@ -71,17 +73,19 @@ char *pl_server_kv_blocks_json(const pl_kv_snapshot *k, const pl_engine_stats *s
     int64_t count[PL_KV_BLOCK_SWAPPED + 1] = {0}, wcount[PL_KV_BLOCK_SWAPPED + 1] = {0};
     const uint8_t *wst = k->states + k->n_blocks + k->n_swap_blocks;
     count_states(k->states, k->n_blocks + k->n_swap_blocks, count);
-    count_states(wst, k->n_window_blocks, wcount);
+    count_states(wst, k->n_window_blocks + k->n_window_swap_blocks, wcount);
     put(&b, "{\"object\":\"kv.blocks\",\"version\":%" PRIu64 ",\"steps\":%" PRIu64
             ",\"block_size\":%d,\"num_blocks\":%d,\"num_swap_blocks\":%d,\"blocks\":",
         k->version, k->steps, k->block_size, k->n_blocks, k->n_swap_blocks);
     put_states(&b, k->states, k->n_blocks);
     put(&b, ",\"swap_blocks\":");
     put_states(&b, k->states + k->n_blocks, k->n_swap_blocks);
-    put_counts(&b, "counts", count, 1);
+    put_counts(&b, "counts", count);
     put(&b, ",\"num_window_blocks\":%d,\"window_blocks\":", k->n_window_blocks);
     put_states(&b, wst, k->n_window_blocks);
-    put_counts(&b, "window_counts", wcount, 0);
+    put(&b, ",\"num_window_swap_blocks\":%d,\"window_swap_blocks\":", k->n_window_swap_blocks);
+    put_states(&b, wst + k->n_window_blocks, k->n_window_swap_blocks);
+    put_counts(&b, "window_counts", wcount);
     double hit_rate = s->prefix_queries ? (double)s->prefix_hits / (double)s->prefix_queries : 0;
     put(&b, ",\"stats\":{\"running\":%d,\"waiting\":%d,\"swapped\":%d,\"kv_usage\":%.6f,"
             "\"prefix_queries\":%" PRIu64 ",\"prefix_hits\":%" PRIu64 ",\"prefix_hit_rate\":%.6f,"

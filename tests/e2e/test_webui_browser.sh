@@ -65,12 +65,13 @@ if grep -Eq 'AddressSanitizer|runtime error|LeakSanitizer|ThreadSanitizer' "$TMP
     bad "sanitizer report"; head -30 "$TMP/server.err"
 else ok; fi
 
-# A gemma3 (5 window layers to 1 global, window 16): its window layers keep a pool of their own.
+# A gemma3 (5 window layers to 1 global, window 16): its window layers keep a pool of their own,
+# and with a swap space a swap pool of their own too.
 G3="$TMP/gemma3.gguf"
 "$PL_BINARY" mkmodel "$G3" --vocab-from "$MODEL" --arch gemma3 --dim 64 --layers 6 --heads 4 \
     --kv-heads 2 --head-dim 16 --ffn 128 --sliding-window 16 --ctx 1024 --seed 7 >"$TMP/mk.log" 2>&1
 check "mkmodel --arch gemma3 ($(tail -1 "$TMP/mk.log"))" test -s "$G3"
-MODEL="$G3" PAGELLM_STEP_DELAY_MS=${PL_STEP_DELAY_MS:-25} start_server
+MODEL="$G3" PAGELLM_STEP_DELAY_MS=${PL_STEP_DELAY_MS:-25} start_server --swap-space 1M
 node_run browser-window "$DIR/webui_browser.mjs" "$BASE" "" "$OUT" "$CHROMIUM" window
 check "window pool screenshot saved under $OUT" test -s "$OUT/webui-kv-window.png"
 stop_clean gemma3

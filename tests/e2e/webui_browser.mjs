@@ -162,12 +162,18 @@ const windowView = (page) => page.evaluate(() => {
            n: k.num_window_blocks, total: num('kvw-total'), used: num('kvw-used'),
            shared: num('kvw-shared'), cached: num('kvw-cached'), free: num('kvw-free'),
            released: num('kvw-released'), counts: k.window_counts, freed: k.stats.window_freed_blocks,
-           grid: L && L.pool === 'w' ? L.n : 0, color: color, seqs: $('seq-list').textContent };
+           grid: L && L.pool === 'w' ? L.n : 0, color: color, seqs: $('seq-list').textContent,
+           nSwap: k.num_window_swap_blocks, swapped: $('kvw-swapped').textContent,
+           swapShown: !$('window-swap-part').classList.contains('hidden') &&
+             $('window-swap-grid').clientHeight > 0,
+           swapGrid: $('window-swap-grid').layout ? $('window-swap-grid').layout.n : 0 };
 });
-// The page's window counters say what its picture says.
+// The page's window counters say what its picture says ("free": the pool's own, where the
+// picture's counts include its free swap blocks; its swap pool: "swapped / blocks", drawn).
 const countersMatch = (v) => v.total === v.n && v.used === v.counts.used + v.counts.shared &&
-  v.shared === v.counts.shared && v.cached === v.counts.cached && v.free === v.counts.free &&
-  v.released === v.freed;
+  v.shared === v.counts.shared && v.cached === v.counts.cached &&
+  v.free === v.n - v.counts.used - v.counts.shared - v.counts.cached && v.released === v.freed &&
+  v.swapped === v.counts.swapped + ' / ' + v.nSwap && v.nSwap > 0 && v.swapShown && v.swapGrid === v.nSwap;
 
 // The KV view of a model with a window pool (a gemma3: 5 window layers to 1 global, window 16):
 // the pool is shown beside the full one, its grid covers its blocks, its counters follow
@@ -222,8 +228,10 @@ async function windowPoolView(page) {
     return v && v.used === 0 && v.free + v.cached === v.n && countersMatch(v) && v.released > 0 && v;
   });
   const k = await kvBlocks();
-  check('the page shows what /v1/kv/blocks says after the run', v && k.window_counts.free === v.free &&
-        k.window_counts.cached === v.cached && k.stats.window_freed_blocks === v.released,
+  const c = k.window_counts; // over the pool and its swap pool: the page's free is the pool's
+  check('the page shows what /v1/kv/blocks says after the run', v &&
+        v.free === k.num_window_blocks - c.used - c.shared - c.cached && c.cached === v.cached &&
+        c.swapped === 0 && k.stats.window_freed_blocks === v.released,
         JSON.stringify({ page: v, api: k.window_counts }));
 }
 

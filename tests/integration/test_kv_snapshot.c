@@ -119,16 +119,20 @@ static void test_states_follow_the_pool(void **state) {
 
 static void test_json_shape(void **state) {
     (void)state;
-    uint8_t st[11] = {0, 1, 2, 3, 3, 0, 4, 2, 0, 1, 2}; /* 5 primary, 2 swap, 4 window */
+    /* 5 primary, 2 swap, 4 window, 3 window swap */
+    uint8_t st[14] = {0, 1, 2, 3, 3, 0, 4, 2, 0, 1, 2, 4, 0, 4};
     pl_kv_seq_blocks seqs[2] = {
         {.request_id = 9, .index = 0, .n_tokens = 7, .n_blocks = 2, .first_block = 0,
          .n_window_blocks = 2},
-        {.request_id = 9, .index = 1, .swapped = 1, .n_tokens = 3, .n_blocks = 1, .first_block = 4},
+        {.request_id = 9, .index = 1, .swapped = 1, .n_tokens = 3, .n_blocks = 1, .first_block = 4,
+         .n_window_blocks = 2},
     };
-    int32_t ids[5] = {3, 4, -1, 3, 1}; /* seq 0: full 3 4, window -1 (released) 3; seq 1: 1 */
+    /* seq 0: full 3 4, window -1 (released) 3; seq 1 (swapped): 1, window swap 0 2 */
+    int32_t ids[7] = {3, 4, -1, 3, 1, 0, 2};
     pl_kv_snapshot k = {.version = 5, .steps = 11, .block_size = 16, .n_blocks = 5,
-                        .n_swap_blocks = 2, .n_window_blocks = 4, .states = st, .n_seqs = 2,
-                        .seqs = seqs, .block_ids = ids, .has_tables = 1};
+                        .n_swap_blocks = 2, .n_window_blocks = 4, .n_window_swap_blocks = 3,
+                        .states = st, .n_seqs = 2, .seqs = seqs, .block_ids = ids,
+                        .has_tables = 1};
     pl_engine_stats s;
     memset(&s, 0, sizeof s);
     s.running = 1, s.waiting = 2, s.prefix_queries = 40, s.prefix_hits = 10, s.preemptions = 3;
@@ -153,17 +157,22 @@ static void test_json_shape(void **state) {
     assert_int_equal(json_integer_value(json_object_get(c, "used")), 1);
     assert_int_equal(json_integer_value(json_object_get(c, "shared")), 2);
     assert_int_equal(json_integer_value(json_object_get(c, "swapped")), 1);
-    /* the window pool: its own states and counts (no swap among them) */
+    /* the window pool: its own states, its swap pool's, and counts over both */
     assert_int_equal(json_integer_value(json_object_get(j, "num_window_blocks")), 4);
     json_t *wb = json_object_get(j, "window_blocks"), *wc = json_object_get(j, "window_counts");
     assert_int_equal(json_array_size(wb), 4);
     for (int i = 0; i < 4; i++)
         assert_int_equal(json_integer_value(json_array_get(wb, i)), st[7 + i]);
-    assert_int_equal(json_integer_value(json_object_get(wc, "free")), 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "num_window_swap_blocks")), 3);
+    json_t *wsb = json_object_get(j, "window_swap_blocks");
+    assert_int_equal(json_array_size(wsb), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(json_integer_value(json_array_get(wsb, i)), st[11 + i]);
+    assert_int_equal(json_integer_value(json_object_get(wc, "free")), 2);
     assert_int_equal(json_integer_value(json_object_get(wc, "cached")), 1);
     assert_int_equal(json_integer_value(json_object_get(wc, "used")), 2);
     assert_int_equal(json_integer_value(json_object_get(wc, "shared")), 0);
-    assert_null(json_object_get(wc, "swapped"));
+    assert_int_equal(json_integer_value(json_object_get(wc, "swapped")), 2);
     json_t *stats = json_object_get(j, "stats");
     assert_int_equal(json_integer_value(json_object_get(stats, "waiting")), 2);
     assert_float_equal(json_real_value(json_object_get(stats, "prefix_hit_rate")), 0.25, 1e-9);
@@ -182,7 +191,9 @@ static void test_json_shape(void **state) {
     assert_int_equal(json_array_size(t0w), 2);
     assert_int_equal(json_integer_value(json_array_get(t0w, 0)), -1);
     assert_int_equal(json_integer_value(json_array_get(t0w, 1)), 3);
-    assert_int_equal(json_array_size(json_object_get(t1, "window_blocks")), 0);
+    json_t *t1w = json_object_get(t1, "window_blocks"); /* ids in the window swap pool */
+    assert_int_equal(json_array_size(t1w), 2);
+    assert_int_equal(json_integer_value(json_array_get(t1w, 1)), 2);
     json_decref(j);
     free(txt);
     /* Without tables: no "tables" key; no block at all is valid too. */
@@ -190,6 +201,7 @@ static void test_json_shape(void **state) {
     k.n_blocks = 0;
     k.n_swap_blocks = 0;
     k.n_window_blocks = 0;
+    k.n_window_swap_blocks = 0;
     txt = pl_server_kv_blocks_json(&k, &s);
     j = json_loads(txt, 0, &err);
     assert_non_null(j);
@@ -197,6 +209,7 @@ static void test_json_shape(void **state) {
     assert_int_equal(json_array_size(json_object_get(j, "blocks")), 0);
     assert_int_equal(json_integer_value(json_object_get(j, "num_window_blocks")), 0);
     assert_int_equal(json_array_size(json_object_get(j, "window_blocks")), 0);
+    assert_int_equal(json_array_size(json_object_get(j, "window_swap_blocks")), 0);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "window_counts"),
                                                         "free")), 0);
     json_decref(j);
@@ -210,31 +223,40 @@ static void check_snapshot_matches(pl_engine *e, const pl_kv_snapshot *k) {
     assert_int_equal(k->n_blocks, m->pool.num_blocks);
     assert_int_equal(k->n_swap_blocks, m->swap.num_blocks);
     assert_int_equal(k->n_window_blocks, mw != m ? mw->pool.num_blocks : 0);
+    assert_int_equal(k->n_window_swap_blocks, mw != m ? mw->swap.num_blocks : 0);
     for (int32_t i = 0; i < k->n_blocks; i++)
         assert_int_equal(k->states[i], expected_state(&m->pool, i, 0));
+    for (int32_t i = 0; i < k->n_swap_blocks; i++)
+        assert_int_equal(k->states[k->n_blocks + i], expected_state(&m->swap, i, 1));
     const uint8_t *wst = k->states + k->n_blocks + k->n_swap_blocks;
     for (int32_t i = 0; i < k->n_window_blocks; i++)
         assert_int_equal(wst[i], expected_state(&mw->pool, i, 0));
+    for (int32_t i = 0; i < k->n_window_swap_blocks; i++)
+        assert_int_equal(wst[k->n_window_blocks + i], expected_state(&mw->swap, i, 1));
     if (!k->has_tables) return;
     int32_t n = 0;
-    const pl_group_queue *running = pl_scheduler_queue(pl_engine_scheduler(e), PL_SEQ_RUNNING);
-    for (const pl_seq_group *g = running->head; g; g = g->next)
-        for (int32_t i = 0; i < g->n_seqs; i++) {
-            const pl_block_table *t = &g->seqs[i]->table;
-            if (!t->live) continue;
-            assert_true(n < k->n_seqs);
-            const pl_kv_seq_blocks *q = &k->seqs[n++];
-            assert_int_equal(q->request_id, g->id);
-            assert_int_equal(q->n_blocks, t->n_blocks);
-            assert_int_equal(q->n_tokens, t->n_tokens);
-            assert_memory_equal(k->block_ids + q->first_block, t->blocks,
-                                (size_t)t->n_blocks * sizeof *t->blocks);
-            const pl_block_table *w = &g->seqs[i]->table_w;
-            assert_int_equal(q->n_window_blocks, k->n_window_blocks ? w->n_blocks : 0);
-            if (q->n_window_blocks)
-                assert_memory_equal(k->block_ids + q->first_block + q->n_blocks, w->blocks,
-                                    (size_t)w->n_blocks * sizeof *w->blocks);
-        }
+    for (int sw = 0; sw < 2; sw++) { /* running, then swapped: the snapshot's order */
+        const pl_group_queue *gq =
+            pl_scheduler_queue(pl_engine_scheduler(e), sw ? PL_SEQ_SWAPPED : PL_SEQ_RUNNING);
+        for (const pl_seq_group *g = gq->head; g; g = g->next)
+            for (int32_t i = 0; i < g->n_seqs; i++) {
+                const pl_block_table *t = &g->seqs[i]->table;
+                if (!t->live) continue;
+                assert_true(n < k->n_seqs);
+                const pl_kv_seq_blocks *q = &k->seqs[n++];
+                assert_int_equal(q->swapped, sw);
+                assert_int_equal(q->request_id, g->id);
+                assert_int_equal(q->n_blocks, t->n_blocks);
+                assert_int_equal(q->n_tokens, t->n_tokens);
+                assert_memory_equal(k->block_ids + q->first_block, t->blocks,
+                                    (size_t)t->n_blocks * sizeof *t->blocks);
+                const pl_block_table *w = &g->seqs[i]->table_w;
+                assert_int_equal(q->n_window_blocks, k->n_window_blocks ? w->n_blocks : 0);
+                if (q->n_window_blocks)
+                    assert_memory_equal(k->block_ids + q->first_block + q->n_blocks, w->blocks,
+                                        (size_t)w->n_blocks * sizeof *w->blocks);
+            }
+    }
     assert_int_equal(n, k->n_seqs);
 }
 
@@ -324,16 +346,23 @@ static void test_engine_publishes_while_watched(void **state) {
     pl_engine_destroy(e);
 }
 
-/* A gemma3 (5 window layers to 1 global, window 16): layer kinds give its window layers a pool
- * of their own, and the picture carries it. */
-static void test_engine_window_pool(void **state) {
-    (void)state;
-    char path[256], cmd[1024];
-    snprintf(path, sizeof path, "/tmp/pl_test_kv_snapshot_gemma3_%d.gguf", (int)getpid());
+/* A random gemma3 (5 window layers to 1 global, window 16) written to path (the caller unlinks
+ * it once loaded). */
+static void make_gemma3(char *path, size_t n) {
+    char cmd[1024];
+    snprintf(path, n, "/tmp/pl_test_kv_snapshot_gemma3_%d.gguf", (int)getpid());
     snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' "
              "--arch gemma3 --dim 64 --layers 6 --heads 4 --kv-heads 2 --head-dim 16 --ffn 128 "
              "--sliding-window 16 --ctx 1024 --seed 7 >/dev/null", PL_BINARY, path, PL_SHARED_DIR);
     assert_int_equal(system(cmd), 0);
+}
+
+/* A gemma3 (5 window layers to 1 global, window 16): layer kinds give its window layers a pool
+ * of their own, and the picture carries it. */
+static void test_engine_window_pool(void **state) {
+    (void)state;
+    char path[256];
+    make_gemma3(path, sizeof path);
     pl_engine_config c;
     pl_engine_config_default(&c);
     c.model_path = path;
@@ -389,12 +418,87 @@ static void test_engine_window_pool(void **state) {
     pl_engine_destroy(e);
 }
 
+
+
+
+/* A budget that keeps layer kinds (the window pool: 16 blocks of 10 KB) and leaves the full pool
+ * 24 blocks of 2 KB (384 tokens) for four sequences of ~147: they swap. */
+enum { KV_SWAPPED = 212992 };
+/* The window pool's own swap pool: under swap preemption a gemma3's swapped sequences keep their
+ * window tables there, and every picture shows those blocks swapped (state 4) and the tables'
+ * ids, as the pools and the swapped queue hold them. */
+static void test_engine_window_pool_swapped(void **state) {
+    (void)state;
+    char path[256];
+    make_gemma3(path, sizeof path);
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = path;
+    c.kv_cache_memory = KV_SWAPPED;
+    c.swap_space = 1 << 20;
+    c.preemption_mode = PL_PREEMPT_SWAP;
+    c.max_num_seqs = 4;
+    c.max_num_batched_tokens = 64; /* the window pool: 4 windows and a chunk (16 blocks) */
+    c.threads = 2;
+    pl_engine *e;
+    if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
+    unlink(path);
+    pl_request_params p;
+    pl_request_params_default(&p);
+    p.max_tokens = 120;
+    p.ignore_eos = 1;
+    uint64_t ids[4];
+    for (int i = 0; i < 4; i++)
+        if (pl_engine_add_request(e, "Once upon a time, there was a little girl named Lily. She "
+                                  "liked to play in the park.", NULL, 0, &p, &ids[i]) != PL_OK)
+            fail_msg("request %d: %s", i, pl_last_error());
+    pl_kv_snapshot k;
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK); /* from now on watched */
+    assert_true(k.n_window_blocks > 0 && k.n_window_swap_blocks > 0);
+    pl_kv_snapshot_destroy(&k);
+    uint64_t last = 0;
+    int swapped_blocks = 0, swapped_tables = 0;
+    while (pl_engine_has_work(e)) {
+        usleep((PL_KV_VIEW_MIN_INTERVAL_MS + 2) * 1000);
+        assert_int_equal(pl_engine_step(e), PL_OK);
+        assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+        if (k.version > last) {
+            check_snapshot_matches(e, &k);
+            const uint8_t *wsw = k.states + k.n_blocks + k.n_swap_blocks + k.n_window_blocks;
+            for (int32_t i = 0; i < k.n_window_swap_blocks; i++)
+                swapped_blocks += wsw[i] == PL_KV_BLOCK_SWAPPED;
+            for (int32_t i = 0; i < k.n_seqs; i++)
+                swapped_tables += k.seqs[i].swapped && k.seqs[i].n_window_blocks > 0;
+        }
+        last = k.version;
+        pl_kv_snapshot_destroy(&k);
+        for (int i = 0; i < 4; i++) {
+            pl_request_output *o;
+            while (pl_engine_poll(e, ids[i], 0, &o) == PL_OK) pl_request_output_destroy(o);
+        }
+    }
+    pl_engine_stats st;
+    pl_engine_get_stats(e, &st);
+    print_message("window pool swapped: %d swaps out, %d swapped window blocks and %d swapped "
+                  "tables seen\n", (int)st.swaps_out, swapped_blocks, swapped_tables);
+    assert_true(swapped_blocks > 0); /* the window pool's blocks went to its swap pool */
+    assert_true(swapped_tables > 0); /* and the swapped tables named them */
+    pl_engine_wait_for_work(e, 0);
+    assert_int_equal(pl_engine_kv_snapshot(e, 1, 0, &k), PL_OK);
+    check_snapshot_matches(e, &k);
+    const uint8_t *wsw = k.states + k.n_blocks + k.n_swap_blocks + k.n_window_blocks;
+    for (int32_t i = 0; i < k.n_window_swap_blocks; i++) assert_int_equal(wsw[i], PL_KV_BLOCK_FREE);
+    pl_kv_snapshot_destroy(&k);
+    pl_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_states_follow_the_pool),
         cmocka_unit_test(test_json_shape),
         cmocka_unit_test(test_engine_publishes_while_watched),
         cmocka_unit_test(test_engine_window_pool),
+        cmocka_unit_test(test_engine_window_pool_swapped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,8 @@ const STATE_NAMES = ['free', 'free, cached prefix', 'used by one sequence', 'sha
 const STATE_COLORS = ['#e4e7ec', '#9fd8c4', '#4a8fe7', '#e8833a', '#8e5bd8'];
 // The block grids: canvas, pool letter (holders' keys, hover), field of /v1/kv/blocks, height.
 const GRIDS = [['grid', 'p', 'blocks', 420], ['swap-grid', 's', 'swap_blocks', 160],
-               ['window-grid', 'w', 'window_blocks', 200]];
+               ['window-grid', 'w', 'window_blocks', 200],
+               ['window-swap-grid', 'v', 'window_swap_blocks', 120]];
 const KV_POLL_MS = 250;          // a few pictures a second while the KV view is open
 const CHART_SECONDS = 300;       // the chart shows the last five minutes
 
@@ -385,9 +386,11 @@ function renderKV() {
     $('kvw-used').textContent = w.used + w.shared;
     $('kvw-shared').textContent = w.shared;
     $('kvw-cached').textContent = w.cached;
-    $('kvw-free').textContent = w.free;
+    $('kvw-free').textContent = nw - w.used - w.shared - w.cached;
     $('kvw-released').textContent = s.window_freed_blocks;
+    $('kvw-swapped').textContent = w.swapped + ' / ' + (k.num_window_swap_blocks || 0);
   }
+  $('window-swap-part').classList.toggle('hidden', !(k.num_window_swap_blocks > 0));
   // who holds each block, for hover
   state.holders = new Map();
   for (const t of k.tables || []) {
@@ -405,10 +408,12 @@ function renderKV() {
   addSample(s.running, s.waiting, s.kv_usage);
 }
 
-// The block ids table t holds in pool 'p' (primary), 's' (swap) or 'w' (window pool; a swapped
-// sequence's window blocks are in that pool's swap, which is not drawn), or null.
+// The block ids table t holds in pool 'p' (primary), 's' (swap), 'w' (window pool) or 'v' (the
+// window pool's swap, where a swapped sequence's window blocks are), or null.
 function tableBlocks(t, pool) {
-  if (pool === 'w') return t.swapped ? null : t.window_blocks || [];
+  if (pool === 'w' || pool === 'v') {
+    return (t.swapped ? 'v' : 'w') === pool ? t.window_blocks || [] : null;
+  }
   return (t.swapped ? 's' : 'p') === pool ? t.blocks : null;
 }
 
