@@ -2,8 +2,9 @@
  * monitoring (pl_engine_kv_snapshot, GET /v1/kv/blocks, the web UI's grid).
  *
  * What it owns: a double buffer of block states (one byte per primary and swap block, and
- * with layer kinds per window-pool primary and swap block) and, on demand, the per-sequence block tables (the
- * window tables' ids after each sequence's own), plus the "someone is watching" deadlines.
+ * with layer kinds per window-pool primary and swap block) and, on demand, the per-sequence
+ * block tables (the window tables' ids after each sequence's own), plus the "someone is
+ * watching" deadlines.
  *
  * Invariants:
  * - Only the engine thread writes, and only the BACK buffer, without a lock; publishing flips

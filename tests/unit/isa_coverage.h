@@ -49,7 +49,8 @@ static inline int isa_cpu_is_emulated(void) {
     memcpy(brand, r, 48);
     brand[48] = '\0';
     /* qemu's models: "AMD EPYC-Milan Processor", "Intel Core Processor (Haswell)", "QEMU ..." */
-    return strstr(brand, "QEMU") || strstr(brand, "EPYC-") || !strncmp(brand, "Intel Core Processor (", 22);
+    return strstr(brand, "QEMU") || strstr(brand, "EPYC-") ||
+           !strncmp(brand, "Intel Core Processor (", 22);
 }
 
 /* The flags to judge the CPU by: PL_TEST_EMULATED_FLAGS on an emulated CPU, else NULL (read
