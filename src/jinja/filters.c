@@ -226,6 +226,10 @@ jj_val jj_format(jj_ctx *c, jj_val fmt, const jj_val *args, int nargs) {
         } else if (strchr("dixX", *p)) {
             if (v.t != JT_INT && v.t != JT_BOOL && v.t != JT_FLOAT)
                 jj_fail(c, "line %d: %%%c format: a real number is required, not %s", c->line, *p, jj_type_name(v));
+            /* Python: OverflowError / ValueError for inf and nan; past int64 we cannot hold it */
+            if (v.t == JT_FLOAT && !(fabs(v.u.f) < 9.2e18))
+                jj_fail(c, "line %d: %%%c format: cannot convert float %s to integer", c->line, *p,
+                        isnan(v.u.f) ? "NaN" : isinf(v.u.f) ? "infinity" : "beyond 64 bits");
             long long x = v.t == JT_INT ? v.u.i : v.t == JT_BOOL ? v.u.b : (long long)v.u.f;
             spec[sl++] = 'l'; spec[sl++] = 'l'; spec[sl++] = *p == 'i' ? 'd' : *p;
             spec[sl] = '\0';

@@ -189,9 +189,15 @@ static void test_jinja_quirks(void **state) {
         {"{{ '<{}|{k}|{:>4}|{:.1f}|{:03d}|{!r}>'.format(1, 'a', 2.25, 7, 's', k='K') }}{{ '{1}{0}'.format(1, 2) }}",
          NULL, "<1|K|   a|2.2|007|'s'>21"},
         {"{{ '%s=%d%%' % ('a', 5) }} {{ '%5.1f' | format(2.25) }}", NULL, "a=5%   2.2"},
+        {"{{ '%d|%i' % (2.7, -2.7) }} {{ '{:.0f}'.format(1e400) }}", NULL, "2|-2 inf"},
     };
     run_cases(cs, sizeof cs / sizeof cs[0]);
     expect_error("{{ '{}{0}'.format(1) }}", NULL, "cannot switch from manual field specification");
+    /* %d of a float that has no int64: Python's errors (the fuzzer's input cast inf: UB) */
+    expect_error("{{ '%d' % (1e400) }}", NULL, "%d format: cannot convert float infinity to integer");
+    expect_error("{{ '%i' % (1e400 - 1e400) }}", NULL, "cannot convert float NaN to integer");
+    expect_error("{{ '%x' % (-1e19) }}", NULL, "cannot convert float beyond 64 bits to integer");
+    expect_error("{{ '{:d}'.format(1e400) }}", NULL, "unknown format code 'd' for a float");
     expect_error("{{ [1] | map('string') | length }}", NULL, "object of type 'generator' has no len()");
     expect_error("{{ [1] | map('string') | tojson }}", NULL, "Object of type generator is not JSON serializable");
     expect_error("{% if true %}{{ x | nosuch }}{% endif %}", NULL, "line 1: no filter named 'nosuch'");
