@@ -346,32 +346,35 @@ static void test_engine_publishes_while_watched(void **state) {
     pl_engine_destroy(e);
 }
 
-/* A random gemma3 (5 window layers to 1 global, window 16) written to path (the caller unlinks
- * it once loaded). */
-static void make_gemma3(char *path, size_t n) {
-    char cmd[1024];
-    snprintf(path, n, "/tmp/pl_test_kv_snapshot_gemma3_%d.gguf", (int)getpid());
+/* An engine on a random gemma3 (5 window layers to 1 global, window 16; 4 sequences, 2 threads)
+ * with c's KV memory, swap space, preemption mode and step tokens (0: the defaults'). */
+static pl_engine *gemma3_engine(const pl_engine_config *want) {
+    char path[256], cmd[1024];
+    snprintf(path, sizeof path, "/tmp/pl_test_kv_snapshot_gemma3_%d.gguf", (int)getpid());
     snprintf(cmd, sizeof cmd, "'%s' mkmodel '%s' --vocab-from '%s/models/stories260K.gguf' "
              "--arch gemma3 --dim 64 --layers 6 --heads 4 --kv-heads 2 --head-dim 16 --ffn 128 "
              "--sliding-window 16 --ctx 1024 --seed 7 >/dev/null", PL_BINARY, path, PL_SHARED_DIR);
     assert_int_equal(system(cmd), 0);
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = path;
+    c.kv_cache_memory = want->kv_cache_memory;
+    c.swap_space = want->swap_space;
+    c.preemption_mode = want->preemption_mode;
+    if (want->max_num_batched_tokens) c.max_num_batched_tokens = want->max_num_batched_tokens;
+    c.max_num_seqs = 4;
+    c.threads = 2;
+    pl_engine *e;
+    if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
+    unlink(path);
+    return e;
 }
 
 /* A gemma3 (5 window layers to 1 global, window 16): layer kinds give its window layers a pool
  * of their own, and the picture carries it. */
 static void test_engine_window_pool(void **state) {
     (void)state;
-    char path[256];
-    make_gemma3(path, sizeof path);
-    pl_engine_config c;
-    pl_engine_config_default(&c);
-    c.model_path = path;
-    c.kv_cache_memory = 4 << 20;
-    c.max_num_seqs = 4;
-    c.threads = 2;
-    pl_engine *e;
-    if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
-    unlink(path);
+    pl_engine *e = gemma3_engine(&(pl_engine_config){.kv_cache_memory = 4 << 20});
     const pl_kv_manager *mw = pl_kv_cache_window_manager_c(pl_engine_kv_cache(e));
     assert_ptr_not_equal(mw, pl_kv_cache_manager(pl_engine_kv_cache(e))); /* two pools */
     pl_request_params p;
@@ -429,20 +432,11 @@ enum { KV_SWAPPED = 212992 };
  * ids, as the pools and the swapped queue hold them. */
 static void test_engine_window_pool_swapped(void **state) {
     (void)state;
-    char path[256];
-    make_gemma3(path, sizeof path);
-    pl_engine_config c;
-    pl_engine_config_default(&c);
-    c.model_path = path;
-    c.kv_cache_memory = KV_SWAPPED;
-    c.swap_space = 1 << 20;
-    c.preemption_mode = PL_PREEMPT_SWAP;
-    c.max_num_seqs = 4;
-    c.max_num_batched_tokens = 64; /* the window pool: 4 windows and a chunk (16 blocks) */
-    c.threads = 2;
-    pl_engine *e;
-    if (pl_engine_create(&c, &e) != PL_OK) fail_msg("engine: %s", pl_last_error());
-    unlink(path);
+    /* 64 tokens a step: the window pool is 4 windows and a chunk (16 blocks) */
+    pl_engine *e = gemma3_engine(&(pl_engine_config){.kv_cache_memory = KV_SWAPPED,
+                                                      .swap_space = 1 << 20,
+                                                      .preemption_mode = PL_PREEMPT_SWAP,
+                                                      .max_num_batched_tokens = 64});
     pl_request_params p;
     pl_request_params_default(&p);
     p.max_tokens = 120;
