@@ -437,7 +437,8 @@ int pl_bench_model(int argc, char **argv) {
                              : "GFLOP/s, %peak of the FMA peak");
             if (bf16_peak > 0) printf("bf16 peak: vdpbf16ps %.1f GFLOP/s\n", bf16_peak);
             if (int8_peak > 0)
-                printf("int8 peak: %s %.1f GOP/s%s", pl_cpu_isa() >= PL_ISA_AVXVNNI ? "VNNI" : "AVX2",
+                printf("int8 peak: %s %.1f GOP/s%s",
+                       pl_cpu_isa() == PL_ISA_AVX512 || pl_cpu_avxvnni() ? "VNNI" : "AVX2",
                        int8_peak, amx_peak > 0 ? "" : "\n");
             if (amx_peak > 0) printf(", AMX %.1f GOP/s (K = 32 tiles)\n", amx_peak);
             printf("\n");

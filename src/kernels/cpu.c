@@ -86,8 +86,12 @@ static void init(void) {
     env_level = PL_ISA_AVX512;
     if (s && !strcmp(s, "scalar")) env_level = PL_ISA_SCALAR;
     else if (s && !strcmp(s, "avx2")) env_level = PL_ISA_AVX2;
-    else if (s && !strcmp(s, "avxvnni")) env_level = PL_ISA_AVXVNNI;
-    else if (s && *s && strcmp(s, "avx512")) /* a typo must not pass silently for "scalar" */
+    else if (s && !strcmp(s, "avxvnni")) {
+        env_level = PL_ISA_AVXVNNI;
+        if (!feats.avxvnni && max_isa >= PL_ISA_AVXVNNI)
+            PL_WARN("PAGELLM_ISA=avxvnni: this CPU has no AVX-VNNI (its VNNI is AVX-512's only); "
+                    "kernels use avx2");
+    } else if (s && *s && strcmp(s, "avx512")) /* a typo must not pass silently for "scalar" */
         PL_WARN("PAGELLM_ISA='%s' is not scalar, avx2, avxvnni or avx512; ignored (kernels use %s)", s,
                 pl_isa_name(max_isa));
     /* the K-quant tiles' prefetch (x16_prefetch.h): PAGELLM_PREFETCH=l1 or l2l3 for A/B runs */
@@ -112,11 +116,21 @@ pl_isa pl_cpu_max_isa(void) {
     return max_isa;
 }
 
+int pl_cpu_has_isa(pl_isa isa) {
+    pthread_once(&once, init);
+    return isa <= max_isa && (isa != PL_ISA_AVXVNNI || feats.avxvnni);
+}
+
 pl_isa pl_cpu_isa(void) {
     pthread_once(&once, init);
     int f = atomic_load_explicit(&forced, memory_order_relaxed);
     pl_isa e = f >= 0 ? (pl_isa)f : env_level;
-    return e < max_isa ? e : max_isa;
+    if (e > max_isa) e = max_isa;
+    return e == PL_ISA_AVXVNNI && !feats.avxvnni ? PL_ISA_AVX2 : e;
+}
+
+int pl_cpu_avxvnni(void) {
+    return pl_cpu_isa() >= PL_ISA_AVXVNNI && feats.avxvnni;
 }
 
 pl_isa pl_cpu_force_isa(pl_isa isa) {

@@ -12,9 +12,14 @@
 #ifndef PL_KERNELS_CPU_H
 #define PL_KERNELS_CPU_H
 
-/* Ordered: a level has every kernel of the levels below it. AVX-VNNI is AVX2 + FMA + F16C with
- * the VEX vpdpbusd / vpdpwssd on ymm (Intel client cores from Alder Lake, AMD Zen 4+); its own
- * kernels are the x16 layouts' VNNI tiles (q8_0, q4_0, iq4_nl, q4_K, q6_K), everything else runs AVX2's. */
+/* Ordered, with one gap: AVX-VNNI is AVX2 + FMA + F16C with the VEX vpdpbusd / vpdpwssd on ymm
+ * (Intel client cores from Alder Lake, Sapphire Rapids on, AMD Zen 5); its own kernels are the
+ * x16 layouts' VNNI tiles (q8_0, q4_0, iq4_nl, q4_K, q6_K), everything else runs AVX2's. An
+ * AVX-512 CPU need not have it (AMD Zen 4, Intel Ice Lake / Cooper Lake: their VNNI is EVEX
+ * only, and the VEX encoding faults there): on such a CPU the avxvnni level does not exist,
+ * pl_cpu_isa() never returns it (a request for it gets avx2), and the AVX-512 level, where its
+ * own kernels decline a case, falls back to AVX2's, never to AVX-VNNI's (pl_cpu_avxvnni()).
+ * Every other level has every kernel of the levels below it. */
 typedef enum { PL_ISA_SCALAR = 0, PL_ISA_AVX2 = 1, PL_ISA_AVXVNNI = 2, PL_ISA_AVX512 = 3 } pl_isa;
 
 typedef struct {
@@ -27,9 +32,16 @@ typedef struct {
 const pl_cpu_features *pl_cpu_get_features(void);
 /* The best level this machine supports. */
 pl_isa pl_cpu_max_isa(void);
-/* The level kernels use now: min(max, PAGELLM_ISA, forced). */
+/* 1 if this machine can run the level's kernels (a level up to the maximum; avxvnni only with
+ * the AVX-VNNI flag). Tests loop over the levels where this holds. */
+int pl_cpu_has_isa(pl_isa isa);
+/* The level kernels use now: min(max, PAGELLM_ISA, forced), and avx2 for an avxvnni this
+ * machine does not have. */
 pl_isa pl_cpu_isa(void);
-/* Force a level (clamped to the machine's maximum); returns the level in effect. */
+/* 1 if the AVX-VNNI kernels may run now: the level is avxvnni or above and the CPU has AVX-VNNI.
+ * Kernel choices ask this, not pl_cpu_isa() >= PL_ISA_AVXVNNI (see the gap above). */
+int pl_cpu_avxvnni(void);
+/* Force a level (clamped as pl_cpu_isa() is); returns the level in effect. */
 pl_isa pl_cpu_force_isa(pl_isa isa);
 const char *pl_isa_name(pl_isa isa);
 /* 1 if the int8 AMX kernels may run now: amx_int8, the level is AVX-512, and not turned off. */

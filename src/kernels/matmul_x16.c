@@ -253,7 +253,7 @@ void pl_mm_x16_choose(pl_dtype t, pl_mm_kernel *k, void (*avx512)(pl_mm_kernel *
     k->tr = 16;
     k->tb = 4;
     if (pl_cpu_isa() >= PL_ISA_AVX512) avx512(k);
-    else if (!(pl_cpu_isa() >= PL_ISA_AVXVNNI && pl_mm_kernel_x16_kq_avxvnni(t, k)) &&
+    else if (!(pl_cpu_avxvnni() && pl_mm_kernel_x16_kq_avxvnni(t, k)) &&
              !(pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_kq_avx2(t, k)))
         k->fn = scalar;
 }
@@ -268,7 +268,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
             if (pl_cpu_amx()) k->gemm = pl_mm_gemm_x16_amx;
             return;
         }
-        if (pl_cpu_isa() >= PL_ISA_AVXVNNI && pl_mm_kernel_x16_avxvnni(t, k)) return;
+        if (pl_cpu_avxvnni() && pl_mm_kernel_x16_avxvnni(t, k)) return;
         if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_q8_avx2(t, k)) return;
         k->fn = tile_x16_scalar;
         return;

@@ -214,7 +214,7 @@ void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k) {
             k->gemm = t == PL_DT_Q4_K ? pl_mm_gemm_x16_q4_K_amx : pl_mm_gemm_x16_q6_K_amx;
         return;
     }
-    if (pl_cpu_isa() >= PL_ISA_AVXVNNI && pl_mm_kernel_x16_kq_avxvnni(t, k)) return;
+    if (pl_cpu_avxvnni() && pl_mm_kernel_x16_kq_avxvnni(t, k)) return;
     if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_kq_avx2(t, k)) return;
     k->fn = t == PL_DT_Q4_K ? tile_q4_K_scalar : tile_q6_K_scalar;
 }

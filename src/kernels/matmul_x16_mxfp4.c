@@ -80,6 +80,6 @@ void pl_mm_kernel_x16_mxfp4(pl_mm_kernel *k) {
     k->tr = 16;
     k->tb = 4;
     if (isa >= PL_ISA_AVX512) pl_mm_kernel_x16_mxfp4_avx512(k);
-    else if (isa >= PL_ISA_AVXVNNI) pl_mm_kernel_x16_mxfp4_avxvnni(k);
+    else if (pl_cpu_avxvnni()) pl_mm_kernel_x16_mxfp4_avxvnni(k);
     else if (isa >= PL_ISA_AVX2) pl_mm_kernel_x16_mxfp4_avx2(k);
 }

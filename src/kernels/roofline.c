@@ -128,7 +128,7 @@ static void int8_part(void *ctx, int ith, int nth) {
     pl_isa isa = pl_cpu_isa();
     j->sink[ith & 63] += (uint32_t)(j->amx                   ? pl_roofline_tiles_amx(j->iters)
                                     : isa >= PL_ISA_AVX512  ? pl_roofline_int8_avx512(j->iters, ith)
-                                    : isa >= PL_ISA_AVXVNNI ? pl_roofline_int8_avxvnni(j->iters, ith)
+                                    : pl_cpu_avxvnni()       ? pl_roofline_int8_avxvnni(j->iters, ith)
                                                             : pl_roofline_int8_avx2(j->iters, ith));
 }
 
@@ -140,7 +140,7 @@ double pl_roofline_int8_gops(pl_threadpool *tp, int n_threads, int64_t iters, in
      * 32-byte activation tiles); else the chains' vectors of 64 bytes (AVX-512) or 32 */
     const double macs = amx ? 4.0 * 16 * 16 * 32
                       : pl_cpu_isa() >= PL_ISA_AVX512  ? (double)PL_ROOF_FMA_CHAINS * 64
-                      : pl_cpu_isa() >= PL_ISA_AVXVNNI ? (double)PL_ROOF_FMA_CHAINS * 32
+                      : pl_cpu_avxvnni() ? (double)PL_ROOF_FMA_CHAINS * 32
                                                        : (double)PL_ROOF_INT8_CHAINS_AVX2 * 32;
     if (amx) iters /= 8;
     int8_job j = {.iters = iters, .amx = amx};

@@ -72,15 +72,16 @@ static inline const char *isa_flags_source(void) {
     return getenv("PL_TEST_EMULATED_FLAGS") ? "PL_TEST_EMULATED_FLAGS" : "/proc/cpuinfo";
 }
 
-/* The best level /proc/cpuinfo's first "flags" line supports (or PL_TEST_EMULATED_FLAGS', on an
- * emulated CPU), or -1 when there is none. */
-static inline int isa_cpuinfo_level(void) {
+/* The levels /proc/cpuinfo's first "flags" line supports, as a mask of 1 << level (or
+ * PL_TEST_EMULATED_FLAGS', on an emulated CPU), or 0 when there is none. avxvnni needs its own
+ * flag: an AVX-512 CPU without AVX-VNNI (Zen 4, Ice Lake) has scalar, avx2 and avx512. */
+static inline unsigned isa_cpuinfo_mask(void) {
     static char line[8192];
     const char *emu = isa_emulated_flags();
     FILE *f = emu ? NULL : fopen("/proc/cpuinfo", "r");
-    if (!f && !emu) return -1;
+    if (!f && !emu) return 0;
     if (emu) snprintf(line, sizeof line, "flags\t: %s\n", emu);
-    int level = -1;
+    unsigned mask = 0;
     while (emu || fgets(line, sizeof line, f))
         if (!strncmp(line, "flags", 5)) {
             static const char *const avx512[] = {"avx512f",     "avx512bw",    "avx512vl",
@@ -91,14 +92,22 @@ static inline int isa_cpuinfo_level(void) {
             for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
                 has512 &= isa_flag(line, avx512[i]);
             for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++) has2 &= isa_flag(line, avx2[i]);
-            level = has512                               ? PL_ISA_AVX512
-                    : has2 && isa_flag(line, "avx_vnni") ? PL_ISA_AVXVNNI
-                    : has2                               ? PL_ISA_AVX2
-                                                         : PL_ISA_SCALAR;
+            mask = 1u << PL_ISA_SCALAR;
+            if (has2) mask |= 1u << PL_ISA_AVX2;
+            if (has2 && isa_flag(line, "avx_vnni")) mask |= 1u << PL_ISA_AVXVNNI;
+            if (has512) mask |= 1u << PL_ISA_AVX512;
             break;
         }
     if (f) fclose(f);
-    return level;
+    return mask;
+}
+
+/* The best level in a mask of levels, or -1 for none. */
+static inline int isa_best(unsigned mask) {
+    int best = -1;
+    for (int i = PL_ISA_SCALAR; i <= PL_ISA_AVX512; i++)
+        if (mask & (1u << i)) best = i;
+    return best;
 }
 
 /* The levels in mask as " scalar avx2 ..." into out[64]. */
@@ -111,11 +120,12 @@ static inline void isa_names(unsigned mask, char *out) {
         }
 }
 
-/* NULL when every level /proc/cpuinfo supports is in mask, else what is missing (static text). */
+/* NULL when every level /proc/cpuinfo supports is in mask and the levels detected agree with it,
+ * else what is missing or wrong (static text). */
 static inline const char *isa_missing(const char *what, unsigned mask) {
     static char msg[512];
-    int want = isa_cpuinfo_level();
-    if (want < 0) {
+    unsigned want = isa_cpuinfo_mask();
+    if (!want) {
         const char *ci = getenv("CI");
         if (ci && !strcmp(ci, "true")) {
             snprintf(msg, sizeof msg, "%s: no /proc/cpuinfo flags under CI=true", what);
@@ -123,15 +133,36 @@ static inline const char *isa_missing(const char *what, unsigned mask) {
         }
         return NULL;
     }
-    for (int i = PL_ISA_SCALAR; i <= want; i++)
-        if (!(mask & (1u << i))) {
+    for (int i = PL_ISA_SCALAR; i <= PL_ISA_AVX512; i++)
+        if ((want & (1u << i)) && !(mask & (1u << i))) {
             snprintf(msg, sizeof msg,
                      "%s: the CPU supports %s (%s) but the %s kernels were not "
                      "tested: pl_cpu_max_isa() is %s, CPU feature detection is broken",
-                     what, pl_isa_name((pl_isa)want), isa_flags_source(), pl_isa_name((pl_isa)i),
+                     what, pl_isa_name((pl_isa)isa_best(want)), isa_flags_source(),
+                     pl_isa_name((pl_isa)i),
                      pl_isa_name(pl_cpu_max_isa()));
             return msg;
         }
+    /* The levels detection offers are the flags' levels, and a level the CPU lacks is never in
+     * effect: avxvnni on an AVX-512 CPU without AVX-VNNI (Zen 4) forces avx2, and the AVX-512
+     * level there does not take the AVX-VNNI kernels (their VEX vpdpbusd faults on it). */
+    pl_isa now = pl_cpu_isa();
+    for (int i = PL_ISA_SCALAR; i <= PL_ISA_AVX512; i++) {
+        pl_isa got = pl_cpu_force_isa((pl_isa)i);
+        const char *bad = !pl_cpu_has_isa((pl_isa)i) != !(want & (1u << i))
+                              ? "pl_cpu_has_isa() disagrees with the flags"
+                          : !pl_cpu_has_isa(got) ? "forcing it put a level the CPU lacks in effect"
+                          : pl_cpu_avxvnni() && !(want & (1u << PL_ISA_AVXVNNI))
+                              ? "the AVX-VNNI kernels would run on a CPU without AVX-VNNI"
+                              : NULL;
+        if (bad) {
+            snprintf(msg, sizeof msg, "%s: level %s (%s): %s", what, pl_isa_name((pl_isa)i),
+                     isa_flags_source(), bad);
+            pl_cpu_force_isa(now);
+            return msg;
+        }
+    }
+    pl_cpu_force_isa(now);
     return NULL;
 }
 
@@ -139,7 +170,7 @@ static inline void isa_coverage_check(const char *what, unsigned mask) {
     test_env("PAGELLM_ISA"); /* lowers every kernel call the loops do not force */
     char tested[64];
     isa_names(mask, tested);
-    int want = isa_cpuinfo_level();
+    int want = isa_best(isa_cpuinfo_mask());
     print_message("%s: ISAs tested:%s (CPU offers up to %s per %s, detected %s)\n",
                   what, tested, want < 0 ? "?" : pl_isa_name((pl_isa)want), isa_flags_source(),
                   pl_isa_name(pl_cpu_max_isa()));
@@ -164,6 +195,7 @@ static inline int isa_run_group(const char *name, const struct CMUnitTest *tests
     const char *filter = test_env_main("PL_TEST_FILTER"); /* a subset: local debugging only */
     if (filter) cmocka_set_test_filter(filter);
     for (int level = PL_ISA_SCALAR; level <= (int)pl_cpu_max_isa(); level++) {
+        if (!pl_cpu_has_isa((pl_isa)level)) continue; /* a level this CPU lacks */
         pl_cpu_force_isa((pl_isa)level);
         isa_ran(&ran);
         char label[160];
@@ -180,7 +212,7 @@ static inline int isa_run_group(const char *name, const struct CMUnitTest *tests
     pl_cpu_force_isa(pl_cpu_max_isa());
     char tested[64];
     isa_names(ran, tested);
-    int want = isa_cpuinfo_level();
+    int want = isa_best(isa_cpuinfo_mask());
     printf("%s: ISAs tested:%s (CPU offers up to %s per %s, detected %s)\n", name,
            tested, want < 0 ? "?" : pl_isa_name((pl_isa)want), isa_flags_source(),
            pl_isa_name(pl_cpu_max_isa()));
