@@ -41,6 +41,6 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 if [ "${1:-}" = "--asan" ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPL_SANITIZE=ON \
-        -DCMAKE_C_FLAGS_DEBUG="-O1 -g" >/dev/null
+        -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" >/dev/null
   cmake --build build-asan -j "$jobs"
 fi

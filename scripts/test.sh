@@ -65,7 +65,7 @@ fi
 echo "== ThreadSanitizer build"
 tsan_tests='^(test_base|test_engine|test_kv_snapshot|test_vattn|test_kv_vattn|e2e_test_server_disconnect|e2e_test_webui_browser)$'
 if cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPL_TSAN=ON \
-       -DCMAKE_C_FLAGS_DEBUG="-O1 -g" >/dev/null &&
+       -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" >/dev/null &&
    cmake --build build-tsan -j "$(nproc)" --target pagellm_cli test_base test_engine \
          test_kv_snapshot test_vattn test_kv_vattn >/dev/null; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
@@ -78,7 +78,7 @@ fi
 # start in N failing (N random per run; the logs print it and how to repeat it), ASan + UBSan.
 echo "== fault injection build"
 if cmake -S . -B build-fault -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPL_SANITIZE=ON -DPL_FAULT_INJECT=ON \
-       -DCMAKE_C_FLAGS_DEBUG="-O1 -g" >/dev/null &&
+       -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" >/dev/null &&
    cmake --build build-fault -j "$(nproc)" --target pagellm_cli test_fault_engine >/dev/null; then
   ctest --test-dir build-fault -V --timeout 900 -R '^test_fault' | tee build-fault/ctest.log |
     grep -E '^[0-9]+: (load|fault injection|ended:|status:|violations|answered:|metrics:|FAIL)|tests passed|tests failed|Passed|Failed|Skipped'

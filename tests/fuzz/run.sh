@@ -24,7 +24,7 @@ targets="${PL_FUZZ_TARGETS:-$all_targets}"
 
 echo "== fuzz build ($build)"
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
-         -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DPL_FUZZ=ON -DPL_SHARED_DIR="$shared" >/dev/null &&
+         -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" -DPL_FUZZ=ON -DPL_SHARED_DIR="$shared" >/dev/null &&
        cmake --build "$build" --target fuzz -j "$(nproc)" >"$build/fuzz-build.log" 2>&1; }; then
   [ -f "$build/fuzz-build.log" ] && tail -30 "$build/fuzz-build.log"
   echo "fuzz build failed"
