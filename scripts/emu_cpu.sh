@@ -6,7 +6,9 @@
 # AVX2 machine's path) and any AVX-512 instruction that leaked outside the avx512 files faults
 # (SIGILL). The tests' ISA coverage check reads the model's flags from PL_TEST_EMULATED_FLAGS
 # (tests/unit/isa_coverage.h: honoured only where CPUID names a qemu model). TCG runs SIMD
-# ~200x slower than the host, so the default list is the kernel tests and a few engine tests.
+# ~200x slower than the host, so the default list is the kernel tests and a few engine tests, and
+# the tests' ISA loops leave the scalar level (whose code does not depend on CPUID) to the native
+# runs (isa_level_runs).
 # Usage: bash scripts/emu_cpu.sh [TEST ...]   EMU_JOBS tests at once (default: one per core);
 #        another CPU: EMU_CPU=model EMU_FLAGS="its /proc/cpuinfo flags" EMU_LEVEL=its kernel level
 # Ends with "N passed, N failed"; each failure's log is build/emu-TEST.log.

@@ -345,7 +345,7 @@ static void check_case(const fixture *fx, acase *c) {
 
     for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
 
-        if (!pl_cpu_has_isa((pl_isa)isa)) continue; /* a level this CPU lacks */
+        if (!isa_level_runs(isa)) continue; /* isa_coverage.h */
         pl_cpu_force_isa((pl_isa)isa);
         isa_ran(&case_isas);
         for (int t = 0; t < 3; t++) {
@@ -513,7 +513,7 @@ static void test_kv_write_readback(void **state) {
     unsigned ran = 0;
     for (int di = 0; di < N_DTYPES; di++)
         for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
-            if (!pl_cpu_has_isa((pl_isa)isa)) continue; /* a level this CPU lacks */
+            if (!isa_level_runs(isa)) continue; /* isa_coverage.h */
             pl_cpu_force_isa((pl_isa)isa);
             isa_ran(&ran);
             const pl_dtype dt = DTYPES[di];
@@ -677,7 +677,7 @@ static void test_invariance(void **state) {
     for (int wi = 0; wi < 4; wi++)
     for (int di = 0; di < N_DTYPES; di++)
         for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
-            if (!pl_cpu_has_isa((pl_isa)isa)) continue; /* a level this CPU lacks */
+            if (!isa_level_runs(isa)) continue; /* isa_coverage.h */
             pl_cpu_force_isa((pl_isa)isa);
             isa_ran(&ran);
             const pl_dtype dt = DTYPES[di];

@@ -279,7 +279,7 @@ static void test_act_convert_isas(void **state) {
             isa_ran(&ran);
             pl_act_convert_row(types[t], x, a, cols[c]);
             for (int isa = PL_ISA_AVX2; isa <= (int)pl_cpu_max_isa(); isa++) {
-                if (!pl_cpu_has_isa((pl_isa)isa)) continue; /* a level this CPU lacks */
+                if (!isa_level_runs(isa)) continue; /* isa_coverage.h */
                 pl_cpu_force_isa((pl_isa)isa);
                 isa_ran(&ran);
                 memset(b, 0, sizeof b);
@@ -306,7 +306,7 @@ static void test_act_rounding_is_the_reference(void **state) {
     static uint8_t act[4 * N + 64];
     unsigned ran = 0;
     for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
-        if (!pl_cpu_has_isa((pl_isa)isa)) continue; /* a level this CPU lacks */
+        if (!isa_level_runs(isa)) continue; /* isa_coverage.h */
         pl_cpu_force_isa((pl_isa)isa);
         isa_ran(&ran);
         /* q8_0, amax 127: the multiplier is exactly 1, so halves are ties. */
@@ -387,7 +387,7 @@ static void test_garbage_activations_are_defined(void **state) {
     static uint8_t act[4 * N + 64];
     const pl_dtype types[] = {PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0, PL_DT_Q4_0, PL_DT_Q4_K, PL_DT_Q4_1};
     for (int isa = PL_ISA_SCALAR; isa <= (int)pl_cpu_max_isa(); isa++) {
-        if (!pl_cpu_has_isa((pl_isa)isa)) continue; /* a level this CPU lacks */
+        if (!isa_level_runs(isa)) continue; /* isa_coverage.h */
         pl_cpu_force_isa((pl_isa)isa);
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
             for (int half = 0; half < 2; half++) { /* all garbage; garbage in the second half */
@@ -621,7 +621,7 @@ static void test_matmul_all_isas(void **state) {
     pl_isa max = pl_cpu_max_isa();
     unsigned ran = 0;
     for (int isa = PL_ISA_SCALAR; isa <= (int)max; isa++) {
-        if (!pl_cpu_has_isa((pl_isa)isa)) continue; /* a level this CPU lacks */
+        if (!isa_level_runs(isa)) continue; /* isa_coverage.h */
         assert_int_equal(pl_cpu_force_isa((pl_isa)isa), isa);
         isa_ran(&ran);
         for (int t = 0; t < N_TYPES; t++) run_all_shapes(f, all_types[t], 1000 * (uint64_t)t + 17);
