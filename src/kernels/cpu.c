@@ -35,6 +35,8 @@ static void detect(void) {
     if (__get_cpuid(0, &a, &b, &c, &d)) /* "AuthenticAMD" in ebx, edx, ecx */
         feats.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    /* family: the base (eax 8-11), plus the extended one (eax 20-27) where the base is 0xF */
+    feats.family = (int)((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (int)((a >> 20) & 0xff) : 0);
     int osxsave = (c >> 27) & 1;
     int avx = (c >> 28) & 1;
     feats.fma = (c >> 12) & 1;
@@ -96,7 +98,7 @@ static void init(void) {
                 pl_isa_name(max_isa));
     /* the K-quant tiles' prefetch (x16_prefetch.h): PAGELLM_PREFETCH=l1 or l2l3 for A/B runs */
     const char *pf = getenv("PAGELLM_PREFETCH");
-    pl_x16_prefetch_l1 = feats.amd;
+    pl_x16_prefetch_l1 = feats.amd && feats.family >= 0x1a; /* Zen 5 on: x16_prefetch.h */
     if (pf && !strcmp(pf, "l1")) pl_x16_prefetch_l1 = 1;
     else if (pf && !strcmp(pf, "l2l3")) pl_x16_prefetch_l1 = 0;
     else if (pf && *pf) PL_WARN("PAGELLM_PREFETCH='%s' is not l1 or l2l3; ignored", pf);

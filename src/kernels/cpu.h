@@ -27,6 +27,7 @@ typedef struct {
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avxvnni;
     int amx_int8; /* AMX-TILE + AMX-INT8 with the tile state enabled and granted */
     int amd;      /* vendor AuthenticAMD (the x16 K-quant tiles' prefetch: x16_prefetch.h) */
+    int family;   /* CPUID's display family (AMD: 0x19 Zen 3 / Zen 4, 0x1a Zen 5) */
 } pl_cpu_features;
 
 const pl_cpu_features *pl_cpu_get_features(void);

@@ -24,10 +24,11 @@ AI void pl_x16_prefetch_line(const uint8_t *o, size_t gsz, int l) {
 }
 
 /* The K-quant tiles' (q4_K, q6_K, q2_K, iq4_xs): pl_x16_prefetch_line, or where
- * pl_x16_prefetch_l1 is set (AMD: kernels/cpu.c; PAGELLM_PREFETCH=l1 or l2l3 overrides) one
- * prefetch of line l PL_X16_PF_L1 bytes ahead into L1. On a Zen 5 (2026-11-27, docs/BENCHMARKS.md)
- * a thread's q4_K tile streamed 32 GB/s with the two levels and 40 with the one (the plain read:
- * 42), q6_K 34 -> 39. The q8_0 tile does the same 4 KB ahead (x16_body: 8 KB measured less); the
+ * pl_x16_prefetch_l1 is set (AMD from Zen 5, family 0x1a: kernels/cpu.c; PAGELLM_PREFETCH=l1 or
+ * l2l3 overrides) one prefetch of line l PL_X16_PF_L1 bytes ahead into L1. On a Zen 5
+ * (2026-11-27, docs/BENCHMARKS.md) a thread's q4_K tile streamed 32 GB/s with the two levels and
+ * 40 with the one (the plain read: 42), q6_K 34 -> 39. On a Zen 4 (2026-11-28) the one level lost:
+ * 1B Q4_K_M decode at B = 1 38-47 tok/s against 43-53 with the two, four interleaved pairs. The q8_0 tile does the same 4 KB ahead (x16_body: 8 KB measured less); the
  * 4-bit ones (mxfp4, q4_0, q4_1, q5_0, q5_1, iq4_nl) lost with either: they take 2 KB ahead
  * into L1 beside the far one into L3 (their near one, two ~300-byte blocks ahead, cost more than
  * it gave: a thread's mxfp4 25-27.5 -> 31-34 GB/s, q4_1, q5_0, q5_1, iq4_nl +11-14 %, q4_0 the
