@@ -110,17 +110,36 @@ static inline int isa_best(unsigned mask) {
     return best;
 }
 
-/* 1 if the ISA loops run this level here: a level the CPU has, but not scalar on an emulated CPU
- * with AVX2 (scripts/emu_cpu.sh): the scalar code does not depend on CPUID, the native runs test
- * it, and under qemu it was half of the emulated step's time. */
-static inline int isa_level_runs(int level) {
-    if (!pl_cpu_has_isa((pl_isa)level)) return 0;
-    return !(level == PL_ISA_SCALAR && isa_emulated_flags() && pl_cpu_has_isa(PL_ISA_AVX2));
+/* Where the scalar level is tested instead of this run, or NULL when this run tests it. Only on a
+ * CPU with AVX2, and only scalar (the vector levels never move elsewhere):
+ *   - on an emulated CPU (scripts/emu_cpu.sh) "the native runs": the scalar code does not depend
+ *     on CPUID, and under qemu it was half of the emulated step's time;
+ *   - in a whole-model group (group 1, isa_run_group) built with the sanitizers (PL_SANITIZE)
+ *     "the plain build": there it was 240 of the suite's CPU seconds (every element of its
+ *     one-dot-per-pair tiles checked), and what the sanitizers would find there is in the scalar
+ *     kernels, which the kernel tests (test_matmul, test_ops, test_attention, ...) run under them
+ *     at every level on every shape class; the engine code is the same at each level. */
+static inline const char *isa_scalar_elsewhere(int group) {
+    if (!pl_cpu_has_isa(PL_ISA_AVX2)) return NULL;
+    if (isa_emulated_flags()) return "the native runs";
+#ifdef PL_SANITIZE
+    if (group) return "the plain build";
+#else
+    (void)group;
+#endif
+    return NULL;
 }
 
-/* The levels a loop may leave out (isa_level_runs), as a mask. */
-static inline unsigned isa_excused(void) {
-    return isa_level_runs(PL_ISA_SCALAR) ? 0 : 1u << PL_ISA_SCALAR;
+/* 1 if a kernel test's ISA loop runs this level here: a level the CPU has, unless it is tested
+ * elsewhere (isa_scalar_elsewhere). */
+static inline int isa_level_runs(int level) {
+    if (!pl_cpu_has_isa((pl_isa)level)) return 0;
+    return !(level == PL_ISA_SCALAR && isa_scalar_elsewhere(0));
+}
+
+/* The levels tested elsewhere (group: as isa_scalar_elsewhere), as a mask. */
+static inline unsigned isa_excused(int group) {
+    return isa_scalar_elsewhere(group) ? 1u << PL_ISA_SCALAR : 0;
 }
 
 /* The levels in mask as " scalar avx2 ..." into out[64]. */
@@ -133,9 +152,9 @@ static inline void isa_names(unsigned mask, char *out) {
         }
 }
 
-/* NULL when every level /proc/cpuinfo supports is in mask and the levels detected agree with it,
- * else what is missing or wrong (static text). */
-static inline const char *isa_missing(const char *what, unsigned mask) {
+/* NULL when every level /proc/cpuinfo supports is in mask (or tested elsewhere: isa_excused) and
+ * the levels detected agree with it, else what is missing or wrong (static text). */
+static inline const char *isa_missing(const char *what, unsigned mask, int group) {
     static char msg[512];
     unsigned want = isa_cpuinfo_mask();
     if (!want) {
@@ -146,7 +165,7 @@ static inline const char *isa_missing(const char *what, unsigned mask) {
         }
         return NULL;
     }
-    mask |= isa_excused();
+    mask |= isa_excused(group);
     for (int i = PL_ISA_SCALAR; i <= PL_ISA_AVX512; i++)
         if ((want & (1u << i)) && !(mask & (1u << i))) {
             snprintf(msg, sizeof msg,
@@ -180,44 +199,37 @@ static inline const char *isa_missing(const char *what, unsigned mask) {
     return NULL;
 }
 
-static inline void isa_coverage_check(const char *what, unsigned mask) {
-    test_env("PAGELLM_ISA"); /* lowers every kernel call the loops do not force */
+/* "what: ISAs tested: ..." with the levels in mask, where scalar went (elsewhere, or NULL) and
+ * what the CPU offers. */
+static inline void isa_print_tested(const char *what, unsigned mask, const char *elsewhere) {
     char tested[64];
     isa_names(mask, tested);
     int want = isa_best(isa_cpuinfo_mask());
-    print_message("%s: ISAs tested:%s%s (CPU offers up to %s per %s, detected %s)\n", what,
-                  tested, isa_excused() ? " (scalar: the native runs)" : "",
-                  want < 0 ? "?" : pl_isa_name((pl_isa)want), isa_flags_source(),
-                  pl_isa_name(pl_cpu_max_isa()));
-    const char *miss = isa_missing(what, mask);
+    printf("%s: ISAs tested:%s%s%s%s (CPU offers up to %s per %s, detected %s)\n", what, tested,
+           elsewhere ? " (scalar: " : "", elsewhere ? elsewhere : "", elsewhere ? ")" : "",
+           want < 0 ? "?" : pl_isa_name((pl_isa)want), isa_flags_source(),
+           pl_isa_name(pl_cpu_max_isa()));
+}
+
+static inline void isa_coverage_check(const char *what, unsigned mask) {
+    test_env("PAGELLM_ISA"); /* lowers every kernel call the loops do not force */
+    isa_print_tested(what, mask, isa_scalar_elsewhere(0));
+    const char *miss = isa_missing(what, mask, 0);
     if (miss) fail_msg("%s", miss);
 }
 
 /* main() of a test whose results depend on the kernel level: runs the whole group (its setup and
  * teardown included, so models are loaded, and repacked or not, at each level) once per level
  * the machine has, scalar first, forcing the level with pl_cpu_force_isa (no environment knob),
- * and says which level each run is at. Returns the failed tests over all levels, plus one when a
- * level /proc/cpuinfo offers never ran (isa_missing) or PAGELLM_ISA is set under CI.
- *
- * Built with the sanitizers (PL_SANITIZE) on a CPU with AVX2, these whole-model groups leave the
- * scalar level to the plain build: under ASan + UBSan it was 240 of the suite's CPU seconds (every
- * element of its one-dot-per-pair tiles checked), and what the sanitizers would find there is in
- * the scalar kernels, which the kernel tests (test_matmul, test_ops, test_attention, ...) run
- * under them at every level on every shape class; the engine code is the same at each level. */
+ * and says which level each run is at (the scalar level may be tested elsewhere:
+ * isa_scalar_elsewhere). Returns the failed tests over all levels, plus one when a level
+ * /proc/cpuinfo offers never ran (isa_missing) or PAGELLM_ISA is set under CI. */
 static inline int isa_run_group(const char *name, const struct CMUnitTest *tests, size_t n,
                                 CMFixtureFunction setup, CMFixtureFunction teardown) {
     int failed = 0;
-    unsigned ran = 0, excused = 0;
-#ifdef PL_SANITIZE
-    const int first = pl_cpu_has_isa(PL_ISA_AVX2) ? PL_ISA_AVX2 : PL_ISA_SCALAR;
-    if (first != PL_ISA_SCALAR) {
-        printf("== %s: the scalar level runs in the plain build (sanitizers: vector levels)\n",
-               name);
-        excused = 1u << PL_ISA_SCALAR; /* not run, and isa_missing must not ask for it */
-    }
-#else
-    const int first = PL_ISA_SCALAR;
-#endif
+    unsigned ran = 0;
+    const char *elsewhere = isa_scalar_elsewhere(1);
+    if (elsewhere) printf("== %s: the scalar level runs in %s\n", name, elsewhere);
     const char *env = getenv("PAGELLM_ISA");
     if (env && test_under_ci()) {
         fprintf(stderr, "%s: PAGELLM_ISA=%s is set under CI; it lowers every level\n", name, env);
@@ -225,8 +237,8 @@ static inline int isa_run_group(const char *name, const struct CMUnitTest *tests
     }
     const char *filter = test_env_main("PL_TEST_FILTER"); /* a subset: local debugging only */
     if (filter) cmocka_set_test_filter(filter);
-    for (int level = first; level <= (int)pl_cpu_max_isa(); level++) {
-        if (!isa_level_runs(level)) continue; /* a level this CPU lacks (or scalar, emulated) */
+    for (int level = PL_ISA_SCALAR; level <= (int)pl_cpu_max_isa(); level++) {
+        if (!pl_cpu_has_isa((pl_isa)level) || (level == PL_ISA_SCALAR && elsewhere)) continue;
         pl_cpu_force_isa((pl_isa)level);
         isa_ran(&ran);
         char label[160];
@@ -241,17 +253,8 @@ static inline int isa_run_group(const char *name, const struct CMUnitTest *tests
                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
-    char tested[64];
-    isa_names(ran, tested);
-    int want = isa_best(isa_cpuinfo_mask());
-    printf("%s: ISAs tested:%s%s (CPU offers up to %s per %s, detected %s)\n", name,
-           tested,
-           excused        ? " (scalar: the plain build)"
-           : isa_excused() ? " (scalar: the native runs)"
-                           : "",
-           want < 0 ? "?" : pl_isa_name((pl_isa)want), isa_flags_source(),
-           pl_isa_name(pl_cpu_max_isa()));
-    const char *miss = isa_missing(name, ran | excused);
+    isa_print_tested(name, ran, elsewhere);
+    const char *miss = isa_missing(name, ran, 1);
     if (miss) {
         fprintf(stderr, "FAIL: %s\n", miss);
         failed++;
