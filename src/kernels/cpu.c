@@ -2,6 +2,7 @@
 #include "kernels/cpu.h"
 
 #include "base/log.h"
+#include "kernels/matmul_kernels.h"
 #include "kernels/x16_prefetch.h"
 
 #include <cpuid.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 int pl_x16_prefetch_l1; /* x16_prefetch.h; set in init() */
+int pl_x16_f16_wide;    /* matmul_kernels.h; set in init() */
 
 /* Detected once (pthread_once: kernels on every thread ask), then read-only. */
 static pl_cpu_features feats;
@@ -102,6 +104,12 @@ static void init(void) {
     if (pf && !strcmp(pf, "l1")) pl_x16_prefetch_l1 = 1;
     else if (pf && !strcmp(pf, "l2l3")) pl_x16_prefetch_l1 = 0;
     else if (pf && *pf) PL_WARN("PAGELLM_PREFETCH='%s' is not l1 or l2l3; ignored", pf);
+    /* the AVX-512 f16 tile's shape (matmul_x16_f16_avx512.c): PAGELLM_F16_TILE for A/B runs */
+    const char *ft = getenv("PAGELLM_F16_TILE");
+    pl_x16_f16_wide = feats.amd && feats.family == 0x19; /* Zen 4 (Zen 3: no AVX-512) */
+    if (ft && !strcmp(ft, "wide")) pl_x16_f16_wide = 1;
+    else if (ft && !strcmp(ft, "narrow")) pl_x16_f16_wide = 0;
+    else if (ft && *ft) PL_WARN("PAGELLM_F16_TILE='%s' is not wide or narrow; ignored", ft);
     const char *amx = getenv("PAGELLM_AMX");
     if (amx && !strcmp(amx, "0")) env_amx = 0;
     else if (amx && *amx && strcmp(amx, "1"))

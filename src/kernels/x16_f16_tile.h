@@ -3,7 +3,8 @@
  * (X_LANES 16: a column of a 16-row group is one vcvtph2ps) and matmul_x16_f16_avx2.c (X_LANES 8:
  * two, the group's halves; bf16 too), each defining X_V (the f32 vector), X_CVT(p, BF) (X_LANES
  * halves at p widened, bf16 ones if BF), X_SET1, X_FMA, X_STORE, X_ZERO, X_TB (most activation
- * rows per tile) and X_CASES (the tile's cases), and making its tiles with X16_HALF_TILE.
+ * rows per tile), optionally X_TG (most 16-row groups, 2 if not), and X_CASES (the tile's cases,
+ * read where X16_HALF_TILE is used: one file may make tiles of several shapes).
  *
  * Column k of the tile's vectors is multiplied by activation k of each row broadcast, so no lane
  * is ever summed: each output is one accumulator, column after column, as the scalar reference,
@@ -20,6 +21,9 @@
 
 #define UNROLL16 _Pragma("GCC unroll 16")
 
+#ifndef X_TG
+#define X_TG 2 /* most 16-row groups per tile */
+#endif
 enum { X_HALVES = 16 / X_LANES }; /* vectors per 16-row group and column */
 /* Each group's weights are asked for 4 KB ahead into L1 (one prefetch per 64-byte line): the
  * stream that starts a tile call, and every decode's, waited on memory with the hardware
@@ -41,10 +45,10 @@ AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
     const int NV = NG * X_HALVES; /* vector v: group v / X_HALVES, its lanes from 16 v % 16 */
     const float *x[X_TB];
     UNROLL16 for (int b = 0; b < NB; b++) x[b] = (const float *)(a + (size_t)b * as);
-    X_V acc[2 * X_HALVES][X_TB];
+    X_V acc[X_TG * X_HALVES][X_TB];
     UNROLL16 for (int v = 0; v < NV; v++) UNROLL16 for (int b = 0; b < NB; b++) acc[v][b] = X_ZERO();
     for (int64_t k = 0; k < cols; k++) {
-        X_V wv[2 * X_HALVES];
+        X_V wv[X_TG * X_HALVES];
         if ((k & 1) == 0) { /* 32 bytes per column and group: a line every second column */
             /* decode (1-2 rows: the weights stream once): past its group's end, into the next
              * tile's group of the same index, where this thread goes next */

@@ -15,6 +15,7 @@
 #include "base/threadpool.h"
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_kernels.h" /* pl_x16_f16_wide */
 #include "kernels/quant.h"
 
 #include <math.h>
@@ -180,11 +181,20 @@ static void test_kernels_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_MXFP4, shapes, sizeof shapes / sizeof shapes[0], 43);
 }
 
-/* f16 and bf16 (one accumulator per output, column by column): any column count. */
+/* f16 and bf16 (one accumulator per output, column by column): any column count. f16 with each
+ * of AVX-512's two tile shapes (pl_x16_f16_wide: 4 groups x 6 rows, or 2 x 12), whichever the
+ * CPU would pick; 80 and 112 rows leave the wide tile 1 and 3 groups. */
 static void test_f16_agree_bitwise(void **state) {
     (void)state;
-    static const int64_t shapes[][2] = {{16, 8}, {48, 100}, {32, 768}, {64, 2048}, {16, 8192}};
-    agree_bitwise(PL_DT_F16, shapes, sizeof shapes / sizeof shapes[0], 17);
+    static const int64_t shapes[][2] = {{16, 8}, {48, 100}, {32, 768}, {64, 2048}, {16, 8192},
+                                        {80, 64}, {112, 33}};
+    const int wide = pl_x16_f16_wide;
+    for (int w = 0; w < 2; w++) {
+        pl_x16_f16_wide = w;
+        print_message("f16: the AVX-512 tile %s\n", w ? "wide (4 x 6)" : "narrow (2 x 12)");
+        agree_bitwise(PL_DT_F16, shapes, sizeof shapes / sizeof shapes[0], 17);
+    }
+    pl_x16_f16_wide = wide;
     static const int64_t bf16_shapes[][2] = {{16, 8}, {48, 100}, {32, 99}, {64, 2048}}; /* odd: the last column alone */
     agree_bitwise(PL_DT_BF16, bf16_shapes, sizeof bf16_shapes / sizeof bf16_shapes[0], 43);
 }
