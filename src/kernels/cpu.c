@@ -104,7 +104,7 @@ static void init(void) {
     if (pf && !strcmp(pf, "l1")) pl_x16_prefetch_l1 = 1;
     else if (pf && !strcmp(pf, "l2l3")) pl_x16_prefetch_l1 = 0;
     else if (pf && *pf) PL_WARN("PAGELLM_PREFETCH='%s' is not l1 or l2l3; ignored", pf);
-    /* the AVX-512 f16 tile's shape (matmul_x16_f16_avx512.c): PAGELLM_F16_TILE for A/B runs */
+    /* the AVX-512 f16 and bf16 tiles' shape (matmul_x16_f16_avx512.c): PAGELLM_F16_TILE for A/B */
     const char *ft = getenv("PAGELLM_F16_TILE");
     pl_x16_f16_wide = feats.amd && feats.family == 0x19; /* Zen 4 (Zen 3: no AVX-512) */
     if (ft && !strcmp(ft, "wide")) pl_x16_f16_wide = 1;

@@ -81,7 +81,8 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_avx512(pl_mm_kernel *k);                 /* matmul_x16_avx512.c */
 int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k);             /* matmul_x16_f16_avx512.c */
-/* Its wide tile (4 row groups x 6 activation rows) instead of the narrow one (2 x 12): set in
+/* Its wide tile (4 row groups x 6 activation rows) instead of the narrow one (2 x 12), and the
+ * same for the AVX-512 bf16 tile (pl_mm_kernel_x16_bf16_avx512): set in
  * kernels/cpu.c for AMD family 0x19 (Zen 4), PAGELLM_F16_TILE=wide|narrow overrides; a test may
  * flip it between calls (the bits are the same). */
 extern int pl_x16_f16_wide;

@@ -15,7 +15,11 @@
  *
  * A tile is 2 groups (32 rows) by up to 12 activation rows: 24 accumulators, 2 weight vectors,
  * the permutation; per column pair 2 loads, 2 vpermw and 24 vdpbf16ps (each activation pair a
- * broadcast from memory). The weights are prefetched PF_DIST ahead, as the f16 tile's.
+ * broadcast from memory). Where pl_x16_f16_wide is set (Zen 4: its broadcasts held the f16 tile
+ * back, matmul_x16_f16_avx512.c) it is 4 groups by up to 6 rows: per pair 4 loads, 4 vpermw, 6
+ * broadcasts and the same 24 vdpbf16ps (`bench kernels -t 1 --type bf16`, 2048 x 2048, three
+ * rounds: B = 32 70-92 % -> 93-95 % of the bf16 peak, B = 512 55-82 % -> 91-93 %); a decode's
+ * few rows keep 32-row tiles. The weights are prefetched PF_DIST ahead, as the f16 tile's.
  */
 #include "kernels/matmul_kernels.h"
 
@@ -36,13 +40,13 @@ AI void bf16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int
                                           7, 23, 6, 22, 5, 21, 4, 20, 3, 19, 2, 18, 1, 17, 0, 16);
     const uint32_t *x[TB];
     UNROLL16 for (int b = 0; b < NB; b++) x[b] = (const uint32_t *)(a + (size_t)b * as);
-    __m512 acc[2][TB];
+    __m512 acc[4][TB];
     UNROLL16 for (int g = 0; g < NG; g++) UNROLL16 for (int b = 0; b < NB; b++) acc[g][b] = _mm512_setzero_ps();
     const int64_t np = cols / 2;
     for (int64_t p = 0; p < np; p++) {
         /* decode (1-2 rows): past its group's end, into the next tile's group of the same index */
         const size_t off = (size_t)p * 64 + PF_DIST, skip = NB <= 2 && off >= gs ? (size_t)(NG - 1) * gs : 0;
-        __m512bh wv[2];
+        __m512bh wv[4];
         UNROLL16 for (int g = 0; g < NG; g++) {
             _mm_prefetch((const char *)(w + (size_t)g * gs + off + skip), _MM_HINT_T0);
             wv[g] = (__m512bh)_mm512_permutexvar_epi16(perm, _mm512_loadu_si512(w + (size_t)g * gs + (size_t)p * 64));
@@ -84,10 +88,28 @@ static void tile_bf16_x16(const uint8_t *w, size_t ws, int nr, const uint8_t *a,
     }
 }
 
+#define BF16X_ROW6(G)                                                                              \
+    BF16X_CASE(G, 1) BF16X_CASE(G, 2) BF16X_CASE(G, 3) BF16X_CASE(G, 4) BF16X_CASE(G, 5)          \
+    BF16X_CASE(G, 6)
+
+/* the wide shape: 4 groups (64 rows) by up to 6 activation rows */
+static void tile_bf16_x16_wide(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                               int nb, int64_t cols, float *y, int64_t ldy) {
+    switch ((nr / 16) * 16 + nb) {
+        BF16X_ROW6(1)
+        BF16X_ROW6(2)
+        BF16X_ROW6(3)
+        BF16X_ROW6(4)
+    default: break;
+    }
+}
+
 int pl_mm_kernel_x16_bf16_avx512(pl_mm_kernel *k) {
-    k->fn = tile_bf16_x16;
+    const int wide = pl_x16_f16_wide;
+    k->fn = wide ? tile_bf16_x16_wide : tile_bf16_x16;
     k->gemm = NULL;
-    k->tr = 32;
-    k->tb = TB;
+    k->tr = wide ? 64 : 32;
+    k->tr_small = 32;
+    k->tb = wide ? 6 : TB;
     return 1;
 }

@@ -181,22 +181,22 @@ static void test_kernels_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_MXFP4, shapes, sizeof shapes / sizeof shapes[0], 43);
 }
 
-/* f16 and bf16 (one accumulator per output, column by column): any column count. f16 with each
- * of AVX-512's two tile shapes (pl_x16_f16_wide: 4 groups x 6 rows, or 2 x 12), whichever the
- * CPU would pick; 80 and 112 rows leave the wide tile 1 and 3 groups. */
+/* f16 and bf16 (one accumulator per output, column by column): any column count. Each with both
+ * of AVX-512's tile shapes (pl_x16_f16_wide: 4 groups x 6 rows, or 2 x 12), whichever the CPU
+ * would pick; 80 and 112 rows leave the wide tile 1 and 3 groups. */
 static void test_f16_agree_bitwise(void **state) {
     (void)state;
     static const int64_t shapes[][2] = {{16, 8}, {48, 100}, {32, 768}, {64, 2048}, {16, 8192},
                                         {80, 64}, {112, 33}};
+    static const int64_t bf16_shapes[][2] = {{16, 8}, {48, 100}, {32, 99}, {64, 2048}, {112, 33}}; /* odd: the last column alone */
     const int wide = pl_x16_f16_wide;
     for (int w = 0; w < 2; w++) {
         pl_x16_f16_wide = w;
-        print_message("f16: the AVX-512 tile %s\n", w ? "wide (4 x 6)" : "narrow (2 x 12)");
+        print_message("f16, bf16: the AVX-512 tiles %s\n", w ? "wide (4 x 6)" : "narrow (2 x 12)");
         agree_bitwise(PL_DT_F16, shapes, sizeof shapes / sizeof shapes[0], 17);
+        agree_bitwise(PL_DT_BF16, bf16_shapes, sizeof bf16_shapes / sizeof bf16_shapes[0], 43);
     }
     pl_x16_f16_wide = wide;
-    static const int64_t bf16_shapes[][2] = {{16, 8}, {48, 100}, {32, 99}, {64, 2048}}; /* odd: the last column alone */
-    agree_bitwise(PL_DT_BF16, bf16_shapes, sizeof bf16_shapes / sizeof bf16_shapes[0], 43);
 }
 
 /* The same for the K-quants' layouts (super-blocks of 256 columns). */
