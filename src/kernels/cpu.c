@@ -72,6 +72,16 @@ static void detect(void) {
     }
 }
 
+/* A two-way knob: 1 if the variable is on, 0 if off, def if unset or empty; anything else warns
+ * and keeps def (a typo must not pass silently). */
+static int env_switch(const char *name, const char *on, const char *off, int def) {
+    const char *v = getenv(name);
+    if (v && !strcmp(v, on)) return 1;
+    if (v && !strcmp(v, off)) return 0;
+    if (v && *v) PL_WARN("%s='%s' is not %s or %s; ignored", name, v, on, off);
+    return def;
+}
+
 static void init(void) {
     detect();
     const pl_cpu_features *f = &feats;
@@ -98,22 +108,13 @@ static void init(void) {
     } else if (s && *s && strcmp(s, "avx512")) /* a typo must not pass silently for "scalar" */
         PL_WARN("PAGELLM_ISA='%s' is not scalar, avx2, avxvnni or avx512; ignored (kernels use %s)", s,
                 pl_isa_name(max_isa));
-    /* the K-quant tiles' prefetch (x16_prefetch.h): PAGELLM_PREFETCH=l1 or l2l3 for A/B runs */
-    const char *pf = getenv("PAGELLM_PREFETCH");
-    pl_x16_prefetch_l1 = feats.amd && feats.family >= 0x1a; /* Zen 5 on: x16_prefetch.h */
-    if (pf && !strcmp(pf, "l1")) pl_x16_prefetch_l1 = 1;
-    else if (pf && !strcmp(pf, "l2l3")) pl_x16_prefetch_l1 = 0;
-    else if (pf && *pf) PL_WARN("PAGELLM_PREFETCH='%s' is not l1 or l2l3; ignored", pf);
-    /* the AVX-512 f16 and bf16 tiles' shape (matmul_x16_f16_avx512.c): PAGELLM_F16_TILE for A/B */
-    const char *ft = getenv("PAGELLM_F16_TILE");
-    pl_x16_f16_wide = feats.amd && feats.family == 0x19; /* Zen 4 (Zen 3: no AVX-512) */
-    if (ft && !strcmp(ft, "wide")) pl_x16_f16_wide = 1;
-    else if (ft && !strcmp(ft, "narrow")) pl_x16_f16_wide = 0;
-    else if (ft && *ft) PL_WARN("PAGELLM_F16_TILE='%s' is not wide or narrow; ignored", ft);
-    const char *amx = getenv("PAGELLM_AMX");
-    if (amx && !strcmp(amx, "0")) env_amx = 0;
-    else if (amx && *amx && strcmp(amx, "1"))
-        PL_WARN("PAGELLM_AMX='%s' is not 0 or 1; ignored", amx);
+    /* the K-quant tiles' prefetch (x16_prefetch.h), for A/B runs */
+    pl_x16_prefetch_l1 = env_switch("PAGELLM_PREFETCH", "l1", "l2l3",
+                                    feats.amd && feats.family >= 0x1a); /* Zen 5 on */
+    /* the AVX-512 f16 and bf16 tiles' shape (matmul_x16_f16_avx512.c), for A/B runs */
+    pl_x16_f16_wide = env_switch("PAGELLM_F16_TILE", "wide", "narrow",
+                                 feats.amd && feats.family == 0x19); /* Zen 4 (Zen 3: no AVX-512) */
+    env_amx = env_switch("PAGELLM_AMX", "1", "0", 1);
 }
 
 const pl_cpu_features *pl_cpu_get_features(void) {
