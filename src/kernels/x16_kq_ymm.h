@@ -46,13 +46,18 @@ AI __m256i y_bc32(const void *p) {
 
 AI __m256i y_load(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* The chunk loops unrolled by half only: fully unrolled, GCC hoists all the loads and
- * multiplies of a part ahead of its additions and spills their results (~20 stack stores per
- * part); by 4, the 1B q4_K tile at B=1 runs ~18 % faster from L2 (B=2 ~25 %). */
+/* Each int16/int32 chain as written, in its own register: without it GCC's register allocator
+ * ends the chunk loop's iterations with a vmovdqa per chain (4-8 a chunk) or, fully unrolled,
+ * hoists a part's loads and multiplies ahead of its additions and spills them. Pinned, the
+ * chunk loops unroll fully and the AVX2 q4_K tile at 4 activation rows is one load, and, shift,
+ * and, 8 broadcasts, 8 vpmaddubsw and 8 vpaddw a chunk half: ~25 % more a thread than the loop
+ * unrolled by 4 with the low and high nibbles in two passes that it replaced (Zen 4, bench
+ * kernels -t 1, best of 6: B=32 224-235 against 171-189 GOP/s). VNNI's chains were left as
+ * they were: unmeasured (no AVX-VNNI CPU here). */
 #if X16_VNNI
-#define Y_UNROLL_HALF _Pragma("GCC unroll 8") /* VNNI's fewer instructions fit unrolled */
+#define Y_PIN(v) ((void)0)
 #else
-#define Y_UNROLL_HALF _Pragma("GCC unroll 4")
+#define Y_PIN(v) __asm__("" : "+x"(v))
 #endif
 
 /* acc + a . b with VNNI's instruction, or AVX2's multiply-add and then add (acc's lanes
@@ -170,20 +175,7 @@ AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
         if (h0 == 0) pl_x16_prefetch_kq_line(o, YQ4K_GSZ, 32 + p);
         __m256i A[2][4], Bv[2][4];
         UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) A[h][b] = Bv[h][b] = _mm256_setzero_si256();
-        if (NB > 2 && !X16_VNNI) {
-            /* AVX2 x 4: the low nibbles' chains over the 8 chunks, then the high ones' (the
-             * chunks again, from L1), so that 4 int16 chains are live, not 8: +8-10 % a thread */
-            Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
-                if (h0 == 0) pl_x16_prefetch_kq_line(o, YQ4K_GSZ, 8 * p + c);
-                const __m256i lo = _mm256_and_si256(y_load(o + 256 + 64 * (8 * p + c) + 32 * h0), low4);
-                UNROLL for (int b = 0; b < NB; b++) A[0][b] = y_dot8(A[0][b], lo, y_bc32(x[b][s].qs + 64 * p + 4 * c));
-            }
-            Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(y_load(o + 256 + 64 * (8 * p + c) + 32 * h0), 4), low4);
-                UNROLL for (int b = 0; b < NB; b++) Bv[0][b] = y_dot8(Bv[0][b], hi, y_bc32(x[b][s].qs + 64 * p + 4 * c + 32));
-            }
-        } else
-        Y_UNROLL_HALF for (int c = 0; c < 8; c++) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
             if (h0 == 0) pl_x16_prefetch_kq_line(o, YQ4K_GSZ, 8 * p + c);
             UNROLL for (int h = 0; h < NH; h++) {
                 const __m256i v = y_load(o + 256 + 64 * (8 * p + c) + 32 * (h0 + h));
@@ -197,6 +189,8 @@ AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
                     const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
                     A[h][b] = y_dot8(A[h][b], lo, y_bc32(q));
                     Bv[h][b] = y_dot8(Bv[h][b], hi, y_bc32(q + 32));
+                    Y_PIN(A[h][b]);
+                    Y_PIN(Bv[h][b]);
                 }
             }
         }
@@ -278,7 +272,7 @@ AI void y_q6_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
                     S[h][b] = y_scale2(y_scale2(S[h][b], t0, sc), t1, sc);
                     /* the chain as written: GCC would reassociate the group's products into a
                      * tree and spill them (prefill x 4: ~13 stack stores a group; +9 % a thread) */
-                    __asm__("" : "+x"(S[h][b]));
+                    Y_PIN(S[h][b]);
 #endif
                 }
             }
