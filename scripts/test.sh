@@ -80,7 +80,7 @@ echo "== fault injection build"
 if cmake -S . -B build-fault -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPL_SANITIZE=ON -DPL_FAULT_INJECT=ON \
        -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" >/dev/null &&
    cmake --build build-fault -j "$(nproc)" --target pagellm_cli test_fault_engine >/dev/null; then
-  ctest --test-dir build-fault -V --timeout 900 -R '^test_fault' | tee build-fault/ctest.log |
+  ctest --test-dir build-fault -V -j 2 --timeout 900 -R '^test_fault' | tee build-fault/ctest.log |
     grep -E '^[0-9]+: (load|fault injection|ended:|status:|violations|answered:|metrics:|FAIL)|tests passed|tests failed|Passed|Failed|Skipped'
   f0=$failed
   tally build-fault/ctest.log
