@@ -314,8 +314,6 @@ AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_
     __m256i S[2], M[2];
     UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm256_setzero_si256();
     for (int n = 0; n < 2; n++) {
-        __m256i v[8];
-        UNROLL for (int c = 0; c < 8; c++) v[c] = y_load(o + 320 + 64 * (8 * n + c) + 32 * h);
         UNROLL for (int j = 0; j < 4; j++) { /* sub-blocks k = 8n + 2j, k + 1 */
             if (h == 0) /* the group's 21 lines, as the AVX-512 tile */
                 for (int l = 4 * n + j; l < 21; l += 8) pl_x16_prefetch_kq_line(o, YQ2K_GSZ, l);
@@ -323,11 +321,17 @@ AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_
             __m256i G0[2], G1[2];
             UNROLL for (int b = 0; b < NB; b++) G0[b] = G1[b] = _mm256_setzero_si256();
             UNROLL for (int c = 0; c < 8; c++) {
-                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v[c], 2 * j), three);
+                /* the chunk read again for each field (from L1), not held: 8 chunks beside the
+                 * chains and constants spilled */
+                __m256i v = y_load(o + 320 + 64 * (8 * n + c) + 32 * h);
+                Y_PIN(v);
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three);
                 UNROLL for (int b = 0; b < NB; b++) {
                     const __m256i xb = y_bc32(x[b][s].qs + 128 * n + 32 * j + 4 * c);
                     if (c < 4) G0[b] = y_dot8(G0[b], q, xb);
                     else G1[b] = y_dot8(G1[b], q, xb);
+                    Y_PIN(G0[b]);
+                    Y_PIN(G1[b]);
                 }
             }
             /* the scale bytes of sub-blocks k, k + 1 as int16 pairs per lane */
