@@ -210,8 +210,9 @@ static void choose(pl_mm_kernel *k, int kind) {
     k->tb = 4;
     static const pl_dtype type[] = {PL_DT_Q4_0, PL_DT_IQ4_NL, PL_DT_Q5_0, PL_DT_Q4_1, PL_DT_Q5_1};
     if (pl_cpu_avxvnni()) pl_mm_kernel_x16_avxvnni(type[kind], k);
-    else if (kind < 2 && pl_cpu_isa() >= PL_ISA_AVX2) pl_mm_kernel_x16_q8_avx2(type[kind], k); /* q4_0, iq4_nl */
-    else if (pl_cpu_isa() >= PL_ISA_AVX2) pl_mm_kernel_x16_q5_avx2(type[kind], k); /* q5_0, q4_1, q5_1 */
+    else if ((kind < 2 || kind == 3) && pl_cpu_isa() >= PL_ISA_AVX2)
+        pl_mm_kernel_x16_q8_avx2(type[kind], k); /* q4_0, iq4_nl, q4_1 */
+    else if (pl_cpu_isa() >= PL_ISA_AVX2) pl_mm_kernel_x16_q5_avx2(type[kind], k); /* q5_0, q5_1 */
 }
 
 void pl_mm_kernel_x16_q4_0(pl_mm_kernel *k) { choose(k, 0); }

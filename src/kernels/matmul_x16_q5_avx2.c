@@ -1,18 +1,15 @@
-/* kernels/matmul_x16_q5_avx2 — the x16 tiles of q5_0, q4_1 and q5_1 with plain AVX2 (issue 35;
- * layouts and arithmetic: matmul_x16_q4_0.c). AVX-VNNI runs them in x16_q8_ymm.h with vpdpbusd;
- * here vpmaddubsw takes the stored quants as they are, unsigned (q4_1's nibbles 0..15, q5_0's
- * and q5_1's nibble + 16 x fifth bit, 0..31), against the signed activation bytes (q8_0's for
- * q5_0, q8_1's for q4_1 and q5_1, |x| <= 127), so no sign trick is needed:
- *
- *  - q4_1: a block's 8 chunks summed in int16 pairs (at most 8 x 2 x 15 x 127 = 30480), widened
- *    once per block by vpmaddwd against ones; no seed (x = d q + m needs no offset).
- *  - q5_0, q5_1: two chains of 4 chunks each (at most 4 x 2 x 31 x 127 = 31496 per int16 pair,
- *    both chains together would not fit), each widened by vpmaddwd; q5_0's chain starts from the
- *    activations' seed (-16 x the block sum) as the scalar tile's.
+/* kernels/matmul_x16_q5_avx2 — the x16 tiles of q5_0 and q5_1 with plain AVX2 (issue 35;
+ * layouts and arithmetic: matmul_x16_q4_0.c; q4_1's AVX2 tile is q4_0's, x16_q8_ymm.h). AVX-VNNI
+ * runs them in x16_q8_ymm.h with vpdpbusd; here vpmaddubsw takes the stored quants as they are,
+ * unsigned (the nibble + 16 x fifth bit, 0..31), against the signed activation bytes (q8_0's for
+ * q5_0, q8_1's for q5_1, |x| <= 127), so no sign trick is needed: two chains of 4 chunks each
+ * (at most 4 x 2 x 31 x 127 = 31496 per int16 pair, both chains together would not fit), each
+ * widened by vpmaddwd; q5_0's chain starts from the activations' seed (-16 x the block sum) as
+ * the scalar tile's.
  *
  * The fifth bits become bytes by vpshufb + vpcmpeqb (AVX-512's k-masks elsewhere). The integer
  * sums are exact, so the float step, the scalar tile's
- *   acc = fma((float)isum, d_w * d_x, acc) (then fma(m_w, s_x, acc) for q4_1 and q5_1),
+ *   acc = fma((float)isum, d_w * d_x, acc) (then fma(m_w, s_x, acc) for q5_1),
  * gives the scalar tile's bits (test_matmul_x16). Tiles of 16 rows x 2 activations on ymm halves
  * (rows 0-7, 8-15), both halves of a block together; decode prefetches two blocks ahead into L2.
  */
@@ -36,12 +33,12 @@ AI __m256i fifth16(const uint8_t *p) {
 }
 
 /* Half h (rows 8h..8h + 7) of block k against NB activation rows: acc[b] updated.
- * KIND: 0 q5_0, 1 q4_1, 2 q5_1. */
+ * KIND: 0 q5_0, 1 q5_1. */
 AI void q5_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, int64_t k, int h,
                  __m256 *acc, const int NB, const int KIND) {
     const int64_t nblk = cols / PL_QK;
-    const int FIFTH = KIND != 1, WITH_M = KIND != 0;
-    const size_t blk = pl_mm_x16_block_bytes(3 + KIND), hdr = WITH_M ? 64 : 32;
+    const int WITH_M = KIND == 1;
+    const size_t blk = pl_mm_x16_block_bytes(WITH_M ? 5 : 3), hdr = WITH_M ? 64 : 32;
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const uint8_t *wb = w + (size_t)k * blk;
     const float *dx[2];
@@ -55,11 +52,9 @@ AI void q5_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
             for (int l = j; 64 * (size_t)l < blk; l += 4)
                 _mm_prefetch((const char *)wb + 2 * blk + 64 * l, _MM_HINT_T1);
         const __m256i v = _mm256_loadu_si256((const __m256i *)(wb + hdr + 64 * j + 32 * h));
-        __m256i w0 = _mm256_and_si256(v, m4), w1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (FIFTH) {
-            w0 = _mm256_add_epi8(w0, fifth16(wb + hdr + 256 + 8 * j + 4 * h));
-            w1 = _mm256_add_epi8(w1, fifth16(wb + hdr + 256 + 8 * (j + 4) + 4 * h));
-        }
+        const __m256i w0 = _mm256_add_epi8(_mm256_and_si256(v, m4), fifth16(wb + hdr + 256 + 8 * j + 4 * h));
+        const __m256i w1 = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                           fifth16(wb + hdr + 256 + 8 * (j + 4) + 4 * h));
         UNROLL for (int b = 0; b < NB; b++) {
             const int32_t *xq = (const int32_t *)(a + (size_t)b * as + k * PL_QK);
             s0[b] = _mm256_add_epi16(s0[b], _mm256_maddubs_epi16(w0, _mm256_set1_epi32(xq[j])));
@@ -68,10 +63,7 @@ AI void q5_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wb + 16 * h)));
     UNROLL for (int b = 0; b < NB; b++) {
-        __m256i isum;
-        if (FIFTH)
-            isum = _mm256_add_epi32(_mm256_madd_epi16(s0[b], ones), _mm256_madd_epi16(s1[b], ones));
-        else isum = _mm256_madd_epi16(_mm256_add_epi16(s0[b], s1[b]), ones);
+        __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s0[b], ones), _mm256_madd_epi16(s1[b], ones));
         if (!WITH_M) /* q5_0: the seed, -16 x the block sum, after the block scales */
             isum = _mm256_add_epi32(isum, _mm256_set1_epi32(((const int32_t *)(dx[b] + nblk))[k]));
         /* with a minimum: m_w times q8_1's s_x, after d_x's block scales */
@@ -93,13 +85,12 @@ AI void q5_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, flo
 }
 
 PL_X16_TILE_NB2(tile_q5_0, q5_body, 0)
-PL_X16_TILE_NB2(tile_q4_1, q5_body, 1)
-PL_X16_TILE_NB2(tile_q5_1, q5_body, 2)
+PL_X16_TILE_NB2(tile_q5_1, q5_body, 1)
 
 int pl_mm_kernel_x16_q5_avx2(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
     k->tb = 2;
     k->gemm = NULL;
-    k->fn = t == PL_DT_Q5_0 ? tile_q5_0 : t == PL_DT_Q4_1 ? tile_q4_1 : tile_q5_1;
-    return t == PL_DT_Q5_0 || t == PL_DT_Q4_1 || t == PL_DT_Q5_1;
+    k->fn = t == PL_DT_Q5_0 ? tile_q5_0 : tile_q5_1;
+    return t == PL_DT_Q5_0 || t == PL_DT_Q5_1;
 }

@@ -1,7 +1,8 @@
-/* kernels/x16_q8_ymm — the 256-bit tiles of the x16 layouts of q8_0, q4_0 and iq4_nl (issue 35;
- * layouts and arithmetic: matmul_x16.c, matmul_x16_q4_0.c), one skeleton for two kernel levels:
- * included once by matmul_x16_q8_avx2.c with X16_VNNI 0 and once by matmul_x16_avxvnni.c with
- * X16_VNNI 1, each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
+/* kernels/x16_q8_ymm — the 256-bit tiles of the x16 layouts of q8_0, q4_0, iq4_nl and q4_1
+ * (issue 35; layouts and arithmetic: matmul_x16.c, matmul_x16_q4_0.c), one skeleton for two kernel
+ * levels: included once by matmul_x16_q8_avx2.c with X16_VNNI 0 and once by
+ * matmul_x16_avxvnni.c with X16_VNNI 1, each defining X16_KERNEL (the pl_mm_kernel chooser it
+ * exports).
  *
  * A 64-byte chunk is two ymm halves (rows 0-7, 8-15). Tiles are 16 rows x up to 4 activations
  * (3: 2 + 1): with one or two activation rows (decode) a block's halves are done one after the
@@ -19,10 +20,14 @@
  *    the signed quants (q8_0: the stored byte ^ 0x80; iq4_nl: the levels themselves) and the
  *    sign trick: |q| (unsigned, <= 128) times sign(q) x (signed, |x| <= 127: activations are
  *    rounded to +-127) into int16 pairs of at most 2 x 128 x 127 = 32512, widened by vpmaddwd
- *    against ones; no seed (the sum is sum q x already). q4_0's nibbles (0..15) enter vpmaddubsw
- *    directly, a block's 8 chunks summed in int16 (at most 8 x 2 x 15 x 127 = 30480), widened
- *    once per block and seeded with -8 x the block sum as the scalar tile.
- * The float step is the scalar tile's: acc = fma((float)isum, d_w * d_x, acc), blocks in order.
+ *    against ones; no seed (the sum is sum q x already). q4_0's and q4_1's nibbles (0..15) enter
+ *    vpmaddubsw directly, a block's 8 chunks summed in int16 (at most 8 x 2 x 15 x 127 = 30480),
+ *    widened once per block; q4_0's seeded with -8 x the block sum as the scalar tile, q4_1's
+ *    not (its minimum is the second FMA below). q4_1 took AVX2's 16 x 2 q5 tile before
+ *    (matmul_x16_q5_avx2.c): here its 4-row tiles share each unpacked chunk among 4 rows, one
+ *    thread B=32 / B=512 129 / 114 -> 166 / 197 GOP/s (Zen 4, best of 5 interleaved).
+ * The float step is the scalar tile's: acc = fma((float)isum, d_w * d_x, acc) (q4_1: then
+ * fma(m_w, s_x, acc)), blocks in order.
  */
 #ifndef PL_KERNELS_X16_Q8_YMM_H
 #define PL_KERNELS_X16_Q8_YMM_H
@@ -75,11 +80,12 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
     const int64_t nblk = cols / PL_QK;
     const size_t blk = pl_mm_x16_block_bytes(Q4);
     const int NIB = Q4 == 1 || Q4 == 4, FIFTH = Q4 == 3 || Q4 == 5, WITH_M = Q4 >= 4, ONE = NB > 2;
+    const int NIB16 = !X16_VNNI && NIB; /* AVX2's nibbles (q4_0, q4_1): int16 sums a block */
     (void)FIFTH; /* AVX2 has no q5_0 / q5_1 tile */
     const size_t hdr = WITH_M ? 64 : 32; /* the chunks follow d (and m) */
     const __m256i m4 = _mm256_set1_epi8(15);
     /* the signed arithmetic (AVX2's q8_0 and iq4_nl) */
-    const int S = !X16_VNNI && Q4 != 1;
+    const int S = !X16_VNNI && !NIB;
     const __m128i lv = _mm_loadu_si128((const __m128i *)pl_kvalues_iq4nl);
     const __m128i t = X16_VNNI ? _mm_add_epi8(lv, _mm_set1_epi8((char)0x80)) : lv;
     const __m256i lut = _mm256_set_m128i(t, t);
@@ -143,9 +149,10 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
         __m256i isum;
         if (ONE) isum = s0[b];
         else if (X16_VNNI) isum = _mm256_add_epi32(s0[b], NIB ? _mm256_srai_epi32(s1[b], 4) : s1[b]);
-        else isum = Q4 == 1 ? _mm256_add_epi16(s0[b], s1[b]) : _mm256_add_epi32(s0[b], s1[b]);
-        if (!X16_VNNI && Q4 == 1) /* the int16 pair sums of the block, widened, and the seed */
-            isum = _mm256_add_epi32(_mm256_madd_epi16(isum, _mm256_set1_epi16(1)), _mm256_set1_epi32(seed[b][k]));
+        else isum = NIB16 ? _mm256_add_epi16(s0[b], s1[b]) : _mm256_add_epi32(s0[b], s1[b]);
+        if (NIB16) /* the int16 pair sums of the block, widened (q4_0: and the seed) */
+            isum = _mm256_madd_epi16(isum, _mm256_set1_epi16(1));
+        if (NIB16 && !WITH_M) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(seed[b][k]));
         /* with a minimum: m_w times q8_1's s_x, after d_x's block sums */
         acc[b] = x16_block_fma(acc[b], isum, dw, dx[b][k], WITH_M ? wb + 32 + 16 * h : NULL,
                                WITH_M ? dx[b][nblk + k] : 0.0f);
@@ -164,7 +171,7 @@ AI void xq_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, flo
     const int64_t nblk = cols / PL_QK;
     __m256 acc[2][4];
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
-    if (NB == 1 || (NB == 2 && (X16_VNNI || Q4 != 1)))
+    if (NB == 1 || (NB == 2 && (X16_VNNI || (Q4 != 1 && Q4 != 4))))
         for (int64_t k = 0; k < nblk; k++) UNROLL for (int h = 0; h < 2; h++) xq_block(w, a, as, cols, k, h, acc[h], NB, Q4);
     else
         UNROLL for (int h = 0; h < 2; h++) for (int64_t k = 0; k < nblk; k++) xq_block(w, a, as, cols, k, h, acc[h], NB, Q4);
@@ -175,9 +182,9 @@ AI void xq_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, flo
 PL_X16_TILE_NB4(tile_q8_0, xq_body, 0)
 PL_X16_TILE_NB4(tile_q4_0, xq_body, 1)
 PL_X16_TILE_NB4(tile_iq4_nl, xq_body, 2)
+PL_X16_TILE_NB4(tile_q4_1, xq_body, 4)
 #if X16_VNNI
 PL_X16_TILE_NB4(tile_q5_0, xq_body, 3)
-PL_X16_TILE_NB4(tile_q4_1, xq_body, 4)
 PL_X16_TILE_NB4(tile_q5_1, xq_body, 5)
 #endif
 
@@ -185,14 +192,13 @@ int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
     k->tb = 4;
     k->gemm = NULL;
-    k->fn = t == PL_DT_Q8_0 ? tile_q8_0 : t == PL_DT_Q4_0 ? tile_q4_0 : tile_iq4_nl;
+    k->fn = t == PL_DT_Q8_0 ? tile_q8_0 : t == PL_DT_Q4_0 ? tile_q4_0 : t == PL_DT_Q4_1 ? tile_q4_1 : tile_iq4_nl;
 #if X16_VNNI
     if (t == PL_DT_Q5_0) k->fn = tile_q5_0;
-    if (t == PL_DT_Q4_1) k->fn = tile_q4_1;
     if (t == PL_DT_Q5_1) k->fn = tile_q5_1;
-    if (t == PL_DT_Q5_0 || t == PL_DT_Q4_1 || t == PL_DT_Q5_1) return 1;
+    if (t == PL_DT_Q5_0 || t == PL_DT_Q5_1) return 1;
 #endif
-    return t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL;
+    return t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_Q4_1 || t == PL_DT_IQ4_NL;
 }
 
 #endif
