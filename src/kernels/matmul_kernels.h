@@ -88,12 +88,12 @@ int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k);             /* matmul_x16_f16_
 extern int pl_x16_f16_wide;
 int pl_mm_kernel_x16_half_avx2(pl_dtype t, pl_mm_kernel *k); /* f16 or bf16: matmul_x16_f16_avx2.c */
 int pl_mm_kernel_x16_bf16_avx512(pl_mm_kernel *k);            /* vdpbf16ps: matmul_x16_bf16_avx512.c */
-/* q8_0, q4_0 and iq4_nl's 256-bit tiles (x16_q8_ymm.h, issue 35): 16 x 4, AVX-VNNI
- * (matmul_x16_avxvnni.c, also q5_0, q4_1 and q5_1) and AVX2 (matmul_x16_q8_avx2.c); 0 for the
- * other types */
+/* q8_0, q4_0, iq4_nl and q4_1's 256-bit tiles (x16_q8_ymm.h, issue 35): 16 x 4, AVX-VNNI
+ * (matmul_x16_avxvnni.c, also q5_0 and q5_1) and AVX2 (matmul_x16_q8_avx2.c); 0 for the other
+ * types */
 int pl_mm_kernel_x16_avxvnni(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_q8_avx2(pl_dtype t, pl_mm_kernel *k);
-/* q5_0, q4_1 and q5_1 with plain AVX2 (matmul_x16_q5_avx2.c); 0 for other types */
+/* q5_0 and q5_1 with plain AVX2 (matmul_x16_q5_avx2.c); 0 for other types */
 int pl_mm_kernel_x16_q5_avx2(pl_dtype t, pl_mm_kernel *k);
 /* q4_K and q6_K (matmul_x16_kq.c, matmul_x16_kq_avx512.c) */
 size_t pl_mm_x16_kq_row_bytes(pl_dtype t, int64_t cols);

@@ -160,8 +160,8 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
 }
 
 /* One 16-row group by NB (1..4) activation rows. One row (decode), and two but for AVX2's
- * q4_0, take a block's halves together (decode streams the weights once); more rows, and
- * AVX2's q4_0 with two, do one half's blocks, then the other's (the group is in L2 by then, and
+ * q4_0 and q4_1, take a block's halves together (decode streams the weights once); more rows,
+ * and AVX2's q4_0 and q4_1 with two, do one half's blocks, then the other's (the group is in L2 by then, and
  * in L1 for the 1B shapes' 2048 columns), so that only that half's accumulators are live beside
  * the chains and the unpacked weights serve every row: AVX2's q4_0 x 2 151 -> 185 GOP/s a
  * thread (512 x 2048, B = 64, best of 60); q8_0, iq4_nl and the VNNI tiles x 2 measured no
@@ -169,9 +169,10 @@ AI void xq_block(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, in
 AI void xq_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
                 const int NB, const int Q4) {
     const int64_t nblk = cols / PL_QK;
+    const int NIB16 = !X16_VNNI && (Q4 == 1 || Q4 == 4); /* as xq_block's */
     __m256 acc[2][4];
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
-    if (NB == 1 || (NB == 2 && (X16_VNNI || (Q4 != 1 && Q4 != 4))))
+    if (NB == 1 || (NB == 2 && !NIB16))
         for (int64_t k = 0; k < nblk; k++) UNROLL for (int h = 0; h < 2; h++) xq_block(w, a, as, cols, k, h, acc[h], NB, Q4);
     else
         UNROLL for (int h = 0; h < 2; h++) for (int64_t k = 0; k < nblk; k++) xq_block(w, a, as, cols, k, h, acc[h], NB, Q4);
