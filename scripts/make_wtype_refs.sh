@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes tests/data/wtypes/T.json, the llama.cpp references of tests/integration/
 # test_wtype_reference.c, for the weight types of issue 18 (q4_1 q5_0 q5_1 iq4_nl q2_k q3_k
-# iq4_xs): `pagellm mkmodel --type T` (the test's flags), then scripts/wtype_ref.c, linked
+# iq4_xs) and q5_k_m (TYPES="..." makes only those): `pagellm mkmodel --type T` (the test's flags), then scripts/wtype_ref.c, linked
 # against llama.cpp's library, computes the continuations on that file.
 # With --llama-quantized it instead measures, without writing references, pagellm on models that
 # llama.cpp's own llama-quantize made (--pure, from the same model in f32): the reading of
@@ -20,7 +20,7 @@ gcc -O2 -Wall -Wextra -o "$tmp/wtype_ref" scripts/wtype_ref.c -I"$L/include" -I"
     -L"$L/build/bin" -lllama -lggml -lggml-base -Wl,-rpath,"$L/build/bin" -lm
 mk() { "$build/pagellm" mkmodel "$1" --vocab-from ../shared/models/stories260K.gguf --dim 256 \
          --layers 2 --heads 8 --kv-heads 4 --ffn 768 --type "$2" --seed 7 >/dev/null; }
-types="q4_1 q5_0 q5_1 iq4_nl q2_k q3_k iq4_xs"
+types=${TYPES:-"q4_1 q5_0 q5_1 iq4_nl q2_k q3_k iq4_xs q5_k_m"}
 if [ $mode = refs ]; then
   mkdir -p tests/data/wtypes
   for t in $types; do
@@ -34,7 +34,7 @@ fi
 # (teacher-forced, every ISA) through test_wtype_reference's comparison in measuring mode.
 mk "$tmp/f32.gguf" f32
 mkdir -p "$tmp/src/tests/data/wtypes"
-declare -A lq=([q4_1]=Q4_1 [q5_0]=Q5_0 [q5_1]=Q5_1 [iq4_nl]=IQ4_NL [q2_k]=Q2_K [q3_k]=Q3_K_S [iq4_xs]=IQ4_XS)
+declare -A lq=([q4_1]=Q4_1 [q5_0]=Q5_0 [q5_1]=Q5_1 [iq4_nl]=IQ4_NL [q2_k]=Q2_K [q3_k]=Q3_K_S [iq4_xs]=IQ4_XS [q5_k_m]=Q5_K_M)
 for t in $types; do
   "$L/build/bin/llama-quantize" --pure "$tmp/f32.gguf" "$tmp/$t.gguf" "${lq[$t]}" >/dev/null 2>&1
   "$tmp/wtype_ref" "$tmp/$t.gguf" "$t" > "$tmp/src/tests/data/wtypes/$t.json"

@@ -21,7 +21,7 @@
  * 1/sqrt(2 * layers) so that the residual stays near its initial size however deep the model;
  * norms are 1. Matrices are stored in --type (quantized row by row with pl_quantize_row;
  * q4_k_m is q4_K with q6_K for output.weight and for attn_v / ffn_down of the layers llama.cpp's
- * Q4_K_M mix picks), norms in f32. The same flags and seed always give the same bytes.
+ * Q4_K_M mix picks; q5_k_m the same with q5_K, as its Q5_K_M), norms in f32. The same flags and seed always give the same bytes.
  *
  * Memory: the GGUF writer reads tensor data at write time, so every tensor is generated straight
  * into its final (quantized) buffer, one row of f32 at a time: peak memory is the output size
@@ -158,7 +158,7 @@ static const struct {
     {"f32", PL_DT_F32, PL_DT_F32, 0},      {"f16", PL_DT_F16, PL_DT_F16, 1},
     {"bf16", PL_DT_BF16, PL_DT_BF16, 32},  {"q8_0", PL_DT_Q8_0, PL_DT_Q8_0, 7},
     {"q4_0", PL_DT_Q4_0, PL_DT_Q4_0, 2},   {"q6_k", PL_DT_Q6_K, PL_DT_Q6_K, 18},
-    {"q4_k_m", PL_DT_Q4_K, PL_DT_Q6_K, 15},
+    {"q4_k_m", PL_DT_Q4_K, PL_DT_Q6_K, 15}, {"q5_k_m", PL_DT_Q5_K, PL_DT_Q6_K, 17},
     /* one type for every matrix (q3_k is llama.cpp's Q3_K_S file type) */
     {"q4_1", PL_DT_Q4_1, PL_DT_Q4_1, 3},   {"q5_0", PL_DT_Q5_0, PL_DT_Q5_0, 8},
     {"q5_1", PL_DT_Q5_1, PL_DT_Q5_1, 9},   {"iq4_nl", PL_DT_IQ4_NL, PL_DT_IQ4_NL, 25},
@@ -244,7 +244,7 @@ static int set_type(const char *cmd, const pl_flag *f, const char *arg, void *op
     while (i < n && strcasecmp(arg, types[i].name)) i++; /* GGML writes Q4_K_M, q3_K */
     if (i == n) {
         fprintf(stderr, "pagellm %s: --type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q6_k, "
-                "q4_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs, mxfp4 (any case)\n", cmd,
+                "q4_k_m, q5_k_m, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, iq4_xs, mxfp4 (any case)\n", cmd,
                 arg);
         return 2;
     }
@@ -320,7 +320,8 @@ static const pl_flag MKMODEL_FLAGS[] = {
     PL_FLAG_ROW_FN("type", 0, set_type, 0, "T",
      "matrix type: f32 (default), f16, bf16, q8_0, q4_0, q6_k,\n"
      "q4_k_m (q4_K, with q6_K for output and some\n"
-     "attn_v/ffn_down), q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k,\n"
+     "attn_v/ffn_down), q5_k_m (the same with q5_K),\n"
+     "q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k,\n"
      "iq4_xs (every matrix), mxfp4 (a MoE model's experts)"),
     I64("seed", seed, 0, 0x1p63, "S", "random seed (default 1)"),
     I64("ctx", ctx, 1, 1 << 24, "N", "llama.context_length (default 2048; bert 512)"),

@@ -247,10 +247,10 @@ static int act_kind(const pl_weight *w) {
     switch (w->type) {
     case PL_DT_Q2_K:
     case PL_DT_Q4_K:
+    case PL_DT_Q5_K:
     case PL_DT_Q6_K:
     case PL_DT_IQ4_XS: return w->layout == PL_WLAYOUT_X16 ? -2 : -1;
-    case PL_DT_Q3_K:
-    case PL_DT_Q5_K: return w->layout == PL_WLAYOUT_X16 ? 2 * (int)w->type + 1 : -1;
+    case PL_DT_Q3_K: return w->layout == PL_WLAYOUT_X16 ? 2 * (int)w->type + 1 : -1;
     default: return 2 * (int)w->type + (w->layout == PL_WLAYOUT_X16);
     }
 }
@@ -405,6 +405,7 @@ size_t pl_quantize_row(pl_dtype type, const float *src, void *dst, int64_t n) {
     case PL_DT_Q8_0: pl_quantize_q8_0_ref(src, dst, n); break;
     case PL_DT_Q4_0: pl_quantize_q4_0_ref(src, dst, n); break;
     case PL_DT_Q4_K: pl_quantize_q4_K_ref(src, dst, n); break;
+    case PL_DT_Q5_K: pl_quantize_q5_K_ref(src, dst, n); break;
     case PL_DT_Q6_K: pl_quantize_q6_K_ref(src, dst, n); break;
     case PL_DT_Q4_1: pl_quantize_q4_1_ref(src, dst, n); break;
     case PL_DT_Q5_0: pl_quantize_q5_0_ref(src, dst, n); break;

@@ -158,12 +158,16 @@ void pl_mm_x16_sb_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, 
     }
 }
 
-/* q4_K: pair p's 24 bits of lane i (scales and mins of units 2p, 2p + 1). */
-static uint32_t q4_K_pair(const uint8_t *o, int i, int p) {
+uint32_t pl_mm_x16_q4_K_pair(const uint8_t *o, int i, int p) {
     uint32_t w[3];
     for (int k = 0; k < 3; k++) memcpy(&w[k], o + 64 + 64 * k + 4 * i, 4);
     if (p < 3) return w[p] & 0xFFFFFF;
     return w[0] >> 24 | (w[1] >> 24) << 8 | (w[2] >> 24) << 16;
+}
+
+float pl_mm_x16_sb_fma2(const uint8_t *o, int i, float dx, int32_t S, int32_t M, float acc) {
+    acc = fmaf((float)S, f16_at(o + 2 * i) * dx, acc);
+    return fmaf((float)-M, f16_at(o + 32 + 2 * i) * dx, acc);
 }
 
 /* The references, one super-block of one output: exactly the arithmetic of the header comment. */
@@ -175,12 +179,11 @@ static float sb_q4_K(const uint8_t *o, int i, const pl_block_q8_K *x, float acc)
             isum += q_at(PL_DT_Q4_K, o, i, e) * x->qs[e];
             xsum += x->qs[e];
         }
-        const uint32_t v = q4_K_pair(o, i, j / 2) >> 6 * (j % 2);
+        const uint32_t v = pl_mm_x16_q4_K_pair(o, i, j / 2) >> 6 * (j % 2);
         S += (int32_t)(v & 63) * isum;
         M += (int32_t)(v >> 12 & 63) * xsum;
     }
-    acc = fmaf((float)S, f16_at(o + 2 * i) * x->d, acc);
-    return fmaf((float)-M, f16_at(o + 32 + 2 * i) * x->d, acc);
+    return pl_mm_x16_sb_fma2(o, i, x->d, S, M, acc);
 }
 
 static float sb_q6_K(const uint8_t *o, int i, const pl_block_q8_K *x, float acc) {

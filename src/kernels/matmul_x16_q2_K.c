@@ -25,7 +25,6 @@
 #include "kernels/cpu.h"
 #include "kernels/quant.h"
 
-#include <math.h>
 #include <string.h>
 
 enum { GROUP = 16 * 84 };
@@ -47,12 +46,6 @@ void pl_mm_x16_repack_q2_K(const uint8_t *src, uint8_t *dst, int64_t rows, int64
         }
 }
 
-static float f16_at(const uint8_t *p) {
-    pl_f16 h;
-    memcpy(&h, p, sizeof h);
-    return pl_f16_to_f32(h);
-}
-
 /* The reference, one super-block of one output: exactly the arithmetic of the header comment. */
 static float sb_ref(const uint8_t *o, int i, const pl_block_q8_K *x, float acc) {
     int32_t S = 0, M = 0;
@@ -67,8 +60,7 @@ static float sb_ref(const uint8_t *o, int i, const pl_block_q8_K *x, float acc) 
         S += (scm & 0xF) * isum;
         M += (scm >> 4) * x->bsums[k];
     }
-    acc = fmaf((float)S, f16_at(o + 2 * i) * x->d, acc);
-    return fmaf((float)-M, f16_at(o + 32 + 2 * i) * x->d, acc);
+    return pl_mm_x16_sb_fma2(o, i, x->d, S, M, acc);
 }
 
 static void tile_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,

@@ -210,8 +210,9 @@ static inline int pl_nearest_int(float v) {
 /* Weight quantizers with llama.cpp's reference rounding (n a multiple of 32). */
 void pl_quantize_q8_0_ref(const float *x, pl_block_q8_0 *y, int64_t n);
 void pl_quantize_q4_0_ref(const float *x, pl_block_q4_0 *y, int64_t n);
-/* q4_K and q6_K weight quantizers of our own (quant_kw.c; n a multiple of 256). */
+/* q4_K, q5_K and q6_K weight quantizers of our own (quant_kw.c; n a multiple of 256). */
 void pl_quantize_q4_K_ref(const float *x, pl_block_q4_K *y, int64_t n);
+void pl_quantize_q5_K_ref(const float *x, pl_block_q5_K *y, int64_t n);
 void pl_quantize_q6_K_ref(const float *x, pl_block_q6_K *y, int64_t n);
 /* Weight quantizers for the remaining types (quant_wt.c): q4_1, q5_0, q5_1, iq4_nl with
  * llama.cpp's reference rounding (iq4_nl without its scale search), q2_K, q3_K, iq4_xs simple

@@ -1,6 +1,6 @@
-/* kernels/x16_kq_ymm — the 256-bit tiles of the super-block x16 layouts, q4_K, q6_K, q2_K and
- * iq4_xs (issue 35; layouts and arithmetic: matmul_x16_kq.c, matmul_x16_q2_K.c,
- * matmul_x16_iq4_xs.c), one skeleton for two kernel levels: included once by
+/* kernels/x16_kq_ymm — the 256-bit tiles of the super-block x16 layouts, q4_K, q5_K, q6_K, q2_K
+ * and iq4_xs (issue 35; layouts and arithmetic: matmul_x16_kq.c, matmul_x16_q5_K.c,
+ * matmul_x16_q2_K.c, matmul_x16_iq4_xs.c), one skeleton for two kernel levels: included once by
  * matmul_x16_kq_avx2.c with X16_VNNI 0 and once by matmul_x16_kq_avxvnni.c with X16_VNNI 1,
  * each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
  *
@@ -36,7 +36,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-enum { YQ4K_GSZ = 16 * 144, YQ6K_GSZ = 16 * 210, YQ2K_GSZ = 16 * 84, YIQ4XS_GSZ = 16 * 138 };
+enum { YQ4K_GSZ = 16 * 144, YQ5K_GSZ = 16 * 176, YQ6K_GSZ = 16 * 210, YQ2K_GSZ = 16 * 84, YIQ4XS_GSZ = 16 * 138 };
 
 AI __m256i y_bc32(const void *p) {
     int32_t v;
@@ -162,50 +162,88 @@ AI __m256i y_scale2(__m256i acc, __m256i chain, __m256i sc) {
 #endif
 }
 
-/* Halves h0 .. h0 + NH - 1 of super-block s of a group (o) against NB activation rows
- * (NB x NH <= 2: two activation rows a half at a time, or one row both halves at once, so each
- * 64-byte chunk is read whole, in order): acc[h][b] updated. */
-AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *const *x, int64_t s,
-                  int64_t nsb, __m256 (*acc)[4], const int NB) {
+/* The fifth bits of a q5_K pair (its qh chunk half moved down by 2p, pair p's bits at bits 0 and
+ * 1 of each byte: hs) or-ed into its nibbles q (bits 0-3, the rest zero): bit U (0 the unit
+ * in the low nibbles, 1 the high) taken to bit 4 by a 16-bit shift (no byte's bit 4 receives its
+ * neighbour's, nor its bits 0-1 by the move down) and the rest of the byte masked away. */
+AI __m256i y_q5_K_fifth(__m256i q, __m256i hs, const int U) {
+    return _mm256_or_si256(q, _mm256_and_si256(_mm256_slli_epi16(hs, 4 - U), _mm256_set1_epi8(16)));
+}
+
+/* Pair p (units 2p, 2p + 1) of y_q4_K_sb: S[h][b], M[h][b] updated. */
+AI void y_q4_K_pair(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *const *x, int64_t s,
+                    int64_t nsb, __m256i (*S)[4], __m256i (*M)[4], const int NB, const int Q5, const int p) {
+    const size_t gsz = Q5 ? YQ5K_GSZ : YQ4K_GSZ;
+    const int FLUSH4 = Q5 && !X16_VNNI;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256i S[2][4], M[2][4];
-    UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) S[h][b] = M[h][b] = _mm256_setzero_si256();
-    for (int p = 0; p < 4; p++) {
-        /* the first half prefetches the 36 lines as the AVX-512 tile does */
-        if (h0 == 0) pl_x16_prefetch_kq_line(o, YQ4K_GSZ, 32 + p);
-        __m256i A[2][4], Bv[2][4];
-        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) A[h][b] = Bv[h][b] = _mm256_setzero_si256();
-        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
-            if (h0 == 0) pl_x16_prefetch_kq_line(o, YQ4K_GSZ, 8 * p + c);
-            UNROLL for (int h = 0; h < NH; h++) {
-                const __m256i v = y_load(o + 256 + 64 * (8 * p + c) + 32 * (h0 + h));
-                const __m256i lo = _mm256_and_si256(v, low4);
-#if X16_VNNI
-                const __m256i hi = _mm256_andnot_si256(low4, v); /* 16 x the high nibbles */
-#else
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-#endif
-                UNROLL for (int b = 0; b < NB; b++) {
-                    const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
-                    A[h][b] = y_dot8(A[h][b], lo, y_bc32(q));
-                    Bv[h][b] = y_dot8(Bv[h][b], hi, y_bc32(q + 32));
-                    Y_PIN(A[h][b]);
-                    Y_PIN(Bv[h][b]);
-                }
-            }
-        }
-        UNROLL for (int h = 0; h < NH; h++) {
-            __m256i sa, sb, mv;
-            y_q4_K_scales(o, p, h0 + h, &sa, &sb, &mv);
-            UNROLL for (int b = 0; b < NB; b++) {
-#if X16_VNNI
-                Bv[h][b] = _mm256_srai_epi32(Bv[h][b], 4); /* a multiple of 16, |16 x sum| < 2^24 */
-#endif
-                S[h][b] = y_scale2(y_scale2(S[h][b], A[h][b], sa), Bv[h][b], sb);
-                M[h][b] = y_dot16(M[h][b], mv, y_bc32((const int32_t *)(x[b] + nsb) + 4 * s + p));
-            }
+    const __m128i down = _mm_cvtsi32_si128(2 * p); /* q5_K: pair p's fifth bits to bits 0, 1 */
+    /* the first half prefetches the 36 lines as the AVX-512 tile does (q5_K: 44) */
+    if (h0 == 0) {
+        pl_x16_prefetch_kq_line(o, gsz, 32 + p);
+        if (Q5) {
+            pl_x16_prefetch_kq_line(o, gsz, 36 + 2 * p);
+            pl_x16_prefetch_kq_line(o, gsz, 37 + 2 * p);
         }
     }
+    __m256i A[2][4], Bv[2][4];
+    UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) A[h][b] = Bv[h][b] = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
+        if (h0 == 0) pl_x16_prefetch_kq_line(o, gsz, 8 * p + c);
+        UNROLL for (int h = 0; h < NH; h++) {
+            const __m256i v = y_load(o + 256 + 64 * (8 * p + c) + 32 * (h0 + h));
+            __m256i lo = _mm256_and_si256(v, low4);
+#if X16_VNNI
+            __m256i hi = Q5 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)
+                            : _mm256_andnot_si256(low4, v); /* 16 x the high nibbles */
+#else
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+#endif
+            if (Q5) {
+                const __m256i hs = _mm256_srl_epi16(y_load(o + YQ4K_GSZ + 64 * c + 32 * (h0 + h)), down);
+                lo = y_q5_K_fifth(lo, hs, 0);
+                hi = y_q5_K_fifth(hi, hs, 1);
+            }
+            UNROLL for (int b = 0; b < NB; b++) {
+                const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
+                A[h][b] = y_dot8(A[h][b], lo, y_bc32(q));
+                Bv[h][b] = y_dot8(Bv[h][b], hi, y_bc32(q + 32));
+                Y_PIN(A[h][b]);
+                Y_PIN(Bv[h][b]);
+            }
+        }
+        if (FLUSH4 && c == 3) /* chunks 0-3 into S before their int16 sums could overflow */
+            UNROLL for (int h = 0; h < NH; h++) {
+                __m256i sa, sb, mv;
+                y_q4_K_scales(o, p, h0 + h, &sa, &sb, &mv);
+                UNROLL for (int b = 0; b < NB; b++) {
+                    S[h][b] = y_scale2(y_scale2(S[h][b], A[h][b], sa), Bv[h][b], sb);
+                    A[h][b] = Bv[h][b] = _mm256_setzero_si256();
+                }
+            }
+    }
+    UNROLL for (int h = 0; h < NH; h++) {
+        __m256i sa, sb, mv;
+        y_q4_K_scales(o, p, h0 + h, &sa, &sb, &mv);
+        UNROLL for (int b = 0; b < NB; b++) {
+#if X16_VNNI
+            if (!Q5) Bv[h][b] = _mm256_srai_epi32(Bv[h][b], 4); /* a multiple of 16, |16 x sum| < 2^24 */
+#endif
+            S[h][b] = y_scale2(y_scale2(S[h][b], A[h][b], sa), Bv[h][b], sb);
+            M[h][b] = y_dot16(M[h][b], mv, y_bc32((const int32_t *)(x[b] + nsb) + 4 * s + p));
+        }
+    }
+}
+
+/* Halves h0 .. h0 + NH - 1 of super-block s of a group (o) against NB activation rows
+ * (NB x NH <= 2: two activation rows a half at a time, or one row both halves at once, so each
+ * 64-byte chunk is read whole, in order): acc[h][b] updated. Q5: q5_K (q4_K's bytes, then the
+ * qh chunks: matmul_x16_q5_K.c), whose quants (0..31) fill AVX2's int16 sums in 4 chunks
+ * (4 x 2 x 31 x 128 = 31744), so its chains are scaled into S after chunks 3 and 7. */
+AI void y_q4_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *const *x, int64_t s,
+                  int64_t nsb, __m256 (*acc)[4], const int NB, const int Q5) {
+    __m256i S[2][4], M[2][4];
+    UNROLL for (int h = 0; h < NH; h++) UNROLL for (int b = 0; b < NB; b++) S[h][b] = M[h][b] = _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) y_q4_K_pair(o, h0, NH, x, s, nsb, S, M, NB, Q5, p);
     UNROLL for (int h = 0; h < NH; h++) y_fma_dmin(o, h0 + h, x, s, S[h], M[h], acc[h0 + h], NB);
 }
 
@@ -403,8 +441,8 @@ AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int6
         acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[b]), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)), acc[b]);
 }
 
-/* One 16-row group by NB (1, 2; q4_K and q6_K up to 4) activation rows: super-blocks in order,
- * each half after half (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs). */
+/* One 16-row group by NB (1, 2; q4_K, q5_K and q6_K up to 4) activation rows: super-blocks in
+ * order, each half after half (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs, 4 q5_K). */
 AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
                const int NB, const int KIND) {
     const int64_t nsb = cols / PL_QK_K;
@@ -412,14 +450,16 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
     UNROLL for (int b = 0; b < NB; b++) x[b] = (const pl_block_q8_K *)(a + (size_t)b * as);
     __m256 acc[2][4];
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int b = 0; b < NB; b++) acc[h][b] = _mm256_setzero_ps();
+    const int Q5 = KIND == 4, K4 = KIND == 0 || Q5; /* q4_K's tile */
+    const size_t k4sz = Q5 ? YQ5K_GSZ : YQ4K_GSZ;
     for (int64_t s = 0; s < nsb; s++) {
-        if (KIND <= 1 && NB == 1) { /* one activation row: both halves at once */
-            if (KIND == 0) y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, 0, 2, x, s, nsb, acc, 1);
+        if ((K4 || KIND == 1) && NB == 1) { /* one activation row: both halves at once */
+            if (K4) y_q4_K_sb(w + (size_t)s * k4sz, 0, 2, x, s, nsb, acc, 1, Q5);
             else y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, 0, 2, x, s, acc, 1);
             continue;
         }
         UNROLL for (int h = 0; h < 2; h++) {
-            if (KIND == 0) y_q4_K_sb(w + (size_t)s * YQ4K_GSZ, h, 1, x, s, nsb, acc, NB);
+            if (K4) y_q4_K_sb(w + (size_t)s * k4sz, h, 1, x, s, nsb, acc, NB, Q5);
             else if (KIND == 1) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, 1, x, s, acc, NB);
             else if (KIND == 2) y_q2_K_sb(w + (size_t)s * YQ2K_GSZ, h, x, s, nsb, acc[h], NB);
             else y_iq4_xs_sb(w + (size_t)s * YIQ4XS_GSZ, h, x, s, nsb, acc[h], NB);
@@ -431,17 +471,19 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
 
 PL_X16_TILE_NB4(y_tile_q4_K, y_body, 0)
 PL_X16_TILE_NB4(y_tile_q6_K, y_body, 1)
+PL_X16_TILE_NB4(y_tile_q5_K, y_body, 4)
 PL_X16_TILE_NB2(y_tile_q2_K, y_body, 2)
 PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
-    k->tb = t == PL_DT_Q4_K || t == PL_DT_Q6_K ? 4 : 2;
+    k->tb = t == PL_DT_Q4_K || t == PL_DT_Q5_K || t == PL_DT_Q6_K ? 4 : 2;
     k->fn = t == PL_DT_Q4_K    ? y_tile_q4_K
+            : t == PL_DT_Q5_K  ? y_tile_q5_K
             : t == PL_DT_Q6_K  ? y_tile_q6_K
             : t == PL_DT_Q2_K  ? y_tile_q2_K
                                : y_tile_iq4_xs;
-    return t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_Q2_K || t == PL_DT_IQ4_XS;
+    return t == PL_DT_Q4_K || t == PL_DT_Q5_K || t == PL_DT_Q6_K || t == PL_DT_Q2_K || t == PL_DT_IQ4_XS;
 }
 
 #endif

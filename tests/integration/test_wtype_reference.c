@@ -1,4 +1,4 @@
-/* The weight types of issue 18 against llama.cpp, end to end. For each type T the test makes
+/* The weight types of issue 18 (and q5_k_m, whose q5_K has an x16 layout) against llama.cpp, end to end. For each type T the test makes
  * `pagellm mkmodel --type T` (dim 256, 2 layers, seed 7: the same flags always give the same
  * bytes) and compares teacher-forced log-probabilities with tests/data/wtypes/T.json, which
  * llama.cpp's library computed on that very file (scripts/make_wtype_refs.sh; format and method as
@@ -52,7 +52,7 @@ typedef struct {
 static const type_case TYPES[] = {
     {"q4_1", 1.4e-2, 3.6e-3},   {"q5_0", 1.8e-2, 5.3e-3},   {"q5_1", 1.3e-2, 3.7e-3},
     {"iq4_nl", 1e-2, 1.3e-3},   {"q2_k", 1.9e-2, 3.4e-3},   {"q3_k", 1.7e-2, 4.4e-3},
-    {"iq4_xs", 1.6e-2, 1.6e-3},
+    {"iq4_xs", 1.6e-2, 1.6e-3}, {"q5_k_m", 2.8e-3, 1.5e-5},
 };
 
 typedef struct {

@@ -145,7 +145,30 @@ static void test_quantize_rounding(void **state) {
     const int n4[7] = {0, 11, 15, 8, 7, 9, 15};
     for (int j = 0; j < 7; j++) assert_int_equal(b.qs[j] & 15, n4[j]);
     assert_int_equal(b.qs[0] >> 4, 8); /* z[16] = 0 */
-    assert_int_equal(pl_quantize_row(PL_DT_Q5_K, z, &b, 256), 0); /* no q5_K writer */
+    assert_int_equal(pl_quantize_row(PL_DT_Q8_K, z, &b, 256), 0); /* no q8_K weight writer */
+}
+
+/* q5_K's writer (mkmodel's q5_k_m): 31 steps from each sub-block's min, the fifth bit of unit j
+ * in bit j of qh[l]; dequantizing gives the inputs back to within half a step. */
+static void test_quantize_q5_K(void **state) {
+    (void)state;
+    float x[256], y[256];
+    for (int i = 0; i < 256; i++) x[i] = (float)((i * 37) % 64) / 8.0f - 2.0f + (float)(i / 32);
+    pl_block_q5_K b;
+    assert_int_equal(pl_quantize_row(PL_DT_Q5_K, x, &b, 256), sizeof b);
+    pl_dequantize_row(PL_DT_Q5_K, &b, y, 256);
+    for (int j = 0; j < 8; j++) {
+        float lo = x[32 * j], hi = x[32 * j];
+        for (int l = 0; l < 32; l++) {
+            lo = fminf(lo, x[32 * j + l]);
+            hi = fmaxf(hi, x[32 * j + l]);
+        }
+        const float step = (hi - fminf(lo, 0.0f)) / 31.0f;
+        for (int l = 0; l < 32; l++) assert_true(fabsf(y[32 * j + l] - x[32 * j + l]) <= 0.6f * step + 1e-3f);
+    }
+    int high = 0;
+    for (int l = 0; l < 32; l++) high += __builtin_popcount(b.qh[l]);
+    assert_true(high > 0 && high < 256); /* both halves of the range used */
 }
 
 static void test_quantize_q8_K_values(void **state) {
@@ -700,6 +723,7 @@ int main(void) {
         cmocka_unit_test(test_dequant_q5_K_layout),
         cmocka_unit_test(test_dequant_q6_K_layout),
         cmocka_unit_test(test_quantize_rounding),
+        cmocka_unit_test(test_quantize_q5_K),
         cmocka_unit_test(test_quantize_q8_K_values),
         cmocka_unit_test(test_quantize_roundtrip),
         cmocka_unit_test(test_quantize_k_roundtrip),

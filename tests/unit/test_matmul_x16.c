@@ -207,6 +207,48 @@ static void test_kquants_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_Q6_K, shapes, sizeof shapes / sizeof shapes[0], 13);
     agree_bitwise(PL_DT_IQ4_XS, shapes, sizeof shapes / sizeof shapes[0], 29);
     agree_bitwise(PL_DT_Q2_K, shapes, sizeof shapes / sizeof shapes[0], 31);
+    agree_bitwise(PL_DT_Q5_K, shapes, sizeof shapes / sizeof shapes[0], 47);
+}
+
+/* q5_K at its extremes: every quant 31 (a constant row) against activations of 127 (a constant
+ * input), so a unit's 8 chunks would sum to 8 x 2 x 31 x 127 = 62992 in AVX2's int16 pairs: the
+ * tile must scale them into int32 after 4 chunks. Bitwise the scalar tile at every level. */
+static void test_q5_K_extremes(void **state) {
+    (void)state;
+    uint64_t s = 3;
+    qweight q;
+    make_typed(&q, PL_DT_Q5_K, 32, 512, &s);
+    const size_t ws = pl_dtype_row_size(PL_DT_Q5_K, q.cols);
+    float *row = malloc((size_t)q.cols * sizeof *row);
+    assert_non_null(row);
+    for (int64_t r = 0; r < q.rows; r++) {
+        for (int64_t c = 0; c < q.cols; c++) row[c] = 1.0f + (float)(r % 3);
+        assert_int_equal(pl_quantize_row(PL_DT_Q5_K, row, q.rowsw + (size_t)r * ws, q.cols), ws);
+    }
+    free(row);
+    const pl_block_q5_K *b = (const pl_block_q5_K *)q.rowsw;
+    assert_int_equal(b->qs[0], 0xFF); /* 31: both nibbles 15 and every fifth bit set */
+    assert_int_equal(b->qh[0], 0xFF);
+    pl_matmul_repack(&q.w, q.packed);
+    q.wp = q.w;
+    q.w.data = q.rowsw;
+    q.w.layout = PL_WLAYOUT_ROWS;
+    for (int64_t B = 1; B <= 4; B += 3) {
+        float *x = malloc((size_t)(B * q.cols) * sizeof *x), *ref = malloc((size_t)(B * q.rows) * sizeof *ref);
+        assert_non_null(x);
+        assert_non_null(ref);
+        for (int64_t i = 0; i < B * q.cols; i++) x[i] = 0.5f;
+        reference(&q, x, B, ref);
+        for (int isa = 0; isa <= (int)pl_cpu_max_isa(); isa++) {
+            if (!isa_level_runs(isa)) continue;
+            pl_cpu_force_isa((pl_isa)isa);
+            check_equal(&q, x, B, ref, 1, pl_isa_name((pl_isa)isa));
+        }
+        pl_cpu_force_isa(pl_cpu_max_isa());
+        free(x);
+        free(ref);
+    }
+    drop(&q);
 }
 
 /* The values are the product of the quantized operands: against pl_matmul_ref (doubles) on the
@@ -252,6 +294,7 @@ static void test_values_match_reference(void **state) {
     values_match_reference(PL_DT_Q6_K);
     values_match_reference(PL_DT_IQ4_XS);
     values_match_reference(PL_DT_Q2_K);
+    values_match_reference(PL_DT_Q5_K);
     values_match_reference(PL_DT_F16);
     values_match_reference(PL_DT_MXFP4);
     values_match_reference(PL_DT_BF16);
@@ -350,7 +393,9 @@ static void test_repack_size(void **state) {
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 138);
     w.type = PL_DT_Q2_K; /* as GGUF */
     assert_int_equal(pl_matmul_repack_size(&w), 32 * 84);
-    w.type = PL_DT_Q5_K;
+    w.type = PL_DT_Q5_K; /* as GGUF */
+    assert_int_equal(pl_matmul_repack_size(&w), 32 * 176);
+    w.type = PL_DT_Q3_K; /* no x16 layout */
     assert_int_equal(pl_matmul_repack_size(&w), 0);
     w.type = PL_DT_Q4_K;
     w.cols = 128;
@@ -368,6 +413,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_agree_bitwise),
         cmocka_unit_test(test_kquants_agree_bitwise),
+        cmocka_unit_test(test_q5_K_extremes),
         cmocka_unit_test(test_f16_agree_bitwise),
         cmocka_unit_test(test_values_match_reference),
         cmocka_unit_test(test_multi),
