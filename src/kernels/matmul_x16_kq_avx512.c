@@ -17,9 +17,9 @@
 
 AI __m512i bcast32(const void *p) { return _mm512_set1_epi32(*(const int32_t *)p); }
 
-/* The fifth bits of unit j of q5_K's chunk, from its qh chunk hv (bit j of each byte): moved
- * to bit 4 by a 16-bit shift (no byte's bit 4 gets its neighbour's), or-ed into the nibbles q
- * (bits 0-3, the rest zero) by ternary logic (q | (h & 16)). */
+/* q5_K's fifth bits at bit j of each byte of hv (a line of matmul_x16_q5_K.c's layout) or-ed
+ * into the nibbles q (bits 0-3, the rest zero): a 16-bit shift takes bit j to bit 4 (no byte's
+ * bit 4 receives its neighbour's), ternary logic q | (h & 16). */
 AI __m512i q5_K_fifth(__m512i q, __m512i hv, const int j) {
     const __m512i h = j < 4 ? _mm512_slli_epi16(hv, 4 - j) : j > 4 ? _mm512_srli_epi16(hv, j - 4) : hv;
     return _mm512_ternarylogic_epi32(q, h, _mm512_set1_epi8(16), 0xF8);
@@ -45,9 +45,9 @@ AI void q4_K_pair(const uint8_t *o, size_t gsz, const pl_block_q8_K *const *x, c
         __m512i lo = _mm512_and_si512(v, low4);
         __m512i hi = _mm512_and_si512(v, high4); /* q4_K: 16 x the high nibbles */
         if (Q5) {
-            const __m512i hv = _mm512_loadu_si512(o + 2304 + 64 * c);
-            lo = q5_K_fifth(lo, hv, 2 * p);
-            hi = q5_K_fifth(_mm512_srli_epi16(hi, 4), hv, 2 * p + 1);
+            const __m512i hv = _mm512_loadu_si512(o + 2304 + 64 * (2 * p + c / 4));
+            lo = q5_K_fifth(lo, hv, 2 * (c % 4));
+            hi = q5_K_fifth(_mm512_srli_epi16(hi, 4), hv, 2 * (c % 4) + 1);
         }
         UNROLL for (int b = 0; b < NB; b++) {
             const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
@@ -79,10 +79,7 @@ AI void q4_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
         const uint8_t *o = w + (size_t)s * gsz;
         __m512i S[4], M[4];
         UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm512_setzero_si512();
-        if (Q5) /* the shifts that find unit 2p's fifth bits are constants */
-            UNROLL for (int p = 0; p < 4; p++) q4_K_pair(o, gsz, x, xs, s, S, M, NB, 1, p);
-        else
-            for (int p = 0; p < 4; p++) q4_K_pair(o, gsz, x, xs, s, S, M, NB, 0, p);
+        for (int p = 0; p < 4; p++) q4_K_pair(o, gsz, x, xs, s, S, M, NB, Q5, p);
         UNROLL for (int b = 0; b < NB; b++) acc[b] = pl_x16_sb_fma2(acc[b], S[b], M[b], o, x[b][s].d);
     }
     UNROLL for (int b = 0; b < NB; b++) _mm512_storeu_ps(y + (size_t)b * ldy, acc[b]);

@@ -162,12 +162,12 @@ AI __m256i y_scale2(__m256i acc, __m256i chain, __m256i sc) {
 #endif
 }
 
-/* The fifth bits of a q5_K pair (its qh chunk half moved down by 2p, pair p's bits at bits 0 and
- * 1 of each byte: hs) or-ed into its nibbles q (bits 0-3, the rest zero): bit U (0 the unit
- * in the low nibbles, 1 the high) taken to bit 4 by a 16-bit shift (no byte's bit 4 receives its
- * neighbour's, nor its bits 0-1 by the move down) and the rest of the byte masked away. */
-AI __m256i y_q5_K_fifth(__m256i q, __m256i hs, const int U) {
-    return _mm256_or_si256(q, _mm256_and_si256(_mm256_slli_epi16(hs, 4 - U), _mm256_set1_epi8(16)));
+/* q5_K's fifth bits at bit j of each byte of the line half hv (matmul_x16_q5_K.c's layout)
+ * or-ed into the nibbles q (bits 0-3, the rest zero): a 16-bit shift takes bit j to bit 4 (no
+ * byte's bit 4 receives its neighbour's), the rest of the byte masked away. */
+AI __m256i y_q5_K_fifth(__m256i q, __m256i hv, const int j) {
+    const __m256i h = j < 4 ? _mm256_slli_epi16(hv, 4 - j) : j > 4 ? _mm256_srli_epi16(hv, j - 4) : hv;
+    return _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(16)));
 }
 
 /* Pair p (units 2p, 2p + 1) of y_q4_K_sb: S[h][b], M[h][b] updated. */
@@ -176,7 +176,6 @@ AI void y_q4_K_pair(const uint8_t *o, int h0, const int NH, const pl_block_q8_K 
     const size_t gsz = Q5 ? YQ5K_GSZ : YQ4K_GSZ;
     const int FLUSH4 = Q5 && !X16_VNNI;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m128i down = _mm_cvtsi32_si128(2 * p); /* q5_K: pair p's fifth bits to bits 0, 1 */
     /* the first half prefetches the 36 lines as the AVX-512 tile does (q5_K: 44) */
     if (h0 == 0) {
         pl_x16_prefetch_kq_line(o, gsz, 32 + p);
@@ -199,9 +198,9 @@ AI void y_q4_K_pair(const uint8_t *o, int h0, const int NH, const pl_block_q8_K 
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
 #endif
             if (Q5) {
-                const __m256i hs = _mm256_srl_epi16(y_load(o + YQ4K_GSZ + 64 * c + 32 * (h0 + h)), down);
-                lo = y_q5_K_fifth(lo, hs, 0);
-                hi = y_q5_K_fifth(hi, hs, 1);
+                const __m256i hv = y_load(o + YQ4K_GSZ + 64 * (2 * p + c / 4) + 32 * (h0 + h));
+                lo = y_q5_K_fifth(lo, hv, 2 * (c % 4));
+                hi = y_q5_K_fifth(hi, hv, 2 * (c % 4) + 1);
             }
             UNROLL for (int b = 0; b < NB; b++) {
                 const int8_t *q = x[b][s].qs + 64 * p + 4 * c;
