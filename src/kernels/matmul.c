@@ -246,11 +246,11 @@ static void run(pl_threadpool *tp, const pl_weight *const *w, float *const *y,
 static int act_kind(const pl_weight *w) {
     switch (w->type) {
     case PL_DT_Q2_K:
+    case PL_DT_Q3_K:
     case PL_DT_Q4_K:
     case PL_DT_Q5_K:
     case PL_DT_Q6_K:
     case PL_DT_IQ4_XS: return w->layout == PL_WLAYOUT_X16 ? -2 : -1;
-    case PL_DT_Q3_K: return w->layout == PL_WLAYOUT_X16 ? 2 * (int)w->type + 1 : -1;
     default: return 2 * (int)w->type + (w->layout == PL_WLAYOUT_X16);
     }
 }

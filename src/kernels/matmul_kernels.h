@@ -103,12 +103,12 @@ size_t pl_mm_x16_kq_act_bytes(int64_t cols);
 void pl_mm_x16_kq_act_row(const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
-/* their 256-bit tiles and q5_K's, q2_K's and iq4_xs's (x16_kq_ymm.h, issue 35): 16 x 2 (q4_K,
+/* their 256-bit tiles and q5_K's, q2_K's, q3_K's and iq4_xs's (x16_kq_ymm.h, issue 35): 16 x 2 (q4_K,
  * q5_K, q6_K 16 x 4), AVX2 and AVX-VNNI; 0 for the other types */
 int pl_mm_kernel_x16_kq_avx2(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avxvnni(pl_dtype t, pl_mm_kernel *k);
 /* 1 if the current level has a SIMD x16 kernel for t (AVX-512: every x16 type; AVX2
- * and AVX-VNNI: f16, bf16, q4_K, q5_K, q6_K, q2_K, iq4_xs, q8_0, q4_0, iq4_nl, q5_0, q4_1,
+ * and AVX-VNNI: f16, bf16, q4_K, q5_K, q6_K, q2_K, q3_K, iq4_xs, q8_0, q4_0, iq4_nl, q5_0, q4_1,
  * q5_1 and mxfp4), so that repacking t pays */
 int pl_mm_x16_fast(pl_dtype t);
 void pl_mm_x16_q6_K_tile_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
@@ -148,7 +148,7 @@ void pl_mm_kernel_x16_iq4_nl(pl_mm_kernel *k);
 void pl_mm_kernel_x16_iq4_nl_avx512(pl_mm_kernel *k, int amx);
 void pl_mm_x16_tile_iq4_nl_avx512(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
                                   int nb, int64_t cols, float *y, int64_t ldy);
-/* The scalar references of the super-block x16 layouts (q4_K, q6_K, q2_K, iq4_xs): output by
+/* The scalar references of the super-block x16 layouts (q4_K, q5_K, q6_K, q2_K, q3_K, iq4_xs): output by
  * output, acc = sb(group's super-block s, lane i, activation block s, acc) for s in order from
  * +0.0f; gsz = bytes of a group's super-block. */
 typedef float (*pl_mm_x16_sb_fn)(const uint8_t *o, int i, const pl_block_q8_K *x, float acc);
@@ -178,6 +178,12 @@ uint32_t pl_mm_x16_q4_K_pair(const uint8_t *o, int i, int p);
 void pl_mm_x16_repack_q5_K(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 void pl_mm_kernel_x16_q5_K(pl_mm_kernel *k);
 void pl_mm_kernel_x16_q5_K_avx512(pl_mm_kernel *k);
+/* q3_K (matmul_x16_q3_K.c: layout, repack, scalar tile; its VNNI tiles are q2_K's in
+ * matmul_x16_q2_K_avx512.c, its 256-bit ones q2_K's in x16_kq_ymm.h) */
+size_t pl_mm_x16_q3_K_row_bytes(int64_t cols);
+void pl_mm_x16_repack_q3_K(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+void pl_mm_kernel_x16_q3_K(pl_mm_kernel *k);
+void pl_mm_kernel_x16_q3_K_avx512(pl_mm_kernel *k);
 /* q5_0: q4_0's nibbles plus a plane of fifth bits, one 64-bit mask per chunk */
 void pl_mm_x16_repack_q5_0(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 void pl_mm_kernel_x16_q5_0(pl_mm_kernel *k);

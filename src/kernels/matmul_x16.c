@@ -52,7 +52,8 @@ int pl_mm_x16_supported(pl_dtype t, int64_t rows, int64_t cols) {
     case PL_DT_IQ4_XS: /* matmul_x16_iq4_xs.c */
     case PL_DT_MXFP4:  /* matmul_x16_mxfp4.c */
     case PL_DT_Q2_K: /* matmul_x16_q2_K.c */
-    case PL_DT_Q5_K: return 1; /* matmul_x16_q5_K.c */
+    case PL_DT_Q5_K: /* matmul_x16_q5_K.c */
+    case PL_DT_Q3_K: return 1; /* matmul_x16_q3_K.c */
     default: return 0;
     }
 }
@@ -62,6 +63,7 @@ size_t pl_mm_x16_row_bytes(pl_dtype t, int64_t cols) {
     case PL_DT_Q4_K:
     case PL_DT_Q6_K: return pl_mm_x16_kq_row_bytes(t, cols);
     case PL_DT_IQ4_XS: return pl_mm_x16_iq4_xs_row_bytes(cols);
+    case PL_DT_Q3_K: return pl_mm_x16_q3_K_row_bytes(cols);
     default: return pl_dtype_row_size(t, cols); /* q8_0: the same bytes, rearranged */
     }
 }
@@ -145,6 +147,7 @@ void pl_mm_x16_repack(pl_dtype t, const uint8_t *src, uint8_t *dst, int64_t rows
     case PL_DT_IQ4_XS: pl_mm_x16_repack_iq4_xs(src, dst, rows, cols); break;
     case PL_DT_Q2_K: pl_mm_x16_repack_q2_K(src, dst, rows, cols); break;
     case PL_DT_Q5_K: pl_mm_x16_repack_q5_K(src, dst, rows, cols); break;
+    case PL_DT_Q3_K: pl_mm_x16_repack_q3_K(src, dst, rows, cols); break;
     case PL_DT_MXFP4: pl_mm_x16_repack_mxfp4(src, dst, rows, cols); break;
     default: break;
     }
@@ -157,7 +160,8 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     case PL_DT_Q6_K:
     case PL_DT_IQ4_XS:
     case PL_DT_Q2_K:
-    case PL_DT_Q5_K: return pl_mm_x16_kq_act_bytes(cols);
+    case PL_DT_Q5_K:
+    case PL_DT_Q3_K: return pl_mm_x16_kq_act_bytes(cols);
     case PL_DT_F16: /* as the rows layout: f16-rounded f32 */
     case PL_DT_BF16: /* f32 too (rounded to bf16); AVX-512: bf16 pairs in the first half */
         return pl_act_row_bytes(PL_DT_F16, cols);
@@ -223,7 +227,8 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     case PL_DT_Q6_K:
     case PL_DT_IQ4_XS:
     case PL_DT_Q2_K:
-    case PL_DT_Q5_K: pl_mm_x16_kq_act_row(x, dst, cols); break;
+    case PL_DT_Q5_K:
+    case PL_DT_Q3_K: pl_mm_x16_kq_act_row(x, dst, cols); break;
     case PL_DT_F16:
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: pl_act_convert_row(t, x, dst, cols); break;
@@ -247,7 +252,7 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
 int pl_mm_x16_fast(pl_dtype t) {
     pl_isa isa = pl_cpu_isa();
     return isa >= PL_ISA_AVX512 ||
-           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_BF16 || t == PL_DT_Q2_K || t == PL_DT_Q5_K ||
+           (isa >= PL_ISA_AVX2 && (t == PL_DT_Q4_K || t == PL_DT_Q6_K || t == PL_DT_F16 || t == PL_DT_BF16 || t == PL_DT_Q2_K || t == PL_DT_Q5_K || t == PL_DT_Q3_K ||
                                    t == PL_DT_IQ4_XS || t == PL_DT_Q8_0 || t == PL_DT_Q4_0 || t == PL_DT_IQ4_NL ||
                                    t == PL_DT_MXFP4 || t == PL_DT_Q5_0 || t == PL_DT_Q4_1 || t == PL_DT_Q5_1));
 }
@@ -281,6 +286,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
     case PL_DT_IQ4_XS: pl_mm_kernel_x16_iq4_xs(k); return;
     case PL_DT_Q2_K: pl_mm_kernel_x16_q2_K(k); return;
     case PL_DT_Q5_K: pl_mm_kernel_x16_q5_K(k); return;
+    case PL_DT_Q3_K: pl_mm_kernel_x16_q3_K(k); return;
     case PL_DT_F16:
         if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_f16_avx512(k)) return;
         if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_half_avx2(t, k)) return;

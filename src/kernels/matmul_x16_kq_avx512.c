@@ -95,9 +95,6 @@ AI void q5_K_only(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
     q4_K_body(w, a, as, cols, y, ldy, NB, 1);
 }
 
-/* Low and high int16 of each int32 lane as int32 (the even and odd 16-column scales). */
-AI __m512i even16(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
-AI __m512i odd16(__m512i v) { return _mm512_srai_epi32(v, 16); }
 
 AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y,
                   int64_t ldy, const int NB) {
@@ -112,7 +109,7 @@ AI void q6_K_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, f
         UNROLL for (int p = 0; p < 4; p++) { /* groups 4p .. 4p + 3 (64 columns) */
             const __m512i pa = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * p)));
             const __m512i pb = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 64 + 64 * p)));
-            const __m512i sc[4] = {even16(pa), odd16(pa), even16(pb), odd16(pb)};
+            const __m512i sc[4] = {pl_x16_even16(pa), pl_x16_odd16(pa), pl_x16_even16(pb), pl_x16_odd16(pb)};
             UNROLL for (int g = 0; g < 4; g++) {
                 /* 53 lines (3360 bytes from any alignment): three per 16-column group, and the
                  * five after them with the first groups */

@@ -1,6 +1,6 @@
 /* kernels/x16_avx512 — AVX-512 helpers shared by the x16 kernels of the K-quants and iq4_xs
  * (included only by files compiled for AVX-512: matmul_x16_kq_avx512.c, matmul_x16_kq_amx.c,
- * matmul_x16_iq4_xs_avx512.c). */
+ * matmul_x16_iq4_xs_avx512.c, matmul_x16_q2_K_avx512.c). */
 #ifndef PL_KERNELS_X16_AVX512_H
 #define PL_KERNELS_X16_AVX512_H
 
@@ -37,6 +37,11 @@ AI void pl_x16_q6_quad(const uint8_t *p, __m512i q[4]) {
     q[3] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), r,
                                                       _mm512_srli_epi16(Z, 2), 0xCA), m3f);
 }
+
+/* Low and high int16 of each int32 lane as int32 (the even and odd 16-column scales of q6_K and
+ * q3_K). */
+AI __m512i pl_x16_even16(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
+AI __m512i pl_x16_odd16(__m512i v) { return _mm512_srai_epi32(v, 16); }
 
 /* acc + vpdpbusd(q, the 4 bytes at p broadcast) with the broadcast folded into the instruction
  * ({1to16}): GCC emits a separate vpbroadcastd per call otherwise. */

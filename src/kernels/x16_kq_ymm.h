@@ -1,6 +1,6 @@
-/* kernels/x16_kq_ymm — the 256-bit tiles of the super-block x16 layouts, q4_K, q5_K, q6_K, q2_K
- * and iq4_xs (issue 35; layouts and arithmetic: matmul_x16_kq.c, matmul_x16_q5_K.c,
- * matmul_x16_q2_K.c, matmul_x16_iq4_xs.c), one skeleton for two kernel levels: included once by
+/* kernels/x16_kq_ymm — the 256-bit tiles of the super-block x16 layouts, q4_K, q5_K, q6_K, q2_K,
+ * q3_K and iq4_xs (issue 35; layouts and arithmetic: matmul_x16_kq.c, matmul_x16_q5_K.c,
+ * matmul_x16_q2_K.c, matmul_x16_q3_K.c, matmul_x16_iq4_xs.c), one skeleton for two kernel levels: included once by
  * matmul_x16_kq_avx2.c with X16_VNNI 0 and once by matmul_x16_kq_avxvnni.c with X16_VNNI 1,
  * each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
  *
@@ -36,7 +36,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-enum { YQ4K_GSZ = 16 * 144, YQ5K_GSZ = 16 * 176, YQ6K_GSZ = 16 * 210, YQ2K_GSZ = 16 * 84, YIQ4XS_GSZ = 16 * 138 };
+enum { YQ4K_GSZ = 16 * 144, YQ5K_GSZ = 16 * 176, YQ6K_GSZ = 16 * 210, YQ2K_GSZ = 16 * 84, YQ3K_GSZ = 16 * 114, YIQ4XS_GSZ = 16 * 138 };
 
 AI __m256i y_bc32(const void *p) {
     int32_t v;
@@ -341,28 +341,41 @@ AI void y_q6_K_sb(const uint8_t *o, int h0, const int NH, const pl_block_q8_K *c
     }
 }
 
-/* q2_K (matmul_x16_q2_K.c): per half super-block n, chunk c's 2-bit fields j are sub-block
- * 8n + 2j (c < 4) or the next one (c >= 4); a sub-block's chain (four chunks: AVX2's int16 sums
- * <= 4 x 2 x 3 x 128) times its scale per lane, the mins with the 16-column sums. */
+/* Bit c of each byte of the line half hl (q3_K's third bits) moved to bit 2 (a 16-bit shift: no
+ * byte's bit 2 receives its neighbour's) and or-ed into q (bits 0-1, the rest zero). */
+AI __m256i y_q3_K_third(__m256i q, __m256i hl, const int c) {
+    const __m256i h = c < 2 ? _mm256_slli_epi16(hl, 2 - c) : c > 2 ? _mm256_srli_epi16(hl, c - 2) : hl;
+    return _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(4)));
+}
+
+/* q2_K (matmul_x16_q2_K.c), or q3_K (Q3: matmul_x16_q3_K.c): per half super-block n, chunk c's
+ * 2-bit fields j are sub-block 8n + 2j (c < 4) or the next one (c >= 4); a sub-block's chain
+ * (four chunks: AVX2's int16 sums <= 4 x 2 x 3 x 128, q3_K's 7) times its scale per lane; q2_K's
+ * mins with the 16-column sums, q3_K's third bits or-ed in from line (n, j) and its -4 as the
+ * scales times the 16-column sums (O), acc = fma((float)(S - 4 O), d * dx, acc). */
 AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, int64_t nsb,
-                  __m256 *acc, const int NB) {
+                  __m256 *acc, const int NB, const int Q3) {
     (void)nsb;
+    const size_t gsz = Q3 ? YQ3K_GSZ : YQ2K_GSZ, qs = Q3 ? 288 : 320;
+    const int lines = Q3 ? 29 : 21;
     const __m256i three = _mm256_set1_epi8(3), low4 = _mm256_set1_epi16(0x0F);
     __m256i S[2], M[2];
     UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm256_setzero_si256();
     for (int n = 0; n < 2; n++) {
         UNROLL for (int j = 0; j < 4; j++) { /* sub-blocks k = 8n + 2j, k + 1 */
-            if (h == 0) /* the group's 21 lines, as the AVX-512 tile */
-                for (int l = 4 * n + j; l < 21; l += 8) pl_x16_prefetch_kq_line(o, YQ2K_GSZ, l);
+            if (h == 0) /* the group's 21 lines (q3_K: 29), as the AVX-512 tile */
+                for (int l = 4 * n + j; l < lines; l += 8) pl_x16_prefetch_kq_line(o, gsz, l);
             const int k = 8 * n + 2 * j;
-            __m256i G0[2], G1[2];
+            __m256i G0[2], G1[2], hl = _mm256_setzero_si256();
+            if (Q3) hl = y_load(o + 1312 + 64 * (4 * n + j) + 32 * h);
             UNROLL for (int b = 0; b < NB; b++) G0[b] = G1[b] = _mm256_setzero_si256();
             UNROLL for (int c = 0; c < 8; c++) {
                 /* the chunk read again for each field (from L1), not held: 8 chunks beside the
                  * chains and constants spilled */
-                __m256i v = y_load(o + 320 + 64 * (8 * n + c) + 32 * h);
+                __m256i v = y_load(o + qs + 64 * (8 * n + c) + 32 * h);
                 Y_PIN(v);
-                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three);
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three);
+                if (Q3) q = y_q3_K_third(q, hl, c);
                 UNROLL for (int b = 0; b < NB; b++) {
                     const __m256i xb = y_bc32(x[b][s].qs + 128 * n + 32 * j + 4 * c);
                     if (c < 4) G0[b] = y_dot8(G0[b], q, xb);
@@ -371,9 +384,16 @@ AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_
                     Y_PIN(G1[b]);
                 }
             }
-            /* the scale bytes of sub-blocks k, k + 1 as int16 pairs per lane */
-            const __m256i pr = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(o + 64 + 16 * k + 16 * h)));
-            const __m256i sc = _mm256_and_si256(pr, low4), mn = _mm256_and_si256(_mm256_srli_epi16(pr, 4), low4);
+            /* the scale bytes of sub-blocks k, k + 1 as int16 pairs per lane (q2_K: scale and
+             * min in nibbles; q3_K: int8 scales) */
+            __m256i sc, mn;
+            if (Q3) {
+                mn = sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * k + 16 * h)));
+            } else {
+                const __m256i pr = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(o + 64 + 16 * k + 16 * h)));
+                sc = _mm256_and_si256(pr, low4);
+                mn = _mm256_and_si256(_mm256_srli_epi16(pr, 4), low4);
+            }
             const __m256i sc0 = y_pick16(sc, 1), sc1 = y_pick16(sc, 0);
             UNROLL for (int b = 0; b < NB; b++) {
                 S[b] = y_scale(y_scale(S[b], G0[b], sc0), G1[b], sc1);
@@ -381,7 +401,15 @@ AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_
             }
         }
     }
-    y_fma_dmin(o, h, x, s, S, M, acc, NB);
+    if (!Q3) {
+        y_fma_dmin(o, h, x, s, S, M, acc, NB);
+        return;
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+    UNROLL for (int b = 0; b < NB; b++) {
+        const __m256i t = _mm256_sub_epi32(S[b], _mm256_slli_epi32(M[b], 2));
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)), acc[b]);
+    }
 }
 
 /* iq4_xs (matmul_x16_iq4_xs.c): unit j's four chunks, nibbles looked up. VNNI as the AVX-512
@@ -441,7 +469,7 @@ AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int6
 }
 
 /* One 16-row group by NB (1, 2; q4_K, q5_K and q6_K up to 4) activation rows: super-blocks in
- * order, each half after half (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs, 4 q5_K). */
+ * order, each half after half (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs, 4 q5_K, 5 q3_K). */
 AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
                const int NB, const int KIND) {
     const int64_t nsb = cols / PL_QK_K;
@@ -460,7 +488,8 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
         UNROLL for (int h = 0; h < 2; h++) {
             if (K4) y_q4_K_sb(w + (size_t)s * k4sz, h, 1, x, s, nsb, acc, NB, Q5);
             else if (KIND == 1) y_q6_K_sb(w + (size_t)s * YQ6K_GSZ, h, 1, x, s, acc, NB);
-            else if (KIND == 2) y_q2_K_sb(w + (size_t)s * YQ2K_GSZ, h, x, s, nsb, acc[h], NB);
+            else if (KIND == 2 || KIND == 5)
+                y_q2_K_sb(w + (size_t)s * (KIND == 5 ? YQ3K_GSZ : YQ2K_GSZ), h, x, s, nsb, acc[h], NB, KIND == 5);
             else y_iq4_xs_sb(w + (size_t)s * YIQ4XS_GSZ, h, x, s, nsb, acc[h], NB);
         }
     }
@@ -472,6 +501,7 @@ PL_X16_TILE_NB4(y_tile_q4_K, y_body, 0)
 PL_X16_TILE_NB4(y_tile_q6_K, y_body, 1)
 PL_X16_TILE_NB4(y_tile_q5_K, y_body, 4)
 PL_X16_TILE_NB2(y_tile_q2_K, y_body, 2)
+PL_X16_TILE_NB2(y_tile_q3_K, y_body, 5)
 PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
@@ -481,8 +511,10 @@ int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
             : t == PL_DT_Q5_K  ? y_tile_q5_K
             : t == PL_DT_Q6_K  ? y_tile_q6_K
             : t == PL_DT_Q2_K  ? y_tile_q2_K
+            : t == PL_DT_Q3_K  ? y_tile_q3_K
                                : y_tile_iq4_xs;
-    return t == PL_DT_Q4_K || t == PL_DT_Q5_K || t == PL_DT_Q6_K || t == PL_DT_Q2_K || t == PL_DT_IQ4_XS;
+    return t == PL_DT_Q4_K || t == PL_DT_Q5_K || t == PL_DT_Q6_K || t == PL_DT_Q2_K || t == PL_DT_Q3_K ||
+           t == PL_DT_IQ4_XS;
 }
 
 #endif
