@@ -89,14 +89,14 @@ print(f"| {name} | {p:.1f}{spread(pls)} | {l:.1f}{spread(lbs)} | **{p / l:.2f}x*
 PY
 }
 
-for t in f16 q8_0 q4_k_m q5_k_m; do
+for t in f16 q8_0 q4_k_m q5_k_m q3_k; do
   f=$(model 110m $t)
   row "110m-$t-prefill512" "pl_run $f prefill 0 -p 512 -n 0" "lb_run $f 512 0" "ik_run $f 512 0"
   row "110m-$t-decode1" "pl_run $f decode 1 -p 0 -n 128 -b 1 --ctx 0" "lb_run $f 0 128" "ik_run $f 0 128"
 done
 f=$(model 110m f16)
 row "110m-f16-decode32" "pl_run $f decode 32 -p 0 -n 128 -b 32 --ctx 128" "bb_run $f 128 128 32"
-for t in f16 q8_0 q4_k_m q5_k_m; do
+for t in f16 q8_0 q4_k_m q5_k_m q3_k; do
   f=$(model 1b $t)
   row "1b-$t-prefill256" "pl_run $f prefill 0 -p 256 -n 0" "lb_run $f 256 0" "ik_run $f 256 0"
   row "1b-$t-decode1" "pl_run $f decode 1 -p 0 -n 32 -b 1 --ctx 0" "lb_run $f 0 32" "ik_run $f 0 32"

@@ -4,11 +4,12 @@
  * matmul_x16_kq_avx2.c with X16_VNNI 0 and once by matmul_x16_kq_avxvnni.c with X16_VNNI 1,
  * each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
  *
- * A 64-byte chunk of 16 lanes is two ymm halves of 8 outputs; a tile is one 16-row group by one
- * or two activation rows (q4_K, q6_K: up to four), done half after half inside each super-block (so a half's integer
- * chains, its scales and both activations' float accumulators fit AVX2's 16 registers), the
- * quants unpacked once per chunk half and used for both activation rows; with one activation
- * row (decode) q4_K and q6_K take both halves at once, each chunk read whole and in order.
+ * A 64-byte chunk of 16 lanes is two ymm halves of 8 outputs; a tile is one 16-row group by up
+ * to four activation rows (iq4_xs: two), done half after half inside each super-block (so a
+ * half's integer chains, its scales and the activations' float accumulators fit AVX2's 16
+ * registers), the quants unpacked once per chunk half and used for every activation row; with
+ * one activation row (decode) q4_K, q5_K and q6_K take both halves at once, each chunk read whole
+ * and in order.
  *
  * The integer sums are exact either way, so both levels give the bits of the scalar tile:
  *  - AVX-VNNI (VEX vpdpbusd on ymm): as the AVX-512 tiles, a vpdpbusd chain per unit (q4_K) or
@@ -348,27 +349,43 @@ AI __m256i y_q3_K_third(__m256i q, __m256i hl, const int c) {
     return _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(4)));
 }
 
+/* The scale bytes of sub-blocks k, k + 1 of half h as int16 pairs per lane: q2_K's scales (sc)
+ * and mins (mn) from nibbles, q3_K's int8 scales (both: they also weigh its -4). */
+AI void y_q2_K_scales(const uint8_t *o, int k, int h, __m256i *sc, __m256i *mn, const int Q3) {
+    if (Q3) {
+        *mn = *sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * k + 16 * h)));
+        return;
+    }
+    const __m256i low4 = _mm256_set1_epi16(0x0F);
+    const __m256i pr = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(o + 64 + 16 * k + 16 * h)));
+    *sc = _mm256_and_si256(pr, low4);
+    *mn = _mm256_and_si256(_mm256_srli_epi16(pr, 4), low4);
+}
+
 /* q2_K (matmul_x16_q2_K.c), or q3_K (Q3: matmul_x16_q3_K.c): per half super-block n, chunk c's
  * 2-bit fields j are sub-block 8n + 2j (c < 4) or the next one (c >= 4); a sub-block's chain
- * (four chunks: AVX2's int16 sums <= 4 x 2 x 3 x 128, q3_K's 7) times its scale per lane; q2_K's
- * mins with the 16-column sums, q3_K's third bits or-ed in from line (n, j) and its -4 as the
- * scales times the 16-column sums (O), acc = fma((float)(S - 4 O), d * dx, acc). */
+ * (four chunks: AVX2's int16 sums <= 4 x 2 x 3 x 128, q3_K's 7) is scaled into S as soon as it
+ * ends, so one chain per activation row is live (tiles of up to 4 rows); q3_K's third bits are
+ * or-ed in from line (n, j). After the chains, q2_K's mins, or q3_K's -4 as its scales, against
+ * the 16-column sums (M): acc = fma((float)S, d dx, acc), fma((float)-M, dmin dx, acc), or
+ * acc = fma((float)(S - 4 M), d dx, acc). */
 AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_t s, int64_t nsb,
                   __m256 *acc, const int NB, const int Q3) {
     (void)nsb;
     const size_t gsz = Q3 ? YQ3K_GSZ : YQ2K_GSZ, qs = Q3 ? 288 : 320;
     const int lines = Q3 ? 29 : 21;
-    const __m256i three = _mm256_set1_epi8(3), low4 = _mm256_set1_epi16(0x0F);
-    __m256i S[2], M[2];
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256i S[4], M[4];
     UNROLL for (int b = 0; b < NB; b++) S[b] = M[b] = _mm256_setzero_si256();
     for (int n = 0; n < 2; n++) {
         UNROLL for (int j = 0; j < 4; j++) { /* sub-blocks k = 8n + 2j, k + 1 */
             if (h == 0) /* the group's 21 lines (q3_K: 29), as the AVX-512 tile */
                 for (int l = 4 * n + j; l < lines; l += 8) pl_x16_prefetch_kq_line(o, gsz, l);
             const int k = 8 * n + 2 * j;
-            __m256i G0[2], G1[2], hl = _mm256_setzero_si256();
+            __m256i G[4], hl = _mm256_setzero_si256(), sc, mn;
             if (Q3) hl = y_load(o + 1312 + 64 * (4 * n + j) + 32 * h);
-            UNROLL for (int b = 0; b < NB; b++) G0[b] = G1[b] = _mm256_setzero_si256();
+            y_q2_K_scales(o, k, h, &sc, &mn, Q3);
+            UNROLL for (int b = 0; b < NB; b++) G[b] = _mm256_setzero_si256();
             UNROLL for (int c = 0; c < 8; c++) {
                 /* the chunk read again for each field (from L1), not held: 8 chunks beside the
                  * chains and constants spilled */
@@ -377,29 +394,24 @@ AI void y_q2_K_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int64_
                 __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three);
                 if (Q3) q = y_q3_K_third(q, hl, c);
                 UNROLL for (int b = 0; b < NB; b++) {
-                    const __m256i xb = y_bc32(x[b][s].qs + 128 * n + 32 * j + 4 * c);
-                    if (c < 4) G0[b] = y_dot8(G0[b], q, xb);
-                    else G1[b] = y_dot8(G1[b], q, xb);
-                    Y_PIN(G0[b]);
-                    Y_PIN(G1[b]);
+                    G[b] = y_dot8(G[b], q, y_bc32(x[b][s].qs + 128 * n + 32 * j + 4 * c));
+                    Y_PIN(G[b]);
+                }
+                if (c % 4 == 3) { /* sub-block k + c / 4 ends: its chain times its scale */
+                    const __m256i scc = y_pick16(sc, c < 4);
+                    UNROLL for (int b = 0; b < NB; b++) {
+                        S[b] = y_scale(S[b], G[b], scc);
+                        G[b] = _mm256_setzero_si256();
+                    }
                 }
             }
-            /* the scale bytes of sub-blocks k, k + 1 as int16 pairs per lane (q2_K: scale and
-             * min in nibbles; q3_K: int8 scales) */
-            __m256i sc, mn;
-            if (Q3) {
-                mn = sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * k + 16 * h)));
-            } else {
-                const __m256i pr = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(o + 64 + 16 * k + 16 * h)));
-                sc = _mm256_and_si256(pr, low4);
-                mn = _mm256_and_si256(_mm256_srli_epi16(pr, 4), low4);
-            }
-            const __m256i sc0 = y_pick16(sc, 1), sc1 = y_pick16(sc, 0);
-            UNROLL for (int b = 0; b < NB; b++) {
-                S[b] = y_scale(y_scale(S[b], G0[b], sc0), G1[b], sc1);
-                M[b] = y_dot16(M[b], mn, y_bc32(x[b][s].bsums + k));
-            }
         }
+    }
+    /* the mins (q3_K: the -4's weights) after the chains, the scales read again */
+    for (int k = 0; k < 16; k += 2) {
+        __m256i sc, mn;
+        y_q2_K_scales(o, k, h, &sc, &mn, Q3);
+        UNROLL for (int b = 0; b < NB; b++) M[b] = y_dot16(M[b], mn, y_bc32(x[b][s].bsums + k));
     }
     if (!Q3) {
         y_fma_dmin(o, h, x, s, S, M, acc, NB);
@@ -500,13 +512,13 @@ AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, floa
 PL_X16_TILE_NB4(y_tile_q4_K, y_body, 0)
 PL_X16_TILE_NB4(y_tile_q6_K, y_body, 1)
 PL_X16_TILE_NB4(y_tile_q5_K, y_body, 4)
-PL_X16_TILE_NB2(y_tile_q2_K, y_body, 2)
-PL_X16_TILE_NB2(y_tile_q3_K, y_body, 5)
+PL_X16_TILE_NB4(y_tile_q2_K, y_body, 2)
+PL_X16_TILE_NB4(y_tile_q3_K, y_body, 5)
 PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
-    k->tb = t == PL_DT_Q4_K || t == PL_DT_Q5_K || t == PL_DT_Q6_K ? 4 : 2;
+    k->tb = t == PL_DT_IQ4_XS ? 2 : 4;
     k->fn = t == PL_DT_Q4_K    ? y_tile_q4_K
             : t == PL_DT_Q5_K  ? y_tile_q5_K
             : t == PL_DT_Q6_K  ? y_tile_q6_K
