@@ -103,8 +103,8 @@ size_t pl_mm_x16_kq_act_bytes(int64_t cols);
 void pl_mm_x16_kq_act_row(const float *x, uint8_t *dst, int64_t cols);
 void pl_mm_kernel_x16_kq(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avx512(pl_dtype t, pl_mm_kernel *k);
-/* their 256-bit tiles and q5_K's, q2_K's, q3_K's and iq4_xs's (x16_kq_ymm.h, issue 35): 16 x 4
- * (iq4_xs 16 x 2), AVX2 and AVX-VNNI; 0 for the other types */
+/* their 256-bit tiles and q5_K's, q2_K's, q3_K's and iq4_xs's (x16_kq_ymm.h, issue 35): 16 x 4,
+ * AVX2 and AVX-VNNI; 0 for the other types */
 int pl_mm_kernel_x16_kq_avx2(pl_dtype t, pl_mm_kernel *k);
 int pl_mm_kernel_x16_kq_avxvnni(pl_dtype t, pl_mm_kernel *k);
 /* 1 if the current level has a SIMD x16 kernel for t (AVX-512: every x16 type; AVX2

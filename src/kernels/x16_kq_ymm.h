@@ -5,7 +5,7 @@
  * each defining X16_KERNEL (the pl_mm_kernel chooser it exports).
  *
  * A 64-byte chunk of 16 lanes is two ymm halves of 8 outputs; a tile is one 16-row group by up
- * to four activation rows (iq4_xs: two), done half after half inside each super-block (so a
+ * to four activation rows, done half after half inside each super-block (so a
  * half's integer chains, its scales and the activations' float accumulators fit AVX2's 16
  * registers), the quants unpacked once per chunk half and used for every activation row; with
  * one activation row (decode) q4_K, q5_K and q6_K take both halves at once, each chunk read whole
@@ -440,13 +440,13 @@ AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int6
     const __m128i l8 = lv;
 #endif
     const __m256i lut = _mm256_set_m128i(l8, l8);
-    __m256i S[2];
+    __m256i S[4];
     UNROLL for (int b = 0; b < NB; b++) S[b] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
         if (h == 0 && j < 3) pl_x16_prefetch_kq_line(o, YIQ4XS_GSZ, 32 + j); /* 35 lines */
         const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(o + 32 + 16 * j + 8 * h)));
 #if X16_VNNI
-        __m256i A[2], Bv[2];
+        __m256i A[4], Bv[4];
         UNROLL for (int b = 0; b < NB; b++) {
             A[b] = _mm256_set1_epi32(-128 * (x[b][s].bsums[2 * j] + x[b][s].bsums[2 * j + 1]));
             Bv[b] = _mm256_setzero_si256();
@@ -480,8 +480,8 @@ AI void y_iq4_xs_sb(const uint8_t *o, int h, const pl_block_q8_K *const *x, int6
         acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[b]), _mm256_mul_ps(d, _mm256_set1_ps(x[b][s].d)), acc[b]);
 }
 
-/* One 16-row group by NB (1, 2; q4_K, q5_K and q6_K up to 4) activation rows: super-blocks in
- * order, each half after half (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs, 4 q5_K, 5 q3_K). */
+/* One 16-row group by NB (1-4) activation rows: super-blocks in order, each half after half
+ * (KIND: 0 q4_K, 1 q6_K, 2 q2_K, 3 iq4_xs, 4 q5_K, 5 q3_K). */
 AI void y_body(const uint8_t *w, const uint8_t *a, size_t as, int64_t cols, float *y, int64_t ldy,
                const int NB, const int KIND) {
     const int64_t nsb = cols / PL_QK_K;
@@ -514,11 +514,11 @@ PL_X16_TILE_NB4(y_tile_q6_K, y_body, 1)
 PL_X16_TILE_NB4(y_tile_q5_K, y_body, 4)
 PL_X16_TILE_NB4(y_tile_q2_K, y_body, 2)
 PL_X16_TILE_NB4(y_tile_q3_K, y_body, 5)
-PL_X16_TILE_NB2(y_tile_iq4_xs, y_body, 3)
+PL_X16_TILE_NB4(y_tile_iq4_xs, y_body, 3)
 
 int X16_KERNEL(pl_dtype t, pl_mm_kernel *k) {
     k->tr = 16;
-    k->tb = t == PL_DT_IQ4_XS ? 2 : 4;
+    k->tb = 4;
     k->fn = t == PL_DT_Q4_K    ? y_tile_q4_K
             : t == PL_DT_Q5_K  ? y_tile_q5_K
             : t == PL_DT_Q6_K  ? y_tile_q6_K
