@@ -77,9 +77,9 @@
 /* The 256-bit x16 tiles' q8_0 activation rows (matmul_x16.c: qs, d[cols / 32], seed[cols / 32]):
  * of the NB rows as bytes apart, the scales and seeds, and the 2 x NB float accumulators zeroed. */
 #define PL_X16_YMM_Q8_0_ROWS(a, as, cols, NB, dx, seed, acc)                                \
-    const float *dx[2];                                                                     \
-    const int32_t *seed[2];                                                                 \
-    __m256 acc[2][2];                                                                       \
+    const float *dx[4];                                                                     \
+    const int32_t *seed[4];                                                                 \
+    __m256 acc[2][4];                                                                       \
     UNROLL for (int b_ = 0; b_ < (NB); b_++) {                                              \
         dx[b_] = (const float *)((a) + (size_t)b_ * (as) + (cols));                         \
         seed[b_] = (const int32_t *)(dx[b_] + (cols) / 32);                                 \

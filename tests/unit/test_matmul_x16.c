@@ -212,25 +212,30 @@ static void test_kquants_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_Q3_K, shapes, sizeof shapes / sizeof shapes[0], 53);
 }
 
-/* q5_K at its extremes: every quant 31 (a constant row) against activations of 127 (a constant
- * input), so a unit's 8 chunks would sum to 8 x 2 x 31 x 127 = 62992 in AVX2's int16 pairs: the
- * tile must scale them into int32 after 4 chunks. Bitwise the scalar tile at every level. */
-static void test_q5_K_extremes(void **state) {
-    (void)state;
+/* The AVX2 tiles' int16 sums at their extremes: every weight at its largest (a constant row: q5_K
+ * quants 31, mxfp4 levels 12 + 12) against activations of 127 (a constant input), so a q5_K
+ * unit's 8 chunks would sum to 8 x 2 x 31 x 127 = 62992 in int16 pairs and an mxfp4 block's 8
+ * to 8 x 2 x 24 x 127 = 48768: the tiles must widen them after 4. Bitwise the scalar tile at
+ * every level, 1 and 4 activation rows. */
+static void int16_extremes(pl_dtype type) {
     uint64_t s = 3;
     qweight q;
-    make_typed(&q, PL_DT_Q5_K, 32, 512, &s);
-    const size_t ws = pl_dtype_row_size(PL_DT_Q5_K, q.cols);
+    make_typed(&q, type, 32, 512, &s);
+    const size_t ws = pl_dtype_row_size(type, q.cols);
     float *row = malloc((size_t)q.cols * sizeof *row);
     assert_non_null(row);
     for (int64_t r = 0; r < q.rows; r++) {
-        for (int64_t c = 0; c < q.cols; c++) row[c] = 1.0f + (float)(r % 3);
-        assert_int_equal(pl_quantize_row(PL_DT_Q5_K, row, q.rowsw + (size_t)r * ws, q.cols), ws);
+        /* 1.5 x 2^k: mxfp4's e2m1 6.0 (level 12) at a power-of-two scale */
+        for (int64_t c = 0; c < q.cols; c++) row[c] = 1.5f * (float)(1 << (r % 3));
+        assert_int_equal(pl_quantize_row(type, row, q.rowsw + (size_t)r * ws, q.cols), ws);
     }
     free(row);
-    const pl_block_q5_K *b = (const pl_block_q5_K *)q.rowsw;
-    assert_int_equal(b->qs[0], 0xFF); /* 31: both nibbles 15 and every fifth bit set */
-    assert_int_equal(b->qh[0], 0xFF);
+    if (type == PL_DT_Q5_K) { /* 31: both nibbles 15 and every fifth bit set */
+        assert_int_equal(((const pl_block_q5_K *)q.rowsw)->qs[0], 0xFF);
+        assert_int_equal(((const pl_block_q5_K *)q.rowsw)->qh[0], 0xFF);
+    } else { /* level 12: index 7 in both nibbles */
+        assert_int_equal(((const pl_block_mxfp4 *)q.rowsw)->qs[0], 0x77);
+    }
     pl_matmul_repack(&q.w, q.packed);
     q.wp = q.w;
     q.w.data = q.rowsw;
@@ -251,6 +256,12 @@ static void test_q5_K_extremes(void **state) {
         free(ref);
     }
     drop(&q);
+}
+
+static void test_int16_extremes(void **state) {
+    (void)state;
+    int16_extremes(PL_DT_Q5_K);
+    int16_extremes(PL_DT_MXFP4);
 }
 
 /* The values are the product of the quantized operands: against pl_matmul_ref (doubles) on the
@@ -418,7 +429,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_agree_bitwise),
         cmocka_unit_test(test_kquants_agree_bitwise),
-        cmocka_unit_test(test_q5_K_extremes),
+        cmocka_unit_test(test_int16_extremes),
         cmocka_unit_test(test_f16_agree_bitwise),
         cmocka_unit_test(test_values_match_reference),
         cmocka_unit_test(test_multi),
