@@ -212,10 +212,10 @@ static void test_kquants_agree_bitwise(void **state) {
     agree_bitwise(PL_DT_Q3_K, shapes, sizeof shapes / sizeof shapes[0], 53);
 }
 
-/* The AVX2 tiles' int16 sums at their extremes: every weight at its largest (a constant row: q5_K
+/* The AVX2 tiles' int16 sums at their extremes: every weight at its largest (q5_K, q5_0, q5_1
  * quants 31, mxfp4 levels 12 + 12) against activations of 127 (a constant input), so a q5_K
- * unit's 8 chunks would sum to 8 x 2 x 31 x 127 = 62992 in int16 pairs and an mxfp4 block's 8
- * to 8 x 2 x 24 x 127 = 48768: the tiles must widen them after 4. Bitwise the scalar tile at
+ * unit's 8 chunks (a q5_0 / q5_1 block's) would sum to 8 x 2 x 31 x 127 = 62992 in int16 pairs
+ * and an mxfp4 block's 8 to 8 x 2 x 24 x 127 = 48768: the tiles must widen them after 4. Bitwise the scalar tile at
  * every level, 1 and 4 activation rows. */
 static void int16_extremes(pl_dtype type) {
     uint64_t s = 3;
@@ -225,16 +225,23 @@ static void int16_extremes(pl_dtype type) {
     float *row = malloc((size_t)q.cols * sizeof *row);
     assert_non_null(row);
     for (int64_t r = 0; r < q.rows; r++) {
-        /* 1.5 x 2^k: mxfp4's e2m1 6.0 (level 12) at a power-of-two scale */
-        for (int64_t c = 0; c < q.cols; c++) row[c] = 1.5f * (float)(1 << (r % 3));
+        /* 1.5 x 2^k: mxfp4's e2m1 6.0 (level 12) at a power-of-two scale; q5_0 and q5_1: quant
+         * 31 but for each block's first (q5_0: -16 sets the scale, 15 is then 31 - 16) */
+        for (int64_t c = 0; c < q.cols; c++)
+            row[c] = type == PL_DT_Q5_0   ? (c % 32 ? 15.0f : -16.0f)
+                     : type == PL_DT_Q5_1 ? (c % 32 ? 31.0f : 0.0f)
+                                          : 1.5f * (float)(1 << (r % 3));
         assert_int_equal(pl_quantize_row(type, row, q.rowsw + (size_t)r * ws, q.cols), ws);
     }
     free(row);
     if (type == PL_DT_Q5_K) { /* 31: both nibbles 15 and every fifth bit set */
         assert_int_equal(((const pl_block_q5_K *)q.rowsw)->qs[0], 0xFF);
         assert_int_equal(((const pl_block_q5_K *)q.rowsw)->qh[0], 0xFF);
-    } else { /* level 12: index 7 in both nibbles */
+    } else if (type == PL_DT_MXFP4) { /* level 12: index 7 in both nibbles */
         assert_int_equal(((const pl_block_mxfp4 *)q.rowsw)->qs[0], 0x77);
+    } else { /* q5_0, q5_1: quant 31 (nibble 15, fifth bit set) from the block's second on */
+        const uint8_t *b = q.rowsw + (type == PL_DT_Q5_0 ? offsetof(pl_block_q5_0, qs) : offsetof(pl_block_q5_1, qs));
+        assert_int_equal(b[1], 0xFF);
     }
     pl_matmul_repack(&q.w, q.packed);
     q.wp = q.w;
@@ -262,6 +269,8 @@ static void test_int16_extremes(void **state) {
     (void)state;
     int16_extremes(PL_DT_Q5_K);
     int16_extremes(PL_DT_MXFP4);
+    int16_extremes(PL_DT_Q5_0);
+    int16_extremes(PL_DT_Q5_1);
 }
 
 /* The values are the product of the quantized operands: against pl_matmul_ref (doubles) on the
