@@ -84,6 +84,11 @@ static int env_switch(const char *name, const char *on, const char *off, int def
 
 static void init(void) {
     detect();
+#ifdef PL_EMULATE_AVXVNNI
+    /* the test build whose AVX-VNNI files compute vpdpbusd / vpdpwssd with AVX2
+     * (kernels/avxvnni_emulate.h): those tiles run wherever AVX2 does */
+    feats.avxvnni = feats.avx2 && feats.fma && feats.f16c;
+#endif
     const pl_cpu_features *f = &feats;
     /* The AVX-512 kernels are compiled for F+BW+VL+DQ+VNNI+BF16 (see CMakeLists.txt). */
     if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni &&

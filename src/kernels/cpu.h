@@ -14,12 +14,13 @@
 
 /* Ordered, with one gap: AVX-VNNI is AVX2 + FMA + F16C with the VEX vpdpbusd / vpdpwssd on ymm
  * (Intel client cores from Alder Lake, Sapphire Rapids on, AMD Zen 5); its own kernels are the
- * x16 layouts' VNNI tiles (q8_0, q4_0, iq4_nl, q4_K, q6_K), everything else runs AVX2's. An
+ * x16 layouts' VNNI tiles (q8_0, q4_0, iq4_nl, q5_0, q4_1, q5_1, the K-quants, iq4_xs, mxfp4), everything else runs AVX2's. An
  * AVX-512 CPU need not have it (AMD Zen 4, Intel Ice Lake / Cooper Lake: their VNNI is EVEX
  * only, and the VEX encoding faults there): on such a CPU the avxvnni level does not exist,
  * pl_cpu_isa() never returns it (a request for it gets avx2), and the AVX-512 level, where its
  * own kernels decline a case, falls back to AVX2's, never to AVX-VNNI's (pl_cpu_avxvnni()).
- * Every other level has every kernel of the levels below it. */
+ * Every other level has every kernel of the levels below it. A test build with
+ * PL_EMULATE_AVXVNNI (kernels/avxvnni_emulate.h) reports AVX-VNNI wherever AVX2 is. */
 typedef enum { PL_ISA_SCALAR = 0, PL_ISA_AVX2 = 1, PL_ISA_AVXVNNI = 2, PL_ISA_AVX512 = 3 } pl_isa;
 
 typedef struct {

@@ -94,7 +94,11 @@ static inline unsigned isa_cpuinfo_mask(void) {
             for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++) has2 &= isa_flag(line, avx2[i]);
             mask = 1u << PL_ISA_SCALAR;
             if (has2) mask |= 1u << PL_ISA_AVX2;
+#ifdef PL_EMULATE_AVXVNNI
+            if (has2) mask |= 1u << PL_ISA_AVXVNNI; /* kernels/avxvnni_emulate.h */
+#else
             if (has2 && isa_flag(line, "avx_vnni")) mask |= 1u << PL_ISA_AVXVNNI;
+#endif
             if (has512) mask |= 1u << PL_ISA_AVX512;
             break;
         }
@@ -110,17 +114,25 @@ static inline int isa_best(unsigned mask) {
     return best;
 }
 
-/* Where the scalar level is tested instead of this run, or NULL when this run tests it. Only on a
- * CPU with AVX2, and only scalar (the vector levels never move elsewhere):
- *   - on an emulated CPU (scripts/emu_cpu.sh) "the native runs": the scalar code does not depend
- *     on CPUID, and under qemu it was half of the emulated step's time;
- *   - in a whole-model group (group 1, isa_run_group) built with the sanitizers (PL_SANITIZE)
- *     "the plain build": there it was 240 of the suite's CPU seconds (every element of its
- *     one-dot-per-pair tiles checked), and what the sanitizers would find there is in the scalar
- *     kernels, which the kernel tests (test_matmul, test_ops, test_attention, ...) run under them
- *     at every level on every shape class; the engine code is the same at each level. */
-static inline const char *isa_scalar_elsewhere(int group) {
-    if (!pl_cpu_has_isa(PL_ISA_AVX2)) return NULL;
+/* Where a level is tested instead of this run, or NULL when this run tests it:
+ *   - in the emulated-AVX-VNNI build (PL_EMULATE_AVXVNNI: kernels/avxvnni_emulate.h) every level
+ *     but avxvnni, "the plain builds": that build exists for the AVX-VNNI tiles, and its other
+ *     levels are the plain build's code;
+ *   - else only scalar, and only on a CPU with AVX2 (the vector levels never move elsewhere):
+ *     - on an emulated CPU (scripts/emu_cpu.sh) "the native runs": the scalar code does not
+ *       depend on CPUID, and under qemu it was half of the emulated step's time;
+ *     - in a whole-model group (group 1, isa_run_group) built with the sanitizers (PL_SANITIZE)
+ *       "the plain build": there it was 240 of the suite's CPU seconds (every element of its
+ *       one-dot-per-pair tiles checked), and what the sanitizers would find there is in the
+ *       scalar kernels, which the kernel tests (test_matmul, test_ops, test_attention, ...) run
+ *       under them at every level on every shape class; the engine code is the same at each
+ *       level. */
+static inline const char *isa_elsewhere(int level, int group) {
+#ifdef PL_EMULATE_AVXVNNI
+    (void)group;
+    return level == PL_ISA_AVXVNNI ? NULL : "the plain builds";
+#else
+    if (level != PL_ISA_SCALAR || !pl_cpu_has_isa(PL_ISA_AVX2)) return NULL;
     if (isa_emulated_flags()) return "the native runs";
 #ifdef PL_SANITIZE
     if (group) return "the plain build";
@@ -128,18 +140,21 @@ static inline const char *isa_scalar_elsewhere(int group) {
     (void)group;
 #endif
     return NULL;
+#endif
 }
 
 /* 1 if a kernel test's ISA loop runs this level here: a level the CPU has, unless it is tested
- * elsewhere (isa_scalar_elsewhere). */
+ * elsewhere (isa_elsewhere). */
 static inline int isa_level_runs(int level) {
-    if (!pl_cpu_has_isa((pl_isa)level)) return 0;
-    return !(level == PL_ISA_SCALAR && isa_scalar_elsewhere(0));
+    return pl_cpu_has_isa((pl_isa)level) && !isa_elsewhere(level, 0);
 }
 
-/* The levels tested elsewhere (group: as isa_scalar_elsewhere), as a mask. */
+/* The levels tested elsewhere (group: as isa_elsewhere), as a mask. */
 static inline unsigned isa_excused(int group) {
-    return isa_scalar_elsewhere(group) ? 1u << PL_ISA_SCALAR : 0;
+    unsigned m = 0;
+    for (int i = PL_ISA_SCALAR; i <= PL_ISA_AVX512; i++)
+        if (isa_elsewhere(i, group)) m |= 1u << i;
+    return m;
 }
 
 /* The levels in mask as " scalar avx2 ..." into out[64]. */
@@ -199,21 +214,23 @@ static inline const char *isa_missing(const char *what, unsigned mask, int group
     return NULL;
 }
 
-/* "what: ISAs tested: ..." with the levels in mask, where scalar went (elsewhere, or NULL) and
- * what the CPU offers. */
-static inline void isa_print_tested(const char *what, unsigned mask, const char *elsewhere) {
-    char tested[64];
+/* "what: ISAs tested: ..." with the levels in mask, those the CPU has that are tested elsewhere
+ * (group: as isa_elsewhere) and what the CPU offers. */
+static inline void isa_print_tested(const char *what, unsigned mask, int group) {
+    char tested[64], moved[64];
     isa_names(mask, tested);
+    unsigned away = isa_excused(group) & isa_cpuinfo_mask() & ~mask;
+    isa_names(away, moved);
     int want = isa_best(isa_cpuinfo_mask());
-    printf("%s: ISAs tested:%s%s%s%s (CPU offers up to %s per %s, detected %s)\n", what, tested,
-           elsewhere ? " (scalar: " : "", elsewhere ? elsewhere : "", elsewhere ? ")" : "",
-           want < 0 ? "?" : pl_isa_name((pl_isa)want), isa_flags_source(),
+    printf("%s: ISAs tested:%s%s%s%s%s%s (CPU offers up to %s per %s, detected %s)\n", what, tested,
+           away ? " (" : "", away ? moved + 1 : "", away ? ": " : "", away ? isa_elsewhere(isa_best(away), group) : "",
+           away ? ")" : "", want < 0 ? "?" : pl_isa_name((pl_isa)want), isa_flags_source(),
            pl_isa_name(pl_cpu_max_isa()));
 }
 
 static inline void isa_coverage_check(const char *what, unsigned mask) {
     test_env("PAGELLM_ISA"); /* lowers every kernel call the loops do not force */
-    isa_print_tested(what, mask, isa_scalar_elsewhere(0));
+    isa_print_tested(what, mask, 0);
     const char *miss = isa_missing(what, mask, 0);
     if (miss) fail_msg("%s", miss);
 }
@@ -221,15 +238,16 @@ static inline void isa_coverage_check(const char *what, unsigned mask) {
 /* main() of a test whose results depend on the kernel level: runs the whole group (its setup and
  * teardown included, so models are loaded, and repacked or not, at each level) once per level
  * the machine has, scalar first, forcing the level with pl_cpu_force_isa (no environment knob),
- * and says which level each run is at (the scalar level may be tested elsewhere:
- * isa_scalar_elsewhere). Returns the failed tests over all levels, plus one when a level
+ * and says which level each run is at (a level may be tested elsewhere: isa_elsewhere). Returns the failed tests over all levels, plus one when a level
  * /proc/cpuinfo offers never ran (isa_missing) or PAGELLM_ISA is set under CI. */
 static inline int isa_run_group(const char *name, const struct CMUnitTest *tests, size_t n,
                                 CMFixtureFunction setup, CMFixtureFunction teardown) {
     int failed = 0;
     unsigned ran = 0;
-    const char *elsewhere = isa_scalar_elsewhere(1);
-    if (elsewhere) printf("== %s: the scalar level runs in %s\n", name, elsewhere);
+    for (int level = PL_ISA_SCALAR; level <= (int)pl_cpu_max_isa(); level++)
+        if (pl_cpu_has_isa((pl_isa)level) && isa_elsewhere(level, 1))
+            printf("== %s: the %s level runs in %s\n", name, pl_isa_name((pl_isa)level),
+                   isa_elsewhere(level, 1));
     const char *env = getenv("PAGELLM_ISA");
     if (env && test_under_ci()) {
         fprintf(stderr, "%s: PAGELLM_ISA=%s is set under CI; it lowers every level\n", name, env);
@@ -238,7 +256,7 @@ static inline int isa_run_group(const char *name, const struct CMUnitTest *tests
     const char *filter = test_env_main("PL_TEST_FILTER"); /* a subset: local debugging only */
     if (filter) cmocka_set_test_filter(filter);
     for (int level = PL_ISA_SCALAR; level <= (int)pl_cpu_max_isa(); level++) {
-        if (!pl_cpu_has_isa((pl_isa)level) || (level == PL_ISA_SCALAR && elsewhere)) continue;
+        if (!pl_cpu_has_isa((pl_isa)level) || isa_elsewhere(level, 1)) continue;
         pl_cpu_force_isa((pl_isa)level);
         isa_ran(&ran);
         char label[160];
@@ -253,7 +271,7 @@ static inline int isa_run_group(const char *name, const struct CMUnitTest *tests
                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
-    isa_print_tested(name, ran, elsewhere);
+    isa_print_tested(name, ran, 1);
     const char *miss = isa_missing(name, ran, 1);
     if (miss) {
         fprintf(stderr, "FAIL: %s\n", miss);
