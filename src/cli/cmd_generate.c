@@ -350,9 +350,11 @@ int pl_cmd_generate(int argc, char **argv) {
         pl_engine_stats s;
         pl_engine_get_stats(e, &s);
         fprintf(stderr, "model: %s\nKV cache: %d blocks of %d tokens, %s, max model length %d\n"
-                "kernels: %s\n", path, s.blocks_total, pl_engine_get_config(e)->block_size,
+                "kernels: %s%s%s\n", path, s.blocks_total, pl_engine_get_config(e)->block_size,
                 pl_kv_cache_dtype_name(o.eng.kv_cache_f32 ? PL_KV_CACHE_F32 : o.eng.kv_cache_dtype), pl_engine_max_model_len(e),
-                pl_isa_name(pl_cpu_isa()));
+                pl_isa_name(pl_cpu_isa()),
+                pl_cpu_isa() == PL_ISA_AVX512 && !pl_cpu_avx512bf16() ? " (no AVX512-BF16: bf16 runs AVX2's)" : "",
+                pl_cpu_amx() ? " + AMX" : "");
     }
     if (o.input) {
         double t0 = pl_clock_now();

@@ -24,6 +24,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_int forced = -1; /* pl_cpu_force_isa, for tests */
 static atomic_int forced_amx = -1; /* pl_cpu_force_amx, for tests */
 static int env_amx = 1;
+static atomic_int forced_bf16 = -1; /* pl_cpu_force_bf16, for tests */
+static int env_bf16 = 1;
 
 static uint64_t xgetbv0(void) {
     uint32_t eax, edx;
@@ -90,9 +92,9 @@ static void init(void) {
     feats.avxvnni = feats.avx2 && feats.fma && feats.f16c;
 #endif
     const pl_cpu_features *f = &feats;
-    /* The AVX-512 kernels are compiled for F+BW+VL+DQ+VNNI+BF16 (see CMakeLists.txt). */
-    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni &&
-        f->avx512bf16 && f->fma && f->f16c)
+    /* The AVX-512 kernels need F+BW+VL+DQ+VNNI; BF16's (vdpbf16ps, vcvtneps2bf16) are asked
+     * for apart (pl_cpu_avx512bf16): Cascade Lake, Ice Lake and Tiger Lake have VNNI, not BF16. */
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni && f->fma && f->f16c)
         max_isa = PL_ISA_AVX512;
     else if (f->avx2 && f->fma && f->f16c && f->avxvnni)
         max_isa = PL_ISA_AVXVNNI;
@@ -120,6 +122,7 @@ static void init(void) {
     pl_x16_f16_wide = env_switch("PAGELLM_F16_TILE", "wide", "narrow",
                                  feats.amd && feats.family == 0x19); /* Zen 4 (Zen 3: no AVX-512) */
     env_amx = env_switch("PAGELLM_AMX", "1", "0", 1);
+    env_bf16 = env_switch("PAGELLM_AVX512_BF16", "1", "0", 1);
 }
 
 const pl_cpu_features *pl_cpu_get_features(void) {
@@ -154,16 +157,30 @@ pl_isa pl_cpu_force_isa(pl_isa isa) {
     return pl_cpu_isa();
 }
 
-int pl_cpu_amx(void) {
+/* A switch on top of the AVX-512 level (AMX, AVX512-BF16): the CPU has the feature, the level
+ * is AVX-512, and neither a test (forced: 0 or 1, -1 for none) nor the environment turned it off. */
+static int avx512_switch(atomic_int *forced_sw, const int *env, const int *feature) {
     pthread_once(&once, init);
-    int f = atomic_load_explicit(&forced_amx, memory_order_relaxed);
-    int on = f >= 0 ? f : env_amx;
-    return on && feats.amx_int8 && pl_cpu_isa() == PL_ISA_AVX512;
+    int f = atomic_load_explicit(forced_sw, memory_order_relaxed);
+    return (f >= 0 ? f : *env) && *feature && pl_cpu_isa() == PL_ISA_AVX512;
+}
+
+int pl_cpu_amx(void) {
+    return avx512_switch(&forced_amx, &env_amx, &feats.amx_int8); /* read after init */
 }
 
 int pl_cpu_force_amx(int on) {
     atomic_store(&forced_amx, on < 0 ? -1 : !!on);
     return pl_cpu_amx();
+}
+
+int pl_cpu_avx512bf16(void) {
+    return avx512_switch(&forced_bf16, &env_bf16, &feats.avx512bf16);
+}
+
+int pl_cpu_force_bf16(int on) {
+    atomic_store(&forced_bf16, on < 0 ? -1 : !!on);
+    return pl_cpu_avx512bf16();
 }
 
 const char *pl_isa_name(pl_isa isa) {

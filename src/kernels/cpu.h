@@ -19,7 +19,8 @@
  * only, and the VEX encoding faults there): on such a CPU the avxvnni level does not exist,
  * pl_cpu_isa() never returns it (a request for it gets avx2), and the AVX-512 level, where its
  * own kernels decline a case, falls back to AVX2's, never to AVX-VNNI's (pl_cpu_avxvnni()).
- * Every other level has every kernel of the levels below it. A test build with
+ * Every other level has every kernel of the levels below it (the AVX-512 level's bf16 ones only
+ * with AVX512_BF16: pl_cpu_avx512bf16). A test build with
  * PL_EMULATE_AVXVNNI (kernels/avxvnni_emulate.h) reports AVX-VNNI wherever AVX2 is. */
 typedef enum { PL_ISA_SCALAR = 0, PL_ISA_AVX2 = 1, PL_ISA_AVXVNNI = 2, PL_ISA_AVX512 = 3 } pl_isa;
 
@@ -51,5 +52,13 @@ int pl_cpu_amx(void);
 /* Tests: 0 turns AMX off, 1 back on where the machine has it, -1 back to PAGELLM_AMX's say;
  * returns pl_cpu_amx(). */
 int pl_cpu_force_amx(int on);
+/* 1 if the AVX-512 BF16 kernels may run now (vdpbf16ps: bf16 weights, --f16-weights bf16, the
+ * bf16 peak): the CPU has AVX512_BF16, the level is AVX-512, and PAGELLM_AVX512_BF16=0 did not
+ * turn them off. Without it the AVX-512 level runs AVX2's bf16 kernels (Cascade Lake, Ice Lake,
+ * Tiger Lake: AVX-512 VNNI without BF16). Kernel choices ask this, never the level alone. */
+int pl_cpu_avx512bf16(void);
+/* Tests: 0 turns them off, 1 back on where the machine has them, -1 back to the environment's
+ * say; returns pl_cpu_avx512bf16(). */
+int pl_cpu_force_bf16(int on);
 
 #endif

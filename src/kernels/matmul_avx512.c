@@ -14,6 +14,7 @@
  *          scales; mins / the q6_K offset through the q8_K block sums; one float FMA per
  *          super-block.
  */
+#include "kernels/cpu.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/matmul_tile.h"
 #include "kernels/quant.h"
@@ -365,7 +366,10 @@ int pl_mm_kernel_avx512(pl_dtype t, pl_mm_kernel *k) {
     switch (t) {
     case PL_DT_F32: k->fn = tile_f32; return 1;
     case PL_DT_F16: k->fn = tile_f16; k->gemm = pl_mm_gemm_f16_avx512; return 1;
-    case PL_DT_BF16: k->fn = tile_bf16; return 1;
+    case PL_DT_BF16: /* vdpbf16ps; without AVX512_BF16, AVX2's tile (matmul.c) */
+        if (!pl_cpu_avx512bf16()) return 0;
+        k->fn = tile_bf16;
+        return 1;
     case PL_DT_Q8_0: k->fn = tile_q8_0; k->tb = 3; return 1;
     case PL_DT_Q4_0: k->fn = tile_q4_0; k->tb = 3; return 1;
     case PL_DT_Q4_K: k->fn = tile_q4_K; k->tr = 2; return 1;

@@ -163,7 +163,7 @@ size_t pl_mm_x16_act_bytes(pl_dtype t, int64_t cols) {
     case PL_DT_Q5_K:
     case PL_DT_Q3_K: return pl_mm_x16_kq_act_bytes(cols);
     case PL_DT_F16: /* as the rows layout: f16-rounded f32 */
-    case PL_DT_BF16: /* f32 too (rounded to bf16); AVX-512: bf16 pairs in the first half */
+    case PL_DT_BF16: /* f32 too (rounded to bf16); AVX-512 BF16: bf16 pairs in the first half */
         return pl_act_row_bytes(PL_DT_F16, cols);
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: return pl_act_row_bytes(t, cols); /* q8_1, as the rows layout */
@@ -233,7 +233,7 @@ void pl_mm_x16_act_row(pl_dtype t, const float *x, uint8_t *dst, int64_t cols) {
     case PL_DT_Q4_1:
     case PL_DT_Q5_1: pl_act_convert_row(t, x, dst, cols); break;
     case PL_DT_BF16:
-        if (pl_cpu_isa() >= PL_ISA_AVX512) { /* vdpbf16ps pairs (high x[c], low x[c + 1]) */
+        if (pl_cpu_avx512bf16()) { /* vdpbf16ps pairs (high x[c], low x[c + 1]) */
             pl_bf16 *h = (pl_bf16 *)dst;
             for (int64_t c = 0; c < cols; c += 2) {
                 h[c] = c + 1 < cols ? pl_f32_to_bf16(x[c + 1]) : 0;
@@ -293,7 +293,7 @@ void pl_mm_kernel_x16(pl_dtype t, pl_mm_kernel *k) {
         k->fn = tile_f16_scalar;
         return;
     case PL_DT_BF16:
-        if (pl_cpu_isa() >= PL_ISA_AVX512 && pl_mm_kernel_x16_bf16_avx512(k)) return;
+        if (pl_cpu_avx512bf16() && pl_mm_kernel_x16_bf16_avx512(k)) return;
         if (pl_cpu_isa() >= PL_ISA_AVX2 && pl_mm_kernel_x16_half_avx2(t, k)) return;
         k->fn = tile_bf16_scalar;
         return;

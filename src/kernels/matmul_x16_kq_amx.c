@@ -115,7 +115,7 @@ AI void products(const acts *v, const uint8_t *u, const uint8_t *a0, int64_t s) 
 }
 
 /* Activation rows [b, b + 16) against the group (o, its planes u): y rows. */
-static void tiles(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, float *y,
+static void kq_amx_tiles(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, float *y,
                   int64_t ldy) {
     int32_t c[2][2][16][16] __attribute__((aligned(64))); /* [parity][h/l][row][lane] */
     float acc[16][16] __attribute__((aligned(64)));
@@ -197,7 +197,7 @@ static void unpack_q6(const uint8_t *o, int64_t nsb, uint8_t *u) {
 }
 
 /* Activation rows [b, b + 16) against the group (o, its planes u): y rows. */
-static void tiles_q6(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, float *y,
+static void kq_amx_tiles_q6(const acts *v, const uint8_t *o, const uint8_t *u, int64_t b, float *y,
                      int64_t ldy) {
     int32_t c[4][16][16] __attribute__((aligned(64)));
     float acc[16][16] __attribute__((aligned(64)));
@@ -262,7 +262,7 @@ typedef struct {
 } kq_amx;
 
 /* A thread's rows, one 16-row group at a time: unpack it, then every 16 activation rows. */
-static int run(const kq_amx *k, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
+static int kq_amx_run(const kq_amx *k, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
                size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
     if (B < k->min_b) return 0;
     const int64_t nsb = cols / PL_QK_K;
@@ -289,15 +289,15 @@ static int run(const kq_amx *k, const uint8_t *w, size_t ws, int64_t nrows, cons
 int pl_mm_gemm_x16_q4_K_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
                             size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
     /* measured: at 16 rows, unpacking costs what the tiles save */
-    static const kq_amx k = {.min_b = 32, .planes = 8, .unpack = unpack, .tiles = tiles,
+    static const kq_amx k = {.min_b = 32, .planes = 8, .unpack = unpack, .tiles = kq_amx_tiles,
                              .tail = pl_mm_x16_q4_K_tile_avx512};
-    return run(&k, w, ws, nrows, act, act_stride, B, cols, y, ldy);
+    return kq_amx_run(&k, w, ws, nrows, act, act_stride, B, cols, y, ldy);
 }
 
 int pl_mm_gemm_x16_q6_K_amx(const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act,
                             size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy) {
     /* measured: the four planes' unpacking needs 48+ rows to pay */
-    static const kq_amx k = {.min_b = 48, .planes = 16, .unpack = unpack_q6, .tiles = tiles_q6,
+    static const kq_amx k = {.min_b = 48, .planes = 16, .unpack = unpack_q6, .tiles = kq_amx_tiles_q6,
                              .tail = pl_mm_x16_q6_K_tile_avx512};
-    return run(&k, w, ws, nrows, act, act_stride, B, cols, y, ldy);
+    return kq_amx_run(&k, w, ws, nrows, act, act_stride, B, cols, y, ldy);
 }

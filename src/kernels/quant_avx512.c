@@ -12,6 +12,8 @@
  */
 #include "kernels/quant.h"
 
+#include "kernels/cpu.h"
+
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -86,8 +88,8 @@ int pl_act_convert_row_avx512(pl_dtype wtype, const float *x, void *dst, int64_t
         for (; i < cols; i++) o[i] = pl_f16_to_f32(pl_f32_to_f16(x[i]));
         return 1;
     }
-    case PL_DT_BF16: {
-        if (has_nan(x, cols)) return 0;
+    case PL_DT_BF16: { /* vcvtneps2bf16; without AVX512_BF16 the scalar rounding, the same bits */
+        if (!pl_cpu_avx512bf16() || has_nan(x, cols)) return 0;
         pl_bf16 *o = dst;
         int64_t i = 0;
         for (; i + 16 <= cols; i += 16)

@@ -112,7 +112,7 @@ static void bf16_job(void *ctx, int ith, int nth) {
 }
 
 double pl_roofline_bf16_gflops(pl_threadpool *tp, int n_threads, int64_t iters, int reps) {
-    if (pl_cpu_isa() < PL_ISA_AVX512) return -1;
+    if (!pl_cpu_avx512bf16()) return -1;
     return best_gflops(tp, n_threads, bf16_job, iters, reps, 2.0 * 32 * PL_ROOF_BF16_CHAINS * (double)iters);
 }
 

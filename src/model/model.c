@@ -1195,10 +1195,11 @@ static pl_status f16_mode(pl_f16_weights f16, int *bf16) {
     if (f16 == PL_F16_WEIGHTS_DEFAULT && e && *e && strcmp(e, "f16") && strcmp(e, "bf16"))
         return pl_fail(PL_ERR_INVALID_ARG, "PAGELLM_F16_WEIGHTS: '%s' is not f16 or bf16", e);
     *bf16 = f16 == PL_F16_WEIGHTS_BF16 || (f16 == PL_F16_WEIGHTS_DEFAULT && e && !strcmp(e, "bf16"));
-    if (*bf16 && pl_cpu_isa() < PL_ISA_AVX512)
+    if (*bf16 && !pl_cpu_avx512bf16())
         return pl_fail(PL_ERR_UNSUPPORTED, "--f16-weights bf16 (PAGELLM_F16_WEIGHTS) needs the "
-                       "avx512 kernel level (a CPU with AVX512-BF16: vdpbf16ps); the level here "
-                       "is %s: use --f16-weights f16", pl_isa_name(pl_cpu_isa()));
+                       "avx512 kernel level with AVX512-BF16 (vdpbf16ps); here the level is %s%s: "
+                       "use --f16-weights f16", pl_isa_name(pl_cpu_isa()),
+                       pl_cpu_isa() == PL_ISA_AVX512 ? " without AVX512-BF16" : "");
     return PL_OK;
 }
 

@@ -186,7 +186,7 @@ static void test_draft_stories(void **state) {
  * the flag, which is what is checked there. */
 static void test_draft_bf16(void **state) {
     (void)state;
-    if (pl_cpu_isa() < PL_ISA_AVX512) {
+    if (!pl_cpu_avx512bf16()) {
         pl_engine_config c;
         pl_engine_config_default(&c);
         c.model_path = SYNTH_F16;

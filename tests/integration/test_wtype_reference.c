@@ -555,7 +555,7 @@ static void test_f16_as_bf16_against_llama_cpp(void **state) {
     char model[1024], ref[1024];
     snprintf(model, sizeof model, "%s/models/synth-tiny-f16.gguf", PL_SHARED_DIR);
     snprintf(ref, sizeof ref, "%s/testdata/reference/synth-tiny-f16.json", PL_SHARED_DIR);
-    if (pl_cpu_isa() < PL_ISA_AVX512) {
+    if (!pl_cpu_avx512bf16()) {
         pl_engine_config cfg;
         pl_engine_config_default(&cfg);
         cfg.model_path = model;
@@ -564,8 +564,8 @@ static void test_f16_as_bf16_against_llama_cpp(void **state) {
         pl_engine *e = NULL;
         assert_int_not_equal(pl_engine_create(&cfg, &e), PL_OK);
         assert_non_null(strstr(pl_last_error(), "--f16-weights bf16"));
-        print_message("f16 as bf16: not compared at %s (no vdpbf16ps below avx512): refused as it "
-                      "must be\n", pl_isa_name(pl_cpu_isa()));
+        print_message("f16 as bf16: not compared at %s (no vdpbf16ps here): refused as it must be\n",
+                      pl_isa_name(pl_cpu_isa()));
         return;
     }
     compare_opts o = {.name = "synth-tiny-f16 as bf16", .tol = F16_AS_BF16_TOL,

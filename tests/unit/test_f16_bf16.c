@@ -145,7 +145,7 @@ static void test_model_load(void **state) {
         isa_ran(&ran);
         pl_model *m = NULL;
         pl_status st = pl_model_load_with(path, 0, 1, PL_F16_WEIGHTS_BF16, &m);
-        if (isa < PL_ISA_AVX512) {
+        if (!pl_cpu_avx512bf16()) {
             assert_int_equal(st, PL_ERR_UNSUPPORTED);
             assert_null(m);
             assert_non_null(strstr(pl_last_error(), "--f16-weights bf16"));
@@ -165,6 +165,16 @@ static void test_model_load(void **state) {
         assert_int_equal(pl_model_load_with(path, 0, 1, PL_F16_WEIGHTS_F16, &m), PL_OK);
         assert_int_equal(m->layers[0].wq.type, PL_DT_F16);
         pl_model_destroy(m);
+    }
+    /* an AVX-512 CPU without AVX512-BF16 (Ice Lake, Cascade Lake) refuses the mode too */
+    if (pl_cpu_max_isa() == PL_ISA_AVX512 && !isa_elsewhere(PL_ISA_AVX512, 0)) {
+        pl_cpu_force_isa(PL_ISA_AVX512);
+        pl_cpu_force_bf16(0);
+        pl_model *m = NULL;
+        assert_int_equal(pl_model_load_with(path, 0, 1, PL_F16_WEIGHTS_BF16, &m), PL_ERR_UNSUPPORTED);
+        assert_null(m);
+        assert_non_null(strstr(pl_last_error(), "avx512 without AVX512-BF16"));
+        pl_cpu_force_bf16(-1);
     }
     pl_cpu_force_isa(pl_cpu_max_isa());
     isa_coverage_check("f16 weights mode", ran);

@@ -152,6 +152,13 @@ static void agree_bitwise(pl_dtype type, const int64_t (*shapes)[2], size_t nsha
                 check_equal(&q, x, B, ref, threads, pl_isa_name((pl_isa)isa));
                 if (isa == PL_ISA_AVX512 && pl_cpu_force_amx(1))
                     check_equal(&q, x, B, ref, threads, "amx");
+                /* an AVX-512 CPU without BF16 (Ice Lake): bf16's tile and activations are AVX2's */
+                if (isa == PL_ISA_AVX512 && type == PL_DT_BF16 && pl_cpu_force_bf16(1)) {
+                    pl_cpu_force_amx(0);
+                    pl_cpu_force_bf16(0);
+                    check_equal(&q, x, B, ref, threads, "avx512 without bf16");
+                    pl_cpu_force_bf16(-1);
+                }
             }
             pl_cpu_force_isa(pl_cpu_max_isa());
             pl_cpu_force_amx(-1);
@@ -198,6 +205,51 @@ static void test_f16_agree_bitwise(void **state) {
         agree_bitwise(PL_DT_BF16, bf16_shapes, sizeof bf16_shapes / sizeof bf16_shapes[0], 43);
     }
     pl_x16_f16_wide = wide;
+}
+
+/* An AVX-512 CPU without AVX512_BF16 (Cascade Lake, Ice Lake, Tiger Lake: VNNI, no BF16) runs the
+ * AVX-512 level, and there every choice that would take vdpbf16ps or vcvtneps2bf16 (the only
+ * BF16 instructions in the library: tests/e2e/test_isa_isolation.sh) takes AVX2's instead:
+ * pl_cpu_force_bf16(0) makes this CPU such a CPU for the choices, and the kernel and activation
+ * picked are checked here (their results: agree_bitwise and test_matmul's ISA loop). */
+static void test_avx512_without_bf16(void **state) {
+    (void)state;
+    if (pl_cpu_max_isa() != PL_ISA_AVX512 || isa_elsewhere(PL_ISA_AVX512, 0)) {
+        print_message("no avx512 level here: nothing to check\n");
+        return;
+    }
+    enum { COLS = 70 };
+    float x[COLS];
+    for (int c = 0; c < COLS; c++) x[c] = 0.37f * (float)(c - 20);
+    uint8_t with[8 * COLS], without[8 * COLS], avx2[8 * COLS];
+    pl_mm_kernel k, k2;
+    pl_cpu_force_isa(PL_ISA_AVX2);
+    pl_mm_x16_act_row(PL_DT_BF16, x, avx2, COLS);
+    pl_cpu_force_isa(PL_ISA_AVX512);
+    const int has = pl_cpu_force_bf16(1);
+    for (int on = has; on >= 0; on--) {
+        assert_int_equal(pl_cpu_force_bf16(on), on);
+        const char *mode = on ? "avx512 with bf16" : "avx512 without bf16";
+        /* rows layout: AVX-512's vdpbf16ps tile, or none (matmul.c then takes AVX2's) */
+        assert_int_equal(pl_mm_kernel_avx512(PL_DT_BF16, &k), on);
+        assert_int_equal(pl_mm_kernel_avx512(PL_DT_Q8_0, &k), 1); /* the rest stays AVX-512's */
+        /* the activations' conversion: vcvtneps2bf16 declines without it (the scalar rounding) */
+        assert_int_equal(pl_act_convert_row_avx512(PL_DT_BF16, x, with, COLS), on);
+        /* x16 layout: the tile and its activations */
+        pl_mm_kernel_x16(PL_DT_BF16, &k);
+        if (on) {
+            assert_int_equal(pl_mm_kernel_x16_bf16_avx512(&k2), 1);
+        } else {
+            assert_int_equal(pl_mm_kernel_x16_half_avx2(PL_DT_BF16, &k2), 1);
+            pl_mm_x16_act_row(PL_DT_BF16, x, without, COLS);
+            assert_memory_equal(without, avx2, COLS * sizeof(float));
+        }
+        if (k.fn != k2.fn) fail_msg("%s: bf16's x16 tile is not the one expected", mode);
+        assert_int_equal(k.tb, k2.tb);
+    }
+    pl_cpu_force_bf16(-1);
+    pl_cpu_force_isa(pl_cpu_max_isa());
+    print_message("avx512 without bf16: AVX2's bf16 tiles (AVX512_BF16 here: %s)\n", has ? "yes" : "no");
 }
 
 /* The same for the K-quants' layouts (super-blocks of 256 columns). */
@@ -440,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_kquants_agree_bitwise),
         cmocka_unit_test(test_int16_extremes),
         cmocka_unit_test(test_f16_agree_bitwise),
+        cmocka_unit_test(test_avx512_without_bf16),
         cmocka_unit_test(test_values_match_reference),
         cmocka_unit_test(test_multi),
         cmocka_unit_test(test_repack_size),

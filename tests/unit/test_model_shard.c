@@ -499,7 +499,7 @@ static void sharded_forward_at_level(void) {
         lockstep(LOCKSTEP_MODELS[mi], MODEL_NAMES[mi]);
     /* --f16-weights bf16 (issue 35; the avx512 level only, which the mode needs): each rank
      * rounds its own slices to bf16 (wo's and down's column slices copied out first) */
-    if (pl_cpu_isa() >= PL_ISA_AVX512) {
+    if (pl_cpu_avx512bf16()) {
         f16_mode = PL_F16_WEIGHTS_BF16;
         lockstep(LOCKSTEP_MODELS[2], "synth-tiny-f16 as bf16 (--f16-weights bf16)");
         f16_mode = PL_F16_WEIGHTS_DEFAULT;
