@@ -24,6 +24,8 @@
  */
 #include "base/threadpool.h"
 
+#include "base/cpucount.h"
+
 #include "base/status.h"
 
 #include <limits.h>
@@ -164,13 +166,8 @@ static void *worker_main(void *p) {
     }
 }
 
-int pl_num_online_cores(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 pl_threadpool *pl_threadpool_create(int n_threads) {
-    if (n_threads <= 0) n_threads = pl_num_online_cores();
+    if (n_threads <= 0) n_threads = pl_default_threads(NULL, 0);
     if (n_threads > 512) {
         pl_fail(PL_ERR_INVALID_ARG, "threads: %d is more than the 512 supported", n_threads);
         return NULL;

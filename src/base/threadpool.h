@@ -20,7 +20,8 @@
 typedef struct pl_threadpool pl_threadpool;
 typedef void (*pl_job_fn)(void *ctx, int ith, int nth);
 
-/* n_threads <= 0 means one per online core. Returns NULL on failure (message set). */
+/* n_threads <= 0 means pl_default_threads() (base/cpucount.h: one per physical core this process
+ * may use). Returns NULL on failure (message set). */
 pl_threadpool *pl_threadpool_create(int n_threads);
 void pl_threadpool_destroy(pl_threadpool *tp);
 int pl_threadpool_size(const pl_threadpool *tp);
@@ -59,7 +60,5 @@ typedef struct {
 void pl_steal_init(pl_steal_slot *s, int nth, int64_t n);
 /* The next units [*begin, *end) for thread ith; 0 when none is left anywhere. */
 int pl_steal_next(pl_steal_slot *s, int ith, int nth, int64_t *begin, int64_t *end);
-
-int pl_num_online_cores(void);
 
 #endif

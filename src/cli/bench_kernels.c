@@ -254,7 +254,7 @@ typedef struct {
 
 static const pl_flag KERNELS_FLAGS[] = {
     PL_FLAG_ROW_I32(kernels_opts, "threads", 't', threads, 1, 512, "N",
-     "pool size (default: one per online core)"),
+     "pool size (default: one per physical core allowed)"),
     PL_FLAG_ROW_SET(kernels_opts, "json", 'j', out.json,
      "one JSON object per line instead of the table"),
     PL_FLAG_ROW_SET(kernels_opts, "quick", 'q', out.quick,

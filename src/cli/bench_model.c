@@ -330,7 +330,7 @@ static const pl_flag MODEL_FLAGS[] = {
     PL_FLAG_ROW_I32(bm_opts, "ctx", 0, ctx, 0, 1 << 16, "N",
      "tokens already in each sequence's cache before decoding (128)"),
     PL_FLAG_ROW_I32(bm_opts, "threads", 't', threads, 1, 512, "N",
-     "worker threads (default: one per online core)"),
+     "worker threads (default: one per physical core allowed)"),
     PL_FLAG_ROW_I32(bm_opts, "reps", 0, reps, 1, MAX_REPS, "N",
      "repetitions of every measurement (3)"),
     PL_FLAG_ROW_FN("kv-cache-dtype", 0, set_kv, 0, "T", "f16 (default), f32, bf16, q8_0 or q4_0"),

@@ -289,7 +289,7 @@ static const pl_flag VATTN_FLAGS[] = {
     PL_FLAG_ROW_I32(vattn_opts, "reps", 'r', reps, 1, 1000, "N", "repetitions (7)"),
     PL_FLAG_ROW_STR(vattn_opts, "seqs", 0, seqs, "N[,N...]", "attention batch sizes, 1..64 (8)"),
     PL_FLAG_ROW_I32(vattn_opts, "threads", 't', threads, 1, 512, "N",
-     "worker threads (default: one per online core)"),
+     "worker threads (default: one per physical core allowed)"),
 };
 
 static const pl_flag_cmd VATTN = {

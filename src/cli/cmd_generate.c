@@ -4,6 +4,7 @@
 #include "cli/args.h"
 #include "engine/kv_samples.h"
 #include "base/clock.h"
+#include "base/cpucount.h"
 #include "cli/cli.h"
 #include "cli/engine_flags.h"
 #include "cli/flags.h"
@@ -355,6 +356,10 @@ int pl_cmd_generate(int argc, char **argv) {
                 pl_isa_name(pl_cpu_isa()),
                 pl_cpu_isa() == PL_ISA_AVX512 && !pl_cpu_avx512bf16() ? " (no AVX512-BF16: bf16 runs AVX2's)" : "",
                 pl_cpu_amx() ? " + AMX" : "");
+        char why[256];
+        if (o.eng.threads > 0) snprintf(why, sizeof why, "%d (-t)", o.eng.threads);
+        else pl_default_threads(why, sizeof why);
+        fprintf(stderr, "threads: %s\n", why);
     }
     if (o.input) {
         double t0 = pl_clock_now();

@@ -64,7 +64,7 @@ static const pl_engine_flag FLAGS[] = {
     {"no-kv-groups", N, PL_OPT_KV_GROUPS_OFF, 0, NULL, NULL,
      "a model with window and global layers keeps every block\n"
      "(default: its window layers' blocks are released)"},
-    {"threads", R, PL_OPT_THREADS, 't', "N", NULL, "worker threads (default: one per core)"},
+    {"threads", R, PL_OPT_THREADS, 't', "N", NULL, "worker threads (default: one per physical core this process may use)"},
     {"kv-layout", R, PL_OPT_KVLAYOUT, 0, "L", NULL,
      "paged (default), contiguous (the paper's baseline: one\n"
      "reserved run of blocks per sequence, nothing shared) or\n"

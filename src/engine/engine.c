@@ -12,6 +12,7 @@
 #include "engine/engine_internal.h"
 #include "engine/engine_parts.h"
 #include "base/clock.h"
+#include "base/cpucount.h"
 
 #include "base/log.h"
 #include "parallel/parallel.h"
@@ -113,6 +114,11 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     }
     if (st == PL_OK && e->spec.mode == PL_SPEC_DRAFT)
         st = pl_spec_draft_load(&e->spec, c, e->model, e->adm.max_model_len);
+    if (st == PL_OK && c->threads <= 0) {
+        char why[256];
+        pl_default_threads(why, sizeof why);
+        PL_INFO("threads: %s", why);
+    }
     if (st == PL_OK && !(e->tp = pl_threadpool_create(c->threads)))
         st = pl_fail(PL_ERR_NOMEM, "could not start %d threads", c->threads);
     if (st == PL_OK) st = setup_kv(e);

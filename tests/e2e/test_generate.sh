@@ -137,6 +137,17 @@ expect "PAGELLM_ISA=bogus: native kernels" "$(sed -n 's/^kernels: //p' "$tmp/isa
 expect "PAGELLM_ISA=bogus: same tokens" "$bogus" "$native"
 expect "PAGELLM_ISA=bogus: one warning naming it" "$(grep -c "PAGELLM_ISA='bogus' is not scalar, avx2, avxvnni or avx512" "$tmp/isa.err")" 1
 
+# The default thread count is one per physical core the process may use (base/cpucount.h): under
+# `taskset -c 0` it is 1 whatever the machine has; -t overrides it.
+if command -v taskset >/dev/null; then
+    taskset -c 0 "$PL_BINARY" generate -m "$M" -p hi -n 2 -v 2>"$tmp/thr.err" >/dev/null
+    expect "taskset -c 0: one thread" "$(sed -n 's/^threads: \([0-9]*\) .*/\1/p' "$tmp/thr.err")" 1
+    "$PL_BINARY" generate -m "$M" -p hi -n 2 -v -t 3 2>"$tmp/thr.err" >/dev/null
+    expect "-t 3: three threads" "$(sed -n 's/^threads: //p' "$tmp/thr.err")" "3 (-t)"
+else
+    skip_test "no taskset (util-linux)"
+fi
+
 # ---- tokenize / detokenize ----
 expect "tokenize" "$("$PL_BINARY" tokenize -m "$M" "Once upon a time")" "[403, 407, 261, 378]"
 expect "tokenize --add-special" "$("$PL_BINARY" tokenize -m "$M" --add-special "Once upon a time")" "[1, 403, 407, 261, 378]"

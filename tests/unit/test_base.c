@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "base/cpucount.h"
 #include "base/fp16.h"
 #include "base/idmap.h"
 #include "base/rng.h"
@@ -14,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -347,6 +349,86 @@ static void test_idmap(void **state) {
     pl_idmap_destroy(&m);
 }
 
+/* A file of a fake machine under root: its directories made, text written. */
+static void fake_file(const char *root, const char *path, const char *text) {
+    char full[1024], cmd[1200];
+    snprintf(full, sizeof full, "%s%s", root, path);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", full);
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(full, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* n CPUs whose cores are given by core[i] (the core's CPUs as a cpulist) */
+static void fake_topology(const char *root, int n, const char *const *core) {
+    for (int i = 0; i < n; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_cpus_list", i);
+        fake_file(root, path, core[i]);
+    }
+}
+
+/* The default thread count (base/cpucount.h) on fake machines: SMT siblings, a hybrid CPU, an
+ * affinity mask, cgroup v2 and v1 quotas, and no sysfs at all; then this machine's. */
+static void test_default_threads(void **state) {
+    (void)state;
+    char root[] = "/tmp/pl_cpucount_XXXXXX", why[256], cmd[128];
+    assert_non_null(mkdtemp(root));
+    /* no files: every allowed CPU is a core */
+    assert_int_equal(pl_default_threads_at(root, "0-5", why, sizeof why), 6);
+    assert_int_equal(pl_default_threads_at(root, "3,9", NULL, 0), 2);
+    assert_int_equal(pl_default_threads_at(root, "garbage", NULL, 0), 1); /* at least one */
+    /* 4 cores x 2 threads, siblings i and i + 4 (Intel's numbering) */
+    static const char *const smt[] = {"0,4\n", "1,5\n", "2,6\n", "3,7\n", "0,4\n", "1,5\n", "2,6\n", "3,7\n"};
+    fake_topology(root, 8, smt);
+    assert_int_equal(pl_default_threads_at(root, "0-7", why, sizeof why), 4);
+    print_message("SMT 4 x 2: %s\n", why);
+    assert_int_equal(pl_default_threads_at(root, "0,4", NULL, 0), 1); /* taskset -c 0,4: one core */
+    assert_int_equal(pl_default_threads_at(root, "0-3", NULL, 0), 4);
+    assert_int_equal(pl_default_threads_at(root, "2,3,6", NULL, 0), 2);
+    /* a hybrid CPU: P-cores 0-7 (4 x 2, siblings 2k, 2k + 1), E-cores 8-15 */
+    static const char *const hyb[] = {"0-1\n", "0-1\n", "2-3\n", "2-3\n", "4-5\n", "4-5\n", "6-7\n", "6-7\n",
+                                      "8\n",   "9\n",   "10\n",  "11\n",  "12\n",  "13\n",  "14\n",  "15\n"};
+    fake_topology(root, 16, hyb);
+    fake_file(root, "/sys/devices/cpu_core/cpus", "0-7\n");
+    fake_file(root, "/sys/devices/cpu_atom/cpus", "8-15\n");
+    assert_int_equal(pl_default_threads_at(root, "0-15", why, sizeof why), 4);
+    assert_non_null(strstr(why, "P-cores"));
+    print_message("hybrid 4 x 2 + 8: %s\n", why);
+    assert_int_equal(pl_default_threads_at(root, "8-15", NULL, 0), 8);   /* only E-cores allowed */
+    assert_int_equal(pl_default_threads_at(root, "1,8-11", NULL, 0), 1); /* its one P-core */
+    /* cgroup v2: the smallest quota on the way up (2.5 CPUs -> 2), "max" is none */
+    fake_file(root, "/proc/self/cgroup", "0::/kubepods/pod1/c1\n");
+    fake_file(root, "/sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "max 100000\n");
+    fake_file(root, "/sys/fs/cgroup/kubepods/pod1/cpu.max", "250000 100000\n");
+    fake_file(root, "/sys/fs/cgroup/kubepods/cpu.max", "800000 100000\n");
+    assert_int_equal(pl_default_threads_at(root, "0-15", why, sizeof why), 2);
+    assert_non_null(strstr(why, "quota"));
+    print_message("cgroup v2 quota 2.5: %s\n", why);
+    fake_file(root, "/sys/fs/cgroup/cpu.max", "50000 100000\n"); /* half a CPU: still one thread */
+    assert_int_equal(pl_default_threads_at(root, "0-15", NULL, 0), 1);
+    fake_file(root, "/sys/fs/cgroup/cpu.max", "max 100000\n");
+    fake_file(root, "/sys/fs/cgroup/kubepods/pod1/cpu.max", "1600000 100000\n"); /* above the cores */
+    assert_int_equal(pl_default_threads_at(root, "0-15", NULL, 0), 4);
+    /* cgroup v1 (no "0::" line): cpu,cpuacct's quota */
+    fake_file(root, "/proc/self/cgroup", "12:cpu,cpuacct:/docker/abc\n11:memory:/docker/abc\n");
+    fake_file(root, "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "300000\n");
+    fake_file(root, "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+    assert_int_equal(pl_default_threads_at(root, "8-15", NULL, 0), 3);
+    fake_file(root, "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n"); /* none */
+    assert_int_equal(pl_default_threads_at(root, "8-15", NULL, 0), 8);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+    /* this machine: at least one, at most the CPUs of the affinity mask */
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+    int n = pl_default_threads(why, sizeof why);
+    print_message("this machine: %s\n", why);
+    assert_true(n >= 1 && n <= CPU_COUNT(&set));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_messages), cmocka_unit_test(test_fp16_roundtrip),
@@ -354,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_threadpool),      cmocka_unit_test(test_split_range),
         cmocka_unit_test(test_idmap),           cmocka_unit_test(test_threadpool_many_jobs),
         cmocka_unit_test(test_threadpool_sleep_and_wake), cmocka_unit_test(test_steal),
+        cmocka_unit_test(test_default_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
