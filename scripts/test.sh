@@ -57,24 +57,26 @@ if [ -n "$line" ]; then
 else
   failed=$((failed + 1))
 fi
-# The AVX-VNNI tiles on a CPU without AVX-VNNI (Zen 4, AVX2-only CPUs): a build whose AVX-VNNI
-# files compute vpdpbusd / vpdpwssd exactly with AVX2 (src/kernels/avxvnni_emulate.h; no qemu
-# emulates AVX-VNNI) runs the kernel and model tests at that level only, bitwise against the
-# scalar kernels and within docs/ACCURACY.md against llama.cpp. Where the CPU has AVX-VNNI the
-# plain builds run the real instructions instead. About 40 s of build and 7 s of tests.
+# The AVX-VNNI tiles and the AMX kernels on a CPU without them (Zen 4, Ice Lake, AVX2-only
+# CPUs): a build whose AVX-VNNI files compute vpdpbusd / vpdpwssd exactly with AVX2
+# (src/kernels/avxvnni_emulate.h) and whose AMX files compute the tile instructions in C
+# (src/kernels/amx_emulate.h; no qemu emulates either) runs the kernel and model tests at the
+# avxvnni level and at the avx512 level with AMX on (where the CPU has AVX-512), bitwise against
+# the scalar kernels and within docs/ACCURACY.md against llama.cpp. Where the CPU has both, the
+# plain builds run the real instructions instead. About 35 s of build and 20 s of tests.
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-if [[ " $flags " == *" avx2 "* && " $flags " != *" avx_vnni "* ]]; then
-  echo "== emulated AVX-VNNI (build-vnni) (at ${SECONDS} s)"
-  vnni_tests='^(test_matmul_x16|test_matmul|test_matmul_gemm|test_moe|test_gptoss|test_wtypes|test_wtype_reference|test_reference)$'
-  # -O1: 38 s of build against Release's 45, the tests as fast (7 s)
-  if cmake -S . -B build-vnni -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1" \
-         -DPL_EMULATE_AVXVNNI=ON -DPL_MPI=OFF >/dev/null &&
-     cmake --build build-vnni -j "$(nproc)" --target pagellm_cli test_matmul_x16 test_matmul test_matmul_gemm \
+if [[ " $flags " == *" avx2 "* && ( " $flags " != *" avx_vnni "* || " $flags " != *" amx_int8 "* ) ]]; then
+  echo "== emulated AVX-VNNI and AMX (build-emu) (at ${SECONDS} s)"
+  emu_tests='^(test_matmul_x16|test_matmul|test_matmul_gemm|test_moe|test_gptoss|test_wtypes|test_wtype_reference|test_reference)$'
+  # -O1: 31 s of build against Release's 45, the tests as fast
+  if cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1" \
+         -DPL_EMULATE_AVXVNNI=ON -DPL_EMULATE_AMX=ON -DPL_MPI=OFF >/dev/null &&
+     cmake --build build-emu -j "$(nproc)" --target pagellm_cli test_matmul_x16 test_matmul test_matmul_gemm \
            test_moe test_gptoss test_wtypes test_wtype_reference test_reference >/dev/null; then
-    ctest --test-dir build-vnni --output-on-failure -j 2 --timeout 900 -R "$vnni_tests" | tee build-vnni/ctest.log
-    tally build-vnni/ctest.log
+    ctest --test-dir build-emu --output-on-failure -j 2 --timeout 900 -R "$emu_tests" | tee build-emu/ctest.log
+    tally build-emu/ctest.log
   else
-    echo "emulated AVX-VNNI build failed"; failed=$((failed + 1))
+    echo "emulated AVX-VNNI and AMX build failed"; failed=$((failed + 1))
   fi
 fi
 # The tests where threads meet (engine inbox and output channels, the server) also run under

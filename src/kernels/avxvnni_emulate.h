@@ -1,5 +1,5 @@
 /* kernels/avxvnni_emulate — AVX-VNNI's two instructions computed exactly with AVX2, for a test
- * build only (CMake PL_EMULATE_AVXVNNI; scripts/test.sh's "emulated AVX-VNNI" step). The
+ * build only (CMake PL_EMULATE_AVXVNNI; scripts/test.sh's "emulated AVX-VNNI and AMX" step). The
  * `*_avxvnni.c` files are compiled with this header forced in (-include) and without -mavxvnni,
  * and kernels/cpu.c reports AVX-VNNI wherever AVX2 is: the AVX-VNNI tiles (their layouts, chains,
  * scales and the orders of their sums) then run on any AVX2 CPU. No qemu up to 10.0 emulates

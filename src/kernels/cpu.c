@@ -91,6 +91,11 @@ static void init(void) {
      * (kernels/avxvnni_emulate.h): those tiles run wherever AVX2 does */
     feats.avxvnni = feats.avx2 && feats.fma && feats.f16c;
 #endif
+#ifdef PL_EMULATE_AMX
+    /* the test build whose AMX files compute the tile instructions in C (kernels/amx_emulate.h):
+     * those kernels run wherever the AVX-512 level does */
+    feats.amx_int8 = feats.avx512f && feats.avx512bw && feats.avx512vl && feats.avx512dq && feats.avx512vnni;
+#endif
     const pl_cpu_features *f = &feats;
     /* The AVX-512 kernels need F+BW+VL+DQ+VNNI; BF16's (vdpbf16ps, vcvtneps2bf16) are asked
      * for apart (pl_cpu_avx512bf16): Cascade Lake, Ice Lake and Tiger Lake have VNNI, not BF16. */

@@ -21,7 +21,8 @@
  * own kernels decline a case, falls back to AVX2's, never to AVX-VNNI's (pl_cpu_avxvnni()).
  * Every other level has every kernel of the levels below it (the AVX-512 level's bf16 ones only
  * with AVX512_BF16: pl_cpu_avx512bf16). A test build with
- * PL_EMULATE_AVXVNNI (kernels/avxvnni_emulate.h) reports AVX-VNNI wherever AVX2 is. */
+ * PL_EMULATE_AVXVNNI (kernels/avxvnni_emulate.h) reports AVX-VNNI wherever AVX2 is, one with
+ * PL_EMULATE_AMX (kernels/amx_emulate.h) AMX-INT8 wherever AVX-512 is. */
 typedef enum { PL_ISA_SCALAR = 0, PL_ISA_AVX2 = 1, PL_ISA_AVXVNNI = 2, PL_ISA_AVX512 = 3 } pl_isa;
 
 typedef struct {

@@ -115,9 +115,10 @@ static inline int isa_best(unsigned mask) {
 }
 
 /* Where a level is tested instead of this run, or NULL when this run tests it:
- *   - in the emulated-AVX-VNNI build (PL_EMULATE_AVXVNNI: kernels/avxvnni_emulate.h) every level
- *     but avxvnni, "the plain builds": that build exists for the AVX-VNNI tiles, and its other
- *     levels are the plain build's code;
+ *   - in the emulated build (PL_EMULATE_AVXVNNI: kernels/avxvnni_emulate.h; PL_EMULATE_AMX:
+ *     kernels/amx_emulate.h) every level but avxvnni and avx512 (where AMX runs), "the plain
+ *     builds": that build exists for the AVX-VNNI and AMX kernels, and its other levels are the
+ *     plain build's code;
  *   - else only scalar, and only on a CPU with AVX2 (the vector levels never move elsewhere):
  *     - on an emulated CPU (scripts/emu_cpu.sh) "the native runs": the scalar code does not
  *       depend on CPUID, and under qemu it was half of the emulated step's time;
@@ -128,9 +129,15 @@ static inline int isa_best(unsigned mask) {
  *       under them at every level on every shape class; the engine code is the same at each
  *       level. */
 static inline const char *isa_elsewhere(int level, int group) {
-#ifdef PL_EMULATE_AVXVNNI
+#if defined(PL_EMULATE_AVXVNNI) || defined(PL_EMULATE_AMX)
     (void)group;
-    return level == PL_ISA_AVXVNNI ? NULL : "the plain builds";
+#ifdef PL_EMULATE_AVXVNNI
+    if (level == PL_ISA_AVXVNNI) return NULL;
+#endif
+#ifdef PL_EMULATE_AMX
+    if (level == PL_ISA_AVX512) return NULL; /* where the AMX kernels run */
+#endif
+    return "the plain builds";
 #else
     if (level != PL_ISA_SCALAR || !pl_cpu_has_isa(PL_ISA_AVX2)) return NULL;
     if (isa_emulated_flags()) return "the native runs";
