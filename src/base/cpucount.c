@@ -84,8 +84,8 @@ static int cgroup2_path(const char *root, char *out, size_t n) {
     while (!found && fgets(line, sizeof line, f))
         if (!strncmp(line, "0::/", 4)) {
             line[strcspn(line, "\n")] = '\0';
-            int k = snprintf(out, n, "%s", line + 3);
-            found = k > 0 && (size_t)k < n;
+            int w = snprintf(out, n, "%s", line + 3);
+            found = w > 0 && (size_t)w < n;
         }
     fclose(f);
     return found;
@@ -106,8 +106,9 @@ static int quota_cpus(const char *root) {
             int k = snprintf(path, sizeof path, "/sys/fs/cgroup%s%scpu.max", cg, strcmp(cg, "/") ? "/" : "");
             long quota, period;
             double r;
-            if (k > 0 && (size_t)k < sizeof path && read_line(root, path, q, sizeof q) && sscanf(q, "%ld %ld", &quota, &period) == 2 &&
-                (r = ratio(quota, period)) > 0 && (best == 0 || r < best))
+            if (k > 0 && (size_t)k < sizeof path && read_line(root, path, q, sizeof q) &&
+                sscanf(q, "%ld %ld", &quota, &period) == 2 && (r = ratio(quota, period)) > 0 &&
+                (best == 0 || r < best))
                 best = r;
             if (!strcmp(cg, "/")) break;
             char *slash = strrchr(cg, '/');
