@@ -114,13 +114,14 @@ pl_status pl_engine_create(const pl_engine_config *c, pl_engine **out) {
     }
     if (st == PL_OK && e->spec.mode == PL_SPEC_DRAFT)
         st = pl_spec_draft_load(&e->spec, c, e->model, e->adm.max_model_len);
-    if (st == PL_OK && c->threads <= 0) {
+    int threads = c->threads;
+    if (st == PL_OK && threads <= 0) { /* the default, counted once (sysfs, cgroup files) */
         char why[256];
-        pl_default_threads(why, sizeof why);
+        threads = pl_default_threads(why, sizeof why);
         PL_INFO("threads: %s", why);
     }
-    if (st == PL_OK && !(e->tp = pl_threadpool_create(c->threads)))
-        st = pl_fail(PL_ERR_NOMEM, "could not start %d threads", c->threads);
+    if (st == PL_OK && !(e->tp = pl_threadpool_create(threads)))
+        st = pl_fail(PL_ERR_NOMEM, "could not start %d threads", threads);
     if (st == PL_OK) st = setup_kv(e);
     if (st == PL_OK && e->spec.mode != PL_SPEC_OFF) { /* defaults resolved, as get_config shows */
         int32_t mb = c->speculative_max_batch ? c->speculative_max_batch : PL_SPEC_DEFAULT_MAX_BATCH;
