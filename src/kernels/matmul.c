@@ -16,6 +16,14 @@
  * yields the tiles' bits, or declines. Repacked (x16) weights keep their 16- or 32-row tiles at
  * every B (their rows are interleaved, one stream anyway); their batches of 16-48 rows and more
  * (by type) go to AMX where the machine has it, again with the tiles' bits.
+ *
+ * The next tile: a tile's first sweep over its weights (its first activation tile) reads them from
+ * memory, the later sweeps from the cache. Where a kernel has fn_next (the f16 and bf16 x16 tiles:
+ * few multiply-adds per weight byte, so the first sweep of both threads at once asked for more
+ * than the memory gives), the later sweeps each prefetch a share of the next tile's weights into
+ * L2, so the stream is spread over the whole tile's work and every first sweep finds its weights
+ * in L2 (1B F16 as bf16, prefill 256 on a Zen 4: 186-193 -> 190-203 tok/s, docs/BENCHMARKS.md).
+ * The integer tiles need none: their sweeps all prefetch two groups ahead.
  */
 #include "kernels/matmul.h"
 
@@ -107,6 +115,7 @@ static void pick_kernel(const pl_weight *w, pl_mm_kernel *k) {
     pl_dtype t = w->type;
     pl_isa isa = pl_cpu_isa();
     k->gemm = NULL;
+    k->fn_next = NULL;
     k->tr_small = 0;
     if (w->layout == PL_WLAYOUT_X16) {
         pl_mm_kernel_x16(t, k);
@@ -149,10 +158,17 @@ static void multiply_rows(const mm_job *j, int i, int tr, int64_t r0, int64_t r1
         for (int64_t r = r0; r < r1; r += tr) {
             int nr = (int)(r1 - r < tr ? r1 - r : tr);
             const uint8_t *wt = (const uint8_t *)w->data + (size_t)r * ws;
+            /* the tile this thread sweeps next: the following rows, or the block after's first */
+            const uint8_t *next = r + tr < r1 ? wt + (size_t)tr * ws
+                                  : bend < j->B ? (const uint8_t *)w->data + (size_t)r0 * ws : NULL;
             for (int64_t t = 0, b = bb; t < nt; t++) {
                 int nb = (int)(base + (t < extra));
-                k->fn(wt, ws, nr, j->act + (size_t)b * j->act_stride, j->act_stride, nb, w->cols,
-                        y + b * ldy + r, ldy);
+                if (t > 0 && k->fn_next && next)
+                    k->fn_next(wt, ws, nr, j->act + (size_t)b * j->act_stride, j->act_stride, nb,
+                               w->cols, y + b * ldy + r, ldy, next, (int)t - 1, (int)nt - 1);
+                else
+                    k->fn(wt, ws, nr, j->act + (size_t)b * j->act_stride, j->act_stride, nb, w->cols,
+                          y + b * ldy + r, ldy);
                 b += nb;
             }
         }

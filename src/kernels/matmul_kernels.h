@@ -28,8 +28,16 @@ typedef void (*pl_mm_tile_fn)(const uint8_t *w, size_t w_stride, int nr, const u
 typedef int (*pl_mm_gemm_fn)(const uint8_t *w, size_t w_stride, int64_t nrows, const uint8_t *act,
                               size_t act_stride, int64_t B, int64_t cols, float *y, int64_t ldy);
 
+/* The same tile as a later sweep over weight rows an earlier sweep brought into the cache: it
+ * spreads the next tile's weights (`next`, the same shape) into L2 beside its work, its share of
+ * them (share of shares), so the next first sweep does not wait on memory. */
+typedef void (*pl_mm_tile_next_fn)(const uint8_t *w, size_t w_stride, int nr, const uint8_t *act,
+                                   size_t act_stride, int nb, int64_t cols, float *y, int64_t ldy,
+                                   const uint8_t *next, int share, int shares);
+
 typedef struct {
     pl_mm_tile_fn fn; /* the tile kernel */
+    pl_mm_tile_next_fn fn_next; /* if not NULL, fn for the sweeps after a tile's first */
     pl_mm_gemm_fn gemm; /* if not NULL, runs batches in place of the tiles (blocked along K) */
     int tr;           /* most weight rows per call (threads split rows in multiples of it) */
     int tr_small;     /* the same at B <= 3 (a decode step; a MoE expert's few tokens), 0: tr */

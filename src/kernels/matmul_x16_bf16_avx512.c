@@ -19,7 +19,9 @@
  * back, matmul_x16_f16_avx512.c) it is 4 groups by up to 6 rows: per pair 4 loads, 4 vpermw, 6
  * broadcasts and the same 24 vdpbf16ps (`bench kernels -t 1 --type bf16`, 2048 x 2048, three
  * rounds: B = 32 70-92 % -> 93-95 % of the bf16 peak, B = 512 55-82 % -> 91-93 %); a decode's
- * few rows keep 32-row tiles. The weights are prefetched PF_DIST ahead, as the f16 tile's.
+ * few rows keep 32-row tiles. The weights are prefetched PF_DIST ahead, as the f16 tile's, and a
+ * later sweep prefetches its share of the next tile's into L2 instead (kernels/matmul.c, "the
+ * next tile").
  */
 #include "kernels/matmul_kernels.h"
 
@@ -33,7 +35,7 @@
 enum { TB = 12, PF_DIST = 4096 };
 
 AI void bf16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                   int64_t ldy, const int NG, const int NB) {
+                   int64_t ldy, const int NG, const int NB, const uint8_t *next, int share, int shares) {
     const size_t gs = 16 * ws;
     /* word 2i of a lane pair <- row i of column k + 1 (word 16 + i), word 2i + 1 <- row i of k */
     const __m512i perm = _mm512_set_epi16(15, 31, 14, 30, 13, 29, 12, 28, 11, 27, 10, 26, 9, 25, 8, 24,
@@ -43,12 +45,18 @@ AI void bf16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int
     __m512 acc[4][TB];
     UNROLL16 for (int g = 0; g < NG; g++) UNROLL16 for (int b = 0; b < NB; b++) acc[g][b] = _mm512_setzero_ps();
     const int64_t np = cols / 2;
+    int due = share; /* next: pairs until this sweep's next share of them */
     for (int64_t p = 0; p < np; p++) {
         /* decode (1-2 rows): past its group's end, into the next tile's group of the same index */
         const size_t off = (size_t)p * 64 + PF_DIST, skip = NB <= 2 && off >= gs ? (size_t)(NG - 1) * gs : 0;
         __m512bh wv[4];
+        if (next && due-- == 0) {
+            due = shares - 1;
+            UNROLL16 for (int g = 0; g < NG; g++)
+                _mm_prefetch((const char *)(next + (size_t)g * gs + (size_t)p * 64), _MM_HINT_T1);
+        }
         UNROLL16 for (int g = 0; g < NG; g++) {
-            _mm_prefetch((const char *)(w + (size_t)g * gs + off + skip), _MM_HINT_T0);
+            if (!next) _mm_prefetch((const char *)(w + (size_t)g * gs + off + skip), _MM_HINT_T0);
             wv[g] = (__m512bh)_mm512_permutexvar_epi16(perm, _mm512_loadu_si512(w + (size_t)g * gs + (size_t)p * 64));
         }
         UNROLL16 for (int b = 0; b < NB; b++) {
@@ -73,14 +81,15 @@ AI void bf16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int
 }
 
 #define BF16X_CASE(G, B)                                                                           \
-    case G * 16 + B: bf16x_body(w, ws, a, as, cols, y, ldy, G, B); break;
+    case G * 16 + B: bf16x_body(w, ws, a, as, cols, y, ldy, G, B, next, share, shares); break;
 #define BF16X_ROW(G)                                                                               \
     BF16X_CASE(G, 1) BF16X_CASE(G, 2) BF16X_CASE(G, 3) BF16X_CASE(G, 4) BF16X_CASE(G, 5)          \
     BF16X_CASE(G, 6) BF16X_CASE(G, 7) BF16X_CASE(G, 8) BF16X_CASE(G, 9) BF16X_CASE(G, 10)         \
     BF16X_CASE(G, 11) BF16X_CASE(G, 12)
 
-static void tile_bf16_x16(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
-                          int64_t cols, float *y, int64_t ldy) {
+static void tile_bf16_x16_next(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
+                               int64_t cols, float *y, int64_t ldy, const uint8_t *next, int share,
+                               int shares) {
     switch ((nr / 16) * 16 + nb) {
         BF16X_ROW(1)
         BF16X_ROW(2)
@@ -93,8 +102,9 @@ static void tile_bf16_x16(const uint8_t *w, size_t ws, int nr, const uint8_t *a,
     BF16X_CASE(G, 6)
 
 /* the wide shape: 4 groups (64 rows) by up to 6 activation rows */
-static void tile_bf16_x16_wide(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
-                               int nb, int64_t cols, float *y, int64_t ldy) {
+static void tile_bf16_x16_wide_next(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                                    int nb, int64_t cols, float *y, int64_t ldy, const uint8_t *next,
+                                    int share, int shares) {
     switch ((nr / 16) * 16 + nb) {
         BF16X_ROW6(1)
         BF16X_ROW6(2)
@@ -104,9 +114,20 @@ static void tile_bf16_x16_wide(const uint8_t *w, size_t ws, int nr, const uint8_
     }
 }
 
+static void tile_bf16_x16(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,
+                          int64_t cols, float *y, int64_t ldy) {
+    tile_bf16_x16_next(w, ws, nr, a, as, nb, cols, y, ldy, NULL, 0, 1);
+}
+
+static void tile_bf16_x16_wide(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,
+                               int nb, int64_t cols, float *y, int64_t ldy) {
+    tile_bf16_x16_wide_next(w, ws, nr, a, as, nb, cols, y, ldy, NULL, 0, 1);
+}
+
 int pl_mm_kernel_x16_bf16_avx512(pl_mm_kernel *k) {
     const int wide = pl_x16_f16_wide;
     k->fn = wide ? tile_bf16_x16_wide : tile_bf16_x16;
+    k->fn_next = wide ? tile_bf16_x16_wide_next : tile_bf16_x16_next;
     k->gemm = NULL;
     k->tr = wide ? 64 : 32;
     k->tr_small = 32;

@@ -113,9 +113,12 @@ AI void f16x_tile(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t 
         f16x_multi(w, a, as, n, nt, cols, y, ldy, BF);
         return;
     }
+    /* the later subtiles spread the next tile's rows (the driver's next, as a rule) into L2 */
+    const uint8_t *next = w + (size_t)nr * ws;
     for (int t = 0, b = 0; t < nt; b += n[t], t++)
-        (BF ? tile_bf16_x16_one : tile_f16_x16_one)(w, ws, nr, a + (size_t)b * as, as, n[t], cols,
-                                                     y + (size_t)b * ldy, ldy);
+        (BF ? tile_bf16_x16_one_next : tile_f16_x16_one_next)(w, ws, nr, a + (size_t)b * as, as, n[t], cols,
+                                                               y + (size_t)b * ldy, ldy, t ? next : NULL,
+                                                               t - 1, nt - 1);
 }
 
 static void tile_f16_x16(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,

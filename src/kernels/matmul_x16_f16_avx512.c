@@ -35,6 +35,7 @@ X16_HALF_TILE(tile_f16_x16_wide, 0)
 int pl_mm_kernel_x16_f16_avx512(pl_mm_kernel *k) {
     const int wide = pl_x16_f16_wide;
     k->fn = wide ? tile_f16_x16_wide : tile_f16_x16;
+    k->fn_next = wide ? tile_f16_x16_wide_next : tile_f16_x16_next;
     k->tr = wide ? 64 : 32;
     k->tr_small = 32;
     k->tb = wide ? 6 : 12;

@@ -8,7 +8,9 @@
  *
  * Column k of the tile's vectors is multiplied by activation k of each row broadcast, so no lane
  * is ever summed: each output is one accumulator, column after column, as the scalar reference,
- * whatever the width. The weights are prefetched PF_DIST ahead.
+ * whatever the width. The weights are prefetched PF_DIST ahead; a later sweep over a tile's
+ * weights (name##_next: they are in the cache) prefetches instead its share of the next tile's
+ * into L2 (kernels/matmul.c, "the next tile").
  */
 #ifndef PL_KERNELS_X16_F16_TILE_H
 #define PL_KERNELS_X16_F16_TILE_H
@@ -40,16 +42,24 @@ enum { PF_DIST = 4096 };
 enum { PF_DIST_WIDE = X_LANES == 8 ? 8192 : PF_DIST };
 
 AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t cols, float *y,
-                  int64_t ldy, const int NG, const int NB, const int BF) {
+                  int64_t ldy, const int NG, const int NB, const int BF, const uint8_t *next,
+                  int share, int shares) {
     const size_t gs = 16 * ws;
     const int NV = NG * X_HALVES; /* vector v: group v / X_HALVES, its lanes from 16 v % 16 */
     const float *x[X_TB];
     UNROLL16 for (int b = 0; b < NB; b++) x[b] = (const float *)(a + (size_t)b * as);
     X_V acc[X_TG * X_HALVES][X_TB];
     UNROLL16 for (int v = 0; v < NV; v++) UNROLL16 for (int b = 0; b < NB; b++) acc[v][b] = X_ZERO();
+    int due = share; /* next: column pairs until this sweep's next share of them */
     for (int64_t k = 0; k < cols; k++) {
         X_V wv[X_TG * X_HALVES];
-        if ((k & 1) == 0) { /* 32 bytes per column and group: a line every second column */
+        if (next && (k & 1) == 0) { /* a later sweep: its share of the next tile, into L2 */
+            if (due-- == 0) {
+                due = shares - 1;
+                UNROLL16 for (int g = 0; g < NG; g++)
+                    _mm_prefetch((const char *)(next + (size_t)g * gs + (size_t)k * 32), _MM_HINT_T1);
+            }
+        } else if ((k & 1) == 0) { /* 32 bytes per column and group: a line every second column */
             /* decode (1-2 rows: the weights stream once): past its group's end, into the next
              * tile's group of the same index, where this thread goes next */
             const size_t off = (size_t)k * 32 + (NB >= 3 ? PF_DIST_WIDE : PF_DIST),
@@ -69,17 +79,23 @@ AI void f16x_body(const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int6
 }
 
 #define F16X_CASE(G, B)                                                                            \
-    case G * 16 + B: f16x_body(w, ws, a, as, cols, y, ldy, G, B, x_bf); break;
+    case G * 16 + B: f16x_body(w, ws, a, as, cols, y, ldy, G, B, x_bf, next, share, shares); break;
 
-/* name: the tile of f16 (BF 0) or bf16 (BF 1) weights */
+/* name: the tile of f16 (BF 0) or bf16 (BF 1) weights; name##_next: the same as a later sweep
+ * (pl_mm_tile_next_fn, kernels/matmul_kernels.h) */
 #define X16_HALF_TILE(name, BF)                                                                    \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,    \
-                     int64_t cols, float *y, int64_t ldy) {                                       \
+    static void name##_next(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as,     \
+                            int nb, int64_t cols, float *y, int64_t ldy, const uint8_t *next,     \
+                            int share, int shares) {                                               \
         const int x_bf = BF;                                                                       \
         switch ((nr / 16) * 16 + nb) {                                                             \
             X_CASES                                                                                \
         default: break;                                                                            \
         }                                                                                          \
+    }                                                                                              \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *a, size_t as, int nb,    \
+                     int64_t cols, float *y, int64_t ldy) {                                       \
+        name##_next(w, ws, nr, a, as, nb, cols, y, ldy, NULL, 0, 1);                               \
     }
 
 #endif
