@@ -37,7 +37,7 @@ check() {
     fi
 }
 check "AVX512_BF16" 'vdpbf16ps|vcvtne2ps2bf16|vcvtneps2bf16' \
-    'matmul_avx512.c:tile_bf16|matmul_x16_bf16_avx512.c:tile_bf16_x16(_wide)?|roofline_avx512.c:pl_roofline_bf16_avx512|quant_avx512.c:pl_act_convert_row_avx512'
+    'matmul_avx512.c:tile_bf16|matmul_x16_bf16_avx512.c:tile_bf16_x16(_wide)?(_next)?|roofline_avx512.c:pl_roofline_bf16_avx512|quant_avx512.c:pl_act_convert_row_avx512'
 check "AMX" 'tdpbusd|tdpbssd|tileloadd|tileloaddt1|ldtilecfg|tilezero|tilestored|tilerelease' \
     'matmul_x16_amx.c:(pl_mm_gemm_x16_amx|pl_mm_amx_begin|pl_mm_amx_end)|matmul_x16_kq_amx.c:kq_amx_(tiles|tiles_q6|run)|roofline_amx.c:pl_roofline_tiles_amx'
 echo "$passed passed, $failed failed"
